@@ -1,0 +1,3 @@
+from .tupe_roberta import TupeRobertaModel, VariantMismatchError  # noqa: F401
+from . import architectures  # noqa: F401  (registers every --arch)
+from .variants import VARIANTS, PositionalVariant  # noqa: F401

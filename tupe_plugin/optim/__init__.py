@@ -1,0 +1,1 @@
+from . import warmup_ratio_schedule  # noqa: F401
