@@ -20,6 +20,6 @@ setup(
         "numpy>=1.24",
         "matplotlib>=3.7",
     ],
-    extras_require={"test": ["pytest>=7"]},
+    extras_require={"test": ["pytest>=7", "scikit-learn>=1.2"]},
     entry_points={"console_scripts": []},
 )

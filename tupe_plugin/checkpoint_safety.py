@@ -14,25 +14,23 @@ import typing
 import torch
 from omegaconf import DictConfig, ListConfig
 from omegaconf.base import ContainerMetadata, Metadata
-from omegaconf.nodes import AnyNode, BooleanNode, EnumNode, FloatNode, IntegerNode, StringNode
+from omegaconf.nodes import AnyNode
 
+# Measured with torch.serialization.get_unsafe_globals_in_checkpoint on fairseq-train and
+# fairseq-hydra-train checkpoints, and on the loaded state that fairseq re-pickles to broadcast
+# to other ranks (fairseq/distributed/utils.py), which carries cfg as a DictConfig.
 SAFE_GLOBALS = [
-    argparse.Namespace,
+    argparse.Namespace,  # cfg["model"] of checkpoints written by fairseq-train
     DictConfig,
     ListConfig,
     ContainerMetadata,
     Metadata,
     AnyNode,
-    BooleanNode,
-    EnumNode,
-    FloatNode,
-    IntegerNode,
-    StringNode,
     typing.Any,
+    collections.defaultdict,
     dict,
     list,
     int,
-    collections.defaultdict,
 ]
 
 torch.serialization.add_safe_globals(SAFE_GLOBALS)

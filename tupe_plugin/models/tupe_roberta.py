@@ -51,6 +51,7 @@ class TupeRobertaModel(RobertaModel):
         if safe_getattr(args, "max_positions") is None:
             args.max_positions = safe_getattr(args, "tokens_per_sample") or task.max_positions()
         tupe_roberta_base_architecture(args)
+        args.max_source_positions = args.max_positions  # input PE (BERT-A/R) sized like the TUPE table
         variant = PositionalVariant.from_args(args)
         variant.validate()
         args.no_token_positional_embeddings = not variant.input_pe
@@ -72,6 +73,7 @@ class TupeRobertaModel(RobertaModel):
             logger.warning(f"checkpoint does not record its positional variant; assuming {self.variant.name}")
             state_dict[key] = self.encoder.sentence_encoder.positions.variant.clone()
             return
+        self._check_max_positions(state_dict, name)
         saved = PositionalVariant.from_tensor(state_dict[key])
         if saved != self.variant:
             named = [n for n, v in VARIANTS.items() if v == saved]
@@ -79,6 +81,19 @@ class TupeRobertaModel(RobertaModel):
             raise VariantMismatchError(
                 f"the checkpoint was trained as positional variant '{saved.name}' but this model is "
                 f"'{self.variant.name}'. Use {hint}the flags: {saved.flags()}"
+            )
+
+    def _check_max_positions(self, state_dict, name):
+        prefix = (name + "." if name else "") + "encoder.sentence_encoder."
+        table = state_dict.get(prefix + "positions.pos.weight")
+        saved = None if table is None else table.size(0) - 1
+        pe = state_dict.get(prefix + "embed_positions.weight")
+        if saved is None and pe is not None:
+            saved = pe.size(0) - self.encoder.sentence_encoder.padding_idx - 1
+        if saved is not None and saved != self.args.max_positions:
+            raise ValueError(
+                f"the checkpoint was trained with {saved} positions but this model has "
+                f"{self.args.max_positions}; pass --max-positions {saved}"
             )
 
     @classmethod

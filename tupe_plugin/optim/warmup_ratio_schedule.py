@@ -6,7 +6,6 @@ batch iterator exactly as the trainer will (same task, batch size, max tokens, s
 count the updates of one epoch, so ``--lr-scheduler warmup_ratio --warmup-ratio 0.06
 --max-epoch 10`` is all a user passes.
 """
-from __future__ import annotations
 
 import logging
 import math

@@ -1,0 +1,109 @@
+"""Session fixtures: a sentencepiece model, fairseq binaries, and one tiny pre-trained TUPE-R."""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import List
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+BIN = Path(sys.executable).parent
+
+from corpus import labelled, lm_lines  # noqa: E402
+
+
+def run(cmd: List[str], cwd: Path = ROOT, check: bool = True, timeout: int = 600) -> subprocess.CompletedProcess:
+    """Run a real CLI (fairseq-train, ...) from the venv; output captured as text."""
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env["PATH"] = f"{BIN}:{env.get('PATH', '')}"
+    if cmd[0].startswith("fairseq-"):
+        cmd = [str(BIN / cmd[0])] + cmd[1:]
+    p = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    if check and p.returncode != 0:
+        raise AssertionError(f"{' '.join(map(str, cmd))} failed ({p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-6000:]}")
+    return p
+
+
+def train_losses(log: str) -> List[float]:
+    return [float(x) for x in re.findall(r"train_inner\W.*?loss=([0-9.]+)", log)]
+
+
+def write_lines(path: Path, lines: List[str]) -> Path:
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="session")
+def spm_dir(tmp_path_factory) -> Path:
+    import sentencepiece as spm
+
+    from preprocess.spm_dict import load_spm, write_fairseq_dict
+
+    d = tmp_path_factory.mktemp("spm")
+    text = write_lines(d / "corpus.txt", lm_lines(800, seed=0))
+    spm.SentencePieceTrainer.train(
+        input=str(text), model_prefix=str(d / "spm"), vocab_size=80, model_type="unigram", hard_vocab_limit=False,
+        character_coverage=1.0, minloglevel=2,
+    )
+    write_fairseq_dict(load_spm(str(d / "spm.model")), str(d / "dict.txt"))
+    return d
+
+
+def encode_pieces(spm_dir: Path, lines: List[str]) -> List[str]:
+    from preprocess.spm_dict import load_spm
+
+    sp = load_spm(str(spm_dir / "spm.model"))
+    return [" ".join(sp.encode(line, out_type=str)) for line in lines]
+
+
+@pytest.fixture(scope="session")
+def lm_bin(spm_dir, tmp_path_factory) -> Path:
+    """masked_lm binaries made by the real fairseq-preprocess with the sentencepiece dict."""
+    d = tmp_path_factory.mktemp("lm")
+    write_lines(d / "train.txt", encode_pieces(spm_dir, lm_lines(600, seed=1)))
+    write_lines(d / "valid.txt", encode_pieces(spm_dir, lm_lines(60, seed=2)))
+    run(["fairseq-preprocess", "--only-source", "--srcdict", str(spm_dir / "dict.txt"),
+         "--trainpref", str(d / "train.txt"), "--validpref", str(d / "valid.txt"),
+         "--destdir", str(d / "bin"), "--workers", "1"])
+    return d / "bin"
+
+
+@pytest.fixture(scope="session")
+def cls_bin(spm_dir, tmp_path_factory) -> Path:
+    """sentence_prediction binaries: input0/ (text) and label/ (classes), as fairseq's GLUE layout."""
+    d = tmp_path_factory.mktemp("cls")
+    splits = {"train": labelled(320, seed=3), "valid": labelled(80, seed=4)}
+    for split, items in splits.items():
+        write_lines(d / f"{split}.input0", encode_pieces(spm_dir, [s for s, _ in items]))
+        write_lines(d / f"{split}.label", [str(y) for _, y in items])
+    run(["fairseq-preprocess", "--only-source", "--srcdict", str(spm_dir / "dict.txt"),
+         "--trainpref", str(d / "train.input0"), "--validpref", str(d / "valid.input0"),
+         "--destdir", str(d / "bin" / "input0"), "--workers", "1"])
+    run(["fairseq-preprocess", "--only-source",
+         "--trainpref", str(d / "train.label"), "--validpref", str(d / "valid.label"),
+         "--destdir", str(d / "bin" / "label"), "--workers", "1"])
+    return d / "bin"
+
+
+PRETRAIN_ARGS = [
+    "--user-dir", "tupe_plugin", "--task", "masked_lm", "--criterion", "masked_lm",
+    "--tokens-per-sample", "64", "--sample-break-mode", "complete", "--batch-size", "16",
+    "--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--lr", "2e-3",
+    "--lr-scheduler", "polynomial_decay", "--warmup-updates", "5", "--total-num-update", "200",
+    "--cpu", "--log-format", "simple", "--log-interval", "5", "--seed", "1",
+    "--no-epoch-checkpoints", "--num-workers", "0",
+]
+
+
+@pytest.fixture(scope="session")
+def pretrained(lm_bin, tmp_path_factory) -> Path:
+    """A tiny TUPE-R pre-trained for 30 updates; returns its save dir (checkpoint_last.pt)."""
+    save = tmp_path_factory.mktemp("pretrain")
+    run(["fairseq-train", str(lm_bin), *PRETRAIN_ARGS, "--arch", "tupe_roberta_tiny",
+         "--max-update", "30", "--save-dir", str(save)])
+    return save

@@ -1,0 +1,92 @@
+"""The plugin through the real fairseq CLIs (subprocesses), on tiny models and data, on CPU."""
+from __future__ import annotations
+
+import math
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from conftest import PRETRAIN_ARGS, ROOT, run, train_losses
+from tupe_plugin.models import VARIANTS
+
+FINETUNE_ARGS = [
+    "--user-dir", "tupe_plugin", "--task", "sentence_prediction", "--criterion", "sentence_prediction",
+    "--num-classes", "2", "--init-token", "0", "--separator-token", "2", "--max-positions", "64",
+    "--batch-size", "16", "--required-batch-size-multiple", "1",
+    "--optimizer", "adam", "--adam-betas", "(0.9,0.999)", "--adam-eps", "1e-6", "--weight-decay", "0.01",
+    "--clip-norm", "1.0", "--lr", "1e-3", "--lr-scheduler", "warmup_ratio", "--warmup-ratio", "0.06",
+    "--reset-optimizer", "--reset-dataloader", "--reset-meters", "--reset-lr-scheduler",
+    "--best-checkpoint-metric", "accuracy", "--maximize-best-checkpoint-metric",
+    "--cpu", "--log-format", "simple", "--log-interval", "5", "--seed", "1", "--num-workers", "0",
+    "--no-epoch-checkpoints",
+]
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_pretrain_every_variant_loss_falls(variant, lm_bin, tmp_path):
+    p = run(["fairseq-train", str(lm_bin), *PRETRAIN_ARGS, "--arch", f"{variant}_tiny",
+             "--max-update", "40", "--no-save"])
+    log = p.stdout + p.stderr
+    assert f"positional variant: {variant} " in log
+    losses = train_losses(log)
+    assert len(losses) == 8 and all(math.isfinite(x) for x in losses)
+    assert losses[-1] < losses[0] - 0.3, losses
+
+
+def test_resume_continues_at_the_next_update(pretrained, lm_bin, tmp_path):
+    save = tmp_path / "ckpt"
+    shutil.copytree(pretrained, save)
+    p = run(["fairseq-train", str(lm_bin), *PRETRAIN_ARGS, "--arch", "tupe_roberta_tiny",
+             "--max-update", "40", "--save-dir", str(save), "--log-interval", "1"])
+    log = p.stdout + p.stderr
+    assert "Loaded checkpoint" in log and "@ 30 updates" in log
+    updates = [int(x) for x in re.findall(r"train_inner \|.*?num_updates=(\d+)", log)]
+    assert updates[0] == 31 and updates[-1] == 40
+
+
+def finetune(pretrained: Path, cls_bin: Path, save: Path, *extra: str, check: bool = True):
+    return run(["fairseq-train", str(cls_bin), *FINETUNE_ARGS, "--restore-file",
+                str(pretrained / "checkpoint_last.pt"), "--save-dir", str(save), *extra], check=check)
+
+
+def test_finetune_from_pretrained_learns_and_counts_updates(pretrained, cls_bin, tmp_path):
+    p = finetune(pretrained, cls_bin, tmp_path / "ft", "--arch", "tupe_roberta_tiny", "--max-epoch", "6")
+    log = p.stdout + p.stderr
+    # 320 training sentences / batch 16 = 20 updates per epoch, counted by the scheduler itself
+    assert "warmup_ratio schedule: 20 updates/epoch x 6 epochs -> 120 updates, 7 warmup" in log
+    best = [float(x) for x in re.findall(r"valid \|.*?best_accuracy ([0-9.]+)", log)]
+    assert best and best[-1] >= 90.0, best
+    assert (tmp_path / "ft" / "checkpoint_best.pt").exists()
+
+
+def test_finetune_with_the_wrong_variant_names_the_flag(pretrained, cls_bin, tmp_path):
+    p = finetune(pretrained, cls_bin, tmp_path / "ft", "--arch", "tupe_a_tiny", "--max-epoch", "1", check=False)
+    assert p.returncode != 0
+    err = p.stdout + p.stderr
+    assert "trained as positional variant 'tupe_r'" in err and "--rel-pos" in err
+
+
+def test_finetune_with_other_max_positions_names_the_flag(pretrained, cls_bin, tmp_path):
+    p = finetune(pretrained, cls_bin, tmp_path / "ft", "--arch", "tupe_roberta_tiny", "--max-epoch", "1",
+                 "--max-positions", "128", check=False)
+    assert p.returncode != 0
+    assert "pass --max-positions 64" in p.stdout + p.stderr
+
+
+def test_hydra_train_with_shipped_config(lm_bin, tmp_path):
+    save = tmp_path / "hydra"
+    p = run(["fairseq-hydra-train", "--config-dir", str(ROOT / "train_scripts/config/pretrain"),
+             "--config-name", "tupe_base", f"task.data={lm_bin}", f"common.user_dir={ROOT / 'tupe_plugin'}",
+             "common.fp16=false", "common.cpu=true", "common.log_interval=5", "model._name=tupe_a_tiny",
+             "model.max_positions=64", "task.tokens_per_sample=64", "optimization.max_update=20",
+             "optimization.lr=[0.002]", "lr_scheduler.warmup_updates=5", "dataset.num_workers=0",
+             f"checkpoint.save_dir={save}", f"common.tensorboard_logdir={tmp_path / 'tb'}",
+             f"hydra.run.dir={tmp_path / 'out'}"], cwd=tmp_path)
+    log = p.stdout + p.stderr
+    assert "positional variant: tupe_a " in log
+    losses = train_losses(log)
+    assert len(losses) == 4 and losses[-1] < losses[0]
+    assert (save / "checkpoint_last.pt").exists()
+    assert any((tmp_path / "tb" / "train_inner").iterdir())  # TensorBoard events written
