@@ -1,0 +1,409 @@
+"""A folder of GLUE fine-tuning runs -> the TUPE paper's results table (Markdown, CSV, PNG).
+
+Run layout (one folder per task, one sub-folder per learning rate and seed)::
+
+    RUNS_DIR/TASK/lr{LR}_seed{SEED}/result.json          # preferred, written by the fine-tuning script
+    RUNS_DIR/TASK/lr{LR}_seed{SEED}/train.log            # or a fairseq log (train.log / hydra_train.log)
+
+``TASK`` is the GLUE folder name (CoLA, SST-2, MRPC, STS-B, QQP, MNLI, QNLI, RTE, WNLI); ``LR`` is
+any float spelling (``2e-5``, ``2e-05``, ``0.00002``). ``result.json``::
+
+    {"task": "MNLI", "lr": 2e-05, "seed": 1, "metric": "accuracy",
+     "best_valid": {"valid": 84.9, "valid1": 85.1}, "checkpoint_variant": "tupe_r"}
+
+``best_valid`` maps a fairseq valid subset to the best score of the run on the 0-100 scale fairseq logs
+(a value may also be ``{"accuracy": 84.9}``); add ``"scale": "fraction"`` if values are in [0, 1].
+From a fairseq log, the score is the maximum of the metric over all validations of that subset.
+
+Protocol (PAPERS.md §1.4): metric MCC for CoLA, Pearson for STS-B (fairseq's ``mcc`` with
+``--report-mcc`` and ``pearson`` with ``--report-pearson-and-spearman``), accuracy otherwise;
+MNLI-m is subset ``valid`` and MNLI-mm ``valid1``. A seed's score is its best dev score during
+training (the paper does not say so; the official code tracks the best, so this is an inference);
+per column, the median over seeds is taken for each LR and the best LR's median reported (each
+column picks its own LR). Avg is the plain mean of the 9 columns, printed only when every column
+has its full grid of runs; anything missing is listed, never averaged over.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import os
+import re
+import statistics
+import sys
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from glue.published import COLUMNS, COMPARE, SOURCE, TABLE1
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str  # the paper's column name
+    task: str  # GLUE folder name
+    subset: str  # fairseq valid subset
+    metric: str  # fairseq metric name
+
+
+METRIC = {"CoLA": "mcc", "STS-B": "pearson"}  # accuracy for every other task
+_TASK_OF = {"MNLI-m": ("MNLI", "valid"), "MNLI-mm": ("MNLI", "valid1"), "SST": ("SST-2", "valid"),
+            "STS": ("STS-B", "valid")}
+
+
+def _column(name: str) -> Column:
+    task, subset = _TASK_OF.get(name, (name, "valid"))
+    return Column(name, task, subset, METRIC.get(task, "accuracy"))
+
+
+TABLE_COLUMNS: Tuple[Column, ...] = tuple(_column(c) for c in COLUMNS)
+EXTRA_COLUMNS: Tuple[Column, ...] = (_column("WNLI"),)  # shown per LR when present, never averaged
+PAPER_LRS = "2e-5,3e-5,4e-5,5e-5"
+RUN_DIR_RE = re.compile(r"^lr(?P<lr>[0-9.]+(?:[eE][-+]?[0-9]+)?)_seed(?P<seed>-?\d+)$")
+LOG_NAMES = ("train.log", "hydra_train.log")
+
+
+@dataclass
+class Run:
+    task: str
+    lr: float
+    seed: int
+    path: str
+    scores: Dict[str, float]  # subset -> best score (0-100)
+
+
+# --------------------------------------------------------------------------------------------
+# Reading runs
+# --------------------------------------------------------------------------------------------
+
+_SIMPLE_RE = re.compile(r"valid[ _]on '([^']+)' subset \| (.*)$")
+_JSON_RE = re.compile(r"(?:\| (\S+) \||\]\[(\S+)\]\[\w+\] -) (\{.*\})\s*$")
+
+
+def _as_float(value) -> Optional[float]:
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        return None
+    return x if math.isfinite(x) else None
+
+
+def parse_fairseq_log(path: str, metric: str) -> Dict[str, float]:
+    """Best (maximum) ``metric`` per valid subset in a fairseq log (simple, tqdm or json format)."""
+    best: Dict[str, float] = {}
+
+    def seen(subset: str, value) -> None:
+        x = _as_float(value)
+        if x is not None:
+            best[subset] = max(best.get(subset, -math.inf), x)
+
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            m = _SIMPLE_RE.search(line)
+            if m:
+                pairs = (kv.strip().split(" ", 1) for kv in m.group(2).split(" | "))
+                stats = {kv[0]: kv[1] for kv in pairs if len(kv) == 2}
+                if metric in stats:
+                    seen(m.group(1), stats[metric])
+                continue
+            m = _JSON_RE.search(line)
+            if m:
+                subset = m.group(1) or m.group(2)
+                if subset.startswith("train"):
+                    continue
+                try:
+                    stats = json.loads(m.group(3))
+                except json.JSONDecodeError:
+                    continue
+                if f"{subset}_{metric}" in stats:
+                    seen(subset, stats[f"{subset}_{metric}"])
+    return best
+
+
+def read_result_json(path: str, task: str, metric: str) -> Dict[str, float]:
+    """Scores per subset from a ``result.json``; raises ValueError saying what is wrong."""
+    with open(path, encoding="utf-8") as f:
+        try:
+            data = json.load(f)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"not valid JSON (line {e.lineno}): {e.msg}") from None
+    if data.get("task", task) != task:
+        raise ValueError(f"says task {data['task']!r} but lies under {task}/")
+    if data.get("metric", metric) != metric:
+        raise ValueError(f"reports {data['metric']!r}; the paper's metric for {task} is {metric!r}")
+    scale = {"fraction": 100.0, "percent": 1.0}.get(data.get("scale", "percent"))
+    if scale is None:
+        raise ValueError(f"unknown scale {data['scale']!r} (use 'percent' or 'fraction')")
+    best_valid = data.get("best_valid")
+    if not isinstance(best_valid, dict) or not best_valid:
+        raise ValueError('has no "best_valid" object')
+    scores = {}
+    for subset, value in best_valid.items():
+        x = _as_float(value.get(metric) if isinstance(value, dict) else value)
+        if x is None:
+            raise ValueError(f"best_valid[{subset!r}] is not a number: {value!r}")
+        scores[subset] = x * scale
+    return scores
+
+
+def read_run(task: str, run_dir: str, metric: str) -> Dict[str, float]:
+    result = os.path.join(run_dir, "result.json")
+    if os.path.isfile(result):
+        try:
+            return read_result_json(result, task, metric)
+        except ValueError as e:
+            raise ValueError(f"{result}: {e}") from None
+    for name in LOG_NAMES:
+        log = os.path.join(run_dir, name)
+        if os.path.isfile(log):
+            scores = parse_fairseq_log(log, metric)
+            if not scores:
+                raise ValueError(f"{log}: no validation line with {metric!r} (unfinished run, or "
+                                 f"missing --report-mcc / --report-pearson-and-spearman?)")
+            return scores
+    raise ValueError(f"{run_dir}: no result.json, {' or '.join(LOG_NAMES)}")
+
+
+def collect_runs(runs_dir: str, tasks: Sequence[str]) -> Tuple[List[Run], List[str]]:
+    """All readable runs of ``tasks`` under ``runs_dir``, and a list of problems found."""
+    runs, problems = [], []
+    for task in tasks:
+        task_dir = os.path.join(runs_dir, task)
+        if not os.path.isdir(task_dir):
+            continue
+        metric = METRIC.get(task, "accuracy")
+        for name in sorted(os.listdir(task_dir)):
+            path = os.path.join(task_dir, name)
+            if not os.path.isdir(path):
+                continue
+            m = RUN_DIR_RE.match(name)
+            if not m:
+                problems.append(f"{path}: not a run folder name (expected lr{{LR}}_seed{{SEED}}), ignored")
+                continue
+            try:
+                scores = read_run(task, path, metric)
+            except ValueError as e:
+                problems.append(str(e))
+                continue
+            runs.append(Run(task, float(m.group("lr")), int(m.group("seed")), path, scores))
+    return runs, problems
+
+
+# --------------------------------------------------------------------------------------------
+# The protocol: median over seeds per LR, best LR per column
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class ColumnResult:
+    column: Column
+    by_lr: Dict[float, List[Tuple[int, float]]] = field(default_factory=dict)  # lr -> [(seed, score)]
+    missing: List[str] = field(default_factory=list)
+
+    def median(self, lr: float) -> float:
+        return statistics.median(score for _, score in self.by_lr[lr])
+
+    @property
+    def best_lr(self) -> Optional[float]:
+        if not self.by_lr:
+            return None
+        return max(sorted(self.by_lr), key=self.median)  # ties: the smallest LR
+
+    @property
+    def best(self) -> Optional[float]:
+        return None if self.best_lr is None else self.median(self.best_lr)
+
+    @property
+    def complete(self) -> bool:
+        return not self.missing
+
+
+def summarize(runs: Sequence[Run], columns: Sequence[Column], expected_lrs: Sequence[float],
+              expected_seeds: Sequence[int], n_seeds: int, problems: List[str]) -> List[ColumnResult]:
+    results = []
+    for col in columns:
+        res = ColumnResult(col)
+        for run in runs:
+            if run.task != col.task:
+                continue
+            if col.subset not in run.scores:
+                problems.append(f"{run.path}: no score for subset {col.subset!r} ({col.name})")
+                continue
+            res.by_lr.setdefault(run.lr, []).append((run.seed, run.scores[col.subset]))
+        for lr in res.by_lr:
+            res.by_lr[lr].sort()
+        if not res.by_lr:
+            res.missing.append(f"{col.name}: no runs")
+        for lr in sorted(set(res.by_lr) - set(expected_lrs)):
+            problems.append(f"{col.name} lr {lr:g}: not in the expected LR grid (included in the table)")
+        for lr in expected_lrs:
+            have = sorted(seed for seed, _ in res.by_lr.get(lr, []))
+            if res.by_lr and not have:
+                res.missing.append(f"{col.name} lr {lr:g}: no runs")
+            elif have and expected_seeds and not set(expected_seeds) <= set(have):
+                lack = ", ".join(str(s) for s in expected_seeds if s not in have)
+                res.missing.append(f"{col.name} lr {lr:g}: {len(have)} seeds, missing seed(s) {lack}")
+            elif have and len(have) < n_seeds:
+                res.missing.append(f"{col.name} lr {lr:g}: {len(have)}/{n_seeds} seeds")
+        results.append(res)
+    return results
+
+
+def average(results: Sequence[ColumnResult]) -> Optional[float]:
+    """Plain mean of the columns, or None unless every column is complete."""
+    if not results or not all(r.complete for r in results):
+        return None
+    return sum(r.best for r in results) / len(results)
+
+
+# --------------------------------------------------------------------------------------------
+# Output
+# --------------------------------------------------------------------------------------------
+
+
+def _fmt(x: Optional[float]) -> str:
+    return "—" if x is None else f"{x:.2f}"
+
+
+def _cell(res: ColumnResult) -> str:
+    return _fmt(res.best) + ("" if res.complete or res.best is None else "*")
+
+
+def markdown(name: str, results: Sequence[ColumnResult], extra: Sequence[ColumnResult],
+             compare: Sequence[str], problems: Sequence[str]) -> str:
+    avg = average(results)
+    head = ["Model"] + [r.column.name for r in results] + ["Avg"]
+    lines = [f"## GLUE dev: {name}", "",
+             "Median over seeds at the best learning rate (per column); Avg = mean of the 9 columns.", "",
+             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines.append("| " + " | ".join([name] + [_cell(r) for r in results] + [_fmt(avg) if avg is not None
+                                                                              else "incomplete"]) + " |")
+    for model in compare:
+        row = TABLE1[model]
+        lines.append("| " + " | ".join([f"{model} (published)"] + [_fmt(x) for x in row.scores]
+                                       + [_fmt(row.avg)]) + " |")
+    lines += ["", f"Published rows: {SOURCE}. `*` = incomplete grid (see below).", ""]
+
+    detail = [r for r in list(results) + list(extra) if r.by_lr]
+    lrs = sorted({lr for r in detail for lr in r.by_lr})
+    if detail:
+        lines += ["### Per learning rate: median over seeds (number of seeds)", "",
+                  "| Column | metric | " + " | ".join(f"lr {lr:g}" for lr in lrs) + " | best LR | best |",
+                  "|" + "---|" * (len(lrs) + 4)]
+        for r in detail:
+            cells = [f"{r.median(lr):.2f} ({len(r.by_lr[lr])})" if lr in r.by_lr else "—" for lr in lrs]
+            lines.append(f"| {r.column.name} | {r.column.metric} | " + " | ".join(cells)
+                         + f" | {r.best_lr:g} | {_fmt(r.best)} |")
+        lines.append("")
+    missing = [m for r in results for m in r.missing] + [m for r in extra if r.by_lr for m in r.missing]
+    lines.append("### Missing runs and problems")
+    lines.append("")
+    lines += [f"- {m}" for m in missing + list(problems)] or ["- none: every column has its full grid"]
+    return "\n".join(lines) + "\n"
+
+
+def write_csv(path: str, name: str, results: Sequence[ColumnResult], compare: Sequence[str]) -> str:
+    """Summary CSV at ``path``; per-LR detail beside it (``*_per_lr.csv``). Returns the detail path."""
+    avg = average(results)
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(["model", "source", "complete"] + list(COLUMNS) + ["Avg"])
+        w.writerow([name, "this run", "yes" if avg is not None else "no"]
+                   + ["" if r.best is None else f"{r.best:.4f}" for r in results]
+                   + ["" if avg is None else f"{avg:.4f}"])
+        for model in compare:
+            row = TABLE1[model]
+            w.writerow([model, SOURCE, "yes"] + [f"{x:.2f}" for x in row.scores] + [f"{row.avg:.2f}"])
+    detail = os.path.splitext(path)[0] + "_per_lr.csv"
+    with open(detail, "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(["column", "task", "subset", "metric", "lr", "n_seeds", "median", "best_lr", "seeds", "scores"])
+        for r in results:
+            for lr in sorted(r.by_lr):
+                seeds, scores = zip(*r.by_lr[lr])
+                w.writerow([r.column.name, r.column.task, r.column.subset, r.column.metric, f"{lr:g}",
+                            len(seeds), f"{r.median(lr):.4f}", "yes" if lr == r.best_lr else "no",
+                            " ".join(map(str, seeds)), " ".join(f"{s:g}" for s in scores)])
+    return detail
+
+
+def plot_png(path: str, name: str, results: Sequence[ColumnResult], compare: Sequence[str]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = [r.column.name for r in results] + ["Avg"]
+    avg = average(results)
+    series = [(name, [r.best for r in results] + [avg])]
+    series += [(m, list(TABLE1[m].scores) + [TABLE1[m].avg]) for m in compare]
+    width = 0.8 / len(series)
+    fig, ax = plt.subplots(figsize=(12, 4.5))
+    for i, (label, values) in enumerate(series):
+        xs = [j + (i - (len(series) - 1) / 2) * width for j, v in enumerate(values) if v is not None]
+        ax.bar(xs, [v for v in values if v is not None], width, label=label)
+    ax.set_xticks(range(len(labels)), labels)
+    ax.set_ylabel("dev score (0-100)")
+    lowest = min(v for _, values in series for v in values if v is not None)
+    ax.set_ylim(min(40.0, lowest - 5), 100)  # MCC of a weak model can be near 0 or negative
+    ax.set_title(f"GLUE dev, paper protocol: {name}" + ("" if avg is not None else " (incomplete)"))
+    ax.legend(fontsize=8, ncol=len(series))
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+# --------------------------------------------------------------------------------------------
+# Command line
+# --------------------------------------------------------------------------------------------
+
+
+def _floats(text: str) -> List[float]:
+    return [float(x) for x in text.split(",") if x.strip()]
+
+
+def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m glue.collect", description=__doc__.split("\n")[0])
+    p.add_argument("runs_dir", help="RUNS_DIR/TASK/lr{LR}_seed{SEED}/ (result.json or train.log)")
+    p.add_argument("--out-csv", help="summary CSV (default RUNS_DIR/glue_results.csv; + *_per_lr.csv)")
+    p.add_argument("--out-png", help="bar chart (default RUNS_DIR/glue_results.png)")
+    p.add_argument("--variant-name", help="row name for these runs (default: RUNS_DIR's name)")
+    p.add_argument("--expected-lrs", default=PAPER_LRS, help=f"LR grid (default the paper's {PAPER_LRS})")
+    p.add_argument("--seeds", type=int, default=5, help="seeds expected per task and LR (default 5)")
+    p.add_argument("--expected-seeds", help="exact seed ids expected, e.g. 1,2,3,4,5 (overrides --seeds)")
+    p.add_argument("--compare", default=",".join(COMPARE),
+                   help=f"published rows to show, from {', '.join(TABLE1)} (default {','.join(COMPARE)})")
+    p.add_argument("--strict", action="store_true", help="exit 1 when anything is missing")
+    args = p.parse_args(argv)
+    if not os.path.isdir(args.runs_dir):
+        p.error(f"runs folder not found: {args.runs_dir}")
+    for model in filter(None, args.compare.split(",")):
+        if model not in TABLE1:
+            p.error(f"--compare: unknown row {model!r}; choose from {', '.join(TABLE1)}")
+    return args
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = parse_args(argv)
+    name = args.variant_name or os.path.basename(os.path.normpath(args.runs_dir))
+    expected_seeds = [int(s) for s in args.expected_seeds.split(",")] if args.expected_seeds else []
+    n_seeds = len(expected_seeds) or args.seeds
+    compare = [m for m in args.compare.split(",") if m]
+    tasks = sorted({c.task for c in TABLE_COLUMNS + EXTRA_COLUMNS})
+    runs, problems = collect_runs(args.runs_dir, tasks)
+    lrs = _floats(args.expected_lrs)
+    results = summarize(runs, TABLE_COLUMNS, lrs, expected_seeds, n_seeds, problems)
+    extra = summarize(runs, EXTRA_COLUMNS, lrs, expected_seeds, n_seeds, problems)
+    print(markdown(name, results, extra, compare, problems), end="")
+    out_csv = args.out_csv or os.path.join(args.runs_dir, "glue_results.csv")
+    out_png = args.out_png or os.path.join(args.runs_dir, "glue_results.png")
+    detail = write_csv(out_csv, name, results, compare)
+    plot_png(out_png, name, results, compare)
+    print(f"\nwrote {out_csv}, {detail}, {out_png}")
+    complete = average(results) is not None and not problems
+    return 1 if args.strict and not complete else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,226 @@
+"""glue.collect on synthetic run folders, checked against a hand computation; glue.published."""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import random
+import re
+import statistics
+import struct
+
+import sys
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+from glue import collect  # noqa: E402
+from glue.published import COLUMNS, TABLE1  # noqa: E402
+LRS = ["2e-5", "3e-5", "4e-5", "5e-5"]
+SEEDS = [1, 2, 3, 4, 5]
+# paper column -> (task folder, subset, metric); written out here, independent of glue.collect
+PAPER = {"MNLI-m": ("MNLI", "valid", "accuracy"), "MNLI-mm": ("MNLI", "valid1", "accuracy"),
+         "QNLI": ("QNLI", "valid", "accuracy"), "QQP": ("QQP", "valid", "accuracy"),
+         "SST": ("SST-2", "valid", "accuracy"), "CoLA": ("CoLA", "valid", "mcc"),
+         "MRPC": ("MRPC", "valid", "accuracy"), "RTE": ("RTE", "valid", "accuracy"),
+         "STS": ("STS-B", "valid", "pearson")}
+LOG_TASKS = {"MNLI", "CoLA", "RTE"}  # these write fairseq logs; the others result.json
+
+
+def simple_line(subset: str, metric: str, value: float, epoch: int) -> str:
+    return (f"2024-01-01 00:00:0{epoch} | INFO | {subset} | epoch {epoch:03d} | valid on '{subset}' subset | "
+            f"loss 0.5{epoch} | nll_loss 0.01 | {metric} {value} | wps 100 | wpb 160 | bsz 8 | "
+            f"num_updates {epoch * 10}\n")
+
+
+def make_runs(root, skip=()):
+    """Synthetic grid; returns {column: {lr: [per-seed best scores]}} for the hand computation."""
+    rng = random.Random(7)
+    truth = {c: {lr: [] for lr in LRS} for c in PAPER}
+    for task in sorted({t for t, _, _ in PAPER.values()}):
+        cols = [c for c, (t, _, _) in PAPER.items() if t == task]
+        for i, lr in enumerate(LRS):
+            for seed in SEEDS:
+                if (task, lr, seed) in skip or task in skip:
+                    continue
+                d = root / task / f"lr{lr}_seed{seed}"
+                d.mkdir(parents=True)
+                if task in LOG_TASKS:
+                    lines, best = [], {}
+                    for epoch in range(1, 4):  # three validations; best is the max of each subset
+                        for c in cols:
+                            _, subset, metric = PAPER[c]
+                            v = round(rng.uniform(50, 90) + 2 * i, 1)
+                            best[c] = max(best.get(c, -1.0), v)
+                            lines.append(simple_line(subset, metric, v, epoch))
+                        lines.append(f"2024-01-01 | INFO | train | epoch {epoch:03d} | loss 0.4 | accuracy 99.9\n")
+                    (d / "train.log").write_text("".join(lines))
+                    for c in cols:
+                        truth[c][lr].append(best[c])
+                else:
+                    v = rng.uniform(60, 95) + i
+                    metric = PAPER[cols[0]][2]
+                    (d / "result.json").write_text(json.dumps(
+                        {"task": task, "lr": float(lr), "seed": seed, "metric": metric,
+                         "best_valid": {"valid": v}, "checkpoint_variant": "tupe_r"}))
+                    truth[cols[0]][lr].append(v)
+    return truth
+
+
+def hand_table(truth):
+    """Median per LR, best LR's median, plain mean of the 9 -- written with statistics.median only."""
+    best = {}
+    for c, by_lr in truth.items():
+        medians = [statistics.median(v) for v in by_lr.values() if v]
+        best[c] = max(medians) if medians else None
+    return best
+
+
+def our_row(stdout: str, name: str):
+    row = next(line for line in stdout.splitlines() if line.startswith(f"| {name} |"))
+    return [cell.strip() for cell in row.strip("|").split("|")][1:]
+
+
+def test_full_grid_matches_hand_computation(tmp_path, capsys):
+    truth = make_runs(tmp_path / "runs")
+    best = hand_table(truth)
+    avg = sum(best[c] for c in COLUMNS) / 9
+    out_csv = tmp_path / "t.csv"
+    rc = collect.main([str(tmp_path / "runs"), "--variant-name", "mine", "--out-csv", str(out_csv),
+                       "--out-png", str(tmp_path / "t.png"), "--strict"])
+    stdout = capsys.readouterr().out
+    assert rc == 0
+    assert our_row(stdout, "mine") == [f"{best[c]:.2f}" for c in COLUMNS] + [f"{avg:.2f}"]
+    assert "- none: every column has its full grid" in stdout
+    for model in ("BERT-A", "BERT-R", "TUPE-A", "TUPE-R"):
+        assert our_row(stdout, f"{model} (published)")[-1] == f"{TABLE1[model].avg:.2f}"
+
+    with open(out_csv) as f:
+        rows = list(csv.DictReader(f))
+    assert [r["model"] for r in rows] == ["mine", "BERT-A", "BERT-R", "TUPE-A", "TUPE-R"]
+    assert rows[0]["complete"] == "yes"
+    for c in COLUMNS:
+        assert float(rows[0][c]) == pytest.approx(best[c], abs=1e-4)
+    assert float(rows[0]["Avg"]) == pytest.approx(avg, abs=1e-4)
+    assert float(rows[4]["CoLA"]) == 63.56 and float(rows[4]["Avg"]) == 85.04
+
+    with open(tmp_path / "t_per_lr.csv") as f:
+        detail = list(csv.DictReader(f))
+    assert len(detail) == 9 * len(LRS)
+    for c, by_lr in truth.items():
+        medians = {lr: statistics.median(v) for lr, v in by_lr.items()}
+        best_lr = max(medians, key=medians.get)
+        for r in (r for r in detail if r["column"] == c):
+            lr = LRS[[float(x) for x in LRS].index(float(r["lr"]))]
+            assert float(r["median"]) == pytest.approx(medians[lr], abs=1e-4)
+            assert int(r["n_seeds"]) == 5
+            assert (r["best_lr"] == "yes") == (lr == best_lr)
+
+
+def test_even_seed_count_median_is_mean_of_middle_two(tmp_path, capsys):
+    for seed, v in zip(SEEDS[:4], [70.0, 90.0, 71.0, 60.0]):
+        d = tmp_path / "runs" / "RTE" / f"lr1e-5_seed{seed}"
+        d.mkdir(parents=True)
+        (d / "result.json").write_text(json.dumps({"metric": "accuracy", "best_valid": {"valid": v}}))
+    collect.main([str(tmp_path / "runs"), "--expected-lrs", "1e-5", "--seeds", "4",
+                  "--out-csv", str(tmp_path / "a.csv"), "--out-png", str(tmp_path / "a.png")])
+    stdout = capsys.readouterr().out
+    assert "| RTE | accuracy | 70.50 (4) | 1e-05 | 70.50 |" in stdout
+
+
+def test_missing_runs_are_reported_not_averaged(tmp_path, capsys):
+    runs = tmp_path / "runs"
+    make_runs(runs, skip={("RTE", "3e-5", 3), "QQP", ("MRPC", "5e-5", 1), ("MRPC", "5e-5", 2),
+                          ("MRPC", "5e-5", 3), ("MRPC", "5e-5", 4), ("MRPC", "5e-5", 5)})
+    bad = runs / "CoLA" / "lr2e-5_seed9"
+    bad.mkdir()
+    (bad / "train.log").write_text(simple_line("valid", "accuracy", 55.0, 1))  # no mcc: no --report-mcc
+    (runs / "STS-B" / "notes").mkdir()
+    rc = collect.main([str(runs), "--variant-name", "mine", "--expected-seeds", "1,2,3,4,5",
+                       "--out-csv", str(tmp_path / "m.csv"), "--out-png", str(tmp_path / "m.png"), "--strict"])
+    stdout = capsys.readouterr().out
+    assert rc == 1
+    row = our_row(stdout, "mine")
+    assert row[-1] == "incomplete"
+    assert row[COLUMNS.index("QQP")] == "—"
+    assert row[COLUMNS.index("RTE")].endswith("*") and row[COLUMNS.index("MRPC")].endswith("*")
+    assert not row[COLUMNS.index("QNLI")].endswith("*")
+    assert "- QQP: no runs" in stdout
+    assert "- RTE lr 3e-05: 4 seeds, missing seed(s) 3" in stdout
+    assert "- MRPC lr 5e-05: no runs" in stdout
+    assert re.search(r"lr2e-5_seed9/train\.log: no validation line with 'mcc'.*--report-mcc", stdout)
+    assert "notes: not a run folder name" in stdout
+    with open(tmp_path / "m.csv") as f:
+        ours = next(csv.DictReader(f))
+    assert ours["complete"] == "no" and ours["Avg"] == "" and ours["QQP"] == ""
+
+
+def test_fairseq_log_formats(tmp_path):
+    log = tmp_path / "hydra_train.log"
+    log.write_text(
+        simple_line("valid", "accuracy", 71.5, 1) + simple_line("valid1", "accuracy", 70.0, 1)
+        + simple_line("valid", "accuracy", 73.2, 2) + simple_line("valid1", "accuracy", 69.0, 2)
+        + '2024-01-01 00:00:03 | INFO | valid | {"epoch": 3, "valid_loss": "0.4", "valid_accuracy": "72.9"}\n'
+        + '[2024-01-01 00:00:04,000][valid1][INFO] - {"epoch": 4, "valid1_accuracy": "74.1"}\n'
+        + "[2024-01-01 00:00:05,000][valid][INFO] - epoch 005 | valid on 'valid' subset | accuracy 73.0\n"
+        + '2024-01-01 | INFO | train | {"epoch": 4, "train_accuracy": "99"}\n'
+    )
+    assert collect.parse_fairseq_log(str(log), "accuracy") == {"valid": 73.2, "valid1": 74.1}
+    assert collect.parse_fairseq_log(str(log), "mcc") == {}
+
+
+def test_result_json_checks(tmp_path):
+    p = tmp_path / "result.json"
+    p.write_text(json.dumps({"metric": "pearson", "scale": "fraction", "best_valid": {"valid": {"pearson": 0.8912}}}))
+    assert collect.read_result_json(str(p), "STS-B", "pearson") == {"valid": pytest.approx(89.12)}
+    p.write_text(json.dumps({"metric": "accuracy", "best_valid": {"valid": 61.0}}))
+    with pytest.raises(ValueError, match="paper's metric for CoLA is 'mcc'"):
+        collect.read_result_json(str(p), "CoLA", "mcc")
+    p.write_text('{"metric": "accuracy",\n "best_valid": ')
+    with pytest.raises(ValueError, match="line 2"):
+        collect.read_result_json(str(p), "RTE", "accuracy")
+
+
+def test_png_is_a_png(tmp_path, capsys):
+    make_runs(tmp_path / "runs")
+    png = tmp_path / "plot.png"
+    collect.main([str(tmp_path / "runs"), "--out-csv", str(tmp_path / "c.csv"), "--out-png", str(png)])
+    data = png.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR"
+    width, height = struct.unpack(">II", data[16:24])
+    assert width > 500 and height > 200
+
+
+# ---- glue/published.py ---------------------------------------------------------------------------
+
+
+def test_published_avg_is_mean_of_nine_columns():
+    assert len(TABLE1) == 8
+    for row in TABLE1.values():
+        assert len(row.scores) == 9
+        assert abs(sum(row.scores) / 9 - row.avg) <= 0.005, row.model
+
+
+def _papers_md():
+    for path in (os.path.join(REPO, "docs", "PAPERS.md"), os.path.join(REPO, "..", "shared", "docs", "PAPERS.md")):
+        if os.path.isfile(path):
+            return path
+    return None
+
+
+@pytest.mark.skipif(_papers_md() is None, reason="PAPERS.md not found")
+def test_published_rows_match_papers_md():
+    text = open(_papers_md(), encoding="utf-8").read()
+    table = text.split("**Table 1:")[1].split("**Table 3:")[0]
+    found = 0
+    for line in table.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != 11 or cells[0] not in TABLE1:
+            continue
+        m, mm = cells[2].split("/")
+        numbers = [float(x) for x in [m, mm] + cells[3:10]]
+        row = TABLE1[cells[0]]
+        assert row.scores == tuple(numbers) and row.avg == float(cells[10]) and row.steps == cells[1]
+        found += 1
+    assert found == 8

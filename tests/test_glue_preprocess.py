@@ -1,0 +1,415 @@
+"""GLUE TSV -> fairseq binaries, through the real CLI on the fixtures in tests/data/glue."""
+from __future__ import annotations
+
+import filecmp
+import functools
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+import sentencepiece as spm
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FIXTURES = os.path.join(REPO, "tests", "data", "glue")
+sys.path[:0] = [REPO, os.path.join(REPO, "tests")]
+import make_glue_fixtures  # noqa: E402
+
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": REPO}
+VENV_BIN = os.path.dirname(sys.executable)  # fairseq-train / fairseq-preprocess of this interpreter
+
+# Written out independently of preprocess.glue_binarize, from PAPERS.md "GLUE raw file formats":
+# task -> {raw file: (fairseq split, header?, input columns, label column or None)}; 1-based.
+RAW = {
+    "CoLA": {"train.tsv": ("train", False, (4,), 2), "dev.tsv": ("valid", False, (4,), 2),
+             "test.tsv": ("test", True, (2,), None)},
+    "SST-2": {"train.tsv": ("train", True, (1,), 2), "dev.tsv": ("valid", True, (1,), 2),
+              "test.tsv": ("test", True, (2,), None)},
+    "MRPC": {"train.tsv": ("train", True, (4, 5), 1), "dev.tsv": ("valid", True, (4, 5), 1),
+             "test.tsv": ("test", True, (4, 5), None)},
+    "STS-B": {"train.tsv": ("train", True, (8, 9), 10), "dev.tsv": ("valid", True, (8, 9), 10),
+              "test.tsv": ("test", True, (8, 9), None)},
+    "QQP": {"train.tsv": ("train", True, (4, 5), 6), "dev.tsv": ("valid", True, (4, 5), 6),
+            "test.tsv": ("test", True, (2, 3), None)},
+    "MNLI": {"train.tsv": ("train", True, (9, 10), 12),
+             "dev_matched.tsv": ("valid", True, (9, 10), 16),
+             "dev_mismatched.tsv": ("valid1", True, (9, 10), 16),
+             "test_matched.tsv": ("test", True, (9, 10), None),
+             "test_mismatched.tsv": ("test1", True, (9, 10), None)},
+    "QNLI": {"train.tsv": ("train", True, (2, 3), 4), "dev.tsv": ("valid", True, (2, 3), 4),
+             "test.tsv": ("test", True, (2, 3), None)},
+    "RTE": {"train.tsv": ("train", True, (2, 3), 4), "dev.tsv": ("valid", True, (2, 3), 4),
+            "test.tsv": ("test", True, (2, 3), None)},
+    "WNLI": {"train.tsv": ("train", True, (2, 3), 4), "dev.tsv": ("valid", True, (2, 3), 4),
+             "test.tsv": ("test", True, (2, 3), None)},
+}
+
+
+def raw_rows(task: str, fname: str):
+    """Data rows of a raw file: header dropped; QQP rows with != 6 fields dropped like fairseq's awk."""
+    _, header, _, _ = RAW[task][fname]
+    with open(os.path.join(FIXTURES, task, fname), encoding="utf-8") as f:
+        rows = [line.rstrip("\n").split("\t") for line in f]
+    rows = rows[1:] if header else rows
+    if task == "QQP" and not fname.startswith("test"):
+        rows = [r for r in rows if len(r) == 6]
+    return rows
+
+
+def cli(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    proc = subprocess.run([sys.executable, "-m", "preprocess.glue_binarize", *args], cwd=REPO, env=ENV,
+                          capture_output=True, text=True, timeout=300)
+    if check:
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc
+
+
+@pytest.fixture(scope="session")
+def spm_files(tmp_path_factory):
+    """A tiny sentencepiece model trained on the fixture text, and its dict.txt."""
+    from preprocess.spm_dict import write_fairseq_dict
+
+    d = tmp_path_factory.mktemp("spm")
+    texts = []
+    for task, files in RAW.items():
+        for fname, (_, _, cols, _) in files.items():
+            texts += [r[c - 1] for r in raw_rows(task, fname) for c in cols]
+    (d / "corpus.txt").write_text("\n".join(texts) + "\n", encoding="utf-8")
+    spm.SentencePieceTrainer.train(input=str(d / "corpus.txt"), model_prefix=str(d / "spm"), vocab_size=200,
+                                   hard_vocab_limit=False, minloglevel=2)
+    sp = spm.SentencePieceProcessor(model_file=str(d / "spm.model"))
+    write_fairseq_dict(sp, str(d / "dict.txt"))
+    return str(d / "spm.model"), str(d / "dict.txt")
+
+
+@pytest.fixture(scope="session")
+def glue_out(spm_files, tmp_path_factory):
+    model, dict_path = spm_files
+    out = str(tmp_path_factory.mktemp("glue_bin"))
+    proc = cli("--glue-dir", FIXTURES, "--tasks", "ALL", "--spm-model", model, "--dict", dict_path,
+               "--out-dir", out, "--workers", "2")
+    return out, proc.stdout
+
+
+def load_bin(prefix: str, dict_path: str):
+    from fairseq.data import Dictionary, data_utils
+
+    ds = data_utils.load_indexed_dataset(prefix, Dictionary.load(dict_path))
+    assert ds is not None, f"no dataset at {prefix}"
+    return [ds[i].tolist() for i in range(len(ds))]
+
+
+@functools.lru_cache(maxsize=None)
+def _spm_and_dict(model: str, dict_path: str):
+    from fairseq.data import Dictionary
+
+    return spm.SentencePieceProcessor(model_file=model), Dictionary.load(dict_path)
+
+
+def expected_ids(text: str, model: str, dict_path: str):
+    """Independent encoding: spm pieces -> fairseq Dictionary.encode_line, as fairseq-preprocess does."""
+    sp, dictionary = _spm_and_dict(model, dict_path)
+    return dictionary.encode_line(" ".join(sp.encode(text, out_type=str)),
+                                                  add_if_not_exist=False, append_eos=True).tolist()
+
+
+# ---- layout and summary ----------------------------------------------------------------------
+
+
+def test_layout_of_every_task(glue_out):
+    out, _ = glue_out
+    assert sorted(os.listdir(out)) == sorted(f"{t}-bin" for t in RAW)  # nothing partial left behind
+    for task, files in RAW.items():
+        n_inputs = len(next(iter(files.values()))[2])
+        bin_dir = os.path.join(out, f"{task}-bin")
+        want = {"input0", "label", "glue_binarize.json"} | ({"input1"} if n_inputs == 2 else set())
+        assert set(os.listdir(bin_dir)) == want, task
+        splits = [s for s, _, _, _ in files.values()]
+        labelled = [s for s, _, _, lab in files.values() if lab is not None]
+        for k in range(n_inputs):
+            assert sorted(os.listdir(os.path.join(bin_dir, f"input{k}"))) == sorted(
+                ["dict.txt"] + [f"{s}.{e}" for s in splits for e in ("bin", "idx")])
+        label_files = sorted(os.listdir(os.path.join(bin_dir, "label")))
+        if task == "STS-B":
+            assert label_files == ["train.label", "valid.label"]
+        else:
+            assert label_files == sorted(["dict.txt"] + [f"{s}.{e}" for s in labelled for e in ("bin", "idx")])
+
+
+def test_summary_and_qqp_skips_are_exact(glue_out):
+    out, stdout = glue_out
+    n_bad = {}
+    for fname in ("train.tsv", "dev.tsv"):
+        with open(os.path.join(FIXTURES, "QQP", fname), encoding="utf-8") as f:
+            n_bad[fname] = sum(1 for line in list(f)[1:] if len(line.rstrip("\n").split("\t")) != 6)
+    assert (n_bad["train.tsv"], n_bad["dev.tsv"]) == (make_glue_fixtures.QQP_BAD_TRAIN, make_glue_fixtures.QQP_BAD_DEV)
+    assert "[QQP] train.tsv -> train: read 53, written 48, skipped 5 (wrong number of fields: 5)" in stdout
+    assert "[QQP] dev.tsv -> valid: read 18, written 16, skipped 2 (wrong number of fields: 2)" in stdout
+    manifest = json.load(open(os.path.join(out, "QQP-bin", "glue_binarize.json")))
+    assert manifest["splits"]["train"]["skipped"] == {"wrong number of fields": 5}
+    assert "[MNLI] dev_mismatched.tsv -> valid1: read 15, written 15, skipped 0" in stdout
+    assert "[CoLA] train.tsv -> train: read 48, written 48, skipped 0" in stdout  # no header line lost
+
+
+# ---- content -----------------------------------------------------------------------------------
+
+
+def test_token_ids_match_independent_encoding(glue_out, spm_files):
+    out, _ = glue_out
+    model, dict_path = spm_files
+    for task, files in RAW.items():
+        for fname, (split, _, cols, _) in files.items():
+            rows = raw_rows(task, fname)
+            for k, col in enumerate(cols):
+                got = load_bin(os.path.join(out, f"{task}-bin", f"input{k}", split), dict_path)
+                want = [expected_ids(r[col - 1], model, dict_path) for r in rows]
+                assert got == want, f"{task} {fname} column {col}"
+
+
+def test_input_dict_is_the_pretraining_dict_and_unk_is_3(glue_out, spm_files):
+    out, _ = glue_out
+    _, dict_path = spm_files
+    assert filecmp.cmp(os.path.join(out, "RTE-bin", "input1", "dict.txt"), dict_path, shallow=False)
+    rows = raw_rows("SST-2", "train.tsv")
+    i = next(i for i, r in enumerate(rows) if "naïve" in r[0])
+    ids = load_bin(os.path.join(out, "SST-2-bin", "input0", "train"), dict_path)[i]
+    assert 3 in ids and ids[-1] == 2  # the rare 'ï' is <unk>; every line ends with </s>
+
+
+def test_mnli_matched_and_mismatched_splits(glue_out, spm_files):
+    out, _ = glue_out
+    model, dict_path = spm_files
+    label_dict = os.path.join(out, "MNLI-bin", "label", "dict.txt")
+    with open(label_dict) as f:
+        symbols = [line.split()[0] for line in f]
+    for fname, split in (("dev_matched.tsv", "valid"), ("dev_mismatched.tsv", "valid1")):
+        rows = raw_rows("MNLI", fname)
+        labels = load_bin(os.path.join(out, "MNLI-bin", "label", split), label_dict)
+        assert [symbols[lab[0] - 4] for lab in labels] == [r[15] for r in rows]  # gold_label, column 16
+        first = load_bin(os.path.join(out, "MNLI-bin", "input1", split), dict_path)[0]
+        assert first == expected_ids(rows[0][9], model, dict_path)
+    assert len(load_bin(os.path.join(out, "MNLI-bin", "input0", "test1"), dict_path)) == 7
+    assert len(load_bin(os.path.join(out, "MNLI-bin", "input0", "test"), dict_path)) == 8
+
+
+def test_label_binaries_equal_fairseq_preprocess(glue_out, tmp_path):
+    """Label dict and binaries as `fairseq-preprocess --only-source` builds them (MNLI, 3 classes)."""
+    out, _ = glue_out
+    for fname, stem in (("train.tsv", "train"), ("dev_matched.tsv", "dm"), ("dev_mismatched.tsv", "dmm")):
+        col = 12 if fname == "train.tsv" else 16
+        (tmp_path / f"{stem}.label").write_text("".join(r[col - 1] + "\n" for r in raw_rows("MNLI", fname)))
+    dest = tmp_path / "label"
+    subprocess.run([os.path.join(VENV_BIN, "fairseq-preprocess"), "--only-source",
+                    "--trainpref", str(tmp_path / "train.label"), "--validpref", f"{tmp_path / 'dm.label'},{tmp_path / 'dmm.label'}",
+                    "--destdir", str(dest), "--workers", "1"], env=ENV, check=True, capture_output=True)
+    ours = os.path.join(out, "MNLI-bin", "label")
+    for name in ("dict.txt", "train.bin", "train.idx", "valid.bin", "valid.idx", "valid1.bin", "valid1.idx"):
+        assert filecmp.cmp(os.path.join(ours, name), dest / name, shallow=False), name
+
+
+def test_stsb_regression_targets_are_floats(glue_out):
+    out, _ = glue_out
+    for fname, split in (("train.tsv", "train"), ("dev.tsv", "valid")):
+        with open(os.path.join(out, "STS-B-bin", "label", f"{split}.label")) as f:
+            got = [float(line) for line in f]
+        want = [float(r[9]) / 5.0 for r in raw_rows("STS-B", fname)]
+        assert len(got) == len(want) and all(math.isclose(a, b, abs_tol=1e-6) for a, b in zip(got, want))
+        assert any(0 < v < 1 for v in got)  # fractional scores survive
+
+
+def test_cola_headerless_train_keeps_first_line(glue_out, spm_files):
+    out, _ = glue_out
+    model, dict_path = spm_files
+    with open(os.path.join(FIXTURES, "CoLA", "train.tsv"), encoding="utf-8") as f:
+        first = f.readline().rstrip("\n").split("\t")
+    train = load_bin(os.path.join(out, "CoLA-bin", "input0", "train"), dict_path)
+    assert train[0] == expected_ids(first[3], model, dict_path)
+    test = load_bin(os.path.join(out, "CoLA-bin", "input0", "test"), dict_path)
+    assert len(test) == 8  # test.tsv has a header: 9 lines, 8 sentences
+
+
+# ---- fairseq reads it --------------------------------------------------------------------------
+
+
+def build_task(data: str, *extra: str):
+    from fairseq import options, tasks
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
+    parser = options.get_training_parser()
+    args = options.parse_args_and_arch(parser, [data, "--task", "sentence_prediction", "--arch", "roberta_base",
+                                                "--criterion", "sentence_prediction", "--init-token", "0",
+                                                "--separator-token", "2", *extra])
+    return tasks.setup_task(convert_namespace_to_omegaconf(args).task)
+
+
+def test_binaries_load_in_sentence_prediction_task(glue_out, spm_files):
+    out, _ = glue_out
+    model, dict_path = spm_files
+    task = build_task(os.path.join(out, "RTE-bin"), "--num-classes", "2")
+    ds = task.load_dataset("train")
+    rows = raw_rows("RTE", "train.tsv")
+    assert len(ds) == len(rows)
+    for i in (0, 5):
+        item = ds[i]
+        row = rows[item["id"]]
+        a, b = expected_ids(row[1], model, dict_path), expected_ids(row[2], model, dict_path)
+        src = item["net_input.src_tokens"].tolist()
+        assert src == [0] + a + [2] + b  # <s> A </s> </s> B </s>
+        label = task.label_dictionary.symbols[item["target"].item() + task.label_dictionary.nspecial]
+        assert label == row[3]
+
+    reg = build_task(os.path.join(out, "STS-B-bin"), "--num-classes", "1", "--regression-target")
+    item = reg.load_dataset("valid")[3]
+    assert list(item["target"]) == pytest.approx([float(raw_rows("STS-B", "dev.tsv")[item["id"]][9]) / 5])
+
+
+def test_fairseq_train_runs_on_binaries(glue_out, tmp_path):
+    out, _ = glue_out
+    cmd = [os.path.join(VENV_BIN, "fairseq-train"), os.path.join(out, "RTE-bin"), "--task", "sentence_prediction",
+           "--criterion", "sentence_prediction", "--arch", "roberta_base", "--encoder-layers", "1",
+           "--encoder-embed-dim", "32", "--encoder-ffn-embed-dim", "64", "--encoder-attention-heads", "2",
+           "--max-positions", "128", "--num-classes", "2", "--init-token", "0", "--separator-token", "2",
+           "--max-update", "3", "--batch-size", "8", "--optimizer", "adam", "--lr", "1e-4", "--cpu",
+           "--no-save", "--log-format", "simple", "--log-interval", "1", "--num-workers", "0",
+           "--save-dir", str(tmp_path / "ckpt")]
+    proc = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=300)
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0, log[-3000:]
+    inner = [line for line in log.splitlines() if "| train_inner |" in line]
+    assert [line.split("num_updates=")[1].split(",")[0] for line in inner] == ["1", "2", "3"]
+    losses = [float(line.split(" loss=")[1].split(",")[0]) for line in inner]
+    assert all(math.isfinite(x) and x > 0 for x in losses)
+    assert not os.path.exists(tmp_path / "ckpt" / "checkpoint_last.pt")
+    # The results collector reads this very log format.
+    from glue.collect import parse_fairseq_log
+
+    (tmp_path / "train.log").write_text(log)
+    best = parse_fairseq_log(str(tmp_path / "train.log"), "accuracy")
+    assert set(best) == {"valid"} and 0 <= best["valid"] <= 100
+
+
+# ---- bad input -----------------------------------------------------------------------------------
+
+
+def _corrupt(tmp_path, task: str, fname: str, lineno: int, new_line: bytes) -> str:
+    glue = tmp_path / "glue"
+    shutil.copytree(os.path.join(FIXTURES, task), glue / task)
+    path = glue / task / fname
+    lines = path.read_bytes().split(b"\n")
+    lines[lineno - 1] = new_line
+    path.write_bytes(b"\n".join(lines))
+    return str(glue)
+
+
+BAD_INPUTS = [
+    # task, file, line, replacement, words the message must contain
+    ("RTE", "train.tsv", 5, b"4\tThe pilot painted the boat.\tentailment", "3 tab-separated fields, expected 4"),
+    ("STS-B", "dev.tsv", 3, b"2\tmain-captions\tMSRvid\t2012test\t0003\tnone\tnone\tA man.\tA dog.\tfive",
+     "is not a number"),
+    ("MNLI", "dev_matched.tsv", 4, b"\t".join([b"x"] * 15 + [b"maybe"]), "unknown label 'maybe'"),
+    ("SST-2", "dev.tsv", 6, "a caf\u00e9 film .\t1".encode("latin-1"), "not valid UTF-8"),
+    ("CoLA", "dev.tsv", 2, b"gj04\t1\t\tThe cat sat.\textra", "5 tab-separated fields, expected 4"),
+]
+
+
+@pytest.mark.parametrize("task,fname,lineno,line,words", BAD_INPUTS, ids=[b[0] for b in BAD_INPUTS])
+def test_bad_input_names_file_and_line(tmp_path, spm_files, task, fname, lineno, line, words):
+    model, dict_path = spm_files
+    glue = _corrupt(tmp_path, task, fname, lineno, line)
+    out = tmp_path / "out"
+    proc = cli("--glue-dir", glue, "--tasks", task, "--spm-model", model, "--dict", dict_path,
+               "--out-dir", str(out), check=False)
+    assert proc.returncode == 2
+    assert os.path.join(glue, task, fname) + f", line {lineno}:" in proc.stderr
+    assert words in proc.stderr
+    assert os.listdir(out) == []  # nothing written
+
+
+def test_dev_label_missing_from_train_is_an_error(tmp_path, spm_files):
+    model, dict_path = spm_files
+    glue = tmp_path / "glue"
+    shutil.copytree(os.path.join(FIXTURES, "WNLI"), glue / "WNLI")
+    train = glue / "WNLI" / "train.tsv"
+    lines = train.read_text().splitlines()
+    train.write_text("\n".join(lines[:1] + [ln for ln in lines[1:] if not ln.endswith("\t1")]) + "\n")
+    first_dev_1 = next(i for i, ln in enumerate((glue / "WNLI" / "dev.tsv").read_text().splitlines(), 1)
+                       if ln.endswith("\t1"))
+    proc = cli("--glue-dir", str(glue), "--tasks", "WNLI", "--spm-model", model, "--dict", dict_path,
+               "--out-dir", str(tmp_path / "out"), check=False)
+    assert proc.returncode == 2
+    assert f"dev.tsv, line {first_dev_1}: label '1' never occurs in" in proc.stderr
+
+
+def test_dict_of_another_model_is_refused(tmp_path, spm_files):
+    model, dict_path = spm_files
+    lines = open(dict_path, encoding="utf-8").read().splitlines(keepends=True)
+    wrong = tmp_path / "dict.txt"
+    wrong.write_text("".join(lines[1:] + lines[:1]), encoding="utf-8")  # same pieces, shifted ids
+    proc = cli("--glue-dir", FIXTURES, "--tasks", "RTE", "--spm-model", model, "--dict", str(wrong),
+               "--out-dir", str(tmp_path / "out"), check=False)
+    assert proc.returncode == 2 and "does not belong to" in proc.stderr
+    assert os.listdir(tmp_path / "out") == []
+
+
+# ---- reruns ------------------------------------------------------------------------------------
+
+
+def test_rerun_skips_force_rebuilds_and_foreign_folders_are_kept(glue_out, spm_files, tmp_path):
+    src, _ = glue_out
+    model, dict_path = spm_files
+    out = tmp_path / "out"
+    out.mkdir()
+    shutil.copytree(os.path.join(src, "RTE-bin"), out / "RTE-bin")
+    args = ["--glue-dir", FIXTURES, "--spm-model", model, "--dict", dict_path, "--out-dir", str(out)]
+    train_bin = out / "RTE-bin" / "input0" / "train.bin"
+    stamp = train_bin.stat().st_mtime_ns
+    manifest = (out / "RTE-bin" / "glue_binarize.json").read_text()
+
+    proc = cli(*args, "--tasks", "RTE")
+    assert "already complete, skipped" in proc.stdout
+    assert train_bin.stat().st_mtime_ns == stamp
+
+    (out / "RTE-bin.partial").mkdir()  # left by a killed run
+    proc = cli(*args, "--tasks", "RTE", "--force")
+    assert "replacing" in proc.stdout and "removing unfinished" in proc.stdout
+    assert sorted(os.listdir(out)) == ["RTE-bin"]
+    assert json.loads((out / "RTE-bin" / "glue_binarize.json").read_text())["splits"] == json.loads(manifest)["splits"]
+    assert filecmp.cmp(train_bin, os.path.join(src, "RTE-bin", "input0", "train.bin"), shallow=False)
+
+    (out / "WNLI-bin").mkdir()
+    (out / "WNLI-bin" / "mine.txt").write_text("user data")
+    proc = cli(*args, "--tasks", "WNLI", "--force", check=False)
+    assert proc.returncode == 2 and "was not written by this tool" in proc.stderr
+    assert (out / "WNLI-bin" / "mine.txt").read_text() == "user data"
+
+
+def test_tokenizer_hook_is_replaceable(tmp_path, spm_files, monkeypatch):
+    """A registered ``text -> token strings`` function is all another tokenizer needs."""
+    from fairseq.data import Dictionary
+
+    from preprocess import glue_binarize
+
+    _, dict_path = spm_files
+    monkeypatch.setitem(glue_binarize.TOKENIZERS, "words", lambda opts: lambda text: ["▁" + w for w in text.split()])
+    rc = glue_binarize.main(["--glue-dir", FIXTURES, "--tasks", "SST-2", "--tokenizer", "words", "--dict", dict_path,
+                             "--out-dir", str(tmp_path)])
+    assert rc == 0
+    d = Dictionary.load(dict_path)
+    want = [[d.index("▁" + w) for w in r[0].split()] + [2] for r in raw_rows("SST-2", "dev.tsv")]
+    assert load_bin(str(tmp_path / "SST-2-bin" / "input0" / "valid"), dict_path) == want
+    assert any(i != 3 for ids in want for i in ids[:-1])  # some words are whole pieces in the dict
+
+
+def test_fixtures_are_reproducible(tmp_path):
+    make_glue_fixtures.make_all(str(tmp_path))
+    for task in RAW:
+        for fname in RAW[task]:
+            assert filecmp.cmp(tmp_path / task / fname, os.path.join(FIXTURES, task, fname), shallow=False), fname
+
+
+def test_help():
+    proc = cli("--help")
+    assert "--glue-dir" in proc.stdout and "--workers" in proc.stdout and "--force" in proc.stdout
