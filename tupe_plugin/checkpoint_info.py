@@ -1,0 +1,68 @@
+"""What a ``tupe_roberta`` checkpoint is: its arch, positional variant and sizes.
+
+``python -m tupe_plugin.checkpoint_info CKPT [--fairseq-args]`` prints JSON, or with
+``--fairseq-args`` the model flags that rebuild the same model (``--arch ... --max-positions ...``
+plus the variant flags), so fine-tuning scripts take the variant from the checkpoint instead of
+from a flag the user must remember.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any, Dict
+
+import torch
+
+from . import checkpoint_safety  # noqa: F401
+from .models.tupe_roberta import VARIANT_KEY
+from .models.variants import PositionalVariant
+
+
+def checkpoint_info(path: str) -> Dict[str, Any]:
+    state = torch.load(path, map_location="cpu")  # weights_only, with the plugin's allowlist
+    model_state = state.get("model", {})
+    key = next((k for k in model_state if k.endswith(VARIANT_KEY) or k == VARIANT_KEY), None)
+    if key is None:
+        raise ValueError(
+            f"{path}: no '{VARIANT_KEY}' in the model state: not a tupe_roberta checkpoint "
+            "(for the original TUPE release, run tupe-convert-original first)"
+        )
+    cfg = state.get("cfg") or {}
+    model_cfg = cfg.get("model") if hasattr(cfg, "get") else None
+    if model_cfg is None and "args" in state:
+        model_cfg = state["args"]
+    get = (lambda k: model_cfg.get(k)) if hasattr(model_cfg, "get") else (lambda k: getattr(model_cfg, k, None))
+    variant = PositionalVariant.from_tensor(model_state[key])
+    return {
+        "arch": get("arch") or get("_name"),
+        "variant": variant.name,
+        "variant_flags": variant.flags(),
+        "max_positions": get("max_positions"),
+        "encoder_layers": get("encoder_layers"),
+        "encoder_embed_dim": get("encoder_embed_dim"),
+        "encoder_attention_heads": get("encoder_attention_heads"),
+        "encoder_ffn_embed_dim": get("encoder_ffn_embed_dim"),
+    }
+
+
+def fairseq_args(info: Dict[str, Any]) -> str:
+    return f"--arch {info['arch']} --max-positions {info['max_positions']} {info['variant_flags']}"
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("checkpoint")
+    p.add_argument("--fairseq-args", action="store_true", help="print the model flags for fairseq-train")
+    args = p.parse_args(argv)
+    try:
+        info = checkpoint_info(args.checkpoint)
+    except (OSError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(fairseq_args(info) if args.fairseq_args else json.dumps(info, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
