@@ -1,0 +1,330 @@
+"""Step 3: extracted text -> fairseq mmap binary (``PREFIX.bin`` + ``PREFIX.idx``), many workers.
+
+Byte-identical to the standard route (``spm_encode --output_format=piece`` then
+``fairseq-preprocess --only-source --srcdict dict.txt --dataset-impl mmap``): every input line
+becomes its sentencepiece ids mapped to fairseq ids (:func:`preprocess.spm_dict.spm_to_fairseq_ids`,
+no string round trip) plus ``</s>`` (2); an empty line (a document separator) becomes just ``</s>``,
+as fairseq's binarizer does. Token dtype as fairseq picks it: uint16 while the dictionary has
+fewer than 65500 entries. Lines end at ``\\n`` only, as for ``spm_encode`` (a ``\\r`` stays in the
+line, where sentencepiece treats it as whitespace). One divergence of the standard route itself:
+fairseq splits piece text at U+0085, which sentencepiece keeps as a piece; step 1 never emits it.
+
+Streaming: the main process reads chunks of ``--chunk-bytes`` (cut at line ends), a pool of
+``--workers`` processes encodes them, results are written in input order, at most
+``--max-in-flight`` chunks are pending. Memory: O(workers x chunk) plus 4 bytes per line for the index.
+
+Crash safety: output goes to ``PREFIX.bin.partial``/``PREFIX.idx.partial``; when both are complete
+and fsync'ed, ``.bin`` is renamed first and ``.idx`` last (fairseq needs both, so a kill between the
+renames leaves no loadable dataset), then ``PREFIX.done`` (JSON: input names/sizes, dict and model
+hashes, output sizes) is written. A shard counts as finished only with a ``.done`` that matches the
+inputs and the outputs; otherwise a rerun deletes ``.done``, ``.idx``, ``.bin`` (in that order) and
+redoes it. A ``PREFIX.lock`` (flock) stops two runs on the same prefix.
+
+Test hooks (environment): ``C4_BINARIZE_TEST_SLEEP`` seconds to sleep after each chunk;
+``C4_BINARIZE_TEST_KILL=after_bin_rename`` SIGKILLs the process between the two renames.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import fcntl
+import hashlib
+import itertools
+import json
+import multiprocessing as mp
+import os
+import signal
+import struct
+import sys
+import time
+from typing import BinaryIO, Iterator, List, Optional, Sequence, Tuple
+
+import numpy as np
+import sentencepiece as spm
+
+from preprocess.c4_common import Progress, fsync_dir, fsync_file, log, open_binary, remove_if_exists
+from preprocess.spm_dict import dict_pieces, id_offset, spm_to_fairseq_ids
+
+PROG = "c4_binarize"
+EOS = 2
+# fairseq.data.indexed_dataset.MMapIndexedDataset.Index format (version 1).
+_IDX_MAGIC = b"MMIDIDX\x00\x00"
+_DTYPE_CODE = {np.uint16: 8, np.uint32: 9, np.int64: 5}
+
+
+def fairseq_dtype(vocab_size: int) -> type:
+    """``fairseq.data.indexed_dataset.best_fitting_int_dtype``."""
+    if vocab_size < 65500:
+        return np.uint16
+    if vocab_size < 4294967295:
+        return np.uint32
+    return np.int64
+
+
+def default_workers() -> int:
+    try:
+        return len(os.sched_getaffinity(0))  # respects SLURM/cgroup CPU binding
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+# ---------------------------------------------------------------- encoding (runs in the workers)
+
+_SP: Optional[spm.SentencePieceProcessor] = None
+_OFFSET = 0
+_UNK = 0
+_DTYPE: type = np.uint16
+
+
+def _init_worker(model: str, dtype_name: str) -> None:
+    # Pool workers need no parent-death watchdog: they hold no write end of the task pipe, so a
+    # SIGKILLed parent makes their next read hit EOF and they exit (tested).
+    global _SP, _OFFSET, _UNK, _DTYPE
+    _SP = spm.SentencePieceProcessor(model_file=model)
+    _OFFSET, _UNK, _DTYPE = id_offset(_SP), _SP.unk_id(), np.dtype(dtype_name).type
+
+
+def _encode_lines(lines: List[str]) -> Tuple[np.ndarray, np.ndarray]:
+    """sentencepiece ids of ``lines`` each followed by spm's ``</s>``: (flat ids, per-line sizes)."""
+    assert _SP is not None
+    try:  # sentencepiece >= 0.2.1: one numpy array per line, no Python ints
+        arrays = _SP.encode(lines, return_type="numpy", add_eos=True, num_threads=1)
+        return np.concatenate(arrays) if arrays else np.zeros(0, np.int32), \
+            np.fromiter(map(len, arrays), dtype=np.int32, count=len(arrays))
+    except (ValueError, TypeError):
+        ids = _SP.encode(lines, out_type=int, add_eos=True, num_threads=1)
+        sizes = np.fromiter(map(len, ids), dtype=np.int32, count=len(ids))
+        return np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int64, count=int(sizes.sum())), sizes
+
+
+def encode_chunk(buf: bytes) -> Tuple[bytes, np.ndarray, int]:
+    """Lines of ``buf`` -> (token bytes, int32 sizes, number of ``<unk>``)."""
+    lines = buf.decode("utf-8").split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    flat, sizes = _encode_lines(lines)
+    ids = spm_to_fairseq_ids(flat, _OFFSET, _UNK)
+    ids[np.cumsum(sizes) - 1] = EOS  # the appended spm </s> -> fairseq </s>
+    return ids.astype(_DTYPE).tobytes(), sizes, int(np.count_nonzero(flat == _UNK))
+
+
+# ---------------------------------------------------------------- reading / writing
+
+
+def read_chunks(paths: Sequence[str], chunk_bytes: int) -> Iterator[bytes]:
+    """Chunks of about ``chunk_bytes`` that end at a line end (each file chunked separately)."""
+    for path in paths:
+        with open_binary(path) as f:
+            while True:
+                buf = f.read(chunk_bytes)
+                if not buf:
+                    break
+                if not buf.endswith(b"\n"):
+                    buf += f.readline()
+                yield buf
+
+
+def write_index(path: str, dtype: type, size_chunks: List[np.ndarray]) -> None:
+    """fairseq's MMapIndexedDataset index: header, int32 sizes, int64 byte pointers."""
+    n = sum(len(s) for s in size_chunks)
+    itemsize = np.dtype(dtype).itemsize
+    with open(path, "wb") as f:
+        f.write(_IDX_MAGIC + struct.pack("<Q", 1) + struct.pack("<B", _DTYPE_CODE[dtype]))
+        f.write(struct.pack("<Q", n))
+        for s in size_chunks:
+            f.write(s.astype(np.int32).tobytes())
+        address = 0
+        for s in size_chunks:
+            if len(s):
+                ends = np.cumsum(s, dtype=np.int64)
+                f.write(((ends - s) * itemsize + address).astype(np.int64).tobytes())
+                address += int(ends[-1]) * itemsize
+
+
+def sha1_file(path: str) -> str:
+    h = hashlib.sha1()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def identity(inputs: Sequence[str], model: str, dict_path: str) -> dict:
+    return {
+        "inputs": [{"name": os.path.basename(p), "bytes": os.path.getsize(p)} for p in inputs],
+        "spm_sha1": sha1_file(model),
+        "dict_sha1": sha1_file(dict_path),
+    }
+
+
+def finished(prefix: str, ident: dict) -> Tuple[bool, str]:
+    """(True, '') if PREFIX is complete for these inputs, else (False, why)."""
+    try:
+        with open(prefix + ".done") as f:
+            done = json.load(f)
+    except FileNotFoundError:
+        if os.path.exists(prefix + ".bin") or os.path.exists(prefix + ".idx"):
+            return False, "incomplete (outputs without .done)"
+        if os.path.exists(prefix + ".bin.partial") or os.path.exists(prefix + ".idx.partial"):
+            return False, "incomplete (partial output of an interrupted run)"
+        return False, ""
+    except ValueError:
+        return False, "incomplete (unreadable .done)"
+    if done.get("identity") != ident:
+        return False, "stale (inputs, model or dict.txt changed)"
+    for ext in ("bin", "idx"):
+        p = f"{prefix}.{ext}"
+        if not os.path.exists(p) or os.path.getsize(p) != done.get(f"{ext}_bytes"):
+            return False, f"incomplete ({ext} missing or wrong size)"
+    return True, ""
+
+
+def check_dict(sp: spm.SentencePieceProcessor, dict_path: str) -> int:
+    """Verify dict.txt lists exactly the model's pieces (the id mapping relies on it); return len."""
+    with open(dict_path, encoding="utf-8") as f:
+        pieces = [line.rsplit(" ", 1)[0] for line in f.read().splitlines() if line]
+    expected = dict_pieces(sp)
+    if pieces != expected:
+        bad = next((i for i, (a, b) in enumerate(zip(pieces, expected)) if a != b), min(len(pieces), len(expected)))
+        raise ValueError(f"{dict_path} does not match the sentencepiece model (first difference at line "
+                         f"{bad + 1}; {len(pieces)} vs {len(expected)} pieces): use the dict.txt of step 2")
+    return 4 + len(pieces)  # fairseq's <s> <pad> </s> <unk> come first
+
+
+def binarize(inputs: Sequence[str], prefix: str, model: str, dict_path: str, workers: int = 0,
+             chunk_bytes: int = 1 << 20, max_in_flight: int = 0, progress_seconds: float = 30.0,
+             force: bool = False) -> Optional[dict]:
+    """Binarize ``inputs`` (concatenated) into ``prefix``; returns a summary, None if skipped."""
+    workers = workers or default_workers()
+    max_in_flight = max_in_flight or 2 * workers
+    os.makedirs(os.path.dirname(os.path.abspath(prefix)), exist_ok=True)
+    lock = open(prefix + ".lock", "w")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        lock.close()
+        raise RuntimeError(f"another process is binarizing {prefix} ({prefix}.lock is held)")
+    try:
+        ident = identity(inputs, model, dict_path)
+        ok, why = finished(prefix, ident)
+        if ok and not force:
+            log(PROG, f"skip: {prefix}.bin/.idx complete ({prefix}.done)")
+            return None
+        if why:
+            log(PROG, f"{prefix}: {why}; redoing")
+        for ext in ("done", "idx", "bin", "bin.partial", "idx.partial", "done.partial"):
+            remove_if_exists(f"{prefix}.{ext}")
+        summary = _run(inputs, prefix, model, dict_path, workers, chunk_bytes, max_in_flight, progress_seconds)
+        summary["identity"] = ident
+        with open(prefix + ".done.partial", "w") as f:
+            json.dump(summary, f, indent=1)
+        fsync_file(prefix + ".done.partial")
+        os.replace(prefix + ".done.partial", prefix + ".done")
+        fsync_dir(os.path.dirname(os.path.abspath(prefix)))
+        return summary
+    finally:
+        remove_if_exists(prefix + ".lock")  # still held: a concurrent run fails its flock, not waits
+        lock.close()
+
+
+def _run(inputs: Sequence[str], prefix: str, model: str, dict_path: str, workers: int,
+         chunk_bytes: int, max_in_flight: int, progress_seconds: float) -> dict:
+    sp = spm.SentencePieceProcessor(model_file=model)
+    id_offset(sp)  # fail early with a clear message if the special ids are not 0..k-1
+    dtype = fairseq_dtype(check_dict(sp, dict_path))
+    init_args = (model, np.dtype(dtype).name)
+    test_sleep = float(os.environ.get("C4_BINARIZE_TEST_SLEEP", "0") or 0)
+    bin_tmp, idx_tmp = prefix + ".bin.partial", prefix + ".idx.partial"
+    sizes: List[np.ndarray] = []
+    stats = collections.Counter()
+    in_bytes = sum(os.path.getsize(p) for p in inputs)
+    prog = Progress(PROG, progress_seconds)
+
+    def write(out: BinaryIO, result: Tuple[bytes, np.ndarray, int], nbytes: int) -> None:
+        data, sz, unk = result
+        out.write(data)
+        sizes.append(sz)
+        stats.update(sequences=len(sz), tokens=len(data) // np.dtype(dtype).itemsize, unk=unk,
+                     read_bytes=nbytes, blank=int(np.count_nonzero(sz == 1)))
+        prog.maybe(lambda t: f"{prefix}: {stats['sequences']} lines, {stats['read_bytes'] / 1e6:.1f}"
+                             f"/{in_bytes / 1e6:.1f}MB in, {stats['read_bytes'] / 1e6 / t:.1f}MB/s")
+        if test_sleep:
+            time.sleep(test_sleep)
+
+    pool = None
+    try:
+        with open(bin_tmp, "wb") as out:
+            if workers <= 1:
+                _init_worker(*init_args)
+                for buf in read_chunks(inputs, chunk_bytes):
+                    write(out, encode_chunk(buf), len(buf))
+            else:
+                ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
+                pool = ctx.Pool(workers, initializer=_init_worker, initargs=init_args)
+                pending: collections.deque = collections.deque()
+                for buf in read_chunks(inputs, chunk_bytes):
+                    pending.append((pool.apply_async(encode_chunk, (buf,)), len(buf)))
+                    while len(pending) >= max_in_flight:
+                        res, n = pending.popleft()
+                        write(out, res.get(), n)
+                while pending:
+                    res, n = pending.popleft()
+                    write(out, res.get(), n)
+                pool.close()
+                pool.join()
+                pool = None
+            out.flush()
+            os.fsync(out.fileno())
+        write_index(idx_tmp, dtype, sizes)
+        fsync_file(idx_tmp)
+    finally:
+        if pool is not None:
+            pool.terminate()
+    os.replace(bin_tmp, prefix + ".bin")
+    if os.environ.get("C4_BINARIZE_TEST_KILL") == "after_bin_rename":
+        os.kill(os.getpid(), signal.SIGKILL)
+    os.replace(idx_tmp, prefix + ".idx")
+    fsync_dir(os.path.dirname(os.path.abspath(prefix)))
+    seconds = prog.elapsed()
+    return {
+        "inputs": list(inputs), "sequences": stats["sequences"], "blank_lines": stats["blank"],
+        "tokens": stats["tokens"], "unk": stats["unk"], "input_bytes": in_bytes,
+        "bin_bytes": os.path.getsize(prefix + ".bin"), "idx_bytes": os.path.getsize(prefix + ".idx"),
+        "dtype": np.dtype(dtype).name, "workers": workers, "seconds": round(seconds, 3),
+        "mb_per_s": round(in_bytes / 1e6 / max(seconds, 1e-9), 2),
+    }
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m preprocess.c4_binarize", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("inputs", nargs="+", help="extracted text file(s) (.txt/.txt.gz), concatenated in order")
+    ap.add_argument("--out", required=True, help="output prefix, e.g. bin/c4-train.00000 -> .bin/.idx/.done")
+    ap.add_argument("--spm-model", required=True)
+    ap.add_argument("--dict", required=True, help="dict.txt of step 2")
+    ap.add_argument("--workers", type=int, default=0, help="encoding processes (0: all usable cores)")
+    ap.add_argument("--chunk-bytes", type=int, default=1 << 20, help="bytes of text per work item")
+    ap.add_argument("--max-in-flight", type=int, default=0, help="pending chunks (0: 2 x workers)")
+    ap.add_argument("--progress-seconds", type=float, default=30.0, help="progress line interval (0: off)")
+    ap.add_argument("--force", action="store_true", help="redo even if the shard is complete")
+    args = ap.parse_args(argv)
+
+    missing = [p for p in [*args.inputs, args.spm_model, args.dict] if not os.path.isfile(p)]
+    if missing:
+        log(PROG, f"error: missing file(s): {missing}")
+        return 1
+    try:
+        s = binarize(args.inputs, args.out, args.spm_model, args.dict, args.workers, args.chunk_bytes,
+                     args.max_in_flight, args.progress_seconds, args.force)
+    except (ValueError, RuntimeError, UnicodeDecodeError) as e:
+        log(PROG, f"error: {e}")
+        return 1
+    if s is not None:
+        keys = ("sequences", "blank_lines", "tokens", "unk", "input_bytes", "bin_bytes", "dtype",
+                "workers", "seconds", "mb_per_s")
+        log(PROG, f"summary: {args.out}: " + " ".join(f"{k}={s[k]}" for k in keys))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,456 @@
+"""C4 pipeline (preprocess/c4/*.sh, preprocess/c4_*.py) on the bundled sample and the bad fixture.
+
+Every step runs through its real script in a subprocess; binaries are checked against
+sentencepiece ids, read back with fairseq's reader, and compared byte for byte with
+fairseq-preprocess; the last test trains fairseq's roberta for two epochs on the data-bin layout.
+"""
+from __future__ import annotations
+
+import gzip
+import importlib.util
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Dict, List
+
+import numpy as np
+import pytest
+import sentencepiece as spm
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPTS = REPO / "preprocess" / "c4"
+SAMPLE = REPO / "preprocess" / "samples" / "c4"
+BAD = REPO / "tests" / "data" / "c4_bad" / "c4-train.00000-of-01024.json.gz"
+TRAIN0, TRAIN1 = SAMPLE / "c4-train.00000-of-01024.json.gz", SAMPLE / "c4-train.00001-of-01024.json.gz"
+VALID = SAMPLE / "c4-validation.00000-of-00008.json.gz"
+BIN = Path(sys.executable).parent  # fairseq-preprocess / fairseq-train of this environment
+
+
+def env(**extra: str) -> Dict[str, str]:
+    e = dict(os.environ)
+    e.update(PATH=f"{BIN}{os.pathsep}{e.get('PATH', '')}", PYTHON=sys.executable, PROGRESS_SECONDS="0",
+             PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
+    for k in ("C4_BINARIZE_TEST_SLEEP", "C4_BINARIZE_TEST_KILL", "MAX_DOCS", "WORKERS"):
+        e.pop(k, None)
+    e.update(extra)
+    return e
+
+
+def run(cmd: List[str], check: bool = True, **extra: str) -> subprocess.CompletedProcess:
+    p = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, env=env(**extra), cwd=REPO)
+    if check and p.returncode != 0:
+        raise AssertionError(f"{cmd} failed ({p.returncode}):\n{p.stdout}\n{p.stderr}")
+    return p
+
+
+def summary_numbers(stderr: str) -> Dict[str, int]:
+    line = [ln for ln in stderr.splitlines() if "summary:" in ln][-1]
+    return {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)(?![.\d])", line)}
+
+
+def fairseq_ids(sp: spm.SentencePieceProcessor, line: str) -> List[int]:
+    """What the standard route gives for one line: pieces -> dict ids (+1, unk -> 3) + eos."""
+    return [3 if i == sp.unk_id() else i + 1 for i in sp.encode(line)] + [2]
+
+
+def piece_file(sp: spm.SentencePieceProcessor, src: Path, dst: Path) -> None:
+    """``spm_encode --output_format=piece`` (lines end at \\n only, like the CLI)."""
+    with open(src, encoding="utf-8", newline="\n") as f, open(dst, "w", encoding="utf-8") as w:
+        for line in f:
+            w.write(" ".join(sp.encode(line.rstrip("\n"), out_type=str)) + "\n")
+
+
+def fairseq_preprocess(dict_txt: Path, pieces: Path, dest: Path) -> Path:
+    run([BIN / "fairseq-preprocess", "--only-source", "--srcdict", dict_txt, "--trainpref", pieces,
+         "--destdir", dest, "--dataset-impl", "mmap", "--workers", "1"])
+    return dest / "train"
+
+
+def same_bytes(a: str, b: str) -> bool:
+    return all(Path(f"{a}.{e}").read_bytes() == Path(f"{b}.{e}").read_bytes() for e in ("bin", "idx"))
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("c4")
+
+
+@pytest.fixture(scope="module")
+def texts(work: Path) -> Dict[str, Path]:
+    out = {}
+    for key, src in (("train0", TRAIN0), ("train1", TRAIN1), ("valid", VALID), ("bad", BAD)):
+        out[key] = work / "text" / f"{key}.txt"
+        p = run([SCRIPTS / "1_extract.sh", src, out[key]])
+        out[key + "_stderr"] = p.stderr  # type: ignore[assignment]
+    return out
+
+
+@pytest.fixture(scope="module")
+def spm_dir(work: Path, texts) -> Path:
+    d = work / "spm"
+    run([SCRIPTS / "2_train_spm.sh", d, texts["train0"], texts["train1"]], VOCAB_SIZE="500")
+    return d
+
+
+@pytest.fixture(scope="module")
+def sp(spm_dir: Path) -> spm.SentencePieceProcessor:
+    return spm.SentencePieceProcessor(model_file=str(spm_dir / "spm.model"))
+
+
+# ---------------------------------------------------------------- step 1
+
+
+def test_help_everywhere():
+    for script in sorted(SCRIPTS.glob("*.sh")) + [SCRIPTS / "slurm_array.sbatch"]:
+        if script.name == "common.sh":
+            continue
+        p = run(["bash", script, "--help"])
+        assert "Usage:" in p.stdout and "Environment" in p.stdout, script
+    for mod in ("c4_extract", "c4_spm", "c4_binarize", "c4_layout"):
+        assert "usage:" in run([sys.executable, "-m", f"preprocess.{mod}", "--help"]).stdout
+
+
+def test_sample_is_c4_format():
+    for path in (TRAIN0, TRAIN1, VALID):
+        with gzip.open(path, "rt", encoding="utf-8") as f:
+            recs = [json.loads(line) for line in f]
+        assert len(recs) >= 80
+        for r in recs:
+            assert list(r) == ["text", "timestamp", "url"]
+            assert re.fullmatch(r"2019-04-\d\dT\d\d:\d\d:\d\dZ", r["timestamp"])
+            assert r["url"].startswith("https://") and r["text"].strip()
+    total = sum(os.path.getsize(p) for p in (TRAIN0, TRAIN1, VALID))
+    assert total < 3_000_000
+
+
+def test_extract_bad_fixture_counts(texts):
+    spec = importlib.util.spec_from_file_location("make_fixture", BAD.parent / "make_fixture.py")
+    fixture = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fixture)  # type: ignore[union-attr]
+    expected = fixture.EXPECTED
+    nums = summary_numbers(texts["bad_stderr"])
+    assert nums["documents"] == expected["documents"] == 6
+    assert nums["input_lines"] == expected["input_lines"]
+    for reason, n in expected["skipped_by_reason"].items():
+        assert nums[reason] == n, reason
+    assert nums["skipped"] == sum(expected["skipped_by_reason"].values()) == 13
+    # Warnings name file:line for each kind.
+    for lineno, reason in ((2, "non_utf8"), (3, "malformed_json"), (5, "missing_text"), (6, "non_string_text"),
+                           (9, "empty_text"), (11, "not_object"), (14, "non_utf8")):
+        assert f"c4-train.00000-of-01024.json.gz:{lineno}: skipped ({reason})" in texts["bad_stderr"]
+    assert texts["bad"].read_text(encoding="utf-8") == (
+        "Beginners BBQ Class Taking Place in Missoula!\nDo you want to get better at making delicious BBQ?\n\n"
+        "Windows line ends\nsecond paragraph\nindented with spaces\n\n"
+        "Tabs and non-breaking spaces\nafter a line separator with a NUL\n\n"
+        "Caf\u00e9 cr\u00e8me br\u00fbl\u00e9e \u2014 na\u00efve r\u00e9sum\u00e9 \U0001F600 \u65e5\u672c\u8a9e\n\n"
+        "One line only\n\n"
+        "Leading and trailing blank paragraphs\n\n"
+    )
+
+
+def test_extract_sample_documents(texts):
+    out = texts["train0"].read_text(encoding="utf-8")
+    with gzip.open(TRAIN0, "rt", encoding="utf-8") as f:
+        docs = [json.loads(line)["text"] for line in f]
+    assert out.endswith("\n\n") and "\n\n\n" not in out
+    got = out[:-2].split("\n\n")
+    assert len(got) == len(docs) == summary_numbers(texts["train0_stderr"])["documents"]
+    for g, d in zip(got, docs):
+        assert g.split("\n") == [" ".join(p.split()) for p in d.split("\n") if p.strip()]
+
+
+def test_extract_rerun_skips_and_corrupt_gzip_fails(tmp_path, texts):
+    mtime = texts["train0"].stat().st_mtime_ns
+    p = run([SCRIPTS / "1_extract.sh", TRAIN0, texts["train0"]])
+    assert "skip:" in p.stderr and texts["train0"].stat().st_mtime_ns == mtime
+    truncated = tmp_path / "c4-train.00009-of-01024.json.gz"
+    truncated.write_bytes(TRAIN0.read_bytes()[:50_000])
+    p = run([SCRIPTS / "1_extract.sh", truncated, tmp_path / "t.txt"], check=False)
+    assert p.returncode == 1 and "corrupt or truncated" in p.stderr
+    assert not (tmp_path / "t.txt").exists() and not (tmp_path / "t.txt.partial").exists()
+
+
+# ---------------------------------------------------------------- step 2
+
+
+def test_spm_model_and_dict(spm_dir, sp, texts):
+    from preprocess.spm_dict import dict_pieces, id_offset
+
+    assert sp.get_piece_size() == 500 and id_offset(sp) == 1
+    assert (sp.unk_id(), sp.bos_id(), sp.eos_id(), sp.pad_id()) == (0, 1, 2, -1)
+    lines = (spm_dir / "dict.txt").read_text(encoding="utf-8").splitlines()
+    assert [ln.rsplit(" ", 1)[0] for ln in lines] == dict_pieces(sp) and len(lines) == 497
+    assert (spm_dir / "spm.vocab").is_file()
+    p = run([SCRIPTS / "2_train_spm.sh", spm_dir, texts["train0"]], VOCAB_SIZE="500")
+    assert "skip:" in p.stderr
+
+
+def test_spm_vocab_too_large_is_a_clear_error(tmp_path, texts):
+    p = run([SCRIPTS / "2_train_spm.sh", tmp_path / "a", texts["bad"]], check=False, VOCAB_SIZE="5000")
+    assert p.returncode == 2 and "--vocab-size" in p.stderr and "--no-hard-vocab-limit" in p.stderr
+    assert not (tmp_path / "a" / "spm.model").exists() and not (tmp_path / "a" / "dict.txt").exists()
+    run([SCRIPTS / "2_train_spm.sh", tmp_path / "b", texts["bad"]], VOCAB_SIZE="5000", HARD_VOCAB_LIMIT="0")
+    small = spm.SentencePieceProcessor(model_file=str(tmp_path / "b" / "spm.model"))
+    assert 3 < small.get_piece_size() < 5000
+
+
+def test_stride_and_reservoir_sampling(tmp_path):
+    from preprocess.c4_spm import reservoir_sample, stride_select
+
+    assert stride_select([f"f{i:02d}" for i in range(10)], 3) == ["f00", "f03", "f06"]
+    paths = []
+    for i in range(3):
+        paths.append(tmp_path / f"{i}.txt")
+        paths[-1].write_text("".join(f"file{i} line{j}\n\n" for j in range(1000)))
+    sample, stats = reservoir_sample([str(p) for p in paths], 300, seed=1, max_bytes=100, progress_seconds=0)
+    assert len(sample) == 300 and stats["lines_seen"] == 3000 and len(set(sample)) == 300
+    per_file = [sum(s.startswith(f"file{i} ".encode()) for s in sample) for i in range(3)]
+    assert all(60 < n < 140 for n in per_file), per_file  # uniform over files, not just the first
+    again, _ = reservoir_sample([str(p) for p in paths], 300, seed=1, max_bytes=100, progress_seconds=0)
+    assert again == sample
+
+
+# ---------------------------------------------------------------- step 3
+
+
+@pytest.fixture(scope="module")
+def reference_bin(work, spm_dir, texts) -> str:
+    """train0 binarized in one uninterrupted run with one worker."""
+    prefix = work / "ref" / "train0"
+    run([SCRIPTS / "3_binarize.sh", spm_dir, prefix, texts["train0"]], WORKERS="1")
+    return str(prefix)
+
+
+def test_binarize_ids_match_sentencepiece(work, spm_dir, sp, texts, reference_bin):
+    from fairseq.data import Dictionary, data_utils
+    from fairseq.data.indexed_dataset import MMapIndexedDataset
+
+    prefix = work / "multi" / "train0"
+    p = run([SCRIPTS / "3_binarize.sh", spm_dir, prefix, texts["train0"]], WORKERS="2", CHUNK_BYTES="30000")
+    assert same_bytes(str(prefix), reference_bin)  # many chunks over 2 workers: order kept
+    lines = texts["train0"].read_text(encoding="utf-8").split("\n")[:-1]
+    ds = data_utils.load_indexed_dataset(str(prefix), Dictionary.load(str(spm_dir / "dict.txt")), "mmap")
+    assert isinstance(ds, MMapIndexedDataset) and len(ds) == len(lines)
+    assert ds._index.dtype == np.uint16
+    blank = 0
+    for i, line in enumerate(lines):
+        got = ds[i].tolist()
+        assert got == fairseq_ids(sp, line), i
+        blank += line == ""
+        assert (got == [2]) == (line == "")
+    nums = summary_numbers(p.stderr)
+    assert nums["sequences"] == len(lines) and nums["blank_lines"] == blank == 381
+    assert nums["tokens"] == sum(len(fairseq_ids(sp, ln)) for ln in lines)
+
+
+def test_binarize_identical_to_fairseq_preprocess(tmp_path, spm_dir, sp, texts):
+    odd = tmp_path / "odd.txt"
+    odd.write_bytes(
+        "CRLF line\r\n\r\n   \n\ttabs\tand  spaces \u00a0nbsp\nx\ry lone CR\n\u00fcnic\u00f8de \u2603 \U0001F600\n"
+        "nul\x00char\nno newline at end".encode()
+    )
+    mixed = tmp_path / "mixed.txt"
+    sample_head = b"".join(texts["valid"].read_bytes().splitlines(keepends=True)[:400])
+    mixed.write_bytes(texts["bad"].read_bytes() + sample_head + odd.read_bytes())
+    piece_file(sp, mixed, tmp_path / "mixed.pieces")
+    ref = fairseq_preprocess(spm_dir / "dict.txt", tmp_path / "mixed.pieces", tmp_path / "ref")
+    ours = tmp_path / "ours" / "mixed"
+    run([SCRIPTS / "3_binarize.sh", spm_dir, ours, mixed], WORKERS="2", CHUNK_BYTES="4096")
+    assert same_bytes(str(ours), str(ref))
+    # Several inputs are concatenated in order; a missing one is an error before anything is written.
+    cmd = [SCRIPTS / "3_binarize.sh", spm_dir, tmp_path / "ours2" / "mixed", texts["bad"], tmp_path / "rest.txt"]
+    p = run(cmd, check=False)
+    assert p.returncode == 1 and "missing file" in p.stderr and not (tmp_path / "ours2").exists()
+    (tmp_path / "rest.txt").write_bytes(sample_head + odd.read_bytes())
+    run(cmd)
+    assert same_bytes(str(tmp_path / "ours2" / "mixed"), str(ref))
+
+
+def test_encode_fallback_without_numpy_return_type(spm_dir, texts):
+    from preprocess import c4_binarize as cb
+
+    cb._init_worker(str(spm_dir / "spm.model"), "uint16")
+    buf = texts["bad"].read_bytes() + texts["valid"].read_bytes()[:20000].rsplit(b"\n", 1)[0] + b"\n"
+    fast = cb.encode_chunk(buf)
+
+    class OldSpm:  # sentencepiece < 0.2.1 has no return_type="numpy"
+        def __init__(self, sp):
+            self.sp = sp
+
+        def encode(self, lines, return_type=None, **kw):
+            if return_type == "numpy":
+                raise ValueError("unknown return_type")
+            return self.sp.encode(lines, **kw)
+
+    real = cb._SP
+    cb._SP = OldSpm(real)
+    try:
+        slow = cb.encode_chunk(buf)
+    finally:
+        cb._SP = real
+    assert fast[0] == slow[0] and np.array_equal(fast[1], slow[1]) and fast[2] == slow[2]
+
+
+def children_of(pid: int) -> List[int]:
+    kids = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                stat = Path(f"/proc/{d}/stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                kids.append(int(d))
+    return kids
+
+
+def looks_complete_to_fairseq(prefix: Path) -> bool:
+    from fairseq.data.indexed_dataset import MMapIndexedDataset
+
+    return MMapIndexedDataset.exists(str(prefix))
+
+
+def test_sigkill_mid_run_then_rerun(tmp_path, spm_dir, texts, reference_bin):
+    prefix = tmp_path / "bin" / "train0"
+    cmd = [str(SCRIPTS / "3_binarize.sh"), str(spm_dir), str(prefix), str(texts["train0"])]
+    proc = subprocess.Popen(cmd, env=env(WORKERS="2", CHUNK_BYTES="20000", C4_BINARIZE_TEST_SLEEP="0.2"),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=REPO)
+    partial = Path(f"{prefix}.bin.partial")
+    deadline = time.time() + 60
+    while not (partial.exists() and partial.stat().st_size > 40_000):
+        assert proc.poll() is None, proc.stderr.read().decode()  # type: ignore[union-attr]
+        assert time.time() < deadline
+        time.sleep(0.05)
+    workers = children_of(proc.pid)
+    assert len(workers) == 2  # the pool (the shell script exec'ed python)
+    second = run(cmd, check=False)  # a second run on the same shard refuses to start
+    assert second.returncode == 1 and "another process is binarizing" in second.stderr
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    for ext in ("bin", "idx", "done"):
+        assert not Path(f"{prefix}.{ext}").exists(), ext
+    assert not looks_complete_to_fairseq(prefix)
+    deadline = time.time() + 10
+    while any(Path(f"/proc/{w}").exists() for w in workers):  # orphaned workers exit by themselves
+        assert time.time() < deadline, "pool workers outlived the killed parent"
+        time.sleep(0.1)
+    p = run(cmd, WORKERS="2", CHUNK_BYTES="20000")
+    assert "incomplete (partial output of an interrupted run); redoing" in p.stderr
+    assert same_bytes(str(prefix), reference_bin)
+    assert not partial.exists() and not Path(f"{prefix}.idx.partial").exists()
+    assert sorted(p.name for p in prefix.parent.iterdir()) == ["train0.bin", "train0.done", "train0.idx"]
+
+
+def test_sigkill_between_renames_then_rerun(tmp_path, spm_dir, texts, reference_bin):
+    from fairseq.data import Dictionary, data_utils
+
+    prefix = tmp_path / "bin" / "train0"
+    cmd = [SCRIPTS / "3_binarize.sh", spm_dir, prefix, texts["train0"]]
+    p = run(cmd, check=False, C4_BINARIZE_TEST_KILL="after_bin_rename")
+    assert p.returncode == -signal.SIGKILL
+    assert Path(f"{prefix}.bin").exists() and not Path(f"{prefix}.idx").exists()
+    assert not Path(f"{prefix}.done").exists() and not looks_complete_to_fairseq(prefix)
+    d = Dictionary.load(str(spm_dir / "dict.txt"))
+    assert data_utils.load_indexed_dataset(str(prefix), d, "mmap") is None
+    p = run(cmd)
+    assert "incomplete (outputs without .done); redoing" in p.stderr
+    assert same_bytes(str(prefix), reference_bin) and Path(f"{prefix}.done").exists()
+
+
+def test_rerun_skips_finished_and_redoes_stale(tmp_path, spm_dir, texts, reference_bin):
+    text = tmp_path / "t.txt"
+    shutil.copy(texts["bad"], text)
+    prefix = tmp_path / "bin" / "t"
+    cmd = [SCRIPTS / "3_binarize.sh", spm_dir, prefix, text]
+    n1 = summary_numbers(run(cmd).stderr)["sequences"]
+    mtime = Path(f"{prefix}.bin").stat().st_mtime_ns
+    p = run(cmd)
+    assert "skip:" in p.stderr and "summary" not in p.stderr
+    assert Path(f"{prefix}.bin").stat().st_mtime_ns == mtime
+    with open(text, "a") as f:
+        f.write("one more line\n")
+    p = run(cmd)
+    assert "stale" in p.stderr and summary_numbers(p.stderr)["sequences"] == n1 + 1
+    # A dict.txt that does not belong to the model is refused.
+    bad_dir = tmp_path / "baddict"
+    bad_dir.mkdir()
+    shutil.copy(spm_dir / "spm.model", bad_dir / "spm.model")
+    lines = (spm_dir / "dict.txt").read_text().splitlines()
+    (bad_dir / "dict.txt").write_text("\n".join([lines[1], lines[0]] + lines[2:]) + "\n")
+    p = run([SCRIPTS / "3_binarize.sh", bad_dir, tmp_path / "bin" / "x", text], check=False)
+    assert p.returncode == 1 and "does not match the sentencepiece model" in p.stderr
+
+
+# ---------------------------------------------------------------- step 4, driver, SLURM script, fairseq-train
+
+
+def check_layout(data_bin: Path, n: int) -> None:
+    shards = (data_bin / "data_path.txt").read_text().strip().split(":")
+    assert shards == [str((data_bin / f"shard{k}").resolve()) for k in range(n)]
+    for k in range(n):
+        d = data_bin / f"shard{k}"
+        assert sorted(os.listdir(d)) == ["dict.txt", "train.bin", "train.idx", "valid.bin", "valid.idx"]
+        assert (d / "valid.bin").read_bytes() == (data_bin / "shard0" / "valid.bin").read_bytes()
+    assert (data_bin / "shard0" / "train.bin").read_bytes() != (data_bin / "shard1" / "train.bin").read_bytes()
+
+
+def test_driver_layout_and_fairseq_train(tmp_path):
+    out = tmp_path / "out"
+    kw = dict(OUT_DIR=str(out), VOCAB_SIZE="500", JOBS="2", MAX_DOCS="40", VALID_MAX_DOCS="20")
+    p = run([SCRIPTS / "run_all.sh", SAMPLE], **kw)
+    assert "VOCAB_SIZE=500" in p.stderr and "JOBS=2" in p.stderr  # settings printed at start
+    data_bin = out / "data-bin"
+    check_layout(data_bin, 2)
+    assert os.path.samefile(data_bin / "shard1" / "train.bin", out / "bin" / "c4-train.00001-of-01024.bin")
+    assert summary_numbers([ln for ln in p.stderr.splitlines() if "validation.00000" in ln and "summary" in ln][0])[
+        "documents"] == 20
+    p = run([SCRIPTS / "run_all.sh", SAMPLE], **kw)  # rerun: everything is skipped
+    assert p.stderr.count("skip:") == 3 + 1 + 3 and "0 datasets placed" in p.stderr
+
+    train = run([
+        BIN / "fairseq-train", (data_bin / "data_path.txt").read_text().strip(), "--task", "masked_lm",
+        "--criterion", "masked_lm", "--arch", "roberta_base", "--encoder-layers", "1", "--encoder-embed-dim", "32",
+        "--encoder-ffn-embed-dim", "64", "--encoder-attention-heads", "2", "--tokens-per-sample", "64",
+        "--max-update", "100", "--batch-size", "64", "--optimizer", "adam", "--lr", "1e-4", "--cpu", "--no-save",
+        "--save-dir", tmp_path / "ckpt", "--sample-break-mode", "complete", "--max-epoch", "2",
+        "--skip-invalid-size-inputs-valid-test", "--num-workers", "0", "--log-format", "simple", "--seed", "1",
+    ])
+    log = train.stdout + train.stderr
+    assert re.search(r"loaded 1,174 examples from: \S*shard0/train", log)
+    assert re.search(r"loaded 1,209 examples from: \S*shard1/train", log)  # epoch 2 reads shard1
+    assert re.search(r"loaded 720 examples from: \S*shard0/valid", log)
+    assert "| train | epoch 002 |" in log and "done training" in log
+
+
+def test_driver_stops_on_a_corrupt_shard(tmp_path):
+    c4 = tmp_path / "c4"
+    c4.mkdir()
+    shutil.copy(TRAIN0, c4 / TRAIN0.name)
+    shutil.copy(VALID, c4 / VALID.name)
+    (c4 / TRAIN1.name).write_bytes(TRAIN1.read_bytes()[:30_000])  # a truncated download
+    p = run([SCRIPTS / "run_all.sh", c4], check=False, OUT_DIR=str(tmp_path / "out"), VOCAB_SIZE="500")
+    assert p.returncode != 0 and "corrupt or truncated" in p.stderr
+    assert not (tmp_path / "out" / "spm").exists() and not (tmp_path / "out" / "data-bin").exists()
+
+
+def test_slurm_array_script_as_plain_tasks(tmp_path):
+    kw = dict(C4_DIR=str(SAMPLE), OUT_DIR=str(tmp_path / "out"), VOCAB_SIZE="500", MAX_DOCS="30",
+              VALID_MAX_DOCS="10")
+    sbatch = SCRIPTS / "slurm_array.sbatch"
+    assert "#SBATCH --array=" in sbatch.read_text()
+    for task in range(4):  # 2 train + 1 validation file, one task too many
+        p = run(["bash", sbatch, "extract"], SLURM_ARRAY_TASK_ID=str(task), **kw)
+    assert "nothing to do for extract task 3" in p.stderr
+    run(["bash", sbatch, "spm"], SLURM_ARRAY_TASK_ID="0", **kw)
+    for task in range(3):
+        run(["bash", sbatch, "binarize"], SLURM_ARRAY_TASK_ID=str(task), SLURM_CPUS_PER_TASK="2", **kw)
+    run(["bash", sbatch, "layout"], SLURM_ARRAY_TASK_ID="0", **kw)
+    check_layout(tmp_path / "out" / "data-bin", 2)
+    done = json.loads((tmp_path / "out" / "bin" / "valid.done").read_text())
+    assert done["workers"] == 2 and done["blank_lines"] == 10
