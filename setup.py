@@ -21,5 +21,12 @@ setup(
         "matplotlib>=3.7",
     ],
     extras_require={"test": ["pytest>=7", "scikit-learn>=1.2"]},
-    entry_points={"console_scripts": []},
+    entry_points={
+        "console_scripts": [
+            "tupe-checkpoint-info=tupe_plugin.checkpoint_info:main",
+            "tupe-pos-maps=tupe_plugin.analysis.pos_maps_cli:main",
+            "tupe-locality=tupe_plugin.analysis.locality_cli:main",
+            "tupe-probe=tupe_plugin.analysis.probing_eval:main",
+        ]
+    },
 )

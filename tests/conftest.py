@@ -1,6 +1,7 @@
 """Session fixtures: a sentencepiece model, fairseq binaries, and one tiny pre-trained TUPE-R."""
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -45,9 +46,11 @@ def spm_dir(tmp_path_factory) -> Path:
     from preprocess.spm_dict import load_spm, write_fairseq_dict
 
     d = tmp_path_factory.mktemp("spm")
-    text = write_lines(d / "corpus.txt", lm_lines(800, seed=0))
+    snli = [json.loads(line) for line in (ROOT / "tests/data/snli_sample.jsonl").open(encoding="utf-8")]
+    snli_text = [r[k] for r in snli for k in ("sentence1", "sentence2")]
+    text = write_lines(d / "corpus.txt", lm_lines(800, seed=0) + snli_text)
     spm.SentencePieceTrainer.train(
-        input=str(text), model_prefix=str(d / "spm"), vocab_size=80, model_type="unigram", hard_vocab_limit=False,
+        input=str(text), model_prefix=str(d / "spm"), vocab_size=300, model_type="unigram", hard_vocab_limit=False,
         character_coverage=1.0, minloglevel=2,
     )
     write_fairseq_dict(load_spm(str(d / "spm.model")), str(d / "dict.txt"))

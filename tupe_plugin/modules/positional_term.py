@@ -96,7 +96,7 @@ class TupePositions(nn.Module):
         if seq_len > self.max_positions:
             raise ValueError(
                 f"sequence of {seq_len} tokens is longer than the model's {self.max_positions} "
-                "positions; use --max-positions/--tokens-per-sample (and --truncate-sequence "
+                "positions; use --max-positions/--tokens-per-sample (and --shorten-method truncate "
                 "for sentence_prediction) to cut inputs"
             )
         T, H, dh = seq_len, self.num_heads, self.head_dim

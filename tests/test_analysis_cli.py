@@ -1,0 +1,142 @@
+"""The analysis commands on a tiny pre-trained TUPE-R: positional maps, locality/symmetry, probing."""
+from __future__ import annotations
+
+import csv
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import ROOT, encode_pieces, run, write_lines
+from test_tupe_math import layer0_reference_weights, reference_positional
+from tupe_plugin.analysis import locality, softmax_rows, symmetry, symmetry_scaled
+
+BIN = Path(sys.executable).parent
+
+
+@pytest.fixture(scope="module")
+def hub(pretrained, lm_bin, spm_dir):
+    from tupe_plugin.analysis.attention_maps import load_hub
+
+    return load_hub(str(pretrained / "checkpoint_last.pt"), str(lm_bin), str(spm_dir / "spm.model"))
+
+
+def test_pos_maps_writes_the_models_positional_term(pretrained, hub, tmp_path):
+    p = run([str(BIN / "tupe-pos-maps"), str(pretrained / "checkpoint_last.pt"), "--out-dir", str(tmp_path), "--length", "20"])
+    logits = np.load(tmp_path / "pos_logits.npy")
+    want = reference_positional(hub.model, 20).detach().numpy()  # loop reference over the loaded model
+    assert logits.shape == (4, 20, 20)
+    np.testing.assert_allclose(logits, want, atol=1e-5)
+    assert np.all(logits[:, 0, :] == logits[:, 0, :1])  # [CLS] row is theta1
+    np.testing.assert_allclose(np.load(tmp_path / "pos_probs.npy").sum(-1), 1.0, atol=1e-9)
+    assert (tmp_path / "pos_maps.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "| 3 |" in p.stdout  # one table row per head
+
+
+def test_pos_maps_refuses_a_length_beyond_the_checkpoint(pretrained, tmp_path):
+    p = run([str(BIN / "tupe-pos-maps"), str(pretrained / "checkpoint_last.pt"), "--out-dir", str(tmp_path),
+             "--length", "65"], check=False)
+    assert p.returncode == 2 and "exceeds the checkpoint's 64 positions" in p.stderr
+
+
+def test_attention_probs_equal_the_formula(hub):
+    from tupe_plugin.analysis.attention_maps import attention_probs
+
+    tokens = hub.encode("the cat happily saw the river .")
+    probs = attention_probs(hub.model, tokens)
+    assert probs.shape == (2, 4, len(tokens), len(tokens))
+    want = layer0_reference_weights(hub.model, tokens.unsqueeze(0))[0]
+    torch.testing.assert_close(probs[0].double(), want, atol=1e-5, rtol=1e-4)
+    assert all(layer.self_attn.impl == "sdpa" for layer in hub.model.encoder.sentence_encoder.layers)
+
+
+def test_locality_cli_tables(pretrained, lm_bin, spm_dir, hub, tmp_path):
+    text = write_lines(tmp_path / "text.txt", ["the cat happily saw the river .", "", "a dog found the bridge today ."])
+    out = tmp_path / "ls.csv"
+    run([str(BIN / "tupe-locality"), str(pretrained / "checkpoint_last.pt"), "--length", "16", "--text", str(text),
+         "--spm-model", str(spm_dir / "spm.model"), "--data", str(lm_bin), "--out-csv", str(out)])
+    rows = list(csv.DictReader(out.open()))
+    pos = [r for r in rows if r["source"] == "position" and r["head"] not in ("mean",)]
+    probs = softmax_rows(reference_positional(hub.model, 16).detach().numpy())
+    for r in pos:
+        h = int(r["head"])
+        assert float(r["locality"]) == pytest.approx(locality(probs[h]), abs=1e-6)
+        assert float(r["symmetry"]) == pytest.approx(symmetry(probs[h]), abs=1e-6)
+    att = [r for r in rows if r["source"].startswith("attention (2 sentences)")]
+    assert len(att) == 2 * 4 + 1  # layers x heads + the mean; the blank line is skipped
+    from tupe_plugin.analysis.attention_maps import attention_probs
+
+    maps = [attention_probs(hub.model, hub.encode(s)).numpy() for s in
+            ["the cat happily saw the river .", "a dog found the bridge today ."]]
+    want = np.mean([symmetry_scaled(m) for m in maps], axis=0)  # (L, H)
+    got = {(int(r["layer"]), int(r["head"])): float(r["symmetry_scaled"]) for r in att if r["head"] != "mean"}
+    assert got[(1, 2)] == pytest.approx(want[1, 2], abs=1e-6)
+
+
+@pytest.fixture(scope="module")
+def nli_finetuned(pretrained, spm_dir, tmp_path_factory):
+    """A tiny NLI fine-tune on the SNLI fixture (quality irrelevant: the test checks the bookkeeping)."""
+    d = tmp_path_factory.mktemp("nli")
+    items = [json.loads(line) for line in (ROOT / "tests/data/snli_sample.jsonl").open()]
+    items = [r for r in items if r["gold_label"] != "-"]
+    for split in ("train", "valid"):
+        write_lines(d / f"{split}.input0", encode_pieces(spm_dir, [r["sentence1"] for r in items]))
+        write_lines(d / f"{split}.input1", encode_pieces(spm_dir, [r["sentence2"] for r in items]))
+        write_lines(d / f"{split}.label", [r["gold_label"] for r in items])
+    for field in ("input0", "input1"):
+        run(["fairseq-preprocess", "--only-source", "--srcdict", str(spm_dir / "dict.txt"),
+             "--trainpref", str(d / f"train.{field}"), "--validpref", str(d / f"valid.{field}"),
+             "--destdir", str(d / "bin" / field), "--workers", "1"])
+    run(["fairseq-preprocess", "--only-source", "--trainpref", str(d / "train.label"),
+         "--validpref", str(d / "valid.label"), "--destdir", str(d / "bin" / "label"), "--workers", "1"])
+    run(["fairseq-train", str(d / "bin"), "--user-dir", "tupe_plugin", "--task", "sentence_prediction",
+         "--criterion", "sentence_prediction", "--num-classes", "3", "--init-token", "0", "--separator-token", "2",
+         "--max-positions", "64", "--arch", "tupe_roberta_tiny", "--optimizer", "adam", "--lr", "1e-3",
+         "--batch-size", "16", "--max-epoch", "2", "--restore-file", str(pretrained / "checkpoint_last.pt"),
+         "--reset-optimizer", "--reset-dataloader", "--reset-meters", "--cpu", "--num-workers", "0",
+         "--save-dir", str(d / "ckpt"), "--no-epoch-checkpoints", "--shorten-method", "truncate"])
+    return d
+
+
+def test_probe_reports_accuracy_per_set_and_drop(nli_finetuned, spm_dir, tmp_path):
+    from tupe_plugin.analysis.attention_maps import load_hub
+
+    from tupe_plugin.analysis.probing_eval import pair_tokens
+
+    ckpt = nli_finetuned / "ckpt" / "checkpoint_last.pt"
+    hub = load_hub(str(ckpt), str(nli_finetuned / "bin"), str(spm_dir / "spm.model"))
+    long_ids, cut = pair_tokens(hub, "a man " * 40, "a dog sleeps .")
+    assert cut and len(long_ids) == 64 and long_ids[-1] == 2 and long_ids[0] == 0
+    # keep the fixture pairs that fit untruncated, so hub.encode below is an independent count
+    fits = [line for line in (ROOT / "tests/data/snli_sample.jsonl").open()
+            if len(hub.encode(*(json.loads(line)[k] for k in ("sentence1", "sentence2")))) <= 64]
+    assert len(fits) > 60
+    snli = write_lines(tmp_path / "snli.jsonl", [line.rstrip("\n") for line in fits])
+    sets = tmp_path / "sets"
+    run([sys.executable, "-m", "preprocess.probing_sets", "--input", str(snli), "--out-dir", str(sets), "--seed", "1"])
+    out = tmp_path / "probe.csv"
+    run([str(BIN / "tupe-probe"), str(ckpt), "--sets-dir", str(sets), "--data", str(nli_finetuned / "bin"),
+         "--spm-model", str(spm_dir / "spm.model"), "--out-csv", str(out)])
+    rows = {r["set"]: r for r in csv.DictReader(out.open())}
+    assert {"original", "shuffle_3", "random", "role_swap", "role_swap_original"} <= set(rows)
+
+    labels = hub.task.label_dictionary
+
+    def acc(name):  # one pair at a time, no batching/padding: the independent count
+        hits = []
+        for line in (sets / f"{name}.jsonl").open():
+            r = json.loads(line)
+            logp = hub.predict("sentence_classification_head", hub.encode(r["sentence1"], r["sentence2"]))
+            pred = labels[int(logp.argmax()) + labels.nspecial]
+            hits.append(pred != "entailment" if r["gold_label"] == "non-entailment" else pred == r["gold_label"])
+        return 100 * sum(hits) / len(hits), len(hits)
+
+    for name in ("original", "shuffle_4", "role_swap", "role_swap_original"):
+        a, n = acc(name)
+        assert int(rows[name]["items"]) == n and float(rows[name]["accuracy"]) == pytest.approx(a, abs=0.01)
+    want = float(rows["role_swap"]["accuracy"]) - float(rows["role_swap_original"]["accuracy"])
+    assert float(rows["role_swap"]["delta"]) == pytest.approx(want, abs=0.011) and rows["role_swap"]["baseline"] == "role_swap_original"
+    assert rows["shuffle_3"]["baseline"] == "original"

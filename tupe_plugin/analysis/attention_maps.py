@@ -1,0 +1,38 @@
+"""Real attention maps of a ``tupe_roberta`` model over text, per layer and head."""
+from __future__ import annotations
+
+import os
+from typing import List
+
+import torch
+
+from ..models.tupe_roberta import TupeRobertaModel
+
+
+def load_hub(checkpoint: str, data_dir: str = "", spm_model: str = ""):
+    """The fairseq hub interface (eval mode) of ``checkpoint``; ``data_dir`` holds dict.txt."""
+    ckpt_dir, ckpt_file = os.path.split(os.path.abspath(checkpoint))
+    kwargs = {"sentencepiece_model": spm_model} if spm_model else {"bpe": None}
+    return TupeRobertaModel.from_pretrained(
+        ckpt_dir, checkpoint_file=ckpt_file, data_name_or_path=os.path.abspath(data_dir or ckpt_dir), **kwargs
+    ).eval()
+
+
+@torch.no_grad()
+def attention_probs(model, tokens: torch.Tensor) -> torch.Tensor:
+    """(L, H, T, T) attention probabilities of every layer for one unpadded sequence ``tokens`` (T,)."""
+    layers = model.encoder.sentence_encoder.layers
+    captured: List[torch.Tensor] = []
+    hooks, impls = [], []
+    for layer in layers:
+        attn = layer.self_attn
+        impls.append(attn.impl)
+        attn.impl = "reference"  # the plain path returns the probabilities
+        hooks.append(attn.register_forward_hook(lambda m, i, out: captured.append(out[1][0])))
+    try:
+        model(tokens.unsqueeze(0), features_only=True)
+    finally:
+        for layer, impl, hook in zip(layers, impls, hooks):
+            layer.self_attn.impl = impl
+            hook.remove()
+    return torch.stack(captured).float()

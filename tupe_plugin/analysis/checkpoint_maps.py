@@ -1,0 +1,66 @@
+"""Content-free positional logits of a checkpoint, per head, for any paper variant.
+
+* TUPE-A/R, tie-cls: the (H, T, T) term the model adds to every layer (incl. the [CLS] thetas and
+  the relative bias), exactly as in training.
+* BERT-Ad: ``(p_i U^Q)(p_j U^K)^T / sqrt(4 d_head)``, the position-position term of every layer.
+* BERT-A/R: layer 1's position-position term ``(LN(p_i) W^Q)(LN(p_j) W^K)^T / sqrt(d_head)`` from the
+  learned input PE alone (an approximation: in BERT the PE is mixed with the word before the LN),
+  plus the relative bias for BERT-R.
+
+Works from the state dict alone (no dictionary, no data), on CPU, for base and large models.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, Tuple
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from .. import checkpoint_safety  # noqa: F401
+from ..checkpoint_info import checkpoint_info
+from ..models.variants import PositionalVariant
+from ..modules.positional_term import TupePositions
+
+PREFIX = "encoder.sentence_encoder."
+
+
+def load_checkpoint(path: str) -> Tuple[Dict[str, torch.Tensor], Dict[str, Any]]:
+    state = torch.load(path, map_location="cpu")  # weights_only + the plugin's allowlist
+    return {k: v.float() if v.is_floating_point() else v for k, v in state["model"].items()}, checkpoint_info(path)
+
+
+def positional_logits(path: str, seq_len: int) -> np.ndarray:
+    """(H, T, T) content-free logits of the checkpoint at ``path``; row i = query token i."""
+    sd, info = load_checkpoint(path)
+    variant = PositionalVariant.from_tensor(sd[PREFIX + "positions.variant"])
+    d, H = info["encoder_embed_dim"], info["encoder_attention_heads"]
+    if seq_len > info["max_positions"]:
+        raise ValueError(f"--length {seq_len} exceeds the checkpoint's {info['max_positions']} positions")
+    positions = TupePositions(
+        d, H, info["max_positions"], variant.untied_pos, variant.untie_cls, variant.rel_pos,
+        variant.pos_mixed_terms, variant.rel_pos_bins, variant.max_rel_pos, variant.attn_scale_factor,
+    )
+    own = {k[len(PREFIX + "positions."):]: v for k, v in sd.items() if k.startswith(PREFIX + "positions.")}
+    own.pop("variant")
+    positions.load_state_dict(own)
+    with torch.no_grad():
+        term = positions(seq_len)
+        if variant.pos_mixed_terms:  # BERT-Ad: only the position-position term is content-free
+            logits = term.query @ term.key.transpose(1, 2) * (variant.attn_scale_factor * d // H) ** -0.5
+        else:
+            logits = term.bias if term.bias is not None else torch.zeros(H, seq_len, seq_len)
+        if variant.input_pe:
+            logits = logits + _input_pe_term(sd, d, H, seq_len)
+    return logits.double().numpy()
+
+
+def _input_pe_term(sd: Dict[str, torch.Tensor], d: int, H: int, T: int) -> torch.Tensor:
+    pad = 1  # fairseq's learned positions start after the padding index
+    p = sd[PREFIX + "embed_positions.weight"][pad + 1 : pad + 1 + T]
+    if PREFIX + "layernorm_embedding.weight" in sd:
+        p = F.layer_norm(p, (d,), sd[PREFIX + "layernorm_embedding.weight"], sd[PREFIX + "layernorm_embedding.bias"])
+    attn = PREFIX + "layers.0.self_attn."
+    q = F.linear(p, sd[attn + "q_proj.weight"], sd[attn + "q_proj.bias"]).view(T, H, d // H).transpose(0, 1)
+    k = F.linear(p, sd[attn + "k_proj.weight"], sd[attn + "k_proj.bias"]).view(T, H, d // H).transpose(0, 1)
+    return q @ k.transpose(1, 2) * (d // H) ** -0.5

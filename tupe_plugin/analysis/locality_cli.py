@@ -1,0 +1,98 @@
+"""``tupe-locality CKPT``: locality and symmetry (Chen et al. 2023) of a checkpoint.
+
+1. Position-only matrices: the row softmax of the content-free positional term, per head
+   (see ``checkpoint_maps.positional_logits``).
+2. With ``--text FILE`` (one sentence per line, raw text; ``--spm-model`` and ``--data`` with
+   ``dict.txt``): the model's real attention maps per layer and head, each metric averaged over the
+   sentences (maps include <s> and </s>, as the official metric applies no mask).
+Prints Markdown tables and writes them as CSV (``--out-csv``).
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import sys
+from typing import Dict, List
+
+import numpy as np
+
+from .checkpoint_maps import positional_logits
+from .locality_symmetry import locality, softmax_rows, symmetry, symmetry_scaled
+
+METRICS = {"locality": locality, "symmetry": symmetry, "symmetry_scaled": symmetry_scaled}
+
+
+def position_rows(checkpoint: str, length: int) -> List[Dict]:
+    probs = softmax_rows(positional_logits(checkpoint, length))  # (H, T, T)
+    values = {name: fn(probs) for name, fn in METRICS.items()}
+    rows = [{"source": "position", "layer": "all", "head": h, **{k: float(v[h]) for k, v in values.items()}}
+            for h in range(probs.shape[0])]
+    rows.append({"source": "position", "layer": "all", "head": "mean", **{k: float(np.mean(v)) for k, v in values.items()}})
+    return rows
+
+
+def attention_rows(checkpoint: str, text: str, data_dir: str, spm_model: str, max_sentences: int) -> List[Dict]:
+    from .attention_maps import attention_probs, load_hub
+
+    hub = load_hub(checkpoint, data_dir, spm_model)
+    sums, n = None, 0
+    with open(text, encoding="utf-8") as f:
+        for line in f:
+            if not line.strip():
+                continue
+            tokens = hub.encode(line.strip())[: hub.model.max_positions()]
+            probs = attention_probs(hub.model, tokens).numpy()  # (L, H, T, T)
+            values = np.stack([fn(probs) for fn in METRICS.values()])  # (3, L, H)
+            sums = values if sums is None else sums + values
+            n += 1
+            if n == max_sentences:
+                break
+    if n == 0:
+        raise ValueError(f"{text}: no non-empty lines")
+    mean = sums / n
+    rows = []
+    L, H = mean.shape[1:]
+    for layer in range(L):
+        for h in range(H):
+            rows.append({"source": f"attention ({n} sentences)", "layer": layer, "head": h,
+                         **{k: float(mean[i, layer, h]) for i, k in enumerate(METRICS)}})
+    rows.append({"source": f"attention ({n} sentences)", "layer": "all", "head": "mean",
+                 **{k: float(mean[i].mean()) for i, k in enumerate(METRICS)}})
+    return rows
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("checkpoint")
+    ap.add_argument("--length", type=int, default=128, help="T for the position-only matrices")
+    ap.add_argument("--text", help="raw text, one sentence per line, for real attention maps")
+    ap.add_argument("--spm-model", default="", help="sentencepiece model of the checkpoint")
+    ap.add_argument("--data", default="", help="directory with the checkpoint's dict.txt")
+    ap.add_argument("--max-sentences", type=int, default=1000)
+    ap.add_argument("--out-csv", help="write the table(s) here")
+    args = ap.parse_args(argv)
+    try:
+        rows = position_rows(args.checkpoint, args.length)
+        if args.text:
+            rows += attention_rows(args.checkpoint, args.text, args.data, args.spm_model, args.max_sentences)
+    except (OSError, ValueError, KeyError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print("| source | layer | head | locality | symmetry | symmetry_scaled |\n|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['source']} | {r['layer']} | {r['head']} | {r['locality']:.4f} | {r['symmetry']:.4f} | "
+              f"{r['symmetry_scaled']:.4f} |")
+    if args.out_csv:
+        tmp = args.out_csv + ".tmp"
+        with open(tmp, "w", newline="", encoding="utf-8") as f:
+            w = csv.DictWriter(f, fieldnames=list(rows[0]))
+            w.writeheader()
+            w.writerows(rows)
+        os.replace(tmp, args.out_csv)
+        print(f"wrote {args.out_csv}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
