@@ -19,6 +19,7 @@ setup(
         "tensorboard>=2.10",
         "numpy>=1.24",
         "matplotlib>=3.7",
+        "sacremoses>=0.1",  # Moses tokenisation for the original TUPE release's vocabulary
     ],
     extras_require={"test": ["pytest>=7", "scikit-learn>=1.2"]},
     entry_points={
@@ -27,6 +28,7 @@ setup(
             "tupe-pos-maps=tupe_plugin.analysis.pos_maps_cli:main",
             "tupe-locality=tupe_plugin.analysis.locality_cli:main",
             "tupe-probe=tupe_plugin.analysis.probing_eval:main",
+            "tupe-convert-original=tupe_plugin.convert_original:main",
         ]
     },
 )

@@ -113,7 +113,7 @@ def main() -> None:
             rm = peak_memory("roberta", size, length, 2, args.device)
             tm = peak_memory("tupe_r", size, length, 2, args.device)
             print(f"| {size} | {length} | {x.size(0)} | {rt:.4f} | {tt:.4f} | {tt / rt:.3f} | "
-                  f"{rm:.0f} | {tm:.0f} | {tm / max(rm, 1e-9):.3f} |", flush=True)
+                  f"{rm:.1f} | {tm:.1f} | {tm / max(rm, 1e-9):.3f} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -36,6 +36,7 @@ from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence,
 
 import numpy as np
 
+from preprocess.moses_bpe import moses_bpe_tokenizer
 from preprocess.spm_dict import dict_pieces, id_offset, load_spm
 
 # --------------------------------------------------------------------------------------------
@@ -267,9 +268,12 @@ def spm_tokenizer(opts: Dict[str, str]) -> Tokenize:
     return tokenize
 
 
-# name -> factory(options) -> tokenize. Another tokenizer (e.g. lower-case + Moses + fastBPE for the
-# original TUPE checkpoint) registers here and needs no other change.
-TOKENIZERS: Dict[str, Callable[[Dict[str, str]], Tokenize]] = {"spm": spm_tokenizer}
+# name -> factory(options) -> tokenize. Another tokenizer registers here and needs no other change.
+# moses_bpe: the original TUPE release's units (its GLUE cleanup, Moses, lower-case, fastBPE codes).
+TOKENIZERS: Dict[str, Callable[[Dict[str, str]], Tokenize]] = {
+    "spm": spm_tokenizer,
+    "moses_bpe": moses_bpe_tokenizer,
+}
 
 
 def check_dict_matches_spm(spm_model: str, dictionary, dict_path: str) -> None:
@@ -400,6 +404,7 @@ def _manifest(task: TaskSpec, splits: List[SplitData], args: argparse.Namespace,
         "task": task.name,
         "tokenizer": args.tokenizer,
         "spm_model": os.path.abspath(args.spm_model) if args.spm_model else None,
+        "bpe_codes": os.path.abspath(args.bpe_codes) if args.bpe_codes else None,
         "dict": os.path.abspath(args.dict),
         "dict_sha256": dict_sha,
         "stsb_label_scale": STSB_SCALE if task.classes is None else None,
@@ -466,6 +471,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p.add_argument("--tasks", default="ALL", help=f"comma-separated from {','.join(TASKS)}, or ALL (default)")
     p.add_argument("--tokenizer", default="spm", choices=sorted(TOKENIZERS), help="text -> tokens step")
     p.add_argument("--spm-model", help="sentencepiece model of pre-training (for --tokenizer spm)")
+    p.add_argument("--bpe-codes", help="fastBPE codes of the original TUPE release (for --tokenizer moses_bpe)")
     p.add_argument("--dict", required=True, help="fairseq dict.txt of pre-training")
     p.add_argument("--out-dir", required=True, help="writes OUT/TASK-bin/ per task")
     p.add_argument("--workers", type=int, default=1, help="tokenizer processes (default 1)")
@@ -473,6 +479,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.tokenizer == "spm" and not args.spm_model:
         p.error("--spm-model is required with --tokenizer spm")
+    if args.tokenizer == "moses_bpe" and not args.bpe_codes:
+        p.error("--bpe-codes is required with --tokenizer moses_bpe")
     if args.workers < 1:
         p.error("--workers must be >= 1")
     return args
@@ -480,7 +488,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
 
 def run(args: argparse.Namespace) -> None:
     tasks = resolve_tasks(args.tasks)
-    for path in [args.dict] + ([args.spm_model] if args.spm_model else []):
+    for path in [args.dict] + [p for p in (args.spm_model, args.bpe_codes) if p]:
         if not os.path.isfile(path):
             raise GlueInputError(f"file not found: {path}")
     dict_sha = _sha256(args.dict)
@@ -512,7 +520,7 @@ def run(args: argparse.Namespace) -> None:
         raise GlueInputError(f"{args.dict}: not a fairseq dict.txt ({e})") from None
     if args.tokenizer == "spm":
         check_dict_matches_spm(args.spm_model, dictionary, args.dict)
-    opts = {"spm_model": args.spm_model} if args.spm_model else {}
+    opts = {k: v for k, v in (("spm_model", args.spm_model), ("bpe_codes", args.bpe_codes)) if v}
     enc_args = (args.tokenizer, opts, dict(dictionary.indices), dictionary.unk(), dictionary.eos())
 
     pool = mp.get_context("spawn").Pool(args.workers, _init_worker, enc_args) if args.workers > 1 else None
