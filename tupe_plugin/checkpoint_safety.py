@@ -12,6 +12,7 @@ import collections
 import typing
 
 import torch
+from fairseq.distributed.utils import _TensorPlaceholder
 from omegaconf import DictConfig, ListConfig
 from omegaconf.base import ContainerMetadata, Metadata
 from omegaconf.nodes import AnyNode
@@ -31,6 +32,7 @@ SAFE_GLOBALS = [
     dict,
     list,
     int,
+    _TensorPlaceholder,  # tensors split out of that broadcast state (resuming with more than one process)
 ]
 
 torch.serialization.add_safe_globals(SAFE_GLOBALS)

@@ -1,0 +1,149 @@
+"""The paper's GLUE grid (tasks x LRs x seeds) for ``glue/grid.sh`` and ``glue/grid.sbatch``.
+
+Job ``i`` is the i-th (task, lr, seed) with seeds varying fastest, then LRs, then tasks, so a SLURM
+array index and a local run agree on what ``i`` is as long as TASKS, LRS and SEEDS are the same.
+A job is done when ``RUNS/TASK/lr{LR}_seed{SEED}/result.json`` exists (``glue/finetune.sh`` writes it last).
+
+    python -m glue.grid list  [--tasks ...] [--lrs ...] [--seeds ...] [--runs RUNS]   # index, job, status
+    python -m glue.grid job INDEX [...]                # "TASK LR SEED" of one index (grid.sbatch)
+    python -m glue.grid array [...]                    # the not-done indices as a SLURM --array value
+    python -m glue.grid run --jobs N [--gpus 0,1] [...]   # run the not-done jobs locally, N at a time
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+import subprocess
+import sys
+import time
+from typing import List, NamedTuple, Optional, Sequence
+
+from glue.finetune_helper import PAPER_TASKS, TASKS
+
+PAPER_LRS = ("2e-5", "3e-5", "4e-5", "5e-5")
+PAPER_SEEDS = ("1", "2", "3", "4", "5")
+FINETUNE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "finetune.sh")
+
+
+class Job(NamedTuple):
+    index: int
+    task: str
+    lr: str
+    seed: str
+
+    @property
+    def name(self) -> str:
+        return f"lr{self.lr}_seed{self.seed}"
+
+    def done(self, runs: str) -> bool:
+        return os.path.isfile(os.path.join(runs, self.task, self.name, "result.json"))
+
+
+def split_list(text: str) -> List[str]:
+    return [x for x in text.replace(",", " ").split() if x]
+
+
+def jobs(tasks: Sequence[str], lrs: Sequence[str], seeds: Sequence[str]) -> List[Job]:
+    return [Job(i, t, lr, s) for i, (t, lr, s) in enumerate(itertools.product(tasks, lrs, seeds))]
+
+
+def slurm_ranges(indices: Sequence[int]) -> str:
+    """[0, 1, 2, 5, 7, 8] -> '0-2,5,7-8'"""
+    parts, start = [], None
+    for i, x in enumerate(indices):
+        if start is None:
+            start = x
+        if i + 1 == len(indices) or indices[i + 1] != x + 1:
+            parts.append(f"{start}-{x}" if x != start else f"{x}")
+            start = None
+    return ",".join(parts)
+
+
+def run_local(todo: List[Job], runs: str, n_slots: int, gpus: List[str], script: str) -> int:
+    """Run ``script TASK LR SEED`` for each job, ``n_slots`` at a time, slot k on GPU gpus[k % len]."""
+    log_dir = os.path.join(runs, ".grid_logs")
+    running = {}  # slot -> (Popen, job, start time, log path)
+    pending, failed, finished = list(todo), [], 0
+    try:
+        while pending or running:
+            for slot in range(n_slots):
+                if slot in running or not pending:
+                    continue
+                job = pending.pop(0)
+                env = dict(os.environ, QUIET="1", RUNS=runs)
+                if gpus:
+                    env["CUDA_VISIBLE_DEVICES"] = gpus[slot % len(gpus)]
+                log = os.path.join(log_dir, job.task, f"{job.name}.out")
+                os.makedirs(os.path.dirname(log), exist_ok=True)
+                with open(log, "w") as out:
+                    proc = subprocess.Popen([script, job.task, job.lr, job.seed], env=env, stdout=out,
+                                            stderr=subprocess.STDOUT)
+                where = f" on GPU {env['CUDA_VISIBLE_DEVICES']}" if gpus else ""
+                print(f"grid: start {job.task} {job.name}{where}", flush=True)
+                running[slot] = (proc, job, time.time(), log)
+            time.sleep(0.5)
+            for slot, (proc, job, start, log) in list(running.items()):
+                if proc.poll() is None:
+                    continue
+                del running[slot]
+                finished += 1
+                secs = time.time() - start
+                if proc.returncode == 0:
+                    print(f"grid: [{finished}/{len(todo)}] done {job.task} {job.name} ({secs:.0f} s)", flush=True)
+                else:
+                    failed.append(job)
+                    print(f"grid: [{finished}/{len(todo)}] FAILED {job.task} {job.name} (exit {proc.returncode}); "
+                          f"see {log}", flush=True)
+    except KeyboardInterrupt:
+        for proc, _, _, _ in running.values():
+            proc.terminate()
+        raise
+    if failed:
+        print(f"grid: {len(failed)} of {len(todo)} run(s) failed: "
+              + ", ".join(f"{j.task} {j.name}" for j in failed), file=sys.stderr)
+        return 1
+    return 0
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m glue.grid", description=__doc__.split("\n\n")[0])
+    p.add_argument("command", choices=["list", "job", "array", "run"])
+    p.add_argument("index", nargs="?", type=int, help="job index (command job)")
+    p.add_argument("--tasks", default=" ".join(PAPER_TASKS), help="default: the paper's 8 tasks")
+    p.add_argument("--lrs", default=" ".join(PAPER_LRS), help="default: 2e-5 3e-5 4e-5 5e-5")
+    p.add_argument("--seeds", default=" ".join(PAPER_SEEDS), help="default: 1 2 3 4 5")
+    p.add_argument("--runs", default="runs", help="output root of glue/finetune.sh (default runs)")
+    p.add_argument("--jobs", type=int, default=1, help="runs at a time (command run)")
+    p.add_argument("--gpus", default="", help="GPU ids for the slots, e.g. 0,1,2,3 (command run; default: none)")
+    p.add_argument("--script", default=FINETUNE, help="what to run for each job (default glue/finetune.sh)")
+    args = p.parse_args(argv)
+    tasks, lrs, seeds = split_list(args.tasks), split_list(args.lrs), split_list(args.seeds)
+    unknown = [t for t in tasks if t not in TASKS]
+    if unknown or not (tasks and lrs and seeds):
+        p.error(f"unknown task(s) {', '.join(unknown)}; choose from {', '.join(TASKS)}" if unknown
+                else "--tasks, --lrs and --seeds must not be empty")
+    grid = jobs(tasks, lrs, seeds)
+    if args.command == "job":
+        if args.index is None or not 0 <= args.index < len(grid):
+            p.error(f"job needs an index in 0..{len(grid) - 1} (the grid has {len(grid)} jobs)")
+        job = grid[args.index]
+        print(job.task, job.lr, job.seed)
+        return 0
+    todo = [j for j in grid if not j.done(args.runs)]
+    if args.command == "list":
+        for j in grid:
+            print(f"{j.index}\t{j.task}\t{j.lr}\t{j.seed}\t{'todo' if j in todo else 'done'}")
+        return 0
+    if args.command == "array":
+        print(slurm_ranges([j.index for j in todo]))
+        return 0
+    if args.jobs < 1:
+        p.error("--jobs must be >= 1")
+    print(f"grid: {len(grid)} runs ({len(tasks)} task(s) x {len(lrs)} LR(s) x {len(seeds)} seed(s)), "
+          f"{len(grid) - len(todo)} done, {len(todo)} to run, {args.jobs} at a time", flush=True)
+    return run_local(todo, args.runs, args.jobs, split_list(args.gpus), args.script)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# The paper's GLUE grid: every task x LR {2,3,4,5}e-5 x 5 seeds, one glue/finetune.sh run each
+# (160 runs for the 8 tasks), then the results table (python -m glue.collect RUNS).
+#
+# Examples (from the repository root; every variable of glue/finetune.sh passes through):
+#   CHECKPOINT=checkpoints/tupe_r_base/checkpoint_last.pt RUNS=runs/tupe_r glue/grid.sh     # all GPUs
+#   CHECKPOINT=... TASKS="RTE MRPC" SEEDS="1 2 3" JOBS=2 GPU_IDS="0 1" glue/grid.sh
+#   CHECKPOINT=... RUNS=runs/tupe_r glue/grid.sh --slurm     # print the sbatch command (glue/grid.sbatch)
+#   RUNS=runs/tupe_r glue/grid.sh --list                     # index, task, LR, seed, done/todo
+#
+# Finished runs (result.json) are skipped, so rerunning or resubmitting only does what is missing.
+# Locally, JOBS runs go at a time, run k on GPU GPU_IDS[k % n]; their output is in RUNS/.grid_logs/.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/../train_scripts/lib.sh"
+
+tunable TASKS "CoLA SST-2 MRPC STS-B QQP MNLI QNLI RTE" "GLUE tasks (spaces or commas)"
+tunable LRS "2e-5 3e-5 4e-5 5e-5" "learning rates"
+tunable SEEDS "1 2 3 4 5" "seeds"
+tunable RUNS runs "output root (RUNS/TASK/lr{LR}_seed{SEED}/)"
+tunable JOBS auto "runs at a time, locally (auto: one per GPU, 1 on CPU)"
+tunable GPU_IDS auto "GPUs for the local runs (auto: all visible; none on CPU)"
+tunable CHECKPOINT "" "pre-trained checkpoint (required; see glue/finetune.sh --help for the rest)"
+
+usage() {
+  header_help "$0"
+  echo
+  echo "Usage: [NAME=value ...] $(basename "$0") [--slurm | --list]"
+  echo
+  echo "Environment (default, meaning):"
+  usage_tunables
+}
+mode=local
+case "${1:-}" in
+  -h|--help) usage; exit 0 ;;
+  --slurm) mode=slurm ;;
+  --list) mode=list ;;
+  "") ;;
+  *) usage >&2; exit 2 ;;
+esac
+show_tunables
+export RUNS CHECKPOINT
+grid=("$PYTHON" -m glue.grid --tasks "$TASKS" --lrs "$LRS" --seeds "$SEEDS" --runs "$RUNS")
+
+if [[ "$mode" == list ]]; then exec "${grid[@]}" list; fi
+if [[ "$mode" == slurm ]]; then
+  total=$("${grid[@]}" list | wc -l)
+  array=$("${grid[@]}" array)
+  if [[ -z "$array" ]]; then
+    echo "all $total runs are done; the table: $PYTHON -m glue.collect $RUNS"
+    exit 0
+  fi
+  todo=$("${grid[@]}" list | grep -c 'todo$')
+  env_line="CHECKPOINT=\"$CHECKPOINT\" GLUE_BIN=\"${GLUE_BIN:-glue-bin}\" RUNS=\"$RUNS\" TASKS=\"$TASKS\""
+  env_line+=" LRS=\"$LRS\" SEEDS=\"$SEEDS\""
+  echo "# $todo of $total runs to do; submit from the repository root (add %N to the array to run N at a time):"
+  echo "$env_line sbatch --array=$array glue/grid.sbatch"
+  echo "# then: $PYTHON -m glue.collect $RUNS"
+  exit 0
+fi
+
+[[ -n "$CHECKPOINT" ]] || die "CHECKPOINT is required: the pre-trained checkpoint to fine-tune"
+if [[ "$GPU_IDS" == auto ]]; then
+  n=$(cuda_device_count)
+  GPU_IDS=$(seq -s ' ' 0 $(( n - 1 )) 2>/dev/null || true)
+fi
+[[ "$GPU_IDS" == none ]] && GPU_IDS=""
+if [[ "$JOBS" == auto ]]; then
+  read -r -a ids <<< "$GPU_IDS"
+  JOBS=$(( ${#ids[@]} > 0 ? ${#ids[@]} : 1 ))
+fi
+note "local runs: JOBS=$JOBS GPU_IDS='$GPU_IDS'"
+status=0
+"${grid[@]}" run --jobs "$JOBS" --gpus "$GPU_IDS" || status=$?
+"$PYTHON" -m glue.collect "$RUNS" --expected-lrs "$(tr -s ' ,' ',' <<< "$LRS")" \
+  --expected-seeds "$(tr -s ' ,' ',' <<< "$SEEDS")"
+exit "$status"

@@ -1,0 +1,193 @@
+"""glue/finetune.sh, glue/grid.sh, glue/grid.sbatch end to end on the GLUE fixtures, on CPU.
+
+The fixtures (tests/data/glue) are binarized with the conftest sentencepiece model, so that they share the
+dictionary of the conftest ``pretrained`` tiny TUPE-R (64 positions); the runs are tiny (2 epochs,
+batch 16) through env overrides, with ``--shorten-method truncate`` because a few fixture pairs are
+longer than 64 tokens.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+from pathlib import Path
+from typing import Dict, List
+
+import pytest
+
+from conftest import BIN, ROOT
+from glue import collect
+from glue.finetune_helper import task_settings
+from glue.grid import PAPER_LRS, PAPER_SEEDS, PAPER_TASKS, jobs, slurm_ranges
+
+FIXTURES = ROOT / "tests" / "data" / "glue"
+FINETUNE, GRID, GRID_SBATCH = ROOT / "glue" / "finetune.sh", ROOT / "glue" / "grid.sh", ROOT / "glue" / "grid.sbatch"
+TINY = {"EPOCHS": "2", "BATCH": "16", "NUM_WORKERS": "0", "LOG_INTERVAL": "1",
+        "EXTRA_ARGS": "--shorten-method truncate"}
+VALID_RE = re.compile(r"valid on '(\w+)' subset \|.*? \| (accuracy|mcc|pearson) (-?[0-9.]+) \|")
+
+
+def sh(cmd: List, check: bool = True, **env: str) -> subprocess.CompletedProcess:
+    full = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_") and k not in TINY}
+    full.update(PATH=f"{BIN}:{os.environ.get('PATH', '')}", PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", **env)
+    p = subprocess.run([str(c) for c in cmd], cwd=ROOT, env=full, capture_output=True, text=True, timeout=300)
+    if check and p.returncode != 0:
+        raise AssertionError(f"{cmd} failed ({p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-6000:]}")
+    return p
+
+
+@pytest.fixture(scope="module")
+def glue_bin(spm_dir, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("glue_bin")
+    sh(["python", "-m", "preprocess.glue_binarize", "--glue-dir", FIXTURES, "--tasks", "RTE,STS-B",
+        "--spm-model", spm_dir / "spm.model", "--dict", spm_dir / "dict.txt", "--out-dir", out])
+    return out
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("glue_runs") / "tupe_r_tiny"
+
+
+def run_env(pretrained: Path, glue_bin: Path, runs: Path, **extra: str) -> Dict[str, str]:
+    return dict(TINY, CHECKPOINT=str(pretrained / "checkpoint_last.pt"), GLUE_BIN=str(glue_bin), RUNS=str(runs),
+                **extra)
+
+
+def best_in_log(log: str) -> Dict[str, float]:
+    best: Dict[str, float] = {}
+    for subset, _, value in VALID_RE.findall(log):
+        best[subset] = max(best.get(subset, -1e9), float(value))
+    return best
+
+
+@pytest.fixture(scope="module")
+def rte_run(pretrained, glue_bin, runs):
+    stale = runs / ".partial" / "RTE" / "lr1e-3_seed1"
+    stale.mkdir(parents=True)
+    (stale / "train.log").write_text("an earlier attempt that was killed\n")
+    p = sh([FINETUNE, "RTE", "1e-3", "1"], **run_env(pretrained, glue_bin, runs))
+    return runs / "RTE" / "lr1e-3_seed1", p
+
+
+# ---- no training -----------------------------------------------------------------------------------
+
+
+def test_help_texts():
+    out = sh([FINETUNE, "--help"]).stdout
+    for var in ("CHECKPOINT", "GLUE_BIN", "RUNS", "EPOCHS", "BATCH", "MAX_TOKENS", "KEEP_CHECKPOINTS", "EXTRA_ARGS"):
+        assert re.search(rf"^  {var} ", out, re.M), var
+    grid = sh([GRID, "--help"]).stdout
+    assert all(re.search(rf"^  {v} ", grid, re.M) for v in ("TASKS", "LRS", "SEEDS", "JOBS", "GPU_IDS"))
+    assert "SLURM_ARRAY_TASK_ID" in sh(["bash", GRID_SBATCH, "--help"]).stdout
+
+
+def test_task_settings_follow_the_paper():
+    mnli, cola, stsb, qqp = (task_settings(t) for t in ("MNLI", "CoLA", "STS-B", "QQP"))
+    assert (mnli["NUM_CLASSES"], mnli["VALID_SUBSETS"], mnli["TASK_EPOCHS"]) == ("3", "valid,valid1", "5")
+    assert (cola["METRIC"], cola["REPORT_FLAG"], cola["TASK_EPOCHS"]) == ("mcc", "--report-mcc", "10")
+    assert (stsb["METRIC"], stsb["REPORT_FLAG"], stsb["REGRESSION"], stsb["NUM_CLASSES"]) == (
+        "pearson", "--report-pearson-and-spearman", "1", "1")
+    assert (qqp["METRIC"], qqp["TASK_EPOCHS"]) == ("accuracy", "5")
+
+
+def test_grid_indices_and_defaults():
+    grid = jobs(PAPER_TASKS, PAPER_LRS, PAPER_SEEDS)
+    assert len(grid) == 160 and grid[0][1:] == ("CoLA", "2e-5", "1") and grid[159][1:] == ("RTE", "5e-5", "5")
+    assert grid[6][1:] == ("CoLA", "3e-5", "2")  # seeds fastest, then LRs, then tasks
+    assert slurm_ranges([0, 1, 2, 5, 7, 8]) == "0-2,5,7-8"
+    help_text = sh([GRID, "--help"]).stdout  # grid.sh's defaults are the ones grid.sbatch gets from glue.grid
+    assert " ".join(PAPER_TASKS) in help_text and " ".join(PAPER_LRS) in help_text
+    assert " ".join(PAPER_SEEDS) in help_text
+
+
+def test_refuses_a_foreign_run_folder_and_a_missing_checkpoint(tmp_path, glue_bin):
+    (tmp_path / "RTE" / "lr2e-5_seed1").mkdir(parents=True)
+    p = sh([FINETUNE, "RTE", "2e-5", "1"], check=False, CHECKPOINT="x.pt", GLUE_BIN=str(glue_bin), RUNS=str(tmp_path))
+    assert p.returncode == 2 and "exists without result.json" in p.stderr
+    q = sh([FINETUNE, "RTE", "2e-5", "2"], check=False, CHECKPOINT=str(tmp_path / "none.pt"),
+           GLUE_BIN=str(glue_bin), RUNS=str(tmp_path))
+    assert q.returncode == 2 and "none.pt: no such file" in q.stderr
+    (tmp_path / "bogus.pt").write_bytes(b"not a checkpoint")
+    r = sh([FINETUNE, "RTE", "2e-5", "3"], check=False, CHECKPOINT=str(tmp_path / "bogus.pt"),
+           GLUE_BIN=str(glue_bin), RUNS=str(tmp_path))
+    assert r.returncode != 0 and "bogus.pt" in r.stderr
+    assert not (tmp_path / "RTE" / "lr2e-5_seed3").exists() and not (tmp_path / ".partial").exists()
+
+
+# ---- fine-tuning -----------------------------------------------------------------------------------
+
+
+def test_finetune_rte_end_to_end(rte_run):
+    run_dir, p = rte_run
+    assert sorted(os.listdir(run_dir)) == ["best.txt", "command.txt", "result.json", "train.log"]
+    assert not (run_dir.parent.parent / ".partial" / "RTE" / "lr1e-3_seed1").exists()  # stale attempt redone
+    result = json.loads((run_dir / "result.json").read_text())
+    log = (run_dir / "train.log").read_text()
+    assert "an earlier attempt" not in log
+    assert result["best_valid"] == best_in_log(log) and set(result["best_valid"]) == {"valid"}
+    assert {k: result[k] for k in ("task", "lr", "seed", "metric", "checkpoint_variant")} == {
+        "task": "RTE", "lr": 1e-3, "seed": 1, "metric": "accuracy", "checkpoint_variant": "tupe_r"}
+    assert 0 <= result["best_valid"]["valid"] <= 100
+    cmd = (run_dir / "command.txt").read_text()
+    for flag in ("--arch tupe_roberta_tiny --max-positions 64 --no-input-pe --untied-pos --untie-cls --rel-pos",
+                 "--num-classes 2 --init-token 0 --separator-token 2", "--batch-size 16 --max-tokens 4400",
+                 r"--adam-betas \(0.9\,0.999\) --adam-eps 1e-6 --weight-decay 0.01 --clip-norm 1.0",
+                 "--lr 1e-3 --lr-scheduler warmup_ratio --warmup-ratio 0.06 --max-epoch 2",
+                 "--dropout 0.1 --attention-dropout 0.1 --seed 1", "--valid-subset valid",
+                 "--best-checkpoint-metric accuracy --maximize-best-checkpoint-metric", "--cpu", "--no-save",
+                 "--validate-interval-updates 2", "--reset-optimizer"):
+        assert flag in cmd, flag
+    assert "--fp16" not in cmd and "--regression-target" not in cmd
+    # 48 pairs / batch 16 = 3 updates per epoch; validating every 2 updates and at each epoch's end
+    assert "warmup_ratio schedule: 3 updates/epoch x 2 epochs -> 6 updates" in log
+    assert [int(u) for u in re.findall(r"valid on 'valid' subset .*num_updates (\d+)", log)] == [2, 3, 4, 6]
+    assert f"RTE lr1e-3_seed1 done: valid accuracy {result['best_valid']['valid']}" in p.stderr
+    assert collect.read_run("RTE", str(run_dir), "accuracy") == result["best_valid"]
+
+
+def test_finished_run_is_skipped(rte_run, pretrained, glue_bin, runs):
+    run_dir, _ = rte_run
+    before = (run_dir / "result.json").stat().st_mtime_ns
+    p = sh([FINETUNE, "RTE", "1e-3", "1"], **run_env(pretrained, glue_bin, runs))
+    assert "already done" in p.stderr and "skipping" in p.stderr
+    assert (run_dir / "result.json").stat().st_mtime_ns == before
+
+
+def test_finetune_stsb_regression_reports_pearson_and_keeps_the_best_checkpoint(pretrained, glue_bin, runs):
+    p = sh([FINETUNE, "STS-B", "1e-3", "1"], **run_env(pretrained, glue_bin, runs, KEEP_CHECKPOINTS="1"))
+    run_dir = runs / "STS-B" / "lr1e-3_seed1"
+    result = json.loads((run_dir / "result.json").read_text())
+    log = (run_dir / "train.log").read_text()
+    assert result["metric"] == "pearson" and result["best_valid"] == best_in_log(log)
+    assert -100 <= result["best_valid"]["valid"] <= 100
+    cmd = (run_dir / "command.txt").read_text()
+    for flag in ("--num-classes 1", "--regression-target", "--report-pearson-and-spearman",
+                 "--best-checkpoint-metric pearson", "--save-interval-updates 2"):
+        assert flag in cmd, flag
+    assert "--no-save" not in cmd
+    assert os.listdir(run_dir / "checkpoints") == ["checkpoint_best.pt"]  # KEEP_CHECKPOINTS=1: the best only
+    assert "STS-B: 1 class(es), metric pearson on valid" in p.stderr
+
+
+def test_grid_runs_what_is_missing_and_prints_the_table(rte_run, pretrained, glue_bin, runs):
+    """2 LRs x 1 seed on RTE; lr 1e-3 is the run above (skipped), lr 5e-4 is new."""
+    env = run_env(pretrained, glue_bin, runs, TASKS="RTE", LRS="1e-3 5e-4", SEEDS="1", JOBS="1")
+    p = sh([GRID], **env)
+    assert "grid: 2 runs (1 task(s) x 2 LR(s) x 1 seed(s)), 1 done, 1 to run, 1 at a time" in p.stdout
+    assert "grid: [1/1] done RTE lr5e-4_seed1" in p.stdout
+    scores = {lr: json.loads((runs / "RTE" / f"lr{lr}_seed1" / "result.json").read_text())["best_valid"]["valid"]
+              for lr in ("1e-3", "5e-4")}
+    row = re.search(r"^\| RTE \| accuracy \| (.*)$", p.stdout, re.M)
+    assert row, p.stdout
+    assert f"{scores['5e-4']:.2f} (1) | {scores['1e-3']:.2f} (1)" in row.group(1)  # per LR, 1 seed each
+    assert re.search(rf"^\| tupe_r_tiny \|.* {max(scores.values()):.2f} \|", p.stdout, re.M)  # best LR
+    assert (runs / "glue_results.csv").exists()
+    # SLURM: nothing left for this grid; with a second seed, the indices of the new runs
+    assert "all 2 runs are done" in sh([GRID, "--slurm"], **env).stdout
+    out = sh([GRID, "--slurm"], **dict(env, SEEDS="1 2")).stdout
+    assert "2 of 4 runs to do" in out and "sbatch --array=1,3 glue/grid.sbatch" in out
+    # an array task of a finished run: maps its index to (task, lr, seed) and skips
+    q = sh(["bash", GRID_SBATCH], **dict(env, SLURM_ARRAY_TASK_ID="1"))
+    assert "array task 1 = RTE lr 5e-4 seed 1" in q.stderr and "already done" in q.stderr

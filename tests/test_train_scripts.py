@@ -1,0 +1,264 @@
+"""train_scripts/: the real pretrain.sh and pretrain.sbatch on tiny data, on CPU (gloo).
+
+Multi-process runs go through the same path as on GPUs (torchrun or srun -> fairseq_rank.sh ->
+fairseq-train with explicit rank and env:// rendezvous); srun and scontrol are small stand-ins written
+below, so the SLURM script runs without SLURM.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from typing import Dict, List
+
+import pytest
+
+from conftest import BIN, ROOT, train_losses
+
+SCRIPTS = ROOT / "train_scripts"
+PRETRAIN = SCRIPTS / "pretrain.sh"
+# tiny TUPE-R, 64 tokens; 16 sentences per update (2 processes x 8, or 1 process x 8 x update-freq 2)
+TINY = {"SIZE": "tiny", "TOKENS_PER_SAMPLE": "64", "GPUS": "0", "MAX_SENTENCES": "8", "BATCH_SIZE": "16",
+        "WARMUP": "5", "LR": "2e-3", "LOG_INTERVAL": "1", "NUM_WORKERS": "0", "SEED": "1"}
+LAUNCHER_VARS = ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "LAUNCHER", "NNODES",
+                 "NPROC_PER_NODE", "VENV", "DRY_RUN", "EXTRA_ARGS", "SAVE_DIR", "DATA")
+
+
+def script_env(**overrides: str) -> Dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if k not in LAUNCHER_VARS and not k.startswith(("SLURM_", "TORCHELASTIC_"))}
+    env.update(PATH=f"{BIN}:{env.get('PATH', '')}", PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
+    env.update(overrides)
+    return env
+
+
+def sh(cmd: List[str], check: bool = True, timeout: int = 300, **env: str) -> subprocess.CompletedProcess:
+    p = subprocess.run([str(c) for c in cmd], cwd=ROOT, env=script_env(**env), capture_output=True, text=True,
+                       timeout=timeout)
+    if check and p.returncode != 0:
+        raise AssertionError(f"{cmd} failed ({p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-6000:]}")
+    return p
+
+
+def free_port() -> str:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return str(s.getsockname()[1])
+
+
+# ---- help, dry runs, errors (no training) ------------------------------------------------------------
+
+
+def test_help_lists_every_variable():
+    out = sh([PRETRAIN, "--help"]).stdout
+    for var in ("VARIANT", "SIZE", "DATA", "SAVE_DIR", "GPUS", "MAX_SENTENCES", "UPDATE_FREQ", "TOKENS_PER_SAMPLE",
+                "TOTAL_UPDATES", "WARMUP", "LR", "EXTRA_ARGS", "TENSORBOARD_DIR", "BATCH_SIZE"):
+        assert re.search(rf"^  {var} ", out, re.M), var
+    assert "torchrun" in out and "pretrain.sbatch" in out
+    assert "srun" in sh(["bash", SCRIPTS / "pretrain.sbatch", "--help"]).stdout
+    assert "Usage" in sh([SCRIPTS / "fairseq_rank.sh", "--help"]).stdout
+
+
+def test_dry_run_prints_settings_batch_and_the_paper_command(lm_bin, tmp_path):
+    save = tmp_path / "ckpt"
+    p = sh([PRETRAIN], DATA=str(lm_bin), GPUS="0", NPROC_PER_NODE="2", DRY_RUN="1", SAVE_DIR=str(save))
+    err = p.stderr
+    assert re.search(r"^  VARIANT=tupe-r +\[tupe-r\]$", err, re.M)  # each variable with its default
+    assert re.search(r"^  UPDATE_FREQ=8 +\[auto\]$", err, re.M)
+    assert "effective batch size: 256 = 2 process(es) x MAX_SENTENCES 16 x UPDATE_FREQ 8" in err
+    cmd = err.split("pretrain.sh: command:\n")[1].splitlines()[0]
+    assert cmd.startswith(f"{BIN}/torchrun --standalone --nproc-per-node 2 --no-python ")
+    assert f"{SCRIPTS}/fairseq_rank.sh 2 cpu {lm_bin} " in cmd
+    for flag in ("--arch tupe_r_base", "--tokens-per-sample 512", "--max-positions 512", "--mask-prob 0.15",
+                 "--batch-size 16 --update-freq 8", "--lr 1e-4", "--warmup-updates 10000",
+                 "--total-num-update 1000000 --max-update 1000000", "--lr-scheduler polynomial_decay --power 1",
+                 "--end-learning-rate 0", r"--adam-betas \(0.9\,0.999\) --adam-eps 1e-6", "--weight-decay 0.01",
+                 "--clip-norm 1.0", "--dropout 0.1 --attention-dropout 0.1", f"--save-dir {save} ",
+                 f"--tensorboard-logdir {save}/tensorboard", "--distributed-world-size 2",
+                 "--ddp-backend legacy_ddp --distributed-backend gloo", "--cpu"):
+        assert flag in cmd, flag
+    assert "--fp16" not in cmd and not save.exists()  # a dry run creates nothing
+
+    gpu = sh([PRETRAIN], DATA=str(lm_bin), GPUS="8", VARIANT="bert-a", DRY_RUN="1").stderr
+    assert "effective batch size: 256 = 8 process(es) x MAX_SENTENCES 16 x UPDATE_FREQ 2" in gpu
+    gpu_cmd = gpu.split("pretrain.sh: command:\n")[1]
+    for flag in ("fairseq_rank.sh 8 gpu", "--arch bert_a_base", "--fp16", "--distributed-backend nccl",
+                 "--ddp-backend pytorch_ddp", f"--save-dir {ROOT}/checkpoints/bert_a_base"):
+        assert flag in gpu_cmd, flag
+    assert "--cpu" not in gpu_cmd
+
+    # DATA may be a folder with data_path.txt (preprocess/c4/4_layout.sh writes one)
+    layout = tmp_path / "data-bin"
+    layout.mkdir()
+    (layout / "data_path.txt").write_text(f"{lm_bin}:{lm_bin}\n")
+    c4 = sh([PRETRAIN], DATA=str(layout), GPUS="0", DRY_RUN="1").stderr
+    assert f"fairseq-train {lm_bin}:{lm_bin} --user-dir" in c4
+
+
+@pytest.mark.parametrize("env, message", [
+    ({"NPROC_PER_NODE": "3"}, "BATCH_SIZE=256 is not divisible by 3 process(es) x MAX_SENTENCES=16 = 48"),
+    ({"VARIANT": "bert-a", "SIZE": "large"}, "SIZE=large exists for tupe-r and tupe-a only"),
+    ({"VARIANT": "xl"}, "VARIANT must be one of"),
+    ({"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0"}, "started under a launcher with WORLD_SIZE=2, but"),
+    ({"DATA": "/nonexistent"}, "no dict.txt in /nonexistent"),
+])
+def test_bad_settings_are_refused(lm_bin, env, message):
+    p = sh([PRETRAIN], check=False, **{"DATA": str(lm_bin), "GPUS": "0", **env})
+    assert p.returncode == 2 and message in p.stderr, p.stderr
+
+
+def test_world_size_mismatch_with_the_launcher_is_refused(lm_bin, tmp_path):
+    """torchrun around the script: 2 processes, but the script builds a 1-process command -> every rank
+    refuses instead of training 2 independent copies into one save dir."""
+    p = sh(["torchrun", "--standalone", "--nproc-per-node", "2", "--no-python", PRETRAIN], check=False,
+           DATA=str(lm_bin), GPUS="0", SAVE_DIR=str(tmp_path / "ckpt"))
+    assert p.returncode != 0
+    assert p.stderr.count("started under a launcher with WORLD_SIZE=2, but NNODES x NPROC_PER_NODE = 1 x 1 = 1") == 2
+    assert not (tmp_path / "ckpt").exists()
+    # the per-rank wrapper checks the launcher's world size against the one the command was built for
+    q = sh([SCRIPTS / "fairseq_rank.sh", "2", "cpu", str(lm_bin)], check=False, WORLD_SIZE="3", RANK="0",
+           LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT="1")
+    assert q.returncode == 2
+    assert "torchrun started 3 processes but the command was built for world size 2" in q.stderr
+
+
+# ---- real training -----------------------------------------------------------------------------------
+
+
+def test_two_processes_match_one_process_with_update_freq_2(lm_bin, tmp_path):
+    """2 ranks x 8 sentences (all-reduce over gloo) vs 1 rank x 8 sentences x update-freq 2: the same 16
+    sentences per update (rank r takes batches r, r+2, ...; update-freq takes them in pairs), the same
+    masks (seeded per sample) and, with dropout off, the same gradients up to float summation order.
+    Tolerance 2e-3 on the logged losses: they are printed with 3 decimals (rounding alone gives up to
+    1e-3), and the order of float sums differs (all-reduce vs accumulation). With dropout 0.1 the second
+    micro-batch of update-freq draws other dropout masks than rank 1 (both ranks start from the per-update
+    seed), so the curves differ by about 1e-2; that is why dropout is off here."""
+    common = dict(TINY, DATA=str(lm_bin), TOTAL_UPDATES="20", DROPOUT="0", ATTENTION_DROPOUT="0")
+    two = sh([PRETRAIN], NPROC_PER_NODE="2", SAVE_DIR=str(tmp_path / "two"), **common)
+    one = sh([PRETRAIN], SAVE_DIR=str(tmp_path / "one"), **common)
+    assert "world size 2 = 1 node(s) x 2 process(es) on cpu, launcher torchrun" in two.stderr
+    assert "effective batch size: 16 = 2 process(es) x MAX_SENTENCES 8 x UPDATE_FREQ 1" in two.stderr
+    assert "effective batch size: 16 = 1 process(es) x MAX_SENTENCES 8 x UPDATE_FREQ 2" in one.stderr
+    log2, log1 = two.stdout + two.stderr, one.stdout + one.stderr
+    assert "distributed init (rank 0): env://" in log2 and "bsz=16" in log2
+    losses2, losses1 = train_losses(log2), train_losses(log1)
+    assert len(losses2) == len(losses1) == 20
+    diff = max(abs(a - b) for a, b in zip(losses1, losses2))
+    assert diff <= 2e-3, (diff, losses1, losses2)
+    assert losses2[-1] < losses2[0] - 0.3
+    assert (tmp_path / "two" / "checkpoint_last.pt").exists()
+    assert any((tmp_path / "two" / "tensorboard" / "train_inner").iterdir())  # TensorBoard on by default
+
+
+FAKE_SRUN = r"""#!/usr/bin/env bash
+# Stand-in for SLURM's srun: --ntasks copies of the command with SLURM_PROCID/SLURM_LOCALID/SLURM_NTASKS.
+ntasks=1 per_node=1
+while [[ "${1:-}" == -* ]]; do
+  case "$1" in
+    --ntasks) ntasks=$2; shift 2 ;;
+    --ntasks-per-node) per_node=$2; shift 2 ;;
+    --nodes|--cpus-per-task) shift 2 ;;
+    *) shift ;;
+  esac
+done
+echo "srun ntasks=$ntasks per_node=$per_node" >> "$FAKE_SLURM_LOG"
+pids=()
+for ((i = 0; i < ntasks; i++)); do
+  SLURM_PROCID=$i SLURM_LOCALID=$(( i % per_node )) SLURM_NTASKS=$ntasks "$@" &
+  pids+=($!)
+done
+trap 'kill -TERM "${pids[@]}" 2>/dev/null' TERM INT
+status=0
+for p in "${pids[@]}"; do wait "$p" || status=$?; done
+exit $status
+"""
+FAKE_SCONTROL = r"""#!/usr/bin/env bash
+echo "scontrol $*" >> "$FAKE_SLURM_LOG"
+[[ "$1 $2" == "show hostnames" ]] && echo localhost
+exit 0
+"""
+
+
+@pytest.fixture(scope="module")
+def killed_run(lm_bin, tmp_path_factory):
+    """pretrain.sbatch (2 tasks via the srun stand-in) stopped by SLURM's time-limit signal (USR1) after a
+    few checkpoints, then submitted again: returns (save dir, first log, second log, fake SLURM log)."""
+    d = tmp_path_factory.mktemp("sbatch")
+    fake_bin = d / "bin"
+    fake_bin.mkdir()
+    for name, text in (("srun", FAKE_SRUN), ("scontrol", FAKE_SCONTROL)):
+        (fake_bin / name).write_text(text)
+        (fake_bin / name).chmod(0o755)
+    save, slurm_log = d / "ckpt", d / "slurm.log"
+    env = script_env(**TINY, DATA=str(lm_bin), SAVE_DIR=str(save), TOTAL_UPDATES="1000",
+                     SAVE_INTERVAL_UPDATES="5", SLURM_JOB_ID="4242", SLURM_NNODES="1", SLURM_NTASKS_PER_NODE="2",
+                     SLURM_JOB_NODELIST="localhost", MASTER_PORT=free_port(), FAKE_SLURM_LOG=str(slurm_log))
+    env["PATH"] = f"{fake_bin}:{env['PATH']}"
+    first = d / "first.log"
+    with open(first, "w") as out:
+        job = subprocess.Popen(["bash", str(SCRIPTS / "pretrain.sbatch")], cwd=ROOT, env=env, stdout=out,
+                               stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.time() + 120
+        while not re.search(r"Saved checkpoint \S+ \(epoch \d+ @ (1\d|[2-9]\d) updates", first.read_text()):
+            assert job.poll() is None, first.read_text()[-4000:]
+            assert time.time() < deadline, first.read_text()[-4000:]
+            time.sleep(0.2)
+        job.send_signal(signal.SIGUSR1)  # what SLURM sends 300 s before the time limit (--signal=B:USR1@300)
+        assert job.wait(timeout=60) == 0, first.read_text()[-4000:]
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+    env["MASTER_PORT"] = free_port()
+    return save, env, first.read_text(), slurm_log
+
+
+def test_killed_sbatch_run_resumes_where_it_stopped(killed_run):
+    save, env, first_log, slurm_log = killed_run
+    assert "srun ntasks=2 per_node=2" in slurm_log.read_text()
+    assert "scontrol requeue 4242" in slurm_log.read_text()  # the job requeues itself before the time limit
+    assert "rendezvous localhost:" in first_log  # master address from the allocation (scontrol show hostnames)
+    assert "distributed init (rank 0): env://" in first_log
+    assert not re.search(r"done training", first_log)
+    # resubmission: the same job again, told to stop 4 updates after the checkpoint it resumes from
+    at = sh(["python", SCRIPTS / "check_resume.py", save]).stderr
+    m = re.search(r"resuming from \S+checkpoint_last.pt @ (\d+) updates", at)
+    assert m, at
+    n = int(m.group(1))
+    p = subprocess.run(["bash", str(SCRIPTS / "pretrain.sbatch")], cwd=ROOT, capture_output=True, text=True,
+                       env=dict(env, EXTRA_ARGS=f"--max-update {n + 4}"), timeout=180)
+    log = p.stdout + p.stderr
+    assert p.returncode == 0, log[-4000:]
+    assert re.search(rf"Loaded checkpoint \S+checkpoint_last.pt \(epoch \d+ @ {n} updates\)", log), log[-4000:]
+    updates = [int(x) for x in re.findall(r"train_inner \|.*?num_updates=(\d+)", log)]
+    assert updates == [n + 1, n + 2, n + 3, n + 4]
+    lrs = [float(x) for x in re.findall(r"train_inner \|.*?lr=([0-9.e-]+)", log)]
+    assert lrs[0] > 1.9e-3  # the schedule continues (decay from 2e-3 over 1000 updates), no new warmup
+    # same data position, same parameters, same per-update seed: the same loss as before the stop
+    before = {int(u): float(l) for l, u in re.findall(r"train_inner \|.*?loss=([0-9.]+).*?num_updates=(\d+)",
+                                                      first_log)}
+    after = {u: l for u, l in zip(updates, train_losses(log))}
+    if n + 1 in before:  # logged by the first job unless it stopped right after saving
+        assert abs(before[n + 1] - after[n + 1]) <= 1e-3, (before[n + 1], after[n + 1])
+
+
+def test_damaged_last_checkpoint_is_replaced_by_the_newest_intact_one(killed_run, tmp_path):
+    save, _, _, _ = killed_run
+    d = tmp_path / "ckpt"
+    shutil.copytree(save, d, ignore=shutil.ignore_patterns("tensorboard"))
+    interval = sorted(d.glob("checkpoint_*_*.pt"), key=lambda p: int(p.stem.split("_")[-1]))
+    assert interval, sorted(os.listdir(d))
+    last = d / "checkpoint_last.pt"
+    last.write_bytes(last.read_bytes()[: last.stat().st_size // 2])  # killed while fairseq copied it
+    p = sh(["python", SCRIPTS / "check_resume.py", d])
+    newest = int(interval[-1].stem.split("_")[-1])
+    assert f"resuming from a copy of {interval[-1]} @ {newest} updates" in p.stderr
+    assert (d / "checkpoint_last.pt.damaged").exists()
+    assert last.read_bytes() == interval[-1].read_bytes()
+    last.unlink()  # checkpoints but no checkpoint_last.pt: refuse to start over them
+    q = sh(["python", SCRIPTS / "check_resume.py", d], check=False)
+    assert q.returncode == 2 and "refusing to start from scratch" in q.stderr

@@ -1,0 +1,87 @@
+"""Before (re)starting pre-training: say where fairseq will resume, and repair a damaged last checkpoint.
+
+fairseq resumes from ``SAVE_DIR/checkpoint_last.pt`` by default. It writes the newest checkpoint
+atomically (temporary name, then rename) but then *copies* it to ``checkpoint_last.pt``, which is not
+atomic: a job preempted or killed during that copy leaves a truncated ``checkpoint_last.pt`` and every
+resubmission then dies loading it. This check, run by ``pretrain.sh`` before each launch:
+
+* no ``checkpoint_last.pt`` and no other checkpoint: fresh start;
+* ``checkpoint_last.pt`` loads: fairseq resumes from it (its update count is printed);
+* ``checkpoint_last.pt`` is damaged: it is kept as ``checkpoint_last.pt.damaged`` and the newest intact
+  ``checkpoint_E_U.pt`` / ``checkpointE.pt`` is copied (temporary name, then rename) to
+  ``checkpoint_last.pt``; with no intact one, exit 2;
+* other checkpoints but no ``checkpoint_last.pt``: exit 2 rather than start from scratch over them.
+
+    python train_scripts/check_resume.py SAVE_DIR [--dry-run]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import sys
+from typing import List, Optional, Tuple
+
+LAST = "checkpoint_last.pt"
+OTHER_RE = re.compile(r"^checkpoint(?:_\d+_\d+|\d+)\.pt$")
+
+
+def num_updates(path: str) -> Optional[int]:
+    """Update count stored in a fairseq checkpoint, or None if the file cannot be read."""
+    import torch
+
+    from tupe_plugin import checkpoint_safety  # noqa: F401  (weights_only allowlist for fairseq's objects)
+
+    try:
+        state = torch.load(path, map_location="cpu", mmap=True)  # tensors are not read
+        return int(state["optimizer_history"][-1]["num_updates"])
+    except Exception:  # truncated zip, bad pickle, not a fairseq checkpoint: all mean "cannot resume"
+        return None
+
+
+def candidates(save_dir: str) -> List[str]:
+    return [os.path.join(save_dir, f) for f in os.listdir(save_dir) if OTHER_RE.match(f)]
+
+
+def newest_intact(paths: List[str]) -> Optional[Tuple[int, str]]:
+    readable = [(n, p) for p in paths for n in [num_updates(p)] if n is not None]
+    return max(readable) if readable else None
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("save_dir")
+    p.add_argument("--dry-run", action="store_true", help="report only, change nothing")
+    args = p.parse_args(argv)
+    say = lambda msg: print(f"check_resume: {msg}", file=sys.stderr)  # noqa: E731
+    last = os.path.join(args.save_dir, LAST)
+    others = candidates(args.save_dir) if os.path.isdir(args.save_dir) else []
+    if not os.path.exists(last):
+        if others:
+            say(f"error: {args.save_dir} holds {len(others)} checkpoint(s) but no {LAST}; refusing to start "
+                f"from scratch over them. Copy the one to resume from to {LAST}, or use another SAVE_DIR.")
+            return 2
+        say(f"no {last}: starting from scratch")
+        return 0
+    n = num_updates(last)
+    if n is not None:
+        say(f"resuming from {last} @ {n} updates")
+        return 0
+    best = newest_intact(others)
+    if best is None:
+        say(f"error: {last} cannot be read (truncated?) and no intact checkpoint_*.pt to fall back on")
+        return 2
+    n, path = best
+    if args.dry_run:
+        say(f"{last} cannot be read; would resume from {path} @ {n} updates")
+        return 0
+    os.replace(last, last + ".damaged")
+    shutil.copyfile(path, last + ".tmp")
+    os.replace(last + ".tmp", last)
+    say(f"{last} could not be read (kept as {LAST}.damaged); resuming from a copy of {path} @ {n} updates")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

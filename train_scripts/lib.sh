@@ -1,0 +1,51 @@
+# Sourced by train_scripts/*.sh and glue/*.sh: tunables, messages, device detection. Not meant to be run.
+TUPE_REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+export PYTHONPATH="$TUPE_REPO${PYTHONPATH:+:$PYTHONPATH}"
+PYTHON="${PYTHON:-python}"
+
+TUNABLES=()
+declare -A TUNABLE_DEFAULT TUNABLE_HELP
+
+# tunable NAME DEFAULT HELP: NAME keeps its (non-empty) environment value, else DEFAULT.
+# Registered for usage_tunables (--help) and show_tunables (printed at start).
+tunable() {
+  TUNABLES+=("$1")
+  TUNABLE_DEFAULT[$1]="$2"
+  TUNABLE_HELP[$1]="$3"
+  [[ -n "${!1:-}" ]] || printf -v "$1" '%s' "$2"
+}
+
+# usage_tunables: "  NAME  (default)  help" for every tunable, for --help.
+usage_tunables() {
+  local v
+  for v in "${TUNABLES[@]}"; do
+    printf '  %-22s %-20s %s\n' "$v" "${TUNABLE_DEFAULT[$v]:-\"\"}" "${TUNABLE_HELP[$v]}"
+  done
+}
+
+# show_tunables: "NAME=value  [default: D]" for every tunable, to stderr.
+show_tunables() {
+  local v
+  echo "$(basename "$0"): environment (NAME=value [default])" >&2
+  for v in "${TUNABLES[@]}"; do
+    printf '  %-22s [%s]\n' "$v=${!v}" "${TUNABLE_DEFAULT[$v]}" >&2
+  done
+}
+
+# header_help FILE: the comment block at the top of FILE (after #! and #SBATCH lines), for --help.
+header_help() { awk 'NR == 1 || /^#SBATCH/ { next } !/^#/ { exit } { sub(/^# ?/, ""); print }' "$1"; }
+
+die() { echo "$(basename "$0"): error: $*" >&2; exit 2; }
+note() { echo "$(basename "$0"): $*" >&2; }
+
+# cuda_device_count: CUDA devices this process can see (respects CUDA_VISIBLE_DEVICES).
+cuda_device_count() {
+  "$PYTHON" -c 'import torch; print(torch.cuda.device_count())' 2>/dev/null || echo 0
+}
+
+# is_uint VALUE / is_number VALUE
+is_uint() { [[ "$1" =~ ^[0-9]+$ ]]; }
+is_number() { [[ "$1" =~ ^[0-9]*\.?[0-9]+([eE][-+]?[0-9]+)?$ ]]; }
+
+# quote_cmd ARGS...: the command as one shell-quoted line (what to copy and paste).
+quote_cmd() { local out; printf -v out '%q ' "$@"; echo "${out% }"; }

@@ -1,0 +1,200 @@
+#!/usr/bin/env bash
+# Pre-train a TUPE / BERT row of the paper with masked LM, the paper's recipe as defaults (PAPERS.md §1.3):
+# BERT-base TUPE-R, 512 tokens, batch 256, 1M updates, Adam (0.9, 0.999) eps 1e-6, LR 1e-4, 10k warmup,
+# linear decay to 0, clip 1.0, weight decay 0.01, dropout 0.1, mask 0.15, fp16 on GPU.
+#
+# Examples (from the repository root; DATA is a fairseq data dir, shard0:shard1:..., or a folder with
+# data_path.txt as written by preprocess/c4/4_layout.sh):
+#   DATA=c4_prep/data-bin train_scripts/pretrain.sh                       # every GPU of this node (torchrun)
+#   DATA=data-bin VARIANT=bert-a GPUS=1 train_scripts/pretrain.sh          # one GPU: update-freq 16
+#   DATA=data-bin VARIANT=tupe-a SIZE=large BATCH_SIZE=512 train_scripts/pretrain.sh
+#   DRY_RUN=1 DATA=data-bin GPUS=8 train_scripts/pretrain.sh               # print the command only
+#   sbatch --nodes 2 train_scripts/pretrain.sbatch                         # SLURM, see that file
+# Re-running the same command resumes from SAVE_DIR/checkpoint_last.pt (fairseq's default).
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+SCRIPTS="$TUPE_REPO/train_scripts"
+
+tunable VARIANT tupe-r "paper row: tupe-r tupe-a bert-a bert-r tupe-a-tie-cls bert-ad"
+tunable SIZE base "base, large (tupe-r/tupe-a only) or tiny (tests)"
+tunable ARCH auto "fairseq --arch (auto: VARIANT_SIZE, e.g. tupe_r_base)"
+tunable DATA "" "fairseq data dir(s), colon-separated, or a folder with data_path.txt (required)"
+tunable SAVE_DIR auto "checkpoints; reruns resume from its checkpoint_last.pt (auto: checkpoints/ARCH)"
+tunable TENSORBOARD_DIR auto "TensorBoard logs (auto: SAVE_DIR/tensorboard; none: off)"
+tunable GPUS auto "GPUs per node (auto: all CUDA devices visible; 0: CPU)"
+tunable NPROC_PER_NODE auto "processes per node (auto: GPUS, or 1 on CPU; >1 on CPU uses gloo)"
+tunable NNODES "${SLURM_NNODES:-1}" "nodes"
+tunable NODE_RANK 0 "this node's index (torchrun multi-node without SLURM)"
+tunable MASTER_ADDR auto "rendezvous host (auto: first node of the SLURM allocation, else 127.0.0.1)"
+tunable MASTER_PORT auto "rendezvous port (auto: free port on one node; from SLURM_JOB_ID under SLURM)"
+tunable LAUNCHER auto "auto, none (1 process), torchrun or srun (pretrain.sbatch sets srun)"
+tunable BATCH_SIZE 256 "target sentences per update = NNODES x NPROC_PER_NODE x MAX_SENTENCES x UPDATE_FREQ"
+tunable MAX_SENTENCES 16 "sentences per process per forward (--batch-size)"
+tunable UPDATE_FREQ auto "gradient accumulation (auto: BATCH_SIZE / (processes x MAX_SENTENCES))"
+tunable TOKENS_PER_SAMPLE 512 "tokens per sequence"
+tunable MAX_POSITIONS auto "learned positions (auto: TOKENS_PER_SAMPLE)"
+tunable SAMPLE_BREAK_MODE complete "masked_lm packing: complete = FULL-SENTENCES"
+tunable MASK_PROB 0.15 "masking probability (80/10/10)"
+tunable TOTAL_UPDATES 1000000 "updates (LR schedule length and stop)"
+tunable WARMUP 10000 "linear warmup updates"
+tunable LR 1e-4 "peak learning rate; then linear decay to END_LR"
+tunable END_LR 0 "learning rate at TOTAL_UPDATES"
+tunable ADAM_BETAS "(0.9,0.999)" "Adam betas"
+tunable ADAM_EPS 1e-6 "Adam epsilon"
+tunable WEIGHT_DECAY 0.01 "weight decay"
+tunable CLIP_NORM 1.0 "gradient clipping"
+tunable DROPOUT 0.1 "dropout"
+tunable ATTENTION_DROPOUT 0.1 "attention dropout"
+tunable SEED 1 "random seed"
+tunable FP16 auto "1: --fp16 (auto: 1 on GPU, 0 on CPU)"
+tunable SAVE_INTERVAL_UPDATES 10000 "checkpoint (and validate) every N updates"
+tunable KEEP_INTERVAL_UPDATES 3 "keep the last N interval checkpoints"
+tunable KEEP_PATTERN 100000 "also keep every checkpoint at a multiple of N updates (-1: none)"
+tunable LOG_INTERVAL 100 "log every N updates"
+tunable NUM_WORKERS 1 "data loader workers per process"
+tunable DDP_BACKEND auto "fairseq --ddp-backend (auto: pytorch_ddp on GPU, legacy_ddp on CPU)"
+tunable EXTRA_ARGS "" "more fairseq-train arguments (split on spaces); script arguments are appended too"
+tunable DRY_RUN 0 "1: print the settings and the command, do not train"
+
+usage() {
+  header_help "$0"
+  echo
+  echo "Usage: [NAME=value ...] $(basename "$0") [FAIRSEQ_TRAIN_ARGS...]"
+  echo
+  echo "Environment (default, meaning):"
+  usage_tunables
+}
+[[ "${1:-}" == "-h" || "${1:-}" == "--help" ]] && { usage; exit 0; }
+
+# ---- resolve the automatic values ----------------------------------------------------------------
+[[ "$GPUS" == auto ]] && GPUS="$(cuda_device_count)"
+is_uint "$GPUS" || die "GPUS must be a number, not '$GPUS'"
+if [[ "$NPROC_PER_NODE" == auto ]]; then
+  NPROC_PER_NODE=$(( GPUS > 0 ? GPUS : 1 ))
+fi
+for v in NPROC_PER_NODE NNODES MAX_SENTENCES BATCH_SIZE TOTAL_UPDATES WARMUP NODE_RANK; do
+  is_uint "${!v}" || die "$v must be a whole number, not '${!v}'"
+done
+(( NPROC_PER_NODE > 0 && NNODES > 0 && MAX_SENTENCES > 0 )) || die "NPROC_PER_NODE, NNODES, MAX_SENTENCES must be > 0"
+(( GPUS == 0 || NPROC_PER_NODE <= GPUS )) ||
+  die "NPROC_PER_NODE=$NPROC_PER_NODE but only GPUS=$GPUS: one process per GPU"
+DEVICE=$([[ "$GPUS" -gt 0 ]] && echo gpu || echo cpu)
+WORLD=$(( NNODES * NPROC_PER_NODE ))
+
+# A script started by a launcher itself (e.g. torchrun --no-python pretrain.sh) must agree with it.
+if [[ -n "${WORLD_SIZE:-}" ]]; then
+  [[ "$WORLD_SIZE" == "$WORLD" ]] || die "started under a launcher with WORLD_SIZE=$WORLD_SIZE, but" \
+    "NNODES x NPROC_PER_NODE = $NNODES x $NPROC_PER_NODE = $WORLD. Run this script directly (it starts" \
+    "torchrun itself), or set NPROC_PER_NODE/NNODES to match"
+  [[ "$LAUNCHER" == auto ]] && LAUNCHER=rank
+fi
+if (( WORLD == 1 )); then LAUNCHER=none  # one process: plain fairseq-train, whatever launched us
+elif [[ "$LAUNCHER" == auto ]]; then
+  if [[ -n "${SLURM_JOB_ID:-}" ]] && (( NNODES > 1 )); then LAUNCHER=srun
+  else LAUNCHER=torchrun; fi
+fi
+case "$LAUNCHER" in
+  none) (( WORLD == 1 )) || die "LAUNCHER=none runs one process, but the world size is $WORLD" ;;
+  torchrun|srun|rank) ;;
+  *) die "LAUNCHER must be auto, none, torchrun or srun, not '$LAUNCHER'" ;;
+esac
+if [[ "$MASTER_ADDR" == auto ]]; then
+  if [[ -n "${SLURM_JOB_NODELIST:-}" ]] && command -v scontrol > /dev/null; then
+    MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"
+  else MASTER_ADDR=127.0.0.1; fi
+fi
+if [[ "$MASTER_PORT" == auto ]]; then
+  if [[ -n "${SLURM_JOB_ID:-}" ]]; then MASTER_PORT=$(( 20000 + SLURM_JOB_ID % 20000 ))
+  else MASTER_PORT=29500; fi
+fi
+
+if [[ "$UPDATE_FREQ" == auto ]]; then
+  per_update=$(( WORLD * MAX_SENTENCES ))
+  (( BATCH_SIZE % per_update == 0 )) || die "BATCH_SIZE=$BATCH_SIZE is not divisible by" \
+    "$WORLD process(es) x MAX_SENTENCES=$MAX_SENTENCES = $per_update; change MAX_SENTENCES or set UPDATE_FREQ"
+  UPDATE_FREQ=$(( BATCH_SIZE / per_update ))
+fi
+is_uint "$UPDATE_FREQ" && (( UPDATE_FREQ > 0 )) || die "UPDATE_FREQ must be a positive whole number"
+EFFECTIVE=$(( WORLD * MAX_SENTENCES * UPDATE_FREQ ))
+
+if [[ "$ARCH" == auto ]]; then
+  case "$VARIANT" in
+    tupe-r|tupe-a|bert-a|bert-r|tupe-a-tie-cls|bert-ad) ;;
+    *) die "VARIANT must be one of tupe-r tupe-a bert-a bert-r tupe-a-tie-cls bert-ad, not '$VARIANT'" ;;
+  esac
+  case "$SIZE" in
+    base|tiny) ;;
+    large) [[ "$VARIANT" == tupe-r || "$VARIANT" == tupe-a ]] || die "SIZE=large exists for tupe-r and tupe-a only" ;;
+    *) die "SIZE must be base, large or tiny, not '$SIZE'" ;;
+  esac
+  ARCH="${VARIANT//-/_}_$SIZE"
+fi
+[[ "$MAX_POSITIONS" == auto ]] && MAX_POSITIONS="$TOKENS_PER_SAMPLE"
+[[ "$FP16" == auto ]] && FP16=$([[ "$DEVICE" == gpu ]] && echo 1 || echo 0)
+[[ "$DDP_BACKEND" == auto ]] && DDP_BACKEND=$([[ "$DEVICE" == gpu ]] && echo pytorch_ddp || echo legacy_ddp)
+
+[[ -n "$DATA" ]] || die "DATA is required: a fairseq data dir (dict.txt, train.bin/idx, valid.bin/idx)," \
+  "shard0:shard1:..., or a folder with data_path.txt"
+if [[ -f "$DATA/data_path.txt" && ! -f "$DATA/dict.txt" ]]; then DATA="$(head -n1 "$DATA/data_path.txt")"; fi
+[[ -f "${DATA%%:*}/dict.txt" ]] || die "no dict.txt in ${DATA%%:*} (DATA=$DATA)"
+[[ "$SAVE_DIR" == auto ]] && SAVE_DIR="checkpoints/$ARCH"
+SAVE_DIR="$(realpath -m "$SAVE_DIR")"  # absolute: every rank and every resubmission writes the same place
+[[ "$TENSORBOARD_DIR" == auto ]] && TENSORBOARD_DIR="$SAVE_DIR/tensorboard"
+
+show_tunables
+note "world size $WORLD = $NNODES node(s) x $NPROC_PER_NODE process(es) on $DEVICE, launcher $LAUNCHER"
+note "effective batch size: $EFFECTIVE = $WORLD process(es) x MAX_SENTENCES $MAX_SENTENCES x UPDATE_FREQ" \
+  "$UPDATE_FREQ ($(( EFFECTIVE * TOKENS_PER_SAMPLE )) tokens per update at most)"
+(( EFFECTIVE == BATCH_SIZE )) || note "warning: effective batch size $EFFECTIVE differs from BATCH_SIZE=$BATCH_SIZE"
+
+# ---- the fairseq command ----------------------------------------------------------------------------
+read -r -a extra <<< "$EXTRA_ARGS"
+args=(
+  "$DATA" --user-dir "$TUPE_REPO/tupe_plugin"
+  --task masked_lm --criterion masked_lm --arch "$ARCH" --max-positions "$MAX_POSITIONS"
+  --sample-break-mode "$SAMPLE_BREAK_MODE" --tokens-per-sample "$TOKENS_PER_SAMPLE" --mask-prob "$MASK_PROB"
+  --optimizer adam --adam-betas "$ADAM_BETAS" --adam-eps "$ADAM_EPS" --weight-decay "$WEIGHT_DECAY"
+  --clip-norm "$CLIP_NORM" --lr "$LR" --lr-scheduler polynomial_decay --power 1 --end-learning-rate "$END_LR"
+  --warmup-updates "$WARMUP" --total-num-update "$TOTAL_UPDATES" --max-update "$TOTAL_UPDATES"
+  --dropout "$DROPOUT" --attention-dropout "$ATTENTION_DROPOUT"
+  --batch-size "$MAX_SENTENCES" --update-freq "$UPDATE_FREQ" --seed "$SEED"
+  --save-dir "$SAVE_DIR" --no-epoch-checkpoints --save-interval-updates "$SAVE_INTERVAL_UPDATES"
+  --keep-interval-updates "$KEEP_INTERVAL_UPDATES" --keep-interval-updates-pattern "$KEEP_PATTERN"
+  --skip-invalid-size-inputs-valid-test
+  --log-format simple --log-interval "$LOG_INTERVAL" --num-workers "$NUM_WORKERS"
+)
+[[ "$TENSORBOARD_DIR" != none ]] && args+=(--tensorboard-logdir "$TENSORBOARD_DIR")
+[[ "$DEVICE" == cpu ]] && args+=(--cpu)
+[[ "$FP16" == 1 ]] && args+=(--fp16)
+if (( WORLD > 1 )); then
+  args+=(--distributed-world-size "$WORLD" --ddp-backend "$DDP_BACKEND"
+         --distributed-backend "$([[ "$DEVICE" == gpu ]] && echo nccl || echo gloo)")
+fi
+args+=("${extra[@]}" "$@")
+
+FAIRSEQ_TRAIN="$(command -v fairseq-train)" || die "fairseq-train not found (activate the virtual environment)"
+export FAIRSEQ_TRAIN MASTER_ADDR MASTER_PORT
+rank_cmd=("$SCRIPTS/fairseq_rank.sh" "$WORLD" "$DEVICE" "${args[@]}")
+case "$LAUNCHER" in
+  none) cmd=("$FAIRSEQ_TRAIN" "${args[@]}") ;;
+  rank) cmd=("${rank_cmd[@]}") ;;
+  torchrun)
+    if (( NNODES == 1 )); then rdzv=(--standalone)
+    else
+      rdzv=(--nnodes "$NNODES" --node-rank "$NODE_RANK" --master-addr "$MASTER_ADDR" --master-port "$MASTER_PORT")
+    fi
+    torchrun="$(dirname "$FAIRSEQ_TRAIN")/torchrun"
+    [[ -x "$torchrun" ]] || torchrun=torchrun
+    cmd=("$torchrun" "${rdzv[@]}" --nproc-per-node "$NPROC_PER_NODE" --no-python "${rank_cmd[@]}") ;;
+  srun)
+    # srun does not inherit --cpus-per-task from sbatch (SLURM >= 22.05): pass it on
+    cmd=(srun --kill-on-bad-exit=1 --nodes "$NNODES" --ntasks "$WORLD" --ntasks-per-node "$NPROC_PER_NODE"
+         ${SLURM_CPUS_PER_TASK:+--cpus-per-task "$SLURM_CPUS_PER_TASK"} "${rank_cmd[@]}") ;;
+esac
+note "command:"
+echo "$(quote_cmd "${cmd[@]}")" >&2
+[[ "$DRY_RUN" == 1 ]] && { note "DRY_RUN=1: not starting"; exit 0; }
+
+mkdir -p "$SAVE_DIR"
+"$PYTHON" "$SCRIPTS/check_resume.py" "$SAVE_DIR"
+exec "${cmd[@]}"
