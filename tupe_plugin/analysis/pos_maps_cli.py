@@ -20,9 +20,9 @@ from .locality_symmetry import locality, softmax_rows, symmetry, symmetry_scaled
 def save_grid(logits: np.ndarray, path: str, title: str) -> None:
     import logging
 
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)  # fairseq leaves the root logger verbose
     import matplotlib
 
-    logging.getLogger("matplotlib").setLevel(logging.WARNING)  # fairseq leaves the root logger verbose
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
