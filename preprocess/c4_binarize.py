@@ -142,11 +142,8 @@ def write_index(path: str, dtype: type, size_chunks: List[np.ndarray]) -> None:
 
 
 def sha1_file(path: str) -> str:
-    h = hashlib.sha1()
     with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+        return hashlib.file_digest(f, "sha1").hexdigest()
 
 
 def identity(inputs: Sequence[str], model: str, dict_path: str) -> dict:

@@ -392,11 +392,8 @@ def write_task(task: TaskSpec, splits: List[SplitData], dictionary, encode_many,
 
 
 def _sha256(path: str) -> str:
-    h = hashlib.sha256()
     with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def _manifest(task: TaskSpec, splits: List[SplitData], args: argparse.Namespace, dict_sha: str) -> dict:

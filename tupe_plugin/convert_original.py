@@ -467,11 +467,8 @@ def check_buckets(model, original: Dict[str, torch.Tensor]) -> None:
 
 
 def _sha256(path: str) -> str:
-    h = hashlib.sha256()
     with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            h.update(block)
-    return h.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def _save_atomic(obj, path: str) -> None:

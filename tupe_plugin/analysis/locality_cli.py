@@ -10,14 +10,13 @@ Prints Markdown tables and writes them as CSV (``--out-csv``).
 from __future__ import annotations
 
 import argparse
-import csv
-import os
 import sys
 from typing import Dict, List
 
 import numpy as np
 
 from .checkpoint_maps import positional_logits
+from .table_io import write_csv
 from .locality_symmetry import locality, softmax_rows, symmetry, symmetry_scaled
 
 METRICS = {"locality": locality, "symmetry": symmetry, "symmetry_scaled": symmetry_scaled}
@@ -84,12 +83,7 @@ def main(argv=None) -> int:
         print(f"| {r['source']} | {r['layer']} | {r['head']} | {r['locality']:.4f} | {r['symmetry']:.4f} | "
               f"{r['symmetry_scaled']:.4f} |")
     if args.out_csv:
-        tmp = args.out_csv + ".tmp"
-        with open(tmp, "w", newline="", encoding="utf-8") as f:
-            w = csv.DictWriter(f, fieldnames=list(rows[0]))
-            w.writeheader()
-            w.writerows(rows)
-        os.replace(tmp, args.out_csv)
+        write_csv(args.out_csv, rows)
         print(f"wrote {args.out_csv}")
     return 0
 

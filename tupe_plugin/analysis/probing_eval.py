@@ -12,7 +12,6 @@ Reports accuracy per set and the change against ``original`` (``role_swap`` agai
 from __future__ import annotations
 
 import argparse
-import csv
 import glob
 import json
 import os
@@ -23,6 +22,7 @@ import torch
 from fairseq.data.data_utils import collate_tokens
 
 from .attention_maps import load_hub
+from .table_io import write_csv
 
 BASELINE = {"role_swap": "role_swap_original"}
 
@@ -112,12 +112,7 @@ def main(argv=None) -> int:
         delta = "" if r["delta"] == "" else f"{r['delta']:+.2f}"
         print(f"| {r['set']} | {r['items']} | {r['accuracy']:.2f} | {delta} | {r['baseline']} |")
     if args.out_csv:
-        tmp = args.out_csv + ".tmp"
-        with open(tmp, "w", newline="", encoding="utf-8") as f:
-            w = csv.DictWriter(f, fieldnames=list(rows[0]))
-            w.writeheader()
-            w.writerows(rows)
-        os.replace(tmp, args.out_csv)
+        write_csv(args.out_csv, rows)
     return 0
 
 
