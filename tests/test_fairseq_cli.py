@@ -90,3 +90,16 @@ def test_hydra_train_with_shipped_config(lm_bin, tmp_path):
     assert len(losses) == 4 and losses[-1] < losses[0]
     assert (save / "checkpoint_last.pt").exists()
     assert any((tmp_path / "tb" / "train_inner").iterdir())  # TensorBoard events written
+
+
+def test_hydra_finetune_config_counts_updates_from_the_epoch_budget(pretrained, cls_bin, tmp_path):
+    p = run(["fairseq-hydra-train", "--config-dir", str(ROOT / "train_scripts/config/finetune"),
+             "--config-name", "glue", f"task.data={cls_bin}", f"common.user_dir={ROOT / 'tupe_plugin'}",
+             f"checkpoint.restore_file={pretrained / 'checkpoint_last.pt'}", "model._name=tupe_roberta_tiny",
+             "model.max_positions=64", "task.max_positions=64", "common.fp16=false", "common.cpu=true",
+             "optimization.max_epoch=3", "optimization.lr=[0.001]", "dataset.num_workers=0",
+             f"checkpoint.save_dir={tmp_path / 'ft'}", f"hydra.run.dir={tmp_path / 'out'}"], cwd=tmp_path)
+    log = p.stdout + p.stderr
+    # 320 sentences / batch 32 = 10 updates per epoch; 6% of 30 updates = 1 warmup update
+    assert "warmup_ratio schedule: 10 updates/epoch x 3 epochs -> 30 updates, 1 warmup" in log
+    assert "num_updates 30" in log and (tmp_path / "ft" / "checkpoint_best.pt").exists()

@@ -269,9 +269,8 @@ def test_binaries_load_in_sentence_prediction_task(glue_out, spm_files):
 def test_fairseq_train_runs_on_binaries(glue_out, tmp_path):
     out, _ = glue_out
     cmd = [os.path.join(VENV_BIN, "fairseq-train"), os.path.join(out, "RTE-bin"), "--task", "sentence_prediction",
-           "--criterion", "sentence_prediction", "--arch", "roberta_base", "--encoder-layers", "1",
-           "--encoder-embed-dim", "32", "--encoder-ffn-embed-dim", "64", "--encoder-attention-heads", "2",
-           "--max-positions", "128", "--num-classes", "2", "--init-token", "0", "--separator-token", "2",
+           "--criterion", "sentence_prediction", "--user-dir", os.path.join(REPO, "tupe_plugin"),
+           "--arch", "tupe_r_tiny", "--max-positions", "128", "--num-classes", "2", "--init-token", "0", "--separator-token", "2",
            "--max-update", "3", "--batch-size", "8", "--optimizer", "adam", "--lr", "1e-4", "--cpu",
            "--no-save", "--log-format", "simple", "--log-interval", "1", "--num-workers", "0",
            "--save-dir", str(tmp_path / "ckpt")]
@@ -283,6 +282,7 @@ def test_fairseq_train_runs_on_binaries(glue_out, tmp_path):
     losses = [float(line.split(" loss=")[1].split(",")[0]) for line in inner]
     assert all(math.isfinite(x) and x > 0 for x in losses)
     assert not os.path.exists(tmp_path / "ckpt" / "checkpoint_last.pt")
+    assert "positional variant: tupe_r " in log
     # The results collector reads this very log format.
     from glue.collect import parse_fairseq_log
 
