@@ -73,7 +73,17 @@ def peak_memory_child(arch, size, length, steps, device, queue):
     if device == "cuda":
         queue.put(torch.cuda.max_memory_allocated() / 2**20)
     else:
-        queue.put(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)  # whole child process
+        queue.put(peak_rss_mib())
+
+
+def peak_rss_mib() -> float:
+    """This process's own high-water RSS. Not ru_maxrss: Linux carries that over from the
+    parent across fork + exec, so every child would report the (large) parent's RSS."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return float(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) / 1024
 
 
 def peak_memory(arch, size, length, steps, device) -> float:
