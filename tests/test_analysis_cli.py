@@ -140,3 +140,17 @@ def test_probe_reports_accuracy_per_set_and_drop(nli_finetuned, spm_dir, tmp_pat
     want = float(rows["role_swap"]["accuracy"]) - float(rows["role_swap_original"]["accuracy"])
     assert float(rows["role_swap"]["delta"]) == pytest.approx(want, abs=0.011) and rows["role_swap"]["baseline"] == "role_swap_original"
     assert rows["shuffle_3"]["baseline"] == "original"
+
+
+def test_pos_maps_of_a_learned_per_layer_prior(lm_bin, tmp_path):
+    from conftest import PRETRAIN_ARGS
+
+    run(["fairseq-train", str(lm_bin), *PRETRAIN_ARGS, "--arch", "learned_gaussian_tiny", "--max-update", "2",
+         "--save-dir", str(tmp_path / "ckpt")])
+    ckpt = tmp_path / "ckpt" / "checkpoint_last.pt"
+    run([str(BIN / "tupe-pos-maps"), str(ckpt), "--out-dir", str(tmp_path / "maps"), "--length", "10"])
+    logits = np.load(tmp_path / "maps" / "pos_logits.npy")
+    table = torch.load(ckpt)["model"]["encoder.sentence_encoder.positions.distance_bias"].double().numpy()
+    assert logits.shape == (2 * 4, 10, 10)  # layers x heads, layer-major
+    for layer, head, i, j in [(0, 0, 0, 0), (1, 3, 2, 7), (1, 0, 9, 1)]:
+        assert logits[layer * 4 + head, i, j] == pytest.approx(table[layer, head, abs(i - j)], abs=1e-6)

@@ -23,8 +23,9 @@ def paper_bucket(delta: int) -> int:
     return b + (16 if delta > 0 else 0)
 
 
-def reference_positional(model, T: int) -> torch.Tensor:
-    """(H, T, T) content-free logits, entry by entry, as the recipe's steps 2-4 describe."""
+def reference_positional(model, T: int, layer: int = 0) -> torch.Tensor:
+    """(H, T, T) content-free logits of ``layer``, entry by entry, as the recipe's steps 2-4
+    describe (and PAPERS.md §2.6 for the L&S distance priors)."""
     pos = model.encoder.sentence_encoder.positions
     v = model.variant
     H, dh = pos.num_heads, pos.head_dim
@@ -56,6 +57,16 @@ def reference_positional(model, T: int) -> torch.Tensor:
                 elif v.untie_cls and j == 0:
                     b = 32
                 out[:, i, j] += table[b]
+    if v.distance_prior == "gaussian":
+        for i in range(T):  # normalised over all max_positions keys (padding-independent)
+            row = [math.exp(-0.5 * (j - i) ** 2) for j in range(pos.max_positions)]
+            for j in range(T):
+                out[:, i, j] += row[j] / sum(row)
+    elif v.distance_prior == "learned_gaussian":
+        table = pos.distance_bias.double()  # (L, H, max_positions)
+        for i in range(T):
+            for j in range(T):
+                out[:, i, j] += table[layer, :, abs(i - j)]
     return out
 
 
@@ -130,7 +141,7 @@ def layer0_reference_weights(model, x_tokens):
             if v.pos_mixed_terms:
                 qh, kh = qh + term.query[h].double(), kh + term.key[h].double()
             logits = qh @ kh.transpose(-1, -2) / math.sqrt(factor * dh)
-            if not v.pos_mixed_terms and (v.untied_pos or v.rel_pos):
+            if not v.pos_mixed_terms and (v.untied_pos or v.rel_pos or v.distance_prior != "none"):
                 logits = logits + reference_positional(model, T)[h]
             out[:, h] = torch.softmax(logits, dim=-1)
     return out
@@ -144,7 +155,8 @@ def test_layer0_attention_equals_formula(variant):
     with torch.no_grad():
         x, _ = enc.forward_embedding(x_tokens)
         term = enc.positions(12)
-        mask = None if term.bias is None else term.bias.unsqueeze(0)
+        bias = term.bias if term.bias is None or term.bias.dim() == 3 else term.bias[0]  # layer 0
+        mask = None if bias is None else bias.unsqueeze(0)
         _, weights = enc.layers[0].self_attn(x.transpose(0, 1), mask, term.query, term.key, need_weights=True)
     torch.testing.assert_close(weights.double(), layer0_reference_weights(model, x_tokens), atol=1e-5, rtol=1e-4)
 
@@ -225,3 +237,32 @@ def test_same_variant_loads():
     x = tokens(2, 8)
     with torch.no_grad():
         torch.testing.assert_close(src(x)[0], dst(x)[0])
+
+
+@pytest.mark.parametrize("variant", ["gaussian_prior", "learned_gaussian"])
+def test_distance_prior_equals_reference(variant):
+    model = build(f"{variant}_tiny", max_positions=48)
+    with torch.no_grad():
+        bias = model.encoder.sentence_encoder.positions(30).bias
+        model.encoder.sentence_encoder.positions.distance_bias.data.normal_() if variant == "learned_gaussian" else None
+        bias = model.encoder.sentence_encoder.positions(30).bias
+    layers = bias if bias.dim() == 4 else bias.unsqueeze(0)
+    for layer in range(layers.size(0)):
+        torch.testing.assert_close(layers[layer].double(), reference_positional(model, 30, layer), atol=1e-6, rtol=1e-6)
+
+
+def test_learned_gaussian_init_and_one_table_per_layer():
+    """attenuated_l.py: exp(-0.5 d^2) / sum_{d<512} exp(-0.5 d^2) = .570, .346, .077, .006 for d=0..3."""
+    model = build("learned_gaussian_base", max_positions=512)
+    table = model.encoder.sentence_encoder.positions.distance_bias  # (L, H, 512)
+    assert table.shape == (12, 12, 512)
+    torch.testing.assert_close(table[3, 5, :4], torch.tensor([0.5704, 0.3460, 0.0772, 0.0063]), atol=1e-4, rtol=0)
+    tiny = build("learned_gaussian_tiny", seed=1)
+    with torch.no_grad():
+        tiny.encoder.sentence_encoder.positions.distance_bias[1] += 1.0  # layer 1 differs from layer 0
+    masks = []
+    for layer in tiny.encoder.sentence_encoder.layers:
+        layer.register_forward_pre_hook(lambda m, args: masks.append(args[1]))
+    with torch.no_grad():
+        tiny(tokens(1, 6))
+    assert masks[0].shape == (1, 4, 6, 6) and torch.allclose(masks[1] - masks[0], torch.ones(1, 4, 6, 6))

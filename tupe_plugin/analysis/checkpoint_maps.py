@@ -3,6 +3,7 @@
 * TUPE-A/R, tie-cls: the (H, T, T) term the model adds to every layer (incl. the [CLS] thetas and
   the relative bias), exactly as in training.
 * BERT-Ad: ``(p_i U^Q)(p_j U^K)^T / sqrt(4 d_head)``, the position-position term of every layer.
+* distance priors (L&S paper): the prior itself, per layer for ``learned_gaussian``.
 * BERT-A/R: layer 1's position-position term ``(LN(p_i) W^Q)(LN(p_j) W^K)^T / sqrt(d_head)`` from the
   learned input PE alone (an approximation: in BERT the PE is mixed with the word before the LN),
   plus the relative bias for BERT-R.
@@ -31,7 +32,8 @@ def load_checkpoint(path: str) -> Tuple[Dict[str, torch.Tensor], Dict[str, Any]]
 
 
 def positional_logits(path: str, seq_len: int) -> np.ndarray:
-    """(H, T, T) content-free logits of the checkpoint at ``path``; row i = query token i."""
+    """(H, T, T) content-free logits of the checkpoint at ``path`` ((L, H, T, T) for a learned
+    per-layer distance prior); row i = query token i."""
     sd, info = load_checkpoint(path)
     variant = PositionalVariant.from_tensor(sd[PREFIX + "positions.variant"])
     d, H = info["encoder_embed_dim"], info["encoder_attention_heads"]
@@ -40,6 +42,7 @@ def positional_logits(path: str, seq_len: int) -> np.ndarray:
     positions = TupePositions(
         d, H, info["max_positions"], variant.untied_pos, variant.untie_cls, variant.rel_pos,
         variant.pos_mixed_terms, variant.rel_pos_bins, variant.max_rel_pos, variant.attn_scale_factor,
+        variant.distance_prior, info["encoder_layers"],
     )
     own = {k[len(PREFIX + "positions."):]: v for k, v in sd.items() if k.startswith(PREFIX + "positions.")}
     own.pop("variant")

@@ -2,7 +2,7 @@
 
 Writes ``pos_logits.npy`` (H, T, T) raw logits, ``pos_probs.npy`` (their row softmax), and
 ``pos_maps.png``: one heatmap per head (row = query, column = key, the [CLS] row/column at the
-top/left), like the TUPE paper's figure of learned patterns; prints locality/symmetry per head.
+top/left; layer x head maps for a per-layer prior), like the TUPE paper's figure of learned patterns; prints locality/symmetry per head.
 """
 from __future__ import annotations
 
@@ -61,6 +61,8 @@ def main(argv=None) -> int:
         print(f"error: {args.checkpoint}: {e}", file=sys.stderr)
         return 2
     os.makedirs(args.out_dir, exist_ok=True)
+    if logits.ndim == 4:  # a learned prior per layer: plot layer-major, head-minor
+        logits = logits.reshape(-1, *logits.shape[-2:])
     probs = softmax_rows(logits)
     save_npy(os.path.join(args.out_dir, "pos_logits.npy"), logits)
     save_npy(os.path.join(args.out_dir, "pos_probs.npy"), probs)

@@ -9,6 +9,10 @@
 ``bert_ad_base``       BERT-Ad: separate U^Q/U^K, all four word/position terms, 1/sqrt(4d)
 =====================  ==========================================================
 
+The Locality & Symmetry paper's distance priors (no PE): ``gaussian_prior_base`` (fixed
+``softmax(-0.5 (j-i)^2)``, attenuated.py) and ``learned_gaussian_base`` (learned per layer, head and
+distance, attenuated_l.py), also ``_tiny``.
+
 ``tupe_a_large``/``tupe_r_large`` (= ``tupe_roberta_large``) are BERT-large sized; the
 ``*_tiny`` archs (2 layers, width 64) exist for tests and demos. Any row is also reachable from
 ``tupe_roberta_base`` by flags, e.g. ``--input-pe --no-untied-pos --no-untie-cls --no-rel-pos`` is
@@ -137,4 +141,28 @@ def bert_ad_base_architecture(args):
 @register_model_architecture("tupe_roberta", "bert_ad_tiny")
 def bert_ad_tiny_architecture(args):
     _set_variant_defaults(args, VARIANTS["bert_ad"])
+    tupe_roberta_tiny_architecture(args)
+
+
+@register_model_architecture("tupe_roberta", "gaussian_prior_base")
+def gaussian_prior_base_architecture(args):
+    _set_variant_defaults(args, VARIANTS["gaussian_prior"])
+    tupe_roberta_base_architecture(args)
+
+
+@register_model_architecture("tupe_roberta", "gaussian_prior_tiny")
+def gaussian_prior_tiny_architecture(args):
+    _set_variant_defaults(args, VARIANTS["gaussian_prior"])
+    tupe_roberta_tiny_architecture(args)
+
+
+@register_model_architecture("tupe_roberta", "learned_gaussian_base")
+def learned_gaussian_base_architecture(args):
+    _set_variant_defaults(args, VARIANTS["learned_gaussian"])
+    tupe_roberta_base_architecture(args)
+
+
+@register_model_architecture("tupe_roberta", "learned_gaussian_tiny")
+def learned_gaussian_tiny_architecture(args):
+    _set_variant_defaults(args, VARIANTS["learned_gaussian"])
     tupe_roberta_tiny_architecture(args)

@@ -11,7 +11,7 @@ from fairseq.utils import safe_getattr
 from omegaconf import OmegaConf
 
 from ..modules.encoder import TupeTransformerEncoder
-from .variants import VARIANTS, PositionalVariant
+from .variants import DISTANCE_PRIORS, VARIANTS, PositionalVariant
 
 logger = logging.getLogger(__name__)
 
@@ -35,6 +35,10 @@ class TupeRobertaModel(RobertaModel):
         parser.add_argument("--untie-cls", **flag, help="reset [CLS] row/column to per-head thetas")
         parser.add_argument("--rel-pos", **flag, help="add the T5-bucketed relative bias (TUPE-R)")
         parser.add_argument("--pos-mixed-terms", **flag, help="BERT-Ad: keep word-position terms")
+        parser.add_argument(
+            "--distance-prior", choices=list(DISTANCE_PRIORS),
+            help="L&S paper: add a fixed (gaussian) or learned per-layer (learned_gaussian) distance prior",
+        )
         parser.add_argument("--rel-pos-bins", type=int, metavar="N", help="relative buckets (32)")
         parser.add_argument("--max-rel-pos", type=int, metavar="N", help="max relative distance (128)")
         parser.add_argument(
@@ -75,6 +79,7 @@ class TupeRobertaModel(RobertaModel):
             return
         self._check_max_positions(state_dict, name)
         saved = PositionalVariant.from_tensor(state_dict[key])
+        state_dict[key] = self.encoder.sentence_encoder.positions.variant.clone()  # current encoding
         if saved != self.variant:
             named = [n for n, v in VARIANTS.items() if v == saved]
             hint = f"--arch {named[0]}_base (or _large/_tiny) or " if named else ""

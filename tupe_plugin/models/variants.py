@@ -17,6 +17,7 @@ class PositionalVariant:
     pos_mixed_terms: bool = False  # BERT-Ad: keep the word-position terms (q/k += p U)
     rel_pos_bins: int = 32
     max_rel_pos: int = 128
+    distance_prior: str = "none"  # L&S paper: "gaussian" (fixed) or "learned_gaussian" (per layer/head)
 
     @property
     def attn_scale_factor(self) -> float:
@@ -35,7 +36,7 @@ class PositionalVariant:
         out = []
         for f in fields(self):
             value, opt = getattr(self, f.name), "--" + f.name.replace("_", "-")
-            out.append(f"{opt} {value}" if f.type == "int" else opt if value else "--no-" + opt[2:])
+            out.append(opt if value is True else "--no-" + opt[2:] if value is False else f"{opt} {value}")
         return " ".join(out)
 
     def validate(self) -> None:
@@ -45,21 +46,31 @@ class PositionalVariant:
             raise ValueError("--pos-mixed-terms (BERT-Ad) is defined without --untie-cls/--rel-pos")
         if self.untie_cls and not (self.untied_pos or self.rel_pos):
             raise ValueError("--untie-cls needs a positional term to reset: --untied-pos or --rel-pos")
-        if not (self.input_pe or self.untied_pos or self.rel_pos):
+        if self.distance_prior not in DISTANCE_PRIORS:
+            raise ValueError(f"--distance-prior must be one of {DISTANCE_PRIORS}, got {self.distance_prior!r}")
+        if self.distance_prior != "none" and (self.input_pe or self.untied_pos or self.rel_pos):
+            raise ValueError("--distance-prior is the only position signal of its variants: add "
+                             "--no-input-pe --no-untied-pos --no-untie-cls --no-rel-pos")
+        if not (self.input_pe or self.untied_pos or self.rel_pos or self.distance_prior != "none"):
             raise ValueError("this variant has no position information at all; see models/variants.py")
 
     def to_tensor(self) -> torch.Tensor:
-        return torch.tensor([int(v) for v in asdict(self).values()], dtype=torch.long)
+        values = [DISTANCE_PRIORS.index(v) if isinstance(v, str) else int(v) for v in asdict(self).values()]
+        return torch.tensor(values, dtype=torch.long)
 
     @classmethod
     def from_tensor(cls, t: torch.Tensor) -> "PositionalVariant":
-        values = [int(x) for x in t.tolist()]
-        return cls(*[bool(v) if f.type == "bool" else v for f, v in zip(fields(cls), values)])
+        """Inverse of to_tensor; checkpoints written before a field existed hold its default."""
+        decode = {"bool": bool, "int": int, "str": lambda v: DISTANCE_PRIORS[v]}
+        values = [decode[f.type](int(x)) for f, x in zip(fields(cls), t.tolist())]
+        return cls(*values)
 
     @classmethod
     def from_args(cls, args) -> "PositionalVariant":
         return cls(**{f.name: getattr(args, f.name) for f in fields(cls)})
 
+
+DISTANCE_PRIORS = ("none", "gaussian", "learned_gaussian")
 
 VARIANTS = {
     "bert_a": PositionalVariant(input_pe=True, untied_pos=False, untie_cls=False, rel_pos=False),
@@ -69,5 +80,12 @@ VARIANTS = {
     "tupe_a_tie_cls": PositionalVariant(input_pe=False, untied_pos=True, untie_cls=False, rel_pos=False),
     "bert_ad": PositionalVariant(
         input_pe=False, untied_pos=True, untie_cls=False, rel_pos=False, pos_mixed_terms=True
+    ),
+    # The Locality & Symmetry paper's code (PAPERS.md §2.6): no PE, a distance prior on the logits.
+    "gaussian_prior": PositionalVariant(
+        input_pe=False, untied_pos=False, untie_cls=False, rel_pos=False, distance_prior="gaussian"
+    ),
+    "learned_gaussian": PositionalVariant(
+        input_pe=False, untied_pos=False, untie_cls=False, rel_pos=False, distance_prior="learned_gaussian"
     ),
 }

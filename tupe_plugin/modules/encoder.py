@@ -67,6 +67,8 @@ class TupeTransformerEncoder(TransformerEncoder):
             rel_pos_bins=args.rel_pos_bins,
             max_rel_pos=args.max_rel_pos,
             scale_factor=args.attn_scale_factor,
+            distance_prior=args.distance_prior,
+            num_layers=args.encoder_layers,
         )
 
     def build_encoder_layer(self, cfg):
@@ -93,10 +95,14 @@ class TupeTransformerEncoder(TransformerEncoder):
         x = x.transpose(0, 1)  # (T, B, C)
 
         positions = self.positions(src_tokens.size(1))  # once per forward, shared by all layers
-        mask = attention_mask(positions.bias, padding_mask if has_pads else None, x.dtype)
+        pad = padding_mask if has_pads else None
+        if positions.bias is not None and positions.bias.dim() == 4:  # a learned prior per layer
+            masks = [attention_mask(b, pad, x.dtype) for b in positions.bias]
+        else:
+            masks = [attention_mask(positions.bias, pad, x.dtype)] * len(self.layers)
 
         encoder_states = [x] if return_all_hiddens else []
-        for layer in self.layers:
+        for layer, mask in zip(self.layers, masks):
             x = layer(x, mask, positions)
             if return_all_hiddens:
                 encoder_states.append(x)

@@ -10,6 +10,13 @@ The official code (guolinke/TUPE) is the reference where it differs from the pap
   ``theta2 = q(row 1) . k(row 1)`` fills column 0 (rows 1..T-1);
 * relative buckets: T5 bidirectional (32 buckets, max distance 128); with the [CLS] untie,
   column 0 uses the extra bucket 32 and row 0 the never-used bucket 16.
+
+The distance priors of the Locality & Symmetry paper's code (PAPERS.md §2.6) are one more option:
+``gaussian`` adds ``softmax_j(-0.5 (j - i)^2)`` to every layer and head (``attenuated.py``; the
+softmax runs over all ``max_positions`` keys, as for the official code's inputs padded to max_len,
+so the prior of a sequence does not depend on the padding of its batch),
+``learned_gaussian`` a learned scalar per layer, head and distance ``|j - i|``, initialised to
+``exp(-0.5 d^2) / sum_{d < max_positions} exp(-0.5 d^2)`` (``attenuated_l.py``).
 """
 from __future__ import annotations
 
@@ -41,7 +48,7 @@ def relative_position_bucket(
 class PositionalTerm(NamedTuple):
     """What every layer receives: an additive logit bias and/or per-head position q/k."""
 
-    bias: Optional[Tensor]  # (H, T, T) content-free logits, or None
+    bias: Optional[Tensor]  # (H, T, T) content-free logits, (L, H, T, T) if per layer, or None
     query: Optional[Tensor]  # (H, T, dh) positional query added to the content query (BERT-Ad)
     key: Optional[Tensor]  # (H, T, dh) positional key added to the content key (BERT-Ad)
 
@@ -69,6 +76,8 @@ class TupePositions(nn.Module):
         rel_pos_bins: int = 32,
         max_rel_pos: int = 128,
         scale_factor: float = 2.0,
+        distance_prior: str = "none",
+        num_layers: int = 1,
     ):
         super().__init__()
         self.num_heads = num_heads
@@ -78,6 +87,17 @@ class TupePositions(nn.Module):
         self.mixed_terms = mixed_terms
         self.rel_pos_bins = rel_pos_bins
         self.scaling = (self.head_dim * scale_factor) ** -0.5
+        self.distance_prior = distance_prior
+        idx = torch.arange(max_positions)
+        distance = (idx[None, :] - idx[:, None]).abs()  # (T, T) = |j - i|
+        if distance_prior == "gaussian":  # rows normalised over all positions, once
+            prior = torch.softmax(-0.5 * distance.double() ** 2, dim=-1).float()
+            self.register_buffer("gaussian_prior", prior, persistent=False)
+        if distance_prior == "learned_gaussian":
+            self.register_buffer("distance", distance, persistent=False)
+            d = torch.arange(max_positions, dtype=torch.float64)
+            init = torch.exp(-0.5 * d**2) / torch.exp(-0.5 * d**2).sum()
+            self.distance_bias = nn.Parameter(init.float().repeat(num_layers, num_heads, 1))  # (L, H, T)
         if untied_pos or mixed_terms:
             self.pos = nn.Embedding(max_positions + 1, embed_dim)
             self.pos_ln = LayerNorm(embed_dim)
@@ -118,4 +138,8 @@ class TupePositions(nn.Module):
         if self.rel_pos:
             rel = self.relative_attention_bias(self.rp_bucket[:T, :T]).permute(2, 0, 1)  # (H, T, T)
             bias = rel if bias is None else bias + rel
+        if self.distance_prior == "gaussian":
+            bias = self.gaussian_prior[:T, :T].expand(H, T, T)
+        elif self.distance_prior == "learned_gaussian":
+            bias = self.distance_bias[:, :, self.distance[:T, :T]]  # (L, H, T, T): one per layer
         return PositionalTerm(bias, query, key)
