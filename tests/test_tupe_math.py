@@ -242,10 +242,11 @@ def test_same_variant_loads():
 @pytest.mark.parametrize("variant", ["gaussian_prior", "learned_gaussian"])
 def test_distance_prior_equals_reference(variant):
     model = build(f"{variant}_tiny", max_positions=48)
+    positions = model.encoder.sentence_encoder.positions
     with torch.no_grad():
-        bias = model.encoder.sentence_encoder.positions(30).bias
-        model.encoder.sentence_encoder.positions.distance_bias.data.normal_() if variant == "learned_gaussian" else None
-        bias = model.encoder.sentence_encoder.positions(30).bias
+        if variant == "learned_gaussian":
+            positions.distance_bias.normal_()  # every layer/head/distance differs from the others
+        bias = positions(30).bias
     layers = bias if bias.dim() == 4 else bias.unsqueeze(0)
     for layer in range(layers.size(0)):
         torch.testing.assert_close(layers[layer].double(), reference_positional(model, 30, layer), atol=1e-6, rtol=1e-6)
