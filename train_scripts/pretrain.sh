@@ -15,7 +15,7 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 SCRIPTS="$TUPE_REPO/train_scripts"
 
-tunable VARIANT tupe-r "paper row: tupe-r tupe-a bert-a bert-r tupe-a-tie-cls bert-ad"
+tunable VARIANT tupe-r "paper row: tupe-r tupe-a bert-a bert-r tupe-a-tie-cls bert-ad (L&S priors: gaussian-prior learned-gaussian)"
 tunable SIZE base "base, large (tupe-r/tupe-a only) or tiny (tests)"
 tunable ARCH auto "fairseq --arch (auto: VARIANT_SIZE, e.g. tupe_r_base)"
 tunable DATA "" "fairseq data dir(s), colon-separated, or a folder with data_path.txt (required)"
@@ -119,8 +119,8 @@ EFFECTIVE=$(( WORLD * MAX_SENTENCES * UPDATE_FREQ ))
 
 if [[ "$ARCH" == auto ]]; then
   case "$VARIANT" in
-    tupe-r|tupe-a|bert-a|bert-r|tupe-a-tie-cls|bert-ad) ;;
-    *) die "VARIANT must be one of tupe-r tupe-a bert-a bert-r tupe-a-tie-cls bert-ad, not '$VARIANT'" ;;
+    tupe-r|tupe-a|bert-a|bert-r|tupe-a-tie-cls|bert-ad|gaussian-prior|learned-gaussian) ;;
+    *) die "VARIANT must be one of tupe-r tupe-a bert-a bert-r tupe-a-tie-cls bert-ad gaussian-prior learned-gaussian, not '$VARIANT'" ;;
   esac
   case "$SIZE" in
     base|tiny) ;;
