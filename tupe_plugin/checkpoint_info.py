@@ -21,6 +21,11 @@ from .models.variants import PositionalVariant
 
 def checkpoint_info(path: str) -> Dict[str, Any]:
     state = torch.load(path, map_location="cpu")  # weights_only, with the plugin's allowlist
+    return info_from_state(state, path)
+
+
+def info_from_state(state: Dict[str, Any], path: str) -> Dict[str, Any]:
+    """``checkpoint_info`` of an already loaded checkpoint dict (``path`` names it in errors)."""
     model_state = state.get("model", {})
     key = next((k for k in model_state if k.endswith(VARIANT_KEY) or k == VARIANT_KEY), None)
     if key is None:

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from .. import checkpoint_safety  # noqa: F401
-from ..checkpoint_info import checkpoint_info
+from ..checkpoint_info import info_from_state
 from ..models.variants import PositionalVariant
 from ..modules.positional_term import TupePositions
 
@@ -27,8 +27,9 @@ PREFIX = "encoder.sentence_encoder."
 
 
 def load_checkpoint(path: str) -> Tuple[Dict[str, torch.Tensor], Dict[str, Any]]:
-    state = torch.load(path, map_location="cpu")  # weights_only + the plugin's allowlist
-    return {k: v.float() if v.is_floating_point() else v for k, v in state["model"].items()}, checkpoint_info(path)
+    state = torch.load(path, map_location="cpu")  # weights_only + the plugin's allowlist; read once
+    model = {k: v.float() if v.is_floating_point() else v for k, v in state["model"].items()}
+    return model, info_from_state(state, path)
 
 
 def positional_logits(path: str, seq_len: int) -> np.ndarray:

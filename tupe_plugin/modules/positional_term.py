@@ -89,7 +89,8 @@ class TupePositions(nn.Module):
         self.scaling = (self.head_dim * scale_factor) ** -0.5
         self.distance_prior = distance_prior
         idx = torch.arange(max_positions)
-        distance = (idx[None, :] - idx[:, None]).abs()  # (T, T) = |j - i|
+        relative = idx[None, :] - idx[:, None]  # (T, T) = j - i
+        distance = relative.abs()
         if distance_prior == "gaussian":  # rows normalised over all positions, once
             prior = torch.softmax(-0.5 * distance.double() ** 2, dim=-1).float()
             self.register_buffer("gaussian_prior", prior, persistent=False)
@@ -105,8 +106,7 @@ class TupePositions(nn.Module):
             self.pos_k_linear = nn.Linear(embed_dim, embed_dim)
         if rel_pos:
             self.relative_attention_bias = nn.Embedding(rel_pos_bins + 1, num_heads)
-            distance = torch.arange(max_positions)[None, :] - torch.arange(max_positions)[:, None]
-            bucket = relative_position_bucket(distance, rel_pos_bins, max_rel_pos)  # (T, T), j - i
+            bucket = relative_position_bucket(relative, rel_pos_bins, max_rel_pos)  # (T, T)
             if untie_cls:
                 bucket[:, 0] = rel_pos_bins  # others -> [CLS]: the extra bucket
                 bucket[0, :] = rel_pos_bins // 2  # [CLS] -> all: the bucket no pair uses
