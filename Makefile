@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): setup.py constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -c constraints.txt -e '.[test]'
+	$(PY) -m pip install -q -c constraints.txt -e '.[test,hf]'
 	$(PY) -m pip check
 	touch $(STAMP)
 

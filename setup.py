@@ -21,7 +21,11 @@ setup(
         "matplotlib>=3.7",
         "sacremoses>=0.1",  # Moses tokenisation for the original TUPE release's vocabulary
     ],
-    extras_require={"test": ["pytest>=7", "scikit-learn>=1.2"]},
+    extras_require={
+        "test": ["pytest>=7", "scikit-learn>=1.2"],
+        # Hugging Face bridge (tupe-export-hf, Trainer) and the hub downloads (C4, GLUE/SNLI parquet)
+        "hf": ["transformers>=5.0", "safetensors>=0.4", "accelerate>=1.0", "huggingface_hub>=1.0", "pyarrow>=15"],
+    },
     entry_points={
         "console_scripts": [
             "tupe-checkpoint-info=tupe_plugin.checkpoint_info:main",
@@ -29,6 +33,7 @@ setup(
             "tupe-locality=tupe_plugin.analysis.locality_cli:main",
             "tupe-probe=tupe_plugin.analysis.probing_eval:main",
             "tupe-convert-original=tupe_plugin.convert_original:main",
+            "tupe-export-hf=tupe_plugin.hf.export:main",
         ]
     },
 )
