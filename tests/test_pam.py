@@ -1,0 +1,148 @@
+"""The PAM blocks (L&S code's concat.py, seuqence.py, bert.py) against float64 loop references
+written here from the formulas in docs/positional_encodings.md, section "PAM"."""
+import math
+
+import pytest
+import torch
+
+from tupe_plugin.modules.attention import attention_mask
+from tupe_plugin.modules.pam import PAM_MODES, PamSelfAttention, window_weights
+
+D, H, P = 8, 2, 16  # width, heads, max positions
+
+
+def official_window(T: int) -> torch.Tensor:
+    """``cal_fixed_pos_att(T, 3)`` of the official bert.py, step by step (T >= 3)."""
+    a = torch.eye(T, dtype=torch.float64)
+    for i in range(1, T):  # for i = 0 numpy's attn[0, -1:2] is an empty slice
+        a[i, i - 1 : i + 2] = 1 / 3
+    a[0, 0:2] = 1 / 3
+    return a
+
+
+def linear(layer, x):
+    return layer.weight.double() @ x + layer.bias.double()
+
+
+@torch.no_grad()
+def reference(m: PamSelfAttention, x: torch.Tensor, length: int) -> torch.Tensor:
+    """(T, C) output for one sequence ``x`` (T, C) of which the first ``length`` tokens are real,
+    entry by entry: positional weights w[h, |j-i|] (or 1/3 on |j-i| <= 1) on real keys only,
+    softmax(q.k / sqrt(dh)) over real keys, merge(cat[out_proj(content), positional])."""
+    x = x.double()
+    T, dh = x.shape[0], D // H
+
+    def positional(inp):
+        out = torch.zeros(T, D, dtype=torch.float64)
+        for i in range(T):
+            for j in range(length):  # padded keys weigh 0
+                if m.mode == "window":
+                    out[i] += (1 / 3 if abs(i - j) <= 1 else 0.0) * inp[j]
+                else:
+                    v = linear(m.pos_v_proj, inp[j])
+                    for h in range(H):
+                        s = slice(h * dh, (h + 1) * dh)
+                        out[i, s] += m.pos_weight[h, abs(i - j)].double() * v[s]
+        return out
+
+    def content(inp):
+        out = torch.zeros(T, D, dtype=torch.float64)
+        for i in range(T):
+            q = linear(m.q_proj, inp[i])
+            for h in range(H):
+                s = slice(h * dh, (h + 1) * dh)
+                logits = [float(q[s] @ linear(m.k_proj, inp[j])[s]) / math.sqrt(dh) for j in range(length)]
+                top = max(logits)
+                e = [math.exp(z - top) for z in logits]
+                for j in range(length):
+                    out[i, s] += e[j] / sum(e) * linear(m.v_proj, inp[j])[s]
+        return torch.stack([linear(m.out_proj, out[i]) for i in range(T)])
+
+    if m.mode == "sequential":
+        return content(positional(x))
+    c, p = content(x), positional(x)
+    return torch.stack([linear(m.merge, torch.cat([c[i], p[i]])) for i in range(T)])
+
+
+def block(mode: str, impl: str = "reference", seed: int = 0) -> PamSelfAttention:
+    torch.manual_seed(seed)
+    m = PamSelfAttention(D, H, mode=mode, max_positions=P, impl=impl).eval()
+    if mode != "window":  # distinct weights per head and distance, not just the shared init
+        with torch.no_grad():
+            m.pos_weight.add_(0.1 * torch.randn(H, P))
+    return m
+
+
+def test_gaussian_init_is_attenuated_l():
+    m = PamSelfAttention(D, H, mode="concat", max_positions=512)
+    norm = sum(math.exp(-0.5 * d * d) for d in range(512))
+    for d in range(8):
+        assert torch.allclose(m.pos_weight[:, d].double(), torch.tensor(math.exp(-0.5 * d * d) / norm, dtype=torch.float64))
+    noted = torch.tensor([0.570, 0.346, 0.077, 0.006])  # d = 0..3 as the official table starts
+    assert torch.allclose(m.pos_weight.detach()[:, :4], noted.expand(H, 4), atol=5e-4)
+
+
+@pytest.mark.parametrize("T", [3, 4, 7, 12])
+def test_window_matches_official_band(T):
+    w = window_weights(T, dtype=torch.float64)
+    assert torch.equal(w, official_window(T))
+    assert abs(float(w[0].sum()) - 2 / 3) < 1e-12 and abs(float(w[-1].sum()) - 2 / 3) < 1e-12
+    assert torch.allclose(w[1:-1].sum(-1), torch.ones(T - 2, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("impl", ["reference", "sdpa"])
+@pytest.mark.parametrize("mode", PAM_MODES)
+def test_block_matches_loop_reference_with_padding(mode, impl):
+    m = block(mode, impl).double()
+    T, lengths = 7, [7, 4]
+    x = torch.randn(T, len(lengths), D, dtype=torch.float64)
+    pad = torch.arange(T)[None, :] >= torch.tensor(lengths)[:, None]  # (B, T)
+    out, _ = m(x, attention_mask(None, pad, torch.float64))
+    for b, n in enumerate(lengths):
+        want = reference(m, x[:, b], n)
+        assert torch.allclose(out[:n, b], want[:n], atol=1e-10), (mode, b)
+
+
+@pytest.mark.parametrize("mode", PAM_MODES)
+def test_padded_batch_equals_each_sequence_alone(mode):
+    m = block(mode, "sdpa")
+    T, lengths = 9, [9, 5, 2]
+    x = torch.randn(T, len(lengths), D)
+    pad = torch.arange(T)[None, :] >= torch.tensor(lengths)[:, None]
+    x = x.masked_fill(pad.t().unsqueeze(-1), 0.0)  # as the encoder zeroes padded embeddings
+    batched, _ = m(x, attention_mask(None, pad, x.dtype))
+    for b, n in enumerate(lengths):
+        alone, _ = m(x[:n, b : b + 1], None)
+        assert (batched[:n, b] - alone[:, 0]).abs().max() <= 1e-5, (mode, b)
+
+
+def test_need_weights_returns_content_probabilities():
+    m = block("concat")
+    x = torch.randn(5, 2, D)
+    _, w = m(x, None, need_weights=True)
+    assert w.shape == (2, H, 5, 5) and torch.allclose(w.sum(-1), torch.ones(2, H, 5))
+
+
+def test_learned_weights_get_gradients_window_has_none():
+    m = block("concat").train()
+    m(torch.randn(6, 2, D))[0].sum().backward()
+    assert m.pos_weight.grad is not None and m.pos_weight.grad[:, :6].abs().sum() > 0
+    assert torch.all(m.pos_weight.grad[:, 6:] == 0)  # distances never seen
+    assert not any("pos" in n for n, _ in block("window").named_parameters())
+
+
+def test_position_weights_are_the_exact_map():
+    m = block("sequential")
+    w = m.position_weights(5)
+    for h in range(H):
+        for i in range(5):
+            for j in range(5):
+                assert w[h, i, j] == m.pos_weight[h, abs(i - j)]
+    assert torch.equal(block("window").position_weights(4)[0], window_weights(4))
+
+
+def test_errors_name_the_fix():
+    with pytest.raises(ValueError, match="PAM mode"):
+        PamSelfAttention(D, H, mode="gaussian", max_positions=P)
+    with pytest.raises(ValueError, match="--max-positions"):
+        block("concat")(torch.randn(P + 1, 1, D))

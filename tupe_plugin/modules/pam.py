@@ -1,0 +1,136 @@
+"""Positional-attention (PAM) blocks of the Locality & Symmetry paper's code (Chen et al. 2023).
+
+No position enters at the input; instead every layer has a *positional attention*: a matrix that
+depends only on positions and is used directly as attention weights (no softmax). Three systems
+(``docs/positional_encodings.md``, section "PAM", explains each and where it departs from the code):
+
+* ``concat``: learned weights ``w[h, |j - i|]`` per layer and head, Gaussian-initialised as
+  ``exp(-0.5 d^2) / sum_{d < max_positions} exp(-0.5 d^2)``, applied to their own value projection;
+  the result is concatenated with a PE-free self-attention and merged by ``Linear(2d -> d)``;
+* ``sequential``: the same positional attention, whose output is the input of the self-attention;
+* ``window``: fixed weights 1/3 on keys ``i-1, i, i+1`` (first/last rows sum to 2/3), applied to
+  the layer input itself (no projection), concatenated with self-attention and merged.
+
+Shapes: ``T`` tokens, ``B`` batch, ``C = d`` model width, ``H`` heads, ``dh = d / H``.
+Padding: a padded key gets weight 0, implemented by zeroing its value row (the same product
+without a (B, H, T, T) tensor). Rows of real tokens therefore equal those of the sequence alone.
+"""
+from __future__ import annotations
+
+from typing import Optional, Tuple
+
+import torch
+from fairseq.modules.fairseq_dropout import FairseqDropout
+from fairseq.modules.quant_noise import quant_noise
+from torch import Tensor, nn
+
+from .attention import BiasedSelfAttention
+
+PAM_MODES = ("concat", "sequential", "window")
+
+
+def gaussian_distance_init(num_heads: int, max_positions: int) -> Tensor:
+    """(H, max_positions): ``exp(-0.5 d^2) / sum_{d < max_positions} exp(-0.5 d^2)`` for every head."""
+    d = torch.arange(max_positions, dtype=torch.float64)
+    w = torch.exp(-0.5 * d**2)
+    return (w / w.sum()).float().repeat(num_heads, 1)
+
+
+def distance_weights(table: Tensor, seq_len: int) -> Tensor:
+    """(H, T, T) positional attention ``table[h, |j - i|]`` of a learned (H, max_positions) table."""
+    idx = torch.arange(seq_len, device=table.device)
+    return table[:, (idx[None, :] - idx[:, None]).abs()]
+
+
+def window_weights(seq_len: int, window: int = 3, dtype=torch.float32, device=None) -> Tensor:
+    """(T, T) fixed uniform window: ``1/window`` where ``|j - i| <= window // 2``, else 0.
+
+    The official ``cal_fixed_pos_att`` gives the same band for T >= window (rows 0 and T-1 keep
+    two entries, sum 2/3); for T < window it returns the identity, we keep the band (a sequence
+    of T tokens must not change when it is padded to a longer batch).
+    """
+    idx = torch.arange(seq_len, device=device)
+    band = (idx[None, :] - idx[:, None]).abs() <= window // 2
+    return band.to(dtype) / window
+
+
+def padded_keys(mask: Optional[Tensor]) -> Optional[Tensor]:
+    """(B, 1|H, T, 1) True for keys the additive ``mask`` blocks (-inf in every query row)."""
+    if mask is None or mask.dim() != 4:
+        return None
+    return torch.isneginf(mask).all(dim=-2).unsqueeze(-1)  # (B, 1|H, T, 1)
+
+
+class PamSelfAttention(BiasedSelfAttention):
+    """A PE-free content self-attention (the inherited q/k/v/out_proj) combined with a positional
+    attention as ``mode`` says. ``forward`` has ``BiasedSelfAttention``'s signature; ``mask`` is
+    the key-padding mask (no positional bias: PAM variants have none).
+
+    Relative to the official blocks (``concat.py``, ``seuqence.py``, ``bert.py``), which merge the
+    two branches *before* the output projection (``proj(merge([p, h]))``), the merge here acts on
+    the content output *after* ``out_proj`` (``merge([p, out_proj(h)])``): the same family of
+    functions with the same parameter count, and the content branch stays a plain
+    ``BiasedSelfAttention`` (its maps are read by the analysis commands as for every variant).
+    """
+
+    def __init__(
+        self,
+        embed_dim: int,
+        num_heads: int,
+        mode: str,
+        max_positions: int,
+        dropout: float = 0.0,
+        scale_factor: float = 1.0,
+        impl: str = "sdpa",
+        q_noise: float = 0.0,
+        qn_block_size: int = 8,
+    ):
+        super().__init__(embed_dim, num_heads, dropout, scale_factor, impl, q_noise, qn_block_size)
+        if mode not in PAM_MODES:
+            raise ValueError(f"PAM mode must be one of {PAM_MODES}, got {mode!r}")
+        self.mode, self.max_positions = mode, max_positions
+        if mode == "window":  # bert.py: dropout on the averaged input, no projection
+            self.pos_dropout = FairseqDropout(dropout, module_name=self.__class__.__name__)
+        else:  # concat.py / seuqence.py: learned weights on their own value projection, no dropout
+            self.pos_weight = nn.Parameter(gaussian_distance_init(num_heads, max_positions))  # (H, P)
+            self.pos_v_proj = quant_noise(nn.Linear(embed_dim, embed_dim), q_noise, qn_block_size)
+        if mode != "sequential":
+            self.merge = quant_noise(nn.Linear(2 * embed_dim, embed_dim), q_noise, qn_block_size)
+
+    def position_weights(self, seq_len: int) -> Tensor:
+        """The content-free attention weights: (H, T, T) learned, or (1, T, T) for ``window``."""
+        if seq_len > self.max_positions:
+            raise ValueError(
+                f"sequence of {seq_len} tokens is longer than the model's {self.max_positions} "
+                "positions; use --max-positions/--tokens-per-sample to cut inputs"
+            )
+        if self.mode == "window":
+            return window_weights(seq_len, device=self.out_proj.weight.device).unsqueeze(0)
+        return distance_weights(self.pos_weight, seq_len)
+
+    def positional_attention(self, x: Tensor, mask: Optional[Tensor]) -> Tensor:
+        """(T, B, C) -> (T, B, C): position weights applied to values, padded keys weighted 0."""
+        T, B, C = x.shape
+        v = self._heads(x if self.mode == "window" else self.pos_v_proj(x))  # (B, H, T, dh)
+        pad = padded_keys(mask)
+        if pad is not None:  # weight 0 on a padded key == its value row 0
+            v = v.masked_fill(pad, 0.0)
+        out = torch.matmul(self.position_weights(T).to(v.dtype).unsqueeze(0), v)  # (B, H, T, dh)
+        out = out.permute(2, 0, 1, 3).reshape(T, B, C)
+        return self.pos_dropout(out) if self.mode == "window" else out
+
+    def forward(
+        self,
+        x: Tensor,
+        mask: Optional[Tensor] = None,
+        pos_query: Optional[Tensor] = None,
+        pos_key: Optional[Tensor] = None,
+        need_weights: bool = False,
+    ) -> Tuple[Tensor, Optional[Tensor]]:
+        """x: (T, B, C). Returns (T, B, C) and, with ``need_weights``, the content attention's
+        (B, H, T, T) probabilities (the positional weights are ``position_weights(T)``)."""
+        p = self.positional_attention(x, mask)  # (T, B, C)
+        if self.mode == "sequential":
+            return super().forward(p, mask, pos_query, pos_key, need_weights)
+        h, weights = super().forward(x, mask, pos_query, pos_key, need_weights)
+        return self.merge(torch.cat([h, p], dim=-1)), weights
