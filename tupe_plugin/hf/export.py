@@ -1,0 +1,290 @@
+"""Export a ``tupe_roberta`` fairseq checkpoint as a Hugging Face ``transformers`` model folder.
+
+    tupe-export-hf CKPT OUT_DIR [--spm-model spm.model] [--dict dict.txt] [--head NAME] [--force]
+
+OUT_DIR gets ``config.json``, ``model.safetensors``, the model code (``configuration_tupe.py``,
+``modeling_tupe.py``, loaded with ``trust_remote_code=True``) and, with ``--spm-model``, the tokenizer
+(``tokenization_tupe.py``, ``spm.model``, fairseq's ``dict.txt``). ``AutoModel``,
+``AutoModelForMaskedLM`` and ``AutoModelForSequenceClassification`` load it; a fine-tuned checkpoint's
+classification head becomes the latter's head. The positional variant is read from the checkpoint;
+variants outside :data:`SUPPORTED_VARIANTS` are refused by name. See docs/hf_export.md.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+import torch
+
+from ..checkpoint_info import info_from_state
+from ..models.tupe_roberta import VARIANT_KEY
+from ..models.variants import PositionalVariant
+
+REMOTE = Path(__file__).resolve().parent / "remote"
+MODEL_FILES = ("configuration_tupe.py", "modeling_tupe.py")
+TOKENIZER_FILES = ("tokenization_tupe.py",)
+# Variants whose math modeling_tupe.py restates (and tests/test_hf_export.py checks against fairseq).
+# A variant added to the plugin is refused here until someone implements and tests it.
+SUPPORTED_VARIANTS = (
+    "bert_a", "bert_r", "tupe_a", "tupe_r", "tupe_a_tie_cls", "bert_ad", "gaussian_prior", "learned_gaussian",
+)
+VARIANT_FIELDS = ("input_pe", "untied_pos", "untie_cls", "rel_pos", "pos_mixed_terms", "rel_pos_bins",
+                  "max_rel_pos", "distance_prior")
+ACTIVATIONS = ("gelu", "gelu_accurate", "relu", "tanh", "linear")
+ENCODER = "encoder.sentence_encoder."
+LM_HEAD = "encoder.lm_head."
+DROPPED = (ENCODER + "positions.variant", ENCODER + "version")  # recorded in config.json instead
+
+
+class ExportError(Exception):
+    """The checkpoint cannot be exported; the message says why and what to do."""
+
+
+def _model_cfg(state: Dict[str, Any]):
+    cfg = state.get("cfg") or {}
+    model_cfg = cfg.get("model") if hasattr(cfg, "get") else None
+    if model_cfg is None:
+        model_cfg = state.get("args")
+    if hasattr(model_cfg, "get"):
+        return lambda k, default=None: model_cfg.get(k, default) if model_cfg.get(k) is not None else default
+    return lambda k, default=None: default if getattr(model_cfg, k, None) is None else getattr(model_cfg, k)
+
+
+def _data_dirs(state: Dict[str, Any]) -> List[str]:
+    cfg = state.get("cfg") or {}
+    task = cfg.get("task") if hasattr(cfg, "get") else None
+    data = (task.get("data") if hasattr(task, "get") else getattr(task, "data", None)) if task is not None else None
+    if data is None and "args" in state:
+        data = getattr(state["args"], "data", None)
+    return [d for d in str(data or "").split(os.pathsep) if d]
+
+
+def find_dict(state: Dict[str, Any]) -> Optional[str]:
+    """fairseq's dict.txt of the checkpoint's data (masked_lm: DATA/dict.txt, GLUE: DATA/input0/dict.txt)."""
+    for d in _data_dirs(state)[:1]:
+        for cand in (os.path.join(d, "dict.txt"), os.path.join(d, "input0", "dict.txt")):
+            if os.path.isfile(cand):
+                return cand
+    return None
+
+
+def _label_names(state: Dict[str, Any], n: int) -> Optional[List[str]]:
+    for d in _data_dirs(state)[:1]:
+        path = os.path.join(d, "label", "dict.txt")
+        if os.path.isfile(path):
+            names = [line.split(" ")[0] for line in open(path, encoding="utf-8") if line.strip()]
+            if len(names) >= n:
+                return names[:n]  # sentence_prediction's label id = label-dict index - 4 specials
+    return None
+
+
+def build_config(state: Dict[str, Any], path: str, head: Optional[Tuple[str, int]]) -> Dict[str, Any]:
+    """config.json values of the checkpoint (head: name and number of labels of the exported head)."""
+    info = info_from_state(state, path)
+    name = info["variant"]
+    if name not in SUPPORTED_VARIANTS:
+        raise ExportError(
+            f"{path}: positional variant '{name}' is not in the exporter's supported set "
+            f"({', '.join(SUPPORTED_VARIANTS)}); its math must be added to tupe_plugin/hf/remote/modeling_tupe.py "
+            "and SUPPORTED_VARIANTS in tupe_plugin/hf/export.py (with a test) before it can be exported"
+        )
+    variant = PositionalVariant.from_tensor(state["model"][next(k for k in state["model"] if k.endswith(VARIANT_KEY))])
+    get = _model_cfg(state)
+    if variant.input_pe and not get("encoder_learned_pos", True):
+        raise ExportError(f"{path}: input PE is sinusoidal (no --encoder-learned-pos); only learned input PE is exported")
+    acts = {k: get(k, d) for k, d in (("activation_fn", "gelu"), ("pooler_activation_fn", "tanh"))}
+    for k, v in acts.items():
+        if v not in ACTIVATIONS:
+            raise ExportError(f"{path}: --{k.replace('_', '-')} {v} is not supported by the exporter ({ACTIVATIONS})")
+    d = int(info["encoder_embed_dim"])
+    config = {
+        "model_type": "tupe",
+        "vocab_size": int(state["model"][ENCODER + "embed_tokens.weight"].size(0)),
+        "hidden_size": d,
+        "num_hidden_layers": int(info["encoder_layers"]),
+        "num_attention_heads": int(info["encoder_attention_heads"]),
+        "intermediate_size": int(info["encoder_ffn_embed_dim"]),
+        "hidden_act": acts["activation_fn"],
+        "hidden_dropout_prob": float(get("dropout", 0.1)),
+        "attention_probs_dropout_prob": float(get("attention_dropout", 0.0)),
+        "activation_dropout": float(get("activation_dropout", 0.0)),
+        "max_position_embeddings": int(info["max_positions"]),
+        "layer_norm_eps": 1e-5,  # fairseq's LayerNorm
+        "normalize_before": bool(get("encoder_normalize_before", False)),
+        "layernorm_embedding": ENCODER + "layernorm_embedding.weight" in state["model"],
+        "embed_scale": 1.0 if get("no_scale_embedding", True) else d**0.5,
+        "tupe_variant": name,
+        **{f: getattr(variant, f) for f in VARIANT_FIELDS},
+        "attn_scale_factor": float(variant.attn_scale_factor),
+        "lm_head_act": acts["activation_fn"],
+        "classifier_act": acts["pooler_activation_fn"],
+        "classifier_dropout": float(get("pooler_dropout", 0.0)),
+        "classifier_inner_dim": d,
+        "classification_head_style": get("classification_head_style", "roberta"),
+        "pad_token_id": 1, "bos_token_id": 0, "eos_token_id": 2,
+        "auto_map": {
+            "AutoConfig": "configuration_tupe.TupeConfig",
+            "AutoModel": "modeling_tupe.TupeModel",
+            "AutoModelForMaskedLM": "modeling_tupe.TupeForMaskedLM",
+            "AutoModelForSequenceClassification": "modeling_tupe.TupeForSequenceClassification",
+        },
+        "architectures": ["TupeForSequenceClassification" if head else "TupeForMaskedLM"],
+    }
+    if head:
+        head_name, n = head
+        config["num_labels"] = n
+        config["classifier_inner_dim"] = int(state["model"][f"classification_heads.{head_name}.dense.weight"].size(0))
+        if n == 1:
+            config["problem_type"] = "regression"
+        names = _label_names(state, n) if n > 1 else None
+        if names:
+            config["id2label"] = {str(i): s for i, s in enumerate(names)}
+            config["label2id"] = {s: i for i, s in enumerate(names)}
+    return config
+
+
+def pick_head(model_state: Dict[str, torch.Tensor], path: str, wanted: Optional[str]) -> Optional[Tuple[str, int]]:
+    heads = sorted({k.split(".")[1] for k in model_state if k.startswith("classification_heads.")})
+    if wanted is not None and wanted not in heads:
+        raise ExportError(f"{path}: no classification head '{wanted}'; the checkpoint has {heads or 'none'}")
+    if wanted is None and len(heads) > 1:
+        raise ExportError(f"{path}: several classification heads {heads}; choose one with --head NAME")
+    name = wanted or (heads[0] if heads else None)
+    return None if name is None else (name, int(model_state[f"classification_heads.{name}.out_proj.weight"].size(0)))
+
+
+def convert_state(model_state: Dict[str, torch.Tensor], path: str, head: Optional[str]) -> Dict[str, torch.Tensor]:
+    """fairseq names -> modeling_tupe names (the same names under ``tupe.``/``lm_head.``/``classifier.``)."""
+    out, unknown = {}, []
+    for key, value in model_state.items():
+        if key in DROPPED:
+            continue
+        if key.startswith(ENCODER):
+            out["tupe." + key[len(ENCODER):]] = value
+        elif key == LM_HEAD + "weight":
+            tied = model_state[ENCODER + "embed_tokens.weight"]
+            if value.shape != tied.shape or not torch.equal(value, tied):
+                raise ExportError(f"{path}: the LM head's weight is not tied to embed_tokens; the exporter "
+                                  "supports tied LM heads only (fairseq RoBERTa's default)")
+        elif key.startswith(LM_HEAD):
+            out["lm_head." + key[len(LM_HEAD):]] = value
+        elif key.startswith("classification_heads."):
+            name, rest = key.split(".", 2)[1:]
+            if name == head:
+                out["classifier." + rest] = value
+        else:
+            unknown.append(key)
+    if unknown:
+        raise ExportError(f"{path}: the exporter does not know these weights: {unknown}")
+    return {k: v.detach().to(torch.float32 if v.is_floating_point() else v.dtype).contiguous() for k, v in out.items()}
+
+
+def write_tokenizer(out: Path, spm_model: str, dict_path: str, vocab_size: int, max_positions: int) -> None:
+    from .remote.tokenization_tupe import FAIRSEQ_SPECIALS, read_fairseq_dict
+
+    symbols = FAIRSEQ_SPECIALS + read_fairseq_dict(dict_path)
+    n = len(symbols) + ("<mask>" not in symbols)
+    if n != vocab_size:
+        raise ExportError(f"{dict_path}: gives {n} ids (4 specials + {len(symbols) - 4} symbols + <mask>) but the "
+                          f"model has {vocab_size} embeddings; pass the dict.txt the model was trained with (--dict)")
+    shutil.copyfile(spm_model, out / "spm.model")
+    shutil.copyfile(dict_path, out / "dict.txt")
+    for f in TOKENIZER_FILES:
+        shutil.copyfile(REMOTE / f, out / f)
+    tok_cfg = {
+        "tokenizer_class": "TupeTokenizer",
+        "auto_map": {"AutoTokenizer": ["tokenization_tupe.TupeTokenizer", None]},
+        "model_max_length": max_positions,
+        "bos_token": "<s>", "eos_token": "</s>", "sep_token": "</s>", "cls_token": "<s>",
+        "unk_token": "<unk>", "pad_token": "<pad>", "mask_token": "<mask>",
+    }
+    (out / "tokenizer_config.json").write_text(json.dumps(tok_cfg, indent=2) + "\n", encoding="utf-8")
+
+
+def export(checkpoint: str, out_dir: str, spm_model: Optional[str] = None, dict_path: Optional[str] = None,
+           head: Optional[str] = None, force: bool = False) -> Path:
+    """Write the model folder (under ``OUT_DIR.partial``, renamed when complete); returns OUT_DIR."""
+    from safetensors.torch import save_file
+
+    from .. import checkpoint_safety  # noqa: F401  (fairseq checkpoint classes for weights_only loading)
+
+    out = Path(out_dir)
+    if out.exists() and any(out.iterdir()) and not force:
+        raise ExportError(f"{out} exists and is not empty; choose another OUT_DIR or pass --force to replace it")
+    if spm_model and not os.path.isfile(spm_model):
+        raise ExportError(f"sentencepiece model not found: {spm_model}")
+    state = torch.load(checkpoint, map_location="cpu")
+    picked = pick_head(state["model"], checkpoint, head)
+    config = build_config(state, checkpoint, picked)
+    tensors = convert_state(state["model"], checkpoint, picked[0] if picked else None)
+    if spm_model:
+        dict_path = dict_path or find_dict(state)
+        if dict_path is None:
+            raise ExportError(f"{checkpoint}: cannot find the data's dict.txt; pass --dict DATA/dict.txt")
+
+    tmp = out.with_name(out.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    for f in MODEL_FILES:
+        shutil.copyfile(REMOTE / f, tmp / f)
+    (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+    _check_loadable(config, tensors, checkpoint)
+    save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+    if spm_model:
+        write_tokenizer(tmp, spm_model, dict_path, config["vocab_size"], config["max_position_embeddings"])
+    if out.exists():
+        shutil.rmtree(out)  # only reached with --force
+    os.replace(tmp, out)
+    return out
+
+
+def _check_loadable(config: Dict[str, Any], tensors: Dict[str, torch.Tensor], checkpoint: str) -> None:
+    """Every exported weight fits modeling_tupe's model of this config, and nothing is missing."""
+    from .remote.configuration_tupe import TupeConfig
+    from .remote.modeling_tupe import TupeForMaskedLM, TupeForSequenceClassification
+
+    cfg = TupeConfig(**{k: v for k, v in config.items() if k not in ("model_type", "auto_map", "architectures")})
+    cls = TupeForSequenceClassification if any(k.startswith("classifier.") for k in tensors) else TupeForMaskedLM
+    with torch.device("meta"):
+        model = cls(cfg)
+    want = model.state_dict()
+    extra = sorted(k for k in tensors if k not in want and not k.startswith("lm_head."))
+    missing = sorted(k for k in want if k not in tensors)
+    bad = sorted(k for k in tensors if k in want and tensors[k].shape != want[k].shape)
+    if extra or missing or bad:
+        raise ExportError(f"{checkpoint}: weights do not fit the exported model: unexpected {extra}, "
+                          f"missing {missing}, wrong shape {bad}")
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    p = argparse.ArgumentParser(prog="tupe-export-hf", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog=__doc__.split("\n\n", 2)[2])
+    p.add_argument("checkpoint", help="tupe_roberta checkpoint (pre-trained or fine-tuned)")
+    p.add_argument("out_dir", help="output folder (must be new or empty unless --force)")
+    p.add_argument("--spm-model", help="the pre-training sentencepiece model: also export the tokenizer")
+    p.add_argument("--dict", dest="dict_path",
+                   help="fairseq dict.txt of the model (default: from the checkpoint's data dir)")
+    p.add_argument("--head", help="classification head to export (default: the only one)")
+    p.add_argument("--force", action="store_true", help="replace an existing OUT_DIR")
+    args = p.parse_args(argv)
+    try:
+        out = export(args.checkpoint, args.out_dir, args.spm_model, args.dict_path, args.head, args.force)
+    except (ExportError, OSError, ValueError) as e:
+        print(f"tupe-export-hf: error: {e}", file=sys.stderr)
+        return 2
+    print(f"exported to {out}")
+    print("load it with:\n"
+          "    from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer\n"
+          f"    model = AutoModelForMaskedLM.from_pretrained({str(out)!r}, trust_remote_code=True)"
+          + (f"\n    tokenizer = AutoTokenizer.from_pretrained({str(out)!r}, trust_remote_code=True)" if args.spm_model else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
