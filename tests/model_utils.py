@@ -4,30 +4,18 @@ from __future__ import annotations
 import argparse
 
 import torch
-from fairseq.data import Dictionary
 from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
 
 import tupe_plugin  # noqa: F401  (registers the archs)
-
-
-class TinyTask:
-    """The two things ``build_model`` asks of a task."""
-
-    def __init__(self, vocab: int = 40, max_positions: int = 64):
-        self.source_dictionary = Dictionary()
-        for i in range(vocab):
-            self.source_dictionary.add_symbol(f"w{i}")
-        self._max = max_positions
-
-    def max_positions(self) -> int:
-        return self._max
+from tupe_plugin.build_task import DictionaryTask, numbered_dictionary
 
 
 def build(arch: str, max_positions: int = 64, seed: int = 0, **overrides):
     torch.manual_seed(seed)
     args = argparse.Namespace(arch=arch, max_positions=max_positions, **overrides)
     ARCH_CONFIG_REGISTRY[arch](args)
-    model = ARCH_MODEL_REGISTRY[arch].build_model(args, TinyTask(max_positions=max_positions))
+    task = DictionaryTask(numbered_dictionary(4 + 40), max_positions)  # 4 specials + 40 words
+    model = ARCH_MODEL_REGISTRY[arch].build_model(args, task)
     return model.eval()
 
 

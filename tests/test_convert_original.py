@@ -281,6 +281,8 @@ def test_converted_checkpoint_records_variant_and_config(converted):
     state = torch.load(dest, map_location="cpu")  # weights_only, plugin allowlist
     assert all(v.dtype in (torch.float32, torch.int64) for v in state["model"].values())
     assert state["extra_state"]["tupe_convert_original"]["source_num_updates"] == 1000000
+    model_args = vars(state["cfg"]["model"])  # the Namespace fairseq-train would parse (legacy-args model)
+    assert model_args["classification_head_style"] == "release"  # the release's GLUE head
     assert not any(k.startswith("decoder.") or "in_proj" in k or "rp_bucket" in k for k in state["model"])
 
 
@@ -374,6 +376,34 @@ def test_refuses_a_pickle_with_a_disallowed_global(tmp_path, legacy):
     assert p.returncode == 2, p.stderr
     assert "system" in p.stderr and "Nothing from the file was executed" in p.stderr
     assert not marker.exists() and not (tmp_path / "out.pt").exists()
+
+
+@pytest.mark.parametrize("content", [b"hello world\n", bytes(range(256)) * 8], ids=["text", "binary"])
+def test_a_file_that_is_not_a_checkpoint_is_named_so(tmp_path, content):
+    src = tmp_path / "notes.pt"
+    src.write_bytes(content)
+    p = run([*CONVERT, str(src), str(tmp_path / "out.pt")], check=False)
+    assert p.returncode == 2, p.stderr
+    last = p.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: ") and f"{src}: not a checkpoint" in last, p.stderr
+    assert "weights_only" not in p.stderr and "Traceback" not in p.stderr
+    assert not (tmp_path / "out.pt").exists()
+
+
+def test_torch_advice_is_cut_from_an_unreadable_checkpoint(tmp_path):
+    """A torch file the weights-only unpickler refuses: its reason, not torch's weights_only=False advice."""
+    from tupe_plugin.original_release import ConversionError, load_original
+
+    src = tmp_path / "truncated.pt"
+    torch.save({"model": {"w": torch.zeros(3)}}, src)
+    src.write_bytes(src.read_bytes()[:200])  # a zip with its central directory cut off
+    torch.save({"model": {"w": torch.zeros(3)}}, tmp_path / "ok.pt", _use_new_zipfile_serialization=False)
+    legacy = (tmp_path / "ok.pt").read_bytes()
+    (tmp_path / "legacy_cut.pt").write_bytes(legacy[:60])
+    for path in (src, tmp_path / "legacy_cut.pt"):
+        with pytest.raises(ConversionError) as e:
+            load_original(str(path))
+        assert str(path) in str(e.value) and "weights_only" not in str(e.value), e.value
 
 
 # --------------------------------------------------------------------------------------------
