@@ -1,0 +1,224 @@
+"""The study (train_scripts/study.sh) and its report (tupe_plugin.analysis.study_report).
+
+The maths (Pearson, Spearman with ties, paired differences, medians, the unigram entropy) against values
+worked out by hand or by plain float64 loops; the loss curve from a hand-made fairseq log; the whole report
+on a hand-made study folder; one end-to-end run of study.sh with the tiny preset, its rerun (everything
+skipped), its --list/--slurm output and the refusal of changed settings.
+"""
+from __future__ import annotations
+
+import csv
+import gzip
+import json
+import math
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Dict, List
+
+import numpy as np
+import pytest
+
+from conftest import BIN, ROOT
+from corpus import lm_lines
+from tupe_plugin.analysis import study_report as sr
+
+STUDY = ROOT / "train_scripts" / "study.sh"
+
+
+# ---------------------------------------------------------------------------------------------- maths
+
+
+def test_pearson_hand_computed():
+    # dx = [-1.5, -.5, .5, 1.5], dy = [-3, -1, 0, 4]: sum dx*dy = 11, sum dx^2 = 5, sum dy^2 = 26
+    assert sr.pearson([1, 2, 3, 4], [2, 4, 5, 9]) == pytest.approx(11 / math.sqrt(130), abs=1e-12)
+    assert sr.pearson([1, 2, 3], [3, 2, 1]) == pytest.approx(-1.0)
+    assert math.isnan(sr.pearson([1, 2, 3], [5, 5, 5]))  # constant side: undefined, not 0
+    assert math.isnan(sr.pearson([1], [2]))
+
+
+def test_average_ranks_and_spearman_with_ties():
+    assert sr.average_ranks([10, 20, 20, 5]).tolist() == [2, 3.5, 3.5, 1]
+    assert sr.average_ranks([7, 7, 7]).tolist() == [2, 2, 2]
+    # ranks x = [1, 2.5, 2.5, 4], y = [1, 2, 3, 4]: sum dx*dy = 4.5, sum dx^2 = 4.5, sum dy^2 = 5
+    assert sr.spearman([1, 2, 2, 3], [10, 20, 30, 40]) == pytest.approx(3 / math.sqrt(10), abs=1e-12)
+    assert sr.spearman([1, 2, 3], [1, 10, 100]) == pytest.approx(1.0)  # monotone, not linear
+    assert sr.spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
+
+
+def test_entropy_bits():
+    assert sr.entropy_bits(np.array([2, 1, 1, 0])) == pytest.approx(1.5)  # -(.5 log .5 + 2 * .25 log .25)
+    assert sr.entropy_bits(np.array([5, 5, 5, 5])) == pytest.approx(2.0)
+
+
+def write_bin(prefix: Path, sentences: List[List[int]]) -> None:
+    """A fairseq mmap binary (what fairseq-preprocess writes) of the given token ids."""
+    import torch
+    from fairseq.data import indexed_dataset
+
+    prefix.parent.mkdir(parents=True, exist_ok=True)
+    builder = indexed_dataset.make_builder(str(prefix) + ".bin", impl="mmap", vocab_size=1000)
+    for s in sentences:
+        builder.add_item(torch.tensor(s, dtype=torch.int32))
+    builder.finalize(str(prefix) + ".idx")
+
+
+def test_token_counts_over_shards(tmp_path):
+    write_bin(tmp_path / "s0" / "train", [[4, 5, 2], [4, 2]])
+    write_bin(tmp_path / "s1" / "train", [[9, 2]])
+    counts = sr.token_counts(f"{tmp_path / 's0'}:{tmp_path / 's1'}")
+    assert counts.tolist() == [0, 0, 3, 0, 2, 1, 0, 0, 0, 1]
+    with pytest.raises(FileNotFoundError, match="no train split"):
+        sr.token_counts(str(tmp_path / "missing"))
+
+
+def test_paired_differences_and_what_seeds_settle():
+    values = {"a": {1: 3.0, 2: 3.2}, "b": {1: 3.5, 2: 3.6}, "c": {1: 3.1, 2: 3.0}}
+    pairs = {(p.a, p.b): p for p in sr.paired_differences(values)}
+    ab, ac, bc = pairs["a", "b"], pairs["a", "c"], pairs["b", "c"]
+    assert ab.diffs == pytest.approx({1: -0.5, 2: -0.4}) and ab.signs_agree
+    assert ab.spread == pytest.approx(0.2) and ab.settled  # 0.4 > spread of a (0.2) and of b (0.1)
+    assert ac.diffs == pytest.approx({1: -0.1, 2: 0.2}) and not ac.signs_agree and not ac.settled
+    assert bc.settled and bc.diffs == pytest.approx({1: 0.4, 2: 0.6})
+    # same sign on every seed but smaller than a variant's own spread: not settled
+    close = sr.paired_differences({"a": {1: 3.0, 2: 3.5}, "b": {1: 3.2, 2: 3.6}})[0]
+    assert close.signs_agree and not close.settled
+    # one seed settles nothing
+    assert not sr.paired_differences({"a": {1: 1.0}, "b": {1: 5.0}})[0].settled
+
+
+def test_finetune_results_median_best_lr_spread():
+    runs = [("RTE", 1e-4, 1, {"valid": 60.0}), ("RTE", 1e-4, 2, {"valid": 70.0}), ("RTE", 1e-4, 3, {"valid": 65.0}),
+            ("RTE", 2e-4, 1, {"valid": 50.0}), ("RTE", 2e-4, 2, {"valid": 90.0}), ("RTE", 2e-4, 3, {"valid": 55.0}),
+            ("MNLI", 1e-4, 1, {"valid": 40.0, "valid1": 42.0, "test": 99.0}),
+            ("MNLI", 1e-4, 2, {"valid": 44.0, "valid1": 41.0})]
+    res = sr.finetune_results(runs, {})
+    assert sorted(res) == ["MNLI-m", "MNLI-mm", "RTE"]
+    assert res["RTE"].lr == 1e-4 and res["RTE"].median == 65.0 and res["RTE"].spread == 10.0  # 65 > median 55
+    assert res["MNLI-m"].median == 42.0 and res["MNLI-mm"].spread == 1.0
+
+
+# ------------------------------------------------------------------------------------ loss curve
+
+
+def test_parse_valid_curve_json_and_simple_and_resume(tmp_path):
+    log = tmp_path / "train.log"
+    log.write_text(
+        '2026-01-01 10:00:00 | INFO | train_inner | {"epoch": 1, "update": 0.5, "loss": "12.1", "num_updates": "5"}\n'
+        '2026-01-01 10:00:01 | INFO | valid | {"epoch": 1, "valid_loss": "11.5", "valid_ppl": "2896.3", '
+        '"valid_num_updates": "10"}\n'
+        '2026-01-01 10:00:02 | INFO | valid1 | {"epoch": 1, "valid1_loss": "1.0", "valid1_num_updates": "10"}\n'
+        "2026-01-01 10:00:03 | INFO | valid | not json\n"
+        '2026-01-01 10:00:04 | INFO | valid | {"epoch": 1, "valid_loss": "10.25", "valid_num_updates": "20"}\n'
+        # resumed from the checkpoint at 10: the validation at 20 is done again and wins
+        '2026-01-01 11:00:00 | INFO | valid | {"epoch": 1, "valid_loss": "10.5", "valid_num_updates": "20"}\n'
+        "2026-01-01 11:00:05 | INFO | valid | epoch 001 | valid on 'valid' subset | loss 9.75 | ppl 861 | "
+        "wps 100 | wpb 50 | bsz 4 | num_updates 30\n", encoding="utf-8")
+    curve = sr.parse_valid_curve(str(log))
+    assert curve == {10: 11.5, 20: 10.5, 30: 9.75}
+    assert sr.loss_at(curve, 20) == (10.5, 20)
+    assert sr.loss_at(curve, 24) == (10.5, 20)  # nearest validation
+    assert sr.loss_at(curve, 15) == (11.5, 10)  # a tie goes to the earlier one
+    assert sr.loss_at({}, 5) == (None, None)
+
+
+# ------------------------------------------------------------------------- report on a made-up study
+
+
+def make_study(out: Path) -> None:
+    """Three variants, one pre-training seed, SST-2 with 3 seeds; unigram entropy exactly 2 bits."""
+    shard = out / "c4" / "data-bin" / "shard0"
+    write_bin(shard / "train", [[4, 5, 6, 7]] * 3)
+    (out / "c4" / "data-bin" / "data_path.txt").write_text(f"{shard}\n")
+    finals = {"A": 0.9, "B": 1.5, "C": 0.8}
+    sst = {"A": [80, 82, 90], "B": [70, 75, 71], "C": [70, 75, 80]}
+    loc = {"A": (0.5, 0.9), "B": (0.2, 0.7), "C": (0.4, 0.95)}
+    for v in finals:
+        d = out / "pretrain" / v / "seed1"
+        d.mkdir(parents=True)
+        lines = [f'x | INFO | valid | {{"valid_loss": "{loss}", "valid_num_updates": "{u}"}}'
+                 for u, loss in ((25, 3.0), (50, 2.0), (75, 1.2), (100, finals[v]))]
+        (d / "train.log").write_text("\n".join(lines) + "\n")
+        for seed, score in enumerate(sst[v], 1):
+            run = out / "finetune" / v / "seed1" / "SST-2" / f"lr1e-4_seed{seed}"
+            run.mkdir(parents=True)
+            (run / "result.json").write_text(json.dumps(
+                {"task": "SST-2", "lr": 1e-4, "seed": seed, "metric": "accuracy", "best_valid": {"valid": score}}))
+        (out / "locality" / v).mkdir(parents=True)
+        (out / "locality" / v / "seed1.csv").write_text(
+            "source,layer,head,locality,symmetry,symmetry_scaled\n"
+            "position,all,0,0.1,0.1,0.1\n"
+            f"position,all,mean,{loc[v][0]},{loc[v][1]},0.5\n"
+            f"attention (5 sentences),all,mean,{loc[v][0] / 2},{loc[v][1] / 2},0.5\n")
+
+
+def test_report_on_a_made_up_study(tmp_path, capsys):
+    out = tmp_path / "study"
+    make_study(out)
+    assert sr.main([str(out), "--variants", "A B C", "--total-updates", "100"]) == 0
+    rows = {r["variant"]: r for r in csv.DictReader((out / "study.csv").open())}
+    a, b = rows["A"], rows["B"]
+    assert float(a["unigram_bits"]) == pytest.approx(2.0)
+    assert float(a["final_valid_loss"]) == pytest.approx(0.9) and float(a["best_valid_loss"]) == pytest.approx(0.9)
+    assert float(a["below_unigram_bits"]) == pytest.approx(1.1)
+    assert [float(a[f"loss_at_{p}pct"]) for p in (25, 50, 75, 100)] == pytest.approx([3.0, 2.0, 1.2, 0.9])
+    assert float(a["SST-2_median"]) == 82 and float(a["SST-2_spread"]) == 10
+    assert float(b["SST-2_median"]) == 71 and float(b["SST-2_spread"]) == 5
+    assert float(a["downstream_avg"]) == 82 and float(a["loc_pos"]) == 0.5 and float(a["sym_attn"]) == 0.45
+
+    # correlations across the 3 variants, against a plain float64 loop
+    def loop_pearson(x, y):
+        mx, my = sum(x) / len(x), sum(y) / len(y)
+        sxy = sum((xi - mx) * (yi - my) for xi, yi in zip(x, y))
+        return sxy / math.sqrt(sum((xi - mx) ** 2 for xi in x) * sum((yi - my) ** 2 for yi in y))
+
+    corr = {r["measure"]: r for r in csv.DictReader((out / "correlation.csv").open())}
+    loc_pos = corr["locality (position-only)"]
+    assert loc_pos["n"] == "3"
+    assert float(loc_pos["pearson"]) == pytest.approx(loop_pearson([0.5, 0.2, 0.4], [82, 71, 75]), abs=1e-5)
+    assert float(loc_pos["spearman"]) == pytest.approx(1.0)  # B < C < A in both
+    # symmetry: ranks [2, 1, 3] vs downstream ranks [3, 1, 2] -> rho = 0.5
+    assert float(corr["symmetry (position-only)"]["spearman"]) == pytest.approx(0.5)
+
+    md = (out / "report.md").read_text()
+    assert "WARNING: not fit for purpose" in md and "B did not end at least 1 bit" in md  # only B
+    assert "One pre-training seed: the seeds settle no difference" in md
+    assert "| locality (position-only) | 3 |" in md
+    for png in ("valid_loss.png", "correlation.png"):
+        assert (out / png).read_bytes()[:4] == b"\x89PNG"
+    assert "did not end 1 bit(s) below" in capsys.readouterr().err
+
+
+def test_report_lists_what_is_missing(tmp_path):
+    out = tmp_path / "study"
+    make_study(out)
+    shutil.rmtree(out / "finetune" / "C")
+    (out / "locality" / "B" / "seed1.csv").unlink()
+    assert sr.main([str(out), "--variants", "A,B,C", "--total-updates", "100", "--pretrain-seeds", "1"]) == 0
+    md = (out / "report.md").read_text()
+    assert "C seed 1: no finished fine-tuning run" in md
+    assert "locality/B/seed1.csv: missing" in md
+    rows = {r["variant"]: r for r in csv.DictReader((out / "study.csv").open())}
+    assert rows["C"]["downstream_avg"] == "" and rows["B"]["loc_pos"] == ""
+    corr = {r["measure"]: r for r in csv.DictReader((out / "correlation.csv").open())}
+    assert corr["locality (position-only)"]["n"] == "1"  # only A has both values
+
+
+def test_report_paired_by_two_pretraining_seeds(tmp_path):
+    out = tmp_path / "study"
+    make_study(out)
+    for v, loss in (("A", 1.0), ("B", 1.45), ("C", 0.6)):  # seed 2: A-B = -0.45 (seed 1: -0.6)
+        d = out / "pretrain" / v / "seed2"
+        d.mkdir(parents=True)
+        (d / "train.log").write_text(f'x | INFO | valid | {{"valid_loss": "{loss}", "valid_num_updates": "100"}}\n')
+    assert sr.main([str(out), "--variants", "A B C", "--total-updates", "100", "--pretrain-seeds", "1 2"]) == 0
+    md = (out / "report.md").read_text()
+    # A - B: -0.6 and -0.45, spreads 0.1 (A) and 0.05 (B): settled; A - C: +0.1 and +0.4, same sign but
+    # 0.1 < the spread of C (0.2): not settled
+    assert "| A - B | -0.600 | -0.450 | yes | 0.100 | **yes** |" in md
+    assert "| A - C | 0.100 | 0.400 |" in md and "Settled by the seeds" in md and "A < B" in md
+    rows = {r["variant"]: r for r in csv.DictReader((out / "study.csv").open())}
+    assert float(rows["A"]["final_valid_loss"]) == pytest.approx(0.95)
+    assert float(rows["A"]["final_valid_loss_spread"]) == pytest.approx(0.1)
+    assert rows["A"]["final_valid_loss_by_seed"] == "1:0.9000 2:1.0000"
