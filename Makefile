@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test bench clean-demo
+.PHONY: install demo test bench clean-demo study
 
 $(STAMP): setup.py constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -23,6 +23,11 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) bench/bench_train_step.py
+
+# The study on data you already have (it downloads nothing): make study OUT=study C4_DIR=... TASKS_DIR=...
+# [PRESET=cpu-small VARIANTS="bert-a bert-r tupe-a tupe-r"]; see train_scripts/study.sh --help.
+study: $(STAMP)
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" train_scripts/study.sh
 
 clean-demo:
 	rm -rf demo_out

@@ -222,3 +222,76 @@ def test_report_paired_by_two_pretraining_seeds(tmp_path):
     assert float(rows["A"]["final_valid_loss"]) == pytest.approx(0.95)
     assert float(rows["A"]["final_valid_loss_spread"]) == pytest.approx(0.1)
     assert rows["A"]["final_valid_loss_by_seed"] == "1:0.9000 2:1.0000"
+
+
+# ---------------------------------------------------------------------------------- study.sh end to end
+
+
+def write_c4(path: Path, docs: List[str]) -> None:
+    with gzip.open(path, "wt", encoding="utf-8") as f:
+        for i, text in enumerate(docs):
+            f.write(json.dumps({"text": text, "timestamp": "2019-04-25T12:00:00Z", "url": f"https://example.org/{i}"}) + "\n")
+
+
+def study(out: Path, *args: str, check: bool = True, **env: str) -> subprocess.CompletedProcess:
+    full = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    full.update(PATH=f"{BIN}:{os.environ.get('PATH', '')}", PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1",
+                OUT=str(out), PRESET="tiny", VARIANTS="tupe-r", GPUS="0", NUM_WORKERS="0", PREP_JOBS="1",
+                HARD_VOCAB_LIMIT="0", VOCAB_SIZE="300", **env)
+    p = subprocess.run([str(STUDY), *args], cwd=ROOT, env=full, capture_output=True, text=True, timeout=600)
+    if check and p.returncode != 0:
+        raise AssertionError(f"study.sh {args} failed ({p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-6000:]}")
+    return p
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Dict[str, Path]:
+    d = tmp_path_factory.mktemp("study_corpus")
+    lines = lm_lines(900, seed=5)
+    (d / "c4").mkdir()
+    write_c4(d / "c4" / "c4-train.00000-of-00001.json.gz", ["\n".join(lines[i:i + 5]) for i in range(0, 800, 5)])
+    write_c4(d / "c4" / "c4-validation.00000-of-00001.json.gz", ["\n".join(lines[i:i + 5]) for i in range(800, 900, 5)])
+    shutil.copytree(ROOT / "tests" / "data" / "glue" / "SST-2", d / "tasks" / "SST-2")
+    (d / "tasks" / "notes").mkdir()  # not a task: no train.tsv/dev.tsv
+    return {"C4_DIR": str(d / "c4"), "TASKS_DIR": str(d / "tasks")}
+
+
+def test_study_end_to_end_then_rerun_skips(corpus, tmp_path):
+    """One variant through every part with the tiny preset (4 updates); then the rerun does nothing."""
+    out = tmp_path / "study"
+    env = dict(corpus, TOTAL_UPDATES="4", VALID_POINTS="2")
+    p = study(out, **env)
+    log = p.stdout + p.stderr
+    rows = list(csv.DictReader((out / "study.csv").open()))
+    assert [r["variant"] for r in rows] == ["tupe-r"]
+    r = rows[0]
+    curve = sr.parse_valid_curve(str(out / "pretrain" / "tupe-r" / "seed1" / "train.log"))
+    assert sorted(curve) == [2, 4]  # a validation every TOTAL_UPDATES / VALID_POINTS updates
+    assert float(r["final_valid_loss"]) == pytest.approx(curve[4], abs=1e-4)
+    assert float(r["loss_at_50pct"]) == pytest.approx(curve[2], abs=1e-4)
+    assert 0 <= float(r["SST-2_median"]) <= 100 and r["SST-2_spread"] == "0"  # one seed
+    assert 0 < float(r["loc_pos"]) <= 1 and 0 < float(r["loc_attn"]) <= 1
+    assert float(r["unigram_bits"]) > 0
+    md = (out / "report.md").read_text()
+    assert "WARNING: not fit for purpose" in md  # 4 updates do not beat the unigram baseline
+    assert (out / "valid_loss.png").is_file() and (out / "correlation.png").is_file()
+    assert "settings.env" not in log  # the first run records the settings
+    assert (out / "finetune" / "tupe-r" / "seed1" / "SST-2" / "lr1e-3_seed1" / "result.json").is_file()
+
+    listing = study(out, "--list", **env).stdout.splitlines()
+    assert [line.split("\t")[0] for line in listing] == ["prep", "pretrain", "locality", "finetune", "report"]
+    assert all(line.endswith("\tdone") for line in listing), listing
+
+    before = (out / "pretrain" / "tupe-r" / "seed1" / "checkpoint_last.pt").stat().st_mtime_ns
+    again = study(out, **env)
+    assert again.stderr.count("done, skipping") == 4  # prep, pretrain, locality, finetune
+    assert (out / "pretrain" / "tupe-r" / "seed1" / "checkpoint_last.pt").stat().st_mtime_ns == before
+
+    # a second variant: only its parts are to do, on SLURM one job array per stage
+    slurm = study(out, "--slurm", **dict(env, VARIANTS="tupe-r bert-a")).stdout
+    assert "prep=" not in slurm and "--array=1 train_scripts/study.sbatch pretrain" in slurm
+    assert "--array=1 train_scripts/study.sbatch finetune" in slurm and "study.sbatch report" in slurm
+
+    changed = study(out, check=False, **dict(env, TOTAL_UPDATES="5"))
+    assert changed.returncode != 0
+    assert "settings.env" in changed.stderr and "TOTAL_UPDATES=5" in changed.stderr

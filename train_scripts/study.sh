@@ -28,10 +28,10 @@ preset_file="$PRESET"
 [[ -f "$preset_file" ]] || die "PRESET=$PRESET: no file $preset_file (presets: $(cd "$SCRIPTS/study_presets" && ls | sed 's/\.env$//' | tr '\n' ' '))"
 declare -A P
 while IFS= read -r line || [[ -n "$line" ]]; do
-  [[ "$line" =~ ^([A-Z_0-9]+)=(.*)$ ]] && P[${BASH_REMATCH[1]}]="${BASH_REMATCH[2]}"
+  if [[ "$line" =~ ^([A-Z_0-9]+)=(.*)$ ]]; then P[${BASH_REMATCH[1]}]="${BASH_REMATCH[2]}"; fi
 done < "$preset_file"
 PRESET_KEYS=(SIZE MODEL_ARGS VOCAB_SIZE MAX_SHARDS MAX_DOCS TOKENS_PER_SAMPLE BATCH_SIZE MAX_SENTENCES TOTAL_UPDATES
-             WARMUP PRETRAIN_LR VALID_POINTS FT_LRS FT_EPOCHS FT_BATCH SEEDS LOC_LENGTH LOC_SENTENCES MIN_GAP_BITS)
+             WARMUP PRETRAIN_LR VALID_POINTS VALID_STEPS FT_LRS FT_EPOCHS FT_BATCH SEEDS LOC_LENGTH LOC_SENTENCES MIN_GAP_BITS)
 for k in "${PRESET_KEYS[@]}"; do
   [[ -v P[$k] ]] || die "$preset_file: no line $k=... (every preset sets: ${PRESET_KEYS[*]})"
 done
@@ -54,6 +54,7 @@ tunable TOTAL_UPDATES "${P[TOTAL_UPDATES]}" "pre-training budget per variant (up
 tunable WARMUP "${P[WARMUP]}" "pre-training warmup updates"
 tunable PRETRAIN_LR "${P[PRETRAIN_LR]}" "pre-training peak LR (then linear decay to 0)"
 tunable VALID_POINTS "${P[VALID_POINTS]}" "validations per pre-training run (the loss curve; a checkpoint each)"
+tunable VALID_STEPS "${P[VALID_STEPS]}" "batches per validation (the same first batches every time; 0: the whole set)"
 tunable FT_LRS "${P[FT_LRS]}" "fine-tuning LRs (per task: median over seeds per LR, best LR)"
 tunable FT_EPOCHS "${P[FT_EPOCHS]}" "fine-tuning epochs (auto: glue/finetune.sh's per task)"
 tunable FT_BATCH "${P[FT_BATCH]}" "fine-tuning batch size"
@@ -94,15 +95,18 @@ esac
 for v in TOTAL_UPDATES VALID_POINTS PREP_JOBS LOC_LENGTH LOC_SENTENCES; do
   is_uint "${!v}" && (( ${!v} > 0 )) || die "$v must be a positive whole number, not '${!v}'"
 done
+is_uint "$VALID_STEPS" || die "VALID_STEPS must be a whole number, not '$VALID_STEPS'"
 (( VALID_POINTS <= TOTAL_UPDATES )) || die "VALID_POINTS=$VALID_POINTS exceeds TOTAL_UPDATES=$TOTAL_UPDATES"
 (( LOC_LENGTH <= TOKENS_PER_SAMPLE )) || die "LOC_LENGTH=$LOC_LENGTH exceeds the $TOKENS_PER_SAMPLE positions (TOKENS_PER_SAMPLE)"
 VALID_INTERVAL=$(( TOTAL_UPDATES / VALID_POINTS ))
+valid_args="--log-format json --validate-interval-updates $VALID_INTERVAL"  # json lines: what the report reads
+if (( VALID_STEPS > 0 )); then valid_args+=" --max-valid-steps $VALID_STEPS"; fi
 read -r -a variants <<< "$VARIANTS"; read -r -a pseeds <<< "$PRETRAIN_SEEDS"
 read -r -a lrs <<< "$FT_LRS"; read -r -a seeds <<< "$SEEDS"
 (( ${#variants[@]} > 0 && ${#pseeds[@]} > 0 )) || die "VARIANTS and PRETRAIN_SEEDS must not be empty"
 if [[ "$TASKS" == auto ]]; then
   [[ -n "$TASKS_DIR" ]] || die "TASKS_DIR is required (or TASKS=none for pre-training only)"
-  TASKS=$(for d in "$TASKS_DIR"/*/; do [[ -f "$d/train.tsv" && -f "$d/dev.tsv" ]] && basename "$d"; done | tr '\n' ' ')
+  TASKS=$(for d in "$TASKS_DIR"/*/; do if [[ -f "$d/train.tsv" && -f "$d/dev.tsv" ]]; then basename "$d"; fi; done | tr '\n' ' ')
   [[ -n "$TASKS" ]] || die "TASKS_DIR=$TASKS_DIR has no TASK/train.tsv + TASK/dev.tsv"
 fi
 [[ "$TASKS" == none ]] && TASKS=""
@@ -141,8 +145,8 @@ parts_of() {  # parts_of STAGE: one part per line
 STAGES=(prep pretrain locality finetune report)
 
 # ---- the settings of this study are recorded once; a rerun with others is refused --------------------
-RECORDED=(PRESET SIZE MODEL_ARGS VOCAB_SIZE MAX_SHARDS MAX_DOCS TOKENS_PER_SAMPLE BATCH_SIZE TOTAL_UPDATES WARMUP
-          PRETRAIN_LR VALID_POINTS FT_LRS FT_EPOCHS FT_BATCH FT_EXTRA_ARGS LOC_LENGTH LOC_SENTENCES)
+RECORDED=(C4_DIR PRESET SIZE MODEL_ARGS VOCAB_SIZE MAX_SHARDS MAX_DOCS TOKENS_PER_SAMPLE BATCH_SIZE TOTAL_UPDATES WARMUP
+          PRETRAIN_LR VALID_POINTS VALID_STEPS FT_LRS FT_EPOCHS FT_BATCH FT_EXTRA_ARGS LOC_LENGTH LOC_SENTENCES)
 check_settings() {
   local now; now="$(for v in "${RECORDED[@]}"; do printf '%s=%s\n' "$v" "${!v}"; done)"
   mkdir -p "$OUT"
@@ -183,13 +187,13 @@ run_pretrain() {  # VARIANT SEED
   is_done prep || die "prep is not finished: run --part prep first"
   mkdir -p "$dir"
   note "pre-training $1 seed $2 ($TOTAL_UPDATES updates) -> $dir (log: $dir/train.log)"
-  # fairseq validates (and saves) every VALID_INTERVAL updates; json lines are what the report reads
+  # fairseq validates (and saves) every VALID_INTERVAL updates
   DATA="$C4_OUT/data-bin" VARIANT="$1" SIZE="$SIZE" ARCH=auto SAVE_DIR="$dir" TENSORBOARD_DIR="$dir/tensorboard" \
     GPUS="$GPUS" BATCH_SIZE="$BATCH_SIZE" MAX_SENTENCES="$MAX_SENTENCES" UPDATE_FREQ=auto \
     TOKENS_PER_SAMPLE="$TOKENS_PER_SAMPLE" MAX_POSITIONS=auto TOTAL_UPDATES="$TOTAL_UPDATES" WARMUP="$WARMUP" \
     LR="$PRETRAIN_LR" SEED="$2" SAVE_INTERVAL_UPDATES="$VALID_INTERVAL" KEEP_INTERVAL_UPDATES=1 KEEP_PATTERN=-1 \
     LOG_INTERVAL="$(( VALID_INTERVAL > 1 ? VALID_INTERVAL / 2 : 1 ))" NUM_WORKERS="$NUM_WORKERS" DRY_RUN=0 \
-    EXTRA_ARGS="$MODEL_ARGS --log-format json --validate-interval-updates $VALID_INTERVAL" \
+    EXTRA_ARGS="$MODEL_ARGS $valid_args" \
     "$SCRIPTS/pretrain.sh" 2>&1 | tee -a "$dir/train.log" || die "pre-training $1 seed $2 failed; log $dir/train.log"
   date -u +%FT%TZ > "$dir/pretrain.done"
 }
@@ -290,7 +294,7 @@ fi
 
 # all parts here, in order; a failed part is counted and the others go on (rerun to retry it)
 failed=()
-run_part prep 0
+if is_done prep; then note "prep: done, skipping"; else run_part prep 0; fi
 for st in pretrain locality finetune; do
   mapfile -t all < <(parts_of "$st")
   for i in "${!all[@]}"; do

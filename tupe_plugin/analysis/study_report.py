@@ -452,9 +452,9 @@ def _paired_lines(pairs: List[Paired], n_seeds: int, what: str) -> List[str]:
 def _pyplot():
     import logging
 
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)  # importing fairseq sets the root logger to DEBUG
     import matplotlib
 
-    logging.getLogger("matplotlib").setLevel(logging.WARNING)  # importing fairseq sets the root logger to DEBUG
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
