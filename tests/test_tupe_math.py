@@ -1,4 +1,5 @@
-"""The TUPE math against plain loop references written here from PAPERS.md (recipe, §1.2)."""
+"""The positional math of every variant against plain loop references written here from the formulas of
+docs/positional_encodings.md (TUPE's recipe, T5 buckets, L&S priors, ALiBi, RoPE, DeBERTa)."""
 import math
 
 import pytest
@@ -13,7 +14,7 @@ ALL = list(VARIANTS)
 
 
 def paper_bucket(delta: int) -> int:
-    """PAPERS.md §1.2, 'I recomputed the mapping': keys left/self 0..15, right 16 + same."""
+    """docs/positional_encodings.md, T5 buckets: keys left/self 0..15, right 16 + same."""
     d = abs(delta)
     if d < 8:
         b = d
@@ -25,7 +26,7 @@ def paper_bucket(delta: int) -> int:
 
 def reference_positional(model, T: int, layer: int = 0) -> torch.Tensor:
     """(H, T, T) content-free logits of ``layer``, entry by entry, as the recipe's steps 2-4
-    describe (and PAPERS.md §2.6 for the L&S distance priors)."""
+    describe (docs/positional_encodings.md; also the L&S distance priors and ALiBi)."""
     pos = model.encoder.sentence_encoder.positions
     v = model.variant
     H, dh = pos.num_heads, pos.head_dim
@@ -67,6 +68,41 @@ def reference_positional(model, T: int, layer: int = 0) -> torch.Tensor:
         for i in range(T):
             for j in range(T):
                 out[:, i, j] += table[layer, :, abs(i - j)]
+    if v.alibi:
+        for h in range(H):  # power-of-2 head count: m_h = 2^(-8 h / H), h = 1..H
+            for i in range(T):
+                for j in range(T):
+                    out[h, i, j] += -(2.0 ** (-8.0 * (h + 1) / H)) * abs(j - i)
+    return out
+
+
+def rope_reference(x: torch.Tensor) -> torch.Tensor:
+    """RoFormer's rotation of (..., T, dh), pairs (m, m + dh/2), angle t * 10000^(-2m/dh), by loops."""
+    out = x.clone()
+    dh = x.size(-1)
+    for t in range(x.size(-2)):
+        for m in range(dh // 2):
+            a = t * 10000.0 ** (-2.0 * m / dh)
+            x1, x2 = x[..., t, m], x[..., t, m + dh // 2]
+            out[..., t, m] = x1 * math.cos(a) - x2 * math.sin(a)
+            out[..., t, m + dh // 2] = x2 * math.cos(a) + x1 * math.sin(a)
+    return out
+
+
+def deberta_reference(model, attn, q, k, h, T):
+    """c2p + p2c of head h for one layer: q_i . K^r[delta(i,j)] + k_j . Q^r[delta(i,j)],
+    delta(i,j) = clamp(i - j + k, 0, 2k - 1) (p2c indexed as the official DeBERTa code; the paper's
+    Eq. 4 writes delta(j,i): docs/positional_encodings.md); (B, T, T), unscaled."""
+    kk = model.variant.max_rel_pos
+    rel = model.encoder.sentence_encoder.positions.rel_embeddings.weight.double()  # (2k, d)
+    s = slice(h * attn.head_dim, (h + 1) * attn.head_dim)
+    k_r = (rel @ attn.pos_key_proj.weight.double().T)[:, s]
+    q_r = (rel @ attn.pos_query_proj.weight.double().T + attn.pos_query_proj.bias.double())[:, s]
+    out = torch.zeros(q.size(0), T, T, dtype=torch.float64)
+    for i in range(T):
+        for j in range(T):
+            d_ij = min(max(i - j + kk, 0), 2 * kk - 1)
+            out[:, i, j] = q[:, i] @ k_r[d_ij] + k[:, j] @ q_r[d_ij]
     return out
 
 
@@ -133,15 +169,20 @@ def layer0_reference_weights(model, x_tokens):
         q = attn.q_proj(x).double()
         k = attn.k_proj(x).double()
         term = enc.positions(T)
-        factor = 4 if v.pos_mixed_terms else 2 if v.untied_pos else 1
+        deberta = v.attention_block == "deberta"
+        factor = 4 if v.pos_mixed_terms else 2 if v.untied_pos else 3 if deberta else 1
         out = torch.zeros(x.size(0), H, T, T, dtype=torch.float64)
         for h in range(H):
             s = slice(h * dh, (h + 1) * dh)
             qh, kh = q[..., s], k[..., s]
             if v.pos_mixed_terms:
                 qh, kh = qh + term.query[h].double(), kh + term.key[h].double()
+            if v.attention_block == "rope":
+                qh, kh = rope_reference(qh), rope_reference(kh)
             logits = qh @ kh.transpose(-1, -2) / math.sqrt(factor * dh)
-            if not v.pos_mixed_terms and (v.untied_pos or v.rel_pos or v.distance_prior != "none"):
+            if deberta:
+                logits = logits + deberta_reference(model, attn, qh, kh, h, T) / math.sqrt(factor * dh)
+            if not v.pos_mixed_terms and (v.untied_pos or v.rel_pos or v.distance_prior != "none" or v.alibi):
                 logits = logits + reference_positional(model, T)[h]
             out[:, h] = torch.softmax(logits, dim=-1)
     return out
@@ -157,7 +198,7 @@ def test_layer0_attention_equals_formula(variant):
         term = enc.positions(12)
         bias = term.bias if term.bias is None or term.bias.dim() == 3 else term.bias[0]  # layer 0
         mask = None if bias is None else bias.unsqueeze(0)
-        _, weights = enc.layers[0].self_attn(x.transpose(0, 1), mask, term.query, term.key, need_weights=True)
+        _, weights = enc.layers[0].self_attn(x.transpose(0, 1), mask, term, need_weights=True)
     torch.testing.assert_close(weights.double(), layer0_reference_weights(model, x_tokens), atol=1e-5, rtol=1e-4)
 
 

@@ -15,8 +15,8 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 SCRIPTS="$TUPE_REPO/train_scripts"
 
-tunable VARIANT tupe-r "paper row: tupe-r tupe-a bert-a bert-r tupe-a-tie-cls bert-ad (L&S priors: gaussian-prior learned-gaussian)"
-tunable SIZE base "base, large (tupe-r/tupe-a only) or tiny (tests)"
+tunable VARIANT tupe-r "positional variant: a name of 'tupe-checkpoint-info --list-variants' (tupe-r, bert-a, rope, alibi, ...)"
+tunable SIZE base "base, large or tiny (tests)"
 tunable ARCH auto "fairseq --arch (auto: VARIANT_SIZE, e.g. tupe_r_base)"
 tunable DATA "" "fairseq data dir(s), colon-separated, or a folder with data_path.txt (required)"
 tunable SAVE_DIR auto "checkpoints; reruns resume from its checkpoint_last.pt (auto: checkpoints/ARCH)"
@@ -118,13 +118,12 @@ is_uint "$UPDATE_FREQ" && (( UPDATE_FREQ > 0 )) || die "UPDATE_FREQ must be a po
 EFFECTIVE=$(( WORLD * MAX_SENTENCES * UPDATE_FREQ ))
 
 if [[ "$ARCH" == auto ]]; then
-  case "$VARIANT" in
-    tupe-r|tupe-a|bert-a|bert-r|tupe-a-tie-cls|bert-ad|gaussian-prior|learned-gaussian) ;;
-    *) die "VARIANT must be one of tupe-r tupe-a bert-a bert-r tupe-a-tie-cls bert-ad gaussian-prior learned-gaussian, not '$VARIANT'" ;;
-  esac
+  # the variant registry (tupe_plugin/models/variants.py) is the one list of VARIANT names
+  known="$("$PYTHON" -m tupe_plugin.checkpoint_info --list-variants 2>/dev/null | tr '\n' ' ')" \
+    || die "cannot list the variants: '$PYTHON -m tupe_plugin.checkpoint_info --list-variants' failed (activate the venv)"
+  [[ " $known" == *" $VARIANT "* ]] || die "VARIANT must be one of ${known% }, not '$VARIANT'"
   case "$SIZE" in
-    base|tiny) ;;
-    large) [[ "$VARIANT" == tupe-r || "$VARIANT" == tupe-a ]] || die "SIZE=large exists for tupe-r and tupe-a only" ;;
+    base|large|tiny) ;;
     *) die "SIZE must be base, large or tiny, not '$SIZE'" ;;
   esac
   ARCH="${VARIANT//-/_}_$SIZE"

@@ -1,4 +1,4 @@
-"""Content-free positional logits of a checkpoint, per head, for any paper variant.
+"""Content-free positional logits of a checkpoint, per head, for every variant that has them.
 
 * TUPE-A/R, tie-cls: the (H, T, T) term the model adds to every layer (incl. the [CLS] thetas and
   the relative bias), exactly as in training.
@@ -7,6 +7,10 @@
 * BERT-A/R: layer 1's position-position term ``(LN(p_i) W^Q)(LN(p_j) W^K)^T / sqrt(d_head)`` from the
   learned input PE alone (an approximation: in BERT the PE is mixed with the word before the LN),
   plus the relative bias for BERT-R.
+* sinusoidal: the same layer-1 position-position term from the fixed sin/cos table.
+* t5_rel, alibi: the bias itself, exactly (shared by all layers); nope: zeros (no positional preference).
+* rope, deberta_rel: none. Their positional effect depends on content (rotated q/k; c2p/p2c terms), so
+  ``ContentDependentPositions`` is raised: only real attention maps (``tupe-locality --text``) describe them.
 
 Works from the state dict alone (no dictionary, no data), on CPU, for base and large models.
 """
@@ -21,9 +25,13 @@ import torch.nn.functional as F
 from .. import checkpoint_safety  # noqa: F401
 from ..checkpoint_info import info_from_state
 from ..models.variants import PositionalVariant
-from ..modules.positional_term import TupePositions
+from ..modules.positional_term import TupePositions, sinusoidal_table
 
 PREFIX = "encoder.sentence_encoder."
+
+
+class ContentDependentPositions(ValueError):
+    """The variant has no content-free positional term (RoPE, DeBERTa): only real attention maps apply."""
 
 
 def load_checkpoint(path: str) -> Tuple[Dict[str, torch.Tensor], Dict[str, Any]]:
@@ -38,13 +46,15 @@ def positional_logits(path: str, seq_len: int) -> np.ndarray:
     sd, info = load_checkpoint(path)
     variant = PositionalVariant.from_tensor(sd[PREFIX + "positions.variant"])
     d, H = info["encoder_embed_dim"], info["encoder_attention_heads"]
+    if variant.attention_block in ("rope", "deberta"):
+        raise ContentDependentPositions(
+            f"positional variant '{variant.name}' has no content-free positional term: its positional effect "
+            "depends on content (docs/positional_encodings.md), so there is no position-only map; use "
+            "tupe-locality CKPT --text FILE for its real attention maps"
+        )
     if seq_len > info["max_positions"]:
         raise ValueError(f"--length {seq_len} exceeds the checkpoint's {info['max_positions']} positions")
-    positions = TupePositions(
-        d, H, info["max_positions"], variant.untied_pos, variant.untie_cls, variant.rel_pos,
-        variant.pos_mixed_terms, variant.rel_pos_bins, variant.max_rel_pos, variant.attn_scale_factor,
-        variant.distance_prior, info["encoder_layers"],
-    )
+    positions = TupePositions(variant, d, H, info["max_positions"], info["encoder_layers"])
     own = {k[len(PREFIX + "positions."):]: v for k, v in sd.items() if k.startswith(PREFIX + "positions.")}
     own.pop("variant")
     positions.load_state_dict(own)
@@ -55,13 +65,16 @@ def positional_logits(path: str, seq_len: int) -> np.ndarray:
         else:
             logits = term.bias if term.bias is not None else torch.zeros(H, seq_len, seq_len)
         if variant.input_pe:
-            logits = logits + _input_pe_term(sd, d, H, seq_len)
+            pad = 1  # fairseq's learned positions start after the padding index
+            logits = logits + _input_pe_term(sd, sd[PREFIX + "embed_positions.weight"][pad + 1 : pad + 1 + seq_len], H)
+        if variant.sinusoidal_pe:  # token i uses row i
+            logits = logits + _input_pe_term(sd, sinusoidal_table(seq_len, d), H)
     return logits.double().numpy()
 
 
-def _input_pe_term(sd: Dict[str, torch.Tensor], d: int, H: int, T: int) -> torch.Tensor:
-    pad = 1  # fairseq's learned positions start after the padding index
-    p = sd[PREFIX + "embed_positions.weight"][pad + 1 : pad + 1 + T]
+def _input_pe_term(sd: Dict[str, torch.Tensor], p: torch.Tensor, H: int) -> torch.Tensor:
+    """Layer 1's (H, T, T) position-position logits of the input PE rows ``p`` (T, d)."""
+    T, d = p.shape
     if PREFIX + "layernorm_embedding.weight" in sd:
         p = F.layer_norm(p, (d,), sd[PREFIX + "layernorm_embedding.weight"], sd[PREFIX + "layernorm_embedding.bias"])
     attn = PREFIX + "layers.0.self_attn."

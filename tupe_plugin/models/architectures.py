@@ -1,24 +1,24 @@
-"""Every ``--arch`` of the ``tupe_roberta`` model. Paper rows (TUPE Table 1) at base size:
+"""Every ``--arch`` of the ``tupe_roberta`` model: ``<variant>_<size>`` for every variant of the registry
+(``variants.py``: ``VARIANTS``) and every size below, plus ``tupe_roberta_base/_large/_tiny`` (= TUPE-R).
 
-=====================  ==========================================================
-``bert_a_base``        BERT-A: absolute PE added to the input
-``bert_r_base``        BERT-R: BERT-A + relative bias
-``tupe_a_base``        TUPE-A: untied absolute term + [CLS] untie, no input PE
-``tupe_r_base``        TUPE-R: TUPE-A + relative bias (= ``tupe_roberta_base``)
-``tupe_a_tie_cls_base`` TUPE-A without the [CLS] reset
-``bert_ad_base``       BERT-Ad: separate U^Q/U^K, all four word/position terms, 1/sqrt(4d)
-=====================  ==========================================================
+===========  ===================================================================
+size         encoder
+===========  ===================================================================
+``base``     BERT-base: 12 layers, width 768, 12 heads, FFN 3072 (fairseq's RoBERTa base)
+``large``    BERT-large: 24 layers, width 1024, 16 heads, FFN 4096
+``tiny``     2 layers, width 64, 4 heads, FFN 128 (tests and demos)
+===========  ===================================================================
 
-The Locality & Symmetry paper's distance priors (no PE): ``gaussian_prior_base`` (fixed
-``softmax(-0.5 (j-i)^2)``, attenuated.py) and ``learned_gaussian_base`` (learned per layer, head and
-distance, attenuated_l.py), also ``_tiny``.
-
-``tupe_a_large``/``tupe_r_large`` (= ``tupe_roberta_large``) are BERT-large sized; the
-``*_tiny`` archs (2 layers, width 64) exist for tests and demos. Any row is also reachable from
-``tupe_roberta_base`` by flags, e.g. ``--input-pe --no-untied-pos --no-untie-cls --no-rel-pos`` is
-BERT-A (see ``PositionalVariant.flags``).
+Variants (``python -m tupe_plugin.checkpoint_info --list-variants``): TUPE Table 1 ``bert_a``, ``bert_r``,
+``tupe_a``, ``tupe_r``, ``tupe_a_tie_cls``, ``bert_ad``; the L&S priors ``gaussian_prior``,
+``learned_gaussian``; common encoders' PEs ``sinusoidal``, ``nope``, ``t5_rel``, ``alibi``, ``rope``,
+``deberta_rel``. So ``tupe_r_base``, ``bert_a_tiny``, ``rope_large``, ... Any variant except ``nope`` is
+also reachable from ``tupe_roberta_base`` by its flags (``PositionalVariant.flags``), e.g.
+``--input-pe --no-untied-pos --no-untie-cls --no-rel-pos`` is BERT-A.
 """
 from __future__ import annotations
+
+from typing import Callable, Dict
 
 from fairseq.models import register_model_architecture
 from fairseq.models.roberta.model import base_architecture as roberta_base_architecture
@@ -26,10 +26,20 @@ from fairseq.utils import safe_getattr
 
 from .variants import VARIANTS, PositionalVariant
 
+SIZES: Dict[str, Dict[str, int]] = {
+    "base": {},  # fairseq's RoBERTa base defaults
+    "large": dict(encoder_layers=24, encoder_embed_dim=1024, encoder_ffn_embed_dim=4096, encoder_attention_heads=16),
+    "tiny": dict(encoder_layers=2, encoder_embed_dim=64, encoder_ffn_embed_dim=128, encoder_attention_heads=4),
+}
+
+
+def _set_defaults(args, values: Dict) -> None:
+    for name, value in values.items():
+        setattr(args, name, safe_getattr(args, name, value))
+
 
 def _set_variant_defaults(args, variant: PositionalVariant) -> None:
-    for name, value in vars(variant).items():
-        setattr(args, name, safe_getattr(args, name, value))
+    _set_defaults(args, vars(variant))
 
 
 @register_model_architecture("tupe_roberta", "tupe_roberta_base")
@@ -40,129 +50,19 @@ def tupe_roberta_base_architecture(args):
     roberta_base_architecture(args)
 
 
-@register_model_architecture("tupe_roberta", "tupe_roberta_large")
-def tupe_roberta_large_architecture(args):
-    args.encoder_layers = safe_getattr(args, "encoder_layers", 24)
-    args.encoder_embed_dim = safe_getattr(args, "encoder_embed_dim", 1024)
-    args.encoder_ffn_embed_dim = safe_getattr(args, "encoder_ffn_embed_dim", 4096)
-    args.encoder_attention_heads = safe_getattr(args, "encoder_attention_heads", 16)
-    tupe_roberta_base_architecture(args)
+def _architecture(variant: str, size: str) -> Callable:
+    def architecture(args):
+        _set_variant_defaults(args, VARIANTS[variant])
+        _set_defaults(args, SIZES[size])
+        tupe_roberta_base_architecture(args)
+
+    architecture.__name__ = f"{variant}_{size}_architecture"
+    architecture.__doc__ = f"``{variant}`` at {size} size."
+    return architecture
 
 
-@register_model_architecture("tupe_roberta", "tupe_roberta_tiny")
-def tupe_roberta_tiny_architecture(args):
-    args.encoder_layers = safe_getattr(args, "encoder_layers", 2)
-    args.encoder_embed_dim = safe_getattr(args, "encoder_embed_dim", 64)
-    args.encoder_ffn_embed_dim = safe_getattr(args, "encoder_ffn_embed_dim", 128)
-    args.encoder_attention_heads = safe_getattr(args, "encoder_attention_heads", 4)
-    tupe_roberta_base_architecture(args)
-
-
-# The paper's rows by name (base and tiny; large for TUPE-A/TUPE-R).
-
-@register_model_architecture("tupe_roberta", "bert_a_base")
-def bert_a_base_architecture(args):
-    _set_variant_defaults(args, VARIANTS["bert_a"])
-    tupe_roberta_base_architecture(args)
-
-
-@register_model_architecture("tupe_roberta", "bert_a_tiny")
-def bert_a_tiny_architecture(args):
-    _set_variant_defaults(args, VARIANTS["bert_a"])
-    tupe_roberta_tiny_architecture(args)
-
-
-@register_model_architecture("tupe_roberta", "bert_r_base")
-def bert_r_base_architecture(args):
-    _set_variant_defaults(args, VARIANTS["bert_r"])
-    tupe_roberta_base_architecture(args)
-
-
-@register_model_architecture("tupe_roberta", "bert_r_tiny")
-def bert_r_tiny_architecture(args):
-    _set_variant_defaults(args, VARIANTS["bert_r"])
-    tupe_roberta_tiny_architecture(args)
-
-
-@register_model_architecture("tupe_roberta", "tupe_a_base")
-def tupe_a_base_architecture(args):
-    _set_variant_defaults(args, VARIANTS["tupe_a"])
-    tupe_roberta_base_architecture(args)
-
-
-@register_model_architecture("tupe_roberta", "tupe_a_large")
-def tupe_a_large_architecture(args):
-    _set_variant_defaults(args, VARIANTS["tupe_a"])
-    tupe_roberta_large_architecture(args)
-
-
-@register_model_architecture("tupe_roberta", "tupe_a_tiny")
-def tupe_a_tiny_architecture(args):
-    _set_variant_defaults(args, VARIANTS["tupe_a"])
-    tupe_roberta_tiny_architecture(args)
-
-
-@register_model_architecture("tupe_roberta", "tupe_r_base")
-def tupe_r_base_architecture(args):
-    _set_variant_defaults(args, VARIANTS["tupe_r"])
-    tupe_roberta_base_architecture(args)
-
-
-@register_model_architecture("tupe_roberta", "tupe_r_large")
-def tupe_r_large_architecture(args):
-    _set_variant_defaults(args, VARIANTS["tupe_r"])
-    tupe_roberta_large_architecture(args)
-
-
-@register_model_architecture("tupe_roberta", "tupe_r_tiny")
-def tupe_r_tiny_architecture(args):
-    _set_variant_defaults(args, VARIANTS["tupe_r"])
-    tupe_roberta_tiny_architecture(args)
-
-
-@register_model_architecture("tupe_roberta", "tupe_a_tie_cls_base")
-def tupe_a_tie_cls_base_architecture(args):
-    _set_variant_defaults(args, VARIANTS["tupe_a_tie_cls"])
-    tupe_roberta_base_architecture(args)
-
-
-@register_model_architecture("tupe_roberta", "tupe_a_tie_cls_tiny")
-def tupe_a_tie_cls_tiny_architecture(args):
-    _set_variant_defaults(args, VARIANTS["tupe_a_tie_cls"])
-    tupe_roberta_tiny_architecture(args)
-
-
-@register_model_architecture("tupe_roberta", "bert_ad_base")
-def bert_ad_base_architecture(args):
-    _set_variant_defaults(args, VARIANTS["bert_ad"])
-    tupe_roberta_base_architecture(args)
-
-
-@register_model_architecture("tupe_roberta", "bert_ad_tiny")
-def bert_ad_tiny_architecture(args):
-    _set_variant_defaults(args, VARIANTS["bert_ad"])
-    tupe_roberta_tiny_architecture(args)
-
-
-@register_model_architecture("tupe_roberta", "gaussian_prior_base")
-def gaussian_prior_base_architecture(args):
-    _set_variant_defaults(args, VARIANTS["gaussian_prior"])
-    tupe_roberta_base_architecture(args)
-
-
-@register_model_architecture("tupe_roberta", "gaussian_prior_tiny")
-def gaussian_prior_tiny_architecture(args):
-    _set_variant_defaults(args, VARIANTS["gaussian_prior"])
-    tupe_roberta_tiny_architecture(args)
-
-
-@register_model_architecture("tupe_roberta", "learned_gaussian_base")
-def learned_gaussian_base_architecture(args):
-    _set_variant_defaults(args, VARIANTS["learned_gaussian"])
-    tupe_roberta_base_architecture(args)
-
-
-@register_model_architecture("tupe_roberta", "learned_gaussian_tiny")
-def learned_gaussian_tiny_architecture(args):
-    _set_variant_defaults(args, VARIANTS["learned_gaussian"])
-    tupe_roberta_tiny_architecture(args)
+for _size in SIZES:
+    if _size != "base":
+        register_model_architecture("tupe_roberta", f"tupe_roberta_{_size}")(_architecture("tupe_r", _size))
+    for _variant in VARIANTS:
+        register_model_architecture("tupe_roberta", f"{_variant}_{_size}")(_architecture(_variant, _size))

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+from dataclasses import fields
 
 from fairseq.models import register_model
 from fairseq.models.roberta import RobertaEncoder, RobertaModel
@@ -10,8 +11,10 @@ from fairseq.modules.transformer_sentence_encoder import init_bert_params
 from fairseq.utils import safe_getattr
 from omegaconf import OmegaConf
 
+from ..modules.classification_head import DEFAULT_HEAD_STYLE, HEAD_STYLES, build_classification_head
 from ..modules.encoder import TupeTransformerEncoder
-from .variants import DISTANCE_PRIORS, VARIANTS, PositionalVariant
+from .checkpoint_checks import check_dictionary
+from .variants import PositionalVariant
 
 logger = logging.getLogger(__name__)
 
@@ -29,21 +32,23 @@ class TupeRobertaModel(RobertaModel):
     @staticmethod
     def add_args(parser):
         RobertaModel.add_args(parser)
-        flag = dict(action=argparse.BooleanOptionalAction)
-        parser.add_argument("--input-pe", **flag, help="add learned absolute PE to word embeddings (BERT)")
-        parser.add_argument("--untied-pos", **flag, help="TUPE untied absolute term with U^Q/U^K")
-        parser.add_argument("--untie-cls", **flag, help="reset [CLS] row/column to per-head thetas")
-        parser.add_argument("--rel-pos", **flag, help="add the T5-bucketed relative bias (TUPE-R)")
-        parser.add_argument("--pos-mixed-terms", **flag, help="BERT-Ad: keep word-position terms")
-        parser.add_argument(
-            "--distance-prior", choices=list(DISTANCE_PRIORS),
-            help="L&S paper: add a fixed (gaussian) or learned per-layer (learned_gaussian) distance prior",
-        )
-        parser.add_argument("--rel-pos-bins", type=int, metavar="N", help="relative buckets (32)")
-        parser.add_argument("--max-rel-pos", type=int, metavar="N", help="max relative distance (128)")
+        for f in fields(PositionalVariant):  # one flag per variant field (variants.py)
+            if f.metadata["arch_only"]:
+                continue
+            opt, help = "--" + f.name.replace("_", "-"), f.metadata["help"]
+            if f.metadata["choices"]:
+                parser.add_argument(opt, choices=list(f.metadata["choices"]), help=help)
+            elif f.type == "bool":
+                parser.add_argument(opt, action=argparse.BooleanOptionalAction, help=help)
+            else:
+                parser.add_argument(opt, type=int, metavar="N", help=help)
         parser.add_argument(
             "--attention-impl", choices=["sdpa", "reference"],
             help="scaled_dot_product_attention (default) or the plain reference path",
+        )
+        parser.add_argument(
+            "--classification-head-style", choices=list(HEAD_STYLES), default=DEFAULT_HEAD_STYLE,
+            help="sentence head: release (dense, tanh, dropout, out_proj; default) or roberta (dropout first too)",
         )
 
     @classmethod
@@ -58,13 +63,17 @@ class TupeRobertaModel(RobertaModel):
         args.max_source_positions = args.max_positions  # input PE (BERT-A/R) sized like the TUPE table
         variant = PositionalVariant.from_args(args)
         variant.validate()
-        args.no_token_positional_embeddings = not variant.input_pe
-        args.attn_scale_factor = variant.attn_scale_factor
+        args.no_token_positional_embeddings = not variant.input_pe  # learned input PE: fairseq's own
         logger.info(f"positional variant: {variant.name} ({variant.flags()})")
         encoder = TupeRobertaEncoder(args, task.source_dictionary)
         if OmegaConf.is_config(args):
             OmegaConf.set_struct(args, True)
         return cls(args, encoder)
+
+    def register_classification_head(self, name, num_classes=None, inner_dim=None, **kwargs):
+        """fairseq's registration, with the head of ``--classification-head-style`` (modules/classification_head.py)."""
+        super().register_classification_head(name, num_classes, inner_dim, **kwargs)
+        self.classification_heads[name] = build_classification_head(self.args, num_classes, inner_dim)
 
     @property
     def variant(self) -> PositionalVariant:
@@ -72,6 +81,7 @@ class TupeRobertaModel(RobertaModel):
 
     def upgrade_state_dict_named(self, state_dict, name):
         super().upgrade_state_dict_named(state_dict, name)
+        check_dictionary(state_dict, name, self.encoder.sentence_encoder.embed_tokens.num_embeddings, self.args)
         key = (name + "." if name else "") + VARIANT_KEY
         if key not in state_dict:
             logger.warning(f"checkpoint does not record its positional variant; assuming {self.variant.name}")
@@ -81,11 +91,12 @@ class TupeRobertaModel(RobertaModel):
         saved = PositionalVariant.from_tensor(state_dict[key])
         state_dict[key] = self.encoder.sentence_encoder.positions.variant.clone()  # current encoding
         if saved != self.variant:
-            named = [n for n, v in VARIANTS.items() if v == saved]
-            hint = f"--arch {named[0]}_base (or _large/_tiny) or " if named else ""
+            hint = f"{saved.arch_hint()} (or _large/_tiny)" if saved.name != "custom" else ""
+            if not saved.no_position:  # NoPE has no flags: only its arch reaches it
+                hint += (" or " if hint else "") + f"the flags: {saved.flags()}"
             raise VariantMismatchError(
                 f"the checkpoint was trained as positional variant '{saved.name}' but this model is "
-                f"'{self.variant.name}'. Use {hint}the flags: {saved.flags()}"
+                f"'{self.variant.name}' (--arch {safe_getattr(self.args, 'arch', '?')}). Use {hint}"
             )
 
     def _check_max_positions(self, state_dict, name):
@@ -119,8 +130,9 @@ class TupeRobertaEncoder(RobertaEncoder):
     """RoBERTa's encoder (LM head, embeddings) around the TUPE transformer."""
 
     def build_encoder(self, args, dictionary, embed_tokens):
-        encoder = TupeTransformerEncoder(args, dictionary, embed_tokens)
+        variant = PositionalVariant.from_args(args)
+        encoder = TupeTransformerEncoder(args, dictionary, embed_tokens, variant)
         encoder.apply(init_bert_params)
         # travels in every state dict, so a checkpoint says which variant it is
-        encoder.positions.register_buffer("variant", PositionalVariant.from_args(args).to_tensor())
+        encoder.positions.register_buffer("variant", variant.to_tensor())
         return encoder

@@ -1,28 +1,70 @@
-"""The paper's Table 1 rows as flag sets, and how a checkpoint records which one it is."""
+"""The registry of positional variants: one ``PositionalVariant`` per option, and its checkpoint record.
+
+A variant is one frozen object. The model's flags (``add_args``), the archs ``<name>_base/_large/_tiny``
+(``architectures.py``), the positional term (``modules/positional_term.py``), the attention block of every
+layer (``TupeEncoderLayer.build_self_attention``), ``tupe-checkpoint-info --list-variants`` and
+``train_scripts/pretrain.sh`` all read it. The formulas and sources of every variant are in
+``docs/positional_encodings.md``; "How to add a positional encoding" is in the README.
+
+Checkpoint record: ``to_tensor`` writes the field values in declaration order as one long tensor (a string
+field as the index of its value in the field's ``choices``). New fields and new choices are only ever
+**appended**, so a record written before a field existed is shorter and decodes with the field's default.
+"""
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
+from typing import Dict, Tuple
 
 import torch
+
+DISTANCE_PRIORS = ("none", "gaussian", "learned_gaussian")
+# the attention block of every layer (encoder.py: TupeEncoderLayer.build_self_attention); append only
+ATTENTION_BLOCKS = ("standard", "rope", "deberta")
+
+
+def _opt(help: str, choices: Tuple[str, ...] = (), arch_only: bool = False):
+    """Field metadata: the flag's help, a string field's choices, and ``arch_only`` (no flag: set by
+    the variant's own archs only, so no flag combination reaches it by accident)."""
+    return {"help": help, "choices": choices, "arch_only": arch_only}
 
 
 @dataclass(frozen=True)
 class PositionalVariant:
-    """How positions enter the encoder (one row of TUPE's Table 1 = one setting)."""
+    """How positions enter the encoder. Every field is a ``--flag`` of ``tupe_roberta`` (except
+    ``arch_only`` ones); fields are appended only (see the module docstring)."""
 
-    input_pe: bool  # learned absolute PE added to the word embeddings (BERT)
-    untied_pos: bool  # separate position table + U^Q/U^K, one (H, T, T) term for all layers
-    untie_cls: bool  # reset row/column of [CLS] to per-head thetas
-    rel_pos: bool  # T5-bucketed relative bias, shared by all layers
-    pos_mixed_terms: bool = False  # BERT-Ad: keep the word-position terms (q/k += p U)
-    rel_pos_bins: int = 32
-    max_rel_pos: int = 128
-    distance_prior: str = "none"  # L&S paper: "gaussian" (fixed) or "learned_gaussian" (per layer/head)
+    input_pe: bool = field(default=False, metadata=_opt("add learned absolute PE to word embeddings (BERT)"))
+    untied_pos: bool = field(default=False, metadata=_opt("TUPE untied absolute term with U^Q/U^K"))
+    untie_cls: bool = field(default=False, metadata=_opt("reset [CLS] row/column to per-head thetas"))
+    rel_pos: bool = field(default=False, metadata=_opt("add the T5-bucketed relative bias (TUPE-R, t5_rel)"))
+    pos_mixed_terms: bool = field(default=False, metadata=_opt("BERT-Ad: keep word-position terms"))
+    rel_pos_bins: int = field(default=32, metadata=_opt("relative buckets (32)"))
+    max_rel_pos: int = field(
+        default=128, metadata=_opt("max relative distance of the T5 buckets, and DeBERTa's clip k (128)")
+    )
+    distance_prior: str = field(
+        default="none",
+        metadata=_opt("L&S paper: add a fixed (gaussian) or learned per-layer (learned_gaussian) distance prior",
+                      DISTANCE_PRIORS),
+    )
+    # --- appended after the first checkpoints: older records decode these as their defaults ---
+    sinusoidal_pe: bool = field(default=False, metadata=_opt("add fixed sin/cos PE to word embeddings (Vaswani)"))
+    alibi: bool = field(default=False, metadata=_opt("ALiBi: add -m_h |j-i| to the logits (bidirectional)"))
+    attention_block: str = field(
+        default="standard",
+        metadata=_opt("attention of every layer: standard, rope (rotary q/k), deberta (c2p + p2c)", ATTENTION_BLOCKS),
+    )
+    no_position: bool = field(default=False, metadata=_opt("NoPE ablation (only via --arch nope_*)", arch_only=True))
 
     @property
     def attn_scale_factor(self) -> float:
-        """Logits are scaled by (factor * head_dim)^-0.5: 1 BERT, 2 TUPE (1/sqrt(2d)), 4 BERT-Ad."""
-        return 4.0 if self.pos_mixed_terms else 2.0 if self.untied_pos else 1.0
+        """Content logits are scaled by (factor * head_dim)^-0.5: 1 BERT, 2 TUPE (1/sqrt(2d)), 4 BERT-Ad,
+        3 DeBERTa (three terms)."""
+        if self.pos_mixed_terms:
+            return 4.0
+        if self.untied_pos:
+            return 2.0
+        return 3.0 if self.attention_block == "deberta" else 1.0
 
     @property
     def name(self) -> str:
@@ -32,60 +74,108 @@ class PositionalVariant:
         return "custom"
 
     def flags(self) -> str:
-        """The command-line flags that select this variant on any tupe_roberta arch."""
+        """The command-line flags that select this variant on any tupe_roberta arch (arch-only fields
+        excluded: see ``arch_hint``)."""
         out = []
         for f in fields(self):
+            if f.metadata["arch_only"]:
+                continue
             value, opt = getattr(self, f.name), "--" + f.name.replace("_", "-")
             out.append(opt if value is True else "--no-" + opt[2:] if value is False else f"{opt} {value}")
         return " ".join(out)
 
+    def arch_hint(self) -> str:
+        """``--arch NAME_base`` for a registered variant, else an empty string."""
+        return f"--arch {self.name}_base" if self.name != "custom" else ""
+
     def validate(self) -> None:
+        """Refuse combinations that are not a variant, naming the flags to change."""
+        for f in fields(self):
+            choices = f.metadata["choices"]
+            if choices and getattr(self, f.name) not in choices:
+                raise ValueError(f"--{f.name.replace('_', '-')} must be one of {choices}, got {getattr(self, f.name)!r}")
         if self.pos_mixed_terms and not self.untied_pos:
             raise ValueError("--pos-mixed-terms (BERT-Ad) needs --untied-pos (the U^Q/U^K projections)")
         if self.pos_mixed_terms and (self.untie_cls or self.rel_pos):
             raise ValueError("--pos-mixed-terms (BERT-Ad) is defined without --untie-cls/--rel-pos")
         if self.untie_cls and not (self.untied_pos or self.rel_pos):
             raise ValueError("--untie-cls needs a positional term to reset: --untied-pos or --rel-pos")
-        if self.distance_prior not in DISTANCE_PRIORS:
-            raise ValueError(f"--distance-prior must be one of {DISTANCE_PRIORS}, got {self.distance_prior!r}")
-        if self.distance_prior != "none" and (self.input_pe or self.untied_pos or self.rel_pos):
-            raise ValueError("--distance-prior is the only position signal of its variants: add "
-                             "--no-input-pe --no-untied-pos --no-untie-cls --no-rel-pos")
-        if not (self.input_pe or self.untied_pos or self.rel_pos or self.distance_prior != "none"):
-            raise ValueError("this variant has no position information at all; see models/variants.py")
+        if self.input_pe and self.sinusoidal_pe:
+            raise ValueError("--input-pe (learned) and --sinusoidal-pe (fixed) are two input PEs: pick one")
+        table1 = self.input_pe or self.untied_pos or self.rel_pos
+        alone = {  # position signals that are the only one of their variant
+            "--distance-prior": self.distance_prior != "none",
+            "--sinusoidal-pe": self.sinusoidal_pe,
+            "--alibi": self.alibi,
+            "--attention-block": self.attention_block != "standard",
+        }
+        active = [flag for flag, on in alone.items() if on]
+        if active and (table1 or len(active) > 1):
+            raise ValueError(
+                f"{active[0]} is the only position signal of its variant: add --no-input-pe --no-untied-pos "
+                "--no-untie-cls --no-rel-pos and leave --distance-prior none, --no-sinusoidal-pe, --no-alibi, "
+                "--attention-block standard for the others"
+            )
+        has_position = table1 or bool(active)
+        if self.no_position and has_position:
+            raise ValueError("the NoPE arch (nope_*) takes no positional flags; drop them or use another --arch")
+        if not has_position and not self.no_position:
+            raise ValueError(
+                "this variant has no position information at all; the NoPE ablation is its own arch: "
+                "--arch nope_base (or nope_large/nope_tiny); see docs/positional_encodings.md"
+            )
 
     def to_tensor(self) -> torch.Tensor:
-        values = [DISTANCE_PRIORS.index(v) if isinstance(v, str) else int(v) for v in asdict(self).values()]
+        values = [
+            f.metadata["choices"].index(v) if isinstance(v, str) else int(v)
+            for f, v in zip(fields(self), asdict(self).values())
+        ]
         return torch.tensor(values, dtype=torch.long)
 
     @classmethod
     def from_tensor(cls, t: torch.Tensor) -> "PositionalVariant":
         """Inverse of to_tensor; checkpoints written before a field existed hold its default."""
-        decode = {"bool": bool, "int": int, "str": lambda v: DISTANCE_PRIORS[v]}
-        values = [decode[f.type](int(x)) for f, x in zip(fields(cls), t.tolist())]
-        return cls(*values)
+        values = {}
+        for f, x in zip(fields(cls), t.tolist()):
+            x = int(x)
+            values[f.name] = f.metadata["choices"][x] if f.metadata["choices"] else (bool(x) if f.type == "bool" else x)
+        return cls(**values)
 
     @classmethod
     def from_args(cls, args) -> "PositionalVariant":
         return cls(**{f.name: getattr(args, f.name) for f in fields(cls)})
 
 
-DISTANCE_PRIORS = ("none", "gaussian", "learned_gaussian")
+VARIANTS: Dict[str, PositionalVariant] = {}
+ABOUT: Dict[str, str] = {}  # name -> what it is and its source (docs/positional_encodings.md has the math)
 
-VARIANTS = {
-    "bert_a": PositionalVariant(input_pe=True, untied_pos=False, untie_cls=False, rel_pos=False),
-    "bert_r": PositionalVariant(input_pe=True, untied_pos=False, untie_cls=False, rel_pos=True),
-    "tupe_a": PositionalVariant(input_pe=False, untied_pos=True, untie_cls=True, rel_pos=False),
-    "tupe_r": PositionalVariant(input_pe=False, untied_pos=True, untie_cls=True, rel_pos=True),
-    "tupe_a_tie_cls": PositionalVariant(input_pe=False, untied_pos=True, untie_cls=False, rel_pos=False),
-    "bert_ad": PositionalVariant(
-        input_pe=False, untied_pos=True, untie_cls=False, rel_pos=False, pos_mixed_terms=True
-    ),
-    # The Locality & Symmetry paper's code (PAPERS.md §2.6): no PE, a distance prior on the logits.
-    "gaussian_prior": PositionalVariant(
-        input_pe=False, untied_pos=False, untie_cls=False, rel_pos=False, distance_prior="gaussian"
-    ),
-    "learned_gaussian": PositionalVariant(
-        input_pe=False, untied_pos=False, untie_cls=False, rel_pos=False, distance_prior="learned_gaussian"
-    ),
-}
+
+def register(name: str, about: str, **settings) -> PositionalVariant:
+    """Add a variant: archs ``<name>_base/_large/_tiny``, ``pretrain.sh VARIANT=<name-with-dashes>``."""
+    variant = PositionalVariant(**settings)
+    variant.validate()
+    if name in VARIANTS or variant in VARIANTS.values():
+        raise ValueError(f"variant {name!r} is registered twice (or equals another variant)")
+    VARIANTS[name], ABOUT[name] = variant, about
+    return variant
+
+
+# TUPE's Table 1 (Ke et al. 2021)
+register("bert_a", "BERT-A: learned absolute PE at the input (TUPE Table 1)", input_pe=True)
+register("bert_r", "BERT-R: BERT-A + T5 relative bias (TUPE Table 1)", input_pe=True, rel_pos=True)
+register("tupe_a", "TUPE-A: untied absolute term, [CLS] untie (TUPE Eq. 10)", untied_pos=True, untie_cls=True)
+register("tupe_r", "TUPE-R: TUPE-A + T5 relative bias (TUPE Eq. 11)", untied_pos=True, untie_cls=True, rel_pos=True)
+register("tupe_a_tie_cls", "TUPE-A without the [CLS] reset (TUPE Table 1)", untied_pos=True)
+register("bert_ad", "BERT-Ad: U^Q/U^K, all four terms, 1/sqrt(4d) (TUPE Table 1)", untied_pos=True,
+         pos_mixed_terms=True)
+# The Locality & Symmetry paper's code (Chen et al. 2023): no PE, a distance prior on the logits.
+register("gaussian_prior", "fixed softmax(-0.5 (j-i)^2) prior (L&S attenuated.py)", distance_prior="gaussian")
+register("learned_gaussian", "learned per layer/head/|j-i| prior (L&S attenuated_l.py)",
+         distance_prior="learned_gaussian")
+# The PEs of common encoders.
+register("sinusoidal", "fixed sin/cos PE at the input (Vaswani et al. 2017)", sinusoidal_pe=True)
+register("nope", "no position information: the ablation baseline (only via nope_* archs)", no_position=True)
+register("t5_rel", "T5 bucketed relative bias alone (Raffel et al. 2020)", rel_pos=True)
+register("alibi", "ALiBi, bidirectional -m_h |j-i| (Press et al. 2022)", alibi=True)
+register("rope", "rotary q/k in every layer, base 10000 (Su et al., RoFormer)", attention_block="rope")
+register("deberta_rel", "DeBERTa disentangled c2p + p2c, k=128 (He et al. 2021)", attention_block="deberta")

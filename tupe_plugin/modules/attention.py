@@ -1,4 +1,6 @@
-"""Self-attention with an additive, batch-shared logit bias (the TUPE positional term)."""
+"""The attention blocks of ``tupe_roberta``: self-attention with an additive, batch-shared logit bias
+(TUPE, T5, ALiBi, priors), and the two blocks whose positional effect depends on content: rotary q/k
+(RoPE) and DeBERTa's disentangled c2p + p2c terms. Formulas: ``docs/positional_encodings.md``."""
 from __future__ import annotations
 
 from typing import Optional, Tuple
@@ -8,6 +10,8 @@ import torch.nn.functional as F
 from fairseq.modules.fairseq_dropout import FairseqDropout
 from fairseq.modules.quant_noise import quant_noise
 from torch import Tensor, nn
+
+from .positional_term import PositionalTerm
 
 
 def attention_mask(
@@ -30,7 +34,8 @@ class BiasedSelfAttention(nn.Module):
     """Multi-head self-attention: ``softmax(q k^T * (scale_factor * dh)^-0.5 + mask) v``.
 
     Parameter names follow fairseq's ``MultiheadAttention`` (q_proj, k_proj, v_proj, out_proj).
-    ``scale_factor`` is 1 for BERT, 2 for TUPE (the paper's 1/sqrt(2d) per head), 4 for BERT-Ad.
+    ``scale_factor`` is 1 for BERT, 2 for TUPE (the paper's 1/sqrt(2d) per head), 4 for BERT-Ad,
+    3 for DeBERTa. Subclasses change only ``positional_qk`` (how positions enter q, k and the mask).
     ``impl="sdpa"`` uses ``F.scaled_dot_product_attention`` (fused kernels where the device has
     them); ``impl="reference"`` is the plain softmax path, which can also return the weights.
     """
@@ -68,18 +73,18 @@ class BiasedSelfAttention(nn.Module):
     def forward(
         self,
         x: Tensor,
-        mask: Optional[Tensor] = None,
-        pos_query: Optional[Tensor] = None,
-        pos_key: Optional[Tensor] = None,
+        mask: Optional[Tensor],
+        positions: PositionalTerm,
+        key_padding_mask: Optional[Tensor] = None,
         need_weights: bool = False,
     ) -> Tuple[Tensor, Optional[Tensor]]:
-        """x: (T, B, C); mask: additive, broadcastable to (B, H, T, T); pos_query/pos_key:
-        (H, T, dh) added to the content q/k (BERT-Ad). Returns (T, B, C) and, with
+        """x: (T, B, C); mask: additive, broadcastable to (B, H, T, T) (positional bias and padding);
+        positions: this forward's ``PositionalTerm``; key_padding_mask: (B, T) True at padding, or
+        None (already in ``mask``; for blocks that need it alone). Returns (T, B, C) and, with
         ``need_weights`` (reference path), the (B, H, T, T) attention probabilities."""
         T, B, C = x.shape
         q, k, v = self._heads(self.q_proj(x)), self._heads(self.k_proj(x)), self._heads(self.v_proj(x))
-        if pos_query is not None:
-            q, k = q + pos_query.unsqueeze(0), k + pos_key.unsqueeze(0)
+        q, k, mask = self.positional_qk(q, k, mask, positions)
         if mask is not None and mask.dtype != q.dtype:
             mask = mask.to(q.dtype)  # e.g. --amp: fp16 q/k with an fp32 positional term
         weights = None
@@ -96,3 +101,61 @@ class BiasedSelfAttention(nn.Module):
             out = torch.matmul(self.dropout_module(weights), v)  # (B, H, T, dh)
         out = out.permute(2, 0, 1, 3).reshape(T, B, C)
         return self.out_proj(out), weights
+
+    def positional_qk(
+        self, q: Tensor, k: Tensor, mask: Optional[Tensor], positions: PositionalTerm
+    ) -> Tuple[Tensor, Tensor, Optional[Tensor]]:
+        """q, k: (B, H, T, dh). BERT-Ad adds the (H, T, dh) position q/k; others pass through."""
+        if positions.query is not None:
+            q, k = q + positions.query.unsqueeze(0), k + positions.key.unsqueeze(0)
+        return q, k, mask
+
+
+def rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """RoPE on (..., T, dh): dims ``m`` and ``m + dh/2`` form the pair rotated by angle ``t * theta_m``
+    (the GPT-NeoX layout of RoFormer's pairs ``(2m, 2m+1)``; the learned q/k projections absorb the
+    fixed permutation between the two)."""
+    half = x.size(-1) // 2
+    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+    return x * cos.to(x.dtype) + rotated * sin.to(x.dtype)
+
+
+class RotarySelfAttention(BiasedSelfAttention):
+    """RoPE (Su et al., RoFormer): q and k of every layer rotated by their token's position, base
+    10000, before the usual ``(dh)^-0.5`` scaled dot product (a rotation keeps norms, so the scale
+    of the logits is BERT's)."""
+
+    def __init__(self, embed_dim: int, num_heads: int, **kwargs):
+        super().__init__(embed_dim, num_heads, **kwargs)
+        if self.head_dim % 2:
+            raise ValueError(f"RoPE needs an even head size, got {self.head_dim} (embed_dim / heads)")
+
+    def positional_qk(self, q, k, mask, positions):
+        cos, sin = positions.rotary  # (T, dh) each
+        return rotate(q, cos, sin), rotate(k, cos, sin), mask
+
+
+class DisentangledSelfAttention(BiasedSelfAttention):
+    """DeBERTa's attention (He et al. 2021): content-to-content, content-to-position
+    ``Q^c_i . K^r_{delta(i,j)}`` and position-to-content ``K^c_j . Q^r_{delta(i,j)}``, all scaled by
+    ``(3 dh)^-0.5``, with ``delta(i,j) = clamp(i - j + k, 0, 2k - 1)``. p2c indexes by ``delta(i,j)`` as the
+    official code does (the paper's Eq. 4 writes ``delta(j,i)``; docs/positional_encodings.md). The
+    relative embeddings are shared by all layers (``TupePositions``); the projections ``K^r = P W_{k,r}``
+    (no bias) and ``Q^r = P W_{q,r}`` (with bias, as the official code) belong to each layer."""
+
+    def __init__(self, embed_dim: int, num_heads: int, q_noise: float = 0.0, qn_block_size: int = 8, **kwargs):
+        super().__init__(embed_dim, num_heads, q_noise=q_noise, qn_block_size=qn_block_size, **kwargs)
+        self.pos_key_proj = quant_noise(nn.Linear(embed_dim, embed_dim, bias=False), q_noise, qn_block_size)
+        self.pos_query_proj = quant_noise(nn.Linear(embed_dim, embed_dim), q_noise, qn_block_size)
+
+    def positional_qk(self, q, k, mask, positions):
+        rel, index = positions.rel_embeddings, positions.rel_index  # (R, d), (T, T)
+        R, H, dh = rel.size(0), self.num_heads, self.head_dim
+        k_r = self.pos_key_proj(rel).view(R, H, dh).transpose(0, 1).to(q.dtype)  # (H, R, dh)
+        q_r = self.pos_query_proj(rel).view(R, H, dh).transpose(0, 1).to(q.dtype)  # (H, R, dh)
+        B, _, T, _ = q.shape
+        index = index.expand(B, H, T, T)
+        c2p = torch.gather(torch.matmul(q, k_r.transpose(-1, -2)), -1, index)  # [i, j] = q_i . k_r[d(i,j)]
+        p2c = torch.gather(torch.matmul(k, q_r.transpose(-1, -2)), -1, index.transpose(-1, -2))  # [j, i]
+        bias = (c2p + p2c.transpose(-1, -2)) * self.scaling  # (B, H, T, T); p2c[i, j] = k_j . q_r[d(i,j)]
+        return q, k, bias if mask is None else bias + mask

@@ -1,42 +1,60 @@
 """fairseq's Transformer encoder with the positional term computed once and fed to every layer."""
 from __future__ import annotations
 
-from typing import Optional
+from typing import Dict, Optional
 
 import torch
 from fairseq.distributed import fsdp_wrap
 from fairseq.models.transformer import TransformerConfig, TransformerEncoder
 from fairseq.modules.checkpoint_activations import checkpoint_wrapper
 from fairseq.modules.transformer_layer import TransformerEncoderLayerBase
-from torch import Tensor
+from torch import Tensor, nn
 
-from .attention import BiasedSelfAttention, attention_mask
-from .positional_term import PositionalTerm, TupePositions
+from ..models.variants import PositionalVariant
+from .attention import BiasedSelfAttention, DisentangledSelfAttention, RotarySelfAttention, attention_mask
+from .positional_term import PositionalTerm, SinusoidalInputPositions, TupePositions
 
 
 class TupeEncoderLayer(TransformerEncoderLayerBase):
-    """fairseq's encoder layer (Post-LN by default) whose attention takes an additive bias."""
+    """fairseq's encoder layer (Post-LN by default) whose attention block is chosen by the variant."""
 
-    def __init__(self, cfg: TransformerConfig, scale_factor: float, attention_impl: str):
-        self.scale_factor, self.attention_impl = scale_factor, attention_impl
-        super().__init__(cfg)
+    def __init__(self, cfg: TransformerConfig, variant: PositionalVariant, attention_impl: str, max_positions: int):
+        self.variant, self.attention_impl, self.max_positions = variant, attention_impl, max_positions
+        super().__init__(cfg)  # calls build_self_attention
 
     def build_self_attention(self, embed_dim: int, cfg: TransformerConfig) -> BiasedSelfAttention:
-        return BiasedSelfAttention(
-            embed_dim,
-            cfg.encoder.attention_heads,
+        """The one place where a variant's ``attention_block`` picks the attention of every layer.
+        Every block has ``BiasedSelfAttention.forward``'s signature."""
+        block = self.variant.attention_block
+        kwargs = dict(
             dropout=cfg.attention_dropout,
-            scale_factor=self.scale_factor,
+            scale_factor=self.variant.attn_scale_factor,
             impl=self.attention_impl,
             q_noise=self.quant_noise,
             qn_block_size=self.quant_noise_block_size,
         )
+        if block == "rope":
+            return RotarySelfAttention(embed_dim, cfg.encoder.attention_heads, **kwargs)
+        if block == "deberta":
+            return DisentangledSelfAttention(embed_dim, cfg.encoder.attention_heads, **kwargs)
+        if block != "standard":
+            raise ValueError(f"no attention block for --attention-block {block!r} (modules/encoder.py)")
+        return BiasedSelfAttention(embed_dim, cfg.encoder.attention_heads, **kwargs)
 
-    def forward(self, x: Tensor, mask: Optional[Tensor], positions: PositionalTerm) -> Tensor:
+    # Restates fairseq 0.12.3 TransformerEncoderLayerBase.forward; changed: one additive mask (positional
+    # bias + key padding, built once per forward) and the PositionalTerm go to the attention block
+    # instead of key_padding_mask/attn_mask; no -1e8 attn_mask conversion, no fc_result return.
+    def forward(
+        self,
+        x: Tensor,
+        mask: Optional[Tensor],
+        positions: PositionalTerm,
+        key_padding_mask: Optional[Tensor] = None,
+    ) -> Tensor:
         residual = x
         if self.normalize_before:
             x = self.self_attn_layer_norm(x)
-        x, _ = self.self_attn(x, mask, positions.query, positions.key)
+        x, _ = self.self_attn(x, mask, positions, key_padding_mask)
         x = self.residual_connection(self.dropout_module(x), residual)
         if not self.normalize_before:
             x = self.self_attn_layer_norm(x)
@@ -52,34 +70,29 @@ class TupeEncoderLayer(TransformerEncoderLayerBase):
 
 
 class TupeTransformerEncoder(TransformerEncoder):
-    """The encoder of ``tupe_roberta``. ``args`` carries the variant flags (see variants.py)."""
+    """The encoder of ``tupe_roberta``, built for one ``PositionalVariant`` (models/variants.py)."""
 
-    def __init__(self, args, dictionary, embed_tokens):
+    def __init__(self, args, dictionary, embed_tokens, variant: PositionalVariant):
+        self.variant = variant  # read by build_encoder_layer during super().__init__
         super().__init__(args, dictionary, embed_tokens)
         self.positions = TupePositions(
-            embed_dim=args.encoder_embed_dim,
-            num_heads=args.encoder_attention_heads,
-            max_positions=args.max_positions,
-            untied_pos=args.untied_pos,
-            untie_cls=args.untie_cls,
-            rel_pos=args.rel_pos,
-            mixed_terms=args.pos_mixed_terms,
-            rel_pos_bins=args.rel_pos_bins,
-            max_rel_pos=args.max_rel_pos,
-            scale_factor=args.attn_scale_factor,
-            distance_prior=args.distance_prior,
-            num_layers=args.encoder_layers,
+            variant, args.encoder_embed_dim, args.encoder_attention_heads, args.max_positions, args.encoder_layers
         )
+        if variant.sinusoidal_pe:  # fairseq built none (no_token_positional_embeddings)
+            self.embed_positions = SinusoidalInputPositions(args.encoder_embed_dim, args.max_positions)
 
     def build_encoder_layer(self, cfg):
         checkpoint = cfg.checkpoint_activations
         layer = TupeEncoderLayer(
-            TransformerConfig.from_namespace(cfg), self.args.attn_scale_factor, self.args.attention_impl
+            TransformerConfig.from_namespace(cfg), self.variant, self.args.attention_impl, self.args.max_positions
         )
         if checkpoint:
             layer = checkpoint_wrapper(layer, offload_to_cpu=cfg.offload_activations)
         return fsdp_wrap(layer, min_num_params=cfg.min_params_to_wrap if not checkpoint else 0)
 
+    # Restates fairseq 0.12.3 TransformerEncoderBase.forward_scriptable; changed: the positional term is
+    # computed once and combined with the key-padding mask into one additive mask per forward (one per
+    # layer index for a per-layer prior), given to every layer; fc_results stay empty.
     def forward_scriptable(
         self,
         src_tokens: Tensor,
@@ -96,14 +109,17 @@ class TupeTransformerEncoder(TransformerEncoder):
 
         positions = self.positions(src_tokens.size(1))  # once per forward, shared by all layers
         pad = padding_mask if has_pads else None
+        # The -inf of padded keys cannot fill a whole row: padding is on the right, so key 0 (<s>) of
+        # every sequence is real, and every positional bias added to it is finite.
         if positions.bias is not None and positions.bias.dim() == 4:  # a learned prior per layer
             masks = [attention_mask(b, pad, x.dtype) for b in positions.bias]
         else:
             masks = [attention_mask(positions.bias, pad, x.dtype)] * len(self.layers)
 
+        index = self._layer_index()
         encoder_states = [x] if return_all_hiddens else []
-        for layer, mask in zip(self.layers, masks):
-            x = layer(x, mask, positions)
+        for layer in self.layers:  # with --encoder-layerdrop, a random subset of the layers
+            x = layer(x, masks[index[id(layer)]], positions, pad)  # each layer its own mask, by index
             if return_all_hiddens:
                 encoder_states.append(x)
         if self.layer_norm is not None:
@@ -119,3 +135,7 @@ class TupeTransformerEncoder(TransformerEncoder):
             "src_tokens": [],
             "src_lengths": [src_lengths],
         }
+
+    def _layer_index(self) -> Dict[int, int]:
+        """id(layer) -> its index in the full stack (LayerDropModuleList iterates only the kept ones)."""
+        return {id(layer): i for i, layer in enumerate(nn.ModuleList.__iter__(self.layers))}

@@ -1,4 +1,8 @@
-"""The content-free positional term of TUPE (Ke et al. 2021, Eq. 7-11), computed once per forward.
+"""What positions contribute to attention, computed once per forward and shared by all layers.
+
+TUPE's content-free term (Ke et al. 2021, Eq. 7-11), the T5 relative bias, the L&S distance priors,
+ALiBi's linear bias, RoPE's rotation tables, DeBERTa's shared relative embeddings, and the fixed
+sinusoidal input PE. Formulas and sources: ``docs/positional_encodings.md``.
 
 Shapes: ``H`` heads, ``T`` tokens (token 0 is ``<s>`` = [CLS]), ``d`` model width, ``dh = d / H``.
 The official code (guolinke/TUPE) is the reference where it differs from the paper:
@@ -11,7 +15,7 @@ The official code (guolinke/TUPE) is the reference where it differs from the pap
 * relative buckets: T5 bidirectional (32 buckets, max distance 128); with the [CLS] untie,
   column 0 uses the extra bucket 32 and row 0 the never-used bucket 16.
 
-The distance priors of the Locality & Symmetry paper's code (PAPERS.md §2.6) are one more option:
+The distance priors of the Locality & Symmetry paper's code (docs/positional_encodings.md) are one more option:
 ``gaussian`` adds ``softmax_j(-0.5 (j - i)^2)`` to every layer and head (``attenuated.py``; the
 softmax runs over all ``max_positions`` keys, as for the official code's inputs padded to max_len,
 so the prior of a sequence does not depend on the padding of its batch),
@@ -21,11 +25,14 @@ so the prior of a sequence does not depend on the padding of its batch),
 from __future__ import annotations
 
 import math
-from typing import NamedTuple, Optional
+from typing import TYPE_CHECKING, List, NamedTuple, Optional, Tuple
 
 import torch
 from fairseq.modules import LayerNorm
 from torch import Tensor, nn
+
+if TYPE_CHECKING:
+    from ..models.variants import PositionalVariant
 
 
 def relative_position_bucket(
@@ -45,72 +52,112 @@ def relative_position_bucket(
     return bucket + torch.where(n < max_exact, n, large)
 
 
+def alibi_slopes(num_heads: int) -> List[float]:
+    """Press et al.'s head slopes: ``2^(-8 h / n)`` for ``h = 1..n`` when ``n`` is a power of 2; otherwise
+    the slopes of the closest smaller power of 2, then every other slope of twice that number."""
+    def power_of_2(n: int) -> List[float]:
+        return [2.0 ** (-8.0 * h / n) for h in range(1, n + 1)]
+
+    if num_heads & (num_heads - 1) == 0:
+        return power_of_2(num_heads)
+    closest = 2 ** int(math.floor(math.log2(num_heads)))
+    return power_of_2(closest) + power_of_2(2 * closest)[0::2][: num_heads - closest]
+
+
+def sinusoidal_table(num_positions: int, dim: int, base: float = 10000.0) -> Tensor:
+    """Vaswani et al.'s PE: ``PE[p, 2i] = sin(p / base^(2i/d))``, ``PE[p, 2i+1] = cos(p / base^(2i/d))``."""
+    pos = torch.arange(num_positions, dtype=torch.float64)[:, None]
+    freq = base ** (-torch.arange(0, dim, 2, dtype=torch.float64) / dim)  # (ceil(d/2),)
+    table = torch.zeros(num_positions, dim, dtype=torch.float64)
+    table[:, 0::2] = torch.sin(pos * freq)
+    table[:, 1::2] = torch.cos(pos * freq)[:, : dim // 2]
+    return table.float()
+
+
+class SinusoidalInputPositions(nn.Module):
+    """Fixed sin/cos PE added to the word embeddings (fairseq calls it as ``embed_positions``); token
+    ``i`` (0 = [CLS]) gets row ``i``. No parameters, nothing in the state dict."""
+
+    def __init__(self, embed_dim: int, max_positions: int):
+        super().__init__()
+        self.max_positions = max_positions
+        self.register_buffer("table", sinusoidal_table(max_positions, embed_dim), persistent=False)
+
+    def forward(self, src_tokens: Tensor) -> Tensor:
+        return self.table[: src_tokens.size(1)].unsqueeze(0)  # (1, T, d): right padding keeps 0..len-1
+
+
 class PositionalTerm(NamedTuple):
-    """What every layer receives: an additive logit bias and/or per-head position q/k."""
+    """What every layer receives. Each attention block reads the fields it uses."""
 
     bias: Optional[Tensor]  # (H, T, T) content-free logits, (L, H, T, T) if per layer, or None
-    query: Optional[Tensor]  # (H, T, dh) positional query added to the content query (BERT-Ad)
-    key: Optional[Tensor]  # (H, T, dh) positional key added to the content key (BERT-Ad)
+    query: Optional[Tensor] = None  # (H, T, dh) positional query added to the content query (BERT-Ad)
+    key: Optional[Tensor] = None  # (H, T, dh) positional key added to the content key (BERT-Ad)
+    rotary: Optional[Tuple[Tensor, Tensor]] = None  # RoPE (cos, sin), each (T, dh)
+    rel_embeddings: Optional[Tensor] = None  # DeBERTa: (R, d) rows of the shared relative table in use
+    rel_index: Optional[Tensor] = None  # DeBERTa: (T, T) row of rel_embeddings for query i, key j
 
 
 class TupePositions(nn.Module):
-    """Positional correlations shared by all layers.
+    """The positional part of every variant, computed once per forward and shared by all layers.
 
-    Args:
-        untied_pos: learn ``p_i U^Q (p_j U^K)^T`` from a separate position table (TUPE).
+    ``variant`` (models/variants.py) decides what is built:
+        untied_pos: ``p_i U^Q (p_j U^K)^T`` from a separate position table (TUPE).
         untie_cls: reset row/column 0 to per-head thetas (and the CLS relative buckets).
         rel_pos: add the T5-bucketed relative bias ``b_{j-i}`` (one scalar per bucket and head).
-        mixed_terms: BERT-Ad: instead of a bias, return position q/k that every layer adds to
+        pos_mixed_terms: BERT-Ad: instead of a bias, return position q/k that every layer adds to
             its content q/k, which keeps all four word/position terms of the paper's Eq. 6.
+        distance_prior: the L&S Gaussian priors; alibi: ``-m_h |j - i|``;
+        attention_block rope: the rotation tables; deberta: the shared relative embeddings.
     """
 
-    def __init__(
-        self,
-        embed_dim: int,
-        num_heads: int,
-        max_positions: int,
-        untied_pos: bool,
-        untie_cls: bool,
-        rel_pos: bool,
-        mixed_terms: bool = False,
-        rel_pos_bins: int = 32,
-        max_rel_pos: int = 128,
-        scale_factor: float = 2.0,
-        distance_prior: str = "none",
-        num_layers: int = 1,
-    ):
+    def __init__(self, variant: "PositionalVariant", embed_dim: int, num_heads: int, max_positions: int,
+                 num_layers: int = 1):
         super().__init__()
+        # not "self.variant": that name is the checkpoint record buffer (models/tupe_roberta.py)
+        v = self.positional_variant = variant
         self.num_heads = num_heads
         self.head_dim = embed_dim // num_heads
         self.max_positions = max_positions
-        self.untied_pos, self.untie_cls, self.rel_pos = untied_pos, untie_cls, rel_pos
-        self.mixed_terms = mixed_terms
-        self.rel_pos_bins = rel_pos_bins
-        self.scaling = (self.head_dim * scale_factor) ** -0.5
-        self.distance_prior = distance_prior
+        self.scaling = (self.head_dim * v.attn_scale_factor) ** -0.5
         idx = torch.arange(max_positions)
         relative = idx[None, :] - idx[:, None]  # (T, T) = j - i
         distance = relative.abs()
-        if distance_prior == "gaussian":  # rows normalised over all positions, once
+        if v.distance_prior == "gaussian":  # rows normalised over all positions, once
             prior = torch.softmax(-0.5 * distance.double() ** 2, dim=-1).float()
             self.register_buffer("gaussian_prior", prior, persistent=False)
-        if distance_prior == "learned_gaussian":
+        if v.distance_prior == "learned_gaussian" or v.alibi:
             self.register_buffer("distance", distance, persistent=False)
+        if v.distance_prior == "learned_gaussian":
             d = torch.arange(max_positions, dtype=torch.float64)
             init = torch.exp(-0.5 * d**2) / torch.exp(-0.5 * d**2).sum()
             self.distance_bias = nn.Parameter(init.float().repeat(num_layers, num_heads, 1))  # (L, H, T)
-        if untied_pos or mixed_terms:
+        if v.alibi:
+            self.register_buffer("alibi_slopes", torch.tensor(alibi_slopes(num_heads)), persistent=False)
+        if v.untied_pos or v.pos_mixed_terms:
             self.pos = nn.Embedding(max_positions + 1, embed_dim)
             self.pos_ln = LayerNorm(embed_dim)
             self.pos_q_linear = nn.Linear(embed_dim, embed_dim)
             self.pos_k_linear = nn.Linear(embed_dim, embed_dim)
-        if rel_pos:
-            self.relative_attention_bias = nn.Embedding(rel_pos_bins + 1, num_heads)
-            bucket = relative_position_bucket(relative, rel_pos_bins, max_rel_pos)  # (T, T)
-            if untie_cls:
-                bucket[:, 0] = rel_pos_bins  # others -> [CLS]: the extra bucket
-                bucket[0, :] = rel_pos_bins // 2  # [CLS] -> all: the bucket no pair uses
+        if v.rel_pos:
+            self.relative_attention_bias = nn.Embedding(v.rel_pos_bins + 1, num_heads)
+            bucket = relative_position_bucket(relative, v.rel_pos_bins, v.max_rel_pos)  # (T, T)
+            if v.untie_cls:
+                bucket[:, 0] = v.rel_pos_bins  # others -> [CLS]: the extra bucket
+                bucket[0, :] = v.rel_pos_bins // 2  # [CLS] -> all: the bucket no pair uses
             self.register_buffer("rp_bucket", bucket, persistent=False)
+        if v.attention_block == "rope":
+            dh = self.head_dim
+            inv_freq = 10000.0 ** (-torch.arange(0, dh, 2, dtype=torch.float64) / dh)  # (dh/2,)
+            angle = idx.double()[:, None] * inv_freq  # (T, dh/2)
+            angle = torch.cat([angle, angle], dim=-1)  # (T, dh): dims m and m + dh/2 share angle m
+            self.register_buffer("rope_cos", angle.cos().float(), persistent=False)
+            self.register_buffer("rope_sin", angle.sin().float(), persistent=False)
+        if v.attention_block == "deberta":
+            k = v.max_rel_pos
+            self.rel_embeddings = nn.Embedding(2 * k, embed_dim)  # shared by all layers
+            # delta(i, j) = clamp(i - j + k, 0, 2k - 1): row of the relative table for query i, key j
+            self.register_buffer("rel_index", (-relative + k).clamp(0, 2 * k - 1), persistent=False)
 
     def forward(self, seq_len: int) -> PositionalTerm:
         if seq_len > self.max_positions:
@@ -119,27 +166,36 @@ class TupePositions(nn.Module):
                 "positions; use --max-positions/--tokens-per-sample (and --shorten-method truncate "
                 "for sentence_prediction) to cut inputs"
             )
-        T, H, dh = seq_len, self.num_heads, self.head_dim
+        v, T, H, dh = self.positional_variant, seq_len, self.num_heads, self.head_dim
         bias = query = key = None
-        if self.untied_pos or self.mixed_terms:
+        if v.untied_pos or v.pos_mixed_terms:
             p = self.pos_ln(self.pos.weight[: T + 1])  # (T+1, d)
             q = self.pos_q_linear(p).view(T + 1, H, dh).transpose(0, 1)  # (H, T+1, dh)
             k = self.pos_k_linear(p).view(T + 1, H, dh).transpose(0, 1)  # (H, T+1, dh)
-            if self.mixed_terms:
+            if v.pos_mixed_terms:
                 return PositionalTerm(None, q[:, 1:], k[:, 1:])
             abs_term = torch.bmm(q * self.scaling, k.transpose(1, 2))  # (H, T+1, T+1)
             bias = abs_term[:, 1:, 1:]  # token i <-> table row i + 1
-            if self.untie_cls:
+            if v.untie_cls:
                 theta1 = abs_term[:, 0, 0].view(H, 1, 1)  # [CLS] -> all
                 theta2 = abs_term[:, 1, 1].view(H, 1, 1)  # others -> [CLS]
                 idx = torch.arange(T, device=bias.device)
                 bias = torch.where((idx == 0).view(1, 1, T), theta2, bias)
                 bias = torch.where((idx == 0).view(1, T, 1), theta1, bias)  # row last: [0,0]=theta1
-        if self.rel_pos:
+        if v.rel_pos:
             rel = self.relative_attention_bias(self.rp_bucket[:T, :T]).permute(2, 0, 1)  # (H, T, T)
             bias = rel if bias is None else bias + rel
-        if self.distance_prior == "gaussian":
+        if v.distance_prior == "gaussian":
             bias = self.gaussian_prior[:T, :T].expand(H, T, T)
-        elif self.distance_prior == "learned_gaussian":
+        elif v.distance_prior == "learned_gaussian":
             bias = self.distance_bias[:, :, self.distance[:T, :T]]  # (L, H, T, T): one per layer
+        if v.alibi:
+            bias = -self.alibi_slopes.view(H, 1, 1) * self.distance[:T, :T]  # (H, T, T)
+        if v.attention_block == "rope":
+            return PositionalTerm(None, rotary=(self.rope_cos[:T], self.rope_sin[:T]))
+        if v.attention_block == "deberta":
+            k = v.max_rel_pos
+            lo, hi = max(0, k - T + 1), min(2 * k, k + T)  # the rows that T tokens can use
+            return PositionalTerm(None, rel_embeddings=self.rel_embeddings.weight[lo:hi],
+                                  rel_index=self.rel_index[:T, :T] - lo)
         return PositionalTerm(bias, query, key)

@@ -1,0 +1,226 @@
+"""The variant registry and the PEs of common encoders (sinusoidal, nope, t5_rel, alibi, rope, deberta_rel):
+formulas against loop references written here from docs/positional_encodings.md, checkpoint records
+(including records of the old, shorter layout), refusals, maps, and LayerDrop with per-layer priors."""
+import argparse
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from model_utils import build, tokens
+from test_tupe_math import layer0_reference_weights, paper_bucket
+from tupe_plugin.analysis.checkpoint_maps import ContentDependentPositions, positional_logits
+from tupe_plugin.checkpoint_info import main as checkpoint_info_main
+from tupe_plugin.models import VARIANTS, PositionalVariant, VariantMismatchError
+from tupe_plugin.modules.attention import rotate
+from tupe_plugin.modules.positional_term import alibi_slopes
+
+NEW = ["sinusoidal", "nope", "t5_rel", "alibi", "rope", "deberta_rel"]
+
+
+def test_every_variant_round_trips_and_has_all_sizes():
+    from fairseq.models import ARCH_MODEL_REGISTRY
+
+    for name, v in VARIANTS.items():
+        assert PositionalVariant.from_tensor(v.to_tensor()) == v and v.name == name
+        for size in ("base", "large", "tiny"):
+            assert ARCH_MODEL_REGISTRY[f"{name}_{size}"].__name__ == "TupeRobertaModel"
+    for arch in ["tupe_roberta_base", "tupe_roberta_large", "tupe_roberta_tiny", "bert_a_base", "gaussian_prior_tiny",
+                 "learned_gaussian_base", "tupe_a_tie_cls_tiny", "bert_ad_base"]:
+        assert arch in ARCH_MODEL_REGISTRY
+
+
+@pytest.mark.parametrize("record,name", [
+    ([0, 1, 1, 1, 0, 32, 128, 0], "tupe_r"),  # the 8-field layout of the first checkpoints
+    ([1, 0, 0, 0, 0, 32, 128], "bert_a"),  # before --distance-prior existed
+    ([0, 0, 0, 0, 0, 32, 128, 2], "learned_gaussian"),
+])
+def test_old_shorter_records_decode_with_defaults_and_load(record, name):
+    old = torch.tensor(record, dtype=torch.long)
+    assert PositionalVariant.from_tensor(old) == VARIANTS[name]
+    src = build(f"{name}_tiny", seed=1)
+    state = src.state_dict()
+    state["encoder.sentence_encoder.positions.variant"] = old
+    dst = build(f"{name}_tiny", seed=2)
+    dst.load_state_dict(state)  # same variant: loads, and the buffer takes the current encoding
+    assert torch.equal(dst.encoder.sentence_encoder.positions.variant, VARIANTS[name].to_tensor())
+    with pytest.raises(VariantMismatchError, match=f"'{name}'"):
+        build("t5_rel_tiny").load_state_dict(state, strict=False)
+
+
+@pytest.mark.parametrize("saved", NEW)
+def test_new_variant_refuses_to_load_as_another_and_names_flags_and_arch(saved):
+    loaded = "tupe_r" if saved != "tupe_r" else "alibi"
+    with pytest.raises(VariantMismatchError) as err:
+        build(f"{loaded}_tiny").load_state_dict(build(f"{saved}_tiny").state_dict(), strict=False)
+    msg = str(err.value)
+    assert f"'{saved}'" in msg and f"--arch {saved}_base" in msg and "--arch tupe_r_tiny" in msg
+    if saved == "nope":
+        assert "flags" not in msg  # only the arch reaches NoPE
+    else:
+        assert VARIANTS[saved].flags() in msg
+
+
+def test_nope_only_through_its_arch():
+    none = dict(input_pe=False, untied_pos=False, untie_cls=False, rel_pos=False)
+    with pytest.raises(ValueError, match="--arch nope_base"):
+        build("tupe_roberta_tiny", **none)
+    with pytest.raises(ValueError, match="nope_"):
+        build("nope_tiny", rel_pos=True)
+    model = build("nope_tiny", seed=3)
+    enc = model.encoder.sentence_encoder
+    assert enc.embed_positions is None and all(field is None for field in enc.positions(8))
+    x = tokens(1, 9, seed=3)
+    perm = torch.tensor([0, 5, 3, 8, 1, 2, 7, 6, 4])  # keeps <s> first
+    with torch.no_grad():
+        a, _ = model(x, features_only=True)
+        b, _ = model(x[:, perm], features_only=True)
+    torch.testing.assert_close(b, a[:, perm], atol=1e-5, rtol=1e-5)  # no position information at all
+
+
+def test_sinusoidal_table_is_vaswani_and_added_to_the_words():
+    model = build("sinusoidal_tiny", seed=1)
+    enc = model.encoder.sentence_encoder
+    d, T = 64, 20
+    want = torch.zeros(T, d, dtype=torch.float64)
+    for p in range(T):
+        for i in range(d // 2):
+            want[p, 2 * i] = math.sin(p / 10000 ** (2 * i / d))
+            want[p, 2 * i + 1] = math.cos(p / 10000 ** (2 * i / d))
+    x = tokens(2, T)
+    got = enc.embed_positions(x)
+    assert got.shape == (1, T, d) and not list(enc.embed_positions.parameters())
+    torch.testing.assert_close(got[0].double(), want, atol=1e-6, rtol=0)
+    with torch.no_grad():
+        emb, _ = enc.forward_embedding(x)
+        ref = enc.layernorm_embedding(enc.embed_tokens(x) + want.float())
+    torch.testing.assert_close(emb, ref)
+    assert not any("embed_positions" in k for k in model.state_dict())
+
+
+def test_alibi_slopes_follow_press_et_al():
+    assert alibi_slopes(4) == [2 ** -2, 2 ** -4, 2 ** -6, 2 ** -8]
+    assert alibi_slopes(8) == [2.0 ** -h for h in range(1, 9)]
+    # not a power of 2: the 8 slopes of 8 heads, then every other slope of 16 heads (2^-0.5 h)
+    assert alibi_slopes(12) == pytest.approx([2.0 ** -h for h in range(1, 9)] + [2 ** -0.5, 2 ** -1.5, 2 ** -2.5, 2 ** -3.5])
+    assert alibi_slopes(6) == pytest.approx([2 ** -2, 2 ** -4, 2 ** -6, 2 ** -8, 2 ** -1, 2 ** -3])
+    model = build("alibi_base", max_positions=16)  # 12 heads
+    bias = model.encoder.sentence_encoder.positions(10).bias
+    for h, m in enumerate(alibi_slopes(12)):
+        for i in range(10):
+            for j in range(10):
+                assert abs(float(bias[h, i, j]) + m * abs(j - i)) < 1e-6
+
+
+def test_t5_rel_is_the_plain_bucketed_bias():
+    model = build("t5_rel_tiny", max_positions=200)
+    pos = model.encoder.sentence_encoder.positions
+    assert not hasattr(pos, "pos") and model.encoder.sentence_encoder.embed_positions is None
+    with torch.no_grad():
+        pos.relative_attention_bias.weight.normal_()
+        bias = pos(150).bias
+    table = pos.relative_attention_bias.weight
+    for i in range(0, 150, 7):
+        for j in range(0, 150, 5):
+            torch.testing.assert_close(bias[:, i, j], table[paper_bucket(j - i)])  # no [CLS] buckets
+
+
+def test_rope_logits_depend_on_relative_position_only():
+    g = torch.Generator().manual_seed(0)
+    q, k = torch.randn(16, generator=g, dtype=torch.float64), torch.randn(16, generator=g, dtype=torch.float64)
+    model = build("rope_tiny", max_positions=64)
+    cos, sin = model.encoder.sentence_encoder.positions(40).rotary
+
+    def logit(t, s):
+        return float(rotate(q, cos[t].double(), sin[t].double()) @ rotate(k, cos[s].double(), sin[s].double()))
+
+    assert logit(3, 10) == pytest.approx(logit(20, 27), abs=1e-5)  # float32 tables
+    assert logit(3, 10) != pytest.approx(logit(10, 3), abs=1e-3)  # direction matters
+    assert logit(5, 5) == pytest.approx(float(q @ k), abs=1e-5)
+
+
+def test_deberta_clips_at_k_and_equals_the_formula_with_large_relative_terms():
+    model = build("deberta_rel_tiny", max_rel_pos=4, attention_impl="reference", seed=2)  # k = 4 < T
+    enc = model.encoder.sentence_encoder
+    with torch.no_grad():
+        enc.positions.rel_embeddings.weight.normal_()  # make c2p/p2c as large as the content term
+    term = enc.positions(12)
+    assert term.rel_embeddings.shape == (8, 64)  # 2k rows
+    assert int(term.rel_index[11, 0]) == 7 and int(term.rel_index[0, 11]) == 0 and int(term.rel_index[3, 3]) == 4
+    x = tokens(2, 12)
+    with torch.no_grad():
+        emb, _ = enc.forward_embedding(x)
+        _, w = enc.layers[0].self_attn(emb.transpose(0, 1), None, term, need_weights=True)
+    torch.testing.assert_close(w.double(), layer0_reference_weights(model, x), atol=1e-5, rtol=1e-4)
+    assert model.variant.name == "custom" and model.variant.attn_scale_factor == 3.0
+
+
+def save_checkpoint(model, path, arch):
+    args = argparse.Namespace(arch=arch, max_positions=model.args.max_positions, encoder_layers=model.args.encoder_layers,
+                              encoder_embed_dim=model.args.encoder_embed_dim,
+                              encoder_attention_heads=model.args.encoder_attention_heads,
+                              encoder_ffn_embed_dim=model.args.encoder_ffn_embed_dim)
+    torch.save({"model": model.state_dict(), "args": args}, path)
+
+
+@pytest.mark.parametrize("variant", NEW)
+def test_position_maps_of_the_new_variants(variant, tmp_path):
+    model = build(f"{variant}_tiny", seed=4)
+    path = tmp_path / "ckpt.pt"
+    save_checkpoint(model, path, f"{variant}_tiny")
+    T = 12
+    if variant in ("rope", "deberta_rel"):
+        with pytest.raises(ContentDependentPositions, match="depends on content.*tupe-locality"):
+            positional_logits(str(path), T)
+        return
+    got = positional_logits(str(path), T)
+    enc = model.encoder.sentence_encoder
+    want = np.zeros((4, T, T))
+    if variant == "alibi":
+        for h, m in enumerate([2 ** -2, 2 ** -4, 2 ** -6, 2 ** -8]):
+            want[h] = [[-m * abs(j - i) for j in range(T)] for i in range(T)]
+    elif variant == "t5_rel":
+        table = enc.positions.relative_attention_bias.weight.detach().double().numpy()
+        want = np.stack([[table[paper_bucket(j - i)] for j in range(T)] for i in range(T)]).transpose(2, 0, 1)
+    elif variant == "sinusoidal":  # layer 1's position-position term of the sin/cos rows
+        p = enc.layernorm_embedding(enc.embed_positions(tokens(1, T))[0]).double()
+        attn = enc.layers[0].self_attn
+        q = (p @ attn.q_proj.weight.double().T + attn.q_proj.bias.double()).detach()
+        k = (p @ attn.k_proj.weight.double().T + attn.k_proj.bias.double()).detach()
+        for h in range(4):
+            for i in range(T):
+                for j in range(T):
+                    want[h, i, j] = float(q[i, 16 * h:16 * h + 16] @ k[j, 16 * h:16 * h + 16]) / 4.0
+    np.testing.assert_allclose(got, want, atol=1e-5)
+
+
+def test_layerdrop_gives_each_running_layer_its_own_prior():
+    """10.6: with --encoder-layerdrop a dropped layer must not shift later layers' per-layer masks."""
+    model = build("learned_gaussian_tiny", encoder_layers=4, encoder_layerdrop=0.5, seed=7)
+    enc = model.encoder.sentence_encoder
+    with torch.no_grad():
+        for layer in range(4):
+            enc.positions.distance_bias[layer] += layer  # layer l's mask = l + the init
+    seen = []
+    for index, layer in enumerate(torch.nn.ModuleList.__iter__(enc.layers)):
+        layer.register_forward_pre_hook(lambda m, args, index=index: seen.append((index, args[1])))
+    model.train()
+    torch.manual_seed(0)
+    shifted = 0
+    for _ in range(12):
+        seen.clear()
+        model(tokens(1, 6))
+        ran = [i for i, _ in seen]
+        shifted += ran != list(range(len(ran)))  # a dropped layer before a running one
+        for index, mask in seen:
+            want = enc.positions.distance_bias[index][:, enc.positions.distance[:6, :6]].unsqueeze(0)
+            torch.testing.assert_close(mask, want)
+    assert shifted > 0  # the draws did drop a layer that others followed
+
+
+def test_checkpoint_info_lists_the_registry(capsys):
+    assert checkpoint_info_main(["--list-variants"]) == 0
+    names = capsys.readouterr().out.split()
+    assert names == [n.replace("_", "-") for n in VARIANTS]
+    assert {"tupe-r", "bert-a", "sinusoidal", "nope", "t5-rel", "alibi", "rope", "deberta-rel"} <= set(names)
