@@ -1,0 +1,193 @@
+"""tupe-export-hf: the transformers model equals fairseq's (features, MLM logits, classifier logits) for
+every supported variant, the tokenizer gives glue_binarize's ids, and a transformers Trainer fine-tunes it."""
+from __future__ import annotations
+
+import csv
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import BIN, ROOT, run
+
+pytest.importorskip("transformers")
+from transformers import (  # noqa: E402
+    AutoModel,
+    AutoModelForMaskedLM,
+    AutoModelForSequenceClassification,
+    AutoTokenizer,
+)
+
+from model_utils import build, tokens  # noqa: E402
+from tupe_plugin.hf import export as hf_export  # noqa: E402
+
+HEAD = "sentence_classification_head"
+TOL = dict(rtol=0, atol=1e-5)
+
+
+def padded_batch() -> tuple:
+    x = tokens(3, 12, seed=5)
+    x[1, 8:] = 1  # right padding (<pad> = 1), as fairseq batches
+    x[2, 5:] = 1
+    return x, x.ne(1).long()
+
+
+def tiny_checkpoint(tmp_path: Path, variant: str, **args) -> Path:
+    """A tupe_roberta checkpoint of ``variant`` with a 3-class head, weights moved off their init."""
+    model = build(f"{variant}_tiny", max_positions=32, seed=1)
+    model.register_classification_head(HEAD, num_classes=3)
+    with torch.no_grad():
+        for p in model.parameters():  # LayerNorms != 1, per-layer priors differ, ...
+            p.add_(0.05 * torch.randn_like(p))
+    vars(model.args).update(args)
+    path = tmp_path / f"{variant}.pt"
+    torch.save({"args": model.args, "model": model.state_dict()}, path)
+    return path, model.eval()
+
+
+def load(cls, folder: Path):
+    return cls.from_pretrained(str(folder), trust_remote_code=True).eval()
+
+
+@pytest.mark.parametrize("variant", hf_export.SUPPORTED_VARIANTS)
+def test_every_supported_variant_equals_fairseq(variant, tmp_path):
+    ckpt, model = tiny_checkpoint(tmp_path, variant)
+    out = hf_export.export(str(ckpt), str(tmp_path / "hf"))
+    config = json.loads((out / "config.json").read_text())
+    assert config["tupe_variant"] == variant and config["num_labels"] == 3
+    x, mask = padded_batch()
+    with torch.no_grad():
+        feats, _ = model(x, features_only=True)
+        logits, _ = model(x)
+        cls_logits, _ = model(x, features_only=True, classification_head_name=HEAD)
+        hf_feats = load(AutoModel, out)(input_ids=x, attention_mask=mask).last_hidden_state
+        hf_logits = load(AutoModelForMaskedLM, out)(input_ids=x, attention_mask=mask).logits
+        hf_cls = load(AutoModelForSequenceClassification, out)(input_ids=x, attention_mask=mask).logits
+        alone = load(AutoModel, out)(input_ids=x[2:, :5]).last_hidden_state  # no padding, no mask
+    keep = mask.bool()
+    torch.testing.assert_close(hf_feats[keep], feats[keep], **TOL)
+    torch.testing.assert_close(hf_logits[keep], logits[keep], **TOL)
+    torch.testing.assert_close(hf_cls, cls_logits, **TOL)
+    torch.testing.assert_close(alone[0], hf_feats[2, :5], **TOL)  # padding does not change a sequence
+    assert hf_cls.shape == (3, 3) and hf_logits.shape == (3, 12, model.encoder.sentence_encoder.embed_tokens.num_embeddings)
+
+
+def test_head_style_is_read_from_the_checkpoint(tmp_path):
+    for style, dropout_first in (("release", False), (None, True)):
+        ckpt, model = tiny_checkpoint(tmp_path, "tupe_a", **({"classification_head_style": style} if style else {}))
+        if style is None:
+            assert not hasattr(model.args, "classification_head_style") or model.args.classification_head_style is None
+        out = hf_export.export(str(ckpt), str(tmp_path / f"hf_{style}"))
+        head = load(AutoModelForSequenceClassification, out).classifier
+        assert head.dropout_first is dropout_first  # missing attribute = fairseq RoBERTa's head
+
+
+def test_a_variant_outside_the_supported_set_is_refused_by_name(tmp_path, monkeypatch):
+    ckpt, _ = tiny_checkpoint(tmp_path, "bert_r")
+    monkeypatch.setattr(hf_export, "SUPPORTED_VARIANTS", ("tupe_r",))
+    with pytest.raises(hf_export.ExportError, match="variant 'bert_r' is not in the exporter's supported set"):
+        hf_export.export(str(ckpt), str(tmp_path / "hf"))
+    assert not (tmp_path / "hf").exists() and not (tmp_path / "hf.partial").exists()
+
+
+def test_cli_refuses_a_non_empty_out_dir_in_one_line(tmp_path):
+    ckpt, _ = tiny_checkpoint(tmp_path, "tupe_r")
+    (tmp_path / "taken").mkdir()
+    (tmp_path / "taken" / "mine.txt").write_text("user data")
+    p = run([str(BIN / "tupe-export-hf"), str(ckpt), str(tmp_path / "taken")], check=False)
+    errors = [line for line in p.stderr.splitlines() if "error" in line]  # (fairseq's import logs aside)
+    assert p.returncode == 2 and "Traceback" not in p.stderr and len(errors) == 1
+    assert errors[0].startswith("tupe-export-hf: error:") and "taken exists and is not empty" in errors[0]
+    assert "--force" in p.stderr and (tmp_path / "taken" / "mine.txt").read_text() == "user data"
+    assert "trust_remote_code" in run([str(BIN / "tupe-export-hf"), "--help"]).stdout
+
+
+@pytest.fixture(scope="module")
+def finetuned(pretrained, cls_bin, tmp_path_factory) -> Path:
+    """The session's tiny TUPE-R fine-tuned a few updates by fairseq-train sentence_prediction."""
+    save = tmp_path_factory.mktemp("hf_ft")
+    run(["fairseq-train", str(cls_bin), "--user-dir", "tupe_plugin", "--task", "sentence_prediction",
+         "--criterion", "sentence_prediction", "--num-classes", "2", "--init-token", "0",
+         "--separator-token", "2", "--max-positions", "64", "--arch", "tupe_roberta_tiny",
+         "--optimizer", "adam", "--lr", "1e-3", "--batch-size", "16", "--max-update", "4",
+         "--restore-file", str(pretrained / "checkpoint_last.pt"), "--reset-optimizer", "--reset-dataloader",
+         "--reset-meters", "--cpu", "--num-workers", "0", "--save-dir", str(save), "--no-epoch-checkpoints"])
+    return save / "checkpoint_last.pt"
+
+
+def rte_rows(split: str):
+    with open(ROOT / "tests/data/glue/RTE" / f"{split}.tsv", encoding="utf-8") as f:
+        return [row for row in csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)][1:]
+
+
+def test_finetuned_checkpoint_and_tokenizer_equal_fairseq_and_glue_binarize(finetuned, cls_bin, spm_dir, tmp_path):
+    finetuned_data = cls_bin
+    from fairseq.data import data_utils
+
+    from tupe_plugin import TupeRobertaModel
+
+    out = tmp_path / "hf"
+    p = run([str(BIN / "tupe-export-hf"), str(finetuned), str(out), "--spm-model", str(spm_dir / "spm.model")])
+    assert "AutoModelForMaskedLM.from_pretrained" in p.stdout  # dict.txt found from the checkpoint's data
+    tok = AutoTokenizer.from_pretrained(str(out), trust_remote_code=True)
+    run([sys.executable, "-m", "preprocess.glue_binarize", "--glue-dir", str(ROOT / "tests/data/glue"),
+         "--tasks", "RTE", "--spm-model", str(spm_dir / "spm.model"), "--dict", str(spm_dir / "dict.txt"),
+         "--out-dir", str(tmp_path / "glue-bin")])
+    binaries = [data_utils.load_indexed_dataset(str(tmp_path / "glue-bin/RTE-bin" / f"input{k}/valid"), None)
+                for k in (0, 1)]
+    rows = rte_rows("dev")
+    assert len(rows) == len(binaries[0]) > 10
+    for row, a, b in zip(rows, *binaries):
+        want = [0] + a.tolist() + [2] + b.tolist()  # fairseq: --init-token 0 --separator-token 2
+        assert tok(row[1], row[2])["input_ids"] == want
+    assert tok("a b")["input_ids"][0] == 0 and tok.mask_token_id == tok.vocab_size - 1
+    assert tok.convert_tokens_to_ids(["<s>", "<pad>", "</s>", "<unk>"]) == [0, 1, 2, 3]
+
+    hub = TupeRobertaModel.from_pretrained(str(finetuned.parent), checkpoint_file=finetuned.name,
+                                           data_name_or_path=str(tmp_path / "glue-bin/RTE-bin"), bpe=None).eval()
+    texts = [(r[1], r[2]) for r in rows[:4]]
+    batch = tok([t[0] for t in texts], [t[1] for t in texts], padding=True, return_tensors="pt")
+    model = load(AutoModelForSequenceClassification, out)
+    with torch.no_grad():
+        want, _ = hub.model(batch["input_ids"], features_only=True, classification_head_name=HEAD)
+        got = model(**batch).logits
+        feats, _ = hub.model(batch["input_ids"], features_only=True)
+        hf_feats = load(AutoModel, out)(**batch).last_hidden_state
+    torch.testing.assert_close(got, want, **TOL)
+    keep = batch["attention_mask"].bool()
+    assert not keep.all()  # the batch is padded
+    torch.testing.assert_close(hf_feats[keep], feats[keep], **TOL)
+    label_dict = (finetuned_data / "label" / "dict.txt").read_text().split("\n")
+    assert [model.config.id2label[i] for i in range(2)] == [line.split(" ")[0] for line in label_dict[:2]]
+
+
+def test_transformers_trainer_finetunes_the_export(pretrained, lm_bin, spm_dir, tmp_path):
+    from tupe_plugin.hf.compat import hide_broken_torchaudio
+
+    hide_broken_torchaudio()  # fairseq's torchaudio 2.11 does not load with torch 2.13; Trainer imports it
+    from transformers import DataCollatorWithPadding, Trainer, TrainingArguments
+
+    out = hf_export.export(str(pretrained / "checkpoint_last.pt"), str(tmp_path / "hf"),
+                           spm_model=str(spm_dir / "spm.model"), dict_path=str(lm_bin / "dict.txt"))
+    tok = AutoTokenizer.from_pretrained(str(out), trust_remote_code=True)
+    model = AutoModelForSequenceClassification.from_pretrained(str(out), trust_remote_code=True, num_labels=2)
+    labels = {"entailment": 0, "not_entailment": 1}
+    data = [dict(tok(r[1], r[2]), labels=labels[r[3]]) for r in rte_rows("train")]
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    args = TrainingArguments(output_dir=str(tmp_path / "trainer"), per_device_train_batch_size=8, max_steps=4,
+                             learning_rate=1e-3, report_to=[], save_strategy="no", use_cpu=True,
+                             logging_steps=1, dataloader_num_workers=0, disable_tqdm=True)
+    trainer = Trainer(model=model, args=args, train_dataset=data, data_collator=DataCollatorWithPadding(tok))
+    result = trainer.train()
+    assert result.global_step == 4 and torch.isfinite(torch.tensor(result.training_loss))
+    after = model.state_dict()
+    assert not torch.equal(after["tupe.layers.0.fc1.weight"], before["tupe.layers.0.fc1.weight"])
+    assert not torch.equal(after["tupe.positions.relative_attention_bias.weight"],
+                           before["tupe.positions.relative_attention_bias.weight"])
+    model.save_pretrained(tmp_path / "tuned")  # a fine-tuned export saves and loads back
+    back = AutoModelForSequenceClassification.from_pretrained(str(tmp_path / "tuned"), trust_remote_code=True).eval()
+    batch = tok(["a b c"], return_tensors="pt")
+    with torch.no_grad():
+        torch.testing.assert_close(back(**batch).logits, model.eval()(**batch).logits, **TOL)
