@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import collections
 import fcntl
-import hashlib
 import itertools
 import json
 import multiprocessing as mp
@@ -42,10 +41,13 @@ from typing import BinaryIO, Iterator, List, Optional, Sequence, Tuple
 import numpy as np
 import sentencepiece as spm
 
-from preprocess.c4_common import Progress, fsync_dir, fsync_file, log, open_binary, remove_if_exists
+from preprocess.c4_common import Progress, SettingsMismatch, check_settings, open_binary
+from tupe_plugin.utils.io import atomic_open, file_hash, read_json, fsync_dir, fsync_file, remove_if_exists
+from tupe_plugin.utils.log import get_logger
 from preprocess.spm_dict import dict_pieces, id_offset, spm_to_fairseq_ids
 
 PROG = "c4_binarize"
+log = get_logger(PROG)
 EOS = 2
 # fairseq.data.indexed_dataset.MMapIndexedDataset.Index format (version 1).
 _IDX_MAGIC = b"MMIDIDX\x00\x00"
@@ -74,14 +76,66 @@ _SP: Optional[spm.SentencePieceProcessor] = None
 _OFFSET = 0
 _UNK = 0
 _DTYPE: type = np.uint16
+_MAX_LINE = 0  # tokens per line including </s>; 0: no limit
+_WORD_START = np.zeros(0, dtype=bool)  # per spm id: the piece starts a word ("▁...")
 
 
-def _init_worker(model: str, dtype_name: str) -> None:
+def _init_worker(model: str, dtype_name: str, max_line: int = 0) -> None:
     # Pool workers need no parent-death watchdog: they hold no write end of the task pipe, so a
     # SIGKILLed parent makes their next read hit EOF and they exit (tested).
-    global _SP, _OFFSET, _UNK, _DTYPE
+    global _SP, _OFFSET, _UNK, _DTYPE, _MAX_LINE, _WORD_START
     _SP = spm.SentencePieceProcessor(model_file=model)
     _OFFSET, _UNK, _DTYPE = id_offset(_SP), _SP.unk_id(), np.dtype(dtype_name).type
+    _MAX_LINE = max_line
+    _WORD_START = np.array([_SP.id_to_piece(i).startswith("\u2581") for i in range(_SP.get_piece_size())])
+
+
+def max_line_tokens(tokens_per_sample: int) -> int:
+    """Longest line (tokens including its ``</s>``) that fits one ``masked_lm`` block.
+
+    fairseq's ``masked_lm`` task builds blocks of ``tokens_per_sample - 1`` tokens (it prepends
+    ``<s>`` to each), and in ``complete``/``complete_doc`` mode a line never spans two blocks: a longer
+    line becomes a block of its own that is too long and is dropped by the size filter.
+    """
+    return 0 if tokens_per_sample <= 0 else tokens_per_sample - 1
+
+
+def split_long_lines(flat: np.ndarray, sizes: np.ndarray, max_line: int,
+                     word_start: np.ndarray) -> Tuple[np.ndarray, np.ndarray, int]:
+    """Cut every line longer than ``max_line`` (sizes count the final ``</s>``) into pieces that fit.
+
+    Each piece holds at most ``max_line - 1`` of the line's tokens plus a ``</s>``; a cut goes at the
+    last word start (a piece beginning with ``▁``) in the final quarter of the allowed span, else
+    mid-word. Returns (new flat ids, new sizes, number of lines that were split). The ``</s>``
+    inserted is the line's own last id (the caller rewrites every line end to fairseq's ``</s>``).
+    """
+    if max_line <= 1 or not len(sizes) or int(sizes.max()) <= max_line:
+        return flat, sizes, 0
+    if max_line < 8:
+        raise ValueError(f"--tokens-per-sample {max_line + 1} is too small to split lines into")
+    ends = np.cumsum(sizes)
+    out_ids, out_sizes, split = [], [], 0
+    start = 0
+    window = max(1, (max_line - 1) // 4)
+    for end, size in zip(ends.tolist(), sizes.tolist()):
+        if size <= max_line:
+            out_ids.append(flat[start:end])
+            out_sizes.append(size)
+        else:
+            split += 1
+            body, eos = flat[start:end - 1], flat[end - 1:end]
+            pos = 0
+            while pos < len(body):
+                cut = min(pos + max_line - 1, len(body))
+                if cut < len(body):
+                    starts = np.flatnonzero(word_start[body[cut - window + 1:cut + 1]])
+                    if len(starts):
+                        cut = cut - window + 1 + int(starts[-1])
+                out_ids += [body[pos:cut], eos]
+                out_sizes.append(cut - pos + 1)
+                pos = cut
+        start = end
+    return np.concatenate(out_ids), np.asarray(out_sizes, dtype=np.int32), split
 
 
 def _encode_lines(lines: List[str]) -> Tuple[np.ndarray, np.ndarray]:
@@ -97,15 +151,16 @@ def _encode_lines(lines: List[str]) -> Tuple[np.ndarray, np.ndarray]:
         return np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int64, count=int(sizes.sum())), sizes
 
 
-def encode_chunk(buf: bytes) -> Tuple[bytes, np.ndarray, int]:
-    """Lines of ``buf`` -> (token bytes, int32 sizes, number of ``<unk>``)."""
+def encode_chunk(buf: bytes) -> Tuple[bytes, np.ndarray, int, int]:
+    """Lines of ``buf`` -> (token bytes, int32 sizes, number of ``<unk>``, number of lines split)."""
     lines = buf.decode("utf-8").split("\n")
     if lines[-1] == "":
         lines.pop()
     flat, sizes = _encode_lines(lines)
+    flat, sizes, split = split_long_lines(flat, sizes, _MAX_LINE, _WORD_START)
     ids = spm_to_fairseq_ids(flat, _OFFSET, _UNK)
     ids[np.cumsum(sizes) - 1] = EOS  # the appended spm </s> -> fairseq </s>
-    return ids.astype(_DTYPE).tobytes(), sizes, int(np.count_nonzero(flat == _UNK))
+    return ids.astype(_DTYPE).tobytes(), sizes, int(np.count_nonzero(ids == 3)), split
 
 
 # ---------------------------------------------------------------- reading / writing
@@ -141,16 +196,11 @@ def write_index(path: str, dtype: type, size_chunks: List[np.ndarray]) -> None:
                 address += int(ends[-1]) * itemsize
 
 
-def sha1_file(path: str) -> str:
-    with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha1").hexdigest()
-
-
 def identity(inputs: Sequence[str], model: str, dict_path: str) -> dict:
     return {
         "inputs": [{"name": os.path.basename(p), "bytes": os.path.getsize(p)} for p in inputs],
-        "spm_sha1": sha1_file(model),
-        "dict_sha1": sha1_file(dict_path),
+        "spm_sha1": file_hash(model, "sha1"),
+        "dict_sha1": file_hash(dict_path, "sha1"),
     }
 
 
@@ -190,8 +240,13 @@ def check_dict(sp: spm.SentencePieceProcessor, dict_path: str) -> int:
 
 def binarize(inputs: Sequence[str], prefix: str, model: str, dict_path: str, workers: int = 0,
              chunk_bytes: int = 1 << 20, max_in_flight: int = 0, progress_seconds: float = 30.0,
-             force: bool = False) -> Optional[dict]:
-    """Binarize ``inputs`` (concatenated) into ``prefix``; returns a summary, None if skipped."""
+             force: bool = False, tokens_per_sample: int = 512) -> Optional[dict]:
+    """Binarize ``inputs`` (concatenated) into ``prefix``; returns a summary, None if skipped.
+
+    Lines longer than a ``masked_lm`` block of ``tokens_per_sample`` are split (0: never split).
+    Raises :class:`SettingsMismatch` if ``prefix`` is complete but was made with another
+    ``tokens_per_sample`` (unless ``force``).
+    """
     workers = workers or default_workers()
     max_in_flight = max_in_flight or 2 * workers
     os.makedirs(os.path.dirname(os.path.abspath(prefix)), exist_ok=True)
@@ -203,21 +258,21 @@ def binarize(inputs: Sequence[str], prefix: str, model: str, dict_path: str, wor
         raise RuntimeError(f"another process is binarizing {prefix} ({prefix}.lock is held)")
     try:
         ident = identity(inputs, model, dict_path)
+        settings = {"tokens_per_sample": tokens_per_sample}
         ok, why = finished(prefix, ident)
         if ok and not force:
-            log(PROG, f"skip: {prefix}.bin/.idx complete ({prefix}.done)")
+            check_settings(f"{prefix}.bin/.idx", (read_json(prefix + ".done") or {}).get("settings"), settings)
+            log.info(f"skip: {prefix}.bin/.idx complete ({prefix}.done)")
             return None
         if why:
-            log(PROG, f"{prefix}: {why}; redoing")
+            log.info(f"{prefix}: {why}; redoing")
         for ext in ("done", "idx", "bin", "bin.partial", "idx.partial", "done.partial"):
             remove_if_exists(f"{prefix}.{ext}")
-        summary = _run(inputs, prefix, model, dict_path, workers, chunk_bytes, max_in_flight, progress_seconds)
-        summary["identity"] = ident
-        with open(prefix + ".done.partial", "w") as f:
+        summary = _run(inputs, prefix, model, dict_path, workers, chunk_bytes, max_in_flight, progress_seconds,
+                       tokens_per_sample)
+        summary["identity"], summary["settings"] = ident, settings
+        with atomic_open(prefix + ".done") as f:
             json.dump(summary, f, indent=1)
-        fsync_file(prefix + ".done.partial")
-        os.replace(prefix + ".done.partial", prefix + ".done")
-        fsync_dir(os.path.dirname(os.path.abspath(prefix)))
         return summary
     finally:
         remove_if_exists(prefix + ".lock")  # still held: a concurrent run fails its flock, not waits
@@ -225,11 +280,11 @@ def binarize(inputs: Sequence[str], prefix: str, model: str, dict_path: str, wor
 
 
 def _run(inputs: Sequence[str], prefix: str, model: str, dict_path: str, workers: int,
-         chunk_bytes: int, max_in_flight: int, progress_seconds: float) -> dict:
+         chunk_bytes: int, max_in_flight: int, progress_seconds: float, tokens_per_sample: int) -> dict:
     sp = spm.SentencePieceProcessor(model_file=model)
     id_offset(sp)  # fail early with a clear message if the special ids are not 0..k-1
     dtype = fairseq_dtype(check_dict(sp, dict_path))
-    init_args = (model, np.dtype(dtype).name)
+    init_args = (model, np.dtype(dtype).name, max_line_tokens(tokens_per_sample))
     test_sleep = float(os.environ.get("C4_BINARIZE_TEST_SLEEP", "0") or 0)
     bin_tmp, idx_tmp = prefix + ".bin.partial", prefix + ".idx.partial"
     sizes: List[np.ndarray] = []
@@ -237,11 +292,11 @@ def _run(inputs: Sequence[str], prefix: str, model: str, dict_path: str, workers
     in_bytes = sum(os.path.getsize(p) for p in inputs)
     prog = Progress(PROG, progress_seconds)
 
-    def write(out: BinaryIO, result: Tuple[bytes, np.ndarray, int], nbytes: int) -> None:
-        data, sz, unk = result
+    def write(out: BinaryIO, result: Tuple[bytes, np.ndarray, int, int], nbytes: int) -> None:
+        data, sz, unk, split = result
         out.write(data)
         sizes.append(sz)
-        stats.update(sequences=len(sz), tokens=len(data) // np.dtype(dtype).itemsize, unk=unk,
+        stats.update(sequences=len(sz), tokens=len(data) // np.dtype(dtype).itemsize, unk=unk, split_lines=split,
                      read_bytes=nbytes, blank=int(np.count_nonzero(sz == 1)))
         prog.maybe(lambda t: f"{prefix}: {stats['sequences']} lines, {stats['read_bytes'] / 1e6:.1f}"
                              f"/{in_bytes / 1e6:.1f}MB in, {stats['read_bytes'] / 1e6 / t:.1f}MB/s")
@@ -277,6 +332,11 @@ def _run(inputs: Sequence[str], prefix: str, model: str, dict_path: str, workers
     finally:
         if pool is not None:
             pool.terminate()
+    if stats["sequences"] == stats["blank"]:
+        for p in (bin_tmp, idx_tmp):
+            remove_if_exists(p)
+        raise ValueError(f"no text in {', '.join(inputs)} ({stats['sequences']} lines, all empty): nothing to "
+                         "train on; check step 1's summary for this shard (re-extract it, or leave it out)")
     os.replace(bin_tmp, prefix + ".bin")
     if os.environ.get("C4_BINARIZE_TEST_KILL") == "after_bin_rename":
         os.kill(os.getpid(), signal.SIGKILL)
@@ -285,6 +345,7 @@ def _run(inputs: Sequence[str], prefix: str, model: str, dict_path: str, workers
     seconds = prog.elapsed()
     return {
         "inputs": list(inputs), "sequences": stats["sequences"], "blank_lines": stats["blank"],
+        "split_lines": stats["split_lines"], "max_line_tokens": max_line_tokens(tokens_per_sample),
         "tokens": stats["tokens"], "unk": stats["unk"], "input_bytes": in_bytes,
         "bin_bytes": os.path.getsize(prefix + ".bin"), "idx_bytes": os.path.getsize(prefix + ".idx"),
         "dtype": np.dtype(dtype).name, "workers": workers, "seconds": round(seconds, 3),
@@ -303,23 +364,29 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--chunk-bytes", type=int, default=1 << 20, help="bytes of text per work item")
     ap.add_argument("--max-in-flight", type=int, default=0, help="pending chunks (0: 2 x workers)")
     ap.add_argument("--progress-seconds", type=float, default=30.0, help="progress line interval (0: off)")
+    ap.add_argument("--tokens-per-sample", type=int, default=512,
+                    help="the --tokens-per-sample of pre-training: lines longer than one block (this minus 1, "
+                         "counting </s>) are split so that no text is dropped (0: never split)")
     ap.add_argument("--force", action="store_true", help="redo even if the shard is complete")
     args = ap.parse_args(argv)
 
     missing = [p for p in [*args.inputs, args.spm_model, args.dict] if not os.path.isfile(p)]
     if missing:
-        log(PROG, f"error: missing file(s): {missing}")
+        log.error(f"missing file(s): {missing}")
         return 1
     try:
         s = binarize(args.inputs, args.out, args.spm_model, args.dict, args.workers, args.chunk_bytes,
-                     args.max_in_flight, args.progress_seconds, args.force)
+                     args.max_in_flight, args.progress_seconds, args.force, args.tokens_per_sample)
+    except SettingsMismatch as e:
+        log.error(f"{e}")
+        return 2
     except (ValueError, RuntimeError, UnicodeDecodeError) as e:
-        log(PROG, f"error: {e}")
+        log.error(f"{e}")
         return 1
     if s is not None:
-        keys = ("sequences", "blank_lines", "tokens", "unk", "input_bytes", "bin_bytes", "dtype",
+        keys = ("sequences", "blank_lines", "split_lines", "max_line_tokens", "tokens", "unk", "input_bytes", "bin_bytes", "dtype",
                 "workers", "seconds", "mb_per_s")
-        log(PROG, f"summary: {args.out}: " + " ".join(f"{k}={s[k]}" for k in keys))
+        log.info(f"summary: {args.out}: " + " ".join(f"{k}={s[k]}" for k in keys))
     return 0
 
 

@@ -1,11 +1,16 @@
-"""Small helpers shared by the C4 steps: input opening, progress lines, atomic files."""
+"""Small helpers shared by the C4 steps: input opening, progress lines, the steps' loggers.
+
+Atomic files and hashes come from :mod:`tupe_plugin.utils.io`, log lines from :mod:`tupe_plugin.utils.log`.
+"""
 from __future__ import annotations
 
 import gzip
-import os
-import sys
+import logging
 import time
-from typing import BinaryIO
+from typing import Any, BinaryIO, Callable, Dict, List, Optional
+
+from tupe_plugin.utils.io import fsync_dir, fsync_file, remove_if_exists  # noqa: F401  (re-exported for the steps)
+from tupe_plugin.utils.log import get_logger
 
 
 def open_binary(path: str) -> BinaryIO:
@@ -22,57 +27,48 @@ def open_output(path: str) -> BinaryIO:
     return open(path, "wb", buffering=1 << 20)
 
 
-def log(prog: str, msg: str) -> None:
-    print(f"{prog}: {msg}", file=sys.stderr, flush=True)
-
-
 class Progress:
-    """Print a progress line to stderr at most every ``seconds`` seconds (0 disables)."""
+    """Log a progress line at most every ``seconds`` seconds (0 disables)."""
 
     def __init__(self, prog: str, seconds: float) -> None:
-        self.prog, self.seconds = prog, seconds
+        self.log: logging.Logger = get_logger(prog)
+        self.seconds = seconds
         self.start = self.last = time.monotonic()
 
     def elapsed(self) -> float:
         return time.monotonic() - self.start
 
-    def maybe(self, make_msg) -> None:
+    def maybe(self, make_msg: Callable[[float], str]) -> None:
         if self.seconds <= 0:
             return
         now = time.monotonic()
         if now - self.last >= self.seconds:
             self.last = now
-            log(self.prog, make_msg(now - self.start))
-
-
-def fsync_file(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def fsync_dir(path: str) -> None:
-    try:
-        fd = os.open(path or ".", os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def remove_if_exists(path: str) -> None:
-    try:
-        os.remove(path)
-    except FileNotFoundError:
-        pass
+            self.log.info(make_msg(now - self.start))
 
 
 def mb(n: float) -> str:
     return f"{n / 1e6:.1f}MB"
 
+
+class SettingsMismatch(ValueError):
+    """Existing outputs were made with other settings than this run's."""
+
+
+def settings_diff(recorded: Dict[str, Any], current: Dict[str, Any]) -> List[str]:
+    """``NAME: recorded R, now C`` for every setting that differs (missing ones read as None)."""
+    return [f"{k}: recorded {recorded.get(k)!r}, now {current.get(k)!r}"
+            for k in sorted(set(recorded) | set(current)) if recorded.get(k) != current.get(k)]
+
+
+def check_settings(what: str, recorded: Optional[Dict[str, Any]], current: Dict[str, Any]) -> None:
+    """Refuse to reuse ``what`` (finished outputs) when ``recorded`` settings differ from ``current``.
+
+    The message names each differing setting and the two ways out: redo (``--force``; ``FORCE=1`` for
+    the shell steps) or a new output folder.
+    """
+    diff = settings_diff(recorded or {}, current)
+    if diff:
+        raise SettingsMismatch(
+            f"{what} was made with other settings ({'; '.join(diff)}). Rerun with --force (FORCE=1 for "
+            "preprocess/c4/*.sh) to redo it with the new settings, or write to a new OUT_DIR to keep both")

@@ -26,9 +26,12 @@ import zlib
 from collections import Counter
 from typing import Dict, List, Optional
 
-from preprocess.c4_common import Progress, log, mb, open_binary, open_output, remove_if_exists
+from preprocess.c4_common import Progress, mb, open_binary, open_output
+from tupe_plugin.utils.io import remove_if_exists, write_json
+from tupe_plugin.utils.log import get_logger
 
 PROG = "c4_extract"
+log = get_logger(PROG)
 REASONS = ("non_utf8", "malformed_json", "not_object", "missing_text", "non_string_text", "empty_text")
 # Control characters that str.split() does not treat as whitespace.
 _CONTROL = re.compile("[\x00-\x08\x0e-\x1b\x7f-\x84\x86-\x9f]")
@@ -57,9 +60,9 @@ class Extractor:
         self.skipped[reason] += 1
         n = self.skipped[reason]
         if n <= self.max_warnings:
-            log(PROG, f"warning: {self.path}:{lineno}: skipped ({reason}): {detail}")
+            log.warning(f"{self.path}:{lineno}: skipped ({reason}): {detail}")
             if n == self.max_warnings:
-                log(PROG, f"warning: only the first {n} '{reason}' lines are reported; any more are only counted")
+                log.warning(f"only the first {n} '{reason}' lines are reported; any more are only counted")
 
     def document(self, lineno: int, raw: bytes) -> Optional[bytes]:
         """The output bytes for one JSON line, or None (counted) if it is skipped."""
@@ -158,18 +161,16 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = ap.parse_args(argv)
 
     if os.path.exists(args.output) and not args.force:
-        log(PROG, f"skip: {args.output} exists (complete); use --force to redo")
+        log.info(f"skip: {args.output} exists (complete); use --force to redo")
         return 0
     try:
         s = extract(args.input, args.output, args.max_docs, args.progress_seconds, args.max_warnings)
     except (RuntimeError, FileNotFoundError) as e:
-        log(PROG, f"error: {e}")
+        log.error(f"{e}")
         return 1
-    log(PROG, format_summary(s))
+    log.info(format_summary(s))
     if args.stats_json:
-        with open(args.stats_json + ".partial", "w") as f:
-            json.dump(s, f, indent=1)
-        os.replace(args.stats_json + ".partial", args.stats_json)
+        write_json(args.stats_json, s)
     return 0
 
 

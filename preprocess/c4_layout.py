@@ -21,9 +21,11 @@ import shutil
 import sys
 from typing import List, Optional, Sequence
 
-from preprocess.c4_common import log, remove_if_exists
+from tupe_plugin.utils.io import atomic_open, atomic_path, remove_if_exists, write_text
+from tupe_plugin.utils.log import get_logger
 
 PROG = "c4_layout"
+log = get_logger(PROG)
 
 
 def check_done(prefix: str) -> None:
@@ -61,7 +63,7 @@ class Placer:
                 if e.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP):
                     raise
                 if not self.warned:
-                    log(PROG, f"warning: cannot hard-link ({e.strerror}); using symlinks")
+                    log.warning(f"cannot hard-link ({e.strerror}); using symlinks")
                     self.warned = True
                 mode = self.mode = "symlink"
         if mode == "symlink":
@@ -90,24 +92,23 @@ def layout(data_bin: str, dict_path: str, valid: str, train: Sequence[str], link
     for k, prefix in enumerate(train):
         d = os.path.join(data_bin, f"shard{k}")
         os.makedirs(d, exist_ok=True)
-        shutil.copyfile(dict_path, os.path.join(d, "dict.txt.partial"))
-        os.replace(os.path.join(d, "dict.txt.partial"), os.path.join(d, "dict.txt"))
+        with atomic_path(os.path.join(d, "dict.txt")) as tmp:
+            shutil.copyfile(dict_path, tmp)
         changed += placer.place_dataset(prefix, os.path.join(d, "train"))
         changed += placer.place_dataset(valid, os.path.join(d, "valid"))
         shards.append(d)
     extra = sorted(n for n in os.listdir(data_bin) if n.startswith("shard") and n[5:].isdigit()
                    and int(n[5:]) >= len(train))
     if extra:
-        log(PROG, f"warning: {data_bin} has shard folders beyond shard{len(train) - 1} from an earlier "
+        log.warning(f"{data_bin} has shard folders beyond shard{len(train) - 1} from an earlier "
                   f"run ({', '.join(extra[:3])}...); they are not in data_path.txt")
-    with open(os.path.join(data_bin, "shards.tsv"), "w") as f:
+    with atomic_open(os.path.join(data_bin, "shards.tsv")) as f:
         f.write("shard\ttrain\tvalid\n")
         for k, prefix in enumerate(train):
             f.write(f"shard{k}\t{os.path.abspath(prefix)}\t{os.path.abspath(valid)}\n")
     data_path = ":".join(os.path.abspath(s) for s in shards)
-    with open(os.path.join(data_bin, "data_path.txt"), "w") as f:
-        f.write(data_path + "\n")
-    log(PROG, f"summary: {len(shards)} shards in {data_bin} ({changed} datasets placed, "
+    write_text(os.path.join(data_bin, "data_path.txt"), data_path + "\n")
+    log.info(f"summary: {len(shards)} shards in {data_bin} ({changed} datasets placed, "
               f"{2 * len(shards) - changed} already in place; link={placer.mode})")
     return shards
 
@@ -124,7 +125,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     try:
         shards = layout(args.data_bin, args.dict, args.valid, args.train, args.link)
     except (ValueError, OSError) as e:
-        log(PROG, f"error: {e}")
+        log.error(f"{e}")
         return 1
     print(":".join(os.path.abspath(s) for s in shards))
     return 0

@@ -22,10 +22,13 @@ from typing import List, Optional, Sequence
 
 import sentencepiece as spm
 
-from preprocess.c4_common import Progress, log, mb, open_binary, remove_if_exists
+from preprocess.c4_common import Progress, mb, open_binary
+from tupe_plugin.utils.io import remove_if_exists
+from tupe_plugin.utils.log import get_logger
 from preprocess.spm_dict import id_offset, write_fairseq_dict
 
 PROG = "c4_spm"
+log = get_logger(PROG)
 OUTPUTS = ("spm.model", "spm.vocab", "dict.txt")
 
 
@@ -74,7 +77,7 @@ def train(inputs: Sequence[str], out_dir: str, vocab_size: int = 32768, model_ty
     sample, stats = reservoir_sample(files, sample_sentences, seed, max_sentence_length, progress_seconds)
     if not sample:
         raise ValueError(f"no non-empty lines in {len(files)} input file(s)")
-    log(PROG, f"sampled {len(sample)} of {stats['lines_seen']} lines from {len(files)} file(s) "
+    log.info(f"sampled {len(sample)} of {stats['lines_seen']} lines from {len(files)} file(s) "
               f"({mb(sum(map(len, sample)))}; {stats['too_long']} over {max_sentence_length} bytes skipped)")
     os.makedirs(out_dir, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out_dir, prefix=".spm_train.") as tmp:
@@ -132,20 +135,20 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = ap.parse_args(argv)
 
     if not args.force and all(os.path.exists(os.path.join(args.out_dir, o)) for o in OUTPUTS):
-        log(PROG, f"skip: {args.out_dir}/{{spm.model,spm.vocab,dict.txt}} exist; use --force to retrain")
+        log.info(f"skip: {args.out_dir}/{{spm.model,spm.vocab,dict.txt}} exist; use --force to retrain")
         return 0
     missing = [p for p in args.inputs if not os.path.isfile(p)]
     if missing:
-        log(PROG, f"error: missing input(s): {missing[:3]}")
+        log.error(f"missing input(s): {missing[:3]}")
         return 1
     try:
         s = train(args.inputs, args.out_dir, args.vocab_size, args.model_type, args.sample_sentences,
                   args.character_coverage, args.seed, args.max_files, args.threads,
                   args.max_sentence_length, args.hard_vocab_limit, args.progress_seconds, args.verbose)
     except ValueError as e:
-        log(PROG, f"error: {e}")
+        log.error(f"{e}")
         return 2
-    log(PROG, "summary: " + " ".join(f"{k}={v}" for k, v in s.items()) + f" out={args.out_dir}")
+    log.info("summary: " + " ".join(f"{k}={v}" for k, v in s.items()) + f" out={args.out_dir}")
     return 0
 
 

@@ -15,6 +15,8 @@ from typing import List, Sequence
 import numpy as np
 import sentencepiece as spm
 
+from tupe_plugin.utils.io import atomic_open
+
 
 def load_spm(model_path: str) -> spm.SentencePieceProcessor:
     if not os.path.isfile(model_path):
@@ -38,11 +40,9 @@ def write_fairseq_dict(sp: spm.SentencePieceProcessor, out_path: str) -> int:
     sentencepiece order if a tool ever re-sorts the dictionary by count.
     """
     pieces = dict_pieces(sp)
-    tmp = out_path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
+    with atomic_open(out_path) as f:
         for rank, piece in enumerate(pieces):
             f.write(f"{piece} {len(pieces) - rank}\n")
-    os.replace(tmp, out_path)
     return len(pieces)
 
 

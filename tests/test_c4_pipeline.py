@@ -319,7 +319,8 @@ def looks_complete_to_fairseq(prefix: Path) -> bool:
 def test_sigkill_mid_run_then_rerun(tmp_path, spm_dir, texts, reference_bin):
     prefix = tmp_path / "bin" / "train0"
     cmd = [str(SCRIPTS / "3_binarize.sh"), str(spm_dir), str(prefix), str(texts["train0"])]
-    proc = subprocess.Popen(cmd, env=env(WORKERS="2", CHUNK_BYTES="20000", C4_BINARIZE_TEST_SLEEP="0.2"),
+    # 1 s per chunk: the run is still going when the second one (which imports torch first) starts
+    proc = subprocess.Popen(cmd, env=env(WORKERS="2", CHUNK_BYTES="20000", C4_BINARIZE_TEST_SLEEP="1.0"),
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=REPO)
     partial = Path(f"{prefix}.bin.partial")
     deadline = time.time() + 60

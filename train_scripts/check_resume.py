@@ -23,6 +23,9 @@ import shutil
 import sys
 from typing import List, Optional, Tuple
 
+from tupe_plugin.utils.io import atomic_path
+from tupe_plugin.utils.log import setup_logging
+
 LAST = "checkpoint_last.pt"
 OTHER_RE = re.compile(r"^checkpoint(?:_\d+_\d+|\d+)\.pt$")
 
@@ -54,32 +57,32 @@ def main(argv=None) -> int:
     p.add_argument("save_dir")
     p.add_argument("--dry-run", action="store_true", help="report only, change nothing")
     args = p.parse_args(argv)
-    say = lambda msg: print(f"check_resume: {msg}", file=sys.stderr)  # noqa: E731
+    log = setup_logging("check_resume")
     last = os.path.join(args.save_dir, LAST)
     others = candidates(args.save_dir) if os.path.isdir(args.save_dir) else []
     if not os.path.exists(last):
         if others:
-            say(f"error: {args.save_dir} holds {len(others)} checkpoint(s) but no {LAST}; refusing to start "
+            log.error(f"{args.save_dir} holds {len(others)} checkpoint(s) but no {LAST}; refusing to start "
                 f"from scratch over them. Copy the one to resume from to {LAST}, or use another SAVE_DIR.")
             return 2
-        say(f"no {last}: starting from scratch")
+        log.info(f"no {last}: starting from scratch")
         return 0
     n = num_updates(last)
     if n is not None:
-        say(f"resuming from {last} @ {n} updates")
+        log.info(f"resuming from {last} @ {n} updates")
         return 0
     best = newest_intact(others)
     if best is None:
-        say(f"error: {last} cannot be read (truncated?) and no intact checkpoint_*.pt to fall back on")
+        log.error(f"{last} cannot be read (truncated?) and no intact checkpoint_*.pt to fall back on")
         return 2
     n, path = best
     if args.dry_run:
-        say(f"{last} cannot be read; would resume from {path} @ {n} updates")
+        log.info(f"{last} cannot be read; would resume from {path} @ {n} updates")
         return 0
     os.replace(last, last + ".damaged")
-    shutil.copyfile(path, last + ".tmp")
-    os.replace(last + ".tmp", last)
-    say(f"{last} could not be read (kept as {LAST}.damaged); resuming from a copy of {path} @ {n} updates")
+    with atomic_path(last) as tmp:
+        shutil.copyfile(path, tmp)
+    log.info(f"{last} could not be read (kept as {LAST}.damaged); resuming from a copy of {path} @ {n} updates")
     return 0
 
 
