@@ -5,10 +5,14 @@ import math
 import pytest
 import torch
 
+from model_utils import build
+from tupe_plugin.models import VARIANTS, VariantMismatchError
 from tupe_plugin.modules.attention import attention_mask
 from tupe_plugin.modules.pam import PAM_MODES, PamSelfAttention, window_weights
+from tupe_plugin.modules.positional_term import PositionalTerm
 
 D, H, P = 8, 2, 16  # width, heads, max positions
+NO_POS = PositionalTerm(None)  # PAM variants have no shared positional term
 
 
 def official_window(T: int) -> torch.Tensor:
@@ -97,7 +101,7 @@ def test_block_matches_loop_reference_with_padding(mode, impl):
     T, lengths = 7, [7, 4]
     x = torch.randn(T, len(lengths), D, dtype=torch.float64)
     pad = torch.arange(T)[None, :] >= torch.tensor(lengths)[:, None]  # (B, T)
-    out, _ = m(x, attention_mask(None, pad, torch.float64))
+    out, _ = m(x, attention_mask(None, pad, torch.float64), NO_POS, pad)
     for b, n in enumerate(lengths):
         want = reference(m, x[:, b], n)
         assert torch.allclose(out[:n, b], want[:n], atol=1e-10), (mode, b)
@@ -110,22 +114,22 @@ def test_padded_batch_equals_each_sequence_alone(mode):
     x = torch.randn(T, len(lengths), D)
     pad = torch.arange(T)[None, :] >= torch.tensor(lengths)[:, None]
     x = x.masked_fill(pad.t().unsqueeze(-1), 0.0)  # as the encoder zeroes padded embeddings
-    batched, _ = m(x, attention_mask(None, pad, x.dtype))
+    batched, _ = m(x, attention_mask(None, pad, x.dtype), NO_POS, pad)
     for b, n in enumerate(lengths):
-        alone, _ = m(x[:n, b : b + 1], None)
+        alone, _ = m(x[:n, b : b + 1], None, NO_POS)
         assert (batched[:n, b] - alone[:, 0]).abs().max() <= 1e-5, (mode, b)
 
 
 def test_need_weights_returns_content_probabilities():
     m = block("concat")
     x = torch.randn(5, 2, D)
-    _, w = m(x, None, need_weights=True)
+    _, w = m(x, None, NO_POS, need_weights=True)
     assert w.shape == (2, H, 5, 5) and torch.allclose(w.sum(-1), torch.ones(2, H, 5))
 
 
 def test_learned_weights_get_gradients_window_has_none():
     m = block("concat").train()
-    m(torch.randn(6, 2, D))[0].sum().backward()
+    m(torch.randn(6, 2, D), None, NO_POS)[0].sum().backward()
     assert m.pos_weight.grad is not None and m.pos_weight.grad[:, :6].abs().sum() > 0
     assert torch.all(m.pos_weight.grad[:, 6:] == 0)  # distances never seen
     assert not any("pos" in n for n, _ in block("window").named_parameters())
@@ -145,4 +149,26 @@ def test_errors_name_the_fix():
     with pytest.raises(ValueError, match="PAM mode"):
         PamSelfAttention(D, H, mode="gaussian", max_positions=P)
     with pytest.raises(ValueError, match="--max-positions"):
-        block("concat")(torch.randn(P + 1, 1, D))
+        block("concat")(torch.randn(P + 1, 1, D), None, NO_POS)
+
+
+# ---- the registered variants pam_concat / pam_sequential / pam_window in the whole model ----
+
+
+@pytest.mark.parametrize("mode", PAM_MODES)
+def test_registered_variant_builds_pam_layers_without_input_pe(mode):
+    model = build(f"pam_{mode}_tiny", max_positions=32)
+    enc = model.encoder.sentence_encoder
+    assert VARIANTS[f"pam_{mode}"].attention_block == f"pam_{mode}"
+    assert enc.embed_positions is None  # no PE at the input
+    assert all(isinstance(layer.self_attn, PamSelfAttention) and layer.self_attn.mode == mode for layer in enc.layers)
+    tables = [k for k in model.state_dict() if k.endswith("self_attn.pos_weight")]
+    assert len(tables) == (0 if mode == "window" else len(enc.layers))  # one (H, max_positions) per layer
+    assert all(model.state_dict()[k].shape == (enc.layers[0].self_attn.num_heads, 32) for k in tables)
+
+
+@pytest.mark.parametrize("saved,loaded", [("pam_concat", "pam_sequential"), ("pam_window", "nope")])
+def test_checkpoint_of_one_pam_variant_refuses_to_load_as_another(saved, loaded):
+    with pytest.raises(VariantMismatchError) as err:
+        build(f"{loaded}_tiny").load_state_dict(build(f"{saved}_tiny").state_dict(), strict=False)
+    assert f"'{saved}'" in str(err.value) and f"--arch {saved}_base" in str(err.value)

@@ -19,7 +19,7 @@ import torch
 
 DISTANCE_PRIORS = ("none", "gaussian", "learned_gaussian")
 # the attention block of every layer (encoder.py: TupeEncoderLayer.build_self_attention); append only
-ATTENTION_BLOCKS = ("standard", "rope", "deberta")
+ATTENTION_BLOCKS = ("standard", "rope", "deberta", "pam_concat", "pam_sequential", "pam_window")
 
 
 def _opt(help: str, choices: Tuple[str, ...] = (), arch_only: bool = False):
@@ -179,3 +179,10 @@ register("t5_rel", "T5 bucketed relative bias alone (Raffel et al. 2020)", rel_p
 register("alibi", "ALiBi, bidirectional -m_h |j-i| (Press et al. 2022)", alibi=True)
 register("rope", "rotary q/k in every layer, base 10000 (Su et al., RoFormer)", attention_block="rope")
 register("deberta_rel", "DeBERTa disentangled c2p + p2c, k=128 (He et al. 2021)", attention_block="deberta")
+# The L&S code's positional-attention (PAM) systems: no PE, position-only weights used as attention.
+register("pam_concat", "PAM concat: learned |j-i| weights || self-attention, Linear(2d->d) (L&S concat.py)",
+         attention_block="pam_concat")
+register("pam_sequential", "PAM sequential: learned |j-i| weights, then self-attention (L&S seuqence.py)",
+         attention_block="pam_sequential")
+register("pam_window", "PAM window: fixed 1/3 on i-1,i,i+1 || self-attention (L&S bert.py PAMBlock)",
+         attention_block="pam_window")

@@ -12,6 +12,7 @@ from torch import Tensor, nn
 
 from ..models.variants import PositionalVariant
 from .attention import BiasedSelfAttention, DisentangledSelfAttention, RotarySelfAttention, attention_mask
+from .pam import PamSelfAttention
 from .positional_term import PositionalTerm, SinusoidalInputPositions, TupePositions
 
 
@@ -37,6 +38,9 @@ class TupeEncoderLayer(TransformerEncoderLayerBase):
             return RotarySelfAttention(embed_dim, cfg.encoder.attention_heads, **kwargs)
         if block == "deberta":
             return DisentangledSelfAttention(embed_dim, cfg.encoder.attention_heads, **kwargs)
+        if block.startswith("pam_"):  # "pam_concat" -> mode "concat"
+            return PamSelfAttention(embed_dim, cfg.encoder.attention_heads, mode=block[len("pam_"):],
+                                    max_positions=self.max_positions, **kwargs)
         if block != "standard":
             raise ValueError(f"no attention block for --attention-block {block!r} (modules/encoder.py)")
         return BiasedSelfAttention(embed_dim, cfg.encoder.attention_heads, **kwargs)
@@ -109,8 +113,9 @@ class TupeTransformerEncoder(TransformerEncoder):
 
         positions = self.positions(src_tokens.size(1))  # once per forward, shared by all layers
         pad = padding_mask if has_pads else None
-        # The -inf of padded keys cannot fill a whole row: padding is on the right, so key 0 (<s>) of
-        # every sequence is real, and every positional bias added to it is finite.
+        # -inf goes only to padded key columns (there is no attention mask), every sequence has at least
+        # one real token (with right padding, key 0 = <s>), and every positional bias is finite: so each
+        # row keeps a finite logit and the softmax has no all -inf row (fairseq's -1e8 is not needed).
         if positions.bias is not None and positions.bias.dim() == 4:  # a learned prior per layer
             masks = [attention_mask(b, pad, x.dtype) for b in positions.bias]
         else:

@@ -25,6 +25,7 @@ from fairseq.modules.quant_noise import quant_noise
 from torch import Tensor, nn
 
 from .attention import BiasedSelfAttention
+from .positional_term import PositionalTerm
 
 PAM_MODES = ("concat", "sequential", "window")
 
@@ -54,17 +55,11 @@ def window_weights(seq_len: int, window: int = 3, dtype=torch.float32, device=No
     return band.to(dtype) / window
 
 
-def padded_keys(mask: Optional[Tensor]) -> Optional[Tensor]:
-    """(B, 1|H, T, 1) True for keys the additive ``mask`` blocks (-inf in every query row)."""
-    if mask is None or mask.dim() != 4:
-        return None
-    return torch.isneginf(mask).all(dim=-2).unsqueeze(-1)  # (B, 1|H, T, 1)
-
-
 class PamSelfAttention(BiasedSelfAttention):
     """A PE-free content self-attention (the inherited q/k/v/out_proj) combined with a positional
     attention as ``mode`` says. ``forward`` has ``BiasedSelfAttention``'s signature; ``mask`` is
-    the key-padding mask (no positional bias: PAM variants have none).
+    only the padding part (PAM variants have no positional bias), ``key_padding_mask`` the same as
+    (B, T) booleans, which the positional branch uses.
 
     Relative to the official blocks (``concat.py``, ``seuqence.py``, ``bert.py``), which merge the
     two branches *before* the output projection (``proj(merge([p, h]))``), the merge here acts on
@@ -108,13 +103,12 @@ class PamSelfAttention(BiasedSelfAttention):
             return window_weights(seq_len, device=self.out_proj.weight.device).unsqueeze(0)
         return distance_weights(self.pos_weight, seq_len)
 
-    def positional_attention(self, x: Tensor, mask: Optional[Tensor]) -> Tensor:
+    def positional_attention(self, x: Tensor, key_padding_mask: Optional[Tensor]) -> Tensor:
         """(T, B, C) -> (T, B, C): position weights applied to values, padded keys weighted 0."""
         T, B, C = x.shape
         v = self._heads(x if self.mode == "window" else self.pos_v_proj(x))  # (B, H, T, dh)
-        pad = padded_keys(mask)
-        if pad is not None:  # weight 0 on a padded key == its value row 0
-            v = v.masked_fill(pad, 0.0)
+        if key_padding_mask is not None:  # weight 0 on a padded key == its value row 0
+            v = v.masked_fill(key_padding_mask[:, None, :, None], 0.0)
         out = torch.matmul(self.position_weights(T).to(v.dtype).unsqueeze(0), v)  # (B, H, T, dh)
         out = out.permute(2, 0, 1, 3).reshape(T, B, C)
         return self.pos_dropout(out) if self.mode == "window" else out
@@ -122,15 +116,16 @@ class PamSelfAttention(BiasedSelfAttention):
     def forward(
         self,
         x: Tensor,
-        mask: Optional[Tensor] = None,
-        pos_query: Optional[Tensor] = None,
-        pos_key: Optional[Tensor] = None,
+        mask: Optional[Tensor],
+        positions: PositionalTerm,
+        key_padding_mask: Optional[Tensor] = None,
         need_weights: bool = False,
     ) -> Tuple[Tensor, Optional[Tensor]]:
-        """x: (T, B, C). Returns (T, B, C) and, with ``need_weights``, the content attention's
-        (B, H, T, T) probabilities (the positional weights are ``position_weights(T)``)."""
-        p = self.positional_attention(x, mask)  # (T, B, C)
+        """x: (T, B, C); key_padding_mask: (B, T) True at padding, or None. Returns (T, B, C) and,
+        with ``need_weights``, the content attention's (B, H, T, T) probabilities (the positional
+        weights are ``position_weights(T)``)."""
+        p = self.positional_attention(x, key_padding_mask)  # (T, B, C)
         if self.mode == "sequential":
-            return super().forward(p, mask, pos_query, pos_key, need_weights)
-        h, weights = super().forward(x, mask, pos_query, pos_key, need_weights)
+            return super().forward(p, mask, positions, key_padding_mask, need_weights)
+        h, weights = super().forward(x, mask, positions, key_padding_mask, need_weights)
         return self.merge(torch.cat([h, p], dim=-1)), weights
