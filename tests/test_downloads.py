@@ -1,0 +1,207 @@
+"""Hub downloads on local fixtures (no network): GLUE parquet -> raw GLUE files that read back as the
+fixtures, SNLI parquet -> probing jsonl, C4 shards verified and resumable, and one line when offline."""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, run
+
+pa = pytest.importorskip("pyarrow")
+import pyarrow.parquet as pq  # noqa: E402
+
+from preprocess import glue_binarize  # noqa: E402
+from preprocess.hub_files import HubError, HubFile, LocalRepo, download  # noqa: E402
+
+GLUE = ROOT / "tests/data/glue"
+OFFLINE = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(ROOT))
+
+# nyu-mll/glue, written down independently of preprocess/glue_download.py: config, text columns, labels
+HUB_GLUE = {
+    "CoLA": ("cola", ["sentence"], None), "SST-2": ("sst2", ["sentence"], None),
+    "MRPC": ("mrpc", ["sentence1", "sentence2"], None), "STS-B": ("stsb", ["sentence1", "sentence2"], float),
+    "QQP": ("qqp", ["question1", "question2"], None),
+    "MNLI": ("mnli", ["premise", "hypothesis"], ["entailment", "neutral", "contradiction"]),
+    "QNLI": ("qnli", ["question", "sentence"], ["entailment", "not_entailment"]),
+    "RTE": ("rte", ["sentence1", "sentence2"], ["entailment", "not_entailment"]),
+    "WNLI": ("wnli", ["sentence1", "sentence2"], None),
+}
+HUB_SPLIT = {"train.tsv": "train", "dev.tsv": "validation", "test.tsv": "test",
+             "dev_matched.tsv": "validation_matched", "dev_mismatched.tsv": "validation_mismatched",
+             "test_matched.tsv": "test_matched", "test_mismatched.tsv": "test_mismatched"}
+
+
+def write_parquet(rows: dict, path: Path, shards: int = 1) -> None:
+    """``rows``: column -> values; written as ``shards`` files SPLIT-0000k-of-0000n.parquet."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    n = len(next(iter(rows.values())))
+    cut = [n * k // shards for k in range(shards + 1)]
+    for k in range(shards):
+        part = {c: v[cut[k]:cut[k + 1]] for c, v in rows.items()}
+        pq.write_table(pa.table(part), path.parent / f"{path.name}-{k:05d}-of-{shards:05d}.parquet")
+
+
+@pytest.fixture(scope="module")
+def glue_mirror(tmp_path_factory) -> Path:
+    """The hub's parquet files, made from the raw fixtures (QQP's bad lines are not on the hub)."""
+    mirror = tmp_path_factory.mktemp("glue_mirror")
+    for name, (config, columns, labels) in HUB_GLUE.items():
+        for split in glue_binarize.read_task(glue_binarize.TASKS[name], str(GLUE / name)):
+            rows = {c: texts for c, texts in zip(columns, split.texts)}
+            if split.spec.label is None:
+                ids = [-1] * split.written
+            elif labels is float:
+                ids = [float(v) for v in split.labels]
+            else:
+                ids = [labels.index(v) if labels else int(v) for v in split.labels]
+            rows.update(label=ids, idx=list(range(split.written)))
+            shards = 2 if (name, split.spec.file) == ("QQP", "train.tsv") else 1
+            write_parquet(rows, mirror / config / HUB_SPLIT[split.spec.file], shards)
+    return mirror
+
+
+def test_glue_parquet_becomes_the_raw_layout_glue_binarize_reads(glue_mirror, tmp_path):
+    out = tmp_path / "glue_data"
+    p = run([sys.executable, "-m", "preprocess.glue_download", "--out-dir", str(out), "--from-dir", str(glue_mirror)])
+    assert "[QQP] train.tsv: 48 lines" in p.stdout
+    for name in HUB_GLUE:
+        fixture_files = sorted(f.name for f in (GLUE / name).iterdir())
+        assert sorted(f.name for f in (out / name).iterdir()) == fixture_files
+        for fname in fixture_files:
+            ours = (out / name / fname).read_text(encoding="utf-8").split("\n")
+            theirs = (GLUE / name / fname).read_text(encoding="utf-8").split("\n")
+            if name != "CoLA" or fname == "test.tsv":  # CoLA train/dev have no header
+                assert ours[0] == theirs[0], f"{name}/{fname} header"
+            assert {len(line.split("\t")) for line in ours if line} == {len(theirs[0].split("\t"))}
+        got = glue_binarize.read_task(glue_binarize.TASKS[name], str(out / name))
+        want = glue_binarize.read_task(glue_binarize.TASKS[name], str(GLUE / name))
+        assert [s.spec.file for s in got] == [s.spec.file for s in want]
+        for g, w in zip(got, want):
+            assert g.texts == w.texts and g.labels == w.labels, f"{name}/{g.spec.file}"
+            assert sum(g.skipped.values()) == 0
+    # CoLA's annotation column marks the unacceptable sentences, as the original files do
+    cola = [line.split("\t") for line in (out / "CoLA/train.tsv").read_text().splitlines()]
+    assert all((f[2] == "*") == (f[1] == "0") for f in cola)
+    assert (out / "MRPC/train.tsv").read_bytes().startswith("\ufeffQuality".encode())
+
+    again = run([sys.executable, "-m", "preprocess.glue_download", "--out-dir", str(out), "--from-dir", str(glue_mirror),
+                 "--tasks", "RTE"])
+    assert "exists, kept" in again.stdout
+
+
+def test_a_cached_parquet_that_fails_verification_is_fetched_again(glue_mirror, tmp_path):
+    out = tmp_path / "glue_data"
+    args = [sys.executable, "-m", "preprocess.glue_download", "--out-dir", str(out), "--from-dir", str(glue_mirror),
+            "--tasks", "RTE"]
+    run(args)
+    cached = out / ".parquet/rte/train-00000-of-00001.parquet"
+    cached.write_bytes(cached.read_bytes()[:-10])  # a truncated download
+    (out / "RTE/dev.tsv").write_text("user edit\n")
+    p = run(args + ["--force"])
+    assert "size" in p.stderr and "fetching it again" in p.stderr
+    assert (out / "RTE/dev.tsv").read_text().startswith("index\tsentence1\tsentence2\tlabel\n")
+    assert not list(out.glob("*.partial")) and not list(out.rglob(".*.partial"))
+
+
+def test_download_refuses_a_file_whose_hash_differs_from_the_listing(tmp_path):
+    src = tmp_path / "repo/en"
+    src.mkdir(parents=True)
+    (src / "a.json.gz").write_bytes(b"x" * 100)
+
+    class WrongHash(LocalRepo):  # a hub whose listing disagrees with the bytes it serves
+        def list_files(self, folder=None):
+            return [HubFile(f.path, f.size, "0" * 64) for f in super().list_files(folder)]
+
+    repo = WrongHash(str(tmp_path / "repo"), "test/repo")
+    with pytest.raises(HubError, match="failed verification .*SHA-256"):
+        download(repo, repo.list_files("en"), tmp_path / "out")
+    assert list((tmp_path / "out").iterdir()) == []  # neither the file nor a .partial is left
+
+
+def test_snli_parquet_becomes_the_jsonl_probing_sets_reads(tmp_path):
+    from preprocess.probing_sets import ReadStats, read_snli
+
+    fixture = ROOT / "tests/data/snli_sample.jsonl"
+    recs = [json.loads(line) for line in fixture.read_text(encoding="utf-8").splitlines() if line.strip()]
+    labels = ["entailment", "neutral", "contradiction"]
+    write_parquet({"premise": [r["sentence1"] for r in recs], "hypothesis": [r["sentence2"] for r in recs],
+                   "label": [labels.index(r["gold_label"]) if r["gold_label"] != "-" else -1 for r in recs]},
+                  tmp_path / "mirror/plain_text/test")
+    out = tmp_path / "snli"
+    p = run([sys.executable, "-m", "preprocess.snli_download", "--out-dir", str(out), "--splits", "test",
+             "--from-dir", str(tmp_path / "mirror")])
+    assert f"{len(recs)} lines (2 without gold label)" in p.stdout
+    got_stats, want_stats = ReadStats(), ReadStats()
+    got = [(r["sentence1"], r["sentence2"], r["gold_label"]) for _, r in read_snli(str(out / "snli_1.0_test.jsonl"), got_stats)]
+    want = [(r["sentence1"], r["sentence2"], r["gold_label"]) for _, r in read_snli(str(fixture), want_stats)]
+    assert got == want and got_stats.no_gold_label == want_stats.no_gold_label == 2
+    assert run([sys.executable, "-m", "preprocess.probing_sets", "--input", str(out / "snli_1.0_test.jsonl"),
+                "--out-dir", str(tmp_path / "probing"), "--seed", "1"]).returncode == 0
+
+
+@pytest.fixture
+def c4_mirror(tmp_path) -> Path:
+    en = tmp_path / "mirror/en"
+    en.mkdir(parents=True)
+    for f in (ROOT / "preprocess/samples/c4").glob("*.json.gz"):
+        shutil.copy(f, en / f.name)
+    return tmp_path / "mirror"
+
+
+def _run_env(extra: dict, *args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}", **extra)
+    return subprocess.run(["bash", str(ROOT / "preprocess/c4/0_download.sh"), *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_c4_shards_are_downloaded_verified_and_skipped_on_rerun(c4_mirror, tmp_path):
+    out = tmp_path / "c4/en"
+    p = _run_env({"C4_DIR": str(out), "SHARDS": "0-1", "VALID_SHARDS": "0", "FROM_DIR": str(c4_mirror)})
+    assert p.returncode == 0, p.stderr
+    assert "SHARDS=0-1" in p.stderr and "[0-31]" in p.stderr  # tunables printed with defaults
+    names = sorted(f.name for f in out.iterdir())
+    assert names == ["c4-train.00000-of-01024.json.gz", "c4-train.00001-of-01024.json.gz",
+                     "c4-validation.00000-of-00008.json.gz"]
+    for n in names:
+        assert (out / n).read_bytes() == (c4_mirror / "en" / n).read_bytes()
+    with gzip.open(out / names[0], "rt") as f:
+        assert "text" in json.loads(f.readline())
+    again = _run_env({"C4_DIR": str(out), "SHARDS": "0-1", "FROM_DIR": str(c4_mirror)})
+    assert again.returncode == 0 and again.stderr.count("already verified") == 3
+    missing = _run_env({"C4_DIR": str(out), "SHARDS": "0-2", "FROM_DIR": str(c4_mirror)})
+    assert missing.returncode == 1 and "c4-train.00002-of-01024.json.gz" in missing.stderr
+    assert "Traceback" not in missing.stderr
+    help_text = _run_env({}, "--help").stdout
+    assert "SHARDS" in help_text and "0-31" in help_text and "allenai/c4" in help_text
+
+
+def test_shard_ranges():
+    from preprocess.c4_download import parse_ranges, wanted_paths
+
+    assert parse_ranges("0-3,8,2", 1024, "--shards") == [0, 1, 2, 3, 8]
+    assert parse_ranges("", 8, "--valid-shards") == []
+    for bad in ("3-1", "x", "0-1024"):
+        with pytest.raises(ValueError):
+            parse_ranges(bad, 1024, "--shards")
+    assert wanted_paths([31], [0]) == ["en/c4-train.00031-of-01024.json.gz", "en/c4-validation.00000-of-00008.json.gz"]
+
+
+@pytest.mark.parametrize("cmd", [
+    [sys.executable, "-m", "preprocess.glue_download", "--tasks", "RTE"],
+    [sys.executable, "-m", "preprocess.snli_download", "--splits", "test"],
+    ["bash", str(ROOT / "preprocess/c4/0_download.sh")],
+])
+def test_without_network_one_clear_line(cmd, tmp_path):
+    env = dict(OFFLINE, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}", C4_DIR=str(tmp_path / "c4"))
+    p = subprocess.run(cmd + (["--out-dir", str(tmp_path / "o")] if cmd[0] == sys.executable else []),
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    errors = [line for line in p.stderr.splitlines() if "error" in line]
+    assert p.returncode == 1 and "Traceback" not in p.stderr and len(errors) == 1, p.stderr
+    assert "cannot list" in errors[0] and "Hugging Face hub" in errors[0] and "--from-dir" in errors[0]
