@@ -1,11 +1,14 @@
 """The PAM blocks (L&S code's concat.py, seuqence.py, bert.py) against float64 loop references
 written here from the formulas in docs/positional_encodings.md, section "PAM"."""
+import argparse
 import math
 
+import numpy as np
 import pytest
 import torch
 
 from model_utils import build
+from tupe_plugin.analysis.checkpoint_maps import PositionWeights, positional_logits, positional_maps
 from tupe_plugin.models import VARIANTS, VariantMismatchError
 from tupe_plugin.modules.attention import attention_mask
 from tupe_plugin.modules.pam import PAM_MODES, PamSelfAttention, window_weights
@@ -13,6 +16,7 @@ from tupe_plugin.modules.positional_term import PositionalTerm
 
 D, H, P = 8, 2, 16  # width, heads, max positions
 NO_POS = PositionalTerm(None)  # PAM variants have no shared positional term
+H_TINY = 4  # heads of the *_tiny archs
 
 
 def official_window(T: int) -> torch.Tensor:
@@ -172,3 +176,35 @@ def test_checkpoint_of_one_pam_variant_refuses_to_load_as_another(saved, loaded)
     with pytest.raises(VariantMismatchError) as err:
         build(f"{loaded}_tiny").load_state_dict(build(f"{saved}_tiny").state_dict(), strict=False)
     assert f"'{saved}'" in str(err.value) and f"--arch {saved}_base" in str(err.value)
+
+
+def save_checkpoint(model, path):
+    """The parts of a fairseq checkpoint that the analysis commands read."""
+    a = model.args
+    args = argparse.Namespace(arch=a.arch, max_positions=a.max_positions, encoder_layers=a.encoder_layers,
+                              encoder_embed_dim=a.encoder_embed_dim, encoder_attention_heads=a.encoder_attention_heads,
+                              encoder_ffn_embed_dim=a.encoder_ffn_embed_dim)
+    torch.save({"model": model.state_dict(), "args": args}, path)
+
+
+@pytest.mark.parametrize("mode", PAM_MODES)
+def test_position_maps_are_the_exact_pam_weights(mode, tmp_path):
+    model = build(f"pam_{mode}_tiny", max_positions=32)
+    layers = model.encoder.sentence_encoder.layers
+    if mode != "window":  # trained-looking tables: different per layer, head and distance
+        with torch.no_grad():
+            for layer in layers:
+                layer.self_attn.pos_weight.normal_()
+    path = tmp_path / "checkpoint.pt"
+    save_checkpoint(model, path)
+    T = 10
+    values, probs = positional_maps(str(path), T)
+    if mode == "window":
+        want = [[[1 / 3 if abs(i - j) <= 1 else 0.0 for j in range(T)] for i in range(T)]]
+    else:
+        want = [[[[float(layer.self_attn.pos_weight[h, abs(i - j)]) for j in range(T)] for i in range(T)]
+                 for h in range(H_TINY)] for layer in layers]
+    np.testing.assert_allclose(values, np.array(want), rtol=0, atol=1e-7)
+    assert probs is values or np.array_equal(probs, values)  # used as weights: no softmax
+    with pytest.raises(PositionWeights, match="positional_maps"):
+        positional_logits(str(path), T)

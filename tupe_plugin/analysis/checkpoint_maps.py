@@ -9,6 +9,9 @@
   plus the relative bias for BERT-R.
 * sinusoidal: the same layer-1 position-position term from the fixed sin/cos table.
 * t5_rel, alibi: the bias itself, exactly (shared by all layers); nope: zeros (no positional preference).
+* pam_concat, pam_sequential, pam_window: no logits but position-only attention *weights*, used by the
+  model directly (no softmax): ``positional_maps`` returns them exactly, per layer and head for the learned
+  ones, the fixed window band for ``pam_window`` (``positional_logits`` refuses them).
 * rope, deberta_rel: none. Their positional effect depends on content (rotated q/k; c2p/p2c terms), so
   ``ContentDependentPositions`` is raised: only real attention maps (``tupe-locality --text``) describe them.
 
@@ -25,13 +28,19 @@ import torch.nn.functional as F
 from .. import checkpoint_safety  # noqa: F401
 from ..checkpoint_info import info_from_state
 from ..models.variants import PositionalVariant
+from ..modules.pam import distance_weights, window_weights
 from ..modules.positional_term import TupePositions, sinusoidal_table
+from .locality_symmetry import softmax_rows
 
 PREFIX = "encoder.sentence_encoder."
 
 
 class ContentDependentPositions(ValueError):
     """The variant has no content-free positional term (RoPE, DeBERTa): only real attention maps apply."""
+
+
+class PositionWeights(ValueError):
+    """The variant's content-free map is a matrix of attention weights (PAM), not logits."""
 
 
 def load_checkpoint(path: str) -> Tuple[Dict[str, torch.Tensor], Dict[str, Any]]:
@@ -43,7 +52,10 @@ def load_checkpoint(path: str) -> Tuple[Dict[str, torch.Tensor], Dict[str, Any]]
 def positional_logits(path: str, seq_len: int) -> np.ndarray:
     """(H, T, T) content-free logits of the checkpoint at ``path`` ((L, H, T, T) for a learned
     per-layer distance prior); row i = query token i."""
-    sd, info = load_checkpoint(path)
+    return _positional_logits(*load_checkpoint(path), seq_len)
+
+
+def _positional_logits(sd: Dict[str, torch.Tensor], info: Dict[str, Any], seq_len: int) -> np.ndarray:
     variant = PositionalVariant.from_tensor(sd[PREFIX + "positions.variant"])
     d, H = info["encoder_embed_dim"], info["encoder_attention_heads"]
     if variant.attention_block in ("rope", "deberta"):
@@ -54,6 +66,11 @@ def positional_logits(path: str, seq_len: int) -> np.ndarray:
         )
     if seq_len > info["max_positions"]:
         raise ValueError(f"--length {seq_len} exceeds the checkpoint's {info['max_positions']} positions")
+    if variant.attention_block.startswith("pam_"):
+        raise PositionWeights(
+            f"positional variant '{variant.name}' has position-only attention weights, not logits (no softmax): "
+            "read them with checkpoint_maps.positional_maps"
+        )
     positions = TupePositions(variant, d, H, info["max_positions"], info["encoder_layers"])
     own = {k[len(PREFIX + "positions."):]: v for k, v in sd.items() if k.startswith(PREFIX + "positions.")}
     own.pop("variant")
@@ -81,3 +98,24 @@ def _input_pe_term(sd: Dict[str, torch.Tensor], p: torch.Tensor, H: int) -> torc
     q = F.linear(p, sd[attn + "q_proj.weight"], sd[attn + "q_proj.bias"]).view(T, H, d // H).transpose(0, 1)
     k = F.linear(p, sd[attn + "k_proj.weight"], sd[attn + "k_proj.bias"]).view(T, H, d // H).transpose(0, 1)
     return q @ k.transpose(1, 2) * (d // H) ** -0.5
+
+
+def positional_maps(path: str, seq_len: int) -> Tuple[np.ndarray, np.ndarray]:
+    """``(values, probs)``: the content-free map as the model uses it and the attention it amounts to.
+    Logit variants: ``(logits, softmax_rows(logits))``; PAM: ``(weights, weights)``, the exact weights the
+    layers apply to their values, (L, H, T, T) learned (one table per layer) or (1, T, T) for ``pam_window``
+    (rows are not normalised: docs/positional_encodings.md, section PAM)."""
+    sd, info = load_checkpoint(path)
+    variant = PositionalVariant.from_tensor(sd[PREFIX + "positions.variant"])
+    if not variant.attention_block.startswith("pam_"):
+        logits = _positional_logits(sd, info, seq_len)
+        return logits, softmax_rows(logits)
+    if seq_len > info["max_positions"]:
+        raise ValueError(f"--length {seq_len} exceeds the checkpoint's {info['max_positions']} positions")
+    if variant.attention_block == "pam_window":
+        weights = window_weights(seq_len, dtype=torch.float64)[None]  # (1, T, T): one map for all
+    else:
+        tables = [sd[f"{PREFIX}layers.{i}.self_attn.pos_weight"] for i in range(info["encoder_layers"])]
+        weights = torch.stack([distance_weights(t.double(), seq_len) for t in tables])  # (L, H, T, T)
+    return weights.numpy(), weights.numpy()
+
