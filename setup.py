@@ -8,7 +8,9 @@ setup(
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
-    packages=find_packages(include=["tupe_plugin", "tupe_plugin.*", "preprocess", "preprocess.*", "glue", "glue.*"]),
+    # Only names of this project are installed: preprocess/ and glue/ run from the repository (python -m
+    # from its root; the shell scripts put it on PYTHONPATH), never as site-wide "preprocess"/"glue".
+    packages=find_packages(include=["tupe_plugin", "tupe_plugin.*", "tupe_plugin_cli"]),
     install_requires=[
         # torch is installed first and separately (CPU or CUDA build); this range never upgrades it.
         "torch>=2.6",
@@ -28,11 +30,12 @@ setup(
     },
     entry_points={
         "console_scripts": [
-            "tupe-checkpoint-info=tupe_plugin.checkpoint_info:main",
-            "tupe-pos-maps=tupe_plugin.analysis.pos_maps_cli:main",
-            "tupe-locality=tupe_plugin.analysis.locality_cli:main",
-            "tupe-probe=tupe_plugin.analysis.probing_eval:main",
-            "tupe-convert-original=tupe_plugin.convert_original:main",
+            "tupe-checkpoint-info=tupe_plugin_cli.commands:checkpoint_info",
+            "tupe-pos-maps=tupe_plugin_cli.commands:pos_maps",
+            "tupe-locality=tupe_plugin_cli.commands:locality",
+            "tupe-probe=tupe_plugin_cli.commands:probe",
+            "tupe-convert-original=tupe_plugin_cli.commands:convert_original",
+            "tupe-last-error=tupe_plugin_cli.errors:main",
             "tupe-export-hf=tupe_plugin.hf.export:main",
         ]
     },

@@ -13,6 +13,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(ROOT))  # preprocess/ and glue/ are not installed: they run from the repository
 BIN = Path(sys.executable).parent
 
 from corpus import labelled, lm_lines  # noqa: E402

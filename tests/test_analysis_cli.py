@@ -154,3 +154,18 @@ def test_pos_maps_of_a_learned_per_layer_prior(lm_bin, tmp_path):
     assert logits.shape == (2 * 4, 10, 10)  # layers x heads, layer-major
     for layer, head, i, j in [(0, 0, 0, 0), (1, 3, 2, 7), (1, 0, 9, 1)]:
         assert logits[layer * 4 + head, i, j] == pytest.approx(table[layer, head, abs(i - j)], abs=1e-6)
+
+
+def test_pos_maps_figure_has_one_colour_scale_a_colorbar_and_axis_labels():
+    from tupe_plugin.analysis.pos_maps_cli import grid_figure
+
+    rng = np.random.default_rng(0)
+    logits = np.stack([rng.normal(scale=s, size=(6, 6)) + s for s in (0.1, 1.0, 5.0)])  # very different ranges
+    fig = grid_figure(logits, "t")
+    images = [im for ax in fig.axes for im in ax.get_images()]
+    assert len(images) == 3
+    assert all(im.get_clim() == (logits.min(), logits.max()) for im in images)  # one scale for every head
+    bars = [im.colorbar for im in images if im.colorbar is not None]
+    assert len(bars) == 1 and bars[0].ax.get_ylabel() == "positional logit"  # one colorbar for the figure
+    heads = [ax for ax in fig.axes if ax.get_images()]
+    assert all(ax.get_xlabel() == "key position" and ax.get_ylabel() == "query position" for ax in heads)

@@ -3,7 +3,9 @@
 ``python -m tupe_plugin.checkpoint_info CKPT [--fairseq-args]`` prints JSON, or with
 ``--fairseq-args`` the model flags that rebuild the same model (``--arch ... --max-positions ...``
 plus the variant flags), so fine-tuning scripts take the variant from the checkpoint instead of
-from a flag the user must remember.
+from a flag the user must remember. ``--list-variants`` prints the registry's variant names with
+dashes (``tupe-r``, ``rope``, ...), one per line: ``train_scripts/pretrain.sh`` reads its ``VARIANT``
+list from it.
 """
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ import torch
 
 from . import checkpoint_safety  # noqa: F401
 from .models.tupe_roberta import VARIANT_KEY
-from .models.variants import PositionalVariant
+from .models.variants import VARIANTS, PositionalVariant
 
 
 def checkpoint_info(path: str) -> Dict[str, Any]:
@@ -55,18 +57,22 @@ def fairseq_args(info: Dict[str, Any]) -> str:
     return f"--arch {info['arch']} --max-positions {info['max_positions']} {info['variant_flags']}"
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("checkpoint")
-    p.add_argument("--fairseq-args", action="store_true", help="print the model flags for fairseq-train")
-    args = p.parse_args(argv)
-    try:
-        info = checkpoint_info(args.checkpoint)
-    except (OSError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+def run(args: argparse.Namespace) -> int:
+    """The command, on arguments parsed by ``tupe_plugin_cli.commands.checkpoint_info_parser``."""
+    if args.list_variants:
+        print("\n".join(name.replace("_", "-") for name in VARIANTS))
+        return 0
+    if args.checkpoint is None:
+        raise ValueError("give a CHECKPOINT (or --list-variants)")
+    info = checkpoint_info(args.checkpoint)
     print(fairseq_args(info) if args.fairseq_args else json.dumps(info, indent=2))
     return 0
+
+
+def main(argv=None) -> int:
+    from tupe_plugin_cli.commands import checkpoint_info as command  # parses before torch is imported
+
+    return command(argv)
 
 
 if __name__ == "__main__":

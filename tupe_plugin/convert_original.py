@@ -29,7 +29,6 @@ import torch
 
 from .build_task import DictionaryTask, numbered_dictionary
 from .original_release import (  # noqa: F401  (ConversionError and convert's parts are this module's API too)
-    INERT_BY_DEFAULT,
     NEW,
     ConversionError,
     OriginalConfig,
@@ -203,31 +202,14 @@ def convert(in_path: str, out_path: str, dict_path: Optional[str] = None, force:
     }
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    p = argparse.ArgumentParser(
-        prog="tupe-convert-original",
-        description="Convert the original TUPE checkpoint (guolinke/TUPE, fairseq 2019 'bert' model) "
-        "to a tupe_roberta checkpoint that fairseq-train/-validate and from_pretrained load.",
-    )
-    p.add_argument("input", help="the original checkpoint (e.g. checkpoint.pt from tupe_ckp.tar.gz)")
-    p.add_argument("output", help="where to write the tupe_roberta checkpoint (e.g. tupe_r/model.pt)")
-    p.add_argument("--dict", help="the release's dict.txt: checked against the embedding, copied next to OUTPUT")
-    p.add_argument("--force", action="store_true", help="overwrite OUTPUT (and a different dict.txt beside it)")
-    p.add_argument("--drop-heads", action="store_true", help="leave out any classification heads")
-    p.add_argument("--inert-global", action="append", default=[], metavar="MODULE.NAME",
-                   help="read this pickled class as an inert placeholder (training state the model does not "
-                   f"need); always: {', '.join(INERT_BY_DEFAULT)}")
-    args = p.parse_args(argv)
+def run(args: argparse.Namespace) -> int:
+    """The command, on arguments parsed by ``tupe_plugin_cli.commands.convert_parser``."""
     logging.basicConfig(level=logging.WARNING)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # hydra's deprecation chatter from fairseq's config conversion
-            for name in ("fairseq", "hydra", "tupe_plugin"):
-                logging.getLogger(name).setLevel(logging.ERROR)
-            info = convert(args.input, args.output, args.dict, args.force, args.inert_global, args.drop_heads)
-    except ConversionError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # hydra's deprecation chatter from fairseq's config conversion
+        for name in ("fairseq", "hydra", "tupe_plugin"):
+            logging.getLogger(name).setLevel(logging.ERROR)
+        info = convert(args.input, args.output, args.dict, args.force, args.inert_global, args.drop_heads)
     print(f"wrote {info['out']}: arch {info['arch']} ({info['layers']} layers, width {info['embed_dim']}, "
           f"ffn {info['ffn_dim']}, {info['heads']} heads), {info['max_positions']} positions, "
           f"vocabulary {info['vocab_size']}, {info['tensors']} tensors, "
@@ -242,6 +224,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     print(f"fine-tune with: --arch {info['arch']} --max-positions {info['max_positions']} "
           f"--restore-file {info['out']} --reset-optimizer --reset-dataloader --reset-meters")
     return 0
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    from tupe_plugin_cli.commands import convert_original
+
+    return convert_original(None if argv is None else list(argv))
 
 
 if __name__ == "__main__":

@@ -19,6 +19,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
+from tupe_plugin_cli.errors import without_torch_advice
+
 ORIG = "decoder.sentence_encoder."
 NEW = "encoder.sentence_encoder."
 ORIG_LM = "decoder.lm_head."
@@ -34,7 +36,7 @@ ORIGINAL_SIZES = {
 PLUGIN_SIZES = {"base": (12, 768, 3072, 12), "large": (24, 1024, 4096, 16)}
 
 
-class ConversionError(Exception):
+class ConversionError(ValueError):
     """The input is not a checkpoint this converter can map exactly; the message says why."""
 
 
@@ -123,15 +125,6 @@ def is_torch_file(path: str) -> bool:
     return head == LEGACY_MAGIC or zipfile.is_zipfile(path)
 
 
-def _first_line(error: Exception) -> str:
-    """The error without torch's advice to retry with ``weights_only=False`` (never do that here)."""
-    text = str(error)
-    if "Weights only load failed" in text:
-        found = re.search(r"WeightsUnpickler error:\s*(.+)", text)
-        text = found.group(1) if found else "refused by the weights-only unpickler"
-    return text.strip().splitlines()[0] if text.strip() else type(error).__name__
-
-
 def load_original(path: str, inert: Sequence[str] = ()) -> dict:
     """``torch.load(weights_only=True)`` with the converter's allowlist, local to this call."""
     if not os.path.isfile(path):
@@ -155,7 +148,7 @@ def load_original(path: str, inert: Sequence[str] = ()) -> dict:
                 "as an inert placeholder; never load the file with weights_only=False."
             ) from None
         raise ConversionError(
-            f"{path}: not a readable torch checkpoint ({type(e).__name__}: {_first_line(e)})"
+            f"{path}: not a readable torch checkpoint ({type(e).__name__}: {without_torch_advice(e)})"
         ) from None
     if not isinstance(state, dict) or "model" not in state:
         raise ConversionError(f"{path}: not a fairseq checkpoint (no 'model' entry)")

@@ -11,22 +11,25 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 import numpy as np
 
-from .checkpoint_maps import positional_logits
+from .checkpoint_maps import positional_maps
 from .table_io import write_csv
-from .locality_symmetry import locality, softmax_rows, symmetry, symmetry_scaled
+from .locality_symmetry import locality, symmetry, symmetry_scaled
 
 METRICS = {"locality": locality, "symmetry": symmetry, "symmetry_scaled": symmetry_scaled}
 
 
 def position_rows(checkpoint: str, length: int) -> List[Dict]:
-    probs = softmax_rows(positional_logits(checkpoint, length))  # (H, T, T)
-    values = {name: fn(probs) for name, fn in METRICS.items()}
-    rows = [{"source": "position", "layer": "all", "head": h, **{k: float(v[h]) for k, v in values.items()}}
-            for h in range(probs.shape[0])]
+    probs = positional_maps(checkpoint, length)[1]  # (H, T, T) or (L, H, T, T); PAM: the weights themselves
+    per_layer = probs.ndim == 4  # a learned prior or PAM table per layer
+    probs = probs if per_layer else probs[None]  # (L|1, H, T, T)
+    values = {name: fn(probs) for name, fn in METRICS.items()}  # each (L|1, H)
+    rows = [{"source": "position", "layer": layer if per_layer else "all", "head": h,
+             **{k: float(v[layer, h]) for k, v in values.items()}}
+            for layer in range(probs.shape[0]) for h in range(probs.shape[1])]
     rows.append({"source": "position", "layer": "all", "head": "mean", **{k: float(np.mean(v)) for k, v in values.items()}})
     return rows
 
@@ -61,23 +64,11 @@ def attention_rows(checkpoint: str, text: str, data_dir: str, spm_model: str, ma
     return rows
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("checkpoint")
-    ap.add_argument("--length", type=int, default=128, help="T for the position-only matrices")
-    ap.add_argument("--text", help="raw text, one sentence per line, for real attention maps")
-    ap.add_argument("--spm-model", default="", help="sentencepiece model of the checkpoint")
-    ap.add_argument("--data", default="", help="directory with the checkpoint's dict.txt")
-    ap.add_argument("--max-sentences", type=int, default=1000)
-    ap.add_argument("--out-csv", help="write the table(s) here")
-    args = ap.parse_args(argv)
-    try:
-        rows = position_rows(args.checkpoint, args.length)
-        if args.text:
-            rows += attention_rows(args.checkpoint, args.text, args.data, args.spm_model, args.max_sentences)
-    except (OSError, ValueError, KeyError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+def run(args: argparse.Namespace) -> int:
+    """The command, on arguments parsed by ``tupe_plugin_cli.commands.locality_parser``."""
+    rows = position_rows(args.checkpoint, args.length)
+    if args.text:
+        rows += attention_rows(args.checkpoint, args.text, args.data, args.spm_model, args.max_sentences)
     print("| source | layer | head | locality | symmetry | symmetry_scaled |\n|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['source']} | {r['layer']} | {r['head']} | {r['locality']:.4f} | {r['symmetry']:.4f} | "
@@ -86,6 +77,12 @@ def main(argv=None) -> int:
         write_csv(args.out_csv, rows)
         print(f"wrote {args.out_csv}")
     return 0
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    from tupe_plugin_cli.commands import locality as command
+
+    return command(argv)
 
 
 if __name__ == "__main__":

@@ -1,8 +1,8 @@
 """``tupe-pos-maps CKPT --out-dir DIR``: the learned positional correlation of every head.
 
 Writes ``pos_logits.npy`` (H, T, T) raw logits, ``pos_probs.npy`` (their row softmax), and
-``pos_maps.png``: one heatmap per head (row = query, column = key, the [CLS] row/column at the
-top/left; layer x head maps for a per-layer prior), like the TUPE paper's figure of learned patterns; prints locality/symmetry per head.
+``pos_maps.png``: one heatmap per head on one shared colour scale with a colorbar (row = query, column =
+key, the [CLS] row/column at the top/left; layer x head maps for a per-layer prior), like the TUPE paper's figure of learned patterns; prints locality/symmetry per head.
 """
 from __future__ import annotations
 
@@ -10,14 +10,17 @@ import argparse
 import math
 import os
 import sys
+from typing import List, Optional
 
 import numpy as np
 
-from .checkpoint_maps import positional_logits
-from .locality_symmetry import locality, softmax_rows, symmetry, symmetry_scaled
+from .checkpoint_maps import positional_maps
+from .locality_symmetry import locality, symmetry, symmetry_scaled
 
 
-def save_grid(logits: np.ndarray, path: str, title: str) -> None:
+def grid_figure(logits: np.ndarray, title: str):
+    """One heatmap per head (row = query position, column = key position, [CLS] at the top/left), all on
+    one colour scale (the min and max over every head) with one colorbar, so heads compare by colour."""
     import logging
 
     logging.getLogger("matplotlib").setLevel(logging.WARNING)  # fairseq leaves the root logger verbose
@@ -29,14 +32,27 @@ def save_grid(logits: np.ndarray, path: str, title: str) -> None:
     H = logits.shape[0]
     cols = min(H, 4)
     rows = math.ceil(H / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(3 * cols, 3 * rows), squeeze=False)
+    vmin, vmax = float(np.min(logits)), float(np.max(logits))
+    fig, axes = plt.subplots(rows, cols, figsize=(3 * cols + 1, 3 * rows), squeeze=False, layout="constrained")
+    image = None
     for h, ax in enumerate(axes.flat):
-        ax.axis("off")
-        if h < H:
-            ax.imshow(logits[h], cmap="viridis", interpolation="nearest")
-            ax.set_title(f"head {h}", fontsize=9)
+        if h >= H:
+            ax.axis("off")
+            continue
+        image = ax.imshow(logits[h], cmap="viridis", interpolation="nearest", vmin=vmin, vmax=vmax)
+        ax.set_title(f"head {h}", fontsize=9)
+        ax.set_xlabel("key position", fontsize=8)
+        ax.set_ylabel("query position", fontsize=8)
+        ax.tick_params(labelsize=7)
+    fig.colorbar(image, ax=axes, shrink=0.8, label="positional logit")
     fig.suptitle(title)
-    fig.tight_layout()
+    return fig
+
+
+def save_grid(logits: np.ndarray, path: str, title: str) -> None:
+    import matplotlib.pyplot as plt
+
+    fig = grid_figure(logits, title)
     tmp = path + ".tmp.png"
     fig.savefig(tmp, dpi=100)
     plt.close(fig)
@@ -49,21 +65,12 @@ def save_npy(path: str, array: np.ndarray) -> None:
     os.replace(tmp, path)
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("checkpoint")
-    ap.add_argument("--out-dir", required=True)
-    ap.add_argument("--length", type=int, default=64, help="tokens T (incl. [CLS]) to plot (default 64)")
-    args = ap.parse_args(argv)
-    try:
-        logits = positional_logits(args.checkpoint, args.length)
-    except (OSError, ValueError, KeyError) as e:
-        print(f"error: {args.checkpoint}: {e}", file=sys.stderr)
-        return 2
+def run(args: argparse.Namespace) -> int:
+    """The command, on arguments parsed by ``tupe_plugin_cli.commands.pos_maps_parser``."""
+    logits, probs = positional_maps(args.checkpoint, args.length)  # PAM: the weights, no softmax
     os.makedirs(args.out_dir, exist_ok=True)
-    if logits.ndim == 4:  # a learned prior per layer: plot layer-major, head-minor
-        logits = logits.reshape(-1, *logits.shape[-2:])
-    probs = softmax_rows(logits)
+    if logits.ndim == 4:  # one map per layer (learned prior, PAM): plot layer-major, head-minor
+        logits, probs = (a.reshape(-1, *a.shape[-2:]) for a in (logits, probs))
     save_npy(os.path.join(args.out_dir, "pos_logits.npy"), logits)
     save_npy(os.path.join(args.out_dir, "pos_probs.npy"), probs)
     save_grid(logits, os.path.join(args.out_dir, "pos_maps.png"), os.path.basename(args.checkpoint))
@@ -73,6 +80,12 @@ def main(argv=None) -> int:
         print(f"| {h} | {loc[h]:.4f} | {sym[h]:.4f} | {sym_s[h]:.4f} |")
     print(f"wrote {args.out_dir}/pos_maps.png, pos_logits.npy, pos_probs.npy ({logits.shape})")
     return 0
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    from tupe_plugin_cli.commands import pos_maps
+
+    return pos_maps(argv)
 
 
 if __name__ == "__main__":

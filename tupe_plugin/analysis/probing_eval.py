@@ -16,7 +16,7 @@ import glob
 import json
 import os
 import sys
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import torch
 from fairseq.data.data_utils import collate_tokens
@@ -76,31 +76,21 @@ def accuracy(gold: List[str], pred: List[str]) -> float:
     return 100.0 * sum(hits) / len(hits)
 
 
-def evaluate(hub, sets_dir: str) -> Dict[str, Tuple[int, float]]:
+def evaluate(hub, sets_dir: str, batch_size: int = 64) -> Dict[str, Tuple[int, float]]:
     results = {}
     for path in sorted(glob.glob(os.path.join(sets_dir, "*.jsonl"))):
         items = read_set(path)
         if items:
-            pred = predict_labels(hub, [(a, b) for a, b, _ in items])
+            pred = predict_labels(hub, [(a, b) for a, b, _ in items], batch_size)
             results[os.path.basename(path)[: -len(".jsonl")]] = (len(items), accuracy([g for *_, g in items], pred))
     if "original" not in results:
         raise ValueError(f"{sets_dir}: no original.jsonl (make the sets with python -m preprocess.probing_sets)")
     return results
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("checkpoint", help="a fine-tuned sentence_prediction checkpoint (NLI, 3 classes)")
-    ap.add_argument("--sets-dir", required=True)
-    ap.add_argument("--data", required=True, help="the fine-tuning data dir (input0/, label/)")
-    ap.add_argument("--spm-model", required=True)
-    ap.add_argument("--out-csv")
-    args = ap.parse_args(argv)
-    try:
-        results = evaluate(load_hub(args.checkpoint, args.data, args.spm_model), args.sets_dir)
-    except (OSError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+def run(args: argparse.Namespace) -> int:
+    """The command, on arguments parsed by ``tupe_plugin_cli.commands.probe_parser``."""
+    results = evaluate(load_hub(args.checkpoint, args.data, args.spm_model), args.sets_dir, args.batch_size)
     rows = []
     for name, (n, acc) in results.items():
         base = BASELINE.get(name, "original")
@@ -114,6 +104,12 @@ def main(argv=None) -> int:
     if args.out_csv:
         write_csv(args.out_csv, rows)
     return 0
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    from tupe_plugin_cli.commands import probe
+
+    return probe(argv)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,142 @@
+"""The ``tupe-*`` console commands: their arguments (checked here, before torch is imported) and where
+each one runs. ``python -m tupe_plugin.<module>`` runs the same parser and code."""
+from __future__ import annotations
+
+import argparse
+import importlib
+from typing import Callable, Dict, List, Optional, Tuple
+
+from .errors import run_command
+
+
+def at_least(low: int) -> Callable[[str], int]:
+    """argparse type: an integer >= ``low``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"{value} is out of range: it must be at least {low}")
+        return value
+
+    parse.__name__ = f"integer >= {low}"
+    return parse
+
+
+# Locality and symmetry need an inner row: 3 tokens at least ([CLS] and two more).
+LENGTH = at_least(3)
+
+
+def pos_maps_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="tupe-pos-maps",
+        description="The learned positional correlation of every head of a checkpoint: pos_maps.png (a heatmap "
+        "per head, query rows, key columns, one colour scale), pos_logits.npy (raw logits), pos_probs.npy "
+        "(their row softmax), and locality/symmetry per head.",
+    )
+    p.add_argument("checkpoint", help="a tupe_roberta checkpoint (any variant)")
+    p.add_argument("--out-dir", required=True, help="where to write pos_maps.png and the .npy files")
+    p.add_argument("--length", type=LENGTH, default=64,
+                   help="tokens T (incl. [CLS]) to plot, 3 to the checkpoint's max positions (default 64)")
+    return p
+
+
+def locality_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="tupe-locality",
+        description="Locality and symmetry (Chen et al. 2023) of a checkpoint: per head on the position-only "
+        "matrices, and with --text on the model's attention maps per layer and head.",
+    )
+    p.add_argument("checkpoint", help="a tupe_roberta checkpoint")
+    p.add_argument("--length", type=LENGTH, default=128,
+                   help="T for the position-only matrices, 3 to the checkpoint's max positions (default 128)")
+    p.add_argument("--text", help="raw text, one sentence per line, for real attention maps")
+    p.add_argument("--spm-model", default="", help="sentencepiece model of the checkpoint")
+    p.add_argument("--data", default="", help="directory with the checkpoint's dict.txt")
+    p.add_argument("--max-sentences", type=at_least(1), default=1000, help="sentences of --text to use (1000)")
+    p.add_argument("--out-csv", help="write the table(s) here")
+    return p
+
+
+def probe_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="tupe-probe",
+        description="Accuracy of a fine-tuned NLI model on the word-order probing sets, and the change "
+        "against 'original' (sets from python -m preprocess.probing_sets).",
+    )
+    p.add_argument("checkpoint", help="a fine-tuned sentence_prediction checkpoint (NLI, 3 classes)")
+    p.add_argument("--sets-dir", required=True, help="the folder of *.jsonl probing sets")
+    p.add_argument("--data", required=True, help="the fine-tuning data dir (input0/, label/)")
+    p.add_argument("--spm-model", required=True, help="sentencepiece model of the checkpoint")
+    p.add_argument("--batch-size", type=at_least(1), default=64, help="pairs per forward pass (64)")
+    p.add_argument("--out-csv", help="write the table here")
+    return p
+
+
+def convert_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="tupe-convert-original",
+        description="Convert the original TUPE checkpoint (guolinke/TUPE, fairseq 2019 'bert' model) "
+        "to a tupe_roberta checkpoint that fairseq-train/-validate and from_pretrained load.",
+    )
+    p.add_argument("input", help="the original checkpoint (e.g. checkpoint.pt from tupe_ckp.tar.gz)")
+    p.add_argument("output", help="where to write the tupe_roberta checkpoint (e.g. tupe_r/model.pt)")
+    p.add_argument("--dict", help="the release's dict.txt: checked against the embedding, copied next to OUTPUT")
+    p.add_argument("--force", action="store_true", help="overwrite OUTPUT (and a different dict.txt beside it)")
+    p.add_argument("--drop-heads", action="store_true", help="leave out any classification heads")
+    p.add_argument("--inert-global", action="append", default=[], metavar="MODULE.NAME",
+                   help="read this pickled class as an inert placeholder (training state the model does not "
+                   "need; the 2019 fairseq.meters classes always are)")
+    return p
+
+
+def checkpoint_info_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="tupe-checkpoint-info",
+        description="What a tupe_roberta checkpoint is: its arch, positional variant and sizes (JSON).",
+    )
+    p.add_argument("checkpoint", nargs="?", help="a tupe_roberta checkpoint")
+    p.add_argument("--fairseq-args", action="store_true", help="print the model flags for fairseq-train")
+    p.add_argument("--list-variants", action="store_true",
+                   help="print the variant registry's names with dashes (tupe-r, rope, ...), one per line")
+    return p
+
+
+# command -> (parser, "module:function" that runs the parsed arguments)
+COMMANDS: Dict[str, Tuple[Callable[[], argparse.ArgumentParser], str]] = {
+    "tupe-pos-maps": (pos_maps_parser, "tupe_plugin.analysis.pos_maps_cli:run"),
+    "tupe-locality": (locality_parser, "tupe_plugin.analysis.locality_cli:run"),
+    "tupe-probe": (probe_parser, "tupe_plugin.analysis.probing_eval:run"),
+    "tupe-convert-original": (convert_parser, "tupe_plugin.convert_original:run"),
+    "tupe-checkpoint-info": (checkpoint_info_parser, "tupe_plugin.checkpoint_info:run"),
+}
+
+
+def dispatch(command: str, argv: Optional[List[str]] = None) -> int:
+    """Parse ``argv`` with the command's parser, then import and run the command."""
+    make_parser, target = COMMANDS[command]
+    args = make_parser().parse_args(argv)
+    module, _, function = target.partition(":")
+    return run_command(lambda a: getattr(importlib.import_module(module), function)(a), args)
+
+
+def pos_maps(argv: Optional[List[str]] = None) -> int:
+    return dispatch("tupe-pos-maps", argv)
+
+
+def locality(argv: Optional[List[str]] = None) -> int:
+    return dispatch("tupe-locality", argv)
+
+
+def probe(argv: Optional[List[str]] = None) -> int:
+    return dispatch("tupe-probe", argv)
+
+
+def convert_original(argv: Optional[List[str]] = None) -> int:
+    return dispatch("tupe-convert-original", argv)
+
+
+def checkpoint_info(argv: Optional[List[str]] = None) -> int:
+    return dispatch("tupe-checkpoint-info", argv)

@@ -1,0 +1,127 @@
+"""One way for our commands to fail: the last line on the screen says what is wrong and what to do.
+
+* ``run_command(run, args)``: runs a command, turns any exception into one ``error: ...`` line on
+  stderr (exit 2 for errors the user can fix, 1 for unexpected ones, which are bugs); the traceback
+  only with ``TUPE_DEBUG=1``.
+* ``python -m tupe_plugin_cli.errors LOG`` (``tupe-last-error LOG``): for scripts that run
+  ``fairseq-train`` into a log, prints the log's final exception as that one line, e.g.
+
+      fairseq-train ... > "$log" 2>&1 || { tail -n 30 "$log" >&2; tupe-last-error "$log" >&2; exit 1; }
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+import traceback
+from typing import Callable, List, Optional, Tuple
+
+DEBUG_ENV = "TUPE_DEBUG"
+# Errors a user can fix (bad file, bad setting); their message is the whole story. Our own error
+# classes (ConversionError, VariantMismatchError, DictionaryMismatchError, ...) derive from ValueError.
+USER_ERRORS = (OSError, ValueError)
+USER_ERROR_NAMES = {"ValueError", "FileNotFoundError", "PermissionError", "IsADirectoryError", "OSError"}
+
+
+def debug() -> bool:
+    return os.environ.get(DEBUG_ENV, "") not in ("", "0")
+
+
+def without_torch_advice(error: BaseException) -> str:
+    """The reason of a refused ``torch.load(weights_only=True)``, without torch's advice to retry with
+    ``weights_only=False`` (never do that with a file you did not make); other errors: their message."""
+    text = str(error)
+    if "Weights only load failed" in text:
+        found = re.search(r"WeightsUnpickler error:\s*(.+)", text)
+        text = found.group(1) if found else "refused by torch's weights-only unpickler"
+    return " ".join(text.split()) or type(error).__name__
+
+
+def error_line(error: BaseException) -> str:
+    """``error: <message>`` on one line; unexpected exceptions are named as such."""
+    message = without_torch_advice(error)
+    if isinstance(error, USER_ERRORS):
+        return f"error: {message}"
+    if type(error).__name__ == "UnpicklingError":  # torch.load of a file that is no (allowed) checkpoint
+        return f"error: not a readable checkpoint ({message})"
+    return (f"error: unexpected {type(error).__name__}: {message} (a bug: rerun with {DEBUG_ENV}=1 "
+            "and report the traceback)")
+
+
+def run_command(run: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
+    """``run(args)``, with any exception reported as the last line (see ``error_line``)."""
+    try:
+        return run(args)
+    except KeyboardInterrupt:
+        code, line = 130, "error: interrupted"
+    except Exception as e:  # noqa: BLE001  (every failure ends the same way)
+        if debug():
+            traceback.print_exc()
+        user = isinstance(e, USER_ERRORS) or type(e).__name__ == "UnpicklingError"
+        code, line = (2 if user else 1), error_line(e)
+    sys.stdout.flush()
+    print(line, file=sys.stderr, flush=True)
+    return code
+
+
+TRACEBACK = "Traceback (most recent call last):"
+EXCEPTION_LINE = re.compile(r"^((?:[A-Za-z_][\w.]*\.)?([A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt)|Exception))(?::\s?(.*))?$")
+MESSAGE_END = re.compile(r"^(\d{4}-\d\d-\d\d|\[|Traceback|-- Process|During handling|The above exception)")
+
+
+def _exceptions(log_text: str) -> List[Tuple[str, str, str]]:
+    """(qualified class, class, message) of every traceback in the log, in order."""
+    lines = log_text.splitlines()
+    found = []
+    for start in (i for i, line in enumerate(lines) if line.strip() == TRACEBACK):
+        for i in range(start + 1, len(lines)):
+            line = lines[i]
+            if not line or line[:1].isspace():
+                continue  # the frames
+            match = EXCEPTION_LINE.match(line)
+            if not match:
+                break
+            message = [match.group(3) or ""]
+            for more in lines[i + 1:]:  # a multi-line message, up to the next blank or log line
+                if not more.strip() or MESSAGE_END.match(more):
+                    break
+                message.append(more.strip())
+            found.append((match.group(1), match.group(2), " ".join(" ".join(message).split())))
+            break
+    return found
+
+
+def last_error(log_text: str) -> Optional[str]:
+    """The error a log ends with, as one ``error: ...`` line: the last exception raised by
+    ``tupe_plugin`` (fairseq's trainer re-raises ours as "Cannot load model parameters ..."), else
+    the log's final exception; None when the log holds no traceback."""
+    found = _exceptions(log_text)
+    if not found:
+        return None
+    ours = [e for e in found if e[0].startswith("tupe_plugin")]
+    qualified, name, message = (ours or found)[-1]
+    if ours or name in USER_ERROR_NAMES:
+        return f"error: {message or name}"
+    return f"error: {name}: {message}" if message else f"error: {name}"
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="tupe-last-error",
+        description="Print the final exception of a fairseq-train log as one 'error: ...' line "
+        "(for scripts that run fairseq-train into a log file).",
+    )
+    p.add_argument("log", help="the log file (stdout and stderr of the failed command)")
+    args = p.parse_args(argv)
+    try:
+        with open(args.log, encoding="utf-8", errors="replace") as f:
+            line = last_error(f.read())
+    except OSError as e:
+        line = f"error: cannot read the log {args.log}: {e.strerror}"
+    print(line or f"error: the command failed without a Python traceback; see {args.log}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
