@@ -1,0 +1,60 @@
+"""Quiet logs: fairseq's known hydra/torch deprecation warnings are filtered, other warnings are not."""
+from __future__ import annotations
+
+import sys
+
+import torch
+
+from conftest import run
+
+KNOWN_TEXTS = (  # what a fairseq-train run printed before the filter (fairseq 0.12, hydra 1.3, torch 2.13)
+    "hydra.experimental.initialize() is no longer experimental",
+    "hydra.experimental.compose() is no longer experimental",
+    "The version_base parameter is not specified",
+    "Usage of deprecated keyword in package header",
+    "is validated against ConfigStore schema with the same name",
+    "The strict flag in the compose API is deprecated",
+    "torch.cuda.amp.autocast(args...)` is deprecated",
+)
+
+# fairseq converts a legacy Namespace to its hydra config: the call that prints the hydra warnings
+CONVERT = ("from fairseq.dataclass.utils import convert_namespace_to_omegaconf; from fairseq import options; "
+           "p = options.get_training_parser(); a = options.parse_args_and_arch(p, ['x', '--arch', 'roberta_base', "
+           "'--task', 'masked_lm']); convert_namespace_to_omegaconf(a); "
+           "import warnings; warnings.warn('an unrelated warning'); "
+           "warnings.warn('hydra.experimental.initialize() is gone', DeprecationWarning, stacklevel=1)")
+
+
+def test_the_filter_hides_only_the_known_messages():
+    before = run([sys.executable, "-W", "default::DeprecationWarning", "-c", CONVERT]).stderr
+    after = run([sys.executable, "-W", "default::DeprecationWarning", "-c", "import tupe_plugin; " + CONVERT]).stderr
+    assert sum(t in before for t in KNOWN_TEXTS[:6]) == 6  # the hydra page, without the plugin
+    assert not any(t in after for t in KNOWN_TEXTS)
+    for text in ("an unrelated warning", "hydra.experimental.initialize() is gone"):  # other text / category
+        assert text in before and text in after
+
+
+def test_show_all_warnings_opt_out(monkeypatch):
+    import warnings
+
+    from tupe_plugin import quiet_warnings
+
+    with warnings.catch_warnings():
+        warnings.resetwarnings()
+        monkeypatch.setenv("TUPE_SHOW_ALL_WARNINGS", "1")
+        quiet_warnings.install()
+        assert warnings.filters == []
+        monkeypatch.delenv("TUPE_SHOW_ALL_WARNINGS")
+        quiet_warnings.install()
+        assert len(warnings.filters) == len(quiet_warnings.KNOWN)
+
+
+def test_fairseq_train_with_the_plugin_has_no_known_deprecation_warnings(lm_bin, tmp_path):
+    p = run(["fairseq-train", str(lm_bin), "--user-dir", "tupe_plugin", "--task", "masked_lm", "--criterion",
+             "masked_lm", "--arch", "tupe_roberta_tiny", "--tokens-per-sample", "64", "--batch-size", "8",
+             "--optimizer", "adam", "--lr", "1e-3", "--max-update", "2", "--cpu", "--num-workers", "0",
+             "--no-save", "--save-dir", str(tmp_path)])
+    assert "done training" in p.stderr + p.stdout
+    assert not [t for t in KNOWN_TEXTS if t in p.stderr]
+    if not torch.cuda.is_available():  # a real warning of this run (torch, CPU only) is still printed
+        assert "'pin_memory' argument is set as true but no accelerator is found" in p.stderr
