@@ -130,7 +130,7 @@ def make_study(out: Path) -> None:
     """Three variants, one pre-training seed, SST-2 with 3 seeds; unigram entropy exactly 2 bits."""
     shard = out / "c4" / "data-bin" / "shard0"
     write_bin(shard / "train", [[4, 5, 6, 7]] * 3)
-    (out / "c4" / "data-bin" / "data_path.txt").write_text(f"{shard}\n")
+    (out / "c4" / "data-bin" / "data_path.txt").write_text("shard0\n")  # relative to data-bin
     finals = {"A": 0.9, "B": 1.5, "C": 0.8}
     sst = {"A": [80, 82, 90], "B": [70, 75, 71], "C": [70, 75, 80]}
     loc = {"A": (0.5, 0.9), "B": (0.2, 0.7), "C": (0.4, 0.95)}
@@ -237,7 +237,8 @@ def study(out: Path, *args: str, check: bool = True, **env: str) -> subprocess.C
     full = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
     full.update(PATH=f"{BIN}:{os.environ.get('PATH', '')}", PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1",
                 OUT=str(out), PRESET="tiny", VARIANTS="tupe-r", GPUS="0", NUM_WORKERS="0", PREP_JOBS="1",
-                HARD_VOCAB_LIMIT="0", VOCAB_SIZE="300", **env)
+                HARD_VOCAB_LIMIT="0", VOCAB_SIZE="300")
+    full.update(env)
     p = subprocess.run([str(STUDY), *args], cwd=ROOT, env=full, capture_output=True, text=True, timeout=600)
     if check and p.returncode != 0:
         raise AssertionError(f"study.sh {args} failed ({p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-6000:]}")

@@ -182,13 +182,22 @@ write_heldout() {  # the first LOC_SENTENCES non-empty lines of the extracted va
   mv "$HELDOUT.tmp" "$HELDOUT"
 }
 
+train_data() {  # the shards of OUT/c4/data-bin as fairseq-train's a:b:c (data_path.txt: absolute or relative)
+  local bin="$C4_OUT/data-bin" shard shards=() out=()
+  IFS=: read -r -a shards < "$bin/data_path.txt"
+  for shard in "${shards[@]}"; do
+    if [[ "$shard" == /* ]]; then out+=("$shard"); else out+=("$bin/$shard"); fi
+  done
+  (IFS=:; echo "${out[*]}")
+}
+
 run_pretrain() {  # VARIANT SEED
   local dir; dir="$(pretrain_dir "$1" "$2")"
   is_done prep || die "prep is not finished: run --part prep first"
   mkdir -p "$dir"
   note "pre-training $1 seed $2 ($TOTAL_UPDATES updates) -> $dir (log: $dir/train.log)"
   # fairseq validates (and saves) every VALID_INTERVAL updates
-  DATA="$C4_OUT/data-bin" VARIANT="$1" SIZE="$SIZE" ARCH=auto SAVE_DIR="$dir" TENSORBOARD_DIR="$dir/tensorboard" \
+  DATA="$(train_data)" VARIANT="$1" SIZE="$SIZE" ARCH=auto SAVE_DIR="$dir" TENSORBOARD_DIR="$dir/tensorboard" \
     GPUS="$GPUS" BATCH_SIZE="$BATCH_SIZE" MAX_SENTENCES="$MAX_SENTENCES" UPDATE_FREQ=auto \
     TOKENS_PER_SAMPLE="$TOKENS_PER_SAMPLE" MAX_POSITIONS=auto TOTAL_UPDATES="$TOTAL_UPDATES" WARMUP="$WARMUP" \
     LR="$PRETRAIN_LR" SEED="$2" SAVE_INTERVAL_UPDATES="$VALID_INTERVAL" KEEP_INTERVAL_UPDATES=1 KEEP_PATTERN=-1 \
@@ -240,7 +249,7 @@ run_part() {  # STAGE INDEX: one part; skipped when done (the report is always r
     note "$stage ${args[*]}: done, skipping"; return 0
   fi
   local start=$SECONDS
-  "run_$stage" "${args[@]}" || return 1  # errexit is off inside "( ... ) || ..."
+  "run_$stage" "${args[@]}"
   note "$stage ${args[*]}: finished in $(( SECONDS - start )) s"
 }
 
@@ -256,7 +265,7 @@ if [[ "$mode" == list ]]; then
   exit 0
 fi
 
-show_tunables
+[[ -n "${STUDY_PART_OF:-}" ]] || show_tunables  # a part started by the local run below: printed there
 check_settings
 note "${#variants[@]} variant(s) x ${#pseeds[@]} pre-training seed(s) = ${#pretrain_parts[@]} pre-training run(s) of" \
   "$TOTAL_UPDATES updates (validation every $VALID_INTERVAL); ${#finetune_parts[@]} fine-tuning run(s)" \
@@ -292,16 +301,19 @@ if [[ "$mode" == part ]]; then
   exit 0
 fi
 
-# all parts here, in order; a failed part is counted and the others go on (rerun to retry it)
+# All parts here, in order, each as its own process (as on SLURM; bash ignores `set -e` inside anything
+# followed by `||`, so a part run as a function there would carry on past its errors). A failed part is
+# counted and the others go on; rerun to retry it.
 failed=()
-if is_done prep; then note "prep: done, skipping"; else run_part prep 0; fi
+export STUDY_PART_OF=$$
+if is_done prep; then note "prep: done, skipping"; else "$0" --part prep 0 || die "prep failed"; fi
 for st in pretrain locality finetune; do
   mapfile -t all < <(parts_of "$st")
   for i in "${!all[@]}"; do
-    ( run_part "$st" "$i" ) || failed+=("$st ${all[$i]}")
+    "$0" --part "$st" "$i" || failed+=("$st ${all[$i]}")
   done
 done
-run_part report 0
+"$0" --part report 0
 if (( ${#failed[@]} > 0 )); then
   note "${#failed[@]} part(s) failed (rerun to retry them): $(printf '%s; ' "${failed[@]}")"
   exit 1

@@ -477,7 +477,8 @@ def plot_valid_loss(path: str, variants: List[Variant], unigram: Optional[float]
     ax.set_xlabel("updates")
     ax.set_ylabel("validation MLM loss (bits)")
     ax.set_title("Validation MLM loss (line style: pre-training seed)")
-    ax.legend(fontsize=8)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8)
     fig.tight_layout()
     tmp = path + ".tmp.png"
     fig.savefig(tmp, dpi=110)
@@ -521,9 +522,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     seeds = [int(s) for s in args.pretrain_seeds.replace(",", " ").split()]
     problems: List[str] = []
     data = args.data or os.path.join(args.out, "c4", "data-bin")
-    if os.path.isfile(os.path.join(data, "data_path.txt")):
+    if os.path.isfile(os.path.join(data, "data_path.txt")):  # shard folders, absolute or relative to data
         with open(os.path.join(data, "data_path.txt"), encoding="utf-8") as f:
-            data = f.readline().strip()
+            data = ":".join(os.path.join(data, shard) for shard in f.readline().strip().split(":"))
     try:
         unigram: Optional[float] = entropy_bits(token_counts(data))
     except (OSError, ValueError) as e:
