@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test bench clean-demo study
+.PHONY: install demo test test-fast lint bench clean-demo study
 
 $(STAMP): setup.py constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -20,6 +20,16 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -q tests
+
+# The in-process tests only (math, parsers, metrics), in seconds: no test that starts a process (the `slow`
+# marker, set by a rule in tests/conftest.py). `make test` runs everything.
+test-fast: $(STAMP)
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -q -m "not slow" tests
+
+# ruff (rules in ruff.toml) on the Python code, shellcheck (.shellcheckrc) on every tracked shell script.
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	git ls-files -z '*.sh' '*.sbatch' .ci/run | xargs -0 $(VENV)/bin/shellcheck --severity=warning
 
 bench: $(STAMP)
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) bench/bench_train_step.py

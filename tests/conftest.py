@@ -1,6 +1,7 @@
 """Session fixtures: a sentencepiece model, fairseq binaries, and one tiny pre-trained TUPE-R."""
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import re
@@ -17,6 +18,36 @@ sys.path.insert(1, str(ROOT))  # preprocess/ and glue/ are not installed: they r
 BIN = Path(sys.executable).parent
 
 from corpus import labelled, lm_lines  # noqa: E402
+
+
+# The `slow` marker, by one rule instead of a decorator on every test: a test is slow when it, a fixture it
+# uses, or a helper of its module that it calls starts a process (a real fairseq CLI, a script).
+# `make test-fast` (pytest -m "not slow") runs the rest, the in-process math, in seconds.
+STARTS_PROCESS = re.compile(r"\brun\(|\bsubprocess\.|\bPopen\(")
+
+
+def _starts_process(fn) -> bool:
+    try:
+        return bool(STARTS_PROCESS.search(inspect.getsource(fn)))
+    except (OSError, TypeError):
+        return False
+
+
+def _with_helpers(fn) -> list:
+    """``fn`` and the functions of its own module that its body names (its test helpers)."""
+    names, scope = getattr(getattr(fn, "__code__", None), "co_names", ()), getattr(fn, "__globals__", {})
+    return [fn] + [scope[n] for n in names if inspect.isfunction(scope.get(n)) and scope[n].__module__ == fn.__module__]
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: starts a process (fairseq CLI, script); make test-fast skips it")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        fixtures = [d.func for defs in item._fixtureinfo.name2fixturedefs.values() for d in defs]
+        if any(_starts_process(f) for fn in [item.function, *fixtures] for f in _with_helpers(fn)):
+            item.add_marker(pytest.mark.slow)
 
 
 def run(cmd: List[str], cwd: Path = ROOT, check: bool = True, timeout: int = 600) -> subprocess.CompletedProcess:

@@ -1,5 +1,5 @@
 """tupe-convert-original: a checkpoint in the original TUPE release's layout (written here from the facts
-of PAPERS.md §1.2 and the recipe appendix) converts to a tupe_roberta checkpoint whose outputs equal an
+of docs/original_release.md and docs/positional_encodings.md) converts to a tupe_roberta checkpoint whose outputs equal an
 independent re-implementation of the original forward pass, and which the fairseq CLIs load."""
 from __future__ import annotations
 

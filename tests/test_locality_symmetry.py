@@ -80,7 +80,7 @@ def random_stochastic(n, seed):
     return row_normalise(np.random.default_rng(seed).random((n, n)))
 
 
-# ----------------------------------------------------------------------------- PAPERS.md section 2.2
+# ----------------------------------------------------------------------------- docs/locality_symmetry.md, reference values
 REFERENCE_LOC = {
     "uniform": dict(zip(SIZES, (0.1719, 0.0898, 0.0459, 0.0232))),
     "gaussian": dict(zip(SIZES, (0.6845, 0.6768, 0.6729, 0.6710))),

@@ -287,9 +287,9 @@ def expected_entries(cfg: OriginalConfig) -> Dict[str, Entry]:
                           (cfg.rel_pos_bins + 1, cfg.heads)))
     for i in range(cfg.layers):
         o, n = f"{ORIG}layers.{i}.", f"{NEW}layers.{i}."
-        qkv = lambda p: tuple(f"{n}self_attn.{x}_proj.{p}" for x in "qkv")  # noqa: E731
-        items += [(o + "self_attn.in_proj_weight", Entry((3 * d, d), qkv("weight"))),
-                  (o + "self_attn.in_proj_bias", Entry((3 * d,), qkv("bias")))]
+        qkv = {p: tuple(f"{n}self_attn.{x}_proj.{p}" for x in "qkv") for p in ("weight", "bias")}
+        items += [(o + "self_attn.in_proj_weight", Entry((3 * d, d), qkv["weight"])),
+                  (o + "self_attn.in_proj_bias", Entry((3 * d,), qkv["bias"]))]
         for name, shape in [("self_attn.out_proj.weight", (d, d)), ("self_attn.out_proj.bias", (d,)),
                             ("self_attn_layer_norm.weight", (d,)), ("self_attn_layer_norm.bias", (d,)),
                             ("fc1.weight", (f, d)), ("fc1.bias", (f,)), ("fc2.weight", (d, f)), ("fc2.bias", (d,)),

@@ -1,5 +1,7 @@
 """Locality and symmetry of position-wise weight matrices (Chen, Varoquaux, Suchanek, 2023).
 
+Definitions, their quirks, reference values and sources: ``docs/locality_symmetry.md``.
+
 :func:`locality` and :func:`symmetry` reproduce the official ``locality_symmetry/calculate.py``
 (``matrix_locality``, ``cal_matrix_symmetry``) to float64 round-off, vectorised with numpy:
 
