@@ -12,30 +12,53 @@ TASKS="${TASKS:-CoLA SST-2 MRPC STS-B QQP MNLI QNLI RTE}"
 echo "demo: OUT=$OUT UPDATES=$UPDATES TASKS='$TASKS'"
 step() { echo; echo "=== $* ==="; }
 
-step "1/5 C4 sample -> sentencepiece -> binary shards (preprocess/c4/run_all.sh)"
+step "1/6 C4 sample -> sentencepiece -> binary shards (preprocess/c4/run_all.sh)"
 OUT_DIR="$OUT/c4" VOCAB_SIZE=1000 JOBS=2 preprocess/c4/run_all.sh preprocess/samples/c4
 
-step "2/5 tiny TUPE-R pre-training, $UPDATES updates on CPU (train_scripts/pretrain.sh)"
+step "2/6 tiny TUPE-R pre-training, $UPDATES updates on CPU (train_scripts/pretrain.sh)"
 DATA="$OUT/c4/data-bin" SAVE_DIR="$OUT/pretrain" VARIANT=tupe-r SIZE=tiny GPUS=0 \
   TOKENS_PER_SAMPLE=128 BATCH_SIZE=16 MAX_SENTENCES=16 TOTAL_UPDATES="$UPDATES" WARMUP=30 LR=1e-3 \
   SAVE_INTERVAL_UPDATES="$UPDATES" LOG_INTERVAL=50 NUM_WORKERS=0 \
   train_scripts/pretrain.sh
 CKPT="$OUT/pretrain/checkpoint_last.pt"
 
-step "3/5 GLUE fixtures -> binaries with the pre-training vocabulary (preprocess.glue_binarize)"
+step "3/6 GLUE fixtures -> binaries with the pre-training vocabulary (preprocess.glue_binarize)"
 python -m preprocess.glue_binarize --glue-dir tests/data/glue --tasks "$(echo $TASKS | tr ' ' ,)" \
   --spm-model "$OUT/c4/spm/spm.model" --dict "$OUT/c4/spm/dict.txt" --out-dir "$OUT/glue-bin"
 
-step "4/5 fine-tuning, one LR x one seed per task (glue/grid.sh), then the table (glue.collect)"
+step "4/6 fine-tuning, one LR x one seed per task (glue/grid.sh), then the table (glue.collect)"
 CHECKPOINT="$CKPT" GLUE_BIN="$OUT/glue-bin" RUNS="$OUT/tupe_r_tiny_DEMO" TASKS="$TASKS" LRS=1e-3 SEEDS=1 \
   EPOCHS=20 BATCH=8 LOG_INTERVAL=20 NUM_WORKERS=0 VALID_PER_EPOCH=1 \
   glue/grid.sh
 echo "(DEMO DATA: a 2-layer model pre-trained for $UPDATES updates on a 1 MB sample and fine-tuned on"
 echo " small fixture tasks with a learnable rule; compare the layout, not the numbers, with the paper's rows)"
 
-step "5/5 learned positional correlations of every head (tupe-pos-maps)"
+step "5/6 learned positional correlations of every head (tupe-pos-maps)"
 tupe-pos-maps "$CKPT" --out-dir "$OUT/pos_maps" --length 64
+
+step "6/6 the pre-trained model as a Hugging Face transformers folder (tupe-export-hf)"
+if ! python -c "import transformers" 2>/dev/null; then
+  echo "transformers is not installed (pip install -c constraints.txt -e '.[hf]'): export skipped"
+elif [[ -f "$OUT/hf/config.json" ]]; then
+  echo "$OUT/hf exists, kept"
+else
+  tupe-export-hf "$CKPT" "$OUT/hf" --spm-model "$OUT/c4/spm/spm.model" --dict "$OUT/c4/spm/dict.txt"
+fi
+if [[ -f "$OUT/hf/config.json" ]]; then
+  python - "$OUT/hf" <<'PY'
+import sys
+from transformers import AutoModelForMaskedLM, AutoTokenizer
+from transformers.utils import logging
+logging.disable_progress_bar()
+tok = AutoTokenizer.from_pretrained(sys.argv[1], trust_remote_code=True)
+model = AutoModelForMaskedLM.from_pretrained(sys.argv[1], trust_remote_code=True).eval()
+batch = tok(["Return the number of items in a container."], return_tensors="pt")
+print(f"loaded in transformers: {type(model).__name__}, input ids {batch['input_ids'][0].tolist()[:8]}..., "
+      f"logits {tuple(model(**batch).logits.shape)}")
+PY
+fi
 
 echo
 echo "demo: done. Results table: $OUT/tupe_r_tiny_DEMO/glue_results.csv (+ .png); positional maps: $OUT/pos_maps/pos_maps.png;"
 echo "      TensorBoard: tensorboard --logdir $OUT/pretrain/tensorboard"
+echo "      transformers: AutoModelForMaskedLM.from_pretrained('$OUT/hf', trust_remote_code=True) (and AutoTokenizer, AutoModel)"
