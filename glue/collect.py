@@ -15,13 +15,15 @@ any float spelling (``2e-5``, ``2e-05``, ``0.00002``). ``result.json``::
 (a value may also be ``{"accuracy": 84.9}``); add ``"scale": "fraction"`` if values are in [0, 1].
 From a fairseq log, the score is the maximum of the metric over all validations of that subset.
 
-Protocol (PAPERS.md §1.4): metric MCC for CoLA, Pearson for STS-B (fairseq's ``mcc`` with
-``--report-mcc`` and ``pearson`` with ``--report-pearson-and-spearman``), accuracy otherwise;
-MNLI-m is subset ``valid`` and MNLI-mm ``valid1``. A seed's score is its best dev score during
-training (the paper does not say so; the official code tracks the best, so this is an inference);
-per column, the median over seeds is taken for each LR and the best LR's median reported (each
-column picks its own LR). Avg is the plain mean of the 9 columns, printed only when every column
-has its full grid of runs; anything missing is listed, never averaged over.
+Protocol (``docs/glue_protocol.md`` §3 and §5; the task facts come from ``glue.tasks``): metric MCC
+for CoLA, Pearson for STS-B, accuracy otherwise (custom single-sentence tasks too); MNLI-m is subset
+``valid`` and MNLI-mm ``valid1``. A seed's score is its best dev score during training; for MNLI the best
+validation is chosen on MNLI-m and MNLI-mm is read at that same validation (as the official code keeps
+one best checkpoint). Per column, the median over seeds is taken for each LR and the best LR's median
+reported (each column picks its own LR, except MNLI-mm, reported at MNLI-m's best LR). Avg is the plain
+mean of the 9 columns, printed only when every column has its full grid of runs; anything missing,
+and every run that cannot be read, is listed, never averaged over. Scores are kept unrounded; the table
+prints 2 decimals, as the paper.
 """
 from __future__ import annotations
 
@@ -37,28 +39,25 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from glue.published import COLUMNS, COMPARE, SOURCE, TABLE1
+from glue.tasks import METRIC, TASKS, GlueTask, custom_task, get_task, table_columns  # noqa: F401 (METRIC)
 
 
 @dataclass(frozen=True)
 class Column:
-    name: str  # the paper's column name
+    name: str  # the paper's column name (or the task's name)
     task: str  # GLUE folder name
     subset: str  # fairseq valid subset
     metric: str  # fairseq metric name
+    lr_from: Optional[str] = None  # report at the best LR of this column (MNLI-mm: MNLI-m)
 
 
-METRIC = {"CoLA": "mcc", "STS-B": "pearson"}  # accuracy for every other task
-_TASK_OF = {"MNLI-m": ("MNLI", "valid"), "MNLI-mm": ("MNLI", "valid1"), "SST": ("SST-2", "valid"),
-            "STS": ("STS-B", "valid")}
+def task_columns(task: GlueTask) -> Tuple[Column, ...]:
+    return tuple(Column(c.name, task.name, c.subset, task.metric, c.lr_from) for c in task.columns)
 
 
-def _column(name: str) -> Column:
-    task, subset = _TASK_OF.get(name, (name, "valid"))
-    return Column(name, task, subset, METRIC.get(task, "accuracy"))
-
-
-TABLE_COLUMNS: Tuple[Column, ...] = tuple(_column(c) for c in COLUMNS)
-EXTRA_COLUMNS: Tuple[Column, ...] = (_column("WNLI"),)  # shown per LR when present, never averaged
+TABLE_COLUMNS: Tuple[Column, ...] = tuple(Column(c.name, t.name, c.subset, t.metric, c.lr_from)
+                                          for t, c in table_columns(COLUMNS))
+EXTRA_COLUMNS: Tuple[Column, ...] = task_columns(TASKS["WNLI"])  # shown per LR when present, never averaged
 PAPER_LRS = "2e-5,3e-5,4e-5,5e-5"
 RUN_DIR_RE = re.compile(r"^lr(?P<lr>[0-9.]+(?:[eE][-+]?[0-9]+)?)_seed(?P<seed>-?\d+)$")
 LOG_NAMES = ("train.log", "hydra_train.log")
@@ -89,14 +88,21 @@ def _as_float(value) -> Optional[float]:
     return x if math.isfinite(x) else None
 
 
-def parse_fairseq_log(path: str, metric: str) -> Dict[str, float]:
-    """Best (maximum) ``metric`` per valid subset in a fairseq log (simple, tqdm or json format)."""
-    best: Dict[str, float] = {}
+@dataclass(frozen=True)
+class Validation:
+    subset: str
+    step: Optional[int]  # num_updates of the validation (None when the log line does not say)
+    value: float
 
-    def seen(subset: str, value) -> None:
-        x = _as_float(value)
+
+def parse_validations(path: str, metric: str) -> List[Validation]:
+    """Every finite ``metric`` of a validation in a fairseq log (simple, tqdm or json format), in order."""
+    found: List[Validation] = []
+
+    def seen(subset: str, value, step) -> None:
+        x, n = _as_float(value), _as_float(step)
         if x is not None:
-            best[subset] = max(best.get(subset, -math.inf), x)
+            found.append(Validation(subset, None if n is None else int(n), x))
 
     with open(path, encoding="utf-8", errors="replace") as f:
         for line in f:
@@ -105,7 +111,7 @@ def parse_fairseq_log(path: str, metric: str) -> Dict[str, float]:
                 pairs = (kv.strip().split(" ", 1) for kv in m.group(2).split(" | "))
                 stats = {kv[0]: kv[1] for kv in pairs if len(kv) == 2}
                 if metric in stats:
-                    seen(m.group(1), stats[metric])
+                    seen(m.group(1), stats[metric], stats.get("num_updates"))
                 continue
             m = _JSON_RE.search(line)
             if m:
@@ -117,8 +123,40 @@ def parse_fairseq_log(path: str, metric: str) -> Dict[str, float]:
                 except json.JSONDecodeError:
                     continue
                 if f"{subset}_{metric}" in stats:
-                    seen(subset, stats[f"{subset}_{metric}"])
+                    seen(subset, stats[f"{subset}_{metric}"], stats.get(f"{subset}_num_updates"))
+    return found
+
+
+def parse_fairseq_log(path: str, metric: str) -> Dict[str, float]:
+    """Best (maximum) ``metric`` per valid subset in a fairseq log, each subset on its own."""
+    best: Dict[str, float] = {}
+    for v in parse_validations(path, metric):
+        best[v.subset] = max(best.get(v.subset, -math.inf), v.value)
     return best
+
+
+def select_best(validations: Sequence[Validation], subsets: Sequence[str]) -> Tuple[Dict[str, float], Optional[int]]:
+    """The best validation of ``subsets[0]`` and every subset's score at that same validation.
+
+    Ties go to the later validation (fairseq replaces ``checkpoint_best.pt`` when a score is >= the best).
+    The other subsets are matched by ``num_updates``, or by position when the log has no steps.
+    Returns ({subset: score}, step); a subset not validated at that step is left out.
+    """
+    primary = [v for v in validations if v.subset == subsets[0]]
+    if not primary:
+        return {}, None
+    k = max(range(len(primary)), key=lambda i: (primary[i].value, i))
+    best = primary[k]
+    scores = {best.subset: best.value}
+    for subset in subsets[1:]:
+        others = [v for v in validations if v.subset == subset]
+        if best.step is not None:
+            same = [v for v in others if v.step == best.step]
+        else:
+            same = others[k:k + 1]
+        if same:
+            scores[subset] = same[-1].value
+    return scores, best.step
 
 
 def read_result_json(path: str, task: str, metric: str) -> Dict[str, float]:
@@ -128,6 +166,8 @@ def read_result_json(path: str, task: str, metric: str) -> Dict[str, float]:
             data = json.load(f)
         except json.JSONDecodeError as e:
             raise ValueError(f"not valid JSON (line {e.lineno}): {e.msg}") from None
+    if not isinstance(data, dict):
+        raise ValueError("not a JSON object")
     if data.get("task", task) != task:
         raise ValueError(f"says task {data['task']!r} but lies under {task}/")
     if data.get("metric", metric) != metric:
@@ -148,21 +188,37 @@ def read_result_json(path: str, task: str, metric: str) -> Dict[str, float]:
 
 
 def read_run(task: str, run_dir: str, metric: str) -> Dict[str, float]:
+    """Scores per valid subset of one run, from its ``result.json`` or else its fairseq log."""
     result = os.path.join(run_dir, "result.json")
     if os.path.isfile(result):
         try:
             return read_result_json(result, task, metric)
-        except ValueError as e:
-            raise ValueError(f"{result}: {e}") from None
+        except (OSError, ValueError) as e:
+            raise ValueError(f"{result}: unreadable run ({e}); glue/grid.sh redoes it") from None
+    subsets = get_task(task, custom=True).valid_subsets
     for name in LOG_NAMES:
         log = os.path.join(run_dir, name)
         if os.path.isfile(log):
-            scores = parse_fairseq_log(log, metric)
+            scores, _ = select_best(parse_validations(log, metric), subsets)
             if not scores:
-                raise ValueError(f"{log}: no validation line with {metric!r} (unfinished run, or "
-                                 f"missing --report-mcc / --report-pearson-and-spearman?)")
+                raise ValueError(f"{log}: no validation line with {metric!r} for subset {subsets[0]!r} (unfinished "
+                                 f"run, or a criterion that does not report it: use --criterion "
+                                 f"glue_sentence_prediction, or fairseq's with --report-mcc / "
+                                 f"--report-pearson-and-spearman)")
             return scores
     raise ValueError(f"{run_dir}: no result.json, {' or '.join(LOG_NAMES)}")
+
+
+def custom_task_dirs(runs_dir: str) -> List[str]:
+    """Folders of ``runs_dir`` that are not GLUE tasks but hold run folders: custom tasks' runs."""
+    names = []
+    for name in sorted(os.listdir(runs_dir)):
+        path = os.path.join(runs_dir, name)
+        if name in TASKS or name.startswith(".") or not os.path.isdir(path):
+            continue
+        if any(RUN_DIR_RE.match(sub) for sub in os.listdir(path)):
+            names.append(name)
+    return names
 
 
 def collect_runs(runs_dir: str, tasks: Sequence[str]) -> Tuple[List[Run], List[str]]:
@@ -172,7 +228,7 @@ def collect_runs(runs_dir: str, tasks: Sequence[str]) -> Tuple[List[Run], List[s
         task_dir = os.path.join(runs_dir, task)
         if not os.path.isdir(task_dir):
             continue
-        metric = METRIC.get(task, "accuracy")
+        metric = get_task(task, custom=True).metric
         for name in sorted(os.listdir(task_dir)):
             path = os.path.join(task_dir, name)
             if not os.path.isdir(path):
@@ -200,12 +256,16 @@ class ColumnResult:
     column: Column
     by_lr: Dict[float, List[Tuple[int, float]]] = field(default_factory=dict)  # lr -> [(seed, score)]
     missing: List[str] = field(default_factory=list)
+    lr_chosen_by: Optional["ColumnResult"] = None  # MNLI-mm: the LR is MNLI-m's best
 
     def median(self, lr: float) -> float:
         return statistics.median(score for _, score in self.by_lr[lr])
 
     @property
     def best_lr(self) -> Optional[float]:
+        if self.lr_chosen_by is not None:
+            lr = self.lr_chosen_by.best_lr
+            return lr if lr in self.by_lr else None
         if not self.by_lr:
             return None
         return max(sorted(self.by_lr), key=self.median)  # ties: the smallest LR
@@ -247,6 +307,13 @@ def summarize(runs: Sequence[Run], columns: Sequence[Column], expected_lrs: Sequ
             elif have and len(have) < n_seeds:
                 res.missing.append(f"{col.name} lr {lr:g}: {len(have)}/{n_seeds} seeds")
         results.append(res)
+    by_name = {r.column.name: r for r in results}
+    for res in results:
+        if res.column.lr_from in by_name:
+            res.lr_chosen_by = by_name[res.column.lr_from]
+            if res.by_lr and res.best_lr is None and res.lr_chosen_by.best_lr is not None:
+                res.missing.append(f"{res.column.name}: no runs at {res.column.lr_from}'s best lr "
+                                   f"{res.lr_chosen_by.best_lr:g}")
     return results
 
 
@@ -266,6 +333,12 @@ def _fmt(x: Optional[float]) -> str:
     return "—" if x is None else f"{x:.2f}"
 
 
+def _lr(res: ColumnResult) -> str:
+    if res.best_lr is None:
+        return "—"
+    return f"{res.best_lr:g}" + (f" ({res.lr_chosen_by.column.name}'s)" if res.lr_chosen_by else "")
+
+
 def _cell(res: ColumnResult) -> str:
     return _fmt(res.best) + ("" if res.complete or res.best is None else "*")
 
@@ -275,7 +348,8 @@ def markdown(name: str, results: Sequence[ColumnResult], extra: Sequence[ColumnR
     avg = average(results)
     head = ["Model"] + [r.column.name for r in results] + ["Avg"]
     lines = [f"## GLUE dev: {name}", "",
-             "Median over seeds at the best learning rate (per column); Avg = mean of the 9 columns.", "",
+             "Median over seeds at the best learning rate (per column; MNLI-mm at MNLI-m's); "
+             "Avg = mean of the 9 columns; — = no result.", "",
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines.append("| " + " | ".join([name] + [_cell(r) for r in results] + [_fmt(avg) if avg is not None
                                                                               else "incomplete"]) + " |")
@@ -294,7 +368,7 @@ def markdown(name: str, results: Sequence[ColumnResult], extra: Sequence[ColumnR
         for r in detail:
             cells = [f"{r.median(lr):.2f} ({len(r.by_lr[lr])})" if lr in r.by_lr else "—" for lr in lrs]
             lines.append(f"| {r.column.name} | {r.column.metric} | " + " | ".join(cells)
-                         + f" | {r.best_lr:g} | {_fmt(r.best)} |")
+                         + f" | {_lr(r)} | {_fmt(r.best)} |")
         lines.append("")
     missing = [m for r in results for m in r.missing] + [m for r in extra if r.by_lr for m in r.missing]
     lines.append("### Missing runs and problems")
@@ -306,7 +380,7 @@ def markdown(name: str, results: Sequence[ColumnResult], extra: Sequence[ColumnR
 def write_csv(path: str, name: str, results: Sequence[ColumnResult], compare: Sequence[str]) -> str:
     """Summary CSV at ``path``; per-LR detail beside it (``*_per_lr.csv``). Returns the detail path."""
     avg = average(results)
-    with open(path, "w", newline="", encoding="utf-8") as f:
+    with open(path + ".tmp", "w", newline="", encoding="utf-8") as f:
         w = csv.writer(f)
         w.writerow(["model", "source", "complete"] + list(COLUMNS) + ["Avg"])
         w.writerow([name, "this run", "yes" if avg is not None else "no"]
@@ -315,8 +389,9 @@ def write_csv(path: str, name: str, results: Sequence[ColumnResult], compare: Se
         for model in compare:
             row = TABLE1[model]
             w.writerow([model, SOURCE, "yes"] + [f"{x:.2f}" for x in row.scores] + [f"{row.avg:.2f}"])
+    os.replace(path + ".tmp", path)
     detail = os.path.splitext(path)[0] + "_per_lr.csv"
-    with open(detail, "w", newline="", encoding="utf-8") as f:
+    with open(detail + ".tmp", "w", newline="", encoding="utf-8") as f:
         w = csv.writer(f)
         w.writerow(["column", "task", "subset", "metric", "lr", "n_seeds", "median", "best_lr", "seeds", "scores"])
         for r in results:
@@ -324,34 +399,52 @@ def write_csv(path: str, name: str, results: Sequence[ColumnResult], compare: Se
                 seeds, scores = zip(*r.by_lr[lr])
                 w.writerow([r.column.name, r.column.task, r.column.subset, r.column.metric, f"{lr:g}",
                             len(seeds), f"{r.median(lr):.4f}", "yes" if lr == r.best_lr else "no",
-                            " ".join(map(str, seeds)), " ".join(f"{s:g}" for s in scores)])
+                            " ".join(map(str, seeds)), " ".join(f"{s!r}" for s in scores)])
+    os.replace(detail + ".tmp", detail)
     return detail
 
 
-def plot_png(path: str, name: str, results: Sequence[ColumnResult], compare: Sequence[str]) -> None:
+def plot_png(path: str, name: str, results: Sequence[ColumnResult], compare: Sequence[str]) -> Dict[str, object]:
+    """Grouped bars per column, the y-axis from 0 (or from the lowest negative MCC), each bar labelled
+    with its value and each missing result marked "missing" (so a 0.0 MCC and no run look different).
+    Returns what was drawn: x labels, y limits, the bar labels and the "missing" marks per series."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    labels = [r.column.name for r in results] + ["Avg"]
+    labels = [f"{r.column.name}\n{r.column.metric}" for r in results] + ["Avg\nmean of 9"]
     avg = average(results)
     series = [(name, [r.best for r in results] + [avg])]
-    series += [(m, list(TABLE1[m].scores) + [TABLE1[m].avg]) for m in compare]
+    series += [(f"{m} (published)", list(TABLE1[m].scores) + [TABLE1[m].avg]) for m in compare]
     width = 0.8 / len(series)
-    fig, ax = plt.subplots(figsize=(12, 4.5))
+    lowest = min([0.0] + [v for _, values in series for v in values if v is not None])
+    fig, ax = plt.subplots(figsize=(14, 5))
+    drawn: Dict[str, object] = {"bar_labels": {}, "missing": {}}
     for i, (label, values) in enumerate(series):
-        xs = [j + (i - (len(series) - 1) / 2) * width for j, v in enumerate(values) if v is not None]
-        ax.bar(xs, [v for v in values if v is not None], width, label=label)
-    ax.set_xticks(range(len(labels)), labels)
-    ax.set_ylabel("dev score (0-100)")
-    lowest = min(v for _, values in series for v in values if v is not None)
-    ax.set_ylim(min(40.0, lowest - 5), 100)  # MCC of a weak model can be near 0 or negative
-    ax.set_title(f"GLUE dev, paper protocol: {name}" + ("" if avg is not None else " (incomplete)"))
-    ax.legend(fontsize=8, ncol=len(series))
+        xs = [j + (i - (len(series) - 1) / 2) * width for j in range(len(values))]
+        bars = ax.bar([x for x, v in zip(xs, values) if v is not None], [v for v in values if v is not None],
+                      width, label=label)
+        texts = ax.bar_label(bars, fmt="%.1f", fontsize=6, rotation=90, padding=2)
+        drawn["bar_labels"][label] = [t.get_text() for t in texts]
+        drawn["missing"][label] = [labels[j].split("\n")[0] for j, v in enumerate(values) if v is None]
+        for x, v in zip(xs, values):
+            if v is None:
+                ax.text(x, 1, "missing", rotation=90, ha="center", va="bottom", fontsize=7, color="red")
+    ax.set_xticks(range(len(labels)), labels, fontsize=8)
+    ax.set_xlabel("GLUE dev column and its metric (MCC for CoLA, Pearson for STS-B, accuracy otherwise)")
+    ax.set_ylabel("dev score x 100 (y-axis from 0)" if lowest >= 0 else "dev score x 100 (y-axis from its lowest)")
+    ax.set_ylim(0.0 if lowest >= 0 else lowest - 5, 110)
+    ax.axhline(0, color="black", linewidth=0.6)
+    ax.set_title(f"GLUE dev, paper protocol: {name}" + ("" if avg is not None else " (incomplete: Avg missing)"))
+    ax.legend(fontsize=8, ncol=len(series), loc="upper center")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    drawn.update(x_labels=labels, ylim=ax.get_ylim(), ylabel=ax.get_ylabel())
+    tmp = path + ".tmp.png"
+    fig.savefig(tmp, dpi=120)
+    os.replace(tmp, path)
     plt.close(fig)
+    return drawn
 
 
 # --------------------------------------------------------------------------------------------
@@ -390,11 +483,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     expected_seeds = [int(s) for s in args.expected_seeds.split(",")] if args.expected_seeds else []
     n_seeds = len(expected_seeds) or args.seeds
     compare = [m for m in args.compare.split(",") if m]
-    tasks = sorted({c.task for c in TABLE_COLUMNS + EXTRA_COLUMNS})
+    custom = [c for name in custom_task_dirs(args.runs_dir) for c in task_columns(custom_task(name))]
+    tasks = sorted({c.task for c in TABLE_COLUMNS + EXTRA_COLUMNS}) + [c.task for c in custom]
     runs, problems = collect_runs(args.runs_dir, tasks)
     lrs = _floats(args.expected_lrs)
     results = summarize(runs, TABLE_COLUMNS, lrs, expected_seeds, n_seeds, problems)
-    extra = summarize(runs, EXTRA_COLUMNS, lrs, expected_seeds, n_seeds, problems)
+    extra = summarize(runs, EXTRA_COLUMNS + tuple(custom), lrs, expected_seeds, n_seeds, problems)
     print(markdown(name, results, extra, compare, problems), end="")
     out_csv = args.out_csv or os.path.join(args.runs_dir, "glue_results.csv")
     out_png = args.out_png or os.path.join(args.runs_dir, "glue_results.png")

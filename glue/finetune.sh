@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Fine-tune a pre-trained TUPE/BERT checkpoint on one GLUE task with one LR and seed: the paper's protocol
-# (PAPERS.md §1.4): batch 32, 10 epochs (5 for MNLI/QNLI/QQP), warmup ratio 0.06 then linear decay,
+# (docs/glue_protocol.md §3; task facts from glue/tasks.py): batch 32, 10 epochs (5 for MNLI/QNLI/QQP), warmup ratio 0.06 then linear decay,
 # Adam eps 1e-6 betas (0.9,0.999), clip 1.0, dropout 0.1, weight decay 0.01, --max-tokens 4400, validation
 # twice per epoch, fp16 on GPU. The model flags (arch, positions, variant) come from the checkpoint.
 #
@@ -10,9 +10,10 @@
 #   CHECKPOINT=... EPOCHS=1 EXTRA_ARGS="--max-update 50" glue/finetune.sh CoLA 2e-5 1   # quick check
 #
 # Output: RUNS/TASK/lr{LR}_seed{SEED}/ with train.log (the fairseq log), command.txt and result.json
-# (best valid score per subset, the format python -m glue.collect reads). The run is made in
-# RUNS/.partial/TASK/lr{LR}_seed{SEED}/ and renamed when complete: a run with result.json is skipped,
-# an incomplete one is redone from scratch.
+# (unrounded scores at the best validation, the format python -m glue.collect reads; docs/glue_protocol.md
+# §8). The run is made in RUNS/.partial/TASK/lr{LR}_seed{SEED}/ and renamed when complete: a run with a
+# readable result.json is skipped, an incomplete one is redone from scratch, and one whose result.json
+# cannot be read (empty, corrupt) is moved to RUNS/.unreadable/ and redone.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../train_scripts/lib.sh"
 
@@ -30,11 +31,13 @@ tunable CLIP_NORM 1.0 "gradient clipping"
 tunable DROPOUT 0.1 "dropout"
 tunable ATTENTION_DROPOUT 0.1 "attention dropout"
 tunable POOLER_DROPOUT 0.1 "dropout of the classification head (the official head: dense, tanh, dropout 0.1)"
-tunable VALID_PER_EPOCH 2 "validations per epoch (the original's --validate-interval-updates 2)"
+tunable VALID_PER_EPOCH 2 "validations per epoch, evenly spaced, the last at the epoch's end (the original's --validate-interval-updates 2)"
 tunable KEEP_CHECKPOINTS 0 "1: keep checkpoint_best.pt of the run; 0: write no checkpoints"
 tunable FP16 auto "1: --fp16 with the original's loss-scale flags (auto: 1 on GPU, 0 on CPU)"
 tunable LOG_INTERVAL 50 "log every N updates"
 tunable NUM_WORKERS 1 "data loader workers"
+tunable METRIC_AVERAGING dev_set "dev_set: metrics over the whole dev set (GLUE's definition); per_batch: the official code's mean of per-batch metrics"
+tunable TRUNCATE 0 "1: cut inputs longer than the model's positions (--shorten-method truncate); 0: an over-long input is an error"
 tunable QUIET 0 "1: fairseq's output only to train.log (glue/grid.sh sets it)"
 tunable EXTRA_ARGS "" "more fairseq-train arguments (split on spaces)"
 
@@ -42,7 +45,7 @@ usage() {
   header_help "$0"
   echo
   echo "Usage: [NAME=value ...] $(basename "$0") TASK LR SEED"
-  echo "TASK: CoLA SST-2 MRPC STS-B QQP MNLI QNLI RTE (WNLI)"
+  echo "TASK: CoLA SST-2 MRPC STS-B QQP MNLI QNLI RTE (WNLI), or a custom task binarized by preprocess.glue_binarize"
   echo
   echo "Environment (default, meaning):"
   usage_tunables
@@ -57,8 +60,14 @@ run_name="lr${LR}_seed${SEED}"
 final="$RUNS/$TASK/$run_name"
 partial="$RUNS/.partial/$TASK/$run_name"
 if [[ -f "$final/result.json" ]]; then
-  note "$TASK $run_name: already done ($final/result.json), skipping"
-  exit 0
+  if why="$("$PYTHON" -m glue.finetune_helper check-result "$TASK" "$final/result.json" 2>&1)"; then
+    note "$TASK $run_name: already done ($final/result.json), skipping"
+    exit 0
+  fi
+  aside="$RUNS/.unreadable/$TASK/$run_name.$(date +%Y%m%d-%H%M%S)"
+  note "$TASK $run_name: unreadable result ($why); moving the run to $aside and redoing it"
+  mkdir -p "$(dirname "$aside")"
+  mv -T "$final" "$aside"
 fi
 [[ -e "$final" ]] && die "$final exists without result.json: not a finished run of this script; move it away"
 
@@ -81,7 +90,8 @@ read -r -a extra <<< "$EXTRA_ARGS"
 args=(
   "$data" --user-dir "$TUPE_REPO/tupe_plugin" "${model_args[@]}"
   --restore-file "$CHECKPOINT" --reset-optimizer --reset-dataloader --reset-meters --reset-lr-scheduler
-  --task sentence_prediction --criterion sentence_prediction --num-classes "$NUM_CLASSES"
+  --task sentence_prediction --criterion glue_sentence_prediction --metric-averaging "$METRIC_AVERAGING"
+  --num-classes "$NUM_CLASSES"
   --init-token 0 --separator-token 2
   --batch-size "$BATCH" --max-tokens "$MAX_TOKENS" --required-batch-size-multiple 1
   --optimizer adam --adam-betas "$ADAM_BETAS" --adam-eps "$ADAM_EPS" --weight-decay "$WEIGHT_DECAY"
@@ -92,19 +102,14 @@ args=(
   --log-format simple --log-interval "$LOG_INTERVAL" --num-workers "$NUM_WORKERS"
 )
 [[ "$REGRESSION" == 1 ]] && args+=(--regression-target)
-[[ -n "$REPORT_FLAG" ]] && args+=("$REPORT_FLAG")
+[[ "$TRUNCATE" == 1 ]] && args+=(--shorten-method truncate)
 if (( CUDA_DEVICES == 0 )); then args+=(--cpu); fi
 [[ "$FP16" == 1 ]] && args+=(--fp16 --fp16-init-scale 4 --threshold-loss-scale 1 --fp16-scale-window 128)
 args+=("${extra[@]}")
-if (( VALID_PER_EPOCH > 1 )); then
-  interval="$("$PYTHON" -m glue.finetune_helper valid-interval "$VALID_PER_EPOCH" -- "${args[@]}")"
-  args+=(--validate-interval-updates "$interval")
-  [[ "$KEEP_CHECKPOINTS" == 1 ]] && args+=(--save-interval-updates "$interval" --keep-interval-updates 1)
-fi
-[[ "$KEEP_CHECKPOINTS" == 1 ]] || args+=(--no-save)
-
-FAIRSEQ_TRAIN="$(command -v fairseq-train)" || die "fairseq-train not found (activate the virtual environment)"
-cmd=("$FAIRSEQ_TRAIN" "${args[@]}")
+# glue.fairseq_train: fairseq-train validating exactly VALID_PER_EPOCH times per epoch (docs/glue_protocol.md §4)
+if [[ "$KEEP_CHECKPOINTS" == 1 ]]; then args+=(--keep-interval-updates 1); else args+=(--no-save); fi
+command -v fairseq-train > /dev/null || die "fairseq-train not found (activate the virtual environment)"
+cmd=("$PYTHON" -m glue.fairseq_train --validations-per-epoch "$VALID_PER_EPOCH" "${args[@]}")
 quote_cmd "${cmd[@]}" > "$partial/command.txt"
 note "command:"
 cat "$partial/command.txt" >&2

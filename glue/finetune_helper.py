@@ -1,49 +1,44 @@
-"""The logic behind ``glue/finetune.sh``: per-task settings, validations per epoch, ``result.json``.
+"""The logic behind ``glue/finetune.sh``: per-task settings, ``result.json``, result checks.
 
     python -m glue.finetune_helper settings TASK CHECKPOINT GLUE_BIN   # shell assignments to eval
-    python -m glue.finetune_helper valid-interval N -- FAIRSEQ_TRAIN_ARGS...
     python -m glue.finetune_helper result --task T --lr LR --seed S --metric M --subsets valid,valid1 \\
         --log train.log --variant tupe_r --checkpoint CKPT --out result.json
+    python -m glue.finetune_helper check-result TASK RESULT_JSON       # exit 0 when readable, else 1
 
-Task settings follow the TUPE paper (PAPERS.md §1.4): 3 classes for MNLI, regression with one output for
-STS-B, 5 epochs for MNLI/QNLI/QQP and 10 otherwise; the metric per task is ``glue.collect.METRIC``
-(``mcc`` CoLA, ``pearson`` STS-B, ``accuracy`` otherwise), the one the results table reads.
+Task settings come from the registry ``glue.tasks`` (the paper's protocol, ``docs/glue_protocol.md`` §3):
+3 classes for MNLI, regression with one output for STS-B, 5 epochs for MNLI/QNLI/QQP and 10 otherwise,
+the metric per task (``mcc`` CoLA, ``pearson`` STS-B, ``accuracy`` otherwise, custom tasks too). A custom
+task (binaries marked custom by ``preprocess.glue_binarize``) takes its classes from its label dictionary.
+A run's score is its best validation on the task's first valid subset, the other subsets read at that
+same validation (MNLI-mm at MNLI-m's best step; ``docs/glue_protocol.md`` §5), unrounded.
 """
 from __future__ import annotations
 
 import argparse
 import json
-import logging
-import math
 import os
 import shlex
 import sys
 from typing import Dict, List, Optional
 
-from glue.collect import METRIC, parse_fairseq_log
+from glue.collect import parse_validations, read_result_json, select_best
+from glue.tasks import CUSTOM_MARK, PAPER_TASKS, TASKS, GlueTask, get_task  # noqa: F401 (re-exported)
+
+CRITERION = "glue_sentence_prediction"  # tupe_plugin/criterions: unrounded accuracy, MCC, Pearson
 
 
-# task -> (num_classes, epochs); 1 class = regression (STS-B)
-TASKS: Dict[str, tuple] = {
-    "CoLA": (2, 10), "SST-2": (2, 10), "MRPC": (2, 10), "STS-B": (1, 10), "QQP": (2, 5),
-    "MNLI": (3, 5), "QNLI": (2, 5), "RTE": (2, 10), "WNLI": (2, 10),
-}
-PAPER_TASKS = ("CoLA", "SST-2", "MRPC", "STS-B", "QQP", "MNLI", "QNLI", "RTE")  # WNLI is excluded
-REPORT_FLAG = {"mcc": "--report-mcc", "pearson": "--report-pearson-and-spearman", "accuracy": ""}
-
-
-def task_settings(task: str) -> Dict[str, str]:
-    if task not in TASKS:
-        raise ValueError(f"unknown GLUE task {task!r}; choose from {', '.join(TASKS)}")
-    num_classes, epochs = TASKS[task]
-    metric = METRIC.get(task, "accuracy")
+def task_settings(task: str, num_classes: Optional[int] = None, custom: bool = False) -> Dict[str, str]:
+    """Shell settings of ``task``; ``num_classes`` (from the label dictionary) is needed for custom tasks."""
+    spec = get_task(task, custom=custom)
+    n = spec.num_classes if spec.num_classes is not None else num_classes
+    if n is None:
+        raise ValueError(f"{task}: a custom task takes its classes from its label/dict.txt, which was not found")
     return {
-        "NUM_CLASSES": str(num_classes),
-        "REGRESSION": "1" if num_classes == 1 else "0",
-        "METRIC": metric,
-        "REPORT_FLAG": REPORT_FLAG[metric],
-        "VALID_SUBSETS": "valid,valid1" if task == "MNLI" else "valid",
-        "TASK_EPOCHS": str(epochs),
+        "NUM_CLASSES": str(n),
+        "REGRESSION": "1" if spec.regression else "0",
+        "METRIC": spec.metric,
+        "VALID_SUBSETS": ",".join(spec.valid_subsets),
+        "TASK_EPOCHS": str(spec.epochs),
     }
 
 
@@ -55,14 +50,23 @@ def label_count(bin_dir: str) -> Optional[int]:
         return sum(1 for line in f if line.strip() and not line.startswith("madeupword"))
 
 
+def is_custom_bin(bin_dir: str) -> bool:
+    """True when ``preprocess.glue_binarize`` marked these binaries as a custom task's."""
+    try:
+        with open(os.path.join(bin_dir, "glue_binarize.json"), encoding="utf-8") as f:
+            return bool(json.load(f).get(CUSTOM_MARK))
+    except (OSError, ValueError):
+        return False
+
+
 def cmd_settings(args) -> int:
     from tupe_plugin.checkpoint_info import checkpoint_info, fairseq_args
 
-    out = task_settings(args.task)
     bin_dir = os.path.join(args.glue_bin, f"{args.task}-bin")
     if not os.path.isfile(os.path.join(bin_dir, "input0", "dict.txt")):
         raise ValueError(f"{bin_dir}: no input0/dict.txt; binarize with python -m preprocess.glue_binarize")
     n = label_count(bin_dir)
+    out = task_settings(args.task, num_classes=n, custom=is_custom_bin(bin_dir))
     if out["REGRESSION"] == "0" and n is not None and n != int(out["NUM_CLASSES"]):
         raise ValueError(f"{bin_dir}/label/dict.txt has {n} labels, but {args.task} has {out['NUM_CLASSES']} classes")
     info = checkpoint_info(args.checkpoint)
@@ -76,43 +80,39 @@ def cmd_settings(args) -> int:
     return 0
 
 
-def updates_per_epoch(fairseq_argv: List[str]) -> int:
-    """Updates of epoch 1 as fairseq-train will run them (the count the warmup_ratio scheduler makes)."""
-    from fairseq import options
-    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
-
-    from tupe_plugin.optim.warmup_ratio_schedule import count_updates_per_epoch
-
-    parser = options.get_training_parser()
-    cfg = convert_namespace_to_omegaconf(options.parse_args_and_arch(parser, input_args=fairseq_argv))
-    return count_updates_per_epoch(cfg)
-
-
-def cmd_valid_interval(args) -> int:
-    logging.disable(logging.INFO)  # fairseq logs every dataset it loads
-    per_epoch = updates_per_epoch(args.fairseq_args)
-    print(max(1, math.ceil(per_epoch / args.per_epoch)))
-    return 0
-
-
 def cmd_result(args) -> int:
     subsets = [s for s in args.subsets.split(",") if s]
-    scores = parse_fairseq_log(args.log, args.metric)
+    scores, step = select_best(parse_validations(args.log, args.metric), subsets)
     missing = [s for s in subsets if s not in scores]
     if missing:
         raise ValueError(f"{args.log}: no finite {args.metric!r} for valid subset(s) {', '.join(missing)} "
-                         f"(found: {scores or 'none'})")
+                         f"at the best validation of {subsets[0]!r} (found: {scores or 'none'})")
     result = {
         "task": args.task, "lr": float(args.lr), "seed": int(args.seed), "metric": args.metric,
-        "best_valid": {s: scores[s] for s in subsets}, "checkpoint_variant": args.variant,
-        "checkpoint": os.path.abspath(args.checkpoint),
+        "best_valid": {s: scores[s] for s in subsets}, "selected_on": subsets[0], "best_step": step,
+        "checkpoint_variant": args.variant, "checkpoint": os.path.abspath(args.checkpoint),
     }
     tmp = args.out + ".tmp"
     with open(tmp, "w", encoding="utf-8") as f:
         json.dump(result, f, indent=2)
         f.write("\n")
     os.replace(tmp, args.out)
-    print(" ".join(f"{s} {args.metric} {v}" for s, v in result["best_valid"].items()))
+    print(" ".join(f"{s} {args.metric} {v}" for s, v in result["best_valid"].items()) + f" (update {step})")
+    return 0
+
+
+def cmd_check_result(args) -> int:
+    """Exit 0 when ``result.json`` holds a score for every valid subset of the task, else say why, exit 1."""
+    spec = get_task(args.task, custom=True)
+    try:
+        scores = read_result_json(args.result, spec.name, spec.metric)
+    except (OSError, ValueError) as e:
+        print(f"{args.result}: {e}", file=sys.stderr)
+        return 1
+    lacking = [s for s in spec.valid_subsets if s not in scores]
+    if lacking:
+        print(f"{args.result}: no score for subset(s) {', '.join(lacking)}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -123,17 +123,16 @@ def main(argv: Optional[List[str]] = None) -> int:
     s.add_argument("task")
     s.add_argument("checkpoint")
     s.add_argument("glue_bin")
-    v = sub.add_parser("valid-interval", help="--validate-interval-updates for N validations per epoch")
-    v.add_argument("per_epoch", type=int)
-    v.add_argument("fairseq_args", nargs=argparse.REMAINDER)
     r = sub.add_parser("result", help="best valid score per subset from train.log -> result.json")
     for name in ("task", "lr", "seed", "metric", "subsets", "log", "variant", "checkpoint", "out"):
         r.add_argument(f"--{name}", required=True)
+    c = sub.add_parser("check-result", help="exit 0 when a run's result.json is readable and complete")
+    c.add_argument("task")
+    c.add_argument("result")
     args = p.parse_args(argv)
-    if args.cmd == "valid-interval":
-        args.fairseq_args = args.fairseq_args[1:] if args.fairseq_args[:1] == ["--"] else args.fairseq_args
     try:
-        return {"settings": cmd_settings, "valid-interval": cmd_valid_interval, "result": cmd_result}[args.cmd](args)
+        commands = {"settings": cmd_settings, "result": cmd_result, "check-result": cmd_check_result}
+        return commands[args.cmd](args)
     except (OSError, ValueError) as e:
         print(f"glue.finetune_helper {args.cmd}: error: {e}", file=sys.stderr)
         return 2

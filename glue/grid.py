@@ -2,12 +2,15 @@
 
 Job ``i`` is the i-th (task, lr, seed) with seeds varying fastest, then LRs, then tasks, so a SLURM
 array index and a local run agree on what ``i`` is as long as TASKS, LRS and SEEDS are the same.
-A job is done when ``RUNS/TASK/lr{LR}_seed{SEED}/result.json`` exists (``glue/finetune.sh`` writes it last).
+A job is done when ``RUNS/TASK/lr{LR}_seed{SEED}/result.json`` can be read and scores every valid
+subset of the task (``glue/finetune.sh`` writes it last); an empty or corrupt one is a job to redo.
+Tasks: the registry ``glue.tasks`` (``--tasks auto``: the paper's 8 and the custom tasks of ``--glue-bin``).
 
     python -m glue.grid list  [--tasks ...] [--lrs ...] [--seeds ...] [--runs RUNS]   # index, job, status
     python -m glue.grid job INDEX [...]                # "TASK LR SEED" of one index (grid.sbatch)
     python -m glue.grid array [...]                    # the not-done indices as a SLURM --array value
     python -m glue.grid run --jobs N [--gpus 0,1] [...]   # run the not-done jobs locally, N at a time
+    python -m glue.grid tasks [...]                    # the tasks of the grid, resolved (auto -> names)
 """
 from __future__ import annotations
 
@@ -19,7 +22,8 @@ import sys
 import time
 from typing import List, NamedTuple, Optional, Sequence
 
-from glue.finetune_helper import PAPER_TASKS, TASKS
+from glue.collect import read_result_json
+from glue.tasks import PAPER_TASKS, TASKS, custom_bin_names, get_task
 
 PAPER_LRS = ("2e-5", "3e-5", "4e-5", "5e-5")
 PAPER_SEEDS = ("1", "2", "3", "4", "5")
@@ -37,7 +41,16 @@ class Job(NamedTuple):
         return f"lr{self.lr}_seed{self.seed}"
 
     def done(self, runs: str) -> bool:
-        return os.path.isfile(os.path.join(runs, self.task, self.name, "result.json"))
+        """A readable ``result.json`` with a score for every valid subset of the task."""
+        path = os.path.join(runs, self.task, self.name, "result.json")
+        if not os.path.isfile(path):
+            return False
+        spec = get_task(self.task, custom=True)
+        try:
+            scores = read_result_json(path, spec.name, spec.metric)
+        except (OSError, ValueError):
+            return False
+        return all(s in scores for s in spec.valid_subsets)
 
 
 def split_list(text: str) -> List[str]:
@@ -108,9 +121,13 @@ def run_local(todo: List[Job], runs: str, n_slots: int, gpus: List[str], script:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     p = argparse.ArgumentParser(prog="python -m glue.grid", description=__doc__.split("\n\n")[0])
-    p.add_argument("command", choices=["list", "job", "array", "run"])
+    p.add_argument("command", choices=["list", "job", "array", "run", "tasks"])
     p.add_argument("index", nargs="?", type=int, help="job index (command job)")
-    p.add_argument("--tasks", default=" ".join(PAPER_TASKS), help="default: the paper's 8 tasks")
+    p.add_argument("--tasks", default="auto",
+                   help=f"task names, or auto (default): the paper's 8 ({' '.join(PAPER_TASKS)}) and the custom "
+                        "tasks binarized in --glue-bin")
+    p.add_argument("--glue-bin", default=os.environ.get("GLUE_BIN", "glue-bin"),
+                   help="binaries of preprocess.glue_binarize (custom tasks are found there; default $GLUE_BIN or glue-bin)")
     p.add_argument("--lrs", default=" ".join(PAPER_LRS), help="default: 2e-5 3e-5 4e-5 5e-5")
     p.add_argument("--seeds", default=" ".join(PAPER_SEEDS), help="default: 1 2 3 4 5")
     p.add_argument("--runs", default="runs", help="output root of glue/finetune.sh (default runs)")
@@ -118,12 +135,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--gpus", default="", help="GPU ids for the slots, e.g. 0,1,2,3 (command run; default: none)")
     p.add_argument("--script", default=FINETUNE, help="what to run for each job (default glue/finetune.sh)")
     args = p.parse_args(argv)
-    tasks, lrs, seeds = split_list(args.tasks), split_list(args.lrs), split_list(args.seeds)
-    unknown = [t for t in tasks if t not in TASKS]
+    custom = custom_bin_names(args.glue_bin)
+    tasks = list(PAPER_TASKS) + custom if args.tasks.strip() == "auto" else split_list(args.tasks)
+    lrs, seeds = split_list(args.lrs), split_list(args.seeds)
+    unknown = [t for t in tasks if t not in TASKS and t not in custom]
     if unknown or not (tasks and lrs and seeds):
-        p.error(f"unknown task(s) {', '.join(unknown)}; choose from {', '.join(TASKS)}" if unknown
+        p.error(f"unknown task(s) {', '.join(unknown)}; choose from {', '.join(TASKS)} or the custom tasks "
+                f"binarized in {args.glue_bin} ({', '.join(custom) or 'none'})" if unknown
                 else "--tasks, --lrs and --seeds must not be empty")
     grid = jobs(tasks, lrs, seeds)
+    if args.command == "tasks":
+        print(" ".join(tasks))
+        return 0
     if args.command == "job":
         if args.index is None or not 0 <= args.index < len(grid):
             p.error(f"job needs an index in 0..{len(grid) - 1} (the grid has {len(grid)} jobs)")

@@ -8,15 +8,18 @@
 #   CHECKPOINT=... RUNS=runs/tupe_r glue/grid.sh --slurm     # print the sbatch command (glue/grid.sbatch)
 #   RUNS=runs/tupe_r glue/grid.sh --list                     # index, task, LR, seed, done/todo
 #
-# Finished runs (result.json) are skipped, so rerunning or resubmitting only does what is missing.
+# Finished runs (a readable result.json) are skipped, so rerunning or resubmitting only does what is
+# missing; a run whose result.json is empty or corrupt is redone (glue/finetune.sh moves it aside).
+# Tasks and their facts: glue/tasks.py; the protocol: docs/glue_protocol.md.
 # Locally, JOBS runs go at a time, run k on GPU GPU_IDS[k % n]; their output is in RUNS/.grid_logs/.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../train_scripts/lib.sh"
 
-tunable TASKS "CoLA SST-2 MRPC STS-B QQP MNLI QNLI RTE" "GLUE tasks (spaces or commas)"
+tunable TASKS auto "tasks (spaces or commas); auto: the paper's CoLA SST-2 MRPC STS-B QQP MNLI QNLI RTE and every custom task binarized in GLUE_BIN"
 tunable LRS "2e-5 3e-5 4e-5 5e-5" "learning rates"
 tunable SEEDS "1 2 3 4 5" "seeds"
 tunable RUNS runs "output root (RUNS/TASK/lr{LR}_seed{SEED}/)"
+tunable GLUE_BIN glue-bin "binaries of python -m preprocess.glue_binarize (TASK-bin/)"
 tunable JOBS auto "runs at a time, locally (auto: one per GPU, 1 on CPU)"
 tunable GPU_IDS auto "GPUs for the local runs (auto: all visible; none on CPU)"
 tunable CHECKPOINT "" "pre-trained checkpoint (required; see glue/finetune.sh --help for the rest)"
@@ -38,8 +41,10 @@ case "${1:-}" in
   *) usage >&2; exit 2 ;;
 esac
 show_tunables
-export RUNS CHECKPOINT
-grid=("$PYTHON" -m glue.grid --tasks "$TASKS" --lrs "$LRS" --seeds "$SEEDS" --runs "$RUNS")
+export RUNS CHECKPOINT GLUE_BIN
+TASKS="$("$PYTHON" -m glue.grid tasks --tasks "$TASKS" --glue-bin "$GLUE_BIN")"  # auto -> the names
+note "tasks: $TASKS"
+grid=("$PYTHON" -m glue.grid --tasks "$TASKS" --lrs "$LRS" --seeds "$SEEDS" --runs "$RUNS" --glue-bin "$GLUE_BIN")
 
 if [[ "$mode" == list ]]; then exec "${grid[@]}" list; fi
 if [[ "$mode" == slurm ]]; then
@@ -50,7 +55,7 @@ if [[ "$mode" == slurm ]]; then
     exit 0
   fi
   todo=$("${grid[@]}" list | grep -c 'todo$')
-  env_line="CHECKPOINT=\"$CHECKPOINT\" GLUE_BIN=\"${GLUE_BIN:-glue-bin}\" RUNS=\"$RUNS\" TASKS=\"$TASKS\""
+  env_line="CHECKPOINT=\"$CHECKPOINT\" GLUE_BIN=\"$GLUE_BIN\" RUNS=\"$RUNS\" TASKS=\"$TASKS\""
   env_line+=" LRS=\"$LRS\" SEEDS=\"$SEEDS\""
   echo "# $todo of $total runs to do; submit from the repository root (add %N to the array to run N at a time):"
   echo "$env_line sbatch --array=$array glue/grid.sbatch"

@@ -1,7 +1,7 @@
 """Published GLUE dev results: Ke et al. (ICLR 2021), Table 1 (BERT-Base setting, 110M, 16 GB data).
 
-Numbers as printed in the paper (PAPERS.md §1.5). ``avg`` is the paper's own "Avg" column, the plain
-mean of the 9 scores (MNLI-m and MNLI-mm counted separately, WNLI excluded) to within 0.005.
+Numbers as printed in the paper (``docs/glue_protocol.md`` §7). ``avg`` is the paper's own "Avg"
+column, the plain mean of the 9 scores (MNLI-m and MNLI-mm counted separately, WNLI excluded) to within 0.005.
 """
 from __future__ import annotations
 

@@ -36,96 +36,12 @@ from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence,
 
 import numpy as np
 
+from glue.tasks import CUSTOM_MARK, TASKS, GlueTask, Split, custom_task_names, get_task
 from preprocess.moses_bpe import moses_bpe_tokenizer
 from preprocess.spm_dict import dict_pieces, id_offset, load_spm
 
-# --------------------------------------------------------------------------------------------
-# Task specifications (column numbers are 1-based, as in PAPERS.md "GLUE raw file formats")
-# --------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class SplitSpec:
-    out: str  # fairseq split name: train, valid, valid1, test, test1
-    file: str  # raw file name in the task folder
-    n_fields: int
-    header: bool
-    inputs: Tuple[int, ...]
-    label: Optional[int]  # None for test files (no labels)
-
-
-@dataclass(frozen=True)
-class TaskSpec:
-    name: str
-    splits: Tuple[SplitSpec, ...]
-    classes: Optional[Tuple[str, ...]]  # None: regression (STS-B)
-    skip_bad_lines: bool = False  # QQP: drop (and count) lines with the wrong number of fields, any file
-
-    @property
-    def n_inputs(self) -> int:
-        return len(self.splits[0].inputs)
-
-
-def _task(
-    name: str,
-    labelled: Sequence[Tuple[str, str]],
-    tests: Sequence[Tuple[str, str]],
-    n_fields: int,
-    inputs: Tuple[int, ...],
-    label: int,
-    n_test_fields: int,
-    test_inputs: Tuple[int, ...],
-    classes: Optional[Tuple[str, ...]],
-    header: bool = True,
-    dev_label: Optional[int] = None,
-    dev_fields: Optional[int] = None,
-    skip_bad_lines: bool = False,
-) -> TaskSpec:
-    splits = []
-    for out, fname in labelled:
-        dev = out != "train"
-        splits.append(
-            SplitSpec(
-                out,
-                fname,
-                (dev_fields or n_fields) if dev else n_fields,
-                header,
-                inputs,
-                (dev_label or label) if dev else label,
-            )
-        )
-    splits += [SplitSpec(out, fname, n_test_fields, True, test_inputs, None) for out, fname in tests]
-    return TaskSpec(name, tuple(splits), classes, skip_bad_lines)
-
-
-_DEFAULT_LABELLED = (("train", "train.tsv"), ("valid", "dev.tsv"))
-_DEFAULT_TEST = (("test", "test.tsv"),)
-_BINARY = ("0", "1")
-_NLI2 = ("entailment", "not_entailment")
-
-TASKS: Dict[str, TaskSpec] = {
-    t.name: t
-    for t in [
-        # CoLA train/dev: source, label, original annotation, sentence -- no header.
-        _task("CoLA", _DEFAULT_LABELLED, _DEFAULT_TEST, 4, (4,), 2, 2, (2,), _BINARY, header=False),
-        _task("SST-2", _DEFAULT_LABELLED, _DEFAULT_TEST, 2, (1,), 2, 2, (2,), _BINARY),
-        _task("MRPC", _DEFAULT_LABELLED, _DEFAULT_TEST, 5, (4, 5), 1, 5, (4, 5), _BINARY),
-        _task("STS-B", _DEFAULT_LABELLED, _DEFAULT_TEST, 10, (8, 9), 10, 9, (8, 9), None),
-        _task("QQP", _DEFAULT_LABELLED, _DEFAULT_TEST, 6, (4, 5), 6, 3, (2, 3), _BINARY,
-              skip_bad_lines=True),
-        _task(
-            "MNLI",
-            (("train", "train.tsv"), ("valid", "dev_matched.tsv"), ("valid1", "dev_mismatched.tsv")),
-            (("test", "test_matched.tsv"), ("test1", "test_mismatched.tsv")),
-            12, (9, 10), 12, 10, (9, 10), ("contradiction", "entailment", "neutral"),
-            dev_label=16, dev_fields=16,
-        ),
-        _task("QNLI", _DEFAULT_LABELLED, _DEFAULT_TEST, 4, (2, 3), 4, 3, (2, 3), _NLI2),
-        _task("RTE", _DEFAULT_LABELLED, _DEFAULT_TEST, 4, (2, 3), 4, 3, (2, 3), _NLI2),
-        _task("WNLI", _DEFAULT_LABELLED, _DEFAULT_TEST, 4, (2, 3), 4, 3, (2, 3), _BINARY),
-    ]
-}
-
+# Task facts (files, columns, header, labels) come from the registry ``glue.tasks``; see
+# docs/glue_protocol.md §1 for the raw formats and §9 for custom single-sentence tasks.
 STSB_SCALE = 5.0  # fairseq's GLUE script writes STS-B scores divided by 5 (range [0, 1])
 BAD_FIELD_COUNT = "wrong number of fields"
 
@@ -141,7 +57,7 @@ class GlueInputError(Exception):
 
 @dataclass
 class SplitData:
-    spec: SplitSpec
+    spec: Split
     path: str
     texts: List[List[str]]  # one list per input column
     labels: List[str] = field(default_factory=list)
@@ -173,8 +89,12 @@ def iter_tsv(path: str) -> Iterator[Tuple[int, List[str]]]:
             yield lineno, line.split("\t")
 
 
-def _check_label(task: TaskSpec, path: str, lineno: int, value: str) -> str:
-    if task.classes is not None:
+def _check_label(task: GlueTask, path: str, lineno: int, value: str) -> str:
+    if not task.regression and task.classes is None:  # custom task: any label, but not an empty one
+        if not value:
+            raise GlueInputError(f"{path}, line {lineno}: empty label. Fix or remove the line.")
+        return value
+    if not task.regression:
         if value not in task.classes:
             raise GlueInputError(
                 f"{path}, line {lineno}: unknown label {value!r} for {task.name}; expected one of "
@@ -193,7 +113,7 @@ def _check_label(task: TaskSpec, path: str, lineno: int, value: str) -> str:
     return value
 
 
-def read_split(task: TaskSpec, spec: SplitSpec, path: str) -> SplitData:
+def read_split(task: GlueTask, spec: Split, path: str) -> SplitData:
     """Read one raw file, checking field counts and labels."""
     data = SplitData(spec, path, [[] for _ in spec.inputs])
     for lineno, fields in iter_tsv(path):
@@ -221,11 +141,12 @@ def read_split(task: TaskSpec, spec: SplitSpec, path: str) -> SplitData:
             data.labels.append(_check_label(task, path, lineno, fields[spec.label - 1].strip()))
             data.label_lines.append(lineno)
     if data.read == 0:
-        raise GlueInputError(f"{path}: no data lines. Is the file complete?")
+        raise GlueInputError(f"{path}: empty {task.name} split (no data lines"
+                             f"{' after the header' if spec.header else ''}). Is the file complete?")
     return data
 
 
-def read_task(task: TaskSpec, task_dir: str) -> List[SplitData]:
+def read_task(task: GlueTask, task_dir: str) -> List[SplitData]:
     """Read and check every file of a task; test files are optional, train and dev are not."""
     if not os.path.isdir(task_dir):
         raise GlueInputError(f"task folder not found: {task_dir}")
@@ -238,7 +159,7 @@ def read_task(task: TaskSpec, task_dir: str) -> List[SplitData]:
                 continue
             raise GlueInputError(f"{path}: file not found ({task.name} needs {spec.file}).")
         splits.append(read_split(task, spec, path))
-    if task.classes is not None:
+    if not task.regression:
         train_labels = set(splits[0].labels)
         for split in splits[1:]:
             for value, lineno in zip(split.labels, split.label_lines):
@@ -362,7 +283,7 @@ def build_label_dict(train_labels: List[str]):
     return d
 
 
-def write_task(task: TaskSpec, splits: List[SplitData], dictionary, encode_many, tmp: str) -> None:
+def write_task(task: GlueTask, splits: List[SplitData], dictionary, encode_many, tmp: str) -> None:
     """Write inputs and labels of all splits of ``task`` under ``tmp``."""
     for k in range(task.n_inputs):
         sub = os.path.join(tmp, f"input{k}")
@@ -377,7 +298,7 @@ def write_task(task: TaskSpec, splits: List[SplitData], dictionary, encode_many,
     label_dir = os.path.join(tmp, "label")
     os.makedirs(label_dir)
     labelled = [s for s in splits if s.spec.label is not None]
-    if task.classes is None:
+    if task.regression:
         for split in labelled:
             with open(os.path.join(label_dir, split.spec.out + ".label"), "w", encoding="utf-8") as f:
                 for value in split.labels:
@@ -396,7 +317,7 @@ def _sha256(path: str) -> str:
         return hashlib.file_digest(f, "sha256").hexdigest()
 
 
-def _manifest(task: TaskSpec, splits: List[SplitData], args: argparse.Namespace, dict_sha: str) -> dict:
+def _manifest(task: GlueTask, splits: List[SplitData], args: argparse.Namespace, dict_sha: str) -> dict:
     return {
         "task": task.name,
         "tokenizer": args.tokenizer,
@@ -404,7 +325,8 @@ def _manifest(task: TaskSpec, splits: List[SplitData], args: argparse.Namespace,
         "bpe_codes": os.path.abspath(args.bpe_codes) if args.bpe_codes else None,
         "dict": os.path.abspath(args.dict),
         "dict_sha256": dict_sha,
-        "stsb_label_scale": STSB_SCALE if task.classes is None else None,
+        "stsb_label_scale": STSB_SCALE if task.regression else None,
+        CUSTOM_MARK: task.custom,
         "splits": {
             s.spec.out: {
                 "file": s.path,
@@ -418,7 +340,7 @@ def _manifest(task: TaskSpec, splits: List[SplitData], args: argparse.Namespace,
     }
 
 
-def print_summary(task: TaskSpec, splits: List[SplitData]) -> None:
+def print_summary(task: GlueTask, splits: List[SplitData]) -> None:
     for s in splits:
         skipped = sum(s.skipped.values())
         why = "".join(f" ({reason}: {n})" for reason, n in sorted(s.skipped.items()))
@@ -431,15 +353,25 @@ def print_summary(task: TaskSpec, splits: List[SplitData]) -> None:
 # --------------------------------------------------------------------------------------------
 
 
-def resolve_tasks(names: str) -> List[TaskSpec]:
+def resolve_tasks(names: str, glue_dir: str) -> List[GlueTask]:
+    """``ALL``: every GLUE task whose folder is in ``glue_dir`` plus its custom tasks (absent GLUE
+    folders are skipped and named); otherwise the named tasks, GLUE or custom (SST-2's layout)."""
     if names.strip().upper() == "ALL":
-        return list(TASKS.values())
-    by_lower = {k.lower(): v for k, v in TASKS.items()}
+        absent = [t for t in TASKS if not os.path.isdir(os.path.join(glue_dir, t))]
+        if absent:
+            print(f"--tasks ALL: no folder for {', '.join(absent)} in {glue_dir}, skipped", flush=True)
+        tasks = [t for name, t in TASKS.items() if name not in absent]
+        tasks += [get_task(name, glue_dir) for name in custom_task_names(glue_dir)]
+        if not tasks:
+            raise GlueInputError(f"{glue_dir}: no GLUE task folder ({', '.join(TASKS)}) and no folder with "
+                                 "SST-2's layout (train.tsv/dev.tsv with the header 'sentence<TAB>label')")
+        return tasks
     out = []
     for name in filter(None, (n.strip() for n in names.split(","))):
-        if name.lower() not in by_lower:
-            raise GlueInputError(f"unknown task {name!r}; choose from {', '.join(TASKS)} or ALL")
-        out.append(by_lower[name.lower()])
+        try:
+            out.append(get_task(name, glue_dir))
+        except ValueError as e:
+            raise GlueInputError(f"{e}; or ALL") from None
     return out
 
 
@@ -465,7 +397,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         "(layout of fairseq's preprocess_GLUE_tasks.sh).",
     )
     p.add_argument("--glue-dir", required=True, help="folder with one sub-folder per task (CoLA, SST-2, ...)")
-    p.add_argument("--tasks", default="ALL", help=f"comma-separated from {','.join(TASKS)}, or ALL (default)")
+    p.add_argument("--tasks", default="ALL", help=f"comma-separated from {','.join(TASKS)} or custom task folders (SST-2's "
+                   "layout), or ALL (default: the GLUE tasks present and every custom task)")
     p.add_argument("--tokenizer", default="spm", choices=sorted(TOKENIZERS), help="text -> tokens step")
     p.add_argument("--spm-model", help="sentencepiece model of pre-training (for --tokenizer spm)")
     p.add_argument("--bpe-codes", help="fastBPE codes of the original TUPE release (for --tokenizer moses_bpe)")
@@ -484,7 +417,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
 
 
 def run(args: argparse.Namespace) -> None:
-    tasks = resolve_tasks(args.tasks)
+    tasks = resolve_tasks(args.tasks, args.glue_dir)
     for path in [args.dict] + [p for p in (args.spm_model, args.bpe_codes) if p]:
         if not os.path.isfile(path):
             raise GlueInputError(f"file not found: {path}")

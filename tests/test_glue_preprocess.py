@@ -21,7 +21,7 @@ import make_glue_fixtures  # noqa: E402
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": REPO}
 VENV_BIN = os.path.dirname(sys.executable)  # fairseq-train / fairseq-preprocess of this interpreter
 
-# Written out independently of preprocess.glue_binarize, from PAPERS.md "GLUE raw file formats":
+# Written out independently of preprocess.glue_binarize and glue.tasks, from docs/glue_protocol.md §1:
 # task -> {raw file: (fairseq split, header?, input columns, label column or None)}; 1-based.
 RAW = {
     "CoLA": {"train.tsv": ("train", False, (4,), 2), "dev.tsv": ("valid", False, (4,), 2),
@@ -341,6 +341,54 @@ def test_dev_label_missing_from_train_is_an_error(tmp_path, spm_files):
                "--out-dir", str(tmp_path / "out"), check=False)
     assert proc.returncode == 2
     assert f"dev.tsv, line {first_dev_1}: label '1' never occurs in" in proc.stderr
+
+
+@pytest.mark.parametrize("content", ["", "sentence\tlabel\n"], ids=["0-byte", "header-only"])
+def test_empty_split_is_refused_naming_the_file(tmp_path, spm_files, content):
+    model, dict_path = spm_files
+    glue = tmp_path / "glue"
+    shutil.copytree(os.path.join(FIXTURES, "SST-2"), glue / "SST-2")
+    (glue / "SST-2" / "dev.tsv").write_text(content)
+    proc = cli("--glue-dir", str(glue), "--tasks", "SST-2", "--spm-model", model, "--dict", dict_path,
+               "--out-dir", str(tmp_path / "out"), check=False)
+    assert proc.returncode == 2
+    assert f"{glue / 'SST-2' / 'dev.tsv'}: empty SST-2 split" in proc.stderr
+    assert os.listdir(tmp_path / "out") == []
+
+
+def write_custom_task(folder, labels=("neg", "pos")):
+    """A custom single-sentence task: SST-2's fixture rows with other label names."""
+    folder.mkdir(parents=True)
+    for fname in ("train.tsv", "dev.tsv"):
+        rows = [r.split("\t") for r in open(os.path.join(FIXTURES, "SST-2", fname), encoding="utf-8").read().splitlines()]
+        body = [f"{text}\t{labels[int(label)]}" for text, label in rows[1:]]
+        (folder / fname).write_text("\n".join(["sentence\tlabel"] + body) + "\n", encoding="utf-8")
+    return rows[1:]
+
+
+def test_all_skips_absent_tasks_and_binarizes_custom_tasks(tmp_path, spm_files):
+    model, dict_path = spm_files
+    glue = tmp_path / "glue"
+    shutil.copytree(os.path.join(FIXTURES, "RTE"), glue / "RTE")
+    dev_rows = write_custom_task(glue / "Reviews")
+    (glue / "notes").mkdir()  # neither GLUE nor SST-2's layout: ignored
+    (glue / "notes" / "train.tsv").write_text("a\tb\tc\n")
+    out = tmp_path / "out"
+    proc = cli("--glue-dir", str(glue), "--tasks", "ALL", "--spm-model", model, "--dict", dict_path,
+               "--out-dir", str(out))
+    assert "--tasks ALL: no folder for CoLA, SST-2, MRPC, STS-B, QQP, MNLI, QNLI, WNLI in" in proc.stdout
+    assert sorted(os.listdir(out)) == ["RTE-bin", "Reviews-bin"]
+    manifest = json.loads((out / "Reviews-bin" / "glue_binarize.json").read_text())
+    assert manifest["custom_task"] is True and manifest["splits"]["valid"]["written"] == len(dev_rows)
+    labels = [line.split()[0] for line in (out / "Reviews-bin" / "label" / "dict.txt").read_text().splitlines()]
+    assert sorted(x for x in labels if not x.startswith("madeupword")) == ["neg", "pos"]
+    assert not json.loads((out / "RTE-bin" / "glue_binarize.json").read_text())["custom_task"]
+    ids = load_bin(str(out / "Reviews-bin" / "input0" / "valid"), str(out / "Reviews-bin" / "input0" / "dict.txt"))
+    assert ids == [expected_ids(text, model, dict_path) for text, _ in dev_rows]
+    # a named task that is neither GLUE nor SST-2's layout is refused with the choices
+    bad = cli("--glue-dir", str(glue), "--tasks", "notes", "--spm-model", model, "--dict", dict_path,
+              "--out-dir", str(out), check=False)
+    assert bad.returncode == 2 and "unknown task 'notes'" in bad.stderr and "SST-2's layout" in bad.stderr
 
 
 def test_dict_of_another_model_is_refused(tmp_path, spm_files):

@@ -24,7 +24,7 @@ from glue.grid import PAPER_LRS, PAPER_SEEDS, PAPER_TASKS, jobs, slurm_ranges
 FIXTURES = ROOT / "tests" / "data" / "glue"
 FINETUNE, GRID, GRID_SBATCH = ROOT / "glue" / "finetune.sh", ROOT / "glue" / "grid.sh", ROOT / "glue" / "grid.sbatch"
 TINY = {"EPOCHS": "2", "BATCH": "16", "NUM_WORKERS": "0", "LOG_INTERVAL": "1",
-        "EXTRA_ARGS": "--shorten-method truncate"}
+        "TRUNCATE": "1"}
 VALID_RE = re.compile(r"valid on '(\w+)' subset \|.*? \| (accuracy|mcc|pearson) (-?[0-9.]+) \|")
 
 
@@ -86,10 +86,14 @@ def test_help_texts():
 def test_task_settings_follow_the_paper():
     mnli, cola, stsb, qqp = (task_settings(t) for t in ("MNLI", "CoLA", "STS-B", "QQP"))
     assert (mnli["NUM_CLASSES"], mnli["VALID_SUBSETS"], mnli["TASK_EPOCHS"]) == ("3", "valid,valid1", "5")
-    assert (cola["METRIC"], cola["REPORT_FLAG"], cola["TASK_EPOCHS"]) == ("mcc", "--report-mcc", "10")
-    assert (stsb["METRIC"], stsb["REPORT_FLAG"], stsb["REGRESSION"], stsb["NUM_CLASSES"]) == (
-        "pearson", "--report-pearson-and-spearman", "1", "1")
+    assert (cola["METRIC"], cola["TASK_EPOCHS"]) == ("mcc", "10")
+    assert (stsb["METRIC"], stsb["REGRESSION"], stsb["NUM_CLASSES"]) == ("pearson", "1", "1")
     assert (qqp["METRIC"], qqp["TASK_EPOCHS"]) == ("accuracy", "5")
+    custom = task_settings("Reviews", num_classes=2, custom=True)  # a custom task: SST-2's settings
+    assert {k: custom[k] for k in ("NUM_CLASSES", "METRIC", "VALID_SUBSETS", "TASK_EPOCHS", "REGRESSION")} == {
+        "NUM_CLASSES": "2", "METRIC": "accuracy", "VALID_SUBSETS": "valid", "TASK_EPOCHS": "10", "REGRESSION": "0"}
+    with pytest.raises(ValueError, match="unknown task 'Reviews'"):
+        task_settings("Reviews")
 
 
 def test_grid_indices_and_defaults():
@@ -132,17 +136,20 @@ def test_finetune_rte_end_to_end(rte_run):
     assert 0 <= result["best_valid"]["valid"] <= 100
     cmd = (run_dir / "command.txt").read_text()
     for flag in ("--arch tupe_roberta_tiny --max-positions 64 --no-input-pe --untied-pos --untie-cls --rel-pos",
+                 "--criterion glue_sentence_prediction --metric-averaging dev_set",
                  "--num-classes 2 --init-token 0 --separator-token 2", "--batch-size 16 --max-tokens 4400",
                  r"--adam-betas \(0.9\,0.999\) --adam-eps 1e-6 --weight-decay 0.01 --clip-norm 1.0",
                  "--lr 1e-3 --lr-scheduler warmup_ratio --warmup-ratio 0.06 --max-epoch 2",
                  "--dropout 0.1 --attention-dropout 0.1 --pooler-dropout 0.1 --seed 1", "--valid-subset valid",
                  "--best-checkpoint-metric accuracy --maximize-best-checkpoint-metric", "--cpu", "--no-save",
-                 "--validate-interval-updates 2", "--reset-optimizer"):
+                 "--validations-per-epoch 2", "--reset-optimizer", "--shorten-method truncate"):
         assert flag in cmd, flag
     assert "--fp16" not in cmd and "--regression-target" not in cmd
-    # 48 pairs / batch 16 = 3 updates per epoch; validating every 2 updates and at each epoch's end
+    # 48 pairs / batch 16 = 3 updates per epoch: exactly two validations per epoch, after update
+    # ceil(3/2) = 2 of the epoch and at its end (fairseq's --validate-interval-updates 2 gives 2, 3, 4, 6)
     assert "warmup_ratio schedule: 3 updates/epoch x 2 epochs -> 6 updates" in log
-    assert [int(u) for u in re.findall(r"valid on 'valid' subset .*num_updates (\d+)", log)] == [2, 3, 4, 6]
+    assert [int(u) for u in re.findall(r"valid on 'valid' subset .*num_updates (\d+)", log)] == [2, 3, 5, 6]
+    assert "--validate-interval-updates" not in cmd
     assert f"RTE lr1e-3_seed1 done: valid accuracy {result['best_valid']['valid']}" in p.stderr
     assert collect.read_run("RTE", str(run_dir), "accuracy") == result["best_valid"]
 
@@ -156,18 +163,27 @@ def test_finished_run_is_skipped(rte_run, pretrained, glue_bin, runs):
 
 
 def test_finetune_stsb_regression_reports_pearson_and_keeps_the_best_checkpoint(pretrained, glue_bin, runs):
-    p = sh([FINETUNE, "STS-B", "1e-3", "1"], **run_env(pretrained, glue_bin, runs, KEEP_CHECKPOINTS="1"))
+    """Also: two validations per epoch with --update-freq 2 (48 pairs / batch 8 = 6 batches = 3 updates)."""
+    p = sh([FINETUNE, "STS-B", "1e-3", "1"], **run_env(pretrained, glue_bin, runs, KEEP_CHECKPOINTS="1", BATCH="8",
+                                                      EXTRA_ARGS="--update-freq 2"))
     run_dir = runs / "STS-B" / "lr1e-3_seed1"
     result = json.loads((run_dir / "result.json").read_text())
     log = (run_dir / "train.log").read_text()
     assert result["metric"] == "pearson" and result["best_valid"] == best_in_log(log)
     assert -100 <= result["best_valid"]["valid"] <= 100
     cmd = (run_dir / "command.txt").read_text()
-    for flag in ("--num-classes 1", "--regression-target", "--report-pearson-and-spearman",
-                 "--best-checkpoint-metric pearson", "--save-interval-updates 2"):
+    for flag in ("--num-classes 1", "--regression-target", "--criterion glue_sentence_prediction",
+                 "--best-checkpoint-metric pearson", "--keep-interval-updates 1", "--update-freq 2"):
         assert flag in cmd, flag
     assert "--no-save" not in cmd
+    assert [int(u) for u in re.findall(r"valid on 'valid' subset .*num_updates (\d+)", log)] == [2, 3, 5, 6]
     assert os.listdir(run_dir / "checkpoints") == ["checkpoint_best.pt"]  # KEEP_CHECKPOINTS=1: the best only
+    import torch
+
+    state = torch.load(run_dir / "checkpoints" / "checkpoint_best.pt", weights_only=False)
+    assert state["cfg"]["model"].classification_head_style == "release"  # the head style travels with it
+    best_step = result["best_step"]  # the best checkpoint is the one of the best validation
+    assert state["optimizer_history"][-1]["num_updates"] == best_step
     assert "STS-B: 1 class(es), metric pearson on valid" in p.stderr
 
 
@@ -191,3 +207,38 @@ def test_grid_runs_what_is_missing_and_prints_the_table(rte_run, pretrained, glu
     # an array task of a finished run: maps its index to (task, lr, seed) and skips
     q = sh(["bash", GRID_SBATCH], **dict(env, SLURM_ARRAY_TASK_ID="1"))
     assert "array task 1 = RTE lr 5e-4 seed 1" in q.stderr and "already done" in q.stderr
+
+
+def test_custom_single_sentence_task_is_binarized_finetuned_and_scored(pretrained, glue_bin, runs, spm_dir, tmp_path):
+    """A folder with SST-2's layout (here: SST-2's fixture rows labelled neg/pos) runs like SST-2."""
+    tasks = tmp_path / "tasks" / "Reviews"
+    tasks.mkdir(parents=True)
+    for fname in ("train.tsv", "dev.tsv"):
+        rows = [r.split("\t") for r in (FIXTURES / "SST-2" / fname).read_text().splitlines()[1:]]
+        (tasks / fname).write_text("sentence\tlabel\n" + "".join(f"{t}\t{('neg', 'pos')[int(y)]}\n" for t, y in rows))
+    sh(["python", "-m", "preprocess.glue_binarize", "--glue-dir", tasks.parent, "--tasks", "ALL",
+        "--spm-model", spm_dir / "spm.model", "--dict", spm_dir / "dict.txt", "--out-dir", glue_bin])
+    assert sh(["python", "-m", "glue.grid", "tasks", "--glue-bin", glue_bin]).stdout.split() == list(PAPER_TASKS) + [
+        "Reviews"]  # TASKS=auto: the paper's 8 and the custom task
+    p = sh([FINETUNE, "Reviews", "1e-3", "1"], **run_env(pretrained, glue_bin, runs, EPOCHS="1"))
+    assert "Reviews: 2 class(es), metric accuracy on valid, 1 epochs" in p.stderr
+    result = json.loads((runs / "Reviews" / "lr1e-3_seed1" / "result.json").read_text())
+    assert result["metric"] == "accuracy" and set(result["best_valid"]) == {"valid"}
+    q = sh(["python", "-m", "glue.collect", runs, "--expected-lrs", "1e-3", "--seeds", "1"])
+    row = re.search(r"^\| Reviews \| accuracy \| (.*)$", q.stdout, re.M)
+    assert row and f"| {result['best_valid']['valid']:.2f} (1) |" in row.group(0), q.stdout
+
+
+def test_unreadable_result_is_moved_aside_and_the_run_redone(tmp_path, glue_bin):
+    run = tmp_path / "RTE" / "lr2e-5_seed1"
+    run.mkdir(parents=True)
+    (run / "result.json").write_text("")  # e.g. a full disk
+    from glue.grid import Job
+
+    assert not Job(0, "RTE", "2e-5", "1").done(str(tmp_path))
+    p = sh([FINETUNE, "RTE", "2e-5", "1"], check=False, CHECKPOINT=str(tmp_path / "none.pt"), GLUE_BIN=str(glue_bin),
+           RUNS=str(tmp_path))
+    assert "unreadable result" in p.stderr and "not valid JSON" in p.stderr
+    assert "none.pt: no such file" in p.stderr  # it went on to redo the run (and stopped at the checkpoint)
+    aside = list((tmp_path / ".unreadable" / "RTE").iterdir())
+    assert len(aside) == 1 and aside[0].name.startswith("lr2e-5_seed1.") and not run.exists()

@@ -1,0 +1,45 @@
+"""Exactly N validations per epoch (glue.fairseq_train), whatever the parity, --update-freq or processes.
+
+The real fairseq-train runs that count validations are in test_glue_scripts.py (3 updates per epoch,
+with and without --update-freq 2); here the arithmetic, on fairseq's own epoch iterator sharded over
+two processes (docs/glue_protocol.md §4).
+"""
+import math
+
+import pytest
+from fairseq.data import ListDataset, iterators
+from omegaconf import OmegaConf
+
+from glue.fairseq_train import epoch_position, mid_epoch_updates, split_option
+
+
+@pytest.mark.parametrize("updates,n,want", [(3, 2, [2]), (4, 2, [2]), (5, 2, [3]), (1, 2, []), (2, 2, [1]),
+                                            (7, 3, [3, 5]), (6, 1, []), (2, 4, [1])])
+def test_mid_epoch_points(updates, n, want):
+    assert mid_epoch_updates(updates, n) == want
+    assert len(mid_epoch_updates(updates, n)) + 1 == min(n, updates)  # + the end of the epoch
+
+
+@pytest.mark.parametrize("update_freq,skip_remainder", [(1, False), (2, False), (3, True)])
+def test_every_process_sees_the_same_points(update_freq, skip_remainder):
+    """13 batches over 2 processes (7 each: one padded) grouped as fairseq's loop groups them."""
+    cfg = OmegaConf.create({"optimization": {"update_freq": [update_freq], "skip_remainder_batch": skip_remainder}})
+    seen = []
+    for shard in (0, 1):
+        epoch_itr = iterators.EpochBatchIterator(dataset=ListDataset(list(range(13))), collate_fn=lambda x: x,
+                                                 batch_sampler=[[i] for i in range(13)], num_shards=2, shard_id=shard)
+        itr = iterators.GroupedIterator(epoch_itr.next_epoch_itr(shuffle=False), update_freq,
+                                        skip_remainder_batch=skip_remainder)
+        positions = [epoch_position(cfg, epoch_itr) for _ in itr]
+        seen.append(positions)
+    rounding = math.floor if skip_remainder else math.ceil
+    total = rounding(7 / update_freq)
+    assert seen[0] == seen[1] == [(k, total) for k in range(1, total + 1)]
+
+
+def test_option_parsing():
+    assert split_option(["data", "--validations-per-epoch", "2", "--lr", "1e-5"]) == (2, False, ["data", "--lr", "1e-5"])
+    assert split_option(["--validations-per-epoch=3", "--hydra", "data"]) == (3, True, ["data"])
+    assert split_option(["data"]) == (1, False, ["data"])
+    with pytest.raises(SystemExit, match="whole number"):
+        split_option(["--validations-per-epoch", "two"])
