@@ -13,7 +13,9 @@ ending the last token -- is detached first, stays at the end of the sentence and
 (``"A man sleeps."`` -> words ``A man sleeps`` + ``"."``). Perturbed sentences are re-joined with
 single spaces; case is left as it is (no re-capitalisation).
 
-Sets (the premise and the hypothesis are both perturbed, labels unchanged, unless said otherwise):
+Sets (labels unchanged unless said otherwise; ``--shuffle`` says which sentence the shuffles perturb:
+``both`` (default), ``premise`` or ``hypothesis``, the other one left as it is. The L&S paper's text does
+not fix this choice; ``both`` perturbs every word order the model sees, the other two isolate one side):
 
 * ``original``: every kept item, sentences untouched.
 * ``shuffle_<n>`` for each ``--windows`` n: the words are cut into consecutive non-overlapping windows of
@@ -204,8 +206,16 @@ def set_names(windows: Sequence[int]) -> List[str]:
     return ["original", *(f"shuffle_{n}" for n in windows), "random", "role_swap", "role_swap_original"]
 
 
-def perturb(line_no: int, rec: dict, windows: Sequence[int], seed: int) -> Dict[str, dict]:
-    """All probing records of one SNLI item, by set name (sets the item does not belong to are absent)."""
+SHUFFLE_SIDES = ("both", "premise", "hypothesis")
+
+
+def perturb(line_no: int, rec: dict, windows: Sequence[int], seed: int, shuffle: str = "both") -> Dict[str, dict]:
+    """All probing records of one SNLI item, by set name (sets the item does not belong to are absent).
+
+    ``shuffle`` (``both``, ``premise``, ``hypothesis``): the sentence(s) the shuffle sets perturb."""
+    if shuffle not in SHUFFLE_SIDES:
+        raise ValueError(f"shuffle={shuffle!r}: choose from {', '.join(SHUFFLE_SIDES)}")
+    premise, hypothesis = shuffle in ("both", "premise"), shuffle in ("both", "hypothesis")
     base = {"id": line_no}
     if "pairID" in rec:
         base["pairID"] = rec["pairID"]
@@ -220,9 +230,10 @@ def perturb(line_no: int, rec: dict, windows: Sequence[int], seed: int) -> Dict[
     out = {"original": item(s1, s2, label)}
     for n in windows:
         r = rng(f"shuffle_{n}")
-        out[f"shuffle_{n}"] = item(shuffle_windows(s1, n, r), shuffle_windows(s2, n, r), label)
+        out[f"shuffle_{n}"] = item(shuffle_windows(s1, n, r) if premise else s1,
+                                   shuffle_windows(s2, n, r) if hypothesis else s2, label)
     r = rng("random")
-    out["random"] = item(shuffle_all(s1, r), shuffle_all(s2, r), label)
+    out["random"] = item(shuffle_all(s1, r) if premise else s1, shuffle_all(s2, r) if hypothesis else s2, label)
     swapped = role_swap(s2) if label == "entailment" else None
     if swapped is not None:
         out["role_swap"] = item(s1, swapped, SWAP_LABEL, orig_sentence2=s2, orig_gold_label=label)
@@ -230,7 +241,8 @@ def perturb(line_no: int, rec: dict, windows: Sequence[int], seed: int) -> Dict[
     return out
 
 
-def build(input_path: str, out_dir: str, seed: int, windows: Sequence[int], force: bool) -> Dict[str, int]:
+def build(input_path: str, out_dir: str, seed: int, windows: Sequence[int], force: bool,
+          shuffle: str = "both") -> Dict[str, int]:
     """Write every set; returns kept counts per set. Raises FileExistsError unless ``force``."""
     names = set_names(windows)
     finals = {name: os.path.join(out_dir, f"{name}.jsonl") for name in names}
@@ -244,7 +256,7 @@ def build(input_path: str, out_dir: str, seed: int, windows: Sequence[int], forc
     stats = ReadStats()
     try:
         for line_no, rec in read_snli(input_path, stats):
-            for name, out in perturb(line_no, rec, windows, seed).items():
+            for name, out in perturb(line_no, rec, windows, seed, shuffle).items():
                 files[name].write(json.dumps(out, ensure_ascii=False) + "\n")
                 kept[name] += 1
     except BaseException:
@@ -259,7 +271,7 @@ def build(input_path: str, out_dir: str, seed: int, windows: Sequence[int], forc
         hidden = len(stats.warnings) - MAX_WARNINGS
         print(f"warning: {hidden} more malformed lines not shown", file=sys.stderr)
     print(f"{input_path}: {stats.read} items read, skipped {stats.no_gold_label} without gold label ('-'), "
-          f"{stats.malformed} malformed")
+          f"{stats.malformed} malformed; shuffles perturb: {shuffle}")
     for name in names:
         print(f"  {name:20s} {kept[name]:8d}  -> {finals[name]}")
     return kept
@@ -278,6 +290,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--seed", type=int, default=1, help="random seed (default: 1)")
     p.add_argument("--windows", type=int, nargs="+", default=[3, 4, 5, 6],
                    help="shuffle window sizes (default: 3 4 5 6)")
+    p.add_argument("--shuffle", choices=SHUFFLE_SIDES, default="both",
+                   help="which sentence the shuffle_<n> and random sets perturb (default: both)")
     p.add_argument("--force", action="store_true", help="overwrite existing outputs")
     args = p.parse_args(argv)
     if any(n < 2 for n in args.windows) or len(set(args.windows)) != len(args.windows):
@@ -285,7 +299,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if not os.path.isfile(args.input):
         p.error(f"input not found: {args.input}")
     try:
-        build(args.input, args.out_dir, args.seed, args.windows, args.force)
+        build(args.input, args.out_dir, args.seed, args.windows, args.force, args.shuffle)
     except FileExistsError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

@@ -202,3 +202,25 @@ def test_help_and_bad_windows(tmp_path):
     assert result.returncode == 0 and "--windows" in result.stdout and "role_swap" in result.stdout
     result = run_cli("--input", SAMPLE, "--out-dir", str(tmp_path / "w"), "--windows", "1")
     assert result.returncode == 2 and not (tmp_path / "w").exists()
+
+
+@pytest.mark.parametrize("side", ["premise", "hypothesis"])
+def test_shuffle_one_side_only(built, tmp_path, side):
+    """--shuffle premise|hypothesis perturbs that sentence (same words) and leaves the other as it is."""
+    _, _, both = built
+    build(tmp_path / side, 1, SAMPLE, "--shuffle", side)
+    one = load(tmp_path / side)
+    changed, kept = ("sentence1", "sentence2") if side == "premise" else ("sentence2", "sentence1")
+    originals = {r["id"]: r for r in one["original"]}
+    assert one["original"] == both["original"] and one["role_swap"] == both["role_swap"]
+    moved = 0
+    for name in [f"shuffle_{n}" for n in WINDOWS] + ["random"]:
+        for rec in one[name]:
+            orig = originals[rec["id"]]
+            assert rec[kept] == orig[kept]
+            assert Counter(words_and_tail(rec[changed])[0]) == Counter(words_and_tail(orig[changed])[0])
+            moved += rec[changed] != orig[changed]
+    assert moved > 0
+    both_moved = sum(r["sentence1"] != originals[r["id"]]["sentence1"] and
+                     r["sentence2"] != originals[r["id"]]["sentence2"] for r in both["random"])
+    assert both_moved > 0  # the default (both) perturbs premise and hypothesis of the same item
