@@ -36,12 +36,11 @@ def padded_batch() -> tuple:
 
 def tiny_checkpoint(tmp_path: Path, variant: str, **args) -> Path:
     """A tupe_roberta checkpoint of ``variant`` with a 3-class head, weights moved off their init."""
-    model = build(f"{variant}_tiny", max_positions=32, seed=1)
+    model = build(f"{variant}_tiny", max_positions=32, seed=1, **args)
     model.register_classification_head(HEAD, num_classes=3)
     with torch.no_grad():
         for p in model.parameters():  # LayerNorms != 1, per-layer priors differ, ...
             p.add_(0.05 * torch.randn_like(p))
-    vars(model.args).update(args)
     path = tmp_path / f"{variant}.pt"
     torch.save({"args": model.args, "model": model.state_dict()}, path)
     return path, model.eval()
@@ -75,13 +74,23 @@ def test_every_supported_variant_equals_fairseq(variant, tmp_path):
 
 
 def test_head_style_is_read_from_the_checkpoint(tmp_path):
-    for style, dropout_first in (("release", False), (None, True)):
-        ckpt, model = tiny_checkpoint(tmp_path, "tupe_a", **({"classification_head_style": style} if style else {}))
+    from tupe_plugin.modules.classification_head import head_style
+
+    for style in ("release", "roberta", None):  # None: args that predate the option
+        ckpt, model = tiny_checkpoint(tmp_path, "tupe_a", pooler_dropout=0.3,
+                                      **({"classification_head_style": style} if style else {}))
         if style is None:
-            assert not hasattr(model.args, "classification_head_style") or model.args.classification_head_style is None
+            vars(model.args).pop("classification_head_style", None)
+            torch.save({"args": model.args, "model": model.state_dict()}, ckpt)
         out = hf_export.export(str(ckpt), str(tmp_path / f"hf_{style}"))
         head = load(AutoModelForSequenceClassification, out).classifier
-        assert head.dropout_first is dropout_first  # missing attribute = fairseq RoBERTa's head
+        assert head.dropout_first is (head_style(model.args) == "roberta")
+        assert json.loads((out / "config.json").read_text())["classification_head_style"] == head_style(model.args)
+        features = torch.randn(2, 5, 64)  # training mode: dropout where fairseq's head has it, same masks
+        torch.manual_seed(3)
+        want = model.classification_heads[HEAD].train()(features)
+        torch.manual_seed(3)
+        torch.testing.assert_close(head.train()(features), want, **TOL)
 
 
 def test_a_variant_outside_the_supported_set_is_refused_by_name(tmp_path, monkeypatch):

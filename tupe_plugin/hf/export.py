@@ -125,7 +125,7 @@ def build_config(state: Dict[str, Any], path: str, head: Optional[Tuple[str, int
         "classifier_act": acts["pooler_activation_fn"],
         "classifier_dropout": float(get("pooler_dropout", 0.0)),
         "classifier_inner_dim": d,
-        "classification_head_style": get("classification_head_style", "roberta"),
+        "classification_head_style": _head_style(state),
         "pad_token_id": 1, "bos_token_id": 0, "eos_token_id": 2,
         "auto_map": {
             "AutoConfig": "configuration_tupe.TupeConfig",
@@ -146,6 +146,17 @@ def build_config(state: Dict[str, Any], path: str, head: Optional[Tuple[str, int
             config["id2label"] = {str(i): s for i, s in enumerate(names)}
             config["label2id"] = {s: i for i, s in enumerate(names)}
     return config
+
+
+def _head_style(state: Dict[str, Any]) -> str:
+    """The fairseq model's head style, resolved as the plugin resolves it (tupe_plugin/modules)."""
+    try:
+        from ..modules.classification_head import head_style
+    except ImportError:  # a plugin without head styles: fairseq's RobertaClassificationHead
+        return _model_cfg(state)("classification_head_style", "roberta")
+    cfg = state.get("cfg") or {}
+    model_cfg = cfg.get("model") if hasattr(cfg, "get") and cfg.get("model") is not None else state.get("args")
+    return head_style(model_cfg)
 
 
 def pick_head(model_state: Dict[str, torch.Tensor], path: str, wanted: Optional[str]) -> Optional[Tuple[str, int]]:
