@@ -224,3 +224,31 @@ def test_checkpoint_info_lists_the_registry(capsys):
     names = capsys.readouterr().out.split()
     assert names == [n.replace("_", "-") for n in VARIANTS]
     assert {"tupe-r", "bert-a", "sinusoidal", "nope", "t5-rel", "alibi", "rope", "deberta-rel"} <= set(names)
+
+
+@pytest.mark.parametrize("variant", ["rope", "deberta_rel"])
+def test_real_attention_maps_of_content_dependent_variants(variant):
+    """tupe-locality --text measures rope/deberta_rel on real maps: layer 0's equal the formula."""
+    from tupe_plugin.analysis.attention_maps import attention_probs
+
+    model = build(f"{variant}_tiny", seed=6)
+    x = tokens(1, 11, seed=6)
+    probs = attention_probs(model, x[0])  # (L, H, T, T)
+    assert probs.shape == (2, 4, 11, 11)
+    torch.testing.assert_close(probs.sum(-1), torch.ones(2, 4, 11))
+    torch.testing.assert_close(probs[0].double(), layer0_reference_weights(model, x)[0], atol=1e-5, rtol=1e-4)
+    assert all(layer.self_attn.impl == "sdpa" for layer in model.encoder.sentence_encoder.layers)  # restored
+
+
+@pytest.mark.parametrize("variant", NEW)
+def test_bf16_weights_follow_fp32(variant):
+    """bf16 (fairseq --bf16 casts the model, buffers included) stays close to fp32 for the new PEs."""
+    model = build(f"{variant}_tiny", seed=8)
+    x = tokens(2, 16, seed=8)
+    x[1, 12:] = 1  # right padding
+    with torch.no_grad():
+        want, _ = model(x, features_only=True)
+        got, _ = model.to(torch.bfloat16)(x, features_only=True)
+    assert got.dtype == torch.bfloat16
+    keep = x.ne(1)
+    assert (got.float()[keep] - want[keep]).abs().max() < 0.1

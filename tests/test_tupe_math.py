@@ -11,6 +11,8 @@ from tupe_plugin.models import VARIANTS, VariantMismatchError
 from tupe_plugin.modules import relative_position_bucket
 
 ALL = list(VARIANTS)
+# variants whose layer-0 logits the loop reference below knows (PAM blocks have theirs in test_pam.py)
+FORMULA = [name for name, v in VARIANTS.items() if v.attention_block in ("standard", "rope", "deberta")]
 
 
 def paper_bucket(delta: int) -> int:
@@ -188,7 +190,7 @@ def layer0_reference_weights(model, x_tokens):
     return out
 
 
-@pytest.mark.parametrize("variant", ALL)
+@pytest.mark.parametrize("variant", FORMULA)
 def test_layer0_attention_equals_formula(variant):
     model = build(f"{variant}_tiny", attention_impl="reference")
     x_tokens = tokens(2, 12)
