@@ -99,6 +99,10 @@ def test_a_variant_outside_the_supported_set_is_refused_by_name(tmp_path, monkey
     with pytest.raises(hf_export.ExportError, match="variant 'bert_r' is not in the exporter's supported set"):
         hf_export.export(str(ckpt), str(tmp_path / "hf"))
     assert not (tmp_path / "hf").exists() and not (tmp_path / "hf.partial").exists()
+    monkeypatch.undo()
+    ckpt, _ = tiny_checkpoint(tmp_path, "rope")  # a variant of the plugin the exporter does not implement
+    with pytest.raises(hf_export.ExportError, match="variant 'rope' is not in the exporter's supported set"):
+        hf_export.export(str(ckpt), str(tmp_path / "hf"))
 
 
 def test_cli_refuses_a_non_empty_out_dir_in_one_line(tmp_path):

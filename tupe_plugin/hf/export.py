@@ -32,9 +32,12 @@ TOKENIZER_FILES = ("tokenization_tupe.py",)
 # A variant added to the plugin is refused here until someone implements and tests it.
 SUPPORTED_VARIANTS = (
     "bert_a", "bert_r", "tupe_a", "tupe_r", "tupe_a_tie_cls", "bert_ad", "gaussian_prior", "learned_gaussian",
+    "sinusoidal", "nope", "t5_rel", "alibi",
 )
-VARIANT_FIELDS = ("input_pe", "untied_pos", "untie_cls", "rel_pos", "pos_mixed_terms", "rel_pos_bins",
-                  "max_rel_pos", "distance_prior")
+VARIANT_FIELDS = {  # field -> its value in plugins that predate it
+    "input_pe": False, "untied_pos": False, "untie_cls": False, "rel_pos": False, "pos_mixed_terms": False,
+    "rel_pos_bins": 32, "max_rel_pos": 128, "distance_prior": "none", "sinusoidal_pe": False, "alibi": False,
+}
 ACTIVATIONS = ("gelu", "gelu_accurate", "relu", "tanh", "linear")
 ENCODER = "encoder.sentence_encoder."
 LM_HEAD = "encoder.lm_head."
@@ -94,6 +97,8 @@ def build_config(state: Dict[str, Any], path: str, head: Optional[Tuple[str, int
             "and SUPPORTED_VARIANTS in tupe_plugin/hf/export.py (with a test) before it can be exported"
         )
     variant = PositionalVariant.from_tensor(state["model"][next(k for k in state["model"] if k.endswith(VARIANT_KEY))])
+    if getattr(variant, "attention_block", "standard") != "standard":  # a supported name never gets here
+        raise ExportError(f"{path}: attention block {variant.attention_block!r} is not supported by the exporter")
     get = _model_cfg(state)
     if variant.input_pe and not get("encoder_learned_pos", True):
         raise ExportError(f"{path}: input PE is sinusoidal (no --encoder-learned-pos); only learned input PE is exported")
@@ -119,7 +124,7 @@ def build_config(state: Dict[str, Any], path: str, head: Optional[Tuple[str, int
         "layernorm_embedding": ENCODER + "layernorm_embedding.weight" in state["model"],
         "embed_scale": 1.0 if get("no_scale_embedding", True) else d**0.5,
         "tupe_variant": name,
-        **{f: getattr(variant, f) for f in VARIANT_FIELDS},
+        **{f: getattr(variant, f, default) for f, default in VARIANT_FIELDS.items()},
         "attn_scale_factor": float(variant.attn_scale_factor),
         "lm_head_act": acts["activation_fn"],
         "classifier_act": acts["pooler_activation_fn"],

@@ -36,6 +36,8 @@ class TupeConfig(PretrainedConfig):
         rel_pos_bins: int = 32,
         max_rel_pos: int = 128,
         distance_prior: str = "none",
+        sinusoidal_pe: bool = False,
+        alibi: bool = False,
         attn_scale_factor: float = 2.0,
         # heads
         lm_head_act: str = "gelu",
@@ -74,6 +76,8 @@ class TupeConfig(PretrainedConfig):
         self.rel_pos_bins = rel_pos_bins
         self.max_rel_pos = max_rel_pos
         self.distance_prior = distance_prior
+        self.sinusoidal_pe = sinusoidal_pe
+        self.alibi = alibi
         self.attn_scale_factor = attn_scale_factor
         self.lm_head_act = lm_head_act
         self.classifier_act = classifier_act

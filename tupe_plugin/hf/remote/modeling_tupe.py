@@ -12,7 +12,7 @@ Loaded with ``trust_remote_code=True``.
 from __future__ import annotations
 
 import math
-from typing import Optional, Tuple
+from typing import List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -45,6 +45,28 @@ def relative_position_bucket(relative_position: Tensor, num_buckets: int = 32, m
     return bucket + torch.where(n < max_exact, n, large)
 
 
+def alibi_slopes(num_heads: int) -> List[float]:
+    """ALiBi's head slopes (Press et al. 2022): ``2^(-8h/n)``, h = 1..n, for n a power of 2; otherwise those
+    of the closest smaller power of 2, then every other slope of twice that number."""
+    def power_of_2(n: int) -> List[float]:
+        return [2.0 ** (-8.0 * h / n) for h in range(1, n + 1)]
+
+    if num_heads & (num_heads - 1) == 0:
+        return power_of_2(num_heads)
+    closest = 2 ** int(math.floor(math.log2(num_heads)))
+    return power_of_2(closest) + power_of_2(2 * closest)[0::2][: num_heads - closest]
+
+
+def sinusoidal_table(num_positions: int, dim: int, base: float = 10000.0) -> Tensor:
+    """Fixed sin/cos input PE: ``PE[p, 2i] = sin(p / base^(2i/d))``, ``PE[p, 2i+1] = cos(...)`` (float64 math)."""
+    pos = torch.arange(num_positions, dtype=torch.float64)[:, None]
+    freq = base ** (-torch.arange(0, dim, 2, dtype=torch.float64) / dim)
+    table = torch.zeros(num_positions, dim, dtype=torch.float64)
+    table[:, 0::2] = torch.sin(pos * freq)
+    table[:, 1::2] = torch.cos(pos * freq)[:, : dim // 2]
+    return table.float()
+
+
 class TupePositions(nn.Module):
     """The content-free positional term, computed once per forward and shared by all layers.
 
@@ -60,6 +82,7 @@ class TupePositions(nn.Module):
         self.max_positions = c.max_position_embeddings
         self.untied_pos, self.untie_cls, self.rel_pos = c.untied_pos, c.untie_cls, c.rel_pos
         self.mixed_terms, self.distance_prior = c.pos_mixed_terms, c.distance_prior
+        self.alibi = getattr(c, "alibi", False)
         self.rel_pos_bins, self.max_rel_pos = c.rel_pos_bins, c.max_rel_pos
         self.scaling = (self.head_dim * c.attn_scale_factor) ** -0.5
         if self.untied_pos or self.mixed_terms:
@@ -106,6 +129,9 @@ class TupePositions(nn.Module):
             bias = prior[:, :T].expand(H, T, T)
         elif self.distance_prior == "learned_gaussian":
             bias = self.distance_bias[:, :, relative.abs()]  # (L, H, T, T)
+        if self.alibi:  # -m_h |j - i|, bidirectional
+            slopes = torch.tensor(alibi_slopes(H), device=device).view(H, 1, 1)
+            bias = -slopes * relative.abs()  # (H, T, T)
         return bias, None, None
 
 
@@ -200,6 +226,7 @@ class TupeModel(TupePreTrainedModel):
         self.embed_positions = (
             nn.Embedding(config.max_position_embeddings + pad + 1, d, padding_idx=pad) if config.input_pe else None
         )
+        self.sinusoidal_pe = getattr(config, "sinusoidal_pe", False)  # token i gets row i (right padding)
         self.layernorm_embedding = nn.LayerNorm(d, eps=config.layer_norm_eps) if config.layernorm_embedding else None
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
         self.positions = TupePositions(config)
@@ -230,6 +257,9 @@ class TupeModel(TupePreTrainedModel):
             k = keep.long()
             pos = torch.cumsum(k, dim=1) * k + self.padding_idx  # fairseq's make_positions
             x = x + self.embed_positions(pos)
+        if self.sinusoidal_pe:
+            T = input_ids.size(1)
+            x = x + sinusoidal_table(self.config.max_position_embeddings, x.size(-1))[:T].to(x)
         if self.layernorm_embedding is not None:
             x = self.layernorm_embedding(x)
         x = self.dropout(x)
