@@ -13,7 +13,13 @@ surrogates in ``\\u`` escapes), ``malformed_json``, ``not_object``, ``missing_te
 ``non_string_text``, ``empty_text`` (empty or whitespace-only). The first ``--max-warnings`` of each
 kind are reported as ``file:line``. A truncated/corrupt ``.gz`` is a file-level error: exit 1, no output.
 
-The output is written to ``OUT.partial`` and renamed when complete; an existing OUT is skipped.
+A shard that yields no usable document (0 bytes, empty, or every line skipped) is an error naming
+the file (exit 1, no output): it would otherwise pass every step and fail pre-training much later.
+
+The output is written to ``OUT.partial`` and renamed when complete, then ``OUT.settings.json`` (the
+input's name and size, ``--max-docs``, and the summary) marks it finished. A rerun skips a finished
+OUT made with the same settings, refuses one made with other settings (exit 2, naming them; ``--force``
+redoes it) and redoes an OUT without its record (interrupted).
 """
 from __future__ import annotations
 
@@ -26,8 +32,8 @@ import zlib
 from collections import Counter
 from typing import Dict, List, Optional
 
-from preprocess.c4_common import Progress, mb, open_binary, open_output
-from tupe_plugin.utils.io import remove_if_exists, write_json
+from preprocess.c4_common import Progress, SettingsMismatch, check_settings, mb, open_binary, open_output
+from tupe_plugin.utils.io import read_json, remove_if_exists, write_json
 from tupe_plugin.utils.log import get_logger
 
 PROG = "c4_extract"
@@ -144,6 +150,11 @@ def extract(inp: str, out: str, max_docs: int = 0, progress_seconds: float = 30.
     except BaseException:
         remove_if_exists(tmp)
         raise
+    if ex.docs == 0:
+        remove_if_exists(tmp)
+        reasons = ", ".join(f"{k}={v}" for k, v in ex.skipped.items() if v) or "the file is empty"
+        raise RuntimeError(f"{inp}: no usable document ({ex.input_lines} input lines; {reasons}): nothing to "
+                           "train on. Replace the file (re-download it) or leave it out of the input folder")
     os.replace(tmp, out)
     return ex.summary(prog.elapsed())
 
@@ -160,14 +171,30 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--force", action="store_true", help="redo even if OUTPUT exists")
     args = ap.parse_args(argv)
 
+    if not os.path.isfile(args.input):
+        log.error(f"{args.input}: no such file")
+        return 1
+    settings = {"input": os.path.basename(args.input), "input_bytes": os.path.getsize(args.input),
+                "max_docs": args.max_docs}
+    record = args.output + ".settings.json"
     if os.path.exists(args.output) and not args.force:
-        log.info(f"skip: {args.output} exists (complete); use --force to redo")
-        return 0
+        done = read_json(record)
+        if done is not None:
+            try:
+                check_settings(args.output, done.get("settings"), settings)
+            except SettingsMismatch as e:
+                log.error(f"{e}")
+                return 2
+            log.info(f"skip: {args.output} is complete for these settings ({record}); --force redoes it")
+            return 0
+        log.info(f"{args.output}: no {record} (interrupted run); redoing")
+    remove_if_exists(record)
     try:
         s = extract(args.input, args.output, args.max_docs, args.progress_seconds, args.max_warnings)
-    except (RuntimeError, FileNotFoundError) as e:
+    except (RuntimeError, OSError) as e:
         log.error(f"{e}")
         return 1
+    write_json(record, {"settings": settings, "summary": s})
     log.info(format_summary(s))
     if args.stats_json:
         write_json(args.stats_json, s)

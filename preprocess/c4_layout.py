@@ -8,8 +8,11 @@ comparable across epochs. ``dict.txt`` is copied (fairseq reads it from the firs
 Files are hard-linked (no extra space; falls back to symlinks across file systems), or symlinked /
 copied with ``--link``. Each file is placed under a temporary name and renamed, ``.idx`` after
 ``.bin``. Only shards with a ``.done`` marker from step 3 (and matching sizes) are accepted.
-Also writes ``DATA_BIN/shards.tsv`` (shard -> source prefix) and ``DATA_BIN/data_path.txt`` (the
-colon-joined argument for fairseq-train).
+Also writes ``DATA_BIN/shards.tsv`` (shard -> source prefix), ``DATA_BIN/data_path.txt`` (the shard
+folders colon-joined, *relative to DATA_BIN*, so a moved or copied DATA_BIN reads its own files) and
+``DATA_BIN/layout.json`` (the dictionary's entries, size and SHA-256, the shard names). Train with
+``DATA=DATA_BIN train_scripts/pretrain.sh``, which checks both at start (``python -m preprocess.c4_data``,
+which also prints the absolute path for ``fairseq-train``).
 """
 from __future__ import annotations
 
@@ -21,7 +24,7 @@ import shutil
 import sys
 from typing import List, Optional, Sequence
 
-from tupe_plugin.utils.io import atomic_open, atomic_path, remove_if_exists, write_text
+from tupe_plugin.utils.io import atomic_open, atomic_path, file_hash, remove_if_exists, write_data_path, write_json
 from tupe_plugin.utils.log import get_logger
 
 PROG = "c4_layout"
@@ -106,8 +109,13 @@ def layout(data_bin: str, dict_path: str, valid: str, train: Sequence[str], link
         f.write("shard\ttrain\tvalid\n")
         for k, prefix in enumerate(train):
             f.write(f"shard{k}\t{os.path.abspath(prefix)}\t{os.path.abspath(valid)}\n")
-    data_path = ":".join(os.path.abspath(s) for s in shards)
-    write_text(os.path.join(data_bin, "data_path.txt"), data_path + "\n")
+    write_data_path(data_bin, shards)
+    with open(dict_path, encoding="utf-8") as f:
+        entries = sum(1 for line in f if line.strip())
+    write_json(os.path.join(data_bin, "layout.json"), {
+        "shards": [os.path.basename(s) for s in shards],
+        "dictionary": {"entries": entries, "bytes": os.path.getsize(dict_path), "sha256": file_hash(dict_path)},
+    })
     log.info(f"summary: {len(shards)} shards in {data_bin} ({changed} datasets placed, "
               f"{2 * len(shards) - changed} already in place; link={placer.mode})")
     return shards

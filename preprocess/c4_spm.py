@@ -8,7 +8,10 @@ then one reservoir sample of ``--sample-sentences`` non-empty lines is drawn ove
 Training uses sentencepiece's default special ids (``<unk>=0 <s>=1 </s>=2``, no pad), so
 :func:`preprocess.spm_dict.id_offset` holds and step 3 maps ids without strings. Outputs in
 ``--out-dir``: ``spm.model``, ``spm.vocab``, ``dict.txt`` (fairseq; written last, via
-:func:`preprocess.spm_dict.write_fairseq_dict`). If all three exist the step is skipped.
+:func:`preprocess.spm_dict.write_fairseq_dict`), then ``settings.json`` (the training settings and
+input file names; it marks the step finished). A rerun with the same settings skips; with other
+settings (e.g. a trial vocabulary, then the full one) it refuses, naming them (exit 2), unless
+``--force``; outputs without ``settings.json`` (an interrupted run) are redone.
 """
 from __future__ import annotations
 
@@ -22,8 +25,8 @@ from typing import List, Optional, Sequence
 
 import sentencepiece as spm
 
-from preprocess.c4_common import Progress, mb, open_binary
-from tupe_plugin.utils.io import remove_if_exists
+from preprocess.c4_common import Progress, SettingsMismatch, check_settings, mb, open_binary
+from tupe_plugin.utils.io import read_json, remove_if_exists, write_json
 from tupe_plugin.utils.log import get_logger
 from preprocess.spm_dict import id_offset, write_fairseq_dict
 
@@ -134,9 +137,22 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--verbose", action="store_true", help="sentencepiece's own training log")
     args = ap.parse_args(argv)
 
-    if not args.force and all(os.path.exists(os.path.join(args.out_dir, o)) for o in OUTPUTS):
-        log.info(f"skip: {args.out_dir}/{{spm.model,spm.vocab,dict.txt}} exist; use --force to retrain")
+    settings = {k: getattr(args, k) for k in ("vocab_size", "model_type", "sample_sentences", "max_files",
+                                              "character_coverage", "seed", "max_sentence_length",
+                                              "hard_vocab_limit")}
+    settings["inputs"] = [os.path.basename(p) for p in stride_select(args.inputs, args.max_files)]
+    record = os.path.join(args.out_dir, "settings.json")
+    done = read_json(record)
+    if not args.force and done is not None and all(os.path.exists(os.path.join(args.out_dir, o)) for o in OUTPUTS):
+        try:
+            check_settings(f"{args.out_dir}/{{spm.model,dict.txt}}", done.get("settings"), settings)
+        except SettingsMismatch as e:
+            log.error(f"{e}")
+            return 2
+        log.info(f"skip: {args.out_dir}/{{spm.model,spm.vocab,dict.txt}} are complete for these settings; "
+                 "--force retrains")
         return 0
+    remove_if_exists(record)
     missing = [p for p in args.inputs if not os.path.isfile(p)]
     if missing:
         log.error(f"missing input(s): {missing[:3]}")
@@ -148,6 +164,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     except ValueError as e:
         log.error(f"{e}")
         return 2
+    write_json(record, {"settings": settings, "summary": s})
     log.info("summary: " + " ".join(f"{k}={v}" for k, v in s.items()) + f" out={args.out_dir}")
     return 0
 

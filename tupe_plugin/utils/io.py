@@ -124,3 +124,30 @@ def read_json(path: str) -> Optional[Any]:
             return json.load(f)
     except (FileNotFoundError, ValueError):
         return None
+
+
+DATA_PATH_FILE = "data_path.txt"
+
+
+def write_data_path(folder: str, shard_dirs: Sequence[str]) -> str:
+    """Write ``folder/data_path.txt``: the shard folders, colon-joined, *relative to* ``folder``.
+
+    Relative entries keep a copied or moved data folder self-contained (an absolute path would make
+    the copy silently read the original). Returns the line written.
+    """
+    line = ":".join(os.path.relpath(os.path.abspath(d), os.path.abspath(folder)) for d in shard_dirs)
+    write_text(os.path.join(folder, DATA_PATH_FILE), line + "\n")
+    return line
+
+
+def read_data_path(data: str) -> List[str]:
+    """Absolute shard folders of ``data``: a folder with ``data_path.txt`` (entries relative to that
+    folder, or absolute as older versions wrote them), or a colon-joined list of data folders."""
+    record = os.path.join(data, DATA_PATH_FILE)
+    if os.path.isfile(record) and not os.path.isfile(os.path.join(data, "dict.txt")):
+        with open(record, encoding="utf-8") as f:
+            line = f.readline().strip()
+        if not line:
+            raise ValueError(f"{record} is empty: rerun preprocess/c4/4_layout.sh")
+        return [os.path.normpath(os.path.join(os.path.abspath(data), p)) for p in line.split(":")]
+    return [os.path.abspath(p) for p in data.split(":") if p]
