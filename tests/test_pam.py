@@ -1,12 +1,17 @@
 """The PAM blocks (L&S code's concat.py, seuqence.py, bert.py) against float64 loop references
 written here from the formulas in docs/positional_encodings.md, section "PAM"."""
 import argparse
+import json
 import math
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 import torch
 
+from conftest import BIN, PRETRAIN_ARGS, ROOT, run
 from model_utils import build
 from tupe_plugin.analysis.checkpoint_maps import PositionWeights, positional_logits, positional_maps
 from tupe_plugin.models import VARIANTS, VariantMismatchError
@@ -208,3 +213,30 @@ def test_position_maps_are_the_exact_pam_weights(mode, tmp_path):
     assert probs is values or np.array_equal(probs, values)  # used as weights: no softmax
     with pytest.raises(PositionWeights, match="positional_maps"):
         positional_logits(str(path), T)
+
+
+# ---- through the real CLIs: pre-train a PAM model, fine-tune its checkpoint with glue/finetune.sh ----
+
+
+def test_pam_checkpoint_pretrains_and_finetunes_through_glue_finetune_sh(lm_bin, spm_dir, tmp_path):
+    """The generic loss-falls run of every variant is in test_fairseq_cli.py; here a pam_concat checkpoint
+    goes on to glue/finetune.sh, which must rebuild the PAM model from the checkpoint's record."""
+    save = tmp_path / "pretrain"
+    run(["fairseq-train", str(lm_bin), *PRETRAIN_ARGS, "--arch", "pam_concat_tiny", "--max-update", "6",
+         "--save-dir", str(save)])
+    glue_bin, runs = tmp_path / "glue-bin", tmp_path / "runs"
+    run([sys.executable, "-m", "preprocess.glue_binarize", "--glue-dir", str(ROOT / "tests/data/glue"),
+         "--tasks", "RTE", "--spm-model", str(spm_dir / "spm.model"), "--dict", str(spm_dir / "dict.txt"),
+         "--out-dir", str(glue_bin)])
+    env = dict(os.environ, PATH=f"{BIN}:{os.environ.get('PATH', '')}", OMP_NUM_THREADS="1",
+               CHECKPOINT=str(save / "checkpoint_last.pt"), GLUE_BIN=str(glue_bin), RUNS=str(runs),
+               EPOCHS="1", BATCH="16", NUM_WORKERS="0", TRUNCATE="1")
+    p = subprocess.run([str(ROOT / "glue/finetune.sh"), "RTE", "1e-3", "1"], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-4000:]
+    run_dir = runs / "RTE" / "lr1e-3_seed1"
+    result = json.loads((run_dir / "result.json").read_text())
+    assert result["checkpoint_variant"] == "pam_concat" and 0 <= result["best_valid"]["valid"] <= 100
+    assert "--arch pam_concat_tiny" in (run_dir / "command.txt").read_text()
+    log = (run_dir / "train.log").read_text()
+    assert "positional variant: pam_concat " in log and "--attention-block pam_concat" in log
