@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from conftest import BIN, PRETRAIN_ARGS, ROOT, run
-from model_utils import build
+from model_utils import build, tokens
+from tupe_plugin.analysis.attention_maps import attention_probs
 from tupe_plugin.analysis.checkpoint_maps import PositionWeights, positional_logits, positional_maps
 from tupe_plugin.models import VARIANTS, VariantMismatchError
 from tupe_plugin.modules.attention import attention_mask
@@ -33,6 +34,7 @@ def official_window(T: int) -> torch.Tensor:
     return a
 
 
+@torch.no_grad()
 def linear(layer, x):
     return layer.weight.double() @ x + layer.bias.double()
 
@@ -240,3 +242,26 @@ def test_pam_checkpoint_pretrains_and_finetunes_through_glue_finetune_sh(lm_bin,
     assert "--arch pam_concat_tiny" in (run_dir / "command.txt").read_text()
     log = (run_dir / "train.log").read_text()
     assert "positional variant: pam_concat " in log and "--attention-block pam_concat" in log
+
+
+@pytest.mark.parametrize("mode", PAM_MODES)
+def test_real_attention_maps_are_the_content_attention(mode):
+    """tupe-locality --text reads every layer's content attention (attention_maps.attention_probs);
+    layer 1's equals softmax(q k^T / sqrt(dh)) of the embedded tokens (of pos(x) for sequential)."""
+    model = build(f"pam_{mode}_tiny", seed=2)
+    x = tokens(1, 9, seed=3)
+    probs = attention_probs(model, x[0])  # (L, H, T, T)
+    enc = model.encoder.sentence_encoder
+    attn = enc.layers[0].self_attn
+    with torch.no_grad():
+        emb = enc.forward_embedding(x)[0].transpose(0, 1)  # (T, 1, C)
+        inp = (attn.positional_attention(emb, None) if mode == "sequential" else emb)[:, 0].double()
+    T, dh = inp.shape[0], attn.head_dim
+    for h in range(H_TINY):
+        s = slice(h * dh, (h + 1) * dh)
+        q = [linear(attn.q_proj, inp[i])[s] for i in range(T)]
+        k = [linear(attn.k_proj, inp[j])[s] for j in range(T)]
+        for i in range(T):
+            e = [math.exp(float(q[i] @ k[j]) / math.sqrt(dh)) for j in range(T)]
+            want = torch.tensor([v / sum(e) for v in e], dtype=torch.float64)
+            assert torch.allclose(probs[0, h, i].double(), want, atol=1e-5), (h, i)
