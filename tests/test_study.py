@@ -71,6 +71,11 @@ def test_token_counts_over_shards(tmp_path):
     assert counts.tolist() == [0, 0, 3, 0, 2, 1, 0, 0, 0, 1]
     with pytest.raises(FileNotFoundError, match="no train split"):
         sr.token_counts(str(tmp_path / "missing"))
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "train.idx").write_bytes(b"TNTIDX\x00\x00" + bytes(20))  # the legacy "cached" format
+    (tmp_path / "bad" / "train.bin").write_bytes(b"")
+    with pytest.raises(ValueError, match="not a fairseq mmap index"):
+        sr.token_counts(str(tmp_path / "bad"))
 
 
 def test_paired_differences_and_what_seeds_settle():
