@@ -16,8 +16,9 @@ from model_utils import build, tokens
 from tupe_plugin.analysis.attention_maps import attention_probs
 from tupe_plugin.analysis.checkpoint_maps import PositionWeights, positional_logits, positional_maps
 from tupe_plugin.models import VARIANTS, VariantMismatchError
+from tupe_plugin.models.tupe_roberta import TupeRobertaModel
 from tupe_plugin.modules.attention import attention_mask
-from tupe_plugin.modules.pam import PAM_MODES, PamSelfAttention, window_weights
+from tupe_plugin.modules.pam import PAM_MODES, PamSelfAttention, gaussian_distance_init, window_weights
 from tupe_plugin.modules.positional_term import PositionalTerm
 
 D, H, P = 8, 2, 16  # width, heads, max positions
@@ -226,6 +227,15 @@ def test_pam_checkpoint_pretrains_and_finetunes_through_glue_finetune_sh(lm_bin,
     save = tmp_path / "pretrain"
     run(["fairseq-train", str(lm_bin), *PRETRAIN_ARGS, "--arch", "pam_concat_tiny", "--max-update", "6",
          "--save-dir", str(save)])
+    hub = TupeRobertaModel.from_pretrained(str(save), checkpoint_file="checkpoint_last.pt",
+                                           data_name_or_path=str(lm_bin), bpe=None)
+    layers = hub.model.encoder.sentence_encoder.layers
+    saved = torch.load(save / "checkpoint_last.pt", map_location="cpu")["model"]
+    assert all(isinstance(layer.self_attn, PamSelfAttention) for layer in layers)
+    for i, layer in enumerate(layers):  # the trained tables, not a fresh Gaussian init
+        key = f"encoder.sentence_encoder.layers.{i}.self_attn.pos_weight"
+        assert torch.equal(layer.self_attn.pos_weight.detach().float(), saved[key].float())
+        assert not torch.allclose(saved[key].float(), gaussian_distance_init(H_TINY, saved[key].shape[1]))
     glue_bin, runs = tmp_path / "glue-bin", tmp_path / "runs"
     run([sys.executable, "-m", "preprocess.glue_binarize", "--glue-dir", str(ROOT / "tests/data/glue"),
          "--tasks", "RTE", "--spm-model", str(spm_dir / "spm.model"), "--dict", str(spm_dir / "dict.txt"),
