@@ -97,6 +97,8 @@ def test_sinusoidal_table_is_vaswani_and_added_to_the_words():
         ref = enc.layernorm_embedding(enc.embed_tokens(x) + want.float())
     torch.testing.assert_close(emb, ref)
     assert not any("embed_positions" in k for k in model.state_dict())
+    with pytest.raises(ValueError, match="longer than the model's 64 positions"):
+        model(tokens(1, 65))
 
 
 def test_alibi_slopes_follow_press_et_al():

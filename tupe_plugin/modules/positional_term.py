@@ -84,6 +84,11 @@ class SinusoidalInputPositions(nn.Module):
         self.register_buffer("table", sinusoidal_table(max_positions, embed_dim), persistent=False)
 
     def forward(self, src_tokens: Tensor) -> Tensor:
+        if src_tokens.size(1) > self.max_positions:
+            raise ValueError(
+                f"sequence of {src_tokens.size(1)} tokens is longer than the model's {self.max_positions} "
+                "positions; use --max-positions/--tokens-per-sample to cut inputs"
+            )
         return self.table[: src_tokens.size(1)].unsqueeze(0)  # (1, T, d): right padding keeps 0..len-1
 
 
