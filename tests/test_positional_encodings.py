@@ -107,7 +107,7 @@ def test_alibi_slopes_follow_press_et_al():
     # not a power of 2: the 8 slopes of 8 heads, then every other slope of 16 heads (2^-0.5 h)
     assert alibi_slopes(12) == pytest.approx([2.0 ** -h for h in range(1, 9)] + [2 ** -0.5, 2 ** -1.5, 2 ** -2.5, 2 ** -3.5])
     assert alibi_slopes(6) == pytest.approx([2 ** -2, 2 ** -4, 2 ** -6, 2 ** -8, 2 ** -1, 2 ** -3])
-    model = build("alibi_base", max_positions=16)  # 12 heads
+    model = build("alibi_tiny", max_positions=16, encoder_embed_dim=96, encoder_attention_heads=12)
     bias = model.encoder.sentence_encoder.positions(10).bias
     for h, m in enumerate(alibi_slopes(12)):
         for i in range(10):
