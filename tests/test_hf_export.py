@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import csv
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -145,9 +144,11 @@ def test_finetuned_checkpoint_and_tokenizer_equal_fairseq_and_glue_binarize(fine
     p = run([str(BIN / "tupe-export-hf"), str(finetuned), str(out), "--spm-model", str(spm_dir / "spm.model")])
     assert "AutoModelForMaskedLM.from_pretrained" in p.stdout  # dict.txt found from the checkpoint's data
     tok = AutoTokenizer.from_pretrained(str(out), trust_remote_code=True)
-    run([sys.executable, "-m", "preprocess.glue_binarize", "--glue-dir", str(ROOT / "tests/data/glue"),
-         "--tasks", "RTE", "--spm-model", str(spm_dir / "spm.model"), "--dict", str(spm_dir / "dict.txt"),
-         "--out-dir", str(tmp_path / "glue-bin")])
+    from preprocess import glue_binarize
+
+    assert glue_binarize.main(["--glue-dir", str(ROOT / "tests/data/glue"), "--tasks", "RTE", "--spm-model",
+                               str(spm_dir / "spm.model"), "--dict", str(spm_dir / "dict.txt"),
+                               "--out-dir", str(tmp_path / "glue-bin")]) == 0
     binaries = [data_utils.load_indexed_dataset(str(tmp_path / "glue-bin/RTE-bin" / f"input{k}/valid"), None)
                 for k in (0, 1)]
     rows = rte_rows("dev")
