@@ -205,3 +205,58 @@ def test_without_network_one_clear_line(cmd, tmp_path):
     errors = [line for line in p.stderr.splitlines() if "error" in line]
     assert p.returncode == 1 and "Traceback" not in p.stderr and len(errors) == 1, p.stderr
     assert "cannot list" in errors[0] and "Hugging Face hub" in errors[0] and "--from-dir" in errors[0]
+
+
+def test_remote_repo_reads_the_hub_listing_and_downloads(tmp_path, monkeypatch):
+    """RemoteRepo against a local stand-in for huggingface_hub's two calls (listing, download)."""
+    import hashlib
+
+    import huggingface_hub
+    from huggingface_hub.hf_api import RepoFile, RepoFolder
+
+    from preprocess.hub_files import RemoteRepo
+
+    files = {"en/c4-train.00000-of-01024.json.gz": b"big file " * 50, "README.md": b"# card\n"}
+
+    def blob_id(data: bytes) -> str:
+        return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+    def tree(self, repo_id, path_in_repo=None, *, recursive=False, revision=None, repo_type=None, **kw):
+        assert (repo_id, repo_type, recursive) == ("allenai/c4", "dataset", True)
+        yield RepoFolder(path="en", oid="0" * 40)
+        lfs = {"size": len(files["en/c4-train.00000-of-01024.json.gz"]), "pointerSize": 134,
+               "oid": hashlib.sha256(files["en/c4-train.00000-of-01024.json.gz"]).hexdigest()}
+        yield RepoFile(path="en/c4-train.00000-of-01024.json.gz", size=lfs["size"], oid="1" * 40, lfs=lfs)
+        yield RepoFile(path="README.md", size=len(files["README.md"]), oid=blob_id(files["README.md"]))
+
+    def hub_download(repo_id, filename, *, repo_type=None, revision=None, cache_dir=None, **kw):
+        blob = Path(cache_dir) / "blobs" / filename.replace("/", "_")  # the cache layout: blob + snapshot link
+        blob.parent.mkdir(parents=True, exist_ok=True)
+        blob.write_bytes(files[filename])
+        link = Path(cache_dir) / "snapshots/main" / filename
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.unlink(missing_ok=True)
+        link.symlink_to(blob)
+        return str(link)
+
+    monkeypatch.setattr(huggingface_hub.HfApi, "list_repo_tree", tree)
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", hub_download)
+    repo = RemoteRepo("allenai/c4")
+    listing = repo.list_files()
+    assert [(f.path, f.sha256 is not None, f.blob_id is not None) for f in listing] == [
+        ("en/c4-train.00000-of-01024.json.gz", True, False), ("README.md", False, True)]
+    got = download(repo, listing, tmp_path / "out")
+    assert [p.read_bytes() for p in got] == list(files.values())
+    files["README.md"] = b"# cord\n"  # served bytes no longer match the listed blob id (same size)
+    (tmp_path / "out/README.md").unlink()
+    with pytest.raises(HubError, match="git blob id differs"):
+        download(repo, listing[1:], tmp_path / "out")
+
+    def offline(*a, **kw):
+        raise ConnectionError("[Errno -2] Name or service not known\nmore detail")
+
+    monkeypatch.setattr(huggingface_hub.HfApi, "list_repo_tree", offline)
+    with pytest.raises(HubError) as e:
+        RemoteRepo("allenai/c4").list_files()
+    assert str(e.value).startswith("cannot list allenai/c4 on the Hugging Face hub (ConnectionError: [Errno -2]")
+    assert "\n" not in str(e.value)
