@@ -92,6 +92,20 @@ def test_head_style_is_read_from_the_checkpoint(tmp_path):
         torch.testing.assert_close(head.train()(features), want, **TOL)
 
 
+def test_a_checkpoint_with_a_hydra_config_exports_the_same(tmp_path):
+    """fairseq-hydra-train checkpoints keep the model settings in cfg.model (a DictConfig), not args."""
+    from omegaconf import OmegaConf
+
+    ckpt, model = tiny_checkpoint(tmp_path, "bert_a")
+    simple = {k: v for k, v in vars(model.args).items() if isinstance(v, (int, float, str, bool, type(None)))}
+    hydra_ckpt = tmp_path / "hydra.pt"
+    torch.save({"cfg": {"model": OmegaConf.create(simple), "task": OmegaConf.create({"data": str(tmp_path)})},
+                "model": model.state_dict()}, hydra_ckpt)
+    a = json.loads((hf_export.export(str(ckpt), str(tmp_path / "a")) / "config.json").read_text())
+    b = json.loads((hf_export.export(str(hydra_ckpt), str(tmp_path / "b")) / "config.json").read_text())
+    assert a == b and b["input_pe"] is True and b["num_hidden_layers"] == 2
+
+
 def test_a_variant_outside_the_supported_set_is_refused_by_name(tmp_path, monkeypatch):
     ckpt, _ = tiny_checkpoint(tmp_path, "bert_r")
     monkeypatch.setattr(hf_export, "SUPPORTED_VARIANTS", ("tupe_r",))

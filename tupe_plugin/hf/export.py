@@ -254,7 +254,7 @@ def export(checkpoint: str, out_dir: str, spm_model: Optional[str] = None, dict_
     if spm_model:
         write_tokenizer(tmp, spm_model, dict_path, config["vocab_size"], config["max_position_embeddings"])
     if out.exists():
-        shutil.rmtree(out)  # only reached with --force
+        shutil.rmtree(out)  # empty, or replaced with --force
     os.replace(tmp, out)
     return out
 
