@@ -4,8 +4,10 @@ fairseq 0.12 builds its config with hydra's pre-1.1 API and calls ``torch.cuda.a
 today's hydra and torch that prints a page of deprecation warnings on every ``fairseq-train`` (and on
 every checkpoint load), which buries the warnings that matter. Each filter below matches one exact
 message (and its category); any other warning, from these libraries or elsewhere, is shown as before.
-Installed on import of ``tupe_plugin`` (fairseq imports the ``--user-dir`` package before it composes
-its config), so fairseq CLIs with ``--user-dir tupe_plugin`` and our own commands are quiet alike.
+Installed on import of ``tupe_plugin`` (``fairseq-train`` imports the ``--user-dir`` package before it
+composes its config), so ``fairseq-train --user-dir tupe_plugin`` and our own commands are quiet alike.
+``fairseq-hydra-train`` is only partly quieter: hydra warns about its own config (version_base, package
+header, schema matching, working directory) before fairseq imports ``common.user_dir``.
 Set ``TUPE_SHOW_ALL_WARNINGS=1`` to keep every warning.
 """
 from __future__ import annotations
