@@ -162,8 +162,9 @@ check_settings() {
 # ---- the parts ------------------------------------------------------------------------------------------
 run_prep() {
   [[ -n "$C4_DIR" ]] || die "C4_DIR is required: C4-format files (see python -m preprocess.text_to_c4)"
+  # TOKENS_PER_SAMPLE: the binarizer splits lines longer than one pre-training block (fairseq would drop them)
   OUT_DIR="$C4_OUT" VOCAB_SIZE="$VOCAB_SIZE" MAX_SHARDS="$MAX_SHARDS" MAX_DOCS="$MAX_DOCS" JOBS="$PREP_JOBS" \
-    "$TUPE_REPO/preprocess/c4/run_all.sh" "$C4_DIR"
+    TOKENS_PER_SAMPLE="$TOKENS_PER_SAMPLE" "$TUPE_REPO/preprocess/c4/run_all.sh" "$C4_DIR"
   if (( ${#tasks[@]} > 0 )); then
     "$PYTHON" -m preprocess.glue_binarize --glue-dir "$TASKS_DIR" --tasks "$(IFS=,; echo "${tasks[*]}")" \
       --spm-model "$SPM/spm.model" --dict "$SPM/dict.txt" --out-dir "$TASKS_BIN"
