@@ -43,3 +43,22 @@ def test_option_parsing():
     assert split_option(["data"]) == (1, False, ["data"])
     with pytest.raises(SystemExit, match="whole number"):
         split_option(["--validations-per-epoch", "two"])
+
+
+def test_hydra_glue_config_validates_twice_per_epoch(pretrained, cls_bin, tmp_path):
+    """fairseq-hydra-train's entry point through glue.fairseq_train --hydra, with the shipped glue.yaml."""
+    import re
+
+    from conftest import ROOT, run
+
+    p = run(["python", "-m", "glue.fairseq_train", "--validations-per-epoch", "2", "--hydra",
+             "--config-dir", str(ROOT / "train_scripts/config/finetune"), "--config-name", "glue",
+             f"task.data={cls_bin}", f"common.user_dir={ROOT / 'tupe_plugin'}",
+             f"checkpoint.restore_file={pretrained / 'checkpoint_last.pt'}", "model._name=tupe_roberta_tiny",
+             "model.max_positions=64", "task.max_positions=64", "common.fp16=false", "common.cpu=true",
+             "optimization.max_epoch=2", "optimization.lr=[0.001]", "dataset.num_workers=0", "checkpoint.no_save=true",
+             f"checkpoint.save_dir={tmp_path / 'ft'}", f"hydra.run.dir={tmp_path / 'out'}"], cwd=ROOT)
+    log = p.stdout + p.stderr
+    # 320 sentences / batch 32 = 10 updates per epoch: after update 5 of each epoch and at its end
+    assert [int(u) for u in re.findall(r"valid on 'valid' subset .*num_updates (\d+)", log)] == [5, 10, 15, 20]
+    assert re.search(r"valid on 'valid' subset \| .*accuracy [0-9.]+", log)
