@@ -12,6 +12,7 @@ import gzip
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -301,3 +302,40 @@ def test_study_end_to_end_then_rerun_skips(corpus, tmp_path):
     changed = study(out, check=False, **dict(env, TOTAL_UPDATES="5"))
     assert changed.returncode != 0
     assert "settings.env" in changed.stderr and "TOTAL_UPDATES=5" in changed.stderr
+
+
+# ------------------------------------------------------------------------------------- presets, --help
+
+
+PRESETS = ROOT / "train_scripts" / "study_presets"
+
+
+def read_preset(path: Path) -> Dict[str, str]:
+    out = {}
+    for line in path.read_text().splitlines():
+        if line and not line.startswith("#"):
+            key, _, value = line.partition("=")
+            out[key] = value
+    return out
+
+
+@pytest.mark.parametrize("name", ["tiny", "cpu-small", "gpu-small", "base"])
+def test_presets_are_complete_and_consistent(name):
+    p = read_preset(PRESETS / f"{name}.env")
+    keys = {"SIZE", "MODEL_ARGS", "VOCAB_SIZE", "MAX_SHARDS", "MAX_DOCS", "TOKENS_PER_SAMPLE", "BATCH_SIZE",
+            "MAX_SENTENCES", "TOTAL_UPDATES", "WARMUP", "PRETRAIN_LR", "VALID_POINTS", "VALID_STEPS", "FT_LRS",
+            "FT_EPOCHS", "FT_BATCH", "SEEDS", "LOC_LENGTH", "LOC_SENTENCES", "MIN_GAP_BITS"}
+    assert set(p) == keys
+    assert int(p["BATCH_SIZE"]) % int(p["MAX_SENTENCES"]) == 0  # pretrain.sh's update-freq must divide
+    assert int(p["TOTAL_UPDATES"]) % int(p["VALID_POINTS"]) == 0  # validations at exact fractions of the budget
+    assert int(p["TOTAL_UPDATES"]) % (4 * (int(p["TOTAL_UPDATES"]) // int(p["VALID_POINTS"]))) == 0  # and at 25%
+    assert int(p["LOC_LENGTH"]) <= int(p["TOKENS_PER_SAMPLE"]) and int(p["WARMUP"]) < int(p["TOTAL_UPDATES"])
+
+
+def test_help_lists_the_preset_values_and_a_bad_preset_is_named():
+    env = {k: v for k, v in os.environ.items() if k not in ("PRESET", "TOTAL_UPDATES")}
+    out = subprocess.run([str(STUDY), "--help"], env=dict(env, PRESET="gpu-small"), capture_output=True, text=True)
+    assert out.returncode == 0
+    assert re.search(r"TOTAL_UPDATES\s+50000\s", out.stdout) and "PRETRAIN_SEEDS" in out.stdout
+    bad = subprocess.run([str(STUDY), "--help"], env=dict(env, PRESET="huge"), capture_output=True, text=True)
+    assert bad.returncode == 2 and "PRESET=huge" in bad.stderr and "cpu-small" in bad.stderr

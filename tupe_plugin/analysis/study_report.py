@@ -440,7 +440,8 @@ def report_markdown(rows: List[Dict], columns: List[str], variants: List[Variant
     L += ["", "| measure | n variants | Spearman | Pearson |", "|---|---|---|---|"]
     for c in corr:
         L.append(f"| {c['measure']} | {c['n']} | {_f(c['spearman'])} | {_f(c['pearson'])} |")
-    L += ["", "With a handful of variants a correlation is a description, not evidence: at n = 4 even "
+    L += ["", "`—`: undefined (fewer than 2 variants with both values, or one side constant). "
+          "With a handful of variants a correlation is a description, not evidence: at n = 4 even "
           "|rho| = 1 happens by chance with probability 1/12.", "", "## Missing parts and problems", ""]
     L += [f"- {p}" for p in problems] or ["- none"]
     return "\n".join(L) + "\n"
