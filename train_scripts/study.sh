@@ -96,6 +96,7 @@ for v in TOTAL_UPDATES VALID_POINTS PREP_JOBS LOC_LENGTH LOC_SENTENCES; do
   is_uint "${!v}" && (( ${!v} > 0 )) || die "$v must be a positive whole number, not '${!v}'"
 done
 is_uint "$VALID_STEPS" || die "VALID_STEPS must be a whole number, not '$VALID_STEPS'"
+is_uint "$WARMUP" && (( WARMUP < TOTAL_UPDATES )) || die "WARMUP=$WARMUP must be a whole number below TOTAL_UPDATES=$TOTAL_UPDATES"
 (( VALID_POINTS <= TOTAL_UPDATES )) || die "VALID_POINTS=$VALID_POINTS exceeds TOTAL_UPDATES=$TOTAL_UPDATES"
 (( LOC_LENGTH <= TOKENS_PER_SAMPLE )) || die "LOC_LENGTH=$LOC_LENGTH exceeds the $TOKENS_PER_SAMPLE positions (TOKENS_PER_SAMPLE)"
 VALID_INTERVAL=$(( TOTAL_UPDATES / VALID_POINTS ))
@@ -279,8 +280,12 @@ if [[ "$mode" == slurm ]]; then
     for i in "${!all[@]}"; do read -r -a a <<< "${all[$i]}"; is_done "$1" "${a[@]}" || idx+=("$i"); done
     "$PYTHON" -c 'import sys; from glue.grid import slurm_ranges; print(slurm_ranges([int(x) for x in sys.argv[1:]]))' "${idx[@]}"
   }
-  echo "# Submit from the repository root; every variable above must be set the same way in this shell:"
-  for v in "${TUNABLES[@]}"; do printf 'export %s=%q\n' "$v" "${!v}"; done
+  echo "# Submit from the repository root, in one shell: these settings are passed on to every job by sbatch"
+  for v in "${TUNABLES[@]}"; do
+    val="${!v}"
+    [[ -z "$val" && ( "$v" == MODEL_ARGS || "$v" == TASKS ) ]] && val=none  # empty would mean: the default
+    printf 'export %s=%q\n' "$v" "$val"
+  done
   echo 'export VENV=${VENV:-$PWD/.venv}'
   dep=""
   is_done prep || { echo 'prep=$(sbatch --parsable train_scripts/study.sbatch prep)'; dep='--dependency=afterok:$prep '; }
