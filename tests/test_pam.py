@@ -1,6 +1,7 @@
 """The PAM blocks (L&S code's concat.py, seuqence.py, bert.py) against float64 loop references
 written here from the formulas in docs/positional_encodings.md, section "PAM"."""
 import argparse
+import csv
 import json
 import math
 import os
@@ -15,6 +16,7 @@ from conftest import BIN, PRETRAIN_ARGS, ROOT, run
 from model_utils import build, tokens
 from tupe_plugin.analysis.attention_maps import attention_probs
 from tupe_plugin.analysis.checkpoint_maps import PositionWeights, positional_logits, positional_maps
+from tupe_plugin.analysis.locality_symmetry import locality
 from tupe_plugin.models import VARIANTS, VariantMismatchError
 from tupe_plugin.models.tupe_roberta import TupeRobertaModel
 from tupe_plugin.modules.attention import attention_mask
@@ -218,12 +220,13 @@ def test_position_maps_are_the_exact_pam_weights(mode, tmp_path):
         positional_logits(str(path), T)
 
 
-# ---- through the real CLIs: pre-train a PAM model, fine-tune its checkpoint with glue/finetune.sh ----
+# ---- through the real CLIs: pre-train a PAM model, load, map and fine-tune its checkpoint ----
 
 
-def test_pam_checkpoint_pretrains_and_finetunes_through_glue_finetune_sh(lm_bin, spm_dir, tmp_path):
+def test_pam_checkpoint_loads_maps_and_finetunes_through_the_clis(lm_bin, spm_dir, tmp_path):
     """The generic loss-falls run of every variant is in test_fairseq_cli.py; here a pam_concat checkpoint
-    goes on to glue/finetune.sh, which must rebuild the PAM model from the checkpoint's record."""
+    goes through from_pretrained, tupe-pos-maps, tupe-locality --text and glue/finetune.sh, which must
+    rebuild the PAM model from the checkpoint's record."""
     save = tmp_path / "pretrain"
     run(["fairseq-train", str(lm_bin), *PRETRAIN_ARGS, "--arch", "pam_concat_tiny", "--max-update", "6",
          "--save-dir", str(save)])
@@ -236,6 +239,25 @@ def test_pam_checkpoint_pretrains_and_finetunes_through_glue_finetune_sh(lm_bin,
         key = f"encoder.sentence_encoder.layers.{i}.self_attn.pos_weight"
         assert torch.equal(layer.self_attn.pos_weight.detach().float(), saved[key].float())
         assert not torch.allclose(saved[key].float(), gaussian_distance_init(H_TINY, saved[key].shape[1]))
+
+    # tupe-pos-maps: the trained weights themselves (layer-major), no softmax
+    ckpt, maps = save / "checkpoint_last.pt", tmp_path / "maps"
+    run([str(BIN / "tupe-pos-maps"), str(ckpt), "--out-dir", str(maps), "--length", "10"])
+    values, probs = np.load(maps / "pos_logits.npy"), np.load(maps / "pos_probs.npy")
+    assert values.shape == (len(layers) * H_TINY, 10, 10) and np.array_equal(values, probs)
+    for layer, head, i, j in [(0, 0, 0, 0), (1, 3, 2, 7), (1, 0, 9, 1)]:
+        key = f"encoder.sentence_encoder.layers.{layer}.self_attn.pos_weight"
+        assert values[layer * H_TINY + head, i, j] == pytest.approx(float(saved[key][head, abs(i - j)]), abs=1e-6)
+    # tupe-locality: one position row per layer and head, plus the content attention of real text
+    text, table = tmp_path / "text.txt", tmp_path / "ls.csv"
+    text.write_text("the cat happily saw the river .\na dog found the bridge today .\n")
+    run([str(BIN / "tupe-locality"), str(ckpt), "--length", "10", "--text", str(text), "--spm-model",
+         str(spm_dir / "spm.model"), "--data", str(lm_bin), "--out-csv", str(table)])
+    rows = list(csv.DictReader(table.open()))
+    pos = {(r["layer"], r["head"]): r for r in rows if r["source"] == "position" and r["head"] != "mean"}
+    assert len(pos) == len(layers) * H_TINY
+    assert float(pos[("1", "2")]["locality"]) == pytest.approx(locality(values[H_TINY + 2]), abs=1e-6)
+    assert len([r for r in rows if r["source"].startswith("attention (2 sentences)")]) == len(layers) * H_TINY + 1
     glue_bin, runs = tmp_path / "glue-bin", tmp_path / "runs"
     run([sys.executable, "-m", "preprocess.glue_binarize", "--glue-dir", str(ROOT / "tests/data/glue"),
          "--tasks", "RTE", "--spm-model", str(spm_dir / "spm.model"), "--dict", str(spm_dir / "dict.txt"),
