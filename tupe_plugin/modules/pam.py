@@ -106,12 +106,17 @@ class PamSelfAttention(BiasedSelfAttention):
     def positional_attention(self, x: Tensor, key_padding_mask: Optional[Tensor]) -> Tensor:
         """(T, B, C) -> (T, B, C): position weights applied to values, padded keys weighted 0."""
         T, B, C = x.shape
-        v = self._heads(x if self.mode == "window" else self.pos_v_proj(x))  # (B, H, T, dh)
+        if self.mode == "window":  # the band of window_weights as two shifted adds: O(T C), not O(T^2 C)
+            v = x if key_padding_mask is None else x.masked_fill(key_padding_mask.t().unsqueeze(-1), 0.0)
+            out = v.clone()
+            out[1:] += v[:-1]  # key i - 1
+            out[:-1] += v[1:]  # key i + 1
+            return self.pos_dropout(out / 3)
+        v = self._heads(self.pos_v_proj(x))  # (B, H, T, dh)
         if key_padding_mask is not None:  # weight 0 on a padded key == its value row 0
             v = v.masked_fill(key_padding_mask[:, None, :, None], 0.0)
         out = torch.matmul(self.position_weights(T).to(v.dtype).unsqueeze(0), v)  # (B, H, T, dh)
-        out = out.permute(2, 0, 1, 3).reshape(T, B, C)
-        return self.pos_dropout(out) if self.mode == "window" else out
+        return out.permute(2, 0, 1, 3).reshape(T, B, C)
 
     def forward(
         self,
