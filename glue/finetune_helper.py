@@ -22,7 +22,7 @@ import sys
 from typing import Dict, List, Optional
 
 from glue.collect import parse_validations, read_result_json, select_best
-from glue.tasks import CUSTOM_MARK, PAPER_TASKS, TASKS, GlueTask, get_task  # noqa: F401 (re-exported)
+from glue.tasks import PAPER_TASKS, TASKS, GlueTask, get_task, is_custom_bin  # noqa: F401 (re-exported)
 
 CRITERION = "glue_sentence_prediction"  # tupe_plugin/criterions: unrounded accuracy, MCC, Pearson
 
@@ -48,15 +48,6 @@ def label_count(bin_dir: str) -> Optional[int]:
         return None
     with open(path, encoding="utf-8") as f:
         return sum(1 for line in f if line.strip() and not line.startswith("madeupword"))
-
-
-def is_custom_bin(bin_dir: str) -> bool:
-    """True when ``preprocess.glue_binarize`` marked these binaries as a custom task's."""
-    try:
-        with open(os.path.join(bin_dir, "glue_binarize.json"), encoding="utf-8") as f:
-            return bool(json.load(f).get(CUSTOM_MARK))
-    except (OSError, ValueError):
-        return False
 
 
 def cmd_settings(args) -> int:

@@ -179,21 +179,21 @@ def table_columns(order: Sequence[str]) -> List[Tuple[GlueTask, Column]]:
 CUSTOM_MARK = "custom_task"  # key of glue_binarize.json that marks the binaries of a custom task
 
 
+def is_custom_bin(bin_dir: str) -> bool:
+    """True when ``preprocess.glue_binarize`` marked the binaries ``bin_dir`` as a custom task's."""
+    try:
+        with open(os.path.join(bin_dir, "glue_binarize.json"), encoding="utf-8") as f:
+            return bool(json.load(f).get(CUSTOM_MARK))
+    except (OSError, ValueError):
+        return False
+
+
 def custom_bin_names(glue_bin: str) -> List[str]:
-    """Custom tasks among the binaries ``glue_bin/TASK-bin/`` (their glue_binarize.json says so)."""
-    names = []
+    """Custom tasks among the binaries ``glue_bin/TASK-bin/``."""
     if not os.path.isdir(glue_bin):
-        return names
-    for entry in sorted(os.listdir(glue_bin)):
-        manifest = os.path.join(glue_bin, entry, "glue_binarize.json")
-        if entry.endswith("-bin") and os.path.isfile(manifest):
-            try:
-                with open(manifest, encoding="utf-8") as f:
-                    if json.load(f).get(CUSTOM_MARK):
-                        names.append(entry[: -len("-bin")])
-            except (OSError, ValueError):
-                continue
-    return names
+        return []
+    return [entry[: -len("-bin")] for entry in sorted(os.listdir(glue_bin))
+            if entry.endswith("-bin") and is_custom_bin(os.path.join(glue_bin, entry))]
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
