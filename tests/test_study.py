@@ -162,6 +162,10 @@ def make_study(out: Path) -> None:
 def test_report_on_a_made_up_study(tmp_path, capsys):
     out = tmp_path / "study"
     make_study(out)
+    (out / "settings.env").write_text("PRESET=cpu-small\nTOTAL_UPDATES=100\n")
+    (out / "timings.tsv").write_text("prep\tall\t60\t2026-01-01T00:00:00Z\thost, 2 cores\n"
+                                     "pretrain\tA 1\t600\t2026-01-01T00:11:00Z\thost, 2 cores\n"
+                                     "pretrain\tB 1\t540\t2026-01-01T00:20:00Z\thost, 2 cores\n")
     assert sr.main([str(out), "--variants", "A B C", "--total-updates", "100"]) == 0
     rows = {r["variant"]: r for r in csv.DictReader((out / "study.csv").open())}
     a, b = rows["A"], rows["B"]
@@ -191,6 +195,8 @@ def test_report_on_a_made_up_study(tmp_path, capsys):
     assert "WARNING: not fit for purpose" in md and "B did not end at least 1 bit" in md  # only B
     assert "One pre-training seed: the seeds settle no difference" in md
     assert "| locality (position-only) | 3 |" in md
+    assert "| pretrain | 2 | 19.0 |" in md and "| **all** | 3 | **20.0** |" in md  # (60 + 600 + 540) s
+    assert "TOTAL_UPDATES=100" in md and "host, 2 cores (3)" in md
     for png in ("valid_loss.png", "correlation.png"):
         assert (out / png).read_bytes()[:4] == b"\x89PNG"
     assert "did not end 1 bit(s) below" in capsys.readouterr().err
@@ -282,7 +288,10 @@ def test_study_end_to_end_then_rerun_skips(corpus, tmp_path):
     md = (out / "report.md").read_text()
     assert "WARNING: not fit for purpose" in md  # 4 updates do not beat the unigram baseline
     assert (out / "valid_loss.png").is_file() and (out / "correlation.png").is_file()
-    assert "settings.env" not in log  # the first run records the settings
+    assert "differs from this run" not in log  # the first run records the settings
+    timed = [line.split("\t")[:2] for line in (out / "timings.tsv").read_text().splitlines()]
+    assert timed == [["prep", "all"], ["pretrain", "tupe-r 1"], ["locality", "tupe-r 1"], ["finetune", "tupe-r 1 SST-2 1e-3 1"]]
+    assert "| **all** | 4 |" in md
     assert (out / "finetune" / "tupe-r" / "seed1" / "SST-2" / "lr1e-3_seed1" / "result.json").is_file()
 
     listing = study(out, "--list", **env).stdout.splitlines()
@@ -293,6 +302,7 @@ def test_study_end_to_end_then_rerun_skips(corpus, tmp_path):
     again = study(out, **env)
     assert again.stderr.count("done, skipping") == 4  # prep, pretrain, locality, finetune
     assert (out / "pretrain" / "tupe-r" / "seed1" / "checkpoint_last.pt").stat().st_mtime_ns == before
+    assert len((out / "timings.tsv").read_text().splitlines()) == 4  # nothing ran again
 
     # a second variant: only its parts are to do, on SLURM one job array per stage
     slurm = study(out, "--slurm", **dict(env, VARIANTS="tupe-r bert-a")).stdout
@@ -301,7 +311,7 @@ def test_study_end_to_end_then_rerun_skips(corpus, tmp_path):
 
     changed = study(out, check=False, **dict(env, TOTAL_UPDATES="5"))
     assert changed.returncode != 0
-    assert "settings.env" in changed.stderr and "TOTAL_UPDATES=5" in changed.stderr
+    assert "differs from this run" in changed.stderr and "TOTAL_UPDATES=5" in changed.stderr
 
 
 # ------------------------------------------------------------------------------------- presets, --help

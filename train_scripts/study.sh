@@ -250,9 +250,16 @@ run_part() {  # STAGE INDEX: one part; skipped when done (the report is always r
   if [[ "$stage" != report && "$stage" != prep ]] && is_done "$stage" "${args[@]}"; then
     note "$stage ${args[*]}: done, skipping"; return 0
   fi
-  local start=$SECONDS
+  local start=$SECONDS machine
   "run_$stage" "${args[@]}"
   note "$stage ${args[*]}: finished in $(( SECONDS - start )) s"
+  # for the report's "Run" section: how long each part took, and where
+  machine="$(hostname), $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2 | xargs || uname -m)"
+  if command -v nvidia-smi > /dev/null && (( $(cuda_device_count) > 0 )); then
+    machine+=", GPU $(nvidia-smi --query-gpu=name --format=csv,noheader | head -n1)"
+  fi
+  [[ "$stage" == report ]] || printf '%s\t%s\t%d\t%s\t%s\n' "$stage" "${args[*]:-all}" "$(( SECONDS - start ))" \
+    "$(date -u +%FT%TZ)" "$machine" >> "$OUT/timings.tsv"
 }
 
 # ---- modes ------------------------------------------------------------------------------------------------

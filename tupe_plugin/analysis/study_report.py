@@ -379,6 +379,35 @@ def load_study(out: str, variants: Sequence[str], seeds: Sequence[int], problems
     return result
 
 
+def run_section(out: str) -> List[str]:
+    """The settings (``OUT/settings.env``) and the wall time per stage and machine (``OUT/timings.tsv``,
+    one line per finished part: stage, part, seconds, date, machine) as Markdown lines."""
+    lines = ["## Run", ""]
+    settings = os.path.join(out, "settings.env")
+    if os.path.isfile(settings):
+        with open(settings, encoding="utf-8") as f:
+            lines += ["Settings (`settings.env`):", "", "```", f.read().rstrip("\n"), "```", ""]
+    timings = os.path.join(out, "timings.tsv")
+    if not os.path.isfile(timings):
+        return lines + ["No timings recorded.", ""]
+    per_stage: Dict[str, List[int]] = {}
+    machines: Dict[str, int] = {}
+    with open(timings, encoding="utf-8") as f:
+        for line in f:
+            fields = line.rstrip("\n").split("\t")
+            if len(fields) != 5 or not fields[2].isdigit():
+                continue
+            per_stage.setdefault(fields[0], []).append(int(fields[2]))
+            machines[fields[4]] = machines.get(fields[4], 0) + 1
+    total = sum(sum(v) for v in per_stage.values())
+    lines += ["| stage | parts | wall time (min) |", "|---|---|---|"]
+    lines += [f"| {stage} | {len(v)} | {sum(v) / 60:.1f} |" for stage, v in per_stage.items()]
+    lines += [f"| **all** | {sum(len(v) for v in per_stage.values())} | **{total / 60:.1f}** |", "",
+              "Machines (parts run there): " + "; ".join(f"{m} ({n})" for m, n in machines.items()) + ". "
+              "The wall time is the sum over parts as they ran (a rerun adds only what it did).", ""]
+    return lines
+
+
 def _f(x: Optional[float], nd: int = 3) -> str:
     return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{nd}f}"
 
@@ -396,7 +425,7 @@ def write_csv_atomic(path: str, rows: List[Dict]) -> None:
 
 def report_markdown(rows: List[Dict], columns: List[str], variants: List[Variant], total_updates: int,
                     unigram: Optional[float], min_gap: float, corr: List[Dict], loss_pairs: List[Paired],
-                    down_pairs: List[Paired], problems: List[str], title: str) -> str:
+                    down_pairs: List[Paired], problems: List[str], title: str, run: Sequence[str] = ()) -> str:
     n_seeds = max((len(v.seeds) for v in variants), default=0)
     L = [f"# {title}", ""]
     weak = [r["variant"] for r in rows if r["below_unigram_bits"] is None or r["below_unigram_bits"] < min_gap]
@@ -444,7 +473,8 @@ def report_markdown(rows: List[Dict], columns: List[str], variants: List[Variant
           "With a handful of variants a correlation is a description, not evidence: at n = 4 even "
           "|rho| = 1 happens by chance with probability 1/12.", "", "## Missing parts and problems", ""]
     L += [f"- {p}" for p in problems] or ["- none"]
-    return "\n".join(L) + "\n"
+    L += [""] + list(run)
+    return "\n".join(L).rstrip("\n") + "\n"
 
 
 def _paired_lines(pairs: List[Paired], n_seeds: int, what: str) -> List[str]:
@@ -556,7 +586,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     down_pairs = paired_differences({v.name: {s.seed: s.downstream(columns) for s in v.seeds
                                               if s.downstream(columns) is not None} for v in study})
     md = report_markdown(rows, columns, study, args.total_updates, unigram, args.min_gap_bits, corr, loss_pairs,
-                         down_pairs, problems, args.title)
+                         down_pairs, problems, args.title, run_section(args.out))
     write_csv_atomic(os.path.join(args.out, "study.csv"), rows)
     write_csv_atomic(os.path.join(args.out, "correlation.csv"),
                      [{k: c[k] for k in ("measure", "n", "spearman", "pearson")} for c in corr])
