@@ -105,6 +105,7 @@ if (( VALID_STEPS > 0 )); then valid_args+=" --max-valid-steps $VALID_STEPS"; fi
 read -r -a variants <<< "$VARIANTS"; read -r -a pseeds <<< "$PRETRAIN_SEEDS"
 read -r -a lrs <<< "$FT_LRS"; read -r -a seeds <<< "$SEEDS"
 (( ${#variants[@]} > 0 && ${#pseeds[@]} > 0 )) || die "VARIANTS and PRETRAIN_SEEDS must not be empty"
+for v in "${pseeds[@]}" "${seeds[@]}"; do is_uint "$v" || die "PRETRAIN_SEEDS and SEEDS are whole numbers, not '$v'"; done
 if [[ "$TASKS" == auto ]]; then
   [[ -n "$TASKS_DIR" ]] || die "TASKS_DIR is required (or TASKS=none for pre-training only)"
   TASKS=$(for d in "$TASKS_DIR"/*/; do if [[ -f "$d/train.tsv" && -f "$d/dev.tsv" ]]; then basename "$d"; fi; done | tr '\n' ' ')
