@@ -242,3 +242,28 @@ def test_unreadable_result_is_moved_aside_and_the_run_redone(tmp_path, glue_bin)
     assert "none.pt: no such file" in p.stderr  # it went on to redo the run (and stopped at the checkpoint)
     aside = list((tmp_path / ".unreadable" / "RTE").iterdir())
     assert len(aside) == 1 and aside[0].name.startswith("lr2e-5_seed1.") and not run.exists()
+
+
+def test_two_processes_validate_twice_per_epoch(rte_run, tmp_path):
+    """RTE's command on 2 CPU processes (torchrun + gloo), batch 8: 6 batches = 3 per process = 3 updates
+    per epoch; both processes validate together after update 2 of each epoch and at its end; the
+    accuracy is over the whole dev set (16 pairs, 8 on each process: a multiple of 100/16)."""
+    import shlex
+
+    run_dir, _ = rte_run
+    argv = shlex.split((run_dir / "command.txt").read_text())
+    args = argv[argv.index("--validations-per-epoch") + 2:]
+    args[args.index("--batch-size") + 1] = "8"
+    train = tmp_path / "train.sh"  # fairseq_rank.sh execs FAIRSEQ_TRAIN with the rank flags appended
+    train.write_text(f'#!/bin/sh\nexec "{BIN}/python" -m glue.fairseq_train --validations-per-epoch 2 "$@"\n')
+    train.chmod(0o755)
+    p = sh([BIN / "torchrun", "--standalone", "--nproc-per-node", "2", "--no-python",
+            ROOT / "train_scripts" / "fairseq_rank.sh", "2", "cpu", *args,
+            "--distributed-world-size", "2", "--distributed-backend", "gloo", "--ddp-backend", "legacy_ddp"],
+           FAIRSEQ_TRAIN=str(train))
+    log = p.stdout + p.stderr
+    assert "warmup_ratio schedule: 3 updates/epoch x 2 epochs -> 6 updates" in log
+    steps = [int(u) for u in re.findall(r"valid on 'valid' subset .*num_updates (\d+)", log)]
+    assert steps == [2, 3, 5, 6], log[-3000:]  # logged once (rank 0) per validation
+    accuracies = [float(a) for a in re.findall(r"valid on 'valid' subset .*? accuracy ([0-9.]+)", log)]
+    assert len(accuracies) == 4 and all(abs(a * 16 / 100 - round(a * 16 / 100)) < 1e-3 for a in accuracies)
