@@ -81,12 +81,17 @@ def jsonl_docs(path: str, field: str, skipped: Counter, max_warnings: int) -> It
                 log.warning(f"{path}:{lineno}: skipped ({reason}): {detail}")
 
 
-def text_docs(path: str, split: str, regex: Optional[str]) -> Iterator[str]:
+def text_docs(path: str, split: str, regex: Optional[str], fallback: Optional[str] = None) -> Iterator[str]:
     with open_binary(path) as f:
-        try:
-            text = f.read().decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise ValueError(f"{path}: not UTF-8 text ({e}); convert it (iconv -t UTF-8) first") from e
+        data = f.read()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        if not fallback:
+            raise ValueError(f"{path}: not UTF-8 text ({e}); convert it (iconv -t UTF-8) or pass "
+                             "--fallback-encoding latin-1") from e
+        log.warning(f"{path}: not UTF-8 ({e.reason} at byte {e.start}); read as {fallback}")
+        text = data.decode(fallback)
     if split == "file":
         yield text
     elif split == "blank":
@@ -114,7 +119,8 @@ def read_documents(inputs: Sequence[str], args: argparse.Namespace) -> Tuple[Lis
             raw = ((f"{name}#{lineno}", t) for lineno, t in jsonl_docs(path, args.text_field, skipped,
                                                                         args.max_warnings))
         else:
-            raw = ((f"{name}#{k}", t) for k, t in enumerate(text_docs(path, args.doc_split, args.doc_regex)))
+            raw = ((f"{name}#{k}", t) for k, t in enumerate(text_docs(path, args.doc_split, args.doc_regex,
+                                                                              args.fallback_encoding)))
         for url, text in raw:
             text = paragraphs(text, args.keep_lines)
             if len(text) < max(args.min_chars, 1):
@@ -153,6 +159,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--doc-split", choices=("file", "blank", "regex"), default="file",
                     help="plain text: one document per file (default), per blank-line block, or per --doc-regex")
     ap.add_argument("--doc-regex", help="with --doc-split regex: lines matching it separate documents")
+    ap.add_argument("--fallback-encoding", help="plain text that is not UTF-8 is read with this encoding "
+                    "(e.g. latin-1; a warning names the file) instead of stopping")
     ap.add_argument("--text-field", default="text", help="JSON lines: the field holding the document")
     ap.add_argument("--keep-lines", action="store_true", help="keep every line (default: unwrap paragraphs)")
     ap.add_argument("--min-chars", type=int, default=1, help="skip documents shorter than this")
@@ -171,7 +179,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         log.error(f"input file(s) not found: {', '.join(missing)}")
         return 1
 
-    settings = {k: getattr(args, k) for k in ("doc_split", "doc_regex", "text_field", "keep_lines", "min_chars",
+    settings = {k: getattr(args, k) for k in ("doc_split", "doc_regex", "fallback_encoding", "text_field", "keep_lines", "min_chars",
                                               "shards", "valid_fraction", "seed")}
     settings["inputs"] = [{"name": os.path.basename(p), "bytes": os.path.getsize(p)} for p in args.inputs]
     names = [f"c4-train.{k:05d}-of-{args.shards:05d}.json.gz" for k in range(args.shards)]

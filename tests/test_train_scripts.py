@@ -82,6 +82,7 @@ def test_dry_run_prints_settings_batch_and_the_paper_command(lm_bin, tmp_path):
                  "--ddp-backend legacy_ddp --distributed-backend gloo", "--cpu"):
         assert flag in cmd, flag
     assert "--fp16" not in cmd and not save.exists()  # a dry run creates nothing
+    assert "--data-buffer-size 0" in cmd  # no prefetch thread alive at exit (status 134 otherwise)
 
     gpu = sh([PRETRAIN], DATA=str(lm_bin), GPUS="8", VARIANT="bert-a", DRY_RUN="1").stderr
     assert "effective batch size: 256 = 8 process(es) x MAX_SENTENCES 16 x UPDATE_FREQ 2" in gpu
@@ -104,7 +105,6 @@ def test_dry_run_prints_settings_batch_and_the_paper_command(lm_bin, tmp_path):
     ({"VARIANT": "bert-a", "SIZE": "large"}, "SIZE=large exists for tupe-r and tupe-a only"),
     ({"VARIANT": "xl"}, "VARIANT must be one of"),
     ({"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0"}, "started under a launcher with WORLD_SIZE=2, but"),
-    ({"DATA": "/nonexistent"}, "no dict.txt in /nonexistent"),
 ])
 def test_bad_settings_are_refused(lm_bin, env, message):
     p = sh([PRETRAIN], check=False, **{"DATA": str(lm_bin), "GPUS": "0", **env})
@@ -262,3 +262,37 @@ def test_damaged_last_checkpoint_is_replaced_by_the_newest_intact_one(killed_run
     last.unlink()  # checkpoints but no checkpoint_last.pt: refuse to start over them
     q = sh(["python", SCRIPTS / "check_resume.py", d], check=False)
     assert q.returncode == 2 and "refusing to start from scratch" in q.stderr
+
+
+def test_missing_or_moved_data_is_named_before_training(lm_bin, tmp_path):
+    p = sh([PRETRAIN], check=False, DATA="/nonexistent", GPUS="0", DRY_RUN="1")
+    assert p.returncode == 1 and p.stderr.strip().splitlines()[-1] == \
+        "c4_data: error: data folder /nonexistent does not exist"
+    # data_path.txt entries are relative to its folder: a copied data-bin reads its own shards
+    data_bin = tmp_path / "copy" / "data-bin"
+    shutil.copytree(lm_bin, data_bin / "shard0")
+    (data_bin / "data_path.txt").write_text("shard0\n")
+    c4 = sh([PRETRAIN], DATA=str(data_bin), GPUS="0", DRY_RUN="1").stderr
+    assert f"fairseq-train {data_bin}/shard0 --user-dir" in c4
+    assert "train: 0 of 600 lines (0.00%) are longer than a block" in c4  # the over-length count, at start
+    p = sh([PRETRAIN], check=False, DATA=str(data_bin), GPUS="0", DRY_RUN="1", TOKENS_PER_SAMPLE="16")
+    assert p.returncode == 1 and "MAX_SKIP_FRACTION" in p.stderr.strip().splitlines()[-1]
+
+
+def test_a_save_dir_belongs_to_its_settings_and_mid_epoch_stops_exit_cleanly(lm_bin, tmp_path):
+    """Runs that stop at --max-update in the middle of an epoch all exit 0 (with --data-buffer-size > 0
+    fairseq's prefetch thread can still be inside torch code at exit: abort, status 134). Then a rerun
+    with another LR into the same SAVE_DIR is refused, naming it; ON_SETTINGS_CHANGE=continue accepts it."""
+    common = dict(TINY, DATA=str(lm_bin), TENSORBOARD_DIR="none", BATCH_SIZE="8", MAX_SENTENCES="8",
+                  NUM_WORKERS="1", TOTAL_UPDATES="2")
+    for k in range(3):  # 600 lines, 8 per update: 2 updates stop early in epoch 1
+        p = sh([PRETRAIN], check=False, SAVE_DIR=str(tmp_path / f"ck{k}"), **common)
+        log = p.stdout + p.stderr
+        assert p.returncode == 0, log[-3000:]
+        assert "done training" in log and "end of epoch 1" not in log
+    save = str(tmp_path / "ck0")
+    p = sh([PRETRAIN], check=False, SAVE_DIR=save, **{**common, "LR": "1e-3"})
+    last = p.stderr.strip().splitlines()[-1]
+    assert p.returncode == 2 and "LR: '2e-3' in the run, '1e-3' now" in last and "ON_SETTINGS_CHANGE=continue" in last
+    p = sh([PRETRAIN], SAVE_DIR=save, ON_SETTINGS_CHANGE="continue", **{**common, "LR": "1e-3", "TOTAL_UPDATES": "3"})
+    assert "continuing" in p.stderr and "TOTAL_UPDATES: '2' in the run, '3' now" in p.stderr

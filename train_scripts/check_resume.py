@@ -12,7 +12,11 @@ resubmission then dies loading it. This check, run by ``pretrain.sh`` before eac
   ``checkpoint_last.pt``; with no intact one, exit 2;
 * other checkpoints but no ``checkpoint_last.pt``: exit 2 rather than start from scratch over them.
 
-    python train_scripts/check_resume.py SAVE_DIR [--dry-run]
+* with ``--setting NAME=VALUE`` (and ``--dict``, whose SHA-256 is recorded too): the settings are kept
+  in ``SAVE_DIR/settings.json``; when SAVE_DIR holds checkpoints of a run with other settings, exit 2
+  naming each difference (``--on-change continue`` accepts them and records the new ones).
+
+    python train_scripts/check_resume.py SAVE_DIR [--dry-run] [--setting NAME=VALUE ...] [--dict DICT]
 """
 from __future__ import annotations
 
@@ -23,10 +27,11 @@ import shutil
 import sys
 from typing import List, Optional, Tuple
 
-from tupe_plugin.utils.io import atomic_path
+from tupe_plugin.utils.io import atomic_path, file_hash, read_json, write_json
 from tupe_plugin.utils.log import setup_logging
 
 LAST = "checkpoint_last.pt"
+SETTINGS = "settings.json"
 OTHER_RE = re.compile(r"^checkpoint(?:_\d+_\d+|\d+)\.pt$")
 
 
@@ -56,10 +61,32 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("save_dir")
     p.add_argument("--dry-run", action="store_true", help="report only, change nothing")
+    p.add_argument("--setting", action="append", default=[], metavar="NAME=VALUE", help="a setting of the run")
+    p.add_argument("--dict", help="the training dictionary (its SHA-256 is a setting)")
+    p.add_argument("--on-change", choices=("refuse", "continue"), default="refuse",
+                   help="checkpoints of a run with other settings: refuse (exit 2) or continue with the new ones")
     args = p.parse_args(argv)
     log = setup_logging("check_resume")
     last = os.path.join(args.save_dir, LAST)
     others = candidates(args.save_dir) if os.path.isdir(args.save_dir) else []
+    if args.setting or args.dict:
+        settings = dict(s.split("=", 1) for s in args.setting)
+        if args.dict:
+            settings["DICTIONARY_SHA256"] = file_hash(args.dict)
+        record = os.path.join(args.save_dir, SETTINGS)
+        old = read_json(record)
+        if old is not None and (os.path.exists(last) or others):
+            diff = [f"{k}: {old.get(k)!r} in the run, {settings.get(k)!r} now"
+                    for k in sorted(set(old) | set(settings)) if old.get(k) != settings.get(k)]
+            if diff and args.on_change == "refuse":
+                log.error(f"{args.save_dir} holds a run with other settings ({'; '.join(diff)}). Start fresh "
+                          "with another SAVE_DIR (or remove this one), or continue this run with the new "
+                          "settings: ON_SETTINGS_CHANGE=continue")
+                return 2
+            if diff:
+                log.warning(f"continuing {args.save_dir} with changed settings: {'; '.join(diff)}")
+        if not args.dry_run:
+            write_json(record, settings)
     if not os.path.exists(last):
         if others:
             log.error(f"{args.save_dir} holds {len(others)} checkpoint(s) but no {LAST}; refusing to start "

@@ -1,4 +1,10 @@
-# Sourced by train_scripts/*.sh and glue/*.sh: tunables, messages, device detection. Not meant to be run.
+# The project's one shell library, sourced by train_scripts/*.sh, glue/*.sh and preprocess/c4/*.sh
+# (through preprocess/c4/common.sh): tunables, messages, device detection. Not meant to be run.
+#
+# Exit codes of every script (README "Exit codes"): 0 done (or nothing left to do: finished outputs
+# skipped); 1 a run failed (bad or missing input data, a failing tool; the message says which file);
+# 2 wrong usage or settings (unknown option, bad value, settings that differ from those recorded with
+# existing outputs): nothing was changed. `die` is the exit-2 path; failing commands keep their status.
 TUPE_REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 export PYTHONPATH="$TUPE_REPO${PYTHONPATH:+:$PYTHONPATH}"
 PYTHON="${PYTHON:-python}"
@@ -14,6 +20,9 @@ tunable() {
   TUNABLE_HELP[$1]="$3"
   [[ -n "${!1:-}" ]] || printf -v "$1" '%s' "$2"
 }
+
+# export_tunables: export every tunable (for the scripts this one starts, e.g. the C4 steps).
+export_tunables() { local v; for v in "${TUNABLES[@]}"; do export "${v?}"; done; }
 
 # usage_tunables: "  NAME  (default)  help" for every tunable, for --help.
 usage_tunables() {

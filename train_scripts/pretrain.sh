@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Pre-train a TUPE / BERT row of the paper with masked LM, the paper's recipe as defaults (PAPERS.md §1.3):
+# Pre-train a TUPE / BERT row of the paper with masked LM, the paper's recipe as defaults (Ke et al.,
+# "Rethinking Positional Encoding in Language Pre-training", ICLR 2021, Sec. 4.1 and its appendix):
 # BERT-base TUPE-R, 512 tokens, batch 256, 1M updates, Adam (0.9, 0.999) eps 1e-6, LR 1e-4, 10k warmup,
 # linear decay to 0, clip 1.0, weight decay 0.01, dropout 0.1, mask 0.15, fp16 on GPU.
 #
@@ -52,6 +53,9 @@ tunable KEEP_INTERVAL_UPDATES 3 "keep the last N interval checkpoints"
 tunable KEEP_PATTERN 100000 "also keep every checkpoint at a multiple of N updates (-1: none)"
 tunable LOG_INTERVAL 100 "log every N updates"
 tunable NUM_WORKERS 1 "data loader workers per process"
+tunable DATA_BUFFER_SIZE 0 "fairseq --data-buffer-size; >0 starts a prefetch thread that can abort the exit (status 134) at --max-update mid-epoch"
+tunable MAX_SKIP_FRACTION 0 "stop at start if more than this fraction of train/valid lines would be dropped as over-length"
+tunable ON_SETTINGS_CHANGE refuse "SAVE_DIR holds a run with other settings: refuse, or continue it with the new ones"
 tunable DDP_BACKEND auto "fairseq --ddp-backend (auto: pytorch_ddp on GPU, legacy_ddp on CPU)"
 tunable EXTRA_ARGS "" "more fairseq-train arguments (split on spaces); script arguments are appended too"
 tunable DRY_RUN 0 "1: print the settings and the command, do not train"
@@ -114,7 +118,7 @@ if [[ "$UPDATE_FREQ" == auto ]]; then
     "$WORLD process(es) x MAX_SENTENCES=$MAX_SENTENCES = $per_update; change MAX_SENTENCES or set UPDATE_FREQ"
   UPDATE_FREQ=$(( BATCH_SIZE / per_update ))
 fi
-is_uint "$UPDATE_FREQ" && (( UPDATE_FREQ > 0 )) || die "UPDATE_FREQ must be a positive whole number"
+if ! is_uint "$UPDATE_FREQ" || (( UPDATE_FREQ == 0 )); then die "UPDATE_FREQ must be a positive whole number"; fi
 EFFECTIVE=$(( WORLD * MAX_SENTENCES * UPDATE_FREQ ))
 
 if [[ "$ARCH" == auto ]]; then
@@ -134,8 +138,11 @@ fi
 
 [[ -n "$DATA" ]] || die "DATA is required: a fairseq data dir (dict.txt, train.bin/idx, valid.bin/idx)," \
   "shard0:shard1:..., or a folder with data_path.txt"
-if [[ -f "$DATA/data_path.txt" && ! -f "$DATA/dict.txt" ]]; then DATA="$(head -n1 "$DATA/data_path.txt")"; fi
-[[ -f "${DATA%%:*}/dict.txt" ]] || die "no dict.txt in ${DATA%%:*} (DATA=$DATA)"
+[[ "$ON_SETTINGS_CHANGE" == refuse || "$ON_SETTINGS_CHANGE" == continue ]] ||
+  die "ON_SETTINGS_CHANGE must be refuse or continue, not '$ON_SETTINGS_CHANGE'"
+# The data exists, its shards share the recorded dictionary, and few lines are too long (exit 1 otherwise).
+DATA="$("$PYTHON" -m preprocess.c4_data "$DATA" --tokens-per-sample "$TOKENS_PER_SAMPLE" \
+  --sample-break-mode "$SAMPLE_BREAK_MODE" --max-skip-fraction "$MAX_SKIP_FRACTION")" || exit 1
 [[ "$SAVE_DIR" == auto ]] && SAVE_DIR="checkpoints/$ARCH"
 SAVE_DIR="$(realpath -m "$SAVE_DIR")"  # absolute: every rank and every resubmission writes the same place
 [[ "$TENSORBOARD_DIR" == auto ]] && TENSORBOARD_DIR="$SAVE_DIR/tensorboard"
@@ -161,6 +168,7 @@ args=(
   --keep-interval-updates "$KEEP_INTERVAL_UPDATES" --keep-interval-updates-pattern "$KEEP_PATTERN"
   --skip-invalid-size-inputs-valid-test
   --log-format simple --log-interval "$LOG_INTERVAL" --num-workers "$NUM_WORKERS"
+  --data-buffer-size "$DATA_BUFFER_SIZE"
 )
 [[ "$TENSORBOARD_DIR" != none ]] && args+=(--tensorboard-logdir "$TENSORBOARD_DIR")
 [[ "$DEVICE" == cpu ]] && args+=(--cpu)
@@ -191,9 +199,14 @@ case "$LAUNCHER" in
          ${SLURM_CPUS_PER_TASK:+--cpus-per-task "$SLURM_CPUS_PER_TASK"} "${rank_cmd[@]}") ;;
 esac
 note "command:"
-echo "$(quote_cmd "${cmd[@]}")" >&2
+quote_cmd "${cmd[@]}" >&2
 [[ "$DRY_RUN" == 1 ]] && { note "DRY_RUN=1: not starting"; exit 0; }
 
 mkdir -p "$SAVE_DIR"
-"$PYTHON" "$SCRIPTS/check_resume.py" "$SAVE_DIR"
+# the settings that define the run: a rerun into the same SAVE_DIR with others is refused (exit 2)
+settings=()
+for v in ARCH TOKENS_PER_SAMPLE MAX_POSITIONS SAMPLE_BREAK_MODE MASK_PROB LR END_LR WARMUP TOTAL_UPDATES \
+         ADAM_BETAS ADAM_EPS WEIGHT_DECAY CLIP_NORM DROPOUT ATTENTION_DROPOUT SEED; do settings+=(--setting "$v=${!v}"); done
+settings+=(--setting "EFFECTIVE_BATCH_SIZE=$EFFECTIVE" --dict "${DATA%%:*}/dict.txt" --on-change "$ON_SETTINGS_CHANGE")
+"$PYTHON" "$SCRIPTS/check_resume.py" "$SAVE_DIR" "${settings[@]}"
 exec "${cmd[@]}"
