@@ -14,15 +14,19 @@ process computes the same points, so several GPUs validate together. A mid-epoch
 mid-epoch save point too, so ``checkpoint_best.pt`` follows every validation (unless ``--no-save``).
 
 This wraps fairseq's training loop without copying it: ``fairseq_cli.train.validate_and_save`` is
-called as it is, with ``save_interval_updates`` set to the current update for the mid-epoch calls.
+called as it is, with ``save_interval_updates`` set to the current update for the mid-epoch calls. The
+wrapper is installed by the training entry point itself (:func:`main_with_validations`, N in the
+environment), so it also holds in the processes fairseq spawns for several GPUs of one node.
 """
 import math
+import os
 import sys
 from typing import List, Optional, Sequence
 
 from omegaconf import open_dict
 
 OPTION = "--validations-per-epoch"
+ENV = "TUPE_VALIDATIONS_PER_EPOCH"  # N for the training processes (inherited by spawned ones)
 
 
 def mid_epoch_updates(updates_per_epoch: int, validations: int) -> List[int]:
@@ -42,10 +46,12 @@ def epoch_position(cfg, epoch_itr) -> tuple:
 
 
 def install(validations: int) -> None:
-    """Make ``fairseq_cli.train``'s loop validate ``validations`` times per epoch."""
+    """Make ``fairseq_cli.train``'s loop validate ``validations`` times per epoch (once per process)."""
     from fairseq_cli import train as train_cli
 
     original = train_cli.validate_and_save
+    if validations < 2 or getattr(original, "validations_per_epoch", None) == validations:
+        return
 
     def validate_and_save(cfg, trainer, task, epoch_itr, valid_subsets, end_of_epoch):
         done, total = epoch_position(cfg, epoch_itr)
@@ -60,7 +66,16 @@ def install(validations: int) -> None:
             with open_dict(cfg.checkpoint):
                 cfg.checkpoint.save_interval_updates = keep
 
+    validate_and_save.validations_per_epoch = validations
     train_cli.validate_and_save = validate_and_save
+
+
+def main_with_validations(cfg, **kwargs):
+    """fairseq's ``train.main`` with the validation points of ``$TUPE_VALIDATIONS_PER_EPOCH`` installed."""
+    from fairseq_cli import train as train_cli
+
+    install(int(os.environ.get(ENV, "1")))
+    return getattr(train_cli, "original_main", train_cli.main)(cfg, **kwargs)
 
 
 def split_option(argv: Sequence[str]) -> tuple:
@@ -89,17 +104,17 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     if n > 1 and any(a.startswith(("--validate-interval-updates", "dataset.validate_interval_updates")) for a in rest):
         raise SystemExit(f"glue.fairseq_train: error: {OPTION} and validate_interval_updates both place "
                          "validations; pass one of them")
-    if n > 1:
-        install(n)
+    os.environ[ENV] = str(n)
+    from fairseq_cli import hydra_train
+    from fairseq_cli import train as train_cli
+
+    from glue.fairseq_train import main_with_validations as entry  # by its module name, not __main__
+
+    # the entry points call train.main (hydra: as pre_main) once per process, spawned ones included
+    train_cli.original_main, train_cli.main = train_cli.main, entry
+    hydra_train.pre_main = entry
     sys.argv = [sys.argv[0]] + rest
-    if hydra:
-        from fairseq_cli import hydra_train
-
-        hydra_train.cli_main()
-    else:
-        from fairseq_cli import train as train_cli
-
-        train_cli.cli_main()
+    (hydra_train if hydra else train_cli).cli_main()
 
 
 if __name__ == "__main__":
