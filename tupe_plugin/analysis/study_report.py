@@ -491,9 +491,10 @@ def _paired_lines(pairs: List[Paired], n_seeds: int, what: str) -> List[str]:
     if n_seeds < 2:
         L.append(f"One pre-training seed: the seeds settle no difference ({what}); rerun with PRETRAIN_SEEDS=2 or more.")
     else:
-        L.append("Settled by the seeds (same sign on every seed, smaller than neither variant's spread): "
-                 + (", ".join(settled) if settled else "none") + f". Every other difference ({what}) is within "
-                 "the seed-to-seed variation and is not settled.")
+        L.append("Settled by the seeds (same sign on every seed, and on every seed larger than both variants' spreads): "
+                 + (", ".join(settled) if settled else "none") + f". {'The other differences' if settled else 'The differences'} "
+                 f"({what}) are not settled: their sign changes between seeds, or they are no larger than a "
+                 "variant's own spread across seeds.")
     return L + [""]
 
 
