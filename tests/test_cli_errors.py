@@ -86,6 +86,11 @@ def test_pos_maps_length_beyond_the_checkpoint_is_the_last_line(pretrained, tmp_
     p = run([str(BIN / "tupe-pos-maps"), str(pretrained / "checkpoint_last.pt"), "--out-dir", str(tmp_path / "m"),
              "--length", "65"], check=False)
     assert p.returncode == 2 and last_line(p) == "error: --length 65 exceeds the checkpoint's 64 positions"
+    (tmp_path / "file").write_text("mine\n")
+    p = run([str(BIN / "tupe-pos-maps"), str(pretrained / "checkpoint_last.pt"), "--out-dir", str(tmp_path / "file")],
+            check=False)
+    assert p.returncode == 2 and "is a file; pass a folder" in last_line(p)
+    assert (tmp_path / "file").read_text() == "mine\n"
 
 
 # ------------------------------------------------------------------------------------------ fairseq logs

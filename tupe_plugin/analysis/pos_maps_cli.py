@@ -67,6 +67,8 @@ def save_npy(path: str, array: np.ndarray) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """The command, on arguments parsed by ``tupe_plugin_cli.commands.pos_maps_parser``."""
+    if os.path.exists(args.out_dir) and not os.path.isdir(args.out_dir):
+        raise ValueError(f"--out-dir {args.out_dir} is a file; pass a folder (it is created when missing)")
     logits, probs = positional_maps(args.checkpoint, args.length)  # PAM: the weights, no softmax
     os.makedirs(args.out_dir, exist_ok=True)
     if logits.ndim == 4:  # one map per layer (learned prior, PAM): plot layer-major, head-minor
