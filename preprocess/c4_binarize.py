@@ -255,7 +255,7 @@ def binarize(inputs: Sequence[str], prefix: str, model: str, dict_path: str, wor
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
         lock.close()
-        raise RuntimeError(f"another process is binarizing {prefix} ({prefix}.lock is held)")
+        raise RuntimeError(f"another process is binarizing {prefix} ({prefix}.lock is held)") from None
     try:
         ident = identity(inputs, model, dict_path)
         settings = {"tokens_per_sample": tokens_per_sample}

@@ -36,7 +36,7 @@ def check_done(prefix: str) -> None:
         with open(prefix + ".done") as f:
             done = json.load(f)
     except (FileNotFoundError, ValueError):
-        raise ValueError(f"{prefix}: not finished by step 3 (no valid {prefix}.done)")
+        raise ValueError(f"{prefix}: not finished by step 3 (no valid {prefix}.done)") from None
     for ext in ("bin", "idx"):
         p = f"{prefix}.{ext}"
         if not os.path.isfile(p) or os.path.getsize(p) != done.get(f"{ext}_bytes"):

@@ -67,7 +67,7 @@ def reservoir_sample(paths: Sequence[str], k: int, seed: int, max_bytes: int,
                         sample[j] = line
                 seen += 1
                 if not seen & 0xFFFF:
-                    prog.maybe(lambda t: f"sampling {path}: {seen} lines seen, {len(sample)} kept")
+                    prog.maybe(lambda t, path=path, seen=seen: f"sampling {path}: {seen} lines seen, {len(sample)} kept")
     return sample, {"lines_seen": seen, "too_long": too_long, "files": len(paths)}
 
 

@@ -332,10 +332,10 @@ def make_all(out_dir: str = DEFAULT_OUT) -> None:
         "QQP": write_qqp,
         "MNLI": write_mnli,
         "QNLI": lambda o, r: write_three_column(
-            o, r, ("question", "sentence"), lambda g, l: qnli_pair(g, l == "entailment"),
+            o, r, ("question", "sentence"), lambda g, label: qnli_pair(g, label == "entailment"),
             ["entailment", "not_entailment"]),
         "RTE": lambda o, r: write_three_column(
-            o, r, ("sentence1", "sentence2"), lambda g, l: same_subject_pair(g, l == "entailment"),
+            o, r, ("sentence1", "sentence2"), lambda g, label: same_subject_pair(g, label == "entailment"),
             ["entailment", "not_entailment"]),
         "WNLI": lambda o, r: write_three_column(o, r, ("sentence1", "sentence2"), wnli_pair, ["0", "1"]),
     }

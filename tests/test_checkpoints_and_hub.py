@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import ROOT, run
+from conftest import run
 
 LOAD = "import fairseq.checkpoint_utils as c; s = c.load_checkpoint_to_cpu({path!r}); print('LOADED', sorted(s))"
 

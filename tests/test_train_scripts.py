@@ -239,9 +239,9 @@ def test_killed_sbatch_run_resumes_where_it_stopped(killed_run):
     lrs = [float(x) for x in re.findall(r"train_inner \|.*?lr=([0-9.e-]+)", log)]
     assert lrs[0] > 1.9e-3  # the schedule continues (decay from 2e-3 over 1000 updates), no new warmup
     # same data position, same parameters, same per-update seed: the same loss as before the stop
-    before = {int(u): float(l) for l, u in re.findall(r"train_inner \|.*?loss=([0-9.]+).*?num_updates=(\d+)",
+    before = {int(u): float(loss) for loss, u in re.findall(r"train_inner \|.*?loss=([0-9.]+).*?num_updates=(\d+)",
                                                       first_log)}
-    after = {u: l for u, l in zip(updates, train_losses(log))}
+    after = {u: loss for u, loss in zip(updates, train_losses(log))}
     if n + 1 in before:  # logged by the first job unless it stopped right after saving
         assert abs(before[n + 1] - after[n + 1]) <= 1e-3, (before[n + 1], after[n + 1])
 

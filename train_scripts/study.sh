@@ -269,7 +269,7 @@ if [[ "$mode" == list ]]; then
     mapfile -t all < <(parts_of "$st")
     for i in "${!all[@]}"; do
       read -r -a a <<< "${all[$i]}"
-      printf '%s\t%d\t%s\t%s\n' "$st" "$i" "${all[$i]:-all}" "$(is_done "$st" "${a[@]}" && echo done || echo todo)"
+      printf '%s\t%d\t%s\t%s\n' "$st" "$i" "${all[$i]:-all}" "$(is_done "$st" "${a[@]}" && echo "done" || echo todo)"
     done
   done
   exit 0
@@ -297,14 +297,14 @@ if [[ "$mode" == slurm ]]; then
   echo 'export VENV=${VENV:-$PWD/.venv}'
   dep=""
   is_done prep || { echo 'prep=$(sbatch --parsable train_scripts/study.sbatch prep)'; dep='--dependency=afterok:$prep '; }
-  a="$(todo_array pretrain)"
-  if [[ -n "$a" ]]; then
-    echo "pre=\$(sbatch --parsable ${dep}--array=$a train_scripts/study.sbatch pretrain)"; dep='--dependency=afterok:$pre '
+  todo="$(todo_array pretrain)"
+  if [[ -n "$todo" ]]; then
+    echo "pre=\$(sbatch --parsable ${dep}--array=$todo train_scripts/study.sbatch pretrain)"; dep='--dependency=afterok:$pre '
   fi
   after=""
   for st in locality finetune; do
-    a="$(todo_array "$st")"
-    [[ -n "$a" ]] && { echo "$st=\$(sbatch --parsable ${dep}--array=$a train_scripts/study.sbatch $st)"; after+=":\$$st"; }
+    todo="$(todo_array "$st")"
+    [[ -n "$todo" ]] && { echo "$st=\$(sbatch --parsable ${dep}--array=$todo train_scripts/study.sbatch $st)"; after+=":\$$st"; }
   done
   echo "sbatch ${after:+--dependency=afterany$after }train_scripts/study.sbatch report"
   exit 0
