@@ -47,6 +47,22 @@ def test_pos_maps_refuses_content_dependent_variants_with_the_reason(deberta_pre
     assert not (tmp_path / "maps" / "pos_logits.npy").exists()
 
 
+def test_locality_reports_only_real_attention_maps_for_content_dependent_variants(
+    deberta_pretrained, lm_bin, spm_dir, tmp_path
+):
+    ckpt = str(deberta_pretrained / "checkpoint_last.pt")
+    alone = run(["tupe-locality", ckpt, "--length", "8"], check=False)
+    assert alone.returncode != 0 and "--text" in alone.stderr.strip().splitlines()[-1]
+    text, table = tmp_path / "text.txt", tmp_path / "ls.csv"
+    text.write_text("the cat saw the river .\na dog found the bridge today .\n")
+    p = run(["tupe-locality", ckpt, "--length", "8", "--text", str(text), "--spm-model", str(spm_dir / "spm.model"),
+             "--data", str(lm_bin), "--out-csv", str(table)])
+    assert "real attention maps only" in p.stderr
+    rows = table.read_text().splitlines()[1:]
+    assert rows and all(r.startswith("attention (2 sentences)") for r in rows)
+    assert len(rows) == 2 * 4 + 1  # tiny: 2 layers x 4 heads, plus the mean
+
+
 def test_from_pretrained_loads_a_deberta_checkpoint(deberta_pretrained, lm_bin):
     import torch
 

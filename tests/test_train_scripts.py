@@ -102,7 +102,7 @@ def test_dry_run_prints_settings_batch_and_the_paper_command(lm_bin, tmp_path):
 
 @pytest.mark.parametrize("env, message", [
     ({"NPROC_PER_NODE": "3"}, "BATCH_SIZE=256 is not divisible by 3 process(es) x MAX_SENTENCES=16 = 48"),
-    ({"VARIANT": "bert-a", "SIZE": "large"}, "SIZE=large exists for tupe-r and tupe-a only"),
+    ({"SIZE": "huge"}, "SIZE must be base, large or tiny, not 'huge'"),
     ({"VARIANT": "xl"}, "VARIANT must be one of"),
     ({"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0"}, "started under a launcher with WORLD_SIZE=2, but"),
 ])

@@ -1,8 +1,8 @@
 """What a ``tupe_roberta`` checkpoint is: its arch, positional variant and sizes.
 
 ``python -m tupe_plugin.checkpoint_info CKPT [--fairseq-args]`` prints JSON, or with
-``--fairseq-args`` the model flags that rebuild the same model (``--arch ... --max-positions ...``
-plus the variant flags), so fine-tuning scripts take the variant from the checkpoint instead of
+``--fairseq-args`` the model flags that rebuild the same model (``--arch ... --max-positions ...``,
+the sizes ``--encoder-layers ...`` and the variant flags), so fine-tuning scripts take the variant from the checkpoint instead of
 from a flag the user must remember. ``--list-variants`` prints the registry's variant names with
 dashes (``tupe-r``, ``rope``, ...), one per line: ``train_scripts/pretrain.sh`` reads its ``VARIANT``
 list from it.
@@ -53,8 +53,13 @@ def info_from_state(state: Dict[str, Any], path: str) -> Dict[str, Any]:
     }
 
 
+SIZE_FLAGS = ("encoder_layers", "encoder_embed_dim", "encoder_attention_heads", "encoder_ffn_embed_dim")
+
+
 def fairseq_args(info: Dict[str, Any]) -> str:
-    return f"--arch {info['arch']} --max-positions {info['max_positions']} {info['variant_flags']}"
+    """The flags that rebuild the model: arch, positions, sizes (a run may have resized its arch) and variant."""
+    sizes = " ".join(f"--{k.replace('_', '-')} {info[k]}" for k in SIZE_FLAGS if info.get(k) is not None)
+    return f"--arch {info['arch']} --max-positions {info['max_positions']} {sizes} {info['variant_flags']}"
 
 
 def run(args: argparse.Namespace) -> int:

@@ -1,7 +1,9 @@
 """``tupe-locality CKPT``: locality and symmetry (Chen et al. 2023) of a checkpoint.
 
-1. Position-only matrices: the row softmax of the content-free positional term, per head
-   (see ``checkpoint_maps.positional_logits``).
+1. Position-only matrices: the row softmax of the content-free positional term, per head, or for the
+   PAM variants the positional weights themselves (see ``checkpoint_maps.positional_maps``). RoPE and
+   DeBERTa have no content-free map: their positional effect depends on the content, so only the real
+   attention maps of ``--text`` are reported (without ``--text`` the command says so and stops).
 2. With ``--text FILE`` (one sentence per line, raw text; ``--spm-model`` and ``--data`` with
    ``dict.txt``): the model's real attention maps per layer and head, each metric averaged over the
    sentences (maps include <s> and </s>, as the official metric applies no mask).
@@ -15,7 +17,7 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
-from .checkpoint_maps import positional_maps
+from .checkpoint_maps import ContentDependentPositions, positional_maps
 from .table_io import write_csv
 from .locality_symmetry import locality, symmetry, symmetry_scaled
 
@@ -66,7 +68,13 @@ def attention_rows(checkpoint: str, text: str, data_dir: str, spm_model: str, ma
 
 def run(args: argparse.Namespace) -> int:
     """The command, on arguments parsed by ``tupe_plugin_cli.commands.locality_parser``."""
-    rows = position_rows(args.checkpoint, args.length)
+    try:
+        rows = position_rows(args.checkpoint, args.length)
+    except ContentDependentPositions as e:
+        if not args.text:
+            raise ValueError(f"{e}; pass --text FILE (with --spm-model and --data) for the real attention maps") from None
+        print(f"position-only maps: none ({e}); reporting the real attention maps only", file=sys.stderr)
+        rows = []
     if args.text:
         rows += attention_rows(args.checkpoint, args.text, args.data, args.spm_model, args.max_sentences)
     print("| source | layer | head | locality | symmetry | symmetry_scaled |\n|---|---|---|---|---|---|")
