@@ -100,6 +100,7 @@ args=(
   --valid-subset "$VALID_SUBSETS" --best-checkpoint-metric "$METRIC" --maximize-best-checkpoint-metric
   --save-dir "$partial/checkpoints" --no-epoch-checkpoints --no-last-checkpoints
   --log-format simple --log-interval "$LOG_INTERVAL" --num-workers "$NUM_WORKERS"
+  --data-buffer-size 0  # no prefetch thread: it can abort the exit with status 134 (see train_scripts/pretrain.sh)
 )
 [[ "$REGRESSION" == 1 ]] && args+=(--regression-target)
 [[ "$TRUNCATE" == 1 ]] && args+=(--shorten-method truncate)
@@ -121,7 +122,9 @@ else
 fi
 if (( status != 0 )); then
   tail -n 30 "$partial/train.log" >&2
-  die "$TASK $run_name: fairseq-train failed (exit $status); log in $partial/train.log"
+  # the error our plugin raised (wrong variant, dictionary, ...) as the last line, not 30 lines above it
+  reason="$("$PYTHON" -m tupe_plugin_cli.errors "$partial/train.log" 2>/dev/null | sed 's/^error: //')" || true
+  die "$TASK $run_name: fairseq-train failed (exit $status)${reason:+: $reason}; log in $partial/train.log"
 fi
 
 "$PYTHON" -m glue.finetune_helper result --task "$TASK" --lr "$LR" --seed "$SEED" --metric "$METRIC" \
