@@ -82,6 +82,7 @@ def test_hydra_train_with_shipped_config(lm_bin, tmp_path):
              "common.fp16=false", "common.cpu=true", "common.log_interval=5", "model._name=tupe_a_tiny",
              "model.max_positions=64", "task.tokens_per_sample=64", "optimization.max_update=20",
              "optimization.lr=[0.002]", "lr_scheduler.warmup_updates=5", "dataset.num_workers=0",
+             "dataset.batch_size=8", "optimization.update_freq=[2]", "model.target_batch_size=16",
              f"checkpoint.save_dir={save}", f"common.tensorboard_logdir={tmp_path / 'tb'}",
              f"hydra.run.dir={tmp_path / 'out'}"], cwd=tmp_path)
     log = p.stdout + p.stderr
@@ -90,6 +91,20 @@ def test_hydra_train_with_shipped_config(lm_bin, tmp_path):
     assert len(losses) == 4 and losses[-1] < losses[0]
     assert (save / "checkpoint_last.pt").exists()
     assert any((tmp_path / "tb" / "train_inner").iterdir())  # TensorBoard events written
+
+
+def test_hydra_pretrain_config_refuses_a_batch_other_than_the_papers(lm_bin, tmp_path):
+    """The shipped config asks for the paper's 256 sequences per update; on 1 process x 16 that needs
+    update_freq [16], which the refusal names."""
+    p = run(["fairseq-hydra-train", "--config-dir", str(ROOT / "train_scripts/config/pretrain"),
+             "--config-name", "tupe_base", f"task.data={lm_bin}", f"common.user_dir={ROOT / 'tupe_plugin'}",
+             "common.fp16=false", "common.cpu=true", "model._name=tupe_a_tiny", "model.max_positions=64",
+             "task.tokens_per_sample=64", "dataset.num_workers=0", f"checkpoint.save_dir={tmp_path / 'ck'}",
+             f"hydra.run.dir={tmp_path / 'out'}"], cwd=tmp_path, check=False)
+    assert p.returncode != 0
+    assert ("batch of 1 process(es) x dataset.batch_size 16 x optimization.update_freq 1 = 16 sequences, "
+            "not model.target_batch_size=256: pass optimization.update_freq=[16]") in p.stdout + p.stderr
+    assert not (tmp_path / "ck" / "checkpoint_last.pt").exists()
 
 
 def test_hydra_finetune_config_counts_updates_from_the_epoch_budget(pretrained, cls_bin, tmp_path):
