@@ -277,7 +277,10 @@ def test_converted_checkpoint_records_variant_and_config(converted):
     info = checkpoint_info(str(dest))
     assert info["arch"] == "tupe_r_base" and info["variant"] == "tupe_r" and info["max_positions"] == MAXPOS
     assert (info["encoder_layers"], info["encoder_embed_dim"], info["encoder_attention_heads"]) == (L, D, H)
-    assert fairseq_args(info).startswith(f"--arch tupe_r_base --max-positions {MAXPOS} --no-input-pe")
+    assert fairseq_args(info).startswith(
+        f"--arch tupe_r_base --max-positions {MAXPOS} --encoder-layers {L} --encoder-embed-dim {D} "
+        f"--encoder-attention-heads {H} --encoder-ffn-embed-dim ")  # the sizes: a resized arch rebuilds as trained
+    assert " --no-input-pe --untied-pos --untie-cls --rel-pos " in fairseq_args(info)
     state = torch.load(dest, map_location="cpu")  # weights_only, plugin allowlist
     assert all(v.dtype in (torch.float32, torch.int64) for v in state["model"].values())
     assert state["extra_state"]["tupe_convert_original"]["source_num_updates"] == 1000000

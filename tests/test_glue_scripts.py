@@ -135,7 +135,8 @@ def test_finetune_rte_end_to_end(rte_run):
         "task": "RTE", "lr": 1e-3, "seed": 1, "metric": "accuracy", "checkpoint_variant": "tupe_r"}
     assert 0 <= result["best_valid"]["valid"] <= 100
     cmd = (run_dir / "command.txt").read_text()
-    for flag in ("--arch tupe_roberta_tiny --max-positions 64 --no-input-pe --untied-pos --untie-cls --rel-pos",
+    for flag in ("--arch tupe_roberta_tiny --max-positions 64 --encoder-layers 2 --encoder-embed-dim 64 "
+                 "--encoder-attention-heads 4 --encoder-ffn-embed-dim 128 --no-input-pe --untied-pos --untie-cls --rel-pos",
                  "--criterion glue_sentence_prediction --metric-averaging dev_set",
                  "--num-classes 2 --init-token 0 --separator-token 2", "--batch-size 16 --max-tokens 4400",
                  r"--adam-betas \(0.9\,0.999\) --adam-eps 1e-6 --weight-decay 0.01 --clip-norm 1.0",
