@@ -36,7 +36,7 @@ setup(
             "tupe-probe=tupe_plugin_cli.commands:probe",
             "tupe-convert-original=tupe_plugin_cli.commands:convert_original",
             "tupe-last-error=tupe_plugin_cli.errors:main",
-            "tupe-export-hf=tupe_plugin.hf.export:main",
+            "tupe-export-hf=tupe_plugin_cli.commands:export_hf",
         ]
     },
 )

@@ -125,7 +125,7 @@ def test_cli_refuses_a_non_empty_out_dir_in_one_line(tmp_path):
     p = run([str(BIN / "tupe-export-hf"), str(ckpt), str(tmp_path / "taken")], check=False)
     errors = [line for line in p.stderr.splitlines() if "error" in line]  # (fairseq's import logs aside)
     assert p.returncode == 2 and "Traceback" not in p.stderr and len(errors) == 1
-    assert errors[0].startswith("tupe-export-hf: error:") and "taken exists and is not empty" in errors[0]
+    assert errors[0].startswith("error:") and "taken exists and is not empty" in errors[0]
     assert "--force" in p.stderr and (tmp_path / "taken" / "mine.txt").read_text() == "user data"
     assert "trust_remote_code" in run([str(BIN / "tupe-export-hf"), "--help"]).stdout
 

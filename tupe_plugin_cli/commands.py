@@ -104,6 +104,24 @@ def checkpoint_info_parser() -> argparse.ArgumentParser:
     return p
 
 
+def export_hf_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="tupe-export-hf",
+        description="Export a tupe_roberta checkpoint as a Hugging Face transformers folder: config.json, "
+        "model.safetensors, the model code (loaded with trust_remote_code=True) and, with --spm-model, the "
+        "tokenizer. AutoModel, AutoModelForMaskedLM and AutoModelForSequenceClassification load it; variants "
+        "the exporter does not implement are refused by name (docs/hf_export.md).",
+    )
+    p.add_argument("checkpoint", help="tupe_roberta checkpoint (pre-trained or fine-tuned)")
+    p.add_argument("out_dir", help="output folder (must be new or empty unless --force)")
+    p.add_argument("--spm-model", help="the pre-training sentencepiece model: also export the tokenizer")
+    p.add_argument("--dict", dest="dict_path",
+                   help="fairseq dict.txt of the model (default: from the checkpoint's data dir)")
+    p.add_argument("--head", help="classification head to export (default: the only one)")
+    p.add_argument("--force", action="store_true", help="replace an existing OUT_DIR")
+    return p
+
+
 # command -> (parser, "module:function" that runs the parsed arguments)
 COMMANDS: Dict[str, Tuple[Callable[[], argparse.ArgumentParser], str]] = {
     "tupe-pos-maps": (pos_maps_parser, "tupe_plugin.analysis.pos_maps_cli:run"),
@@ -111,6 +129,7 @@ COMMANDS: Dict[str, Tuple[Callable[[], argparse.ArgumentParser], str]] = {
     "tupe-probe": (probe_parser, "tupe_plugin.analysis.probing_eval:run"),
     "tupe-convert-original": (convert_parser, "tupe_plugin.convert_original:run"),
     "tupe-checkpoint-info": (checkpoint_info_parser, "tupe_plugin.checkpoint_info:run"),
+    "tupe-export-hf": (export_hf_parser, "tupe_plugin.hf.export:run"),
 }
 
 
@@ -140,3 +159,7 @@ def convert_original(argv: Optional[List[str]] = None) -> int:
 
 def checkpoint_info(argv: Optional[List[str]] = None) -> int:
     return dispatch("tupe-checkpoint-info", argv)
+
+
+def export_hf(argv: Optional[List[str]] = None) -> int:
+    return dispatch("tupe-export-hf", argv)

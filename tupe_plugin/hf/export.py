@@ -44,7 +44,7 @@ LM_HEAD = "encoder.lm_head."
 DROPPED = (ENCODER + "positions.variant", ENCODER + "version")  # recorded in config.json instead
 
 
-class ExportError(Exception):
+class ExportError(ValueError):
     """The checkpoint cannot be exported; the message says why and what to do."""
 
 
@@ -277,29 +277,21 @@ def _check_loadable(config: Dict[str, Any], tensors: Dict[str, torch.Tensor], ch
                           f"missing {missing}, wrong shape {bad}")
 
 
-def main(argv: Optional[List[str]] = None) -> int:
-    p = argparse.ArgumentParser(prog="tupe-export-hf", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter,
-                                epilog=__doc__.split("\n\n", 2)[2])
-    p.add_argument("checkpoint", help="tupe_roberta checkpoint (pre-trained or fine-tuned)")
-    p.add_argument("out_dir", help="output folder (must be new or empty unless --force)")
-    p.add_argument("--spm-model", help="the pre-training sentencepiece model: also export the tokenizer")
-    p.add_argument("--dict", dest="dict_path",
-                   help="fairseq dict.txt of the model (default: from the checkpoint's data dir)")
-    p.add_argument("--head", help="classification head to export (default: the only one)")
-    p.add_argument("--force", action="store_true", help="replace an existing OUT_DIR")
-    args = p.parse_args(argv)
-    try:
-        out = export(args.checkpoint, args.out_dir, args.spm_model, args.dict_path, args.head, args.force)
-    except (ExportError, OSError, ValueError) as e:
-        print(f"tupe-export-hf: error: {e}", file=sys.stderr)
-        return 2
+def run(args: argparse.Namespace) -> int:
+    """The command, on arguments parsed by ``tupe_plugin_cli.commands.export_hf_parser``."""
+    out = export(args.checkpoint, args.out_dir, args.spm_model, args.dict_path, args.head, args.force)
     print(f"exported to {out}")
     print("load it with:\n"
           "    from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer\n"
           f"    model = AutoModelForMaskedLM.from_pretrained({str(out)!r}, trust_remote_code=True)"
           + (f"\n    tokenizer = AutoTokenizer.from_pretrained({str(out)!r}, trust_remote_code=True)" if args.spm_model else ""))
     return 0
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    from tupe_plugin_cli.commands import export_hf  # parses before torch is imported
+
+    return export_hf(argv)
 
 
 if __name__ == "__main__":
