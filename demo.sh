@@ -13,7 +13,8 @@ echo "demo: OUT=$OUT UPDATES=$UPDATES TASKS='$TASKS'"
 step() { echo; echo "=== $* ==="; }
 
 step "1/6 C4 sample -> sentencepiece -> binary shards (preprocess/c4/run_all.sh)"
-OUT_DIR="$OUT/c4" VOCAB_SIZE=1000 JOBS=2 preprocess/c4/run_all.sh preprocess/samples/c4
+# TOKENS_PER_SAMPLE: lines longer than a pre-training block are split at binarization, so none is dropped
+OUT_DIR="$OUT/c4" VOCAB_SIZE=1000 JOBS=2 TOKENS_PER_SAMPLE=128 preprocess/c4/run_all.sh preprocess/samples/c4
 
 step "2/6 tiny TUPE-R pre-training, $UPDATES updates on CPU (train_scripts/pretrain.sh)"
 DATA="$OUT/c4/data-bin" SAVE_DIR="$OUT/pretrain" VARIANT=tupe-r SIZE=tiny GPUS=0 \
