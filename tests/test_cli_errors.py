@@ -65,21 +65,21 @@ def test_the_error_is_the_last_line_and_the_traceback_needs_the_debug_switch(tmp
     junk.write_text("not a checkpoint\n")
     for command in (["tupe-checkpoint-info", str(junk)], ["tupe-pos-maps", str(junk), "--out-dir", str(tmp_path)]):
         p = run([str(BIN / command[0]), *command[1:]], check=False)
-        assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
+        assert p.returncode == 1 and "Traceback" not in p.stderr, p.stderr
         assert last_line(p).startswith("error: not a readable checkpoint") and "weights_only" not in p.stderr
     p = run([str(BIN / "tupe-checkpoint-info"), str(tmp_path / "missing.pt")], check=False)
-    assert p.returncode == 2 and last_line(p).startswith("error: ") and "missing.pt" in last_line(p)
+    assert p.returncode == 1 and last_line(p).startswith("error: ") and "missing.pt" in last_line(p)
     env = dict(os.environ, TUPE_DEBUG="1")
     p = subprocess.run([str(BIN / "tupe-checkpoint-info"), str(tmp_path / "missing.pt")], capture_output=True,
                        text=True, env=env, timeout=120)
-    assert p.returncode == 2 and "Traceback (most recent call last)" in p.stderr
+    assert p.returncode == 1 and "Traceback (most recent call last)" in p.stderr
     assert last_line(p).startswith("error: ") and "missing.pt" in last_line(p)
 
 
 def test_python_m_runs_the_same_command(tmp_path):
     p = run([sys.executable, "-m", "tupe_plugin.convert_original", str(tmp_path / "none.pt"),
              str(tmp_path / "out.pt")], check=False)
-    assert p.returncode == 2 and last_line(p) == f"error: {tmp_path / 'none.pt'}: file not found"
+    assert p.returncode == 1 and last_line(p) == f"error: {tmp_path / 'none.pt'}: file not found"
 
 
 def test_pos_maps_length_beyond_the_checkpoint_is_the_last_line(pretrained, tmp_path):

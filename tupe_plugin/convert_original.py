@@ -38,9 +38,14 @@ from .original_release import (  # noqa: F401  (ConversionError and convert's pa
     map_state,
     original_config,
 )
+from tupe_plugin_cli.errors import UsageError
 
 # Recorded in the converted checkpoint's model args: the release's classification head style.
 CLASSIFICATION_HEAD_STYLE = "release"
+
+
+class OutputExistsError(ConversionError, UsageError):
+    """OUTPUT (or a different dict.txt beside it) exists and --force was not given: nothing is written (exit 2)."""
 
 
 def build_dictionary(cfg: OriginalConfig, dict_path: Optional[str]):
@@ -120,7 +125,7 @@ def _dict_needs_copy(dict_path: str, out_dir: str, force: bool) -> bool:
             if a.read() == b.read():
                 return False
         if not force:
-            raise ConversionError(f"{dest} exists and differs from {dict_path}; pass --force to replace it")
+            raise OutputExistsError(f"{dest} exists and differs from {dict_path}; pass --force to replace it")
     return True
 
 
@@ -136,7 +141,7 @@ def convert(in_path: str, out_path: str, dict_path: Optional[str] = None, force:
             inert: Sequence[str] = (), drop_heads: bool = False) -> dict:
     """Convert ``in_path`` and write ``out_path``; returns a summary (also printed by ``main``)."""
     if os.path.exists(out_path) and not force:
-        raise ConversionError(f"{out_path} exists; pass --force to overwrite it")
+        raise OutputExistsError(f"{out_path} exists; pass --force to overwrite it")
     if dict_path is not None and not os.path.isfile(dict_path):
         raise ConversionError(f"{dict_path}: file not found")
     out_dir = os.path.dirname(os.path.abspath(out_path))

@@ -1,8 +1,10 @@
 """One way for our commands to fail: the last line on the screen says what is wrong and what to do.
 
 * ``run_command(run, args)``: runs a command, turns any exception into one ``error: ...`` line on
-  stderr (exit 2 for errors the user can fix, 1 for unexpected ones, which are bugs); the traceback
-  only with ``TUPE_DEBUG=1``.
+  stderr; the traceback only with ``TUPE_DEBUG=1``. Exit codes are the project's one convention (README,
+  "Exit codes"; shell: train_scripts/lib.sh): 2 wrong usage or settings (argparse, ``UsageError``: nothing
+  was changed), 1 the run failed (a missing, corrupt or foreign input named in the message; an unexpected
+  error says it is a bug).
 * ``python -m tupe_plugin_cli.errors LOG`` (``tupe-last-error LOG``): for scripts that run
   ``fairseq-train`` into a log, prints the log's final exception as that one line, e.g.
 
@@ -18,6 +20,11 @@ import traceback
 from typing import Callable, List, Optional, Tuple
 
 DEBUG_ENV = "TUPE_DEBUG"
+
+
+class UsageError(ValueError):
+    """A wrong option value or setting (e.g. a --length beyond the checkpoint, an OUTPUT that exists
+    without --force): exit 2, like argparse's own usage errors."""
 # Errors a user can fix (bad file, bad setting); their message is the whole story. Our own error
 # classes (ConversionError, VariantMismatchError, DictionaryMismatchError, ...) derive from ValueError.
 USER_ERRORS = (OSError, ValueError)
@@ -58,8 +65,7 @@ def run_command(run: Callable[[argparse.Namespace], int], args: argparse.Namespa
     except Exception as e:  # noqa: BLE001  (every failure ends the same way)
         if debug():
             traceback.print_exc()
-        user = isinstance(e, USER_ERRORS) or type(e).__name__ == "UnpicklingError"
-        code, line = (2 if user else 1), error_line(e)
+        code, line = (2 if isinstance(e, UsageError) else 1), error_line(e)
     sys.stdout.flush()
     print(line, file=sys.stderr, flush=True)
     return code

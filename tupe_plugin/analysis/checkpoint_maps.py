@@ -24,6 +24,7 @@ from typing import Any, Dict, Tuple
 import numpy as np
 import torch
 import torch.nn.functional as F
+from tupe_plugin_cli.errors import UsageError
 
 from .. import checkpoint_safety  # noqa: F401
 from ..checkpoint_info import info_from_state
@@ -65,7 +66,7 @@ def _positional_logits(sd: Dict[str, torch.Tensor], info: Dict[str, Any], seq_le
             "tupe-locality CKPT --text FILE for its real attention maps"
         )
     if seq_len > info["max_positions"]:
-        raise ValueError(f"--length {seq_len} exceeds the checkpoint's {info['max_positions']} positions")
+        raise UsageError(f"--length {seq_len} exceeds the checkpoint's {info['max_positions']} positions")
     if variant.attention_block.startswith("pam_"):
         raise PositionWeights(
             f"positional variant '{variant.name}' has position-only attention weights, not logits (no softmax): "
@@ -111,7 +112,7 @@ def positional_maps(path: str, seq_len: int) -> Tuple[np.ndarray, np.ndarray]:
         logits = _positional_logits(sd, info, seq_len)
         return logits, softmax_rows(logits)
     if seq_len > info["max_positions"]:
-        raise ValueError(f"--length {seq_len} exceeds the checkpoint's {info['max_positions']} positions")
+        raise UsageError(f"--length {seq_len} exceeds the checkpoint's {info['max_positions']} positions")
     if variant.attention_block == "pam_window":
         weights = window_weights(seq_len, dtype=torch.float64)[None]  # (1, T, T): one map for all
     else:

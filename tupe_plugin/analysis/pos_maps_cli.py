@@ -13,6 +13,7 @@ import sys
 from typing import List, Optional
 
 import numpy as np
+from tupe_plugin_cli.errors import UsageError
 
 from .checkpoint_maps import positional_maps
 from .locality_symmetry import locality, symmetry, symmetry_scaled
@@ -68,7 +69,7 @@ def save_npy(path: str, array: np.ndarray) -> None:
 def run(args: argparse.Namespace) -> int:
     """The command, on arguments parsed by ``tupe_plugin_cli.commands.pos_maps_parser``."""
     if os.path.exists(args.out_dir) and not os.path.isdir(args.out_dir):
-        raise ValueError(f"--out-dir {args.out_dir} is a file; pass a folder (it is created when missing)")
+        raise UsageError(f"--out-dir {args.out_dir} is a file; pass a folder (it is created when missing)")
     logits, probs = positional_maps(args.checkpoint, args.length)  # PAM: the weights, no softmax
     os.makedirs(args.out_dir, exist_ok=True)
     if logits.ndim == 4:  # one map per layer (learned prior, PAM): plot layer-major, head-minor

@@ -21,6 +21,8 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
+from tupe_plugin_cli.errors import UsageError
+
 from ..checkpoint_info import info_from_state
 from ..models.tupe_roberta import VARIANT_KEY
 from ..models.variants import PositionalVariant
@@ -46,6 +48,10 @@ DROPPED = (ENCODER + "positions.variant", ENCODER + "version")  # recorded in co
 
 class ExportError(ValueError):
     """The checkpoint cannot be exported; the message says why and what to do."""
+
+
+class OutDirNotEmptyError(ExportError, UsageError):
+    """OUT_DIR holds files and --force was not given: nothing is written (exit 2)."""
 
 
 def _model_cfg(state: Dict[str, Any]):
@@ -231,7 +237,7 @@ def export(checkpoint: str, out_dir: str, spm_model: Optional[str] = None, dict_
 
     out = Path(out_dir)
     if out.exists() and any(out.iterdir()) and not force:
-        raise ExportError(f"{out} exists and is not empty; choose another OUT_DIR or pass --force to replace it")
+        raise OutDirNotEmptyError(f"{out} exists and is not empty; choose another OUT_DIR or pass --force to replace it")
     if spm_model and not os.path.isfile(spm_model):
         raise ExportError(f"sentencepiece model not found: {spm_model}")
     state = torch.load(checkpoint, map_location="cpu")
