@@ -25,7 +25,7 @@ from fairseq.modules.quant_noise import quant_noise
 from torch import Tensor, nn
 
 from .attention import BiasedSelfAttention
-from .positional_term import PositionalTerm
+from .positional_term import PositionalTerm, check_length
 
 PAM_MODES = ("concat", "sequential", "window")
 
@@ -94,11 +94,7 @@ class PamSelfAttention(BiasedSelfAttention):
 
     def position_weights(self, seq_len: int) -> Tensor:
         """The content-free attention weights: (H, T, T) learned, or (1, T, T) for ``window``."""
-        if seq_len > self.max_positions:
-            raise ValueError(
-                f"sequence of {seq_len} tokens is longer than the model's {self.max_positions} "
-                "positions; use --max-positions/--tokens-per-sample to cut inputs"
-            )
+        check_length(seq_len, self.max_positions)
         if self.mode == "window":
             return window_weights(seq_len, device=self.out_proj.weight.device).unsqueeze(0)
         return distance_weights(self.pos_weight, seq_len)

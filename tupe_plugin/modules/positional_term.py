@@ -64,6 +64,16 @@ def alibi_slopes(num_heads: int) -> List[float]:
     return power_of_2(closest) + power_of_2(2 * closest)[0::2][: num_heads - closest]
 
 
+def check_length(seq_len: int, max_positions: int) -> None:
+    """The one refusal of an input longer than the model's positions (input PE, positional term, PAM)."""
+    if seq_len > max_positions:
+        raise ValueError(
+            f"sequence of {seq_len} tokens is longer than the model's {max_positions} positions; use "
+            "--max-positions/--tokens-per-sample (and --shorten-method truncate for sentence_prediction) "
+            "to cut inputs"
+        )
+
+
 def sinusoidal_table(num_positions: int, dim: int, base: float = 10000.0) -> Tensor:
     """Vaswani et al.'s PE: ``PE[p, 2i] = sin(p / base^(2i/d))``, ``PE[p, 2i+1] = cos(p / base^(2i/d))``."""
     pos = torch.arange(num_positions, dtype=torch.float64)[:, None]
@@ -84,11 +94,7 @@ class SinusoidalInputPositions(nn.Module):
         self.register_buffer("table", sinusoidal_table(max_positions, embed_dim), persistent=False)
 
     def forward(self, src_tokens: Tensor) -> Tensor:
-        if src_tokens.size(1) > self.max_positions:
-            raise ValueError(
-                f"sequence of {src_tokens.size(1)} tokens is longer than the model's {self.max_positions} "
-                "positions; use --max-positions/--tokens-per-sample to cut inputs"
-            )
+        check_length(src_tokens.size(1), self.max_positions)
         return self.table[: src_tokens.size(1)].unsqueeze(0)  # (1, T, d): right padding keeps 0..len-1
 
 
@@ -165,12 +171,7 @@ class TupePositions(nn.Module):
             self.register_buffer("rel_index", (-relative + k).clamp(0, 2 * k - 1), persistent=False)
 
     def forward(self, seq_len: int) -> PositionalTerm:
-        if seq_len > self.max_positions:
-            raise ValueError(
-                f"sequence of {seq_len} tokens is longer than the model's {self.max_positions} "
-                "positions; use --max-positions/--tokens-per-sample (and --shorten-method truncate "
-                "for sentence_prediction) to cut inputs"
-            )
+        check_length(seq_len, self.max_positions)
         v, T, H, dh = self.positional_variant, seq_len, self.num_heads, self.head_dim
         bias = query = key = None
         if v.untied_pos or v.pos_mixed_terms:
