@@ -31,6 +31,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from ..utils.io import write_csv
+
 FRACTIONS = (0.25, 0.5, 0.75, 1.0)
 SUBSET_COLUMN = {("MNLI", "valid"): "MNLI-m", ("MNLI", "valid1"): "MNLI-mm"}
 
@@ -413,14 +415,11 @@ def _f(x: Optional[float], nd: int = 3) -> str:
 
 
 def write_csv_atomic(path: str, rows: List[Dict]) -> None:
+    """Every key of every row as a column; floats to 6 significant digits, None as an empty cell."""
     keys = list(dict.fromkeys(k for r in rows for k in r))
-    tmp = path + ".tmp"
-    with open(tmp, "w", newline="", encoding="utf-8") as f:
-        w = csv.DictWriter(f, fieldnames=keys)
-        w.writeheader()
-        for r in rows:
-            w.writerow({k: ("" if r.get(k) is None else f"{r[k]:.6g}" if isinstance(r[k], float) else r[k]) for k in keys})
-    os.replace(tmp, path)
+    cells = [{k: ("" if r.get(k) is None else f"{r[k]:.6g}" if isinstance(r[k], float) else r[k]) for k in keys}
+             for r in rows]
+    write_csv(path, cells, fieldnames=keys)
 
 
 def report_markdown(rows: List[Dict], columns: List[str], variants: List[Variant], total_updates: int,
