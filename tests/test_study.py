@@ -236,6 +236,32 @@ def test_report_paired_by_two_pretraining_seeds(tmp_path):
     assert rows["A"]["final_valid_loss_by_seed"] == "1:0.9000 2:1.0000"
 
 
+def test_parse_variants_own_seeds():
+    assert sr.parse_variants("bert-a:1,2 tupe-r:1,3 bert-r", [1]) == [("bert-a", [1, 2]), ("tupe-r", [1, 3]), ("bert-r", [1])]
+    assert sr.parse_variants("A,B C", [1, 2]) == [("A", [1, 2]), ("B", [1, 2]), ("C", [1, 2])]
+    with pytest.raises(ValueError, match="NAME:SEED"):
+        sr.parse_variants(":1", [1])
+
+
+def test_report_variants_with_their_own_seeds(tmp_path):
+    """A and B with two seeds, C with one: pairs with C use seed 1 only; nothing is reported missing."""
+    out = tmp_path / "study"
+    make_study(out)
+    for v, loss in (("A", 1.0), ("B", 1.45)):
+        d = out / "pretrain" / v / "seed2"
+        d.mkdir(parents=True)
+        (d / "train.log").write_text(f'x | INFO | valid | {{"valid_loss": "{loss}", "valid_num_updates": "100"}}\n')
+        shutil.copytree(out / "finetune" / v / "seed1", out / "finetune" / v / "seed2")
+        shutil.copy(out / "locality" / v / "seed1.csv", out / "locality" / v / "seed2.csv")
+    assert sr.main([str(out), "--variants", "A:1,2 B:1,2 C", "--total-updates", "100"]) == 0
+    md = (out / "report.md").read_text()
+    assert "| A - B | -0.600 | -0.450 | yes | 0.100 | **yes** |" in md
+    assert "| A - C | 0.100 | — |" in md  # C has no seed 2: the pair has seed 1 only, not settled
+    assert "seed2" not in md.split("## Missing parts and problems")[1].split("##")[0]
+    rows = {r["variant"]: r for r in csv.DictReader((out / "study.csv").open())}
+    assert rows["A"]["pretrain_seeds"] == "1 2" and rows["C"]["pretrain_seeds"] == "1"
+
+
 # ---------------------------------------------------------------------------------- study.sh end to end
 
 

@@ -40,8 +40,8 @@ tunable OUT "" "the study's folder (required)"
 tunable C4_DIR "" "C4-format files c4-train.*.json.gz + c4-validation.00000-of-*.json.gz (python -m preprocess.text_to_c4)"
 tunable TASKS_DIR "" "tasks in GLUE layout: TASKS_DIR/TASK/{train,dev}.tsv"
 tunable TASKS auto "tasks to fine-tune (auto: every folder of TASKS_DIR with train.tsv and dev.tsv)"
-tunable VARIANTS "bert-a bert-r tupe-a tupe-r" "VARIANT names of train_scripts/pretrain.sh, in report order"
-tunable PRETRAIN_SEEDS 1 "pre-training seeds; every variant gets every seed (same data order and masks per seed)"
+tunable VARIANTS "bert-a bert-r tupe-a tupe-r" "VARIANT names of train_scripts/pretrain.sh, in report order (NAME:1,2: that variant's own seeds)"
+tunable PRETRAIN_SEEDS 1 "pre-training seeds of every variant without its own (same data order and masks per seed)"
 tunable SIZE "${P[SIZE]}" "pretrain.sh SIZE (the arch is VARIANT_SIZE)"
 tunable MODEL_ARGS "${P[MODEL_ARGS]:-none}" "fairseq size flags over the arch (--encoder-layers ...; none: the arch's)"
 tunable VOCAB_SIZE "${P[VOCAB_SIZE]}" "sentencepiece vocabulary"
@@ -106,6 +106,13 @@ read -r -a variants <<< "$VARIANTS"; read -r -a pseeds <<< "$PRETRAIN_SEEDS"
 read -r -a lrs <<< "$FT_LRS"; read -r -a seeds <<< "$SEEDS"
 (( ${#variants[@]} > 0 && ${#pseeds[@]} > 0 )) || die "VARIANTS and PRETRAIN_SEEDS must not be empty"
 for v in "${pseeds[@]}" "${seeds[@]}"; do is_uint "$v" || die "PRETRAIN_SEEDS and SEEDS are whole numbers, not '$v'"; done
+variant_seeds() {  # ENTRY of VARIANTS -> its pre-training seeds, one per line (NAME:1,2 or PRETRAIN_SEEDS)
+  if [[ "$1" == *:* ]]; then tr ',' '\n' <<< "${1#*:}"; else printf '%s\n' "${pseeds[@]}"; fi
+}
+for entry in "${variants[@]}"; do
+  [[ "$entry" =~ ^[a-z0-9_-]+(:[0-9]+(,[0-9]+)*)?$ ]] ||
+    die "VARIANTS entry '$entry': write NAME or NAME:SEED,SEED (e.g. bert-a:1,2)"
+done
 if [[ "$TASKS" == auto ]]; then
   [[ -n "$TASKS_DIR" ]] || die "TASKS_DIR is required (or TASKS=none for pre-training only)"
   TASKS=$(for d in "$TASKS_DIR"/*/; do if [[ -f "$d/train.tsv" && -f "$d/dev.tsv" ]]; then basename "$d"; fi; done | tr '\n' ' ')
@@ -117,8 +124,9 @@ C4_OUT="$OUT/c4"; SPM="$C4_OUT/spm"; TASKS_BIN="$OUT/tasks-bin"; HELDOUT="$OUT/l
 
 # parts, in the order of --list
 pretrain_parts=(); finetune_parts=()
-for v in "${variants[@]}"; do
-  for s in "${pseeds[@]}"; do
+for entry in "${variants[@]}"; do
+  v="${entry%%:*}"
+  for s in $(variant_seeds "$entry"); do
     pretrain_parts+=("$v $s")
     for t in "${tasks[@]}"; do for lr in "${lrs[@]}"; do for k in "${seeds[@]}"; do
       finetune_parts+=("$v $s $t $lr $k")
@@ -277,7 +285,7 @@ fi
 
 [[ -n "${STUDY_PART_OF:-}" ]] || show_tunables  # a part started by the local run below: printed there
 check_settings
-note "${#variants[@]} variant(s) x ${#pseeds[@]} pre-training seed(s) = ${#pretrain_parts[@]} pre-training run(s) of" \
+note "${#variants[@]} variant(s), ${#pretrain_parts[@]} pre-training run(s) (variants x their seeds) of" \
   "$TOTAL_UPDATES updates (validation every $VALID_INTERVAL); ${#finetune_parts[@]} fine-tuning run(s)" \
   "(${#tasks[@]} task(s): ${tasks[*]:-none} x ${#lrs[@]} LR(s) x ${#seeds[@]} seed(s) per model)"
 

@@ -31,7 +31,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ..utils.io import write_csv
+from tupe_common.io import write_csv
 
 FRACTIONS = (0.25, 0.5, 0.75, 1.0)
 SUBSET_COLUMN = {("MNLI", "valid"): "MNLI-m", ("MNLI", "valid1"): "MNLI-mm"}
@@ -358,11 +358,26 @@ def correlations(rows: Sequence[Dict]) -> List[Dict]:
 # --------------------------------------------------------------------------------------------
 
 
-def load_study(out: str, variants: Sequence[str], seeds: Sequence[int], problems: List[str]) -> List[Variant]:
+def parse_variants(text: str, default_seeds: Sequence[int]) -> List[Tuple[str, List[int]]]:
+    """``"bert-a:1,2 tupe-r:1,2 bert-r"`` -> [(name, pre-training seeds)]: a variant's own seeds after a
+    colon, else ``default_seeds`` (study.sh's PRETRAIN_SEEDS). Names without seeds may also be separated
+    by commas."""
+    out = []
+    entries = [e for token in text.split() for e in ([token] if ":" in token else token.split(","))]
+    for entry in entries:
+        name, _, own = entry.partition(":")
+        seeds = [int(s) for s in own.split(",") if s] if own else list(default_seeds)
+        if not name or not seeds:
+            raise ValueError(f"variant entry {entry!r}: write NAME or NAME:SEED,SEED,...")
+        out.append((name, seeds))
+    return out
+
+
+def load_study(out: str, variants: Sequence[Tuple[str, Sequence[int]]], problems: List[str]) -> List[Variant]:
     from glue.collect import METRIC
 
     result = []
-    for name in variants:
+    for name, seeds in variants:
         v = Variant(name)
         for seed in seeds:
             log = os.path.join(out, "pretrain", name, f"seed{seed}", "train.log")
@@ -443,8 +458,14 @@ def report_markdown(rows: List[Dict], columns: List[str], variants: List[Variant
                  f"{_f(r['below_unigram_bits'])} | "
                  + " | ".join(_f(r[f'loss_at_{int(f * 100)}pct']) for f in FRACTIONS)
                  + f" | {_f(r['final_valid_loss_spread'])} |")
-    L += ["", f"Pre-training seeds per variant: {n_seeds}. Losses are means over them; the curves are in "
-          "`valid_loss.png`.", ""]
+    seed_sets = {v.name: [s.seed for s in v.seeds] for v in variants}
+    if len({tuple(x) for x in seed_sets.values()}) > 1:
+        L += ["", "Pre-training seeds: " + "; ".join(f"{n} {','.join(map(str, x))}" for n, x in seed_sets.items())
+              + ". A variant's loss is the mean over its own seeds; the paired table below compares the seeds "
+              "both variants have. The curves are in `valid_loss.png`.", ""]
+    else:
+        L += ["", f"Pre-training seeds per variant: {n_seeds}. Losses are means over them; the curves are in "
+              "`valid_loss.png`.", ""]
     L += ["### Differences paired by pre-training seed (final validation loss, row minus column variant)", ""]
     L += _paired_lines(loss_pairs, n_seeds, "loss")
     L += ["## Fine-tuning: median over seeds (spread = max - min)", ""]
@@ -557,8 +578,9 @@ def plot_correlation(path: str, rows: List[Dict], corr: List[Dict]) -> None:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     p = argparse.ArgumentParser(prog="python -m tupe_plugin.analysis.study_report", description=__doc__.split("\n\n")[0])
     p.add_argument("out", help="the study folder (OUT of train_scripts/study.sh)")
-    p.add_argument("--variants", required=True, help="variant names in report order (spaces or commas)")
-    p.add_argument("--pretrain-seeds", default="1", help="pre-training seeds (default 1)")
+    p.add_argument("--variants", required=True, help="variant names in report order, space-separated; "
+                   "NAME:S1,S2 gives a variant its own pre-training seeds")
+    p.add_argument("--pretrain-seeds", default="1", help="pre-training seeds of the variants without their own (default 1)")
     p.add_argument("--total-updates", type=int, required=True, help="pre-training budget in updates")
     p.add_argument("--data", help="fairseq data path a:b:c or a folder with data_path.txt (unigram baseline; "
                                   "default OUT/c4/data-bin)")
@@ -566,8 +588,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                    help="warn unless every variant ends this many bits below the unigram baseline (default 1)")
     p.add_argument("--title", default="Study report")
     args = p.parse_args(argv)
-    variants = args.variants.replace(",", " ").split()
     seeds = [int(s) for s in args.pretrain_seeds.replace(",", " ").split()]
+    try:
+        variants = parse_variants(args.variants, seeds)
+    except ValueError as e:
+        p.error(str(e))
     problems: List[str] = []
     data = args.data or os.path.join(args.out, "c4", "data-bin")
     if os.path.isfile(os.path.join(data, "data_path.txt")):  # shard folders, absolute or relative to data
@@ -578,7 +603,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except (OSError, ValueError) as e:
         unigram = None
         problems.append(f"unigram baseline not computed: {e}")
-    study = load_study(args.out, variants, seeds, problems)
+    study = load_study(args.out, variants, problems)
     columns = sorted({c for v in study for s in v.seeds for c in s.tasks})
     rows = [variant_row(v, columns, args.total_updates, unigram) for v in study]
     corr = correlations(rows)

@@ -1,0 +1,78 @@
+"""preprocess.labelled_to_tsv: labelled sentences -> a custom task in SST-2's layout."""
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from preprocess import labelled_to_tsv as lt
+
+
+def rows(path):
+    lines = path.read_text(encoding="utf-8").splitlines()
+    assert lines[0] == "sentence\tlabel"
+    return [tuple(line.split("\t")) for line in lines[1:]]
+
+
+def test_json_array_split_by_seed_with_label_map(tmp_path):
+    items = [{"text": f"sentence number {i}\twith a tab\nand a break", "class": i % 2} for i in range(10)]
+    items += [{"text": "  ", "class": 1}, {"class": 0}, {"text": "no label"}]  # skipped: 3
+    src = tmp_path / "a.json"
+    src.write_text(json.dumps(items))
+    out = tmp_path / "task"
+    assert lt.main([str(src), "--out-dir", str(out), "--label-field", "class", "--label-map", "0=neg,1=pos",
+                    "--dev-fraction", "0.3", "--seed", "7"]) == 0
+    dev, train = rows(out / "dev.tsv"), rows(out / "train.tsv")
+    # the same shuffle as a plain reference: random.Random(seed).shuffle of the kept examples
+    kept = [(f"sentence number {i} with a tab and a break", "pos" if i % 2 else "neg") for i in range(10)]
+    random.Random(7).shuffle(kept)
+    assert dev == kept[:3] and train == kept[3:]
+    record = json.loads((out / lt.RECORD).read_text())
+    assert record["counts"]["skipped"] == {"empty text or no label": 3}
+    assert record["counts"]["labels"] == {"neg": 5, "pos": 5}
+
+
+def test_jsonl_and_csv_with_fallback_encoding_and_max_examples(tmp_path):
+    jl = tmp_path / "b.jsonl"
+    jl.write_text("\n".join(json.dumps({"text": f"t{i}", "label": "x"}) for i in range(4)) + "\n")
+    csv_path = tmp_path / "c.csv"
+    csv_path.write_bytes("label,text\npositive,caf\xe9 ok\nnegative,\"a, b\"\n".encode("latin-1"))
+    out = tmp_path / "task"
+    assert lt.main([str(csv_path), "--out-dir", str(out)]) == 1  # not UTF-8, and no fallback given
+    assert lt.main([str(jl), str(csv_path), "--out-dir", str(out), "--max-examples", "5",
+                    "--fallback-encoding", "latin-1"]) == 0
+    every = [(f"t{i}", "x") for i in range(4)] + [("caf\xe9 ok", "positive"), ("a, b", "negative")]
+    random.Random(1).shuffle(every)
+    assert rows(out / "dev.tsv") == every[:1] and rows(out / "train.tsv") == every[1:5]
+
+
+def test_rerun_skips_and_other_settings_refused(tmp_path, capsys):
+    src = tmp_path / "a.jsonl"
+    src.write_text("\n".join(json.dumps({"text": f"s{i}", "label": i % 3}) for i in range(20)) + "\n")
+    out = tmp_path / "task"
+    assert lt.main([str(src), "--out-dir", str(out)]) == 0
+    before = (out / "train.tsv").read_bytes()
+    assert lt.main([str(src), "--out-dir", str(out)]) == 0
+    assert "skip" in capsys.readouterr().err and (out / "train.tsv").read_bytes() == before
+    assert lt.main([str(src), "--out-dir", str(out), "--seed", "2"]) == 2
+    assert "seed" in capsys.readouterr().err and (out / "train.tsv").read_bytes() == before
+    assert lt.main([str(src), "--out-dir", str(out), "--seed", "2", "--force"]) == 0
+    assert (out / "train.tsv").read_bytes() != before
+
+
+def test_malformed_json_names_file_and_line(tmp_path, capsys):
+    src = tmp_path / "bad.jsonl"
+    src.write_text('{"text": "a", "label": 1}\n{"text": oops}\n')
+    assert lt.main([str(src), "--out-dir", str(tmp_path / "task")]) == 1
+    assert f"{src}:2: malformed JSON line" in capsys.readouterr().err
+    assert not (tmp_path / "task" / "train.tsv").exists()
+
+
+def test_bad_options_are_usage_errors(tmp_path):
+    src = tmp_path / "a.jsonl"
+    src.write_text('{"text": "a", "label": 1}\n')
+    with pytest.raises(SystemExit) as e:
+        lt.main([str(src), "--out-dir", str(tmp_path / "t"), "--dev-fraction", "1.5"])
+    assert e.value.code == 2
+    assert lt.main([str(src), "--out-dir", str(tmp_path / "t")]) == 1  # one example cannot make train + dev
