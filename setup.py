@@ -10,7 +10,7 @@ setup(
     python_requires=">=3.10",
     # Only names of this project are installed: preprocess/ and glue/ run from the repository (python -m
     # from its root; the shell scripts put it on PYTHONPATH), never as site-wide "preprocess"/"glue".
-    packages=find_packages(include=["tupe_plugin", "tupe_plugin.*", "tupe_plugin_cli"]),
+    packages=find_packages(include=["tupe_plugin", "tupe_plugin.*", "tupe_plugin_cli", "tupe_common"]),
     install_requires=[
         # torch is installed first and separately (CPU or CUDA build); this range never upgrades it.
         "torch>=2.6",

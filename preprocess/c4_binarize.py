@@ -42,8 +42,8 @@ import numpy as np
 import sentencepiece as spm
 
 from preprocess.c4_common import Progress, SettingsMismatch, check_settings, open_binary
-from tupe_plugin.utils.io import atomic_open, file_hash, read_json, fsync_dir, fsync_file, remove_if_exists
-from tupe_plugin.utils.log import get_logger
+from tupe_common.io import atomic_open, file_hash, read_json, fsync_dir, fsync_file, remove_if_exists
+from tupe_common.log import get_logger
 from preprocess.spm_dict import dict_pieces, id_offset, spm_to_fairseq_ids
 
 PROG = "c4_binarize"

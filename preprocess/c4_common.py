@@ -1,6 +1,6 @@
 """Small helpers shared by the C4 steps: input opening, progress lines, the steps' loggers.
 
-Atomic files and hashes come from :mod:`tupe_plugin.utils.io`, log lines from :mod:`tupe_plugin.utils.log`.
+Atomic files and hashes come from :mod:`tupe_common.io`, log lines from :mod:`tupe_common.log`.
 """
 from __future__ import annotations
 
@@ -9,8 +9,7 @@ import logging
 import time
 from typing import Any, BinaryIO, Callable, Dict, List, Optional
 
-from tupe_plugin.utils.io import fsync_dir, fsync_file, remove_if_exists  # noqa: F401  (re-exported for the steps)
-from tupe_plugin.utils.log import get_logger
+from tupe_common.log import get_logger
 
 
 def open_binary(path: str) -> BinaryIO:

@@ -25,8 +25,8 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
-from tupe_plugin.utils.io import file_hash, read_data_path, read_json
-from tupe_plugin.utils.log import get_logger
+from tupe_common.io import file_hash, read_data_path, read_json
+from tupe_common.log import get_logger
 
 PROG = "c4_data"
 log = get_logger(PROG)

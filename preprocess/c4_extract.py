@@ -33,8 +33,8 @@ from collections import Counter
 from typing import Dict, List, Optional
 
 from preprocess.c4_common import Progress, SettingsMismatch, check_settings, mb, open_binary, open_output
-from tupe_plugin.utils.io import read_json, remove_if_exists, write_json
-from tupe_plugin.utils.log import get_logger
+from tupe_common.io import read_json, remove_if_exists, write_json
+from tupe_common.log import get_logger
 
 PROG = "c4_extract"
 log = get_logger(PROG)

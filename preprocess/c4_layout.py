@@ -24,8 +24,8 @@ import shutil
 import sys
 from typing import List, Optional, Sequence
 
-from tupe_plugin.utils.io import atomic_open, atomic_path, file_hash, remove_if_exists, write_data_path, write_json
-from tupe_plugin.utils.log import get_logger
+from tupe_common.io import atomic_open, atomic_path, file_hash, remove_if_exists, write_data_path, write_json
+from tupe_common.log import get_logger
 
 PROG = "c4_layout"
 log = get_logger(PROG)

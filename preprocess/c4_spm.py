@@ -26,8 +26,8 @@ from typing import List, Optional, Sequence
 import sentencepiece as spm
 
 from preprocess.c4_common import Progress, SettingsMismatch, check_settings, mb, open_binary
-from tupe_plugin.utils.io import read_json, remove_if_exists, write_json
-from tupe_plugin.utils.log import get_logger
+from tupe_common.io import read_json, remove_if_exists, write_json
+from tupe_common.log import get_logger
 from preprocess.spm_dict import id_offset, write_fairseq_dict
 
 PROG = "c4_spm"

@@ -27,8 +27,8 @@ from collections import Counter
 from typing import Dict, Iterator, List, Optional, Tuple
 
 from preprocess.c4_common import SettingsMismatch, check_settings
-from tupe_plugin.utils.io import atomic_open, read_json, write_json
-from tupe_plugin.utils.log import get_logger
+from tupe_common.io import atomic_open, read_json, write_json
+from tupe_common.log import get_logger
 
 PROG = "labelled_to_tsv"
 log = get_logger(PROG)

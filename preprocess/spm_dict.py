@@ -15,7 +15,7 @@ from typing import List, Sequence
 import numpy as np
 import sentencepiece as spm
 
-from tupe_plugin.utils.io import atomic_open
+from tupe_common.io import atomic_open
 
 
 def load_spm(model_path: str) -> spm.SentencePieceProcessor:

@@ -35,8 +35,8 @@ from collections import Counter
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 from preprocess.c4_common import SettingsMismatch, check_settings, open_binary
-from tupe_plugin.utils.io import atomic_path, read_json, write_json
-from tupe_plugin.utils.log import get_logger
+from tupe_common.io import atomic_path, read_json, write_json
+from tupe_common.log import get_logger
 
 PROG = "text_to_c4"
 log = get_logger(PROG)

@@ -11,10 +11,10 @@ from conftest import ROOT, run
 
 def test_only_project_names_are_importable_outside_the_repository(tmp_path):
     code = ("import importlib.util as u\n"
-            "print([n for n in ('glue', 'preprocess', 'tupe_plugin', 'tupe_plugin_cli') if u.find_spec(n)])")
+            "print([n for n in ('glue', 'preprocess', 'tupe_common', 'tupe_plugin', 'tupe_plugin_cli') if u.find_spec(n)])")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     p = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
-    assert p.stdout.strip() == "['tupe_plugin', 'tupe_plugin_cli']", p.stdout + p.stderr
+    assert p.stdout.strip() == "['tupe_common', 'tupe_plugin', 'tupe_plugin_cli']", p.stdout + p.stderr
 
 
 def test_documented_module_commands_run_from_the_repository_root():

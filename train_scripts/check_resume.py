@@ -27,8 +27,8 @@ import shutil
 import sys
 from typing import List, Optional, Tuple
 
-from tupe_plugin.utils.io import atomic_path, file_hash, read_json, write_json
-from tupe_plugin.utils.log import setup_logging
+from tupe_common.io import atomic_path, file_hash, read_json, write_json
+from tupe_common.log import setup_logging
 
 LAST = "checkpoint_last.pt"
 SETTINGS = "settings.json"

@@ -18,7 +18,7 @@ from typing import Dict, List, Optional
 import numpy as np
 
 from .checkpoint_maps import ContentDependentPositions, positional_maps
-from ..utils.io import write_csv
+from tupe_common.io import write_csv
 from .locality_symmetry import locality, symmetry, symmetry_scaled
 
 METRICS = {"locality": locality, "symmetry": symmetry, "symmetry_scaled": symmetry_scaled}

@@ -22,7 +22,7 @@ import torch
 from fairseq.data.data_utils import collate_tokens
 
 from .attention_maps import load_hub
-from ..utils.io import write_csv
+from tupe_common.io import write_csv
 
 BASELINE = {"role_swap": "role_swap_original"}
 

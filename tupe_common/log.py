@@ -4,7 +4,7 @@
 Lines go to stderr as ``PROG: message`` (warnings as ``PROG: warning: message``, errors as
 ``PROG: error: message``), so progress, summaries and errors share one format and one stream, and
 stdout stays free for results (e.g. a path another script reads). ``--quiet`` maps to WARNING,
-``--verbose``/``TUPE_DEBUG=1`` to DEBUG. Standard library only.
+``--verbose``/``TUPE_DEBUG=1`` to DEBUG. Standard library only (no torch, no fairseq).
 """
 from __future__ import annotations
 

@@ -3,7 +3,8 @@
 Every writer puts the data under ``PATH.partial`` in the same folder, flushes and fsyncs it, then
 renames it onto ``PATH`` (``os.replace`` is atomic on POSIX), so a reader never sees half a file and a
 killed writer leaves only a ``.partial`` that the next run overwrites. On an exception the temporary
-file is removed and ``PATH`` is untouched. Standard library only (cheap to import).
+file is removed and ``PATH`` is untouched. A folder is written the same way (:func:`atomic_dir`).
+Paths may be ``str`` or ``pathlib.Path``. Standard library only (cheap to import: no torch, no fairseq).
 """
 from __future__ import annotations
 
@@ -12,19 +13,31 @@ import csv
 import hashlib
 import json
 import os
-from typing import IO, Any, Dict, Iterator, List, Optional, Sequence
+import shutil
+from typing import IO, Any, Dict, Iterator, List, Optional, Sequence, Union
 
 PARTIAL = ".partial"
+PathLike = Union[str, "os.PathLike[str]"]
 
 
-def remove_if_exists(path: str) -> None:
+def remove_if_exists(path: PathLike) -> None:
+    """Delete the file ``path``; nothing if it is not there."""
     try:
         os.remove(path)
     except FileNotFoundError:
         pass
 
 
-def fsync_file(path: str) -> None:
+def remove_tree(path: PathLike) -> None:
+    """Delete the folder ``path`` with its contents (a file or link: just it); nothing if absent."""
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path)
+    else:
+        remove_if_exists(path)
+
+
+def fsync_file(path: PathLike) -> None:
+    """Flush the file ``path`` to disk."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -32,10 +45,10 @@ def fsync_file(path: str) -> None:
         os.close(fd)
 
 
-def fsync_dir(path: str) -> None:
+def fsync_dir(path: PathLike) -> None:
     """fsync a folder so that renames in it survive a crash (best effort: some file systems refuse)."""
     try:
-        fd = os.open(path or ".", os.O_RDONLY)
+        fd = os.open(os.fspath(path) or ".", os.O_RDONLY)
     except OSError:
         return
     try:
@@ -47,14 +60,15 @@ def fsync_dir(path: str) -> None:
 
 
 @contextlib.contextmanager
-def atomic_path(path: str, suffix: str = PARTIAL, fsync: bool = True) -> Iterator[str]:
+def atomic_path(path: PathLike, suffix: str = PARTIAL, fsync: bool = True) -> Iterator[str]:
     """Yield a temporary path beside ``path``; on success rename it onto ``path``, on error delete it.
 
     For writers that want a file name (``torch.save``, ``plt.savefig``, a subprocess)::
 
         with atomic_path("maps.png") as tmp:
-            fig.savefig(tmp, format="png")
+            fig.savefig(tmp, format="png")  # name the format: the file name ends with .partial
     """
+    path = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
     tmp = path + suffix
@@ -72,7 +86,7 @@ def atomic_path(path: str, suffix: str = PARTIAL, fsync: bool = True) -> Iterato
 
 
 @contextlib.contextmanager
-def atomic_open(path: str, mode: str = "w", encoding: Optional[str] = "utf-8", newline: Optional[str] = None,
+def atomic_open(path: PathLike, mode: str = "w", encoding: Optional[str] = "utf-8", newline: Optional[str] = None,
                 fsync: bool = True) -> Iterator[IO[Any]]:
     """``open(path, mode)`` that writes to ``path.partial`` and renames it when the block ends."""
     if "b" in mode:
@@ -82,23 +96,55 @@ def atomic_open(path: str, mode: str = "w", encoding: Optional[str] = "utf-8", n
             yield f
 
 
-def write_text(path: str, text: str) -> None:
+@contextlib.contextmanager
+def atomic_dir(path: PathLike) -> Iterator[str]:
+    """Yield an empty folder ``path.partial`` to fill; when the block ends it replaces ``path``.
+
+    A ``path.partial`` left by a killed run is removed first. An existing ``path`` is renamed to
+    ``path.old``, the new folder renamed onto ``path``, then the old one deleted (a folder cannot be
+    renamed onto a non-empty one), so ``path`` is never half written: it is the old folder, absent for
+    an instant, or the complete new one. On an exception ``path.partial`` is deleted and ``path`` is
+    untouched.
+    """
+    path = os.fspath(path)
+    tmp, old = path + PARTIAL, path + ".old"
+    remove_tree(tmp)
+    os.makedirs(tmp)
+    try:
+        yield tmp
+    except BaseException:
+        remove_tree(tmp)
+        raise
+    if os.path.lexists(path):
+        remove_tree(old)
+        os.rename(path, old)
+        os.rename(tmp, path)
+        remove_tree(old)
+    else:
+        os.rename(tmp, path)
+    fsync_dir(os.path.dirname(os.path.abspath(path)))
+
+
+def write_text(path: PathLike, text: str) -> None:
+    """``text`` (UTF-8) into ``path``, atomically."""
     with atomic_open(path, "w") as f:
         f.write(text)
 
 
-def write_bytes(path: str, data: bytes) -> None:
+def write_bytes(path: PathLike, data: bytes) -> None:
+    """``data`` into ``path``, atomically."""
     with atomic_open(path, "wb") as f:
         f.write(data)
 
 
-def write_json(path: str, obj: Any, indent: Optional[int] = 1) -> None:
+def write_json(path: PathLike, obj: Any, indent: Optional[int] = 1) -> None:
+    """``obj`` as JSON and a final newline into ``path``, atomically."""
     with atomic_open(path, "w") as f:
         json.dump(obj, f, indent=indent)
         f.write("\n")
 
 
-def write_csv(path: str, rows: List[Dict[str, Any]], fieldnames: Optional[Sequence[str]] = None,
+def write_csv(path: PathLike, rows: List[Dict[str, Any]], fieldnames: Optional[Sequence[str]] = None,
               delimiter: str = ",") -> None:
     """Rows (dicts) as CSV with a header; ``fieldnames`` default to the first row's keys."""
     if fieldnames is None:
@@ -111,13 +157,13 @@ def write_csv(path: str, rows: List[Dict[str, Any]], fieldnames: Optional[Sequen
         writer.writerows(rows)
 
 
-def file_hash(path: str, algorithm: str = "sha256") -> str:
+def file_hash(path: PathLike, algorithm: str = "sha256") -> str:
     """Hex digest of a file's bytes (streamed: constant memory)."""
     with open(path, "rb") as f:
         return hashlib.file_digest(f, algorithm).hexdigest()
 
 
-def read_json(path: str) -> Optional[Any]:
+def read_json(path: PathLike) -> Optional[Any]:
     """The JSON in ``path``; None if the file is missing, empty or not valid JSON (the caller decides)."""
     try:
         with open(path, encoding="utf-8") as f:

@@ -1,0 +1,85 @@
+"""tupe_common: the light I/O and logging modules. They import neither torch nor fairseq (nor do the commands
+that only write files through them), a failed write leaves the old output and no temporary, and log lines
+read ``PROG: message`` on stderr."""
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT, run
+from tupe_common.io import atomic_dir, atomic_open, atomic_path, file_hash, write_json
+from tupe_common.log import setup_logging
+
+# Modules that write files or print progress and have no reason to load torch or fairseq to do it.
+LIGHT = ("tupe_common.io", "tupe_common.log", "preprocess.text_to_c4", "preprocess.c4_extract", "preprocess.c4_layout",
+         "preprocess.hub_files", "preprocess.glue_download", "preprocess.snli_download", "preprocess.probing_sets",
+         "glue.collect", "glue.grid", "glue.finetune_helper")
+
+
+def test_light_modules_import_neither_torch_nor_fairseq():
+    code = ("import importlib, sys\n"
+            f"for m in {LIGHT!r}: importlib.import_module(m)\n"
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'fairseq', 'tupe_plugin'}))")
+    p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "[]", p.stdout  # importing tupe_plugin would import fairseq (and torch)
+
+
+def test_a_preprocess_help_prints_no_fairseq_log_line():
+    p = run([sys.executable, "-m", "preprocess.text_to_c4", "--help"])
+    assert p.stdout.startswith("usage: ")
+    assert "tensorboardX" not in p.stderr and "INFO" not in p.stderr and not p.stderr, p.stderr
+
+
+def test_atomic_path_replaces_on_success_and_keeps_the_old_file_on_error(tmp_path):
+    out = tmp_path / "sub" / "a.txt"
+    with atomic_path(out) as tmp:
+        assert tmp == f"{out}.partial" and not out.exists()
+        with open(tmp, "w") as f:
+            f.write("new")
+    assert out.read_text() == "new"
+    with pytest.raises(RuntimeError):
+        with atomic_open(out) as f:
+            f.write("half")
+            raise RuntimeError("killed")
+    assert out.read_text() == "new" and os.listdir(out.parent) == ["a.txt"]
+
+
+def test_atomic_dir_replaces_a_folder_whole_and_leaves_it_on_error(tmp_path):
+    out = tmp_path / "task-bin"
+    (tmp_path / "task-bin.partial").mkdir()  # left by a killed run
+    (tmp_path / "task-bin.partial" / "stale").write_text("x")
+    with atomic_dir(out) as tmp:
+        assert os.listdir(tmp) == []  # the killed run's files are gone
+        write_json(os.path.join(tmp, "m.json"), {"v": 1})
+    assert sorted(os.listdir(tmp_path)) == ["task-bin"] and (out / "m.json").read_text() == '{\n "v": 1\n}\n'
+    with atomic_dir(out) as tmp:  # a non-empty folder is replaced, not merged
+        write_json(os.path.join(tmp, "n.json"), {"v": 2})
+    assert os.listdir(out) == ["n.json"] and sorted(os.listdir(tmp_path)) == ["task-bin"]
+    with pytest.raises(ValueError):
+        with atomic_dir(out) as tmp:
+            write_json(os.path.join(tmp, "o.json"), {"v": 3})
+            raise ValueError("bad input")
+    assert os.listdir(out) == ["n.json"] and sorted(os.listdir(tmp_path)) == ["task-bin"]
+
+
+def test_file_hash_is_the_digest_of_the_bytes(tmp_path):
+    data = os.urandom(3 << 20)
+    (tmp_path / "f").write_bytes(data)
+    assert file_hash(tmp_path / "f") == hashlib.sha256(data).hexdigest()
+    assert file_hash(str(tmp_path / "f"), "sha1") == hashlib.sha1(data).hexdigest()
+
+
+def test_log_lines_name_the_program_and_the_level():
+    stream = io.StringIO()
+    log = setup_logging("tool", stream=stream)
+    log.info("step 1 done")
+    log.warning("2 lines skipped")
+    log.error("no input")
+    log.debug("hidden at INFO")
+    assert stream.getvalue() == "tool: step 1 done\ntool: warning: 2 lines skipped\ntool: error: no input\n"

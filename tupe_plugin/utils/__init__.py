@@ -1,1 +1,0 @@
-"""Standard-library helpers shared by the plugin, ``preprocess/`` and ``glue/``: atomic files, hashing, logging."""
