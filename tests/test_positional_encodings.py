@@ -143,7 +143,7 @@ def test_rope_logits_depend_on_relative_position_only():
 
 
 def test_deberta_clips_at_k_and_equals_the_formula_with_large_relative_terms():
-    model = build("deberta_rel_tiny", max_rel_pos=4, attention_impl="reference", seed=2)  # k = 4 < T
+    model = build("deberta_rel_tiny", max_rel_pos=4, tupe_attention="explicit", seed=2)  # k = 4 < T
     enc = model.encoder.sentence_encoder
     with torch.no_grad():
         enc.positions.rel_embeddings.weight.normal_()  # make c2p/p2c as large as the content term
@@ -239,7 +239,7 @@ def test_real_attention_maps_of_content_dependent_variants(variant):
     assert probs.shape == (2, 4, 11, 11)
     torch.testing.assert_close(probs.sum(-1), torch.ones(2, 4, 11))
     torch.testing.assert_close(probs[0].double(), layer0_reference_weights(model, x)[0], atol=1e-5, rtol=1e-4)
-    assert all(layer.self_attn.impl == "sdpa" for layer in model.encoder.sentence_encoder.layers)  # restored
+    assert all(layer.self_attn.impl == "auto" for layer in model.encoder.sentence_encoder.layers)  # restored
 
 
 @pytest.mark.parametrize("variant", NEW)

@@ -41,7 +41,7 @@ def test_autocast_matches_fp32(arch):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (fused SDPA kernels, fp16)")
 @pytest.mark.parametrize("arch", VARIANTS)
 def test_cuda_fp16_sdpa_matches_the_fp32_reference(arch):
-    ref_model = build(arch, seed=4, attention_impl="reference")
+    ref_model = build(arch, seed=4, tupe_attention="explicit")
     x, keep = padded_batch()
     with torch.no_grad():
         ref = ref_model(x, features_only=True)[0]

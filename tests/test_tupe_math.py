@@ -192,7 +192,7 @@ def layer0_reference_weights(model, x_tokens):
 
 @pytest.mark.parametrize("variant", FORMULA)
 def test_layer0_attention_equals_formula(variant):
-    model = build(f"{variant}_tiny", attention_impl="reference")
+    model = build(f"{variant}_tiny", tupe_attention="explicit")
     x_tokens = tokens(2, 12)
     enc = model.encoder.sentence_encoder
     with torch.no_grad():
@@ -221,8 +221,8 @@ def test_positional_term_computed_once_and_shared_by_layers():
 
 @pytest.mark.parametrize("variant", ALL)
 def test_sdpa_equals_reference_path(variant):
-    sdpa = build(f"{variant}_tiny", seed=3)
-    ref = build(f"{variant}_tiny", seed=3, attention_impl="reference")
+    sdpa = build(f"{variant}_tiny", seed=3, tupe_attention="sdpa")
+    ref = build(f"{variant}_tiny", seed=3, tupe_attention="explicit")
     ref.load_state_dict(sdpa.state_dict())
     x = tokens(3, 20, seed=1)
     x[1, 15:] = 1  # right padding

@@ -46,7 +46,7 @@ def _set_variant_defaults(args, variant: PositionalVariant) -> None:
 def tupe_roberta_base_architecture(args):
     """TUPE-R at BERT-base size: Post-LN, LayerNorm on token embeddings, no segment embeddings."""
     _set_variant_defaults(args, VARIANTS["tupe_r"])
-    args.attention_impl = safe_getattr(args, "attention_impl", "sdpa")
+    args.tupe_attention = safe_getattr(args, "tupe_attention", "auto")  # checkpoints without it: auto
     roberta_base_architecture(args)
 
 

@@ -17,17 +17,72 @@ from .positional_term import PositionalTerm
 def attention_mask(
     bias: Optional[Tensor], padding_mask: Optional[Tensor], dtype: torch.dtype
 ) -> Optional[Tensor]:
-    """One additive mask for all layers, broadcastable to (B, H, T, T).
+    """One additive mask for all layers, broadcastable to (B, H, T, T), in the compute ``dtype``.
 
     Without padding the (H, T, T) bias is only viewed as (1, H, T, T), never copied per batch
     element. With right padding SDPA needs a single mask, so the bias and the (B, T) key-padding
-    mask are combined once per forward (not once per layer).
+    mask are combined once per forward (not once per layer). On CUDA the mask is laid out as the
+    memory-efficient SDPA kernel wants it (``align_strides``), once here instead of in every layer.
     """
     if padding_mask is None:
-        return None if bias is None else bias.to(dtype).unsqueeze(0)  # (1, H, T, T)
-    pad = torch.zeros(padding_mask.shape, dtype=dtype, device=padding_mask.device)
-    pad = pad.masked_fill(padding_mask, float("-inf"))[:, None, None, :]  # (B, 1, 1, T)
-    return pad if bias is None else bias.to(dtype).unsqueeze(0) + pad  # (B, H, T, T)
+        mask = None if bias is None else bias.to(dtype).unsqueeze(0)  # (1, H, T, T)
+    else:
+        pad = torch.zeros(padding_mask.shape, dtype=dtype, device=padding_mask.device)
+        pad = pad.masked_fill(padding_mask, float("-inf"))[:, None, None, :]  # (B, 1, 1, T)
+        mask = pad if bias is None else bias.to(dtype).unsqueeze(0) + pad  # (B, H, T, T)
+    return align_strides(mask) if mask is not None and mask.is_cuda else mask
+
+
+def align_strides(mask: Tensor, multiple: int = 8) -> Tensor:
+    """``mask`` with every stride but the last a multiple of ``multiple`` (rows padded, then sliced back).
+
+    CUDA's memory-efficient SDPA kernel pads an unaligned mask itself (PyTorch's ``preprocess_mask``:
+    strides a multiple of 8), which would copy it in every layer, e.g. whenever T is not a multiple
+    of 8 or the bias is a strided view; doing it here copies it once per forward."""
+    if mask.stride(-1) == 1 and all(s % multiple == 0 for s in mask.stride()[:-1]):
+        return mask
+    T = mask.size(-1)
+    extra = -T % multiple
+    return F.pad(mask, (0, extra))[..., :T] if extra else mask.contiguous()
+
+
+# The paths of ``--tupe-attention``; ``reference`` is accepted as the older name of ``explicit``.
+ATTENTION_PATHS = ("auto", "sdpa", "explicit")
+
+
+def choose_attention_path(device: torch.device, training: bool, dropout: float) -> str:
+    """What ``--tupe-attention auto`` takes for one forward: ``explicit`` on CPU in training with attention
+    dropout (SDPA's CPU kernels have no dropout, so it falls back to its unfused math path, which measured
+    slower than the explicit ops: ``bench/bench_train_step.py --attention``), else ``sdpa`` (fused CPU
+    kernels without dropout; on CUDA fused kernels that also give the positional bias its gradient)."""
+    return "explicit" if device.type == "cpu" and training and dropout > 0 else "sdpa"
+
+
+def attend(
+    q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor], scaling: float, dropout: FairseqDropout,
+    path: str,
+) -> Tuple[Tensor, Optional[Tensor]]:
+    """``dropout(softmax(q k^T * scaling + mask)) v``, the one attention core of every block.
+
+    q, k, v: (B, H, T, dh); mask: additive, broadcastable to (B, H, T, T) (positional bias and padding),
+    in q's dtype, or None; ``dropout``: the block's ``FairseqDropout`` (its ``p`` and whether it applies).
+    ``path="sdpa"``: ``F.scaled_dot_product_attention`` (fused kernels where the device has them), returns
+    (out, None). ``path="explicit"``: the plain ops, returns (out, the (B, H, T, T) probabilities before
+    dropout); under fp16/bf16 the softmax runs in float32 and its result goes back to the compute dtype.
+    """
+    if path == "sdpa":
+        p = dropout.p if dropout.training or dropout.apply_during_inference else 0.0
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p, scale=scaling), None
+    if path != "explicit":
+        raise ValueError(f"attention path must be 'sdpa' or 'explicit', got {path!r}")
+    logits = torch.matmul(q * scaling, k.transpose(-1, -2))  # (B, H, T, T)
+    if mask is not None:
+        logits += mask  # in place (one (B, H, T, T) tensor fewer): matmul's backward does not read its output
+    half = logits.dtype in (torch.float16, torch.bfloat16)
+    weights = torch.softmax(logits, dim=-1, dtype=torch.float32 if half else None)
+    if half:
+        weights = weights.to(logits.dtype)
+    return torch.matmul(dropout(weights), v), weights  # (B, H, T, dh)
 
 
 class BiasedSelfAttention(nn.Module):
@@ -36,8 +91,8 @@ class BiasedSelfAttention(nn.Module):
     Parameter names follow fairseq's ``MultiheadAttention`` (q_proj, k_proj, v_proj, out_proj).
     ``scale_factor`` is 1 for BERT, 2 for TUPE (the paper's 1/sqrt(2d) per head), 4 for BERT-Ad,
     3 for DeBERTa. Subclasses change only ``positional_qk`` (how positions enter q, k and the mask).
-    ``impl="sdpa"`` uses ``F.scaled_dot_product_attention`` (fused kernels where the device has
-    them); ``impl="reference"`` is the plain softmax path, which can also return the weights.
+    ``impl`` (``--tupe-attention``) picks the path of ``attend``: ``sdpa``, ``explicit`` (also
+    ``reference``: it returns the weights), or ``auto`` (``choose_attention_path``, per forward).
     """
 
     def __init__(
@@ -46,20 +101,19 @@ class BiasedSelfAttention(nn.Module):
         num_heads: int,
         dropout: float = 0.0,
         scale_factor: float = 1.0,
-        impl: str = "sdpa",
+        impl: str = "auto",
         q_noise: float = 0.0,
         qn_block_size: int = 8,
     ):
         super().__init__()
         if embed_dim % num_heads:
             raise ValueError(f"embed_dim {embed_dim} is not divisible by num_heads {num_heads}")
-        if impl not in ("sdpa", "reference"):
-            raise ValueError(f"attention impl must be 'sdpa' or 'reference', got {impl!r}")
+        if impl not in ATTENTION_PATHS + ("reference",):
+            raise ValueError(f"--tupe-attention must be one of {ATTENTION_PATHS}, got {impl!r}")
         self.embed_dim, self.num_heads = embed_dim, num_heads
         self.head_dim = embed_dim // num_heads
         self.scaling = (self.head_dim * scale_factor) ** -0.5
         self.impl = impl
-        self.dropout_p = dropout
         self.dropout_module = FairseqDropout(dropout, module_name=self.__class__.__name__)
         self.q_proj = quant_noise(nn.Linear(embed_dim, embed_dim), q_noise, qn_block_size)
         self.k_proj = quant_noise(nn.Linear(embed_dim, embed_dim), q_noise, qn_block_size)
@@ -69,6 +123,15 @@ class BiasedSelfAttention(nn.Module):
     def _heads(self, x: Tensor) -> Tensor:
         T, B, _ = x.shape
         return x.view(T, B, self.num_heads, self.head_dim).permute(1, 2, 0, 3)  # (B, H, T, dh)
+
+    def attention_path(self, x: Tensor, need_weights: bool = False) -> str:
+        """The path of this forward: ``explicit`` when the weights are asked for, else ``impl``'s,
+        ``auto`` decided from x's device, training mode and the attention dropout."""
+        if need_weights or self.impl in ("explicit", "reference"):
+            return "explicit"
+        if self.impl == "sdpa":
+            return "sdpa"
+        return choose_attention_path(x.device, self.training, self.dropout_module.p)
 
     def forward(
         self,
@@ -80,25 +143,14 @@ class BiasedSelfAttention(nn.Module):
     ) -> Tuple[Tensor, Optional[Tensor]]:
         """x: (T, B, C); mask: additive, broadcastable to (B, H, T, T) (positional bias and padding);
         positions: this forward's ``PositionalTerm``; key_padding_mask: (B, T) True at padding, or
-        None (already in ``mask``; for blocks that need it alone). Returns (T, B, C) and, with
-        ``need_weights`` (reference path), the (B, H, T, T) attention probabilities."""
+        None (already in ``mask``; for blocks that need it alone). Returns (T, B, C) and, on the
+        explicit path (always with ``need_weights``), the (B, H, T, T) attention probabilities."""
         T, B, C = x.shape
         q, k, v = self._heads(self.q_proj(x)), self._heads(self.k_proj(x)), self._heads(self.v_proj(x))
         q, k, mask = self.positional_qk(q, k, mask, positions)
         if mask is not None and mask.dtype != q.dtype:
-            mask = mask.to(q.dtype)  # e.g. --amp: fp16 q/k with an fp32 positional term
-        weights = None
-        if self.impl == "sdpa" and not need_weights:
-            out = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=mask, dropout_p=self.dropout_p if self.training else 0.0,
-                scale=self.scaling,
-            )
-        else:
-            logits = torch.matmul(q * self.scaling, k.transpose(-1, -2))  # (B, H, T, T)
-            if mask is not None:
-                logits = logits + mask
-            weights = torch.softmax(logits, dim=-1, dtype=torch.float32).type_as(logits)
-            out = torch.matmul(self.dropout_module(weights), v)  # (B, H, T, dh)
+            mask = mask.to(q.dtype)  # a mask not built by TupeTransformerEncoder (which casts once per forward)
+        out, weights = attend(q, k, v, mask, self.scaling, self.dropout_module, self.attention_path(q, need_weights))
         out = out.permute(2, 0, 1, 3).reshape(T, B, C)
         return self.out_proj(out), weights
 

@@ -16,11 +16,18 @@ from .pam import PamSelfAttention
 from .positional_term import PositionalTerm, SinusoidalInputPositions, TupePositions
 
 
+def compute_dtype(x: Tensor) -> torch.dtype:
+    """The dtype attention computes in: autocast's where it is on for x's device (``--amp``), else x's
+    (``--fp16``/``--bf16`` convert the model, so the embeddings are already half)."""
+    device = x.device.type
+    return torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else x.dtype
+
+
 class TupeEncoderLayer(TransformerEncoderLayerBase):
     """fairseq's encoder layer (Post-LN by default) whose attention block is chosen by the variant."""
 
-    def __init__(self, cfg: TransformerConfig, variant: PositionalVariant, attention_impl: str, max_positions: int):
-        self.variant, self.attention_impl, self.max_positions = variant, attention_impl, max_positions
+    def __init__(self, cfg: TransformerConfig, variant: PositionalVariant, attention_path: str, max_positions: int):
+        self.variant, self.attention_path, self.max_positions = variant, attention_path, max_positions
         super().__init__(cfg)  # calls build_self_attention
 
     def build_self_attention(self, embed_dim: int, cfg: TransformerConfig) -> BiasedSelfAttention:
@@ -30,7 +37,7 @@ class TupeEncoderLayer(TransformerEncoderLayerBase):
         kwargs = dict(
             dropout=cfg.attention_dropout,
             scale_factor=self.variant.attn_scale_factor,
-            impl=self.attention_impl,
+            impl=self.attention_path,  # --tupe-attention
             q_noise=self.quant_noise,
             qn_block_size=self.quant_noise_block_size,
         )
@@ -88,7 +95,7 @@ class TupeTransformerEncoder(TransformerEncoder):
     def build_encoder_layer(self, cfg):
         checkpoint = cfg.checkpoint_activations
         layer = TupeEncoderLayer(
-            TransformerConfig.from_namespace(cfg), self.variant, self.args.attention_impl, self.args.max_positions
+            TransformerConfig.from_namespace(cfg), self.variant, self.args.tupe_attention, self.args.max_positions
         )
         if checkpoint:
             layer = checkpoint_wrapper(layer, offload_to_cpu=cfg.offload_activations)
@@ -116,10 +123,12 @@ class TupeTransformerEncoder(TransformerEncoder):
         # -inf goes only to padded key columns (there is no attention mask), every sequence has at least
         # one real token (with right padding, key 0 = <s>), and every positional bias is finite: so each
         # row keeps a finite logit and the softmax has no all -inf row (fairseq's -1e8 is not needed).
+        # cast to the compute dtype here, once per forward, not in every layer
+        dtype = compute_dtype(x)
         if positions.bias is not None and positions.bias.dim() == 4:  # a learned prior per layer
-            masks = [attention_mask(b, pad, x.dtype) for b in positions.bias]
+            masks = [attention_mask(b, pad, dtype) for b in positions.bias]
         else:
-            masks = [attention_mask(positions.bias, pad, x.dtype)] * len(self.layers)
+            masks = [attention_mask(positions.bias, pad, dtype)] * len(self.layers)  # one tensor for all
 
         index = self._layer_index()
         encoder_states = [x] if return_all_hiddens else []

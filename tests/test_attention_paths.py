@@ -1,0 +1,286 @@
+"""``--tupe-attention auto|sdpa|explicit``: every path against a float64 loop reference written here, the
+choice ``auto`` makes, whole models equal on both paths, the positional mask built once per forward in
+the compute dtype, and the option's way through a checkpoint."""
+from __future__ import annotations
+
+import argparse
+from typing import List, Optional
+
+import pytest
+import torch
+from fairseq.modules.fairseq_dropout import FairseqDropout
+
+from model_utils import build, tokens
+from tupe_plugin.models import TupeRobertaModel
+from tupe_plugin.modules.attention import (
+    BiasedSelfAttention,
+    align_strides,
+    attend,
+    attention_mask,
+    choose_attention_path,
+)
+from tupe_plugin.modules.positional_term import PositionalTerm
+
+B, H, T, DH = 2, 2, 6, 4
+SCALE = (2 * DH) ** -0.5  # TUPE's (2 dh)^-0.5; any scale would do
+
+
+def loop_attention(q, k, v, bias: Optional[torch.Tensor], lengths: List[int], scale: float) -> torch.Tensor:
+    """(B, H, T, dh), entry by entry: ``s_ij = scale q_i . k_j + bias[h, i, j]`` over the real keys
+    ``j < lengths[b]`` only (padded keys are left out, not masked), ``p = exp(s - max) / sum``,
+    ``out_i = sum_j p_ij v_j``."""
+    rows = []
+    for b in range(q.size(0)):
+        for h in range(q.size(1)):
+            for i in range(q.size(2)):
+                s = torch.stack([scale * torch.dot(q[b, h, i], k[b, h, j]) + (0 if bias is None else bias[h, i, j])
+                                 for j in range(lengths[b])])
+                e = torch.exp(s - s.max())
+                p = e / e.sum()
+                rows.append(sum(p[j] * v[b, h, j] for j in range(lengths[b])))
+    return torch.stack(rows).view(q.shape)
+
+
+def padding_mask(lengths: List[int], length: int) -> torch.Tensor:
+    return torch.arange(length)[None, :] >= torch.tensor(lengths)[:, None]  # (B, T) True at padding
+
+
+@pytest.mark.parametrize("with_bias", [True, False])
+@pytest.mark.parametrize("lengths", [[T, T], [T, 4]], ids=["no_padding", "padding"])
+@pytest.mark.parametrize("path", ["sdpa", "explicit"])
+def test_attend_equals_the_loop_reference_with_gradients(path, lengths, with_bias):
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(B, H, T, DH, generator=g, dtype=torch.float64) for _ in range(3))
+    bias = torch.randn(H, T, T, generator=g, dtype=torch.float64) if with_bias else None
+    weight = torch.randn(B, H, T, DH, generator=g, dtype=torch.float64)  # loss = sum(out * weight)
+    leaves = [q, k, v] + ([bias] if with_bias else [])
+
+    ref_in = [t.clone().requires_grad_() for t in leaves]
+    ref = loop_attention(*ref_in[:3], ref_in[3] if with_bias else None, lengths, SCALE)
+    (ref * weight).sum().backward()
+
+    got_in = [t.float().requires_grad_() for t in leaves]
+    pad = padding_mask(lengths, T) if lengths != [T, T] else None
+    mask = attention_mask(got_in[3] if with_bias else None, pad, torch.float32)
+    out, weights = attend(*got_in[:3], mask, SCALE, FairseqDropout(0.0), path)
+    (out * weight.float()).sum().backward()
+
+    assert (out.double() - ref.detach()).abs().max() <= 1e-5
+    for name, a, b in zip("qkv" + "b", got_in, ref_in):
+        assert (a.grad.double() - b.grad).abs().max() <= 1e-5, name
+    assert (weights is None) == (path == "sdpa")  # the explicit path returns its probabilities
+    if weights is not None:
+        assert weights[1, :, :, lengths[1]:].abs().sum() == 0  # padded keys: weight 0
+        torch.testing.assert_close(weights.sum(-1), torch.ones(B, H, T))
+
+
+@pytest.mark.parametrize("path", ["sdpa", "explicit"])
+def test_attention_dropout_is_applied_and_unbiased_on_both_paths(path):
+    """Dropout cannot be compared draw by draw (SDPA draws its own mask); every draw must differ from
+    the no-dropout output and their mean must approach it (scaled by 1 / (1 - p))."""
+    g = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(1, 1, 4, 2, generator=g) for _ in range(3))
+    want, _ = attend(q, k, v, None, 1.0, FairseqDropout(0.0), path)
+    dropout = FairseqDropout(0.5).train()
+    torch.manual_seed(0)
+    draws = torch.stack([attend(q, k, v, None, 1.0, dropout, path)[0] for _ in range(4000)])
+    assert all(not torch.allclose(d, want) for d in draws[:20])
+    assert (draws.mean(0) - want).abs().max() < 0.05
+    dropout.eval()  # eval: no dropout
+    torch.testing.assert_close(attend(q, k, v, None, 1.0, dropout, path)[0], want)
+
+
+def test_choose_attention_path():
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert choose_attention_path(cpu, training=True, dropout=0.1) == "explicit"
+    assert choose_attention_path(cpu, training=False, dropout=0.1) == "sdpa"
+    assert choose_attention_path(cpu, training=True, dropout=0.0) == "sdpa"
+    assert choose_attention_path(cuda, training=True, dropout=0.1) == "sdpa"
+    assert choose_attention_path(cuda, training=False, dropout=0.0) == "sdpa"
+
+
+def test_block_path_per_forward_and_bad_names():
+    x = torch.randn(T, B, 8)
+    attn = BiasedSelfAttention(8, 2, dropout=0.1, impl="auto")
+    assert attn.train().attention_path(x) == "explicit"
+    assert attn.eval().attention_path(x) == "sdpa"
+    assert attn.attention_path(x, need_weights=True) == "explicit"
+    fixed = BiasedSelfAttention(8, 2, dropout=0.1, impl="sdpa").train()
+    assert fixed.attention_path(x) == "sdpa"
+    _, weights = fixed(x, None, PositionalTerm(None), need_weights=True)
+    assert weights is not None and weights.shape == (B, 2, T, T)
+    with pytest.raises(ValueError, match="--tupe-attention"):
+        BiasedSelfAttention(8, 2, impl="fast")
+    with pytest.raises(ValueError, match="'sdpa' or 'explicit'"):
+        attend(x, x, x, None, 1.0, FairseqDropout(0.0), "auto")
+
+
+def paths_taken(model, x) -> List[str]:
+    """The path every layer took in one real forward: the explicit path returns the weights, SDPA None."""
+    taken: List[str] = []
+    hooks = [layer.self_attn.register_forward_hook(
+        lambda m, i, out: taken.append("sdpa" if out[1] is None else "explicit"))
+        for layer in model.encoder.sentence_encoder.layers]
+    try:
+        model(x, features_only=True)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return taken
+
+
+def test_auto_takes_explicit_when_training_on_cpu_with_dropout_and_sdpa_in_eval():
+    model = build("tupe_r_tiny")  # attention dropout 0.1, as RoBERTa
+    layers = model.encoder.sentence_encoder.layers
+    assert all(layer.self_attn.impl == "auto" for layer in layers)
+    assert layers[0].self_attn.dropout_module.p == 0.1
+    x = tokens(2, 9)
+    assert paths_taken(model.train(), x) == ["explicit"] * len(layers)
+    with torch.no_grad():
+        assert paths_taken(model.eval(), x) == ["sdpa"] * len(layers)
+    fixed = build("tupe_r_tiny", tupe_attention="sdpa").train()
+    assert paths_taken(fixed, x) == ["sdpa"] * len(layers)
+
+
+NO_DROPOUT = dict(dropout=0.0, attention_dropout=0.0, activation_dropout=0.0)
+
+
+@pytest.mark.parametrize("variant", ["tupe_r", "alibi", "learned_gaussian", "rope", "deberta_rel", "pam_concat"])
+def test_model_forward_and_backward_equal_on_every_path(variant):
+    x = tokens(3, 14, seed=2)
+    x[1, 9:] = 1  # right padding
+    keep = x.ne(1)
+    weight = torch.randn(int(keep.sum()), 64, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    results = {}
+    for path in ("sdpa", "explicit", "auto"):  # float64: the paths differ by rounding only
+        model = build(f"{variant}_tiny", seed=7, tupe_attention=path, **NO_DROPOUT).double().train()  # p = 0
+        features, _ = model(x, features_only=True)
+        (features[keep] * weight).sum().backward()
+        grads = {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
+        results[path] = (features[keep].detach(), grads)
+    want, want_grads = results["explicit"]
+    assert len(want_grads) > 10
+    for path in ("sdpa", "auto"):
+        got, grads = results[path]
+        assert (got - want).abs().max() <= 1e-5, path
+        assert grads.keys() == want_grads.keys()
+        worst = max((grads[n] - want_grads[n]).abs().max().item() for n in grads)
+        assert worst <= 1e-5, (path, worst)
+
+
+def masks_seen(model, x) -> List[torch.Tensor]:
+    """The mask every layer's attention block was handed in one forward."""
+    seen: List[torch.Tensor] = []
+    hooks = [layer.self_attn.register_forward_pre_hook(lambda m, args: seen.append(args[1]))
+             for layer in model.encoder.sentence_encoder.layers]
+    try:
+        with torch.no_grad():
+            model(x, features_only=True)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return seen
+
+
+@pytest.mark.parametrize("variant", ["tupe_r", "alibi", "t5_rel"])
+def test_bf16_model_gets_one_bf16_mask_shared_by_all_layers(variant):
+    model = build(f"{variant}_tiny").to(torch.bfloat16)
+    layers = len(model.encoder.sentence_encoder.layers)
+    x = tokens(3, 10)
+    masks = masks_seen(model, x)  # no padding: the (H, T, T) bias viewed as (1, H, T, T)
+    assert len(masks) == layers and all(m is masks[0] for m in masks)
+    assert masks[0].dtype == torch.bfloat16 and masks[0].shape == (1, 4, 10, 10)
+    x[2, 6:] = 1  # padding folded in once per forward: (B, H, T, T), still one tensor for all layers
+    masks = masks_seen(model, x)
+    assert all(m is masks[0] for m in masks)
+    assert masks[0].dtype == torch.bfloat16 and masks[0].shape == (3, 4, 10, 10)
+    assert torch.isinf(masks[0][2, :, :, 6:]).all() and torch.isfinite(masks[0][:2]).all()
+
+
+def test_autocast_mask_is_cast_once_to_the_compute_dtype():
+    """Under autocast (--amp) the model stays float32 but q and k are half: the encoder casts the mask
+    once, so no layer casts it again (its dtype already equals q's)."""
+    model = build("tupe_r_tiny")
+    q_dtypes: List[torch.dtype] = []
+    hook = model.encoder.sentence_encoder.layers[0].self_attn.q_proj.register_forward_hook(
+        lambda m, i, out: q_dtypes.append(out.dtype))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        masks = masks_seen(model, tokens(2, 8))
+    hook.remove()
+    assert q_dtypes == [torch.bfloat16]
+    assert all(m is masks[0] for m in masks) and masks[0].dtype == torch.bfloat16
+
+
+def test_per_layer_prior_gets_one_mask_per_layer():
+    model = build("learned_gaussian_tiny")
+    masks = masks_seen(model, tokens(2, 8))
+    assert len({id(m) for m in masks}) == len(masks) == 2
+    bias = model.encoder.sentence_encoder.positions(8).bias  # (L, H, T, T)
+    for layer, m in enumerate(masks):
+        torch.testing.assert_close(m, bias[layer].unsqueeze(0))
+
+
+def test_align_strides_copies_only_an_unaligned_mask_and_keeps_values_and_gradients():
+    aligned = torch.randn(1, 4, 8, 8)
+    assert align_strides(aligned) is aligned
+    source = torch.randn(4, 10, 10, requires_grad=True)
+    view = source[:, 1:, 1:].unsqueeze(0)  # (1, 4, 9, 9), row stride 10: unaligned
+    out = align_strides(view)
+    assert out.shape == view.shape and torch.equal(out, view)
+    assert all(s % 8 == 0 for s in out.stride()[:-1]) and out.stride(-1) == 1
+    (out * torch.arange(81.0).view(9, 9)).sum().backward()
+    assert torch.equal(source.grad[0, 1:, 1:], torch.arange(81.0).view(9, 9))
+    assert source.grad[:, 0].abs().sum() == 0
+
+
+# --- the option through a checkpoint --------------------------------------------------------------------
+
+
+def fairseq_args(data_dir: str, *extra: str) -> argparse.Namespace:
+    from fairseq import options
+
+    argv = [data_dir, "--task", "masked_lm", "--criterion", "masked_lm", "--arch", "tupe_r_tiny",
+            "--max-positions", "32", "--tokens-per-sample", "32", *extra]
+    return options.parse_args_and_arch(options.get_training_parser(), argv)
+
+
+def save_checkpoint(args: argparse.Namespace, path, drop_option: bool = False) -> None:
+    """A checkpoint as fairseq-train writes it (cfg + model); ``drop_option``: one written before
+    ``--tupe-attention`` existed (its cfg has the older ``attention_impl`` instead)."""
+    from fairseq import tasks
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+    from omegaconf import OmegaConf
+
+    cfg = convert_namespace_to_omegaconf(args)
+    model = tasks.setup_task(cfg.task).build_model(cfg.model)
+    container = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
+    if drop_option:
+        del container["model"].tupe_attention  # fairseq keeps a legacy model's args as a Namespace
+        container["model"].attention_impl = "sdpa"
+    torch.save({"args": None, "cfg": container, "model": model.state_dict(), "criterion": None,
+                "optimizer_history": [{"criterion_name": "MaskedLmLoss", "optimizer_name": "none",
+                                       "lr_scheduler_state": {"best": None}, "num_updates": 0}],
+                "task_state": {}, "extra_state": {}}, path)
+
+
+@pytest.mark.parametrize("flag, saved, want", [
+    (["--tupe-attention", "explicit"], "explicit", "explicit"),
+    ([], "auto", "auto"),  # the default
+    ([], None, "auto"),  # an old checkpoint without the option
+])
+def test_option_round_trips_through_a_checkpoint(tmp_path, flag, saved, want):
+    from fairseq import checkpoint_utils
+
+    from tupe_plugin.build_task import numbered_dictionary
+
+    numbered_dictionary(44).save(str(tmp_path / "dict.txt"))
+    args = fairseq_args(str(tmp_path), *flag)
+    assert args.tupe_attention == (saved or "auto")
+    save_checkpoint(args, tmp_path / "model.pt", drop_option=saved is None)
+    state = checkpoint_utils.load_checkpoint_to_cpu(str(tmp_path / "model.pt"))
+    assert getattr(state["cfg"].model, "tupe_attention", None) == saved
+    hub = TupeRobertaModel.from_pretrained(str(tmp_path), checkpoint_file="model.pt",
+                                           data_name_or_path=str(tmp_path), bpe=None)
+    assert hub.cfg.model.tupe_attention == want
+    assert all(layer.self_attn.impl == want for layer in hub.model.encoder.sentence_encoder.layers)
+
