@@ -15,7 +15,7 @@ Definitions and the release's code: ``docs/glue_protocol.md`` §2.
 
 import math
 from dataclasses import dataclass, field
-from typing import Dict, List, Sequence
+from typing import Callable, Dict, List, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -54,6 +54,18 @@ def pearson_from_moments(n: float, sx: float, sy: float, sxx: float, syy: float,
 
 def _sum(logs: Sequence[Dict], key: str) -> float:
     return float(sum(log.get(key, 0) for log in logs))
+
+
+def _log_from_sums(name: str, keys: Sequence[str], formula: Callable[..., float], logging_outputs, per_batch: bool) -> None:
+    """Log ``100 * formula(*sums of keys)``: per batch (the release's mean of per-batch values), or from
+    the sums over the whole dev set (fairseq sums the logged counts, the formula runs once at the end)."""
+    sums = [_sum(logging_outputs, k) for k in keys]
+    if per_batch:
+        metrics.log_scalar(name, 100.0 * formula(*sums), 1)
+        return
+    for key, value in zip(keys, sums):
+        metrics.log_scalar_sum(key, value)
+    metrics.log_derived(name, lambda m: 100.0 * formula(*(m[k].sum for k in keys)))
 
 
 @register_criterion("glue_sentence_prediction", dataclass=GlueSentencePredictionConfig)
@@ -109,22 +121,9 @@ class GlueSentencePredictionCriterion(SentencePredictionCriterion):
         if any("ncorrect" in log for log in logging_outputs):
             accuracy = 100.0 * _sum(logging_outputs, "ncorrect") / nsentences
             metrics.log_scalar("accuracy", accuracy, 1 if per_batch else nsentences)
-        if any(CONFUSION[0] in log for log in logging_outputs):
-            counts = [_sum(logging_outputs, k) for k in CONFUSION]
-            if per_batch:
-                metrics.log_scalar("mcc", 100.0 * mcc_from_counts(*counts), 1)
-            else:
-                for key, value in zip(CONFUSION, counts):
-                    metrics.log_scalar_sum(key, value)
-                metrics.log_derived("mcc", lambda m: 100.0 * mcc_from_counts(*(m[k].sum for k in CONFUSION)))
-        if any(MOMENTS[0] in log for log in logging_outputs):
-            moments = [_sum(logging_outputs, k) for k in MOMENTS]
-            if per_batch:
-                metrics.log_scalar("pearson", 100.0 * pearson_from_moments(*moments), 1)
-            else:
-                for key, value in zip(MOMENTS, moments):
-                    metrics.log_scalar_sum(key, value)
-                metrics.log_derived("pearson", lambda m: 100.0 * pearson_from_moments(*(m[k].sum for k in MOMENTS)))
+        for name, keys, formula in (("mcc", CONFUSION, mcc_from_counts), ("pearson", MOMENTS, pearson_from_moments)):
+            if any(keys[0] in log for log in logging_outputs):
+                _log_from_sums(name, keys, formula, logging_outputs, per_batch)
 
     @staticmethod
     def logging_outputs_can_be_summed() -> bool:
