@@ -1,129 +1,340 @@
-"""Train-step time and peak memory: TUPE-R vs fairseq's own ``roberta`` of the same size.
+"""Train-step time and peak memory of every positional variant against fairseq's own ``roberta`` of the same size.
 
-Both models are built in this process and timed side by side (alternating steps, same batch),
-printing the ratio TUPE-R / RoBERTa. Peak memory is the peak RSS of a fresh child process that
-builds one model and runs the same steps (CPU; includes the ~same interpreter + fairseq baseline),
-or ``torch.cuda.max_memory_allocated`` on GPU.
+For every size, length T, attention path (``--attention``) and variant (default: the whole registry,
+``tupe_plugin.models.variants.VARIANTS``), the variant's model (arch ``<variant>_<size>``) and fairseq's
+``roberta_base`` at the same size are built in this process with the same seed and given the same batch:
+``--tokens // T`` sequences of T tokens (equal tokens per step at every length), 15% of them masked. One step
+is forward, masked-LM loss, backward and an Adam update, in training mode with RoBERTa's dropouts (attention
+dropout 0.1). The two models step alternately (RoBERTa, variant, RoBERTa, ...), so both see the same machine
+state; after ``--warmup`` steps each, ``--steps`` steps each are timed. The table gives the median with the
+min-max spread, the ratio variant / RoBERTa, and the time per token.
 
-    python bench/bench_train_step.py [--sizes tiny base] [--lengths 128 512] [--steps 5] [--device cpu]
+Peak memory of a step = the model's resident bytes (parameters and Adam state) + the highest amount of
+memory allocated during one step above what was allocated before it (activations, gradients, temporaries).
+On CUDA the step part is ``torch.cuda.max_memory_allocated`` minus ``memory_allocated`` before the step. On
+CPU it is computed from ``torch.profiler``'s allocation events (``profile_memory=True``): a running sum of
+the allocations and frees of torch's CPU allocator in time order, whose maximum is the step's peak. Both
+count torch's own allocations only and are deterministic; a process's RSS is not (it depends on the C
+allocator's caching and on the interpreter). "KiB/token" is that step part divided by the tokens of the step.
+
+    python bench/bench_train_step.py                          # every variant, tiny and base, T=128..1024
+    python bench/bench_train_step.py --variants tupe_r alibi --sizes base --lengths 128 512 --json out.json
+    python bench/bench_train_step.py --variants tupe_r --attention auto sdpa explicit   # compare the paths
+    python bench/bench_train_step.py --variants tupe_r --lengths 512 --profile          # where the time goes
+    python bench/bench_train_step.py --variants tupe_r --compile      # also torch.compile'd encoder layers
 """
 from __future__ import annotations
 
 import argparse
-import multiprocessing as mp
-import resource
+import json
+import logging
+import platform
+import shlex
 import statistics
+import sys
 import time
+from dataclasses import asdict, dataclass, field
+from typing import Dict, List, Optional, Tuple
 
 import torch
+import torch.nn.functional as F
+
+VOCAB = 32000  # the size of the project's sentencepiece vocabulary
 
 
-def build(arch: str, size: str, max_positions: int, device: str):
-    from fairseq.data import Dictionary
+@dataclass
+class Row:
+    """One line of the table (and of ``--json``): a variant against RoBERTa at one size, length and path."""
+
+    size: str
+    length: int
+    batch: int
+    variant: str
+    attention: str  # the --tupe-attention value, and for auto the path it takes in training
+    compiled: bool = False
+    roberta_s: List[float] = field(default_factory=list)  # seconds of each timed step
+    variant_s: List[float] = field(default_factory=list)
+    roberta_bytes: int = 0  # resident + step peak
+    variant_bytes: int = 0
+    roberta_step_bytes: int = 0  # step peak above what was allocated before the step
+    variant_step_bytes: int = 0
+    compile_max_diff: Optional[float] = None  # compiled vs eager encoder output (eval), same weights
+    error: str = ""
+
+    @property
+    def tokens(self) -> int:
+        return self.batch * self.length
+
+    def summary(self) -> Dict[str, float]:
+        r, v = statistics.median(self.roberta_s), statistics.median(self.variant_s)
+        return {"roberta_median_s": r, "variant_median_s": v, "time_ratio": v / r,
+                "mem_ratio": self.variant_bytes / self.roberta_bytes}
+
+
+def build(arch: str, size: str, length: int, device: str, **overrides):
+    """A model of ``arch`` at ``size`` (tupe_plugin's SIZES, also for RoBERTa) for inputs of ``length`` tokens."""
     from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
 
-    import tupe_plugin  # noqa: F401
+    from tupe_plugin.build_task import DictionaryTask, numbered_dictionary
+    from tupe_plugin.models.architectures import SIZES
 
-    d = Dictionary()
-    for i in range(32000):
-        d.add_symbol(f"w{i}")
-
-    class Task:
-        source_dictionary = d
-
-        def max_positions(self):
-            return max_positions
-
-    name = {("roberta", "tiny"): "roberta_base", ("roberta", "base"): "roberta_base",
-            ("tupe_r", "tiny"): "tupe_r_tiny", ("tupe_r", "base"): "tupe_r_base"}[(arch, size)]
-    args = argparse.Namespace(arch=name, max_positions=max_positions, tokens_per_sample=max_positions)
-    if size == "tiny":
-        args.encoder_layers, args.encoder_embed_dim = 2, 64
-        args.encoder_ffn_embed_dim, args.encoder_attention_heads = 128, 4
-    ARCH_CONFIG_REGISTRY[name](args)
+    args = argparse.Namespace(arch=arch, max_positions=length, tokens_per_sample=length, **SIZES[size], **overrides)
+    ARCH_CONFIG_REGISTRY[arch](args)
     torch.manual_seed(0)
-    return ARCH_MODEL_REGISTRY[name].build_model(args, Task()).to(device).train()
+    task = DictionaryTask(numbered_dictionary(VOCAB), length)
+    return ARCH_MODEL_REGISTRY[arch].build_model(args, task).to(device).train()
 
 
-def batch(size: str, length: int, device: str):
-    bsz = {"tiny": 32, "base": 8 if length == 128 else 2}[size]
+def make_batch(tokens: int, length: int, device: str) -> Tuple[torch.Tensor, torch.Tensor]:
+    """``tokens // length`` (at least 1) sequences of ``length`` tokens starting with <s>, 15% masked."""
     g = torch.Generator().manual_seed(0)
-    x = torch.randint(4, 32000, (bsz, length), generator=g)
+    x = torch.randint(4, VOCAB, (max(1, tokens // length), length), generator=g)
     x[:, 0] = 0
-    masked = torch.rand(bsz, length, generator=g) < 0.15
+    masked = torch.rand(x.shape, generator=g) < 0.15
+    masked[:, 1] = True  # at least one masked token per sequence
     return x.to(device), masked.to(device)
 
 
-def step(model, opt, x, masked):
-    logits, _ = model(x, masked_tokens=masked)
-    loss = torch.nn.functional.cross_entropy(logits, x[masked])
-    loss.backward()
-    opt.step()
-    opt.zero_grad(set_to_none=True)
-    if x.is_cuda:
+def sync(device: str) -> None:
+    if device.startswith("cuda"):
         torch.cuda.synchronize()
 
 
-def peak_memory_child(arch, size, length, steps, device, queue):
-    model = build(arch, size, length, device)
+def train_step(model, opt, x: torch.Tensor, masked: torch.Tensor) -> None:
+    logits, _ = model(x, masked_tokens=masked)
+    F.cross_entropy(logits.float(), x[masked]).backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+
+
+def timed_steps(pair: Dict[str, tuple], x, masked, warmup: int, steps: int, device: str) -> Dict[str, List[float]]:
+    """Alternate one step of each model; the seconds of each step after ``warmup``."""
+    times: Dict[str, List[float]] = {name: [] for name in pair}
+    for i in range(warmup + steps):
+        for name, (model, opt) in pair.items():
+            sync(device)
+            t0 = time.perf_counter()
+            train_step(model, opt, x, masked)
+            sync(device)
+            if i >= warmup:
+                times[name].append(time.perf_counter() - t0)
+    return times
+
+
+def resident_bytes(model, opt) -> int:
+    """Parameters and optimizer state (what stays allocated between steps; gradients are set to None)."""
+    tensors = list(model.parameters()) + [t for s in opt.state.values() for t in s.values() if torch.is_tensor(t)]
+    storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in tensors}
+    return sum(storages.values())
+
+
+def step_peak_bytes(model, opt, x, masked, device: str) -> int:
+    """The peak of one step above the memory allocated before it (module docstring)."""
+    if device.startswith("cuda"):
+        sync(device)
+        before = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        train_step(model, opt, x, masked)
+        sync(device)
+        return torch.cuda.max_memory_allocated() - before
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        train_step(model, opt, x, masked)
+    # the raw event list: prof.events() folds the allocations made inside an operator into that operator
+    events = sorted((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events() if e.name() == "[memory]")
+    running = peak = 0
+    for _, nbytes in events:
+        running += nbytes
+        peak = max(peak, running)
+    return peak
+
+
+def operator_times(model, opt, x, masked, steps: int, device: str) -> Dict[str, float]:
+    """Self time per step of every operator (seconds), summed over ``steps`` profiled steps: CPU self time,
+    or device self time on CUDA."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.startswith("cuda") else [])
+    with profile(activities=activities) as prof:
+        for _ in range(steps):
+            train_step(model, opt, x, masked)
+        sync(device)
+    attr = "self_device_time_total" if device.startswith("cuda") else "self_cpu_time_total"
+    return {e.key: getattr(e, attr) / 1e6 / steps for e in prof.key_averages() if getattr(e, attr) > 0}
+
+
+def print_profile(row: Row, roberta: Dict[str, float], variant: Dict[str, float], top: int) -> None:
+    """The top operators of both models side by side: ms per step and share of the step's total self time."""
+    total_r, total_v = sum(roberta.values()), sum(variant.values())
+    names = sorted(roberta, key=roberta.get, reverse=True)[:top] + sorted(variant, key=variant.get, reverse=True)[:top]
+    names = sorted(set(names), key=lambda n: -max(roberta.get(n, 0) / total_r, variant.get(n, 0) / total_v))
+    print(f"\nProfile, {row.size} T={row.length} {row.variant} ({row.attention}{', compiled' if row.compiled else ''}): "
+          f"self time per step, RoBERTa {total_r * 1e3:.1f} ms, {row.variant} {total_v * 1e3:.1f} ms\n")
+    print(f"| operator | RoBERTa ms | RoBERTa % | {row.variant} ms | {row.variant} % | difference ms |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for n in names:
+        r, v = roberta.get(n, 0.0), variant.get(n, 0.0)
+        print(f"| `{n}` | {r * 1e3:.2f} | {100 * r / total_r:.1f} | {v * 1e3:.2f} | {100 * v / total_v:.1f} | "
+              f"{(v - r) * 1e3:+.2f} |")
+    print(flush=True)
+
+
+def compile_layers(model) -> None:
+    """``torch.compile`` every encoder layer in place (benchmark only: the training code never compiles)."""
+    for layer in model.encoder.sentence_encoder.layers:
+        layer.compile()
+
+
+@torch.no_grad()
+def max_output_diff(a, b, x: torch.Tensor) -> float:
+    """Largest difference of two models' encoder outputs on ``x`` in eval mode (dropout off)."""
+    a.eval(), b.eval()
+    try:
+        return (a(x, features_only=True)[0] - b(x, features_only=True)[0]).abs().max().item()
+    finally:
+        a.train(), b.train()
+
+
+TABLE_HEADER = (
+    "| size | T | batch | variant | attention | RoBERTa ms/step (min-max) | variant ms/step (min-max) | time ratio "
+    "| RoBERTa µs/token | variant µs/token | RoBERTa MiB | variant MiB | memory ratio | RoBERTa KiB/token "
+    "| variant KiB/token |\n|---|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+)
+
+
+def table_line(row: Row) -> str:
+    attention = row.attention + (", compiled" if row.compiled else "")
+    if row.error:
+        return f"| {row.size} | {row.length} | {row.batch} | {row.variant} | {attention} | failed: {row.error} |"
+    s = row.summary()
+
+    def ms(times: List[float]) -> str:
+        return f"{statistics.median(times) * 1e3:.1f} ({min(times) * 1e3:.1f}-{max(times) * 1e3:.1f})"
+
+    per_token = 1e6 / row.tokens
+    return (
+        f"| {row.size} | {row.length} | {row.batch} | {row.variant} | {attention} | {ms(row.roberta_s)} | "
+        f"{ms(row.variant_s)} | {s['time_ratio']:.3f} | {s['roberta_median_s'] * per_token:.1f} | "
+        f"{s['variant_median_s'] * per_token:.1f} | {row.roberta_bytes / 2**20:.1f} | {row.variant_bytes / 2**20:.1f} | "
+        f"{s['mem_ratio']:.3f} | {row.roberta_step_bytes / 1024 / row.tokens:.1f} | "
+        f"{row.variant_step_bytes / 1024 / row.tokens:.1f} |"
+    )
+
+
+def bench_variant(row: Row, roberta: tuple, x, masked, args, path: str) -> Tuple[Row, tuple]:
+    """Time and measure one variant against the RoBERTa pair ``roberta`` (model, optimizer)."""
+    arch = f"{row.variant}_{row.size}"
+    model = build(arch, row.size, row.length, args.device, tupe_attention=path)
+    if path == "auto":  # the path the first layer takes in training on this device
+        row.attention = "auto: " + model.encoder.sentence_encoder.layers[0].self_attn.attention_path(x)
+    if row.compiled:
+        eager = build(arch, row.size, row.length, args.device, tupe_attention=path)
+        compile_layers(model)
+        row.compile_max_diff = max_output_diff(model, eager, x)
+        del eager
     opt = torch.optim.Adam(model.parameters(), lr=1e-4)
-    x, m = batch(size, length, device)
-    for _ in range(steps):
-        step(model, opt, x, m)
-    if device == "cuda":
-        queue.put(torch.cuda.max_memory_allocated() / 2**20)
-    else:
-        queue.put(peak_rss_mib())
+    times = timed_steps({"roberta": roberta, "variant": (model, opt)}, x, masked, args.warmup, args.steps, args.device)
+    row.roberta_s, row.variant_s = times["roberta"], times["variant"]
+    row.variant_step_bytes = step_peak_bytes(model, opt, x, masked, args.device)
+    row.variant_bytes = resident_bytes(model, opt) + row.variant_step_bytes
+    return row, (model, opt)
 
 
-def peak_rss_mib() -> float:
-    """This process's own high-water RSS. Not ru_maxrss: Linux carries that over from the
-    parent across fork + exec, so every child would report the (large) parent's RSS."""
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    return float(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) / 1024
+def bench_length(size: str, length: int, args, rows: List[Row], profiles: List[dict]) -> None:
+    """Every variant, path (and compiled twin) at one size and length against one RoBERTa; appends to
+    ``rows`` (printed as they come) and ``profiles``."""
+    x, masked = make_batch(args.tokens, length, args.device)
+    roberta_model = build("roberta_base", size, length, args.device)
+    roberta = (roberta_model, torch.optim.Adam(roberta_model.parameters(), lr=1e-4))
+    roberta_mem = None  # (total, step) bytes: deterministic, measured once
+    for variant in args.variants:
+        for path in args.attention:
+            for compiled in [False, True] if args.compile else [False]:
+                row = Row(size, length, x.size(0), variant, path, compiled)
+                try:
+                    row, pair = bench_variant(row, roberta, x, masked, args, path)
+                except Exception as e:  # e.g. a compile failure: reported in its row, the others go on
+                    row.error = f"{type(e).__name__}: {(str(e).splitlines() or [''])[0]}"
+                    rows.append(row)
+                    print(table_line(row), flush=True)
+                    continue
+                if roberta_mem is None:
+                    step = step_peak_bytes(*roberta, x, masked, args.device)
+                    roberta_mem = (resident_bytes(*roberta) + step, step)
+                row.roberta_bytes, row.roberta_step_bytes = roberta_mem
+                rows.append(row)
+                print(table_line(row), flush=True)
+                if args.profile:
+                    profiles.append({"row": len(rows) - 1,
+                                     "roberta_s": operator_times(*roberta, x, masked, args.profile_steps, args.device),
+                                     "variant_s": operator_times(*pair, x, masked, args.profile_steps, args.device)})
+                del pair
 
 
-def peak_memory(arch, size, length, steps, device) -> float:
-    ctx = mp.get_context("spawn")
-    q = ctx.Queue()
-    p = ctx.Process(target=peak_memory_child, args=(arch, size, length, steps, device, q))
-    p.start()
-    value = q.get()
-    p.join()
-    return value
+def device_name(device: str) -> str:
+    if device.startswith("cuda"):
+        return torch.cuda.get_device_name(torch.device(device))
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or platform.machine()
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--sizes", nargs="+", default=["tiny", "base"], choices=["tiny", "base"])
-    ap.add_argument("--lengths", nargs="+", type=int, default=[128, 512])
-    ap.add_argument("--steps", type=int, default=5)
+    from tupe_plugin.models.architectures import SIZES
+    from tupe_plugin.models.variants import VARIANTS
+    from tupe_plugin.modules.attention import ATTENTION_PATHS
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog=__doc__.split("\n\n", 1)[1])
+    ap.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS), metavar="VARIANT",
+                    help="registry names (default: all of them)")
+    ap.add_argument("--sizes", nargs="+", default=["tiny", "base"], choices=list(SIZES))
+    ap.add_argument("--lengths", nargs="+", type=int, default=[128, 256, 512, 1024])
+    ap.add_argument("--tokens", type=int, default=2048, help="tokens per step: batch = tokens // T, at least 1")
+    ap.add_argument("--steps", type=int, default=10, help="timed steps per model (after --warmup)")
+    ap.add_argument("--warmup", type=int, default=2, help="untimed steps per model first")
+    ap.add_argument("--attention", nargs="+", default=["auto"], choices=list(ATTENTION_PATHS),
+                    help="the variants' --tupe-attention values to run (RoBERTa is always fairseq's own)")
+    ap.add_argument("--compile", action="store_true", help="also run every variant with torch.compile'd encoder layers")
+    ap.add_argument("--profile", action="store_true", help="print the top operators of both models for every row")
+    ap.add_argument("--top", type=int, default=15, help="operators per model in --profile")
+    ap.add_argument("--profile-steps", type=int, default=3, help="profiled steps per model in --profile")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--threads", type=int, help="torch.set_num_threads (default: torch's)")
+    ap.add_argument("--json", metavar="PATH", help="write every row (with all step times) here")
     args = ap.parse_args()
-    print(f"device={args.device} threads={torch.get_num_threads()} torch={torch.__version__}")
-    print("| size | T | batch | RoBERTa s/step | TUPE-R s/step | time ratio | RoBERTa MiB | TUPE-R MiB | mem ratio |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    for name in ("tupe_plugin", "filelock"):  # no "positional variant: ..." per model, no compile-cache locks
+        logging.getLogger(name).setLevel(logging.WARNING)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+
+    meta = {"command": " ".join(shlex.quote(a) for a in ["python", *sys.argv]), "torch": torch.__version__,
+            "device": args.device, "device_name": device_name(args.device), "threads": torch.get_num_threads(),
+            "tokens_per_step": args.tokens, "steps": args.steps, "warmup": args.warmup}
+    print(f"`{meta['command']}`\n\ntorch {meta['torch']}, device {args.device} ({meta['device_name']}), "
+          f"{meta['threads']} threads, {args.tokens} tokens per step, median (min-max) of {args.steps} alternating "
+          f"steps after {args.warmup} warm-up steps each\n", flush=True)
+    print(TABLE_HEADER, flush=True)
+    rows: List[Row] = []
+    profiles: List[dict] = []
     for size in args.sizes:
         for length in args.lengths:
-            models = {a: build(a, size, length, args.device) for a in ("roberta", "tupe_r")}
-            opts = {a: torch.optim.Adam(m.parameters(), lr=1e-4) for a, m in models.items()}
-            x, m = batch(size, length, args.device)
-            times = {a: [] for a in models}
-            for i in range(args.steps + 2):
-                for a in models:  # alternate, so both see the same machine state
-                    t0 = time.perf_counter()
-                    step(models[a], opts[a], x, m)
-                    if i >= 2:
-                        times[a].append(time.perf_counter() - t0)
-            del models, opts
-            rt, tt = statistics.median(times["roberta"]), statistics.median(times["tupe_r"])
-            rm = peak_memory("roberta", size, length, 2, args.device)
-            tm = peak_memory("tupe_r", size, length, 2, args.device)
-            print(f"| {size} | {length} | {x.size(0)} | {rt:.4f} | {tt:.4f} | {tt / rt:.3f} | "
-                  f"{rm:.1f} | {tm:.1f} | {tm / max(rm, 1e-9):.3f} |", flush=True)
+            bench_length(size, length, args, rows, profiles)
+
+    for p in profiles:
+        print_profile(rows[p["row"]], p["roberta_s"], p["variant_s"], args.top)
+    compiled = [r for r in rows if r.compiled and r.compile_max_diff is not None]
+    if compiled:
+        print("\ncompiled vs eager encoder output (eval, same weights), largest difference: "
+              + ", ".join(f"{r.variant} {r.size} T={r.length} {r.compile_max_diff:.2e}" for r in compiled))
+    if args.json:
+        out = [dict(asdict(r), **(r.summary() if not r.error else {})) for r in rows]
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump({**meta, "rows": out, "profiles": profiles}, f, indent=1)
+        print(f"\nwrote {args.json}")
 
 
 if __name__ == "__main__":
