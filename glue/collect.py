@@ -40,6 +40,10 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from glue.published import COLUMNS, COMPARE, SOURCE, TABLE1
 from glue.tasks import METRIC, TASKS, GlueTask, custom_task, get_task, table_columns  # noqa: F401 (METRIC)
+from tupe_common.io import atomic_open, atomic_path
+from tupe_common.log import get_logger
+
+log = get_logger("collect")
 
 
 @dataclass(frozen=True)
@@ -380,7 +384,7 @@ def markdown(name: str, results: Sequence[ColumnResult], extra: Sequence[ColumnR
 def write_csv(path: str, name: str, results: Sequence[ColumnResult], compare: Sequence[str]) -> str:
     """Summary CSV at ``path``; per-LR detail beside it (``*_per_lr.csv``). Returns the detail path."""
     avg = average(results)
-    with open(path + ".tmp", "w", newline="", encoding="utf-8") as f:
+    with atomic_open(path, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["model", "source", "complete"] + list(COLUMNS) + ["Avg"])
         w.writerow([name, "this run", "yes" if avg is not None else "no"]
@@ -389,9 +393,8 @@ def write_csv(path: str, name: str, results: Sequence[ColumnResult], compare: Se
         for model in compare:
             row = TABLE1[model]
             w.writerow([model, SOURCE, "yes"] + [f"{x:.2f}" for x in row.scores] + [f"{row.avg:.2f}"])
-    os.replace(path + ".tmp", path)
     detail = os.path.splitext(path)[0] + "_per_lr.csv"
-    with open(detail + ".tmp", "w", newline="", encoding="utf-8") as f:
+    with atomic_open(detail, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["column", "task", "subset", "metric", "lr", "n_seeds", "median", "best_lr", "seeds", "scores"])
         for r in results:
@@ -400,7 +403,6 @@ def write_csv(path: str, name: str, results: Sequence[ColumnResult], compare: Se
                 w.writerow([r.column.name, r.column.task, r.column.subset, r.column.metric, f"{lr:g}",
                             len(seeds), f"{r.median(lr):.4f}", "yes" if lr == r.best_lr else "no",
                             " ".join(map(str, seeds)), " ".join(f"{s!r}" for s in scores)])
-    os.replace(detail + ".tmp", detail)
     return detail
 
 
@@ -440,9 +442,8 @@ def plot_png(path: str, name: str, results: Sequence[ColumnResult], compare: Seq
     ax.legend(fontsize=8, ncol=len(series), loc="upper center")
     fig.tight_layout()
     drawn.update(x_labels=labels, ylim=ax.get_ylim(), ylabel=ax.get_ylabel())
-    tmp = path + ".tmp.png"
-    fig.savefig(tmp, dpi=120)
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=120, format="png")
     plt.close(fig)
     return drawn
 
@@ -494,7 +495,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     out_png = args.out_png or os.path.join(args.runs_dir, "glue_results.png")
     detail = write_csv(out_csv, name, results, compare)
     plot_png(out_png, name, results, compare)
-    print(f"\nwrote {out_csv}, {detail}, {out_png}")
+    log.info(f"wrote {out_csv}, {detail}, {out_png}")
     complete = average(results) is not None and not problems
     return 1 if args.strict and not complete else 0
 

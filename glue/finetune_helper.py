@@ -15,7 +15,6 @@ same validation (MNLI-mm at MNLI-m's best step; ``docs/glue_protocol.md`` §5), 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shlex
 import sys
@@ -23,6 +22,7 @@ from typing import Dict, List, Optional
 
 from glue.collect import parse_validations, read_result_json, select_best
 from glue.tasks import PAPER_TASKS, TASKS, GlueTask, get_task, is_custom_bin  # noqa: F401 (re-exported)
+from tupe_common.io import write_json
 
 CRITERION = "glue_sentence_prediction"  # tupe_plugin/criterions: unrounded accuracy, MCC, Pearson
 
@@ -83,11 +83,7 @@ def cmd_result(args) -> int:
         "best_valid": {s: scores[s] for s in subsets}, "selected_on": subsets[0], "best_step": step,
         "checkpoint_variant": args.variant, "checkpoint": os.path.abspath(args.checkpoint),
     }
-    tmp = args.out + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(result, f, indent=2)
-        f.write("\n")
-    os.replace(tmp, args.out)
+    write_json(args.out, result, indent=2)
     print(" ".join(f"{s} {args.metric} {v}" for s, v in result["best_valid"].items()) + f" (update {step})")
     return 0
 

@@ -24,10 +24,12 @@ from typing import List, NamedTuple, Optional, Sequence
 
 from glue.collect import read_result_json
 from glue.tasks import PAPER_TASKS, TASKS, custom_bin_names, get_task
+from tupe_common.log import get_logger
 
 PAPER_LRS = ("2e-5", "3e-5", "4e-5", "5e-5")
 PAPER_SEEDS = ("1", "2", "3", "4", "5")
 FINETUNE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "finetune.sh")
+log = get_logger("grid")
 
 
 class Job(NamedTuple):
@@ -87,34 +89,33 @@ def run_local(todo: List[Job], runs: str, n_slots: int, gpus: List[str], script:
                 env = dict(os.environ, QUIET="1", RUNS=runs)
                 if gpus:
                     env["CUDA_VISIBLE_DEVICES"] = gpus[slot % len(gpus)]
-                log = os.path.join(log_dir, job.task, f"{job.name}.out")
-                os.makedirs(os.path.dirname(log), exist_ok=True)
-                with open(log, "w") as out:
+                out_log = os.path.join(log_dir, job.task, f"{job.name}.out")
+                os.makedirs(os.path.dirname(out_log), exist_ok=True)
+                with open(out_log, "w") as out:
                     proc = subprocess.Popen([script, job.task, job.lr, job.seed], env=env, stdout=out,
                                             stderr=subprocess.STDOUT)
                 where = f" on GPU {env['CUDA_VISIBLE_DEVICES']}" if gpus else ""
-                print(f"grid: start {job.task} {job.name}{where}", flush=True)
-                running[slot] = (proc, job, time.time(), log)
+                log.info(f"start {job.task} {job.name}{where}")
+                running[slot] = (proc, job, time.time(), out_log)
             time.sleep(0.5)
-            for slot, (proc, job, start, log) in list(running.items()):
+            for slot, (proc, job, start, out_log) in list(running.items()):
                 if proc.poll() is None:
                     continue
                 del running[slot]
                 finished += 1
                 secs = time.time() - start
                 if proc.returncode == 0:
-                    print(f"grid: [{finished}/{len(todo)}] done {job.task} {job.name} ({secs:.0f} s)", flush=True)
+                    log.info(f"[{finished}/{len(todo)}] done {job.task} {job.name} ({secs:.0f} s)")
                 else:
                     failed.append(job)
-                    print(f"grid: [{finished}/{len(todo)}] FAILED {job.task} {job.name} (exit {proc.returncode}); "
-                          f"see {log}", flush=True)
+                    log.warning(f"[{finished}/{len(todo)}] FAILED {job.task} {job.name} (exit {proc.returncode}); "
+                                f"see {out_log}")
     except KeyboardInterrupt:
         for proc, _, _, _ in running.values():
             proc.terminate()
         raise
     if failed:
-        print(f"grid: {len(failed)} of {len(todo)} run(s) failed: "
-              + ", ".join(f"{j.task} {j.name}" for j in failed), file=sys.stderr)
+        log.error(f"{len(failed)} of {len(todo)} run(s) failed: " + ", ".join(f"{j.task} {j.name}" for j in failed))
         return 1
     return 0
 
@@ -163,8 +164,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 0
     if args.jobs < 1:
         p.error("--jobs must be >= 1")
-    print(f"grid: {len(grid)} runs ({len(tasks)} task(s) x {len(lrs)} LR(s) x {len(seeds)} seed(s)), "
-          f"{len(grid) - len(todo)} done, {len(todo)} to run, {args.jobs} at a time", flush=True)
+    log.info(f"{len(grid)} runs ({len(tasks)} task(s) x {len(lrs)} LR(s) x {len(seeds)} seed(s)), "
+             f"{len(grid) - len(todo)} done, {len(todo)} to run, {args.jobs} at a time")
     return run_local(todo, args.runs, args.jobs, split_list(args.gpus), args.script)
 
 

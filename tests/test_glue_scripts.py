@@ -192,8 +192,8 @@ def test_grid_runs_what_is_missing_and_prints_the_table(rte_run, pretrained, glu
     """2 LRs x 1 seed on RTE; lr 1e-3 is the run above (skipped), lr 5e-4 is new."""
     env = run_env(pretrained, glue_bin, runs, TASKS="RTE", LRS="1e-3 5e-4", SEEDS="1", JOBS="1")
     p = sh([GRID], **env)
-    assert "grid: 2 runs (1 task(s) x 2 LR(s) x 1 seed(s)), 1 done, 1 to run, 1 at a time" in p.stdout
-    assert "grid: [1/1] done RTE lr5e-4_seed1" in p.stdout
+    assert "grid: 2 runs (1 task(s) x 2 LR(s) x 1 seed(s)), 1 done, 1 to run, 1 at a time" in p.stderr  # progress
+    assert "grid: [1/1] done RTE lr5e-4_seed1" in p.stderr
     scores = {lr: json.loads((runs / "RTE" / f"lr{lr}_seed1" / "result.json").read_text())["best_valid"]["valid"]
               for lr in ("1e-3", "5e-4")}
     row = re.search(r"^\| RTE \| accuracy \| (.*)$", p.stdout, re.M)
