@@ -16,9 +16,11 @@ from pathlib import Path
 from typing import List, Optional, Sequence
 
 from preprocess.hub_files import HubError, download, open_repo
+from tupe_common.log import get_logger
 
 REPO = "allenai/c4"
 TRAIN_FILES, VALID_FILES = 1024, 8
+log = get_logger("c4_download")
 
 
 def parse_ranges(spec: str, limit: int, what: str) -> List[int]:
@@ -62,11 +64,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         missing = [x for x in paths if x not in listed]
         if missing:
             raise HubError(f"{repo.repo_id} does not list {missing[:3]}{' ...' if len(missing) > 3 else ''}")
-        download(repo, [listed[x] for x in paths], Path(args.out_dir))
+        download(repo, [listed[x] for x in paths], Path(args.out_dir), log=log)
     except HubError as e:
-        print(f"c4_download: error: {e}", file=sys.stderr)
+        log.error(str(e))
         return 1
-    print(f"{len(paths)} C4 files verified in {args.out_dir}; next: preprocess/c4/run_all.sh {args.out_dir}")
+    log.info(f"{len(paths)} C4 files verified in {args.out_dir}; next: preprocess/c4/run_all.sh {args.out_dir}")
     return 0
 
 

@@ -33,7 +33,7 @@ from collections import Counter
 from typing import Dict, List, Optional
 
 from preprocess.c4_common import Progress, SettingsMismatch, check_settings, mb, open_binary, open_output
-from tupe_common.io import read_json, remove_if_exists, write_json
+from tupe_common.io import atomic_path, read_json, remove_if_exists, write_json
 from tupe_common.log import get_logger
 
 PROG = "c4_extract"
@@ -131,31 +131,24 @@ def extract(inp: str, out: str, max_docs: int = 0, progress_seconds: float = 30.
             max_warnings: int = 5) -> Dict[str, object]:
     ex = Extractor(inp, max_warnings)
     prog = Progress(PROG, progress_seconds)
-    tmp = out + ".partial"
-    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-    try:
-        with open_binary(inp) as f, open_output(tmp) as w:
-            for lineno, raw in enumerate(f, 1):
-                ex.input_lines = lineno
-                doc = ex.document(lineno, raw.rstrip(b"\r\n"))
-                if doc is not None:
-                    w.write(doc)
-                    if max_docs and ex.docs >= max_docs:
-                        break
-                prog.maybe(lambda t: f"{inp}: {ex.docs} documents, {mb(ex.bytes)} out, "
-                                     f"{ex.input_lines / t:.0f} lines/s")
-    except (EOFError, OSError, zlib.error) as e:
-        remove_if_exists(tmp)
-        raise RuntimeError(f"{inp}: corrupt or truncated input after line {ex.input_lines}: {e}") from e
-    except BaseException:
-        remove_if_exists(tmp)
-        raise
-    if ex.docs == 0:
-        remove_if_exists(tmp)
-        reasons = ", ".join(f"{k}={v}" for k, v in ex.skipped.items() if v) or "the file is empty"
-        raise RuntimeError(f"{inp}: no usable document ({ex.input_lines} input lines; {reasons}): nothing to "
-                           "train on. Replace the file (re-download it) or leave it out of the input folder")
-    os.replace(tmp, out)
+    with atomic_path(out) as tmp:  # OUT.partial, renamed when complete, removed on any error
+        try:
+            with open_binary(inp) as f, open_output(tmp) as w:
+                for lineno, raw in enumerate(f, 1):
+                    ex.input_lines = lineno
+                    doc = ex.document(lineno, raw.rstrip(b"\r\n"))
+                    if doc is not None:
+                        w.write(doc)
+                        if max_docs and ex.docs >= max_docs:
+                            break
+                    prog.maybe(lambda t: f"{inp}: {ex.docs} documents, {mb(ex.bytes)} out, "
+                                         f"{ex.input_lines / t:.0f} lines/s")
+        except (EOFError, OSError, zlib.error) as e:
+            raise RuntimeError(f"{inp}: corrupt or truncated input after line {ex.input_lines}: {e}") from e
+        if ex.docs == 0:
+            reasons = ", ".join(f"{k}={v}" for k, v in ex.skipped.items() if v) or "the file is empty"
+            raise RuntimeError(f"{inp}: no usable document ({ex.input_lines} input lines; {reasons}): nothing to "
+                               "train on. Replace the file (re-download it) or leave it out of the input folder")
     return ex.summary(prog.elapsed())
 
 

@@ -56,24 +56,22 @@ class Placer:
         return os.path.samefile(src, dst)
 
     def place(self, src: str, dst: str) -> None:
-        tmp = dst + ".partial"
-        remove_if_exists(tmp)
-        mode = self.mode
-        if mode == "hardlink":
-            try:
-                os.link(src, tmp)
-            except OSError as e:
-                if e.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP):
-                    raise
-                if not self.warned:
-                    log.warning(f"cannot hard-link ({e.strerror}); using symlinks")
-                    self.warned = True
-                mode = self.mode = "symlink"
-        if mode == "symlink":
-            os.symlink(os.path.relpath(os.path.abspath(src), os.path.dirname(os.path.abspath(dst))), tmp)
-        elif mode == "copy":
-            shutil.copyfile(src, tmp)
-        os.replace(tmp, dst)
+        with atomic_path(dst, fsync=False) as tmp:  # a link has no data to flush
+            mode = self.mode
+            if mode == "hardlink":
+                try:
+                    os.link(src, tmp)
+                except OSError as e:
+                    if e.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP):
+                        raise
+                    if not self.warned:
+                        log.warning(f"cannot hard-link ({e.strerror}); using symlinks")
+                        self.warned = True
+                    mode = self.mode = "symlink"
+            if mode == "symlink":
+                os.symlink(os.path.relpath(os.path.abspath(src), os.path.dirname(os.path.abspath(dst))), tmp)
+            elif mode == "copy":
+                shutil.copyfile(src, tmp)
 
     def place_dataset(self, src_prefix: str, dst_prefix: str) -> bool:
         """Place ``.bin`` then ``.idx``; returns False if both were already in place."""

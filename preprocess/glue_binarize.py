@@ -22,12 +22,10 @@ Every file of a task is read and checked before anything is written; a task is b
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import math
 import multiprocessing as mp
 import os
-import shutil
 import sys
 import time
 from collections import Counter
@@ -39,11 +37,14 @@ import numpy as np
 from glue.tasks import CUSTOM_MARK, TASKS, GlueTask, Split, custom_task_names, get_task
 from preprocess.moses_bpe import moses_bpe_tokenizer
 from preprocess.spm_dict import dict_pieces, id_offset, load_spm
+from tupe_common.io import PARTIAL, atomic_dir, file_hash
+from tupe_common.log import get_logger
 
 # Task facts (files, columns, header, labels) come from the registry ``glue.tasks``; see
 # docs/glue_protocol.md §1 for the raw formats and §9 for custom single-sentence tasks.
 STSB_SCALE = 5.0  # fairseq's GLUE script writes STS-B scores divided by 5 (range [0, 1])
 BAD_FIELD_COUNT = "wrong number of fields"
+log = get_logger("glue_binarize")
 
 
 class GlueInputError(Exception):
@@ -155,7 +156,7 @@ def read_task(task: GlueTask, task_dir: str) -> List[SplitData]:
         path = os.path.join(task_dir, spec.file)
         if not os.path.isfile(path):
             if spec.label is None:
-                print(f"[{task.name}] {spec.file}: not found, no {spec.out} split written", flush=True)
+                log.info(f"[{task.name}] {spec.file}: not found, no {spec.out} split written")
                 continue
             raise GlueInputError(f"{path}: file not found ({task.name} needs {spec.file}).")
         splits.append(read_split(task, spec, path))
@@ -255,7 +256,7 @@ def _chunks(items: List[str], size: int) -> Iterator[List[str]]:
 def _with_progress(items: Iterable[np.ndarray], what: str, every: int = PROGRESS_EVERY):
     for n, item in enumerate(items, 1):
         if n % every == 0:
-            print(f"{what}: {n} lines encoded", flush=True)
+            log.info(f"{what}: {n} lines encoded")
         yield item
 
 
@@ -291,8 +292,8 @@ def write_task(task: GlueTask, splits: List[SplitData], dictionary, encode_many,
         dictionary.save(os.path.join(sub, "dict.txt"))
         for split in splits:
             texts = split.texts[k]
-            print(f"[{task.name}] encoding {split.spec.file} column {split.spec.inputs[k]} "
-                  f"-> input{k}/{split.spec.out} ({len(texts)} lines)", flush=True)
+            log.info(f"[{task.name}] encoding {split.spec.file} column {split.spec.inputs[k]} "
+                     f"-> input{k}/{split.spec.out} ({len(texts)} lines)")
             arrays = _with_progress(encode_many(texts), f"[{task.name}] input{k}/{split.spec.out}")
             _write_indexed(os.path.join(sub, split.spec.out), arrays, len(dictionary))
     label_dir = os.path.join(tmp, "label")
@@ -310,11 +311,6 @@ def write_task(task: GlueTask, splits: List[SplitData], dictionary, encode_many,
     for split in labelled:
         arrays = (np.array([label_dict.index(v), eos], dtype=np.int64) for v in split.labels)
         _write_indexed(os.path.join(label_dir, split.spec.out), arrays, len(label_dict))
-
-
-def _sha256(path: str) -> str:
-    with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def _manifest(task: GlueTask, splits: List[SplitData], args: argparse.Namespace, dict_sha: str) -> dict:
@@ -340,12 +336,12 @@ def _manifest(task: GlueTask, splits: List[SplitData], args: argparse.Namespace,
     }
 
 
-def print_summary(task: GlueTask, splits: List[SplitData]) -> None:
+def log_summary(task: GlueTask, splits: List[SplitData]) -> None:
     for s in splits:
         skipped = sum(s.skipped.values())
         why = "".join(f" ({reason}: {n})" for reason, n in sorted(s.skipped.items()))
-        print(f"[{task.name}] {s.spec.file} -> {s.spec.out}: read {s.read}, written {s.written}, "
-              f"skipped {skipped}{why}", flush=True)
+        log.info(f"[{task.name}] {s.spec.file} -> {s.spec.out}: read {s.read}, written {s.written}, "
+                 f"skipped {skipped}{why}")
 
 
 # --------------------------------------------------------------------------------------------
@@ -359,7 +355,7 @@ def resolve_tasks(names: str, glue_dir: str) -> List[GlueTask]:
     if names.strip().upper() == "ALL":
         absent = [t for t in TASKS if not os.path.isdir(os.path.join(glue_dir, t))]
         if absent:
-            print(f"--tasks ALL: no folder for {', '.join(absent)} in {glue_dir}, skipped", flush=True)
+            log.info(f"--tasks ALL: no folder for {', '.join(absent)} in {glue_dir}, skipped")
         tasks = [t for name, t in TASKS.items() if name not in absent]
         tasks += [get_task(name, glue_dir) for name in custom_task_names(glue_dir)]
         if not tasks:
@@ -421,7 +417,7 @@ def run(args: argparse.Namespace) -> None:
     for path in [args.dict] + [p for p in (args.spm_model, args.bpe_codes) if p]:
         if not os.path.isfile(path):
             raise GlueInputError(f"file not found: {path}")
-    dict_sha = _sha256(args.dict)
+    dict_sha = file_hash(args.dict)
     os.makedirs(args.out_dir, exist_ok=True)
 
     todo = []
@@ -434,7 +430,7 @@ def run(args: argparse.Namespace) -> None:
                     f"{final} was built with a different dict.txt than {args.dict}; "
                     "pass --force to rebuild it or choose another --out-dir."
                 )
-            print(f"[{task.name}] {final} already complete, skipped (--force rebuilds it)", flush=True)
+            log.info(f"[{task.name}] {final} already complete, skipped (--force rebuilds it)")
             continue
         todo.append(task)
     # Read and check everything before the slow imports and any writing.
@@ -466,25 +462,16 @@ def run(args: argparse.Namespace) -> None:
         for task in todo:
             splits = data[task.name]
             final = os.path.join(args.out_dir, f"{task.name}-bin")
-            tmp = final + ".partial"
-            if os.path.exists(tmp):
-                print(f"[{task.name}] removing unfinished {tmp} from an earlier run", flush=True)
-                shutil.rmtree(tmp)
-            os.makedirs(tmp)
-            write_task(task, splits, dictionary, encode_many, tmp)
-            with open(os.path.join(tmp, MANIFEST), "w", encoding="utf-8") as f:
-                json.dump(_manifest(task, splits, args, dict_sha), f, indent=1)
+            if os.path.exists(final + PARTIAL):
+                log.info(f"[{task.name}] removing unfinished {final + PARTIAL} from an earlier run")
             if os.path.exists(final):
-                print(f"[{task.name}] --force: replacing {final}", flush=True)
-                old = final + ".old"
-                shutil.rmtree(old, ignore_errors=True)
-                os.rename(final, old)
-                os.rename(tmp, final)
-                shutil.rmtree(old)
-            else:
-                os.rename(tmp, final)
-            print_summary(task, splits)
-            print(f"[{task.name}] done: {final}", flush=True)
+                log.info(f"[{task.name}] --force: replacing {final}")
+            with atomic_dir(final) as tmp:
+                write_task(task, splits, dictionary, encode_many, tmp)
+                with open(os.path.join(tmp, MANIFEST), "w", encoding="utf-8") as f:
+                    json.dump(_manifest(task, splits, args, dict_sha), f, indent=1)
+            log_summary(task, splits)
+            log.info(f"[{task.name}] done: {final}")
     finally:
         if pool is not None:
             pool.close()
@@ -496,7 +483,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         run(args)
     except GlueInputError as e:
-        print(f"error: {e}", file=sys.stderr)
+        log.error(str(e))
         return 2
     return 0
 

@@ -21,15 +21,17 @@ import argparse
 import math
 import os
 import re
-import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from preprocess.hub_files import HubError, HubFile, HubRepo, download, open_repo
+from tupe_common.io import atomic_dir
+from tupe_common.log import get_logger
 
 REPO = "nyu-mll/glue"
+log = get_logger("glue_download")
 Row = Dict[str, object]
 
 
@@ -159,27 +161,23 @@ def clean(field: object, counter: List[int]) -> str:
 
 
 def write_task(task: GlueTask, repo: HubRepo, listing: List[HubFile], out: Path, cache: Path) -> None:
-    tmp = out / (task.name + ".partial")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    for raw in task.files:
-        shards = split_files(listing, task.config, raw.split)
-        if not shards:
-            raise HubError(f"{repo.repo_id} has no parquet files for {task.config}/{raw.split} "
-                           f"(expected {task.config}/{raw.split}-00000-of-0000N.parquet)")
-        paths = download(repo, shards, cache / task.config)
-        rows = read_rows(paths)
-        broken = [0]
-        with open(tmp / raw.name, "w", encoding="utf-8", newline="\n") as f:
-            if raw.header is not None:
-                f.write(raw.header + "\n")
-            for r in rows:
-                f.write("\t".join(clean(v, broken) for v in raw.row(r)) + "\n")
-        note = f", {broken[0]} fields with tabs/line breaks replaced by spaces" if broken[0] else ""
-        print(f"[{task.name}] {raw.name}: {len(rows)} lines{note}", flush=True)
-    if (out / task.name).exists():
-        shutil.rmtree(out / task.name)  # only reached with --force, once the new one is complete
-    os.replace(tmp, out / task.name)
+    """``OUT/TASK`` written under ``OUT/TASK.partial``; it replaces an existing one (``--force``) when complete."""
+    with atomic_dir(out / task.name) as tmp:
+        for raw in task.files:
+            shards = split_files(listing, task.config, raw.split)
+            if not shards:
+                raise HubError(f"{repo.repo_id} has no parquet files for {task.config}/{raw.split} "
+                               f"(expected {task.config}/{raw.split}-00000-of-0000N.parquet)")
+            paths = download(repo, shards, cache / task.config, log=log)
+            rows = read_rows(paths)
+            broken = [0]
+            with open(os.path.join(tmp, raw.name), "w", encoding="utf-8", newline="\n") as f:
+                if raw.header is not None:
+                    f.write(raw.header + "\n")
+                for r in rows:
+                    f.write("\t".join(clean(v, broken) for v in raw.row(r)) + "\n")
+            note = f", {broken[0]} fields with tabs/line breaks replaced by spaces" if broken[0] else ""
+            log.info(f"[{task.name}] {raw.name}: {len(rows)} lines{note}")
 
 
 def resolve_tasks(names: str) -> List[GlueTask]:
@@ -207,7 +205,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     todo = []
     for t in tasks:
         if (out / t.name).exists() and not args.force:
-            print(f"[{t.name}] {out / t.name} exists, kept (--force rebuilds it)")
+            log.info(f"[{t.name}] {out / t.name} exists, kept (--force rebuilds it)")
         else:
             todo.append(t)
     if not todo:
@@ -218,9 +216,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         for t in todo:
             write_task(t, repo, listing, out, out / ".parquet")
     except HubError as e:
-        print(f"glue_download: error: {e}", file=sys.stderr)
+        log.error(str(e))
         return 1
-    print(f"GLUE written to {out}; next: python -m preprocess.glue_binarize --glue-dir {out} ...")
+    log.info(f"GLUE written to {out}; next: python -m preprocess.glue_binarize --glue-dir {out} ...")
     return 0
 
 

@@ -9,12 +9,15 @@ id (small files) before it is used; a file already present and verified is not f
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import shutil
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, List, Optional
+
+from tupe_common.io import atomic_path, file_hash
+from tupe_common.log import get_logger
 
 
 @dataclass(frozen=True)
@@ -92,19 +95,15 @@ class LocalRepo(HubRepo):
         out = []
         for p in sorted((self.root / folder if folder else self.root).rglob("*")):
             if p.is_file() and not any(part.startswith(".") for part in p.relative_to(self.root).parts):
-                out.append(HubFile(p.relative_to(self.root).as_posix(), p.stat().st_size, sha256_of(p)))
+                out.append(HubFile(p.relative_to(self.root).as_posix(), p.stat().st_size, file_hash(p)))
         return out
 
     def fetch(self, f: HubFile, dest: Path) -> None:
         shutil.copyfile(self.root / f.path, dest)
 
 
-def sha256_of(path: Path) -> str:
-    with open(path, "rb") as fh:
-        return hashlib.file_digest(fh, "sha256").hexdigest()
-
-
 def git_blob_id(path: Path) -> str:
+    """git's id of a file (SHA-1 of ``blob SIZE\0`` and the bytes): what the hub lists for non-LFS files."""
     h = hashlib.sha1(b"blob %d\0" % path.stat().st_size)
     with open(path, "rb") as fh:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
@@ -117,19 +116,22 @@ def verify(f: HubFile, path: Path) -> Optional[str]:
     size = path.stat().st_size
     if size != f.size:
         return f"size {size} != {f.size} listed on the hub"
-    if f.sha256 and sha256_of(path) != f.sha256:
+    if f.sha256 and file_hash(path) != f.sha256:
         return "SHA-256 differs from the hub's"
     if f.blob_id and not f.sha256 and git_blob_id(path) != f.blob_id:
         return "git blob id differs from the hub's"
     return None
 
 
-def download(repo: HubRepo, files: Iterable[HubFile], out_dir: Path, name=lambda f: Path(f.path).name) -> List[Path]:
+def download(repo: HubRepo, files: Iterable[HubFile], out_dir: Path, name=lambda f: Path(f.path).name,
+             log: Optional[logging.Logger] = None) -> List[Path]:
     """Fetch ``files`` into ``out_dir`` (as ``name(f)``), verified; present and verified files are kept.
 
-    A file is written under ``.NAME.partial`` and renamed when verified, so a killed run never leaves a
-    file that looks complete. A local file that fails verification is reported and fetched again.
+    A file is written under ``NAME.partial`` and renamed when verified (:func:`tupe_common.io.atomic_path`),
+    so a killed run never leaves a file that looks complete. A local file that fails verification is
+    reported and fetched again. Progress goes to ``log`` (the calling command's logger).
     """
+    log = log or get_logger("hub_files")
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = []
     for f in files:
@@ -137,18 +139,16 @@ def download(repo: HubRepo, files: Iterable[HubFile], out_dir: Path, name=lambda
         if dest.exists():
             problem = verify(f, dest)
             if problem is None:
-                print(f"ok (already verified): {dest}", file=sys.stderr)
+                log.info(f"ok (already verified): {dest}")
                 paths.append(dest)
                 continue
-            print(f"{dest}: {problem}; fetching it again", file=sys.stderr)
-        tmp = out_dir / f".{dest.name}.partial"
-        repo.fetch(f, tmp)
-        problem = verify(f, tmp)
-        if problem is not None:
-            tmp.unlink()
-            raise HubError(f"{repo.repo_id}/{f.path}: downloaded file failed verification ({problem}); run again")
-        os.replace(tmp, dest)
-        print(f"downloaded and verified: {dest} ({f.size} bytes)", file=sys.stderr)
+            log.warning(f"{dest}: {problem}; fetching it again")
+        with atomic_path(dest) as tmp:
+            repo.fetch(f, Path(tmp))
+            problem = verify(f, Path(tmp))
+            if problem is not None:
+                raise HubError(f"{repo.repo_id}/{f.path}: downloaded file failed verification ({problem}); run again")
+        log.info(f"downloaded and verified: {dest} ({f.size} bytes)")
         paths.append(dest)
     return paths
 

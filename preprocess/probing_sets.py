@@ -35,12 +35,13 @@ not fix this choice; ``both`` perturbs every word order the model sees, the othe
 
 Randomness: every (set, item) draws from its own ``random.Random(f"{seed}/{set}/{id}")``, so outputs are
 deterministic given ``--seed`` and do not depend on which other items or sets exist.
-Outputs are written to ``.<name>.jsonl.tmp`` and renamed when complete; existing outputs are never
-overwritten unless ``--force``.
+Outputs are written to ``<name>.jsonl.partial`` and renamed when all are complete; existing outputs are
+never overwritten unless ``--force``.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -48,6 +49,9 @@ import re
 import sys
 from dataclasses import dataclass, field
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
+
+from tupe_common.io import atomic_open
+from tupe_common.log import get_logger
 
 LABELS = ("entailment", "neutral", "contradiction")
 SWAP_LABEL = "non-entailment"
@@ -62,6 +66,7 @@ FUNCTION_WORDS = frozenset(
 _FINAL_PUNCT = re.compile(r"^(.*?)([.!?]+)$")
 _WORD = re.compile(r"^[A-Za-z]+(?:-[A-Za-z]+)*$")
 MAX_WARNINGS = 20
+log = get_logger("probing_sets")
 
 
 # ----------------------------------------------------------------------------- words
@@ -167,7 +172,7 @@ class ReadStats:
         self.malformed += 1
         self.warnings.append(f"{path}:{line_no}: {reason}")
         if len(self.warnings) <= MAX_WARNINGS:
-            print(f"warning: {path}:{line_no}: {reason}; line skipped", file=sys.stderr)
+            log.warning(f"{path}:{line_no}: {reason}; line skipped")
 
 
 def read_snli(path: str, stats: ReadStats) -> Iterator[Tuple[int, dict]]:
@@ -249,31 +254,20 @@ def build(input_path: str, out_dir: str, seed: int, windows: Sequence[int], forc
     existing = [p for p in finals.values() if os.path.exists(p)]
     if existing and not force:
         raise FileExistsError("outputs exist (use --force to overwrite): " + ", ".join(existing))
-    os.makedirs(out_dir, exist_ok=True)
-    temps = {name: os.path.join(out_dir, f".{name}.jsonl.tmp") for name in names}
-    files = {name: open(path, "w", encoding="utf-8") for name, path in temps.items()}
     kept = dict.fromkeys(names, 0)
     stats = ReadStats()
-    try:
+    with contextlib.ExitStack() as stack:  # every set renamed into place at the end, or none (an error)
+        files = {name: stack.enter_context(atomic_open(path)) for name, path in finals.items()}
         for line_no, rec in read_snli(input_path, stats):
             for name, out in perturb(line_no, rec, windows, seed, shuffle).items():
                 files[name].write(json.dumps(out, ensure_ascii=False) + "\n")
                 kept[name] += 1
-    except BaseException:
-        for name, f in files.items():
-            f.close()
-            os.remove(temps[name])
-        raise
-    for name, f in files.items():
-        f.close()
-        os.replace(temps[name], finals[name])
     if len(stats.warnings) > MAX_WARNINGS:
-        hidden = len(stats.warnings) - MAX_WARNINGS
-        print(f"warning: {hidden} more malformed lines not shown", file=sys.stderr)
-    print(f"{input_path}: {stats.read} items read, skipped {stats.no_gold_label} without gold label ('-'), "
-          f"{stats.malformed} malformed; shuffles perturb: {shuffle}")
+        log.warning(f"{len(stats.warnings) - MAX_WARNINGS} more malformed lines not shown")
+    log.info(f"{input_path}: {stats.read} items read, skipped {stats.no_gold_label} without gold label ('-'), "
+             f"{stats.malformed} malformed; shuffles perturb: {shuffle}")
     for name in names:
-        print(f"  {name:20s} {kept[name]:8d}  -> {finals[name]}")
+        log.info(f"  {name:20s} {kept[name]:8d}  -> {finals[name]}")
     return kept
 
 
@@ -301,7 +295,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         build(args.input, args.out_dir, args.seed, args.windows, args.force, args.shuffle)
     except FileExistsError as e:
-        print(f"error: {e}", file=sys.stderr)
+        log.error(str(e))
         return 1
     return 0
 

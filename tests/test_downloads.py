@@ -70,7 +70,7 @@ def glue_mirror(tmp_path_factory) -> Path:
 def test_glue_parquet_becomes_the_raw_layout_glue_binarize_reads(glue_mirror, tmp_path):
     out = tmp_path / "glue_data"
     p = run([sys.executable, "-m", "preprocess.glue_download", "--out-dir", str(out), "--from-dir", str(glue_mirror)])
-    assert "[QQP] train.tsv: 48 lines" in p.stdout
+    assert "[QQP] train.tsv: 48 lines" in p.stderr  # progress: on stderr, as every command's
     for name in HUB_GLUE:
         fixture_files = sorted(f.name for f in (GLUE / name).iterdir())
         assert sorted(f.name for f in (out / name).iterdir()) == fixture_files
@@ -93,7 +93,7 @@ def test_glue_parquet_becomes_the_raw_layout_glue_binarize_reads(glue_mirror, tm
 
     again = run([sys.executable, "-m", "preprocess.glue_download", "--out-dir", str(out), "--from-dir", str(glue_mirror),
                  "--tasks", "RTE"])
-    assert "exists, kept" in again.stdout
+    assert "exists, kept" in again.stderr
 
 
 def test_a_cached_parquet_that_fails_verification_is_fetched_again(glue_mirror, tmp_path):
@@ -137,7 +137,7 @@ def test_snli_parquet_becomes_the_jsonl_probing_sets_reads(tmp_path):
     out = tmp_path / "snli"
     p = run([sys.executable, "-m", "preprocess.snli_download", "--out-dir", str(out), "--splits", "test",
              "--from-dir", str(tmp_path / "mirror")])
-    assert f"{len(recs)} lines (2 without gold label)" in p.stdout
+    assert f"{len(recs)} lines (2 without gold label)" in p.stderr
     got_stats, want_stats = ReadStats(), ReadStats()
     got = [(r["sentence1"], r["sentence2"], r["gold_label"]) for _, r in read_snli(str(out / "snli_1.0_test.jsonl"), got_stats)]
     want = [(r["sentence1"], r["sentence2"], r["gold_label"]) for _, r in read_snli(str(fixture), want_stats)]

@@ -91,7 +91,7 @@ def glue_out(spm_files, tmp_path_factory):
     out = str(tmp_path_factory.mktemp("glue_bin"))
     proc = cli("--glue-dir", FIXTURES, "--tasks", "ALL", "--spm-model", model, "--dict", dict_path,
                "--out-dir", out, "--workers", "2")
-    return out, proc.stdout
+    return out, proc.stderr  # the progress and summary lines (logged on stderr)
 
 
 def load_bin(prefix: str, dict_path: str):
@@ -140,18 +140,18 @@ def test_layout_of_every_task(glue_out):
 
 
 def test_summary_and_qqp_skips_are_exact(glue_out):
-    out, stdout = glue_out
+    out, log = glue_out
     n_bad = {}
     for fname in ("train.tsv", "dev.tsv"):
         with open(os.path.join(FIXTURES, "QQP", fname), encoding="utf-8") as f:
             n_bad[fname] = sum(1 for line in list(f)[1:] if len(line.rstrip("\n").split("\t")) != 6)
     assert (n_bad["train.tsv"], n_bad["dev.tsv"]) == (make_glue_fixtures.QQP_BAD_TRAIN, make_glue_fixtures.QQP_BAD_DEV)
-    assert "[QQP] train.tsv -> train: read 53, written 48, skipped 5 (wrong number of fields: 5)" in stdout
-    assert "[QQP] dev.tsv -> valid: read 18, written 16, skipped 2 (wrong number of fields: 2)" in stdout
+    assert "[QQP] train.tsv -> train: read 53, written 48, skipped 5 (wrong number of fields: 5)" in log
+    assert "[QQP] dev.tsv -> valid: read 18, written 16, skipped 2 (wrong number of fields: 2)" in log
     manifest = json.load(open(os.path.join(out, "QQP-bin", "glue_binarize.json")))
     assert manifest["splits"]["train"]["skipped"] == {"wrong number of fields": 5}
-    assert "[MNLI] dev_mismatched.tsv -> valid1: read 15, written 15, skipped 0" in stdout
-    assert "[CoLA] train.tsv -> train: read 48, written 48, skipped 0" in stdout  # no header line lost
+    assert "[MNLI] dev_mismatched.tsv -> valid1: read 15, written 15, skipped 0" in log
+    assert "[CoLA] train.tsv -> train: read 48, written 48, skipped 0" in log  # no header line lost
 
 
 # ---- content -----------------------------------------------------------------------------------
@@ -376,7 +376,7 @@ def test_all_skips_absent_tasks_and_binarizes_custom_tasks(tmp_path, spm_files):
     out = tmp_path / "out"
     proc = cli("--glue-dir", str(glue), "--tasks", "ALL", "--spm-model", model, "--dict", dict_path,
                "--out-dir", str(out))
-    assert "--tasks ALL: no folder for CoLA, SST-2, MRPC, STS-B, QQP, MNLI, QNLI, WNLI in" in proc.stdout
+    assert "--tasks ALL: no folder for CoLA, SST-2, MRPC, STS-B, QQP, MNLI, QNLI, WNLI in" in proc.stderr
     assert sorted(os.listdir(out)) == ["RTE-bin", "Reviews-bin"]
     manifest = json.loads((out / "Reviews-bin" / "glue_binarize.json").read_text())
     assert manifest["custom_task"] is True and manifest["splits"]["valid"]["written"] == len(dev_rows)
@@ -417,12 +417,12 @@ def test_rerun_skips_force_rebuilds_and_foreign_folders_are_kept(glue_out, spm_f
     manifest = (out / "RTE-bin" / "glue_binarize.json").read_text()
 
     proc = cli(*args, "--tasks", "RTE")
-    assert "already complete, skipped" in proc.stdout
+    assert "already complete, skipped" in proc.stderr
     assert train_bin.stat().st_mtime_ns == stamp
 
     (out / "RTE-bin.partial").mkdir()  # left by a killed run
     proc = cli(*args, "--tasks", "RTE", "--force")
-    assert "replacing" in proc.stdout and "removing unfinished" in proc.stdout
+    assert "replacing" in proc.stderr and "removing unfinished" in proc.stderr
     assert sorted(os.listdir(out)) == ["RTE-bin"]
     assert json.loads((out / "RTE-bin" / "glue_binarize.json").read_text())["splits"] == json.loads(manifest)["splits"]
     assert filecmp.cmp(train_bin, os.path.join(src, "RTE-bin", "input0", "train.bin"), shallow=False)

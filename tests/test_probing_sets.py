@@ -60,10 +60,10 @@ def built(tmp_path_factory):
 
 def test_summary_and_original(built):
     out, result, sets = built
-    assert "83 items read" in result.stdout
-    assert "skipped 2 without gold label" in result.stdout and "0 malformed" in result.stdout
+    assert "83 items read" in result.stderr and not result.stdout  # the summary is logged (stderr)
+    assert "skipped 2 without gold label" in result.stderr and "0 malformed" in result.stderr
     for name in SETS:
-        assert re.search(rf"\b{name}\s+{len(sets[name])}\b", result.stdout), name
+        assert re.search(rf"\b{name}\s+{len(sets[name])}\b", result.stderr), name
     records = input_records()
     kept = {i: r for i, r in records.items() if r["gold_label"] != "-"}
     assert [r["id"] for r in sets["original"]] == sorted(kept)
@@ -71,7 +71,7 @@ def test_summary_and_original(built):
         src = kept[r["id"]]
         assert (r["sentence1"], r["sentence2"], r["gold_label"], r["pairID"]) == (
             src["sentence1"], src["sentence2"], src["gold_label"], src["pairID"])
-    assert not [p for p in os.listdir(out) if p.endswith(".tmp")]
+    assert sorted(os.listdir(out)) == sorted(f"{name}.jsonl" for name in SETS)  # no temporary left
 
 
 @pytest.mark.parametrize("n", WINDOWS)
@@ -176,8 +176,8 @@ def test_deterministic_given_seed(built, tmp_path):
 
 def test_bad_lines_are_counted_and_named(tmp_path):
     result = build(tmp_path / "bad", 1, BAD)
-    assert "7 items read" in result.stdout  # 8 lines, the blank one is not an item
-    assert "skipped 1 without gold label" in result.stdout and "4 malformed" in result.stdout
+    assert "7 items read" in result.stderr  # 8 lines, the blank one is not an item
+    assert "skipped 1 without gold label" in result.stderr and "4 malformed" in result.stderr
     for line_no, reason in ((2, "not valid JSON"), (4, "sentence2"), (5, "UTF-8"), (8, "gold_label")):
         assert f"snli_bad.jsonl:{line_no}: " in result.stderr and reason in result.stderr, line_no
     original = load(tmp_path / "bad")["original"]
@@ -194,7 +194,7 @@ def test_refuses_to_overwrite_without_force(tmp_path):
     assert (out / "random.jsonl").read_text(encoding="utf-8") == "user data\n"
     build(out, 3, SAMPLE, "--force")
     assert (out / "random.jsonl").read_text(encoding="utf-8") != "user data\n"
-    assert not [p for p in os.listdir(out) if p.endswith(".tmp")]
+    assert not [p for p in os.listdir(out) if p.endswith(".partial")]
 
 
 def test_help_and_bad_windows(tmp_path):
