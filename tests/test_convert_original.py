@@ -348,7 +348,7 @@ def test_refuses_to_overwrite_without_force(tmp_path):
         convert_in_process(tmp_path, original_model(False, seed=2), original_args(False))
     assert dest.stat().st_mtime_ns == before
     convert_in_process(tmp_path, original_model(False, seed=2), original_args(False), force=True)
-    assert not [p for p in dest.parent.iterdir() if ".tmp" in p.name]
+    assert [p.name for p in dest.parent.iterdir()] == ["model.pt"]  # no temporary left beside it
 
 
 def test_refuses_to_replace_another_dict_beside_the_output(tmp_path):

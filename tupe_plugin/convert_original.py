@@ -17,7 +17,6 @@ GLUE head), so ``fairseq-train --restore-file``, ``fairseq-validate`` and
 from __future__ import annotations
 
 import argparse
-import hashlib
 import logging
 import os
 import shutil
@@ -26,6 +25,8 @@ import warnings
 from typing import Dict, Optional, Sequence, Tuple
 
 import torch
+
+from tupe_common.io import atomic_path, file_hash
 
 from .build_task import DictionaryTask, numbered_dictionary
 from .original_release import (  # noqa: F401  (ConversionError and convert's parts are this module's API too)
@@ -100,21 +101,6 @@ def build_plugin_model(args: argparse.Namespace, dictionary, heads: Dict[str, Tu
     return model
 
 
-def _sha256(path: str) -> str:
-    with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
-
-
-def _save_atomic(obj, path: str) -> None:
-    tmp = f"{path}.tmp{os.getpid()}"
-    try:
-        torch.save(obj, tmp)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-
-
 def _dict_needs_copy(dict_path: str, out_dir: str, force: bool) -> bool:
     """Whether ``dict_path`` must be copied to OUT's folder; refuses to replace another dict.txt."""
     dest = os.path.join(out_dir, "dict.txt")
@@ -131,9 +117,8 @@ def _dict_needs_copy(dict_path: str, out_dir: str, force: bool) -> bool:
 
 def _copy_dict(dict_path: str, out_dir: str) -> str:
     dest = os.path.join(out_dir, "dict.txt")
-    tmp = f"{dest}.tmp{os.getpid()}"
-    shutil.copyfile(dict_path, tmp)
-    os.replace(tmp, dest)
+    with atomic_path(dest) as tmp:
+        shutil.copyfile(dict_path, tmp)
     return dest
 
 
@@ -187,7 +172,7 @@ def convert(in_path: str, out_path: str, dict_path: Optional[str] = None, force:
             "train_iterator": {"epoch": 1, "iterations_in_epoch": 0, "shuffle": True, "version": 2},
             "tupe_convert_original": {
                 "source": os.path.basename(in_path),
-                "source_sha256": _sha256(in_path),
+                "source_sha256": file_hash(in_path),
                 "source_arch": getattr(state["args"], "arch", None),
                 "source_num_updates": int(history[-1].get("num_updates", 0) or 0),
                 "notes": notes,
@@ -195,7 +180,8 @@ def convert(in_path: str, out_path: str, dict_path: Optional[str] = None, force:
         },
     }
     os.makedirs(out_dir, exist_ok=True)
-    _save_atomic(checkpoint, out_path)
+    with atomic_path(out_path) as tmp:
+        torch.save(checkpoint, tmp)
     copied = _copy_dict(dict_path, out_dir) if copy_dict else None
     if dict_path is not None and not copy_dict:
         copied = os.path.join(out_dir, "dict.txt")

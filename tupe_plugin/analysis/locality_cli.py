@@ -17,11 +17,14 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
-from .checkpoint_maps import ContentDependentPositions, positional_maps
 from tupe_common.io import write_csv
+from tupe_common.log import get_logger
+
+from .checkpoint_maps import ContentDependentPositions, positional_maps
 from .locality_symmetry import locality, symmetry, symmetry_scaled
 
 METRICS = {"locality": locality, "symmetry": symmetry, "symmetry_scaled": symmetry_scaled}
+log = get_logger("tupe-locality")
 
 
 def position_rows(checkpoint: str, length: int) -> List[Dict]:
@@ -73,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
     except ContentDependentPositions as e:
         if not args.text:
             raise ValueError(f"{e}; pass --text FILE (with --spm-model and --data) for the real attention maps") from None
-        print(f"position-only maps: none ({e}); reporting the real attention maps only", file=sys.stderr)
+        log.info(f"position-only maps: none ({e}); reporting the real attention maps only")
         rows = []
     if args.text:
         rows += attention_rows(args.checkpoint, args.text, args.data, args.spm_model, args.max_sentences)
@@ -83,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
               f"{r['symmetry_scaled']:.4f} |")
     if args.out_csv:
         write_csv(args.out_csv, rows)
-        print(f"wrote {args.out_csv}")
+        log.info(f"wrote {args.out_csv}")
     return 0
 
 

@@ -13,11 +13,14 @@ import sys
 from typing import List, Optional
 
 import numpy as np
+from tupe_common.io import atomic_open, atomic_path
+from tupe_common.log import get_logger
 from tupe_plugin_cli.errors import UsageError
 
 from .checkpoint_maps import positional_maps
 from .locality_symmetry import locality, symmetry, symmetry_scaled
 
+log = get_logger("tupe-pos-maps")
 
 def grid_figure(logits: np.ndarray, title: str):
     """One heatmap per head (row = query position, column = key position, [CLS] at the top/left), all on
@@ -54,16 +57,14 @@ def save_grid(logits: np.ndarray, path: str, title: str) -> None:
     import matplotlib.pyplot as plt
 
     fig = grid_figure(logits, title)
-    tmp = path + ".tmp.png"
-    fig.savefig(tmp, dpi=100)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=100, format="png")
     plt.close(fig)
-    os.replace(tmp, path)
 
 
 def save_npy(path: str, array: np.ndarray) -> None:
-    tmp = path + ".tmp.npy"
-    np.save(tmp, array)
-    os.replace(tmp, path)
+    with atomic_open(path, "wb") as f:  # a file object: np.save would append .npy to a name ending .partial
+        np.save(f, array)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -81,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
     print("| head | locality | symmetry | symmetry_scaled |\n|---|---|---|---|")
     for h in range(logits.shape[0]):
         print(f"| {h} | {loc[h]:.4f} | {sym[h]:.4f} | {sym_s[h]:.4f} |")
-    print(f"wrote {args.out_dir}/pos_maps.png, pos_logits.npy, pos_probs.npy ({logits.shape})")
+    log.info(f"wrote {args.out_dir}/pos_maps.png, pos_logits.npy, pos_probs.npy ({logits.shape})")
     return 0
 
 

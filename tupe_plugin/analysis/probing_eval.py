@@ -21,10 +21,13 @@ from typing import Dict, List, Optional, Tuple
 import torch
 from fairseq.data.data_utils import collate_tokens
 
-from .attention_maps import load_hub
 from tupe_common.io import write_csv
+from tupe_common.log import get_logger
+
+from .attention_maps import load_hub
 
 BASELINE = {"role_swap": "role_swap_original"}
+log = get_logger("tupe-probe")
 
 
 def read_set(path: str) -> List[Tuple[str, str, str]]:
@@ -67,7 +70,7 @@ def predict_labels(hub, pairs: List[Tuple[str, str]], batch_size: int = 64) -> L
         pred = hub.predict("sentence_classification_head", tokens).argmax(dim=-1)
         out += [labels[int(p) + labels.nspecial] for p in pred]
     if truncated:
-        print(f"note: {truncated} of {len(pairs)} premises were cut to fit the model", file=sys.stderr)
+        log.warning(f"{truncated} of {len(pairs)} premises were cut to fit the model")
     return out
 
 

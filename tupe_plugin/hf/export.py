@@ -21,6 +21,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
+from tupe_common.io import atomic_dir
 from tupe_plugin_cli.errors import UsageError
 
 from ..checkpoint_info import info_from_state
@@ -249,19 +250,15 @@ def export(checkpoint: str, out_dir: str, spm_model: Optional[str] = None, dict_
         if dict_path is None:
             raise ExportError(f"{checkpoint}: cannot find the data's dict.txt; pass --dict DATA/dict.txt")
 
-    tmp = out.with_name(out.name + ".partial")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    for f in MODEL_FILES:
-        shutil.copyfile(REMOTE / f, tmp / f)
-    (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
-    _check_loadable(config, tensors, checkpoint)
-    save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
-    if spm_model:
-        write_tokenizer(tmp, spm_model, dict_path, config["vocab_size"], config["max_position_embeddings"])
-    if out.exists():
-        shutil.rmtree(out)  # empty, or replaced with --force
-    os.replace(tmp, out)
+    with atomic_dir(out) as tmp_dir:  # replaces an empty OUT_DIR, or a full one with --force
+        tmp = Path(tmp_dir)
+        for f in MODEL_FILES:
+            shutil.copyfile(REMOTE / f, tmp / f)
+        (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+        _check_loadable(config, tensors, checkpoint)
+        save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        if spm_model:
+            write_tokenizer(tmp, spm_model, dict_path, config["vocab_size"], config["max_position_embeddings"])
     return out
 
 
