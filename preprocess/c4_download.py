@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import List, Optional, Sequence
 
-from preprocess.hub_files import HubError, download, open_repo
+from preprocess.hub_files import HubError, add_repo_args, download, open_repo
 from tupe_common.log import get_logger
 
 REPO = "allenai/c4"
@@ -49,9 +49,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--out-dir", default="c4/en", help="folder for the .json.gz files (default c4/en)")
     p.add_argument("--shards", default="0-31", help="train shards, e.g. 0-31 or 0-3,8 (default 0-31)")
     p.add_argument("--valid-shards", default="0", help="validation shards (default 0; '' for none)")
-    p.add_argument("--repo", default=REPO, help=f"hub dataset repository (default {REPO})")
-    p.add_argument("--revision", help="hub revision (branch, tag or commit) to pin")
-    p.add_argument("--from-dir", help="a local copy of the repository's files instead of the hub")
+    add_repo_args(p, REPO)
     args = p.parse_args(argv)
     try:
         paths = wanted_paths(parse_ranges(args.shards, TRAIN_FILES, "--shards"),

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from preprocess.hub_files import HubError, HubFile, HubRepo, download, open_repo
+from preprocess.hub_files import HubError, HubFile, HubRepo, add_repo_args, download, open_repo
 from tupe_common.io import atomic_dir
 from tupe_common.log import get_logger
 
@@ -195,9 +195,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                                 epilog=__doc__.split("\n\n", 2)[2], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out-dir", default="glue_data", help="raw GLUE folder to write (default glue_data)")
     p.add_argument("--tasks", default="ALL", help="comma-separated task names or ALL (default)")
-    p.add_argument("--repo", default=REPO, help=f"hub dataset repository (default {REPO})")
-    p.add_argument("--revision", help="hub revision (branch, tag or commit) to pin")
-    p.add_argument("--from-dir", help="a local copy of the repository's files instead of the hub")
+    add_repo_args(p, REPO)
     p.add_argument("--force", action="store_true", help="rebuild tasks whose folder exists")
     args = p.parse_args(argv)
     tasks = resolve_tasks(args.tasks)

@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
-from preprocess.hub_files import HubError, download, open_repo
+from preprocess.hub_files import HubError, add_repo_args, download, open_repo
 from tupe_common.io import atomic_open
 from tupe_common.log import get_logger
 
@@ -45,9 +45,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                                 epilog=__doc__.split("\n\n", 2)[2], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out-dir", default="snli", help="folder for the jsonl files (default snli)")
     p.add_argument("--splits", default="train,dev,test", help="comma-separated: train, dev, test (default all)")
-    p.add_argument("--repo", default=REPO, help=f"hub dataset repository (default {REPO})")
-    p.add_argument("--revision", help="hub revision (branch, tag or commit) to pin")
-    p.add_argument("--from-dir", help="a local copy of the repository's files instead of the hub")
+    add_repo_args(p, REPO)
     p.add_argument("--force", action="store_true", help="rewrite existing jsonl files")
     args = p.parse_args(argv)
     splits = [s.strip() for s in args.splits.split(",") if s.strip()]
