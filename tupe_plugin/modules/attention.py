@@ -1,6 +1,8 @@
 """The attention blocks of ``tupe_roberta``: self-attention with an additive, batch-shared logit bias
 (TUPE, T5, ALiBi, priors), and the two blocks whose positional effect depends on content: rotary q/k
-(RoPE) and DeBERTa's disentangled c2p + p2c terms. Formulas: ``docs/positional_encodings.md``."""
+(RoPE) and DeBERTa's disentangled c2p + p2c terms. All of them end in one core, ``attend``, on the path
+of ``--tupe-attention`` (``sdpa`` or ``explicit``; ``auto`` picks per forward). Formulas and the paths:
+``docs/positional_encodings.md``."""
 from __future__ import annotations
 
 from typing import Optional, Tuple
@@ -52,9 +54,9 @@ ATTENTION_PATHS = ("auto", "sdpa", "explicit")
 
 def choose_attention_path(device: torch.device, training: bool, dropout: float) -> str:
     """What ``--tupe-attention auto`` takes for one forward: ``explicit`` on CPU in training with attention
-    dropout (SDPA's CPU kernels have no dropout, so it falls back to its unfused math path, which measured
-    slower than the explicit ops: ``bench/bench_train_step.py --attention``), else ``sdpa`` (fused CPU
-    kernels without dropout; on CUDA fused kernels that also give the positional bias its gradient)."""
+    dropout, else ``sdpa``. SDPA's fused CPU kernel has no dropout, so there SDPA runs its unfused math path:
+    the same ops plus a check for fully masked rows in its softmax (``bench/bench_train_step.py --attention
+    auto sdpa explicit`` compares them). On CUDA SDPA's fused kernels also give the bias its gradient."""
     return "explicit" if device.type == "cpu" and training and dropout > 0 else "sdpa"
 
 
