@@ -190,6 +190,7 @@ def test_bf16_model_gets_one_bf16_mask_shared_by_all_layers(variant):
     masks = masks_seen(model, x)  # no padding: the (H, T, T) bias viewed as (1, H, T, T)
     assert len(masks) == layers and all(m is masks[0] for m in masks)
     assert masks[0].dtype == torch.bfloat16 and masks[0].shape == (1, 4, 10, 10)
+    assert masks[0].stride(-1) == 1  # rows contiguous (t5_rel's bias is a permuted view of its table)
     x[2, 6:] = 1  # padding folded in once per forward: (B, H, T, T), still one tensor for all layers
     masks = masks_seen(model, x)
     assert all(m is masks[0] for m in masks)

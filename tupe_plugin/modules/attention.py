@@ -23,8 +23,9 @@ def attention_mask(
 
     Without padding the (H, T, T) bias is only viewed as (1, H, T, T), never copied per batch
     element. With right padding SDPA needs a single mask, so the bias and the (B, T) key-padding
-    mask are combined once per forward (not once per layer). On CUDA the mask is laid out as the
-    memory-efficient SDPA kernel wants it (``align_strides``), once here instead of in every layer.
+    mask are combined once per forward (not once per layer). The layout is fixed here too, once: on CUDA
+    as the memory-efficient SDPA kernel wants it (``align_strides``), on CPU with contiguous rows (the T5
+    bias is a permuted view, which every layer would otherwise read with a stride).
     """
     if padding_mask is None:
         mask = None if bias is None else bias.to(dtype).unsqueeze(0)  # (1, H, T, T)
@@ -32,7 +33,9 @@ def attention_mask(
         pad = torch.zeros(padding_mask.shape, dtype=dtype, device=padding_mask.device)
         pad = pad.masked_fill(padding_mask, float("-inf"))[:, None, None, :]  # (B, 1, 1, T)
         mask = pad if bias is None else bias.to(dtype).unsqueeze(0) + pad  # (B, H, T, T)
-    return align_strides(mask) if mask is not None and mask.is_cuda else mask
+    if mask is None or (not mask.is_cuda and mask.stride(-1) == 1):
+        return mask
+    return align_strides(mask) if mask.is_cuda else mask.contiguous()
 
 
 def align_strides(mask: Tensor, multiple: int = 8) -> Tensor:
