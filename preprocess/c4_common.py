@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import gzip
 import logging
+import os
 import time
 from typing import Any, BinaryIO, Callable, Dict, List, Optional
 
+from tupe_common.io import read_json
 from tupe_common.log import get_logger
 
 
@@ -71,3 +73,14 @@ def check_settings(what: str, recorded: Optional[Dict[str, Any]], current: Dict[
         raise SettingsMismatch(
             f"{what} was made with other settings ({'; '.join(diff)}). Rerun with --force (FORCE=1 for "
             "preprocess/c4/*.sh) to redo it with the new settings, or write to a new OUT_DIR to keep both")
+
+
+def outputs_done(record: str, settings: Dict[str, Any], outputs: List[str], what: str, force: bool) -> bool:
+    """For a command that records its settings in the JSON file ``record`` (``{"settings": ...}``):
+    True when every path of ``outputs`` exists and was made with these ``settings`` (skip the work);
+    False when there is nothing finished or ``force`` is set (do it); SettingsMismatch otherwise."""
+    done = read_json(record)
+    if done is None or force:
+        return False
+    check_settings(what, done.get("settings"), settings)
+    return all(os.path.isfile(p) for p in outputs)

@@ -26,8 +26,8 @@ import sys
 from collections import Counter
 from typing import Dict, Iterator, List, Optional, Tuple
 
-from preprocess.c4_common import SettingsMismatch, check_settings
-from tupe_common.io import atomic_open, read_json, write_json
+from preprocess.c4_common import SettingsMismatch, outputs_done
+from tupe_common.io import atomic_open, write_json
 from tupe_common.log import get_logger
 
 PROG = "labelled_to_tsv"
@@ -119,16 +119,14 @@ def main(argv: Optional[List[str]] = None) -> int:
     settings = {k: v for k, v in vars(args).items() if k not in ("force", "out_dir", "inputs")}
     settings["inputs"] = [{"name": os.path.basename(x), "bytes": os.path.getsize(x)} for x in args.inputs]
     record = os.path.join(args.out_dir, RECORD)
-    done = read_json(record)
-    if done is not None and not args.force:
-        try:
-            check_settings(f"{args.out_dir} ({PROG} outputs)", done.get("settings"), settings)
-        except SettingsMismatch as e:
-            log.error("%s", e)
-            return 2
-        if all(os.path.isfile(os.path.join(args.out_dir, n)) for n in ("train.tsv", "dev.tsv")):
+    try:
+        if outputs_done(record, settings, [os.path.join(args.out_dir, n) for n in ("train.tsv", "dev.tsv")],
+                        f"{args.out_dir} ({PROG} outputs)", args.force):
             log.info("skip: %s is complete for these settings (%s); --force rewrites it", args.out_dir, record)
             return 0
+    except SettingsMismatch as e:
+        log.error("%s", e)
+        return 2
     try:
         examples, skipped = read_examples(args)
     except (ValueError, OSError) as e:

@@ -34,8 +34,8 @@ import sys
 from collections import Counter
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
-from preprocess.c4_common import SettingsMismatch, check_settings, open_binary
-from tupe_common.io import atomic_path, read_json, write_json
+from preprocess.c4_common import SettingsMismatch, open_binary, outputs_done
+from tupe_common.io import atomic_path, write_json
 from tupe_common.log import get_logger
 
 PROG = "text_to_c4"
@@ -185,16 +185,14 @@ def main(argv: Optional[List[str]] = None) -> int:
     names = [f"c4-train.{k:05d}-of-{args.shards:05d}.json.gz" for k in range(args.shards)]
     names.append("c4-validation.00000-of-00001.json.gz")
     record = os.path.join(args.out_dir, RECORD)
-    done = read_json(record)
-    if done is not None and not args.force:
-        try:
-            check_settings(f"{args.out_dir} (text_to_c4 outputs)", done.get("settings"), settings)
-        except SettingsMismatch as e:
-            log.error(f"{e}")
-            return 2
-        if all(os.path.isfile(os.path.join(args.out_dir, n)) for n in names):
+    try:
+        if outputs_done(record, settings, [os.path.join(args.out_dir, n) for n in names],
+                        f"{args.out_dir} (text_to_c4 outputs)", args.force):
             log.info(f"skip: {args.out_dir} is complete for these settings ({record}); --force rewrites it")
             return 0
+    except SettingsMismatch as e:
+        log.error(f"{e}")
+        return 2
     try:
         docs, stats = read_documents(args.inputs, args)
     except (ValueError, OSError) as e:

@@ -31,7 +31,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from tupe_common.io import write_csv
+from tupe_common.io import atomic_path, write_csv, write_text
 
 FRACTIONS = (0.25, 0.5, 0.75, 1.0)
 SUBSET_COLUMN = {("MNLI", "valid"): "MNLI-m", ("MNLI", "valid1"): "MNLI-mm"}
@@ -549,10 +549,9 @@ def plot_valid_loss(path: str, variants: List[Variant], unigram: Optional[float]
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=8)
     fig.tight_layout()
-    tmp = path + ".tmp.png"
-    fig.savefig(tmp, dpi=110)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=110, format="png")
     plt.close(fig)
-    os.replace(tmp, path)
 
 
 def plot_correlation(path: str, rows: List[Dict], corr: List[Dict]) -> None:
@@ -569,10 +568,9 @@ def plot_correlation(path: str, rows: List[Dict], corr: List[Dict]) -> None:
         ax.set_ylabel("downstream average")
         ax.set_title(f"n={c['n']}  Spearman {_f(c['spearman'], 2)}  Pearson {_f(c['pearson'], 2)}", fontsize=9)
     fig.tight_layout()
-    tmp = path + ".tmp.png"
-    fig.savefig(tmp, dpi=110)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=110, format="png")
     plt.close(fig)
-    os.replace(tmp, path)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -615,10 +613,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     write_csv_atomic(os.path.join(args.out, "study.csv"), rows)
     write_csv_atomic(os.path.join(args.out, "correlation.csv"),
                      [{k: c[k] for k in ("measure", "n", "spearman", "pearson")} for c in corr])
-    tmp = os.path.join(args.out, "report.md.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(md)
-    os.replace(tmp, os.path.join(args.out, "report.md"))
+    write_text(os.path.join(args.out, "report.md"), md)
     plot_valid_loss(os.path.join(args.out, "valid_loss.png"), study, unigram)
     plot_correlation(os.path.join(args.out, "correlation.png"), rows, corr)
     print(md, end="")
