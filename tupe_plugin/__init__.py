@@ -1,6 +1,7 @@
 """TUPE for fairseq: ``--user-dir tupe_plugin`` registers the model, archs and LR scheduler."""
 from . import quiet_warnings  # noqa: F401  (hides fairseq's known hydra/torch deprecation warnings)
 from . import checkpoint_safety  # noqa: F401  (allowlists fairseq checkpoint classes for torch.load)
+from . import clean_exit  # noqa: F401  (process groups destroyed at the end of a run: no abort at exit)
 from . import criterions  # noqa: F401
 from . import optim  # noqa: F401
 from .models import TupeRobertaModel, VariantMismatchError  # noqa: F401
