@@ -115,11 +115,15 @@ quote_cmd "${cmd[@]}" > "$partial/command.txt"
 note "command:"
 cat "$partial/command.txt" >&2
 status=0
+done_file="$partial/done.txt"  # written by tupe_plugin.clean_exit when the run ends normally
+rm -f "$done_file"
 if [[ "$QUIET" == 1 ]]; then
-  "${cmd[@]}" > "$partial/train.log" 2>&1 || status=$?
+  TUPE_DONE_FILE="$done_file" "${cmd[@]}" > "$partial/train.log" 2>&1 || status=$?
 else
-  "${cmd[@]}" 2>&1 | tee "$partial/train.log" || status=$?
+  TUPE_DONE_FILE="$done_file" "${cmd[@]}" 2>&1 | tee "$partial/train.log" || status=$?
 fi
+status="$(finished_status "$status" "$done_file")"
+rm -f "$done_file"
 if (( status != 0 )); then
   tail -n 30 "$partial/train.log" >&2
   # the error our plugin raised (wrong variant, dictionary, ...) as the last line, not 30 lines above it

@@ -42,5 +42,17 @@ case "$device" in
   cpu) device_id=0 ;;  # --device-id > 0 would call torch.cuda.set_device
   *) echo "$me: error: device must be gpu or cpu, not '$device'" >&2; exit 2 ;;
 esac
-exec "${FAIRSEQ_TRAIN:-fairseq-train}" "$@" --distributed-rank "$rank" --device-id "$device_id" \
-  --distributed-init-method env:// --distributed-no-spawn
+# Not exec: this shell waits for fairseq-train's status, so that an abort at exit after a finished run
+# counts as done (finished_status in lib.sh), and passes the launcher's TERM (or INT) on to it.
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+done_file="$(mktemp "${TMPDIR:-/tmp}/fairseq_rank.$rank.XXXXXX")"
+trap 'rm -f "$done_file"' EXIT
+TUPE_DONE_FILE="$done_file" "${FAIRSEQ_TRAIN:-fairseq-train}" "$@" --distributed-rank "$rank" \
+  --device-id "$device_id" --distributed-init-method env:// --distributed-no-spawn &
+child=$!
+trap 'kill -TERM "$child" 2> /dev/null' TERM INT
+status=0
+wait "$child" || status=$?
+# a trapped signal ends `wait` early (status 128 + signal): wait again for fairseq-train's own status
+while kill -0 "$child" 2> /dev/null; do status=0; wait "$child" || status=$?; done
+exit "$(finished_status "$status" "$done_file")"

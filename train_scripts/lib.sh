@@ -56,5 +56,19 @@ cuda_device_count() {
 is_uint() { [[ "$1" =~ ^[0-9]+$ ]]; }
 is_number() { [[ "$1" =~ ^[0-9]*\.?[0-9]+([eE][-+]?[0-9]+)?$ ]]; }
 
+# finished_status STATUS DONE_FILE: the exit status to report for a fairseq-train that exited with STATUS
+# and was given TUPE_DONE_FILE=DONE_FILE. tupe_plugin.clean_exit writes that file when the run ends
+# normally (training done, final checkpoint saved, all ranks past fairseq's last barrier); an abort after
+# that (134: SIGABRT, "terminate called without an active exception" from a thread at interpreter exit)
+# is a finished run: 0, with a warning. Any other status, and a 134 before the end, is reported as it is.
+finished_status() {
+  if [[ "$1" == 134 && -s "$2" ]]; then
+    note "warning: fairseq-train aborted at exit (status 134) after the run finished ($(head -n 1 "$2")): counted as done"
+    echo 0
+  else
+    echo "$1"
+  fi
+}
+
 # quote_cmd ARGS...: the command as one shell-quoted line (what to copy and paste).
 quote_cmd() { local out; printf -v out '%q ' "$@"; echo "${out% }"; }
