@@ -255,7 +255,7 @@ def test_two_processes_validate_twice_per_epoch(rte_run, tmp_path):
     argv = shlex.split((run_dir / "command.txt").read_text())
     args = argv[argv.index("--validations-per-epoch") + 2:]
     args[args.index("--batch-size") + 1] = "8"
-    train = tmp_path / "train.sh"  # fairseq_rank.sh execs FAIRSEQ_TRAIN with the rank flags appended
+    train = tmp_path / "train.sh"  # fairseq_rank.sh runs FAIRSEQ_TRAIN with the rank flags appended
     train.write_text(f'#!/bin/sh\nexec "{BIN}/python" -m glue.fairseq_train --validations-per-epoch 2 "$@"\n')
     train.chmod(0o755)
     p = sh([BIN / "torchrun", "--standalone", "--nproc-per-node", "2", "--no-python",
