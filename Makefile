@@ -35,7 +35,7 @@ lint: $(STAMP)
 	git ls-files -z '*.sh' '*.sbatch' .ci/run | xargs -0 $(VENV)/bin/shellcheck --severity=warning
 
 bench: $(STAMP)
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) bench/bench_train_step.py
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) bench/bench_train_step.py --variants tupe_r --sizes base --lengths 128 256 512 1024 --tokens 1024 --warmup 1
 
 # The study on data you already have (it downloads nothing): make study OUT=study C4_DIR=... TASKS_DIR=...
 # [PRESET=cpu-small VARIANTS="bert-a bert-r tupe-a tupe-r"]; see train_scripts/study.sh --help.

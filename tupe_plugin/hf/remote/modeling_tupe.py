@@ -1,6 +1,7 @@
 """TUPE-family encoders (TUPE-A/R, BERT-A/R/Ad, Gaussian distance priors) for ``transformers``.
 
-Written by the tupe_plugin project for ``tupe-export-hf`` (not copied from transformers). It restates
+Written by the tupe_plugin project for ``tupe-export-hf`` (not copied from transformers). The exported
+folder must run where neither fairseq nor tupe_plugin is installed, so this file restates, by design,
 the forward pass of tupe_plugin's fairseq model ``tupe_roberta`` (fairseq 0.12 RoBERTa encoder, Post-LN,
 with ``tupe_plugin/modules/{positional_term,attention,encoder}.py``) with the same parameter names, so
 that features and logits equal fairseq's; what differs: batch-first tensors, and the relative buckets
