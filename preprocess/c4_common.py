@@ -21,6 +21,21 @@ def open_binary(path: str) -> BinaryIO:
     return open(path, "rb", buffering=1 << 20)
 
 
+def read_text(path: str, fallback: Optional[str], log: logging.Logger) -> str:
+    """The whole of a text file (``.gz`` too) as UTF-8; bytes that are not UTF-8 are an error naming the
+    file and the fix, or, with ``fallback`` (e.g. ``latin-1``), a warning on ``log`` and the file read in it."""
+    with open_binary(path) as f:
+        data = f.read()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        if not fallback:
+            raise ValueError(f"{path}: not UTF-8 text ({e}); convert it (iconv -t UTF-8) or pass "
+                             "--fallback-encoding latin-1") from e
+        log.warning(f"{path}: not UTF-8 ({e.reason} at byte {e.start}); read as {fallback}")
+        return data.decode(fallback)
+
+
 def open_output(path: str) -> BinaryIO:
     """Open ``path`` for writing bytes; gzip (level 1, fast) if the name ends with ``.gz``."""
     if path.endswith(".gz"):

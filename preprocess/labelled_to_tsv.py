@@ -26,7 +26,7 @@ import sys
 from collections import Counter
 from typing import Dict, Iterator, List, Optional, Tuple
 
-from preprocess.c4_common import SettingsMismatch, outputs_done
+from preprocess.c4_common import SettingsMismatch, outputs_done, read_text
 from tupe_common.io import atomic_open, write_json
 from tupe_common.log import get_logger
 
@@ -36,20 +36,9 @@ RECORD = "labelled_to_tsv.json"
 Example = Tuple[str, str]  # (sentence, label)
 
 
-def read_text(path: str, fallback: Optional[str]) -> str:
-    data = open(path, "rb").read()
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        if fallback is None:
-            raise ValueError(f"{path}: not UTF-8 at byte {e.start}; pass --fallback-encoding latin-1 "
-                             "(or the file's encoding)") from None
-        return data.decode(fallback)
-
-
 def records(path: str, fallback: Optional[str]) -> Iterator[Tuple[int, Dict[str, object]]]:
     """(line number, record) of one input file."""
-    text = read_text(path, fallback)
+    text = read_text(path, fallback, log)
     if path.endswith(".csv"):
         for row in csv.DictReader(text.splitlines()):
             yield 0, row

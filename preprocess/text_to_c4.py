@@ -34,7 +34,7 @@ import sys
 from collections import Counter
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
-from preprocess.c4_common import SettingsMismatch, open_binary, outputs_done
+from preprocess.c4_common import SettingsMismatch, open_binary, outputs_done, read_text
 from tupe_common.io import atomic_path, write_json
 from tupe_common.log import get_logger
 
@@ -82,16 +82,7 @@ def jsonl_docs(path: str, field: str, skipped: Counter, max_warnings: int) -> It
 
 
 def text_docs(path: str, split: str, regex: Optional[str], fallback: Optional[str] = None) -> Iterator[str]:
-    with open_binary(path) as f:
-        data = f.read()
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        if not fallback:
-            raise ValueError(f"{path}: not UTF-8 text ({e}); convert it (iconv -t UTF-8) or pass "
-                             "--fallback-encoding latin-1") from e
-        log.warning(f"{path}: not UTF-8 ({e.reason} at byte {e.start}); read as {fallback}")
-        text = data.decode(fallback)
+    text = read_text(path, fallback, log)
     if split == "file":
         yield text
     elif split == "blank":
