@@ -208,11 +208,16 @@ class DisentangledSelfAttention(BiasedSelfAttention):
     def positional_qk(self, q, k, mask, positions):
         rel, index = positions.rel_embeddings, positions.rel_index  # (R, d), (T, T)
         R, H, dh = rel.size(0), self.num_heads, self.head_dim
-        k_r = self.pos_key_proj(rel).view(R, H, dh).transpose(0, 1).to(q.dtype)  # (H, R, dh)
-        q_r = self.pos_query_proj(rel).view(R, H, dh).transpose(0, 1).to(q.dtype)  # (H, R, dh)
+        # the scale goes on the (H, R, dh) projections, not on a (B, H, T, T) sum
+        k_r = (self.pos_key_proj(rel) * self.scaling).view(R, H, dh).transpose(0, 1).to(q.dtype)  # (H, R, dh)
+        q_r = (self.pos_query_proj(rel) * self.scaling).view(R, H, dh).transpose(0, 1).to(q.dtype)
         B, _, T, _ = q.shape
-        index = index.expand(B, H, T, T)
-        c2p = torch.gather(torch.matmul(q, k_r.transpose(-1, -2)), -1, index)  # [i, j] = q_i . k_r[d(i,j)]
-        p2c = torch.gather(torch.matmul(k, q_r.transpose(-1, -2)), -1, index.transpose(-1, -2))  # [j, i]
-        bias = (c2p + p2c.transpose(-1, -2)) * self.scaling  # (B, H, T, T); p2c[i, j] = k_j . q_r[d(i,j)]
-        return q, k, bias if mask is None else bias + mask
+        # One gather per term straight into the [i, j] layout, from the (T, R) scores flattened:
+        # c2p[i, j] = (q k_r^T)[i, d(i,j)] at i R + d(i,j); p2c[i, j] = (k q_r^T)[j, d(i,j)] at j R + d(i,j)
+        rows = torch.arange(T, device=index.device) * R
+        c2p_at = (index + rows[:, None]).view(1, 1, T * T).expand(B, H, T * T)
+        p2c_at = (index + rows[None, :]).view(1, 1, T * T).expand(B, H, T * T)
+        bias = torch.gather(torch.matmul(q, k_r.transpose(-1, -2)).view(B, H, T * R), -1, c2p_at)
+        bias += torch.gather(torch.matmul(k, q_r.transpose(-1, -2)).view(B, H, T * R), -1, p2c_at)
+        bias = bias.view(B, H, T, T)  # in place from here: gather's backward does not read its output
+        return q, k, bias if mask is None else bias.add_(mask)

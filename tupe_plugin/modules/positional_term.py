@@ -156,7 +156,10 @@ class TupePositions(nn.Module):
             if v.untie_cls:
                 bucket[:, 0] = v.rel_pos_bins  # others -> [CLS]: the extra bucket
                 bucket[0, :] = v.rel_pos_bins // 2  # [CLS] -> all: the bucket no pair uses
-            self.register_buffer("rp_bucket", bucket, persistent=False)
+            self.register_buffer("rp_bucket", bucket, persistent=False)  # (T, T): what the converter checks
+            by_distance = relative_position_bucket(torch.arange(-(max_positions - 1), max_positions), v.rel_pos_bins,
+                                                   v.max_rel_pos)
+            self.register_buffer("rp_bucket_by_distance", by_distance, persistent=False)  # j - i = -(P-1) .. P-1
         if v.attention_block == "rope":
             dh = self.head_dim
             inv_freq = 10000.0 ** (-torch.arange(0, dh, 2, dtype=torch.float64) / dh)  # (dh/2,)
@@ -173,7 +176,7 @@ class TupePositions(nn.Module):
     def forward(self, seq_len: int) -> PositionalTerm:
         check_length(seq_len, self.max_positions)
         v, T, H, dh = self.positional_variant, seq_len, self.num_heads, self.head_dim
-        bias = query = key = None
+        bias = query = key = cls_row = cls_col = None
         if v.untied_pos or v.pos_mixed_terms:
             p = self.pos_ln(self.pos.weight[: T + 1])  # (T+1, d)
             q = self.pos_q_linear(p).view(T + 1, H, dh).transpose(0, 1)  # (H, T+1, dh)
@@ -182,15 +185,18 @@ class TupePositions(nn.Module):
                 return PositionalTerm(None, q[:, 1:], k[:, 1:])
             abs_term = torch.bmm(q * self.scaling, k.transpose(1, 2))  # (H, T+1, T+1)
             bias = abs_term[:, 1:, 1:]  # token i <-> table row i + 1
-            if v.untie_cls:
-                theta1 = abs_term[:, 0, 0].view(H, 1, 1)  # [CLS] -> all
-                theta2 = abs_term[:, 1, 1].view(H, 1, 1)  # others -> [CLS]
-                idx = torch.arange(T, device=bias.device)
-                bias = torch.where((idx == 0).view(1, 1, T), theta2, bias)
-                bias = torch.where((idx == 0).view(1, T, 1), theta1, bias)  # row last: [0,0]=theta1
+            if v.untie_cls:  # theta1: [CLS] -> all, theta2: others -> [CLS] (copies: bias is written below)
+                cls_row, cls_col = abs_term[:, 0, 0].clone(), abs_term[:, 1, 1].clone()
         if v.rel_pos:
-            rel = self.relative_attention_bias(self.rp_bucket[:T, :T]).permute(2, 0, 1)  # (H, T, T)
+            rel = self.relative_bias(T)  # (H, T, T)
             bias = rel if bias is None else bias + rel
+            if v.untie_cls:  # [CLS]'s row: the bucket no pair uses; the others' column 0: the extra bucket
+                w = self.relative_attention_bias.weight  # (bins + 1, H)
+                row, col = w[v.rel_pos_bins // 2], w[v.rel_pos_bins]
+                cls_row, cls_col = (row, col) if cls_row is None else (cls_row + row, cls_col + col)
+        if cls_row is not None:  # in place, row last: [0, 0] is [CLS]'s own row (theta1)
+            bias[:, 1:, 0] = cls_col[:, None]
+            bias[:, 0, :] = cls_row[:, None]
         if v.distance_prior == "gaussian":
             bias = self.gaussian_prior[:T, :T].expand(H, T, T)
         elif v.distance_prior == "learned_gaussian":
@@ -205,3 +211,12 @@ class TupePositions(nn.Module):
             return PositionalTerm(None, rel_embeddings=self.rel_embeddings.weight[lo:hi],
                                   rel_index=self.rel_index[:T, :T] - lo)
         return PositionalTerm(bias, query, key)
+
+    def relative_bias(self, seq_len: int) -> Tensor:
+        """(H, T, T) T5 bias ``b_h[bucket(j - i)]``, read from the 2T - 1 distances (a Toeplitz matrix as a
+        view of one row per distance, then one copy), not T^2 lookups: the same values, a far cheaper
+        backward than the embedding gradient of T^2 indices."""
+        T, P = seq_len, self.max_positions
+        by_distance = self.relative_attention_bias(self.rp_bucket_by_distance[P - T: P + T - 1])  # (2T-1, H)
+        # unfold: [h, s, t] = by_distance[s + t, h]; flipping s -> T - 1 - i gives index j - i + T - 1
+        return by_distance.t().unfold(-1, T, 1).flip(1)
