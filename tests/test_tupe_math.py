@@ -135,6 +135,48 @@ def test_positional_term_equals_reference(variant):
     torch.testing.assert_close(got.double(), want, atol=1e-5, rtol=1e-5)
 
 
+def obvious_positional(pos, v, T: int) -> torch.Tensor:
+    """(H, T, T) in float64, differentiable, written the obvious way: the whole absolute term, one
+    bucket lookup per (i, j), the [CLS] reset by torch.where."""
+    H, dh = pos.num_heads, pos.head_dim
+    bias = torch.zeros(H, T, T, dtype=torch.float64)
+    cls = torch.zeros(T, T, dtype=torch.bool)
+    cls[0, :] = True
+    if v.untied_pos:
+        P = F.layer_norm(pos.pos.weight[: T + 1].double(), (pos.pos.weight.size(1),), pos.pos_ln.weight.double(),
+                         pos.pos_ln.bias.double())
+        q = (P @ pos.pos_q_linear.weight.double().T + pos.pos_q_linear.bias.double()).view(T + 1, H, dh)
+        k = (P @ pos.pos_k_linear.weight.double().T + pos.pos_k_linear.bias.double()).view(T + 1, H, dh)
+        full = torch.einsum("ihd,jhd->hij", q, k) / math.sqrt(2 * dh)  # (H, T+1, T+1)
+        bias = full[:, 1:, 1:]
+        if v.untie_cls:
+            bias = torch.where(cls, full[:, 0, 0, None, None], torch.where(cls.T, full[:, 1, 1, None, None], bias))
+    if v.rel_pos:
+        idx = torch.arange(T)
+        bucket = relative_position_bucket(idx[None, :] - idx[:, None])
+        if v.untie_cls:
+            bucket = torch.where(cls, 16, torch.where(cls.T, 32, bucket))
+        bias = bias + pos.relative_attention_bias.weight.double()[bucket].permute(2, 0, 1)
+    return bias
+
+
+@pytest.mark.parametrize("variant", ["tupe_a", "tupe_r", "bert_r", "t5_rel"])
+def test_positional_term_gradient_equals_obvious_reference(variant):
+    """The Toeplitz relative bias and the in-place [CLS] reset give the gradients of the obvious form."""
+    model = build(f"{variant}_tiny", max_positions=48)
+    pos, T = model.encoder.sentence_encoder.positions, 40
+    upstream = torch.randn(pos.num_heads, T, T, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    params = [p for p in pos.parameters() if p.requires_grad]
+    got = torch.autograd.grad((pos(T).bias.double() * upstream).sum(), params, allow_unused=True)
+    want = torch.autograd.grad((obvious_positional(pos, model.variant, T) * upstream).sum(), params,
+                               allow_unused=True)
+    assert any(g is not None for g in want)
+    for g, w in zip(got, want):
+        assert (g is None) == (w is None)
+        if w is not None:
+            torch.testing.assert_close(g.double(), w.double(), atol=1e-5, rtol=1e-5)
+
+
 def test_theta_placement():
     """theta1 fills row 0 incl. [0,0]; theta2 fills column 0 below; the rest is positional."""
     model = build("tupe_a_tiny")
