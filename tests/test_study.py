@@ -229,7 +229,7 @@ def test_report_paired_by_two_pretraining_seeds(tmp_path):
     # A - B: -0.6 and -0.45, spreads 0.1 (A) and 0.05 (B): settled; A - C: +0.1 and +0.4, same sign but
     # 0.1 < the spread of C (0.2): not settled
     assert "| A - B | -0.600 | -0.450 | yes | 0.100 | **yes** |" in md
-    assert "| A - C | 0.100 | 0.400 |" in md and "Settled by the seeds" in md and "A < B" in md
+    assert "| A - C | 0.100 | 0.400 |" in md and "Settled by the seeds" in md and "A lower than B, B higher than C (loss)" in md
     rows = {r["variant"]: r for r in csv.DictReader((out / "study.csv").open())}
     assert float(rows["A"]["final_valid_loss"]) == pytest.approx(0.95)
     assert float(rows["A"]["final_valid_loss_spread"]) == pytest.approx(0.1)
@@ -256,7 +256,7 @@ def test_report_variants_with_their_own_seeds(tmp_path):
     assert sr.main([str(out), "--variants", "A:1,2 B:1,2 C", "--total-updates", "100"]) == 0
     md = (out / "report.md").read_text()
     assert "| A - B | -0.600 | -0.450 | yes | 0.100 | **yes** |" in md
-    assert "| A - C | 0.100 | — |" in md  # C has no seed 2: the pair has seed 1 only, not settled
+    assert "| A - C | 0.100 | — | — | — | no (1 seed) |" in md  # C has no seed 2: seed 1 only, not settled
     assert "seed2" not in md.split("## Missing parts and problems")[1].split("##")[0]
     rows = {r["variant"]: r for r in csv.DictReader((out / "study.csv").open())}
     assert rows["A"]["pretrain_seeds"] == "1 2" and rows["C"]["pretrain_seeds"] == "1"

@@ -504,15 +504,18 @@ def _paired_lines(pairs: List[Paired], n_seeds: int, what: str) -> List[str]:
     L = ["| a - b | " + " | ".join(f"seed {s}" for s in seeds) + " | signs agree | larger spread | settled |",
          "|" + "---|" * (len(seeds) + 4)]
     for p in pairs:
+        one = len(p.diffs) < 2  # one shared seed: no sign to agree with, no spread across seeds
         L.append(f"| {p.a} - {p.b} | " + " | ".join(_f(p.diffs.get(s)) for s in seeds)
-                 + f" | {'yes' if p.signs_agree else 'no'} | {_f(p.spread)} | {'**yes**' if p.settled else 'no'} |")
-    settled = [f"{p.a} {'<' if list(p.diffs.values())[0] < 0 else '>'} {p.b}" for p in pairs if p.settled]
+                 + f" | {'—' if one else 'yes' if p.signs_agree else 'no'} | {'—' if one else _f(p.spread)}"
+                 f" | {'no (1 seed)' if one else '**yes**' if p.settled else 'no'} |")
+    # in words, so that nobody reads "a > b" as "a is better": the sign is that of a - b in the table's unit
+    settled = [f"{p.a} {'lower' if list(p.diffs.values())[0] < 0 else 'higher'} than {p.b}" for p in pairs if p.settled]
     L.append("")
     if n_seeds < 2:
         L.append(f"One pre-training seed: the seeds settle no difference ({what}); rerun with PRETRAIN_SEEDS=2 or more.")
     else:
         L.append("Settled by the seeds (same sign on every seed, and on every seed larger than both variants' spreads): "
-                 + (", ".join(settled) if settled else "none") + f". {'The other differences' if settled else 'The differences'} "
+                 + (f"{', '.join(settled)} ({what})" if settled else "none") + f". {'The other differences' if settled else 'The differences'} "
                  f"({what}) are not settled: their sign changes between seeds, or they are no larger than a "
                  "variant's own spread across seeds.")
     return L + [""]
