@@ -152,14 +152,15 @@ class TupePositions(nn.Module):
             self.pos_k_linear = nn.Linear(embed_dim, embed_dim)
         if v.rel_pos:
             self.relative_attention_bias = nn.Embedding(v.rel_pos_bins + 1, num_heads)
-            bucket = relative_position_bucket(relative, v.rel_pos_bins, v.max_rel_pos)  # (T, T)
+            # one bucket per distance j - i = -(P-1) .. P-1: what forward reads (relative_bias)
+            by_distance = relative_position_bucket(torch.arange(-(max_positions - 1), max_positions), v.rel_pos_bins,
+                                                   v.max_rel_pos)
+            self.register_buffer("rp_bucket_by_distance", by_distance, persistent=False)
+            bucket = by_distance[relative + max_positions - 1]  # (P, P), with the [CLS] buckets: what the converter checks
             if v.untie_cls:
                 bucket[:, 0] = v.rel_pos_bins  # others -> [CLS]: the extra bucket
                 bucket[0, :] = v.rel_pos_bins // 2  # [CLS] -> all: the bucket no pair uses
-            self.register_buffer("rp_bucket", bucket, persistent=False)  # (T, T): what the converter checks
-            by_distance = relative_position_bucket(torch.arange(-(max_positions - 1), max_positions), v.rel_pos_bins,
-                                                   v.max_rel_pos)
-            self.register_buffer("rp_bucket_by_distance", by_distance, persistent=False)  # j - i = -(P-1) .. P-1
+            self.register_buffer("rp_bucket", bucket, persistent=False)
         if v.attention_block == "rope":
             dh = self.head_dim
             inv_freq = 10000.0 ** (-torch.arange(0, dh, 2, dtype=torch.float64) / dh)  # (dh/2,)
