@@ -7,7 +7,9 @@ For every size, length T, attention path (``--attention``) and variant (default:
 is forward, masked-LM loss, backward and an Adam update, in training mode with RoBERTa's dropouts (attention
 dropout 0.1). The two models step alternately (RoBERTa, variant, RoBERTa, ...), so both see the same machine
 state; after ``--warmup`` steps each, ``--steps`` steps each are timed. The table gives the median with the
-min-max spread, the ratio variant / RoBERTa, and the time per token.
+min-max spread, the ratio variant / RoBERTa, the interquartile range of the per-pair ratios (step i of the
+variant / step i of RoBERTa: the noise of the ratio), the time per token, and the ratio of the matrix-product
+FLOPs of one step (``torch.utils.flop_counter``: what a variant's math adds, free of timing noise).
 
 Peak memory of a step = the model's resident bytes (parameters and Adam state) + the highest amount of
 memory allocated during one step above what was allocated before it (activations, gradients, temporaries).
@@ -58,6 +60,8 @@ class Row:
     variant_bytes: int = 0
     roberta_step_bytes: int = 0  # step peak above what was allocated before the step
     variant_step_bytes: int = 0
+    roberta_flops: int = 0  # matrix-product FLOPs of one step (forward + backward), torch's FlopCounterMode
+    variant_flops: int = 0
     compile_max_diff: Optional[float] = None  # compiled vs eager encoder output (eval), same weights
     error: str = ""
 
@@ -67,7 +71,10 @@ class Row:
 
     def summary(self) -> Dict[str, float]:
         r, v = statistics.median(self.roberta_s), statistics.median(self.variant_s)
+        pairs = [b / a for a, b in zip(self.roberta_s, self.variant_s)]  # step i of the variant / step i of RoBERTa
+        q1, _, q3 = statistics.quantiles(pairs, n=4) if len(pairs) > 1 else (pairs[0],) * 3
         return {"roberta_median_s": r, "variant_median_s": v, "time_ratio": v / r,
+                "pair_ratio_q1": q1, "pair_ratio_q3": q3, "flop_ratio": self.variant_flops / self.roberta_flops,
                 "mem_ratio": self.variant_bytes / self.roberta_bytes}
 
 
@@ -150,6 +157,17 @@ def step_peak_bytes(model, opt, x, masked, device: str) -> int:
     return peak
 
 
+def step_flops(model, opt, x, masked) -> int:
+    """Matrix-product FLOPs of one train step (mm, bmm, addmm, attention, ... forward and backward), counted by
+    ``torch.utils.flop_counter.FlopCounterMode``: the work a variant adds, free of timing noise (elementwise
+    ops, gathers and memory traffic are not counted)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with FlopCounterMode(display=False) as counter:
+        train_step(model, opt, x, masked)
+    return counter.get_total_flops()
+
+
 def operator_times(model, opt, x, masked, steps: int, device: str) -> Dict[str, float]:
     """Self time per step of every operator (seconds), summed over ``steps`` profiled steps: CPU self time,
     or device self time on CUDA."""
@@ -198,8 +216,8 @@ def max_output_diff(a, b, x: torch.Tensor) -> float:
 
 TABLE_HEADER = (
     "| size | T | batch | variant | attention | RoBERTa ms/step (min-max) | variant ms/step (min-max) | time ratio "
-    "| RoBERTa µs/token | variant µs/token | RoBERTa MiB | variant MiB | memory ratio | RoBERTa KiB/token "
-    "| variant KiB/token |\n|---|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    "| pair ratios (IQR) | FLOP ratio | RoBERTa µs/token | variant µs/token | RoBERTa MiB | variant MiB | memory ratio "
+    "| RoBERTa KiB/token | variant KiB/token |\n|---|---:|---:|---|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"
 )
 
 
@@ -215,7 +233,8 @@ def table_line(row: Row) -> str:
     per_token = 1e6 / row.tokens
     return (
         f"| {row.size} | {row.length} | {row.batch} | {row.variant} | {attention} | {ms(row.roberta_s)} | "
-        f"{ms(row.variant_s)} | {s['time_ratio']:.3f} | {s['roberta_median_s'] * per_token:.1f} | "
+        f"{ms(row.variant_s)} | {s['time_ratio']:.3f} | {s['pair_ratio_q1']:.2f}-{s['pair_ratio_q3']:.2f} | "
+        f"{s['flop_ratio']:.3f} | {s['roberta_median_s'] * per_token:.1f} | "
         f"{s['variant_median_s'] * per_token:.1f} | {row.roberta_bytes / 2**20:.1f} | {row.variant_bytes / 2**20:.1f} | "
         f"{s['mem_ratio']:.3f} | {row.roberta_step_bytes / 1024 / row.tokens:.1f} | "
         f"{row.variant_step_bytes / 1024 / row.tokens:.1f} |"
@@ -238,6 +257,7 @@ def bench_variant(row: Row, roberta: tuple, x, masked, args, path: str) -> Tuple
     row.roberta_s, row.variant_s = times["roberta"], times["variant"]
     row.variant_step_bytes = step_peak_bytes(model, opt, x, masked, args.device)
     row.variant_bytes = resident_bytes(model, opt) + row.variant_step_bytes
+    row.variant_flops = step_flops(model, opt, x, masked)
     return row, (model, opt)
 
 
@@ -247,7 +267,7 @@ def bench_length(size: str, length: int, args, rows: List[Row], profiles: List[d
     x, masked = make_batch(args.tokens, length, args.device)
     roberta_model = build("roberta_base", size, length, args.device)
     roberta = (roberta_model, torch.optim.Adam(roberta_model.parameters(), lr=1e-4))
-    roberta_mem = None  # (total, step) bytes: deterministic, measured once
+    roberta_mem = None  # (total, step bytes, FLOPs): deterministic, measured once
     for variant in args.variants:
         for path in args.attention:
             for compiled in [False, True] if args.compile else [False]:
@@ -261,8 +281,8 @@ def bench_length(size: str, length: int, args, rows: List[Row], profiles: List[d
                     continue
                 if roberta_mem is None:
                     step = step_peak_bytes(*roberta, x, masked, args.device)
-                    roberta_mem = (resident_bytes(*roberta) + step, step)
-                row.roberta_bytes, row.roberta_step_bytes = roberta_mem
+                    roberta_mem = (resident_bytes(*roberta) + step, step, step_flops(*roberta, x, masked))
+                row.roberta_bytes, row.roberta_step_bytes, row.roberta_flops = roberta_mem
                 rows.append(row)
                 print(table_line(row), flush=True)
                 if args.profile:
