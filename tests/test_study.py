@@ -65,6 +65,14 @@ def write_bin(prefix: Path, sentences: List[List[int]]) -> None:
     builder.finalize(str(prefix) + ".idx")
 
 
+def test_label_offsets_stack_names_of_coincident_points():
+    # axis ranges 10 x 1: points within 0.3 in x and 0.03 in y of an earlier point go one line higher per such point
+    pts = [(0.0, 0.0), (10.0, 1.0), (0.1, 0.01), (0.2, 0.0), (5.0, 0.0), (0.0, 0.5)]
+    assert sr.label_offsets(pts) == [0, 0, 1, 2, 0, 0]
+    assert sr.label_offsets([(1.0, 2.0), (1.0, 2.0)]) == [0, 1]  # identical points, zero ranges
+    assert sr.label_offsets([]) == []
+
+
 def test_token_counts_over_shards(tmp_path):
     write_bin(tmp_path / "s0" / "train", [[4, 5, 2], [4, 2]])
     write_bin(tmp_path / "s1" / "train", [[9, 2]])

@@ -557,6 +557,17 @@ def plot_valid_loss(path: str, variants: List[Variant], unigram: Optional[float]
     plt.close(fig)
 
 
+def label_offsets(points: Sequence[Tuple[float, float]], near: float = 0.03) -> List[int]:
+    """How many earlier points lie within ``near`` of each point's axis ranges in both coordinates: that
+    label is drawn that many lines higher, so the names of (near-)coincident points do not overlap."""
+    if not points:
+        return []
+    xs, ys = [p[0] for p in points], [p[1] for p in points]
+    rx, ry = (max(xs) - min(xs)) or 1.0, (max(ys) - min(ys)) or 1.0
+    return [sum(abs(x - px) < near * rx and abs(y - py) < near * ry for px, py in points[:i])
+            for i, (x, y) in enumerate(points)]
+
+
 def plot_correlation(path: str, rows: List[Dict], corr: List[Dict]) -> None:
     plt = _pyplot()
 
@@ -564,9 +575,9 @@ def plot_correlation(path: str, rows: List[Dict], corr: List[Dict]) -> None:
     for ax, c in zip(axes.flat, corr):
         pts = [(r[c["key"]], r["downstream_avg"], r["variant"]) for r in rows
                if r.get(c["key"]) is not None and r.get("downstream_avg") is not None]
-        for x, y, name in pts:
+        for (x, y, name), up in zip(pts, label_offsets([(x, y) for x, y, _ in pts])):
             ax.scatter([x], [y])
-            ax.annotate(name, (x, y), fontsize=7, xytext=(3, 3), textcoords="offset points")
+            ax.annotate(name, (x, y), fontsize=7, xytext=(3, 3 + 9 * up), textcoords="offset points")
         ax.set_xlabel(c["measure"])
         ax.set_ylabel("downstream average")
         ax.set_title(f"n={c['n']}  Spearman {_f(c['spearman'], 2)}  Pearson {_f(c['pearson'], 2)}", fontsize=9)
