@@ -63,6 +63,7 @@ class Row:
     roberta_flops: int = 0  # matrix-product FLOPs of one step (forward + backward), torch's FlopCounterMode
     variant_flops: int = 0
     compile_max_diff: Optional[float] = None  # compiled vs eager encoder output (eval), same weights
+    eager_s: List[float] = field(default_factory=list)  # compiled rows: the eager twin's steps, same alternation
     error: str = ""
 
     @property
@@ -247,14 +248,16 @@ def bench_variant(row: Row, roberta: tuple, x, masked, args, path: str) -> Tuple
     model = build(arch, row.size, row.length, args.device, tupe_attention=path)
     if path == "auto":  # the path the first layer takes in training on this device
         row.attention = "auto: " + model.encoder.sentence_encoder.layers[0].self_attn.attention_path(x)
-    if row.compiled:
+    pair = {"roberta": roberta, "variant": (model, torch.optim.Adam(model.parameters(), lr=1e-4))}
+    if row.compiled:  # the eager twin (same weights) steps in the same alternation: compiled / eager directly
         eager = build(arch, row.size, row.length, args.device, tupe_attention=path)
         compile_layers(model)
         row.compile_max_diff = max_output_diff(model, eager, x)
-        del eager
-    opt = torch.optim.Adam(model.parameters(), lr=1e-4)
-    times = timed_steps({"roberta": roberta, "variant": (model, opt)}, x, masked, args.warmup, args.steps, args.device)
-    row.roberta_s, row.variant_s = times["roberta"], times["variant"]
+        pair["eager"] = (eager, torch.optim.Adam(eager.parameters(), lr=1e-4))
+    times = timed_steps(pair, x, masked, args.warmup, args.steps, args.device)
+    row.roberta_s, row.variant_s, row.eager_s = times["roberta"], times["variant"], times.get("eager", [])
+    pair.pop("eager", None)
+    model, opt = pair["variant"]
     row.variant_step_bytes = step_peak_bytes(model, opt, x, masked, args.device)
     row.variant_bytes = resident_bytes(model, opt) + row.variant_step_bytes
     row.variant_flops = step_flops(model, opt, x, masked)
@@ -346,10 +349,14 @@ def main() -> None:
 
     for p in profiles:
         print_profile(rows[p["row"]], p["roberta_s"], p["variant_s"], args.top)
-    compiled = [r for r in rows if r.compiled and r.compile_max_diff is not None]
-    if compiled:
-        print("\ncompiled vs eager encoder output (eval, same weights), largest difference: "
-              + ", ".join(f"{r.variant} {r.size} T={r.length} {r.compile_max_diff:.2e}" for r in compiled))
+    for r in rows:
+        if r.compiled and r.eager_s:
+            pairs = [c / e for e, c in zip(r.eager_s, r.variant_s)]
+            q1, _, q3 = statistics.quantiles(pairs, n=4) if len(pairs) > 1 else (pairs[0],) * 3
+            print(f"\ncompiled / eager {r.variant} {r.size} T={r.length} (alternating with RoBERTa in one loop): "
+                  f"median {statistics.median(r.variant_s) / statistics.median(r.eager_s):.3f}, pair ratios "
+                  f"(IQR) {q1:.2f}-{q3:.2f}; encoder output (eval, same weights) largest difference "
+                  f"{r.compile_max_diff:.2e}")
     if args.json:
         out = [dict(asdict(r), **(r.summary() if not r.error else {})) for r in rows]
         with open(args.json, "w", encoding="utf-8") as f:
