@@ -208,16 +208,23 @@ class DisentangledSelfAttention(BiasedSelfAttention):
     def positional_qk(self, q, k, mask, positions):
         rel, index = positions.rel_embeddings, positions.rel_index  # (R, d), (T, T)
         R, H, dh = rel.size(0), self.num_heads, self.head_dim
-        # the scale goes on the (H, R, dh) projections, not on a (B, H, T, T) sum
-        k_r = (self.pos_key_proj(rel) * self.scaling).view(R, H, dh).transpose(0, 1).to(q.dtype)  # (H, R, dh)
-        q_r = (self.pos_query_proj(rel) * self.scaling).view(R, H, dh).transpose(0, 1).to(q.dtype)
         B, _, T, _ = q.shape
+        # the scale goes on the (H, dh, R) projections, not on a (B, H, T, T) sum
+        k_r = (self.pos_key_proj(rel) * self.scaling).view(R, H, dh).permute(1, 2, 0).to(q.dtype)  # (H, dh, R)
+        q_r = (self.pos_query_proj(rel) * self.scaling).view(R, H, dh).permute(1, 2, 0).to(q.dtype)
+
+        def scores(x: Tensor, r: Tensor) -> Tensor:
+            """(B, H, T, dh) x (H, dh, R) -> (H, B, T R): one (B T, dh) @ (dh, R) product per head. The
+            projections are shared by the batch; a broadcasting matmul would copy them B times (and keep
+            the copy for backward)."""
+            return torch.bmm(x.transpose(0, 1).reshape(H, B * T, dh), r).view(H, B, T * R)
+
         # One gather per term straight into the [i, j] layout, from the (T, R) scores flattened:
-        # c2p[i, j] = (q k_r^T)[i, d(i,j)] at i R + d(i,j); p2c[i, j] = (k q_r^T)[j, d(i,j)] at j R + d(i,j)
+        # c2p[i, j] = (q k_r)[i, d(i,j)] at i R + d(i,j); p2c[i, j] = (k q_r)[j, d(i,j)] at j R + d(i,j)
         rows = torch.arange(T, device=index.device) * R
-        c2p_at = (index + rows[:, None]).view(1, 1, T * T).expand(B, H, T * T)
-        p2c_at = (index + rows[None, :]).view(1, 1, T * T).expand(B, H, T * T)
-        bias = torch.gather(torch.matmul(q, k_r.transpose(-1, -2)).view(B, H, T * R), -1, c2p_at)
-        bias += torch.gather(torch.matmul(k, q_r.transpose(-1, -2)).view(B, H, T * R), -1, p2c_at)
-        bias = bias.view(B, H, T, T)  # in place from here: gather's backward does not read its output
+        c2p_at = (index + rows[:, None]).view(1, 1, T * T).expand(H, B, T * T)
+        p2c_at = (index + rows[None, :]).view(1, 1, T * T).expand(H, B, T * T)
+        bias = torch.gather(scores(q, k_r), -1, c2p_at)
+        bias += torch.gather(scores(k, q_r), -1, p2c_at)  # in place: gather's backward does not read its output
+        bias = bias.view(H, B, T, T).transpose(0, 1)  # (B, H, T, T), a view
         return q, k, bias if mask is None else bias.add_(mask)
