@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from model_utils import build, tokens
-from test_tupe_math import layer0_reference_weights, paper_bucket
+from test_tupe_math import deberta_reference, layer0_reference_weights, paper_bucket
 from tupe_plugin.analysis.checkpoint_maps import ContentDependentPositions, positional_logits
 from tupe_plugin.checkpoint_info import main as checkpoint_info_main
 from tupe_plugin.models import VARIANTS, PositionalVariant, VariantMismatchError
@@ -156,6 +156,30 @@ def test_deberta_clips_at_k_and_equals_the_formula_with_large_relative_terms():
         _, w = enc.layers[0].self_attn(emb.transpose(0, 1), None, term, need_weights=True)
     torch.testing.assert_close(w.double(), layer0_reference_weights(model, x), atol=1e-5, rtol=1e-4)
     assert model.variant.name == "custom" and model.variant.attn_scale_factor == 3.0
+
+
+@pytest.mark.parametrize("k", [4, 128])  # clipped (k < T) and not
+def test_deberta_gradients_equal_the_loop_reference(k):
+    """c2p + p2c and their gradients (q, k, the shared table, both projections) against the float64 loops of
+    deberta_reference: the column selection (TakeColumns) has its own backward."""
+    model = build("deberta_rel_tiny", max_rel_pos=k, seed=3).double()
+    enc, T, B = model.encoder.sentence_encoder, 12, 2
+    attn = enc.layers[0].self_attn
+    H, dh = attn.num_heads, attn.head_dim
+    g = torch.Generator().manual_seed(0)
+    q, kk = (torch.randn(B, H, T, dh, dtype=torch.float64, generator=g).requires_grad_() for _ in range(2))
+    w = torch.randn(B, H, T, T, dtype=torch.float64, generator=g)
+    params = [enc.positions.rel_embeddings.weight, attn.pos_key_proj.weight, attn.pos_query_proj.weight,
+              attn.pos_query_proj.bias]
+
+    def grads(bias):
+        return torch.autograd.grad((bias * w).sum(), [q, kk, *params])
+
+    _, _, bias = attn.positional_qk(q, kk, None, enc.positions(T))
+    want = torch.stack([deberta_reference(model, attn, q[:, h], kk[:, h], h, T) for h in range(H)], 1) * attn.scaling
+    torch.testing.assert_close(bias, want, atol=1e-10, rtol=1e-10)
+    for got, ref in zip(grads(bias), grads(want)):
+        torch.testing.assert_close(got, ref, atol=1e-10, rtol=1e-10)
 
 
 def save_checkpoint(model, path, arch):

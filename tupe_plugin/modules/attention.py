@@ -192,6 +192,23 @@ class RotarySelfAttention(BiasedSelfAttention):
         return rotate(q, cos, sin), rotate(k, cos, sin), mask
 
 
+class TakeColumns(torch.autograd.Function):
+    """``x[..., at]`` for a 1-D index ``at`` shared by all leading dims. Its backward keeps only the index and
+    the width: ``torch.gather`` keeps its whole input for backward (for DeBERTa two (H, B, T, R) score tensors
+    per layer, a fifth of RoBERTa's peak memory at 1024 tokens per step)."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, at: Tensor) -> Tensor:
+        ctx.save_for_backward(at)
+        ctx.width = x.size(-1)
+        return x.index_select(-1, at)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        (at,) = ctx.saved_tensors
+        return grad.new_zeros(*grad.shape[:-1], ctx.width).index_add_(-1, at, grad), None
+
+
 class DisentangledSelfAttention(BiasedSelfAttention):
     """DeBERTa's attention (He et al. 2021): content-to-content, content-to-position
     ``Q^c_i . K^r_{delta(i,j)}`` and position-to-content ``K^c_j . Q^r_{delta(i,j)}``, all scaled by
@@ -219,12 +236,10 @@ class DisentangledSelfAttention(BiasedSelfAttention):
             the copy for backward)."""
             return torch.bmm(x.transpose(0, 1).reshape(H, B * T, dh), r).view(H, B, T * R)
 
-        # One gather per term straight into the [i, j] layout, from the (T, R) scores flattened:
+        # One column selection per term straight into the [i, j] layout, from the (T, R) scores flattened:
         # c2p[i, j] = (q k_r)[i, d(i,j)] at i R + d(i,j); p2c[i, j] = (k q_r)[j, d(i,j)] at j R + d(i,j)
         rows = torch.arange(T, device=index.device) * R
-        c2p_at = (index + rows[:, None]).view(1, 1, T * T).expand(H, B, T * T)
-        p2c_at = (index + rows[None, :]).view(1, 1, T * T).expand(H, B, T * T)
-        bias = torch.gather(scores(q, k_r), -1, c2p_at)
-        bias += torch.gather(scores(k, q_r), -1, p2c_at)  # in place: gather's backward does not read its output
+        bias = TakeColumns.apply(scores(q, k_r), (index + rows[:, None]).view(-1))
+        bias += TakeColumns.apply(scores(k, q_r), (index + rows[None, :]).view(-1))  # backward does not read it
         bias = bias.view(H, B, T, T).transpose(0, 1)  # (B, H, T, T), a view
         return q, k, bias if mask is None else bias.add_(mask)
