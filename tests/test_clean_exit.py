@@ -128,7 +128,8 @@ dist.barrier(distributed_utils.get_global_group())  # as fairseq.distributed.uti
 def test_two_process_gloo_runs_exit_cleanly_every_time(tmp_path):
     script = tmp_path / "fairseq_ending.py"
     script.write_text(FAIRSEQ_ENDING)
-    for k in range(8):
+    # without the exit hook 12 of 16 runs aborted: 4 runs all pass by chance with probability (4/16)^4 < 0.4%
+    for k in range(4):
         p = subprocess.run([str(BIN / "torchrun"), "--standalone", "--nproc-per-node", "2", str(script)],
                            cwd=ROOT, capture_output=True, text=True, timeout=120, env=env())
         assert p.returncode == 0 and "terminate called" not in p.stderr, (k, p.stderr[-3000:])
