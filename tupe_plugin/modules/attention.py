@@ -201,14 +201,14 @@ class TakeColumns(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x: Tensor, at: Tensor) -> Tensor:
-        ctx.save_for_backward(at)
+        index = at.view((1,) * (x.dim() - 1) + (-1,)).expand(*x.shape[:-1], -1)  # a view: no copy per row
+        ctx.save_for_backward(index)
         ctx.width = x.size(-1)
-        return torch.gather(x, -1, at.view((1,) * (x.dim() - 1) + (-1,)).expand(*x.shape[:-1], -1))
+        return torch.gather(x, -1, index)
 
     @staticmethod
     def backward(ctx, grad: Tensor):
-        (at,) = ctx.saved_tensors
-        index = at.view((1,) * (grad.dim() - 1) + (-1,)).expand_as(grad)
+        (index,) = ctx.saved_tensors
         return grad.new_zeros(*grad.shape[:-1], ctx.width).scatter_add_(-1, index, grad), None
 
 
