@@ -72,11 +72,19 @@ class Row:
 
     def summary(self) -> Dict[str, float]:
         r, v = statistics.median(self.roberta_s), statistics.median(self.variant_s)
-        pairs = [b / a for a, b in zip(self.roberta_s, self.variant_s)]  # step i of the variant / step i of RoBERTa
-        q1, _, q3 = statistics.quantiles(pairs, n=4) if len(pairs) > 1 else (pairs[0],) * 3
+        q1, q3 = pair_ratio_iqr(self.roberta_s, self.variant_s)
         return {"roberta_median_s": r, "variant_median_s": v, "time_ratio": v / r,
                 "pair_ratio_q1": q1, "pair_ratio_q3": q3, "flop_ratio": self.variant_flops / self.roberta_flops,
                 "mem_ratio": self.variant_bytes / self.roberta_bytes}
+
+
+def pair_ratio_iqr(base: List[float], other: List[float]) -> Tuple[float, float]:
+    """Interquartile range of the per-pair ratios ``other[i] / base[i]`` (steps taken in one alternation)."""
+    pairs = [o / b for b, o in zip(base, other)]
+    if len(pairs) < 2:
+        return pairs[0], pairs[0]
+    q1, _, q3 = statistics.quantiles(pairs, n=4)
+    return q1, q3
 
 
 def build(arch: str, size: str, length: int, device: str, **overrides):
@@ -351,8 +359,7 @@ def main() -> None:
         print_profile(rows[p["row"]], p["roberta_s"], p["variant_s"], args.top)
     for r in rows:
         if r.compiled and r.eager_s:
-            pairs = [c / e for e, c in zip(r.eager_s, r.variant_s)]
-            q1, _, q3 = statistics.quantiles(pairs, n=4) if len(pairs) > 1 else (pairs[0],) * 3
+            q1, q3 = pair_ratio_iqr(r.eager_s, r.variant_s)
             print(f"\ncompiled / eager {r.variant} {r.size} T={r.length} (alternating with RoBERTa in one loop): "
                   f"median {statistics.median(r.variant_s) / statistics.median(r.eager_s):.3f}, pair ratios "
                   f"(IQR) {q1:.2f}-{q3:.2f}; encoder output (eval, same weights) largest difference "
