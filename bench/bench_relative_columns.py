@@ -22,7 +22,7 @@ import time
 from typing import Callable, List
 
 import torch
-from bench_train_step import build, keep_freed_memory, sync
+from bench_train_step import add_malloc_option, build, malloc_setting, sync
 from torch import Tensor
 
 
@@ -71,9 +71,9 @@ def main() -> None:
     p.add_argument("--tokens", type=int, default=1024, help="tokens per call: batch = tokens // T, at least 1")
     p.add_argument("--repeat", type=int, default=10, help="timed calls of each path (after one untimed)")
     p.add_argument("--device", default="cpu")
-    p.add_argument("--system-malloc", action="store_true", help="CPU: leave glibc's allocator as it is")
+    add_malloc_option(p)
     args = p.parse_args()
-    malloc = "system malloc" if args.system_malloc or args.device != "cpu" else keep_freed_memory()
+    malloc = malloc_setting(args)
     print(f"torch {torch.__version__}, {args.device}, {torch.get_num_threads()} threads, {malloc}; "
           f"median ms of {args.repeat} alternating calls, forward + backward")
     for T in args.lengths:
@@ -115,7 +115,7 @@ def forward_backward(f: Callable[[], Tensor], inputs: List[Tensor], grad_out: Te
 def timed(f: Callable[[], Tensor], inputs: List[Tensor], grad_out: Tensor, device: str) -> float:
     sync(device)
     t0 = time.perf_counter()
-    torch.autograd.grad(f(), inputs, grad_out)
+    forward_backward(f, inputs, grad_out)
     sync(device)
     return time.perf_counter() - t0
 

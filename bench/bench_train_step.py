@@ -121,6 +121,16 @@ def keep_freed_memory() -> str:
     return "freed memory kept (glibc mallopt)" if ok else f"system malloc (mallopt unavailable in {name})"
 
 
+def add_malloc_option(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--system-malloc", action="store_true",
+                    help="CPU: leave glibc's allocator as it is (it returns freed memory to the OS; module docstring)")
+
+
+def malloc_setting(args: argparse.Namespace) -> str:
+    """Applies the allocator setting of ``--system-malloc`` / ``--device`` and says which one is in force."""
+    return "system malloc" if args.system_malloc or args.device != "cpu" else keep_freed_memory()
+
+
 def make_batch(tokens: int, length: int, device: str) -> Tuple[torch.Tensor, torch.Tensor]:
     """``tokens // length`` (at least 1) sequences of ``length`` tokens starting with <s>, 15% masked."""
     g = torch.Generator().manual_seed(0)
@@ -356,14 +366,13 @@ def main() -> None:
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--threads", type=int, help="torch.set_num_threads (default: torch's)")
     ap.add_argument("--json", metavar="PATH", help="write every row (with all step times) here")
-    ap.add_argument("--system-malloc", action="store_true",
-                    help="CPU: leave glibc's allocator as it is (it returns freed memory to the OS; module docstring)")
+    add_malloc_option(ap)
     args = ap.parse_args()
     for name in ("tupe_plugin", "filelock"):  # no "positional variant: ..." per model, no compile-cache locks
         logging.getLogger(name).setLevel(logging.WARNING)
     if args.threads:
         torch.set_num_threads(args.threads)
-    malloc = "system malloc" if args.system_malloc or args.device != "cpu" else keep_freed_memory()
+    malloc = malloc_setting(args)
 
     meta = {"command": " ".join(shlex.quote(a) for a in ["python", *sys.argv]), "torch": torch.__version__,
             "device": args.device, "device_name": device_name(args.device), "threads": torch.get_num_threads(),
