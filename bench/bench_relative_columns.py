@@ -24,6 +24,7 @@ from typing import Callable, List
 import torch
 from bench_train_step import add_malloc_option, build, malloc_setting, sync
 from torch import Tensor
+from tupe_plugin_cli.commands import at_least
 
 
 def padded_columns(s: Tensor, lead: int) -> Tensor:
@@ -67,9 +68,9 @@ def shifted_logits(attn, q: Tensor, k: Tensor, positions, max_rel_pos: int) -> T
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--size", default="base", choices=["tiny", "base", "large"])
-    p.add_argument("--lengths", type=int, nargs="+", default=[128, 512])
-    p.add_argument("--tokens", type=int, default=1024, help="tokens per call: batch = tokens // T, at least 1")
-    p.add_argument("--repeat", type=int, default=10, help="timed calls of each path (after one untimed)")
+    p.add_argument("--lengths", type=at_least(1), nargs="+", default=[128, 512])
+    p.add_argument("--tokens", type=at_least(1), default=1024, help="tokens per call: batch = tokens // T, at least 1")
+    p.add_argument("--repeat", type=at_least(1), default=10, help="timed calls of each path (after one untimed)")
     p.add_argument("--device", default="cpu")
     add_malloc_option(p)
     args = p.parse_args()

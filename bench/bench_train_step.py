@@ -48,6 +48,7 @@ from typing import Dict, List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
+from tupe_plugin_cli.commands import at_least
 
 VOCAB = 32000  # the size of the project's sentencepiece vocabulary
 
@@ -353,10 +354,10 @@ def main() -> None:
     ap.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS), metavar="VARIANT",
                     help="registry names (default: all of them)")
     ap.add_argument("--sizes", nargs="+", default=["tiny", "base"], choices=list(SIZES))
-    ap.add_argument("--lengths", nargs="+", type=int, default=[128, 256, 512, 1024])
-    ap.add_argument("--tokens", type=int, default=2048, help="tokens per step: batch = tokens // T, at least 1")
-    ap.add_argument("--steps", type=int, default=10, help="timed steps per model (after --warmup)")
-    ap.add_argument("--warmup", type=int, default=2, help="untimed steps per model first")
+    ap.add_argument("--lengths", nargs="+", type=at_least(1), default=[128, 256, 512, 1024])
+    ap.add_argument("--tokens", type=at_least(1), default=2048, help="tokens per step: batch = tokens // T, at least 1")
+    ap.add_argument("--steps", type=at_least(1), default=10, help="timed steps per model (after --warmup)")
+    ap.add_argument("--warmup", type=at_least(0), default=2, help="untimed steps per model first")
     ap.add_argument("--attention", nargs="+", default=["auto"], choices=list(ATTENTION_PATHS),
                     help="the variants' --tupe-attention values to run (RoBERTa is always fairseq's own)")
     ap.add_argument("--compile", action="store_true", help="also run every variant with torch.compile'd encoder layers")
