@@ -66,8 +66,10 @@ def shifted_logits(attn, q: Tensor, k: Tensor, positions, max_rel_pos: int) -> T
 
 
 def main() -> None:
+    from tupe_plugin.models.architectures import SIZES
+
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--size", default="base", choices=["tiny", "base", "large"])
+    p.add_argument("--size", default="base", choices=list(SIZES))
     p.add_argument("--lengths", type=at_least(1), nargs="+", default=[128, 512])
     p.add_argument("--tokens", type=at_least(1), default=1024, help="tokens per call: batch = tokens // T, at least 1")
     p.add_argument("--repeat", type=at_least(1), default=10, help="timed calls of each path (after one untimed)")
