@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from model_utils import build, tokens
 from tupe_plugin.models import VARIANTS, VariantMismatchError
 from tupe_plugin.modules import relative_position_bucket
+from tupe_plugin.modules.positional_term import relative_buckets
 
 ALL = list(VARIANTS)
 # variants whose layer-0 logits the loop reference below knows (PAM blocks have theirs in test_pam.py)
@@ -116,12 +117,14 @@ def test_bucket_ids_match_paper_table(delta):
 
 
 def test_bucket_16_unused_and_cls_buckets():
-    model = build("tupe_r_tiny", max_positions=64)
-    bkt = model.encoder.sentence_encoder.positions.rp_bucket
+    bkt = relative_buckets(VARIANTS["tupe_r"], 64)
     assert (bkt[0, :] == 16).all() and (bkt[1:, 0] == 32).all()
     assert not (bkt[1:, 1:] == 16).any() and not (bkt[1:, 1:] == 32).any()
-    plain = build("bert_r_tiny", max_positions=64).encoder.sentence_encoder.positions.rp_bucket
+    plain = relative_buckets(VARIANTS["bert_r"], 64)
     assert plain[0, 0] == 0 and plain[3, 0] == paper_bucket(-3) and plain[0, 5] == paper_bucket(5)
+    # the model reads one bucket per distance, not a (P, P) table
+    positions = build("tupe_r_tiny", max_positions=64).encoder.sentence_encoder.positions
+    assert not hasattr(positions, "rp_bucket") and positions.rp_bucket_by_distance.shape == (127,)
 
 
 @pytest.mark.parametrize("variant", ["tupe_a", "tupe_r", "tupe_a_tie_cls", "bert_r"])

@@ -141,11 +141,13 @@ def convert(in_path: str, out_path: str, dict_path: Optional[str] = None, force:
     from omegaconf import OmegaConf
 
     from .models.tupe_roberta import VARIANT_KEY
+    from .modules.positional_term import relative_buckets
 
     args = plugin_args(cfg, out_dir)
     fs_cfg = convert_namespace_to_omegaconf(args)
     model = build_plugin_model(fs_cfg.model, build_dictionary(cfg, dict_path), heads)
-    check_buckets(getattr(model.encoder.sentence_encoder.positions, "rp_bucket", None), model_state)
+    variant = model.encoder.sentence_encoder.positions.positional_variant
+    check_buckets(relative_buckets(variant, fs_cfg.model.max_positions) if variant.rel_pos else None, model_state)
     new_state[VARIANT_KEY] = model.encoder.sentence_encoder.positions.variant.clone()
     new_state[NEW + "version"] = model.encoder.sentence_encoder.version.clone()
     expected = model.state_dict()

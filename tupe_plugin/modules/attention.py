@@ -2,15 +2,16 @@
 (TUPE, T5, ALiBi, priors), and the two blocks whose positional effect depends on content: rotary q/k
 (RoPE) and DeBERTa's disentangled c2p + p2c terms. All of them end in one core, ``attend``, on the path
 of ``--tupe-attention`` (``sdpa`` or ``explicit``; ``auto`` picks per forward). Formulas and the paths:
-``docs/positional_encodings.md``."""
+``docs/positional_encodings.md``.
+
+Plain torch (no fairseq import): ``tupe-export-hf`` ships this file into the exported model folder. The
+fairseq layer (``modules/encoder.py``) swaps in fairseq's dropout and quant-noise (``fairseq_block``)."""
 from __future__ import annotations
 
 from typing import Optional, Tuple
 
 import torch
 import torch.nn.functional as F
-from fairseq.modules.fairseq_dropout import FairseqDropout
-from fairseq.modules.quant_noise import quant_noise
 from torch import Tensor, nn
 
 from .positional_term import PositionalTerm
@@ -51,6 +52,19 @@ def align_strides(mask: Tensor, multiple: int = 8) -> Tensor:
     return F.pad(mask, (0, extra))[..., :T] if extra else mask.contiguous()
 
 
+class Dropout(nn.Module):
+    """Dropout with ``FairseqDropout``'s interface (``p``, ``apply_during_inference``), in plain torch."""
+
+    def __init__(self, p: float):
+        super().__init__()
+        self.p, self.apply_during_inference = p, False
+
+    def forward(self, x: Tensor) -> Tensor:
+        if self.p > 0 and (self.training or self.apply_during_inference):
+            return F.dropout(x, p=self.p, training=True)
+        return x
+
+
 # The paths of ``--tupe-attention``; ``reference`` is accepted as the older name of ``explicit``.
 ATTENTION_PATHS = ("auto", "sdpa", "explicit")
 
@@ -64,13 +78,14 @@ def choose_attention_path(device: torch.device, training: bool, dropout: float) 
 
 
 def attend(
-    q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor], scaling: float, dropout: FairseqDropout,
+    q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor], scaling: float, dropout: nn.Module,
     path: str,
 ) -> Tuple[Tensor, Optional[Tensor]]:
     """``dropout(softmax(q k^T * scaling + mask)) v``, the one attention core of every block.
 
     q, k, v: (B, H, T, dh); mask: additive, broadcastable to (B, H, T, T) (positional bias and padding),
-    in q's dtype, or None; ``dropout``: the block's ``FairseqDropout`` (its ``p`` and whether it applies).
+    in q's dtype, or None; ``dropout``: the block's ``Dropout`` or ``FairseqDropout`` (its ``p`` and whether
+    it applies).
     ``path="sdpa"``: ``F.scaled_dot_product_attention`` (fused kernels where the device has them), returns
     (out, None). ``path="explicit"``: the plain ops, returns (out, the (B, H, T, T) probabilities before
     dropout); under fp16/bf16 the softmax runs in float32 and its result goes back to the compute dtype.
@@ -107,8 +122,6 @@ class BiasedSelfAttention(nn.Module):
         dropout: float = 0.0,
         scale_factor: float = 1.0,
         impl: str = "auto",
-        q_noise: float = 0.0,
-        qn_block_size: int = 8,
     ):
         super().__init__()
         if embed_dim % num_heads:
@@ -119,11 +132,11 @@ class BiasedSelfAttention(nn.Module):
         self.head_dim = embed_dim // num_heads
         self.scaling = (self.head_dim * scale_factor) ** -0.5
         self.impl = impl
-        self.dropout_module = FairseqDropout(dropout, module_name=self.__class__.__name__)
-        self.q_proj = quant_noise(nn.Linear(embed_dim, embed_dim), q_noise, qn_block_size)
-        self.k_proj = quant_noise(nn.Linear(embed_dim, embed_dim), q_noise, qn_block_size)
-        self.v_proj = quant_noise(nn.Linear(embed_dim, embed_dim), q_noise, qn_block_size)
-        self.out_proj = quant_noise(nn.Linear(embed_dim, embed_dim), q_noise, qn_block_size)
+        self.dropout_module = Dropout(dropout)
+        self.q_proj = nn.Linear(embed_dim, embed_dim)
+        self.k_proj = nn.Linear(embed_dim, embed_dim)
+        self.v_proj = nn.Linear(embed_dim, embed_dim)
+        self.out_proj = nn.Linear(embed_dim, embed_dim)
 
     def _heads(self, x: Tensor) -> Tensor:
         T, B, _ = x.shape
@@ -220,10 +233,10 @@ class DisentangledSelfAttention(BiasedSelfAttention):
     relative embeddings are shared by all layers (``TupePositions``); the projections ``K^r = P W_{k,r}``
     (no bias) and ``Q^r = P W_{q,r}`` (with bias, as the official code) belong to each layer."""
 
-    def __init__(self, embed_dim: int, num_heads: int, q_noise: float = 0.0, qn_block_size: int = 8, **kwargs):
-        super().__init__(embed_dim, num_heads, q_noise=q_noise, qn_block_size=qn_block_size, **kwargs)
-        self.pos_key_proj = quant_noise(nn.Linear(embed_dim, embed_dim, bias=False), q_noise, qn_block_size)
-        self.pos_query_proj = quant_noise(nn.Linear(embed_dim, embed_dim), q_noise, qn_block_size)
+    def __init__(self, embed_dim: int, num_heads: int, **kwargs):
+        super().__init__(embed_dim, num_heads, **kwargs)
+        self.pos_key_proj = nn.Linear(embed_dim, embed_dim, bias=False)
+        self.pos_query_proj = nn.Linear(embed_dim, embed_dim)
 
     def positional_qk(self, q, k, mask, positions):
         rel, index = positions.rel_embeddings, positions.rel_index  # (R, d), (T, T)

@@ -7,12 +7,14 @@ import torch
 from fairseq.distributed import fsdp_wrap
 from fairseq.models.transformer import TransformerConfig, TransformerEncoder
 from fairseq.modules.checkpoint_activations import checkpoint_wrapper
+from fairseq.modules.fairseq_dropout import FairseqDropout
+from fairseq.modules.quant_noise import quant_noise
 from fairseq.modules.transformer_layer import TransformerEncoderLayerBase
 from torch import Tensor, nn
 
 from ..models.variants import PositionalVariant
-from .attention import BiasedSelfAttention, DisentangledSelfAttention, RotarySelfAttention, attention_mask
-from .pam import PamSelfAttention
+from .attention import BiasedSelfAttention, Dropout, attention_mask
+from .blocks import build_attention
 from .positional_term import PositionalTerm, SinusoidalInputPositions, TupePositions
 
 
@@ -23,6 +25,18 @@ def compute_dtype(x: Tensor) -> torch.dtype:
     return torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else x.dtype
 
 
+def fairseq_block(block: nn.Module, q_noise: float, qn_block_size: int) -> nn.Module:
+    """``block`` (plain torch, ``modules/blocks.py``) with fairseq's parts, in place: ``FairseqDropout`` for
+    each ``Dropout`` (fairseq's ``--retain-dropout`` reaches it) and ``quant_noise`` on each ``nn.Linear``
+    (``--quant-noise-pq``; without it, nothing)."""
+    for name, child in list(block.named_children()):
+        if isinstance(child, Dropout):
+            setattr(block, name, FairseqDropout(child.p, module_name=type(block).__name__))
+        elif isinstance(child, nn.Linear):
+            quant_noise(child, q_noise, qn_block_size)  # registers its hook on child itself
+    return block
+
+
 class TupeEncoderLayer(TransformerEncoderLayerBase):
     """fairseq's encoder layer (Post-LN by default) whose attention block is chosen by the variant."""
 
@@ -31,26 +45,10 @@ class TupeEncoderLayer(TransformerEncoderLayerBase):
         super().__init__(cfg)  # calls build_self_attention
 
     def build_self_attention(self, embed_dim: int, cfg: TransformerConfig) -> BiasedSelfAttention:
-        """The one place where a variant's ``attention_block`` picks the attention of every layer.
-        Every block has ``BiasedSelfAttention.forward``'s signature."""
-        block = self.variant.attention_block
-        kwargs = dict(
-            dropout=cfg.attention_dropout,
-            scale_factor=self.variant.attn_scale_factor,
-            impl=self.attention_path,  # --tupe-attention
-            q_noise=self.quant_noise,
-            qn_block_size=self.quant_noise_block_size,
-        )
-        if block == "rope":
-            return RotarySelfAttention(embed_dim, cfg.encoder.attention_heads, **kwargs)
-        if block == "deberta":
-            return DisentangledSelfAttention(embed_dim, cfg.encoder.attention_heads, **kwargs)
-        if block.startswith("pam_"):  # "pam_concat" -> mode "concat"
-            return PamSelfAttention(embed_dim, cfg.encoder.attention_heads, mode=block[len("pam_"):],
-                                    max_positions=self.max_positions, **kwargs)
-        if block != "standard":
-            raise ValueError(f"no attention block for --attention-block {block!r} (modules/encoder.py)")
-        return BiasedSelfAttention(embed_dim, cfg.encoder.attention_heads, **kwargs)
+        """The variant's block (``modules/blocks.py``) with fairseq's dropout and quant-noise."""
+        block = build_attention(self.variant, embed_dim, cfg.encoder.attention_heads, cfg.attention_dropout,
+                                self.attention_path, self.max_positions)  # --tupe-attention
+        return fairseq_block(block, self.quant_noise, self.quant_noise_block_size)
 
     # Restates fairseq 0.12.3 TransformerEncoderLayerBase.forward; changed: one additive mask (positional
     # bias + key padding, built once per forward) and the PositionalTerm go to the attention block

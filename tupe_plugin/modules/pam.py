@@ -23,21 +23,17 @@ from __future__ import annotations
 from typing import Optional, Tuple
 
 import torch
-from fairseq.modules.fairseq_dropout import FairseqDropout
-from fairseq.modules.quant_noise import quant_noise
 from torch import Tensor, nn
 
-from .attention import BiasedSelfAttention
-from .positional_term import PositionalTerm, check_length
+from .attention import BiasedSelfAttention, Dropout
+from .positional_term import PositionalTerm, check_length, gaussian_by_distance
 
 PAM_MODES = ("concat", "sequential", "window")
 
 
 def gaussian_distance_init(num_heads: int, max_positions: int) -> Tensor:
     """(H, max_positions): ``exp(-0.5 d^2) / sum_{d < max_positions} exp(-0.5 d^2)`` for every head."""
-    d = torch.arange(max_positions, dtype=torch.float64)
-    w = torch.exp(-0.5 * d**2)
-    return (w / w.sum()).float().repeat(num_heads, 1)
+    return gaussian_by_distance(max_positions).repeat(num_heads, 1)
 
 
 def distance_weights(table: Tensor, seq_len: int) -> Tensor:
@@ -83,20 +79,18 @@ class PamSelfAttention(BiasedSelfAttention):
         dropout: float = 0.0,
         scale_factor: float = 1.0,
         impl: str = "sdpa",
-        q_noise: float = 0.0,
-        qn_block_size: int = 8,
     ):
-        super().__init__(embed_dim, num_heads, dropout, scale_factor, impl, q_noise, qn_block_size)
+        super().__init__(embed_dim, num_heads, dropout, scale_factor, impl)
         if mode not in PAM_MODES:
             raise ValueError(f"PAM mode must be one of {PAM_MODES}, got {mode!r}")
         self.mode, self.max_positions = mode, max_positions
         if mode == "window":  # bert.py: dropout on the averaged input, no projection
-            self.pos_dropout = FairseqDropout(dropout, module_name=self.__class__.__name__)
+            self.pos_dropout = Dropout(dropout)
         else:  # concat.py / seuqence.py: learned weights on their own value projection, no dropout
             self.pos_weight = nn.Parameter(gaussian_distance_init(num_heads, max_positions))  # (H, P)
-            self.pos_v_proj = quant_noise(nn.Linear(embed_dim, embed_dim), q_noise, qn_block_size)
+            self.pos_v_proj = nn.Linear(embed_dim, embed_dim)
         if mode != "sequential":
-            self.merge = quant_noise(nn.Linear(2 * embed_dim, embed_dim), q_noise, qn_block_size)
+            self.merge = nn.Linear(2 * embed_dim, embed_dim)
 
     def position_weights(self, seq_len: int) -> Tensor:
         """The content-free attention weights: (H, T, T) learned, or (1, T, T) for ``window``."""

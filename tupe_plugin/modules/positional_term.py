@@ -4,6 +4,8 @@ TUPE's content-free term (Ke et al. 2021, Eq. 7-11), the T5 relative bias, the L
 ALiBi's linear bias, RoPE's rotation tables, DeBERTa's shared relative embeddings, and the fixed
 sinusoidal input PE. Formulas and sources: ``docs/positional_encodings.md``.
 
+Plain torch (no fairseq import): ``tupe-export-hf`` ships this file into the exported model folder.
+
 Shapes: ``H`` heads, ``T`` tokens (token 0 is ``<s>`` = [CLS]), ``d`` model width, ``dh = d / H``.
 The official code (guolinke/TUPE) is the reference where it differs from the paper:
 
@@ -25,14 +27,10 @@ so the prior of a sequence does not depend on the padding of its batch),
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, List, NamedTuple, Optional, Tuple
+from typing import Dict, List, NamedTuple, Optional, Tuple
 
 import torch
-from fairseq.modules import LayerNorm
 from torch import Tensor, nn
-
-if TYPE_CHECKING:
-    from ..models.variants import PositionalVariant
 
 
 def relative_position_bucket(
@@ -74,6 +72,25 @@ def check_length(seq_len: int, max_positions: int) -> None:
         )
 
 
+def gaussian_by_distance(max_positions: int) -> Tensor:
+    """(max_positions,): ``exp(-0.5 d^2) / sum_{d < max_positions} exp(-0.5 d^2)`` for ``d = 0 .. P-1``, in
+    float64 then float32: the L&S code's initial weight per distance (``attenuated_l.py``, the PAM blocks)."""
+    d = torch.arange(max_positions, dtype=torch.float64)
+    w = torch.exp(-0.5 * d**2)
+    return (w / w.sum()).float()
+
+
+def relative_buckets(variant, max_positions: int) -> Tensor:
+    """(P, P) bucket of query i, key j, with the [CLS] buckets of ``untie_cls``: the table the original TUPE
+    release stores (``rp_bucket``; the converter compares it). The model reads the 2P - 1 distances only."""
+    idx = torch.arange(max_positions)
+    bucket = relative_position_bucket(idx[None, :] - idx[:, None], variant.rel_pos_bins, variant.max_rel_pos)
+    if variant.untie_cls:
+        bucket[:, 0] = variant.rel_pos_bins  # others -> [CLS]: the extra bucket
+        bucket[0, :] = variant.rel_pos_bins // 2  # [CLS] -> all: the bucket no pair uses
+    return bucket
+
+
 def sinusoidal_table(num_positions: int, dim: int, base: float = 10000.0) -> Tensor:
     """Vaswani et al.'s PE: ``PE[p, 2i] = sin(p / base^(2i/d))``, ``PE[p, 2i+1] = cos(p / base^(2i/d))``."""
     pos = torch.arange(num_positions, dtype=torch.float64)[:, None]
@@ -90,8 +107,13 @@ class SinusoidalInputPositions(nn.Module):
 
     def __init__(self, embed_dim: int, max_positions: int):
         super().__init__()
-        self.max_positions = max_positions
-        self.register_buffer("table", sinusoidal_table(max_positions, embed_dim), persistent=False)
+        self.embed_dim, self.max_positions = embed_dim, max_positions
+        for name, table in self.fixed_tables().items():
+            self.register_buffer(name, table, persistent=False)
+
+    def fixed_tables(self) -> Dict[str, Tensor]:
+        """The buffers, computed from the sizes alone (the exported model recomputes them after loading)."""
+        return {"table": sinusoidal_table(self.max_positions, self.embed_dim)}
 
     def forward(self, src_tokens: Tensor) -> Tensor:
         check_length(src_tokens.size(1), self.max_positions)
@@ -112,7 +134,7 @@ class PositionalTerm(NamedTuple):
 class TupePositions(nn.Module):
     """The positional part of every variant, computed once per forward and shared by all layers.
 
-    ``variant`` (models/variants.py) decides what is built:
+    ``variant`` (a ``PositionalVariant``, models/variants.py) decides what is built:
         untied_pos: ``p_i U^Q (p_j U^K)^T`` from a separate position table (TUPE).
         untie_cls: reset row/column 0 to per-head thetas (and the CLS relative buckets).
         rel_pos: add the T5-bucketed relative bias ``b_{j-i}`` (one scalar per bucket and head).
@@ -120,98 +142,109 @@ class TupePositions(nn.Module):
             its content q/k, which keeps all four word/position terms of the paper's Eq. 6.
         distance_prior: the L&S Gaussian priors; alibi: ``-m_h |j - i|``;
         attention_block rope: the rotation tables; deberta: the shared relative embeddings.
+
+    The logit terms a variant has are added (``forward``); which flags may be combined at all is decided in
+    one place, ``PositionalVariant.validate``, called here too, so a combination it refuses is an error
+    naming the flags, never a term silently replacing another.
     """
 
-    def __init__(self, variant: "PositionalVariant", embed_dim: int, num_heads: int, max_positions: int,
-                 num_layers: int = 1):
+    def __init__(self, variant, embed_dim: int, num_heads: int, max_positions: int, num_layers: int = 1):
         super().__init__()
+        variant.validate()
         # not "self.variant": that name is the checkpoint record buffer (models/tupe_roberta.py)
         v = self.positional_variant = variant
         self.num_heads = num_heads
         self.head_dim = embed_dim // num_heads
         self.max_positions = max_positions
         self.scaling = (self.head_dim * v.attn_scale_factor) ** -0.5
-        idx = torch.arange(max_positions)
-        relative = idx[None, :] - idx[:, None]  # (T, T) = j - i
-        distance = relative.abs()
-        if v.distance_prior == "gaussian":  # rows normalised over all positions, once
-            prior = torch.softmax(-0.5 * distance.double() ** 2, dim=-1).float()
-            self.register_buffer("gaussian_prior", prior, persistent=False)
-        if v.distance_prior == "learned_gaussian" or v.alibi:
-            self.register_buffer("distance", distance, persistent=False)
-        if v.distance_prior == "learned_gaussian":
-            d = torch.arange(max_positions, dtype=torch.float64)
-            init = torch.exp(-0.5 * d**2) / torch.exp(-0.5 * d**2).sum()
-            self.distance_bias = nn.Parameter(init.float().repeat(num_layers, num_heads, 1))  # (L, H, T)
-        if v.alibi:
-            self.register_buffer("alibi_slopes", torch.tensor(alibi_slopes(num_heads)), persistent=False)
+        if v.distance_prior == "learned_gaussian":  # (L, H, P): one scalar per layer, head and distance
+            self.distance_bias = nn.Parameter(gaussian_by_distance(max_positions).repeat(num_layers, num_heads, 1))
         if v.untied_pos or v.pos_mixed_terms:
             self.pos = nn.Embedding(max_positions + 1, embed_dim)
-            self.pos_ln = LayerNorm(embed_dim)
+            self.pos_ln = nn.LayerNorm(embed_dim)
             self.pos_q_linear = nn.Linear(embed_dim, embed_dim)
             self.pos_k_linear = nn.Linear(embed_dim, embed_dim)
         if v.rel_pos:
             self.relative_attention_bias = nn.Embedding(v.rel_pos_bins + 1, num_heads)
-            # one bucket per distance j - i = -(P-1) .. P-1: what forward reads (relative_bias)
-            by_distance = relative_position_bucket(torch.arange(-(max_positions - 1), max_positions), v.rel_pos_bins,
-                                                   v.max_rel_pos)
-            self.register_buffer("rp_bucket_by_distance", by_distance, persistent=False)
-            bucket = by_distance[relative + max_positions - 1]  # (P, P), with the [CLS] buckets: what the converter checks
-            if v.untie_cls:
-                bucket[:, 0] = v.rel_pos_bins  # others -> [CLS]: the extra bucket
-                bucket[0, :] = v.rel_pos_bins // 2  # [CLS] -> all: the bucket no pair uses
-            self.register_buffer("rp_bucket", bucket, persistent=False)
+        if v.attention_block == "deberta":
+            self.rel_embeddings = nn.Embedding(2 * v.max_rel_pos, embed_dim)  # shared by all layers
+        for name, table in self.fixed_tables().items():
+            self.register_buffer(name, table, persistent=False)
+
+    def fixed_tables(self) -> Dict[str, Tensor]:
+        """The non-persistent buffers, computed from the variant and the sizes: registered by ``__init__``, and
+        recomputed by the exported model after loading (transformers builds it on the meta device)."""
+        v, P, H = self.positional_variant, self.max_positions, self.num_heads
+        idx = torch.arange(P)
+        relative = idx[None, :] - idx[:, None]  # (P, P) = j - i
+        distance = relative.abs()
+        tables = {}
+        if v.distance_prior == "gaussian":  # rows normalised over all positions, once
+            tables["gaussian_prior"] = torch.softmax(-0.5 * distance.double() ** 2, dim=-1).float()
+        if v.distance_prior == "learned_gaussian" or v.alibi:
+            tables["distance"] = distance
+        if v.alibi:
+            tables["alibi_slopes"] = torch.tensor(alibi_slopes(H))
+        if v.rel_pos:  # one bucket per distance j - i = -(P-1) .. P-1: what relative_bias reads
+            tables["rp_bucket_by_distance"] = relative_position_bucket(
+                torch.arange(-(P - 1), P), v.rel_pos_bins, v.max_rel_pos)
         if v.attention_block == "rope":
             dh = self.head_dim
             inv_freq = 10000.0 ** (-torch.arange(0, dh, 2, dtype=torch.float64) / dh)  # (dh/2,)
-            angle = idx.double()[:, None] * inv_freq  # (T, dh/2)
-            angle = torch.cat([angle, angle], dim=-1)  # (T, dh): dims m and m + dh/2 share angle m
-            self.register_buffer("rope_cos", angle.cos().float(), persistent=False)
-            self.register_buffer("rope_sin", angle.sin().float(), persistent=False)
-        if v.attention_block == "deberta":
+            angle = idx.double()[:, None] * inv_freq  # (P, dh/2)
+            angle = torch.cat([angle, angle], dim=-1)  # (P, dh): dims m and m + dh/2 share angle m
+            tables["rope_cos"], tables["rope_sin"] = angle.cos().float(), angle.sin().float()
+        if v.attention_block == "deberta":  # delta(i, j) = clamp(i - j + k, 0, 2k - 1): the row for query i, key j
             k = v.max_rel_pos
-            self.rel_embeddings = nn.Embedding(2 * k, embed_dim)  # shared by all layers
-            # delta(i, j) = clamp(i - j + k, 0, 2k - 1): row of the relative table for query i, key j
-            self.register_buffer("rel_index", (-relative + k).clamp(0, 2 * k - 1), persistent=False)
+            tables["rel_index"] = (-relative + k).clamp(0, 2 * k - 1)
+        return tables
 
     def forward(self, seq_len: int) -> PositionalTerm:
         check_length(seq_len, self.max_positions)
         v, T, H, dh = self.positional_variant, seq_len, self.num_heads, self.head_dim
-        bias = query = key = cls_row = cls_col = None
+        terms: List[Tensor] = []  # additive logit terms, (H, T, T) or (L, H, T, T): their sum is the bias
+        query = key = rotary = rel_embeddings = rel_index = None
+        # TUPE's term: the untied absolute term and/or the T5 relative bias, then the [CLS] reset of their sum
+        tupe = cls_row = cls_col = None
         if v.untied_pos or v.pos_mixed_terms:
             p = self.pos_ln(self.pos.weight[: T + 1])  # (T+1, d)
             q = self.pos_q_linear(p).view(T + 1, H, dh).transpose(0, 1)  # (H, T+1, dh)
             k = self.pos_k_linear(p).view(T + 1, H, dh).transpose(0, 1)  # (H, T+1, dh)
-            if v.pos_mixed_terms:
-                return PositionalTerm(None, q[:, 1:], k[:, 1:])
-            abs_term = torch.bmm(q * self.scaling, k.transpose(1, 2))  # (H, T+1, T+1)
-            bias = abs_term[:, 1:, 1:]  # token i <-> table row i + 1
-            if v.untie_cls:  # theta1: [CLS] -> all, theta2: others -> [CLS] (copies: bias is written below)
-                cls_row, cls_col = abs_term[:, 0, 0].clone(), abs_term[:, 1, 1].clone()
+            if v.pos_mixed_terms:  # BERT-Ad: not a logit term; every layer adds them to its content q/k
+                query, key = q[:, 1:], k[:, 1:]
+            else:
+                abs_term = torch.bmm(q * self.scaling, k.transpose(1, 2))  # (H, T+1, T+1)
+                tupe = abs_term[:, 1:, 1:]  # token i <-> table row i + 1
+                if v.untie_cls:  # theta1: [CLS] -> all, theta2: others -> [CLS] (copies: tupe is written below)
+                    cls_row, cls_col = abs_term[:, 0, 0].clone(), abs_term[:, 1, 1].clone()
         if v.rel_pos:
             rel = self.relative_bias(T)  # (H, T, T)
-            bias = rel if bias is None else bias + rel
+            tupe = rel if tupe is None else tupe + rel
             if v.untie_cls:  # [CLS]'s row: the bucket no pair uses; the others' column 0: the extra bucket
                 w = self.relative_attention_bias.weight  # (bins + 1, H)
                 row, col = w[v.rel_pos_bins // 2], w[v.rel_pos_bins]
                 cls_row, cls_col = (row, col) if cls_row is None else (cls_row + row, cls_col + col)
         if cls_row is not None:  # in place, row last: [0, 0] is [CLS]'s own row (theta1)
-            bias[:, 1:, 0] = cls_col[:, None]
-            bias[:, 0, :] = cls_row[:, None]
+            tupe[:, 1:, 0] = cls_col[:, None]
+            tupe[:, 0, :] = cls_row[:, None]
+        if tupe is not None:
+            terms.append(tupe)
         if v.distance_prior == "gaussian":
-            bias = self.gaussian_prior[:T, :T].expand(H, T, T)
+            terms.append(self.gaussian_prior[:T, :T].expand(H, T, T))
         elif v.distance_prior == "learned_gaussian":
-            bias = self.distance_bias[:, :, self.distance[:T, :T]]  # (L, H, T, T): one per layer
+            terms.append(self.distance_bias[:, :, self.distance[:T, :T]])  # (L, H, T, T): one per layer
         if v.alibi:
-            bias = -self.alibi_slopes.view(H, 1, 1) * self.distance[:T, :T]  # (H, T, T)
+            terms.append(-self.alibi_slopes.view(H, 1, 1) * self.distance[:T, :T])  # (H, T, T)
         if v.attention_block == "rope":
-            return PositionalTerm(None, rotary=(self.rope_cos[:T], self.rope_sin[:T]))
+            rotary = (self.rope_cos[:T], self.rope_sin[:T])
         if v.attention_block == "deberta":
             k = v.max_rel_pos
             lo, hi = max(0, k - T + 1), min(2 * k, k + T)  # the rows that T tokens can use
-            return PositionalTerm(None, rel_embeddings=self.rel_embeddings.weight[lo:hi],
-                                  rel_index=self.rel_index[:T, :T] - lo)
-        return PositionalTerm(bias, query, key)
+            rel_embeddings, rel_index = self.rel_embeddings.weight[lo:hi], self.rel_index[:T, :T] - lo
+        bias = None
+        for term in terms:
+            bias = term if bias is None else bias + term
+        return PositionalTerm(bias, query, key, rotary, rel_embeddings, rel_index)
 
     def relative_bias(self, seq_len: int) -> Tensor:
         """(H, T, T) T5 bias ``b_h[bucket(j - i)]``, read from the 2T - 1 distances (a Toeplitz matrix as a
