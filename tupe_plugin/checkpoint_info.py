@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import pickle
 import sys
-from typing import Any, Dict
+from typing import Any, Callable, Dict
 
 import torch
 
@@ -22,8 +23,41 @@ from .models.variants import VARIANTS, PositionalVariant
 
 
 def checkpoint_info(path: str) -> Dict[str, Any]:
-    state = torch.load(path, map_location="cpu")  # weights_only, with the plugin's allowlist
-    return info_from_state(state, path)
+    return info_from_state(load_checkpoint(path), path)
+
+
+def load_checkpoint(path: str) -> Dict[str, Any]:
+    """A fairseq checkpoint's dict (``torch.load`` weights only, with the plugin's allowlist); a file that is
+    not one is refused by saying so (torch itself ends in e.g. a bare ``KeyError`` for a text file)."""
+    try:
+        state = torch.load(path, map_location="cpu")
+    except (KeyError, EOFError, RuntimeError, pickle.UnpicklingError) as e:
+        if isinstance(e, pickle.UnpicklingError) and "Weights only load failed" in str(e):
+            raise  # a checkpoint with objects outside the allowlist: tupe_plugin_cli.errors says which
+        raise ValueError(f"{path}: not a PyTorch checkpoint (torch.load failed: {type(e).__name__} {e})") from e
+    if not isinstance(state, dict) or "model" not in state:
+        what = f"a {type(state).__name__}" + (f" with keys {sorted(state)[:5]}" if isinstance(state, dict) else "")
+        raise ValueError(f"{path}: not a fairseq checkpoint (it holds {what}, no 'model' state)")
+    return state
+
+
+def model_config(state: Dict[str, Any]) -> Any:
+    """The model settings of a loaded checkpoint: ``cfg.model`` (fairseq >= 0.10, fairseq-hydra-train), else the
+    older ``args`` namespace; None if it has neither."""
+    cfg = state.get("cfg") or {}
+    model_cfg = cfg.get("model") if hasattr(cfg, "get") else None
+    return state.get("args") if model_cfg is None else model_cfg
+
+
+def model_setting(state: Dict[str, Any]) -> Callable[..., Any]:
+    """``get(name, default=None)``: one setting of ``model_config(state)``, ``default`` where it is absent or None."""
+    model_cfg = model_config(state)
+
+    def get(name: str, default: Any = None) -> Any:
+        value = model_cfg.get(name) if hasattr(model_cfg, "get") else getattr(model_cfg, name, None)
+        return default if value is None else value
+
+    return get
 
 
 def info_from_state(state: Dict[str, Any], path: str) -> Dict[str, Any]:
@@ -35,11 +69,7 @@ def info_from_state(state: Dict[str, Any], path: str) -> Dict[str, Any]:
             f"{path}: no '{VARIANT_KEY}' in the model state: not a tupe_roberta checkpoint "
             "(for the original TUPE release, run tupe-convert-original first)"
         )
-    cfg = state.get("cfg") or {}
-    model_cfg = cfg.get("model") if hasattr(cfg, "get") else None
-    if model_cfg is None and "args" in state:
-        model_cfg = state["args"]
-    get = (lambda k: model_cfg.get(k)) if hasattr(model_cfg, "get") else (lambda k: getattr(model_cfg, k, None))
+    get = model_setting(state)
     variant = PositionalVariant.from_tensor(model_state[key])
     return {
         "arch": get("arch") or get("_name"),

@@ -3,19 +3,21 @@
     tupe-export-hf CKPT OUT_DIR [--spm-model spm.model] [--dict dict.txt] [--head NAME] [--force]
 
 OUT_DIR gets ``config.json``, ``model.safetensors``, the model code (``configuration_tupe.py``,
-``modeling_tupe.py``, loaded with ``trust_remote_code=True``) and, with ``--spm-model``, the tokenizer
-(``tokenization_tupe.py``, ``spm.model``, fairseq's ``dict.txt``). ``AutoModel``,
-``AutoModelForMaskedLM`` and ``AutoModelForSequenceClassification`` load it; a fine-tuned checkpoint's
-classification head becomes the latter's head. The positional variant is read from the checkpoint;
-variants outside :data:`SUPPORTED_VARIANTS` are refused by name. See docs/hf_export.md.
+``modeling_tupe.py`` and the plugin's own plain-torch modules they import, ``remote.SHIPPED``; loaded with
+``trust_remote_code=True``) and, with ``--spm-model``, the tokenizer (``tokenization_tupe.py``, ``spm.model``,
+fairseq's ``dict.txt``). ``AutoModel``, ``AutoModelForMaskedLM`` and ``AutoModelForSequenceClassification``
+load it; a fine-tuned checkpoint's classification head becomes the latter's head. The positional variant
+is read from the checkpoint; every variant exports. See docs/hf_export.md.
 """
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import shutil
 import sys
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -24,23 +26,14 @@ import torch
 from tupe_common.io import atomic_dir
 from tupe_plugin_cli.errors import UsageError
 
-from ..checkpoint_info import info_from_state
+from ..checkpoint_info import info_from_state, load_checkpoint, model_config, model_setting
 from ..models.tupe_roberta import VARIANT_KEY
 from ..models.variants import PositionalVariant
+from .remote import SHIPPED
 
 REMOTE = Path(__file__).resolve().parent / "remote"
 MODEL_FILES = ("configuration_tupe.py", "modeling_tupe.py")
 TOKENIZER_FILES = ("tokenization_tupe.py",)
-# Variants whose math modeling_tupe.py restates (and tests/test_hf_export.py checks against fairseq).
-# A variant added to the plugin is refused here until someone implements and tests it.
-SUPPORTED_VARIANTS = (
-    "bert_a", "bert_r", "tupe_a", "tupe_r", "tupe_a_tie_cls", "bert_ad", "gaussian_prior", "learned_gaussian",
-    "sinusoidal", "nope", "t5_rel", "alibi",
-)
-VARIANT_FIELDS = {  # field -> its value in plugins that predate it
-    "input_pe": False, "untied_pos": False, "untie_cls": False, "rel_pos": False, "pos_mixed_terms": False,
-    "rel_pos_bins": 32, "max_rel_pos": 128, "distance_prior": "none", "sinusoidal_pe": False, "alibi": False,
-}
 ACTIVATIONS = ("gelu", "gelu_accurate", "relu", "tanh", "linear")
 ENCODER = "encoder.sentence_encoder."
 LM_HEAD = "encoder.lm_head."
@@ -53,16 +46,6 @@ class ExportError(ValueError):
 
 class OutDirNotEmptyError(ExportError, UsageError):
     """OUT_DIR holds files and --force was not given: nothing is written (exit 2)."""
-
-
-def _model_cfg(state: Dict[str, Any]):
-    cfg = state.get("cfg") or {}
-    model_cfg = cfg.get("model") if hasattr(cfg, "get") else None
-    if model_cfg is None:
-        model_cfg = state.get("args")
-    if hasattr(model_cfg, "get"):
-        return lambda k, default=None: model_cfg.get(k, default) if model_cfg.get(k) is not None else default
-    return lambda k, default=None: default if getattr(model_cfg, k, None) is None else getattr(model_cfg, k)
 
 
 def _data_dirs(state: Dict[str, Any]) -> List[str]:
@@ -96,17 +79,8 @@ def _label_names(state: Dict[str, Any], n: int) -> Optional[List[str]]:
 def build_config(state: Dict[str, Any], path: str, head: Optional[Tuple[str, int]]) -> Dict[str, Any]:
     """config.json values of the checkpoint (head: name and number of labels of the exported head)."""
     info = info_from_state(state, path)
-    name = info["variant"]
-    if name not in SUPPORTED_VARIANTS:
-        raise ExportError(
-            f"{path}: positional variant '{name}' is not in the exporter's supported set "
-            f"({', '.join(SUPPORTED_VARIANTS)}); its math must be added to tupe_plugin/hf/remote/modeling_tupe.py "
-            "and SUPPORTED_VARIANTS in tupe_plugin/hf/export.py (with a test) before it can be exported"
-        )
     variant = PositionalVariant.from_tensor(state["model"][next(k for k in state["model"] if k.endswith(VARIANT_KEY))])
-    if getattr(variant, "attention_block", "standard") != "standard":  # a supported name never gets here
-        raise ExportError(f"{path}: attention block {variant.attention_block!r} is not supported by the exporter")
-    get = _model_cfg(state)
+    get = model_setting(state)
     if variant.input_pe and not get("encoder_learned_pos", True):
         raise ExportError(f"{path}: input PE is sinusoidal (no --encoder-learned-pos); only learned input PE is exported")
     acts = {k: get(k, d) for k, d in (("activation_fn", "gelu"), ("pooler_activation_fn", "tanh"))}
@@ -130,9 +104,8 @@ def build_config(state: Dict[str, Any], path: str, head: Optional[Tuple[str, int
         "normalize_before": bool(get("encoder_normalize_before", False)),
         "layernorm_embedding": ENCODER + "layernorm_embedding.weight" in state["model"],
         "embed_scale": 1.0 if get("no_scale_embedding", True) else d**0.5,
-        "tupe_variant": name,
-        **{f: getattr(variant, f, default) for f, default in VARIANT_FIELDS.items()},
-        "attn_scale_factor": float(variant.attn_scale_factor),
+        "tupe_variant": info["variant"],
+        **asdict(variant),  # every PositionalVariant field (configuration_tupe.py reads them back)
         "lm_head_act": acts["activation_fn"],
         "classifier_act": acts["pooler_activation_fn"],
         "classifier_dropout": float(get("pooler_dropout", 0.0)),
@@ -165,10 +138,8 @@ def _head_style(state: Dict[str, Any]) -> str:
     try:
         from ..modules.classification_head import head_style
     except ImportError:  # a plugin without head styles: fairseq's RobertaClassificationHead
-        return _model_cfg(state)("classification_head_style", "roberta")
-    cfg = state.get("cfg") or {}
-    model_cfg = cfg.get("model") if hasattr(cfg, "get") and cfg.get("model") is not None else state.get("args")
-    return head_style(model_cfg)
+        return model_setting(state)("classification_head_style", "roberta")
+    return head_style(model_config(state))
 
 
 def pick_head(model_state: Dict[str, torch.Tensor], path: str, wanted: Optional[str]) -> Optional[Tuple[str, int]]:
@@ -241,7 +212,7 @@ def export(checkpoint: str, out_dir: str, spm_model: Optional[str] = None, dict_
         raise OutDirNotEmptyError(f"{out} exists and is not empty; choose another OUT_DIR or pass --force to replace it")
     if spm_model and not os.path.isfile(spm_model):
         raise ExportError(f"sentencepiece model not found: {spm_model}")
-    state = torch.load(checkpoint, map_location="cpu")
+    state = load_checkpoint(checkpoint)
     picked = pick_head(state["model"], checkpoint, head)
     config = build_config(state, checkpoint, picked)
     tensors = convert_state(state["model"], checkpoint, picked[0] if picked else None)
@@ -254,6 +225,8 @@ def export(checkpoint: str, out_dir: str, spm_model: Optional[str] = None, dict_
         tmp = Path(tmp_dir)
         for f in MODEL_FILES:
             shutil.copyfile(REMOTE / f, tmp / f)
+        for name, module in SHIPPED.items():  # the plugin's own plain-torch modules, as siblings
+            shutil.copyfile(importlib.import_module(module).__file__, tmp / f"{name}.py")
         (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
         _check_loadable(config, tensors, checkpoint)
         save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})

@@ -1,10 +1,15 @@
 """Configuration of a TUPE-family encoder exported from fairseq by ``tupe-export-hf``.
 
 Written by the tupe_plugin project (not copied from transformers). The positional fields say how
-positions enter the encoder; they are the ``PositionalVariant`` of the fairseq checkpoint
-(``tupe_plugin/models/variants.py``). The math is described in ``docs/hf_export.md`` of tupe_plugin.
+positions enter the encoder: they are the fields of the checkpoint's ``PositionalVariant`` (``variants.py``,
+shipped next to this file), one config entry per field, so a field added to the variant is exported with
+no change here. The math is described in ``docs/hf_export.md`` of tupe_plugin.
 """
+from dataclasses import fields
+
 from transformers import PretrainedConfig
+
+from .variants import VARIANTS, PositionalVariant
 
 
 class TupeConfig(PretrainedConfig):
@@ -26,19 +31,7 @@ class TupeConfig(PretrainedConfig):
         normalize_before: bool = False,
         layernorm_embedding: bool = True,
         embed_scale: float = 1.0,
-        # positional variant (fairseq flags of tupe_roberta)
-        tupe_variant: str = "tupe_r",
-        input_pe: bool = False,
-        untied_pos: bool = True,
-        untie_cls: bool = True,
-        rel_pos: bool = True,
-        pos_mixed_terms: bool = False,
-        rel_pos_bins: int = 32,
-        max_rel_pos: int = 128,
-        distance_prior: str = "none",
-        sinusoidal_pe: bool = False,
-        alibi: bool = False,
-        attn_scale_factor: float = 2.0,
+        tupe_variant: str = "tupe_r",  # the variant's registered name ("custom" if none), for people
         # heads
         lm_head_act: str = "gelu",
         classifier_act: str = "tanh",
@@ -51,6 +44,12 @@ class TupeConfig(PretrainedConfig):
         mask_token_id: int = None,
         **kwargs,
     ):
+        # one entry per PositionalVariant field (the export writes all); one that is absent takes the value
+        # of the registered variant tupe_variant names, else the field's default (that of older plugins)
+        base = VARIANTS.get(tupe_variant) or PositionalVariant()
+        for f in fields(PositionalVariant):
+            setattr(self, f.name, kwargs.pop(f.name, getattr(base, f.name)))
+        kwargs.pop("attn_scale_factor", None)  # written by older exports; derived from the variant
         kwargs.setdefault("tie_word_embeddings", False)  # the LM head reads embed_tokens itself
         super().__init__(pad_token_id=pad_token_id, bos_token_id=bos_token_id, eos_token_id=eos_token_id, **kwargs)
         self.vocab_size = vocab_size
@@ -68,20 +67,14 @@ class TupeConfig(PretrainedConfig):
         self.layernorm_embedding = layernorm_embedding
         self.embed_scale = embed_scale
         self.tupe_variant = tupe_variant
-        self.input_pe = input_pe
-        self.untied_pos = untied_pos
-        self.untie_cls = untie_cls
-        self.rel_pos = rel_pos
-        self.pos_mixed_terms = pos_mixed_terms
-        self.rel_pos_bins = rel_pos_bins
-        self.max_rel_pos = max_rel_pos
-        self.distance_prior = distance_prior
-        self.sinusoidal_pe = sinusoidal_pe
-        self.alibi = alibi
-        self.attn_scale_factor = attn_scale_factor
         self.lm_head_act = lm_head_act
         self.classifier_act = classifier_act
         self.classifier_dropout = classifier_dropout
         self.classifier_inner_dim = classifier_inner_dim
         self.classification_head_style = classification_head_style
         self.mask_token_id = mask_token_id
+
+    @property
+    def positional_variant(self) -> PositionalVariant:
+        """The checkpoint's ``PositionalVariant``, from this config's fields."""
+        return PositionalVariant(**{f.name: getattr(self, f.name) for f in fields(PositionalVariant)})
