@@ -66,7 +66,7 @@ def test_the_error_is_the_last_line_and_the_traceback_needs_the_debug_switch(tmp
     for command in (["tupe-checkpoint-info", str(junk)], ["tupe-pos-maps", str(junk), "--out-dir", str(tmp_path)]):
         p = run([str(BIN / command[0]), *command[1:]], check=False)
         assert p.returncode == 1 and "Traceback" not in p.stderr, p.stderr
-        assert last_line(p).startswith("error: not a readable checkpoint") and "weights_only" not in p.stderr
+        assert "not a readable checkpoint" in last_line(p) and "weights_only" not in p.stderr
     p = run([str(BIN / "tupe-checkpoint-info"), str(tmp_path / "missing.pt")], check=False)
     assert p.returncode == 1 and last_line(p).startswith("error: ") and "missing.pt" in last_line(p)
     env = dict(os.environ, TUPE_DEBUG="1")

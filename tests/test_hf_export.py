@@ -4,7 +4,9 @@ glue_binarize's ids, and a transformers Trainer fine-tunes it."""
 from __future__ import annotations
 
 import csv
+import importlib
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -22,6 +24,7 @@ from transformers import (  # noqa: E402
 
 from model_utils import build, tokens  # noqa: E402
 from tupe_plugin.hf import export as hf_export  # noqa: E402
+from tupe_plugin.hf.remote import SHIPPED  # noqa: E402
 from tupe_plugin.models.variants import VARIANTS  # noqa: E402
 
 HEAD = "sentence_classification_head"
@@ -72,6 +75,60 @@ def test_every_variant_equals_fairseq(variant, tmp_path):
     torch.testing.assert_close(hf_cls, cls_logits, **TOL)
     torch.testing.assert_close(alone[0], hf_feats[2, :5], **TOL)  # padding does not change a sequence
     assert hf_cls.shape == (3, 3) and hf_logits.shape == (3, 12, model.encoder.sentence_encoder.embed_tokens.num_embeddings)
+
+
+# Loads an export where fairseq and tupe_plugin cannot be imported (a None entry in sys.modules makes the
+# import fail), as on a machine with transformers alone: argv = folder, inputs .pt, output .pt
+WITHOUT_PLUGIN = """
+import os, sys
+sys.modules.update(fairseq=None, tupe_plugin=None, tupe_plugin_cli=None, torchaudio=None)
+os.environ["HF_MODULES_CACHE"] = os.path.join(os.path.dirname(sys.argv[3]), "hf_modules")
+import torch
+from transformers import AutoModel
+x, mask = torch.load(sys.argv[2])
+model = AutoModel.from_pretrained(sys.argv[1], trust_remote_code=True).eval()
+with torch.no_grad():
+    torch.save(model(input_ids=x, attention_mask=mask).last_hidden_state, sys.argv[3])
+"""
+
+
+def test_the_export_runs_without_fairseq_and_tupe_plugin(tmp_path):
+    ckpt, model = tiny_checkpoint(tmp_path, "deberta_rel")
+    out = hf_export.export(str(ckpt), str(tmp_path / "hf"))
+    shipped = sorted(p.name for p in out.glob("*.py"))
+    assert shipped == sorted(["configuration_tupe.py", "modeling_tupe.py"] + [f"{n}.py" for n in SHIPPED])
+    for name, module in SHIPPED.items():  # the plugin's own files, not copies that could drift
+        assert (out / f"{name}.py").read_bytes() == Path(importlib.import_module(module).__file__).read_bytes()
+    x, mask = padded_batch()
+    torch.save((x, mask), tmp_path / "in.pt")
+    run([sys.executable, "-c", WITHOUT_PLUGIN, str(out), str(tmp_path / "in.pt"), str(tmp_path / "out.pt")],
+        cwd=tmp_path)
+    with torch.no_grad():
+        feats, _ = model(x, features_only=True)
+    keep = mask.bool()
+    torch.testing.assert_close(torch.load(tmp_path / "out.pt")[keep], feats[keep], **TOL)
+
+
+def test_left_padding_is_refused(tmp_path):
+    ckpt, _ = tiny_checkpoint(tmp_path, "tupe_r")
+    model = load(AutoModel, hf_export.export(str(ckpt), str(tmp_path / "hf")))
+    x, mask = padded_batch()
+    with torch.no_grad():
+        model(input_ids=x, attention_mask=mask)  # right padding: fine
+        left = torch.stack([torch.roll(r, int((r == 0).sum())) for r in mask])  # rows 1, 2 padded on the left
+        with pytest.raises(ValueError, match=r"rows \[1, 2\] are left-padded.*padding_side = 'right'"):
+            model(input_ids=x, attention_mask=left)
+
+
+def test_a_file_that_is_not_a_checkpoint_is_named(tmp_path):
+    (tmp_path / "notes.txt").write_text("not a model\n")
+    p = run([str(BIN / "tupe-export-hf"), str(tmp_path / "notes.txt"), str(tmp_path / "hf")], check=False)
+    assert p.returncode == 1 and "Traceback" not in p.stderr and "unexpected" not in p.stderr
+    assert "notes.txt: not a readable checkpoint (torch.load: " in p.stderr.splitlines()[-1]
+    torch.save(torch.zeros(3), tmp_path / "tensor.pt")
+    with pytest.raises(ValueError, match="tensor.pt: not a fairseq checkpoint .*a Tensor, no 'model' state"):
+        hf_export.export(str(tmp_path / "tensor.pt"), str(tmp_path / "hf"))
+    assert not (tmp_path / "hf").exists()
 
 
 def test_head_style_is_read_from_the_checkpoint(tmp_path):

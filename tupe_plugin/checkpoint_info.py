@@ -31,10 +31,11 @@ def load_checkpoint(path: str) -> Dict[str, Any]:
     not one is refused by saying so (torch itself ends in e.g. a bare ``KeyError`` for a text file)."""
     try:
         state = torch.load(path, map_location="cpu")
-    except (KeyError, EOFError, RuntimeError, pickle.UnpicklingError) as e:
-        if isinstance(e, pickle.UnpicklingError) and "Weights only load failed" in str(e):
-            raise  # a checkpoint with objects outside the allowlist: tupe_plugin_cli.errors says which
-        raise ValueError(f"{path}: not a PyTorch checkpoint (torch.load failed: {type(e).__name__} {e})") from e
+    except (KeyError, EOFError, RuntimeError, pickle.UnpicklingError) as e:  # what torch.load raises for other files
+        from tupe_plugin_cli.errors import without_torch_advice
+
+        reason = without_torch_advice(e) if isinstance(e, pickle.UnpicklingError) else f"{type(e).__name__}: {e}"
+        raise ValueError(f"{path}: not a readable checkpoint (torch.load: {reason})") from e
     if not isinstance(state, dict) or "model" not in state:
         what = f"a {type(state).__name__}" + (f" with keys {sorted(state)[:5]}" if isinstance(state, dict) else "")
         raise ValueError(f"{path}: not a fairseq checkpoint (it holds {what}, no 'model' state)")
