@@ -50,10 +50,11 @@ class TupeEncoderLayer(TransformerEncoderLayerBase):
                                 self.attention_path, self.max_positions)  # --tupe-attention
         return fairseq_block(block, self.quant_noise, self.quant_noise_block_size)
 
-    # Restates fairseq 0.12.3 (the ve-fairseq 0.12.3 wheel) TransformerEncoderLayerBase.forward; tests/
-    # test_restated_code.py fails when fairseq's source changes, and compares the two on one input. Changed: one additive mask (positional
-    # bias + key padding, built once per forward) and the PositionalTerm go to the attention block
-    # instead of key_padding_mask/attn_mask; no -1e8 attn_mask conversion, no fc_result return.
+    # Restates fairseq 0.12.3 (the ve-fairseq 0.12.3 wheel) TransformerEncoderLayerBase.forward;
+    # tests/test_restated_code.py fails when fairseq's source changes, and compares the two on one input.
+    # Changed: one additive mask (positional bias + key padding, built once per forward) and the
+    # PositionalTerm go to the attention block instead of key_padding_mask/attn_mask; no -1e8 attn_mask
+    # conversion, no fc_result return.
     def forward(
         self,
         x: Tensor,
@@ -100,10 +101,11 @@ class TupeTransformerEncoder(TransformerEncoder):
             layer = checkpoint_wrapper(layer, offload_to_cpu=cfg.offload_activations)
         return fsdp_wrap(layer, min_num_params=cfg.min_params_to_wrap if not checkpoint else 0)
 
-    # Restates fairseq 0.12.3 (the ve-fairseq 0.12.3 wheel) TransformerEncoderBase.forward_scriptable; tests/
-    # test_restated_code.py fails when fairseq's source changes, and compares the two on one input. Changed: the positional term is
-    # computed once and combined with the key-padding mask into one additive mask per forward (one per
-    # layer index for a per-layer prior), given to every layer; fc_results stay empty.
+    # Restates fairseq 0.12.3 (the ve-fairseq 0.12.3 wheel) TransformerEncoderBase.forward_scriptable;
+    # tests/test_restated_code.py fails when fairseq's source changes, and compares the two on one input.
+    # Changed: the positional term is computed once and combined with the key-padding mask into one
+    # additive mask per forward (one per layer index for a per-layer prior), given to every layer;
+    # fc_results stay empty.
     def forward_scriptable(
         self,
         src_tokens: Tensor,
