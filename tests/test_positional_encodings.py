@@ -2,7 +2,9 @@
 formulas against loop references written here from docs/positional_encodings.md, checkpoint records
 (including records of the old, shorter layout), refusals, maps, and LayerDrop with per-layer priors."""
 import argparse
+import dataclasses
 import math
+import re
 
 import numpy as np
 import pytest
@@ -14,7 +16,7 @@ from tupe_plugin.analysis.checkpoint_maps import ContentDependentPositions, posi
 from tupe_plugin.checkpoint_info import main as checkpoint_info_main
 from tupe_plugin.models import VARIANTS, PositionalVariant, VariantMismatchError
 from tupe_plugin.modules.attention import rotate
-from tupe_plugin.modules.positional_term import alibi_slopes
+from tupe_plugin.modules.positional_term import TupePositions, alibi_slopes
 
 NEW = ["sinusoidal", "nope", "t5_rel", "alibi", "rope", "deberta_rel"]
 
@@ -77,6 +79,33 @@ def test_nope_only_through_its_arch():
         a, _ = model(x, features_only=True)
         b, _ = model(x[:, perm], features_only=True)
     torch.testing.assert_close(b, a[:, perm], atol=1e-5, rtol=1e-5)  # no position information at all
+
+
+@pytest.mark.parametrize("flags, named", [
+    (dict(alibi=True), "--alibi cannot be combined with --untied-pos, --rel-pos"),
+    (dict(distance_prior="gaussian", untie_cls=False, rel_pos=False), "--distance-prior cannot be combined with --untied-pos"),
+    (dict(attention_block="rope", alibi=True), "--alibi cannot be combined with --untied-pos, --rel-pos, --attention-block"),
+])
+def test_terms_that_do_not_combine_are_refused_by_their_flags(flags, named):
+    """Logit terms are added (TupePositions.forward); one that is its variant's only signal, added to another,
+    is refused when the model or the positional term is built, naming the flags, instead of replacing it."""
+    with pytest.raises(ValueError, match=re.escape(named)):
+        build("tupe_r_tiny", **flags)
+    with pytest.raises(ValueError, match=re.escape(named)):
+        TupePositions(dataclasses.replace(VARIANTS["tupe_r"], **flags), 64, 4, 16)
+
+
+def test_the_tupe_term_is_the_sum_of_its_parts():
+    """TUPE-R's bias = TUPE-A's untied term + the T5 bias (both outside the [CLS] row and column)."""
+    r = build("tupe_r_tiny", max_positions=16, seed=1).encoder.sentence_encoder.positions
+    a = TupePositions(VARIANTS["tupe_a"], 64, 4, 16)
+    t5 = TupePositions(VARIANTS["t5_rel"], 64, 4, 16)
+    a.load_state_dict(r.state_dict(), strict=False)
+    t5.load_state_dict(r.state_dict(), strict=False)
+    with torch.no_grad():
+        got, want = r(12).bias, a(12).bias + t5(12).bias
+    torch.testing.assert_close(got[:, 1:, 1:], want[:, 1:, 1:])
+    assert not torch.allclose(got[:, 1:, 1:], a(12).bias[:, 1:, 1:])
 
 
 def test_sinusoidal_table_is_vaswani_and_added_to_the_words():

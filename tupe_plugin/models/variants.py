@@ -102,7 +102,7 @@ class PositionalVariant:
             raise ValueError("--untie-cls needs a positional term to reset: --untied-pos or --rel-pos")
         if self.input_pe and self.sinusoidal_pe:
             raise ValueError("--input-pe (learned) and --sinusoidal-pe (fixed) are two input PEs: pick one")
-        table1 = self.input_pe or self.untied_pos or self.rel_pos
+        table1 = {"--input-pe": self.input_pe, "--untied-pos": self.untied_pos, "--rel-pos": self.rel_pos}
         alone = {  # position signals that are the only one of their variant
             "--distance-prior": self.distance_prior != "none",
             "--sinusoidal-pe": self.sinusoidal_pe,
@@ -110,13 +110,15 @@ class PositionalVariant:
             "--attention-block": self.attention_block != "standard",
         }
         active = [flag for flag, on in alone.items() if on]
-        if active and (table1 or len(active) > 1):
+        others = [flag for flag, on in table1.items() if on] + active[1:]
+        if active and others:  # TupePositions adds logit terms; these are not defined together
             raise ValueError(
-                f"{active[0]} is the only position signal of its variant: add --no-input-pe --no-untied-pos "
+                f"{active[0]} cannot be combined with {', '.join(others)} (it is the only position signal of its "
+                "variant): add --no-input-pe --no-untied-pos "
                 "--no-untie-cls --no-rel-pos and leave --distance-prior none, --no-sinusoidal-pe, --no-alibi, "
                 "--attention-block standard for the others"
             )
-        has_position = table1 or bool(active)
+        has_position = any(table1.values()) or bool(active)
         if self.no_position and has_position:
             raise ValueError("the NoPE arch (nope_*) takes no positional flags; drop them or use another --arch")
         if not has_position and not self.no_position:
