@@ -93,10 +93,9 @@ class PamSelfAttention(BiasedSelfAttention):
             self.merge = nn.Linear(2 * embed_dim, embed_dim)
 
     def position_weights(self, seq_len: int) -> Tensor:
-        """The content-free attention weights: (H, T, T) learned, or (1, T, T) for ``window``."""
+        """The learned content-free attention weights (H, T, T) of ``concat``/``sequential``. ``window``'s fixed
+        band, ``window_weights``, is applied as two shifted adds (``positional_attention``)."""
         check_length(seq_len, self.max_positions)
-        if self.mode == "window":
-            return window_weights(seq_len, device=self.out_proj.weight.device).unsqueeze(0)
         return distance_weights(self.pos_weight, seq_len)
 
     def positional_attention(self, x: Tensor, key_padding_mask: Optional[Tensor]) -> Tensor:
@@ -128,7 +127,7 @@ class PamSelfAttention(BiasedSelfAttention):
     ) -> Tuple[Tensor, Optional[Tensor]]:
         """x: (T, B, C); key_padding_mask: (B, T) True at padding, or None. Returns (T, B, C) and,
         with ``need_weights``, the content attention's (B, H, T, T) probabilities (the positional
-        weights are ``position_weights(T)``)."""
+        weights are ``position_weights(T)``, or ``window_weights(T)``)."""
         p = self.positional_attention(x, key_padding_mask)  # (T, B, C)
         if self.mode == "sequential":
             return super().forward(p, mask, positions, key_padding_mask, need_weights)
