@@ -56,10 +56,21 @@ def load(cls, folder: Path):
 
 @pytest.mark.parametrize("variant", list(VARIANTS))
 def test_every_variant_equals_fairseq(variant, tmp_path):
-    ckpt, model = tiny_checkpoint(tmp_path, variant)
+    assert_export_equals_fairseq(variant, tmp_path)
+
+
+def test_a_flag_combination_that_is_no_registered_variant_exports_too(tmp_path):
+    config = assert_export_equals_fairseq("tupe_r", tmp_path, untie_cls=False)  # TUPE-R without the [CLS] reset
+    assert config["tupe_variant"] == "custom" and config["untied_pos"] and config["rel_pos"] and not config["untie_cls"]
+
+
+def assert_export_equals_fairseq(variant: str, tmp_path: Path, **args) -> dict:
+    """Exports ``{variant}_tiny`` (with ``args``) and checks the three transformers models against fairseq's;
+    returns the exported config."""
+    ckpt, model = tiny_checkpoint(tmp_path, variant, **args)
     out = hf_export.export(str(ckpt), str(tmp_path / "hf"))
     config = json.loads((out / "config.json").read_text())
-    assert config["tupe_variant"] == variant and config["num_labels"] == 3
+    assert config["tupe_variant"] == model.variant.name and config["num_labels"] == 3
     x, mask = padded_batch()
     with torch.no_grad():
         feats, _ = model(x, features_only=True)
@@ -75,6 +86,7 @@ def test_every_variant_equals_fairseq(variant, tmp_path):
     torch.testing.assert_close(hf_cls, cls_logits, **TOL)
     torch.testing.assert_close(alone[0], hf_feats[2, :5], **TOL)  # padding does not change a sequence
     assert hf_cls.shape == (3, 3) and hf_logits.shape == (3, 12, model.encoder.sentence_encoder.embed_tokens.num_embeddings)
+    return config
 
 
 # Loads an export where fairseq and tupe_plugin cannot be imported (a None entry in sys.modules makes the
