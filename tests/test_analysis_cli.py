@@ -50,7 +50,7 @@ def test_attention_probs_equal_the_formula(hub):
     assert probs.shape == (2, 4, len(tokens), len(tokens))
     want = layer0_reference_weights(hub.model, tokens.unsqueeze(0))[0]
     torch.testing.assert_close(probs[0].double(), want, atol=1e-5, rtol=1e-4)
-    assert all(layer.self_attn.impl == "auto" for layer in hub.model.encoder.sentence_encoder.layers)
+    assert all(layer.self_attn.attention_path == "auto" for layer in hub.model.encoder.sentence_encoder.layers)
 
 
 def test_locality_cli_tables(pretrained, lm_bin, spm_dir, hub, tmp_path):

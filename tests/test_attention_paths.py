@@ -15,15 +15,10 @@ from fairseq.modules.fairseq_dropout import FairseqDropout
 from model_utils import build, tokens
 from tupe_plugin.models import TupeRobertaModel
 from tupe_plugin.models.variants import VARIANTS
-from tupe_plugin.modules import attention as attention_module
-from tupe_plugin.modules.attention import (
-    BiasedSelfAttention,
-    align_strides,
-    attend,
-    attention_mask,
-    choose_attention_path,
-    padding_value,
-)
+from tupe_plugin.modules import masks as masks_module
+from tupe_plugin.modules.attend import attend, choose_attention_path
+from tupe_plugin.modules.attention import SelfAttention
+from tupe_plugin.modules.masks import align_strides, attention_mask, padding_value
 from tupe_plugin.modules.positional_term import PositionalTerm
 
 B, H, T, DH = 2, 2, 6, 4
@@ -106,16 +101,17 @@ def test_choose_attention_path():
 
 def test_block_path_per_forward_and_bad_names():
     x = torch.randn(T, B, 8)
-    attn = BiasedSelfAttention(8, 2, dropout=0.1, impl="auto")
-    assert attn.train().attention_path(x) == "explicit"
-    assert attn.eval().attention_path(x) == "sdpa"
-    assert attn.attention_path(x, need_weights=True) == "explicit"
-    fixed = BiasedSelfAttention(8, 2, dropout=0.1, impl="sdpa").train()
-    assert fixed.attention_path(x) == "sdpa"
+    attn = SelfAttention(8, 2, dropout=0.1, attention_path="auto")
+    assert attn.train().forward_path(x) == "explicit"
+    assert attn.eval().forward_path(x) == "sdpa"
+    assert attn.forward_path(x, need_weights=True) == "explicit"
+    fixed = SelfAttention(8, 2, dropout=0.1, attention_path="sdpa").train()
+    assert fixed.forward_path(x) == "sdpa"
     _, weights = fixed(x, None, PositionalTerm(None), need_weights=True)
     assert weights is not None and weights.shape == (B, 2, T, T)
     with pytest.raises(ValueError, match="--tupe-attention"):
-        BiasedSelfAttention(8, 2, impl="fast")
+        SelfAttention(8, 2, attention_path="fast")
+    assert SelfAttention(8, 2, attention_path="reference").attention_path == "explicit"  # the older name loads
     with pytest.raises(ValueError, match="'sdpa' or 'explicit'"):
         attend(x, x, x, None, 1.0, FairseqDropout(0.0), "auto")
 
@@ -137,7 +133,7 @@ def paths_taken(model, x) -> List[str]:
 def test_auto_takes_explicit_when_training_on_cpu_with_dropout_and_sdpa_in_eval():
     model = build("tupe_r_tiny")  # attention dropout 0.1, as RoBERTa
     layers = model.encoder.sentence_encoder.layers
-    assert all(layer.self_attn.impl == "auto" for layer in layers)
+    assert all(layer.self_attn.attention_path == "auto" for layer in layers)
     assert layers[0].self_attn.dropout_module.p == 0.1
     x = tokens(2, 9)
     assert paths_taken(model.train(), x) == ["explicit"] * len(layers)
@@ -274,7 +270,7 @@ def test_masks_reaching_sdpa_have_qs_dtype_and_aligned_strides_under_autocast(va
     x[1, 7:] = 1
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
         want = model(x, features_only=True)[0]
-        monkeypatch.setattr(attention_module, "ALIGNED_DEVICES", {"cuda", "cpu"})
+        monkeypatch.setattr(masks_module, "ALIGNED_DEVICES", {"cuda", "cpu"})
         with sdpa_masks() as seen:
             got = model(x, features_only=True)[0]
     assert len(seen) == len(model.encoder.sentence_encoder.layers)
@@ -351,5 +347,5 @@ def test_option_round_trips_through_a_checkpoint(tmp_path, flag, saved, want):
     hub = TupeRobertaModel.from_pretrained(str(tmp_path), checkpoint_file="model.pt",
                                            data_name_or_path=str(tmp_path), bpe=None)
     assert hub.cfg.model.tupe_attention == want
-    assert all(layer.self_attn.impl == want for layer in hub.model.encoder.sentence_encoder.layers)
+    assert all(layer.self_attn.attention_path == want for layer in hub.model.encoder.sentence_encoder.layers)
 

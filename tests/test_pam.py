@@ -19,7 +19,7 @@ from tupe_plugin.analysis.checkpoint_maps import PositionWeights, positional_log
 from tupe_plugin.analysis.locality_symmetry import locality
 from tupe_plugin.models import VARIANTS, VariantMismatchError
 from tupe_plugin.models.tupe_roberta import TupeRobertaModel
-from tupe_plugin.modules.attention import attention_mask
+from tupe_plugin.modules.masks import attention_mask
 from tupe_plugin.modules.pam import PAM_MODES, PamSelfAttention, gaussian_distance_init, window_weights
 from tupe_plugin.modules.positional_term import PositionalTerm
 
@@ -82,9 +82,9 @@ def reference(m: PamSelfAttention, x: torch.Tensor, length: int) -> torch.Tensor
     return torch.stack([linear(m.merge, torch.cat([c[i], p[i]])) for i in range(T)])
 
 
-def block(mode: str, impl: str = "reference", seed: int = 0) -> PamSelfAttention:
+def block(mode: str, attention_path: str = "explicit", seed: int = 0) -> PamSelfAttention:
     torch.manual_seed(seed)
-    m = PamSelfAttention(D, H, mode=mode, max_positions=P, impl=impl).eval()
+    m = PamSelfAttention(D, H, mode=mode, max_positions=P, attention_path=attention_path).eval()
     if mode != "window":  # distinct weights per head and distance, not just the shared init
         with torch.no_grad():
             m.pos_weight.add_(0.1 * torch.randn(H, P))
@@ -109,10 +109,10 @@ def test_window_matches_official_band(T):
     assert torch.allclose(w[1:-1].sum(-1), torch.ones(T - 2, dtype=torch.float64))
 
 
-@pytest.mark.parametrize("impl", ["reference", "sdpa"])
+@pytest.mark.parametrize("attention_path", ["explicit", "sdpa"])
 @pytest.mark.parametrize("mode", PAM_MODES)
-def test_block_matches_loop_reference_with_padding(mode, impl):
-    m = block(mode, impl).double()
+def test_block_matches_loop_reference_with_padding(mode, attention_path):
+    m = block(mode, attention_path).double()
     T, lengths = 7, [7, 4]
     x = torch.randn(T, len(lengths), D, dtype=torch.float64)
     pad = torch.arange(T)[None, :] >= torch.tensor(lengths)[:, None]  # (B, T)

@@ -15,7 +15,7 @@ from test_tupe_math import deberta_reference, layer0_reference_weights, paper_bu
 from tupe_plugin.analysis.checkpoint_maps import ContentDependentPositions, positional_logits
 from tupe_plugin.checkpoint_info import main as checkpoint_info_main
 from tupe_plugin.models import VARIANTS, PositionalVariant, VariantMismatchError
-from tupe_plugin.modules.attention import rotate
+from tupe_plugin.modules.rotary import rotate
 from tupe_plugin.modules.positional_term import TupePositions, alibi_slopes
 
 NEW = ["sinusoidal", "nope", "t5_rel", "alibi", "rope", "deberta_rel"]
@@ -292,7 +292,7 @@ def test_real_attention_maps_of_content_dependent_variants(variant):
     assert probs.shape == (2, 4, 11, 11)
     torch.testing.assert_close(probs.sum(-1), torch.ones(2, 4, 11))
     torch.testing.assert_close(probs[0].double(), layer0_reference_weights(model, x)[0], atol=1e-5, rtol=1e-4)
-    assert all(layer.self_attn.impl == "auto" for layer in model.encoder.sentence_encoder.layers)  # restored
+    assert all(layer.self_attn.attention_path == "auto" for layer in model.encoder.sentence_encoder.layers)  # restored
 
 
 @pytest.mark.parametrize("variant", NEW)

@@ -18,7 +18,7 @@ from fairseq.models.transformer import TransformerConfig, TransformerEncoder
 from fairseq.modules.transformer_layer import TransformerEncoderLayerBase
 
 from model_utils import build, tokens
-from tupe_plugin.modules.attention import attention_mask
+from tupe_plugin.modules.masks import attention_mask
 from tupe_plugin.modules.positional_term import PositionalTerm
 
 # fairseq object -> (sha256 prefix of its source in fairseq 0.12.3, where it is restated)

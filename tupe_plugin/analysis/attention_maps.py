@@ -23,16 +23,16 @@ def attention_probs(model, tokens: torch.Tensor) -> torch.Tensor:
     """(L, H, T, T) attention probabilities of every layer for one unpadded sequence ``tokens`` (T,)."""
     layers = model.encoder.sentence_encoder.layers
     captured: List[torch.Tensor] = []
-    hooks, impls = [], []
+    hooks, paths = [], []
     for layer in layers:
         attn = layer.self_attn
-        impls.append(attn.impl)
-        attn.impl = "reference"  # the plain path returns the probabilities
+        paths.append(attn.attention_path)
+        attn.attention_path = "explicit"  # the plain path returns the probabilities
         hooks.append(attn.register_forward_hook(lambda m, i, out: captured.append(out[1][0])))
     try:
         model(tokens.unsqueeze(0), features_only=True)
     finally:
-        for layer, impl, hook in zip(layers, impls, hooks):
-            layer.self_attn.impl = impl
+        for layer, path, hook in zip(layers, paths, hooks):
+            layer.self_attn.attention_path = path
             hook.remove()
     return torch.stack(captured).float()

@@ -11,7 +11,7 @@ from fairseq.modules.transformer_sentence_encoder import init_bert_params
 from fairseq.utils import safe_getattr
 from omegaconf import OmegaConf
 
-from ..modules.attention import ATTENTION_PATHS
+from ..modules.attend import ATTENTION_PATHS
 from ..modules.classification_head import DEFAULT_HEAD_STYLE, HEAD_STYLES, build_classification_head
 from ..modules.encoder import TupeTransformerEncoder
 from .checkpoint_checks import check_dictionary
@@ -72,7 +72,7 @@ class TupeRobertaModel(RobertaModel):
             "--tupe-attention", choices=list(ATTENTION_PATHS),
             help="attention path, same math: sdpa (F.scaled_dot_product_attention), explicit (matmul, softmax, "
                  "dropout; returns the weights), auto (default: explicit on CPU when training with attention "
-                 "dropout, sdpa otherwise; modules/attention.py choose_attention_path)",
+                 "dropout, sdpa otherwise; modules/attend.py choose_attention_path)",
         )
         parser.add_argument(
             "--classification-head-style", choices=list(HEAD_STYLES), default=DEFAULT_HEAD_STYLE,

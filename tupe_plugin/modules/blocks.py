@@ -5,16 +5,18 @@ Plain torch (no fairseq import): ``tupe-export-hf`` ships this file into the exp
 """
 from __future__ import annotations
 
-from .attention import BiasedSelfAttention, DisentangledSelfAttention, RotarySelfAttention
+from .attention import SelfAttention
+from .disentangled import DisentangledSelfAttention
 from .pam import PamSelfAttention
+from .rotary import RotarySelfAttention
 
 
-def build_attention(variant, embed_dim: int, num_heads: int, dropout: float, impl: str,
-                    max_positions: int) -> BiasedSelfAttention:
+def build_attention(variant, embed_dim: int, num_heads: int, dropout: float, attention_path: str,
+                    max_positions: int) -> SelfAttention:
     """The attention block of ``variant`` (a ``PositionalVariant``); every block has
-    ``BiasedSelfAttention.forward``'s signature. ``impl``: the path of ``--tupe-attention``."""
+    ``SelfAttention.forward``'s signature. ``attention_path``: ``--tupe-attention``'s value."""
     block = variant.attention_block
-    kwargs = dict(dropout=dropout, scale_factor=variant.attn_scale_factor, impl=impl)
+    kwargs = dict(dropout=dropout, scale_factor=variant.attn_scale_factor, attention_path=attention_path)
     if block == "rope":
         return RotarySelfAttention(embed_dim, num_heads, **kwargs)
     if block == "deberta":
@@ -23,4 +25,4 @@ def build_attention(variant, embed_dim: int, num_heads: int, dropout: float, imp
         return PamSelfAttention(embed_dim, num_heads, mode=block[len("pam_"):], max_positions=max_positions, **kwargs)
     if block != "standard":
         raise ValueError(f"no attention block for --attention-block {block!r} (modules/blocks.py)")
-    return BiasedSelfAttention(embed_dim, num_heads, **kwargs)
+    return SelfAttention(embed_dim, num_heads, **kwargs)

@@ -13,16 +13,11 @@ from fairseq.modules.transformer_layer import TransformerEncoderLayerBase
 from torch import Tensor, nn
 
 from ..models.variants import PositionalVariant
-from .attention import BiasedSelfAttention, Dropout, attention_mask
+from .attend import Dropout
+from .attention import SelfAttention
 from .blocks import build_attention
+from .masks import attention_mask, compute_dtype
 from .positional_term import PositionalTerm, SinusoidalInputPositions, TupePositions
-
-
-def compute_dtype(x: Tensor) -> torch.dtype:
-    """The dtype attention computes in: autocast's where it is on for x's device (``--amp``), else x's
-    (``--fp16``/``--bf16`` convert the model, so the embeddings are already half)."""
-    device = x.device.type
-    return torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else x.dtype
 
 
 def fairseq_block(block: nn.Module, q_noise: float, qn_block_size: int) -> nn.Module:
@@ -44,7 +39,7 @@ class TupeEncoderLayer(TransformerEncoderLayerBase):
         self.variant, self.attention_path, self.max_positions = variant, attention_path, max_positions
         super().__init__(cfg)  # calls build_self_attention
 
-    def build_self_attention(self, embed_dim: int, cfg: TransformerConfig) -> BiasedSelfAttention:
+    def build_self_attention(self, embed_dim: int, cfg: TransformerConfig) -> SelfAttention:
         """The variant's block (``modules/blocks.py``) with fairseq's dropout and quant-noise."""
         block = build_attention(self.variant, embed_dim, cfg.encoder.attention_heads, cfg.attention_dropout,
                                 self.attention_path, self.max_positions)  # --tupe-attention

@@ -25,7 +25,8 @@ from typing import Optional, Tuple
 import torch
 from torch import Tensor, nn
 
-from .attention import BiasedSelfAttention, Dropout
+from .attend import Dropout
+from .attention import SelfAttention
 from .positional_term import PositionalTerm, check_length, gaussian_by_distance
 
 PAM_MODES = ("concat", "sequential", "window")
@@ -57,9 +58,9 @@ def window_weights(seq_len: int, window: int = 3, dtype=torch.float32, device=No
     return band.to(dtype) / window
 
 
-class PamSelfAttention(BiasedSelfAttention):
+class PamSelfAttention(SelfAttention):
     """A PE-free content self-attention (the inherited q/k/v/out_proj) combined with a positional
-    attention as ``mode`` says. ``forward`` has ``BiasedSelfAttention``'s signature; ``mask`` is
+    attention as ``mode`` says. ``forward`` has ``SelfAttention``'s signature; ``mask`` is
     only the padding part (PAM variants have no positional bias), ``key_padding_mask`` the same as
     (B, T) booleans, which the positional branch uses.
 
@@ -67,7 +68,7 @@ class PamSelfAttention(BiasedSelfAttention):
     two branches *before* the output projection (``proj(merge([p, h]))``), the merge here acts on
     the content output *after* ``out_proj`` (``merge([p, out_proj(h)])``): the same family of
     functions with the same parameter count, and the content branch stays a plain
-    ``BiasedSelfAttention`` (its maps are read by the analysis commands as for every variant).
+    ``SelfAttention`` (its maps are read by the analysis commands as for every variant).
     """
 
     def __init__(
@@ -78,9 +79,9 @@ class PamSelfAttention(BiasedSelfAttention):
         max_positions: int,
         dropout: float = 0.0,
         scale_factor: float = 1.0,
-        impl: str = "sdpa",
+        attention_path: str = "sdpa",
     ):
-        super().__init__(embed_dim, num_heads, dropout, scale_factor, impl)
+        super().__init__(embed_dim, num_heads, dropout, scale_factor, attention_path)
         if mode not in PAM_MODES:
             raise ValueError(f"PAM mode must be one of {PAM_MODES}, got {mode!r}")
         self.mode, self.max_positions = mode, max_positions

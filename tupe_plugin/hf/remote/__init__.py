@@ -16,7 +16,12 @@ from typing import Dict
 SHIPPED: Dict[str, str] = {
     "variants": "tupe_plugin.models.variants",
     "positional_term": "tupe_plugin.modules.positional_term",
+    "masks": "tupe_plugin.modules.masks",
+    "attend": "tupe_plugin.modules.attend",
     "attention": "tupe_plugin.modules.attention",
+    "rotary": "tupe_plugin.modules.rotary",
+    "take_columns": "tupe_plugin.modules.take_columns",
+    "disentangled": "tupe_plugin.modules.disentangled",
     "pam": "tupe_plugin.modules.pam",
     "blocks": "tupe_plugin.modules.blocks",
 }

@@ -2,7 +2,7 @@
 
 Written by the tupe_plugin project (not copied from transformers). The positional term and the attention
 blocks are tupe_plugin's own modules, not a restatement: ``tupe-export-hf`` copies ``variants.py``,
-``positional_term.py``, ``attention.py``, ``pam.py`` and ``blocks.py`` (plain torch) next to this file. What
+``positional_term.py``, the attention modules and ``blocks.py`` (plain torch) next to this file. What
 this file restates is fairseq's (fairseq 0.12.3), which the exported folder cannot import: the embedding,
 the encoder layer and the heads of RoBERTa, with fairseq's parameter names, so that features and logits
 equal fairseq's. tupe_plugin's ``tests/test_hf_export.py`` checks that for every registered variant. Inputs
@@ -21,9 +21,10 @@ from transformers import PreTrainedModel
 from transformers import initialization as init
 from transformers.modeling_outputs import BaseModelOutput, MaskedLMOutput, SequenceClassifierOutput
 
-from .attention import attention_mask as additive_mask  # the name attention_mask is the input's
 from .blocks import build_attention
 from .configuration_tupe import TupeConfig
+from .masks import attention_mask as additive_mask  # the name attention_mask is the input's
+from .masks import compute_dtype
 from .pam import PamSelfAttention, gaussian_distance_init
 from .positional_term import PositionalTerm, SinusoidalInputPositions, TupePositions, gaussian_by_distance
 
@@ -167,10 +168,11 @@ class TupeModel(TupePreTrainedModel):
         # as tupe_plugin's TupeTransformerEncoder: the positional term and the masks once per forward
         positions = self.positions(input_ids.size(1))
         pad = ~keep if has_pads else None
+        dtype = compute_dtype(x)  # autocast's where it is on, else x's
         if positions.bias is not None and positions.bias.dim() == 4:  # a learned prior per layer
-            masks = [additive_mask(b, pad, x.dtype) for b in positions.bias]
+            masks = [additive_mask(b, pad, dtype) for b in positions.bias]
         else:
-            masks = [additive_mask(positions.bias, pad, x.dtype)] * len(self.layers)
+            masks = [additive_mask(positions.bias, pad, dtype)] * len(self.layers)
         hidden_states = [x] if output_hidden_states else None
         for layer, mask in zip(self.layers, masks):
             x = layer(x, mask, positions, pad)
