@@ -4,7 +4,7 @@ Usage: python bench/bench_relative_columns.py [--size base] [--lengths 128 512] 
        [--device cpu] [--system-malloc]
 
 ``deberta_rel`` picks, for every pair (i, j), column ``delta(i, j)`` of the (T, R) score matrices ``q K_r^T`` and
-``k Q_r^T``: a gather, whose backward is a ``scatter_add_`` (``TakeColumns`` in tupe_plugin/modules/attention.py).
+``k Q_r^T``: a gather, whose backward is a ``scatter_add_`` (``TakeColumns`` in tupe_plugin/modules/take_columns.py).
 The alternative timed here reads the same values as a strided view: each score matrix is padded to (T, 2T-1)
 by repeating its clipped end columns, so that column ``j - i + T - 1`` of row i holds pair (i, j), and the
 diagonals are read with ``as_strided`` (no index; its backward writes into zeros). For every length both paths
