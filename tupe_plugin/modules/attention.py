@@ -12,8 +12,8 @@ from typing import Optional, Tuple
 
 from torch import Tensor, nn
 
-from .attend import Dropout, attend, check_attention_path, choose_attention_path
-from .masks import sdpa_layout
+from .attend import ATTENTION_PATHS, Dropout, attend, check_attention_path, choose_attention_path  # noqa: F401
+from .masks import attention_mask, sdpa_layout  # noqa: F401  (ATTENTION_PATHS, attention_mask: older import path)
 from .positional_term import PositionalTerm
 
 
@@ -100,7 +100,4 @@ class SelfAttention(nn.Module):
         return q, k, mask
 
 
-# older names and import paths, kept importable until their callers move
-BiasedSelfAttention = SelfAttention
-from .attend import ATTENTION_PATHS  # noqa: E402,F401
-from .masks import attention_mask  # noqa: E402,F401
+BiasedSelfAttention = SelfAttention  # the older name, kept importable until its callers move
