@@ -16,7 +16,7 @@ from model_utils import build, tokens
 from tupe_plugin.models import TupeRobertaModel
 from tupe_plugin.models.variants import VARIANTS
 from tupe_plugin.modules import masks as masks_module
-from tupe_plugin.modules.attend import attend, choose_attention_path
+from tupe_plugin.modules.attend import Dropout, attend, choose_attention_path
 from tupe_plugin.modules.attention import SelfAttention
 from tupe_plugin.modules.masks import align_strides, attention_mask, padding_value
 from tupe_plugin.modules.positional_term import PositionalTerm
@@ -114,6 +114,20 @@ def test_block_path_per_forward_and_bad_names():
     assert SelfAttention(8, 2, attention_path="reference").attention_path == "explicit"  # the older name loads
     with pytest.raises(ValueError, match="'sdpa' or 'explicit'"):
         attend(x, x, x, None, 1.0, FairseqDropout(0.0), "auto")
+
+
+@pytest.mark.parametrize("variant", ["tupe_r", "deberta_rel", "pam_concat", "pam_window"])
+def test_the_fairseq_layer_puts_fairseqs_dropout_and_quant_noise_on_the_plain_torch_blocks(variant):
+    """The blocks are plain torch (tupe-export-hf ships them); in fairseq every Dropout of a block is a
+    FairseqDropout (--retain-dropout reaches it) and, with --quant-noise-pq, every Linear has its hook."""
+    for q_noise in (0.0, 0.25):
+        model = build(f"{variant}_tiny", attention_dropout=0.1, quant_noise_pq=q_noise, quant_noise_pq_block_size=8)
+        for layer in model.encoder.sentence_encoder.layers:
+            children = dict(layer.self_attn.named_children())
+            dropouts = [m for m in children.values() if isinstance(m, (Dropout, FairseqDropout))]
+            linears = [m for m in children.values() if isinstance(m, torch.nn.Linear)]
+            assert dropouts and all(type(m) is FairseqDropout and m.p == 0.1 for m in dropouts)
+            assert len(linears) >= 4 and all(bool(m._forward_pre_hooks) == (q_noise > 0) for m in linears)
 
 
 def paths_taken(model, x) -> List[str]:
