@@ -105,16 +105,23 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         raise SystemExit(f"glue.fairseq_train: error: {OPTION} and validate_interval_updates both place "
                          "validations; pass one of them")
     os.environ[ENV] = str(n)
-    from fairseq_cli import hydra_train
+    # fairseq_cli.train first: its logging.basicConfig (time | level | name, INFO, LOGLEVEL) must be the first
+    # one, as in fairseq-train; importing fairseq before it (hydra_train does) runs a fairseq model module's
+    # basicConfig(level=DEBUG) instead: no timestamps and DEBUG lines in every train.log
     from fairseq_cli import train as train_cli
 
     from glue.fairseq_train import main_with_validations as entry  # by its module name, not __main__
 
     # the entry points call train.main (hydra: as pre_main) once per process, spawned ones included
     train_cli.original_main, train_cli.main = train_cli.main, entry
-    hydra_train.pre_main = entry
     sys.argv = [sys.argv[0]] + rest
-    (hydra_train if hydra else train_cli).cli_main()
+    if not hydra:
+        train_cli.cli_main()
+        return
+    from fairseq_cli import hydra_train
+
+    hydra_train.pre_main = entry
+    hydra_train.cli_main()
 
 
 if __name__ == "__main__":

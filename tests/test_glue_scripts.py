@@ -130,6 +130,9 @@ def test_finetune_rte_end_to_end(rte_run):
     result = json.loads((run_dir / "result.json").read_text())
     log = (run_dir / "train.log").read_text()
     assert "an earlier attempt" not in log
+    # fairseq-train's logging: "time | LEVEL | name | message" at INFO, not Python's "LEVEL:name:" with DEBUG lines
+    assert re.search(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \| INFO \| fairseq_cli\.train \| ", log, re.M)
+    assert not re.search(r"^(DEBUG|INFO|WARNING|ERROR):[\w.]+:", log, re.M) and "| DEBUG |" not in log
     assert result["best_valid"] == best_in_log(log) and set(result["best_valid"]) == {"valid"}
     assert {k: result[k] for k in ("task", "lr", "seed", "metric", "checkpoint_variant")} == {
         "task": "RTE", "lr": 1e-3, "seed": 1, "metric": "accuracy", "checkpoint_variant": "tupe_r"}
