@@ -120,6 +120,33 @@ def test_refuses_a_foreign_run_folder_and_a_missing_checkpoint(tmp_path, glue_bi
     assert not (tmp_path / "RTE" / "lr2e-5_seed3").exists() and not (tmp_path / ".partial").exists()
 
 
+def test_grid_checks_checkpoint_and_binaries_before_the_first_run(tmp_path):
+    runs, checkpoint = tmp_path / "runs", tmp_path / "ck.pt"
+    checkpoint.write_bytes(b"")  # exists: the grid checks the name; finetune.sh reads it
+    p = sh([GRID], check=False, CHECKPOINT=str(tmp_path / "none.pt"), GLUE_BIN=str(tmp_path / "no-bin"),
+           RUNS=str(runs), TASKS="RTE", JOBS="1")
+    assert p.returncode == 2 and "CHECKPOINT=" in p.stderr and "none.pt: no such file" in p.stderr
+    q = sh([GRID], check=False, CHECKPOINT=str(checkpoint), GLUE_BIN=str(tmp_path / "no-bin"), RUNS=str(runs),
+           TASKS="RTE MRPC", JOBS="1")
+    assert q.returncode == 2 and "no-bin/RTE-bin, " in q.stderr and "no-bin/MRPC-bin: no such folder" in q.stderr
+    r = sh([GRID, "--slurm"], check=False, CHECKPOINT=str(checkpoint), GLUE_BIN=str(tmp_path / "no-bin"),
+           RUNS=str(runs), TASKS="RTE")
+    assert r.returncode == 2 and "sbatch" not in r.stdout and "no such folder" in r.stderr
+    assert not runs.exists()  # no run started, no table written
+
+
+def test_grid_stops_at_a_usage_error_instead_of_repeating_it(tmp_path, glue_bin):
+    runs, checkpoint = tmp_path / "runs", tmp_path / "ck.pt"
+    checkpoint.write_bytes(b"")  # the runs stop at the LR, before reading it
+    p = sh([GRID], check=False, CHECKPOINT=str(checkpoint), GLUE_BIN=str(glue_bin),
+           RUNS=str(runs), TASKS="RTE", LRS="fast 1e-3", SEEDS="1 2", JOBS="1")
+    assert p.returncode == 2
+    assert "FAILED RTE lrfast_seed1 (exit 2)" in p.stderr and "3 run(s) are not started" in p.stderr
+    assert [f.name for f in (runs / ".grid_logs" / "RTE").iterdir()] == ["lrfast_seed1.out"]
+    assert "LR must be a number" in (runs / ".grid_logs" / "RTE" / "lrfast_seed1.out").read_text()
+    assert not (runs / "glue_results.csv").exists()  # no table of a stopped grid
+
+
 # ---- fine-tuning -----------------------------------------------------------------------------------
 
 
