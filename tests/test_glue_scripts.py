@@ -116,7 +116,7 @@ def test_refuses_a_foreign_run_folder_and_a_missing_checkpoint(tmp_path, glue_bi
     (tmp_path / "bogus.pt").write_bytes(b"not a checkpoint")
     r = sh([FINETUNE, "RTE", "2e-5", "3"], check=False, CHECKPOINT=str(tmp_path / "bogus.pt"),
            GLUE_BIN=str(glue_bin), RUNS=str(tmp_path))
-    assert r.returncode != 0 and "bogus.pt" in r.stderr
+    assert r.returncode == 1 and "bogus.pt: not a readable checkpoint" in r.stderr  # bad data: 1
     assert not (tmp_path / "RTE" / "lr2e-5_seed3").exists() and not (tmp_path / ".partial").exists()
 
 
@@ -183,6 +183,13 @@ def test_finetune_rte_end_to_end(rte_run):
     assert "--validate-interval-updates" not in cmd
     assert f"RTE lr1e-3_seed1 done: valid accuracy {result['best_valid']['valid']}" in p.stderr
     assert collect.read_run("RTE", str(run_dir), "accuracy") == result["best_valid"]
+
+
+def test_a_failed_fairseq_train_is_exit_1_not_a_usage_error(pretrained, glue_bin, tmp_path):
+    """1, so that glue/grid.sh goes on with the other runs (it stops at a 2: fairseq's own usage errors)."""
+    q = sh([FINETUNE, "RTE", "1e-3", "2"], check=False,
+           **run_env(pretrained, glue_bin, tmp_path, EXTRA_ARGS="--max-positions 32"))
+    assert q.returncode == 1 and "fairseq-train failed (exit 1)" in q.stderr  # the checkpoint has 64 positions
 
 
 def test_finished_run_is_skipped(rte_run, pretrained, glue_bin, runs):
