@@ -264,10 +264,12 @@ def test_checkpoint_info_shows_objective_and_sizes(electra_run):
 
 def test_finetune_script_takes_the_electra_checkpoint_unchanged(electra_run, spm_dir, tmp_path):
     save, _ = electra_run
+    from preprocess import glue_binarize
+
     env = dict(os.environ, PATH=f"{BIN}:{os.environ.get('PATH', '')}", OMP_NUM_THREADS="1")
-    run(["python", "-m", "preprocess.glue_binarize", "--glue-dir", str(ROOT / "tests/data/glue"), "--tasks", "RTE",
-         "--spm-model", str(spm_dir / "spm.model"), "--dict", str(spm_dir / "dict.txt"), "--out-dir",
-         str(tmp_path / "glue-bin")])
+    assert glue_binarize.main(["--glue-dir", str(ROOT / "tests/data/glue"), "--tasks", "RTE", "--spm-model",
+                               str(spm_dir / "spm.model"), "--dict", str(spm_dir / "dict.txt"),
+                               "--out-dir", str(tmp_path / "glue-bin")]) == 0
     env.update(CHECKPOINT=str(save / "checkpoint_last.pt"), GLUE_BIN=str(tmp_path / "glue-bin"),
                RUNS=str(tmp_path / "runs"), EPOCHS="1", BATCH="16", NUM_WORKERS="0", TRUNCATE="1", LOG_INTERVAL="1")
     p = subprocess.run([str(ROOT / "glue/finetune.sh"), "RTE", "1e-3", "1"], cwd=ROOT, env=env,
@@ -283,7 +285,7 @@ def test_finetune_script_takes_the_electra_checkpoint_unchanged(electra_run, spm
 
 # ---- resume after kill -9 (train_scripts/pretrain.sh) -------------------------------------------------
 
-TINY = {"OBJECTIVE": "electra", "VARIANT": "rope", "SIZE": "tiny", "TOKENS_PER_SAMPLE": "64", "GPUS": "0",
+TINY = {"OBJECTIVE": "electra", "ARCH": "rope_tiny", "TOKENS_PER_SAMPLE": "64", "GPUS": "0",
         "MAX_SENTENCES": "8", "BATCH_SIZE": "16", "WARMUP": "5", "LR": "2e-3", "LOG_INTERVAL": "1",
         "NUM_WORKERS": "0", "SEED": "1", "TOTAL_UPDATES": "1000", "SAVE_INTERVAL_UPDATES": "4",
         "TENSORBOARD_DIR": "none"}

@@ -24,7 +24,7 @@ tunable OBJECTIVE mlm "mlm (RoBERTa masked LM) or electra (replaced-token detect
 tunable SIZE base "base, large or tiny (tests)"
 tunable ARCH auto "fairseq --arch (auto: VARIANT_SIZE, e.g. tupe_r_base)"
 tunable DATA "" "fairseq data dir(s), colon-separated, or a folder with data_path.txt (required)"
-tunable SAVE_DIR auto "checkpoints; reruns resume from its checkpoint_last.pt (auto: checkpoints/ARCH)"
+tunable SAVE_DIR auto "checkpoints; reruns resume from its checkpoint_last.pt (auto: checkpoints/ARCH, electra: checkpoints/ARCH_electra)"
 tunable TENSORBOARD_DIR auto "TensorBoard logs (auto: SAVE_DIR/tensorboard; none: off)"
 tunable GPUS auto "GPUs per node (auto: all CUDA devices visible; 0: CPU)"
 tunable NPROC_PER_NODE auto "processes per node (auto: GPUS, or 1 on CPU; >1 on CPU uses gloo)"
@@ -78,8 +78,8 @@ usage() {
 
 # ---- resolve the automatic values ----------------------------------------------------------------
 case "$OBJECTIVE" in  # ELECTRA-Base (Clark et al. 2020, Table 6): LR 2e-4 for 766k updates, else as MLM
-  mlm) TASK=masked_lm; [[ "$LR" == auto ]] && LR=1e-4; [[ "$TOTAL_UPDATES" == auto ]] && TOTAL_UPDATES=1000000 ;;
-  electra) TASK=electra; [[ "$LR" == auto ]] && LR=2e-4; [[ "$TOTAL_UPDATES" == auto ]] && TOTAL_UPDATES=766000 ;;
+  mlm) TASK=masked_lm RUN_SUFFIX=""; [[ "$LR" == auto ]] && LR=1e-4; [[ "$TOTAL_UPDATES" == auto ]] && TOTAL_UPDATES=1000000 ;;
+  electra) TASK=electra RUN_SUFFIX=_electra; [[ "$LR" == auto ]] && LR=2e-4; [[ "$TOTAL_UPDATES" == auto ]] && TOTAL_UPDATES=766000 ;;
   *) die "OBJECTIVE must be mlm or electra, not '$OBJECTIVE'" ;;
 esac
 [[ "$GENERATOR_SIZE_DIVISOR" == auto ]] && GENERATOR_SIZE_DIVISOR=0  # the task's default for the size
@@ -155,7 +155,7 @@ fi
 # The data exists, its shards share the recorded dictionary, and few lines are too long (exit 1 otherwise).
 DATA="$("$PYTHON" -m preprocess.c4_data "$DATA" --tokens-per-sample "$TOKENS_PER_SAMPLE" \
   --sample-break-mode "$SAMPLE_BREAK_MODE" --max-skip-fraction "$MAX_SKIP_FRACTION")" || exit 1
-[[ "$SAVE_DIR" == auto ]] && SAVE_DIR="checkpoints/$ARCH$([[ "$OBJECTIVE" == electra ]] && echo _electra)"
+[[ "$SAVE_DIR" == auto ]] && SAVE_DIR="checkpoints/$ARCH${RUN_SUFFIX}"
 SAVE_DIR="$(realpath -m "$SAVE_DIR")"  # absolute: every rank and every resubmission writes the same place
 [[ "$TENSORBOARD_DIR" == auto ]] && TENSORBOARD_DIR="$SAVE_DIR/tensorboard"
 
