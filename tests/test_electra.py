@@ -364,3 +364,16 @@ def test_hf_export_of_the_discriminator_equals_fairseq(tmp_path):
     keep = mask.bool()
     torch.testing.assert_close(hf_feats[keep], feats[keep], rtol=0, atol=1e-5)
     torch.testing.assert_close(hf_cls, cls, rtol=0, atol=1e-5)
+
+
+def test_bench_train_step_takes_the_electra_step():
+    import sys
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    import bench_train_step as bench
+
+    x, masked = bench.make_batch(128, 32, "cpu")
+    mlm = bench.build("tupe_r_tiny", "tiny", 32, "cpu")
+    both = bench.with_objective(bench.build("tupe_r_tiny", "tiny", 32, "cpu"), "electra")
+    flops = [bench.step_flops(m, torch.optim.Adam(m.parameters()), x, masked) for m in (mlm, both)]
+    assert flops[1] > flops[0]  # the generator and the discriminator's dense head come on top
