@@ -337,34 +337,39 @@ def test_killed_electra_run_resumes_with_the_same_losses(lm_bin, tmp_path):
 # ---- HF export of the discriminator --------------------------------------------------------------------
 
 
-def test_hf_export_of_the_discriminator_equals_fairseq(tmp_path):
+def test_hf_export_of_the_discriminator_equals_fairseq(tmp_path, capsys):
     pytest.importorskip("transformers")
     from transformers import AutoModel, AutoModelForSequenceClassification
 
     from tupe_plugin.hf import export as hf_export
 
+    head = "sentence_classification_head"
     m = electra(seed=1)
-    m.register_classification_head("sentence_classification_head", num_classes=3)
     with torch.no_grad():
-        for p in m.parameters():
+        for p in m.parameters():  # LayerNorms != 1, ...
             p.add_(0.05 * torch.randn_like(p))
-    ckpt = tmp_path / "electra.pt"
-    torch.save({"args": m.args, "model": m.state_dict()}, ckpt)
-    out = hf_export.export(str(ckpt), str(tmp_path / "hf"))
     x = tokens(3, 12, seed=5)
     x[1, 8:] = PAD
     mask = x.ne(PAD).long()
+    keep = mask.bool()
+
+    def export(name: str) -> Path:
+        torch.save({"args": m.args, "model": m.state_dict()}, tmp_path / f"{name}.pt")
+        return hf_export.export(str(tmp_path / f"{name}.pt"), str(tmp_path / name))
+
+    pretrained = export("pretrained")  # as pre-training saved it: no classification head
+    assert "exporting its discriminator; the generator is not exported" in capsys.readouterr().err
+    m.register_classification_head(head, num_classes=3)  # as fine-tuning adds one
+    finetuned = export("finetuned")
     with torch.no_grad():
         feats, _ = m(x, features_only=True)
-        cls, _ = m(x, features_only=True, classification_head_name="sentence_classification_head")
-        hf = AutoModel.from_pretrained(str(out), trust_remote_code=True).eval()
-        hf_feats = hf(input_ids=x, attention_mask=mask).last_hidden_state
-        hf_cls = AutoModelForSequenceClassification.from_pretrained(str(out), trust_remote_code=True).eval()(
+        cls, _ = m(x, features_only=True, classification_head_name=head)
+        hf_feats = AutoModel.from_pretrained(str(pretrained), trust_remote_code=True).eval()(
+            input_ids=x, attention_mask=mask).last_hidden_state
+        hf_cls = AutoModelForSequenceClassification.from_pretrained(str(finetuned), trust_remote_code=True).eval()(
             input_ids=x, attention_mask=mask).logits
-    keep = mask.bool()
     torch.testing.assert_close(hf_feats[keep], feats[keep], rtol=0, atol=1e-5)
     torch.testing.assert_close(hf_cls, cls, rtol=0, atol=1e-5)
-
 
 def test_bench_train_step_takes_the_electra_step():
     import sys
