@@ -3,6 +3,7 @@ padding, the masking split, real fairseq-train runs per attention-block kind, re
 fine-tuning through glue/finetune.sh, tupe-checkpoint-info and the HF export of the discriminator."""
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import os
@@ -15,9 +16,11 @@ from typing import Dict, List
 
 import pytest
 import torch
+from fairseq.models import ARCH_CONFIG_REGISTRY
 
 from conftest import BIN, PRETRAIN_ARGS, ROOT, run
 from model_utils import build, tokens
+from tupe_plugin import TupeRobertaModel
 from tupe_plugin.build_task import DictionaryTask, numbered_dictionary
 from tupe_plugin.criterions.electra import ElectraCriterion
 from tupe_plugin.models.architectures import SIZES
@@ -260,6 +263,22 @@ def test_checkpoint_info_shows_objective_and_sizes(electra_run):
     assert fairseq_args(info).startswith("--arch tupe_roberta_tiny --max-positions 64 --encoder-layers 2 --encoder-embed-dim 64")
     plain = build("tupe_r_tiny")
     assert info_from_state({"args": plain.args, "model": plain.state_dict()}, "x")["objective"] == "mlm"
+
+
+def test_analysis_loads_the_electra_checkpoint_as_its_discriminator(electra_run, lm_bin):
+    from tupe_plugin.analysis.attention_maps import attention_probs, load_hub
+
+    save, _ = electra_run
+    hub = load_hub(str(save / "checkpoint_last.pt"), str(lm_bin))
+    assert isinstance(hub.model, ElectraModel)  # built by the checkpoint's task; the encoder is the discriminator
+    args = argparse.Namespace(arch="tupe_roberta_tiny", max_positions=64)
+    ARCH_CONFIG_REGISTRY[args.arch](args)
+    plain = TupeRobertaModel.build_model(args, DictionaryTask(hub.task.source_dictionary, 64)).eval()
+    plain.load_state_dict(torch.load(save / "checkpoint_last.pt", map_location="cpu")["model"])  # the discriminator
+    x = tokens(1, 10)
+    with torch.no_grad():
+        torch.testing.assert_close(hub.model(x, features_only=True)[0], plain(x, features_only=True)[0])
+    assert attention_probs(hub.model, x[0]).shape == (2, 4, 10, 10)
 
 
 def test_finetune_script_takes_the_electra_checkpoint_unchanged(electra_run, spm_dir, tmp_path):
