@@ -79,6 +79,7 @@ class Settings:
     device: str
     sdpa_size: str
     sdpa_length: int  # not a multiple of 8: the masks need the alignment
+    sdpa_layers: int  # the size's width and heads (what picks the kernels), fewer layers
     train_arch: str
     train_precisions: Tuple[str, ...]
     train_args: Tuple[str, ...]
@@ -92,10 +93,10 @@ class Settings:
 
 def settings(dry_run: bool) -> Settings:
     if dry_run:
-        return Settings("cpu", "tiny", 21, "tupe_r_tiny", ("fp32",),
+        return Settings("cpu", "tiny", 21, 2, "tupe_r_tiny", ("fp32",),
                         ("--cpu", "--batch-size", "16", "--tokens-per-sample", "64", "--max-update", "20"), "1e-3",
                         "tiny", (16, 32), 256, 1, 2)
-    return Settings("cuda", "base", 100, "tupe_r_base", ("fp16", "bf16"),
+    return Settings("cuda", "base", 100, 2, "tupe_r_base", ("fp16", "bf16"),
                     ("--batch-size", "32", "--tokens-per-sample", "128", "--max-update", "60"), "3e-4",
                     "base", (128, 512), 16384, 3, 10)
 
@@ -314,7 +315,7 @@ def section_sdpa(r: Result, s: Settings, args) -> None:
         attention.ALIGNED_DEVICES.add("cpu")
     no_dropout = dict(dropout=0.0, attention_dropout=0.0, activation_dropout=0.0)
     x, keep = batch(s)
-    r.say(f"{s.sdpa_size} size, {x.size(0)} sequences of T={s.sdpa_length} (one right-padded); relative error "
+    r.say(f"{s.sdpa_size} size with {s.sdpa_layers} layers, {x.size(0)} sequences of T={s.sdpa_length} (one right-padded); relative error "
           "= ||a - ref|| / ||ref|| against the explicit path in float64, of the real tokens' features and of all "
           "gradients; pass: SDPA's error <= 2 x the explicit path's + a floor (fp32 1e-5, bf16 2e-2, fp16 3e-3).\n")
     r.say("| variant | dtype | features: SDPA / explicit | gradients: SDPA / explicit | backend, padded | "
@@ -322,7 +323,8 @@ def section_sdpa(r: Result, s: Settings, args) -> None:
     r.say("|---|---|---|---|---|---|---|---|---|---|")
     failures = []
     for variant in args.variants:
-        ref_model = build(f"{variant}_{s.sdpa_size}", s.sdpa_size, s.sdpa_length, s.device, **no_dropout)
+        ref_model = build(f"{variant}_{s.sdpa_size}", s.sdpa_size, s.sdpa_length, s.device,
+                          encoder_layers=s.sdpa_layers, **no_dropout)
         weight = torch.randn(int(keep.sum()), ref_model.encoder.sentence_encoder.embed_tokens.embedding_dim,
                              generator=torch.Generator().manual_seed(1))
         fp64 = copy.deepcopy(ref_model).double()
