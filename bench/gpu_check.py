@@ -81,9 +81,12 @@ class Settings:
     sdpa_length: int  # not a multiple of 8: the masks need the alignment
     sdpa_layers: int  # the size's width and heads (what picks the kernels), fewer layers
     train_arch: str
-    train_precisions: Tuple[str, ...]
-    train_args: Tuple[str, ...]
+    train_runs: Tuple[Tuple[str, str], ...]  # (precision, launcher: "cli" fairseq-train or "hydra" fairseq-hydra-train)
+    train_batch: int
+    train_length: int
+    train_updates: int
     train_lr: str
+    train_warmup: int
     timing_size: str
     lengths: Tuple[int, ...]
     tokens: int
@@ -93,11 +96,9 @@ class Settings:
 
 def settings(dry_run: bool) -> Settings:
     if dry_run:
-        return Settings("cpu", "tiny", 21, 2, "tupe_r_tiny", ("fp32",),
-                        ("--cpu", "--batch-size", "16", "--tokens-per-sample", "64", "--max-update", "20"), "1e-3",
+        return Settings("cpu", "tiny", 21, 2, "tupe_r_tiny", (("fp32", "cli"), ("fp32", "hydra")), 16, 64, 10, "3e-3", 2,
                         "tiny", (16, 32), 256, 1, 2)
-    return Settings("cuda", "base", 100, 2, "tupe_r_base", ("fp16", "bf16"),
-                    ("--batch-size", "32", "--tokens-per-sample", "128", "--max-update", "60"), "3e-4",
+    return Settings("cuda", "base", 100, 2, "tupe_r_base", (("fp16", "cli"), ("bf16", "hydra")), 32, 128, 60, "3e-4", 10,
                     "base", (128, 512), 16384, 3, 10)
 
 
@@ -356,16 +357,17 @@ def section_sdpa(r: Result, s: Settings, args) -> None:
 
 
 def write_corpus(folder: Path, lines: int, seed: int = 0) -> None:
-    """train.txt / valid.txt of word sequences that count up (w17 w18 w19 ...) from a random start: a masked word
-    follows from its neighbours, so a model's loss falls within a few dozen updates."""
+    """train.txt / valid.txt of 20 to 60 words each, drawn from 500 words with Zipf frequencies (the k-th word in
+    proportion to 1/k): a model's loss falls within a few updates, from log2 of the vocabulary (9 bits) towards
+    the frequencies' entropy (6.9 bits)."""
     import random
 
     rng = random.Random(seed)
+    words, weights = [f"w{k}" for k in range(500)], [1 / (k + 1) for k in range(500)]
     for split, n in (("train", lines), ("valid", max(1, lines // 20))):
         with open(folder / f"{split}.txt", "w", encoding="utf-8") as f:
             for _ in range(n):
-                start, length = rng.randrange(500), rng.randrange(20, 60)
-                f.write(" ".join(f"w{(start + i) % 500}" for i in range(length)) + "\n")
+                f.write(" ".join(rng.choices(words, weights, k=rng.randrange(20, 60))) + "\n")
 
 
 def train_log_facts(log: str) -> Dict[str, object]:
@@ -375,6 +377,33 @@ def train_log_facts(log: str) -> Dict[str, object]:
     scales = re.findall(r"\bloss_scale=([0-9.e+-]+)", log)
     return {"losses": losses, "overflows": len(re.findall(r"gradient overflow detected", log)),
             "loss_scale": scales[-1] if scales else "none"}
+
+
+def train_command(s: Settings, precision: str, launcher: str, data: Path, run_dir: Path) -> List[str]:
+    """One short masked-LM pre-training of ``s.train_arch``: through ``fairseq-train`` (the legacy command line,
+    as train_scripts/pretrain.sh) or ``fairseq-hydra-train`` with the shipped config. fairseq 0.12's command line
+    turns ``--bf16`` into ``--tpu`` (``fairseq/options.py``), so bf16 on a GPU goes through hydra."""
+    plugin, cpu = str(ROOT / "tupe_plugin"), s.device == "cpu"
+    if launcher == "cli":
+        if precision == "bf16":
+            raise ValueError("fairseq-train --bf16 sets --tpu in fairseq 0.12; use the hydra launcher")
+        return [sys.executable, "-m", "fairseq_cli.train", str(data), "--user-dir", plugin, "--task", "masked_lm",
+                "--criterion", "masked_lm", "--arch", s.train_arch, "--sample-break-mode", "complete",
+                "--tokens-per-sample", str(s.train_length), "--batch-size", str(s.train_batch), "--optimizer", "adam",
+                "--lr", s.train_lr, "--lr-scheduler", "polynomial_decay", "--warmup-updates", str(s.train_warmup),
+                "--total-num-update", str(s.train_updates), "--max-update", str(s.train_updates),
+                "--log-format", "simple", "--log-interval", "5", "--seed", "1", "--num-workers", "0", "--no-save",
+                "--disable-validation", "--no-progress-bar", *(["--cpu"] if cpu else []),
+                *([f"--{precision}"] if precision != "fp32" else [])]
+    return [sys.executable, "-m", "fairseq_cli.hydra_train", "--config-dir", str(ROOT / "train_scripts/config/pretrain"),
+            "--config-name", "tupe_base", f"task.data={data}", f"common.user_dir={plugin}",
+            f"model._name={s.train_arch}", f"common.fp16={str(precision == 'fp16').lower()}",
+            f"common.bf16={str(precision == 'bf16').lower()}", f"common.cpu={str(cpu).lower()}",
+            "common.log_interval=5", "common.tensorboard_logdir=null", "model.target_batch_size=null",
+            f"dataset.batch_size={s.train_batch}", f"task.tokens_per_sample={s.train_length}",
+            f"optimization.max_update={s.train_updates}", f"optimization.lr=[{s.train_lr}]",
+            f"lr_scheduler.warmup_updates={s.train_warmup}", "dataset.num_workers=0", "checkpoint.no_save=true",
+            "dataset.disable_validation=true", f"hydra.run.dir={run_dir}"]
 
 
 def section_train(r: Result, s: Settings, args) -> None:
@@ -388,39 +417,38 @@ def section_train(r: Result, s: Settings, args) -> None:
         if p.returncode != 0:
             r.fail("fairseq-preprocess: " + p.stderr[-2000:])
             return
-        r.say(f"`fairseq-train --user-dir tupe_plugin --arch {s.train_arch} {' '.join(s.train_args)}` on generated "
-              f"counting sequences (a masked word follows from its neighbours), Adam, lr {s.train_lr}, 10 warm-up "
-              "updates; losses as fairseq logs them (base 2), every 5 updates.\n")
+        r.say(f"`{s.train_arch}`, {s.train_updates} updates of {s.train_batch} sequences of at most {s.train_length} "
+              f"tokens, on generated text (500 words with Zipf frequencies), Adam, lr "
+              f"{s.train_lr}, {s.train_warmup} warm-up updates; losses as fairseq logs them (base 2), every 5 updates. fp16 through "
+              "`fairseq-train --user-dir tupe_plugin --fp16`; bf16 through `fairseq-hydra-train` with "
+              "train_scripts/config/pretrain/tupe_base.yaml and `common.bf16=true` (fairseq 0.12's command line "
+              "turns `--bf16` into `--tpu`).\n")
         r.say("Loss falls, overflow skips counted: the loss of the first and the last logged interval, and the "
               "updates fairseq skipped on a gradient overflow (fp16's loss scaling; bf16 has none).\n")
-        r.say("| precision | updates | loss, first logged -> last | loss falls | overflow skips | last loss scale |"
-              " seconds |\n|---|---:|---|---|---:|---|---:|")
-        for precision in s.train_precisions:
-            flag = [] if precision == "fp32" else [f"--{precision}"]
-            cmd = [sys.executable, "-m", "fairseq_cli.train", str(data / "bin"), "--user-dir", str(ROOT / "tupe_plugin"),
-                   "--task", "masked_lm", "--criterion", "masked_lm", "--arch", s.train_arch,
-                   "--sample-break-mode", "complete", "--optimizer", "adam", "--lr", s.train_lr,
-                   "--lr-scheduler", "polynomial_decay", "--warmup-updates", "10", "--total-num-update", "200",
-                   "--log-format", "simple", "--log-interval", "5", "--seed", "1", "--num-workers", "0", "--no-save",
-                   "--disable-validation", "--no-progress-bar", *s.train_args, *flag]
+        r.say("| precision | launcher | updates | loss, first logged -> last | loss falls | overflow skips | "
+              "last loss scale | seconds |\n|---|---|---:|---|---|---:|---|---:|")
+        for precision, launcher in s.train_runs:
+            cmd = train_command(s, precision, launcher, data / "bin", data / f"hydra-{precision}")
             t0 = time.monotonic()
-            p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=SECTION_LIMIT_S["train"] // 2)
+            p = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp,
+                               timeout=SECTION_LIMIT_S["train"] // 2)
             seconds = time.monotonic() - t0
             facts = train_log_facts(p.stdout + p.stderr)
             losses = facts["losses"]
             falls = len(losses) >= 2 and losses[-1] < losses[0]
-            label = precision + (" (dry run: fairseq's --fp16/--bf16 need CUDA)" if s.device != "cuda" else "")
+            label = precision + (" (dry run: fairseq's fp16/bf16 need CUDA)" if s.device != "cuda" else "")
             shown = f"{losses[0]:.3f} -> {losses[-1]:.3f}" if losses else "none logged"
-            r.say(f"| {label} | {5 * len(losses)} | {shown} | {falls} | {facts['overflows']} | {facts['loss_scale']} | "
-                  f"{seconds:.0f} |")
+            r.say(f"| {label} | {launcher} | {5 * len(losses)} | {shown} | {falls} | {facts['overflows']} | "
+                  f"{facts['loss_scale']} | {seconds:.0f} |")
+            setting = f"{precision} {launcher}"
             for metric, value in (("first_loss", losses[0] if losses else ""), ("last_loss", losses[-1] if losses else ""),
                                   ("loss_falls", falls), ("overflow_skips", facts["overflows"]),
                                   ("last_loss_scale", facts["loss_scale"]), ("seconds", round(seconds, 1))):
-                r.row(s.train_arch, precision, metric, value)
+                r.row(s.train_arch, setting, metric, value)
             if p.returncode != 0:
-                r.fail(f"{precision}: fairseq-train exit status {p.returncode}\n\n```\n{p.stderr[-2500:]}\n```")
+                r.fail(f"{setting}: exit status {p.returncode}\n\n```\n{p.stderr[-2500:]}\n```")
             elif not falls:
-                r.fail(f"{precision}: the loss did not fall ({shown})")
+                r.fail(f"{setting}: the loss did not fall ({shown})")
 
 
 # --- timing against RoBERTa --------------------------------------------------------------------------------------
@@ -526,10 +554,11 @@ def run_section(args) -> None:
     r.save()
 
 
-def install(args, out: Path) -> Tuple[bool, str]:
+def install(args) -> Tuple[bool, str]:
     """The wheels of ``--wheels`` into ``--site`` (bench/gpu_wheels.py install); (ok, what it said)."""
-    if args.wheels is None:
-        return True, "dry run: this environment is used as it is (no --wheels given)"
+    if args.no_install or args.wheels is None:
+        return True, "nothing installed: this environment is used as it is (" + (
+            "--no-install)" if args.no_install else "a dry run without --wheels)")
     wheels = Path(args.wheels)
     if not wheels.is_dir():
         return False, f"no wheel folder {wheels}: run `make gpu-wheels` where there is network, carry it over"
@@ -569,7 +598,7 @@ def drive(args) -> int:
               f"{card_name('cuda' if not args.dry_run else 'cpu')}"]
     done: Dict[str, dict] = {}
     seconds: Dict[str, float] = {}
-    ok, said = install(args, out)
+    ok, said = install(args)
     log = out / "install.log"
     log.write_text(said + "\n", encoding="utf-8")
     env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=os.pathsep.join(
@@ -620,6 +649,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--wheels", help="the wheel folder of make gpu-wheels (default .gpu-wheels; a dry run uses "
                     "this environment unless given)")
     ap.add_argument("--site", default=str(ROOT / ".gpu-site"), help="where its wheels are installed")
+    ap.add_argument("--no-install", action="store_true",
+                    help="use this environment as it is (a GPU machine where the project is installed)")
     ap.add_argument("--sections", nargs="+", default=list(SECTIONS), choices=SECTIONS)
     ap.add_argument("--variants", nargs="+", default=[], metavar="VARIANT", help="registry names (default: all)")
     ap.add_argument("--budget-s", type=float, default=540, help="the whole check's time (default 540)")

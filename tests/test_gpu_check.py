@@ -152,9 +152,10 @@ def test_dry_run_sdpa_section_checks_every_dtype_and_the_pitfalls(dry_run):
 
 def test_dry_run_train_loss_falls_and_timing_columns_follow_from_the_measurements(dry_run):
     _, _, rows = dry_run
-    train = values(rows, "train", setting="fp32")
-    assert train["loss_falls"] == "True" and float(train["last_loss"]) < float(train["first_loss"])
-    assert train["overflow_skips"] == "0"
+    for launcher in ("cli", "hydra"):  # fairseq-train and fairseq-hydra-train (bf16's way on a GPU)
+        train = values(rows, "train", setting=f"fp32 {launcher}")
+        assert train["loss_falls"] == "True" and float(train["last_loss"]) < float(train["first_loss"])
+        assert train["overflow_skips"] == "0"
     for length in (16, 32):
         t = {k: float(v) for k, v in values(rows, "timing", subject="deberta_rel", setting=f"T={length}").items()}
         tokens = t["batch"] * length
@@ -183,6 +184,19 @@ def test_pytest_summary_and_fairseq_log_are_read():
            "epoch 001:     10 / 40 loss=7.5, loss_scale=64, wps=1\n")
     facts = gpu_check.train_log_facts(log.replace("epoch 001:", "train_inner | epoch 001:"))
     assert facts == {"losses": [9.012, 7.5], "overflows": 1, "loss_scale": "64"}
+
+
+def test_bf16_never_goes_through_fairseq_train_whose_command_line_makes_it_tpu():
+    from fairseq import options
+
+    argv = ["data", "--task", "masked_lm", "--arch", "tupe_r_tiny", "--bf16", "--user-dir", str(ROOT / "tupe_plugin")]
+    assert options.parse_args_and_arch(options.get_training_parser(), argv).tpu  # fairseq 0.12: --bf16 => --tpu
+    gpu = gpu_check.settings(dry_run=False)
+    assert ("bf16", "hydra") in gpu.train_runs and ("fp16", "cli") in gpu.train_runs
+    command = gpu_check.train_command(gpu, "bf16", "hydra", Path("bin"), Path("run"))
+    assert "common.bf16=true" in command and "common.fp16=false" in command and "common.cpu=false" in command
+    with pytest.raises(ValueError, match="--tpu"):
+        gpu_check.train_command(gpu, "bf16", "cli", Path("bin"), Path("run"))
 
 
 def test_peak_rate_by_card_name():
