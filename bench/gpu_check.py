@@ -455,11 +455,12 @@ def section_train(r: Result, s: Settings, args) -> None:
 
 
 def section_timing(r: Result, s: Settings, args) -> None:
-    from bench_train_step import Row, build, make_batch, resident_bytes, step_flops, step_peak_bytes, timed_steps
+    from bench_train_step import (build, make_batch, pair_ratio_iqr, resident_bytes, step_flops, step_peak_bytes,
+                                  timed_steps)
 
     name = card_name(s.device)
     peak = peak_tflops(name, args.peak_tflops)
-    r.say(f"{s.timing_size} size, bf16 weights (as fairseq --bf16 converts the model; Adam here keeps no fp32 master "
+    r.say(f"{s.timing_size} size, bf16 weights (as fairseq's bf16 training converts the model; Adam here keeps no fp32 master "
           f"copy), {s.tokens} tokens per step, training mode with RoBERTa's dropouts; {args.warmup or s.warmup} "
           f"warm-up and {args.steps or s.steps} timed steps per model, alternating RoBERTa / variant. MFU = matrix "
           f"FLOPs of a step (torch's FlopCounterMode, forward + backward) / median step time / peak "
@@ -487,7 +488,6 @@ def section_timing(r: Result, s: Settings, args) -> None:
             if time.time() > args.deadline:
                 skipped.append(f"{variant} T={length}")
                 continue
-            row = Row(s.timing_size, length, x.size(0), variant, "auto")
             try:
                 pair = {"roberta": roberta, "variant": built(f"{variant}_{s.timing_size}", length)}
                 times = timed_steps(pair, x, masked, warmup, steps, s.device)
@@ -504,10 +504,8 @@ def section_timing(r: Result, s: Settings, args) -> None:
                 if s.device == "cuda":
                     torch.cuda.empty_cache()
             rm, vm = statistics.median(times["roberta"]), statistics.median(times["variant"])
-            row.roberta_s, row.variant_s = times["roberta"], times["variant"]
-            row.roberta_flops, row.variant_flops = roberta_flops, variant_flops
-            q1, q3 = row_iqr(row)
-            tokens = row.tokens
+            q1, q3 = pair_ratio_iqr(times["roberta"], times["variant"])
+            tokens = x.numel()
             r.say(f"| {length} | {x.size(0)} | {variant} | {rm * 1e3:.1f} | {vm * 1e3:.1f} | {vm / rm:.3f} | "
                   f"{q1:.2f}-{q3:.2f} | {tokens / rm:,.0f} | {tokens / vm:,.0f} | {mfu(roberta_flops, rm)} | "
                   f"{mfu(variant_flops, vm)} | {variant_flops / roberta_flops:.3f} | {roberta_mib:,.0f} | {variant_mib:,.0f} |")
@@ -523,12 +521,6 @@ def section_timing(r: Result, s: Settings, args) -> None:
         del roberta
     if skipped:
         r.fail(f"time budget reached; not run: {', '.join(skipped)}")
-
-
-def row_iqr(row) -> Tuple[float, float]:
-    from bench_train_step import pair_ratio_iqr
-
-    return pair_ratio_iqr(row.roberta_s, row.variant_s)
 
 
 # --- the driver: sections in child processes, the report after each ---------------------------------------------
@@ -636,6 +628,7 @@ def drive(args) -> int:
         write_report(out, header, done, seconds)
         print(f"gpu-check: {name}: {done[name]['status']} ({seconds[name]:.0f} s)", flush=True)
     failed = [n for n in args.sections if done.get(n, {}).get("status") != "ok"]
+    print("\n" + (out / "report.md").read_text(encoding="utf-8"), flush=True)  # also in the command's output
     print(f"gpu-check: report in {out / 'report.md'}, CSV in {out / 'gpu_check.csv'}; "
           + (f"failed: {', '.join(failed)}" if failed else "every section passed"), flush=True)
     return 1 if failed else 0
