@@ -91,18 +91,18 @@ def derive(python_version: str) -> Dict[str, str]:
     env = target_environment(python_version)
     skip: Set[str] = set(TORCH_FAMILY) | set(requirements_of("torch", env))
     pinned = pins()
-    todo = requirements_of(PROJECT, env) + list(EXTRA_ROOTS)
-    found: Dict[str, str] = {}
+    todo, found = [PROJECT], {}
     while todo:
         name = canonicalize_name(todo.pop())
         if name in found or name in skip or name.startswith("nvidia-"):
             continue
-        if name not in pinned:
-            raise SystemExit(f"constraints.txt: no pin for {name!r}, a dependency of this project; add its "
-                             f"version (pip freeze) and run again")
-        found[name] = pinned[name]
+        if name != canonicalize_name(PROJECT):
+            if name not in pinned:
+                raise SystemExit(f"constraints.txt: no pin for {name!r}, a dependency of this project; add its "
+                                 f"version (pip freeze) and run again")
+            found[name] = pinned[name]
         try:
-            todo += requirements_of(name, env)
+            todo += requirements_of(name, env) + (list(EXTRA_ROOTS) if name == canonicalize_name(PROJECT) else [])
         except metadata.PackageNotFoundError:
             raise SystemExit(f"{name} is not installed here, so its requirements are unknown: run `make install` "
                              "first (the list is derived from the installed metadata)") from None
