@@ -12,15 +12,16 @@ Sections, each in its own process with a time limit (a crash or a hang of one is
   which SDPA backend each call took (flash, memory-efficient, cuDNN, math), with and without padding; and the
   GPU pitfalls: every mask handed to SDPA in q's dtype with aligned strides (also under autocast), and a
   sequence without real tokens giving finite outputs and gradients on both paths.
-- ``train``: a short real ``fairseq-train --user-dir tupe_plugin`` of ``tupe_r_base`` with ``--fp16`` and with
-  ``--bf16`` on generated data: the loss falls, overflow skips are counted.
+- ``train``: a short real pre-training of ``tupe_r_base`` (``--user-dir tupe_plugin``) on generated data, in
+  fp16 through ``fairseq-train --fp16`` and in bf16 through ``fairseq-hydra-train`` (``common.bf16=true``:
+  fairseq 0.12's command line turns ``--bf16`` into ``--tpu``): the loss falls, overflow skips are counted.
 - ``timing``: one train step of every variant against fairseq's ``roberta`` of the same size (base, T=128 and
   512, bf16 weights), in ``bench/bench_train_step.py``'s alternation, with the per-pair ratios, tokens/s, model
   FLOPs utilisation (matrix FLOPs per second over the card's peak dense bf16 rate) and peak memory. It stops
   at the time budget and reports the rows it did not reach.
 
 On a machine without CUDA it says so in one line and exits 1. ``--dry-run`` runs the same sections on CPU at
-tiny size (fairseq's ``--fp16``/``--bf16`` need CUDA, so the dry training run is fp32); tests/test_gpu_check.py
+tiny size (fairseq's fp16 and bf16 optimizers need CUDA, so the dry training runs are fp32); tests/test_gpu_check.py
 runs it. Exit status: 0 when every section passed, 1 otherwise, 2 for usage errors.
 
     python bench/gpu_check.py --out $OUT                 # on the GPU machine (make gpu-check OUT=...)
