@@ -110,6 +110,7 @@ class TupeRobertaModel(RobertaModel):
 
     def upgrade_state_dict_named(self, state_dict, name):
         super().upgrade_state_dict_named(state_dict, name)
+        self.keep_discriminator(state_dict, name)
         check_dictionary(state_dict, name, self.encoder.sentence_encoder.embed_tokens.num_embeddings, self.args)
         key = (name + "." if name else "") + VARIANT_KEY
         if key not in state_dict:
@@ -127,6 +128,12 @@ class TupeRobertaModel(RobertaModel):
                 f"the checkpoint was trained as positional variant '{saved.name}' but this model is "
                 f"'{self.variant.name}' (--arch {safe_getattr(self.args, 'arch', '?')}). Use {hint}"
             )
+
+    def keep_discriminator(self, state_dict, name):
+        """An ELECTRA checkpoint loads as its discriminator: generator dropped, MLM head filled (models/electra.py)."""
+        from .electra import keep_discriminator  # electra.py builds on this module
+
+        keep_discriminator(state_dict, name, self.encoder.lm_head)
 
     def _check_max_positions(self, state_dict, name):
         prefix = (name + "." if name else "") + "encoder.sentence_encoder."

@@ -12,8 +12,8 @@ from typing import Optional, Tuple
 
 from torch import Tensor, nn
 
-from .attend import ATTENTION_PATHS, Dropout, attend, check_attention_path, choose_attention_path  # noqa: F401
-from .masks import attention_mask, sdpa_layout  # noqa: F401  (ATTENTION_PATHS, attention_mask: older import path)
+from .attend import Dropout, attend, check_attention_path, choose_attention_path
+from .masks import sdpa_layout
 from .positional_term import PositionalTerm
 
 
@@ -60,15 +60,6 @@ class SelfAttention(nn.Module):
         if self.attention_path == "sdpa":
             return "sdpa"
         return choose_attention_path(x.device, self.training, self.dropout_module.p)
-
-    @property
-    def impl(self) -> str:
-        """The older name of ``attention_path`` (bench/gpu_check.py sets it), kept until its callers move."""
-        return self.attention_path
-
-    @impl.setter
-    def impl(self, value: str) -> None:
-        self.attention_path = check_attention_path(value)
 
     def forward(
         self,
