@@ -22,10 +22,16 @@ NEW = ["sinusoidal", "nope", "t5_rel", "alibi", "rope", "deberta_rel"]
 def test_every_variant_round_trips_and_has_all_sizes():
     from fairseq.models import ARCH_MODEL_REGISTRY
 
+    from tupe_plugin.models.architectures import SIZE_FIELDS, SIZES
+
+    assert list(SIZES) == ["base", "large", "tiny"] and all(set(s) <= set(SIZE_FIELDS) for s in SIZES.values())
     for name, v in VARIANTS.items():
         assert PositionalVariant.from_tensor(v.to_tensor()) == v and v.name == name
-        for size in ("base", "large", "tiny"):
+        for size in SIZES:
             assert ARCH_MODEL_REGISTRY[f"{name}_{size}"].__name__ == "TupeRobertaModel"
+    tiny = build("bert_a_tiny").args
+    assert {f: getattr(tiny, f) for f in SIZE_FIELDS} == SIZES["tiny"] == dict(
+        encoder_layers=2, encoder_embed_dim=64, encoder_attention_heads=4, encoder_ffn_embed_dim=128)
     for arch in ["tupe_roberta_base", "tupe_roberta_large", "tupe_roberta_tiny", "bert_a_base", "gaussian_prior_tiny",
                  "learned_gaussian_base", "tupe_a_tie_cls_tiny", "bert_ad_base"]:
         assert arch in ARCH_MODEL_REGISTRY

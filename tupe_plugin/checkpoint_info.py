@@ -17,6 +17,7 @@ from typing import Any, Dict
 import torch
 
 from . import checkpoint_safety  # noqa: F401
+from .models.architectures import SIZE_FIELDS
 from .models.tupe_roberta import VARIANT_KEY
 from .models.variants import VARIANTS, PositionalVariant
 
@@ -53,7 +54,7 @@ def info_from_state(state: Dict[str, Any], path: str) -> Dict[str, Any]:
     }
 
 
-SIZE_FLAGS = ("encoder_layers", "encoder_embed_dim", "encoder_attention_heads", "encoder_ffn_embed_dim")
+SIZE_FLAGS = SIZE_FIELDS  # the fields a size sets (models/architectures.py: SIZES)
 
 
 def fairseq_args(info: Dict[str, Any]) -> str:
