@@ -50,7 +50,7 @@ def test_old_shorter_records_decode_with_defaults_and_load(record, name):
     state["encoder.sentence_encoder.positions.variant"] = old
     dst = build(f"{name}_tiny", seed=2)
     dst.load_state_dict(state)  # same variant: loads, and the buffer takes the current encoding
-    assert torch.equal(dst.encoder.sentence_encoder.positions.variant, VARIANTS[name].to_tensor())
+    assert torch.equal(dst.variant_record, VARIANTS[name].to_tensor())
     with pytest.raises(VariantMismatchError, match=f"'{name}'"):
         build("t5_rel_tiny").load_state_dict(state, strict=False)
 
@@ -161,7 +161,7 @@ def test_deberta_clips_at_k_and_equals_the_formula_with_large_relative_terms():
         emb, _ = enc.forward_embedding(x)
         _, w = enc.layers[0].self_attn(emb.transpose(0, 1), None, term, need_weights=True)
     torch.testing.assert_close(w.double(), layer0_reference_weights(model, x), atol=1e-5, rtol=1e-4)
-    assert model.variant.name == "custom" and model.variant.attn_scale_factor == 3.0
+    assert model.positional_variant.name == "custom" and model.positional_variant.attn_scale_factor == 3.0
 
 
 @pytest.mark.parametrize("k", [4, 128])  # clipped (k < T) and not

@@ -5,6 +5,7 @@ import argparse
 import logging
 from dataclasses import fields
 
+import torch
 from fairseq.models import register_model
 from fairseq.models.roberta import RobertaEncoder, RobertaModel
 from fairseq.modules.transformer_sentence_encoder import init_bert_params
@@ -19,7 +20,11 @@ from .variants import PositionalVariant
 
 logger = logging.getLogger(__name__)
 
-VARIANT_KEY = "encoder.sentence_encoder.positions.variant"
+# The positional variant's checkpoint record (PositionalVariant.to_tensor) is a buffer of the positions
+# module. Its name "variant" is part of this state-dict key in every checkpoint written so far, so it stays;
+# in Python the record is ``model.variant_record`` and the decoded dataclass ``model.positional_variant``.
+RECORD_BUFFER = "variant"
+VARIANT_KEY = f"encoder.sentence_encoder.positions.{RECORD_BUFFER}"
 
 
 class VariantMismatchError(ValueError):
@@ -105,27 +110,34 @@ class TupeRobertaModel(RobertaModel):
         self.classification_heads[name] = build_classification_head(self.args, num_classes, inner_dim)
 
     @property
-    def variant(self) -> PositionalVariant:
-        return PositionalVariant.from_tensor(self.encoder.sentence_encoder.positions.variant)
+    def variant_record(self) -> torch.Tensor:
+        """The checkpoint record of this model's positional variant (the buffer at ``VARIANT_KEY``)."""
+        return getattr(self.encoder.sentence_encoder.positions, RECORD_BUFFER)
+
+    @property
+    def positional_variant(self) -> PositionalVariant:
+        """This model's positional variant, decoded from its record."""
+        return PositionalVariant.from_tensor(self.variant_record)
 
     def upgrade_state_dict_named(self, state_dict, name):
         super().upgrade_state_dict_named(state_dict, name)
         check_dictionary(state_dict, name, self.encoder.sentence_encoder.embed_tokens.num_embeddings, self.args)
         key = (name + "." if name else "") + VARIANT_KEY
+        current = self.positional_variant
         if key not in state_dict:
-            logger.warning(f"checkpoint does not record its positional variant; assuming {self.variant.name}")
-            state_dict[key] = self.encoder.sentence_encoder.positions.variant.clone()
+            logger.warning(f"checkpoint does not record its positional variant; assuming {current.name}")
+            state_dict[key] = self.variant_record.clone()
             return
         self._check_max_positions(state_dict, name)
         saved = PositionalVariant.from_tensor(state_dict[key])
-        state_dict[key] = self.encoder.sentence_encoder.positions.variant.clone()  # current encoding
-        if saved != self.variant:
+        state_dict[key] = self.variant_record.clone()  # current encoding
+        if saved != current:
             hint = f"{saved.arch_hint()} (or _large/_tiny)" if saved.name != "custom" else ""
             if not saved.no_position:  # NoPE has no flags: only its arch reaches it
                 hint += (" or " if hint else "") + f"the flags: {saved.flags()}"
             raise VariantMismatchError(
                 f"the checkpoint was trained as positional variant '{saved.name}' but this model is "
-                f"'{self.variant.name}' (--arch {safe_getattr(self.args, 'arch', '?')}). Use {hint}"
+                f"'{current.name}' (--arch {safe_getattr(self.args, 'arch', '?')}). Use {hint}"
             )
 
     def _check_max_positions(self, state_dict, name):
@@ -163,5 +175,5 @@ class TupeRobertaEncoder(RobertaEncoder):
         encoder = TupeTransformerEncoder(args, dictionary, embed_tokens, variant)
         encoder.apply(init_bert_params)
         # travels in every state dict, so a checkpoint says which variant it is
-        encoder.positions.register_buffer("variant", variant.to_tensor())
+        encoder.positions.register_buffer(RECORD_BUFFER, variant.to_tensor())
         return encoder
