@@ -10,7 +10,7 @@ import torch
 
 from model_utils import build, tokens
 from test_tupe_math import deberta_reference, layer0_reference_weights, paper_bucket
-from tupe_plugin.analysis.checkpoint_maps import ContentDependentPositions, positional_logits
+from tupe_plugin.analysis.checkpoint_maps import ContentDependentPositions, load_checkpoint, positional_logits
 from tupe_plugin.checkpoint_info import main as checkpoint_info_main
 from tupe_plugin.models import VARIANTS, PositionalVariant, VariantMismatchError
 from tupe_plugin.modules.attention import rotate
@@ -204,9 +204,9 @@ def test_position_maps_of_the_new_variants(variant, tmp_path):
     T = 12
     if variant in ("rope", "deberta_rel"):
         with pytest.raises(ContentDependentPositions, match="depends on content.*tupe-locality"):
-            positional_logits(str(path), T)
+            positional_logits(*load_checkpoint(str(path)), T)
         return
-    got = positional_logits(str(path), T)
+    got = positional_logits(*load_checkpoint(str(path)), T)
     enc = model.encoder.sentence_encoder
     want = np.zeros((4, T, T))
     if variant == "alibi":
