@@ -265,7 +265,7 @@ def test_pam_checkpoint_loads_maps_and_finetunes_through_the_clis(lm_bin, spm_di
          "--out-dir", str(glue_bin)])
     env = dict(os.environ, PATH=f"{BIN}:{os.environ.get('PATH', '')}", OMP_NUM_THREADS="1",
                CHECKPOINT=str(save / "checkpoint_last.pt"), GLUE_BIN=str(glue_bin), RUNS=str(runs),
-               EPOCHS="1", BATCH="16", NUM_WORKERS="0", TRUNCATE="1")
+               EPOCHS="1", SENTENCES_PER_BATCH="16", NUM_WORKERS="0", TRUNCATE="1")
     p = subprocess.run([str(ROOT / "glue/finetune.sh"), "RTE", "1e-3", "1"], cwd=ROOT, env=env,
                        capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-4000:]
