@@ -129,7 +129,7 @@ if (( status != 0 )); then
   tail -n 30 "$partial/train.log" >&2
   # the error our plugin raised (wrong variant, dictionary, ...) as the last line, not 30 lines above it
   reason="$("$PYTHON" -m tupe_plugin_cli.errors "$partial/train.log" 2>/dev/null | sed 's/^error: //')" || true
-  die "$TASK $run_name: fairseq-train failed (exit $status)${reason:+: $reason}; log in $partial/train.log"
+  fail "$status" "$TASK $run_name: fairseq-train failed (exit $status)${reason:+: $reason}; log in $partial/train.log"
 fi
 
 "$PYTHON" -m glue.finetune_helper result --task "$TASK" --lr "$LR" --seed "$SEED" --metric "$METRIC" \

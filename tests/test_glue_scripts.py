@@ -116,7 +116,7 @@ def test_refuses_a_foreign_run_folder_and_a_missing_checkpoint(tmp_path, glue_bi
     (tmp_path / "bogus.pt").write_bytes(b"not a checkpoint")
     r = sh([FINETUNE, "RTE", "2e-5", "3"], check=False, CHECKPOINT=str(tmp_path / "bogus.pt"),
            GLUE_BIN=str(glue_bin), RUNS=str(tmp_path))
-    assert r.returncode != 0 and "bogus.pt" in r.stderr
+    assert r.returncode == 1 and "bogus.pt: not a readable checkpoint" in r.stderr  # bad data: 1
     assert not (tmp_path / "RTE" / "lr2e-5_seed3").exists() and not (tmp_path / ".partial").exists()
 
 
@@ -130,6 +130,33 @@ def test_the_old_name_batch_still_sets_the_batch_with_a_warning(tmp_path):
     assert re.search(r"^  SENTENCES_PER_BATCH=4 +\[32\]$", q.stderr, re.M)
 
 
+def test_grid_checks_checkpoint_and_binaries_before_the_first_run(tmp_path):
+    runs, checkpoint = tmp_path / "runs", tmp_path / "ck.pt"
+    checkpoint.write_bytes(b"")  # exists: the grid checks the name; finetune.sh reads it
+    p = sh([GRID], check=False, CHECKPOINT=str(tmp_path / "none.pt"), GLUE_BIN=str(tmp_path / "no-bin"),
+           RUNS=str(runs), TASKS="RTE", JOBS="1")
+    assert p.returncode == 2 and "CHECKPOINT=" in p.stderr and "none.pt: no such file" in p.stderr
+    q = sh([GRID], check=False, CHECKPOINT=str(checkpoint), GLUE_BIN=str(tmp_path / "no-bin"), RUNS=str(runs),
+           TASKS="RTE MRPC", JOBS="1")
+    assert q.returncode == 2 and "no-bin/RTE-bin, " in q.stderr and "no-bin/MRPC-bin: no such folder" in q.stderr
+    r = sh([GRID, "--slurm"], check=False, CHECKPOINT=str(checkpoint), GLUE_BIN=str(tmp_path / "no-bin"),
+           RUNS=str(runs), TASKS="RTE")
+    assert r.returncode == 2 and "sbatch" not in r.stdout and "no such folder" in r.stderr
+    assert not runs.exists()  # no run started, no table written
+
+
+def test_grid_stops_at_a_usage_error_instead_of_repeating_it(tmp_path, glue_bin):
+    runs, checkpoint = tmp_path / "runs", tmp_path / "ck.pt"
+    checkpoint.write_bytes(b"")  # the runs stop at the LR, before reading it
+    p = sh([GRID], check=False, CHECKPOINT=str(checkpoint), GLUE_BIN=str(glue_bin),
+           RUNS=str(runs), TASKS="RTE", LRS="fast 1e-3", SEEDS="1 2", JOBS="1")
+    assert p.returncode == 2
+    assert "FAILED RTE lrfast_seed1 (exit 2)" in p.stderr and "3 run(s) are not started" in p.stderr
+    assert [f.name for f in (runs / ".grid_logs" / "RTE").iterdir()] == ["lrfast_seed1.out"]
+    assert "LR must be a number" in (runs / ".grid_logs" / "RTE" / "lrfast_seed1.out").read_text()
+    assert not (runs / "glue_results.csv").exists()  # no table of a stopped grid
+
+
 # ---- fine-tuning -----------------------------------------------------------------------------------
 
 
@@ -140,6 +167,9 @@ def test_finetune_rte_end_to_end(rte_run):
     result = json.loads((run_dir / "result.json").read_text())
     log = (run_dir / "train.log").read_text()
     assert "an earlier attempt" not in log
+    # fairseq-train's logging: "time | LEVEL | name | message" at INFO, not Python's "LEVEL:name:" with DEBUG lines
+    assert re.search(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \| INFO \| fairseq_cli\.train \| ", log, re.M)
+    assert not re.search(r"^(DEBUG|INFO|WARNING|ERROR):[\w.]+:", log, re.M) and "| DEBUG |" not in log
     assert result["best_valid"] == best_in_log(log) and set(result["best_valid"]) == {"valid"}
     assert {k: result[k] for k in ("task", "lr", "seed", "metric", "checkpoint_variant")} == {
         "task": "RTE", "lr": 1e-3, "seed": 1, "metric": "accuracy", "checkpoint_variant": "tupe_r"}
@@ -163,6 +193,13 @@ def test_finetune_rte_end_to_end(rte_run):
     assert "--validate-interval-updates" not in cmd
     assert f"RTE lr1e-3_seed1 done: valid accuracy {result['best_valid']['valid']}" in p.stderr
     assert collect.read_run("RTE", str(run_dir), "accuracy") == result["best_valid"]
+
+
+def test_a_failed_fairseq_train_is_exit_1_not_a_usage_error(pretrained, glue_bin, tmp_path):
+    """1, so that glue/grid.sh goes on with the other runs (it stops at a 2: fairseq's own usage errors)."""
+    q = sh([FINETUNE, "RTE", "1e-3", "2"], check=False,
+           **run_env(pretrained, glue_bin, tmp_path, EXTRA_ARGS="--max-positions 32"))
+    assert q.returncode == 1 and "fairseq-train failed (exit 1)" in q.stderr  # the checkpoint has 64 positions
 
 
 def test_finished_run_is_skipped(rte_run, pretrained, glue_bin, runs):

@@ -1,10 +1,11 @@
 # The project's one shell library, sourced by train_scripts/*.sh, glue/*.sh and preprocess/c4/*.sh
 # (through preprocess/c4/common.sh): tunables, messages, device detection. Not meant to be run.
 #
-# Exit codes of every script (README "Exit codes"): 0 done (or nothing left to do: finished outputs
+# Exit codes of every script (docs/troubleshooting.md, "Exit codes"): 0 done (or nothing left to do: finished outputs
 # skipped); 1 a run failed (bad or missing input data, a failing tool; the message says which file);
 # 2 wrong usage or settings (unknown option, bad value, settings that differ from those recorded with
-# existing outputs): nothing was changed. `die` is the exit-2 path; failing commands keep their status.
+# existing outputs): nothing was changed. `die` is the exit-2 path; `fail` reports a command that failed
+# (1, or 2 when that command refused its usage).
 TUPE_REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 export PYTHONPATH="$TUPE_REPO${PYTHONPATH:+:$PYTHONPATH}"
 PYTHON="${PYTHON:-python}"
@@ -57,6 +58,9 @@ show_tunables() {
 header_help() { awk 'NR == 1 || /^#SBATCH/ { next } !/^#/ { exit } { sub(/^# ?/, ""); print }' "$1"; }
 
 die() { echo "$(basename "$0"): error: $*" >&2; exit 2; }
+# fail STATUS MESSAGE: a command this script ran exited with STATUS: the error line, then exit 2 if the
+# command refused its usage (status 2), else 1 (the run failed).
+fail() { local status="$1"; shift; echo "$(basename "$0"): error: $*" >&2; exit $(( status == 2 ? 2 : 1 )); }
 note() { echo "$(basename "$0"): $*" >&2; }
 
 # cuda_device_count: CUDA devices this process can see (respects CUDA_VISIBLE_DEVICES).

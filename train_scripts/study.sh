@@ -184,12 +184,12 @@ run_prep() {
 
 write_heldout() {  # the first LOC_SENTENCES non-empty lines of the extracted validation text
   local files=("$C4_OUT"/text/c4-validation.*)
-  [[ -f "${files[0]}" ]] || die "no validation text $C4_OUT/text/c4-validation.* for the held-out sentences"
+  [[ -f "${files[0]}" ]] || fail 1 "no validation text $C4_OUT/text/c4-validation.* for the held-out sentences"
   mkdir -p "$(dirname "$HELDOUT")"
   local f
   for f in "${files[@]}"; do [[ "$f" == *.gz ]] && gzip -dc "$f" || cat "$f"; done |
     awk 'NF' | head -n "$LOC_SENTENCES" > "$HELDOUT.tmp" || true  # head closes the pipe early
-  [[ -s "$HELDOUT.tmp" ]] || die "the validation text in $C4_OUT/text has no non-empty line"
+  [[ -s "$HELDOUT.tmp" ]] || fail 1 "the validation text in $C4_OUT/text has no non-empty line"
   mv "$HELDOUT.tmp" "$HELDOUT"
 }
 
@@ -214,7 +214,7 @@ run_pretrain() {  # VARIANT SEED
     LR="$PRETRAIN_LR" SEED="$2" SAVE_INTERVAL_UPDATES="$VALID_INTERVAL" KEEP_INTERVAL_UPDATES=1 KEEP_PATTERN=-1 \
     LOG_INTERVAL="$(( VALID_INTERVAL > 1 ? VALID_INTERVAL / 2 : 1 ))" NUM_WORKERS="$NUM_WORKERS" DRY_RUN=0 \
     EXTRA_ARGS="$MODEL_ARGS $valid_args" \
-    "$SCRIPTS/pretrain.sh" 2>&1 | tee -a "$dir/train.log" || die "pre-training $1 seed $2 failed; log $dir/train.log"
+    "$SCRIPTS/pretrain.sh" 2>&1 | tee -a "$dir/train.log" || fail "$?" "pre-training $1 seed $2 failed; log $dir/train.log"
   date -u +%FT%TZ > "$dir/pretrain.done"
 }
 
@@ -230,7 +230,7 @@ run_locality() {  # VARIANT SEED
   note "locality/symmetry of $1 seed $2 -> $csv"
   "$PYTHON" -m tupe_plugin.analysis.locality_cli "$ckpt" --length "$LOC_LENGTH" --text "$HELDOUT" \
     --spm-model "$SPM/spm.model" --data "$SPM" --max-sentences "$LOC_SENTENCES" --out-csv "$csv" \
-    > "${csv%.csv}.log" 2>&1 || { tail -n 20 "${csv%.csv}.log" >&2; die "tupe-locality failed; log ${csv%.csv}.log"; }
+    > "${csv%.csv}.log" 2>&1 || { s=$?; tail -n 20 "${csv%.csv}.log" >&2; fail "$s" "tupe-locality failed; log ${csv%.csv}.log"; }
 }
 
 run_finetune() {  # VARIANT SEED TASK LR FT_SEED
@@ -241,7 +241,7 @@ run_finetune() {  # VARIANT SEED TASK LR FT_SEED
   # the size flags are not in tupe-checkpoint-info --fairseq-args: pass them as at pre-training
   CHECKPOINT="$ckpt" GLUE_BIN="$TASKS_BIN" RUNS="$OUT/finetune/$1/seed$2" EPOCHS="$FT_EPOCHS" BATCH="$FT_BATCH" \
     QUIET=1 NUM_WORKERS="$NUM_WORKERS" EXTRA_ARGS="$MODEL_ARGS $FT_EXTRA_ARGS" \
-    "$TUPE_REPO/glue/finetune.sh" "$3" "$4" "$5" > "$log" 2>&1 || { tail -n 20 "$log" >&2; die "fine-tuning failed; log $log"; }
+    "$TUPE_REPO/glue/finetune.sh" "$3" "$4" "$5" > "$log" 2>&1 || { s=$?; tail -n 20 "$log" >&2; fail "$s" "fine-tuning failed; log $log"; }
   grep -h ' done' "$log" | tail -n 1 >&2 || true
 }
 
@@ -328,7 +328,7 @@ fi
 # counted and the others go on; rerun to retry it.
 failed=()
 export STUDY_PART_OF=$$
-if is_done prep; then note "prep: done, skipping"; else "$0" --part prep 0 || die "prep failed"; fi
+if is_done prep; then note "prep: done, skipping"; else "$0" --part prep 0 || fail "$?" "prep failed"; fi
 for st in pretrain locality finetune; do
   mapfile -t all < <(parts_of "$st")
   for i in "${!all[@]}"; do

@@ -15,6 +15,7 @@ import sys
 from typing import Any, Dict
 
 import torch
+from tupe_plugin_cli.errors import UsageError
 
 from . import checkpoint_safety  # noqa: F401
 from .models.architectures import SIZE_FIELDS
@@ -69,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
         print("\n".join(name.replace("_", "-") for name in VARIANTS))
         return 0
     if args.checkpoint is None:
-        raise ValueError("give a CHECKPOINT (or --list-variants)")
+        raise UsageError("give a CHECKPOINT (or --list-variants)")
     info = checkpoint_info(args.checkpoint)
     print(fairseq_args(info) if args.fairseq_args else json.dumps(info, indent=2))
     return 0

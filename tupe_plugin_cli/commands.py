@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import functools
 import importlib
+import logging
+import os
 from typing import Callable, Dict, List, Optional, Tuple
 
 from .errors import run_command
@@ -135,9 +137,13 @@ COMMANDS: Dict[str, Tuple[Callable[[], argparse.ArgumentParser], str]] = {
 
 
 def dispatch(command: str, argv: Optional[List[str]] = None) -> int:
-    """Parse ``argv`` with the command's parser, then import and run the command."""
+    """Parse ``argv`` with the command's parser, then import and run the command. The libraries' log lines
+    (fairseq, matplotlib) get fairseq-train's format and level, set before any import: otherwise a fairseq
+    module's ``logging.basicConfig(level=DEBUG)`` on import sets them (our own lines: ``tupe_common.log``)."""
     make_parser, target = COMMANDS[command]
     args = make_parser().parse_args(argv)
+    logging.basicConfig(format="%(asctime)s | %(levelname)s | %(name)s | %(message)s", datefmt="%Y-%m-%d %H:%M:%S",
+                        level=os.environ.get("LOGLEVEL", "INFO").upper())
     module, _, function = target.partition(":")
     return run_command(lambda a: getattr(importlib.import_module(module), function)(a), args)
 

@@ -75,7 +75,7 @@ def positional_logits(sd: Dict[str, torch.Tensor], info: Dict[str, Any], seq_len
     with torch.no_grad():
         term = positions(seq_len)
         if variant.pos_mixed_terms:  # BERT-Ad: only the position-position term is content-free
-            logits = term.query @ term.key.transpose(1, 2) * (variant.attn_scale_factor * d // H) ** -0.5
+            logits = term.query @ term.key.transpose(1, 2) * positions.scaling  # (factor * d_head) ** -0.5, as the model
         else:
             logits = term.bias if term.bias is not None else torch.zeros(H, seq_len, seq_len)
         if variant.input_pe:
