@@ -19,6 +19,7 @@ from tupe_plugin_cli.errors import UsageError
 
 from . import checkpoint_safety  # noqa: F401
 from .models.architectures import SIZE_FIELDS
+from .models.electra import objective_info
 from .models.tupe_roberta import VARIANT_KEY
 from .models.variants import VARIANTS, PositionalVariant
 
@@ -52,6 +53,7 @@ def info_from_state(state: Dict[str, Any], path: str) -> Dict[str, Any]:
         "encoder_embed_dim": get("encoder_embed_dim"),
         "encoder_attention_heads": get("encoder_attention_heads"),
         "encoder_ffn_embed_dim": get("encoder_ffn_embed_dim"),
+        **objective_info(model_state, get),  # mlm, or electra and its generator's sizes
     }
 
 

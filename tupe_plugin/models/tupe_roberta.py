@@ -97,6 +97,7 @@ class TupeRobertaModel(RobertaModel):
 
     def upgrade_state_dict_named(self, state_dict, name):
         super().upgrade_state_dict_named(state_dict, name)
+        self.keep_discriminator(state_dict, name)
         check_dictionary(state_dict, name, self.encoder.sentence_encoder.embed_tokens.num_embeddings, self.args)
         key = (name + "." if name else "") + VARIANT_KEY
         current = self.positional_variant
@@ -115,6 +116,12 @@ class TupeRobertaModel(RobertaModel):
                 f"the checkpoint was trained as positional variant '{saved.name}' but this model is "
                 f"'{current.name}' (--arch {safe_getattr(self.args, 'arch', '?')}). Use {hint}"
             )
+
+    def keep_discriminator(self, state_dict, name):
+        """An ELECTRA checkpoint loads as its discriminator: generator dropped, MLM head filled (models/electra.py)."""
+        from .electra import keep_discriminator  # electra.py builds on this module
+
+        keep_discriminator(state_dict, name, self.encoder.lm_head)
 
     def _check_max_positions(self, state_dict, name):
         prefix = (name + "." if name else "") + "encoder.sentence_encoder."
