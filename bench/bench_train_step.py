@@ -103,13 +103,14 @@ def pair_ratio_iqr(base: List[float], other: List[float]) -> Tuple[float, float]
 
 
 def build(arch: str, size: str, length: int, device: str, **overrides):
-    """A model of ``arch`` at ``size`` (tupe_plugin's SIZES, also for RoBERTa) for inputs of ``length`` tokens."""
+    """A model of ``arch`` at ``size`` (tupe_plugin's SIZES, also for RoBERTa; ``overrides`` win) for inputs of
+    ``length`` tokens."""
     from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
 
     from tupe_plugin.build_task import DictionaryTask, numbered_dictionary
     from tupe_plugin.models.architectures import SIZES
 
-    args = argparse.Namespace(arch=arch, max_positions=length, tokens_per_sample=length, **SIZES[size], **overrides)
+    args = argparse.Namespace(arch=arch, max_positions=length, tokens_per_sample=length, **{**SIZES[size], **overrides})
     ARCH_CONFIG_REGISTRY[arch](args)
     torch.manual_seed(0)
     task = DictionaryTask(numbered_dictionary(VOCAB), length)
