@@ -22,11 +22,9 @@ import sys
 from typing import Dict, List, Optional
 
 from glue.collect import parse_validations, read_result_json, select_best
-from glue.tasks import PAPER_TASKS, TASKS, GlueTask, get_task, is_custom_bin  # noqa: F401 (re-exported)
+from glue.tasks import get_task, is_custom_bin
 from tupe_common.io import write_json
 from tupe_plugin_cli.errors import UsageError, without_torch_advice
-
-CRITERION = "glue_sentence_prediction"  # tupe_plugin/criterions: unrounded accuracy, MCC, Pearson
 
 
 def task_settings(task: str, num_classes: Optional[int] = None, custom: bool = False) -> Dict[str, str]:

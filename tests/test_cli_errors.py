@@ -14,11 +14,11 @@ import torch
 
 from conftest import run, write_lines
 from tupe_plugin.models.checkpoint_checks import DictionaryMismatchError, check_dictionary
-from tupe_plugin_cli.commands import COMMANDS
+from tupe_plugin_cli.commands import CONSOLE_SCRIPTS
 from tupe_plugin_cli.errors import last_error
 
 BIN = Path(sys.executable).parent
-CONSOLE = [*COMMANDS, "tupe-last-error"]
+CONSOLE = [script.partition("=")[0] for script in CONSOLE_SCRIPTS]
 
 
 def last_line(p: subprocess.CompletedProcess) -> str:

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from model_utils import build, tokens
-from tupe_plugin.analysis.checkpoint_maps import _positional_logits
+from tupe_plugin.analysis.checkpoint_maps import positional_logits
 from tupe_plugin.checkpoint_info import info_from_state
 from tupe_plugin.models import VARIANTS, PositionalVariant
 from tupe_plugin.models.variants import ATTENTION_BLOCKS, NewerRecordError
@@ -70,7 +70,7 @@ def test_bert_ad_checkpoint_map_is_the_scaled_position_position_term():
     args = model.args
     info = {"encoder_embed_dim": args.encoder_embed_dim, "encoder_attention_heads": args.encoder_attention_heads,
             "max_positions": args.max_positions, "encoder_layers": args.encoder_layers}
-    got = _positional_logits(sd, info, T)
+    got = positional_logits(sd, info, T)
     pos = model.encoder.sentence_encoder.positions
     d, H = args.encoder_embed_dim, args.encoder_attention_heads
     dh = d // H

@@ -290,7 +290,7 @@ def test_finetune_script_takes_the_electra_checkpoint_unchanged(electra_run, spm
                                str(spm_dir / "spm.model"), "--dict", str(spm_dir / "dict.txt"),
                                "--out-dir", str(tmp_path / "glue-bin")]) == 0
     env.update(CHECKPOINT=str(save / "checkpoint_last.pt"), GLUE_BIN=str(tmp_path / "glue-bin"),
-               RUNS=str(tmp_path / "runs"), EPOCHS="1", BATCH="16", NUM_WORKERS="0", TRUNCATE="1", LOG_INTERVAL="1")
+               RUNS=str(tmp_path / "runs"), EPOCHS="1", SENTENCES_PER_BATCH="16", NUM_WORKERS="0", TRUNCATE="1", LOG_INTERVAL="1")
     p = subprocess.run([str(ROOT / "glue/finetune.sh"), "RTE", "1e-3", "1"], cwd=ROOT, env=env,
                        capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-4000:]

@@ -284,10 +284,10 @@ def test_fairseq_train_runs_on_binaries(glue_out, tmp_path):
     assert not os.path.exists(tmp_path / "ckpt" / "checkpoint_last.pt")
     assert "positional variant: tupe_r " in log
     # The results collector reads this very log format.
-    from glue.collect import parse_fairseq_log
+    from conftest import best_per_subset
 
     (tmp_path / "train.log").write_text(log)
-    best = parse_fairseq_log(str(tmp_path / "train.log"), "accuracy")
+    best = best_per_subset(str(tmp_path / "train.log"), "accuracy")
     assert set(best) == {"valid"} and 0 <= best["valid"] <= 100
 
 

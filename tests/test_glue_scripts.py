@@ -23,7 +23,7 @@ from glue.grid import PAPER_LRS, PAPER_SEEDS, PAPER_TASKS, jobs, slurm_ranges
 
 FIXTURES = ROOT / "tests" / "data" / "glue"
 FINETUNE, GRID, GRID_SBATCH = ROOT / "glue" / "finetune.sh", ROOT / "glue" / "grid.sh", ROOT / "glue" / "grid.sbatch"
-TINY = {"EPOCHS": "2", "BATCH": "16", "NUM_WORKERS": "0", "LOG_INTERVAL": "1",
+TINY = {"EPOCHS": "2", "SENTENCES_PER_BATCH": "16", "NUM_WORKERS": "0", "LOG_INTERVAL": "1",
         "TRUNCATE": "1"}
 VALID_RE = re.compile(r"valid on '(\w+)' subset \|.*? \| (accuracy|mcc|pearson) (-?[0-9.]+) \|")
 
@@ -76,7 +76,7 @@ def rte_run(pretrained, glue_bin, runs):
 
 def test_help_texts():
     out = sh([FINETUNE, "--help"]).stdout
-    for var in ("CHECKPOINT", "GLUE_BIN", "RUNS", "EPOCHS", "BATCH", "MAX_TOKENS", "KEEP_CHECKPOINTS", "EXTRA_ARGS"):
+    for var in ("CHECKPOINT", "GLUE_BIN", "RUNS", "EPOCHS", "SENTENCES_PER_BATCH", "MAX_TOKENS", "KEEP_CHECKPOINTS", "EXTRA_ARGS"):
         assert re.search(rf"^  {var} ", out, re.M), var
     grid = sh([GRID, "--help"]).stdout
     assert all(re.search(rf"^  {v} ", grid, re.M) for v in ("TASKS", "LRS", "SEEDS", "JOBS", "GPU_IDS"))
@@ -118,6 +118,16 @@ def test_refuses_a_foreign_run_folder_and_a_missing_checkpoint(tmp_path, glue_bi
            GLUE_BIN=str(glue_bin), RUNS=str(tmp_path))
     assert r.returncode == 1 and "bogus.pt: not a readable checkpoint" in r.stderr  # bad data: 1
     assert not (tmp_path / "RTE" / "lr2e-5_seed3").exists() and not (tmp_path / ".partial").exists()
+
+
+def test_the_old_name_batch_still_sets_the_batch_with_a_warning(tmp_path):
+    p = sh([FINETUNE, "RTE", "2e-5", "1"], check=False, BATCH="8", RUNS=str(tmp_path))
+    assert "warning: BATCH is a deprecated name of SENTENCES_PER_BATCH: set SENTENCES_PER_BATCH=8" in p.stderr
+    assert re.search(r"^  SENTENCES_PER_BATCH=8 +\[32\]$", p.stderr, re.M), p.stderr
+    assert p.returncode == 2 and "CHECKPOINT is required" in p.stderr  # then stops before any work
+    q = sh([FINETUNE, "RTE", "2e-5", "1"], check=False, BATCH="8", SENTENCES_PER_BATCH="4", RUNS=str(tmp_path))
+    assert "SENTENCES_PER_BATCH=4 is set, so BATCH=8 is ignored" in q.stderr
+    assert re.search(r"^  SENTENCES_PER_BATCH=4 +\[32\]$", q.stderr, re.M)
 
 
 def test_grid_checks_checkpoint_and_binaries_before_the_first_run(tmp_path):
@@ -202,7 +212,7 @@ def test_finished_run_is_skipped(rte_run, pretrained, glue_bin, runs):
 
 def test_finetune_stsb_regression_reports_pearson_and_keeps_the_best_checkpoint(pretrained, glue_bin, runs):
     """Also: two validations per epoch with --update-freq 2 (48 pairs / batch 8 = 6 batches = 3 updates)."""
-    p = sh([FINETUNE, "STS-B", "1e-3", "1"], **run_env(pretrained, glue_bin, runs, KEEP_CHECKPOINTS="1", BATCH="8",
+    p = sh([FINETUNE, "STS-B", "1e-3", "1"], **run_env(pretrained, glue_bin, runs, KEEP_CHECKPOINTS="1", SENTENCES_PER_BATCH="8",
                                                       EXTRA_ARGS="--update-freq 2"))
     run_dir = runs / "STS-B" / "lr1e-3_seed1"
     result = json.loads((run_dir / "result.json").read_text())

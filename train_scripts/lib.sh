@@ -22,6 +22,18 @@ tunable() {
   [[ -n "${!1:-}" ]] || printf -v "$1" '%s' "$2"
 }
 
+# renamed_tunable OLD NEW: a job script that still sets the old name OLD keeps working: NEW takes its value
+# (unless NEW is set too), with a one-line warning. Call it before `tunable NEW ...`.
+renamed_tunable() {
+  [[ -n "${!1:-}" ]] || return 0
+  if [[ -n "${!2:-}" ]]; then
+    note "warning: $1 is a deprecated name of $2; $2=${!2} is set, so $1=${!1} is ignored"
+  else
+    printf -v "$2" '%s' "${!1}"
+    note "warning: $1 is a deprecated name of $2: set $2=${!1} instead"
+  fi
+}
+
 # export_tunables: export every tunable (for the scripts this one starts, e.g. the C4 steps).
 export_tunables() { local v; for v in "${TUNABLES[@]}"; do export "${v?}"; done; }
 

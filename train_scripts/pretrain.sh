@@ -10,7 +10,7 @@
 # data_path.txt as written by preprocess/c4/4_layout.sh):
 #   DATA=c4_prep/data-bin train_scripts/pretrain.sh                       # every GPU of this node (torchrun)
 #   DATA=data-bin VARIANT=bert-a GPUS=1 train_scripts/pretrain.sh          # one GPU: update-freq 16
-#   DATA=data-bin VARIANT=tupe-a SIZE=large BATCH_SIZE=512 train_scripts/pretrain.sh
+#   DATA=data-bin VARIANT=tupe-a SIZE=large SENTENCES_PER_UPDATE=512 train_scripts/pretrain.sh
 #   DRY_RUN=1 DATA=data-bin GPUS=8 train_scripts/pretrain.sh               # print the command only
 #   DATA=data-bin OBJECTIVE=electra VARIANT=tupe-r train_scripts/pretrain.sh   # ELECTRA (docs/electra.md)
 #   sbatch --nodes 2 train_scripts/pretrain.sbatch                         # SLURM, see that file
@@ -33,9 +33,10 @@ tunable NODE_RANK 0 "this node's index (torchrun multi-node without SLURM)"
 tunable MASTER_ADDR auto "rendezvous host (auto: first node of the SLURM allocation, else 127.0.0.1)"
 tunable MASTER_PORT auto "rendezvous port (auto: free port on one node; from SLURM_JOB_ID under SLURM)"
 tunable LAUNCHER auto "auto, none (1 process), torchrun or srun (pretrain.sbatch sets srun)"
-tunable BATCH_SIZE 256 "target sentences per update = NNODES x NPROC_PER_NODE x MAX_SENTENCES x UPDATE_FREQ"
+renamed_tunable BATCH_SIZE SENTENCES_PER_UPDATE
+tunable SENTENCES_PER_UPDATE 256 "target sentences per update = NNODES x NPROC_PER_NODE x MAX_SENTENCES x UPDATE_FREQ (was BATCH_SIZE)"
 tunable MAX_SENTENCES 16 "sentences per process per forward (--batch-size)"
-tunable UPDATE_FREQ auto "gradient accumulation (auto: BATCH_SIZE / (processes x MAX_SENTENCES))"
+tunable UPDATE_FREQ auto "gradient accumulation (auto: SENTENCES_PER_UPDATE / (processes x MAX_SENTENCES))"
 tunable TOKENS_PER_SAMPLE 512 "tokens per sequence"
 tunable MAX_POSITIONS auto "learned positions (auto: TOKENS_PER_SAMPLE)"
 tunable SAMPLE_BREAK_MODE complete "masked_lm packing: complete = FULL-SENTENCES"
@@ -88,7 +89,7 @@ is_uint "$GPUS" || die "GPUS must be a number, not '$GPUS'"
 if [[ "$NPROC_PER_NODE" == auto ]]; then
   NPROC_PER_NODE=$(( GPUS > 0 ? GPUS : 1 ))
 fi
-for v in NPROC_PER_NODE NNODES MAX_SENTENCES BATCH_SIZE TOTAL_UPDATES WARMUP NODE_RANK; do
+for v in NPROC_PER_NODE NNODES MAX_SENTENCES SENTENCES_PER_UPDATE TOTAL_UPDATES WARMUP NODE_RANK; do
   is_uint "${!v}" || die "$v must be a whole number, not '${!v}'"
 done
 (( NPROC_PER_NODE > 0 && NNODES > 0 && MAX_SENTENCES > 0 )) || die "NPROC_PER_NODE, NNODES, MAX_SENTENCES must be > 0"
@@ -126,9 +127,9 @@ fi
 
 if [[ "$UPDATE_FREQ" == auto ]]; then
   per_update=$(( WORLD * MAX_SENTENCES ))
-  (( BATCH_SIZE % per_update == 0 )) || die "BATCH_SIZE=$BATCH_SIZE is not divisible by" \
+  (( SENTENCES_PER_UPDATE % per_update == 0 )) || die "SENTENCES_PER_UPDATE=$SENTENCES_PER_UPDATE is not divisible by" \
     "$WORLD process(es) x MAX_SENTENCES=$MAX_SENTENCES = $per_update; change MAX_SENTENCES or set UPDATE_FREQ"
-  UPDATE_FREQ=$(( BATCH_SIZE / per_update ))
+  UPDATE_FREQ=$(( SENTENCES_PER_UPDATE / per_update ))
 fi
 if ! is_uint "$UPDATE_FREQ" || (( UPDATE_FREQ == 0 )); then die "UPDATE_FREQ must be a positive whole number"; fi
 EFFECTIVE=$(( WORLD * MAX_SENTENCES * UPDATE_FREQ ))
@@ -163,7 +164,7 @@ show_tunables
 note "world size $WORLD = $NNODES node(s) x $NPROC_PER_NODE process(es) on $DEVICE, launcher $LAUNCHER"
 note "effective batch size: $EFFECTIVE = $WORLD process(es) x MAX_SENTENCES $MAX_SENTENCES x UPDATE_FREQ" \
   "$UPDATE_FREQ ($(( EFFECTIVE * TOKENS_PER_SAMPLE )) tokens per update at most)"
-(( EFFECTIVE == BATCH_SIZE )) || note "warning: effective batch size $EFFECTIVE differs from BATCH_SIZE=$BATCH_SIZE"
+(( EFFECTIVE == SENTENCES_PER_UPDATE )) || note "warning: effective batch size $EFFECTIVE differs from SENTENCES_PER_UPDATE=$SENTENCES_PER_UPDATE"
 
 # ---- the fairseq command ----------------------------------------------------------------------------
 read -r -a extra <<< "$EXTRA_ARGS"

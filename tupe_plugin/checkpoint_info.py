@@ -19,6 +19,7 @@ import torch
 from tupe_plugin_cli.errors import UsageError
 
 from . import checkpoint_safety  # noqa: F401
+from .models.architectures import SIZE_FIELDS
 from .models.electra import objective_info
 from .models.tupe_roberta import VARIANT_KEY
 from .models.variants import VARIANTS, PositionalVariant
@@ -87,7 +88,7 @@ def info_from_state(state: Dict[str, Any], path: str) -> Dict[str, Any]:
     }
 
 
-SIZE_FLAGS = ("encoder_layers", "encoder_embed_dim", "encoder_attention_heads", "encoder_ffn_embed_dim")
+SIZE_FLAGS = SIZE_FIELDS  # the fields a size sets (models/architectures.py: SIZES)
 
 
 def fairseq_args(info: Dict[str, Any]) -> str:

@@ -3,6 +3,7 @@ each one runs. ``python -m tupe_plugin.<module>`` runs the same parser and code.
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import logging
 import os
@@ -147,25 +148,20 @@ def dispatch(command: str, argv: Optional[List[str]] = None) -> int:
     return run_command(lambda a: getattr(importlib.import_module(module), function)(a), args)
 
 
-def pos_maps(argv: Optional[List[str]] = None) -> int:
-    return dispatch("tupe-pos-maps", argv)
+def entry_point(command: str) -> str:
+    """The ``module:function`` that the console script ``command`` runs: ``tupe-pos-maps`` ->
+    ``tupe_plugin_cli.commands:pos_maps`` (a function :func:`__getattr__` makes)."""
+    return f"{__name__}:{command.removeprefix('tupe-').replace('-', '_')}"
 
 
-def locality(argv: Optional[List[str]] = None) -> int:
-    return dispatch("tupe-locality", argv)
+# setup.py's console_scripts: every command above, and tupe-last-error (a log reader, no parser here).
+CONSOLE_SCRIPTS: List[str] = [f"{c}={entry_point(c)}" for c in COMMANDS] + ["tupe-last-error=tupe_plugin_cli.errors:main"]
 
 
-def probe(argv: Optional[List[str]] = None) -> int:
-    return dispatch("tupe-probe", argv)
-
-
-def convert_original(argv: Optional[List[str]] = None) -> int:
-    return dispatch("tupe-convert-original", argv)
-
-
-def checkpoint_info(argv: Optional[List[str]] = None) -> int:
-    return dispatch("tupe-checkpoint-info", argv)
-
-
-def export_hf(argv: Optional[List[str]] = None) -> int:
-    return dispatch("tupe-export-hf", argv)
+def __getattr__(name: str) -> Callable[..., int]:
+    """``pos_maps``, ``checkpoint_info``, ...: ``f(argv=None)`` runs the command ``tupe-pos-maps``, ...
+    (what a console script and ``python -m tupe_plugin.<module>`` call)."""
+    command = "tupe-" + name.replace("_", "-")
+    if command not in COMMANDS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return functools.partial(dispatch, command)

@@ -164,7 +164,7 @@ class ElectraModel(TupeRobertaModel):
         gen_args.encoder_embed_dim = sizes["generator_embed_dim"]
         gen_args.encoder_ffn_embed_dim = sizes["generator_ffn_embed_dim"]
         gen_args.encoder_attention_heads = sizes["generator_attention_heads"]
-        variant = discriminator.variant
+        variant = discriminator.positional_variant
         generator = Generator(gen_args, encoder.dictionary, encoder.sentence_encoder, variant)
         del encoder.lm_head  # the discriminator predicts no tokens (the generator does)
         head = DiscriminatorHead(args.encoder_embed_dim, args.activation_fn)
