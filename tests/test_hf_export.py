@@ -70,7 +70,7 @@ def assert_export_equals_fairseq(variant: str, tmp_path: Path, **args) -> dict:
     ckpt, model = tiny_checkpoint(tmp_path, variant, **args)
     out = hf_export.export(str(ckpt), str(tmp_path / "hf"))
     config = json.loads((out / "config.json").read_text())
-    assert config["tupe_variant"] == model.variant.name and config["num_labels"] == 3
+    assert config["tupe_variant"] == model.positional_variant.name and config["num_labels"] == 3
     x, mask = padded_batch()
     with torch.no_grad():
         feats, _ = model(x, features_only=True)
