@@ -133,7 +133,7 @@ def changed_settings(recorded: str, now: str) -> List[str]:
     new = dict(line.split("=", 1) for line in now.splitlines() if "=" in line)
     out = []
     for name, value in new.items():
-        before = old.get(name, BY_NAME[name].default if name not in old else None)
+        before = old[name] if name in old else BY_NAME[name].default
         if before != value:
             out += ([f"< {name}={old[name]}"] if name in old else []) + [f"> {name}={value}"]
     return out

@@ -223,6 +223,11 @@ def make_study(out: Path) -> None:
             run.mkdir(parents=True)
             (run / "result.json").write_text(json.dumps(
                 {"task": "SST-2", "lr": 1e-4, "seed": seed, "metric": "accuracy", "best_valid": {"valid": score}}))
+            # 100 dev examples, the first `score` of them right: the run's accuracy is its score
+            gold = ["1", "0"] * 50
+            pred = [g if i < score else ("0" if g == "1" else "1") for i, g in enumerate(gold)]
+            (run / "predictions.json").write_text(json.dumps(
+                {"task": "SST-2", "metric": "accuracy", "subsets": {"valid": {"gold": gold, "pred": pred}}}))
         (out / "locality" / v).mkdir(parents=True)
         (out / "locality" / v / "seed1.csv").write_text(
             "source,layer,head,locality,symmetry,symmetry_scaled\n"
@@ -271,6 +276,41 @@ def test_report_on_a_made_up_study(tmp_path, capsys):
     assert "TOTAL_UPDATES=100" in md and "host, 2 cores (3)" in md
     assert (out / "overview.png").read_bytes()[:4] == b"\x89PNG"
     assert "did not end 1 bit(s) below" in capsys.readouterr().err
+
+
+def test_report_downstream_differences_with_bootstrap_intervals(tmp_path):
+    """A is right wherever B is on every paired run (+10, +7, +19 points): its interval lies above 0, but one
+    pre-training seed only says the dev set tells them apart. B - C is 0, 0, -9: a third of the resamples
+    draw no third run, so the interval reaches 0: not settled."""
+    out = tmp_path / "study"
+    make_study(out)
+    assert sr.main([str(out), "--variants", "A B C", "--total-updates", "100", "--resamples", "400"]) == 0
+    diffs = {(r["a"], r["b"]): r for r in csv.DictReader((out / "differences.csv").open())}
+    ab, bc = diffs["A", "B"], diffs["B", "C"]
+    assert float(ab["difference"]) == pytest.approx(12.0) and ab["runs"] == "3" and ab["examples"] == "100"
+    assert 0 < float(ab["low"]) <= 12 <= float(ab["high"]) and ab["verdict"] == "dev set only (1 pre-training seed)"
+    assert float(bc["difference"]) == pytest.approx(-3.0) and float(bc["high"]) == 0.0 and bc["verdict"] == "not settled"
+    md = (out / "report.md").read_text()
+    assert "| A - B | SST | +12.00 | [" in md and "Settled: none." in md
+
+
+def test_word_order_sets_keep_words_and_swap_roles():
+    from study.dev_eval import perturbed_sets
+
+    examples = [("Two old men sit on a long wooden bench near the sea .", "A man is petting a dog ."),
+                ("A girl runs .", "A child is sleeping .")]
+    sets = perturbed_sets(examples, ["entailment", "neutral"], (3,), nli=True)
+    assert sorted(sets) == ["original", "random", "role_swap", "role_swap_original", "shuffle_3"]
+    premise = sets["shuffle_3"][0][0][0].split()
+    words = examples[0][0].split()
+    assert premise != words and premise[-1] == "."  # final punctuation stays
+    for start in range(0, 12, 3):  # every window of 3 words keeps its own words
+        assert sorted(premise[start:start + 3]) == sorted(words[start:start + 3])
+    assert sorted(sets["random"][0][0][0].split()) == sorted(words)
+    assert sets["role_swap"] == ([(examples[0][0], "A dog is petting a man .")], ["non-entailment"])
+    assert sets["role_swap_original"] == ([examples[0]], ["entailment"])
+    assert perturbed_sets(examples, ["entailment", "neutral"], (3,), nli=True) == sets  # fixed seeds
+    assert "role_swap" not in perturbed_sets([("a b c d",)], ["1"], (3,), nli=False)
 
 
 def test_report_lists_what_is_missing(tmp_path):
