@@ -39,15 +39,15 @@ def label_offsets(points: Sequence[Tuple[float, float]], near: float = 0.03) -> 
 
 
 def measures(rows: Sequence[Dict], columns: Sequence[str]) -> List[Tuple[str, str, bool]]:
-    """(row key, header, higher is better) of the table's columns that some variant has."""
+    """(row key, header, higher is better) of the table's columns that some variant has; the header's arrow
+    points to the better end."""
     lengths = sorted(int(k[len("loss_len"):]) for k in rows[0] if k.startswith("loss_len")) if rows else []
-    out = [("final_valid_loss", "final loss\n(low best)", False)]
+    out = [("final_valid_loss", "loss\n\u2193", False)]
     if len(lengths) > 1:
-        out.append((f"loss_len{lengths[-1]}", f"loss at {lengths[-1]}\n(low best)", False))
-    out += [(f"{c}_median", f"{c}\n(high best)", True) for c in columns]
-    out += [("downstream_avg", "average\n(high best)", True),
-            ("order_drop_random", "order drop\nrandom (high)", True),
-            ("loc_pos", "locality\npos (high)", True), ("sym_pos", "symmetry\npos (high)", True)]
+        out.append((f"loss_len{lengths[-1]}", f"loss at\n{lengths[-1]} \u2193", False))
+    out += [(f"{c}_median", f"{c.replace('-', '-' + chr(10))}\n\u2191", True) for c in columns]
+    out += [("downstream_avg", "avg\n\u2191", True), ("order_drop_random", "order\ndrop \u2191", True),
+            ("loc_pos", "locality\n\u2191", True), ("sym_pos", "symmetry\n\u2191", True)]
     return [m for m in out if any(r.get(m[0]) is not None for r in rows)]
 
 
@@ -86,27 +86,30 @@ def overview(path: str, variants: Sequence[Variant], rows: Sequence[Dict], colum
     ax.set_ylabel("validation MLM loss (bits)", fontsize=9)
     ax.set_title("Pre-training (line style: seed)", fontsize=10)
     if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=7, ncol=2, frameon=False)
+        ax.legend(fontsize=7, ncol=2, frameon=False, loc="lower left")  # the curves fall to the right
 
     ax = fig.add_subplot(grid[0, 2:])
     keys = measures(rows, columns)
     ranks = rank_table(rows, keys)
     ax.axis("off")
-    ax.set_title("Variant x measure (shade: rank, dark = 1)", fontsize=10)
+    ax.set_title("Variant x measure (shade: rank, dark = best; arrow: the better end)", fontsize=10)
     if keys and rows:
         n = len(rows)
         cmap = plt.get_cmap("Greys_r")
         cells = [[("—" if r.get(k) is None else f"{r[k]:.2f}") for k, _, _ in keys] for r in rows]
         shades = [[(1, 1, 1, 1) if rk is None else cmap(0.25 + 0.7 * (rk - 1) / max(n - 1, 1)) for rk in line]
                   for line in ranks]
+        label = 2.8 / (len(keys) + 2.8)  # the variant names' column: 2.8 value columns wide
         table = ax.table(cellText=cells, cellColours=shades, rowLabels=[r["variant"] for r in rows],
-                         colLabels=[h for _, h, _ in keys], loc="center", cellLoc="center")
+                         colLabels=[h for _, h, _ in keys], cellLoc="center",
+                         bbox=[label, 0.0, 1 - label, 1.0])  # the value cells; the names to their left
         table.auto_set_font_size(False)
-        table.set_fontsize(7 if n <= 12 else 6)
-        table.scale(1, 1.25 if n <= 12 else 1.0)
+        table.set_fontsize(8 if n <= 12 else 7)
         for (i, j), cell in table.get_celld().items():
+            if j == -1:
+                cell.set_width(table[1, 0].get_width() * 2.8)  # the variant names, widest of all
             if i == 0:
-                cell.set_height(cell.get_height() * 2)
+                cell.set_height(cell.get_height() * 3)  # three-line headers; the bbox rescales the rest
             elif j >= 0 and ranks[i - 1][j] is not None and ranks[i - 1][j] <= (n + 1) / 2:
                 cell.get_text().set_color("white")  # dark shade: light text
 
@@ -123,6 +126,7 @@ def overview(path: str, variants: Sequence[Variant], rows: Sequence[Dict], colum
         if k == 0:
             ax.set_ylabel("downstream average", fontsize=8)
         ax.tick_params(labelsize=7)
+        ax.ticklabel_format(useOffset=False)
     with atomic_path(path) as tmp:
         fig.savefig(tmp, dpi=150, format="png")
     plt.close(fig)

@@ -172,15 +172,15 @@ def _order_lines(drops: List[OrderDrop]) -> List[str]:
          "windows of n; `random`: all words shuffled; `role_swap` (NLI tasks): subject and object of entailed "
          "hypotheses swapped, against the same items unswapped.", ""]
     for col in cols:
-        L += [f"**{col}**", "", "| variant | " + " | ".join(perts) + " |", "|" + "---|" * (len(perts) + 1)]
+        here = [p for p in perts if any(d.column == col and d.perturbation == p for d in drops)]
+        first = {p: next(d for d in drops if d.column == col and d.perturbation == p) for p in here}
+        L += [f"**{col}**", "", "| variant | " + " | ".join(here) + " |", "|" + "---|" * (len(here) + 1)]
         for v in variants:
             cells = [f"{by[(v, col, p)].mean:+.2f} ± {by[(v, col, p)].spread:.2f}" if (v, col, p) in by else "—"
-                     for p in perts]
+                     for p in here]
             L.append(f"| {v} | " + " | ".join(cells) + " |")
-        n = next(d for d in drops if d.column == col)
-        L += ["", f"{n.examples} dev examples; the perturbations changed the text of "
-              + ", ".join(f"{p} {next(d.changed for d in drops if d.column == col and d.perturbation == p)}"
-                          for p in perts) + ".", ""]
+        L += ["", "Examples whose text the perturbation changed, of those it applies to: "
+              + ", ".join(f"{p} {first[p].changed} of {first[p].examples}" for p in here) + ".", ""]
     nope = [d for d in drops if d.variant == "nope" and d.perturbation.startswith(("shuffle", "random"))]
     if nope:
         bad = [d for d in nope if abs(d.mean) > NOPE_TOLERANCE]
