@@ -11,7 +11,7 @@ diagonals are read with ``as_strided`` (no index; its backward writes into zeros
 run on the first attention layer of ``deberta_rel_<size>`` with the same random q and k (``--tokens // T``
 sequences), alternately, forward + backward of the (B, H, T, T) logits into q, k, the shared relative table and
 the layer's projections; the two must agree (values and gradients) before they are timed. Prints the median ms
-of each and the ratio shift / gather. On a 2-core CPU the shift measured slower (README, "Speed"); on a GPU the
+of each and the ratio shift / gather. On a 2-core CPU the shift measured slower (docs/benchmarks.md, "Against the targets"); on a GPU the
 answer may differ.
 """
 from __future__ import annotations

@@ -4,20 +4,25 @@ the compute dtype, and the option's way through a checkpoint."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 from typing import List, Optional
 
 import pytest
 import torch
+import torch.nn.functional as F
 from fairseq.modules.fairseq_dropout import FairseqDropout
 
 from model_utils import build, tokens
 from tupe_plugin.models import TupeRobertaModel
+from tupe_plugin.models.variants import VARIANTS
+from tupe_plugin.modules import attention as attention_module
 from tupe_plugin.modules.attention import (
     BiasedSelfAttention,
     align_strides,
     attend,
     attention_mask,
     choose_attention_path,
+    padding_value,
 )
 from tupe_plugin.modules.positional_term import PositionalTerm
 
@@ -195,7 +200,9 @@ def test_bf16_model_gets_one_bf16_mask_shared_by_all_layers(variant):
     masks = masks_seen(model, x)
     assert all(m is masks[0] for m in masks)
     assert masks[0].dtype == torch.bfloat16 and masks[0].shape == (3, 4, 10, 10)
-    assert torch.isinf(masks[0][2, :, :, 6:]).all() and torch.isfinite(masks[0][:2]).all()
+    assert torch.isfinite(masks[0]).all()  # padded keys: a finite logit far below any other (padding_value)
+    assert (masks[0][2, :, :, 6:] == padding_value(torch.bfloat16)).all()
+    assert torch.equal(masks[0][2, :, :, :6], masks[0][0, :, :, :6])  # real keys: the bias alone
 
 
 def test_autocast_mask_is_cast_once_to_the_compute_dtype():
@@ -232,6 +239,67 @@ def test_align_strides_copies_only_an_unaligned_mask_and_keeps_values_and_gradie
     (out * torch.arange(81.0).view(9, 9)).sum().backward()
     assert torch.equal(source.grad[0, 1:, 1:], torch.arange(81.0).view(9, 9))
     assert source.grad[:, 0].abs().sum() == 0
+    permuted = torch.randn(9, 9, 4).permute(2, 0, 1).unsqueeze(0)  # (1, 4, 9, 9), heads innermost (as T5's bias)
+    out = align_strides(permuted)
+    assert torch.equal(out, permuted) and out.stride() == (4 * 9 * 16, 9 * 16, 16, 1)
+
+
+# --- GPU pitfalls, checked on CPU (bench/gpu_check.py checks them again on CUDA) -------------------------
+
+
+@contextlib.contextmanager
+def sdpa_masks():
+    """Every mask handed to ``F.scaled_dot_product_attention`` in the block, with q's dtype: (q dtype, mask)."""
+    seen: List[tuple] = []
+    real = F.scaled_dot_product_attention
+
+    def spy(q, k, v, attn_mask=None, **kwargs):
+        seen.append((q.dtype, attn_mask))
+        return real(q, k, v, attn_mask=attn_mask, **kwargs)
+
+    F.scaled_dot_product_attention = spy
+    try:
+        yield seen
+    finally:
+        F.scaled_dot_product_attention = real
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_masks_reaching_sdpa_have_qs_dtype_and_aligned_strides_under_autocast(variant, monkeypatch):
+    """What CUDA gets, forced on CPU: under autocast every mask SDPA sees (the shared one and DeBERTa's per-layer
+    bias) has q's dtype and every stride but the last a multiple of 8, at a length (10) and a padding that
+    leave them unaligned; the values are those of the unaligned run."""
+    model = build(f"{variant}_tiny", tupe_attention="sdpa")
+    x = tokens(3, 10)
+    x[1, 7:] = 1
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        want = model(x, features_only=True)[0]
+        monkeypatch.setattr(attention_module, "ALIGNED_DEVICES", {"cuda", "cpu"})
+        with sdpa_masks() as seen:
+            got = model(x, features_only=True)[0]
+    assert len(seen) == len(model.encoder.sentence_encoder.layers)
+    for q_dtype, mask in seen:
+        assert q_dtype == torch.bfloat16 and mask.dtype == q_dtype
+        assert mask.shape[-1] == 10 and all(s % 8 == 0 for s in mask.stride()[:-1]) and mask.stride(-1) == 1
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_a_sequence_without_real_tokens_gives_no_nan_and_leaves_the_others_unchanged(variant):
+    """A batch row that is all padding: every query of it has all keys masked. Forward and backward stay finite
+    on both paths, and the other sequences' features are those of the batch without it."""
+    x = tokens(2, 9, seed=4)
+    x[1, 6:] = 1
+    empty = torch.cat([x, torch.ones(1, 9, dtype=x.dtype)])  # the third sequence: padding only
+    keep = x.ne(1)
+    for path in ("sdpa", "explicit"):
+        model = build(f"{variant}_tiny", seed=5, tupe_attention=path, **NO_DROPOUT).double().train()
+        want = model(x, features_only=True)[0]
+        got = model(empty, features_only=True)[0]
+        assert torch.isfinite(got).all(), path
+        got.sum().backward()
+        assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None), path
+        assert (got[:2][keep] - want[keep]).abs().max() <= 1e-10, path
 
 
 # --- the option through a checkpoint --------------------------------------------------------------------

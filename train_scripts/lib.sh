@@ -1,7 +1,7 @@
 # The project's one shell library, sourced by train_scripts/*.sh, glue/*.sh and preprocess/c4/*.sh
 # (through preprocess/c4/common.sh): tunables, messages, device detection. Not meant to be run.
 #
-# Exit codes of every script (README "Exit codes"): 0 done (or nothing left to do: finished outputs
+# Exit codes of every script (docs/troubleshooting.md, "Exit codes"): 0 done (or nothing left to do: finished outputs
 # skipped); 1 a run failed (bad or missing input data, a failing tool; the message says which file);
 # 2 wrong usage or settings (unknown option, bad value, settings that differ from those recorded with
 # existing outputs): nothing was changed. `die` is the exit-2 path; failing commands keep their status.

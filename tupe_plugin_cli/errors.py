@@ -1,7 +1,7 @@
 """One way for our commands to fail: the last line on the screen says what is wrong and what to do.
 
 * ``run_command(run, args)``: runs a command, turns any exception into one ``error: ...`` line on
-  stderr; the traceback only with ``TUPE_DEBUG=1``. Exit codes are the project's one convention (README,
+  stderr; the traceback only with ``TUPE_DEBUG=1``. Exit codes are the project's one convention (docs/troubleshooting.md,
   "Exit codes"; shell: train_scripts/lib.sh): 2 wrong usage or settings (argparse, ``UsageError``: nothing
   was changed), 1 the run failed (a missing, corrupt or foreign input named in the message; an unexpected
   error says it is a bug).

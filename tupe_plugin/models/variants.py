@@ -4,7 +4,7 @@ A variant is one frozen object. The model's flags (``add_args``), the archs ``<n
 (``architectures.py``), the positional term (``modules/positional_term.py``), the attention block of every
 layer (``TupeEncoderLayer.build_self_attention``), ``tupe-checkpoint-info --list-variants`` and
 ``train_scripts/pretrain.sh`` all read it. The formulas and sources of every variant are in
-``docs/positional_encodings.md``; "How to add a positional encoding" is in the README.
+``docs/positional_encodings.md``; how to add a positional encoding is in ``docs/extending.md``.
 
 Checkpoint record: ``to_tensor`` writes the field values in declaration order as one long tensor (a string
 field as the index of its value in the field's ``choices``). New fields and new choices are only ever

@@ -120,9 +120,8 @@ class TupeTransformerEncoder(TransformerEncoder):
 
         positions = self.positions(src_tokens.size(1))  # once per forward, shared by all layers
         pad = padding_mask if has_pads else None
-        # -inf goes only to padded key columns (there is no attention mask), every sequence has at least
-        # one real token (with right padding, key 0 = <s>), and every positional bias is finite: so each
-        # row keeps a finite logit and the softmax has no all -inf row (fairseq's -1e8 is not needed).
+        # padded key columns get a large finite negative logit (attention.padding_value), not -inf: a
+        # sequence without a real token gives finite rows, not NaN.
         # cast to the compute dtype here, once per forward, not in every layer
         dtype = compute_dtype(x)
         if positions.bias is not None and positions.bias.dim() == 4:  # a learned prior per layer
