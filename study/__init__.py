@@ -11,7 +11,8 @@ orchestrator behind ``train_scripts/study.sh``. Its modules, one job each:
 * :mod:`study.longer_inputs`  validation MLM loss at T, 2T, 4T;
 * :mod:`study.runs`       reading a study folder (logs, fine-tuning runs, locality, the two stages above);
 * :mod:`study.compare`    differences between variants: paired by seed, and the paired bootstrap;
-* :mod:`study.report`     ``OUT/report.md`` and the CSVs; :mod:`study.figure` the overview figure.
+* :mod:`study.report`     ``OUT/report.md`` and the CSVs; :mod:`study.figure` the overview figure;
+* :mod:`study.stats`      plain statistics: correlations, ranks, entropy, the paired bootstrap.
 
-Statistics and the GLUE selection it shares with ``glue.collect`` are in ``tupe_common`` (installed).
+The GLUE selection it shares with ``glue.collect`` is ``tupe_common.glue_selection`` (installed).
 """

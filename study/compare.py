@@ -3,7 +3,7 @@
 * Pre-training loss: paired by pre-training seed (the same data order and masks); settled when every seed
   has the same sign and the smallest difference exceeds both variants' own spread across seeds.
 * Downstream scores: a 95% interval from a paired bootstrap over the dev examples and the seed pairs
-  (``tupe_common.stats.paired_bootstrap``) on the runs at each model's chosen LR, paired by (pre-training
+  (``study.stats.paired_bootstrap``) on the runs at each model's chosen LR, paired by (pre-training
   seed, fine-tuning seed); settled only when the interval excludes 0 and every shared pre-training seed
   gives a difference of the same sign. With one shared pre-training seed the interval can exclude 0 but
   nothing says another pre-training would agree: "dev set only".
@@ -20,7 +20,7 @@ import numpy as np
 
 from study.dev_eval import correct, score
 from study.runs import Variant, read_json
-from tupe_common.stats import paired_bootstrap, percentile_interval
+from study.stats import paired_bootstrap, percentile_interval
 
 RESAMPLES = 2000
 AVERAGE = "average"

@@ -154,7 +154,7 @@ def score(metric: str, gold: Sequence, pred: Sequence) -> Optional[float]:
     """The task's metric on the 0-100 scale (accuracy, MCC, Pearson), as fairseq logs it; None when undefined."""
     import numpy as np
 
-    from tupe_common.stats import pearson
+    from study.stats import pearson
 
     if not len(gold):
         return None

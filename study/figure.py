@@ -12,7 +12,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from study.runs import Variant
 from tupe_common.io import atomic_path
-from tupe_common.stats import average_ranks
+from study.stats import average_ranks
 
 
 def _pyplot():

@@ -20,7 +20,7 @@ from typing import Dict, List, Optional, Sequence
 from study.compare import Interval, OrderDrop, Paired, bootstrap_pairs, order_drops, paired_differences
 from study.runs import Variant, load_study, loss_at, parse_variants, run_section, token_counts
 from tupe_common.io import read_data_path, write_csv, write_text
-from tupe_common.stats import entropy_bits, pearson, spearman
+from study.stats import entropy_bits, pearson, spearman
 
 FRACTIONS = (0.25, 0.5, 0.75, 1.0)
 NOPE_TOLERANCE = 1.0  # points: nope's drop on a shuffle must be within this of 0 (it cannot see word order)

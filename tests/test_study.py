@@ -25,7 +25,7 @@ from conftest import BIN, ROOT
 from corpus import lm_lines
 from study import compare, figure, runs
 from study import report as sr
-from tupe_common import stats
+from study import stats
 
 STUDY = ROOT / "train_scripts" / "study.sh"
 

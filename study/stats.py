@@ -1,4 +1,4 @@
-"""Plain statistics for the reports (numpy, float64): correlations, ranks, entropy, the paired bootstrap."""
+"""Plain statistics for the study's report (numpy, float64): correlations, ranks, entropy, the paired bootstrap."""
 from __future__ import annotations
 
 import math
