@@ -91,6 +91,11 @@ def correlations(rows: Sequence[Dict]) -> List[Dict]:
     return out
 
 
+def _cell(text: str) -> str:
+    """Text for a Markdown table cell: a bare | would split the cell (``|j-i|``)."""
+    return text.replace("|", "\\|")
+
+
 def _f(x: Optional[float], nd: int = 3) -> str:
     return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{nd}f}"
 
@@ -208,7 +213,7 @@ def _longer_lines(study: List[Variant], rows: List[Dict]) -> List[str]:
          "|" + "---|" * (len(lengths) + 2)]
     for v, r in zip(study, rows):
         L.append(f"| {v.name} | " + " | ".join(_f(r.get(f"loss_len{L_}")) for L_ in lengths)
-                 + f" | {r.get('longer_not_measured') or ''} |")
+                 + f" | {_cell(r.get('longer_not_measured') or '')} |")
     return L + [""]
 
 
@@ -224,7 +229,7 @@ def report_markdown(rows: List[Dict], columns: List[str], variants: List[Variant
               f"the unigram baseline ({unigram:.3f} bits): such a model barely uses context, so differences "
               "between positional encodings say little. Use more updates or a bigger preset.", ""]
     L += ["## Variants", "", "| variant | what it is | pre-training seeds |", "|---|---|---|"]
-    L += [f"| {v.name} | {v.about or '—'} | {', '.join(str(s.seed) for s in v.seeds)} |" for v in variants]
+    L += [f"| {v.name} | {_cell(v.about) or '—'} | {', '.join(str(s.seed) for s in v.seeds)} |" for v in variants]
     L += ["", "## Pre-training: validation MLM loss (bits)", "",
           f"Unigram baseline (entropy of the training tokens, what a model ignoring context scores): "
           f"**{_f(unigram)} bits**. Budget: {total_updates} updates; the same data order, masks and seed for "
