@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test test-fast lint bench clean-demo study
+.PHONY: install demo test test-fast lint bench clean-demo study gpu-wheels gpu-check
 
 $(STAMP): setup.py constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -41,6 +41,20 @@ bench: $(STAMP)
 # [PRESET=cpu-small VARIANTS="bert-a bert-r tupe-a tupe-r"]; see train_scripts/study.sh --help.
 study: $(STAMP)
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" train_scripts/study.sh
+
+# The GPU kit (docs/gpu.md). gpu-wheels, here with network: the wheels a GPU machine without network lacks, for
+# its Python (never torch), into WHEEL_DIR. gpu-check, there: installs them offline into GPU_SITE with that
+# machine's own python (no venv, no STAMP: its torch stays) and writes report.md and gpu_check.csv into OUT.
+WHEEL_DIR ?= .gpu-wheels
+GPU_PYTHON_VERSION ?= 3.12
+GPU_PYTHON ?= python3
+GPU_SITE ?= .gpu-site
+OUT ?= gpu-report
+gpu-wheels: $(STAMP)
+	$(PY) bench/gpu_wheels.py download --dir $(WHEEL_DIR) --python-version $(GPU_PYTHON_VERSION)
+
+gpu-check:
+	$(GPU_PYTHON) bench/gpu_check.py --out $(OUT) --wheels $(WHEEL_DIR) --site $(GPU_SITE)
 
 clean-demo:
 	rm -rf demo_out

@@ -18,7 +18,7 @@ OUT_DIR="$OUT/c4" VOCAB_SIZE=1000 JOBS=2 TOKENS_PER_SAMPLE=128 preprocess/c4/run
 
 step "2/6 tiny TUPE-R pre-training, $UPDATES updates on CPU (train_scripts/pretrain.sh)"
 DATA="$OUT/c4/data-bin" SAVE_DIR="$OUT/pretrain" VARIANT=tupe-r SIZE=tiny GPUS=0 \
-  TOKENS_PER_SAMPLE=128 BATCH_SIZE=16 MAX_SENTENCES=16 TOTAL_UPDATES="$UPDATES" WARMUP=30 LR=1e-3 \
+  TOKENS_PER_SAMPLE=128 SENTENCES_PER_UPDATE=16 MAX_SENTENCES=16 TOTAL_UPDATES="$UPDATES" WARMUP=30 LR=1e-3 \
   SAVE_INTERVAL_UPDATES="$UPDATES" LOG_INTERVAL=50 NUM_WORKERS=0 \
   train_scripts/pretrain.sh
 CKPT="$OUT/pretrain/checkpoint_last.pt"
@@ -29,7 +29,7 @@ python -m preprocess.glue_binarize --glue-dir tests/data/glue --tasks "$(echo $T
 
 step "4/6 fine-tuning, one LR x one seed per task (glue/grid.sh), then the table (glue.collect)"
 CHECKPOINT="$CKPT" GLUE_BIN="$OUT/glue-bin" RUNS="$OUT/tupe_r_tiny_DEMO" TASKS="$TASKS" LRS=1e-3 SEEDS=1 \
-  EPOCHS=20 BATCH=8 LOG_INTERVAL=20 NUM_WORKERS=0 VALID_PER_EPOCH=1 \
+  EPOCHS=20 SENTENCES_PER_BATCH=8 LOG_INTERVAL=20 NUM_WORKERS=0 VALID_PER_EPOCH=1 \
   glue/grid.sh
 echo "(DEMO DATA: a 2-layer model pre-trained for $UPDATES updates on a 1 MB sample and fine-tuned on"
 echo " small fixture tasks with a learnable rule; compare the layout, not the numbers, with the paper's rows)"

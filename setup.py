@@ -1,4 +1,10 @@
+import os
+import sys
+
 from setuptools import find_packages, setup
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the commands' table, from this checkout
+from tupe_plugin_cli.commands import CONSOLE_SCRIPTS  # noqa: E402  (standard library only: no torch)
 
 setup(
     name="tupe_plugin",
@@ -28,15 +34,5 @@ setup(
         # Hugging Face bridge (tupe-export-hf, Trainer) and the hub downloads (C4, GLUE/SNLI parquet)
         "hf": ["transformers>=5.0", "safetensors>=0.4", "accelerate>=1.0", "huggingface_hub>=1.0", "pyarrow>=15"],
     },
-    entry_points={
-        "console_scripts": [
-            "tupe-checkpoint-info=tupe_plugin_cli.commands:checkpoint_info",
-            "tupe-pos-maps=tupe_plugin_cli.commands:pos_maps",
-            "tupe-locality=tupe_plugin_cli.commands:locality",
-            "tupe-probe=tupe_plugin_cli.commands:probe",
-            "tupe-convert-original=tupe_plugin_cli.commands:convert_original",
-            "tupe-last-error=tupe_plugin_cli.errors:main",
-            "tupe-export-hf=tupe_plugin_cli.commands:export_hf",
-        ]
-    },
+    entry_points={"console_scripts": CONSOLE_SCRIPTS},
 )

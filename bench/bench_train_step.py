@@ -30,6 +30,11 @@ allocator's caching and on the interpreter). "KiB/token" is that step part divid
     python bench/bench_train_step.py --variants tupe_r --attention auto sdpa explicit   # compare the paths
     python bench/bench_train_step.py --variants tupe_r --lengths 512 --profile          # where the time goes
     python bench/bench_train_step.py --variants tupe_r --compile      # also torch.compile'd encoder layers
+    python bench/bench_train_step.py --variants bert_a tupe_r --objective electra --sizes base --lengths 128 512
+
+``--objective electra``: the variant's model is ELECTRA's generator + discriminator of that arch
+(tupe_plugin/models/electra.py, generator at ELECTRA's default size) and its step is ELECTRA's (generator
+MLM, sampling, discriminator, ``--criterion electra``'s loss), against the same RoBERTa MLM step.
 """
 from __future__ import annotations
 
@@ -63,6 +68,7 @@ class Row:
     variant: str
     attention: str  # the --tupe-attention value, and for auto the path it takes in training
     compiled: bool = False
+    objective: str = "mlm"  # the variant's step: mlm, or electra (generator + discriminator)
     roberta_s: List[float] = field(default_factory=list)  # seconds of each timed step
     variant_s: List[float] = field(default_factory=list)
     roberta_bytes: int = 0  # resident + step peak
@@ -97,13 +103,14 @@ def pair_ratio_iqr(base: List[float], other: List[float]) -> Tuple[float, float]
 
 
 def build(arch: str, size: str, length: int, device: str, **overrides):
-    """A model of ``arch`` at ``size`` (tupe_plugin's SIZES, also for RoBERTa) for inputs of ``length`` tokens."""
+    """A model of ``arch`` at ``size`` (tupe_plugin's SIZES, also for RoBERTa; ``overrides`` win) for inputs of
+    ``length`` tokens."""
     from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
 
     from tupe_plugin.build_task import DictionaryTask, numbered_dictionary
     from tupe_plugin.models.architectures import SIZES
 
-    args = argparse.Namespace(arch=arch, max_positions=length, tokens_per_sample=length, **SIZES[size], **overrides)
+    args = argparse.Namespace(arch=arch, max_positions=length, tokens_per_sample=length, **{**SIZES[size], **overrides})
     ARCH_CONFIG_REGISTRY[arch](args)
     torch.manual_seed(0)
     task = DictionaryTask(numbered_dictionary(VOCAB), length)
@@ -148,10 +155,26 @@ def sync(device: str) -> None:
 
 
 def train_step(model, opt, x: torch.Tensor, masked: torch.Tensor) -> None:
-    logits, _ = model(x, masked_tokens=masked)
-    F.cross_entropy(logits.float(), x[masked]).backward()
+    if hasattr(model, "generator"):  # --objective electra: the plugin's criterion, normalised as fairseq does
+        loss, sample_size, _ = electra_criterion(x.size(1))(model, electra_sample(x, masked))
+        (loss / sample_size).backward()
+    else:
+        logits, _ = model(x, masked_tokens=masked)
+        F.cross_entropy(logits.float(), x[masked]).backward()
     opt.step()
     opt.zero_grad(set_to_none=True)
+
+
+def electra_criterion(length: int):
+    from tupe_plugin.build_task import DictionaryTask, numbered_dictionary
+    from tupe_plugin.criterions.electra import ElectraCriterion
+
+    return ElectraCriterion(DictionaryTask(numbered_dictionary(VOCAB), length))
+
+
+def electra_sample(x: torch.Tensor, masked: torch.Tensor) -> dict:
+    """The electra task's batch: the masked positions' originals as targets (pad = 1 elsewhere)."""
+    return {"net_input": {"src_tokens": x}, "target": torch.where(masked, x, torch.ones_like(x)), "ntokens": x.numel()}
 
 
 def timed_steps(pair: Dict[str, tuple], x, masked, warmup: int, steps: int, device: str) -> Dict[str, List[float]]:
@@ -263,8 +286,9 @@ TABLE_HEADER = (
 
 def table_line(row: Row) -> str:
     attention = row.attention + (", compiled" if row.compiled else "")
+    variant = row.variant + ("" if row.objective == "mlm" else f" ({row.objective})")
     if row.error:
-        return f"| {row.size} | {row.length} | {row.batch} | {row.variant} | {attention} | failed: {row.error} |"
+        return f"| {row.size} | {row.length} | {row.batch} | {variant} | {attention} | failed: {row.error} |"
     s = row.summary()
 
     def ms(times: List[float]) -> str:
@@ -272,7 +296,7 @@ def table_line(row: Row) -> str:
 
     per_token = 1e6 / row.tokens
     return (
-        f"| {row.size} | {row.length} | {row.batch} | {row.variant} | {attention} | {ms(row.roberta_s)} | "
+        f"| {row.size} | {row.length} | {row.batch} | {variant} | {attention} | {ms(row.roberta_s)} | "
         f"{ms(row.variant_s)} | {s['time_ratio']:.3f} | {s['pair_ratio_q1']:.2f}-{s['pair_ratio_q3']:.2f} | "
         f"{s['flop_ratio']:.3f} | {s['roberta_median_s'] * per_token:.1f} | "
         f"{s['variant_median_s'] * per_token:.1f} | {row.roberta_bytes / 2**20:.1f} | {row.variant_bytes / 2**20:.1f} | "
@@ -281,15 +305,26 @@ def table_line(row: Row) -> str:
     )
 
 
+def with_objective(model, objective: str):
+    """The model whose step ``objective`` takes: the MLM model itself, or ELECTRA around it as discriminator."""
+    if objective == "mlm":
+        return model
+    from tupe_plugin.models.electra import ElectraModel
+
+    device = next(model.parameters()).device
+    torch.manual_seed(0)
+    return ElectraModel.from_discriminator(model, 0).to(device).train()
+
+
 def bench_variant(row: Row, roberta: tuple, x, masked, args, path: str) -> Tuple[Row, tuple]:
     """Time and measure one variant against the RoBERTa pair ``roberta`` (model, optimizer)."""
     arch = f"{row.variant}_{row.size}"
-    model = build(arch, row.size, row.length, args.device, tupe_attention=path)
+    model = with_objective(build(arch, row.size, row.length, args.device, tupe_attention=path), row.objective)
     if path == "auto":  # the path the first layer takes in training on this device
         row.attention = "auto: " + model.encoder.sentence_encoder.layers[0].self_attn.attention_path(x)
     pair = {"roberta": roberta, "variant": (model, torch.optim.Adam(model.parameters(), lr=1e-4))}
     if row.compiled:  # the eager twin (same weights) steps in the same alternation: compiled / eager directly
-        eager = build(arch, row.size, row.length, args.device, tupe_attention=path)
+        eager = with_objective(build(arch, row.size, row.length, args.device, tupe_attention=path), row.objective)
         compile_layers(model)
         row.compile_max_diff = max_output_diff(model, eager, x)
         pair["eager"] = (eager, torch.optim.Adam(eager.parameters(), lr=1e-4))
@@ -313,7 +348,7 @@ def bench_length(size: str, length: int, args, rows: List[Row], profiles: List[d
     for variant in args.variants:
         for path in args.attention:
             for compiled in [False, True] if args.compile else [False]:
-                row = Row(size, length, x.size(0), variant, path, compiled)
+                row = Row(size, length, x.size(0), variant, path, compiled, args.objective)
                 try:
                     row, pair = bench_variant(row, roberta, x, masked, args, path)
                 except Exception as e:  # e.g. a compile failure: reported in its row, the others go on
@@ -360,6 +395,9 @@ def main() -> None:
     ap.add_argument("--warmup", type=at_least(0), default=2, help="untimed steps per model first")
     ap.add_argument("--attention", nargs="+", default=["auto"], choices=list(ATTENTION_PATHS),
                     help="the variants' --tupe-attention values to run (RoBERTa is always fairseq's own)")
+    ap.add_argument("--objective", choices=["mlm", "electra"], default="mlm",
+                    help="the variants' step: mlm, or electra (generator + discriminator; the docstring); "
+                         "RoBERTa always steps with MLM")
     ap.add_argument("--compile", action="store_true", help="also run every variant with torch.compile'd encoder layers")
     ap.add_argument("--profile", action="store_true", help="print the top operators of both models for every row")
     ap.add_argument("--top", type=int, default=15, help="operators per model in --profile")
@@ -377,7 +415,7 @@ def main() -> None:
 
     meta = {"command": " ".join(shlex.quote(a) for a in ["python", *sys.argv]), "torch": torch.__version__,
             "device": args.device, "device_name": device_name(args.device), "threads": torch.get_num_threads(),
-            "tokens_per_step": args.tokens, "steps": args.steps, "warmup": args.warmup, "malloc": malloc}
+            "tokens_per_step": args.tokens, "objective": args.objective, "steps": args.steps, "warmup": args.warmup, "malloc": malloc}
     print(f"`{meta['command']}`\n\ntorch {meta['torch']}, device {args.device} ({meta['device_name']}), "
           f"{meta['threads']} threads, {malloc}, {args.tokens} tokens per step, median (min-max) of {args.steps} "
           f"alternating steps after {args.warmup} warm-up steps each\n", flush=True)

@@ -132,14 +132,6 @@ def parse_validations(path: str, metric: str) -> List[Validation]:
     return found
 
 
-def parse_fairseq_log(path: str, metric: str) -> Dict[str, float]:
-    """Best (maximum) ``metric`` per valid subset in a fairseq log, each subset on its own."""
-    best: Dict[str, float] = {}
-    for v in parse_validations(path, metric):
-        best[v.subset] = max(best.get(v.subset, -math.inf), v.value)
-    return best
-
-
 def select_best(validations: Sequence[Validation], subsets: Sequence[str]) -> Tuple[Dict[str, float], Optional[int]]:
     """The best validation of ``subsets[0]`` and every subset's score at that same validation.
 

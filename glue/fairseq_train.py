@@ -21,7 +21,7 @@ environment), so it also holds in the processes fairseq spawns for several GPUs 
 import math
 import os
 import sys
-from typing import List, Optional, Sequence
+from typing import List, NoReturn, Optional, Sequence
 
 from omegaconf import open_dict
 
@@ -78,6 +78,12 @@ def main_with_validations(cfg, **kwargs):
     return getattr(train_cli, "original_main", train_cli.main)(cfg, **kwargs)
 
 
+def usage_error(message: str) -> NoReturn:
+    """Exit 2 (a usage error, as argparse and fairseq-train's own parser) with one ``error:`` line."""
+    print(f"glue.fairseq_train: error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
 def split_option(argv: Sequence[str]) -> tuple:
     """(N, hydra, the other arguments): N from ``--validations-per-epoch N`` (or ``=N``, 1 when absent),
     hydra when ``--hydra`` is given (run fairseq-hydra-train's entry point instead of fairseq-train's)."""
@@ -90,7 +96,7 @@ def split_option(argv: Sequence[str]) -> tuple:
         elif a == OPTION or a.startswith(OPTION + "="):
             value = a.split("=", 1)[1] if "=" in a else (args.pop(0) if args else "")
             if not value.isdigit() or int(value) < 1:
-                raise SystemExit(f"glue.fairseq_train: error: {OPTION} needs a whole number >= 1, not {value!r}")
+                usage_error(f"{OPTION} needs a whole number >= 1, not {value!r}")
             n = int(value)
         else:
             rest.append(a)
@@ -102,19 +108,25 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     if any(a in ("-h", "--help") for a in rest):
         print(__doc__)
     if n > 1 and any(a.startswith(("--validate-interval-updates", "dataset.validate_interval_updates")) for a in rest):
-        raise SystemExit(f"glue.fairseq_train: error: {OPTION} and validate_interval_updates both place "
-                         "validations; pass one of them")
+        usage_error(f"{OPTION} and validate_interval_updates both place validations; pass one of them")
     os.environ[ENV] = str(n)
-    from fairseq_cli import hydra_train
+    # fairseq_cli.train first: its logging.basicConfig (time | level | name, INFO, LOGLEVEL) must be the first
+    # one, as in fairseq-train; importing fairseq before it (hydra_train does) runs a fairseq model module's
+    # basicConfig(level=DEBUG) instead: no timestamps and DEBUG lines in every train.log
     from fairseq_cli import train as train_cli
 
     from glue.fairseq_train import main_with_validations as entry  # by its module name, not __main__
 
     # the entry points call train.main (hydra: as pre_main) once per process, spawned ones included
     train_cli.original_main, train_cli.main = train_cli.main, entry
-    hydra_train.pre_main = entry
     sys.argv = [sys.argv[0]] + rest
-    (hydra_train if hydra else train_cli).cli_main()
+    if not hydra:
+        train_cli.cli_main()
+        return
+    from fairseq_cli import hydra_train
+
+    hydra_train.pre_main = entry
+    hydra_train.cli_main()
 
 
 if __name__ == "__main__":

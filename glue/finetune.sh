@@ -21,7 +21,8 @@ tunable CHECKPOINT "" "pre-trained checkpoint (.pt) (required)"
 tunable GLUE_BIN glue-bin "folder with TASK-bin/ from python -m preprocess.glue_binarize"
 tunable RUNS runs "output root: RUNS/TASK/lr{LR}_seed{SEED}/"
 tunable EPOCHS auto "epochs (auto: 5 for MNLI, QNLI, QQP; 10 otherwise)"
-tunable BATCH 32 "sentences per update (--batch-size)"
+renamed_tunable BATCH SENTENCES_PER_BATCH
+tunable SENTENCES_PER_BATCH 32 "sentences per batch of each process, at most (--batch-size; was BATCH); one process: per update"
 tunable MAX_TOKENS 4400 "tokens per batch at most (--max-tokens)"
 tunable WARMUP_RATIO 0.06 "fraction of updates spent warming up (warmup_ratio scheduler)"
 tunable ADAM_BETAS "(0.9,0.999)" "Adam betas"
@@ -93,7 +94,7 @@ args=(
   --task sentence_prediction --criterion glue_sentence_prediction --metric-averaging "$METRIC_AVERAGING"
   --num-classes "$NUM_CLASSES"
   --init-token 0 --separator-token 2
-  --batch-size "$BATCH" --max-tokens "$MAX_TOKENS" --required-batch-size-multiple 1
+  --batch-size "$SENTENCES_PER_BATCH" --max-tokens "$MAX_TOKENS" --required-batch-size-multiple 1
   --optimizer adam --adam-betas "$ADAM_BETAS" --adam-eps "$ADAM_EPS" --weight-decay "$WEIGHT_DECAY"
   --clip-norm "$CLIP_NORM" --lr "$LR" --lr-scheduler warmup_ratio --warmup-ratio "$WARMUP_RATIO"
   --max-epoch "$EPOCHS" --dropout "$DROPOUT" --attention-dropout "$ATTENTION_DROPOUT" --pooler-dropout "$POOLER_DROPOUT" --seed "$SEED"
@@ -128,7 +129,7 @@ if (( status != 0 )); then
   tail -n 30 "$partial/train.log" >&2
   # the error our plugin raised (wrong variant, dictionary, ...) as the last line, not 30 lines above it
   reason="$("$PYTHON" -m tupe_plugin_cli.errors "$partial/train.log" 2>/dev/null | sed 's/^error: //')" || true
-  die "$TASK $run_name: fairseq-train failed (exit $status)${reason:+: $reason}; log in $partial/train.log"
+  fail "$status" "$TASK $run_name: fairseq-train failed (exit $status)${reason:+: $reason}; log in $partial/train.log"
 fi
 
 "$PYTHON" -m glue.finetune_helper result --task "$TASK" --lr "$LR" --seed "$SEED" --metric "$METRIC" \

@@ -10,6 +10,9 @@ Tasks: the registry ``glue.tasks`` (``--tasks auto``: the paper's 8 and the cust
     python -m glue.grid job INDEX [...]                # "TASK LR SEED" of one index (grid.sbatch)
     python -m glue.grid array [...]                    # the not-done indices as a SLURM --array value
     python -m glue.grid run --jobs N [--gpus 0,1] [...]   # run the not-done jobs locally, N at a time
+
+``array`` and ``run`` refuse (exit 2) when a task to run has no ``GLUE_BIN/TASK-bin``; ``run`` stops
+starting runs when one exits 2 (a usage error, which every run would repeat).
     python -m glue.grid tasks [...]                    # the tasks of the grid, resolved (auto -> names)
 """
 from __future__ import annotations
@@ -75,15 +78,23 @@ def slurm_ranges(indices: Sequence[int]) -> str:
     return ",".join(parts)
 
 
+def missing_binaries(todo: Sequence[Job], glue_bin: str) -> List[str]:
+    """The ``GLUE_BIN/TASK-bin`` folders that jobs to do need and that do not exist."""
+    folders = dict.fromkeys(os.path.join(glue_bin, f"{j.task}-bin") for j in todo)
+    return [f for f in folders if not os.path.isdir(f)]
+
+
 def run_local(todo: List[Job], runs: str, n_slots: int, gpus: List[str], script: str) -> int:
-    """Run ``script TASK LR SEED`` for each job, ``n_slots`` at a time, slot k on GPU gpus[k % len]."""
+    """Run ``script TASK LR SEED`` for each job, ``n_slots`` at a time, slot k on GPU gpus[k % len].
+    A run that exits 2 (a usage error: the same for every run) stops the grid: no new run starts,
+    the running ones finish, and the grid exits 2."""
     log_dir = os.path.join(runs, ".grid_logs")
     running = {}  # slot -> (Popen, job, start time, log path)
-    pending, failed, finished = list(todo), [], 0
+    pending, failed, finished, usage_error = list(todo), [], 0, None
     try:
         while pending or running:
             for slot in range(n_slots):
-                if slot in running or not pending:
+                if slot in running or not pending or usage_error:
                     continue
                 job = pending.pop(0)
                 env = dict(os.environ, QUIET="1", RUNS=runs)
@@ -110,10 +121,18 @@ def run_local(todo: List[Job], runs: str, n_slots: int, gpus: List[str], script:
                     failed.append(job)
                     log.warning(f"[{finished}/{len(todo)}] FAILED {job.task} {job.name} (exit {proc.returncode}); "
                                 f"see {out_log}")
+                    if proc.returncode == 2 and not usage_error:
+                        usage_error = out_log
+            if usage_error and pending:
+                log.error(f"a run failed with a usage error (exit 2; see {usage_error}): the other runs would fail "
+                          f"the same way, so {len(pending)} run(s) are not started; fix the setting and rerun")
+                pending = []
     except KeyboardInterrupt:
         for proc, _, _, _ in running.values():
             proc.terminate()
         raise
+    if usage_error:
+        return 2
     if failed:
         log.error(f"{len(failed)} of {len(todo)} run(s) failed: " + ", ".join(f"{j.task} {j.name}" for j in failed))
         return 1
@@ -159,6 +178,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         for j in grid:
             print(f"{j.index}\t{j.task}\t{j.lr}\t{j.seed}\t{'todo' if j in todo else 'done'}")
         return 0
+    missing = missing_binaries(todo, args.glue_bin)
+    if missing and args.command in ("array", "run"):
+        p.error(f"{', '.join(missing)}: no such folder (--glue-bin {args.glue_bin}); binarize the tasks with "
+                "python -m preprocess.glue_binarize first")
     if args.command == "array":
         print(slurm_ranges([j.index for j in todo]))
         return 0

@@ -12,6 +12,8 @@
 # missing; a run whose result.json is empty or corrupt is redone (glue/finetune.sh moves it aside).
 # Tasks and their facts: glue/tasks.py; the protocol: docs/glue_protocol.md.
 # Locally, JOBS runs go at a time, run k on GPU GPU_IDS[k % n]; their output is in RUNS/.grid_logs/.
+# CHECKPOINT and the binaries of the tasks to run are checked before the first run, and a run that fails
+# with a usage error (exit 2, e.g. a bad EXTRA_ARGS) stops the grid: the other runs would repeat it.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../train_scripts/lib.sh"
 
@@ -31,6 +33,11 @@ usage() {
   echo
   echo "Environment (default, meaning):"
   usage_tunables
+}
+# check_checkpoint: CHECKPOINT names a file, before any run starts (each run would refuse it alike).
+check_checkpoint() {
+  [[ -n "$CHECKPOINT" ]] || die "CHECKPOINT is required: the pre-trained checkpoint to fine-tune"
+  [[ -f "$CHECKPOINT" ]] || die "CHECKPOINT=$CHECKPOINT: no such file"
 }
 mode=local
 case "${1:-}" in
@@ -54,6 +61,7 @@ if [[ "$mode" == slurm ]]; then
     echo "all $total runs are done; the table: $PYTHON -m glue.collect $RUNS"
     exit 0
   fi
+  check_checkpoint
   todo=$("${grid[@]}" list | grep -c 'todo$')
   env_line="CHECKPOINT=\"$CHECKPOINT\" GLUE_BIN=\"$GLUE_BIN\" RUNS=\"$RUNS\" TASKS=\"$TASKS\""
   env_line+=" LRS=\"$LRS\" SEEDS=\"$SEEDS\""
@@ -63,7 +71,7 @@ if [[ "$mode" == slurm ]]; then
   exit 0
 fi
 
-[[ -n "$CHECKPOINT" ]] || die "CHECKPOINT is required: the pre-trained checkpoint to fine-tune"
+check_checkpoint
 if [[ "$GPU_IDS" == auto ]]; then
   n=$(cuda_device_count)
   GPU_IDS=$(seq -s ' ' 0 $(( n - 1 )) 2>/dev/null || true)
@@ -76,6 +84,7 @@ fi
 note "local runs: JOBS=$JOBS GPU_IDS='$GPU_IDS'"
 status=0
 "${grid[@]}" run --jobs "$JOBS" --gpus "$GPU_IDS" || status=$?
+(( status != 2 )) || exit 2  # refused before the first run, or stopped at a usage error: no table
 "$PYTHON" -m glue.collect "$RUNS" --expected-lrs "$(tr -s ' ,' ',' <<< "$LRS")" \
   --expected-seeds "$(tr -s ' ,' ',' <<< "$SEEDS")"
 exit "$status"

@@ -20,6 +20,8 @@ import sys
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from tupe_plugin_cli.errors import UsageError
+
 SINGLE_SENTENCE_HEADER = ("sentence", "label")  # SST-2's train/dev header: a custom task has it too
 
 
@@ -159,7 +161,7 @@ def get_task(name: str, tasks_dir: Optional[str] = None, custom: bool = False) -
     """The task called ``name`` (GLUE names are case-insensitive), or a custom task.
 
     A name that is not GLUE's is a custom task when ``custom`` is set (its binaries say so) or when
-    ``tasks_dir/name`` has SST-2's layout; otherwise ValueError naming the choices.
+    ``tasks_dir/name`` has SST-2's layout; otherwise UsageError (a ValueError) naming the choices.
     """
     by_lower = {k.lower(): v for k, v in TASKS.items()}
     if name.lower() in by_lower:
@@ -167,7 +169,7 @@ def get_task(name: str, tasks_dir: Optional[str] = None, custom: bool = False) -
     if custom or (tasks_dir and is_custom_task_dir(os.path.join(tasks_dir, name))):
         return custom_task(name)
     where = f" nor a folder of {tasks_dir} with SST-2's layout (header 'sentence<TAB>label')" if tasks_dir else ""
-    raise ValueError(f"unknown task {name!r}: not a GLUE task ({', '.join(TASKS)}){where}")
+    raise UsageError(f"unknown task {name!r}: not a GLUE task ({', '.join(TASKS)}){where}")
 
 
 def table_columns(order: Sequence[str]) -> List[Tuple[GlueTask, Column]]:

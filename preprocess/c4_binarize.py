@@ -33,7 +33,6 @@ import json
 import multiprocessing as mp
 import os
 import signal
-import struct
 import sys
 import time
 from typing import BinaryIO, Iterator, List, Optional, Sequence, Tuple
@@ -44,24 +43,12 @@ import sentencepiece as spm
 from preprocess.c4_common import Progress, SettingsMismatch, check_settings, open_binary
 from tupe_common.io import atomic_open, file_hash, read_json, fsync_dir, fsync_file, remove_if_exists
 from tupe_common.log import get_logger
+from tupe_common.mmap_index import token_dtype_for, write_index
 from preprocess.spm_dict import dict_pieces, id_offset, spm_to_fairseq_ids
 
 PROG = "c4_binarize"
 log = get_logger(PROG)
 EOS = 2
-# fairseq.data.indexed_dataset.MMapIndexedDataset.Index format (version 1).
-_IDX_MAGIC = b"MMIDIDX\x00\x00"
-_DTYPE_CODE = {np.uint16: 8, np.uint32: 9, np.int64: 5}
-
-
-def fairseq_dtype(vocab_size: int) -> type:
-    """``fairseq.data.indexed_dataset.best_fitting_int_dtype``."""
-    if vocab_size < 65500:
-        return np.uint16
-    if vocab_size < 4294967295:
-        return np.uint32
-    return np.int64
-
 
 def default_workers() -> int:
     try:
@@ -179,23 +166,6 @@ def read_chunks(paths: Sequence[str], chunk_bytes: int) -> Iterator[bytes]:
                 yield buf
 
 
-def write_index(path: str, dtype: type, size_chunks: List[np.ndarray]) -> None:
-    """fairseq's MMapIndexedDataset index: header, int32 sizes, int64 byte pointers."""
-    n = sum(len(s) for s in size_chunks)
-    itemsize = np.dtype(dtype).itemsize
-    with open(path, "wb") as f:
-        f.write(_IDX_MAGIC + struct.pack("<Q", 1) + struct.pack("<B", _DTYPE_CODE[dtype]))
-        f.write(struct.pack("<Q", n))
-        for s in size_chunks:
-            f.write(s.astype(np.int32).tobytes())
-        address = 0
-        for s in size_chunks:
-            if len(s):
-                ends = np.cumsum(s, dtype=np.int64)
-                f.write(((ends - s) * itemsize + address).astype(np.int64).tobytes())
-                address += int(ends[-1]) * itemsize
-
-
 def identity(inputs: Sequence[str], model: str, dict_path: str) -> dict:
     return {
         "inputs": [{"name": os.path.basename(p), "bytes": os.path.getsize(p)} for p in inputs],
@@ -283,7 +253,7 @@ def _run(inputs: Sequence[str], prefix: str, model: str, dict_path: str, workers
          chunk_bytes: int, max_in_flight: int, progress_seconds: float, tokens_per_sample: int) -> dict:
     sp = spm.SentencePieceProcessor(model_file=model)
     id_offset(sp)  # fail early with a clear message if the special ids are not 0..k-1
-    dtype = fairseq_dtype(check_dict(sp, dict_path))
+    dtype = token_dtype_for(check_dict(sp, dict_path))
     init_args = (model, np.dtype(dtype).name, max_line_tokens(tokens_per_sample))
     test_sleep = float(os.environ.get("C4_BINARIZE_TEST_SLEEP", "0") or 0)
     bin_tmp, idx_tmp = prefix + ".bin.partial", prefix + ".idx.partial"

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import struct
 import sys
 from typing import Dict, List, Optional
 
@@ -27,24 +26,14 @@ import numpy as np
 
 from tupe_common.io import file_hash, read_data_path, read_json
 from tupe_common.log import get_logger
+from tupe_common.mmap_index import NotAnIndex, line_sizes
 
 PROG = "c4_data"
 log = get_logger(PROG)
-_HEADER = 9 + 8 + 1  # fairseq MMapIndexedDataset index: magic, version, dtype code; then the count
 
 
 class DataError(ValueError):
     """The data folder cannot be trained on as it is."""
-
-
-def line_sizes(prefix: str) -> np.ndarray:
-    """Token count of every line (its ``</s>`` included) of a fairseq mmap dataset, from ``.idx``."""
-    with open(prefix + ".idx", "rb") as f:
-        head = f.read(_HEADER + 8)
-        if len(head) < _HEADER + 8 or not head.startswith(b"MMIDIDX"):
-            raise DataError(f"{prefix}.idx is not a fairseq mmap index (rebinarize it with step 3)")
-        (n,) = struct.unpack("<Q", head[_HEADER:])
-        return np.fromfile(f, dtype=np.int32, count=n)
 
 
 def over_length(sizes: np.ndarray, tokens_per_sample: int, break_mode: str) -> int:
@@ -86,7 +75,10 @@ def check_data(data: str, tokens_per_sample: int = 512, break_mode: str = "compl
             missing = [prefix + e for e in (".bin", ".idx") if not os.path.isfile(prefix + e)]
             if missing:
                 raise DataError(f"{', '.join(missing)} missing: run preprocess/c4/3_binarize.sh and 4_layout.sh")
-            sizes = line_sizes(prefix)
+            try:
+                sizes = line_sizes(prefix + ".idx")
+            except NotAnIndex as e:
+                raise DataError(f"{e}") from None
             counts[split][0] += over_length(sizes, tokens_per_sample, break_mode)
             counts[split][1] += len(sizes)
     for split, (n, total) in counts.items():

@@ -15,7 +15,8 @@ import sys
 from pathlib import Path
 from typing import List, Optional, Sequence
 
-from preprocess.hub_files import HubError, add_repo_args, download, open_repo
+from preprocess.download_command import UsageError, download_parser, run_download
+from preprocess.hub_files import HubError, HubRepo, download
 from tupe_common.log import get_logger
 
 REPO = "allenai/c4"
@@ -43,31 +44,33 @@ def wanted_paths(train: List[int], valid: List[int]) -> List[str]:
             + [f"en/c4-validation.{i:05d}-of-{VALID_FILES:05d}.json.gz" for i in valid])
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m preprocess.c4_download", description=__doc__.split("\n\n")[0],
-                                epilog=__doc__.split("\n\n", 2)[2], formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out-dir", default="c4/en", help="folder for the .json.gz files (default c4/en)")
-    p.add_argument("--shards", default="0-31", help="train shards, e.g. 0-31 or 0-3,8 (default 0-31)")
-    p.add_argument("--valid-shards", default="0", help="validation shards (default 0; '' for none)")
-    add_repo_args(p, REPO)
-    args = p.parse_args(argv)
+def plan(args: argparse.Namespace) -> List[str]:
+    """The repository paths of the shards asked for."""
     try:
         paths = wanted_paths(parse_ranges(args.shards, TRAIN_FILES, "--shards"),
                              parse_ranges(args.valid_shards, VALID_FILES, "--valid-shards"))
     except ValueError as e:
-        p.error(str(e))
-    try:
-        repo = open_repo(args.repo, args.from_dir, args.revision)
-        listed = {f.path: f for f in repo.list_files("en")}
-        missing = [x for x in paths if x not in listed]
-        if missing:
-            raise HubError(f"{repo.repo_id} does not list {missing[:3]}{' ...' if len(missing) > 3 else ''}")
-        download(repo, [listed[x] for x in paths], Path(args.out_dir), log=log)
-    except HubError as e:
-        log.error(str(e))
-        return 1
+        raise UsageError(str(e)) from None
+    if not paths:
+        raise UsageError("--shards and --valid-shards name no shard: give at least one, e.g. --shards 0")
+    return paths
+
+
+def fetch(args: argparse.Namespace, repo: HubRepo, paths: Sequence[str]) -> None:
+    listed = {f.path: f for f in repo.list_files("en")}
+    missing = [x for x in paths if x not in listed]
+    if missing:
+        raise HubError(f"{repo.repo_id} does not list {missing[:3]}{' ...' if len(missing) > 3 else ''}")
+    download(repo, [listed[x] for x in paths], Path(args.out_dir), log=log)
     log.info(f"{len(paths)} C4 files verified in {args.out_dir}; next: preprocess/c4/run_all.sh {args.out_dir}")
-    return 0
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    p = download_parser("preprocess.c4_download", __doc__, REPO, "c4/en", "folder for the .json.gz files", [
+        ("--shards", "0-31", "train shards, e.g. 0-31 or 0-3,8 (default 0-31)"),
+        ("--valid-shards", "0", "validation shards (default 0; '' for none)"),
+    ])
+    return run_download(p, argv, log, plan, fetch)
 
 
 if __name__ == "__main__":

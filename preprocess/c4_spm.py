@@ -28,6 +28,7 @@ import sentencepiece as spm
 from preprocess.c4_common import Progress, SettingsMismatch, check_settings, mb, open_binary
 from tupe_common.io import read_json, remove_if_exists, write_json
 from tupe_common.log import get_logger
+from tupe_plugin_cli.errors import UsageError
 from preprocess.spm_dict import id_offset, write_fairseq_dict
 
 PROG = "c4_spm"
@@ -101,7 +102,7 @@ def train(inputs: Sequence[str], out_dir: str, vocab_size: int = 32768, model_ty
             )
         except RuntimeError as e:
             if "Vocabulary size" in str(e):
-                raise ValueError(
+                raise UsageError(
                     f"sentencepiece cannot build {vocab_size} pieces from this sample: {e}. "
                     "Use a smaller --vocab-size, more input/--sample-sentences, or "
                     "--no-hard-vocab-limit (accept a smaller vocabulary)."
@@ -161,9 +162,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         s = train(args.inputs, args.out_dir, args.vocab_size, args.model_type, args.sample_sentences,
                   args.character_coverage, args.seed, args.max_files, args.threads,
                   args.max_sentence_length, args.hard_vocab_limit, args.progress_seconds, args.verbose)
-    except ValueError as e:
+    except ValueError as e:  # a --vocab-size the sample cannot give: 2 (usage); input without text: 1
         log.error(f"{e}")
-        return 2
+        return 2 if isinstance(e, UsageError) else 1
     write_json(record, {"settings": settings, "summary": s})
     log.info("summary: " + " ".join(f"{k}={v}" for k, v in s.items()) + f" out={args.out_dir}")
     return 0

@@ -48,7 +48,11 @@ log = get_logger("glue_binarize")
 
 
 class GlueInputError(Exception):
-    """Bad raw input; the message names the file and line and says what to do."""
+    """Bad raw input; the message names the file and line and says what to do (exit 1)."""
+
+
+class GlueUsageError(GlueInputError):
+    """A wrong option or setting (an unknown task, an output this tool must not replace): exit 2."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -367,7 +371,7 @@ def resolve_tasks(names: str, glue_dir: str) -> List[GlueTask]:
         try:
             out.append(get_task(name, glue_dir))
         except ValueError as e:
-            raise GlueInputError(f"{e}; or ALL") from None
+            raise GlueUsageError(f"{e}; or ALL") from None
     return out
 
 
@@ -377,7 +381,7 @@ def _existing_status(final: str, dict_sha: str) -> str:
         return "absent"
     manifest = os.path.join(final, MANIFEST)
     if not os.path.isfile(manifest):
-        raise GlueInputError(
+        raise GlueUsageError(
             f"{final} exists but was not written by this tool (no {MANIFEST}); move it away first."
         )
     with open(manifest, encoding="utf-8") as f:
@@ -426,7 +430,7 @@ def run(args: argparse.Namespace) -> None:
         status = _existing_status(final, dict_sha)
         if status != "absent" and not args.force:
             if status == "stale":
-                raise GlueInputError(
+                raise GlueUsageError(
                     f"{final} was built with a different dict.txt than {args.dict}; "
                     "pass --force to rebuild it or choose another --out-dir."
                 )
@@ -484,7 +488,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         run(args)
     except GlueInputError as e:
         log.error(str(e))
-        return 2
+        return 2 if isinstance(e, GlueUsageError) else 1
     return 0
 
 

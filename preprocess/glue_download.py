@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from preprocess.hub_files import HubError, HubFile, HubRepo, add_repo_args, download, open_repo
+from preprocess.download_command import UsageError, download_parser, parquet_rows, parquet_shards, run_download
+from preprocess.hub_files import HubFile, HubRepo, download
 from tupe_common.io import atomic_dir
 from tupe_common.log import get_logger
 
@@ -135,21 +136,6 @@ TASKS: Dict[str, GlueTask] = {t.name: t for t in [
 _TEXT_BREAKS = re.compile(r"[\t\r\n]")
 
 
-def split_files(files: List[HubFile], config: str, split: str) -> List[HubFile]:
-    """The parquet shards of one config and split (``CONFIG/SPLIT-00000-of-0000N.parquet``)."""
-    pattern = re.compile(rf"^{re.escape(config)}/{re.escape(split)}-\d{{5}}-of-\d{{5}}\.parquet$")
-    return sorted((f for f in files if pattern.match(f.path)), key=lambda f: f.path)
-
-
-def read_rows(paths: List[Path]) -> List[Row]:
-    import pyarrow.parquet as pq
-
-    rows: List[Row] = []
-    for p in paths:
-        rows.extend(pq.read_table(p).to_pylist())
-    return rows
-
-
 def clean(field: object, counter: List[int]) -> str:
     if isinstance(field, float) and math.isnan(field):
         return ""
@@ -164,12 +150,8 @@ def write_task(task: GlueTask, repo: HubRepo, listing: List[HubFile], out: Path,
     """``OUT/TASK`` written under ``OUT/TASK.partial``; it replaces an existing one (``--force``) when complete."""
     with atomic_dir(out / task.name) as tmp:
         for raw in task.files:
-            shards = split_files(listing, task.config, raw.split)
-            if not shards:
-                raise HubError(f"{repo.repo_id} has no parquet files for {task.config}/{raw.split} "
-                               f"(expected {task.config}/{raw.split}-00000-of-0000N.parquet)")
-            paths = download(repo, shards, cache / task.config, log=log)
-            rows = read_rows(paths)
+            shards = parquet_shards(repo, listing, raw.split, folder=task.config)
+            rows = parquet_rows(download(repo, shards, cache / task.config, log=log))
             broken = [0]
             with open(os.path.join(tmp, raw.name), "w", encoding="utf-8", newline="\n") as f:
                 if raw.header is not None:
@@ -181,43 +163,41 @@ def write_task(task: GlueTask, repo: HubRepo, listing: List[HubFile], out: Path,
 
 
 def resolve_tasks(names: str) -> List[GlueTask]:
+    """``RTE,CoLA`` or ``ALL`` -> the tasks; :class:`UsageError` naming an unknown one."""
     if names.upper() == "ALL":
         return list(TASKS.values())
     wanted = [n.strip() for n in names.split(",") if n.strip()]
     unknown = [n for n in wanted if n not in TASKS]
-    if unknown:
-        raise SystemExit(f"glue_download: error: unknown task(s) {unknown}; choose from {', '.join(TASKS)} or ALL")
+    if unknown or not wanted:
+        what = f"unknown task(s) {', '.join(unknown)}" if unknown else "no task named"
+        raise UsageError(f"--tasks {names!r}: {what}; choose from {', '.join(TASKS)} or ALL")
     return [TASKS[n] for n in wanted]
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m preprocess.glue_download", description=__doc__.split("\n\n")[0],
-                                epilog=__doc__.split("\n\n", 2)[2], formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out-dir", default="glue_data", help="raw GLUE folder to write (default glue_data)")
-    p.add_argument("--tasks", default="ALL", help="comma-separated task names or ALL (default)")
-    add_repo_args(p, REPO)
-    p.add_argument("--force", action="store_true", help="rebuild tasks whose folder exists")
-    args = p.parse_args(argv)
-    tasks = resolve_tasks(args.tasks)
-    out = Path(args.out_dir)
-    todo = []
-    for t in tasks:
+def plan(args: argparse.Namespace) -> List[GlueTask]:
+    """The tasks to write: those asked for whose folder is missing (all of them with ``--force``)."""
+    out, todo = Path(args.out_dir), []
+    for t in resolve_tasks(args.tasks):
         if (out / t.name).exists() and not args.force:
             log.info(f"[{t.name}] {out / t.name} exists, kept (--force rebuilds it)")
         else:
             todo.append(t)
-    if not todo:
-        return 0
-    try:
-        repo = open_repo(args.repo, args.from_dir, args.revision)
-        listing = repo.list_files()
-        for t in todo:
-            write_task(t, repo, listing, out, out / ".parquet")
-    except HubError as e:
-        log.error(str(e))
-        return 1
+    return todo
+
+
+def fetch(args: argparse.Namespace, repo: HubRepo, todo: Sequence[GlueTask]) -> None:
+    out = Path(args.out_dir)
+    listing = repo.list_files()
+    for t in todo:
+        write_task(t, repo, listing, out, out / ".parquet")
     log.info(f"GLUE written to {out}; next: python -m preprocess.glue_binarize --glue-dir {out} ...")
-    return 0
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    p = download_parser("preprocess.glue_download", __doc__, REPO, "glue_data", "raw GLUE folder to write",
+                        [("--tasks", "ALL", "comma-separated task names or ALL (default)")],
+                        force_help="rebuild tasks whose folder exists")
+    return run_download(p, argv, log, plan, fetch)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,6 @@ id (small files) before it is used; a file already present and verified is not f
 """
 from __future__ import annotations
 
-import argparse
 import hashlib
 import logging
 import os
@@ -152,13 +151,6 @@ def download(repo: HubRepo, files: Iterable[HubFile], out_dir: Path, name=lambda
         log.info(f"downloaded and verified: {dest} ({f.size} bytes)")
         paths.append(dest)
     return paths
-
-
-def add_repo_args(p: argparse.ArgumentParser, repo_id: str) -> None:
-    """The options of every download command: ``--repo`` (default ``repo_id``), ``--revision``, ``--from-dir``."""
-    p.add_argument("--repo", default=repo_id, help=f"hub dataset repository (default {repo_id})")
-    p.add_argument("--revision", help="hub revision (branch, tag or commit) to pin")
-    p.add_argument("--from-dir", help="a local copy of the repository's files instead of the hub")
 
 
 def open_repo(repo_id: str, from_dir: Optional[str], revision: Optional[str] = None) -> HubRepo:

@@ -102,9 +102,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = p.parse_args(argv)
     if not 0 < args.dev_fraction < 1:
         p.error(f"--dev-fraction must be between 0 and 1, not {args.dev_fraction}")
-    for path in args.inputs:
-        if not os.path.isfile(path):
-            p.error(f"no input file {path}")
+    missing = [path for path in args.inputs if not os.path.isfile(path)]
+    if missing:  # a missing input: 1, as every data step (2 is a wrong option)
+        log.error("no input file %s", ", ".join(missing))
+        return 1
     settings = {k: v for k, v in vars(args).items() if k not in ("force", "out_dir", "inputs")}
     settings["inputs"] = [{"name": os.path.basename(x), "bytes": os.path.getsize(x)} for x in args.inputs]
     record = os.path.join(args.out_dir, RECORD)

@@ -290,13 +290,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = p.parse_args(argv)
     if any(n < 2 for n in args.windows) or len(set(args.windows)) != len(args.windows):
         p.error("--windows must be distinct integers >= 2")
-    if not os.path.isfile(args.input):
-        p.error(f"input not found: {args.input}")
+    if not os.path.isfile(args.input):  # a missing input: 1; outputs that exist without --force: 2 (usage)
+        log.error(f"input not found: {args.input}")
+        return 1
     try:
         build(args.input, args.out_dir, args.seed, args.windows, args.force, args.shuffle)
     except FileExistsError as e:
         log.error(str(e))
-        return 1
+        return 2
     return 0
 
 

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import List, Optional, Sequence
 
-from preprocess.hub_files import HubError, add_repo_args, download, open_repo
+from preprocess.download_command import UsageError, download_parser, parquet_rows, parquet_shards, run_download
+from preprocess.hub_files import HubRepo, download
 from tupe_common.io import atomic_open
 from tupe_common.log import get_logger
 
@@ -40,43 +40,35 @@ def write_split(rows, dest: Path) -> int:
     return len(rows)
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m preprocess.snli_download", description=__doc__.split("\n\n")[0],
-                                epilog=__doc__.split("\n\n", 2)[2], formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out-dir", default="snli", help="folder for the jsonl files (default snli)")
-    p.add_argument("--splits", default="train,dev,test", help="comma-separated: train, dev, test (default all)")
-    add_repo_args(p, REPO)
-    p.add_argument("--force", action="store_true", help="rewrite existing jsonl files")
-    args = p.parse_args(argv)
+def plan(args: argparse.Namespace) -> List[str]:
+    """The splits to write: those asked for whose file is missing (all of them with ``--force``)."""
     splits = [s.strip() for s in args.splits.split(",") if s.strip()]
     bad = [s for s in splits if s not in SPLITS]
-    if bad:
-        p.error(f"unknown split(s) {bad}; choose from {', '.join(SPLITS)}")
+    if bad or not splits:
+        what = f"unknown split(s) {', '.join(bad)}" if bad else "no split named"
+        raise UsageError(f"--splits {args.splits!r}: {what}; choose from {', '.join(SPLITS)}")
     out = Path(args.out_dir)
     todo = [s for s in splits if args.force or not (out / f"snli_1.0_{s}.jsonl").exists()]
     for s in sorted(set(splits) - set(todo)):
         log.info(f"{out / f'snli_1.0_{s}.jsonl'} exists, kept (--force rewrites it)")
-    if not todo:
-        return 0
-    try:
-        import pyarrow.parquet as pq
+    return todo
 
-        repo = open_repo(args.repo, args.from_dir, args.revision)
-        listing = repo.list_files()
-        for s in todo:
-            pattern = re.compile(rf"^(?:[^/]+/)?{SPLITS[s]}-\d{{5}}-of-\d{{5}}\.parquet$")
-            shards = sorted((f for f in listing if pattern.match(f.path)), key=lambda f: f.path)
-            if not shards:
-                raise HubError(f"{repo.repo_id} has no parquet files for split {SPLITS[s]}")
-            rows = [r for path in download(repo, shards, out / ".parquet", log=log)
-                    for r in pq.read_table(path).to_pylist()]
-            n = write_split(rows, out / f"snli_1.0_{s}.jsonl")
-            log.info(f"{out / f'snli_1.0_{s}.jsonl'}: {n} lines ({sum(int(r['label']) < 0 for r in rows)} "
-                     "without gold label)")
-    except HubError as e:
-        log.error(str(e))
-        return 1
-    return 0
+
+def fetch(args: argparse.Namespace, repo: HubRepo, todo: Sequence[str]) -> None:
+    out = Path(args.out_dir)
+    listing = repo.list_files()
+    for s in todo:
+        rows = parquet_rows(download(repo, parquet_shards(repo, listing, SPLITS[s]), out / ".parquet", log=log))
+        n = write_split(rows, out / f"snli_1.0_{s}.jsonl")
+        log.info(f"{out / f'snli_1.0_{s}.jsonl'}: {n} lines ({sum(int(r['label']) < 0 for r in rows)} "
+                 "without gold label)")
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    p = download_parser("preprocess.snli_download", __doc__, REPO, "snli", "folder for the jsonl files",
+                        [("--splits", "train,dev,test", "comma-separated: train, dev, test (default all)")],
+                        force_help="rewrite existing jsonl files")
+    return run_download(p, argv, log, plan, fetch)
 
 
 if __name__ == "__main__":

@@ -15,13 +15,13 @@ import json
 import os
 import re
 import statistics
-import struct
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from tupe_common.glue_selection import select_columns
+from tupe_common.mmap_index import token_dtype
 
 # --------------------------------------------------------------------------------------------
 # Pre-training: validation curve and unigram baseline
@@ -66,25 +66,6 @@ def loss_at(curve: Dict[int, float], update: int) -> Tuple[Optional[float], Opti
     return curve[nearest], nearest
 
 
-# fairseq's mmap index header (fairseq/data/indexed_dataset.py, MMapIndexedDataset.Index): 9 magic bytes,
-# version <Q, then one <B dtype code; read here so that the report needs no fairseq import.
-_MMAP_MAGIC = b"MMIDIDX\x00\x00"
-_MMAP_DTYPES = {1: np.uint8, 2: np.int8, 3: np.int16, 4: np.int32, 5: np.int64, 8: np.uint16, 9: np.uint32,
-                10: np.uint64}
-
-
-def mmap_dtype(idx_path: str) -> type:
-    """The token dtype of a fairseq mmap binary, from its ``.idx`` header."""
-    with open(idx_path, "rb") as f:
-        header = f.read(18)
-    if len(header) < 18 or header[:9] != _MMAP_MAGIC or struct.unpack("<Q", header[9:17])[0] != 1:
-        raise ValueError(f"{idx_path}: not a fairseq mmap index (version 1); binarize with --dataset-impl mmap")
-    code = header[17]
-    if code not in _MMAP_DTYPES:
-        raise ValueError(f"{idx_path}: dtype code {code} is not an integer token type")
-    return _MMAP_DTYPES[code]
-
-
 def token_counts(data_path: str) -> np.ndarray:
     """Counts per token id over the ``train`` split of every shard in ``a:b:c`` (fairseq mmap binaries)."""
     counts = np.zeros(0, dtype=np.int64)
@@ -92,7 +73,7 @@ def token_counts(data_path: str) -> np.ndarray:
         prefix = os.path.join(shard, "train")
         if not os.path.isfile(prefix + ".idx"):
             raise FileNotFoundError(f"{prefix}.idx: no train split in shard {shard}")
-        tokens = np.memmap(prefix + ".bin", dtype=mmap_dtype(prefix + ".idx"), mode="r")
+        tokens = np.memmap(prefix + ".bin", dtype=token_dtype(prefix + ".idx"), mode="r")
         c = np.bincount(tokens)
         if len(c) > len(counts):
             counts = np.pad(counts, (0, len(c) - len(counts)))

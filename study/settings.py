@@ -51,7 +51,7 @@ SETTINGS: Tuple[Setting, ...] = (
     Setting("MAX_SHARDS", "train files of C4_DIR to use (0: all)", recorded=True),
     Setting("MAX_DOCS", "documents per train file (0: all)", recorded=True),
     Setting("TOKENS_PER_SAMPLE", "tokens per pre-training sequence: the length T", recorded=True),
-    Setting("BATCH_SIZE", "sequences per pre-training update", recorded=True),
+    Setting("BATCH_SIZE", "sequences per pre-training update (pretrain.sh's SENTENCES_PER_UPDATE)", recorded=True),
     Setting("MAX_SENTENCES", "sequences per forward (gradient accumulation makes up BATCH_SIZE)"),
     Setting("TOTAL_UPDATES", "pre-training budget per variant (updates)", recorded=True),
     Setting("WARMUP", "pre-training warmup updates", recorded=True),

@@ -142,12 +142,13 @@ def run_pretrain(plan: Plan, variant: str, seed: int) -> None:
          f"-> {out} (log: {out}/train.log)")
     # fairseq validates (and saves) every VALID_INTERVAL updates; the positions leave room for the longer inputs
     env = child_env(DATA=data, VARIANT=variant, SIZE=v["SIZE"], ARCH="auto", SAVE_DIR=out,
-                    TENSORBOARD_DIR=os.path.join(out, "tensorboard"), GPUS=v["GPUS"], BATCH_SIZE=v["BATCH_SIZE"],
+                    TENSORBOARD_DIR=os.path.join(out, "tensorboard"), GPUS=v["GPUS"], SENTENCES_PER_UPDATE=v["BATCH_SIZE"],
                     MAX_SENTENCES=v["MAX_SENTENCES"], UPDATE_FREQ="auto", TOKENS_PER_SAMPLE=v["TOKENS_PER_SAMPLE"],
                     MAX_POSITIONS=plan.max_positions, TOTAL_UPDATES=v["TOTAL_UPDATES"], WARMUP=v["WARMUP"],
                     LR=v["PRETRAIN_LR"], SEED=seed, SAVE_INTERVAL_UPDATES=interval, KEEP_INTERVAL_UPDATES=1,
                     KEEP_PATTERN=-1, LOG_INTERVAL=max(interval // 2, 1), NUM_WORKERS=v["NUM_WORKERS"], DRY_RUN=0,
                     EXTRA_ARGS=f"{v['MODEL_ARGS']} {valid_args}")
+    env.pop("BATCH_SIZE", None)  # pretrain.sh's former name of SENTENCES_PER_UPDATE: it would warn
     log = os.path.join(out, "train.log")
     if run_logged([os.path.join(SCRIPTS, "pretrain.sh")], log, env, append=True):
         raise PartFailed(f"pre-training {variant} seed {seed} failed; log {log}")

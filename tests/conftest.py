@@ -3,12 +3,13 @@ from __future__ import annotations
 
 import inspect
 import json
+import math
 import os
 import re
 import subprocess
 import sys
 from pathlib import Path
-from typing import List
+from typing import Dict, List
 
 import pytest
 
@@ -64,6 +65,16 @@ def run(cmd: List[str], cwd: Path = ROOT, check: bool = True, timeout: int = 600
 
 def train_losses(log: str) -> List[float]:
     return [float(x) for x in re.findall(r"train_inner\W.*?loss=([0-9.]+)", log)]
+
+
+def best_per_subset(log_path: str, metric: str) -> Dict[str, float]:
+    """The maximum of ``metric`` per valid subset of a fairseq log, each subset on its own."""
+    from glue.collect import parse_validations
+
+    best: Dict[str, float] = {}
+    for v in parse_validations(log_path, metric):
+        best[v.subset] = max(best.get(v.subset, -math.inf), v.value)
+    return best
 
 
 def write_lines(path: Path, lines: List[str]) -> Path:

@@ -34,6 +34,7 @@ def test_pos_maps_writes_the_models_positional_term(pretrained, hub, tmp_path):
     np.testing.assert_allclose(np.load(tmp_path / "pos_probs.npy").sum(-1), 1.0, atol=1e-9)
     assert (tmp_path / "pos_maps.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "| 3 |" in p.stdout  # one table row per head
+    assert "DEBUG" not in p.stderr  # the libraries log at INFO, as under fairseq-train (matplotlib: DEBUG lines)
 
 
 def test_pos_maps_refuses_a_length_beyond_the_checkpoint(pretrained, tmp_path):

@@ -19,6 +19,7 @@ import pytest
 import sentencepiece as spm
 
 from preprocess import c4_binarize, c4_data, c4_extract, c4_layout, c4_spm
+from tupe_common.mmap_index import line_sizes
 
 WORDS = ("the river carried old boats past quiet towns where people sold bread fish and salt "
          "while children watched the water turn from green to grey under a slow northern sky").split()
@@ -75,7 +76,7 @@ def test_the_long_paragraph_is_split_and_counted(prepared):
     done = json.loads((prepared["dir"] / "bin" / "train.done").read_text())
     assert done["split_lines"] == 1 and done["max_line_tokens"] == 511
     assert done["settings"] == {"tokens_per_sample": 512}
-    sizes = c4_data.line_sizes(str(prepared["shard"] / "train"))
+    sizes = line_sizes(prepared["shard"] / "train.idx")
     assert sizes.max() <= 511
     # Nothing lost, nothing added but the </s> of each piece: the binary minus its </s> tokens is
     # exactly the sentencepiece encoding of the text.
@@ -159,7 +160,7 @@ def test_outputs_belong_to_their_settings(prepared, tmp_path, capsys):
     assert "tokens_per_sample: recorded 512, now 128" in err and "--force" in err
     assert (tmp_path / "b.bin").stat().st_mtime_ns == mtime  # nothing was touched
     assert c4_binarize.main([*binarize_args(d, prepared["train_txt"], out, "128"), "--force"]) == 0
-    assert c4_data.line_sizes(str(out)).max() <= 127
+    assert line_sizes(f"{out}.idx").max() <= 127
 
 
 def test_empty_input_is_refused_at_the_step_that_reads_it(prepared, tmp_path, capsys):
@@ -186,7 +187,7 @@ def test_data_bin_can_be_moved_and_is_checked(prepared, tmp_path, capsys):
     assert r["over_length"] == {"train": (0, r["over_length"]["train"][1]), "valid": (0, r["over_length"]["valid"][1])}
     assert c4_data.main([str(moved)]) == 0 and capsys.readouterr().out.strip() == str(moved / "shard0")
     # over-length lines: counted per split, an error above the allowed fraction
-    sizes = c4_data.line_sizes(str(moved / "shard0" / "train"))
+    sizes = line_sizes(moved / "shard0" / "train.idx")
     n_long = int((sizes > 63).sum())
     assert 0 < n_long < len(sizes)
     assert c4_data.main([str(moved), "--tokens-per-sample", "64"]) == 1

@@ -14,11 +14,11 @@ import torch
 
 from conftest import run, write_lines
 from tupe_plugin.models.checkpoint_checks import DictionaryMismatchError, check_dictionary
-from tupe_plugin_cli.commands import COMMANDS
+from tupe_plugin_cli.commands import CONSOLE_SCRIPTS
 from tupe_plugin_cli.errors import last_error
 
 BIN = Path(sys.executable).parent
-CONSOLE = [*COMMANDS, "tupe-last-error"]
+CONSOLE = [script.partition("=")[0] for script in CONSOLE_SCRIPTS]
 
 
 def last_line(p: subprocess.CompletedProcess) -> str:
@@ -91,6 +91,54 @@ def test_pos_maps_length_beyond_the_checkpoint_is_the_last_line(pretrained, tmp_
             check=False)
     assert p.returncode == 2 and "is a file; pass a folder" in last_line(p)
     assert (tmp_path / "file").read_text() == "mine\n"
+
+
+# ------------------------------------------------------------------------------------------ exit codes
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_usage_errors_exit_2_and_bad_data_exits_1(tmp_path, capsys):
+    """The convention of every command (README, "Exit codes"), where a command had it the other way round."""
+    from glue import finetune_helper
+    from preprocess import c4_spm
+    from tupe_plugin_cli.commands import checkpoint_info
+
+    assert checkpoint_info([]) == 2 and last_line_of(capsys) == "error: give a CHECKPOINT (or --list-variants)"
+    bins = tmp_path / "glue-bin"
+    for task in ("RTE", "Notes"):  # a task's binaries: input0/ and label/ dictionaries
+        for sub, lines in (("input0", ["a 1"]), ("label", ["0 1", "1 1"])):
+            (bins / f"{task}-bin" / sub).mkdir(parents=True)
+            write_lines(bins / f"{task}-bin" / sub / "dict.txt", lines)
+    junk = tmp_path / "junk.pt"
+    junk.write_text("not a checkpoint\n")
+    assert finetune_helper.main(["settings", "RTE", str(junk), str(bins)]) == 1  # a bad checkpoint: data
+    assert finetune_helper.main(["settings", "Notes", str(junk), str(bins)]) == 2  # no such task: usage
+    assert "unknown task 'Notes'" in capsys.readouterr().err
+    empty = write_lines(tmp_path / "empty.txt", [])
+    assert c4_spm.main([str(empty), "--out-dir", str(tmp_path / "spm"), "--vocab-size", "50"]) == 1  # no text
+    assert "no non-empty lines" in capsys.readouterr().err
+    save = tmp_path / "save"
+    save.mkdir()
+    (save / "checkpoint_last.pt").write_bytes(b"truncated")  # damaged, and nothing to fall back on
+    p = run([sys.executable, str(ROOT / "train_scripts" / "check_resume.py"), str(save)], check=False)
+    assert p.returncode == 1 and "cannot be read" in p.stderr
+
+
+def last_line_of(capsys) -> str:
+    return (capsys.readouterr().err.strip().splitlines() or [""])[-1]
+
+
+@pytest.mark.parametrize("script, env, message", [
+    ("glue/grid.sbatch", {}, "not an array task"),
+    ("train_scripts/pretrain.sbatch", {}, "not inside a SLURM job"),
+    ("train_scripts/fairseq_rank.sh", {"WORLD_SIZE": "1"}, "set no local rank"),  # torchrun's variables missing
+])
+def test_scripts_outside_their_launcher_are_usage_errors(script, env, message):
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_") and k not in (
+        "WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
+    p = subprocess.run(["bash", str(ROOT / script), "1", "cpu", "x"], capture_output=True, text=True, timeout=60,
+                       env=dict(clean, **env), cwd=ROOT)
+    assert p.returncode == 2 and message in p.stderr, p.stderr
 
 
 # ------------------------------------------------------------------------------------------ fairseq logs

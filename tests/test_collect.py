@@ -15,6 +15,7 @@ import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
+from conftest import best_per_subset  # noqa: E402
 from glue import collect  # noqa: E402
 from glue.published import COLUMNS, TABLE1  # noqa: E402
 LRS = ["2e-5", "3e-5", "4e-5", "5e-5"]
@@ -172,8 +173,8 @@ def test_fairseq_log_formats(tmp_path):
         + "[2024-01-01 00:00:05,000][valid][INFO] - epoch 005 | valid on 'valid' subset | accuracy 73.0\n"
         + '2024-01-01 | INFO | train | {"epoch": 4, "train_accuracy": "99"}\n'
     )
-    assert collect.parse_fairseq_log(str(log), "accuracy") == {"valid": 73.2, "valid1": 74.1}
-    assert collect.parse_fairseq_log(str(log), "mcc") == {}
+    assert best_per_subset(str(log), "accuracy") == {"valid": 73.2, "valid1": 74.1}
+    assert best_per_subset(str(log), "mcc") == {}
 
 
 def test_result_json_checks(tmp_path):

@@ -263,7 +263,7 @@ def test_converted_outputs_equal_the_original_forward(converted, variant):
     dest, sd, args, log = converted[variant]
     assert f"arch {variant}_base" in log and (dest.parent / "dict.txt").is_file()
     model = load_converted(dest)
-    assert model.variant.name == variant
+    assert model.positional_variant.name == variant
     head = "sentence_classification_head" if args.rel_pos else None
     diffs = max_diff_against_original(model, sd, args, head)
     print(f"{variant}: max abs diff {diffs}")

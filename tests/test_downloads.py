@@ -193,6 +193,26 @@ def test_shard_ranges():
     assert wanted_paths([31], [0]) == ["en/c4-train.00031-of-01024.json.gz", "en/c4-validation.00000-of-00008.json.gz"]
 
 
+@pytest.mark.parametrize("module, args, says", [
+    ("glue_download", ["--tasks", "RTE,Nope"], "--tasks 'RTE,Nope': unknown task(s) Nope; choose from CoLA"),
+    ("glue_download", ["--tasks", ","], "--tasks ',': no task named"),
+    ("snli_download", ["--splits", "test,val"], "--splits 'test,val': unknown split(s) val; choose from train"),
+    ("c4_download", ["--shards", "3-1"], "--shards '3-1': expected ranges like 0-31,40"),
+    ("c4_download", ["--shards", "", "--valid-shards", ""], "name no shard"),
+    ("c4_download", ["--from-dir", "no/such/mirror"], "--from-dir no/such/mirror is not a folder"),
+    ("snli_download", ["--bogus"], "unrecognized arguments: --bogus"),
+])
+def test_a_usage_error_exits_2_and_writes_nothing(module, args, says, tmp_path, capsys):
+    import importlib
+
+    main = importlib.import_module(f"preprocess.{module}").main
+    with pytest.raises(SystemExit) as stop:
+        main([*args, "--out-dir", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and says in err and err.startswith("usage: python -m preprocess."), err
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("cmd", [
     [sys.executable, "-m", "preprocess.glue_download", "--tasks", "RTE"],
     [sys.executable, "-m", "preprocess.snli_download", "--splits", "test"],

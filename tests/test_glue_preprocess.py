@@ -284,10 +284,10 @@ def test_fairseq_train_runs_on_binaries(glue_out, tmp_path):
     assert not os.path.exists(tmp_path / "ckpt" / "checkpoint_last.pt")
     assert "positional variant: tupe_r " in log
     # The results collector reads this very log format.
-    from glue.collect import parse_fairseq_log
+    from conftest import best_per_subset
 
     (tmp_path / "train.log").write_text(log)
-    best = parse_fairseq_log(str(tmp_path / "train.log"), "accuracy")
+    best = best_per_subset(str(tmp_path / "train.log"), "accuracy")
     assert set(best) == {"valid"} and 0 <= best["valid"] <= 100
 
 
@@ -322,7 +322,7 @@ def test_bad_input_names_file_and_line(tmp_path, spm_files, task, fname, lineno,
     out = tmp_path / "out"
     proc = cli("--glue-dir", glue, "--tasks", task, "--spm-model", model, "--dict", dict_path,
                "--out-dir", str(out), check=False)
-    assert proc.returncode == 2
+    assert proc.returncode == 1  # bad data (2 is a usage error)
     assert os.path.join(glue, task, fname) + f", line {lineno}:" in proc.stderr
     assert words in proc.stderr
     assert os.listdir(out) == []  # nothing written
@@ -339,7 +339,7 @@ def test_dev_label_missing_from_train_is_an_error(tmp_path, spm_files):
                        if ln.endswith("\t1"))
     proc = cli("--glue-dir", str(glue), "--tasks", "WNLI", "--spm-model", model, "--dict", dict_path,
                "--out-dir", str(tmp_path / "out"), check=False)
-    assert proc.returncode == 2
+    assert proc.returncode == 1
     assert f"dev.tsv, line {first_dev_1}: label '1' never occurs in" in proc.stderr
 
 
@@ -351,7 +351,7 @@ def test_empty_split_is_refused_naming_the_file(tmp_path, spm_files, content):
     (glue / "SST-2" / "dev.tsv").write_text(content)
     proc = cli("--glue-dir", str(glue), "--tasks", "SST-2", "--spm-model", model, "--dict", dict_path,
                "--out-dir", str(tmp_path / "out"), check=False)
-    assert proc.returncode == 2
+    assert proc.returncode == 1
     assert f"{glue / 'SST-2' / 'dev.tsv'}: empty SST-2 split" in proc.stderr
     assert os.listdir(tmp_path / "out") == []
 
@@ -398,7 +398,7 @@ def test_dict_of_another_model_is_refused(tmp_path, spm_files):
     wrong.write_text("".join(lines[1:] + lines[:1]), encoding="utf-8")  # same pieces, shifted ids
     proc = cli("--glue-dir", FIXTURES, "--tasks", "RTE", "--spm-model", model, "--dict", str(wrong),
                "--out-dir", str(tmp_path / "out"), check=False)
-    assert proc.returncode == 2 and "does not belong to" in proc.stderr
+    assert proc.returncode == 1 and "does not belong to" in proc.stderr
     assert os.listdir(tmp_path / "out") == []
 
 

@@ -23,7 +23,7 @@ from glue.grid import PAPER_LRS, PAPER_SEEDS, PAPER_TASKS, jobs, slurm_ranges
 
 FIXTURES = ROOT / "tests" / "data" / "glue"
 FINETUNE, GRID, GRID_SBATCH = ROOT / "glue" / "finetune.sh", ROOT / "glue" / "grid.sh", ROOT / "glue" / "grid.sbatch"
-TINY = {"EPOCHS": "2", "BATCH": "16", "NUM_WORKERS": "0", "LOG_INTERVAL": "1",
+TINY = {"EPOCHS": "2", "SENTENCES_PER_BATCH": "16", "NUM_WORKERS": "0", "LOG_INTERVAL": "1",
         "TRUNCATE": "1"}
 VALID_RE = re.compile(r"valid on '(\w+)' subset \|.*? \| (accuracy|mcc|pearson) (-?[0-9.]+) \|")
 
@@ -76,7 +76,7 @@ def rte_run(pretrained, glue_bin, runs):
 
 def test_help_texts():
     out = sh([FINETUNE, "--help"]).stdout
-    for var in ("CHECKPOINT", "GLUE_BIN", "RUNS", "EPOCHS", "BATCH", "MAX_TOKENS", "KEEP_CHECKPOINTS", "EXTRA_ARGS"):
+    for var in ("CHECKPOINT", "GLUE_BIN", "RUNS", "EPOCHS", "SENTENCES_PER_BATCH", "MAX_TOKENS", "KEEP_CHECKPOINTS", "EXTRA_ARGS"):
         assert re.search(rf"^  {var} ", out, re.M), var
     grid = sh([GRID, "--help"]).stdout
     assert all(re.search(rf"^  {v} ", grid, re.M) for v in ("TASKS", "LRS", "SEEDS", "JOBS", "GPU_IDS"))
@@ -116,8 +116,45 @@ def test_refuses_a_foreign_run_folder_and_a_missing_checkpoint(tmp_path, glue_bi
     (tmp_path / "bogus.pt").write_bytes(b"not a checkpoint")
     r = sh([FINETUNE, "RTE", "2e-5", "3"], check=False, CHECKPOINT=str(tmp_path / "bogus.pt"),
            GLUE_BIN=str(glue_bin), RUNS=str(tmp_path))
-    assert r.returncode != 0 and "bogus.pt" in r.stderr
+    assert r.returncode == 1 and "bogus.pt: not a readable checkpoint" in r.stderr  # bad data: 1
     assert not (tmp_path / "RTE" / "lr2e-5_seed3").exists() and not (tmp_path / ".partial").exists()
+
+
+def test_the_old_name_batch_still_sets_the_batch_with_a_warning(tmp_path):
+    p = sh([FINETUNE, "RTE", "2e-5", "1"], check=False, BATCH="8", RUNS=str(tmp_path))
+    assert "warning: BATCH is a deprecated name of SENTENCES_PER_BATCH: set SENTENCES_PER_BATCH=8" in p.stderr
+    assert re.search(r"^  SENTENCES_PER_BATCH=8 +\[32\]$", p.stderr, re.M), p.stderr
+    assert p.returncode == 2 and "CHECKPOINT is required" in p.stderr  # then stops before any work
+    q = sh([FINETUNE, "RTE", "2e-5", "1"], check=False, BATCH="8", SENTENCES_PER_BATCH="4", RUNS=str(tmp_path))
+    assert "SENTENCES_PER_BATCH=4 is set, so BATCH=8 is ignored" in q.stderr
+    assert re.search(r"^  SENTENCES_PER_BATCH=4 +\[32\]$", q.stderr, re.M)
+
+
+def test_grid_checks_checkpoint_and_binaries_before_the_first_run(tmp_path):
+    runs, checkpoint = tmp_path / "runs", tmp_path / "ck.pt"
+    checkpoint.write_bytes(b"")  # exists: the grid checks the name; finetune.sh reads it
+    p = sh([GRID], check=False, CHECKPOINT=str(tmp_path / "none.pt"), GLUE_BIN=str(tmp_path / "no-bin"),
+           RUNS=str(runs), TASKS="RTE", JOBS="1")
+    assert p.returncode == 2 and "CHECKPOINT=" in p.stderr and "none.pt: no such file" in p.stderr
+    q = sh([GRID], check=False, CHECKPOINT=str(checkpoint), GLUE_BIN=str(tmp_path / "no-bin"), RUNS=str(runs),
+           TASKS="RTE MRPC", JOBS="1")
+    assert q.returncode == 2 and "no-bin/RTE-bin, " in q.stderr and "no-bin/MRPC-bin: no such folder" in q.stderr
+    r = sh([GRID, "--slurm"], check=False, CHECKPOINT=str(checkpoint), GLUE_BIN=str(tmp_path / "no-bin"),
+           RUNS=str(runs), TASKS="RTE")
+    assert r.returncode == 2 and "sbatch" not in r.stdout and "no such folder" in r.stderr
+    assert not runs.exists()  # no run started, no table written
+
+
+def test_grid_stops_at_a_usage_error_instead_of_repeating_it(tmp_path, glue_bin):
+    runs, checkpoint = tmp_path / "runs", tmp_path / "ck.pt"
+    checkpoint.write_bytes(b"")  # the runs stop at the LR, before reading it
+    p = sh([GRID], check=False, CHECKPOINT=str(checkpoint), GLUE_BIN=str(glue_bin),
+           RUNS=str(runs), TASKS="RTE", LRS="fast 1e-3", SEEDS="1 2", JOBS="1")
+    assert p.returncode == 2
+    assert "FAILED RTE lrfast_seed1 (exit 2)" in p.stderr and "3 run(s) are not started" in p.stderr
+    assert [f.name for f in (runs / ".grid_logs" / "RTE").iterdir()] == ["lrfast_seed1.out"]
+    assert "LR must be a number" in (runs / ".grid_logs" / "RTE" / "lrfast_seed1.out").read_text()
+    assert not (runs / "glue_results.csv").exists()  # no table of a stopped grid
 
 
 # ---- fine-tuning -----------------------------------------------------------------------------------
@@ -130,6 +167,9 @@ def test_finetune_rte_end_to_end(rte_run):
     result = json.loads((run_dir / "result.json").read_text())
     log = (run_dir / "train.log").read_text()
     assert "an earlier attempt" not in log
+    # fairseq-train's logging: "time | LEVEL | name | message" at INFO, not Python's "LEVEL:name:" with DEBUG lines
+    assert re.search(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \| INFO \| fairseq_cli\.train \| ", log, re.M)
+    assert not re.search(r"^(DEBUG|INFO|WARNING|ERROR):[\w.]+:", log, re.M) and "| DEBUG |" not in log
     assert result["best_valid"] == best_in_log(log) and set(result["best_valid"]) == {"valid"}
     assert {k: result[k] for k in ("task", "lr", "seed", "metric", "checkpoint_variant")} == {
         "task": "RTE", "lr": 1e-3, "seed": 1, "metric": "accuracy", "checkpoint_variant": "tupe_r"}
@@ -155,6 +195,13 @@ def test_finetune_rte_end_to_end(rte_run):
     assert collect.read_run("RTE", str(run_dir), "accuracy") == result["best_valid"]
 
 
+def test_a_failed_fairseq_train_is_exit_1_not_a_usage_error(pretrained, glue_bin, tmp_path):
+    """1, so that glue/grid.sh goes on with the other runs (it stops at a 2: fairseq's own usage errors)."""
+    q = sh([FINETUNE, "RTE", "1e-3", "2"], check=False,
+           **run_env(pretrained, glue_bin, tmp_path, EXTRA_ARGS="--max-positions 32"))
+    assert q.returncode == 1 and "fairseq-train failed (exit 1)" in q.stderr  # the checkpoint has 64 positions
+
+
 def test_finished_run_is_skipped(rte_run, pretrained, glue_bin, runs):
     run_dir, _ = rte_run
     before = (run_dir / "result.json").stat().st_mtime_ns
@@ -165,7 +212,7 @@ def test_finished_run_is_skipped(rte_run, pretrained, glue_bin, runs):
 
 def test_finetune_stsb_regression_reports_pearson_and_keeps_the_best_checkpoint(pretrained, glue_bin, runs):
     """Also: two validations per epoch with --update-freq 2 (48 pairs / batch 8 = 6 batches = 3 updates)."""
-    p = sh([FINETUNE, "STS-B", "1e-3", "1"], **run_env(pretrained, glue_bin, runs, KEEP_CHECKPOINTS="1", BATCH="8",
+    p = sh([FINETUNE, "STS-B", "1e-3", "1"], **run_env(pretrained, glue_bin, runs, KEEP_CHECKPOINTS="1", SENTENCES_PER_BATCH="8",
                                                       EXTRA_ARGS="--update-freq 2"))
     run_dir = runs / "STS-B" / "lr1e-3_seed1"
     result = json.loads((run_dir / "result.json").read_text())

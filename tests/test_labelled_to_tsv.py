@@ -76,3 +76,4 @@ def test_bad_options_are_usage_errors(tmp_path):
         lt.main([str(src), "--out-dir", str(tmp_path / "t"), "--dev-fraction", "1.5"])
     assert e.value.code == 2
     assert lt.main([str(src), "--out-dir", str(tmp_path / "t")]) == 1  # one example cannot make train + dev
+    assert lt.main([str(tmp_path / "none.jsonl"), "--out-dir", str(tmp_path / "t")]) == 1  # a missing input

@@ -70,6 +70,6 @@ def test_from_pretrained_loads_a_deberta_checkpoint(deberta_pretrained, lm_bin):
 
     hub = TupeRobertaModel.from_pretrained(str(deberta_pretrained), checkpoint_file="checkpoint_last.pt",
                                            data_name_or_path=str(lm_bin), bpe=None).eval()
-    assert hub.model.variant.name == "deberta_rel"
+    assert hub.model.positional_variant.name == "deberta_rel"
     features = hub.extract_features(torch.tensor([0, 5, 9, 17, 2]))
     assert features.shape == (1, 5, 64) and torch.isfinite(features).all()

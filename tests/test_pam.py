@@ -15,7 +15,7 @@ import torch
 from conftest import BIN, PRETRAIN_ARGS, ROOT, run
 from model_utils import build, tokens
 from tupe_plugin.analysis.attention_maps import attention_probs
-from tupe_plugin.analysis.checkpoint_maps import PositionWeights, positional_logits, positional_maps
+from tupe_plugin.analysis.checkpoint_maps import PositionWeights, load_checkpoint, positional_logits, positional_maps
 from tupe_plugin.analysis.locality_symmetry import locality
 from tupe_plugin.models import VARIANTS, VariantMismatchError
 from tupe_plugin.models.tupe_roberta import TupeRobertaModel
@@ -218,7 +218,7 @@ def test_position_maps_are_the_exact_pam_weights(mode, tmp_path):
     np.testing.assert_allclose(values, np.array(want), rtol=0, atol=1e-7)
     assert probs is values or np.array_equal(probs, values)  # used as weights: no softmax
     with pytest.raises(PositionWeights, match="positional_maps"):
-        positional_logits(str(path), T)
+        positional_logits(*load_checkpoint(str(path)), T)
 
 
 # ---- through the real CLIs: pre-train a PAM model, load, map and fine-tune its checkpoint ----
@@ -265,7 +265,7 @@ def test_pam_checkpoint_loads_maps_and_finetunes_through_the_clis(lm_bin, spm_di
          "--out-dir", str(glue_bin)])
     env = dict(os.environ, PATH=f"{BIN}:{os.environ.get('PATH', '')}", OMP_NUM_THREADS="1",
                CHECKPOINT=str(save / "checkpoint_last.pt"), GLUE_BIN=str(glue_bin), RUNS=str(runs),
-               EPOCHS="1", BATCH="16", NUM_WORKERS="0", TRUNCATE="1")
+               EPOCHS="1", SENTENCES_PER_BATCH="16", NUM_WORKERS="0", TRUNCATE="1")
     p = subprocess.run([str(ROOT / "glue/finetune.sh"), "RTE", "1e-3", "1"], cwd=ROOT, env=env,
                        capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-4000:]

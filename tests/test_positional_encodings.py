@@ -10,7 +10,7 @@ import torch
 
 from model_utils import build, tokens
 from test_tupe_math import deberta_reference, layer0_reference_weights, paper_bucket
-from tupe_plugin.analysis.checkpoint_maps import ContentDependentPositions, positional_logits
+from tupe_plugin.analysis.checkpoint_maps import ContentDependentPositions, load_checkpoint, positional_logits
 from tupe_plugin.checkpoint_info import main as checkpoint_info_main
 from tupe_plugin.models import VARIANTS, PositionalVariant, VariantMismatchError
 from tupe_plugin.modules.attention import rotate
@@ -22,10 +22,16 @@ NEW = ["sinusoidal", "nope", "t5_rel", "alibi", "rope", "deberta_rel"]
 def test_every_variant_round_trips_and_has_all_sizes():
     from fairseq.models import ARCH_MODEL_REGISTRY
 
+    from tupe_plugin.models.architectures import SIZE_FIELDS, SIZES
+
+    assert list(SIZES) == ["base", "large", "tiny"] and all(set(s) <= set(SIZE_FIELDS) for s in SIZES.values())
     for name, v in VARIANTS.items():
         assert PositionalVariant.from_tensor(v.to_tensor()) == v and v.name == name
-        for size in ("base", "large", "tiny"):
+        for size in SIZES:
             assert ARCH_MODEL_REGISTRY[f"{name}_{size}"].__name__ == "TupeRobertaModel"
+    tiny = build("bert_a_tiny").args
+    assert {f: getattr(tiny, f) for f in SIZE_FIELDS} == SIZES["tiny"] == dict(
+        encoder_layers=2, encoder_embed_dim=64, encoder_attention_heads=4, encoder_ffn_embed_dim=128)
     for arch in ["tupe_roberta_base", "tupe_roberta_large", "tupe_roberta_tiny", "bert_a_base", "gaussian_prior_tiny",
                  "learned_gaussian_base", "tupe_a_tie_cls_tiny", "bert_ad_base"]:
         assert arch in ARCH_MODEL_REGISTRY
@@ -44,7 +50,7 @@ def test_old_shorter_records_decode_with_defaults_and_load(record, name):
     state["encoder.sentence_encoder.positions.variant"] = old
     dst = build(f"{name}_tiny", seed=2)
     dst.load_state_dict(state)  # same variant: loads, and the buffer takes the current encoding
-    assert torch.equal(dst.encoder.sentence_encoder.positions.variant, VARIANTS[name].to_tensor())
+    assert torch.equal(dst.variant_record, VARIANTS[name].to_tensor())
     with pytest.raises(VariantMismatchError, match=f"'{name}'"):
         build("t5_rel_tiny").load_state_dict(state, strict=False)
 
@@ -155,7 +161,7 @@ def test_deberta_clips_at_k_and_equals_the_formula_with_large_relative_terms():
         emb, _ = enc.forward_embedding(x)
         _, w = enc.layers[0].self_attn(emb.transpose(0, 1), None, term, need_weights=True)
     torch.testing.assert_close(w.double(), layer0_reference_weights(model, x), atol=1e-5, rtol=1e-4)
-    assert model.variant.name == "custom" and model.variant.attn_scale_factor == 3.0
+    assert model.positional_variant.name == "custom" and model.positional_variant.attn_scale_factor == 3.0
 
 
 @pytest.mark.parametrize("k", [4, 128])  # clipped (k < T) and not
@@ -198,9 +204,9 @@ def test_position_maps_of_the_new_variants(variant, tmp_path):
     T = 12
     if variant in ("rope", "deberta_rel"):
         with pytest.raises(ContentDependentPositions, match="depends on content.*tupe-locality"):
-            positional_logits(str(path), T)
+            positional_logits(*load_checkpoint(str(path)), T)
         return
-    got = positional_logits(str(path), T)
+    got = positional_logits(*load_checkpoint(str(path)), T)
     enc = model.encoder.sentence_encoder
     want = np.zeros((4, T, T))
     if variant == "alibi":

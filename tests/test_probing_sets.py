@@ -190,7 +190,7 @@ def test_refuses_to_overwrite_without_force(tmp_path):
     build(out, 1)
     (out / "random.jsonl").write_text("user data\n", encoding="utf-8")
     result = run_cli("--input", SAMPLE, "--out-dir", str(out), "--seed", "3")
-    assert result.returncode != 0 and "--force" in result.stderr
+    assert result.returncode == 2 and "--force" in result.stderr  # a usage error: nothing was changed
     assert (out / "random.jsonl").read_text(encoding="utf-8") == "user data\n"
     build(out, 3, SAMPLE, "--force")
     assert (out / "random.jsonl").read_text(encoding="utf-8") != "user data\n"
@@ -202,6 +202,8 @@ def test_help_and_bad_windows(tmp_path):
     assert result.returncode == 0 and "--windows" in result.stdout and "role_swap" in result.stdout
     result = run_cli("--input", SAMPLE, "--out-dir", str(tmp_path / "w"), "--windows", "1")
     assert result.returncode == 2 and not (tmp_path / "w").exists()
+    result = run_cli("--input", str(tmp_path / "none.jsonl"), "--out-dir", str(tmp_path / "w"))
+    assert result.returncode == 1 and "input not found" in result.stderr  # a missing input: 1
 
 
 @pytest.mark.parametrize("side", ["premise", "hypothesis"])

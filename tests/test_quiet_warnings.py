@@ -1,7 +1,9 @@
 """Quiet logs: fairseq's known hydra/torch deprecation warnings are filtered, other warnings are not."""
 from __future__ import annotations
 
+import importlib.util
 import sys
+from pathlib import Path
 
 import torch
 
@@ -58,3 +60,15 @@ def test_fairseq_train_with_the_plugin_has_no_known_deprecation_warnings(lm_bin,
     assert not [t for t in KNOWN_TEXTS if t in p.stderr]
     if not torch.cuda.is_available():  # a real warning of this run (torch, CPU only) is still printed
         assert "'pin_memory' argument is set as true but no accelerator is found" in p.stderr
+
+
+
+def test_commands_do_not_print_fairseq_tensorboardx_line():
+    """fairseq logs "Please install tensorboardX" on import of its tasks; our commands drop that one record."""
+    line = "Please install tensorboardX"
+    p = run([str(Path(sys.executable).parent / "tupe-checkpoint-info"), "--list-variants"])
+    assert p.stdout.split()[:2] == ["bert-a", "bert-r"] and line not in p.stdout + p.stderr
+    shown = run([sys.executable, "-c", "import os; os.environ['TUPE_SHOW_ALL_WARNINGS'] = '1'; "
+                 "import tupe_plugin, fairseq.tasks"]).stderr  # the opt-out keeps it
+    if importlib.util.find_spec("tensorboardX") is None:  # where it is installed, fairseq logs nothing
+        assert line in shown

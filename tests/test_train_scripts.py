@@ -22,7 +22,7 @@ from conftest import BIN, ROOT, train_losses
 SCRIPTS = ROOT / "train_scripts"
 PRETRAIN = SCRIPTS / "pretrain.sh"
 # tiny TUPE-R, 64 tokens; 16 sentences per update (2 processes x 8, or 1 process x 8 x update-freq 2)
-TINY = {"SIZE": "tiny", "TOKENS_PER_SAMPLE": "64", "GPUS": "0", "MAX_SENTENCES": "8", "BATCH_SIZE": "16",
+TINY = {"SIZE": "tiny", "TOKENS_PER_SAMPLE": "64", "GPUS": "0", "MAX_SENTENCES": "8", "SENTENCES_PER_UPDATE": "16",
         "WARMUP": "5", "LR": "2e-3", "LOG_INTERVAL": "1", "NUM_WORKERS": "0", "SEED": "1"}
 LAUNCHER_VARS = ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "LAUNCHER", "NNODES",
                  "NPROC_PER_NODE", "VENV", "DRY_RUN", "EXTRA_ARGS", "SAVE_DIR", "DATA")
@@ -56,7 +56,7 @@ def free_port() -> str:
 def test_help_lists_every_variable():
     out = sh([PRETRAIN, "--help"]).stdout
     for var in ("VARIANT", "SIZE", "DATA", "SAVE_DIR", "GPUS", "MAX_SENTENCES", "UPDATE_FREQ", "TOKENS_PER_SAMPLE",
-                "TOTAL_UPDATES", "WARMUP", "LR", "EXTRA_ARGS", "TENSORBOARD_DIR", "BATCH_SIZE"):
+                "TOTAL_UPDATES", "WARMUP", "LR", "EXTRA_ARGS", "TENSORBOARD_DIR", "SENTENCES_PER_UPDATE"):
         assert re.search(rf"^  {var} ", out, re.M), var
     assert "torchrun" in out and "pretrain.sbatch" in out
     assert "srun" in sh(["bash", SCRIPTS / "pretrain.sbatch", "--help"]).stdout
@@ -100,8 +100,14 @@ def test_dry_run_prints_settings_batch_and_the_paper_command(lm_bin, tmp_path):
     assert f"fairseq-train {lm_bin}:{lm_bin} --user-dir" in c4
 
 
+def test_the_old_name_batch_size_still_sets_the_batch_with_a_warning(lm_bin):
+    err = sh([PRETRAIN], DATA=str(lm_bin), GPUS="0", DRY_RUN="1", BATCH_SIZE="32").stderr
+    assert "warning: BATCH_SIZE is a deprecated name of SENTENCES_PER_UPDATE: set SENTENCES_PER_UPDATE=32" in err
+    assert "effective batch size: 32 = 1 process(es) x MAX_SENTENCES 16 x UPDATE_FREQ 2" in err
+
+
 @pytest.mark.parametrize("env, message", [
-    ({"NPROC_PER_NODE": "3"}, "BATCH_SIZE=256 is not divisible by 3 process(es) x MAX_SENTENCES=16 = 48"),
+    ({"NPROC_PER_NODE": "3"}, "SENTENCES_PER_UPDATE=256 is not divisible by 3 process(es) x MAX_SENTENCES=16 = 48"),
     ({"SIZE": "huge"}, "SIZE must be base, large or tiny, not 'huge'"),
     ({"VARIANT": "xl"}, "VARIANT must be one of"),
     ({"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0"}, "started under a launcher with WORLD_SIZE=2, but"),
@@ -283,7 +289,7 @@ def test_a_save_dir_belongs_to_its_settings_and_mid_epoch_stops_exit_cleanly(lm_
     """Runs that stop at --max-update in the middle of an epoch all exit 0 (with --data-buffer-size > 0
     fairseq's prefetch thread can still be inside torch code at exit: abort, status 134). Then a rerun
     with another LR into the same SAVE_DIR is refused, naming it; ON_SETTINGS_CHANGE=continue accepts it."""
-    common = dict(TINY, DATA=str(lm_bin), TENSORBOARD_DIR="none", BATCH_SIZE="8", MAX_SENTENCES="8",
+    common = dict(TINY, DATA=str(lm_bin), TENSORBOARD_DIR="none", SENTENCES_PER_UPDATE="8", MAX_SENTENCES="8",
                   NUM_WORKERS="1", TOTAL_UPDATES="2")
     for k in range(3):  # 600 lines, 8 per update: 2 updates stop early in epoch 1
         p = sh([PRETRAIN], check=False, SAVE_DIR=str(tmp_path / f"ck{k}"), **common)

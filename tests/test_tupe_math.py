@@ -30,7 +30,7 @@ def reference_positional(model, T: int, layer: int = 0) -> torch.Tensor:
     """(H, T, T) content-free logits of ``layer``, entry by entry, as the recipe's steps 2-4
     describe (docs/positional_encodings.md; also the L&S distance priors and ALiBi)."""
     pos = model.encoder.sentence_encoder.positions
-    v = model.variant
+    v = model.positional_variant
     H, dh = pos.num_heads, pos.head_dim
     out = torch.zeros(H, T, T, dtype=torch.float64)
     if v.untied_pos:
@@ -95,7 +95,7 @@ def deberta_reference(model, attn, q, k, h, T):
     """c2p + p2c of head h for one layer: q_i . K^r[delta(i,j)] + k_j . Q^r[delta(i,j)],
     delta(i,j) = clamp(i - j + k, 0, 2k - 1) (p2c indexed as the official DeBERTa code; the paper's
     Eq. 4 writes delta(j,i): docs/positional_encodings.md); (B, T, T), unscaled."""
-    kk = model.variant.max_rel_pos
+    kk = model.positional_variant.max_rel_pos
     rel = model.encoder.sentence_encoder.positions.rel_embeddings.weight.double()  # (2k, d)
     s = slice(h * attn.head_dim, (h + 1) * attn.head_dim)
     k_r = (rel @ attn.pos_key_proj.weight.double().T)[:, s]
@@ -168,7 +168,7 @@ def test_positional_term_gradient_equals_obvious_reference(variant):
     upstream = torch.randn(pos.num_heads, T, T, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
     params = [p for p in pos.parameters() if p.requires_grad]
     got = torch.autograd.grad((pos(T).bias.double() * upstream).sum(), params, allow_unused=True)
-    want = torch.autograd.grad((obvious_positional(pos, model.variant, T) * upstream).sum(), params,
+    want = torch.autograd.grad((obvious_positional(pos, model.positional_variant, T) * upstream).sum(), params,
                                allow_unused=True)
     assert any(g is not None for g in want)
     for g, w in zip(got, want):
@@ -205,7 +205,7 @@ def layer0_reference_weights(model, x_tokens):
     """softmax over keys of layer 0's logits for every head, with plain loops over heads."""
     enc = model.encoder.sentence_encoder
     attn = enc.layers[0].self_attn
-    v = model.variant
+    v = model.positional_variant
     with torch.no_grad():
         x, _ = enc.forward_embedding(x_tokens)  # (B, T, C)
         T = x.size(1)

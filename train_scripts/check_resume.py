@@ -9,7 +9,7 @@ resubmission then dies loading it. This check, run by ``pretrain.sh`` before eac
 * ``checkpoint_last.pt`` loads: fairseq resumes from it (its update count is printed);
 * ``checkpoint_last.pt`` is damaged: it is kept as ``checkpoint_last.pt.damaged`` and the newest intact
   ``checkpoint_E_U.pt`` / ``checkpointE.pt`` is copied (temporary name, then rename) to
-  ``checkpoint_last.pt``; with no intact one, exit 2;
+  ``checkpoint_last.pt``; with no intact one, exit 1 (a damaged input);
 * other checkpoints but no ``checkpoint_last.pt``: exit 2 rather than start from scratch over them.
 
 * with ``--setting NAME=VALUE`` (and ``--dict``, whose SHA-256 is recorded too): the settings are kept
@@ -101,7 +101,7 @@ def main(argv=None) -> int:
     best = newest_intact(others)
     if best is None:
         log.error(f"{last} cannot be read (truncated?) and no intact checkpoint_*.pt to fall back on")
-        return 2
+        return 1  # a damaged input, not a usage error
     n, path = best
     if args.dry_run:
         log.info(f"{last} cannot be read; would resume from {path} @ {n} updates")

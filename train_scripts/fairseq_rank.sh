@@ -21,9 +21,9 @@ me="$(basename "$0")"
 
 # torchrun sets RANK/LOCAL_RANK/WORLD_SIZE; srun sets SLURM_PROCID/SLURM_LOCALID/SLURM_NTASKS.
 if [[ -n "${WORLD_SIZE:-}" ]]; then
-  world="$WORLD_SIZE" rank="${RANK:?}" local_rank="${LOCAL_RANK:?}" launcher=torchrun
+  world="$WORLD_SIZE" rank="${RANK:-}" local_rank="${LOCAL_RANK:-}" launcher=torchrun
 elif [[ -n "${SLURM_NTASKS:-}" && -n "${SLURM_PROCID:-}" ]]; then
-  world="$SLURM_NTASKS" rank="$SLURM_PROCID" local_rank="${SLURM_LOCALID:?}" launcher=srun
+  world="$SLURM_NTASKS" rank="$SLURM_PROCID" local_rank="${SLURM_LOCALID:-}" launcher=srun
 else
   echo "$me: error: not started by torchrun or srun (no WORLD_SIZE/RANK nor SLURM_NTASKS/SLURM_PROCID)" >&2
   exit 2
@@ -33,7 +33,12 @@ if [[ "$world" != "$expected" ]]; then
        "$expected (--distributed-world-size $expected): refusing to train with a different batch size" >&2
   exit 2
 fi
-: "${MASTER_ADDR:?$me: MASTER_ADDR is not set}" "${MASTER_PORT:?$me: MASTER_PORT is not set}"
+# usage errors (exit 2), as the checks above
+[[ -n "$rank" && -n "$local_rank" ]] || {
+  echo "$me: error: $launcher set no local rank (LOCAL_RANK / SLURM_LOCALID) or rank (RANK)" >&2; exit 2; }
+for v in MASTER_ADDR MASTER_PORT; do
+  [[ -n "${!v:-}" ]] || { echo "$me: error: $v is not set" >&2; exit 2; }
+done
 export RANK="$rank" WORLD_SIZE="$world" LOCAL_RANK="$local_rank"  # read by init_method env://
 case "$device" in
   gpu) device_id="$local_rank"  # one GPU per process: the launcher's local rank, unless the

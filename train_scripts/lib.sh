@@ -4,7 +4,8 @@
 # Exit codes of every script (docs/troubleshooting.md, "Exit codes"): 0 done (or nothing left to do: finished outputs
 # skipped); 1 a run failed (bad or missing input data, a failing tool; the message says which file);
 # 2 wrong usage or settings (unknown option, bad value, settings that differ from those recorded with
-# existing outputs): nothing was changed. `die` is the exit-2 path; failing commands keep their status.
+# existing outputs): nothing was changed. `die` is the exit-2 path; `fail` reports a command that failed
+# (1, or 2 when that command refused its usage).
 TUPE_REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 export PYTHONPATH="$TUPE_REPO${PYTHONPATH:+:$PYTHONPATH}"
 PYTHON="${PYTHON:-python}"
@@ -19,6 +20,18 @@ tunable() {
   TUNABLE_DEFAULT[$1]="$2"
   TUNABLE_HELP[$1]="$3"
   [[ -n "${!1:-}" ]] || printf -v "$1" '%s' "$2"
+}
+
+# renamed_tunable OLD NEW: a job script that still sets the old name OLD keeps working: NEW takes its value
+# (unless NEW is set too), with a one-line warning. Call it before `tunable NEW ...`.
+renamed_tunable() {
+  [[ -n "${!1:-}" ]] || return 0
+  if [[ -n "${!2:-}" ]]; then
+    note "warning: $1 is a deprecated name of $2; $2=${!2} is set, so $1=${!1} is ignored"
+  else
+    printf -v "$2" '%s' "${!1}"
+    note "warning: $1 is a deprecated name of $2: set $2=${!1} instead"
+  fi
 }
 
 # export_tunables: export every tunable (for the scripts this one starts, e.g. the C4 steps).
@@ -45,6 +58,9 @@ show_tunables() {
 header_help() { awk 'NR == 1 || /^#SBATCH/ { next } !/^#/ { exit } { sub(/^# ?/, ""); print }' "$1"; }
 
 die() { echo "$(basename "$0"): error: $*" >&2; exit 2; }
+# fail STATUS MESSAGE: a command this script ran exited with STATUS: the error line, then exit 2 if the
+# command refused its usage (status 2), else 1 (the run failed).
+fail() { local status="$1"; shift; echo "$(basename "$0"): error: $*" >&2; exit $(( status == 2 ? 2 : 1 )); }
 note() { echo "$(basename "$0"): $*" >&2; }
 
 # cuda_device_count: CUDA devices this process can see (respects CUDA_VISIBLE_DEVICES).

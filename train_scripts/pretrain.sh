@@ -3,13 +3,16 @@
 # "Rethinking Positional Encoding in Language Pre-training", ICLR 2021, Sec. 4.1 and its appendix):
 # BERT-base TUPE-R, 512 tokens, batch 256, 1M updates, Adam (0.9, 0.999) eps 1e-6, LR 1e-4, 10k warmup,
 # linear decay to 0, clip 1.0, weight decay 0.01, dropout 0.1, mask 0.15, fp16 on GPU.
+# OBJECTIVE=electra: replaced-token detection with ELECTRA-Base's recipe (Clark et al., ICLR 2020, Table 6):
+# LR 2e-4 for 766k updates, generator 1/3 of the width, discriminator loss weight 50, the rest as above.
 #
 # Examples (from the repository root; DATA is a fairseq data dir, shard0:shard1:..., or a folder with
 # data_path.txt as written by preprocess/c4/4_layout.sh):
 #   DATA=c4_prep/data-bin train_scripts/pretrain.sh                       # every GPU of this node (torchrun)
 #   DATA=data-bin VARIANT=bert-a GPUS=1 train_scripts/pretrain.sh          # one GPU: update-freq 16
-#   DATA=data-bin VARIANT=tupe-a SIZE=large BATCH_SIZE=512 train_scripts/pretrain.sh
+#   DATA=data-bin VARIANT=tupe-a SIZE=large SENTENCES_PER_UPDATE=512 train_scripts/pretrain.sh
 #   DRY_RUN=1 DATA=data-bin GPUS=8 train_scripts/pretrain.sh               # print the command only
+#   DATA=data-bin OBJECTIVE=electra VARIANT=tupe-r train_scripts/pretrain.sh   # ELECTRA (docs/electra.md)
 #   sbatch --nodes 2 train_scripts/pretrain.sbatch                         # SLURM, see that file
 # Re-running the same command resumes from SAVE_DIR/checkpoint_last.pt (fairseq's default).
 set -euo pipefail
@@ -17,10 +20,11 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 SCRIPTS="$TUPE_REPO/train_scripts"
 
 tunable VARIANT tupe-r "positional variant: a name of 'tupe-checkpoint-info --list-variants' (tupe-r, bert-a, rope, alibi, ...)"
+tunable OBJECTIVE mlm "mlm (RoBERTa masked LM) or electra (replaced-token detection, ELECTRA-Base defaults: docs/electra.md)"
 tunable SIZE base "base, large or tiny (tests)"
 tunable ARCH auto "fairseq --arch (auto: VARIANT_SIZE, e.g. tupe_r_base)"
 tunable DATA "" "fairseq data dir(s), colon-separated, or a folder with data_path.txt (required)"
-tunable SAVE_DIR auto "checkpoints; reruns resume from its checkpoint_last.pt (auto: checkpoints/ARCH)"
+tunable SAVE_DIR auto "checkpoints; reruns resume from its checkpoint_last.pt (auto: checkpoints/ARCH, electra: checkpoints/ARCH_electra)"
 tunable TENSORBOARD_DIR auto "TensorBoard logs (auto: SAVE_DIR/tensorboard; none: off)"
 tunable GPUS auto "GPUs per node (auto: all CUDA devices visible; 0: CPU)"
 tunable NPROC_PER_NODE auto "processes per node (auto: GPUS, or 1 on CPU; >1 on CPU uses gloo)"
@@ -29,16 +33,19 @@ tunable NODE_RANK 0 "this node's index (torchrun multi-node without SLURM)"
 tunable MASTER_ADDR auto "rendezvous host (auto: first node of the SLURM allocation, else 127.0.0.1)"
 tunable MASTER_PORT auto "rendezvous port (auto: free port on one node; from SLURM_JOB_ID under SLURM)"
 tunable LAUNCHER auto "auto, none (1 process), torchrun or srun (pretrain.sbatch sets srun)"
-tunable BATCH_SIZE 256 "target sentences per update = NNODES x NPROC_PER_NODE x MAX_SENTENCES x UPDATE_FREQ"
+renamed_tunable BATCH_SIZE SENTENCES_PER_UPDATE
+tunable SENTENCES_PER_UPDATE 256 "target sentences per update = NNODES x NPROC_PER_NODE x MAX_SENTENCES x UPDATE_FREQ (was BATCH_SIZE)"
 tunable MAX_SENTENCES 16 "sentences per process per forward (--batch-size)"
-tunable UPDATE_FREQ auto "gradient accumulation (auto: BATCH_SIZE / (processes x MAX_SENTENCES))"
+tunable UPDATE_FREQ auto "gradient accumulation (auto: SENTENCES_PER_UPDATE / (processes x MAX_SENTENCES))"
 tunable TOKENS_PER_SAMPLE 512 "tokens per sequence"
 tunable MAX_POSITIONS auto "learned positions (auto: TOKENS_PER_SAMPLE)"
 tunable SAMPLE_BREAK_MODE complete "masked_lm packing: complete = FULL-SENTENCES"
-tunable MASK_PROB 0.15 "masking probability (80/10/10)"
-tunable TOTAL_UPDATES 1000000 "updates (LR schedule length and stop)"
+tunable MASK_PROB 0.15 "masking probability (mlm: 80/10/10 mask/random/same; electra: 85/15 mask/same)"
+tunable GENERATOR_SIZE_DIVISOR auto "electra: generator width, FFN, heads = the discriminator's / N (auto: 3 at base, 4 otherwise)"
+tunable DISC_WEIGHT 50 "electra: weight of the discriminator's loss"
+tunable TOTAL_UPDATES auto "updates, LR schedule length and stop (auto: 1000000; electra 766000, ELECTRA-Base)"
 tunable WARMUP 10000 "linear warmup updates"
-tunable LR 1e-4 "peak learning rate; then linear decay to END_LR"
+tunable LR auto "peak learning rate, then linear decay to END_LR (auto: 1e-4; electra 2e-4, ELECTRA-Base)"
 tunable END_LR 0 "learning rate at TOTAL_UPDATES"
 tunable ADAM_BETAS "(0.9,0.999)" "Adam betas"
 tunable ADAM_EPS 1e-6 "Adam epsilon"
@@ -71,12 +78,18 @@ usage() {
 [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]] && { usage; exit 0; }
 
 # ---- resolve the automatic values ----------------------------------------------------------------
+case "$OBJECTIVE" in  # ELECTRA-Base (Clark et al. 2020, Table 6): LR 2e-4 for 766k updates, else as MLM
+  mlm) TASK=masked_lm RUN_SUFFIX=""; [[ "$LR" == auto ]] && LR=1e-4; [[ "$TOTAL_UPDATES" == auto ]] && TOTAL_UPDATES=1000000 ;;
+  electra) TASK=electra RUN_SUFFIX=_electra; [[ "$LR" == auto ]] && LR=2e-4; [[ "$TOTAL_UPDATES" == auto ]] && TOTAL_UPDATES=766000 ;;
+  *) die "OBJECTIVE must be mlm or electra, not '$OBJECTIVE'" ;;
+esac
+[[ "$GENERATOR_SIZE_DIVISOR" == auto ]] && GENERATOR_SIZE_DIVISOR=0  # the task's default for the size
 [[ "$GPUS" == auto ]] && GPUS="$(cuda_device_count)"
 is_uint "$GPUS" || die "GPUS must be a number, not '$GPUS'"
 if [[ "$NPROC_PER_NODE" == auto ]]; then
   NPROC_PER_NODE=$(( GPUS > 0 ? GPUS : 1 ))
 fi
-for v in NPROC_PER_NODE NNODES MAX_SENTENCES BATCH_SIZE TOTAL_UPDATES WARMUP NODE_RANK; do
+for v in NPROC_PER_NODE NNODES MAX_SENTENCES SENTENCES_PER_UPDATE TOTAL_UPDATES WARMUP NODE_RANK; do
   is_uint "${!v}" || die "$v must be a whole number, not '${!v}'"
 done
 (( NPROC_PER_NODE > 0 && NNODES > 0 && MAX_SENTENCES > 0 )) || die "NPROC_PER_NODE, NNODES, MAX_SENTENCES must be > 0"
@@ -114,9 +127,9 @@ fi
 
 if [[ "$UPDATE_FREQ" == auto ]]; then
   per_update=$(( WORLD * MAX_SENTENCES ))
-  (( BATCH_SIZE % per_update == 0 )) || die "BATCH_SIZE=$BATCH_SIZE is not divisible by" \
+  (( SENTENCES_PER_UPDATE % per_update == 0 )) || die "SENTENCES_PER_UPDATE=$SENTENCES_PER_UPDATE is not divisible by" \
     "$WORLD process(es) x MAX_SENTENCES=$MAX_SENTENCES = $per_update; change MAX_SENTENCES or set UPDATE_FREQ"
-  UPDATE_FREQ=$(( BATCH_SIZE / per_update ))
+  UPDATE_FREQ=$(( SENTENCES_PER_UPDATE / per_update ))
 fi
 if ! is_uint "$UPDATE_FREQ" || (( UPDATE_FREQ == 0 )); then die "UPDATE_FREQ must be a positive whole number"; fi
 EFFECTIVE=$(( WORLD * MAX_SENTENCES * UPDATE_FREQ ))
@@ -143,7 +156,7 @@ fi
 # The data exists, its shards share the recorded dictionary, and few lines are too long (exit 1 otherwise).
 DATA="$("$PYTHON" -m preprocess.c4_data "$DATA" --tokens-per-sample "$TOKENS_PER_SAMPLE" \
   --sample-break-mode "$SAMPLE_BREAK_MODE" --max-skip-fraction "$MAX_SKIP_FRACTION")" || exit 1
-[[ "$SAVE_DIR" == auto ]] && SAVE_DIR="checkpoints/$ARCH"
+[[ "$SAVE_DIR" == auto ]] && SAVE_DIR="checkpoints/$ARCH${RUN_SUFFIX}"
 SAVE_DIR="$(realpath -m "$SAVE_DIR")"  # absolute: every rank and every resubmission writes the same place
 [[ "$TENSORBOARD_DIR" == auto ]] && TENSORBOARD_DIR="$SAVE_DIR/tensorboard"
 
@@ -151,13 +164,13 @@ show_tunables
 note "world size $WORLD = $NNODES node(s) x $NPROC_PER_NODE process(es) on $DEVICE, launcher $LAUNCHER"
 note "effective batch size: $EFFECTIVE = $WORLD process(es) x MAX_SENTENCES $MAX_SENTENCES x UPDATE_FREQ" \
   "$UPDATE_FREQ ($(( EFFECTIVE * TOKENS_PER_SAMPLE )) tokens per update at most)"
-(( EFFECTIVE == BATCH_SIZE )) || note "warning: effective batch size $EFFECTIVE differs from BATCH_SIZE=$BATCH_SIZE"
+(( EFFECTIVE == SENTENCES_PER_UPDATE )) || note "warning: effective batch size $EFFECTIVE differs from SENTENCES_PER_UPDATE=$SENTENCES_PER_UPDATE"
 
 # ---- the fairseq command ----------------------------------------------------------------------------
 read -r -a extra <<< "$EXTRA_ARGS"
 args=(
   "$DATA" --user-dir "$TUPE_REPO/tupe_plugin"
-  --task masked_lm --criterion masked_lm --arch "$ARCH" --max-positions "$MAX_POSITIONS"
+  --task "$TASK" --criterion "$TASK" --arch "$ARCH" --max-positions "$MAX_POSITIONS"
   --sample-break-mode "$SAMPLE_BREAK_MODE" --tokens-per-sample "$TOKENS_PER_SAMPLE" --mask-prob "$MASK_PROB"
   --optimizer adam --adam-betas "$ADAM_BETAS" --adam-eps "$ADAM_EPS" --weight-decay "$WEIGHT_DECAY"
   --clip-norm "$CLIP_NORM" --lr "$LR" --lr-scheduler polynomial_decay --power 1 --end-learning-rate "$END_LR"
@@ -170,6 +183,8 @@ args=(
   --log-format simple --log-interval "$LOG_INTERVAL" --num-workers "$NUM_WORKERS"
   --data-buffer-size "$DATA_BUFFER_SIZE"
 )
+[[ "$OBJECTIVE" == electra ]] &&
+  args+=(--generator-size-divisor "$GENERATOR_SIZE_DIVISOR" --disc-weight "$DISC_WEIGHT")
 [[ "$TENSORBOARD_DIR" != none ]] && args+=(--tensorboard-logdir "$TENSORBOARD_DIR")
 [[ "$DEVICE" == cpu ]] && args+=(--cpu)
 [[ "$FP16" == 1 ]] && args+=(--fp16)
@@ -207,6 +222,8 @@ mkdir -p "$SAVE_DIR"
 settings=()
 for v in ARCH TOKENS_PER_SAMPLE MAX_POSITIONS SAMPLE_BREAK_MODE MASK_PROB LR END_LR WARMUP TOTAL_UPDATES \
          ADAM_BETAS ADAM_EPS WEIGHT_DECAY CLIP_NORM DROPOUT ATTENTION_DROPOUT SEED; do settings+=(--setting "$v=${!v}"); done
+[[ "$OBJECTIVE" == electra ]] &&  # MLM runs keep their settings.json as before
+  for v in OBJECTIVE GENERATOR_SIZE_DIVISOR DISC_WEIGHT; do settings+=(--setting "$v=${!v}"); done
 settings+=(--setting "EFFECTIVE_BATCH_SIZE=$EFFECTIVE" --dict "${DATA%%:*}/dict.txt" --on-change "$ON_SETTINGS_CHANGE")
 "$PYTHON" "$SCRIPTS/check_resume.py" "$SAVE_DIR" "${settings[@]}"
 exec "${cmd[@]}"

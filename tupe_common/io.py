@@ -131,12 +131,6 @@ def write_text(path: PathLike, text: str) -> None:
         f.write(text)
 
 
-def write_bytes(path: PathLike, data: bytes) -> None:
-    """``data`` into ``path``, atomically."""
-    with atomic_open(path, "wb") as f:
-        f.write(data)
-
-
 def write_json(path: PathLike, obj: Any, indent: Optional[int] = 1) -> None:
     """``obj`` as JSON and a final newline into ``path``, atomically."""
     with atomic_open(path, "w") as f:

@@ -15,8 +15,11 @@ import sys
 from typing import Any, Dict
 
 import torch
+from tupe_plugin_cli.errors import UsageError
 
 from . import checkpoint_safety  # noqa: F401
+from .models.architectures import SIZE_FIELDS
+from .models.electra import objective_info
 from .models.tupe_roberta import VARIANT_KEY
 from .models.variants import VARIANTS, PositionalVariant
 
@@ -50,10 +53,11 @@ def info_from_state(state: Dict[str, Any], path: str) -> Dict[str, Any]:
         "encoder_embed_dim": get("encoder_embed_dim"),
         "encoder_attention_heads": get("encoder_attention_heads"),
         "encoder_ffn_embed_dim": get("encoder_ffn_embed_dim"),
+        **objective_info(model_state, get),  # mlm, or electra and its generator's sizes
     }
 
 
-SIZE_FLAGS = ("encoder_layers", "encoder_embed_dim", "encoder_attention_heads", "encoder_ffn_embed_dim")
+SIZE_FLAGS = SIZE_FIELDS  # the fields a size sets (models/architectures.py: SIZES)
 
 
 def fairseq_args(info: Dict[str, Any]) -> str:
@@ -68,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
         print("\n".join(name.replace("_", "-") for name in VARIANTS))
         return 0
     if args.checkpoint is None:
-        raise ValueError("give a CHECKPOINT (or --list-variants)")
+        raise UsageError("give a CHECKPOINT (or --list-variants)")
     info = checkpoint_info(args.checkpoint)
     print(fairseq_args(info) if args.fairseq_args else json.dumps(info, indent=2))
     return 0

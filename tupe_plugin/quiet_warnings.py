@@ -8,10 +8,14 @@ Installed on import of ``tupe_plugin`` (``fairseq-train`` imports the ``--user-d
 composes its config), so ``fairseq-train --user-dir tupe_plugin`` and our own commands are quiet alike.
 ``fairseq-hydra-train`` is only partly quieter: hydra warns about its own config (version_base, package
 header, schema matching, working directory) before fairseq imports ``common.user_dir``.
-Set ``TUPE_SHOW_ALL_WARNINGS=1`` to keep every warning.
+fairseq also logs "Please install tensorboardX" on import of its tasks (``text_to_speech``, a task and a
+package nothing here uses): our commands drop that one log record (``fairseq-train`` has imported its tasks,
+and logged it, before it reads ``--user-dir``).
+Set ``TUPE_SHOW_ALL_WARNINGS=1`` to keep every warning and that line.
 """
 from __future__ import annotations
 
+import logging
 import os
 import warnings
 from typing import Tuple, Type
@@ -31,12 +35,34 @@ KNOWN: Tuple[Tuple[Type[Warning], str], ...] = (
 )
 
 
+# (logger, start of the message) of log records dropped
+KNOWN_LOG_RECORDS: Tuple[Tuple[str, str], ...] = (
+    ("fairseq.tasks.text_to_speech", "Please install tensorboardX"),
+)
+
+
+class DropRecord(logging.Filter):
+    """Drops the records whose message starts with ``prefix``."""
+
+    def __init__(self, prefix: str):
+        super().__init__()
+        self.prefix = prefix
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith(self.prefix)
+
+
 def install() -> None:
-    """Add one ``ignore`` filter per known message (idempotent: warnings dedups equal filters)."""
+    """Add one ``ignore`` filter per known message and one log filter per known record (idempotent:
+    warnings dedups equal filters, a logger gets each prefix once)."""
     if os.environ.get("TUPE_SHOW_ALL_WARNINGS") == "1":
         return
     for category, message in KNOWN:
         warnings.filterwarnings("ignore", message=message, category=category)
+    for name, prefix in KNOWN_LOG_RECORDS:
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, DropRecord) and f.prefix == prefix for f in logger.filters):
+            logger.addFilter(DropRecord(prefix))
 
 
 install()

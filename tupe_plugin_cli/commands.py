@@ -3,7 +3,10 @@ each one runs. ``python -m tupe_plugin.<module>`` runs the same parser and code.
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
+import logging
+import os
 from typing import Callable, Dict, List, Optional, Tuple
 
 from .errors import run_command
@@ -134,32 +137,31 @@ COMMANDS: Dict[str, Tuple[Callable[[], argparse.ArgumentParser], str]] = {
 
 
 def dispatch(command: str, argv: Optional[List[str]] = None) -> int:
-    """Parse ``argv`` with the command's parser, then import and run the command."""
+    """Parse ``argv`` with the command's parser, then import and run the command. The libraries' log lines
+    (fairseq, matplotlib) get fairseq-train's format and level, set before any import: otherwise a fairseq
+    module's ``logging.basicConfig(level=DEBUG)`` on import sets them (our own lines: ``tupe_common.log``)."""
     make_parser, target = COMMANDS[command]
     args = make_parser().parse_args(argv)
+    logging.basicConfig(format="%(asctime)s | %(levelname)s | %(name)s | %(message)s", datefmt="%Y-%m-%d %H:%M:%S",
+                        level=os.environ.get("LOGLEVEL", "INFO").upper())
     module, _, function = target.partition(":")
     return run_command(lambda a: getattr(importlib.import_module(module), function)(a), args)
 
 
-def pos_maps(argv: Optional[List[str]] = None) -> int:
-    return dispatch("tupe-pos-maps", argv)
+def entry_point(command: str) -> str:
+    """The ``module:function`` that the console script ``command`` runs: ``tupe-pos-maps`` ->
+    ``tupe_plugin_cli.commands:pos_maps`` (a function :func:`__getattr__` makes)."""
+    return f"{__name__}:{command.removeprefix('tupe-').replace('-', '_')}"
 
 
-def locality(argv: Optional[List[str]] = None) -> int:
-    return dispatch("tupe-locality", argv)
+# setup.py's console_scripts: every command above, and tupe-last-error (a log reader, no parser here).
+CONSOLE_SCRIPTS: List[str] = [f"{c}={entry_point(c)}" for c in COMMANDS] + ["tupe-last-error=tupe_plugin_cli.errors:main"]
 
 
-def probe(argv: Optional[List[str]] = None) -> int:
-    return dispatch("tupe-probe", argv)
-
-
-def convert_original(argv: Optional[List[str]] = None) -> int:
-    return dispatch("tupe-convert-original", argv)
-
-
-def checkpoint_info(argv: Optional[List[str]] = None) -> int:
-    return dispatch("tupe-checkpoint-info", argv)
-
-
-def export_hf(argv: Optional[List[str]] = None) -> int:
-    return dispatch("tupe-export-hf", argv)
+def __getattr__(name: str) -> Callable[..., int]:
+    """``pos_maps``, ``checkpoint_info``, ...: ``f(argv=None)`` runs the command ``tupe-pos-maps``, ...
+    (what a console script and ``python -m tupe_plugin.<module>`` call)."""
+    command = "tupe-" + name.replace("_", "-")
+    if command not in COMMANDS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return functools.partial(dispatch, command)

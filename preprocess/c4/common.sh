@@ -53,3 +53,57 @@ c4_tunables() {
   tunable FORCE 0 "1: redo finished outputs (needed after changing a setting; otherwise refused)"
   export_tunables
 }
+
+# The C4 steps in their order: step N is C4_STEPS[N-1]. run_all.sh runs them one after another on this
+# machine, slurm_array.sbatch one array task at a time; both run a step's tasks with task.sh STEP I.
+C4_STEPS=(extract spm binarize layout)
+
+# c4_inputs: the C4 files of C4_DIR (train_json, valid_json) and their outputs (train_txt, valid_txt of
+# step 1, train_bin of step 3), as arrays; no train or no validation file is a usage error (exit 2).
+c4_inputs() {
+  local f
+  [[ -d "$C4_DIR" ]] || die "C4_DIR='$C4_DIR' is not a folder"
+  mapfile -t train_json < <(list_c4 "$C4_DIR" "$TRAIN_GLOB" "$MAX_SHARDS")
+  mapfile -t valid_json < <(list_c4 "$C4_DIR" "$VALID_GLOB")
+  (( ${#train_json[@]} > 0 )) || die "no $TRAIN_GLOB in $C4_DIR"
+  (( ${#valid_json[@]} > 0 )) || die "no $VALID_GLOB in $C4_DIR"
+  train_txt=(); train_bin=(); valid_txt=()
+  for f in "${train_json[@]}"; do
+    train_txt+=("$TEXT_DIR/$(c4_name "$f")$TEXT_EXT"); train_bin+=("$BIN_DIR/$(c4_name "$f")")
+  done
+  for f in "${valid_json[@]}"; do valid_txt+=("$TEXT_DIR/$(c4_name "$f")$TEXT_EXT"); done
+}
+
+# c4_task_count STEP: the independent tasks of STEP (after c4_inputs). extract: the train files, then the
+# validation files; binarize: the train files, then the validation set (one task); spm, layout: one.
+c4_task_count() {
+  case "$1" in
+    extract) echo $(( ${#train_json[@]} + ${#valid_json[@]} )) ;;
+    binarize) echo $(( ${#train_json[@]} + 1 )) ;;
+    spm|layout) echo 1 ;;
+    *) die "STEP must be one of: ${C4_STEPS[*]} (not '$1')" ;;
+  esac
+}
+
+# c4_task STEP I: run task I of STEP (after c4_inputs); I past the last task: nothing to do (exit 0).
+c4_task() {
+  local step="$1" i="$2" n_train=${#train_json[@]} count
+  count="$(c4_task_count "$step")"  # an unknown STEP: exit 2
+  (( i < count )) || { note "nothing to do for $step task $i"; exit 0; }
+  case "$step" in
+    extract)
+      if (( i < n_train )); then
+        "$C4_SCRIPTS/1_extract.sh" "${train_json[$i]}" "${train_txt[$i]}"
+      else
+        MAX_DOCS="$VALID_MAX_DOCS" "$C4_SCRIPTS/1_extract.sh" "${valid_json[$i - n_train]}" "${valid_txt[$i - n_train]}"
+      fi ;;
+    spm) "$C4_SCRIPTS/2_train_spm.sh" "$SPM_DIR" "${train_txt[@]}" ;;
+    binarize)
+      if (( i < n_train )); then
+        "$C4_SCRIPTS/3_binarize.sh" "$SPM_DIR" "${train_bin[$i]}" "${train_txt[$i]}"
+      else
+        "$C4_SCRIPTS/3_binarize.sh" "$SPM_DIR" "$BIN_DIR/valid" "${valid_txt[@]}"
+      fi ;;
+    layout) "$C4_SCRIPTS/4_layout.sh" "$DATA_BIN" "$SPM_DIR" "$BIN_DIR/valid" "${train_bin[@]}" ;;
+  esac
+}

@@ -50,13 +50,9 @@ def load_checkpoint(path: str) -> Tuple[Dict[str, torch.Tensor], Dict[str, Any]]
     return model, info_from_state(state, path)
 
 
-def positional_logits(path: str, seq_len: int) -> np.ndarray:
-    """(H, T, T) content-free logits of the checkpoint at ``path`` ((L, H, T, T) for a learned
-    per-layer distance prior); row i = query token i."""
-    return _positional_logits(*load_checkpoint(path), seq_len)
-
-
-def _positional_logits(sd: Dict[str, torch.Tensor], info: Dict[str, Any], seq_len: int) -> np.ndarray:
+def positional_logits(sd: Dict[str, torch.Tensor], info: Dict[str, Any], seq_len: int) -> np.ndarray:
+    """(H, T, T) content-free logits of a checkpoint read by :func:`load_checkpoint` ((L, H, T, T) for a
+    learned per-layer distance prior); row i = query token i."""
     variant = PositionalVariant.from_tensor(sd[PREFIX + "positions.variant"])
     d, H = info["encoder_embed_dim"], info["encoder_attention_heads"]
     if variant.attention_block in ("rope", "deberta"):
@@ -79,7 +75,7 @@ def _positional_logits(sd: Dict[str, torch.Tensor], info: Dict[str, Any], seq_le
     with torch.no_grad():
         term = positions(seq_len)
         if variant.pos_mixed_terms:  # BERT-Ad: only the position-position term is content-free
-            logits = term.query @ term.key.transpose(1, 2) * (variant.attn_scale_factor * d // H) ** -0.5
+            logits = term.query @ term.key.transpose(1, 2) * positions.scaling  # (factor * d_head) ** -0.5, as the model
         else:
             logits = term.bias if term.bias is not None else torch.zeros(H, seq_len, seq_len)
         if variant.input_pe:
@@ -109,7 +105,7 @@ def positional_maps(path: str, seq_len: int) -> Tuple[np.ndarray, np.ndarray]:
     sd, info = load_checkpoint(path)
     variant = PositionalVariant.from_tensor(sd[PREFIX + "positions.variant"])
     if not variant.attention_block.startswith("pam_"):
-        logits = _positional_logits(sd, info, seq_len)
+        logits = positional_logits(sd, info, seq_len)
         return logits, softmax_rows(logits)
     if seq_len > info["max_positions"]:
         raise UsageError(f"--length {seq_len} exceeds the checkpoint's {info['max_positions']} positions")

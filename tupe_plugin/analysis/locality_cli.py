@@ -19,6 +19,7 @@ import numpy as np
 
 from tupe_common.io import write_csv
 from tupe_common.log import get_logger
+from tupe_plugin_cli.errors import UsageError
 
 from .checkpoint_maps import ContentDependentPositions, positional_maps
 from .locality_symmetry import locality, symmetry, symmetry_scaled
@@ -75,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
         rows = position_rows(args.checkpoint, args.length)
     except ContentDependentPositions as e:
         if not args.text:
-            raise ValueError(f"{e}; pass --text FILE (with --spm-model and --data) for the real attention maps") from None
+            raise UsageError(f"{e}; pass --text FILE (with --spm-model and --data) for the real attention maps") from None
         log.info(f"position-only maps: none ({e}); reporting the real attention maps only")
         rows = []
     if args.text:

@@ -25,6 +25,7 @@ from tupe_common.io import atomic_dir
 from tupe_plugin_cli.errors import UsageError
 
 from ..checkpoint_info import info_from_state
+from ..models.electra import discriminator_for_export
 from ..models.tupe_roberta import VARIANT_KEY
 from ..models.variants import PositionalVariant
 
@@ -242,6 +243,9 @@ def export(checkpoint: str, out_dir: str, spm_model: Optional[str] = None, dict_
     if spm_model and not os.path.isfile(spm_model):
         raise ExportError(f"sentencepiece model not found: {spm_model}")
     state = torch.load(checkpoint, map_location="cpu")
+    if discriminator_for_export(state["model"]):  # ELECTRA: the discriminator is the model (docs/electra.md)
+        print(f"{checkpoint}: ELECTRA checkpoint: exporting its discriminator; the generator is not exported "
+              "and the MLM head (lm_head) is untrained", file=sys.stderr)
     picked = pick_head(state["model"], checkpoint, head)
     config = build_config(state, checkpoint, picked)
     tensors = convert_state(state["model"], checkpoint, picked[0] if picked else None)

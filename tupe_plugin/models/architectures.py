@@ -1,20 +1,8 @@
 """Every ``--arch`` of the ``tupe_roberta`` model: ``<variant>_<size>`` for every variant of the registry
-(``variants.py``: ``VARIANTS``) and every size below, plus ``tupe_roberta_base/_large/_tiny`` (= TUPE-R).
-
-===========  ===================================================================
-size         encoder
-===========  ===================================================================
-``base``     BERT-base: 12 layers, width 768, 12 heads, FFN 3072 (fairseq's RoBERTa base)
-``large``    BERT-large: 24 layers, width 1024, 16 heads, FFN 4096
-``tiny``     2 layers, width 64, 4 heads, FFN 128 (tests and demos)
-===========  ===================================================================
-
-Variants (``python -m tupe_plugin.checkpoint_info --list-variants``): TUPE Table 1 ``bert_a``, ``bert_r``,
-``tupe_a``, ``tupe_r``, ``tupe_a_tie_cls``, ``bert_ad``; the L&S priors ``gaussian_prior``,
-``learned_gaussian``; common encoders' PEs ``sinusoidal``, ``nope``, ``t5_rel``, ``alibi``, ``rope``,
-``deberta_rel``. So ``tupe_r_base``, ``bert_a_tiny``, ``rope_large``, ... Any variant except ``nope`` is
-also reachable from ``tupe_roberta_base`` by its flags (``PositionalVariant.flags``), e.g.
-``--input-pe --no-untied-pos --no-untie-cls --no-rel-pos`` is BERT-A.
+(``variants.py``: ``VARIANTS``; ``tupe-checkpoint-info --list-variants`` lists them) and every size of
+``SIZES`` below, plus ``tupe_roberta_base/_large/_tiny`` (= TUPE-R). So ``tupe_r_base``, ``bert_a_tiny``,
+``rope_large``, ... Any variant except ``nope`` is also reachable from ``tupe_roberta_base`` by its flags
+(``PositionalVariant.flags``), e.g. ``--input-pe --no-untied-pos --no-untie-cls --no-rel-pos`` is BERT-A.
 """
 from __future__ import annotations
 
@@ -26,10 +14,18 @@ from fairseq.utils import safe_getattr
 
 from .variants import VARIANTS, PositionalVariant
 
+# The encoder fields a size sets, in the order tupe-checkpoint-info prints them as flags.
+SIZE_FIELDS = ("encoder_layers", "encoder_embed_dim", "encoder_attention_heads", "encoder_ffn_embed_dim")
+
+
+def _size(layers: int, width: int, heads: int, ffn: int) -> Dict[str, int]:
+    return dict(zip(SIZE_FIELDS, (layers, width, heads, ffn)))
+
+
 SIZES: Dict[str, Dict[str, int]] = {
-    "base": {},  # fairseq's RoBERTa base defaults
-    "large": dict(encoder_layers=24, encoder_embed_dim=1024, encoder_ffn_embed_dim=4096, encoder_attention_heads=16),
-    "tiny": dict(encoder_layers=2, encoder_embed_dim=64, encoder_ffn_embed_dim=128, encoder_attention_heads=4),
+    "base": {},  # fairseq's RoBERTa base defaults (BERT-base): 12 layers, width 768, 12 heads, FFN 3072
+    "large": _size(24, 1024, 16, 4096),  # BERT-large
+    "tiny": _size(2, 64, 4, 128),  # tests and demos
 }
 
 

@@ -5,6 +5,7 @@ import argparse
 import logging
 from dataclasses import fields
 
+import torch
 from fairseq.models import register_model
 from fairseq.models.roberta import RobertaEncoder, RobertaModel
 from fairseq.modules.transformer_sentence_encoder import init_bert_params
@@ -14,41 +15,21 @@ from omegaconf import OmegaConf
 from ..modules.attention import ATTENTION_PATHS
 from ..modules.classification_head import DEFAULT_HEAD_STYLE, HEAD_STYLES, build_classification_head
 from ..modules.encoder import TupeTransformerEncoder
+from .batch_check import check_target_batch_size
 from .checkpoint_checks import check_dictionary
 from .variants import PositionalVariant
 
 logger = logging.getLogger(__name__)
 
-VARIANT_KEY = "encoder.sentence_encoder.positions.variant"
+# The positional variant's checkpoint record (PositionalVariant.to_tensor) is a buffer of the positions
+# module. Its name "variant" is part of this state-dict key in every checkpoint written so far, so it stays;
+# in Python the record is ``model.variant_record`` and the decoded dataclass ``model.positional_variant``.
+RECORD_BUFFER = "variant"
+VARIANT_KEY = f"encoder.sentence_encoder.positions.{RECORD_BUFFER}"
 
 
 class VariantMismatchError(ValueError):
     """A checkpoint of one positional variant loaded into a model of another."""
-
-
-def check_target_batch_size(model_cfg) -> None:
-    """``model.target_batch_size: N`` in a hydra config (the pre-training config sets the paper's 256): refuse
-    a run whose sequences per update (processes x dataset.batch_size x optimization.update_freq) differ,
-    naming the numbers and the update_freq that gives N, as ``train_scripts/pretrain.sh`` computes it.
-    fairseq-hydra-train resolves its config before it imports the plugin, so the plugin checks at build time."""
-    target = model_cfg.get("target_batch_size")
-    root = model_cfg._get_root()
-    if not target or root is model_cfg or "optimization" not in root:
-        return
-    world = max(1, root.distributed_training.distributed_world_size or 1)
-    per_gpu, update_freq = root.dataset.batch_size, root.optimization.update_freq[0]
-    if per_gpu is None:
-        raise ValueError(f"model.target_batch_size={target} needs a fixed dataset.batch_size (sentences per process)")
-    if world * per_gpu * update_freq == target:
-        return
-    per_update = world * per_gpu
-    fix = (f"pass optimization.update_freq=[{target // per_update}]" if target % per_update == 0 else
-           f"{target} is not divisible by {per_update}: change dataset.batch_size or the number of processes")
-    raise ValueError(
-        f"batch of {world} process(es) x dataset.batch_size {per_gpu} x optimization.update_freq {update_freq} = "
-        f"{per_update * update_freq} sequences, not model.target_batch_size={target}: {fix} "
-        "(or model.target_batch_size=null to train with another batch)"
-    )
 
 
 @register_model("tupe_roberta")
@@ -105,28 +86,42 @@ class TupeRobertaModel(RobertaModel):
         self.classification_heads[name] = build_classification_head(self.args, num_classes, inner_dim)
 
     @property
-    def variant(self) -> PositionalVariant:
-        return PositionalVariant.from_tensor(self.encoder.sentence_encoder.positions.variant)
+    def variant_record(self) -> torch.Tensor:
+        """The checkpoint record of this model's positional variant (the buffer at ``VARIANT_KEY``)."""
+        return getattr(self.encoder.sentence_encoder.positions, RECORD_BUFFER)
+
+    @property
+    def positional_variant(self) -> PositionalVariant:
+        """This model's positional variant, decoded from its record."""
+        return PositionalVariant.from_tensor(self.variant_record)
 
     def upgrade_state_dict_named(self, state_dict, name):
         super().upgrade_state_dict_named(state_dict, name)
+        self.keep_discriminator(state_dict, name)
         check_dictionary(state_dict, name, self.encoder.sentence_encoder.embed_tokens.num_embeddings, self.args)
         key = (name + "." if name else "") + VARIANT_KEY
+        current = self.positional_variant
         if key not in state_dict:
-            logger.warning(f"checkpoint does not record its positional variant; assuming {self.variant.name}")
-            state_dict[key] = self.encoder.sentence_encoder.positions.variant.clone()
+            logger.warning(f"checkpoint does not record its positional variant; assuming {current.name}")
+            state_dict[key] = self.variant_record.clone()
             return
         self._check_max_positions(state_dict, name)
         saved = PositionalVariant.from_tensor(state_dict[key])
-        state_dict[key] = self.encoder.sentence_encoder.positions.variant.clone()  # current encoding
-        if saved != self.variant:
+        state_dict[key] = self.variant_record.clone()  # current encoding
+        if saved != current:
             hint = f"{saved.arch_hint()} (or _large/_tiny)" if saved.name != "custom" else ""
             if not saved.no_position:  # NoPE has no flags: only its arch reaches it
                 hint += (" or " if hint else "") + f"the flags: {saved.flags()}"
             raise VariantMismatchError(
                 f"the checkpoint was trained as positional variant '{saved.name}' but this model is "
-                f"'{self.variant.name}' (--arch {safe_getattr(self.args, 'arch', '?')}). Use {hint}"
+                f"'{current.name}' (--arch {safe_getattr(self.args, 'arch', '?')}). Use {hint}"
             )
+
+    def keep_discriminator(self, state_dict, name):
+        """An ELECTRA checkpoint loads as its discriminator: generator dropped, MLM head filled (models/electra.py)."""
+        from .electra import keep_discriminator  # electra.py builds on this module
+
+        keep_discriminator(state_dict, name, self.encoder.lm_head)
 
     def _check_max_positions(self, state_dict, name):
         prefix = (name + "." if name else "") + "encoder.sentence_encoder."
@@ -163,5 +158,5 @@ class TupeRobertaEncoder(RobertaEncoder):
         encoder = TupeTransformerEncoder(args, dictionary, embed_tokens, variant)
         encoder.apply(init_bert_params)
         # travels in every state dict, so a checkpoint says which variant it is
-        encoder.positions.register_buffer("variant", variant.to_tensor())
+        encoder.positions.register_buffer(RECORD_BUFFER, variant.to_tensor())
         return encoder

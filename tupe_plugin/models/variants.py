@@ -8,7 +8,9 @@ layer (``TupeEncoderLayer.build_self_attention``), ``tupe-checkpoint-info --list
 
 Checkpoint record: ``to_tensor`` writes the field values in declaration order as one long tensor (a string
 field as the index of its value in the field's ``choices``). New fields and new choices are only ever
-**appended**, so a record written before a field existed is shorter and decodes with the field's default.
+**appended**, so a record written before a field existed is shorter and decodes with the field's default,
+and a record longer than this version's fields (or with a choice it does not have) was written by a newer
+plugin: it is refused (``NewerRecordError``), not truncated into another variant.
 """
 from __future__ import annotations
 
@@ -20,6 +22,13 @@ import torch
 DISTANCE_PRIORS = ("none", "gaussian", "learned_gaussian")
 # the attention block of every layer (encoder.py: TupeEncoderLayer.build_self_attention); append only
 ATTENTION_BLOCKS = ("standard", "rope", "deberta", "pam_concat", "pam_sequential", "pam_window")
+
+
+UPGRADE = "upgrade tupe_plugin to the version that wrote it (git pull; pip install -c constraints.txt -e .)"
+
+
+class NewerRecordError(ValueError):
+    """A checkpoint's variant record written by a newer plugin: fields or choices this one does not know."""
 
 
 def _opt(help: str, choices: Tuple[str, ...] = (), arch_only: bool = False):
@@ -134,11 +143,24 @@ class PositionalVariant:
 
     @classmethod
     def from_tensor(cls, t: torch.Tensor) -> "PositionalVariant":
-        """Inverse of to_tensor; checkpoints written before a field existed hold its default."""
+        """Inverse of to_tensor; checkpoints written before a field existed hold its default. A record of
+        a newer plugin (more fields, or a choice appended later) is refused: ``NewerRecordError``."""
+        known, record = fields(cls), [int(x) for x in t.tolist()]
+        if len(record) > len(known):
+            raise NewerRecordError(
+                f"the checkpoint's positional-variant record has {len(record)} fields but this tupe_plugin "
+                f"knows {len(known)}: it was written by a newer tupe_plugin, with settings this one cannot "
+                f"read; {UPGRADE}"
+            )
         values = {}
-        for f, x in zip(fields(cls), t.tolist()):
-            x = int(x)
-            values[f.name] = f.metadata["choices"][x] if f.metadata["choices"] else (bool(x) if f.type == "bool" else x)
+        for f, x in zip(known, record):
+            choices = f.metadata["choices"]
+            if choices and not 0 <= x < len(choices):
+                raise NewerRecordError(
+                    f"the checkpoint's positional variant has --{f.name.replace('_', '-')} choice #{x}, but this "
+                    f"tupe_plugin knows only {choices}: it was written by a newer tupe_plugin; {UPGRADE}"
+                )
+            values[f.name] = choices[x] if choices else (bool(x) if f.type == "bool" else x)
         return cls(**values)
 
     @classmethod

@@ -23,6 +23,24 @@ def compute_dtype(x: Tensor) -> torch.dtype:
     return torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else x.dtype
 
 
+def has_padding(padding_mask: Tensor, variant: PositionalVariant) -> bool:
+    """Whether the (B, T) batch has pads, in the one host sync the forward needs anyway; refuses left padding
+    (a row that starts with a pad and ends with a token) for every variant that reads positions by token
+    index: only fairseq's learned input PE alone (BERT-A: it numbers tokens after the pads) and NoPE are
+    indifferent to where the pads are."""
+    if variant.no_position or (variant.input_pe and not (variant.untied_pos or variant.rel_pos)):
+        return bool(padding_mask.any())
+    left = padding_mask[:, 0] & ~padding_mask[:, -1]  # (B,)
+    any_pad, any_left = torch.stack([padding_mask.any(), left.any()]).tolist()
+    if any_left:
+        raise ValueError(
+            f"left-padded input (batch row {int(left.nonzero()[0])} starts with padding): positional variant "
+            f"'{variant.name}' gives token i position i, so left padding would silently shift every position; "
+            "pad on the right, as fairseq's masked_lm and sentence_prediction tasks do (RightPadDataset)"
+        )
+    return any_pad
+
+
 class TupeEncoderLayer(TransformerEncoderLayerBase):
     """fairseq's encoder layer (Post-LN by default) whose attention block is chosen by the variant."""
 
@@ -112,7 +130,7 @@ class TupeTransformerEncoder(TransformerEncoder):
         token_embeddings: Optional[Tensor] = None,
     ):
         padding_mask = src_tokens.eq(self.padding_idx)  # (B, T)
-        has_pads = bool(padding_mask.any())
+        has_pads = has_padding(padding_mask, self.variant)
         x, encoder_embedding = self.forward_embedding(src_tokens, token_embeddings)  # (B, T, C)
         if has_pads:
             x = x * (1 - padding_mask.unsqueeze(-1).type_as(x))

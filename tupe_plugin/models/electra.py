@@ -1,0 +1,259 @@
+"""ELECTRA's replaced-token detection around the plugin's encoder (Clark et al., ICLR 2020).
+
+A small generator (masked LM) fills the masked positions with samples; the discriminator, a
+``tupe_roberta`` encoder of the same positional variant, labels every token original or replaced. Both
+are built from the run's ``--arch`` and variant flags; the generator has the same depth and the width,
+FFN and heads divided by ``--generator-size-divisor`` (ELECTRA: 3 at base, 4 at small/large).
+
+Shared between the two networks, as in the official code (``model/modeling.py``, one embedding scope):
+the token embeddings, the input position embeddings (BERT-A's learned table, the fixed sinusoidal one)
+and the embedding LayerNorm, one module each, at the discriminator's width; the generator projects their
+output to its width (``embed_projection``) and its output layer is tied to the shared token embeddings
+(dense to the embedding width, gelu, LayerNorm, ``E^T`` + bias). Everything a variant adds inside
+attention (TUPE's position table and U^Q/U^K, relative tables, priors, RoPE/DeBERTa/PAM weights) is per
+network: it lives at each network's width and heads. docs/electra.md has the reasons and sources.
+
+State-dict keys: the discriminator is ``encoder.*``, the same keys as an MLM ``tupe_roberta`` without its
+``encoder.lm_head`` (so it fine-tunes as one); the generator is ``generator.*``, the replaced-token head
+``discriminator_head.*``. A ``tupe_roberta`` model loading such a state keeps the discriminator
+(:func:`keep_discriminator`).
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+from typing import Any, Dict, NamedTuple, Optional
+
+import torch
+import torch.nn.functional as F
+from fairseq import utils
+from fairseq.models.roberta.model import RobertaLMHead
+from fairseq.modules import LayerNorm
+from fairseq.modules.transformer_sentence_encoder import init_bert_params
+from fairseq.utils import safe_getattr
+from omegaconf import OmegaConf, open_dict
+from torch import Tensor, nn
+
+from ..modules.encoder import TupeTransformerEncoder
+from .tupe_roberta import TupeRobertaModel
+from .variants import PositionalVariant
+
+logger = logging.getLogger(__name__)
+
+# ELECTRA's generator / discriminator width ratio per size of architectures.SIZES (paper Sec. 3.2 and
+# Table 6; official configure_pretraining.py): 1/3 at base, 1/4 at small and large (tiny: as small).
+GENERATOR_DIVISORS: Dict[str, int] = {"base": 3, "large": 4, "tiny": 4}
+GENERATOR_KEYS = ("generator.", "discriminator_head.")  # the parts of an ELECTRA state a fine-tuned model drops
+GENERATOR_SIZE_ARGS = ("generator_layers", "generator_embed_dim", "generator_ffn_embed_dim",
+                       "generator_attention_heads")
+
+
+class ElectraOutput(NamedTuple):
+    gen_logits: Tensor  # (M, V) generator logits at the M masked positions (row-major order)
+    sampled: Tensor  # (M,) tokens sampled from them
+    disc_logits: Tensor  # (B, T) discriminator logit of "replaced" for every position
+    replaced: Tensor  # (B, T) bool: masked and the sample differs from the original
+    masked: Tensor  # (B, T) bool: the positions the task selected
+
+
+def generator_divisor(args: Any, divisor: int) -> int:
+    """``divisor`` if given (> 0), else ELECTRA's default for the arch's size (``<variant>_<size>``)."""
+    if divisor > 0:
+        return divisor
+    arch = safe_getattr(args, "arch") or safe_getattr(args, "_name") or ""
+    size = arch.rsplit("_", 1)[-1]
+    if size not in GENERATOR_DIVISORS:
+        raise ValueError(f"--arch {arch}: no default generator size for it; pass --generator-size-divisor N "
+                         f"(ELECTRA: 3 at base, 4 at small/large)")
+    return GENERATOR_DIVISORS[size]
+
+
+def generator_sizes(args: Any, divisor: int) -> Dict[str, int]:
+    """Same depth; width, FFN and heads divided by ``divisor`` (at least one head)."""
+    width, ffn, heads = args.encoder_embed_dim, args.encoder_ffn_embed_dim, args.encoder_attention_heads
+    sizes = dict(generator_layers=args.encoder_layers, generator_embed_dim=width // divisor,
+                 generator_ffn_embed_dim=ffn // divisor, generator_attention_heads=max(1, heads // divisor))
+    if width % divisor or ffn % divisor or sizes["generator_embed_dim"] % sizes["generator_attention_heads"]:
+        raise ValueError(
+            f"--generator-size-divisor {divisor} does not divide the discriminator (width {width}, FFN {ffn}, "
+            f"{heads} heads) into whole generator sizes; pick a divisor of {width} and {ffn}"
+        )
+    return sizes
+
+
+def _namespace(args: Any) -> argparse.Namespace:
+    if OmegaConf.is_config(args):
+        return argparse.Namespace(**OmegaConf.to_container(args, resolve=True))
+    return argparse.Namespace(**vars(args))
+
+
+class GeneratorTransformerEncoder(TupeTransformerEncoder):
+    """The plugin's encoder at the generator's width over the discriminator's embedding layer."""
+
+    def __init__(self, args, dictionary, shared: TupeTransformerEncoder, variant: PositionalVariant):
+        super().__init__(args, dictionary, shared.embed_tokens, variant)
+        self.apply(init_bert_params)  # before sharing: the shared modules keep their values
+        width, embed_width = args.encoder_embed_dim, shared.embed_tokens.embedding_dim
+        # one module each, owned by both networks (ELECTRA's shared embedding scope)
+        self.embed_tokens = shared.embed_tokens
+        self.embed_positions = shared.embed_positions
+        self.layernorm_embedding = shared.layernorm_embedding
+        self.embed_projection = nn.Linear(embed_width, width) if width != embed_width else None
+        if self.embed_projection is not None:
+            init_bert_params(self.embed_projection)
+        if self.layer_norm is not None:  # fairseq sizes the final (pre-LN) norm by the embedding width
+            self.layer_norm = LayerNorm(width)
+
+    def forward_embedding(self, src_tokens: Tensor, token_embedding: Optional[Tensor] = None):
+        x, embed = super().forward_embedding(src_tokens, token_embedding)  # (B, T, embedding width)
+        return (x if self.embed_projection is None else self.embed_projection(x)), embed
+
+
+class GeneratorLMHead(RobertaLMHead):
+    """ELECTRA's generator output: dense to the embedding width, activation, LayerNorm, ``E^T`` + bias."""
+
+    def __init__(self, width: int, embed_tokens: nn.Embedding, activation_fn: str):
+        super().__init__(embed_tokens.embedding_dim, embed_tokens.num_embeddings, activation_fn, embed_tokens.weight)
+        self.dense = nn.Linear(width, embed_tokens.embedding_dim)
+        init_bert_params(self.dense)
+
+
+class Generator(nn.Module):
+    """The masked-LM generator: its encoder (``sentence_encoder``) and tied output layer (``lm_head``)."""
+
+    def __init__(self, args, dictionary, shared: TupeTransformerEncoder, variant: PositionalVariant):
+        super().__init__()
+        self.sentence_encoder = GeneratorTransformerEncoder(args, dictionary, shared, variant)
+        self.lm_head = GeneratorLMHead(args.encoder_embed_dim, shared.embed_tokens, args.activation_fn)
+
+    def forward(self, src_tokens: Tensor, masked: Tensor) -> Tensor:
+        features = self.sentence_encoder(src_tokens)["encoder_out"][0].transpose(0, 1)  # (B, T, G)
+        return self.lm_head(features, masked)  # (M, V)
+
+
+class DiscriminatorHead(nn.Module):
+    """ELECTRA's replaced-token head: dense, activation, dense to one logit per token."""
+
+    def __init__(self, width: int, activation_fn: str):
+        super().__init__()
+        self.dense = nn.Linear(width, width)
+        self.activation_fn = utils.get_activation_fn(activation_fn)
+        self.out_proj = nn.Linear(width, 1)
+        self.apply(init_bert_params)
+
+    def forward(self, features: Tensor) -> Tensor:
+        return self.out_proj(self.activation_fn(self.dense(features))).squeeze(-1)  # (B, T)
+
+
+class ElectraModel(TupeRobertaModel):
+    """Generator + discriminator; built by the ``electra`` task around the ``tupe_roberta`` model that
+    ``--arch`` builds (tasks/electra.py), so every arch and variant trains with ELECTRA too."""
+
+    def __init__(self, args, encoder, generator: Generator, discriminator_head: DiscriminatorHead):
+        super().__init__(args, encoder)
+        self.generator = generator
+        self.discriminator_head = discriminator_head
+
+    @classmethod
+    def from_discriminator(cls, discriminator: TupeRobertaModel, divisor: int) -> "ElectraModel":
+        """The ELECTRA model whose discriminator is ``discriminator`` (its MLM head removed) and whose
+        generator is the same variant at 1/``divisor`` of its width (0: ELECTRA's default for the size)."""
+        args, encoder = discriminator.args, discriminator.encoder
+        sizes = generator_sizes(args, generator_divisor(args, divisor))
+        gen_args = _namespace(args)
+        gen_args.encoder_embed_dim = sizes["generator_embed_dim"]
+        gen_args.encoder_ffn_embed_dim = sizes["generator_ffn_embed_dim"]
+        gen_args.encoder_attention_heads = sizes["generator_attention_heads"]
+        variant = discriminator.positional_variant
+        generator = Generator(gen_args, encoder.dictionary, encoder.sentence_encoder, variant)
+        del encoder.lm_head  # the discriminator predicts no tokens (the generator does)
+        head = DiscriminatorHead(args.encoder_embed_dim, args.activation_fn)
+        _record(args, sizes)
+        logger.info("ELECTRA generator: " + ", ".join(f"{k[len('generator_'):]} {v}" for k, v in sizes.items()))
+        return cls(args, encoder, generator, head)
+
+    def forward(self, src_tokens: Tensor, targets: Optional[Tensor] = None, **kwargs):
+        """With ``targets`` (the task's originals at the masked positions, pad elsewhere): the generator's
+        predictions there, one sample each (float32 softmax, no gradient), and the discriminator's logits
+        on the input with the samples in place. Without: the discriminator as a ``tupe_roberta`` model."""
+        if targets is None:
+            return super().forward(src_tokens, **kwargs)
+        masked = targets.ne(self.encoder.sentence_encoder.padding_idx)
+        gen_logits = self.generator(src_tokens, masked)
+        with torch.no_grad():
+            if gen_logits.size(0):
+                sampled = torch.multinomial(F.softmax(gen_logits.float(), dim=-1), 1).squeeze(-1)
+            else:  # nothing masked in this batch
+                sampled = targets.new_zeros(0)
+            corrupted = src_tokens.clone()
+            corrupted[masked] = sampled
+            replaced = masked & corrupted.ne(targets)  # a sample equal to the original counts as original
+        features, _ = self.encoder(corrupted, features_only=True)  # (B, T, D)
+        return ElectraOutput(gen_logits, sampled, self.discriminator_head(features), replaced, masked)
+
+    def keep_discriminator(self, state_dict: Dict[str, Tensor], name: str) -> None:
+        """An ELECTRA model keeps its generator (TupeRobertaModel drops it)."""
+
+
+def _record(args: Any, sizes: Dict[str, int]) -> None:
+    """The generator's sizes in the model config, so the checkpoint says them (tupe-checkpoint-info)."""
+    if OmegaConf.is_config(args):
+        with open_dict(args):
+            for k, v in sizes.items():
+                args[k] = v
+    else:
+        for k, v in sizes.items():
+            setattr(args, k, v)
+
+
+def is_electra_state(state_dict: Dict[str, Any], prefix: str = "") -> bool:
+    return any(k.startswith(prefix + p) for k in state_dict for p in GENERATOR_KEYS)
+
+
+def keep_discriminator(state_dict: Dict[str, Any], name: str = "", lm_head: Optional[nn.Module] = None) -> bool:
+    """In place: an ELECTRA state dict becomes its discriminator's ``tupe_roberta`` state. The generator
+    and the replaced-token head are dropped (logged); with ``lm_head`` (the loading model's MLM head),
+    the MLM head the discriminator never had is filled with its current values, its output weight tied to
+    the checkpoint's token embeddings. Returns False (and changes nothing) for any other state."""
+    prefix = name + "." if name else ""
+    if not is_electra_state(state_dict, prefix):
+        return False
+    dropped = [k for k in state_dict if any(k.startswith(prefix + p) for p in GENERATOR_KEYS)]
+    for k in dropped:
+        del state_dict[k]
+    logger.info(f"ELECTRA checkpoint: keeping the discriminator; dropped the generator and the replaced-token "
+                f"head ({len(dropped)} tensors)")
+    if lm_head is not None and not any(k.startswith(prefix + "encoder.lm_head.") for k in state_dict):
+        for k, v in lm_head.state_dict().items():
+            state_dict[prefix + "encoder.lm_head." + k] = v
+        state_dict[prefix + "encoder.lm_head.weight"] = state_dict[prefix + "encoder.sentence_encoder.embed_tokens.weight"]
+        logger.info("ELECTRA checkpoint: the discriminator has no MLM head; encoder.lm_head keeps its initial values")
+    return True
+
+
+def objective_info(model_state: Dict[str, Any], get) -> Dict[str, Any]:
+    """``tupe-checkpoint-info``'s objective entries: ``mlm``, or ``electra`` with the generator's sizes
+    (``get`` reads the checkpoint's model config; sizes missing there are read from the weights)."""
+    if not is_electra_state(model_state):
+        return {"objective": "mlm"}
+    shapes = {
+        "generator_layers": len({k.split(".")[3] for k in model_state if k.startswith("generator.sentence_encoder.layers.")}),
+        "generator_embed_dim": model_state["generator.lm_head.dense.weight"].size(1),
+        "generator_ffn_embed_dim": model_state["generator.sentence_encoder.layers.0.fc1.weight"].size(0),
+        "generator_attention_heads": None,
+    }
+    return {"objective": "electra", **{k: get(k) if get(k) is not None else shapes[k] for k in GENERATOR_SIZE_ARGS}}
+
+
+def discriminator_for_export(state_dict: Dict[str, Any]) -> bool:
+    """:func:`keep_discriminator` for a model folder (tupe-export-hf): the MLM head the discriminator
+    never had gets fairseq's initial values (seeded, so an export is reproducible), tied to the token
+    embeddings. Returns whether the state was an ELECTRA one."""
+    embed = state_dict.get("encoder.sentence_encoder.embed_tokens.weight")
+    if embed is None or not is_electra_state(state_dict):
+        return False
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        head = RobertaLMHead(embed.size(1), embed.size(0), "gelu", embed)
+        init_bert_params(head.dense)
+    return keep_discriminator(state_dict, "", head)
