@@ -113,7 +113,8 @@ def measure(checkpoint: str, shard: str, lengths: Sequence[int], tokens: int, ou
     model = hub.model.cuda() if torch.cuda.is_available() else hub.model
     d = hub.task.source_dictionary
     positions = int(model.max_positions())
-    reason = untrained_beyond(model.variant)
+    variant = model.positional_variant
+    reason = untrained_beyond(variant)
     stream = read_stream(shard, d, tokens)
     masked, repl = block_masks(len(stream), seed, len(d), d.nspecial)
     result = {}
@@ -126,7 +127,7 @@ def measure(checkpoint: str, shard: str, lengths: Sequence[int], tokens: int, ou
                                 "the longer-inputs stage: rerun its pre-training with LENGTH_FACTORS set)")
         else:
             result[str(length)] = mlm_loss_bits(model, d, stream, length, masked, repl)
-    record = {"variant": model.variant.name, "positions": positions, "lengths": result, "tokens": int(len(stream)),
+    record = {"variant": variant.name, "positions": positions, "lengths": result, "tokens": int(len(stream)),
               "masked": int(masked.sum()), "not_beyond": reason}
     os.makedirs(os.path.dirname(out), exist_ok=True)
     write_json(out, record)
