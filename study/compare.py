@@ -143,8 +143,8 @@ def bootstrap_pairs(variants: Sequence[Variant], columns: Sequence[str], problem
     """An Interval for every pair of variants and every column, and for the average over the columns (each
     resample's column differences averaged, the columns drawn independently)."""
     runs = {(v.name, c): column_runs(v, c) for v in variants for c in columns}
-    missing = [f"{v} {c}" for (v, c), r in runs.items() if not r and any(c in s.tasks for s in
-                                                                         next(x for x in variants if x.name == v).seeds)]
+    missing = [f"{v.name} {c}" for v in variants for c in columns
+               if not runs[(v.name, c)] and any(c in s.tasks for s in v.seeds)]  # fine-tuned, but no predictions
     if missing:
         problems.append("no dev predictions (predictions.json) for: " + ", ".join(missing)
                         + ": their downstream differences have no interval")
