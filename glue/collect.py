@@ -40,6 +40,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from glue.published import COLUMNS, COMPARE, SOURCE, TABLE1
 from glue.tasks import METRIC, TASKS, GlueTask, custom_task, get_task, table_columns  # noqa: F401 (METRIC)
+from tupe_common.glue_selection import column_lr
 from tupe_common.io import atomic_open, atomic_path
 from tupe_common.log import get_logger
 
@@ -257,14 +258,14 @@ class ColumnResult:
     def median(self, lr: float) -> float:
         return statistics.median(score for _, score in self.by_lr[lr])
 
+    def scores_by_lr(self) -> Dict[float, List[float]]:
+        return {lr: [score for _, score in runs] for lr, runs in self.by_lr.items()}
+
     @property
     def best_lr(self) -> Optional[float]:
-        if self.lr_chosen_by is not None:
-            lr = self.lr_chosen_by.best_lr
-            return lr if lr in self.by_lr else None
-        if not self.by_lr:
-            return None
-        return max(sorted(self.by_lr), key=self.median)  # ties: the smallest LR
+        """The protocol's LR (tupe_common.glue_selection, shared with the study)."""
+        leader = None if self.lr_chosen_by is None else self.lr_chosen_by.scores_by_lr()
+        return column_lr(self.scores_by_lr(), leader)
 
     @property
     def best(self) -> Optional[float]:

@@ -1,4 +1,4 @@
-"""The study (train_scripts/study.sh) and its report (tupe_plugin.analysis.study_report).
+"""The study (train_scripts/study.sh, the study/ package) and its report (study.report).
 
 The maths (Pearson, Spearman with ties, paired differences, medians, the unigram entropy) against values
 worked out by hand or by plain float64 loops; the loss curve from a hand-made fairseq log; the whole report
@@ -23,7 +23,9 @@ import pytest
 
 from conftest import BIN, ROOT
 from corpus import lm_lines
-from tupe_plugin.analysis import study_report as sr
+from study import compare, figure, runs
+from study import report as sr
+from study import stats
 
 STUDY = ROOT / "train_scripts" / "study.sh"
 
@@ -33,24 +35,24 @@ STUDY = ROOT / "train_scripts" / "study.sh"
 
 def test_pearson_hand_computed():
     # dx = [-1.5, -.5, .5, 1.5], dy = [-3, -1, 0, 4]: sum dx*dy = 11, sum dx^2 = 5, sum dy^2 = 26
-    assert sr.pearson([1, 2, 3, 4], [2, 4, 5, 9]) == pytest.approx(11 / math.sqrt(130), abs=1e-12)
-    assert sr.pearson([1, 2, 3], [3, 2, 1]) == pytest.approx(-1.0)
-    assert math.isnan(sr.pearson([1, 2, 3], [5, 5, 5]))  # constant side: undefined, not 0
-    assert math.isnan(sr.pearson([1], [2]))
+    assert stats.pearson([1, 2, 3, 4], [2, 4, 5, 9]) == pytest.approx(11 / math.sqrt(130), abs=1e-12)
+    assert stats.pearson([1, 2, 3], [3, 2, 1]) == pytest.approx(-1.0)
+    assert math.isnan(stats.pearson([1, 2, 3], [5, 5, 5]))  # constant side: undefined, not 0
+    assert math.isnan(stats.pearson([1], [2]))
 
 
 def test_average_ranks_and_spearman_with_ties():
-    assert sr.average_ranks([10, 20, 20, 5]).tolist() == [2, 3.5, 3.5, 1]
-    assert sr.average_ranks([7, 7, 7]).tolist() == [2, 2, 2]
+    assert stats.average_ranks([10, 20, 20, 5]).tolist() == [2, 3.5, 3.5, 1]
+    assert stats.average_ranks([7, 7, 7]).tolist() == [2, 2, 2]
     # ranks x = [1, 2.5, 2.5, 4], y = [1, 2, 3, 4]: sum dx*dy = 4.5, sum dx^2 = 4.5, sum dy^2 = 5
-    assert sr.spearman([1, 2, 2, 3], [10, 20, 30, 40]) == pytest.approx(3 / math.sqrt(10), abs=1e-12)
-    assert sr.spearman([1, 2, 3], [1, 10, 100]) == pytest.approx(1.0)  # monotone, not linear
-    assert sr.spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
+    assert stats.spearman([1, 2, 2, 3], [10, 20, 30, 40]) == pytest.approx(3 / math.sqrt(10), abs=1e-12)
+    assert stats.spearman([1, 2, 3], [1, 10, 100]) == pytest.approx(1.0)  # monotone, not linear
+    assert stats.spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
 
 
 def test_entropy_bits():
-    assert sr.entropy_bits(np.array([2, 1, 1, 0])) == pytest.approx(1.5)  # -(.5 log .5 + 2 * .25 log .25)
-    assert sr.entropy_bits(np.array([5, 5, 5, 5])) == pytest.approx(2.0)
+    assert stats.entropy_bits(np.array([2, 1, 1, 0])) == pytest.approx(1.5)  # -(.5 log .5 + 2 * .25 log .25)
+    assert stats.entropy_bits(np.array([5, 5, 5, 5])) == pytest.approx(2.0)
 
 
 def write_bin(prefix: Path, sentences: List[List[int]]) -> None:
@@ -68,49 +70,111 @@ def write_bin(prefix: Path, sentences: List[List[int]]) -> None:
 def test_label_offsets_stack_names_of_coincident_points():
     # axis ranges 10 x 1: points within 0.3 in x and 0.03 in y of an earlier point go one line higher per such point
     pts = [(0.0, 0.0), (10.0, 1.0), (0.1, 0.01), (0.2, 0.0), (5.0, 0.0), (0.0, 0.5)]
-    assert sr.label_offsets(pts) == [0, 0, 1, 2, 0, 0]
-    assert sr.label_offsets([(1.0, 2.0), (1.0, 2.0)]) == [0, 1]  # identical points, zero ranges
-    assert sr.label_offsets([]) == []
+    assert figure.label_offsets(pts) == [0, 0, 1, 2, 0, 0]
+    assert figure.label_offsets([(1.0, 2.0), (1.0, 2.0)]) == [0, 1]  # identical points, zero ranges
+    assert figure.label_offsets([]) == []
 
 
 def test_token_counts_over_shards(tmp_path):
     write_bin(tmp_path / "s0" / "train", [[4, 5, 2], [4, 2]])
     write_bin(tmp_path / "s1" / "train", [[9, 2]])
-    counts = sr.token_counts(f"{tmp_path / 's0'}:{tmp_path / 's1'}")
+    counts = runs.token_counts(f"{tmp_path / 's0'}:{tmp_path / 's1'}")
     assert counts.tolist() == [0, 0, 3, 0, 2, 1, 0, 0, 0, 1]
     with pytest.raises(FileNotFoundError, match="no train split"):
-        sr.token_counts(str(tmp_path / "missing"))
+        runs.token_counts(str(tmp_path / "missing"))
     (tmp_path / "bad").mkdir()
     (tmp_path / "bad" / "train.idx").write_bytes(b"TNTIDX\x00\x00" + bytes(20))  # the legacy "cached" format
     (tmp_path / "bad" / "train.bin").write_bytes(b"")
     with pytest.raises(ValueError, match="not a fairseq mmap index"):
-        sr.token_counts(str(tmp_path / "bad"))
+        runs.token_counts(str(tmp_path / "bad"))
 
 
 def test_paired_differences_and_what_seeds_settle():
     values = {"a": {1: 3.0, 2: 3.2}, "b": {1: 3.5, 2: 3.6}, "c": {1: 3.1, 2: 3.0}}
-    pairs = {(p.a, p.b): p for p in sr.paired_differences(values)}
+    pairs = {(p.a, p.b): p for p in compare.paired_differences(values)}
     ab, ac, bc = pairs["a", "b"], pairs["a", "c"], pairs["b", "c"]
     assert ab.diffs == pytest.approx({1: -0.5, 2: -0.4}) and ab.signs_agree
     assert ab.spread == pytest.approx(0.2) and ab.settled  # 0.4 > spread of a (0.2) and of b (0.1)
     assert ac.diffs == pytest.approx({1: -0.1, 2: 0.2}) and not ac.signs_agree and not ac.settled
     assert bc.settled and bc.diffs == pytest.approx({1: 0.4, 2: 0.6})
     # same sign on every seed but smaller than a variant's own spread: not settled
-    close = sr.paired_differences({"a": {1: 3.0, 2: 3.5}, "b": {1: 3.2, 2: 3.6}})[0]
+    close = compare.paired_differences({"a": {1: 3.0, 2: 3.5}, "b": {1: 3.2, 2: 3.6}})[0]
     assert close.signs_agree and not close.settled
     # one seed settles nothing
-    assert not sr.paired_differences({"a": {1: 1.0}, "b": {1: 5.0}})[0].settled
+    assert not compare.paired_differences({"a": {1: 1.0}, "b": {1: 5.0}})[0].settled
 
 
-def test_finetune_results_median_best_lr_spread():
-    runs = [("RTE", 1e-4, 1, {"valid": 60.0}), ("RTE", 1e-4, 2, {"valid": 70.0}), ("RTE", 1e-4, 3, {"valid": 65.0}),
-            ("RTE", 2e-4, 1, {"valid": 50.0}), ("RTE", 2e-4, 2, {"valid": 90.0}), ("RTE", 2e-4, 3, {"valid": 55.0}),
-            ("MNLI", 1e-4, 1, {"valid": 40.0, "valid1": 42.0, "test": 99.0}),
-            ("MNLI", 1e-4, 2, {"valid": 44.0, "valid1": 41.0})]
-    res = sr.finetune_results(runs, {})
-    assert sorted(res) == ["MNLI-m", "MNLI-mm", "RTE"]
-    assert res["RTE"].lr == 1e-4 and res["RTE"].median == 65.0 and res["RTE"].spread == 10.0  # 65 > median 55
-    assert res["MNLI-m"].median == 42.0 and res["MNLI-mm"].spread == 1.0
+def test_pick_columns_median_best_lr_and_mnli_mm_at_mnli_m_lr():
+    """Per LR the median over seeds, the best LR; MNLI-mm at MNLI-m's best LR although its own best differs."""
+    def run(task, lr, seed, **scores):
+        return (task, lr, seed, scores, f"{task}/lr{lr:g}_seed{seed}")
+
+    got = runs.pick_columns([
+        run("RTE", 1e-4, 1, valid=60.0), run("RTE", 1e-4, 2, valid=70.0), run("RTE", 1e-4, 3, valid=65.0),
+        run("RTE", 2e-4, 1, valid=50.0), run("RTE", 2e-4, 2, valid=90.0), run("RTE", 2e-4, 3, valid=55.0),
+        # MNLI-m: median 42 at 1e-4, 41 at 2e-4; MNLI-mm: median 41.5 at 1e-4, 48 at 2e-4 (its own best)
+        run("MNLI", 1e-4, 1, valid=40.0, valid1=42.0, test=99.0), run("MNLI", 1e-4, 2, valid=44.0, valid1=41.0),
+        run("MNLI", 2e-4, 1, valid=41.0, valid1=47.0), run("MNLI", 2e-4, 2, valid=41.0, valid1=49.0)])
+    assert sorted(got) == ["MNLI-m", "MNLI-mm", "RTE"]
+    assert got["RTE"].lr == 1e-4 and got["RTE"].median == 65.0 and got["RTE"].spread == 10.0  # 65 > median 55
+    assert got["MNLI-m"].lr == 1e-4 and got["MNLI-m"].median == 42.0
+    assert got["MNLI-mm"].lr == 1e-4 and got["MNLI-mm"].median == 41.5 and got["MNLI-mm"].spread == 1.0
+    assert got["MNLI-mm"].dirs == {1: "MNLI/lr0.0001_seed1", 2: "MNLI/lr0.0001_seed2"}
+
+
+def test_glue_selection_shared_with_collect():
+    from glue import collect
+    from tupe_common.glue_selection import column_lr, select_columns
+
+    by_lr = {2e-5: [1.0, 5.0, 3.0], 3e-5: [2.0, 3.0, 9.0], 4e-5: [0.0, 3.0]}  # medians 3, 3, 1.5: tie -> 2e-5
+    assert column_lr(by_lr) == 2e-5
+    assert column_lr({1e-5: [9.0]}, leader=by_lr) is None  # no runs at the leader's LR: no result
+    assert select_columns({"m": by_lr, "mm": {2e-5: [0.0], 3e-5: [99.0]}}, {"mm": "m"}) == {"m": 2e-5, "mm": 2e-5}
+    assert collect.column_lr is column_lr  # glue.collect's table uses this very function
+
+
+def test_paired_bootstrap_against_exact_enumeration():
+    """Two runs x three examples: every one of the 2^2 x 3^3 equally likely resamples enumerated by hand
+    gives the exact bootstrap distribution; 20,000 random resamples must match its mean, spread and tails."""
+    import itertools
+
+    a = np.array([[100.0, 0.0, 100.0], [100.0, 100.0, 0.0]])
+    b = np.array([[0.0, 0.0, 100.0], [100.0, 0.0, 0.0]])
+    exact = []
+    for rows in itertools.product(range(2), repeat=2):
+        for cols in itertools.product(range(3), repeat=3):
+            exact.append(sum(a[r, c] - b[r, c] for r in rows for c in cols) / 6)
+    exact = np.array(exact)
+    got = stats.paired_bootstrap(a, b, resamples=20000, seed=3)
+    assert got.mean() == pytest.approx(exact.mean(), abs=1.0) and got.std() == pytest.approx(exact.std(), rel=0.03)
+    for q in (2.5, 25, 50, 75, 97.5):
+        assert np.percentile(got, q) == pytest.approx(np.percentile(exact, q), abs=100 / 6 + 1e-9)  # one atom
+    low, high = stats.percentile_interval(got)
+    assert low <= (a - b).mean() <= high
+    # with a metric per run (here the mean again): the same distribution for the same draws
+    again = stats.paired_bootstrap(a, b, np.zeros(3), lambda g, p: float(np.mean(p)), resamples=500, seed=3)
+    assert again == pytest.approx(stats.paired_bootstrap(a, b, resamples=500, seed=3))
+    # identical predictions: every resample is exactly 0
+    assert not stats.paired_bootstrap(a, a, resamples=50).any()
+
+
+def test_interval_verdicts():
+    iv = compare.Interval("a", "b", "SST-2", 2.0, 0.5, 3.5, {1: 1.5, 2: 2.5}, 6, 1000)
+    assert iv.verdict == "settled"
+    assert compare.Interval("a", "b", "SST-2", 2.0, 0.5, 3.5, {1: 4.5, 2: -0.5}, 6, 1000).verdict.startswith("not settled")
+    assert compare.Interval("a", "b", "SST-2", 2.0, -0.5, 3.5, {1: 1.5, 2: 2.5}, 6, 1000).verdict == "not settled"
+    assert compare.Interval("a", "b", "SST-2", 2.0, 0.5, 3.5, {1: 2.0}, 3, 1000).verdict.startswith("dev set only")
+
+
+def test_longer_inputs_say_which_variants_cannot_go_beyond_t():
+    from study.longer_inputs import untrained_beyond
+    from tupe_plugin.models.variants import VARIANTS
+
+    why = {name: untrained_beyond(v) for name, v in VARIANTS.items()}
+    assert why["bert_a"] and "absolute" in why["bert_a"] and why["tupe_r"] and why["learned_gaussian"]
+    assert why["pam_concat"] and why["pam_sequential"]
+    assert {n for n, w in why.items() if w is None} == {"gaussian_prior", "sinusoidal", "nope", "t5_rel", "alibi",
+                                                         "rope", "deberta_rel", "pam_window"}
 
 
 # ------------------------------------------------------------------------------------ loss curve
@@ -129,12 +193,12 @@ def test_parse_valid_curve_json_and_simple_and_resume(tmp_path):
         '2026-01-01 11:00:00 | INFO | valid | {"epoch": 1, "valid_loss": "10.5", "valid_num_updates": "20"}\n'
         "2026-01-01 11:00:05 | INFO | valid | epoch 001 | valid on 'valid' subset | loss 9.75 | ppl 861 | "
         "wps 100 | wpb 50 | bsz 4 | num_updates 30\n", encoding="utf-8")
-    curve = sr.parse_valid_curve(str(log))
+    curve = runs.parse_valid_curve(str(log))
     assert curve == {10: 11.5, 20: 10.5, 30: 9.75}
-    assert sr.loss_at(curve, 20) == (10.5, 20)
-    assert sr.loss_at(curve, 24) == (10.5, 20)  # nearest validation
-    assert sr.loss_at(curve, 15) == (11.5, 10)  # a tie goes to the earlier one
-    assert sr.loss_at({}, 5) == (None, None)
+    assert runs.loss_at(curve, 20) == (10.5, 20)
+    assert runs.loss_at(curve, 24) == (10.5, 20)  # nearest validation
+    assert runs.loss_at(curve, 15) == (11.5, 10)  # a tie goes to the earlier one
+    assert runs.loss_at({}, 5) == (None, None)
 
 
 # ------------------------------------------------------------------------- report on a made-up study
@@ -159,6 +223,11 @@ def make_study(out: Path) -> None:
             run.mkdir(parents=True)
             (run / "result.json").write_text(json.dumps(
                 {"task": "SST-2", "lr": 1e-4, "seed": seed, "metric": "accuracy", "best_valid": {"valid": score}}))
+            # 100 dev examples, the first `score` of them right: the run's accuracy is its score
+            gold = ["1", "0"] * 50
+            pred = [g if i < score else ("0" if g == "1" else "1") for i, g in enumerate(gold)]
+            (run / "predictions.json").write_text(json.dumps(
+                {"task": "SST-2", "metric": "accuracy", "subsets": {"valid": {"gold": gold, "pred": pred}}}))
         (out / "locality" / v).mkdir(parents=True)
         (out / "locality" / v / "seed1.csv").write_text(
             "source,layer,head,locality,symmetry,symmetry_scaled\n"
@@ -181,8 +250,8 @@ def test_report_on_a_made_up_study(tmp_path, capsys):
     assert float(a["final_valid_loss"]) == pytest.approx(0.9) and float(a["best_valid_loss"]) == pytest.approx(0.9)
     assert float(a["below_unigram_bits"]) == pytest.approx(1.1)
     assert [float(a[f"loss_at_{p}pct"]) for p in (25, 50, 75, 100)] == pytest.approx([3.0, 2.0, 1.2, 0.9])
-    assert float(a["SST-2_median"]) == 82 and float(a["SST-2_spread"]) == 10
-    assert float(b["SST-2_median"]) == 71 and float(b["SST-2_spread"]) == 5
+    assert float(a["SST_median"]) == 82 and float(a["SST_spread"]) == 10
+    assert float(b["SST_median"]) == 71 and float(b["SST_spread"]) == 5
     assert float(a["downstream_avg"]) == 82 and float(a["loc_pos"]) == 0.5 and float(a["sym_attn"]) == 0.45
 
     # correlations across the 3 variants, against a plain float64 loop
@@ -205,9 +274,43 @@ def test_report_on_a_made_up_study(tmp_path, capsys):
     assert "| locality (position-only) | 3 |" in md
     assert "| pretrain | 2 | 19.0 |" in md and "| **all** | 3 | **20.0** |" in md  # (60 + 600 + 540) s
     assert "TOTAL_UPDATES=100" in md and "host, 2 cores (3)" in md
-    for png in ("valid_loss.png", "correlation.png"):
-        assert (out / png).read_bytes()[:4] == b"\x89PNG"
+    assert (out / "overview.png").read_bytes()[:4] == b"\x89PNG"
     assert "did not end 1 bit(s) below" in capsys.readouterr().err
+
+
+def test_report_downstream_differences_with_bootstrap_intervals(tmp_path):
+    """A is right wherever B is on every paired run (+10, +7, +19 points): its interval lies above 0, but one
+    pre-training seed only says the dev set tells them apart. B - C is 0, 0, -9: a third of the resamples
+    draw no third run, so the interval reaches 0: not settled."""
+    out = tmp_path / "study"
+    make_study(out)
+    assert sr.main([str(out), "--variants", "A B C", "--total-updates", "100", "--resamples", "400"]) == 0
+    diffs = {(r["a"], r["b"]): r for r in csv.DictReader((out / "differences.csv").open())}
+    ab, bc = diffs["A", "B"], diffs["B", "C"]
+    assert float(ab["difference"]) == pytest.approx(12.0) and ab["runs"] == "3" and ab["examples"] == "100"
+    assert 0 < float(ab["low"]) <= 12 <= float(ab["high"]) and ab["verdict"] == "dev set only (1 pre-training seed)"
+    assert float(bc["difference"]) == pytest.approx(-3.0) and float(bc["high"]) == 0.0 and bc["verdict"] == "not settled"
+    md = (out / "report.md").read_text()
+    assert "| A - B | SST | +12.00 | [" in md and "Settled: none." in md
+
+
+def test_word_order_sets_keep_words_and_swap_roles():
+    from study.dev_eval import perturbed_sets
+
+    examples = [("Two old men sit on a long wooden bench near the sea .", "A man is petting a dog ."),
+                ("A girl runs .", "A child is sleeping .")]
+    sets = perturbed_sets(examples, ["entailment", "neutral"], (3,), nli=True)
+    assert sorted(sets) == ["original", "random", "role_swap", "role_swap_original", "shuffle_3"]
+    premise = sets["shuffle_3"][0][0][0].split()
+    words = examples[0][0].split()
+    assert premise != words and premise[-1] == "."  # final punctuation stays
+    for start in range(0, 12, 3):  # every window of 3 words keeps its own words
+        assert sorted(premise[start:start + 3]) == sorted(words[start:start + 3])
+    assert sorted(sets["random"][0][0][0].split()) == sorted(words)
+    assert sets["role_swap"] == ([(examples[0][0], "A dog is petting a man .")], ["non-entailment"])
+    assert sets["role_swap_original"] == ([examples[0]], ["entailment"])
+    assert perturbed_sets(examples, ["entailment", "neutral"], (3,), nli=True) == sets  # fixed seeds
+    assert "role_swap" not in perturbed_sets([("a b c d",)], ["1"], (3,), nli=False)
 
 
 def test_report_lists_what_is_missing(tmp_path):
@@ -245,10 +348,10 @@ def test_report_paired_by_two_pretraining_seeds(tmp_path):
 
 
 def test_parse_variants_own_seeds():
-    assert sr.parse_variants("bert-a:1,2 tupe-r:1,3 bert-r", [1]) == [("bert-a", [1, 2]), ("tupe-r", [1, 3]), ("bert-r", [1])]
-    assert sr.parse_variants("A,B C", [1, 2]) == [("A", [1, 2]), ("B", [1, 2]), ("C", [1, 2])]
+    assert runs.parse_variants("bert-a:1,2 tupe-r:1,3 bert-r", [1]) == [("bert-a", [1, 2]), ("tupe-r", [1, 3]), ("bert-r", [1])]
+    assert runs.parse_variants("A,B C", [1, 2]) == [("A", [1, 2]), ("B", [1, 2]), ("C", [1, 2])]
     with pytest.raises(ValueError, match="NAME:SEED"):
-        sr.parse_variants(":1", [1])
+        runs.parse_variants(":1", [1])
 
 
 def test_report_variants_with_their_own_seeds(tmp_path):
@@ -282,7 +385,7 @@ def write_c4(path: Path, docs: List[str]) -> None:
 def study(out: Path, *args: str, check: bool = True, **env: str) -> subprocess.CompletedProcess:
     full = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
     full.update(PATH=f"{BIN}:{os.environ.get('PATH', '')}", PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1",
-                OUT=str(out), PRESET="tiny", VARIANTS="tupe-r", GPUS="0", NUM_WORKERS="0", PREP_JOBS="1",
+                OUT=str(out), PRESET="tiny", VARIANTS="nope", GPUS="0", NUM_WORKERS="0", PREP_JOBS="1",
                 HARD_VOCAB_LIMIT="0", VOCAB_SIZE="300")
     full.update(env)
     p = subprocess.run([str(STUDY), *args], cwd=ROOT, env=full, capture_output=True, text=True, timeout=600)
@@ -304,48 +407,93 @@ def corpus(tmp_path_factory) -> Dict[str, Path]:
 
 
 def test_study_end_to_end_then_rerun_skips(corpus, tmp_path):
-    """One variant through every part with the tiny preset (4 updates); then the rerun does nothing."""
+    """nope (blind to word order) through every stage with the tiny preset (4 updates): its shuffled dev sets
+    score exactly as the original, its dev predictions score what its run logged, it has a loss at T, 2T and
+    4T; then the rerun does nothing, --list/--slurm list the parts, and changed settings are refused."""
     out = tmp_path / "study"
-    env = dict(corpus, TOTAL_UPDATES="4", VALID_POINTS="2")
+    env = dict(corpus, TOTAL_UPDATES="4", VALID_POINTS="2", LONGER_TOKENS="800")
     p = study(out, **env)
     log = p.stdout + p.stderr
     rows = list(csv.DictReader((out / "study.csv").open()))
-    assert [r["variant"] for r in rows] == ["tupe-r"]
+    assert [r["variant"] for r in rows] == ["nope"]
     r = rows[0]
-    curve = sr.parse_valid_curve(str(out / "pretrain" / "tupe-r" / "seed1" / "train.log"))
+    curve = runs.parse_valid_curve(str(out / "pretrain" / "nope" / "seed1" / "train.log"))
     assert sorted(curve) == [2, 4]  # a validation every TOTAL_UPDATES / VALID_POINTS updates
     assert float(r["final_valid_loss"]) == pytest.approx(curve[4], abs=1e-4)
     assert float(r["loss_at_50pct"]) == pytest.approx(curve[2], abs=1e-4)
-    assert 0 <= float(r["SST-2_median"]) <= 100 and r["SST-2_spread"] == "0"  # one seed
+    assert 0 <= float(r["SST_median"]) <= 100 and r["SST_spread"] == "0"  # one seed
     assert 0 < float(r["loc_pos"]) <= 1 and 0 < float(r["loc_attn"]) <= 1
     assert float(r["unigram_bits"]) > 0
     md = (out / "report.md").read_text()
     assert "WARNING: not fit for purpose" in md  # 4 updates do not beat the unigram baseline
-    assert (out / "valid_loss.png").is_file() and (out / "correlation.png").is_file()
+    assert "| nope | no position information" in md  # the registry's one-line description
+    assert (out / "overview.png").read_bytes()[:4] == b"\x89PNG"
     assert "differs from this run" not in log  # the first run records the settings
     timed = [line.split("\t")[:2] for line in (out / "timings.tsv").read_text().splitlines()]
-    assert timed == [["prep", "all"], ["pretrain", "tupe-r 1"], ["locality", "tupe-r 1"], ["finetune", "tupe-r 1 SST-2 1e-3 1"]]
-    assert "| **all** | 4 |" in md
-    assert (out / "finetune" / "tupe-r" / "seed1" / "SST-2" / "lr1e-3_seed1" / "result.json").is_file()
+    assert timed == [["prep", "all"], ["pretrain", "nope 1"], ["locality", "nope 1"], ["longer", "nope 1"],
+                     ["finetune", "nope 1 SST-2 1e-3 1"], ["order", "nope 1 SST-2 1e-3 1"]]
+    assert "| **all** | 6 |" in md
+
+    # fine-tuning kept its dev predictions, and they score what the run's best validation logged
+    run_dir = out / "finetune" / "nope" / "seed1" / "SST-2" / "lr1e-3_seed1"
+    result = json.loads((run_dir / "result.json").read_text())
+    pred = json.loads((run_dir / "predictions.json").read_text())["subsets"]["valid"]
+    assert len(pred["gold"]) == 16 and len(pred["pred"]) == 16  # tests/data/glue/SST-2/dev.tsv
+    assert 100 * np.mean([g == q for g, q in zip(pred["gold"], pred["pred"])]) == pytest.approx(
+        result["best_valid"]["valid"], abs=1e-6)
+    assert not (run_dir / "checkpoints").exists()  # removed once the word-order stage has used it
+
+    # word order: the shuffles changed the text, yet nope predicts exactly the same
+    order = json.loads((run_dir / "order.json").read_text())["sets"]
+    assert sorted(order) == ["original", "random", "shuffle_3", "shuffle_6"]  # SST-2: no role swap
+    for name in ("shuffle_3", "shuffle_6", "random"):
+        assert order[name]["changed"] >= 12, name  # nearly every sentence has two distinct words in a window
+        assert order[name]["pred"] == order["original"]["pred"], name
+    drops = {d["perturbation"]: float(d["mean_drop"]) for d in csv.DictReader((out / "order.csv").open())}
+    assert drops == {"shuffle_3": 0.0, "shuffle_6": 0.0, "random": 0.0}
+    assert "Check: nope (no position information) moves by at most 0.00 points" in md
+
+    # longer inputs: the same text at T, 2T, 4T (the model was pre-trained with 4T positions)
+    longer = json.loads((out / "longer" / "nope" / "seed1.json").read_text())
+    assert longer["positions"] == 256 and longer["not_beyond"] is None and longer["tokens"] == 800
+    assert sorted(longer["lengths"], key=int) == ["64", "128", "256"]
+    assert all(0 < x < 20 for x in longer["lengths"].values())
+    assert float(r["loss_len256"]) == pytest.approx(longer["lengths"]["256"], rel=1e-5)
 
     listing = study(out, "--list", **env).stdout.splitlines()
-    assert [line.split("\t")[0] for line in listing] == ["prep", "pretrain", "locality", "finetune", "report"]
+    assert [line.split("\t")[0] for line in listing] == ["prep", "pretrain", "locality", "longer", "finetune", "order",
+                                                         "report"]
     assert all(line.endswith("\tdone") for line in listing), listing
 
-    before = (out / "pretrain" / "tupe-r" / "seed1" / "checkpoint_last.pt").stat().st_mtime_ns
+    before = (out / "pretrain" / "nope" / "seed1" / "checkpoint_last.pt").stat().st_mtime_ns
     again = study(out, **env)
-    assert again.stderr.count("done, skipping") == 4  # prep, pretrain, locality, finetune
-    assert (out / "pretrain" / "tupe-r" / "seed1" / "checkpoint_last.pt").stat().st_mtime_ns == before
-    assert len((out / "timings.tsv").read_text().splitlines()) == 4  # nothing ran again
+    assert again.stderr.count("done, skipping") == 6  # every part but the report
+    assert (out / "pretrain" / "nope" / "seed1" / "checkpoint_last.pt").stat().st_mtime_ns == before
+    assert len((out / "timings.tsv").read_text().splitlines()) == 6  # nothing ran again
 
     # a second variant: only its parts are to do, on SLURM one job array per stage
-    slurm = study(out, "--slurm", **dict(env, VARIANTS="tupe-r bert-a")).stdout
+    slurm = study(out, "--slurm", **dict(env, VARIANTS="nope bert-a")).stdout
     assert "prep=" not in slurm and "--array=1 train_scripts/study.sbatch pretrain" in slurm
     assert "--array=1 train_scripts/study.sbatch finetune" in slurm and "study.sbatch report" in slurm
+    assert "--dependency=afterok:$finetune --array=1 train_scripts/study.sbatch order" in slurm
 
     changed = study(out, check=False, **dict(env, TOTAL_UPDATES="5"))
-    assert changed.returncode != 0
+    assert changed.returncode == 2
     assert "differs from this run" in changed.stderr and "TOTAL_UPDATES=5" in changed.stderr
+
+
+def test_unknown_variant_is_refused_before_any_work(tmp_path):
+    p = study(tmp_path / "study", check=False, VARIANTS="bert-a bert-x", TASKS="none", C4_DIR=str(tmp_path))
+    assert p.returncode == 2 and "'bert-x' is not a registered variant" in p.stderr and "pam-window" in p.stderr
+    assert not (tmp_path / "study").exists()  # nothing written, nothing prepared
+    from study.plan import Plan, registry
+
+    plan = Plan.from_environ({"OUT": str(tmp_path / "s2"), "PRESET": "tiny", "TASKS": "none",
+                              "VARIANTS": "all tupe-r:1,2"})
+    pre = [f"{v} {s}" for v, s in plan.pretrain_parts()]
+    names = list(registry())
+    assert len(names) == 17 and pre[:5] == ["bert-a 1", "bert-r 1", "tupe-a 1", "tupe-r 1", "tupe-r 2"]
+    assert [x.split()[0] for x in pre] == [n for n in names for _ in range(2 if n == "tupe-r" else 1)]
 
 
 # ------------------------------------------------------------------------------------- presets, --help
@@ -366,10 +514,9 @@ def read_preset(path: Path) -> Dict[str, str]:
 @pytest.mark.parametrize("name", ["tiny", "cpu-small", "gpu-small", "base"])
 def test_presets_are_complete_and_consistent(name):
     p = read_preset(PRESETS / f"{name}.env")
-    keys = {"SIZE", "MODEL_ARGS", "VOCAB_SIZE", "MAX_SHARDS", "MAX_DOCS", "TOKENS_PER_SAMPLE", "BATCH_SIZE",
-            "MAX_SENTENCES", "TOTAL_UPDATES", "WARMUP", "PRETRAIN_LR", "VALID_POINTS", "VALID_STEPS", "FT_LRS",
-            "FT_EPOCHS", "FT_BATCH", "SEEDS", "LOC_LENGTH", "LOC_SENTENCES", "MIN_GAP_BITS"}
-    assert set(p) == keys
+    from study.settings import SETTINGS, read_preset as checked
+
+    assert set(p) == {s.name for s in SETTINGS if s.preset} == set(checked(str(PRESETS / f"{name}.env")))
     assert int(p["BATCH_SIZE"]) % int(p["MAX_SENTENCES"]) == 0  # pretrain.sh's update-freq must divide
     assert int(p["TOTAL_UPDATES"]) % int(p["VALID_POINTS"]) == 0  # validations at exact fractions of the budget
     assert int(p["TOTAL_UPDATES"]) % (4 * (int(p["TOTAL_UPDATES"]) // int(p["VALID_POINTS"]))) == 0  # and at 25%

@@ -1,0 +1,193 @@
+"""``python -m study`` (what ``train_scripts/study.sh`` runs): the study, or one part of it.
+
+    study.sh                      every part not yet done, in stage order (a failed part is counted, the
+                                  others go on; rerun to retry it), then the report
+    study.sh --list               every part: stage, index, arguments, done/todo
+    study.sh --part STAGE [INDEX] one part (what train_scripts/study.sbatch runs on SLURM)
+    study.sh --slurm              the sbatch commands for the parts still to do, with their dependencies
+    study.sh --report             only the report, from what is finished
+
+Exit status: 0 done; 1 a part failed (the message names its log); 2 a usage error (nothing was changed).
+"""
+from __future__ import annotations
+
+import os
+import platform
+import shlex
+import sys
+import time
+from datetime import datetime, timezone
+from typing import List, Optional, Sequence, Tuple
+
+from study.plan import Plan
+from study.settings import SETTINGS, UsageError, changed_settings, defaults, recorded_text
+from study.stages import BY_NAME, STAGES, PartFailed, Stage, note
+
+USAGE = "Usage: [NAME=value ...] study.sh [--list | --slurm | --report | --part STAGE [INDEX]]"
+
+
+def help_text(environ) -> str:
+    lines = [__doc__.split("\n\n")[0].replace("``python -m study`` (what ``train_scripts/study.sh`` runs)", "study.sh"),
+             "", USAGE, f"STAGE: {', '.join(s.name for s in STAGES)} (INDEX as in --list)", "",
+             f"Environment (default from PRESET={environ.get('PRESET') or 'cpu-small'}, meaning):"]
+    for name, default in defaults(environ).items():
+        meaning = next(s.meaning for s in SETTINGS if s.name == name)
+        lines.append(f"  {name:<22} {default or chr(34) * 2:<20} {meaning}")
+    return "\n".join(lines)
+
+
+def machine() -> str:
+    """For the report's "Run" section: where a part ran."""
+    cpu = platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
+    except OSError:
+        pass
+    text = f"{platform.node()}, {os.cpu_count()} cores, {cpu}"
+    if "torch" in sys.modules and sys.modules["torch"].cuda.is_available():
+        text += f", GPU {sys.modules['torch'].cuda.get_device_name(0)}"
+    return text
+
+
+def check_settings(plan: Plan) -> None:
+    """The recorded settings of OUT (written by the first run); a run with others is refused."""
+    now, path = recorded_text(plan.values), plan.path("settings.env")
+    os.makedirs(plan.out, exist_ok=True)
+    if os.path.isfile(path):
+        with open(path, encoding="utf-8") as f:
+            diff = changed_settings(f.read(), now)
+        if diff:
+            raise UsageError(f"{path} (line: recorded <, now >) differs from this run's settings:\n" + "\n".join(diff)
+                             + "\nA study compares variants under one setting: use another OUT, or set these back.")
+    else:
+        from tupe_common.io import write_text
+
+        write_text(path, now)
+
+
+def part_label(part: Tuple) -> str:
+    return " ".join(map(str, part)) or "all"
+
+
+def run_part(plan: Plan, stage: Stage, part: Tuple, skip_done: bool = True) -> None:
+    if skip_done and not stage.always and stage.done(plan, *part):
+        note(f"{stage.name} {part_label(part)}: done, skipping")
+        return
+    start = time.monotonic()
+    stage.run(plan, *part)
+    seconds = round(time.monotonic() - start)
+    note(f"{stage.name} {part_label(part)}: finished in {seconds} s")
+    if not stage.always:
+        with open(plan.path("timings.tsv"), "a", encoding="utf-8") as f:
+            stamp = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+            f.write(f"{stage.name}\t{part_label(part)}\t{seconds}\t{stamp}\t{machine()}\n")
+
+
+def list_parts(plan: Plan) -> None:
+    for stage in STAGES:
+        for i, part in enumerate(stage.parts(plan)):
+            print(f"{stage.name}\t{i}\t{part_label(part)}\t{'done' if stage.done(plan, *part) else 'todo'}")
+
+
+def slurm(plan: Plan) -> None:
+    from glue.grid import slurm_ranges
+
+    print("# Submit from the repository root, in one shell: these settings are passed on to every job by sbatch")
+    for s in SETTINGS:
+        value = plan.values[s.name] or ("none" if s.name in ("MODEL_ARGS", "TASKS") else "")  # empty: the default
+        print(f"export {s.name}={shlex.quote(value)}")
+    print("export VENV=${VENV:-$PWD/.venv}")
+    job_of = {}
+    for stage in STAGES[:-1]:
+        todo = [i for i, part in enumerate(stage.parts(plan)) if not stage.done(plan, *part)]
+        if not todo:
+            continue
+        dep = f"--dependency=afterok:${stage.after} " if stage.after in job_of else ""
+        array = "" if stage.name == "prep" else f"--array={slurm_ranges(todo)} "
+        print(f"{stage.name}=$(sbatch --parsable {dep}{array}train_scripts/study.sbatch {stage.name})")
+        job_of[stage.name] = True
+    after = ":".join(f"${name}" for name in job_of)
+    print(f"sbatch {'--dependency=afterany:' + after + ' ' if after else ''}train_scripts/study.sbatch report")
+
+
+def run_all(plan: Plan) -> int:
+    failed: List[str] = []
+    for stage in STAGES[:-1]:
+        for part in stage.parts(plan):
+            try:
+                run_part(plan, stage, part)
+            except PartFailed as e:
+                note(f"error: {e}")
+                failed.append(f"{stage.name} {part_label(part)}")
+                if stage.name == "prep":
+                    return 1
+    run_part(plan, BY_NAME["report"], ())
+    if failed:
+        note(f"{len(failed)} part(s) failed (rerun to retry them): {'; '.join(failed)}")
+        return 1
+    note(f"done: {plan.path('report.md')}")
+    return 0
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if args[:1] in (["-h"], ["--help"]):
+            print(help_text(os.environ))
+            return 0
+        mode, stage, index = "all", None, 0
+        if args[:1] == ["--list"] and len(args) == 1:
+            mode = "list"
+        elif args[:1] == ["--slurm"] and len(args) == 1:
+            mode = "slurm"
+        elif args[:1] == ["--report"] and len(args) == 1:
+            mode, stage = "part", BY_NAME["report"]
+        elif args[:1] == ["--part"] and len(args) in (2, 3):
+            mode = "part"
+            if args[1] not in BY_NAME:
+                raise UsageError(f"--part STAGE: {', '.join(BY_NAME)}, not '{args[1]}'")
+            stage = BY_NAME[args[1]]
+            if len(args) == 3 and not args[2].isdigit():
+                raise UsageError(f"--part {args[1]} INDEX: a whole number, not '{args[2]}'")
+            index = int(args[2]) if len(args) == 3 else 0
+        elif args:
+            print(USAGE, file=sys.stderr)
+            return 2
+        plan = Plan.from_environ(os.environ)
+        if mode == "list":
+            list_parts(plan)
+            return 0
+        if mode != "part":
+            shown = "\n".join(f"  {s.name}={plan.values[s.name]}" for s in SETTINGS)
+            print(f"study.sh: settings (NAME=value)\n{shown}", file=sys.stderr)
+        check_settings(plan)
+        n_ft = len(plan.finetune_parts())
+        note(f"{len(plan.variants)} variant(s), {len(plan.pretrain_parts())} pre-training run(s) of "
+             f"{plan.values['TOTAL_UPDATES']} updates (validation every {plan.valid_interval}); {n_ft} fine-tuning "
+             f"run(s) ({len(plan.tasks)} task(s): {' '.join(plan.tasks) or 'none'} x {len(plan.lrs)} LR(s) x "
+             f"{len(plan.seeds)} seed(s) per model)")
+        if mode == "slurm":
+            slurm(plan)
+            return 0
+        if mode == "part":
+            parts = stage.parts(plan)
+            if index >= len(parts):
+                raise UsageError(f"{stage.name} has {len(parts)} part(s) (0..{len(parts) - 1}), not index {index}")
+            run_part(plan, stage, parts[index])
+            return 0
+        return run_all(plan)
+    except UsageError as e:
+        print(f"study.sh: error: {e}", file=sys.stderr)
+        return 2
+    except PartFailed as e:
+        print(f"study.sh: error: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except BrokenPipeError:  # `study.sh --list | head`: the reader is gone, nothing left to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(0)

@@ -1,0 +1,132 @@
+"""The study at a glance: ``OUT/overview.png``, one A4-landscape figure readable when printed.
+
+Top left, the validation-loss curves (colour: variant; line style: pre-training seed; the unigram baseline
+dashed). Top right, a variant x measure table: each cell holds the value, its shade the variant's rank on
+that measure (dark = rank 1, the better end, which the column header names). Bottom, locality and symmetry
+against the downstream average, one point per variant, with n and the rank correlation in each title.
+"""
+from __future__ import annotations
+
+import math
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from study.runs import Variant
+from tupe_common.io import atomic_path
+from study.stats import average_ranks
+
+
+def _pyplot():
+    import logging
+
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)  # importing fairseq sets the root logger to DEBUG
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def label_offsets(points: Sequence[Tuple[float, float]], near: float = 0.03) -> List[int]:
+    """How many earlier points lie within ``near`` of each point's axis ranges in both coordinates: that
+    label is drawn that many lines higher, so the names of (near-)coincident points do not overlap."""
+    if not points:
+        return []
+    xs, ys = [p[0] for p in points], [p[1] for p in points]
+    rx, ry = (max(xs) - min(xs)) or 1.0, (max(ys) - min(ys)) or 1.0
+    return [sum(abs(x - px) < near * rx and abs(y - py) < near * ry for px, py in points[:i])
+            for i, (x, y) in enumerate(points)]
+
+
+def measures(rows: Sequence[Dict], columns: Sequence[str]) -> List[Tuple[str, str, bool]]:
+    """(row key, header, higher is better) of the table's columns that some variant has; the header's arrow
+    points to the better end."""
+    lengths = sorted(int(k[len("loss_len"):]) for k in rows[0] if k.startswith("loss_len")) if rows else []
+    out = [("final_valid_loss", "loss\n\u2193", False)]
+    if len(lengths) > 1:
+        out.append((f"loss_len{lengths[-1]}", f"loss at\n{lengths[-1]} \u2193", False))
+    out += [(f"{c}_median", f"{c.replace('-', '-' + chr(10))}\n\u2191", True) for c in columns]
+    out += [("downstream_avg", "avg\n\u2191", True), ("order_drop_random", "order\ndrop \u2191", True),
+            ("loc_pos", "locality\n\u2191", True), ("sym_pos", "symmetry\n\u2191", True)]
+    return [m for m in out if any(r.get(m[0]) is not None for r in rows)]
+
+
+def rank_table(rows: Sequence[Dict], keys: Sequence[Tuple[str, str, bool]]) -> List[List[Optional[float]]]:
+    """ranks[variant][measure]: 1 = best among the variants that have a value (ties share), None without one."""
+    table: List[List[Optional[float]]] = [[None] * len(keys) for _ in rows]
+    for j, (key, _, higher) in enumerate(keys):
+        have = [(i, r[key]) for i, r in enumerate(rows) if r.get(key) is not None]
+        if not have:
+            continue
+        ranks = average_ranks([-v if higher else v for _, v in have])
+        for (i, _), rank in zip(have, ranks):
+            table[i][j] = float(rank)
+    return table
+
+
+def overview(path: str, variants: Sequence[Variant], rows: Sequence[Dict], columns: Sequence[str],
+             corr: Sequence[Dict], unigram: Optional[float]) -> None:
+    plt = _pyplot()
+    fig = plt.figure(figsize=(11.7, 8.3))
+    grid = fig.add_gridspec(2, 4, height_ratios=[1.25, 1], hspace=0.4, wspace=0.35, left=0.07, right=0.98,
+                            top=0.95, bottom=0.07)
+
+    ax = fig.add_subplot(grid[0, :2])
+    pairs = plt.get_cmap("tab20").colors  # dark/light pairs of one hue: the dark ones first
+    colors = pairs[0::2] + pairs[1::2]
+    styles = ["-", "--", ":", "-."]
+    for i, v in enumerate(variants):
+        for j, s in enumerate(v.seeds):
+            if s.curve:
+                ax.plot(list(s.curve), list(s.curve.values()), styles[j % 4], color=colors[i % 20], linewidth=1.2,
+                        label=v.name if j == 0 else None)
+    if unigram is not None:
+        ax.axhline(unigram, color="gray", linestyle="--", linewidth=1, label=f"unigram {unigram:.2f}")
+    ax.set_xlabel("updates", fontsize=9)
+    ax.set_ylabel("validation MLM loss (bits)", fontsize=9)
+    ax.set_title("Pre-training (line style: seed)", fontsize=10)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7, ncol=2, frameon=False, loc="lower left")  # the curves fall to the right
+
+    ax = fig.add_subplot(grid[0, 2:])
+    keys = measures(rows, columns)
+    ranks = rank_table(rows, keys)
+    ax.axis("off")
+    ax.set_title("Variant x measure (shade: rank, dark = best; arrow: the better end)", fontsize=10)
+    if keys and rows:
+        n = len(rows)
+        cmap = plt.get_cmap("Greys_r")
+        cells = [[("—" if r.get(k) is None else f"{r[k]:.2f}") for k, _, _ in keys] for r in rows]
+        shades = [[(1, 1, 1, 1) if rk is None else cmap(0.25 + 0.7 * (rk - 1) / max(n - 1, 1)) for rk in line]
+                  for line in ranks]
+        label = 2.8 / (len(keys) + 2.8)  # the variant names' column: 2.8 value columns wide
+        table = ax.table(cellText=cells, cellColours=shades, rowLabels=[r["variant"] for r in rows],
+                         colLabels=[h for _, h, _ in keys], cellLoc="center",
+                         bbox=[label, 0.0, 1 - label, 1.0])  # the value cells; the names to their left
+        table.auto_set_font_size(False)
+        table.set_fontsize(8 if n <= 12 else 7)
+        for (i, j), cell in table.get_celld().items():
+            if j == -1:
+                cell.set_width(table[1, 0].get_width() * 2.8)  # the variant names, widest of all
+            if i == 0:
+                cell.set_height(cell.get_height() * 3)  # three-line headers; the bbox rescales the rest
+            elif j >= 0 and ranks[i - 1][j] is not None and ranks[i - 1][j] <= (n + 1) / 2:
+                cell.get_text().set_color("white")  # dark shade: light text
+
+    for k, c in enumerate(corr[:4]):
+        ax = fig.add_subplot(grid[1, k])
+        pts = [(r[c["key"]], r["downstream_avg"], r["variant"]) for r in rows
+               if r.get(c["key"]) is not None and r.get("downstream_avg") is not None]
+        for (x, y, name), up in zip(pts, label_offsets([(x, y) for x, y, _ in pts])):
+            ax.scatter([x], [y], s=14, color="black")
+            ax.annotate(name, (x, y), fontsize=6, xytext=(3, 3 + 7 * up), textcoords="offset points")
+        rho = c["spearman"]
+        ax.set_title(f"{c['measure']}\nn = {c['n']}, Spearman {'—' if math.isnan(rho) else f'{rho:.2f}'}", fontsize=8)
+        ax.set_xlabel(c["measure"].split(" (")[0], fontsize=8)
+        if k == 0:
+            ax.set_ylabel("downstream average", fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.ticklabel_format(useOffset=False)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=150, format="png")
+    plt.close(fig)

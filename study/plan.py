@@ -1,0 +1,156 @@
+"""One study, resolved and checked before any work: its settings, variants, tasks, folders and parts.
+
+``Plan.from_environ`` turns the settings (``study.settings``) into the lists the stages iterate over and
+refuses, with a usage error, anything that would fail later: an unknown variant name is refused here,
+before the data is prepared, not part by part afterwards.
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+
+from study.settings import UsageError, resolve, whole, whole_list, words
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One VARIANTS entry: a registered variant (dashes, as pretrain.sh's VARIANT) and its pre-training seeds.
+    A second objective (e.g. ELECTRA) would be one more field here, with its name in the folders."""
+
+    name: str
+    seeds: Tuple[int, ...]
+
+
+def registry() -> Dict[str, str]:
+    """Every registered variant, in registry order, with its one-line description (dashes in the name)."""
+    import logging
+
+    logging.disable(logging.INFO)  # fairseq's import-time INFO lines ("Please install tensorboardX")
+    try:
+        from tupe_plugin.models.variants import ABOUT
+    finally:
+        logging.disable(logging.NOTSET)
+    return {name.replace("_", "-"): about for name, about in ABOUT.items()}
+
+
+def parse_variants(text: str, default_seeds: Sequence[int], known: Mapping[str, str]) -> List[Entry]:
+    """VARIANTS -> entries in report order. ``all`` is every registered variant in registry order; an entry
+    NAME:S1,S2 gives a variant its own seeds (also after ``all``: ``all bert-a:1,2,3`` keeps bert-a in its
+    registry place). A name that is not registered is a UsageError naming the registered ones."""
+    order: List[str] = []
+    seeds: Dict[str, Tuple[int, ...]] = {}
+    for entry in text.replace(",", " ").split() if ":" not in text else _entries(text):
+        m = re.fullmatch(r"([a-z0-9_-]+)(?::([0-9]+(?:,[0-9]+)*))?", entry)
+        if not m:
+            raise UsageError(f"VARIANTS entry '{entry}': write NAME or NAME:SEED,SEED (e.g. bert-a:1,2), or all")
+        name = m.group(1).replace("_", "-")
+        if name == "all":
+            order += [n for n in known if n not in order]
+            continue
+        if name not in known:
+            raise UsageError(f"VARIANTS: '{name}' is not a registered variant; the registered ones, in "
+                             f"registry order: {' '.join(known)} (or all)")
+        if name not in order:
+            order.append(name)
+        if m.group(2):
+            seeds[name] = tuple(int(s) for s in m.group(2).split(","))
+    if not order:
+        raise UsageError("VARIANTS must not be empty")
+    return [Entry(n, seeds.get(n, tuple(default_seeds))) for n in order]
+
+
+def _entries(text: str) -> List[str]:
+    """Space-separated entries; names without seeds may also be separated by commas."""
+    return [e for token in text.split() for e in ([token] if ":" in token else token.split(","))]
+
+
+def task_names(tasks: str, tasks_dir: str) -> List[str]:
+    if tasks == "auto":
+        if not tasks_dir:
+            raise UsageError("TASKS_DIR is required (or TASKS=none for pre-training only)")
+        found = [d for d in sorted(os.listdir(tasks_dir)) if os.path.isfile(os.path.join(tasks_dir, d, "train.tsv"))
+                 and os.path.isfile(os.path.join(tasks_dir, d, "dev.tsv"))] if os.path.isdir(tasks_dir) else []
+        if not found:
+            raise UsageError(f"TASKS_DIR={tasks_dir} has no TASK/train.tsv + TASK/dev.tsv")
+        return found
+    return [] if tasks == "none" else tasks.replace(",", " ").split()
+
+
+@dataclass
+class Plan:
+    values: Dict[str, str]  # every setting (study.settings)
+    variants: List[Entry]
+    tasks: List[str]
+    lrs: List[str]
+    seeds: List[int]
+    length_factors: List[int]
+    order_windows: List[int]
+    about: Dict[str, str] = field(default_factory=dict)  # variant -> one-line description
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str], known: Optional[Mapping[str, str]] = None) -> "Plan":
+        v = resolve(environ)
+        if not v["OUT"]:
+            raise UsageError("OUT is required: the study's folder")
+        if v["MODEL_ARGS"] == "none":
+            v["MODEL_ARGS"] = ""
+        n = {k: whole(v, k) for k in ("TOTAL_UPDATES", "VALID_POINTS", "PREP_JOBS", "LOC_LENGTH", "LOC_SENTENCES",
+                                      "TOKENS_PER_SAMPLE", "LONGER_TOKENS")}
+        whole(v, "VALID_STEPS", positive=False)
+        if whole(v, "WARMUP", positive=False) >= n["TOTAL_UPDATES"]:
+            raise UsageError(f"WARMUP={v['WARMUP']} must be a whole number below TOTAL_UPDATES={n['TOTAL_UPDATES']}")
+        if n["VALID_POINTS"] > n["TOTAL_UPDATES"]:
+            raise UsageError(f"VALID_POINTS={n['VALID_POINTS']} exceeds TOTAL_UPDATES={n['TOTAL_UPDATES']}")
+        if n["LOC_LENGTH"] > n["TOKENS_PER_SAMPLE"]:
+            raise UsageError(f"LOC_LENGTH={n['LOC_LENGTH']} exceeds the {n['TOKENS_PER_SAMPLE']} positions "
+                             "(TOKENS_PER_SAMPLE)")
+        factors = whole_list(v, "LENGTH_FACTORS")
+        if not factors or factors[0] != 1 or any(f < 1 for f in factors) or factors != sorted(set(factors)):
+            raise UsageError(f"LENGTH_FACTORS must start with 1 and increase (e.g. 1 2 4), not '{v['LENGTH_FACTORS']}'")
+        windows = whole_list(v, "ORDER_WINDOWS")
+        if any(w < 2 for w in windows):
+            raise UsageError(f"ORDER_WINDOWS are window sizes of at least 2 words, not '{v['ORDER_WINDOWS']}'")
+        pseeds = whole_list(v, "PRETRAIN_SEEDS")
+        if not pseeds:
+            raise UsageError("PRETRAIN_SEEDS must not be empty")
+        known = registry() if known is None else known
+        variants = parse_variants(v["VARIANTS"], pseeds, known)
+        return cls(v, variants, task_names(v["TASKS"], v["TASKS_DIR"]), words(v, "FT_LRS"), whole_list(v, "SEEDS"),
+                   factors, windows, {e.name: known[e.name] for e in variants})
+
+    # ---- folders ------------------------------------------------------------------------------------------
+    @property
+    def out(self) -> str:
+        return self.values["OUT"]
+
+    def path(self, *parts: str) -> str:
+        return os.path.join(self.out, *parts)
+
+    def pretrain_dir(self, variant: str, seed: int) -> str:
+        return self.path("pretrain", variant, f"seed{seed}")
+
+    def finetune_dir(self, variant: str, seed: int, task: str, lr: str, k: int) -> str:
+        return self.path("finetune", variant, f"seed{seed}", task, f"lr{lr}_seed{k}")
+
+    @property
+    def valid_interval(self) -> int:
+        return int(self.values["TOTAL_UPDATES"]) // int(self.values["VALID_POINTS"])
+
+    @property
+    def max_positions(self) -> int:
+        """Positions every model is pre-trained with: room for the longest length of the longer-inputs stage."""
+        return int(self.values["TOKENS_PER_SAMPLE"]) * self.length_factors[-1]
+
+    # ---- parts --------------------------------------------------------------------------------------------
+    def pretrain_parts(self) -> List[Tuple[str, int]]:
+        return [(e.name, s) for e in self.variants for s in e.seeds]
+
+    def finetune_parts(self) -> List[Tuple[str, int, str, str, int]]:
+        return [(v, s, t, lr, k) for v, s in self.pretrain_parts() for t in self.tasks for lr in self.lrs
+                for k in self.seeds]
+
+    def variants_text(self) -> str:
+        """VARIANTS as the report reads it: every entry with its seeds."""
+        return " ".join(f"{e.name}:{','.join(map(str, e.seeds))}" for e in self.variants)

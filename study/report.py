@@ -1,0 +1,349 @@
+"""The study's report: ``python -m study.report OUT --variants ...`` (the ``report`` stage runs it).
+
+Writes ``OUT/report.md``, ``OUT/study.csv`` (one row per variant), ``OUT/correlation.csv``,
+``OUT/differences.csv`` (every downstream difference with its interval), ``OUT/order.csv`` (the word-order
+drops) and ``OUT/overview.png`` (``study.figure``). Everything missing is listed in the report.
+
+Units: fairseq's ``masked_lm`` criterion logs its loss in bits (``loss / sample_size / log(2)``, in
+``fairseq/criterions/masked_lm.py``), so the unigram baseline is the entropy of the training tokens in
+bits (docs/study.md explains the baseline and every other measure).
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import statistics
+import sys
+from typing import Dict, List, Optional, Sequence
+
+from study.compare import Interval, OrderDrop, Paired, bootstrap_pairs, order_drops, paired_differences
+from study.runs import Variant, load_study, loss_at, parse_variants, run_section, token_counts
+from tupe_common.io import read_data_path, write_csv, write_text
+from study.stats import entropy_bits, pearson, spearman
+
+FRACTIONS = (0.25, 0.5, 0.75, 1.0)
+NOPE_TOLERANCE = 1.0  # points: nope's drop on a shuffle must be within this of 0 (it cannot see word order)
+SHOW_ALL_PAIRS = 28  # the report lists every pair up to this many (8 variants); beyond, differences.csv does
+
+
+def _mean(values: Sequence[Optional[float]]) -> Optional[float]:
+    values = [v for v in values if v is not None]
+    return statistics.mean(values) if values else None
+
+
+def _spread(values: Sequence[Optional[float]]) -> Optional[float]:
+    values = [v for v in values if v is not None]
+    return max(values) - min(values) if len(values) > 1 else None
+
+
+def longer_losses(v: Variant) -> Dict[str, Optional[float]]:
+    """{length: mean over seeds of the loss at that length} from the longer-inputs records."""
+    lengths = sorted({int(L) for s in v.seeds if s.longer for L in s.longer["lengths"]})
+    return {str(L): _mean([s.longer["lengths"].get(str(L)) for s in v.seeds if s.longer]) for L in lengths}
+
+
+def variant_row(v: Variant, columns: Sequence[str], total_updates: int, unigram: Optional[float],
+                drops: Sequence[OrderDrop]) -> Dict:
+    """The study.csv row of a variant: means over its pre-training seeds; per task the median and spread
+    over all its fine-tuning runs (pooled over pre-training seeds)."""
+    finals = [s.final for s in v.seeds]
+    row: Dict = {"variant": v.name, "pretrain_seeds": " ".join(str(s.seed) for s in v.seeds),
+                 "final_valid_loss": _mean(finals), "final_valid_loss_spread": _spread(finals),
+                 "final_valid_loss_by_seed": " ".join(f"{s.seed}:{s.final:.4f}" for s in v.seeds if s.final is not None),
+                 "best_valid_loss": _mean([s.best for s in v.seeds]), "unigram_bits": unigram,
+                 "below_unigram_bits": None if unigram is None or _mean(finals) is None else unigram - _mean(finals)}
+    for frac in FRACTIONS:
+        row[f"loss_at_{int(frac * 100)}pct"] = _mean([loss_at(s.curve, round(frac * total_updates))[0] for s in v.seeds])
+    for col in columns:
+        pooled = [x for s in v.seeds if col in s.tasks for x in s.tasks[col].scores.values()]
+        row[f"{col}_median"] = statistics.median(pooled) if pooled else None
+        row[f"{col}_spread"] = max(pooled) - min(pooled) if pooled else None
+    row["downstream_avg"] = _mean([s.downstream(columns) for s in v.seeds]) if all(
+        s.downstream(columns) is not None for s in v.seeds) else None
+    for key in ("loc_pos", "sym_pos", "loc_attn", "sym_attn"):
+        row[key] = _mean([s.locality.get(key) for s in v.seeds])
+    for length, loss in longer_losses(v).items():
+        row[f"loss_len{length}"] = loss
+    reasons = {s.longer.get("not_beyond") for s in v.seeds if s.longer} - {None}
+    row["longer_not_measured"] = "; ".join(sorted(reasons)) or None
+    for d in drops:
+        if d.variant == v.name:
+            row[f"order_drop_{d.column}_{d.perturbation}"] = d.mean
+    row["order_drop_random"] = _mean([d.mean for d in drops if d.variant == v.name and d.perturbation == "random"])
+    return row
+
+
+MEASURES = (("loc_pos", "locality (position-only)"), ("sym_pos", "symmetry (position-only)"),
+            ("loc_attn", "locality (attention)"), ("sym_attn", "symmetry (attention)"))
+
+
+def correlations(rows: Sequence[Dict]) -> List[Dict]:
+    """Spearman and Pearson of each locality/symmetry column with the downstream average, across the
+    variants that have both values; n is stated."""
+    out = []
+    for key, label in MEASURES:
+        pts = [(r[key], r["downstream_avg"]) for r in rows if r.get(key) is not None and r.get("downstream_avg") is not None]
+        x, y = [p[0] for p in pts], [p[1] for p in pts]
+        out.append({"measure": label, "key": key, "n": len(pts),
+                    "spearman": spearman(x, y) if len(pts) >= 2 else math.nan,
+                    "pearson": pearson(x, y) if len(pts) >= 2 else math.nan})
+    return out
+
+
+def _cell(text: str) -> str:
+    """Text for a Markdown table cell: a bare | would split the cell (``|j-i|``)."""
+    return text.replace("|", "\\|")
+
+
+def _f(x: Optional[float], nd: int = 3) -> str:
+    return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{nd}f}"
+
+
+def write_csv_atomic(path: str, rows: List[Dict]) -> None:
+    """Every key of every row as a column; floats to 6 significant digits, None as an empty cell."""
+    keys = list(dict.fromkeys(k for r in rows for k in r))
+    cells = [{k: ("" if r.get(k) is None else f"{r[k]:.6g}" if isinstance(r[k], float) else r[k]) for k in keys}
+             for r in rows]
+    write_csv(path, cells, fieldnames=keys)
+
+
+# ---- Markdown ---------------------------------------------------------------------------------------------
+
+
+def _paired_lines(pairs: List[Paired], n_seeds: int, what: str) -> List[str]:
+    if not pairs:
+        return ["No pairs.", ""]
+    seeds = sorted({s for p in pairs for s in p.diffs})
+    L = ["| a - b | " + " | ".join(f"seed {s}" for s in seeds) + " | signs agree | larger spread | settled |",
+         "|" + "---|" * (len(seeds) + 4)]
+    for p in pairs:
+        one = len(p.diffs) < 2  # one shared seed: no sign to agree with, no spread across seeds
+        L.append(f"| {p.a} - {p.b} | " + " | ".join(_f(p.diffs.get(s)) for s in seeds)
+                 + f" | {'—' if one else 'yes' if p.signs_agree else 'no'} | {'—' if one else _f(p.spread)}"
+                 f" | {'no (1 seed)' if one else '**yes**' if p.settled else 'no'} |")
+    # in words, so that nobody reads "a > b" as "a is better": the sign is that of a - b in the table's unit
+    settled = [f"{p.a} {'lower' if list(p.diffs.values())[0] < 0 else 'higher'} than {p.b}" for p in pairs if p.settled]
+    L.append("")
+    if n_seeds < 2:
+        L.append(f"One pre-training seed: the seeds settle no difference ({what}); rerun with PRETRAIN_SEEDS=2 or more.")
+    else:
+        L.append("Settled by the seeds (same sign on every seed, and on every seed larger than both variants' spreads): "
+                 + (f"{', '.join(settled)} ({what})" if settled else "none") + f". {'The other differences' if settled else 'The differences'} "
+                 f"({what}) are not settled: their sign changes between seeds, or they are no larger than a "
+                 "variant's own spread across seeds.")
+    return L + [""]
+
+
+def _interval_lines(intervals: List[Interval]) -> List[str]:
+    if not intervals:
+        return ["No pair of variants with paired dev predictions.", ""]
+    counts = {}
+    for iv in intervals:
+        counts[iv.verdict] = counts.get(iv.verdict, 0) + 1
+    shown = intervals if len({(iv.a, iv.b) for iv in intervals}) <= SHOW_ALL_PAIRS else \
+        [iv for iv in intervals if iv.excludes_zero]
+    L = ["Each difference is score(a) - score(b) (points of the task's metric), the mean over the runs both "
+         "variants have (same pre-training and fine-tuning seed, each at its model's chosen LR), with the 95% "
+         "interval of a paired bootstrap over the dev examples and the runs. **Settled** only when the interval "
+         "excludes 0 and every shared pre-training seed gives the same sign; with one shared pre-training seed an "
+         "interval that excludes 0 says the dev set tells them apart, not that another pre-training would.", "",
+         "Verdicts: " + "; ".join(f"{k}: {n}" for k, n in sorted(counts.items())) + ".", ""]
+    if len(shown) < len(intervals):
+        L += [f"{len(intervals)} differences: only those whose interval excludes 0 are listed; all are in "
+              "`differences.csv`.", ""]
+    L += ["| a - b | task | difference | 95% interval | runs | per pre-training seed | verdict |",
+          "|---|---|---|---|---|---|---|"]
+    for iv in shown:
+        seeds = ", ".join(f"{s}: {d:+.2f}" for s, d in sorted(iv.by_seed.items()))
+        verdict = f"**{iv.verdict}**" if iv.verdict == "settled" else iv.verdict
+        L.append(f"| {iv.a} - {iv.b} | {iv.column} | {iv.diff:+.2f} | [{iv.low:+.2f}, {iv.high:+.2f}] | {iv.runs} | "
+                 f"{seeds} | {verdict} |")
+    settled = [f"{iv.a} {'above' if iv.diff > 0 else 'below'} {iv.b} ({iv.column})" for iv in intervals
+               if iv.verdict == "settled"]
+    L += ["", "Settled: " + ("; ".join(settled) if settled else "none") + ".", ""]
+    return L
+
+
+def _order_lines(drops: List[OrderDrop]) -> List[str]:
+    if not drops:
+        return ["No word-order results (the order stage did not run, or ORDER_WINDOWS=none).", ""]
+    perts = list(dict.fromkeys(d.perturbation for d in drops))
+    cols = list(dict.fromkeys(d.column for d in drops))
+    by = {(d.variant, d.column, d.perturbation): d for d in drops}
+    variants = list(dict.fromkeys(d.variant for d in drops))
+    L = ["Score drop (points) when the dev set's word order is perturbed: original minus perturbed, the mean over "
+         "the runs at the chosen LR ± the spread (max - min) over them. `shuffle_n`: words shuffled within "
+         "windows of n; `random`: all words shuffled; `role_swap` (NLI tasks): subject and object of entailed "
+         "hypotheses swapped, against the same items unswapped.", ""]
+    for col in cols:
+        here = [p for p in perts if any(d.column == col and d.perturbation == p for d in drops)]
+        first = {p: next(d for d in drops if d.column == col and d.perturbation == p) for p in here}
+        L += [f"**{col}**", "", "| variant | " + " | ".join(here) + " |", "|" + "---|" * (len(here) + 1)]
+        for v in variants:
+            cells = [f"{by[(v, col, p)].mean:+.2f} ± {by[(v, col, p)].spread:.2f}" if (v, col, p) in by else "—"
+                     for p in here]
+            L.append(f"| {v} | " + " | ".join(cells) + " |")
+        L += ["", "Examples whose text the perturbation changed, of those it applies to: "
+              + ", ".join(f"{p} {first[p].changed} of {first[p].examples}" for p in here) + ".", ""]
+    nope = [d for d in drops if d.variant == "nope" and d.perturbation.startswith(("shuffle", "random"))]
+    if nope:
+        bad = [d for d in nope if abs(d.mean) > NOPE_TOLERANCE]
+        L += [("**CHECK FAILED:** nope cannot see word order, yet its score moved by "
+               + ", ".join(f"{d.mean:+.2f} ({d.column} {d.perturbation})" for d in bad)
+               + f" (more than {NOPE_TOLERANCE:g} point): the perturbation or the evaluation is wrong; do not read "
+               "this table.") if bad else
+              f"Check: nope (no position information) moves by at most {max(abs(d.mean) for d in nope):.2f} points "
+              "on the shuffles, as a model blind to word order must.", ""]
+    else:
+        L += ["(No `nope` in this study: the check that a model blind to word order shows no drop was not made.)", ""]
+    return L
+
+
+def _longer_lines(study: List[Variant], rows: List[Dict]) -> List[str]:
+    lengths = sorted({int(L) for v in study for s in v.seeds if s.longer for L in s.longer["lengths"]})
+    if len(lengths) < 2:
+        return ["Not measured (LENGTH_FACTORS=1, or the longer stage has not run).", ""]
+    T = lengths[0]
+    L = [f"Validation MLM loss (bits) of the same text cut into blocks of T = {T} tokens (the pre-training length) "
+         "and longer, the same tokens masked at every length. Every model was pre-trained with positions for the "
+         "longest length; a variant with learned parameters per position or distance never trained those past T, "
+         "and is not measured there.", "",
+         "| variant | " + " | ".join(f"{L_ // T}T = {L_}" for L_ in lengths) + " | not measured beyond T, because |",
+         "|" + "---|" * (len(lengths) + 2)]
+    for v, r in zip(study, rows):
+        L.append(f"| {v.name} | " + " | ".join(_f(r.get(f"loss_len{L_}")) for L_ in lengths)
+                 + f" | {_cell(r.get('longer_not_measured') or '')} |")
+    return L + [""]
+
+
+def report_markdown(rows: List[Dict], columns: List[str], variants: List[Variant], total_updates: int,
+                    unigram: Optional[float], min_gap: float, corr: List[Dict], loss_pairs: List[Paired],
+                    intervals: List[Interval], drops: List[OrderDrop], problems: List[str], title: str,
+                    run: Sequence[str] = ()) -> str:
+    n_seeds = max((len(v.seeds) for v in variants), default=0)
+    L = [f"# {title}", "", "![overview](overview.png)", ""]
+    weak = [r["variant"] for r in rows if r["below_unigram_bits"] is None or r["below_unigram_bits"] < min_gap]
+    if unigram is not None and weak:
+        L += [f"> **WARNING: not fit for purpose.** {', '.join(weak)} did not end at least {min_gap:g} bit(s) below "
+              f"the unigram baseline ({unigram:.3f} bits): such a model barely uses context, so differences "
+              "between positional encodings say little. Use more updates or a bigger preset.", ""]
+    L += ["## Variants", "", "| variant | what it is | pre-training seeds |", "|---|---|---|"]
+    L += [f"| {v.name} | {_cell(v.about) or '—'} | {', '.join(str(s.seed) for s in v.seeds)} |" for v in variants]
+    L += ["", "## Pre-training: validation MLM loss (bits)", "",
+          f"Unigram baseline (entropy of the training tokens, what a model ignoring context scores): "
+          f"**{_f(unigram)} bits**. Budget: {total_updates} updates; the same data order, masks and seed for "
+          "every variant.", "",
+          "| variant | final | best | below unigram | " + " | ".join(f"@{int(f * 100)}%" for f in FRACTIONS)
+          + " | spread over seeds |", "|" + "---|" * (5 + len(FRACTIONS))]
+    for r in rows:
+        L.append(f"| {r['variant']} | {_f(r['final_valid_loss'])} | {_f(r['best_valid_loss'])} | "
+                 f"{_f(r['below_unigram_bits'])} | "
+                 + " | ".join(_f(r[f'loss_at_{int(f * 100)}pct']) for f in FRACTIONS)
+                 + f" | {_f(r['final_valid_loss_spread'])} |")
+    seed_sets = {v.name: [s.seed for s in v.seeds] for v in variants}
+    if len({tuple(x) for x in seed_sets.values()}) > 1:
+        L += ["", "A variant's loss is the mean over its own seeds; the paired table below compares the seeds both "
+              "variants have.", ""]
+    else:
+        L += ["", f"Pre-training seeds per variant: {n_seeds}. Losses are means over them.", ""]
+    L += ["### Differences paired by pre-training seed (final validation loss, row minus column variant)", ""]
+    L += _paired_lines(loss_pairs, n_seeds, "loss")
+    L += ["## Longer inputs", ""] + _longer_lines(variants, rows)
+    L += ["## Fine-tuning: median over seeds at the chosen LR (spread = max - min)", ""]
+    if columns:
+        L += ["| variant | " + " | ".join(columns) + " | average |", "|" + "---|" * (len(columns) + 2)]
+        for r in rows:
+            L.append(f"| {r['variant']} | " + " | ".join(
+                f"{_f(r[f'{c}_median'], 2)} ± {_f(r[f'{c}_spread'], 2)}" for c in columns)
+                + f" | {_f(r['downstream_avg'], 2)} |")
+        L += ["", "Per model, per LR the median over the fine-tuning seeds, the LR with the best median (MNLI-mm at "
+              "MNLI-m's LR), as `glue.collect`; `± x`: the spread of those seeds' scores (pooled over pre-training "
+              "seeds); the average is the mean of the task medians.", "",
+              "### Downstream differences: paired bootstrap", ""] + _interval_lines(intervals)
+    else:
+        L += ["No fine-tuning results.", ""]
+    L += ["## Word-order sensitivity", ""] + _order_lines(drops)
+    L += ["## Locality and symmetry (Chen et al. 2023) vs the downstream average", "",
+          "| variant | locality (pos) | symmetry (pos) | locality (attn) | symmetry (attn) | downstream avg |",
+          "|---|---|---|---|---|---|"]
+    for r in rows:
+        L.append(f"| {r['variant']} | {_f(r['loc_pos'])} | {_f(r['sym_pos'])} | {_f(r['loc_attn'])} | "
+                 f"{_f(r['sym_attn'])} | {_f(r['downstream_avg'], 2)} |")
+    L += ["", "| measure | n variants | Spearman | Pearson |", "|---|---|---|---|"]
+    for c in corr:
+        L.append(f"| {c['measure']} | {c['n']} | {_f(c['spearman'])} | {_f(c['pearson'])} |")
+    L += ["", "`—`: undefined (fewer than 2 variants with both values, or one side constant). "
+          "With a handful of variants a correlation is a description, not evidence: at n = 4 even "
+          "|rho| = 1 happens by chance with probability 1/12.", "", "## Missing parts and problems", ""]
+    L += [f"- {p}" for p in problems] or ["- none"]
+    L += [""] + list(run)
+    return "\n".join(L).rstrip("\n") + "\n"
+
+
+# ---- the command ------------------------------------------------------------------------------------------
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m study.report", description=__doc__.split("\n\n")[0])
+    p.add_argument("out", help="the study folder (OUT of train_scripts/study.sh)")
+    p.add_argument("--variants", required=True, help="variant names in report order, space-separated; "
+                   "NAME:S1,S2 gives a variant its own pre-training seeds")
+    p.add_argument("--pretrain-seeds", default="1", help="pre-training seeds of the variants without their own (default 1)")
+    p.add_argument("--total-updates", type=int, required=True, help="pre-training budget in updates")
+    p.add_argument("--data", help="fairseq data path a:b:c or a folder with data_path.txt (unigram baseline; "
+                                  "default OUT/c4/data-bin)")
+    p.add_argument("--min-gap-bits", type=float, default=1.0,
+                   help="warn unless every variant ends this many bits below the unigram baseline (default 1)")
+    p.add_argument("--resamples", type=int, default=2000, help="bootstrap resamples (default 2000)")
+    p.add_argument("--title", default="Study report")
+    args = p.parse_args(argv)
+    seeds = [int(s) for s in args.pretrain_seeds.replace(",", " ").split()]
+    try:
+        variants = parse_variants(args.variants, seeds)
+    except ValueError as e:
+        p.error(str(e))
+    problems: List[str] = []
+    try:
+        unigram: Optional[float] = entropy_bits(token_counts(":".join(read_data_path(
+            args.data or os.path.join(args.out, "c4", "data-bin")))))
+    except (OSError, ValueError) as e:
+        unigram = None
+        problems.append(f"unigram baseline not computed: {e}")
+    study = load_study(args.out, variants, problems)
+    columns = sorted({c for v in study for s in v.seeds for c in s.tasks})
+    drops = order_drops(study, problems)
+    rows = [variant_row(v, columns, args.total_updates, unigram, drops) for v in study]
+    corr = correlations(rows)
+    loss_pairs = paired_differences({v.name: {s.seed: s.final for s in v.seeds if s.final is not None} for v in study})
+    intervals = bootstrap_pairs(study, columns, problems, args.resamples)
+    md = report_markdown(rows, columns, study, args.total_updates, unigram, args.min_gap_bits, corr, loss_pairs,
+                         intervals, drops, problems, args.title, run_section(args.out))
+    write_csv_atomic(os.path.join(args.out, "study.csv"), rows)
+    write_csv_atomic(os.path.join(args.out, "correlation.csv"),
+                     [{k: c[k] for k in ("measure", "n", "spearman", "pearson")} for c in corr])
+    write_csv_atomic(os.path.join(args.out, "differences.csv"),
+                     [{"a": iv.a, "b": iv.b, "task": iv.column, "difference": iv.diff, "low": iv.low, "high": iv.high,
+                       "runs": iv.runs, "examples": iv.examples, "verdict": iv.verdict,
+                       "by_pretrain_seed": " ".join(f"{s}:{d:.4f}" for s, d in sorted(iv.by_seed.items()))}
+                      for iv in intervals])
+    write_csv_atomic(os.path.join(args.out, "order.csv"),
+                     [{"variant": d.variant, "task": d.column, "perturbation": d.perturbation, "mean_drop": d.mean,
+                       "spread": d.spread, "runs": len(d.drops), "changed": d.changed, "examples": d.examples}
+                      for d in drops])
+    write_text(os.path.join(args.out, "report.md"), md)
+    from study.figure import overview
+
+    overview(os.path.join(args.out, "overview.png"), study, rows, columns, corr, unigram)
+    print(md, end="")
+    weak = [r["variant"] for r in rows if r["below_unigram_bits"] is None or r["below_unigram_bits"] < args.min_gap_bits]
+    if unigram is not None and weak:
+        print(f"\nWARNING: {', '.join(weak)} did not end {args.min_gap_bits:g} bit(s) below the unigram baseline "
+              f"({unigram:.3f} bits): this preset is not fit for comparing positional encodings.", file=sys.stderr)
+    print(f"\nwrote {args.out}/report.md, study.csv, correlation.csv, differences.csv, order.csv, overview.png",
+          file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

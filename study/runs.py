@@ -1,0 +1,299 @@
+"""Reading a study folder (layout written by ``python -m study``, see ``study.stages``)::
+
+    OUT/pretrain/V/seedS/train.log                     fairseq log (json or simple) with the validations
+    OUT/finetune/V/seedS/TASK/lr{LR}_seed{K}/          result.json (glue/finetune.sh), predictions.json, order.json
+    OUT/locality/V/seedS.csv                           tupe-locality --out-csv
+    OUT/longer/V/seedS.json                            study.longer_inputs
+    OUT/c4/data-bin/data_path.txt                      the training shards (for the unigram baseline)
+
+Everything missing is appended to ``problems`` (the report lists it) rather than raised.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import re
+import statistics
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from tupe_common.glue_selection import select_columns
+from tupe_common.mmap_index import token_dtype
+
+# --------------------------------------------------------------------------------------------
+# Pre-training: validation curve and unigram baseline
+# --------------------------------------------------------------------------------------------
+
+_JSON_VALID = re.compile(r"\| valid \| (\{.*\})\s*$")
+_SIMPLE_VALID = re.compile(r"valid on 'valid' subset \| (.*)$")
+
+
+def parse_valid_curve(log_path: str) -> Dict[int, float]:
+    """{num_updates: validation loss} of subset ``valid`` in a fairseq log (json or simple format).
+
+    A resumed run repeats a validation in the same log: the last line for an update count wins.
+    """
+    curve: Dict[int, float] = {}
+    with open(log_path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            m = _JSON_VALID.search(line)
+            if m:
+                try:
+                    stats = json.loads(m.group(1))
+                    curve[int(float(stats["valid_num_updates"]))] = float(stats["valid_loss"])
+                except (json.JSONDecodeError, KeyError, ValueError):
+                    continue
+                continue
+            m = _SIMPLE_VALID.search(line)
+            if m:
+                pairs = (kv.strip().split(" ", 1) for kv in m.group(1).split(" | "))
+                stats = {kv[0]: kv[1] for kv in pairs if len(kv) == 2}
+                try:
+                    curve[int(float(stats["num_updates"]))] = float(stats["loss"])
+                except (KeyError, ValueError):
+                    continue
+    return dict(sorted(curve.items()))
+
+
+def loss_at(curve: Dict[int, float], update: int) -> Tuple[Optional[float], Optional[int]]:
+    """The validation loss at the validation nearest to ``update`` (ties: the earlier), and its update."""
+    if not curve:
+        return None, None
+    nearest = min(curve, key=lambda u: (abs(u - update), u))
+    return curve[nearest], nearest
+
+
+def token_counts(data_path: str) -> np.ndarray:
+    """Counts per token id over the ``train`` split of every shard in ``a:b:c`` (fairseq mmap binaries)."""
+    counts = np.zeros(0, dtype=np.int64)
+    for shard in data_path.split(":"):
+        prefix = os.path.join(shard, "train")
+        if not os.path.isfile(prefix + ".idx"):
+            raise FileNotFoundError(f"{prefix}.idx: no train split in shard {shard}")
+        tokens = np.memmap(prefix + ".bin", dtype=token_dtype(prefix + ".idx"), mode="r")
+        c = np.bincount(tokens)
+        if len(c) > len(counts):
+            counts = np.pad(counts, (0, len(c) - len(counts)))
+        counts[: len(c)] += c
+    return counts
+
+
+# --------------------------------------------------------------------------------------------
+# Fine-tuning: per column, the protocol's LR (tupe_common.glue_selection) and its runs
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Pick:
+    """One column (a task's dev subset) of one pre-trained model at the LR the protocol chose."""
+
+    column: str
+    task: str
+    subset: str
+    metric: str
+    lr: float
+    scores: Dict[int, float]  # fine-tuning seed -> best dev score (result.json)
+    dirs: Dict[int, str]  # fine-tuning seed -> run folder
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.scores.values())
+
+    @property
+    def spread(self) -> float:
+        return max(self.scores.values()) - min(self.scores.values())
+
+
+Run = Tuple[str, float, int, Dict[str, float], str]  # task, lr, seed, {subset: score}, run folder
+
+
+def pick_columns(runs: Sequence[Run]) -> Dict[str, Pick]:
+    """{column: Pick}: per LR the median over seeds, the best LR; a column with ``lr_from`` (MNLI-mm) at its
+    leader's LR (glue.tasks' columns, the selection glue.collect makes)."""
+    from glue.tasks import get_task
+
+    by_col: Dict[str, Dict[float, Dict[int, Tuple[float, str]]]] = {}
+    info: Dict[str, Tuple[str, str, str, Optional[str]]] = {}
+    for task, lr, seed, scores, path in runs:
+        t = get_task(task, custom=True)
+        for col in t.columns:
+            if col.subset in scores:
+                by_col.setdefault(col.name, {}).setdefault(lr, {})[seed] = (scores[col.subset], path)
+                info[col.name] = (t.name, col.subset, t.metric, col.lr_from)
+    chosen = select_columns({c: {lr: [s for s, _ in runs.values()] for lr, runs in by_lr.items()}
+                             for c, by_lr in by_col.items()}, {c: i[3] for c, i in info.items()})
+    out = {}
+    for col in sorted(by_col):
+        lr = chosen[col]
+        if lr is None:
+            continue
+        at = by_col[col][lr]
+        task, subset, metric, _ = info[col]
+        out[col] = Pick(col, task, subset, metric, lr, {k: s for k, (s, _) in at.items()},
+                        {k: p for k, (_, p) in at.items()})
+    return out
+
+
+def read_finetune_dir(root: str, problems: List[str]) -> List[Run]:
+    """Every finished run under ``root/TASK/lr{LR}_seed{K}/`` (glue.collect's reader)."""
+    from glue.collect import RUN_DIR_RE, read_run
+    from glue.tasks import get_task
+
+    runs: List[Run] = []
+    if not os.path.isdir(root):
+        return runs
+    for task in sorted(os.listdir(root)):
+        task_dir = os.path.join(root, task)
+        if task.startswith(".") or not os.path.isdir(task_dir):
+            continue
+        for name in sorted(os.listdir(task_dir)):
+            m = RUN_DIR_RE.match(name)
+            if not m:
+                continue
+            path = os.path.join(task_dir, name)
+            try:
+                scores = read_run(task, path, get_task(task, custom=True).metric)
+            except ValueError as e:
+                problems.append(str(e))
+                continue
+            runs.append((task, float(m.group("lr")), int(m.group("seed")), scores, path))
+    return runs
+
+
+def read_json(path: str) -> Optional[dict]:
+    if not os.path.isfile(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+# --------------------------------------------------------------------------------------------
+# Locality / symmetry from tupe-locality's CSV
+# --------------------------------------------------------------------------------------------
+
+
+def read_locality(path: str) -> Dict[str, float]:
+    """{'loc_pos', 'sym_pos', 'loc_attn', 'sym_attn'} from the 'mean' rows of a ``tupe-locality`` CSV."""
+    out: Dict[str, float] = {}
+    with open(path, newline="", encoding="utf-8") as f:
+        for row in csv.DictReader(f):
+            if row.get("head") != "mean":
+                continue
+            kind = "pos" if row["source"] == "position" else "attn" if row["source"].startswith("attention") else None
+            if kind:
+                out[f"loc_{kind}"] = float(row["locality"])
+                out[f"sym_{kind}"] = float(row["symmetry"])
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# One variant, several pre-training seeds
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class SeedRun:
+    seed: int
+    curve: Dict[int, float]
+    tasks: Dict[str, Pick]
+    locality: Dict[str, float]
+    longer: Optional[dict] = None  # study.longer_inputs' record
+
+    @property
+    def final(self) -> Optional[float]:
+        return self.curve[max(self.curve)] if self.curve else None
+
+    @property
+    def best(self) -> Optional[float]:
+        return min(self.curve.values()) if self.curve else None
+
+    def downstream(self, columns: Sequence[str]) -> Optional[float]:
+        if not columns or any(c not in self.tasks for c in columns):
+            return None
+        return statistics.mean(self.tasks[c].median for c in columns)
+
+
+@dataclass
+class Variant:
+    name: str
+    about: str = ""
+    seeds: List[SeedRun] = field(default_factory=list)
+
+
+def parse_variants(text: str, default_seeds: Sequence[int]) -> List[Tuple[str, List[int]]]:
+    """``"bert-a:1,2 tupe-r:1,2 bert-r"`` -> [(name, pre-training seeds)]: a variant's own seeds after a
+    colon, else ``default_seeds``. Names without seeds may also be separated by commas."""
+    out = []
+    entries = [e for token in text.split() for e in ([token] if ":" in token else token.split(","))]
+    for entry in entries:
+        name, _, own = entry.partition(":")
+        seeds = [int(s) for s in own.split(",") if s] if own else list(default_seeds)
+        if not name or not seeds:
+            raise ValueError(f"variant entry {entry!r}: write NAME or NAME:SEED,SEED,...")
+        out.append((name, seeds))
+    return out
+
+
+def about_variants() -> Dict[str, str]:
+    """Registered variant -> its one-line description (empty when the plugin cannot be imported)."""
+    try:
+        from study.plan import registry
+
+        return registry()
+    except ImportError:
+        return {}
+
+
+def load_study(out: str, variants: Sequence[Tuple[str, Sequence[int]]], problems: List[str]) -> List[Variant]:
+    about = about_variants()
+    result = []
+    for name, seeds in variants:
+        v = Variant(name, about.get(name, ""))
+        for seed in seeds:
+            log = os.path.join(out, "pretrain", name, f"seed{seed}", "train.log")
+            curve = parse_valid_curve(log) if os.path.isfile(log) else {}
+            if not curve:
+                problems.append(f"{log}: no validation loss (pre-training missing or unfinished)")
+            runs = read_finetune_dir(os.path.join(out, "finetune", name, f"seed{seed}"), problems)
+            if not runs:
+                problems.append(f"{name} seed {seed}: no finished fine-tuning run")
+            loc_csv = os.path.join(out, "locality", name, f"seed{seed}.csv")
+            loc = read_locality(loc_csv) if os.path.isfile(loc_csv) else {}
+            if not loc:
+                problems.append(f"{loc_csv}: missing (locality/symmetry not measured)")
+            longer = read_json(os.path.join(out, "longer", name, f"seed{seed}.json"))
+            v.seeds.append(SeedRun(seed, curve, pick_columns(runs), loc, longer))
+        result.append(v)
+    return result
+
+
+def run_section(out: str) -> List[str]:
+    """The settings (``OUT/settings.env``) and the wall time per stage and machine (``OUT/timings.tsv``,
+    one line per finished part: stage, part, seconds, date, machine) as Markdown lines."""
+    lines = ["## Run", ""]
+    settings = os.path.join(out, "settings.env")
+    if os.path.isfile(settings):
+        with open(settings, encoding="utf-8") as f:
+            lines += ["Settings (`settings.env`):", "", "```", f.read().rstrip("\n"), "```", ""]
+    timings = os.path.join(out, "timings.tsv")
+    if not os.path.isfile(timings):
+        return lines + ["No timings recorded.", ""]
+    per_stage: Dict[str, List[int]] = {}
+    machines: Dict[str, int] = {}
+    with open(timings, encoding="utf-8") as f:
+        for line in f:
+            fields = line.rstrip("\n").split("\t")
+            if len(fields) != 5 or not fields[2].isdigit():
+                continue
+            per_stage.setdefault(fields[0], []).append(int(fields[2]))
+            machines[fields[4]] = machines.get(fields[4], 0) + 1
+    total = sum(sum(v) for v in per_stage.values())
+    lines += ["| stage | parts | wall time (min) |", "|---|---|---|"]
+    lines += [f"| {stage} | {len(v)} | {sum(v) / 60:.1f} |" for stage, v in per_stage.items()]
+    lines += [f"| **all** | {sum(len(v) for v in per_stage.values())} | **{total / 60:.1f}** |", "",
+              "Machines (parts run there): " + "; ".join(f"{m} ({n})" for m, n in machines.items()) + ". "
+              "The wall time is the sum over parts as they ran (a rerun adds only what it did).", ""]
+    return lines

@@ -1,0 +1,315 @@
+"""The study's stages, declared once: ``STAGES`` is the table that ``--list``, ``--part``, ``--slurm`` and
+the full run iterate over. A stage is its name, its parts (argument tuples), when a part is done (its output
+exists, so a rerun skips it) and how a part runs. Adding a stage is one function set and one table row.
+
+    prep      C4-format text -> sentencepiece + shards; the tasks binarized with that vocabulary; held-out lines
+    pretrain  every variant x its seeds (train_scripts/pretrain.sh)      -> OUT/pretrain/V/seedS/
+    locality  position-only and real attention maps (tupe-locality)     -> OUT/locality/V/seedS.csv
+    longer    validation MLM loss at T, 2T, 4T (study.longer_inputs)     -> OUT/longer/V/seedS.json
+    finetune  every model x task x FT_LRS x SEEDS (glue/finetune.sh), with its dev predictions
+              -> OUT/finetune/V/seedS/TASK/lr{LR}_seed{K}/{result,predictions}.json
+    order     each fine-tuned model on its dev set with the word order perturbed (study.dev_eval) -> order.json
+    report    OUT/report.md, study.csv, differences.csv, overview.png (study.report)
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from typing import Callable, List, Sequence, Tuple
+
+from study.plan import Plan
+from tupe_common.io import read_data_path
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPTS = os.path.join(REPO, "train_scripts")
+
+
+class PartFailed(Exception):
+    """A part that ran and failed (bad data, a failing tool): exit 1; the message names the log."""
+
+
+def note(msg: str) -> None:
+    print(f"study.sh: {msg}", file=sys.stderr, flush=True)
+
+
+def run_logged(cmd: Sequence[str], log: str, env: dict, echo: bool = True, append: bool = False) -> int:
+    """Run ``cmd`` with its output in ``log`` (and on stderr when ``echo``); returns its exit status."""
+    os.makedirs(os.path.dirname(log), exist_ok=True)
+    with open(log, "a" if append else "w", encoding="utf-8") as f:
+        p = subprocess.Popen(list(cmd), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, text=True,
+                             errors="replace")
+        for line in p.stdout:
+            f.write(line)
+            if echo:
+                sys.stderr.write(line)
+        return p.wait()
+
+
+def tail(path: str, n: int = 20) -> str:
+    with open(path, encoding="utf-8", errors="replace") as f:
+        return "".join(f.readlines()[-n:])
+
+
+def child_env(**more: object) -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = REPO + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env.setdefault("PYTHON", sys.executable)
+    env.update({k: str(v) for k, v in more.items()})
+    return env
+
+
+# ---- prep ---------------------------------------------------------------------------------------------------
+
+
+def spm_dir(plan: Plan) -> str:
+    return plan.path("c4", "spm")
+
+
+def tasks_bin(plan: Plan) -> str:
+    return plan.path("tasks-bin")
+
+
+def heldout(plan: Plan) -> str:
+    return plan.path("locality", "heldout.txt")
+
+
+def prep_done(plan: Plan) -> bool:
+    return (os.path.isfile(plan.path("c4", "data-bin", "data_path.txt")) and os.path.isfile(heldout(plan))
+            and all(os.path.isdir(os.path.join(tasks_bin(plan), f"{t}-bin")) for t in plan.tasks))
+
+
+def run_prep(plan: Plan) -> None:
+    v = plan.values
+    if not v["C4_DIR"]:
+        raise PartFailed("C4_DIR is required: C4-format files (see python -m preprocess.text_to_c4)")
+    # TOKENS_PER_SAMPLE: the binarizer splits lines longer than one pre-training block (fairseq would drop them)
+    env = child_env(OUT_DIR=plan.path("c4"), VOCAB_SIZE=v["VOCAB_SIZE"], MAX_SHARDS=v["MAX_SHARDS"],
+                    MAX_DOCS=v["MAX_DOCS"], JOBS=v["PREP_JOBS"], TOKENS_PER_SAMPLE=v["TOKENS_PER_SAMPLE"])
+    if subprocess.run([os.path.join(REPO, "preprocess", "c4", "run_all.sh"), v["C4_DIR"]], env=env).returncode:
+        raise PartFailed("the C4 preprocessing failed (messages above)")
+    if plan.tasks:
+        cmd = [sys.executable, "-m", "preprocess.glue_binarize", "--glue-dir", v["TASKS_DIR"], "--tasks",
+               ",".join(plan.tasks), "--spm-model", os.path.join(spm_dir(plan), "spm.model"), "--dict",
+               os.path.join(spm_dir(plan), "dict.txt"), "--out-dir", tasks_bin(plan)]
+        if subprocess.run(cmd, env=child_env()).returncode:
+            raise PartFailed("binarizing the tasks failed (messages above)")
+    if not os.path.isfile(heldout(plan)):
+        write_heldout(plan)
+
+
+def write_heldout(plan: Plan) -> None:
+    """The first LOC_SENTENCES non-empty lines of the extracted validation text."""
+    import glob
+    import gzip
+
+    files = sorted(glob.glob(plan.path("c4", "text", "c4-validation.*")))
+    if not files:
+        raise PartFailed(f"no validation text {plan.path('c4', 'text', 'c4-validation.*')} for the held-out lines")
+    want, lines = int(plan.values["LOC_SENTENCES"]), []
+    for path in files:
+        with (gzip.open(path, "rt", encoding="utf-8") if path.endswith(".gz") else open(path, encoding="utf-8")) as f:
+            lines += [line for line in f if line.strip()][: want - len(lines)]
+        if len(lines) >= want:
+            break
+    if not lines:
+        raise PartFailed(f"the validation text in {plan.path('c4', 'text')} has no non-empty line")
+    from tupe_common.io import write_text
+
+    os.makedirs(os.path.dirname(heldout(plan)), exist_ok=True)
+    write_text(heldout(plan), "".join(lines))
+
+
+# ---- pretrain -----------------------------------------------------------------------------------------------
+
+
+def pretrain_done(plan: Plan, variant: str, seed: int) -> bool:
+    return os.path.isfile(os.path.join(plan.pretrain_dir(variant, seed), "pretrain.done"))
+
+
+def run_pretrain(plan: Plan, variant: str, seed: int) -> None:
+    v, out = plan.values, plan.pretrain_dir(variant, seed)
+    if not prep_done(plan):
+        raise PartFailed("prep is not finished: run --part prep first")
+    interval = plan.valid_interval
+    valid_args = f"--log-format json --validate-interval-updates {interval}"  # json lines: what the report reads
+    if int(v["VALID_STEPS"]) > 0:
+        valid_args += f" --max-valid-steps {v['VALID_STEPS']}"
+    data = ":".join(read_data_path(plan.path("c4", "data-bin")))
+    note(f"pre-training {variant} seed {seed} ({v['TOTAL_UPDATES']} updates, {plan.max_positions} positions) "
+         f"-> {out} (log: {out}/train.log)")
+    # fairseq validates (and saves) every VALID_INTERVAL updates; the positions leave room for the longer inputs
+    env = child_env(DATA=data, VARIANT=variant, SIZE=v["SIZE"], ARCH="auto", SAVE_DIR=out,
+                    TENSORBOARD_DIR=os.path.join(out, "tensorboard"), GPUS=v["GPUS"], SENTENCES_PER_UPDATE=v["BATCH_SIZE"],
+                    MAX_SENTENCES=v["MAX_SENTENCES"], UPDATE_FREQ="auto", TOKENS_PER_SAMPLE=v["TOKENS_PER_SAMPLE"],
+                    MAX_POSITIONS=plan.max_positions, TOTAL_UPDATES=v["TOTAL_UPDATES"], WARMUP=v["WARMUP"],
+                    LR=v["PRETRAIN_LR"], SEED=seed, SAVE_INTERVAL_UPDATES=interval, KEEP_INTERVAL_UPDATES=1,
+                    KEEP_PATTERN=-1, LOG_INTERVAL=max(interval // 2, 1), NUM_WORKERS=v["NUM_WORKERS"], DRY_RUN=0,
+                    EXTRA_ARGS=f"{v['MODEL_ARGS']} {valid_args}")
+    env.pop("BATCH_SIZE", None)  # pretrain.sh's former name of SENTENCES_PER_UPDATE: it would warn
+    log = os.path.join(out, "train.log")
+    if run_logged([os.path.join(SCRIPTS, "pretrain.sh")], log, env, append=True):
+        raise PartFailed(f"pre-training {variant} seed {seed} failed; log {log}")
+    from datetime import datetime, timezone
+
+    with open(os.path.join(out, "pretrain.done"), "w", encoding="utf-8") as f:
+        f.write(datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ") + "\n")
+
+
+def checkpoint_of(plan: Plan, variant: str, seed: int) -> str:
+    if not pretrain_done(plan, variant, seed):
+        raise PartFailed(f"pre-training {variant} seed {seed} is not finished ({plan.pretrain_dir(variant, seed)}): "
+                         "run it first")
+    return os.path.join(plan.pretrain_dir(variant, seed), "checkpoint_last.pt")
+
+
+# ---- locality -----------------------------------------------------------------------------------------------
+
+
+def locality_csv(plan: Plan, variant: str, seed: int) -> str:
+    return plan.path("locality", variant, f"seed{seed}.csv")
+
+
+def locality_done(plan: Plan, variant: str, seed: int) -> bool:
+    return os.path.isfile(locality_csv(plan, variant, seed))
+
+
+def run_locality(plan: Plan, variant: str, seed: int) -> None:
+    ckpt, csv = checkpoint_of(plan, variant, seed), locality_csv(plan, variant, seed)
+    note(f"locality/symmetry of {variant} seed {seed} -> {csv}")
+    cmd = [sys.executable, "-m", "tupe_plugin.analysis.locality_cli", ckpt, "--length", plan.values["LOC_LENGTH"],
+           "--text", heldout(plan), "--spm-model", os.path.join(spm_dir(plan), "spm.model"), "--data", spm_dir(plan),
+           "--max-sentences", plan.values["LOC_SENTENCES"], "--out-csv", csv]
+    log = csv[:-len(".csv")] + ".log"
+    if run_logged(cmd, log, child_env(), echo=False):
+        sys.stderr.write(tail(log))
+        raise PartFailed(f"tupe-locality failed; log {log}")
+
+
+# ---- longer inputs ------------------------------------------------------------------------------------------
+
+
+def longer_json(plan: Plan, variant: str, seed: int) -> str:
+    return plan.path("longer", variant, f"seed{seed}.json")
+
+
+def longer_parts(plan: Plan) -> List[Tuple]:
+    return plan.pretrain_parts() if len(plan.length_factors) > 1 else []
+
+
+def longer_done(plan: Plan, variant: str, seed: int) -> bool:
+    return os.path.isfile(longer_json(plan, variant, seed))
+
+
+def run_longer(plan: Plan, variant: str, seed: int) -> None:
+    from study.longer_inputs import measure
+
+    ckpt, out = checkpoint_of(plan, variant, seed), longer_json(plan, variant, seed)
+    data = read_data_path(plan.path("c4", "data-bin"))[0]  # fairseq reads the valid split from the first shard
+    T = int(plan.values["TOKENS_PER_SAMPLE"])
+    note(f"longer inputs of {variant} seed {seed}: MLM loss at {', '.join(f'{f}T' for f in plan.length_factors)} "
+         f"-> {out}")
+    measure(ckpt, data, [T * f for f in plan.length_factors], int(plan.values["LONGER_TOKENS"]), out, seed=seed)
+
+
+# ---- finetune and order -------------------------------------------------------------------------------------
+
+
+def finetune_done(plan: Plan, *part) -> bool:
+    d = plan.finetune_dir(*part)
+    return os.path.isfile(os.path.join(d, "result.json")) and os.path.isfile(os.path.join(d, "predictions.json"))
+
+
+def finetuned_checkpoint(run_dir: str) -> str:
+    return os.path.join(run_dir, "checkpoints", "checkpoint_best.pt")
+
+
+def run_finetune(plan: Plan, variant: str, seed: int, task: str, lr: str, k: int) -> None:
+    from study.dev_eval import write_predictions
+
+    v, ckpt = plan.values, checkpoint_of(plan, variant, seed)
+    runs = plan.path("finetune", variant, f"seed{seed}")
+    run_dir = plan.finetune_dir(variant, seed, task, lr, k)
+    log = os.path.join(runs, ".logs", f"{task}_lr{lr}_seed{k}.out")
+    # the size flags are not in tupe-checkpoint-info --fairseq-args: pass them as at pre-training; the best
+    # checkpoint is kept for its dev predictions (and the word-order stage), then removed
+    env = child_env(CHECKPOINT=ckpt, GLUE_BIN=tasks_bin(plan), RUNS=runs, EPOCHS=v["FT_EPOCHS"], BATCH=v["FT_BATCH"],
+                    QUIET=1, NUM_WORKERS=v["NUM_WORKERS"], KEEP_CHECKPOINTS=1,
+                    EXTRA_ARGS=f"{v['MODEL_ARGS']} {v['FT_EXTRA_ARGS']}")
+    if run_logged([os.path.join(REPO, "glue", "finetune.sh"), task, lr, str(k)], log, env, echo=False):
+        sys.stderr.write(tail(log))
+        raise PartFailed(f"fine-tuning failed; log {log}")
+    best = os.path.join(run_dir, "best.txt")
+    if os.path.isfile(best):
+        note(f"{task} lr{lr}_seed{k}: {open(best, encoding='utf-8').read().strip()}")
+    model = finetuned_checkpoint(run_dir)
+    if not os.path.isfile(model):
+        raise PartFailed(f"{run_dir}: finished without its checkpoint (an older run?): its dev predictions cannot "
+                         "be written; move the folder away to redo the run")
+    write_predictions(model, task, v["TASKS_DIR"], os.path.join(tasks_bin(plan), f"{task}-bin"),
+                      os.path.join(spm_dir(plan), "spm.model"), os.path.join(run_dir, "predictions.json"))
+    if not plan.order_windows:
+        shutil.rmtree(os.path.dirname(model))
+
+
+def order_done(plan: Plan, *part) -> bool:
+    return os.path.isfile(os.path.join(plan.finetune_dir(*part), "order.json"))
+
+
+def order_parts(plan: Plan) -> List[Tuple]:
+    return plan.finetune_parts() if plan.order_windows else []
+
+
+def run_order(plan: Plan, variant: str, seed: int, task: str, lr: str, k: int) -> None:
+    from study.dev_eval import write_order
+
+    run_dir = plan.finetune_dir(variant, seed, task, lr, k)
+    if not finetune_done(plan, variant, seed, task, lr, k):
+        raise PartFailed(f"fine-tuning {variant} seed {seed} {task} lr {lr} seed {k} is not finished: run it first")
+    model = finetuned_checkpoint(run_dir)
+    if not os.path.isfile(model):
+        raise PartFailed(f"{model}: the fine-tuned checkpoint is gone; move {run_dir} away to redo the run")
+    write_order(model, task, plan.values["TASKS_DIR"], os.path.join(tasks_bin(plan), f"{task}-bin"),
+                os.path.join(spm_dir(plan), "spm.model"), plan.order_windows, os.path.join(run_dir, "order.json"))
+    shutil.rmtree(os.path.dirname(model))  # measured: the checkpoint is not needed any more
+
+
+# ---- report -------------------------------------------------------------------------------------------------
+
+
+def run_report(plan: Plan) -> None:
+    from study.report import main as report
+
+    v = plan.values
+    argv = [plan.out, "--variants", plan.variants_text(), "--total-updates", v["TOTAL_UPDATES"],
+            "--min-gap-bits", v["MIN_GAP_BITS"],
+            "--title", f"Study: PRESET={v['PRESET']}, {v['TOTAL_UPDATES']} updates, {len(plan.variants)} variants"]
+    if report(argv):
+        raise PartFailed("the report failed")
+
+
+# ---- the table ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    parts: Callable[[Plan], List[Tuple]]
+    done: Callable[..., bool]  # done(plan, *part)
+    run: Callable[..., None]  # run(plan, *part)
+    after: str = ""  # the stage whose parts this one needs (SLURM: --dependency=afterok)
+    always: bool = False  # rerun even when done (the report is rewritten from what is finished)
+
+
+STAGES: Tuple[Stage, ...] = (
+    Stage("prep", lambda plan: [()], prep_done, run_prep),
+    Stage("pretrain", Plan.pretrain_parts, pretrain_done, run_pretrain, after="prep"),
+    Stage("locality", Plan.pretrain_parts, locality_done, run_locality, after="pretrain"),
+    Stage("longer", longer_parts, longer_done, run_longer, after="pretrain"),
+    Stage("finetune", Plan.finetune_parts, finetune_done, run_finetune, after="pretrain"),
+    Stage("order", order_parts, order_done, run_order, after="finetune"),
+    Stage("report", lambda plan: [()], lambda plan: os.path.isfile(plan.path("report.md")), run_report, always=True),
+)
+BY_NAME = {s.name: s for s in STAGES}
