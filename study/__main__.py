@@ -163,7 +163,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             print(f"study.sh: settings (NAME=value)\n{shown}", file=sys.stderr)
         check_settings(plan)
         n_ft = len(plan.finetune_parts())
-        note(f"{len(plan.variants)} variant(s), {len(plan.pretrain_parts())} pre-training run(s) of "
+        note(f"{plan.models_text()}, {len(plan.pretrain_parts())} pre-training run(s) of "
              f"{plan.values['TOTAL_UPDATES']} updates (validation every {plan.valid_interval}); {n_ft} fine-tuning "
              f"run(s) ({len(plan.tasks)} task(s): {' '.join(plan.tasks) or 'none'} x {len(plan.lrs)} LR(s) x "
              f"{len(plan.seeds)} seed(s) per model)")

@@ -18,7 +18,8 @@ import sys
 from typing import Dict, List, Optional, Sequence
 
 from study.compare import Interval, OrderDrop, Paired, bootstrap_pairs, order_drops, paired_differences
-from study.runs import Variant, load_study, loss_at, parse_variants, run_section, token_counts
+from study.longer_inputs import NOT_FOR_ELECTRA
+from study.runs import ELECTRA_KEYS, Variant, load_study, loss_at, parse_variants, run_section, token_counts
 from tupe_common.io import read_data_path, write_csv, write_text
 from study.stats import entropy_bits, pearson, spearman
 
@@ -48,7 +49,7 @@ def variant_row(v: Variant, columns: Sequence[str], total_updates: int, unigram:
     """The study.csv row of a variant: means over its pre-training seeds; per task the median and spread
     over all its fine-tuning runs (pooled over pre-training seeds)."""
     finals = [s.final for s in v.seeds]
-    row: Dict = {"variant": v.name, "pretrain_seeds": " ".join(str(s.seed) for s in v.seeds),
+    row: Dict = {"variant": v.name, "objective": v.objective, "pretrain_seeds": " ".join(str(s.seed) for s in v.seeds),
                  "final_valid_loss": _mean(finals), "final_valid_loss_spread": _spread(finals),
                  "final_valid_loss_by_seed": " ".join(f"{s.seed}:{s.final:.4f}" for s in v.seeds if s.final is not None),
                  "best_valid_loss": _mean([s.best for s in v.seeds]), "unigram_bits": unigram,
@@ -66,7 +67,12 @@ def variant_row(v: Variant, columns: Sequence[str], total_updates: int, unigram:
     for length, loss in longer_losses(v).items():
         row[f"loss_len{length}"] = loss
     reasons = {s.longer.get("not_beyond") for s in v.seeds if s.longer} - {None}
-    row["longer_not_measured"] = "; ".join(sorted(reasons)) or None
+    row["longer_not_measured"] = NOT_FOR_ELECTRA if v.objective == "electra" else "; ".join(sorted(reasons)) or None
+    if v.objective == "electra":  # its own quantities, in their own columns (ELECTRA_KEYS)
+        for key in ELECTRA_KEYS:
+            row[f"final_{key}"] = _mean([s.electra_final(key) for s in v.seeds])
+        for key in ("gen_loss", "disc_loss"):
+            row[f"final_{key}_spread"] = _spread([s.electra_final(key) for s in v.seeds])
     for d in drops:
         if d.variant == v.name:
             row[f"order_drop_{d.column}_{d.perturbation}"] = d.mean
@@ -217,31 +223,69 @@ def _longer_lines(study: List[Variant], rows: List[Dict]) -> List[str]:
     return L + [""]
 
 
+def weak_variants(rows: Sequence[Dict], unigram: Optional[float], min_gap: float) -> List[str]:
+    """The MLM models that did not end ``min_gap`` bits below the unigram baseline (ELECTRA's losses are
+    other quantities: the baseline says nothing about them)."""
+    if unigram is None:
+        return []
+    return [r["variant"] for r in rows if r["objective"] == "mlm"
+            and (r["below_unigram_bits"] is None or r["below_unigram_bits"] < min_gap)]
+
+
+def _electra_lines(variants: List[Variant], rows: List[Dict], gen_pairs: List[Paired]) -> List[str]:
+    here = [r for r in rows if r["objective"] == "electra"]
+    if not here:
+        return []
+    L = ["## Pre-training: ELECTRA (generator MLM loss, discriminator loss)", "",
+         "The final validation of each ELECTRA run (`--criterion electra`, docs/electra.md), mean over its "
+         "pre-training seeds: the generator's MLM loss in bits over the masked tokens and its accuracy there; the "
+         "discriminator's loss (binary cross-entropy in bits per non-pad token), its accuracy and the share of the "
+         "tokens the generator replaced. These are other quantities than an MLM model's loss (the generator is "
+         "1/N of the width; the discriminator's task gets harder as its generator gets better), so they are not in "
+         "the MLM tables, the unigram check or the loss comparisons above; the objectives are compared downstream.",
+         "", "| model | generator loss | generator acc. (%) | discriminator loss | discriminator acc. (%) | "
+         "replace rate (%) | spread over seeds (gen / disc) |", "|---|---|---|---|---|---|---|"]
+    for r in here:
+        L.append(f"| {r['variant']} | {_f(r['final_gen_loss'])} | {_f(r['final_gen_acc'], 2)} | "
+                 f"{_f(r['final_disc_loss'], 4)} | {_f(r['final_disc_acc'], 2)} | {_f(r['final_replace_rate'], 2)} | "
+                 f"{_f(r['final_gen_loss_spread'])} / {_f(r['final_disc_loss_spread'], 4)} |")
+    L += [""]
+    if len(here) > 1:
+        n_seeds = max(len(v.seeds) for v in variants if v.objective == "electra")
+        L += ["### Generator loss paired by pre-training seed (row minus column model)", "",
+              "Generators of the same size, each the variant's own encoder: their MLM losses compare as the MLM "
+              "models' do. The discriminator losses are not ranked: each faces its own generator's replacements.",
+              ""] + _paired_lines(gen_pairs, n_seeds, "generator loss")
+    return L
+
+
 def report_markdown(rows: List[Dict], columns: List[str], variants: List[Variant], total_updates: int,
                     unigram: Optional[float], min_gap: float, corr: List[Dict], loss_pairs: List[Paired],
                     intervals: List[Interval], drops: List[OrderDrop], problems: List[str], title: str,
-                    run: Sequence[str] = ()) -> str:
-    n_seeds = max((len(v.seeds) for v in variants), default=0)
+                    run: Sequence[str] = (), gen_pairs: Sequence[Paired] = ()) -> str:
+    mlm = [r for r in rows if r["objective"] == "mlm"]
+    n_seeds = max((len(v.seeds) for v in variants if v.objective == "mlm"), default=0)
     L = [f"# {title}", "", "![overview](overview.png)", ""]
-    weak = [r["variant"] for r in rows if r["below_unigram_bits"] is None or r["below_unigram_bits"] < min_gap]
-    if unigram is not None and weak:
+    weak = weak_variants(rows, unigram, min_gap)
+    if weak:
         L += [f"> **WARNING: not fit for purpose.** {', '.join(weak)} did not end at least {min_gap:g} bit(s) below "
               f"the unigram baseline ({unigram:.3f} bits): such a model barely uses context, so differences "
               "between positional encodings say little. Use more updates or a bigger preset.", ""]
-    L += ["## Variants", "", "| variant | what it is | pre-training seeds |", "|---|---|---|"]
-    L += [f"| {v.name} | {_cell(v.about) or '—'} | {', '.join(str(s.seed) for s in v.seeds)} |" for v in variants]
+    L += ["## Variants", "", "| variant | what it is | objective | pre-training seeds |", "|---|---|---|---|"]
+    L += [f"| {v.name} | {_cell(v.about) or '—'} | {v.objective} | {', '.join(str(s.seed) for s in v.seeds)} |"
+          for v in variants]
     L += ["", "## Pre-training: validation MLM loss (bits)", "",
           f"Unigram baseline (entropy of the training tokens, what a model ignoring context scores): "
           f"**{_f(unigram)} bits**. Budget: {total_updates} updates; the same data order, masks and seed for "
           "every variant.", "",
           "| variant | final | best | below unigram | " + " | ".join(f"@{int(f * 100)}%" for f in FRACTIONS)
           + " | spread over seeds |", "|" + "---|" * (5 + len(FRACTIONS))]
-    for r in rows:
+    for r in mlm:
         L.append(f"| {r['variant']} | {_f(r['final_valid_loss'])} | {_f(r['best_valid_loss'])} | "
                  f"{_f(r['below_unigram_bits'])} | "
                  + " | ".join(_f(r[f'loss_at_{int(f * 100)}pct']) for f in FRACTIONS)
                  + f" | {_f(r['final_valid_loss_spread'])} |")
-    seed_sets = {v.name: [s.seed for s in v.seeds] for v in variants}
+    seed_sets = {v.name: [s.seed for s in v.seeds] for v in variants if v.objective == "mlm"}
     if len({tuple(x) for x in seed_sets.values()}) > 1:
         L += ["", "A variant's loss is the mean over its own seeds; the paired table below compares the seeds both "
               "variants have.", ""]
@@ -249,6 +293,7 @@ def report_markdown(rows: List[Dict], columns: List[str], variants: List[Variant
         L += ["", f"Pre-training seeds per variant: {n_seeds}. Losses are means over them.", ""]
     L += ["### Differences paired by pre-training seed (final validation loss, row minus column variant)", ""]
     L += _paired_lines(loss_pairs, n_seeds, "loss")
+    L += _electra_lines(variants, rows, list(gen_pairs))
     L += ["## Longer inputs", ""] + _longer_lines(variants, rows)
     L += ["## Fine-tuning: median over seeds at the chosen LR (spread = max - min)", ""]
     if columns:
@@ -315,10 +360,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     drops = order_drops(study, problems)
     rows = [variant_row(v, columns, args.total_updates, unigram, drops) for v in study]
     corr = correlations(rows)
-    loss_pairs = paired_differences({v.name: {s.seed: s.final for s in v.seeds if s.final is not None} for v in study})
-    intervals = bootstrap_pairs(study, columns, problems, args.resamples)
+    loss_pairs = paired_differences({v.name: {s.seed: s.final for s in v.seeds if s.final is not None}
+                                     for v in study if v.objective == "mlm"})
+    gen_pairs = paired_differences({v.name: {s.seed: s.electra_final("gen_loss") for s in v.seeds
+                                             if s.electra_final("gen_loss") is not None}
+                                    for v in study if v.objective == "electra"})
+    intervals = bootstrap_pairs(study, columns, problems, args.resamples)  # every model, whatever its objective
     md = report_markdown(rows, columns, study, args.total_updates, unigram, args.min_gap_bits, corr, loss_pairs,
-                         intervals, drops, problems, args.title, run_section(args.out))
+                         intervals, drops, problems, args.title, run_section(args.out), gen_pairs)
     write_csv_atomic(os.path.join(args.out, "study.csv"), rows)
     write_csv_atomic(os.path.join(args.out, "correlation.csv"),
                      [{k: c[k] for k in ("measure", "n", "spearman", "pearson")} for c in corr])
@@ -336,8 +385,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     overview(os.path.join(args.out, "overview.png"), study, rows, columns, corr, unigram)
     print(md, end="")
-    weak = [r["variant"] for r in rows if r["below_unigram_bits"] is None or r["below_unigram_bits"] < args.min_gap_bits]
-    if unigram is not None and weak:
+    weak = weak_variants(rows, unigram, args.min_gap_bits)
+    if weak:
         print(f"\nWARNING: {', '.join(weak)} did not end {args.min_gap_bits:g} bit(s) below the unigram baseline "
               f"({unigram:.3f} bits): this preset is not fit for comparing positional encodings.", file=sys.stderr)
     print(f"\nwrote {args.out}/report.md, study.csv, correlation.csv, differences.csv, order.csv, overview.png",

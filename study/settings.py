@@ -43,6 +43,8 @@ SETTINGS: Tuple[Setting, ...] = (
     Setting("TASKS", "tasks to fine-tune (auto: every folder of TASKS_DIR with train.tsv and dev.tsv; none)", "auto"),
     Setting("VARIANTS", "registered variant names in report order (all: every one, in registry order; "
             "NAME:1,2: that variant's own pre-training seeds)", "bert-a bert-r tupe-a tupe-r"),
+    Setting("OBJECTIVES", "pre-training objectives, each for every variant: mlm (RoBERTa masked LM), electra "
+            "(replaced-token detection; its runs are V+electra)", "mlm"),
     Setting("PRETRAIN_SEEDS", "pre-training seeds of every variant without its own (same data order and "
             "masks per seed)", "1"),
     Setting("SIZE", "pretrain.sh SIZE (the arch is VARIANT_SIZE)", recorded=True),
@@ -56,6 +58,9 @@ SETTINGS: Tuple[Setting, ...] = (
     Setting("TOTAL_UPDATES", "pre-training budget per variant (updates)", recorded=True),
     Setting("WARMUP", "pre-training warmup updates", recorded=True),
     Setting("PRETRAIN_LR", "pre-training peak LR (then linear decay to 0)", recorded=True),
+    Setting("GENERATOR_SIZE_DIVISOR", "electra: generator width, FFN and heads = the discriminator's / N (auto: "
+            "pretrain.sh's, 3 at SIZE=base, 4 otherwise; it must divide the MODEL_ARGS sizes)", "auto", recorded=True),
+    Setting("DISC_WEIGHT", "electra: weight of the discriminator's loss (pretrain.sh DISC_WEIGHT)", "50", recorded=True),
     Setting("VALID_POINTS", "validations per pre-training run (the loss curve; a checkpoint each)", recorded=True),
     Setting("VALID_STEPS", "batches per validation (the same first batches every time; 0: the whole set)",
             recorded=True),
