@@ -86,14 +86,20 @@ MEASURES = (("loc_pos", "locality (position-only)"), ("sym_pos", "symmetry (posi
 
 def correlations(rows: Sequence[Dict]) -> List[Dict]:
     """Spearman and Pearson of each locality/symmetry column with the downstream average, across the
-    variants that have both values; n is stated."""
+    variants that have both values; n is stated. Per objective (MLM first): across objectives the downstream
+    average moves with the objective, which would masquerade as a property of the encoding."""
     out = []
-    for key, label in MEASURES:
-        pts = [(r[key], r["downstream_avg"]) for r in rows if r.get(key) is not None and r.get("downstream_avg") is not None]
-        x, y = [p[0] for p in pts], [p[1] for p in pts]
-        out.append({"measure": label, "key": key, "n": len(pts),
-                    "spearman": spearman(x, y) if len(pts) >= 2 else math.nan,
-                    "pearson": pearson(x, y) if len(pts) >= 2 else math.nan})
+    objectives = sorted({r["objective"] for r in rows}, key=lambda o: o != "mlm") or ["mlm"]
+    for objective in objectives:
+        these = [r for r in rows if r["objective"] == objective]
+        for key, label in MEASURES:
+            pts = [(r[key], r["downstream_avg"]) for r in these
+                   if r.get(key) is not None and r.get("downstream_avg") is not None]
+            x, y = [p[0] for p in pts], [p[1] for p in pts]
+            out.append({"measure": label if objective == "mlm" else f"{label}, {objective} models", "key": key,
+                        "objective": objective, "n": len(pts),
+                        "spearman": spearman(x, y) if len(pts) >= 2 else math.nan,
+                        "pearson": pearson(x, y) if len(pts) >= 2 else math.nan})
     return out
 
 
@@ -370,7 +376,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                          intervals, drops, problems, args.title, run_section(args.out), gen_pairs)
     write_csv_atomic(os.path.join(args.out, "study.csv"), rows)
     write_csv_atomic(os.path.join(args.out, "correlation.csv"),
-                     [{k: c[k] for k in ("measure", "n", "spearman", "pearson")} for c in corr])
+                     [{k: c[k] for k in ("measure", "objective", "n", "spearman", "pearson")} for c in corr])
     write_csv_atomic(os.path.join(args.out, "differences.csv"),
                      [{"a": iv.a, "b": iv.b, "task": iv.column, "difference": iv.diff, "low": iv.low, "high": iv.high,
                        "runs": iv.runs, "examples": iv.examples, "verdict": iv.verdict,
