@@ -220,8 +220,8 @@ def _longer_lines(study: List[Variant], rows: List[Dict]) -> List[str]:
     L = [f"Validation MLM loss (bits) of the same text cut into blocks of T = {T} tokens (the pre-training length) "
          "and longer, the same tokens masked at every length. Every model was pre-trained with positions for the "
          "longest length; a variant with learned parameters per position or distance never trained those past T, "
-         "and is not measured there.", "",
-         "| variant | " + " | ".join(f"{L_ // T}T = {L_}" for L_ in lengths) + " | not measured beyond T, because |",
+         "and is not measured there; an ELECTRA model is not measured at all.", "",
+         "| variant | " + " | ".join(f"{L_ // T}T = {L_}" for L_ in lengths) + " | not measured (beyond T, or at all), because |",
          "|" + "---|" * (len(lengths) + 2)]
     for v, r in zip(study, rows):
         L.append(f"| {v.name} | " + " | ".join(_f(r.get(f"loss_len{L_}")) for L_ in lengths)

@@ -603,6 +603,35 @@ def test_study_end_to_end_then_rerun_skips(corpus, tmp_path):
     assert "--array=1 train_scripts/study.sbatch finetune" in slurm and "study.sbatch report" in slurm
     assert "--dependency=afterok:$finetune --array=1 train_scripts/study.sbatch order" in slurm
 
+    # ELECTRA beside it (OBJECTIVES is not a recorded setting: adding an objective adds models, as a variant
+    # does): only nope+electra's parts run; the discriminator goes through locality, fine-tuning and word order
+    # as any checkpoint, and the report keeps its losses apart
+    study(out, **dict(env, OBJECTIVES="mlm electra"))
+    timed = [line.split("\t")[:2] for line in (out / "timings.tsv").read_text().splitlines()]
+    assert timed[6:] == [["pretrain", "nope+electra 1"], ["locality", "nope+electra 1"],
+                         ["finetune", "nope+electra 1 SST-2 1e-3 1"], ["order", "nope+electra 1 SST-2 1e-3 1"]]
+    import torch
+
+    ckpt = torch.load(out / "pretrain" / "nope+electra" / "seed1" / "checkpoint_last.pt", map_location="cpu",
+                      weights_only=False)
+    assert ckpt["cfg"]["task"]["_name"] == "electra" and any(k.startswith("generator.") for k in ckpt["model"])
+    curves = runs.parse_valid_curves(str(out / "pretrain" / "nope+electra" / "seed1" / "train.log"), runs.ELECTRA_KEYS)
+    assert sorted(curves["gen_loss"]) == [2, 4] and sorted(curves["disc_loss"]) == [2, 4]
+    rows = {r["variant"]: r for r in csv.DictReader((out / "study.csv").open())}
+    e = rows["nope+electra"]
+    assert e["objective"] == "electra" and e["final_valid_loss"] == ""
+    assert float(e["final_gen_loss"]) == pytest.approx(curves["gen_loss"][4], abs=1e-4)
+    assert float(e["final_disc_loss"]) == pytest.approx(curves["disc_loss"][4], abs=1e-4)
+    assert 0 < float(e["loc_pos"]) <= 1 and 0 < float(e["loc_attn"]) <= 1 and 0 <= float(e["SST_median"]) <= 100
+    drops = {(d["variant"], d["perturbation"]): float(d["mean_drop"]) for d in csv.DictReader((out / "order.csv").open())}
+    assert drops[("nope+electra", "random")] == 0.0 and drops[("nope+electra", "shuffle_3")] == 0.0  # blind to order
+    md = (out / "report.md").read_text()
+    assert "| nope+electra | " in md.split("## Pre-training: ELECTRA")[1].split("##")[0]
+    assert "nope+electra" not in md.split("## Pre-training: validation MLM loss")[1].split("## Pre-training: ELECTRA")[0]
+    assert "| nope+electra | — | — | — | ELECTRA: the discriminator" in md
+    assert "| nope - nope+electra | SST |" in md
+    assert not (out / "longer" / "nope+electra").exists()
+
     changed = study(out, check=False, **dict(env, TOTAL_UPDATES="5"))
     assert changed.returncode == 2
     assert "differs from this run" in changed.stderr and "TOTAL_UPDATES=5" in changed.stderr
