@@ -6,7 +6,10 @@ drops) and ``OUT/overview.png`` (``study.figure``). Everything missing is listed
 
 Units: fairseq's ``masked_lm`` criterion logs its loss in bits (``loss / sample_size / log(2)``, in
 ``fairseq/criterions/masked_lm.py``), so the unigram baseline is the entropy of the training tokens in
-bits (docs/study.md explains the baseline and every other measure).
+bits (docs/study.md explains the baseline and every other measure). An ELECTRA model (``V+electra``) logs
+other quantities (``tupe_plugin/criterions/electra.py``: the generator's MLM loss, the discriminator's BCE, both
+in bits): they have a table of their own, out of the MLM-loss comparisons and the unigram check; downstream,
+every model is compared with every other whatever its objective.
 """
 from __future__ import annotations
 
@@ -338,8 +341,8 @@ def report_markdown(rows: List[Dict], columns: List[str], variants: List[Variant
 def main(argv: Optional[Sequence[str]] = None) -> int:
     p = argparse.ArgumentParser(prog="python -m study.report", description=__doc__.split("\n\n")[0])
     p.add_argument("out", help="the study folder (OUT of train_scripts/study.sh)")
-    p.add_argument("--variants", required=True, help="variant names in report order, space-separated; "
-                   "NAME:S1,S2 gives a variant its own pre-training seeds")
+    p.add_argument("--variants", required=True, help="model labels in report order, space-separated (a variant, "
+                   "or V+electra for its ELECTRA model); NAME:S1,S2 gives a model its own pre-training seeds")
     p.add_argument("--pretrain-seeds", default="1", help="pre-training seeds of the variants without their own (default 1)")
     p.add_argument("--total-updates", type=int, required=True, help="pre-training budget in updates")
     p.add_argument("--data", help="fairseq data path a:b:c or a folder with data_path.txt (unigram baseline; "

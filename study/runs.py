@@ -6,6 +6,9 @@
     OUT/longer/V/seedS.json                            study.longer_inputs
     OUT/c4/data-bin/data_path.txt                      the training shards (for the unigram baseline)
 
+V is a model's label (``study.plan.Entry``): the variant for MLM, ``V+electra`` for ELECTRA, whose log is read
+for its generator and discriminator losses (``ELECTRA_KEYS``) instead of an MLM loss.
+
 Everything missing is appended to ``problems`` (the report lists it) rather than raised.
 """
 from __future__ import annotations
