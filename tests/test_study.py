@@ -407,6 +407,24 @@ def test_objectives_are_entries_with_their_own_folders(tmp_path):
             Plan.from_environ(dict(env, OBJECTIVES=bad))
 
 
+def test_electra_settings_are_recorded_once_the_study_has_electra_models():
+    """An MLM study records no ELECTRA setting, so adding ELECTRA later may pick its generator; from then on
+    the ELECTRA settings are the study's like any other."""
+    from study.settings import changed_settings, merged_text, recorded_text, resolve
+
+    mlm = resolve({"PRESET": "cpu-small", "OUT": "x"})
+    both = dict(mlm, OBJECTIVES="mlm electra", GENERATOR_SIZE_DIVISOR="4")
+    assert "GENERATOR_SIZE_DIVISOR" not in recorded_text(mlm) and "DISC_WEIGHT" not in recorded_text(mlm)
+    assert "GENERATOR_SIZE_DIVISOR=4\nDISC_WEIGHT=50\n" in recorded_text(both)
+    old = recorded_text(mlm)
+    assert changed_settings(old, recorded_text(both)) == []  # the MLM study never used them
+    merged = merged_text(old, recorded_text(both))
+    assert merged == old + "GENERATOR_SIZE_DIVISOR=4\nDISC_WEIGHT=50\n"
+    assert changed_settings(merged, recorded_text(dict(both, GENERATOR_SIZE_DIVISOR="2"))) == [
+        "< GENERATOR_SIZE_DIVISOR=4", "> GENERATOR_SIZE_DIVISOR=2"]
+    assert changed_settings(merged, recorded_text(mlm)) == [] and merged_text(merged, recorded_text(mlm)) == merged
+
+
 def electra_log(losses: Dict[int, tuple]) -> str:
     """ELECTRA validations (json): update -> (loss, gen_loss, gen_acc, disc_loss, disc_acc, replace_rate)."""
     keys = ("loss", "gen_loss", "gen_acc", "disc_loss", "disc_acc", "replace_rate")
@@ -631,10 +649,12 @@ def test_study_end_to_end_then_rerun_skips(corpus, tmp_path):
     assert "| nope+electra | — | — | — | ELECTRA: the discriminator" in md
     assert "| nope - nope+electra | SST |" in md
     assert not (out / "longer" / "nope+electra").exists()
+    assert (out / "settings.env").read_text().endswith("GENERATOR_SIZE_DIVISOR=auto\nDISC_WEIGHT=50\n")
 
-    changed = study(out, check=False, **dict(env, TOTAL_UPDATES="5"))
+    changed = study(out, check=False, **dict(env, TOTAL_UPDATES="5", OBJECTIVES="electra", DISC_WEIGHT="10"))
     assert changed.returncode == 2
     assert "differs from this run" in changed.stderr and "TOTAL_UPDATES=5" in changed.stderr
+    assert "< DISC_WEIGHT=50\n> DISC_WEIGHT=10" in changed.stderr
 
 
 def test_unknown_variant_is_refused_before_any_work(tmp_path):
