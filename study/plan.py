@@ -58,6 +58,9 @@ def parse_variants(text: str, default_seeds: Sequence[int], known: Mapping[str, 
     seeds: Dict[str, Tuple[int, ...]] = {}
     for entry in text.replace(",", " ").split() if ":" not in text else _entries(text):
         m = re.fullmatch(r"([a-z0-9_-]+)(?::([0-9]+(?:,[0-9]+)*))?", entry)
+        if not m and "+" in entry:
+            raise UsageError(f"VARIANTS entry '{entry}': the objectives are chosen for every variant with OBJECTIVES "
+                             "(e.g. OBJECTIVES=\"mlm electra\"), not in VARIANTS")
         if not m:
             raise UsageError(f"VARIANTS entry '{entry}': write NAME or NAME:SEED,SEED (e.g. bert-a:1,2), or all")
         name = m.group(1).replace("_", "-")

@@ -405,6 +405,8 @@ def test_objectives_are_entries_with_their_own_folders(tmp_path):
     for bad in ("mlm bert", "electra electra"):
         with pytest.raises(UsageError, match="OBJECTIVES: one or more of mlm electra"):
             Plan.from_environ(dict(env, OBJECTIVES=bad))
+    with pytest.raises(UsageError, match="chosen for every variant with OBJECTIVES"):
+        Plan.from_environ(dict(env, VARIANTS="bert-a tupe-r+electra:1"))
 
 
 def test_electra_settings_are_recorded_once_the_study_has_electra_models():
