@@ -22,6 +22,7 @@ from typing import Dict, List, Optional, Sequence
 
 from study.compare import Interval, OrderDrop, Paired, bootstrap_pairs, order_drops, paired_differences
 from study.longer_inputs import NOT_FOR_ELECTRA
+from study.plan import split_label
 from study.runs import ELECTRA_KEYS, Variant, load_study, loss_at, parse_variants, run_section, token_counts
 from tupe_common.io import read_data_path, write_csv, write_text
 from study.stats import entropy_bits, pearson, spearman
@@ -201,11 +202,11 @@ def _order_lines(drops: List[OrderDrop]) -> List[str]:
             L.append(f"| {v} | " + " | ".join(cells) + " |")
         L += ["", "Examples whose text the perturbation changed, of those it applies to: "
               + ", ".join(f"{p} {first[p].changed} of {first[p].examples}" for p in here) + ".", ""]
-    nope = [d for d in drops if d.variant == "nope" and d.perturbation.startswith(("shuffle", "random"))]
+    nope = [d for d in drops if split_label(d.variant)[0] == "nope" and d.perturbation.startswith(("shuffle", "random"))]
     if nope:
         bad = [d for d in nope if abs(d.mean) > NOPE_TOLERANCE]
         L += [("**CHECK FAILED:** nope cannot see word order, yet its score moved by "
-               + ", ".join(f"{d.mean:+.2f} ({d.column} {d.perturbation})" for d in bad)
+               + ", ".join(f"{d.mean:+.2f} ({d.variant} {d.column} {d.perturbation})" for d in bad)
                + f" (more than {NOPE_TOLERANCE:g} point): the perturbation or the evaluation is wrong; do not read "
                "this table.") if bad else
               f"Check: nope (no position information) moves by at most {max(abs(d.mean) for d in nope):.2f} points "

@@ -427,6 +427,16 @@ def test_electra_settings_are_recorded_once_the_study_has_electra_models():
     assert changed_settings(merged, recorded_text(mlm)) == [] and merged_text(merged, recorded_text(mlm)) == merged
 
 
+def test_word_order_check_covers_nope_with_every_objective():
+    from study.compare import OrderDrop
+    from study.report import _order_lines
+
+    still = [OrderDrop("nope", "SST", "random", [0.0], 10, 16), OrderDrop("nope+electra", "SST", "random", [0.0], 10, 16)]
+    assert any(line.startswith("Check: nope (no position information) moves by at most 0.00") for line in _order_lines(still))
+    moved = still[:1] + [OrderDrop("nope+electra", "SST", "random", [5.0, 4.0], 10, 16)]
+    assert any("**CHECK FAILED:**" in line and "+4.50 (nope+electra SST random)" in line for line in _order_lines(moved))
+
+
 def electra_log(losses: Dict[int, tuple]) -> str:
     """ELECTRA validations (json): update -> (loss, gen_loss, gen_acc, disc_loss, disc_acc, replace_rate)."""
     keys = ("loss", "gen_loss", "gen_acc", "disc_loss", "disc_acc", "replace_rate")
