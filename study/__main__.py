@@ -20,7 +20,7 @@ from datetime import datetime, timezone
 from typing import List, Optional, Sequence, Tuple
 
 from study.plan import Plan
-from study.settings import SETTINGS, UsageError, changed_settings, defaults, recorded_text
+from study.settings import SETTINGS, UsageError, changed_settings, defaults, merged_text, recorded_text
 from study.stages import BY_NAME, STAGES, PartFailed, Stage, note
 
 USAGE = "Usage: [NAME=value ...] study.sh [--list | --slurm | --report | --part STAGE [INDEX]]"
@@ -54,15 +54,18 @@ def check_settings(plan: Plan) -> None:
     """The recorded settings of OUT (written by the first run); a run with others is refused."""
     now, path = recorded_text(plan.values), plan.path("settings.env")
     os.makedirs(plan.out, exist_ok=True)
+    from tupe_common.io import write_text
+
     if os.path.isfile(path):
         with open(path, encoding="utf-8") as f:
-            diff = changed_settings(f.read(), now)
+            recorded = f.read()
+        diff = changed_settings(recorded, now)
         if diff:
             raise UsageError(f"{path} (line: recorded <, now >) differs from this run's settings:\n" + "\n".join(diff)
                              + "\nA study compares variants under one setting: use another OUT, or set these back.")
+        if merged_text(recorded, now) != recorded:  # e.g. the first run with ELECTRA records its settings
+            write_text(path, merged_text(recorded, now))
     else:
-        from tupe_common.io import write_text
-
         write_text(path, now)
 
 
@@ -163,7 +166,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             print(f"study.sh: settings (NAME=value)\n{shown}", file=sys.stderr)
         check_settings(plan)
         n_ft = len(plan.finetune_parts())
-        note(f"{len(plan.variants)} variant(s), {len(plan.pretrain_parts())} pre-training run(s) of "
+        note(f"{plan.models_text()}, {len(plan.pretrain_parts())} pre-training run(s) of "
              f"{plan.values['TOTAL_UPDATES']} updates (validation every {plan.valid_interval}); {n_ft} fine-tuning "
              f"run(s) ({len(plan.tasks)} task(s): {' '.join(plan.tasks) or 'none'} x {len(plan.lrs)} LR(s) x "
              f"{len(plan.seeds)} seed(s) per model)")

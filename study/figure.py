@@ -3,7 +3,8 @@
 Top left, the validation-loss curves (colour: variant; line style: pre-training seed; the unigram baseline
 dashed). Top right, a variant x measure table: each cell holds the value, its shade the variant's rank on
 that measure (dark = rank 1, the better end, which the column header names). Bottom, locality and symmetry
-against the downstream average, one point per variant, with n and the rank correlation in each title.
+against the downstream average, one point per variant (the MLM models when a study has ELECTRA ones too: a
+correlation across objectives would mix the objective in), with n and the rank correlation in each title.
 """
 from __future__ import annotations
 
@@ -113,10 +114,10 @@ def overview(path: str, variants: Sequence[Variant], rows: Sequence[Dict], colum
             elif j >= 0 and ranks[i - 1][j] is not None and ranks[i - 1][j] <= (n + 1) / 2:
                 cell.get_text().set_color("white")  # dark shade: light text
 
-    for k, c in enumerate(corr[:4]):
+    for k, c in enumerate(corr[:4]):  # one objective's (MLM's when there are MLM models: report.correlations)
         ax = fig.add_subplot(grid[1, k])
-        pts = [(r[c["key"]], r["downstream_avg"], r["variant"]) for r in rows
-               if r.get(c["key"]) is not None and r.get("downstream_avg") is not None]
+        pts = [(r[c["key"]], r["downstream_avg"], r["variant"]) for r in rows if r["objective"] == c["objective"]
+               and r.get(c["key"]) is not None and r.get("downstream_avg") is not None]
         for (x, y, name), up in zip(pts, label_offsets([(x, y) for x, y, _ in pts])):
             ax.scatter([x], [y], s=14, color="black")
             ax.annotate(name, (x, y), fontsize=6, xytext=(3, 3 + 7 * up), textcoords="offset points")

@@ -11,7 +11,8 @@ around them changes. Loss: cross-entropy at the masked tokens in bits, as fairse
 
 A variant that keeps a learned parameter per position or per distance has never trained those beyond T:
 its loss there measures random initial values, not the encoding. ``untrained_beyond`` says which and why;
-such a variant is measured at T only and the report gives the reason instead of a number.
+such a variant is measured at T only and the report gives the reason instead of a number. An ELECTRA model
+is not measured at all (``NOT_FOR_ELECTRA`` says why).
 """
 from __future__ import annotations
 
@@ -24,6 +25,8 @@ import numpy as np
 from tupe_common.io import write_json
 
 MASK_PROB, RANDOM_PROB, KEEP_PROB = 0.15, 0.1, 0.1
+NOT_FOR_ELECTRA = ("ELECTRA: the discriminator (the encoder that is fine-tuned) has no MLM head to score "
+                   "masked tokens with; the generator has one, but it is another, 1/N-width network")
 
 
 def untrained_beyond(variant) -> Optional[str]:

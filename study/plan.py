@@ -14,13 +14,28 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 from study.settings import UsageError, resolve, whole, whole_list, words
 
 
+OBJECTIVES = ("mlm", "electra")  # pretrain.sh's OBJECTIVE values
+
+
 @dataclass(frozen=True)
 class Entry:
-    """One VARIANTS entry: a registered variant (dashes, as pretrain.sh's VARIANT) and its pre-training seeds.
-    A second objective (e.g. ELECTRA) would be one more field here, with its name in the folders."""
+    """One model of the study: a registered variant (dashes, as pretrain.sh's VARIANT), its pre-training
+    seeds and its objective. ``label`` names it in the folders, the parts and the report: the variant for
+    MLM (the folders of studies from before objectives), ``V+electra`` for ELECTRA."""
 
     name: str
     seeds: Tuple[int, ...]
+    objective: str = "mlm"
+
+    @property
+    def label(self) -> str:
+        return self.name if self.objective == "mlm" else f"{self.name}+{self.objective}"
+
+
+def split_label(label: str) -> Tuple[str, str]:
+    """An entry's label -> (variant, objective): ``tupe-r+electra`` -> (tupe-r, electra), ``tupe-r`` -> (tupe-r, mlm)."""
+    name, _, objective = label.partition("+")
+    return name, objective or "mlm"
 
 
 def registry() -> Dict[str, str]:
@@ -43,6 +58,9 @@ def parse_variants(text: str, default_seeds: Sequence[int], known: Mapping[str, 
     seeds: Dict[str, Tuple[int, ...]] = {}
     for entry in text.replace(",", " ").split() if ":" not in text else _entries(text):
         m = re.fullmatch(r"([a-z0-9_-]+)(?::([0-9]+(?:,[0-9]+)*))?", entry)
+        if not m and "+" in entry:
+            raise UsageError(f"VARIANTS entry '{entry}': the objectives are chosen for every variant with OBJECTIVES "
+                             "(e.g. OBJECTIVES=\"mlm electra\"), not in VARIANTS")
         if not m:
             raise UsageError(f"VARIANTS entry '{entry}': write NAME or NAME:SEED,SEED (e.g. bert-a:1,2), or all")
         name = m.group(1).replace("_", "-")
@@ -64,6 +82,32 @@ def parse_variants(text: str, default_seeds: Sequence[int], known: Mapping[str, 
 def _entries(text: str) -> List[str]:
     """Space-separated entries; names without seeds may also be separated by commas."""
     return [e for token in text.split() for e in ([token] if ":" in token else token.split(","))]
+
+
+def check_generator(values: Mapping[str, str], variant: str) -> None:
+    """ELECTRA's generator sizes (tupe_plugin.models.electra) from SIZE, MODEL_ARGS and GENERATOR_SIZE_DIVISOR:
+    a divisor that does not divide the discriminator is refused here rather than after the data is prepared."""
+    import argparse
+
+    from fairseq.models import ARCH_CONFIG_REGISTRY
+
+    from tupe_plugin.models.electra import generator_divisor, generator_sizes
+
+    arch = f"{variant}_{values['SIZE']}".replace("-", "_")
+    if arch not in ARCH_CONFIG_REGISTRY:
+        return  # pretrain.sh names the unknown arch
+    args = argparse.Namespace(arch=arch)
+    flags = values["MODEL_ARGS"].split()
+    for flag, value in zip(flags, flags[1:]):
+        if flag.startswith("--encoder-") and value.isdigit():
+            setattr(args, flag[2:].replace("-", "_"), int(value))
+    ARCH_CONFIG_REGISTRY[arch](args)  # the arch's sizes where MODEL_ARGS sets none
+    divisor = 0 if values["GENERATOR_SIZE_DIVISOR"] == "auto" else int(values["GENERATOR_SIZE_DIVISOR"])
+    try:
+        generator_sizes(args, generator_divisor(args, divisor))
+    except ValueError as e:
+        raise UsageError(f"OBJECTIVES has electra, but GENERATOR_SIZE_DIVISOR={values['GENERATOR_SIZE_DIVISOR']}: "
+                         f"{e}: set GENERATOR_SIZE_DIVISOR") from None
 
 
 def task_names(tasks: str, tasks_dir: str) -> List[str]:
@@ -115,9 +159,21 @@ class Plan:
         pseeds = whole_list(v, "PRETRAIN_SEEDS")
         if not pseeds:
             raise UsageError("PRETRAIN_SEEDS must not be empty")
+        objectives = words(v, "OBJECTIVES")
+        bad = [o for o in objectives if o not in OBJECTIVES]
+        if not objectives or bad or len(set(objectives)) < len(objectives):
+            raise UsageError(f"OBJECTIVES: one or more of {' '.join(OBJECTIVES)}, each once, not '{v['OBJECTIVES']}'")
+        if v["GENERATOR_SIZE_DIVISOR"] != "auto":
+            whole(v, "GENERATOR_SIZE_DIVISOR")
+        if not re.fullmatch(r"[0-9]+(\.[0-9]+)?", v["DISC_WEIGHT"]):
+            raise UsageError(f"DISC_WEIGHT must be a number, not '{v['DISC_WEIGHT']}'")
         known = registry() if known is None else known
         variants = parse_variants(v["VARIANTS"], pseeds, known)
-        return cls(v, variants, task_names(v["TASKS"], v["TASKS_DIR"]), words(v, "FT_LRS"), whole_list(v, "SEEDS"),
+        if "electra" in objectives:
+            check_generator(v, variants[0].name)
+        # objective-major: the MLM entries in VARIANTS order, then the same variants with ELECTRA
+        entries = [Entry(e.name, e.seeds, o) for o in objectives for e in variants]
+        return cls(v, entries, task_names(v["TASKS"], v["TASKS_DIR"]), words(v, "FT_LRS"), whole_list(v, "SEEDS"),
                    factors, windows, {e.name: known[e.name] for e in variants})
 
     # ---- folders ------------------------------------------------------------------------------------------
@@ -127,6 +183,9 @@ class Plan:
 
     def path(self, *parts: str) -> str:
         return os.path.join(self.out, *parts)
+
+    def entry(self, label: str) -> Entry:
+        return next(e for e in self.variants if e.label == label)
 
     def pretrain_dir(self, variant: str, seed: int) -> str:
         return self.path("pretrain", variant, f"seed{seed}")
@@ -145,12 +204,20 @@ class Plan:
 
     # ---- parts --------------------------------------------------------------------------------------------
     def pretrain_parts(self) -> List[Tuple[str, int]]:
-        return [(e.name, s) for e in self.variants for s in e.seeds]
+        """(entry label, pre-training seed) of every model; the stages' ``variant`` argument is the label."""
+        return [(e.label, s) for e in self.variants for s in e.seeds]
 
     def finetune_parts(self) -> List[Tuple[str, int, str, str, int]]:
         return [(v, s, t, lr, k) for v, s in self.pretrain_parts() for t in self.tasks for lr in self.lrs
                 for k in self.seeds]
 
+    def models_text(self) -> str:
+        """``4 variants`` or ``2 variants x objectives mlm, electra``."""
+        objectives = list(dict.fromkeys(e.objective for e in self.variants))
+        n = len({e.name for e in self.variants})
+        return f"{n} variant{'s' if n > 1 else ''}" + (f" x objectives {', '.join(objectives)}"
+                                                        if objectives != ["mlm"] else "")
+
     def variants_text(self) -> str:
         """VARIANTS as the report reads it: every entry with its seeds."""
-        return " ".join(f"{e.name}:{','.join(map(str, e.seeds))}" for e in self.variants)
+        return " ".join(f"{e.label}:{','.join(map(str, e.seeds))}" for e in self.variants)

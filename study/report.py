@@ -6,7 +6,10 @@ drops) and ``OUT/overview.png`` (``study.figure``). Everything missing is listed
 
 Units: fairseq's ``masked_lm`` criterion logs its loss in bits (``loss / sample_size / log(2)``, in
 ``fairseq/criterions/masked_lm.py``), so the unigram baseline is the entropy of the training tokens in
-bits (docs/study.md explains the baseline and every other measure).
+bits (docs/study.md explains the baseline and every other measure). An ELECTRA model (``V+electra``) logs
+other quantities (``tupe_plugin/criterions/electra.py``: the generator's MLM loss, the discriminator's BCE, both
+in bits): they have a table of their own, out of the MLM-loss comparisons and the unigram check; downstream,
+every model is compared with every other whatever its objective.
 """
 from __future__ import annotations
 
@@ -18,7 +21,9 @@ import sys
 from typing import Dict, List, Optional, Sequence
 
 from study.compare import Interval, OrderDrop, Paired, bootstrap_pairs, order_drops, paired_differences
-from study.runs import Variant, load_study, loss_at, parse_variants, run_section, token_counts
+from study.longer_inputs import NOT_FOR_ELECTRA
+from study.plan import split_label
+from study.runs import ELECTRA_KEYS, Variant, load_study, loss_at, parse_variants, run_section, token_counts
 from tupe_common.io import read_data_path, write_csv, write_text
 from study.stats import entropy_bits, pearson, spearman
 
@@ -48,7 +53,7 @@ def variant_row(v: Variant, columns: Sequence[str], total_updates: int, unigram:
     """The study.csv row of a variant: means over its pre-training seeds; per task the median and spread
     over all its fine-tuning runs (pooled over pre-training seeds)."""
     finals = [s.final for s in v.seeds]
-    row: Dict = {"variant": v.name, "pretrain_seeds": " ".join(str(s.seed) for s in v.seeds),
+    row: Dict = {"variant": v.name, "objective": v.objective, "pretrain_seeds": " ".join(str(s.seed) for s in v.seeds),
                  "final_valid_loss": _mean(finals), "final_valid_loss_spread": _spread(finals),
                  "final_valid_loss_by_seed": " ".join(f"{s.seed}:{s.final:.4f}" for s in v.seeds if s.final is not None),
                  "best_valid_loss": _mean([s.best for s in v.seeds]), "unigram_bits": unigram,
@@ -66,7 +71,12 @@ def variant_row(v: Variant, columns: Sequence[str], total_updates: int, unigram:
     for length, loss in longer_losses(v).items():
         row[f"loss_len{length}"] = loss
     reasons = {s.longer.get("not_beyond") for s in v.seeds if s.longer} - {None}
-    row["longer_not_measured"] = "; ".join(sorted(reasons)) or None
+    row["longer_not_measured"] = NOT_FOR_ELECTRA if v.objective == "electra" else "; ".join(sorted(reasons)) or None
+    if v.objective == "electra":  # its own quantities, in their own columns (ELECTRA_KEYS)
+        for key in ELECTRA_KEYS:
+            row[f"final_{key}"] = _mean([s.electra_final(key) for s in v.seeds])
+        for key in ("gen_loss", "disc_loss"):
+            row[f"final_{key}_spread"] = _spread([s.electra_final(key) for s in v.seeds])
     for d in drops:
         if d.variant == v.name:
             row[f"order_drop_{d.column}_{d.perturbation}"] = d.mean
@@ -80,14 +90,20 @@ MEASURES = (("loc_pos", "locality (position-only)"), ("sym_pos", "symmetry (posi
 
 def correlations(rows: Sequence[Dict]) -> List[Dict]:
     """Spearman and Pearson of each locality/symmetry column with the downstream average, across the
-    variants that have both values; n is stated."""
+    variants that have both values; n is stated. Per objective (MLM first): across objectives the downstream
+    average moves with the objective, which would masquerade as a property of the encoding."""
     out = []
-    for key, label in MEASURES:
-        pts = [(r[key], r["downstream_avg"]) for r in rows if r.get(key) is not None and r.get("downstream_avg") is not None]
-        x, y = [p[0] for p in pts], [p[1] for p in pts]
-        out.append({"measure": label, "key": key, "n": len(pts),
-                    "spearman": spearman(x, y) if len(pts) >= 2 else math.nan,
-                    "pearson": pearson(x, y) if len(pts) >= 2 else math.nan})
+    objectives = sorted({r["objective"] for r in rows}, key=lambda o: o != "mlm") or ["mlm"]
+    for objective in objectives:
+        these = [r for r in rows if r["objective"] == objective]
+        for key, label in MEASURES:
+            pts = [(r[key], r["downstream_avg"]) for r in these
+                   if r.get(key) is not None and r.get("downstream_avg") is not None]
+            x, y = [p[0] for p in pts], [p[1] for p in pts]
+            out.append({"measure": label if objective == "mlm" else f"{label}, {objective} models", "key": key,
+                        "objective": objective, "n": len(pts),
+                        "spearman": spearman(x, y) if len(pts) >= 2 else math.nan,
+                        "pearson": pearson(x, y) if len(pts) >= 2 else math.nan})
     return out
 
 
@@ -186,11 +202,11 @@ def _order_lines(drops: List[OrderDrop]) -> List[str]:
             L.append(f"| {v} | " + " | ".join(cells) + " |")
         L += ["", "Examples whose text the perturbation changed, of those it applies to: "
               + ", ".join(f"{p} {first[p].changed} of {first[p].examples}" for p in here) + ".", ""]
-    nope = [d for d in drops if d.variant == "nope" and d.perturbation.startswith(("shuffle", "random"))]
+    nope = [d for d in drops if split_label(d.variant)[0] == "nope" and d.perturbation.startswith(("shuffle", "random"))]
     if nope:
         bad = [d for d in nope if abs(d.mean) > NOPE_TOLERANCE]
         L += [("**CHECK FAILED:** nope cannot see word order, yet its score moved by "
-               + ", ".join(f"{d.mean:+.2f} ({d.column} {d.perturbation})" for d in bad)
+               + ", ".join(f"{d.mean:+.2f} ({d.variant} {d.column} {d.perturbation})" for d in bad)
                + f" (more than {NOPE_TOLERANCE:g} point): the perturbation or the evaluation is wrong; do not read "
                "this table.") if bad else
               f"Check: nope (no position information) moves by at most {max(abs(d.mean) for d in nope):.2f} points "
@@ -208,8 +224,8 @@ def _longer_lines(study: List[Variant], rows: List[Dict]) -> List[str]:
     L = [f"Validation MLM loss (bits) of the same text cut into blocks of T = {T} tokens (the pre-training length) "
          "and longer, the same tokens masked at every length. Every model was pre-trained with positions for the "
          "longest length; a variant with learned parameters per position or distance never trained those past T, "
-         "and is not measured there.", "",
-         "| variant | " + " | ".join(f"{L_ // T}T = {L_}" for L_ in lengths) + " | not measured beyond T, because |",
+         "and is not measured there; an ELECTRA model is not measured at all.", "",
+         "| variant | " + " | ".join(f"{L_ // T}T = {L_}" for L_ in lengths) + " | not measured (beyond T, or at all), because |",
          "|" + "---|" * (len(lengths) + 2)]
     for v, r in zip(study, rows):
         L.append(f"| {v.name} | " + " | ".join(_f(r.get(f"loss_len{L_}")) for L_ in lengths)
@@ -217,31 +233,69 @@ def _longer_lines(study: List[Variant], rows: List[Dict]) -> List[str]:
     return L + [""]
 
 
+def weak_variants(rows: Sequence[Dict], unigram: Optional[float], min_gap: float) -> List[str]:
+    """The MLM models that did not end ``min_gap`` bits below the unigram baseline (ELECTRA's losses are
+    other quantities: the baseline says nothing about them)."""
+    if unigram is None:
+        return []
+    return [r["variant"] for r in rows if r["objective"] == "mlm"
+            and (r["below_unigram_bits"] is None or r["below_unigram_bits"] < min_gap)]
+
+
+def _electra_lines(variants: List[Variant], rows: List[Dict], gen_pairs: List[Paired]) -> List[str]:
+    here = [r for r in rows if r["objective"] == "electra"]
+    if not here:
+        return []
+    L = ["## Pre-training: ELECTRA (generator MLM loss, discriminator loss)", "",
+         "The final validation of each ELECTRA run (`--criterion electra`, docs/electra.md), mean over its "
+         "pre-training seeds: the generator's MLM loss in bits over the masked tokens and its accuracy there; the "
+         "discriminator's loss (binary cross-entropy in bits per non-pad token), its accuracy and the share of the "
+         "tokens the generator replaced. These are other quantities than an MLM model's loss (the generator is "
+         "1/N of the width; the discriminator's task gets harder as its generator gets better), so they are not in "
+         "the MLM tables, the unigram check or the loss comparisons above; the objectives are compared downstream.",
+         "", "| model | generator loss | generator acc. (%) | discriminator loss | discriminator acc. (%) | "
+         "replace rate (%) | spread over seeds (gen / disc) |", "|---|---|---|---|---|---|---|"]
+    for r in here:
+        L.append(f"| {r['variant']} | {_f(r['final_gen_loss'])} | {_f(r['final_gen_acc'], 2)} | "
+                 f"{_f(r['final_disc_loss'], 4)} | {_f(r['final_disc_acc'], 2)} | {_f(r['final_replace_rate'], 2)} | "
+                 f"{_f(r['final_gen_loss_spread'])} / {_f(r['final_disc_loss_spread'], 4)} |")
+    L += [""]
+    if len(here) > 1:
+        n_seeds = max(len(v.seeds) for v in variants if v.objective == "electra")
+        L += ["### Generator loss paired by pre-training seed (row minus column model)", "",
+              "Generators of the same size, each the variant's own encoder: their MLM losses compare as the MLM "
+              "models' do. The discriminator losses are not ranked: each faces its own generator's replacements.",
+              ""] + _paired_lines(gen_pairs, n_seeds, "generator loss")
+    return L
+
+
 def report_markdown(rows: List[Dict], columns: List[str], variants: List[Variant], total_updates: int,
                     unigram: Optional[float], min_gap: float, corr: List[Dict], loss_pairs: List[Paired],
                     intervals: List[Interval], drops: List[OrderDrop], problems: List[str], title: str,
-                    run: Sequence[str] = ()) -> str:
-    n_seeds = max((len(v.seeds) for v in variants), default=0)
+                    run: Sequence[str] = (), gen_pairs: Sequence[Paired] = ()) -> str:
+    mlm = [r for r in rows if r["objective"] == "mlm"]
+    n_seeds = max((len(v.seeds) for v in variants if v.objective == "mlm"), default=0)
     L = [f"# {title}", "", "![overview](overview.png)", ""]
-    weak = [r["variant"] for r in rows if r["below_unigram_bits"] is None or r["below_unigram_bits"] < min_gap]
-    if unigram is not None and weak:
+    weak = weak_variants(rows, unigram, min_gap)
+    if weak:
         L += [f"> **WARNING: not fit for purpose.** {', '.join(weak)} did not end at least {min_gap:g} bit(s) below "
               f"the unigram baseline ({unigram:.3f} bits): such a model barely uses context, so differences "
               "between positional encodings say little. Use more updates or a bigger preset.", ""]
-    L += ["## Variants", "", "| variant | what it is | pre-training seeds |", "|---|---|---|"]
-    L += [f"| {v.name} | {_cell(v.about) or '—'} | {', '.join(str(s.seed) for s in v.seeds)} |" for v in variants]
+    L += ["## Variants", "", "| variant | what it is | objective | pre-training seeds |", "|---|---|---|---|"]
+    L += [f"| {v.name} | {_cell(v.about) or '—'} | {v.objective} | {', '.join(str(s.seed) for s in v.seeds)} |"
+          for v in variants]
     L += ["", "## Pre-training: validation MLM loss (bits)", "",
           f"Unigram baseline (entropy of the training tokens, what a model ignoring context scores): "
           f"**{_f(unigram)} bits**. Budget: {total_updates} updates; the same data order, masks and seed for "
           "every variant.", "",
           "| variant | final | best | below unigram | " + " | ".join(f"@{int(f * 100)}%" for f in FRACTIONS)
           + " | spread over seeds |", "|" + "---|" * (5 + len(FRACTIONS))]
-    for r in rows:
+    for r in mlm:
         L.append(f"| {r['variant']} | {_f(r['final_valid_loss'])} | {_f(r['best_valid_loss'])} | "
                  f"{_f(r['below_unigram_bits'])} | "
                  + " | ".join(_f(r[f'loss_at_{int(f * 100)}pct']) for f in FRACTIONS)
                  + f" | {_f(r['final_valid_loss_spread'])} |")
-    seed_sets = {v.name: [s.seed for s in v.seeds] for v in variants}
+    seed_sets = {v.name: [s.seed for s in v.seeds] for v in variants if v.objective == "mlm"}
     if len({tuple(x) for x in seed_sets.values()}) > 1:
         L += ["", "A variant's loss is the mean over its own seeds; the paired table below compares the seeds both "
               "variants have.", ""]
@@ -249,6 +303,7 @@ def report_markdown(rows: List[Dict], columns: List[str], variants: List[Variant
         L += ["", f"Pre-training seeds per variant: {n_seeds}. Losses are means over them.", ""]
     L += ["### Differences paired by pre-training seed (final validation loss, row minus column variant)", ""]
     L += _paired_lines(loss_pairs, n_seeds, "loss")
+    L += _electra_lines(variants, rows, list(gen_pairs))
     L += ["## Longer inputs", ""] + _longer_lines(variants, rows)
     L += ["## Fine-tuning: median over seeds at the chosen LR (spread = max - min)", ""]
     if columns:
@@ -287,8 +342,8 @@ def report_markdown(rows: List[Dict], columns: List[str], variants: List[Variant
 def main(argv: Optional[Sequence[str]] = None) -> int:
     p = argparse.ArgumentParser(prog="python -m study.report", description=__doc__.split("\n\n")[0])
     p.add_argument("out", help="the study folder (OUT of train_scripts/study.sh)")
-    p.add_argument("--variants", required=True, help="variant names in report order, space-separated; "
-                   "NAME:S1,S2 gives a variant its own pre-training seeds")
+    p.add_argument("--variants", required=True, help="model labels in report order, space-separated (a variant, "
+                   "or V+electra for its ELECTRA model); NAME:S1,S2 gives a model its own pre-training seeds")
     p.add_argument("--pretrain-seeds", default="1", help="pre-training seeds of the variants without their own (default 1)")
     p.add_argument("--total-updates", type=int, required=True, help="pre-training budget in updates")
     p.add_argument("--data", help="fairseq data path a:b:c or a folder with data_path.txt (unigram baseline; "
@@ -315,13 +370,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     drops = order_drops(study, problems)
     rows = [variant_row(v, columns, args.total_updates, unigram, drops) for v in study]
     corr = correlations(rows)
-    loss_pairs = paired_differences({v.name: {s.seed: s.final for s in v.seeds if s.final is not None} for v in study})
-    intervals = bootstrap_pairs(study, columns, problems, args.resamples)
+    loss_pairs = paired_differences({v.name: {s.seed: s.final for s in v.seeds if s.final is not None}
+                                     for v in study if v.objective == "mlm"})
+    gen_pairs = paired_differences({v.name: {s.seed: s.electra_final("gen_loss") for s in v.seeds
+                                             if s.electra_final("gen_loss") is not None}
+                                    for v in study if v.objective == "electra"})
+    intervals = bootstrap_pairs(study, columns, problems, args.resamples)  # every model, whatever its objective
     md = report_markdown(rows, columns, study, args.total_updates, unigram, args.min_gap_bits, corr, loss_pairs,
-                         intervals, drops, problems, args.title, run_section(args.out))
+                         intervals, drops, problems, args.title, run_section(args.out), gen_pairs)
     write_csv_atomic(os.path.join(args.out, "study.csv"), rows)
     write_csv_atomic(os.path.join(args.out, "correlation.csv"),
-                     [{k: c[k] for k in ("measure", "n", "spearman", "pearson")} for c in corr])
+                     [{k: c[k] for k in ("measure", "objective", "n", "spearman", "pearson")} for c in corr])
     write_csv_atomic(os.path.join(args.out, "differences.csv"),
                      [{"a": iv.a, "b": iv.b, "task": iv.column, "difference": iv.diff, "low": iv.low, "high": iv.high,
                        "runs": iv.runs, "examples": iv.examples, "verdict": iv.verdict,
@@ -336,8 +395,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     overview(os.path.join(args.out, "overview.png"), study, rows, columns, corr, unigram)
     print(md, end="")
-    weak = [r["variant"] for r in rows if r["below_unigram_bits"] is None or r["below_unigram_bits"] < args.min_gap_bits]
-    if unigram is not None and weak:
+    weak = weak_variants(rows, unigram, args.min_gap_bits)
+    if weak:
         print(f"\nWARNING: {', '.join(weak)} did not end {args.min_gap_bits:g} bit(s) below the unigram baseline "
               f"({unigram:.3f} bits): this preset is not fit for comparing positional encodings.", file=sys.stderr)
     print(f"\nwrote {args.out}/report.md, study.csv, correlation.csv, differences.csv, order.csv, overview.png",

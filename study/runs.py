@@ -6,6 +6,9 @@
     OUT/longer/V/seedS.json                            study.longer_inputs
     OUT/c4/data-bin/data_path.txt                      the training shards (for the unigram baseline)
 
+V is a model's label (``study.plan.Entry``): the variant for MLM, ``V+electra`` for ELECTRA, whose log is read
+for its generator and discriminator losses (``ELECTRA_KEYS``) instead of an MLM loss.
+
 Everything missing is appended to ``problems`` (the report lists it) rather than raised.
 """
 from __future__ import annotations
@@ -31,31 +34,48 @@ _JSON_VALID = re.compile(r"\| valid \| (\{.*\})\s*$")
 _SIMPLE_VALID = re.compile(r"valid on 'valid' subset \| (.*)$")
 
 
-def parse_valid_curve(log_path: str) -> Dict[int, float]:
-    """{num_updates: validation loss} of subset ``valid`` in a fairseq log (json or simple format).
+ELECTRA_KEYS = ("gen_loss", "disc_loss", "gen_acc", "disc_acc", "replace_rate")  # tupe_plugin/criterions/electra.py
+
+
+def parse_valid_curves(log_path: str, keys: Sequence[str] = ("loss",)) -> Dict[str, Dict[int, float]]:
+    """{key: {num_updates: value}} of subset ``valid`` in a fairseq log (json or simple format), for each of
+    ``keys`` (``loss``; ELECTRA's ``gen_loss``, ``disc_loss``, ...).
 
     A resumed run repeats a validation in the same log: the last line for an update count wins.
     """
-    curve: Dict[int, float] = {}
+    curves: Dict[str, Dict[int, float]] = {k: {} for k in keys}
     with open(log_path, encoding="utf-8", errors="replace") as f:
         for line in f:
             m = _JSON_VALID.search(line)
             if m:
                 try:
-                    stats = json.loads(m.group(1))
-                    curve[int(float(stats["valid_num_updates"]))] = float(stats["valid_loss"])
-                except (json.JSONDecodeError, KeyError, ValueError):
+                    raw = json.loads(m.group(1))
+                    stats = {k[len("valid_"):]: v for k, v in raw.items() if k.startswith("valid_")}
+                    update = raw["valid_num_updates"]
+                except (json.JSONDecodeError, KeyError, AttributeError):
                     continue
-                continue
-            m = _SIMPLE_VALID.search(line)
-            if m:
+            else:
+                m = _SIMPLE_VALID.search(line)
+                if not m:
+                    continue
                 pairs = (kv.strip().split(" ", 1) for kv in m.group(1).split(" | "))
                 stats = {kv[0]: kv[1] for kv in pairs if len(kv) == 2}
+                update = stats.get("num_updates")
+            try:
+                u = int(float(update))
+            except (TypeError, ValueError):
+                continue
+            for k in keys:
                 try:
-                    curve[int(float(stats["num_updates"]))] = float(stats["loss"])
+                    curves[k][u] = float(stats[k])
                 except (KeyError, ValueError):
                     continue
-    return dict(sorted(curve.items()))
+    return {k: dict(sorted(c.items())) for k, c in curves.items()}
+
+
+def parse_valid_curve(log_path: str) -> Dict[int, float]:
+    """{num_updates: validation loss} of subset ``valid`` (an MLM run's loss in bits)."""
+    return parse_valid_curves(log_path)["loss"]
 
 
 def loss_at(curve: Dict[int, float], update: int) -> Tuple[Optional[float], Optional[int]]:
@@ -197,10 +217,15 @@ def read_locality(path: str) -> Dict[str, float]:
 @dataclass
 class SeedRun:
     seed: int
-    curve: Dict[int, float]
+    curve: Dict[int, float]  # the validation MLM loss; empty for ELECTRA (its ``loss`` is another quantity)
     tasks: Dict[str, Pick]
     locality: Dict[str, float]
     longer: Optional[dict] = None  # study.longer_inputs' record
+    electra: Dict[str, Dict[int, float]] = field(default_factory=dict)  # ELECTRA_KEYS -> validation curve
+
+    def electra_final(self, key: str) -> Optional[float]:
+        curve = self.electra.get(key)
+        return curve[max(curve)] if curve else None
 
     @property
     def final(self) -> Optional[float]:
@@ -218,9 +243,10 @@ class SeedRun:
 
 @dataclass
 class Variant:
-    name: str
+    name: str  # the entry's label: the variant, or V+electra (study.plan.Entry)
     about: str = ""
     seeds: List[SeedRun] = field(default_factory=list)
+    objective: str = "mlm"
 
 
 def parse_variants(text: str, default_seeds: Sequence[int]) -> List[Tuple[str, List[int]]]:
@@ -248,15 +274,20 @@ def about_variants() -> Dict[str, str]:
 
 
 def load_study(out: str, variants: Sequence[Tuple[str, Sequence[int]]], problems: List[str]) -> List[Variant]:
+    from study.plan import split_label
+
     about = about_variants()
     result = []
     for name, seeds in variants:
-        v = Variant(name, about.get(name, ""))
+        variant, objective = split_label(name)
+        v = Variant(name, about.get(variant, ""), objective=objective)
+        keys = ELECTRA_KEYS if objective == "electra" else ("loss",)
         for seed in seeds:
             log = os.path.join(out, "pretrain", name, f"seed{seed}", "train.log")
-            curve = parse_valid_curve(log) if os.path.isfile(log) else {}
-            if not curve:
-                problems.append(f"{log}: no validation loss (pre-training missing or unfinished)")
+            curves = parse_valid_curves(log, keys) if os.path.isfile(log) else {}
+            curve, electra = (curves.get("loss", {}), {}) if objective == "mlm" else ({}, curves)
+            if not curves.get(keys[0]):
+                problems.append(f"{log}: no validation {keys[0]} (pre-training missing or unfinished)")
             runs = read_finetune_dir(os.path.join(out, "finetune", name, f"seed{seed}"), problems)
             if not runs:
                 problems.append(f"{name} seed {seed}: no finished fine-tuning run")
@@ -265,7 +296,7 @@ def load_study(out: str, variants: Sequence[Tuple[str, Sequence[int]]], problems
             if not loc:
                 problems.append(f"{loc_csv}: missing (locality/symmetry not measured)")
             longer = read_json(os.path.join(out, "longer", name, f"seed{seed}.json"))
-            v.seeds.append(SeedRun(seed, curve, pick_columns(runs), loc, longer))
+            v.seeds.append(SeedRun(seed, curve, pick_columns(runs), loc, longer, electra))
         result.append(v)
     return result
 

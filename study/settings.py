@@ -27,6 +27,7 @@ class Setting:
     meaning: str
     default: Optional[str] = None  # None: from the preset
     recorded: bool = False  # part of OUT/settings.env: a rerun with another value is refused
+    objective: str = ""  # recorded only once the study has models of this objective (OBJECTIVES)
 
     @property
     def preset(self) -> bool:
@@ -43,6 +44,8 @@ SETTINGS: Tuple[Setting, ...] = (
     Setting("TASKS", "tasks to fine-tune (auto: every folder of TASKS_DIR with train.tsv and dev.tsv; none)", "auto"),
     Setting("VARIANTS", "registered variant names in report order (all: every one, in registry order; "
             "NAME:1,2: that variant's own pre-training seeds)", "bert-a bert-r tupe-a tupe-r"),
+    Setting("OBJECTIVES", "pre-training objectives, each for every variant: mlm (RoBERTa masked LM), electra "
+            "(replaced-token detection; its runs are V+electra)", "mlm"),
     Setting("PRETRAIN_SEEDS", "pre-training seeds of every variant without its own (same data order and "
             "masks per seed)", "1"),
     Setting("SIZE", "pretrain.sh SIZE (the arch is VARIANT_SIZE)", recorded=True),
@@ -56,6 +59,11 @@ SETTINGS: Tuple[Setting, ...] = (
     Setting("TOTAL_UPDATES", "pre-training budget per variant (updates)", recorded=True),
     Setting("WARMUP", "pre-training warmup updates", recorded=True),
     Setting("PRETRAIN_LR", "pre-training peak LR (then linear decay to 0)", recorded=True),
+    Setting("GENERATOR_SIZE_DIVISOR", "electra: generator width, FFN and heads = the discriminator's / N (auto: "
+            "pretrain.sh's, 3 at SIZE=base, 4 otherwise; it must divide the MODEL_ARGS sizes)", "auto", recorded=True,
+            objective="electra"),
+    Setting("DISC_WEIGHT", "electra: weight of the discriminator's loss (pretrain.sh DISC_WEIGHT)", "50", recorded=True,
+            objective="electra"),
     Setting("VALID_POINTS", "validations per pre-training run (the loss curve; a checkpoint each)", recorded=True),
     Setting("VALID_STEPS", "batches per validation (the same first batches every time; 0: the whole set)",
             recorded=True),
@@ -122,21 +130,38 @@ def resolve(environ: Mapping[str, str]) -> Dict[str, str]:
 
 
 def recorded_text(values: Mapping[str, str]) -> str:
-    """The OUT/settings.env text: NAME=value of every recorded setting, in table order."""
-    return "".join(f"{s.name}={values[s.name]}\n" for s in SETTINGS if s.recorded)
+    """The OUT/settings.env text: NAME=value of every recorded setting, in table order; an objective's
+    settings only when OBJECTIVES has it."""
+    objectives = words(values, "OBJECTIVES")
+    return "".join(f"{s.name}={values[s.name]}\n" for s in SETTINGS
+                   if s.recorded and (not s.objective or s.objective in objectives))
+
+
+def _lines(text: str) -> Dict[str, str]:
+    return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
 
 
 def changed_settings(recorded: str, now: str) -> List[str]:
     """Lines that differ between a recorded settings.env and this run's ('< old', '> new'); a setting that
-    an older study did not record is compared only when the new value is not its default."""
-    old = dict(line.split("=", 1) for line in recorded.splitlines() if "=" in line)
-    new = dict(line.split("=", 1) for line in now.splitlines() if "=" in line)
+    an older study did not record is compared only when the new value is not its default, except an
+    objective's setting: a study without that objective's models never used it."""
+    old, new = _lines(recorded), _lines(now)
     out = []
     for name, value in new.items():
+        if name not in old and BY_NAME[name].objective:
+            continue
         before = old[name] if name in old else BY_NAME[name].default
         if before != value:
             out += ([f"< {name}={old[name]}"] if name in old else []) + [f"> {name}={value}"]
     return out
+
+
+def merged_text(recorded: str, now: str) -> str:
+    """settings.env after a run that ``changed_settings`` accepted: the recorded text, then this run's lines
+    that were not recorded yet (an objective's settings, once it has models)."""
+    old = _lines(recorded)
+    added = "".join(f"{n}={v}\n" for n, v in _lines(now).items() if n not in old)
+    return recorded + ("\n" if recorded and not recorded.endswith("\n") and added else "") + added
 
 
 # ---- values as numbers and lists ------------------------------------------------------------------------

@@ -3,9 +3,9 @@ the full run iterate over. A stage is its name, its parts (argument tuples), whe
 exists, so a rerun skips it) and how a part runs. Adding a stage is one function set and one table row.
 
     prep      C4-format text -> sentencepiece + shards; the tasks binarized with that vocabulary; held-out lines
-    pretrain  every variant x its seeds (train_scripts/pretrain.sh)      -> OUT/pretrain/V/seedS/
+    pretrain  every variant x objective x its seeds (train_scripts/pretrain.sh) -> OUT/pretrain/V/seedS/
     locality  position-only and real attention maps (tupe-locality)     -> OUT/locality/V/seedS.csv
-    longer    validation MLM loss at T, 2T, 4T (study.longer_inputs)     -> OUT/longer/V/seedS.json
+    longer    validation MLM loss at T, 2T, 4T (study.longer_inputs; MLM models only) -> OUT/longer/V/seedS.json
     finetune  every model x task x FT_LRS x SEEDS (glue/finetune.sh), with its dev predictions
               -> OUT/finetune/V/seedS/TASK/lr{LR}_seed{K}/{result,predictions}.json
     order     each fine-tuned model on its dev set with the word order perturbed (study.dev_eval) -> order.json
@@ -20,7 +20,7 @@ import sys
 from dataclasses import dataclass
 from typing import Callable, List, Sequence, Tuple
 
-from study.plan import Plan
+from study.plan import Plan, split_label
 from tupe_common.io import read_data_path
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -131,6 +131,7 @@ def pretrain_done(plan: Plan, variant: str, seed: int) -> bool:
 
 def run_pretrain(plan: Plan, variant: str, seed: int) -> None:
     v, out = plan.values, plan.pretrain_dir(variant, seed)
+    name, objective = split_label(variant)
     if not prep_done(plan):
         raise PartFailed("prep is not finished: run --part prep first")
     interval = plan.valid_interval
@@ -138,10 +139,11 @@ def run_pretrain(plan: Plan, variant: str, seed: int) -> None:
     if int(v["VALID_STEPS"]) > 0:
         valid_args += f" --max-valid-steps {v['VALID_STEPS']}"
     data = ":".join(read_data_path(plan.path("c4", "data-bin")))
-    note(f"pre-training {variant} seed {seed} ({v['TOTAL_UPDATES']} updates, {plan.max_positions} positions) "
+    note(f"pre-training {variant} seed {seed} ({objective}, {v['TOTAL_UPDATES']} updates, {plan.max_positions} positions) "
          f"-> {out} (log: {out}/train.log)")
     # fairseq validates (and saves) every VALID_INTERVAL updates; the positions leave room for the longer inputs
-    env = child_env(DATA=data, VARIANT=variant, SIZE=v["SIZE"], ARCH="auto", SAVE_DIR=out,
+    env = child_env(DATA=data, VARIANT=name, OBJECTIVE=objective, GENERATOR_SIZE_DIVISOR=v["GENERATOR_SIZE_DIVISOR"],
+                    DISC_WEIGHT=v["DISC_WEIGHT"], SIZE=v["SIZE"], ARCH="auto", SAVE_DIR=out,
                     TENSORBOARD_DIR=os.path.join(out, "tensorboard"), GPUS=v["GPUS"], SENTENCES_PER_UPDATE=v["BATCH_SIZE"],
                     MAX_SENTENCES=v["MAX_SENTENCES"], UPDATE_FREQ="auto", TOKENS_PER_SAMPLE=v["TOKENS_PER_SAMPLE"],
                     MAX_POSITIONS=plan.max_positions, TOTAL_UPDATES=v["TOTAL_UPDATES"], WARMUP=v["WARMUP"],
@@ -196,7 +198,10 @@ def longer_json(plan: Plan, variant: str, seed: int) -> str:
 
 
 def longer_parts(plan: Plan) -> List[Tuple]:
-    return plan.pretrain_parts() if len(plan.length_factors) > 1 else []
+    """The MLM models: an ELECTRA discriminator has no MLM head (study.longer_inputs.NOT_FOR_ELECTRA)."""
+    if len(plan.length_factors) < 2:
+        return []
+    return [(label, s) for label, s in plan.pretrain_parts() if split_label(label)[1] == "mlm"]
 
 
 def longer_done(plan: Plan, variant: str, seed: int) -> bool:
@@ -285,7 +290,7 @@ def run_report(plan: Plan) -> None:
     v = plan.values
     argv = [plan.out, "--variants", plan.variants_text(), "--total-updates", v["TOTAL_UPDATES"],
             "--min-gap-bits", v["MIN_GAP_BITS"],
-            "--title", f"Study: PRESET={v['PRESET']}, {v['TOTAL_UPDATES']} updates, {len(plan.variants)} variants"]
+            "--title", f"Study: PRESET={v['PRESET']}, {v['TOTAL_UPDATES']} updates, {plan.models_text()}"]
     if report(argv):
         raise PartFailed("the report failed")
 

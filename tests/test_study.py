@@ -373,6 +373,162 @@ def test_report_variants_with_their_own_seeds(tmp_path):
     assert rows["A"]["pretrain_seeds"] == "1 2" and rows["C"]["pretrain_seeds"] == "1"
 
 
+# ------------------------------------------------------------------------------------- objectives
+
+
+def test_objectives_are_entries_with_their_own_folders(tmp_path):
+    """OBJECTIVES="mlm electra": every variant once per objective, MLM first; the MLM folders are where a
+    study without objectives has them; the longer-inputs stage skips ELECTRA; bad values are usage errors."""
+    from study.plan import Plan, split_label
+    from study.settings import UsageError
+    from study.stages import longer_parts
+
+    env = {"OUT": str(tmp_path / "s"), "PRESET": "cpu-small", "TASKS": "none", "VARIANTS": "bert-a tupe-r:3",
+           "PRETRAIN_SEEDS": "1 2", "OBJECTIVES": "mlm electra", "GENERATOR_SIZE_DIVISOR": "4"}
+    plan = Plan.from_environ(env)
+    assert [(e.label, e.name, e.objective, e.seeds) for e in plan.variants] == [
+        ("bert-a", "bert-a", "mlm", (1, 2)), ("tupe-r", "tupe-r", "mlm", (3,)),
+        ("bert-a+electra", "bert-a", "electra", (1, 2)), ("tupe-r+electra", "tupe-r", "electra", (3,))]
+    assert plan.pretrain_parts() == [("bert-a", 1), ("bert-a", 2), ("tupe-r", 3), ("bert-a+electra", 1),
+                                     ("bert-a+electra", 2), ("tupe-r+electra", 3)]
+    assert longer_parts(plan) == [("bert-a", 1), ("bert-a", 2), ("tupe-r", 3)]
+    assert plan.pretrain_dir("bert-a", 1) == str(tmp_path / "s" / "pretrain" / "bert-a" / "seed1")
+    assert plan.pretrain_dir("bert-a+electra", 1) == str(tmp_path / "s" / "pretrain" / "bert-a+electra" / "seed1")
+    assert plan.variants_text() == "bert-a:1,2 tupe-r:3 bert-a+electra:1,2 tupe-r+electra:3"
+    assert plan.models_text() == "2 variants x objectives mlm, electra"
+    assert split_label("tupe-r+electra") == ("tupe-r", "electra") and split_label("tupe-r") == ("tupe-r", "mlm")
+    default = Plan.from_environ(dict(env, OBJECTIVES=""))  # the default: MLM only, as before objectives
+    assert [e.label for e in default.variants] == ["bert-a", "tupe-r"] and default.models_text() == "2 variants"
+    # cpu-small's 128-wide encoder with ELECTRA-Base's 1/3 generator: refused before anything is prepared
+    with pytest.raises(UsageError, match="GENERATOR_SIZE_DIVISOR=auto: --generator-size-divisor 3 does not divide"):
+        Plan.from_environ(dict(env, GENERATOR_SIZE_DIVISOR=""))
+    for bad in ("mlm bert", "electra electra"):
+        with pytest.raises(UsageError, match="OBJECTIVES: one or more of mlm electra"):
+            Plan.from_environ(dict(env, OBJECTIVES=bad))
+    with pytest.raises(UsageError, match="chosen for every variant with OBJECTIVES"):
+        Plan.from_environ(dict(env, VARIANTS="bert-a tupe-r+electra:1"))
+
+
+def test_electra_settings_are_recorded_once_the_study_has_electra_models():
+    """An MLM study records no ELECTRA setting, so adding ELECTRA later may pick its generator; from then on
+    the ELECTRA settings are the study's like any other."""
+    from study.settings import changed_settings, merged_text, recorded_text, resolve
+
+    mlm = resolve({"PRESET": "cpu-small", "OUT": "x"})
+    both = dict(mlm, OBJECTIVES="mlm electra", GENERATOR_SIZE_DIVISOR="4")
+    assert "GENERATOR_SIZE_DIVISOR" not in recorded_text(mlm) and "DISC_WEIGHT" not in recorded_text(mlm)
+    assert "GENERATOR_SIZE_DIVISOR=4\nDISC_WEIGHT=50\n" in recorded_text(both)
+    old = recorded_text(mlm)
+    assert changed_settings(old, recorded_text(both)) == []  # the MLM study never used them
+    merged = merged_text(old, recorded_text(both))
+    assert merged == old + "GENERATOR_SIZE_DIVISOR=4\nDISC_WEIGHT=50\n"
+    assert changed_settings(merged, recorded_text(dict(both, GENERATOR_SIZE_DIVISOR="2"))) == [
+        "< GENERATOR_SIZE_DIVISOR=4", "> GENERATOR_SIZE_DIVISOR=2"]
+    assert changed_settings(merged, recorded_text(mlm)) == [] and merged_text(merged, recorded_text(mlm)) == merged
+
+
+def test_word_order_check_covers_nope_with_every_objective():
+    from study.compare import OrderDrop
+    from study.report import _order_lines
+
+    still = [OrderDrop("nope", "SST", "random", [0.0], 10, 16), OrderDrop("nope+electra", "SST", "random", [0.0], 10, 16)]
+    assert any(line.startswith("Check: nope (no position information) moves by at most 0.00") for line in _order_lines(still))
+    moved = still[:1] + [OrderDrop("nope+electra", "SST", "random", [5.0, 4.0], 10, 16)]
+    assert any("**CHECK FAILED:**" in line and "+4.50 (nope+electra SST random)" in line for line in _order_lines(moved))
+
+
+def electra_log(losses: Dict[int, tuple]) -> str:
+    """ELECTRA validations (json): update -> (loss, gen_loss, gen_acc, disc_loss, disc_acc, replace_rate)."""
+    keys = ("loss", "gen_loss", "gen_acc", "disc_loss", "disc_acc", "replace_rate")
+    return "".join("x | INFO | valid | " + json.dumps({**{f"valid_{k}": str(x) for k, x in zip(keys, vals)},
+                                                       "valid_num_updates": str(u)}) + "\n"
+                   for u, vals in losses.items())
+
+
+def test_parse_valid_curves_of_electra_json_and_simple(tmp_path):
+    log = tmp_path / "train.log"
+    log.write_text(electra_log({10: (400.0, 9.5, 3.0, 7.8, 80.0, 14.0)})
+                   + "y | INFO | valid | epoch 001 | valid on 'valid' subset | loss 300 | gen_loss 8.25 | gen_ppl 304 | "
+                   "disc_loss 5.5 | disc_acc 90 | replace_rate 12.5 | num_updates 20\n")
+    curves = runs.parse_valid_curves(str(log), runs.ELECTRA_KEYS)
+    assert curves["gen_loss"] == {10: 9.5, 20: 8.25} and curves["disc_loss"] == {10: 7.8, 20: 5.5}
+    assert curves["gen_acc"] == {10: 3.0} and curves["replace_rate"] == {10: 14.0, 20: 12.5}
+    assert runs.parse_valid_curve(str(log)) == {10: 400.0, 20: 300.0}  # ELECTRA's `loss`: the weighted sum
+
+
+def add_electra(out: Path, name: str, seed: int, gen: float, disc: float, sst: List[int]) -> None:
+    """An ELECTRA model of make_study's layout: its log (with a large weighted `loss`), SST-2 runs, locality."""
+    d = out / "pretrain" / name / f"seed{seed}"
+    d.mkdir(parents=True)
+    (d / "train.log").write_text(electra_log({50: (60.0, gen + 1, 10.0, disc + 0.1, 85.0, 13.0),
+                                              100: (gen + 50 * disc, gen, 20.0, disc, 90.0, 11.0)}))
+    for k, score in enumerate(sst, 1):
+        run = out / "finetune" / name / f"seed{seed}" / "SST-2" / f"lr1e-4_seed{k}"
+        run.mkdir(parents=True)
+        (run / "result.json").write_text(json.dumps(
+            {"task": "SST-2", "lr": 1e-4, "seed": k, "metric": "accuracy", "best_valid": {"valid": score}}))
+        gold = ["1", "0"] * 50
+        pred = [g if i < score else ("0" if g == "1" else "1") for i, g in enumerate(gold)]
+        (run / "predictions.json").write_text(json.dumps(
+            {"task": "SST-2", "metric": "accuracy", "subsets": {"valid": {"gold": gold, "pred": pred}}}))
+    (out / "locality" / name).mkdir(parents=True, exist_ok=True)
+    (out / "locality" / name / f"seed{seed}.csv").write_text(
+        "source,layer,head,locality,symmetry,symmetry_scaled\nposition,all,mean,0.3,0.8,0.5\n"
+        "attention (5 sentences),all,mean,0.2,0.6,0.5\n")
+
+
+def test_report_keeps_electra_losses_apart_and_compares_downstream(tmp_path):
+    """A+electra and C+electra beside make_study's MLM models: their generator and discriminator losses in a
+    table of their own (C's generator lower on both seeds), nothing of theirs in the MLM-loss tables or the
+    unigram warning (their weighted `loss` is far above the baseline), their downstream scores paired with
+    the MLM models' like any other, and the longer-inputs table says why they are not measured."""
+    out = tmp_path / "study"
+    make_study(out)
+    for v, loss in (("A", 1.0), ("B", 1.45), ("C", 0.6)):
+        d = out / "pretrain" / v / "seed2"
+        d.mkdir(parents=True)
+        (d / "train.log").write_text(f'x | INFO | valid | {{"valid_loss": "{loss}", "valid_num_updates": "100"}}\n')
+    add_electra(out, "A+electra", 1, gen=4.0, disc=0.30, sst=[90, 95, 92])
+    add_electra(out, "A+electra", 2, gen=4.2, disc=0.32, sst=[91, 95, 92])
+    add_electra(out, "C+electra", 1, gen=3.5, disc=0.35, sst=[70, 75, 80])
+    add_electra(out, "C+electra", 2, gen=3.6, disc=0.33, sst=[70, 75, 80])
+    (out / "longer" / "A").mkdir(parents=True)
+    (out / "longer" / "A" / "seed1.json").write_text(json.dumps(
+        {"variant": "bert_a", "positions": 256, "lengths": {"64": 1.5, "128": None}, "not_beyond": "learned"}))
+    assert sr.main([str(out), "--variants", "A:1 B:1 C:1 A+electra:1,2 C+electra:1,2", "--total-updates", "100",
+                    "--resamples", "200"]) == 0
+    rows = {r["variant"]: r for r in csv.DictReader((out / "study.csv").open())}
+    ae = rows["A+electra"]
+    assert ae["objective"] == "electra" and rows["A"]["objective"] == "mlm"
+    assert ae["final_valid_loss"] == "" and ae["below_unigram_bits"] == ""  # not an MLM loss
+    assert float(ae["final_gen_loss"]) == pytest.approx(4.1) and float(ae["final_gen_loss_spread"]) == pytest.approx(0.2)
+    assert float(ae["final_disc_loss"]) == pytest.approx(0.31) and float(ae["final_replace_rate"]) == 11.0
+    assert float(ae["SST_median"]) == 92 and float(ae["loc_pos"]) == 0.3
+    assert ae["longer_not_measured"].startswith("ELECTRA: the discriminator") and rows["A"]["longer_not_measured"] == "learned"
+    md = (out / "report.md").read_text()
+    mlm_section = md.split("## Pre-training: validation MLM loss")[1].split("## Pre-training: ELECTRA")[0]
+    assert "electra" not in mlm_section  # neither in the loss table nor in the pairs
+    assert "B did not end at least 1 bit" in md and "A+electra" not in md.split("## Variants")[0]
+    assert "| A+electra | — | electra | 1, 2 |" in md
+    electra = md.split("## Pre-training: ELECTRA")[1].split("## Longer inputs")[0]
+    assert "| A+electra | 4.100 | 20.00 | 0.3100 | 90.00 | 11.00 | 0.200 / 0.0200 |" in electra
+    # C's generator 0.5 and 0.6 below A's: same sign, larger than either spread (0.2, 0.1): settled
+    assert "| A+electra - C+electra | 0.500 | 0.600 | yes | 0.200 | **yes** |" in electra
+    assert "A+electra higher than C+electra (generator loss)" in electra
+    longer = md.split("## Longer inputs")[1].split("##")[0]
+    assert "| A+electra | — | — | ELECTRA: the discriminator" in longer
+    diffs = {(r["a"], r["b"]): r for r in csv.DictReader((out / "differences.csv").open())}
+    # ELECTRA - MLM, paired on pre-training seed 1 (the one A has): +10, +13, +2 points
+    assert float(diffs["A", "A+electra"]["difference"]) == pytest.approx(-25 / 3)
+    assert float(diffs["A+electra", "C+electra"]["difference"]) == pytest.approx((20 + 20 + 12 + 21 + 20 + 12) / 6)
+    assert diffs["A+electra", "C+electra"]["by_pretrain_seed"] == "1:17.3333 2:17.6667"
+    # locality against downstream per objective: the MLM models' as without ELECTRA, the ELECTRA models' apart
+    corr = {r["measure"]: r for r in csv.DictReader((out / "correlation.csv").open())}
+    assert corr["locality (position-only)"]["n"] == "3" and corr["locality (position-only)"]["objective"] == "mlm"
+    assert float(corr["locality (position-only)"]["spearman"]) == pytest.approx(1.0)  # as in the study without them
+    assert corr["locality (position-only), electra models"]["n"] == "2"
+
+
 # ---------------------------------------------------------------------------------- study.sh end to end
 
 
@@ -477,9 +633,40 @@ def test_study_end_to_end_then_rerun_skips(corpus, tmp_path):
     assert "--array=1 train_scripts/study.sbatch finetune" in slurm and "study.sbatch report" in slurm
     assert "--dependency=afterok:$finetune --array=1 train_scripts/study.sbatch order" in slurm
 
-    changed = study(out, check=False, **dict(env, TOTAL_UPDATES="5"))
+    # ELECTRA beside it (OBJECTIVES is not a recorded setting: adding an objective adds models, as a variant
+    # does): only nope+electra's parts run; the discriminator goes through locality, fine-tuning and word order
+    # as any checkpoint, and the report keeps its losses apart
+    study(out, **dict(env, OBJECTIVES="mlm electra"))
+    timed = [line.split("\t")[:2] for line in (out / "timings.tsv").read_text().splitlines()]
+    assert timed[6:] == [["pretrain", "nope+electra 1"], ["locality", "nope+electra 1"],
+                         ["finetune", "nope+electra 1 SST-2 1e-3 1"], ["order", "nope+electra 1 SST-2 1e-3 1"]]
+    import torch
+
+    ckpt = torch.load(out / "pretrain" / "nope+electra" / "seed1" / "checkpoint_last.pt", map_location="cpu",
+                      weights_only=False)
+    assert ckpt["cfg"]["task"]["_name"] == "electra" and any(k.startswith("generator.") for k in ckpt["model"])
+    curves = runs.parse_valid_curves(str(out / "pretrain" / "nope+electra" / "seed1" / "train.log"), runs.ELECTRA_KEYS)
+    assert sorted(curves["gen_loss"]) == [2, 4] and sorted(curves["disc_loss"]) == [2, 4]
+    rows = {r["variant"]: r for r in csv.DictReader((out / "study.csv").open())}
+    e = rows["nope+electra"]
+    assert e["objective"] == "electra" and e["final_valid_loss"] == ""
+    assert float(e["final_gen_loss"]) == pytest.approx(curves["gen_loss"][4], abs=1e-4)
+    assert float(e["final_disc_loss"]) == pytest.approx(curves["disc_loss"][4], abs=1e-4)
+    assert 0 < float(e["loc_pos"]) <= 1 and 0 < float(e["loc_attn"]) <= 1 and 0 <= float(e["SST_median"]) <= 100
+    drops = {(d["variant"], d["perturbation"]): float(d["mean_drop"]) for d in csv.DictReader((out / "order.csv").open())}
+    assert drops[("nope+electra", "random")] == 0.0 and drops[("nope+electra", "shuffle_3")] == 0.0  # blind to order
+    md = (out / "report.md").read_text()
+    assert "| nope+electra | " in md.split("## Pre-training: ELECTRA")[1].split("##")[0]
+    assert "nope+electra" not in md.split("## Pre-training: validation MLM loss")[1].split("## Pre-training: ELECTRA")[0]
+    assert "| nope+electra | — | — | — | ELECTRA: the discriminator" in md
+    assert "| nope - nope+electra | SST |" in md
+    assert not (out / "longer" / "nope+electra").exists()
+    assert (out / "settings.env").read_text().endswith("GENERATOR_SIZE_DIVISOR=auto\nDISC_WEIGHT=50\n")
+
+    changed = study(out, check=False, **dict(env, TOTAL_UPDATES="5", OBJECTIVES="electra", DISC_WEIGHT="10"))
     assert changed.returncode == 2
     assert "differs from this run" in changed.stderr and "TOTAL_UPDATES=5" in changed.stderr
+    assert "< DISC_WEIGHT=50\n> DISC_WEIGHT=10" in changed.stderr
 
 
 def test_unknown_variant_is_refused_before_any_work(tmp_path):
