@@ -4,12 +4,12 @@ the compute dtype, and the option's way through a checkpoint."""
 from __future__ import annotations
 
 import argparse
-import contextlib
+import sys
+from pathlib import Path
 from typing import List, Optional
 
 import pytest
 import torch
-import torch.nn.functional as F
 from fairseq.modules.fairseq_dropout import FairseqDropout
 
 from model_utils import build, tokens
@@ -20,6 +20,9 @@ from tupe_plugin.modules.attend import Dropout, attend, choose_attention_path
 from tupe_plugin.modules.attention import SelfAttention
 from tupe_plugin.modules.masks import align_strides, attention_mask, padding_value
 from tupe_plugin.modules.positional_term import PositionalTerm
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+import gpu_check  # noqa: E402  (bench/gpu_check.py: the SDPA spy the GPU check uses)
 
 B, H, T, DH = 2, 2, 6, 4
 SCALE = (2 * DH) ** -0.5  # TUPE's (2 dh)^-0.5; any scale would do
@@ -257,23 +260,6 @@ def test_align_strides_copies_only_an_unaligned_mask_and_keeps_values_and_gradie
 # --- GPU pitfalls, checked on CPU (bench/gpu_check.py checks them again on CUDA) -------------------------
 
 
-@contextlib.contextmanager
-def sdpa_masks():
-    """Every mask handed to ``F.scaled_dot_product_attention`` in the block, with q's dtype: (q dtype, mask)."""
-    seen: List[tuple] = []
-    real = F.scaled_dot_product_attention
-
-    def spy(q, k, v, attn_mask=None, **kwargs):
-        seen.append((q.dtype, attn_mask))
-        return real(q, k, v, attn_mask=attn_mask, **kwargs)
-
-    F.scaled_dot_product_attention = spy
-    try:
-        yield seen
-    finally:
-        F.scaled_dot_product_attention = real
-
-
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_masks_reaching_sdpa_have_qs_dtype_and_aligned_strides_under_autocast(variant, monkeypatch):
     """What CUDA gets, forced on CPU: under autocast every mask SDPA sees (the shared one and DeBERTa's per-layer
@@ -285,7 +271,7 @@ def test_masks_reaching_sdpa_have_qs_dtype_and_aligned_strides_under_autocast(va
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
         want = model(x, features_only=True)[0]
         monkeypatch.setattr(masks_module, "ALIGNED_DEVICES", {"cuda", "cpu"})
-        with sdpa_masks() as seen:
+        with gpu_check.sdpa_calls() as seen:
             got = model(x, features_only=True)[0]
     assert len(seen) == len(model.encoder.sentence_encoder.layers)
     for q_dtype, mask in seen:
