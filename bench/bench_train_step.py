@@ -321,7 +321,7 @@ def bench_variant(row: Row, roberta: tuple, x, masked, args, path: str) -> Tuple
     arch = f"{row.variant}_{row.size}"
     model = with_objective(build(arch, row.size, row.length, args.device, tupe_attention=path), row.objective)
     if path == "auto":  # the path the first layer takes in training on this device
-        row.attention = "auto: " + model.encoder.sentence_encoder.layers[0].self_attn.attention_path(x)
+        row.attention = "auto: " + model.encoder.sentence_encoder.layers[0].self_attn.forward_path(x)
     pair = {"roberta": roberta, "variant": (model, torch.optim.Adam(model.parameters(), lr=1e-4))}
     if row.compiled:  # the eager twin (same weights) steps in the same alternation: compiled / eager directly
         eager = with_objective(build(arch, row.size, row.length, args.device, tupe_attention=path), row.objective)

@@ -10,6 +10,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Dict, List
@@ -391,8 +392,6 @@ def test_hf_export_of_the_discriminator_equals_fairseq(tmp_path, capsys):
     torch.testing.assert_close(hf_cls, cls, rtol=0, atol=1e-5)
 
 def test_bench_train_step_takes_the_electra_step():
-    import sys
-
     sys.path.insert(0, str(ROOT / "bench"))
     import bench_train_step as bench
 
@@ -401,3 +400,15 @@ def test_bench_train_step_takes_the_electra_step():
     both = bench.with_objective(bench.build("tupe_r_tiny", "tiny", 32, "cpu"), "electra")
     flops = [bench.step_flops(m, torch.optim.Adam(m.parameters()), x, masked) for m in (mlm, both)]
     assert flops[1] > flops[0]  # the generator and the discriminator's dense head come on top
+
+
+def test_bench_train_step_runs_the_electra_row_end_to_end(tmp_path):
+    """The benchmark as a user runs it (tiny, one step): a measured row against RoBERTa, not a 'failed' cell."""
+    out = tmp_path / "rows.json"
+    subprocess.run([sys.executable, str(ROOT / "bench" / "bench_train_step.py"), "--variants", "tupe_r",
+                    "--objective", "electra", "--sizes", "tiny", "--lengths", "32", "--tokens", "64",
+                    "--steps", "1", "--warmup", "0", "--json", str(out)], check=True, capture_output=True,
+                   text=True, cwd=ROOT)
+    rows = json.loads(out.read_text())["rows"]
+    assert len(rows) == 1 and rows[0]["objective"] == "electra" and not rows[0].get("error")
+    assert rows[0]["attention"].startswith("auto: ") and rows[0]["flop_ratio"] > 1
