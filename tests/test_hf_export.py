@@ -278,3 +278,16 @@ def test_transformers_trainer_finetunes_the_export(pretrained, lm_bin, spm_dir, 
     batch = tok(["a b c"], return_tensors="pt")
     with torch.no_grad():
         torch.testing.assert_close(back(**batch).logits, model.eval()(**batch).logits, **TOL)
+
+
+def test_a_head_the_checkpoint_lacks_or_an_ambiguous_head_is_a_usage_error():
+    """--head is the user's choice: naming no head of the checkpoint, or none where it has two, exits 2."""
+    from tupe_plugin.hf.export import pick_head
+    from tupe_plugin_cli.errors import UsageError
+
+    state = {f"classification_heads.{n}.out_proj.weight": torch.zeros(2, 4) for n in ("rte", "mrpc")}
+    with pytest.raises(UsageError, match="no classification head 'sst'"):
+        pick_head(state, "ckpt.pt", "sst")
+    with pytest.raises(UsageError, match="several classification heads"):
+        pick_head(state, "ckpt.pt", None)
+    assert pick_head(state, "ckpt.pt", "rte")[0] == "rte"

@@ -49,6 +49,10 @@ class OutDirNotEmptyError(ExportError, UsageError):
     """OUT_DIR holds files and --force was not given: nothing is written (exit 2)."""
 
 
+class HeadChoiceError(ExportError, UsageError):
+    """--head names no head of the checkpoint, or is missing where it has several (exit 2)."""
+
+
 def _data_dirs(state: Dict[str, Any]) -> List[str]:
     cfg = state.get("cfg") or {}
     task = cfg.get("task") if hasattr(cfg, "get") else None
@@ -146,9 +150,9 @@ def _head_style(state: Dict[str, Any]) -> str:
 def pick_head(model_state: Dict[str, torch.Tensor], path: str, wanted: Optional[str]) -> Optional[Tuple[str, int]]:
     heads = sorted({k.split(".")[1] for k in model_state if k.startswith("classification_heads.")})
     if wanted is not None and wanted not in heads:
-        raise ExportError(f"{path}: no classification head '{wanted}'; the checkpoint has {heads or 'none'}")
+        raise HeadChoiceError(f"{path}: no classification head '{wanted}'; the checkpoint has {heads or 'none'}")
     if wanted is None and len(heads) > 1:
-        raise ExportError(f"{path}: several classification heads {heads}; choose one with --head NAME")
+        raise HeadChoiceError(f"{path}: several classification heads {heads}; choose one with --head NAME")
     name = wanted or (heads[0] if heads else None)
     return None if name is None else (name, int(model_state[f"classification_heads.{name}.out_proj.weight"].size(0)))
 
