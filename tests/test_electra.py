@@ -412,3 +412,19 @@ def test_bench_train_step_runs_the_electra_row_end_to_end(tmp_path):
     rows = json.loads(out.read_text())["rows"]
     assert len(rows) == 1 and rows[0]["objective"] == "electra" and not rows[0].get("error")
     assert rows[0]["attention"].startswith("auto: ") and rows[0]["flop_ratio"] > 1
+
+
+def test_generator_samples_follow_the_softmax_and_never_a_zero_probability_token():
+    """sample_rows draws row r's index i with probability probs[r, i] (20,000 draws per row against each
+    probability, within 5 standard deviations) and never an index of probability 0."""
+    from tupe_plugin.models.electra import sample_rows
+
+    probs = torch.tensor([[0.5, 0.0, 0.3, 0.2, 0.0], [0.0, 0.0, 0.0, 0.0, 1.0], [0.1, 0.2, 0.3, 0.4, 0.0]])
+    n = 20000
+    torch.manual_seed(0)
+    drawn = sample_rows(probs.repeat_interleave(n, dim=0)).view(3, n)
+    for r in range(3):
+        freq = torch.bincount(drawn[r], minlength=5).double() / n
+        sd = (probs[r].double() * (1 - probs[r].double()) / n).sqrt()
+        assert torch.all((freq - probs[r].double()).abs() <= 5 * sd + 1e-12), (r, freq, probs[r])
+        assert torch.all(freq[probs[r] == 0] == 0)

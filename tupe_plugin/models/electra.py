@@ -182,7 +182,7 @@ class ElectraModel(TupeRobertaModel):
         gen_logits = self.generator(src_tokens, masked)
         with torch.no_grad():
             if gen_logits.size(0):
-                sampled = torch.multinomial(F.softmax(gen_logits.float(), dim=-1), 1).squeeze(-1)
+                sampled = sample_rows(F.softmax(gen_logits.float(), dim=-1))
             else:  # nothing masked in this batch
                 sampled = targets.new_zeros(0)
             corrupted = src_tokens.clone()
@@ -193,6 +193,17 @@ class ElectraModel(TupeRobertaModel):
 
     def keep_discriminator(self, state_dict: Dict[str, Tensor], name: str) -> None:
         """An ELECTRA model keeps its generator (TupeRobertaModel drops it)."""
+
+
+def sample_rows(probs: Tensor) -> Tensor:
+    """One index per row of ``probs`` (N, V), drawn with those probabilities: by the inverse of each row's
+    cumulative sum at one uniform number. Same distribution as ``torch.multinomial(probs, 1)``, which on CPU
+    draws V exponential numbers per row (N x V, a vocabulary's worth for every masked token)."""
+    cdf = probs.cumsum(-1)  # (N, V)
+    u = torch.rand(probs.size(0), 1, dtype=cdf.dtype, device=cdf.device) * cdf[:, -1:]
+    # right=True: the first index whose cumulative sum exceeds u, so a zero-probability entry is never drawn;
+    # the clamp covers u equal to the total by rounding
+    return torch.searchsorted(cdf, u, right=True).squeeze(-1).clamp_(max=probs.size(-1) - 1)
 
 
 def _record(args: Any, sizes: Dict[str, int]) -> None:
