@@ -204,6 +204,18 @@ def test_parse_valid_curve_json_and_simple_and_resume(tmp_path):
 # ------------------------------------------------------------------------- report on a made-up study
 
 
+
+def write_sst_run(run: Path, seed: int, score: int) -> None:
+    """A finished SST-2 fine-tuning run at LR 1e-4 in ``run``: result.json, and predictions.json with 100 dev
+    examples of which the first ``score`` are right, so the run's accuracy is its score."""
+    run.mkdir(parents=True)
+    (run / "result.json").write_text(json.dumps(
+        {"task": "SST-2", "lr": 1e-4, "seed": seed, "metric": "accuracy", "best_valid": {"valid": score}}))
+    gold = ["1", "0"] * 50
+    pred = [g if i < score else ("0" if g == "1" else "1") for i, g in enumerate(gold)]
+    (run / "predictions.json").write_text(json.dumps(
+        {"task": "SST-2", "metric": "accuracy", "subsets": {"valid": {"gold": gold, "pred": pred}}}))
+
 def make_study(out: Path) -> None:
     """Three variants, one pre-training seed, SST-2 with 3 seeds; unigram entropy exactly 2 bits."""
     shard = out / "c4" / "data-bin" / "shard0"
@@ -220,14 +232,7 @@ def make_study(out: Path) -> None:
         (d / "train.log").write_text("\n".join(lines) + "\n")
         for seed, score in enumerate(sst[v], 1):
             run = out / "finetune" / v / "seed1" / "SST-2" / f"lr1e-4_seed{seed}"
-            run.mkdir(parents=True)
-            (run / "result.json").write_text(json.dumps(
-                {"task": "SST-2", "lr": 1e-4, "seed": seed, "metric": "accuracy", "best_valid": {"valid": score}}))
-            # 100 dev examples, the first `score` of them right: the run's accuracy is its score
-            gold = ["1", "0"] * 50
-            pred = [g if i < score else ("0" if g == "1" else "1") for i, g in enumerate(gold)]
-            (run / "predictions.json").write_text(json.dumps(
-                {"task": "SST-2", "metric": "accuracy", "subsets": {"valid": {"gold": gold, "pred": pred}}}))
+            write_sst_run(run, seed, score)
         (out / "locality" / v).mkdir(parents=True)
         (out / "locality" / v / "seed1.csv").write_text(
             "source,layer,head,locality,symmetry,symmetry_scaled\n"
@@ -464,13 +469,7 @@ def add_electra(out: Path, name: str, seed: int, gen: float, disc: float, sst: L
                                               100: (gen + 50 * disc, gen, 20.0, disc, 90.0, 11.0)}))
     for k, score in enumerate(sst, 1):
         run = out / "finetune" / name / f"seed{seed}" / "SST-2" / f"lr1e-4_seed{k}"
-        run.mkdir(parents=True)
-        (run / "result.json").write_text(json.dumps(
-            {"task": "SST-2", "lr": 1e-4, "seed": k, "metric": "accuracy", "best_valid": {"valid": score}}))
-        gold = ["1", "0"] * 50
-        pred = [g if i < score else ("0" if g == "1" else "1") for i, g in enumerate(gold)]
-        (run / "predictions.json").write_text(json.dumps(
-            {"task": "SST-2", "metric": "accuracy", "subsets": {"valid": {"gold": gold, "pred": pred}}}))
+        write_sst_run(run, k, score)
     (out / "locality" / name).mkdir(parents=True, exist_ok=True)
     (out / "locality" / name / f"seed{seed}.csv").write_text(
         "source,layer,head,locality,symmetry,symmetry_scaled\nposition,all,mean,0.3,0.8,0.5\n"
