@@ -47,20 +47,21 @@ class ElectraCriterion(FairseqCriterion):
         labels = out.replaced[tokens].float()
         disc_logits = out.disc_logits[tokens].float()
         disc_loss = F.binary_cross_entropy_with_logits(disc_logits, labels, reduction="sum")
-        n_masked, n_tokens = int(out.masked.sum()), int(tokens.sum())
-        loss = gen_loss + self.disc_weight * disc_loss * (n_masked / n_tokens)
         with torch.no_grad():
             predicted = disc_logits > 0
             replaced = labels > 0.5
-            logging_output = {
-                "loss": loss.data, "gen_loss": gen_loss.data, "disc_loss": disc_loss.data,
-                "ntokens": sample["ntokens"], "nsentences": sample["target"].size(0), "sample_size": n_masked,
-                "_masked": n_masked, "_tokens": n_tokens,
-                "_gen_correct": int((out.gen_logits.argmax(-1) == original).sum()),
-                "_disc_correct": int((predicted == replaced).sum()),
-                "_tp": int((predicted & replaced).sum()), "_predicted": int(predicted.sum()),
-                "_replaced": int(replaced.sum()),
-            }
+            # every count in one device-to-host copy (one sync per step on a GPU, not seven)
+            counts = torch.stack([
+                out.masked.sum(), tokens.sum(), (out.gen_logits.argmax(-1) == original).sum(),
+                (predicted == replaced).sum(), (predicted & replaced).sum(), predicted.sum(), replaced.sum(),
+            ]).tolist()
+        n_masked, n_tokens = counts[0], counts[1]
+        loss = gen_loss + self.disc_weight * disc_loss * (n_masked / n_tokens)
+        logging_output = {
+            "loss": loss.data, "gen_loss": gen_loss.data, "disc_loss": disc_loss.data,
+            "ntokens": sample["ntokens"], "nsentences": sample["target"].size(0), "sample_size": n_masked,
+            **dict(zip(COUNTS, counts)),
+        }
         return loss, n_masked, logging_output
 
     @staticmethod
