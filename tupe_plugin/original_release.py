@@ -21,6 +21,8 @@ import torch
 
 from tupe_plugin_cli.errors import without_torch_advice
 
+from .models.architectures import SIZES
+
 ORIG = "decoder.sentence_encoder."
 NEW = "encoder.sentence_encoder."
 ORIG_LM = "decoder.lm_head."
@@ -33,7 +35,9 @@ ORIGINAL_SIZES = {
     "bert_base": (12, 768, 3072, 12),
     "bert_large": (24, 1024, 4096, 16),
 }
-PLUGIN_SIZES = {"base": (12, 768, 3072, 12), "large": (24, 1024, 4096, 16)}
+# The plugin's sizes in the same order (models/architectures.py: SIZES).
+PLUGIN_SIZES = {name: tuple(s[f] for f in ("encoder_layers", "encoder_embed_dim", "encoder_ffn_embed_dim",
+                                           "encoder_attention_heads")) for name, s in SIZES.items()}
 
 
 class ConversionError(ValueError):

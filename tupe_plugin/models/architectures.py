@@ -23,7 +23,7 @@ def _size(layers: int, width: int, heads: int, ffn: int) -> Dict[str, int]:
 
 
 SIZES: Dict[str, Dict[str, int]] = {
-    "base": {},  # fairseq's RoBERTa base defaults (BERT-base): 12 layers, width 768, 12 heads, FFN 3072
+    "base": _size(12, 768, 12, 3072),  # BERT-base (also fairseq's RoBERTa defaults)
     "large": _size(24, 1024, 16, 4096),  # BERT-large
     "tiny": _size(2, 64, 4, 128),  # tests and demos
 }
