@@ -74,9 +74,9 @@ fi
 
 show_tunables
 [[ -n "$CHECKPOINT" ]] || die "CHECKPOINT is required: the pre-trained checkpoint to fine-tune"
-[[ -f "$CHECKPOINT" ]] || die "CHECKPOINT=$CHECKPOINT: no such file"
+[[ -f "$CHECKPOINT" ]] || fail 1 "CHECKPOINT=$CHECKPOINT: no such file"
 data="$GLUE_BIN/$TASK-bin"
-[[ -d "$data" ]] || die "$data: no such folder (GLUE_BIN=$GLUE_BIN)"
+[[ -d "$data" ]] || fail 1 "$data: no such folder (GLUE_BIN=$GLUE_BIN)"
 settings="$("$PYTHON" -m glue.finetune_helper settings "$TASK" "$CHECKPOINT" "$GLUE_BIN")"  # exits on error
 eval "$settings"
 [[ "$EPOCHS" == auto ]] && EPOCHS="$TASK_EPOCHS"

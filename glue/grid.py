@@ -10,10 +10,12 @@ Tasks: the registry ``glue.tasks`` (``--tasks auto``: the paper's 8 and the cust
     python -m glue.grid job INDEX [...]                # "TASK LR SEED" of one index (grid.sbatch)
     python -m glue.grid array [...]                    # the not-done indices as a SLURM --array value
     python -m glue.grid run --jobs N [--gpus 0,1] [...]   # run the not-done jobs locally, N at a time
-
-``array`` and ``run`` refuse (exit 2) when a task to run has no ``GLUE_BIN/TASK-bin``; ``run`` stops
-starting runs when one exits 2 (a usage error, which every run would repeat).
+    python -m glue.grid check [...]                    # exit 1 unless every not-done job has its binaries
     python -m glue.grid tasks [...]                    # the tasks of the grid, resolved (auto -> names)
+
+``array``, ``run`` and ``check`` refuse (exit 1, a missing input) when a task to run has no
+``GLUE_BIN/TASK-bin``; ``run`` stops starting runs when one exits 2 (a usage error, which every run would
+repeat).
 """
 from __future__ import annotations
 
@@ -141,7 +143,7 @@ def run_local(todo: List[Job], runs: str, n_slots: int, gpus: List[str], script:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     p = argparse.ArgumentParser(prog="python -m glue.grid", description=__doc__.split("\n\n")[0])
-    p.add_argument("command", choices=["list", "job", "array", "run", "tasks"])
+    p.add_argument("command", choices=["list", "job", "array", "run", "tasks", "check"])
     p.add_argument("index", nargs="?", type=int, help="job index (command job)")
     p.add_argument("--tasks", default="auto",
                    help=f"task names, or auto (default): the paper's 8 ({' '.join(PAPER_TASKS)}) and the custom "
@@ -179,9 +181,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             print(f"{j.index}\t{j.task}\t{j.lr}\t{j.seed}\t{'todo' if j in todo else 'done'}")
         return 0
     missing = missing_binaries(todo, args.glue_bin)
-    if missing and args.command in ("array", "run"):
-        p.error(f"{', '.join(missing)}: no such folder (--glue-bin {args.glue_bin}); binarize the tasks with "
-                "python -m preprocess.glue_binarize first")
+    if missing and args.command in ("array", "run", "check"):
+        print(f"{p.prog}: error: {', '.join(missing)}: no such folder (--glue-bin {args.glue_bin}); binarize the "
+              "tasks with python -m preprocess.glue_binarize first", file=sys.stderr)
+        return 1  # a missing input, as everywhere (docs/troubleshooting.md: exit codes)
+    if args.command == "check":  # grid.sh: every run still to do has its binaries
+        return 0
     if args.command == "array":
         print(slurm_ranges([j.index for j in todo]))
         return 0

@@ -37,7 +37,7 @@ usage() {
 # check_checkpoint: CHECKPOINT names a file, before any run starts (each run would refuse it alike).
 check_checkpoint() {
   [[ -n "$CHECKPOINT" ]] || die "CHECKPOINT is required: the pre-trained checkpoint to fine-tune"
-  [[ -f "$CHECKPOINT" ]] || die "CHECKPOINT=$CHECKPOINT: no such file"
+  [[ -f "$CHECKPOINT" ]] || fail 1 "CHECKPOINT=$CHECKPOINT: no such file"
 }
 mode=local
 case "${1:-}" in
@@ -72,6 +72,7 @@ if [[ "$mode" == slurm ]]; then
 fi
 
 check_checkpoint
+"${grid[@]}" check  # the binaries of every run still to do (exit 1 naming the missing ones)
 if [[ "$GPU_IDS" == auto ]]; then
   n=$(cuda_device_count)
   GPU_IDS=$(seq -s ' ' 0 $(( n - 1 )) 2>/dev/null || true)

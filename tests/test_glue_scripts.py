@@ -112,7 +112,7 @@ def test_refuses_a_foreign_run_folder_and_a_missing_checkpoint(tmp_path, glue_bi
     assert p.returncode == 2 and "exists without result.json" in p.stderr
     q = sh([FINETUNE, "RTE", "2e-5", "2"], check=False, CHECKPOINT=str(tmp_path / "none.pt"),
            GLUE_BIN=str(glue_bin), RUNS=str(tmp_path))
-    assert q.returncode == 2 and "none.pt: no such file" in q.stderr
+    assert q.returncode == 1 and "none.pt: no such file" in q.stderr  # a missing input: 1
     (tmp_path / "bogus.pt").write_bytes(b"not a checkpoint")
     r = sh([FINETUNE, "RTE", "2e-5", "3"], check=False, CHECKPOINT=str(tmp_path / "bogus.pt"),
            GLUE_BIN=str(glue_bin), RUNS=str(tmp_path))
@@ -135,13 +135,13 @@ def test_grid_checks_checkpoint_and_binaries_before_the_first_run(tmp_path):
     checkpoint.write_bytes(b"")  # exists: the grid checks the name; finetune.sh reads it
     p = sh([GRID], check=False, CHECKPOINT=str(tmp_path / "none.pt"), GLUE_BIN=str(tmp_path / "no-bin"),
            RUNS=str(runs), TASKS="RTE", JOBS="1")
-    assert p.returncode == 2 and "CHECKPOINT=" in p.stderr and "none.pt: no such file" in p.stderr
+    assert p.returncode == 1 and "CHECKPOINT=" in p.stderr and "none.pt: no such file" in p.stderr
     q = sh([GRID], check=False, CHECKPOINT=str(checkpoint), GLUE_BIN=str(tmp_path / "no-bin"), RUNS=str(runs),
            TASKS="RTE MRPC", JOBS="1")
-    assert q.returncode == 2 and "no-bin/RTE-bin, " in q.stderr and "no-bin/MRPC-bin: no such folder" in q.stderr
+    assert q.returncode == 1 and "no-bin/RTE-bin, " in q.stderr and "no-bin/MRPC-bin: no such folder" in q.stderr
     r = sh([GRID, "--slurm"], check=False, CHECKPOINT=str(checkpoint), GLUE_BIN=str(tmp_path / "no-bin"),
            RUNS=str(runs), TASKS="RTE")
-    assert r.returncode == 2 and "sbatch" not in r.stdout and "no such folder" in r.stderr
+    assert r.returncode == 1 and "sbatch" not in r.stdout and "no such folder" in r.stderr
     assert not runs.exists()  # no run started, no table written
 
 
