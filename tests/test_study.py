@@ -15,6 +15,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Dict, List
 
@@ -635,7 +636,9 @@ def test_study_end_to_end_then_rerun_skips(corpus, tmp_path):
     # ELECTRA beside it (OBJECTIVES is not a recorded setting: adding an objective adds models, as a variant
     # does): only nope+electra's parts run; the discriminator goes through locality, fine-tuning and word order
     # as any checkpoint, and the report keeps its losses apart
-    study(out, **dict(env, OBJECTIVES="mlm electra"))
+    lanes = study(out, "--lanes", "2", **dict(env, OBJECTIVES="mlm electra"))  # each part its own process
+    assert "pretrain nope+electra 1: started, 1 thread(s)" in lanes.stderr
+    assert "study.sh: finetune nope+electra 1 SST-2 1e-3 1: finished" in (out / "lanes" / "finetune-1.log").read_text()
     timed = [line.split("\t")[:2] for line in (out / "timings.tsv").read_text().splitlines()]
     assert timed[6:] == [["pretrain", "nope+electra 1"], ["locality", "nope+electra 1"],
                          ["finetune", "nope+electra 1 SST-2 1e-3 1"], ["order", "nope+electra 1 SST-2 1e-3 1"]]
@@ -666,6 +669,32 @@ def test_study_end_to_end_then_rerun_skips(corpus, tmp_path):
     assert changed.returncode == 2
     assert "differs from this run" in changed.stderr and "TOTAL_UPDATES=5" in changed.stderr
     assert "< DISC_WEIGHT=50\n> DISC_WEIGHT=10" in changed.stderr
+
+
+def test_lanes_run_at_once_and_name_what_failed(tmp_path):
+    """--lanes N: N commands at a time (each of two waits for the other's file: only possible at once), with
+    cores/N threads unless OMP_NUM_THREADS is set, each writing its own log; failures named, the rest go on."""
+    from study.__main__ import cores, run_in_lanes
+
+    def meet(me, other):
+        return [sys.executable, "-c", "import os, pathlib, time\n"
+                f"pathlib.Path({str(tmp_path / me)!r}).touch()\n"
+                f"end = time.time() + 60\n"
+                f"while not os.path.exists({str(tmp_path / other)!r}):\n"
+                "    assert time.time() < end, 'ran alone'\n    time.sleep(0.05)\n"
+                "print('threads', os.environ['OMP_NUM_THREADS'], os.environ['MKL_NUM_THREADS'])"]
+
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    jobs = [("a", meet("a", "b"), str(tmp_path / "logs" / "a.log")), ("b", meet("b", "a"), str(tmp_path / "logs" / "b.log")),
+            ("c", [sys.executable, "-c", "raise SystemExit(3)"], str(tmp_path / "logs" / "c.log"))]
+    assert run_in_lanes(jobs, 2, env) == ["c"]
+    n = max(1, cores() // 2)
+    assert (tmp_path / "logs" / "a.log").read_text() == f"threads {n} {n}\n"
+    assert run_in_lanes(jobs[:1] + [("d", meet("d", "a"), str(tmp_path / "logs" / "d.log"))], 2,
+                        dict(env, OMP_NUM_THREADS="3")) == []
+    assert (tmp_path / "logs" / "d.log").read_text() == "threads 3 3\n"
+    bad = study(tmp_path / "out", "--lanes", "0", check=False)
+    assert bad.returncode == 2 and "--lanes N: a whole number >= 1" in bad.stderr and not (tmp_path / "out").exists()
 
 
 def test_unknown_variant_is_refused_before_any_work(tmp_path):
