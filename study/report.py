@@ -42,6 +42,19 @@ def _spread(values: Sequence[Optional[float]]) -> Optional[float]:
     return max(values) - min(values) if len(values) > 1 else None
 
 
+# A discriminator counts as trained when its loss is at least this share below the entropy of the replace rate
+# (the loss of a detector that knows only how often tokens are replaced and flags none): docs/study.md.
+ELECTRA_MIN_GAIN = 0.10
+
+
+def rate_entropy_bits(percent: Optional[float]) -> Optional[float]:
+    """Entropy in bits of a yes/no label that is "yes" ``percent`` % of the time."""
+    if percent is None or math.isnan(percent):
+        return None
+    p = percent / 100
+    return 0.0 if p <= 0 or p >= 1 else -(p * math.log2(p) + (1 - p) * math.log2(1 - p))
+
+
 def longer_losses(v: Variant) -> Dict[str, Optional[float]]:
     """{length: mean over seeds of the loss at that length} from the longer-inputs records."""
     lengths = sorted({int(L) for s in v.seeds if s.longer for L in s.longer["lengths"]})
@@ -77,6 +90,12 @@ def variant_row(v: Variant, columns: Sequence[str], total_updates: int, unigram:
             row[f"final_{key}"] = _mean([s.electra_final(key) for s in v.seeds])
         for key in ("gen_loss", "disc_loss"):
             row[f"final_{key}_spread"] = _spread([s.electra_final(key) for s in v.seeds])
+        gen = row["final_gen_loss"]
+        row["gen_below_unigram_bits"] = None if unigram is None or gen is None else unigram - gen
+        base = [rate_entropy_bits(s.electra_final("replace_rate")) for s in v.seeds]
+        row["disc_rate_entropy_bits"] = _mean(base)
+        row["disc_gain"] = _mean([(b - d) / b for b, d in zip(base, (s.electra_final("disc_loss") for s in v.seeds))
+                                  if b and d is not None])  # share of the rate's entropy the discriminator removed
     for d in drops:
         if d.variant == v.name:
             row[f"order_drop_{d.column}_{d.perturbation}"] = d.mean
@@ -242,6 +261,12 @@ def weak_variants(rows: Sequence[Dict], unigram: Optional[float], min_gap: float
             and (r["below_unigram_bits"] is None or r["below_unigram_bits"] < min_gap)]
 
 
+def untrained_discriminators(rows: Sequence[Dict]) -> List[str]:
+    """The ELECTRA models whose discriminator removed less than ELECTRA_MIN_GAIN of the replace rate's entropy."""
+    return [r["variant"] for r in rows if r["objective"] == "electra"
+            and (r.get("disc_gain") is None or r["disc_gain"] < ELECTRA_MIN_GAIN)]
+
+
 def _electra_lines(variants: List[Variant], rows: List[Dict], gen_pairs: List[Paired]) -> List[str]:
     here = [r for r in rows if r["objective"] == "electra"]
     if not here:
@@ -253,12 +278,19 @@ def _electra_lines(variants: List[Variant], rows: List[Dict], gen_pairs: List[Pa
          "tokens the generator replaced. These are other quantities than an MLM model's loss (the generator is "
          "1/N of the width; the discriminator's task gets harder as its generator gets better), so they are not in "
          "the MLM tables, the unigram check or the loss comparisons above; the objectives are compared downstream.",
-         "", "| model | generator loss | generator acc. (%) | discriminator loss | discriminator acc. (%) | "
-         "replace rate (%) | spread over seeds (gen / disc) |", "|---|---|---|---|---|---|---|"]
+         "", "Two baselines say whether each network learned its task: the generator's loss below the unigram "
+         "baseline (as for an MLM model), and the discriminator's loss against the entropy of the replace rate, "
+         "what a detector that knows only how often tokens are replaced (and flags none) scores; \"removed\" is "
+         "the share of that entropy the discriminator took away, its recall the share of replaced tokens it flagged.",
+         "", "| model | generator loss | below unigram | generator acc. (%) | discriminator loss | rate's entropy | "
+         "removed (%) | recall (%) | discriminator acc. (%) | replace rate (%) | spread over seeds (gen / disc) |",
+         "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in here:
-        L.append(f"| {r['variant']} | {_f(r['final_gen_loss'])} | {_f(r['final_gen_acc'], 2)} | "
-                 f"{_f(r['final_disc_loss'], 4)} | {_f(r['final_disc_acc'], 2)} | {_f(r['final_replace_rate'], 2)} | "
-                 f"{_f(r['final_gen_loss_spread'])} / {_f(r['final_disc_loss_spread'], 4)} |")
+        gain = None if r["disc_gain"] is None else 100 * r["disc_gain"]
+        L.append(f"| {r['variant']} | {_f(r['final_gen_loss'])} | {_f(r['gen_below_unigram_bits'])} | "
+                 f"{_f(r['final_gen_acc'], 2)} | {_f(r['final_disc_loss'], 4)} | {_f(r['disc_rate_entropy_bits'], 4)} | "
+                 f"{_f(gain, 1)} | {_f(r['final_disc_recall'], 2)} | {_f(r['final_disc_acc'], 2)} | "
+                 f"{_f(r['final_replace_rate'], 2)} | {_f(r['final_gen_loss_spread'])} / {_f(r['final_disc_loss_spread'], 4)} |")
     L += [""]
     if len(here) > 1:
         n_seeds = max(len(v.seeds) for v in variants if v.objective == "electra")
@@ -281,6 +313,13 @@ def report_markdown(rows: List[Dict], columns: List[str], variants: List[Variant
         L += [f"> **WARNING: not fit for purpose.** {', '.join(weak)} did not end at least {min_gap:g} bit(s) below "
               f"the unigram baseline ({unigram:.3f} bits): such a model barely uses context, so differences "
               "between positional encodings say little. Use more updates or a bigger preset.", ""]
+    untrained = untrained_discriminators(rows)
+    if untrained:
+        L += [f"> **WARNING: ELECTRA not trained yet.** The discriminator of {', '.join(untrained)} ended less than "
+              f"{100 * ELECTRA_MIN_GAIN:g}% below the entropy of the replace rate (the loss of a detector that flags "
+              "no token): it has barely learned replaced-token detection, so its downstream scores are those of an "
+              "encoder its own objective hardly trained, and ELECTRA-vs-MLM differences say little. Use more "
+              "updates or a bigger preset.", ""]
     L += ["## Variants", "", "| variant | what it is | objective | pre-training seeds |", "|---|---|---|---|"]
     L += [f"| {v.name} | {_cell(v.about) or '—'} | {v.objective} | {', '.join(str(s.seed) for s in v.seeds)} |"
           for v in variants]
@@ -399,6 +438,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if weak:
         print(f"\nWARNING: {', '.join(weak)} did not end {args.min_gap_bits:g} bit(s) below the unigram baseline "
               f"({unigram:.3f} bits): this preset is not fit for comparing positional encodings.", file=sys.stderr)
+    untrained = untrained_discriminators(rows)
+    if untrained:
+        print(f"\nWARNING: the discriminator of {', '.join(untrained)} ended less than {100 * ELECTRA_MIN_GAIN:g}% "
+              "below the entropy of the replace rate: ELECTRA is not trained yet at this preset.", file=sys.stderr)
     print(f"\nwrote {args.out}/report.md, study.csv, correlation.csv, differences.csv, order.csv, overview.png",
           file=sys.stderr)
     return 0

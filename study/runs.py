@@ -34,7 +34,7 @@ _JSON_VALID = re.compile(r"\| valid \| (\{.*\})\s*$")
 _SIMPLE_VALID = re.compile(r"valid on 'valid' subset \| (.*)$")
 
 
-ELECTRA_KEYS = ("gen_loss", "disc_loss", "gen_acc", "disc_acc", "replace_rate")  # tupe_plugin/criterions/electra.py
+ELECTRA_KEYS = ("gen_loss", "disc_loss", "gen_acc", "disc_acc", "disc_recall", "replace_rate")  # tupe_plugin/criterions/electra.py
 
 
 def parse_valid_curves(log_path: str, keys: Sequence[str] = ("loss",)) -> Dict[str, Dict[int, float]]:

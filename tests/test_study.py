@@ -451,6 +451,19 @@ def electra_log(losses: Dict[int, tuple]) -> str:
                    for u, vals in losses.items())
 
 
+def test_rate_entropy_and_untrained_discriminators():
+    """The entropy of a yes/no label against hand values; a discriminator that removed less than 10% of it, or
+    whose loss is unknown, is named."""
+    assert sr.rate_entropy_bits(50.0) == pytest.approx(1.0)
+    assert sr.rate_entropy_bits(13.4) == pytest.approx(0.568307, abs=1e-6)  # -(.134 log2 .134 + .866 log2 .866)
+    assert sr.rate_entropy_bits(0.0) == 0.0 and sr.rate_entropy_bits(None) is None
+    rows = [{"variant": "a+electra", "objective": "electra", "disc_gain": 0.0065},
+            {"variant": "b+electra", "objective": "electra", "disc_gain": 0.25},
+            {"variant": "c+electra", "objective": "electra", "disc_gain": None},
+            {"variant": "b", "objective": "mlm"}]
+    assert sr.untrained_discriminators(rows) == ["a+electra", "c+electra"]
+
+
 def test_parse_valid_curves_of_electra_json_and_simple(tmp_path):
     log = tmp_path / "train.log"
     log.write_text(electra_log({10: (400.0, 9.5, 3.0, 7.8, 80.0, 14.0)})
@@ -511,7 +524,14 @@ def test_report_keeps_electra_losses_apart_and_compares_downstream(tmp_path):
     assert "B did not end at least 1 bit" in md and "A+electra" not in md.split("## Variants")[0]
     assert "| A+electra | — | electra | 1, 2 |" in md
     electra = md.split("## Pre-training: ELECTRA")[1].split("## Longer inputs")[0]
-    assert "| A+electra | 4.100 | 20.00 | 0.3100 | 90.00 | 11.00 | 0.200 / 0.0200 |" in electra
+    unigram = float(rows["A"]["unigram_bits"])
+    assert float(ae["gen_below_unigram_bits"]) == pytest.approx(unigram - 4.1)
+    # replace rate 11%: entropy 0.49992 bits; discriminator losses 0.30 and 0.32 remove 40.0% and 36.0% of it
+    assert float(ae["disc_rate_entropy_bits"]) == pytest.approx(0.49992, abs=1e-5)
+    assert float(ae["disc_gain"]) == pytest.approx(((0.49992 - 0.30) + (0.49992 - 0.32)) / 2 / 0.49992, abs=1e-5)
+    assert (f"| A+electra | 4.100 | {unigram - 4.1:.3f} | 20.00 | 0.3100 | 0.4999 | 38.0 | — | 90.00 | 11.00 | "
+            "0.200 / 0.0200 |") in electra
+    assert "ELECTRA not trained yet" not in md  # both discriminators removed far more than 10%
     # C's generator 0.5 and 0.6 below A's: same sign, larger than either spread (0.2, 0.1): settled
     assert "| A+electra - C+electra | 0.500 | 0.600 | yes | 0.200 | **yes** |" in electra
     assert "A+electra higher than C+electra (generator loss)" in electra
@@ -662,6 +682,7 @@ def test_study_end_to_end_then_rerun_skips(corpus, tmp_path):
     assert "nope+electra" not in md.split("## Pre-training: validation MLM loss")[1].split("## Pre-training: ELECTRA")[0]
     assert "| nope+electra | — | — | — | ELECTRA: the discriminator" in md
     assert "| nope - nope+electra | SST |" in md
+    assert "The discriminator of nope+electra ended less than 10% below" in md  # 4 updates: not trained yet
     assert not (out / "longer" / "nope+electra").exists()
     assert (out / "settings.env").read_text().endswith("GENERATOR_SIZE_DIVISOR=auto\nDISC_WEIGHT=50\n")
 
