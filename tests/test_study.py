@@ -248,7 +248,7 @@ def test_report_on_a_made_up_study(tmp_path, capsys):
     (out / "settings.env").write_text("PRESET=cpu-small\nTOTAL_UPDATES=100\n")
     (out / "timings.tsv").write_text("prep\tall\t60\t2026-01-01T00:00:00Z\thost, 2 cores\n"
                                      "pretrain\tA 1\t600\t2026-01-01T00:11:00Z\thost, 2 cores\n"
-                                     "pretrain\tB 1\t540\t2026-01-01T00:20:00Z\thost, 2 cores\n")
+                                     "pretrain\tB 1\t540\t2026-01-01T00:12:00Z\thost, 2 cores\n")  # beside A
     assert sr.main([str(out), "--variants", "A B C", "--total-updates", "100"]) == 0
     rows = {r["variant"]: r for r in csv.DictReader((out / "study.csv").open())}
     a, b = rows["A"], rows["B"]
@@ -278,7 +278,8 @@ def test_report_on_a_made_up_study(tmp_path, capsys):
     assert "WARNING: not fit for purpose" in md and "B did not end at least 1 bit" in md  # only B
     assert "One pre-training seed: the seeds settle no difference" in md
     assert "| locality (position-only) | 3 |" in md
-    assert "| pretrain | 2 | 19.0 |" in md and "| **all** | 3 | **20.0** |" in md  # (60 + 600 + 540) s
+    # time in parts (60 + 600 + 540 s) and elapsed: pretrain 00:01-00:12, all 23:59-00:12
+    assert "| pretrain | 2 | 19.0 | 11.0 |" in md and "| **all** | 3 | **20.0** | **13.0** |" in md
     assert "TOTAL_UPDATES=100" in md and "host, 2 cores (3)" in md
     assert (out / "overview.png").read_bytes()[:4] == b"\x89PNG"
     assert "did not end 1 bit(s) below" in capsys.readouterr().err
