@@ -97,21 +97,25 @@ def overview(path: str, variants: Sequence[Variant], rows: Sequence[Dict], colum
     if keys and rows:
         n = len(rows)
         cmap = plt.get_cmap("Greys_r")
-        cells = [[("—" if r.get(k) is None else f"{r[k]:.2f}") for k, _, _ in keys] for r in rows]
-        shades = [[(1, 1, 1, 1) if rk is None else cmap(0.25 + 0.7 * (rk - 1) / max(n - 1, 1)) for rk in line]
-                  for line in ranks]
-        label = 2.8 / (len(keys) + 2.8)  # the variant names' column: 2.8 value columns wide
-        table = ax.table(cellText=cells, cellColours=shades, rowLabels=[r["variant"] for r in rows],
-                         colLabels=[h for _, h, _ in keys], cellLoc="center",
-                         bbox=[label, 0.0, 1 - label, 1.0])  # the value cells; the names to their left
+        # column 0: the variant names, inside the table's box (a row-label column would be drawn outside it)
+        cells = [[r["variant"]] + [("—" if r.get(k) is None else f"{r[k]:.2f}") for k, _, _ in keys] for r in rows]
+        shades = [[(1, 1, 1, 1)] + [(1, 1, 1, 1) if rk is None else cmap(0.25 + 0.7 * (rk - 1) / max(n - 1, 1))
+                                    for rk in line] for line in ranks]
+        # the names' column is wide enough for the longest name (about 6 characters per value column)
+        name_cols = max(2.0, 0.17 * max(len(r["variant"]) for r in rows) + 0.5)
+        table = ax.table(cellText=cells, cellColours=shades, colLabels=[""] + [h for _, h, _ in keys],
+                         cellLoc="center", colWidths=[name_cols] + [1.0] * len(keys), bbox=[0.0, 0.0, 1.0, 1.0])
         table.auto_set_font_size(False)
         table.set_fontsize(8 if n <= 12 else 7)
         for (i, j), cell in table.get_celld().items():
-            if j == -1:
-                cell.set_width(table[1, 0].get_width() * 2.8)  # the variant names, widest of all
             if i == 0:
                 cell.set_height(cell.get_height() * 3)  # three-line headers; the bbox rescales the rest
-            elif j >= 0 and ranks[i - 1][j] is not None and ranks[i - 1][j] <= (n + 1) / 2:
+                longest = max(len(line) for line in cell.get_text().get_text().split("\n"))
+                cell.get_text().set_fontsize(min(8.0, 8.0 * 6.5 / max(longest, 1)))  # ~6.5 characters fit at 8 pt
+            elif j == 0:
+                cell.get_text().set_horizontalalignment("left")
+                cell.PAD = 0.03
+            elif ranks[i - 1][j - 1] is not None and ranks[i - 1][j - 1] <= (n + 1) / 2:
                 cell.get_text().set_color("white")  # dark shade: light text
 
     for k, c in enumerate(corr[:4]):  # one objective's (MLM's when there are MLM models: report.correlations)
