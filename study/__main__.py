@@ -88,8 +88,10 @@ def run_part(plan: Plan, stage: Stage, part: Tuple, skip_done: bool = True) -> N
     seconds = round(time.monotonic() - start)
     note(f"{stage.name} {part_label(part)}: finished in {seconds} s")
     if not stage.always:
+        from study.runs import STAMP  # the reader's format (numpy with it: not at start-up)
+
         with open(plan.path("timings.tsv"), "a", encoding="utf-8") as f:
-            stamp = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+            stamp = datetime.now(timezone.utc).strftime(STAMP)
             f.write(f"{stage.name}\t{part_label(part)}\t{seconds}\t{stamp}\t{machine()}\n")
 
 

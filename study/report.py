@@ -52,7 +52,7 @@ def rate_entropy_bits(percent: Optional[float]) -> Optional[float]:
     if percent is None or math.isnan(percent):
         return None
     p = percent / 100
-    return 0.0 if p <= 0 or p >= 1 else -(p * math.log2(p) + (1 - p) * math.log2(1 - p))
+    return entropy_bits([p, 1 - p]) if 0 < p < 1 else 0.0
 
 
 def longer_losses(v: Variant) -> Dict[str, Optional[float]]:

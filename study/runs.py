@@ -35,6 +35,7 @@ _JSON_VALID = re.compile(r"\| valid \| (\{.*\})\s*$")
 _SIMPLE_VALID = re.compile(r"valid on 'valid' subset \| (.*)$")
 
 
+STAMP = "%Y-%m-%dT%H:%M:%SZ"  # the UTC dates of OUT/timings.tsv (written by study.__main__.run_part)
 ELECTRA_KEYS = ("gen_loss", "disc_loss", "gen_acc", "disc_acc", "disc_recall", "replace_rate")  # tupe_plugin/criterions/electra.py
 
 
@@ -321,7 +322,7 @@ def run_section(out: str) -> List[str]:
             if len(fields) != 5 or not fields[2].isdigit():
                 continue
             try:
-                end = datetime.strptime(fields[3], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc).timestamp()
+                end = datetime.strptime(fields[3], STAMP).replace(tzinfo=timezone.utc).timestamp()
             except ValueError:
                 continue
             per_stage.setdefault(fields[0], []).append((int(fields[2]), end))
