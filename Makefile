@@ -37,7 +37,7 @@ lint: $(STAMP)
 bench: $(STAMP)
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) bench/bench_train_step.py --variants tupe_r --sizes base --lengths 128 256 512 1024 --tokens 1024 --warmup 1
 
-# The study on data you already have (it downloads nothing): make study OUT=study C4_DIR=... TASKS_DIR=...
+# The study on data you already have (it downloads nothing): make study OUT=runs/study C4_DIR=... TASKS_DIR=...
 # [PRESET=cpu-small VARIANTS="bert-a bert-r tupe-a tupe-r"]; see train_scripts/study.sh --help.
 study: $(STAMP)
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" train_scripts/study.sh

@@ -133,7 +133,10 @@ def run_in_lanes(jobs: Sequence[Tuple[str, List[str], str]], lanes: int, env: Di
     """Run each (label, command, log) with at most ``lanes`` at once, each with cores/lanes threads (unless
     ``env`` sets OMP_NUM_THREADS); returns the labels of the commands that failed, in job order."""
     threads = str(max(1, cores() // lanes))
-    env = dict(env, OMP_NUM_THREADS=env.get("OMP_NUM_THREADS", threads),
+    # the commands run in the caller's folder, as the stages of a run without lanes, so relative paths (OUT=...)
+    # mean the same; the repository goes first on their PYTHONPATH so that `python -m study` is this package
+    path = os.pathsep.join(p for p in (REPO, env.get("PYTHONPATH", "")) if p)
+    env = dict(env, PYTHONPATH=path, OMP_NUM_THREADS=env.get("OMP_NUM_THREADS", threads),
                MKL_NUM_THREADS=env.get("MKL_NUM_THREADS", env.get("OMP_NUM_THREADS", threads)))
 
     def one(job: Tuple[str, List[str], str]) -> Optional[str]:
@@ -141,7 +144,7 @@ def run_in_lanes(jobs: Sequence[Tuple[str, List[str], str]], lanes: int, env: Di
         os.makedirs(os.path.dirname(log), exist_ok=True)
         note(f"{label}: started, {env['OMP_NUM_THREADS']} thread(s), log {log}")
         with open(log, "a", encoding="utf-8") as f:
-            rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env, cwd=REPO).returncode
+            rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env).returncode
         if rc:
             note(f"error: {label} failed (exit {rc}): see {log}")
         return label if rc else None

@@ -122,6 +122,15 @@ def task_names(tasks: str, tasks_dir: str) -> List[str]:
     return [] if tasks == "none" else tasks.replace(",", " ").split()
 
 
+def check_out(out: str) -> None:
+    """OUT must be a folder of the study's own: one that holds Python source is code (``OUT=study`` from the
+    repository root is the study package itself), and the study would write its folders among it."""
+    code = sorted(f for f in os.listdir(out) if f.endswith(".py")) if os.path.isdir(out) else []
+    if code:
+        raise UsageError(f"OUT={out} holds Python source ({', '.join(code[:3])}): the study writes its folders into "
+                         "OUT; name a folder of its own, e.g. OUT=runs/study (git ignores runs/)")
+
+
 @dataclass
 class Plan:
     values: Dict[str, str]  # every setting (study.settings)
@@ -138,6 +147,7 @@ class Plan:
         v = resolve(environ)
         if not v["OUT"]:
             raise UsageError("OUT is required: the study's folder")
+        check_out(v["OUT"])
         if v["MODEL_ARGS"] == "none":
             v["MODEL_ARGS"] = ""
         n = {k: whole(v, k) for k in ("TOTAL_UPDATES", "VALID_POINTS", "PREP_JOBS", "LOC_LENGTH", "LOC_SENTENCES",

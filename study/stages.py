@@ -32,7 +32,8 @@ class PartFailed(Exception):
 
 
 def note(msg: str) -> None:
-    print(f"study.sh: {msg}", file=sys.stderr, flush=True)
+    sys.stderr.write(f"study.sh: {msg}\n")  # one write: lines of parallel lanes do not interleave
+    sys.stderr.flush()
 
 
 def run_logged(cmd: Sequence[str], log: str, env: dict, echo: bool = True, append: bool = False) -> int:

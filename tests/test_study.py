@@ -719,6 +719,28 @@ def test_lanes_run_at_once_and_name_what_failed(tmp_path):
     assert bad.returncode == 2 and "--lanes N: a whole number >= 1" in bad.stderr and not (tmp_path / "out").exists()
 
 
+def test_lanes_run_in_the_callers_folder(tmp_path, monkeypatch):
+    """A lane's command runs where the study was started (a relative OUT means the same folder in every part:
+    lanes once ran in the repository, so OUT=study wrote into the study package) and imports this study
+    package, even beside a folder named study (a relative OUT=study)."""
+    from study.__main__ import run_in_lanes
+
+    (tmp_path / "study").mkdir()
+    monkeypatch.chdir(tmp_path)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    cmd = [sys.executable, "-c", "import os, study; print(os.getcwd()); print(study.__file__)"]
+    assert run_in_lanes([("a", cmd, str(tmp_path / "a.log"))], 2, env) == []
+    assert (tmp_path / "a.log").read_text().splitlines() == [str(tmp_path), str(ROOT / "study" / "__init__.py")]
+
+
+def test_an_out_folder_of_python_source_is_refused():
+    """OUT=study from the repository root is the study package: refused before anything is written there."""
+    before = sorted(p.name for p in (ROOT / "study").iterdir())
+    p = study(Path("study"), check=False, TASKS="none", C4_DIR=str(ROOT))
+    assert p.returncode == 2 and "OUT=study holds Python source (__init__.py" in p.stderr and "runs/study" in p.stderr
+    assert sorted(p.name for p in (ROOT / "study").iterdir()) == before
+
+
 def test_unknown_variant_is_refused_before_any_work(tmp_path):
     p = study(tmp_path / "study", check=False, VARIANTS="bert-a bert-x", TASKS="none", C4_DIR=str(tmp_path))
     assert p.returncode == 2 and "'bert-x' is not a registered variant" in p.stderr and "pam-window" in p.stderr

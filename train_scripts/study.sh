@@ -9,13 +9,13 @@
 # rerun with other settings.
 #
 # Examples (from the repository root):
-#   OUT=study C4_DIR=corpus/c4 TASKS_DIR=corpus/tasks PRESET=cpu-small train_scripts/study.sh
-#   OUT=study ... VARIANTS="all bert-a:1,2,3 tupe-r:1,2,3" train_scripts/study.sh   # every variant
-#   OUT=study ... train_scripts/study.sh --lanes 2       # 2 parts at once, each with cores/2 threads (CPU)
-#   OUT=study ... train_scripts/study.sh --list          # every part: stage, index, arguments, done/todo
-#   OUT=study ... train_scripts/study.sh --slurm         # print the sbatch commands (one job per part)
-#   OUT=study ... train_scripts/study.sh --part finetune 7   # one part (what train_scripts/study.sbatch runs)
-#   OUT=study ... train_scripts/study.sh --report        # only the report, from what is finished
+#   OUT=runs/study C4_DIR=runs/corpus TASKS_DIR=runs/tasks PRESET=cpu-small train_scripts/study.sh
+#   OUT=runs/study ... VARIANTS="all bert-a:1,2,3 tupe-r:1,2,3" train_scripts/study.sh   # every variant
+#   OUT=runs/study ... train_scripts/study.sh --lanes 2  # 2 parts at once, each with cores/2 threads (CPU)
+#   OUT=runs/study ... train_scripts/study.sh --list     # every part: stage, index, arguments, done/todo
+#   OUT=runs/study ... train_scripts/study.sh --slurm    # print the sbatch commands (one job per part)
+#   OUT=runs/study ... train_scripts/study.sh --part finetune 7   # one part (what train_scripts/study.sbatch runs)
+#   OUT=runs/study ... train_scripts/study.sh --report   # only the report, from what is finished
 #   train_scripts/study.sh --help                        # every setting with its default and meaning
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
