@@ -4,7 +4,7 @@ Top left, the validation-loss curves (colour: variant; line style: pre-training 
 dashed). Top right, a variant x measure table: each cell holds the value, its shade the variant's rank on
 that measure (dark = rank 1, the better end, which the column header names). Bottom, locality and symmetry
 against the downstream average, one point per variant (the MLM models when a study has ELECTRA ones too: a
-correlation across objectives would mix the objective in), with n and the rank correlation in each title.
+correlation across objectives would mix the objective in), with n, the rank correlation and its p-value in each title.
 """
 from __future__ import annotations
 
@@ -125,8 +125,9 @@ def overview(path: str, variants: Sequence[Variant], rows: Sequence[Dict], colum
         for (x, y, name), up in zip(pts, label_offsets([(x, y) for x, y, _ in pts])):
             ax.scatter([x], [y], s=14, color="black")
             ax.annotate(name, (x, y), fontsize=6, xytext=(3, 3 + 7 * up), textcoords="offset points")
-        rho = c["spearman"]
-        ax.set_title(f"{c['measure']}\nn = {c['n']}, Spearman {'—' if math.isnan(rho) else f'{rho:.2f}'}", fontsize=8)
+        rho, p = c["spearman"], c.get("spearman_p", math.nan)
+        stat = "—" if math.isnan(rho) else f"{rho:.2f}" + ("" if math.isnan(p) else f" (p {p:.2f})")
+        ax.set_title(f"{c['measure']}\nn = {c['n']}, Spearman {stat}", fontsize=8)
         ax.set_xlabel(c["measure"].split(" (")[0], fontsize=8)
         if k == 0:
             ax.set_ylabel("downstream average", fontsize=8)

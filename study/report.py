@@ -25,7 +25,7 @@ from study.longer_inputs import NOT_FOR_ELECTRA
 from study.plan import split_label
 from study.runs import ELECTRA_KEYS, Variant, load_study, loss_at, parse_variants, run_section, token_counts
 from tupe_common.io import read_data_path, write_csv, write_text
-from study.stats import entropy_bits, pearson, spearman
+from study.stats import entropy_bits, pearson, spearman, spearman_p
 
 FRACTIONS = (0.25, 0.5, 0.75, 1.0)
 NOPE_TOLERANCE = 1.0  # points: nope's drop on a shuffle must be within this of 0 (it cannot see word order)
@@ -122,6 +122,7 @@ def correlations(rows: Sequence[Dict]) -> List[Dict]:
             out.append({"measure": label if objective == "mlm" else f"{label}, {objective} models", "key": key,
                         "objective": objective, "n": len(pts),
                         "spearman": spearman(x, y) if len(pts) >= 2 else math.nan,
+                        "spearman_p": spearman_p(x, y) if len(pts) >= 3 else math.nan,
                         "pearson": pearson(x, y) if len(pts) >= 2 else math.nan})
     return out
 
@@ -364,12 +365,15 @@ def report_markdown(rows: List[Dict], columns: List[str], variants: List[Variant
     for r in rows:
         L.append(f"| {r['variant']} | {_f(r['loc_pos'])} | {_f(r['sym_pos'])} | {_f(r['loc_attn'])} | "
                  f"{_f(r['sym_attn'])} | {_f(r['downstream_avg'], 2)} |")
-    L += ["", "| measure | n variants | Spearman | Pearson |", "|---|---|---|---|"]
+    L += ["", "| measure | n variants | Spearman | p (permutation) | Pearson |", "|---|---|---|---|---|"]
     for c in corr:
-        L.append(f"| {c['measure']} | {c['n']} | {_f(c['spearman'])} | {_f(c['pearson'])} |")
-    L += ["", "`—`: undefined (fewer than 2 variants with both values, or one side constant). "
-          "With a handful of variants a correlation is a description, not evidence: at n = 4 even "
-          "|rho| = 1 happens by chance with probability 1/12.", "", "## Missing parts and problems", ""]
+        L.append(f"| {c['measure']} | {c['n']} | {_f(c['spearman'])} | {_f(c['spearman_p'])} | {_f(c['pearson'])} |")
+    L += ["", "`—`: undefined (fewer than 2 variants with both values, or one side constant; p needs 3). p: the "
+          "share of the pairings of the downstream averages with the variants whose |rho| reaches the observed "
+          "one (exact up to n = 7, else 20,000 random pairings), two-sided; it treats each variant's values as "
+          "exact, so the dev-set and seed noise of the averages comes on top. With a handful of variants a "
+          "correlation is a description, not evidence: at n = 4 even |rho| = 1 has p = 1/12.", "",
+          "## Missing parts and problems", ""]
     L += [f"- {p}" for p in problems] or ["- none"]
     L += [""] + list(run)
     return "\n".join(L).rstrip("\n") + "\n"
@@ -419,7 +423,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                          intervals, drops, problems, args.title, run_section(args.out), gen_pairs)
     write_csv_atomic(os.path.join(args.out, "study.csv"), rows)
     write_csv_atomic(os.path.join(args.out, "correlation.csv"),
-                     [{k: c[k] for k in ("measure", "objective", "n", "spearman", "pearson")} for c in corr])
+                     [{k: c[k] for k in ("measure", "objective", "n", "spearman", "spearman_p", "pearson")} for c in corr])
     write_csv_atomic(os.path.join(args.out, "differences.csv"),
                      [{"a": iv.a, "b": iv.b, "task": iv.column, "difference": iv.diff, "low": iv.low, "high": iv.high,
                        "runs": iv.runs, "examples": iv.examples, "verdict": iv.verdict,

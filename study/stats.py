@@ -39,6 +39,26 @@ def spearman(x: Sequence[float], y: Sequence[float]) -> float:
     return pearson(average_ranks(x), average_ranks(y))
 
 
+def spearman_p(x: Sequence[float], y: Sequence[float], permutations: int = 20000, seed: int = 0) -> float:
+    """Two-sided permutation p-value of Spearman's rho: the share of pairings of y with x whose |rho| reaches the
+    observed one (no association: every pairing equally likely). Exact, over all n! pairings, when n! <=
+    ``permutations``; otherwise (count + 1) / (permutations + 1) over random pairings, the observed one
+    counted. nan where rho is undefined."""
+    rx, ry = average_ranks(x), average_ranks(y)
+    observed = pearson(rx, ry)
+    if math.isnan(observed):
+        return math.nan
+    n, tol = len(rx), 1e-12
+    if math.factorial(n) <= permutations:
+        from itertools import permutations as orders
+
+        rhos = np.array([pearson(rx, ry[list(o)]) for o in orders(range(n))])
+        return float(np.mean(np.abs(rhos) >= abs(observed) - tol))
+    rng = np.random.default_rng(seed)
+    hits = sum(abs(pearson(rx, rng.permutation(ry))) >= abs(observed) - tol for _ in range(permutations))
+    return (hits + 1) / (permutations + 1)
+
+
 def entropy_bits(counts: np.ndarray) -> float:
     """Entropy in bits of the distribution given by ``counts``."""
     p = np.asarray(counts, dtype=np.float64)

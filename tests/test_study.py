@@ -51,6 +51,26 @@ def test_average_ranks_and_spearman_with_ties():
     assert stats.spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
 
 
+def test_spearman_p_against_counted_pairings():
+    """Exact for small n: n = 4, |rho| = 1 in 2 of the 24 pairings; n = 5, rho = 0.8 (one swap of neighbours
+    twice: sum d^2 = 4), |rho| >= 0.8 in 16 of 120 (sum d^2 <= 4: the identity, 4 neighbour swaps, 3 pairs of
+    disjoint neighbour swaps, and their reverses). Sampled for n = 8 (8! > 20,000) against a plain count of all
+    40,320 pairings."""
+    from itertools import permutations
+
+    assert stats.spearman_p([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1 / 12)
+    assert stats.spearman_p([1, 2, 3, 4, 5], [2, 1, 4, 3, 5]) == pytest.approx(16 / 120)
+    assert math.isnan(stats.spearman_p([1, 2, 3], [5, 5, 5]))
+    x, y = [1, 2, 3, 4, 5, 6, 7, 8], [2, 1, 3, 5, 4, 8, 6, 7]
+
+    def rho(ys):  # no ties: 1 - 6 sum d^2 / (n (n^2 - 1))
+        return 1 - 6 * sum((a - b) ** 2 for a, b in zip(x, ys)) / (8 * 63)
+
+    exact = sum(abs(rho(p)) >= abs(rho(y)) - 1e-12 for p in permutations(y)) / math.factorial(8)
+    assert 0.001 < exact < 0.1
+    assert stats.spearman_p(x, y) == pytest.approx(exact, abs=0.004)  # 3 standard errors of 20,000 draws
+
+
 def test_entropy_bits():
     assert stats.entropy_bits(np.array([2, 1, 1, 0])) == pytest.approx(1.5)  # -(.5 log .5 + 2 * .25 log .25)
     assert stats.entropy_bits(np.array([5, 5, 5, 5])) == pytest.approx(2.0)
@@ -273,6 +293,7 @@ def test_report_on_a_made_up_study(tmp_path, capsys):
     assert float(loc_pos["spearman"]) == pytest.approx(1.0)  # B < C < A in both
     # symmetry: ranks [2, 1, 3] vs downstream ranks [3, 1, 2] -> rho = 0.5
     assert float(corr["symmetry (position-only)"]["spearman"]) == pytest.approx(0.5)
+    assert float(loc_pos["spearman_p"]) == pytest.approx(2 / 6)  # n = 3: |rho| = 1 in 2 of the 3! pairings
 
     md = (out / "report.md").read_text()
     assert "WARNING: not fit for purpose" in md and "B did not end at least 1 bit" in md  # only B
