@@ -28,15 +28,49 @@ def _pyplot():
     return plt
 
 
-def label_offsets(points: Sequence[Tuple[float, float]], near: float = 0.03) -> List[int]:
-    """How many earlier points lie within ``near`` of each point's axis ranges in both coordinates: that
-    label is drawn that many lines higher, so the names of (near-)coincident points do not overlap."""
-    if not points:
-        return []
-    xs, ys = [p[0] for p in points], [p[1] for p in points]
-    rx, ry = (max(xs) - min(xs)) or 1.0, (max(ys) - min(ys)) or 1.0
-    return [sum(abs(x - px) < near * rx and abs(y - py) < near * ry for px, py in points[:i])
-            for i, (x, y) in enumerate(points)]
+# where a point's name may go, in points from the point: right then left of it, then further up and down (the
+# farther ones get a leader line)
+LABEL_SPOTS = [(3, 2), (3, -8), (-3, 2), (-3, -8), (3, 10), (3, -16), (-3, 10), (-3, -16), (6, 18), (6, -24)]
+NEAR_SPOTS = 4
+
+
+def place_labels(ax, points: Sequence[Tuple[float, float, str]], fontsize: float = 6) -> List[int]:
+    """Name each (x, y, name) point beside it, at the first spot of LABEL_SPOTS where the name overlaps no name
+    placed before and no other point and stays inside the axes (measured on the drawn text; the first spot when
+    none is free). Returns the index of each name's spot."""
+    from matplotlib.text import Text
+
+    fig = ax.figure
+    fig.canvas.draw()  # settles the autoscaled limits: until then the data transform and the extents are stale
+    renderer = fig.canvas.get_renderer()
+    box = ax.get_window_extent(renderer)
+    dots = [ax.transData.transform((x, y)) for x, y, _ in points]
+    placed: List = []
+    chosen: List[int] = []
+    for k, (x, y, name) in enumerate(points):
+        probe = ax.annotate(name, (x, y), fontsize=fontsize, textcoords="offset points", xytext=LABEL_SPOTS[0],
+                            va="bottom")
+        spot = 0
+        for i, (dx, dy) in enumerate(LABEL_SPOTS):
+            probe.set_position((dx, dy))
+            probe.set_horizontalalignment("left" if dx > 0 else "right")
+            ext = probe.get_window_extent(renderer)
+            inside = box.x0 <= ext.x0 and ext.x1 <= box.x1 and box.y0 <= ext.y0 and ext.y1 <= box.y1
+            clear = not any(ext.overlaps(b) for b in placed) and not any(
+                ext.x0 - 2 <= px <= ext.x1 + 2 and ext.y0 - 2 <= py <= ext.y1 + 2 for j, (px, py) in enumerate(dots) if j != k)
+            if inside and clear:
+                spot = i
+                break
+        probe.remove()
+        dx, dy = LABEL_SPOTS[spot]
+        text = ax.annotate(name, (x, y), fontsize=fontsize, textcoords="offset points", xytext=(dx, dy),
+                           ha="left" if dx > 0 else "right", va="bottom",
+                           arrowprops=dict(arrowstyle="-", color="0.55", lw=0.5, shrinkA=0, shrinkB=2)
+                           if spot >= NEAR_SPOTS else None)
+        text.update_positions(renderer)
+        placed.append(Text.get_window_extent(text, renderer))  # the name alone, without its leader line
+        chosen.append(spot)
+    return chosen
 
 
 def measures(rows: Sequence[Dict], columns: Sequence[str]) -> List[Tuple[str, str, bool]]:
@@ -86,7 +120,13 @@ def overview(path: str, variants: Sequence[Variant], rows: Sequence[Dict], colum
     ax.set_xlabel("updates", fontsize=9)
     ax.set_ylabel("validation MLM loss (bits)", fontsize=9)
     ax.set_title("Pre-training (line style: seed)", fontsize=10)
-    if ax.get_legend_handles_labels()[0]:
+    entries = len(ax.get_legend_handles_labels()[0])
+    if entries > 8:  # beside the curves, in a strip of the panel (inside, so many names would cover them)
+        pos = ax.get_position()
+        ax.set_position([pos.x0, pos.y0, pos.width * 0.76, pos.height])
+        ax.legend(fontsize=6.5, ncol=1 if entries <= 24 else 2, frameon=False, loc="upper left",
+                  bbox_to_anchor=(1.01, 1.0), borderaxespad=0, handlelength=1.8, labelspacing=0.35)
+    elif entries:
         ax.legend(fontsize=7, ncol=2, frameon=False, loc="lower left")  # the curves fall to the right
 
     ax = fig.add_subplot(grid[0, 2:])
@@ -122,9 +162,7 @@ def overview(path: str, variants: Sequence[Variant], rows: Sequence[Dict], colum
         ax = fig.add_subplot(grid[1, k])
         pts = [(r[c["key"]], r["downstream_avg"], r["variant"]) for r in rows if r["objective"] == c["objective"]
                and r.get(c["key"]) is not None and r.get("downstream_avg") is not None]
-        for (x, y, name), up in zip(pts, label_offsets([(x, y) for x, y, _ in pts])):
-            ax.scatter([x], [y], s=14, color="black")
-            ax.annotate(name, (x, y), fontsize=6, xytext=(3, 3 + 7 * up), textcoords="offset points")
+        ax.scatter([p[0] for p in pts], [p[1] for p in pts], s=14, color="black")
         rho, p = c["spearman"], c.get("spearman_p", math.nan)
         stat = "—" if math.isnan(rho) else f"{rho:.2f}" + ("" if math.isnan(p) else f" (p {p:.2f})")
         ax.set_title(f"{c['measure']}\nn = {c['n']}, Spearman {stat}", fontsize=8)
@@ -133,6 +171,8 @@ def overview(path: str, variants: Sequence[Variant], rows: Sequence[Dict], colum
             ax.set_ylabel("downstream average", fontsize=8)
         ax.tick_params(labelsize=7)
         ax.ticklabel_format(useOffset=False)
+        ax.margins(x=0.12, y=0.08)  # room for the names of the outermost points
+        place_labels(ax, pts)  # after the limits and ticks are set: it measures where the names fall
     with atomic_path(path) as tmp:
         fig.savefig(tmp, dpi=150, format="png")
     plt.close(fig)

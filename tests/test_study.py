@@ -88,12 +88,35 @@ def write_bin(prefix: Path, sentences: List[List[int]]) -> None:
     builder.finalize(str(prefix) + ".idx")
 
 
-def test_label_offsets_stack_names_of_coincident_points():
-    # axis ranges 10 x 1: points within 0.3 in x and 0.03 in y of an earlier point go one line higher per such point
-    pts = [(0.0, 0.0), (10.0, 1.0), (0.1, 0.01), (0.2, 0.0), (5.0, 0.0), (0.0, 0.5)]
-    assert figure.label_offsets(pts) == [0, 0, 1, 2, 0, 0]
-    assert figure.label_offsets([(1.0, 2.0), (1.0, 2.0)]) == [0, 1]  # identical points, zero ranges
-    assert figure.label_offsets([]) == []
+def test_place_labels_keeps_names_apart_and_inside():
+    """Crowded points (two pairs nearly on top of each other, a row of close neighbours, long names at the right
+    edge): every name is drawn where it overlaps no other name and no other point, inside the axes; the
+    names of the near-coincident pairs (which one spot would stack) take different spots."""
+    plt = figure._pyplot()
+    fig, ax = plt.subplots(figsize=(2.6, 2.4))
+    pts = [(0.95, 70.70, "tupe-a-tie-cls"), (0.97, 70.72, "pam-sequential"), (0.60, 69.60, "rope"),
+           (0.62, 69.58, "tupe-r"), (0.2, 71.0, "bert-a"), (0.3, 71.0, "bert-r"), (0.4, 71.0, "tupe-a"),
+           (0.5, 71.0, "learned-gaussian"), (0.1, 69.0, "nope")]
+    ax.scatter([p[0] for p in pts], [p[1] for p in pts])
+    ax.margins(x=0.12, y=0.08)
+    spots = figure.place_labels(ax, pts)
+    r = fig.canvas.get_renderer()
+    from matplotlib.text import Text
+
+    names = [t for t in ax.texts]
+    for t in names:
+        t.update_positions(r)
+    boxes = [Text.get_window_extent(t, r) for t in names]  # the names, without the leader lines
+    assert [t.get_text() for t in names] == [p[2] for p in pts]
+    frame = ax.get_window_extent(r)
+    for i, b in enumerate(boxes):
+        assert frame.x0 <= b.x0 and b.x1 <= frame.x1 and frame.y0 <= b.y0 and b.y1 <= frame.y1, pts[i][2]
+        assert not any(b.overlaps(o) for o in boxes[:i]), pts[i][2]
+        for j, (x, y, _) in enumerate(pts):
+            px, py = ax.transData.transform((x, y))
+            assert j == i or not (b.x0 <= px <= b.x1 and b.y0 <= py <= b.y1), (pts[i][2], pts[j][2])
+    assert spots[0] != spots[1] and spots[2] != spots[3]
+    plt.close(fig)
 
 
 def test_token_counts_over_shards(tmp_path):
