@@ -29,9 +29,14 @@ NOT_FOR_ELECTRA = ("ELECTRA: the discriminator (the encoder that is fine-tuned) 
                    "masked tokens with; the generator has one, but it is another, 1/N-width network")
 
 
-def untrained_beyond(variant) -> Optional[str]:
-    """Why a ``PositionalVariant``'s positions beyond the trained length mean nothing, or None when they do
-    (fixed functions of position or distance, buckets that saturate, or no positions at all)."""
+def untrained_beyond(variant, trained: int) -> Optional[str]:
+    """Why a ``PositionalVariant``'s positions beyond the trained length ``trained`` (T) mean nothing, or None
+    when they do (fixed functions of position or distance, buckets that saturate, or no positions at all)."""
+    if variant.attention_block == "deberta" and trained <= variant.max_rel_pos:
+        # row i - j + k of 2k, clamped: T tokens reach rows k - T + 1 .. k + T - 1, so row 0 (every key k or more
+        # to the right of its query) is trained only when T > k; beyond that the clamp saturates, as T5's buckets
+        return (f"relative embeddings clipped at k = {variant.max_rel_pos} (--max-rel-pos): at T = {trained} <= k the "
+                "row of the keys k or more to the right of their query was never trained")
     if variant.input_pe:
         return "learned absolute position embeddings: the rows past T were never trained"
     if variant.untied_pos:
@@ -117,7 +122,7 @@ def measure(checkpoint: str, shard: str, lengths: Sequence[int], tokens: int, ou
     d = hub.task.source_dictionary
     positions = int(model.max_positions())
     variant = model.positional_variant
-    reason = untrained_beyond(variant)
+    reason = untrained_beyond(variant, lengths[0])
     stream = read_stream(shard, d, tokens)
     masked, repl = block_masks(len(stream), seed, len(d), d.nspecial)
     result = {}

@@ -214,11 +214,20 @@ def test_longer_inputs_say_which_variants_cannot_go_beyond_t():
     from study.longer_inputs import untrained_beyond
     from tupe_plugin.models.variants import VARIANTS
 
-    why = {name: untrained_beyond(v) for name, v in VARIANTS.items()}
+    why = {name: untrained_beyond(v, 128) for name, v in VARIANTS.items()}
     assert why["bert_a"] and "absolute" in why["bert_a"] and why["tupe_r"] and why["learned_gaussian"]
-    assert why["pam_concat"] and why["pam_sequential"]
+    assert why["pam_concat"] and why["pam_sequential"] and "k = 128" in why["deberta_rel"]
     assert {n for n, w in why.items() if w is None} == {"gaussian_prior", "sinusoidal", "nope", "t5_rel", "alibi",
-                                                         "rope", "deberta_rel", "pam_window"}
+                                                         "rope", "pam_window"}
+    # DeBERTa's rows: which of the 2k rows T tokens reach, from the model's own index table
+    from tupe_plugin.modules.positional_term import TupePositions
+
+    deberta = VARIANTS["deberta_rel"]
+    for T in (128, 129, 512):
+        table = TupePositions(deberta, 64, 4, 4 * T).rel_index
+        trained, beyond = set(table[:T, :T].flatten().tolist()), set(table.flatten().tolist())
+        assert (beyond <= trained) == (untrained_beyond(deberta, T) is None), T
+    assert untrained_beyond(deberta, 128) and untrained_beyond(deberta, 129) is None
 
 
 # ------------------------------------------------------------------------------------ loss curve
