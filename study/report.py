@@ -77,8 +77,11 @@ def variant_row(v: Variant, columns: Sequence[str], total_updates: int, unigram:
         pooled = [x for s in v.seeds if col in s.tasks for x in s.tasks[col].scores.values()]
         row[f"{col}_median"] = statistics.median(pooled) if pooled else None
         row[f"{col}_spread"] = max(pooled) - min(pooled) if pooled else None
-    row["downstream_avg"] = _mean([s.downstream(columns) for s in v.seeds]) if all(
-        s.downstream(columns) is not None for s in v.seeds) else None
+    by_seed = {s.seed: s.downstream(columns) for s in v.seeds}
+    row["downstream_avg"] = _mean(list(by_seed.values())) if None not in by_seed.values() else None
+    # what a comparison on one pre-training seed cannot see: how far the average moves with that seed
+    row["downstream_avg_by_seed"] = " ".join(f"{k}:{x:.4f}" for k, x in by_seed.items() if x is not None) or None
+    row["downstream_avg_seed_spread"] = _spread(list(by_seed.values()))
     for key in ("loc_pos", "sym_pos", "loc_attn", "sym_attn"):
         row[key] = _mean([s.locality.get(key) for s in v.seeds])
     for length, loss in longer_losses(v).items():
@@ -347,15 +350,27 @@ def report_markdown(rows: List[Dict], columns: List[str], variants: List[Variant
     L += ["## Longer inputs", ""] + _longer_lines(variants, rows)
     L += ["## Fine-tuning: median over seeds at the chosen LR (spread = max - min)", ""]
     if columns:
-        L += ["| variant | " + " | ".join(columns) + " | average |", "|" + "---|" * (len(columns) + 2)]
+        several = [r for r in rows if r["downstream_avg_seed_spread"] is not None]
+        extra = " | average by pre-training seed" if several else ""
+        L += ["| variant | " + " | ".join(columns) + f" | average{extra} |", "|" + "---|" * (len(columns) + 2 + bool(several))]
         for r in rows:
+            by_seed = ""
+            if several:
+                by_seed = " | —" if r["downstream_avg_seed_spread"] is None else " | " + ", ".join(
+                    f"{seed}: {float(x):.2f}" for seed, x in (p.split(":") for p in r["downstream_avg_by_seed"].split())
+                ) + f" (spread {r['downstream_avg_seed_spread']:.2f})"
             L.append(f"| {r['variant']} | " + " | ".join(
                 f"{_f(r[f'{c}_median'], 2)} ± {_f(r[f'{c}_spread'], 2)}" for c in columns)
-                + f" | {_f(r['downstream_avg'], 2)} |")
+                + f" | {_f(r['downstream_avg'], 2)}{by_seed} |")
         L += ["", "Per model, per LR the median over the fine-tuning seeds, the LR with the best median (MNLI-mm at "
               "MNLI-m's LR), as `glue.collect`; `± x`: the spread of those seeds' scores (pooled over pre-training "
-              "seeds); the average is the mean of the task medians.", "",
-              "### Downstream differences: paired bootstrap", ""] + _interval_lines(intervals)
+              "seeds); the average is the mean of the task medians (per pre-training seed, then the mean over them)."]
+        if several:
+            L += ["The spread of the average over pre-training seeds is what a comparison on one pre-training seed "
+                  "cannot see: " + ", ".join(f"{r['variant']} {r['downstream_avg_seed_spread']:.2f}" for r in several)
+                  + " points. A difference from one shared pre-training seed that is not larger than these can "
+                  "come from the pre-training seed alone."]
+        L += ["", "### Downstream differences: paired bootstrap", ""] + _interval_lines(intervals)
     else:
         L += ["No fine-tuning results.", ""]
     L += ["## Word-order sensitivity", ""] + _order_lines(drops)

@@ -415,17 +415,27 @@ def test_parse_variants_own_seeds():
 
 
 def test_report_variants_with_their_own_seeds(tmp_path):
-    """A and B with two seeds, C with one: pairs with C use seed 1 only; nothing is reported missing."""
+    """A and B with two seeds, C with one: pairs with C use seed 1 only; nothing is reported missing; the
+    downstream average by pre-training seed and its spread (B's second pre-training fine-tunes 6 points lower)."""
     out = tmp_path / "study"
     make_study(out)
     for v, loss in (("A", 1.0), ("B", 1.45)):
         d = out / "pretrain" / v / "seed2"
         d.mkdir(parents=True)
         (d / "train.log").write_text(f'x | INFO | valid | {{"valid_loss": "{loss}", "valid_num_updates": "100"}}\n')
-        shutil.copytree(out / "finetune" / v / "seed1", out / "finetune" / v / "seed2")
+        if v == "A":
+            shutil.copytree(out / "finetune" / v / "seed1", out / "finetune" / v / "seed2")
+        for k, score in enumerate([60, 65, 70] if v == "B" else [], 1):  # seed 1: 70, 75, 71 (median 71)
+            write_sst_run(out / "finetune" / v / "seed2" / "SST-2" / f"lr1e-4_seed{k}", k, score)
         shutil.copy(out / "locality" / v / "seed1.csv", out / "locality" / v / "seed2.csv")
-    assert sr.main([str(out), "--variants", "A:1,2 B:1,2 C", "--total-updates", "100"]) == 0
+    assert sr.main([str(out), "--variants", "A:1,2 B:1,2 C", "--total-updates", "100", "--resamples", "200"]) == 0
     md = (out / "report.md").read_text()
+    rows = {r["variant"]: r for r in csv.DictReader((out / "study.csv").open())}
+    assert rows["B"]["downstream_avg_by_seed"] == "1:71.0000 2:65.0000" and float(rows["B"]["downstream_avg"]) == 68
+    assert float(rows["B"]["downstream_avg_seed_spread"]) == 6 and float(rows["A"]["downstream_avg_seed_spread"]) == 0
+    assert rows["C"]["downstream_avg_seed_spread"] == ""
+    assert "| 68.00 | 1: 71.00, 2: 65.00 (spread 6.00) |" in md and "| 75.00 | — |" in md  # C: one seed
+    assert "cannot see: A 0.00, B 6.00 points" in md
     assert "| A - B | -0.600 | -0.450 | yes | 0.100 | **yes** |" in md
     assert "| A - C | 0.100 | — | — | — | no (1 seed) |" in md  # C has no seed 2: seed 1 only, not settled
     assert "seed2" not in md.split("## Missing parts and problems")[1].split("##")[0]
