@@ -15,11 +15,13 @@ Exit status: 0 done; 1 a part failed (the message names its log); 2 a usage erro
 """
 from __future__ import annotations
 
+import math
 import os
 import platform
 import shlex
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
@@ -129,6 +131,15 @@ def cores() -> int:
         return os.cpu_count() or 1
 
 
+def progress(ended: int, total: int, took: Sequence[float], lanes: int) -> str:
+    """'k of n ended, about m min left': the jobs left at the mean time of the ended ones, ``lanes`` at once."""
+    left = total - ended
+    if not left:
+        return f"{ended} of {total} ended"
+    minutes = sum(took) / len(took) * math.ceil(left / lanes) / 60
+    return f"{ended} of {total} ended, about {minutes:.0f} min left in this stage at the pace so far"
+
+
 def run_in_lanes(jobs: Sequence[Tuple[str, List[str], str]], lanes: int, env: Dict[str, str]) -> List[str]:
     """Run each (label, command, log) with at most ``lanes`` at once, each with cores/lanes threads (unless
     ``env`` sets OMP_NUM_THREADS); returns the labels of the commands that failed, in job order."""
@@ -139,14 +150,19 @@ def run_in_lanes(jobs: Sequence[Tuple[str, List[str], str]], lanes: int, env: Di
     env = dict(env, PYTHONPATH=path, OMP_NUM_THREADS=env.get("OMP_NUM_THREADS", threads),
                MKL_NUM_THREADS=env.get("MKL_NUM_THREADS", env.get("OMP_NUM_THREADS", threads)))
 
+    lock, took = threading.Lock(), []  # seconds of each ended job, for the progress line
+
     def one(job: Tuple[str, List[str], str]) -> Optional[str]:
         label, cmd, log = job
         os.makedirs(os.path.dirname(log), exist_ok=True)
         note(f"{label}: started, {env['OMP_NUM_THREADS']} thread(s), log {log}")
+        start = time.monotonic()
         with open(log, "a", encoding="utf-8") as f:
             rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env).returncode
-        if rc:
-            note(f"error: {label} failed (exit {rc}): see {log}")
+        with lock:
+            took.append(time.monotonic() - start)
+            done = progress(len(took), len(jobs), took, lanes)
+            note(f"error: {label} failed (exit {rc}): see {log}; {done}" if rc else f"{label}: finished; {done}")
         return label if rc else None
 
     with ThreadPoolExecutor(max_workers=lanes) as pool:

@@ -756,7 +756,15 @@ def test_study_end_to_end_then_rerun_skips(corpus, tmp_path):
     assert "< DISC_WEIGHT=50\n> DISC_WEIGHT=10" in changed.stderr
 
 
-def test_lanes_run_at_once_and_name_what_failed(tmp_path):
+def test_progress_of_a_stage():
+    from study.__main__ import progress
+
+    # 3 of 8 ended at 600 s each, 2 lanes: 5 left take 3 rounds of 10 min
+    assert progress(3, 8, [600, 500, 700], 2) == "3 of 8 ended, about 30 min left in this stage at the pace so far"
+    assert progress(8, 8, [60] * 8, 2) == "8 of 8 ended"
+
+
+def test_lanes_run_at_once_and_name_what_failed(tmp_path, capsys):
     """--lanes N: N commands at a time (each of two waits for the other's file: only possible at once), with
     cores/N threads unless OMP_NUM_THREADS is set, each writing its own log; failures named, the rest go on."""
     from study.__main__ import cores, run_in_lanes
@@ -773,6 +781,11 @@ def test_lanes_run_at_once_and_name_what_failed(tmp_path):
     jobs = [("a", meet("a", "b"), str(tmp_path / "logs" / "a.log")), ("b", meet("b", "a"), str(tmp_path / "logs" / "b.log")),
             ("c", [sys.executable, "-c", "raise SystemExit(3)"], str(tmp_path / "logs" / "c.log"))]
     assert run_in_lanes(jobs, 2, env) == ["c"]
+    said = capsys.readouterr().err
+    assert f"error: c failed (exit 3): see {tmp_path / 'logs' / 'c.log'}; " in said
+    ends = re.findall(r"(?:study.sh: (\w): finished|error: (\w) failed[^;]*); (\d) of 3 ended(, about \d+ min left)?", said)
+    assert sorted((a or c) for a, c, _, _ in ends) == ["a", "b", "c"]  # each once, counted in the order they ended
+    assert [(int(k), bool(left)) for _, _, k, left in ends] == [(1, True), (2, True), (3, False)]
     n = max(1, cores() // 2)
     assert (tmp_path / "logs" / "a.log").read_text() == f"threads {n} {n}\n"
     assert run_in_lanes(jobs[:1] + [("d", meet("d", "a"), str(tmp_path / "logs" / "d.log"))], 2,
