@@ -153,10 +153,16 @@ def write_csv_atomic(path: str, rows: List[Dict]) -> None:
 def _paired_lines(pairs: List[Paired], n_seeds: int, what: str) -> List[str]:
     if not pairs:
         return ["No pairs.", ""]
-    seeds = sorted({s for p in pairs for s in p.diffs})
-    L = ["| a - b | " + " | ".join(f"seed {s}" for s in seeds) + " | signs agree | larger spread | settled |",
-         "|" + "---|" * (len(seeds) + 4)]
-    for p in pairs:
+    shown, L = pairs, []
+    if n_seeds >= 2 and len(pairs) > SHOW_ALL_PAIRS:  # one shared seed settles nothing: listed only in small studies
+        shown = [p for p in pairs if len(p.diffs) >= 2]
+        L += [f"{len(pairs) - len(shown)} of the {len(pairs)} pairs share one pre-training seed: not listed, since one "
+              "seed settles nothing (each variant's loss per seed: `final_valid_loss_by_seed` in `study.csv`).", ""]
+    seeds = sorted({s for p in shown for s in p.diffs})
+    if shown:
+        L += ["| a - b | " + " | ".join(f"seed {s}" for s in seeds) + " | signs agree | larger spread | settled |",
+              "|" + "---|" * (len(seeds) + 4)]
+    for p in shown:
         one = len(p.diffs) < 2  # one shared seed: no sign to agree with, no spread across seeds
         L.append(f"| {p.a} - {p.b} | " + " | ".join(_f(p.diffs.get(s)) for s in seeds)
                  + f" | {'—' if one else 'yes' if p.signs_agree else 'no'} | {'—' if one else _f(p.spread)}"

@@ -407,6 +407,21 @@ def test_report_paired_by_two_pretraining_seeds(tmp_path):
     assert rows["A"]["final_valid_loss_by_seed"] == "1:0.9000 2:1.0000"
 
 
+def test_loss_pairs_of_a_large_study_list_only_those_with_two_seeds():
+    """9 variants (36 pairs), A and B with two seeds: only A - B is a row, the rest counted; 8 variants: all rows."""
+    names = [chr(ord("A") + i) for i in range(9)]
+    pairs = [compare.Paired(a, b, {1: 0.5, 2: 0.6} if (a, b) == ("A", "B") else {1: 0.1}, 0.05)
+             for i, a in enumerate(names) for b in names[i + 1:]]
+    md = "\n".join(sr._paired_lines(pairs, 2, "loss"))
+    assert "35 of the 36 pairs share one pre-training seed: not listed" in md
+    assert [line for line in md.splitlines() if line.startswith("| ") and " - " in line][1:] == [
+        "| A - B | 0.500 | 0.600 | yes | 0.050 | **yes** |"]
+    assert "Settled by the seeds (same sign on every seed, and on every seed larger than both variants' spreads): " \
+           "A higher than B (loss)" in md
+    few = [p for p in pairs if "I" not in (p.a, p.b)]
+    assert sum(line.startswith("| ") and " - " in line for line in sr._paired_lines(few, 2, "loss")) == 1 + 28
+
+
 def test_parse_variants_own_seeds():
     assert runs.parse_variants("bert-a:1,2 tupe-r:1,3 bert-r", [1]) == [("bert-a", [1, 2]), ("tupe-r", [1, 3]), ("bert-r", [1])]
     assert runs.parse_variants("A,B C", [1, 2]) == [("A", [1, 2]), ("B", [1, 2]), ("C", [1, 2])]
