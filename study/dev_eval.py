@@ -83,12 +83,10 @@ class Predictor:
         return out, logp
 
 
-def write_predictions(checkpoint: str, task_name: str, tasks_dir: str, data_dir: str, spm_model: str,
-                      out: str) -> None:
+def write_predictions(model: Predictor, task_name: str, tasks_dir: str, out: str) -> None:
     """``predictions.json``: {"task", "metric", "subsets": {subset: {"gold", "pred", "logp"}}} (lists, one
     entry per dev example; ``logp``: the log-probability of the predicted label)."""
     task, splits = _dev_splits(task_name, tasks_dir)
-    model = Predictor(checkpoint, data_dir, spm_model)
     subsets = {}
     for subset, split in splits:
         examples = list(zip(*split.texts))
@@ -123,8 +121,7 @@ def perturbed_sets(examples: Sequence[Tuple[str, ...]], labels: Sequence[str], w
     return sets
 
 
-def write_order(checkpoint: str, task_name: str, tasks_dir: str, data_dir: str, spm_model: str,
-                windows: Sequence[int], out: str) -> None:
+def write_order(model: Predictor, task_name: str, tasks_dir: str, windows: Sequence[int], out: str) -> None:
     """``order.json``: {"task", "metric", "subset", "sets": {name: {"changed", "gold", "pred", "logp"}}} on the task's
     first validation subset (the one that picks the best validation); ``changed``: examples whose text the
     perturbation altered."""
@@ -132,7 +129,6 @@ def write_order(checkpoint: str, task_name: str, tasks_dir: str, data_dir: str, 
     subset, split = splits[0]
     examples = list(zip(*split.texts))
     nli = task.n_inputs == 2 and task.classes is not None and "entailment" in task.classes
-    model = Predictor(checkpoint, data_dir, spm_model)
     result = {}
     sets = perturbed_sets(examples, split.labels, windows, nli)
     for name, (items, gold) in sets.items():

@@ -232,15 +232,22 @@ def finetuned_checkpoint(run_dir: str) -> str:
     return os.path.join(run_dir, "checkpoints", "checkpoint_best.pt")
 
 
+def predictor(plan: Plan, task: str, model: str):
+    """The fine-tuned ``model`` loaded for its dev predictions and word-order sets."""
+    from study.dev_eval import Predictor
+
+    return Predictor(model, os.path.join(tasks_bin(plan), f"{task}-bin"), os.path.join(spm_dir(plan), "spm.model"))
+
+
 def run_finetune(plan: Plan, variant: str, seed: int, task: str, lr: str, k: int) -> None:
-    from study.dev_eval import write_predictions
+    from study.dev_eval import write_order, write_predictions
 
     v, ckpt = plan.values, checkpoint_of(plan, variant, seed)
     runs = plan.path("finetune", variant, f"seed{seed}")
     run_dir = plan.finetune_dir(variant, seed, task, lr, k)
     log = os.path.join(runs, ".logs", f"{task}_lr{lr}_seed{k}.out")
     # the size flags are not in tupe-checkpoint-info --fairseq-args: pass them as at pre-training; the best
-    # checkpoint is kept for its dev predictions (and the word-order stage), then removed
+    # checkpoint is kept for its dev predictions and word-order sets, then removed
     env = child_env(CHECKPOINT=ckpt, GLUE_BIN=tasks_bin(plan), RUNS=runs, EPOCHS=v["FT_EPOCHS"], BATCH=v["FT_BATCH"],
                     QUIET=1, NUM_WORKERS=v["NUM_WORKERS"], KEEP_CHECKPOINTS=1,
                     EXTRA_ARGS=f"{v['MODEL_ARGS']} {v['FT_EXTRA_ARGS']}")
@@ -254,10 +261,11 @@ def run_finetune(plan: Plan, variant: str, seed: int, task: str, lr: str, k: int
     if not os.path.isfile(model):
         raise PartFailed(f"{run_dir}: finished without its checkpoint (an older run?): its dev predictions cannot "
                          "be written; move the folder away to redo the run")
-    write_predictions(model, task, v["TASKS_DIR"], os.path.join(tasks_bin(plan), f"{task}-bin"),
-                      os.path.join(spm_dir(plan), "spm.model"), os.path.join(run_dir, "predictions.json"))
-    if not plan.order_windows:
-        shutil.rmtree(os.path.dirname(model))
+    loaded = predictor(plan, task, model)
+    write_predictions(loaded, task, v["TASKS_DIR"], os.path.join(run_dir, "predictions.json"))
+    if plan.order_windows:  # the order stage's part, with the model already loaded (a process start saved)
+        write_order(loaded, task, v["TASKS_DIR"], plan.order_windows, os.path.join(run_dir, "order.json"))
+    shutil.rmtree(os.path.dirname(model))
 
 
 def order_done(plan: Plan, *part) -> bool:
@@ -277,8 +285,8 @@ def run_order(plan: Plan, variant: str, seed: int, task: str, lr: str, k: int) -
     model = finetuned_checkpoint(run_dir)
     if not os.path.isfile(model):
         raise PartFailed(f"{model}: the fine-tuned checkpoint is gone; move {run_dir} away to redo the run")
-    write_order(model, task, plan.values["TASKS_DIR"], os.path.join(tasks_bin(plan), f"{task}-bin"),
-                os.path.join(spm_dir(plan), "spm.model"), plan.order_windows, os.path.join(run_dir, "order.json"))
+    write_order(predictor(plan, task, model), task, plan.values["TASKS_DIR"], plan.order_windows,
+                os.path.join(run_dir, "order.json"))
     shutil.rmtree(os.path.dirname(model))  # measured: the checkpoint is not needed any more
 
 

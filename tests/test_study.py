@@ -685,9 +685,10 @@ def test_study_end_to_end_then_rerun_skips(corpus, tmp_path):
     assert (out / "overview.png").read_bytes()[:4] == b"\x89PNG"
     assert "differs from this run" not in log  # the first run records the settings
     timed = [line.split("\t")[:2] for line in (out / "timings.tsv").read_text().splitlines()]
+    # the fine-tuning part wrote the word-order sets with the model it had loaded: the order stage found it done
     assert timed == [["prep", "all"], ["pretrain", "nope 1"], ["locality", "nope 1"], ["longer", "nope 1"],
-                     ["finetune", "nope 1 SST-2 1e-3 1"], ["order", "nope 1 SST-2 1e-3 1"]]
-    assert "| **all** | 6 |" in md
+                     ["finetune", "nope 1 SST-2 1e-3 1"]]
+    assert "| **all** | 5 |" in md
 
     # fine-tuning kept its dev predictions, and they score what the run's best validation logged
     run_dir = out / "finetune" / "nope" / "seed1" / "SST-2" / "lr1e-3_seed1"
@@ -696,7 +697,7 @@ def test_study_end_to_end_then_rerun_skips(corpus, tmp_path):
     assert len(pred["gold"]) == 16 and len(pred["pred"]) == 16  # tests/data/glue/SST-2/dev.tsv
     assert 100 * np.mean([g == q for g, q in zip(pred["gold"], pred["pred"])]) == pytest.approx(
         result["best_valid"]["valid"], abs=1e-6)
-    assert not (run_dir / "checkpoints").exists()  # removed once the word-order stage has used it
+    assert not (run_dir / "checkpoints").exists()  # removed once the word-order sets are written
 
     # word order: the shuffles changed the text, yet nope predicts exactly the same
     order = json.loads((run_dir / "order.json").read_text())["sets"]
@@ -724,7 +725,14 @@ def test_study_end_to_end_then_rerun_skips(corpus, tmp_path):
     again = study(out, **env)
     assert again.stderr.count("done, skipping") == 6  # every part but the report
     assert (out / "pretrain" / "nope" / "seed1" / "checkpoint_last.pt").stat().st_mtime_ns == before
-    assert len((out / "timings.tsv").read_text().splitlines()) == 6  # nothing ran again
+    assert len((out / "timings.tsv").read_text().splitlines()) == 5  # nothing ran again
+
+    # word-order sets lost after the checkpoint is gone: the order stage says how to redo them
+    order_json = (run_dir / "order.json").read_bytes()
+    (run_dir / "order.json").unlink()
+    lost = study(out, "--part", "order", "0", check=False, **env)
+    assert lost.returncode == 1 and f"the fine-tuned checkpoint is gone; move {run_dir} away" in lost.stderr
+    (run_dir / "order.json").write_bytes(order_json)
 
     # a second variant: only its parts are to do, on SLURM one job array per stage
     slurm = study(out, "--slurm", **dict(env, VARIANTS="nope bert-a")).stdout
@@ -739,8 +747,8 @@ def test_study_end_to_end_then_rerun_skips(corpus, tmp_path):
     assert "pretrain nope+electra 1: started, 1 thread(s)" in lanes.stderr
     assert "study.sh: finetune nope+electra 1 SST-2 1e-3 1: finished" in (out / "lanes" / "finetune-1.log").read_text()
     timed = [line.split("\t")[:2] for line in (out / "timings.tsv").read_text().splitlines()]
-    assert timed[6:] == [["pretrain", "nope+electra 1"], ["locality", "nope+electra 1"],
-                         ["finetune", "nope+electra 1 SST-2 1e-3 1"], ["order", "nope+electra 1 SST-2 1e-3 1"]]
+    assert timed[5:] == [["pretrain", "nope+electra 1"], ["locality", "nope+electra 1"],
+                         ["finetune", "nope+electra 1 SST-2 1e-3 1"]]
     import torch
 
     ckpt = torch.load(out / "pretrain" / "nope+electra" / "seed1" / "checkpoint_last.pt", map_location="cpu",
