@@ -6,10 +6,10 @@
     study.sh --part STAGE [INDEX] one part (what train_scripts/study.sbatch runs on SLURM)
     study.sh --slurm              the sbatch commands for the parts still to do, with their dependencies
     study.sh --report             only the report, from what is finished
-    study.sh --lanes N            as study.sh, but up to N parts of a stage at once, each a process with
-                                  cores/N threads (on 2 CPU cores: 2 lanes of 1 thread pre-trained 1.8x the
-                                  models per hour of one 2-thread process); a stage starts when the one
-                                  before it has ended
+    study.sh --lanes N            as study.sh, but up to N parts at once, each a process with cores/N
+                                  threads (on 2 CPU cores: 2 lanes of 1 thread pre-trained 1.8x the models
+                                  per hour of one 2-thread process); a free lane takes the first part, in
+                                  stage order, whose model or run has ended (no lane waits for a stage)
 
 Exit status: 0 done; 1 a part failed (the message names its log); 2 a usage error (nothing was changed).
 """
@@ -23,13 +23,15 @@ import subprocess
 import sys
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from collections import Counter, defaultdict
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from study.plan import Plan
 from study.settings import SETTINGS, UsageError, changed_settings, defaults, merged_text, recorded_text
-from study.stages import BY_NAME, REPO, STAGES, PartFailed, Stage, note
+from study.stages import BY_NAME, REPO, STAGES, PartFailed, Stage, needs_done, note
 
 USAGE = "Usage: [NAME=value ...] study.sh [--lanes N | --list | --slurm | --report | --part STAGE [INDEX]]"
 
@@ -140,9 +142,21 @@ def progress(ended: int, total: int, took: Sequence[float], lanes: int) -> str:
     return f"{ended} of {total} ended, about {minutes:.0f} min left in this stage at the pace so far"
 
 
-def run_in_lanes(jobs: Sequence[Tuple[str, List[str], str]], lanes: int, env: Dict[str, str]) -> List[str]:
-    """Run each (label, command, log) with at most ``lanes`` at once, each with cores/lanes threads (unless
-    ``env`` sets OMP_NUM_THREADS); returns the labels of the commands that failed, in job order."""
+@dataclass(frozen=True)
+class Job:
+    """A command of ``run_in_lanes``, with its log; ``group`` (its stage) counts it in the progress line."""
+    label: str
+    cmd: List[str]
+    log: str
+    group: str = ""
+    ready: Callable[[], bool] = lambda: True  # what it needs has ended
+    done: Callable[[], bool] = lambda: False  # done meanwhile (by another job): dropped, not run
+
+
+def run_in_lanes(jobs: Sequence[Job], lanes: int, env: Dict[str, str]) -> List[str]:
+    """Run the jobs with at most ``lanes`` at once, each with cores/lanes threads (unless ``env`` sets
+    OMP_NUM_THREADS): a free lane takes the first job that is ready, so a job waits only for what it needs;
+    returns the labels of the jobs that failed or could never start, in job order."""
     threads = str(max(1, cores() // lanes))
     # the commands run in the caller's folder, as the stages of a run without lanes, so relative paths (OUT=...)
     # mean the same; the repository goes first on their PYTHONPATH so that `python -m study` is this package
@@ -150,39 +164,69 @@ def run_in_lanes(jobs: Sequence[Tuple[str, List[str], str]], lanes: int, env: Di
     env = dict(env, PYTHONPATH=path, OMP_NUM_THREADS=env.get("OMP_NUM_THREADS", threads),
                MKL_NUM_THREADS=env.get("MKL_NUM_THREADS", env.get("OMP_NUM_THREADS", threads)))
 
-    lock, took = threading.Lock(), []  # seconds of each ended job, for the progress line
+    lock, took = threading.Lock(), defaultdict(list)  # seconds of each ended job per group, for the progress line
+    total = Counter(job.group for job in jobs)
 
-    def one(job: Tuple[str, List[str], str]) -> Optional[str]:
-        label, cmd, log = job
-        os.makedirs(os.path.dirname(log), exist_ok=True)
-        note(f"{label}: started, {env['OMP_NUM_THREADS']} thread(s), log {log}")
+    def one(job: Job) -> bool:
+        os.makedirs(os.path.dirname(job.log), exist_ok=True)
+        note(f"{job.label}: started, {env['OMP_NUM_THREADS']} thread(s), log {job.log}")
         start = time.monotonic()
-        with open(log, "a", encoding="utf-8") as f:
-            rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env).returncode
+        with open(job.log, "a", encoding="utf-8") as f:
+            rc = subprocess.run(job.cmd, stdout=f, stderr=subprocess.STDOUT, env=env).returncode
         with lock:
-            took.append(time.monotonic() - start)
-            done = progress(len(took), len(jobs), took, lanes)
-            note(f"error: {label} failed (exit {rc}): see {log}; {done}" if rc else f"{label}: finished; {done}")
-        return label if rc else None
+            took[job.group].append(time.monotonic() - start)
+            done = progress(len(took[job.group]), total[job.group], took[job.group], lanes)
+            note(f"error: {job.label} failed (exit {rc}): see {job.log}; {done}" if rc else f"{job.label}: finished; {done}")
+        return rc == 0
 
+    pending, running, failed = list(range(len(jobs))), {}, set()
     with ThreadPoolExecutor(max_workers=lanes) as pool:
-        return [label for label in pool.map(one, jobs) if label]
+        while pending or running:
+            for i in list(pending):
+                if len(running) == lanes:
+                    break
+                if jobs[i].done():
+                    pending.remove(i)
+                    with lock:
+                        total[jobs[i].group] -= 1
+                elif jobs[i].ready():
+                    pending.remove(i)
+                    running[pool.submit(one, jobs[i])] = i
+            if not running:  # what the rest needs failed
+                for i in pending:
+                    note(f"error: {jobs[i].label}: not started: a part it needs did not finish")
+                failed.update(pending)
+                break
+            ended, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in ended:
+                i = running.pop(future)
+                if not future.result():
+                    failed.add(i)
+    return [jobs[i].label for i in sorted(failed)]
 
 
-def run_stage_in_lanes(plan: Plan, stage: Stage, lanes: int) -> List[str]:
-    """The parts of ``stage`` not yet done, as ``python -m study --part`` processes in ``lanes`` lanes (their
-    output in OUT/lanes/STAGE-INDEX.log); returns the failed parts."""
-    jobs = [(f"{stage.name} {part_label(part)}", [sys.executable, "-m", "study", "--part", stage.name, str(i)],
-             plan.path("lanes", f"{stage.name}-{i}.log"))
-            for i, part in enumerate(stage.parts(plan)) if not stage.done(plan, *part)]
+def run_stages_in_lanes(plan: Plan, stages: Sequence[Stage], lanes: int) -> List[str]:
+    """The parts not yet done of ``stages``, as ``python -m study --part`` processes in ``lanes`` lanes (their
+    output in OUT/lanes/STAGE-INDEX.log), each started once the part it needs has ended; returns the failed
+    parts."""
+    jobs = []
+    for stage in stages:
+        needs = needs_done(plan, stage)
+        for i, part in enumerate(stage.parts(plan)):
+            if not stage.done(plan, *part):
+                jobs.append(Job(f"{stage.name} {part_label(part)}", [sys.executable, "-m", "study", "--part", stage.name,
+                                                                     str(i)],
+                                plan.path("lanes", f"{stage.name}-{i}.log"), stage.name,
+                                ready=lambda needs=needs, part=part: needs(part),
+                                done=lambda stage=stage, part=part: stage.done(plan, *part)))
     return run_in_lanes(jobs, lanes, dict(os.environ))
 
 
 def run_all(plan: Plan, lanes: int = 1) -> int:
     failed: List[str] = []
+    in_lanes = [stage for stage in STAGES[:-1] if lanes > 1 and stage.name != "prep"]
     for stage in STAGES[:-1]:
-        if lanes > 1 and stage.name != "prep":
-            failed += run_stage_in_lanes(plan, stage, lanes)
+        if stage in in_lanes:
             continue
         for part in stage.parts(plan):
             try:
@@ -192,6 +236,8 @@ def run_all(plan: Plan, lanes: int = 1) -> int:
                 failed.append(f"{stage.name} {part_label(part)}")
                 if stage.name == "prep":
                     return 1
+    if in_lanes:
+        failed += run_stages_in_lanes(plan, in_lanes, lanes)
     run_part(plan, BY_NAME["report"], ())
     if failed:
         note(f"{len(failed)} part(s) failed (rerun to retry them): {'; '.join(failed)}")

@@ -327,3 +327,15 @@ STAGES: Tuple[Stage, ...] = (
     Stage("report", lambda plan: [()], lambda plan: os.path.isfile(plan.path("report.md")), run_report, always=True),
 )
 BY_NAME = {s.name: s for s in STAGES}
+
+
+def needs_done(plan: Plan, stage: Stage) -> Callable[[Tuple], bool]:
+    """For a part of ``stage``: whether the part of ``stage.after`` that it needs has ended, the one whose
+    arguments begin its own (a model's locality, longer inputs and fine-tuning need its pre-training; a run's
+    word order needs the run)."""
+    before = BY_NAME.get(stage.after)
+    first = before.parts(plan)[:1] if before else []
+    if not before or not first:
+        return lambda part: True
+    width = len(first[0])
+    return lambda part: before.done(plan, *part[:width])
