@@ -218,8 +218,10 @@ class Plan:
         return [(e.label, s) for e in self.variants for s in e.seeds]
 
     def finetune_parts(self) -> List[Tuple[str, int, str, str, int]]:
-        return [(v, s, t, lr, k) for v, s in self.pretrain_parts() for t in self.tasks for lr in self.lrs
-                for k in self.seeds]
+        """Fine-tuning seed first: every model's first seed comes before any second, so a report on an
+        unfinished study already compares every model."""
+        return [(v, s, t, lr, k) for k in self.seeds for v, s in self.pretrain_parts() for t in self.tasks
+                for lr in self.lrs]
 
     def models_text(self) -> str:
         """``4 variants`` or ``2 variants x objectives mlm, electra``."""

@@ -870,6 +870,16 @@ def test_an_out_folder_of_python_source_is_refused():
     assert sorted(p.name for p in (ROOT / "study").iterdir()) == before
 
 
+def test_fine_tuning_parts_come_seed_first(tmp_path, corpus):
+    """Every model's first fine-tuning seed before any second: a report on an unfinished study compares them all."""
+    from study.plan import Plan
+
+    plan = Plan.from_environ({"OUT": str(tmp_path / "s"), "PRESET": "tiny", "TASKS_DIR": corpus["TASKS_DIR"],
+                              "TASKS": "SST-2", "VARIANTS": "nope bert-a:1,2", "SEEDS": "1 2"})
+    assert [(v, s, k) for v, s, _, _, k in plan.finetune_parts()] == [
+        ("nope", 1, 1), ("bert-a", 1, 1), ("bert-a", 2, 1), ("nope", 1, 2), ("bert-a", 1, 2), ("bert-a", 2, 2)]
+
+
 def test_unknown_variant_is_refused_before_any_work(tmp_path):
     p = study(tmp_path / "study", check=False, VARIANTS="bert-a bert-x", TASKS="none", C4_DIR=str(tmp_path))
     assert p.returncode == 2 and "'bert-x' is not a registered variant" in p.stderr and "pam-window" in p.stderr
