@@ -415,6 +415,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--min-gap-bits", type=float, default=1.0,
                    help="warn unless every variant ends this many bits below the unigram baseline (default 1)")
     p.add_argument("--resamples", type=int, default=2000, help="bootstrap resamples (default 2000)")
+    p.add_argument("--finetune-grid", metavar="TASKS:LRS:SEEDS",
+                   help="the fine-tuning runs every model should have, e.g. SST-2,RTE:1e-5,2e-5:1,2,3; "
+                        "the report names each model seed that lacks some (default: only those with none)")
     p.add_argument("--title", default="Study report")
     args = p.parse_args(argv)
     seeds = [int(s) for s in args.pretrain_seeds.replace(",", " ").split()]
@@ -422,6 +425,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         variants = parse_variants(args.variants, seeds)
     except ValueError as e:
         p.error(str(e))
+    grid = None
+    if args.finetune_grid:
+        lists = [x.split(",") for x in args.finetune_grid.split(":")]
+        try:
+            if len(lists) != 3 or not all(all(items) for items in lists):
+                raise ValueError
+            for lr in lists[1]:
+                float(lr)  # a number, kept as written for the report
+            grid = (lists[0], lists[1], [int(k) for k in lists[2]])
+        except ValueError:
+            p.error(f"--finetune-grid {args.finetune_grid!r}: write TASK,TASK:LR,LR:SEED,SEED")
     problems: List[str] = []
     try:
         unigram: Optional[float] = entropy_bits(token_counts(":".join(read_data_path(
@@ -429,7 +443,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except (OSError, ValueError) as e:
         unigram = None
         problems.append(f"unigram baseline not computed: {e}")
-    study = load_study(args.out, variants, problems)
+    study = load_study(args.out, variants, problems, grid)
     columns = sorted({c for v in study for s in v.seeds for c in s.tasks})
     drops = order_drops(study, problems)
     rows = [variant_row(v, columns, args.total_updates, unigram, drops) for v in study]

@@ -275,7 +275,20 @@ def about_variants() -> Dict[str, str]:
         return {}
 
 
-def load_study(out: str, variants: Sequence[Tuple[str, Sequence[int]]], problems: List[str]) -> List[Variant]:
+FineTuneGrid = Tuple[Sequence[str], Sequence[str], Sequence[int]]  # tasks, LRs as written, fine-tuning seeds
+
+
+def missing_runs(runs: List[Run], grid: FineTuneGrid) -> List[str]:
+    """The runs of the grid (every task x LR x seed) that ``runs`` lacks, as ``TASK LR seed K``."""
+    have = {(task, lr, seed) for task, lr, seed, _, _ in runs}
+    tasks, lrs, seeds = grid
+    return [f"{t} LR {lr} seed {k}" for t in tasks for lr in lrs for k in seeds if (t, float(lr), k) not in have]
+
+
+def load_study(out: str, variants: Sequence[Tuple[str, Sequence[int]]], problems: List[str],
+               grid: Optional[FineTuneGrid] = None) -> List[Variant]:
+    """Every model's runs under ``out``; what is missing goes to ``problems``: a model seed with no
+    fine-tuning run, or, given the fine-tuning ``grid``, with only some of its runs."""
     from study.plan import split_label
 
     about = about_variants()
@@ -291,8 +304,12 @@ def load_study(out: str, variants: Sequence[Tuple[str, Sequence[int]]], problems
             if not curves.get(keys[0]):
                 problems.append(f"{log}: no validation {keys[0]} (pre-training missing or unfinished)")
             runs = read_finetune_dir(os.path.join(out, "finetune", name, f"seed{seed}"), problems)
+            lacking = missing_runs(runs, grid) if grid and runs else []
             if not runs:
                 problems.append(f"{name} seed {seed}: no finished fine-tuning run")
+            elif lacking:
+                problems.append(f"{name} seed {seed}: {len(lacking)} fine-tuning run(s) not finished: "
+                                + ", ".join(lacking))
             loc_csv = os.path.join(out, "locality", name, f"seed{seed}.csv")
             loc = read_locality(loc_csv) if os.path.isfile(loc_csv) else {}
             if not loc:
