@@ -32,6 +32,14 @@ def _pyplot():
 # farther ones get a leader line)
 LABEL_SPOTS = [(3, 2), (3, -8), (-3, 2), (-3, -8), (3, 10), (3, -16), (-3, 10), (-3, -16), (6, 18), (6, -24)]
 NEAR_SPOTS = 4
+NAMES_UP_TO = 8  # a study with more variants labels its scatter points with the table's row numbers
+
+
+def point_labels(names: Sequence[str]) -> List[str]:
+    """What names a variant in the table and beside its scatter points: its name, or, with more than
+    NAMES_UP_TO variants (whose names would cover each other in a cluster), its row number, which the
+    table puts before its name."""
+    return list(names) if len(names) <= NAMES_UP_TO else [str(i) for i in range(1, len(names) + 1)]
 
 
 def place_labels(ax, points: Sequence[Tuple[float, float, str]], fontsize: float = 6) -> List[int]:
@@ -101,6 +109,17 @@ def rank_table(rows: Sequence[Dict], keys: Sequence[Tuple[str, str, bool]]) -> L
 
 def overview(path: str, variants: Sequence[Variant], rows: Sequence[Dict], columns: Sequence[str],
              corr: Sequence[Dict], unigram: Optional[float]) -> None:
+    """The study's overview figure (``overview_figure``) as a PNG at ``path``."""
+    fig = overview_figure(variants, rows, columns, corr, unigram)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=150, format="png")
+    _pyplot().close(fig)
+
+
+def overview_figure(variants: Sequence[Variant], rows: Sequence[Dict], columns: Sequence[str],
+                    corr: Sequence[Dict], unigram: Optional[float]):
+    """Loss curves, the variant x measure table shaded by rank, and each locality/symmetry measure against
+    the downstream average."""
     plt = _pyplot()
     fig = plt.figure(figsize=(11.7, 8.3))
     grid = fig.add_gridspec(2, 4, height_ratios=[1.25, 1], hspace=0.4, wspace=0.35, left=0.07, right=0.98,
@@ -138,11 +157,14 @@ def overview(path: str, variants: Sequence[Variant], rows: Sequence[Dict], colum
         n = len(rows)
         cmap = plt.get_cmap("Greys_r")
         # column 0: the variant names, inside the table's box (a row-label column would be drawn outside it)
-        cells = [[r["variant"]] + [("—" if r.get(k) is None else f"{r[k]:.2f}") for k, _, _ in keys] for r in rows]
+        names = [r["variant"] if label == r["variant"] else f"{label}  {r['variant']}"
+                 for label, r in zip(point_labels([r["variant"] for r in rows]), rows)]
+        cells = [[name] + [("—" if r.get(k) is None else f"{r[k]:.2f}") for k, _, _ in keys]
+                 for name, r in zip(names, rows)]
         shades = [[(1, 1, 1, 1)] + [(1, 1, 1, 1) if rk is None else cmap(0.25 + 0.7 * (rk - 1) / max(n - 1, 1))
                                     for rk in line] for line in ranks]
         # the names' column is wide enough for the longest name (about 6 characters per value column)
-        name_cols = max(2.0, 0.17 * max(len(r["variant"]) for r in rows) + 0.5)
+        name_cols = max(2.0, 0.17 * max(len(name) for name in names) + 0.5)
         table = ax.table(cellText=cells, cellColours=shades, colLabels=[""] + [h for _, h, _ in keys],
                          cellLoc="center", colWidths=[name_cols] + [1.0] * len(keys), bbox=[0.0, 0.0, 1.0, 1.0])
         table.auto_set_font_size(False)
@@ -158,10 +180,12 @@ def overview(path: str, variants: Sequence[Variant], rows: Sequence[Dict], colum
             elif ranks[i - 1][j - 1] is not None and ranks[i - 1][j - 1] <= (n + 1) / 2:
                 cell.get_text().set_color("white")  # dark shade: light text
 
+    labels = point_labels([r["variant"] for r in rows])
     for k, c in enumerate(corr[:4]):  # one objective's (MLM's when there are MLM models: report.correlations)
         ax = fig.add_subplot(grid[1, k])
-        pts = [(r[c["key"]], r["downstream_avg"], r["variant"]) for r in rows if r["objective"] == c["objective"]
-               and r.get(c["key"]) is not None and r.get("downstream_avg") is not None]
+        pts = [(r[c["key"]], r["downstream_avg"], label) for r, label in zip(rows, labels)
+               if r["objective"] == c["objective"] and r.get(c["key"]) is not None
+               and r.get("downstream_avg") is not None]
         ax.scatter([p[0] for p in pts], [p[1] for p in pts], s=14, color="black")
         rho, p = c["spearman"], c.get("spearman_p", math.nan)
         stat = "—" if math.isnan(rho) else f"{rho:.2f}" + ("" if math.isnan(p) else f" (p {p:.2f})")
@@ -173,6 +197,4 @@ def overview(path: str, variants: Sequence[Variant], rows: Sequence[Dict], colum
         ax.ticklabel_format(useOffset=False)
         ax.margins(x=0.12, y=0.08)  # room for the names of the outermost points
         place_labels(ax, pts)  # after the limits and ticks are set: it measures where the names fall
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=150, format="png")
-    plt.close(fig)
+    return fig

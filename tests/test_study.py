@@ -88,6 +88,29 @@ def write_bin(prefix: Path, sentences: List[List[int]]) -> None:
     builder.finalize(str(prefix) + ".idx")
 
 
+def test_overview_numbers_the_points_of_a_study_with_many_variants():
+    """Up to NAMES_UP_TO variants, scatter points carry their names; beyond, the table's row numbers, which the
+    table puts before each name (17 names in a cluster cover each other)."""
+    def rows(names):
+        return [{"variant": v, "objective": "mlm", "final_valid_loss": 8.0 + i / 10, "loc_pos": i / len(names),
+                 "downstream_avg": 70.0 + i % 3} for i, v in enumerate(names)]
+
+    corr = [{"measure": "locality (position-only)", "key": "loc_pos", "objective": "mlm", "n": 0,
+             "spearman": math.nan}]
+    plt = figure._pyplot()
+    for names in (["bert-a", "tupe-r", "nope"], [f"variant{i}" for i in range(figure.NAMES_UP_TO + 1)]):
+        fig = figure.overview_figure([], rows(names), [], corr, None)
+        scatter = fig.axes[-1]
+        table = next(c for c in fig.axes[1].get_children() if type(c).__name__ == "Table")
+        first_column = [cell.get_text().get_text() for (i, j), cell in sorted(table.get_celld().items())
+                        if j == 0 and i > 0]
+        numbered = len(names) > figure.NAMES_UP_TO
+        labels = [str(i) for i in range(1, len(names) + 1)] if numbered else names
+        assert [t.get_text() for t in scatter.texts] == labels
+        assert first_column == ([f"{i}  {v}" for i, v in enumerate(names, 1)] if numbered else names)
+        plt.close(fig)
+
+
 def test_place_labels_keeps_names_apart_and_inside():
     """Crowded points (two pairs nearly on top of each other, a row of close neighbours, long names at the right
     edge): every name is drawn where it overlaps no other name and no other point, inside the axes; the
@@ -386,6 +409,26 @@ def test_report_lists_what_is_missing(tmp_path):
     assert rows["C"]["downstream_avg"] == "" and rows["B"]["loc_pos"] == ""
     corr = {r["measure"]: r for r in csv.DictReader((out / "correlation.csv").open())}
     assert corr["locality (position-only)"]["n"] == "1"  # only A has both values
+
+
+def test_report_names_model_seeds_with_only_some_fine_tuning_runs(tmp_path):
+    """With the grid the study ran, a model seed that lacks one run is named with the run it lacks; without
+    it, only a model seed with no run at all is (the report cannot know the grid)."""
+    out = tmp_path / "study"
+    make_study(out)
+    shutil.rmtree(out / "finetune" / "B" / "seed1" / "SST-2" / "lr1e-4_seed3")
+    args = [str(out), "--variants", "A,B,C", "--total-updates", "100"]
+    assert sr.main(args + ["--finetune-grid", "SST-2:1e-4:1,2,3"]) == 0
+    md = (out / "report.md").read_text()
+    assert "B seed 1: 1 fine-tuning run(s) not finished: SST-2 LR 1e-4 seed 3" in md
+    assert "A seed 1:" not in md and "C seed 1:" not in md
+    assert sr.main(args + ["--finetune-grid", "SST-2,RTE:1e-4:1"]) == 0  # a task no model has
+    md = (out / "report.md").read_text()
+    assert all(f"{v} seed 1: 1 fine-tuning run(s) not finished: RTE LR 1e-4 seed 1" in md for v in "ABC")
+    assert sr.main(args) == 0
+    assert "fine-tuning run(s) not finished" not in (out / "report.md").read_text()
+    with pytest.raises(SystemExit):
+        sr.main(args + ["--finetune-grid", "SST-2:fast:1"])
 
 
 def test_report_paired_by_two_pretraining_seeds(tmp_path):
