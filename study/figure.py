@@ -4,7 +4,8 @@ Top left, the validation-loss curves (colour: variant; line style: pre-training 
 dashed). Top right, a variant x measure table: each cell holds the value, its shade the variant's rank on
 that measure (dark = rank 1, the better end, which the column header names). Bottom, locality and symmetry
 against the downstream average, one point per variant (the MLM models when a study has ELECTRA ones too: a
-correlation across objectives would mix the objective in), with n, the rank correlation and its p-value in each title.
+correlation across objectives would mix the objective in), with n, the rank correlation and its p-value in each title;
+a far-out downstream average (a variant fine-tuned to chance) is a triangle at the edge, its value in its label.
 """
 from __future__ import annotations
 
@@ -79,6 +80,41 @@ def place_labels(ax, points: Sequence[Tuple[float, float, str]], fontsize: float
         placed.append(Text.get_window_extent(text, renderer))  # the name alone, without its leader line
         chosen.append(spot)
     return chosen
+
+
+def far_out(values: Sequence[float], least: int = 5) -> List[bool]:
+    """Tukey's far-out points: below Q1 - 3 IQR or above Q3 + 3 IQR (none among fewer than ``least``
+    values). One of them would squash the others into a strip of the axis (a variant fine-tuned to chance)."""
+    import numpy as np
+
+    if len(values) < least:
+        return [False] * len(values)
+    q1, q3 = np.percentile(values, [25, 75])
+    return [not (q1 - 3 * (q3 - q1) <= v <= q3 + 3 * (q3 - q1)) for v in values]
+
+
+def scatter_with_far_out(ax, points: Sequence[Tuple[float, float, str]]) -> List[Tuple[float, float, str]]:
+    """Draw the points; a far-out y (``far_out``) is drawn as a triangle at the bottom or top edge, pointing
+    to where it lies, its value after its name; the axes fit the others. Returns the points as drawn."""
+    far = far_out([y for _, y, _ in points])
+    near = [p for p, f in zip(points, far) if not f]
+    ax.scatter([x for x, _, _ in near], [y for _, y, _ in near], s=14, color="black")
+    ax.margins(x=0.12, y=0.08)  # room for the names of the outermost points
+    if not any(far):
+        return list(points)
+    ax.autoscale_view()
+    low, high = ax.get_ylim()
+    edge = {True: low + 0.025 * (high - low), False: high - 0.025 * (high - low)}  # below the axis: bottom edge
+    drawn = []
+    for (x, y, name), f in zip(points, far):
+        if f:
+            below = y < low
+            ax.scatter([x], [edge[below]], s=22, marker="v" if below else "^", color="black", clip_on=False)
+            drawn.append((x, edge[below], f"{name} ({y:.1f})"))
+        else:
+            drawn.append((x, y, name))
+    ax.set_ylim(low, high)
+    return drawn
 
 
 def measures(rows: Sequence[Dict], columns: Sequence[str]) -> List[Tuple[str, str, bool]]:
@@ -186,7 +222,7 @@ def overview_figure(variants: Sequence[Variant], rows: Sequence[Dict], columns: 
         pts = [(r[c["key"]], r["downstream_avg"], label) for r, label in zip(rows, labels)
                if r["objective"] == c["objective"] and r.get(c["key"]) is not None
                and r.get("downstream_avg") is not None]
-        ax.scatter([p[0] for p in pts], [p[1] for p in pts], s=14, color="black")
+        pts = scatter_with_far_out(ax, pts)
         rho, p = c["spearman"], c.get("spearman_p", math.nan)
         stat = "—" if math.isnan(rho) else f"{rho:.2f}" + ("" if math.isnan(p) else f" (p {p:.2f})")
         ax.set_title(f"{c['measure']}\nn = {c['n']}, Spearman {stat}", fontsize=8)
@@ -195,6 +231,5 @@ def overview_figure(variants: Sequence[Variant], rows: Sequence[Dict], columns: 
             ax.set_ylabel("downstream average", fontsize=8)
         ax.tick_params(labelsize=7)
         ax.ticklabel_format(useOffset=False)
-        ax.margins(x=0.12, y=0.08)  # room for the names of the outermost points
         place_labels(ax, pts)  # after the limits and ticks are set: it measures where the names fall
     return fig

@@ -111,6 +111,31 @@ def test_overview_numbers_the_points_of_a_study_with_many_variants():
         plt.close(fig)
 
 
+def test_far_out_downstream_average_is_drawn_at_the_edge():
+    """Sixteen averages within 3 points and one at chance (the published 17-variant run): the axis fits the
+    sixteen, the far-out one is a triangle at the bottom edge with its value in its label. Tukey's fences
+    by hand: of the 17 sorted values the 5th is Q1 = 70.6 and the 13th Q3 = 72.2, so far out is below 65.8
+    or above 77.0."""
+    ys = [70.0 + 0.2 * i for i in range(16)] + [48.7]
+    q1, q3 = sorted(ys)[4], sorted(ys)[12]
+    assert (round(q1, 6), round(q3, 6)) == (70.6, 72.2)
+    assert figure.far_out(ys) == [not (q1 - 3 * (q3 - q1) <= y <= q3 + 3 * (q3 - q1)) for y in ys]
+    assert figure.far_out(ys) == [False] * 16 + [True]
+    assert figure.far_out([70.0, 71.0, 48.7]) == [False] * 3  # too few values to call one far out
+    plt = figure._pyplot()
+    fig, ax = plt.subplots()
+    drawn = figure.scatter_with_far_out(ax, [(0.1 * i, y, str(i + 1)) for i, y in enumerate(ys)])
+    low, high = ax.get_ylim()
+    assert 65 < low < 70.0 and 73.0 < high < 75
+    assert drawn[-1][2] == "17 (48.7)" and low < drawn[-1][1] < 70.0
+    assert [d[:2] for d in drawn[:16]] == [(0.1 * i, y) for i, y in enumerate(ys[:16])]
+    fig2, ax2 = plt.subplots()
+    figure.scatter_with_far_out(ax2, [(0.1 * i, y, str(i)) for i, y in enumerate(ys[:16])])
+    assert ax2.get_ylim()[0] < 70.0 and ax2.get_ylim()[1] > 73.0  # nothing far out: every point inside
+    plt.close(fig)
+    plt.close(fig2)
+
+
 def test_place_labels_keeps_names_apart_and_inside():
     """Crowded points (two pairs nearly on top of each other, a row of close neighbours, long names at the right
     edge): every name is drawn where it overlaps no other name and no other point, inside the axes; the
