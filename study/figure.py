@@ -184,6 +184,7 @@ def overview_figure(variants: Sequence[Variant], rows: Sequence[Dict], columns: 
     elif entries:
         ax.legend(fontsize=7, ncol=2, frameon=False, loc="lower left")  # the curves fall to the right
 
+    labels = point_labels([r["variant"] for r in rows])  # the table's names and the scatter points' labels
     ax = fig.add_subplot(grid[0, 2:])
     keys = measures(rows, columns)
     ranks = rank_table(rows, keys)
@@ -193,8 +194,7 @@ def overview_figure(variants: Sequence[Variant], rows: Sequence[Dict], columns: 
         n = len(rows)
         cmap = plt.get_cmap("Greys_r")
         # column 0: the variant names, inside the table's box (a row-label column would be drawn outside it)
-        names = [r["variant"] if label == r["variant"] else f"{label}  {r['variant']}"
-                 for label, r in zip(point_labels([r["variant"] for r in rows]), rows)]
+        names = [r["variant"] if label == r["variant"] else f"{label}  {r['variant']}" for label, r in zip(labels, rows)]
         cells = [[name] + [("—" if r.get(k) is None else f"{r[k]:.2f}") for k, _, _ in keys]
                  for name, r in zip(names, rows)]
         shades = [[(1, 1, 1, 1)] + [(1, 1, 1, 1) if rk is None else cmap(0.25 + 0.7 * (rk - 1) / max(n - 1, 1))
@@ -216,7 +216,6 @@ def overview_figure(variants: Sequence[Variant], rows: Sequence[Dict], columns: 
             elif ranks[i - 1][j - 1] is not None and ranks[i - 1][j - 1] <= (n + 1) / 2:
                 cell.get_text().set_color("white")  # dark shade: light text
 
-    labels = point_labels([r["variant"] for r in rows])
     for k, c in enumerate(corr[:4]):  # one objective's (MLM's when there are MLM models: report.correlations)
         ax = fig.add_subplot(grid[1, k])
         pts = [(r[c["key"]], r["downstream_avg"], label) for r, label in zip(rows, labels)
