@@ -14,7 +14,7 @@ PAD = 1  # fairseq's padding index in the test dictionary
 
 def test_a_longer_record_of_a_newer_plugin_is_refused_naming_the_upgrade():
     newer = torch.cat([VARIANTS["tupe_r"].to_tensor(), torch.tensor([0])])  # one field this version lacks
-    with pytest.raises(NewerRecordError, match=r"has 13 fields but this tupe_plugin knows 12.*newer.*upgrade"):
+    with pytest.raises(NewerRecordError, match=r"has 14 fields but this tupe_plugin knows 13.*newer.*upgrade"):
         PositionalVariant.from_tensor(newer)
     model = build("tupe_r_tiny")
     state = model.state_dict()

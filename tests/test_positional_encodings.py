@@ -126,14 +126,56 @@ def test_sinusoidal_table_is_vaswani_and_added_to_the_words():
     x = tokens(2, T)
     got = enc.embed_positions(x)
     assert got.shape == (1, T, d) and not list(enc.embed_positions.parameters())
-    torch.testing.assert_close(got[0].double(), want, atol=1e-6, rtol=0)
+    torch.testing.assert_close(got[0].double(), 0.02 * want, atol=1e-8, rtol=0)  # scaled: words' init std
     with torch.no_grad():
         emb, _ = enc.forward_embedding(x)
-        ref = enc.layernorm_embedding(enc.embed_tokens(x) + want.float())
+        ref = enc.layernorm_embedding(enc.embed_tokens(x) + 0.02 * want.float())
     torch.testing.assert_close(emb, ref)
     assert not any("embed_positions" in k for k in model.state_dict())
     with pytest.raises(ValueError, match="longer than the model's 64 positions"):
         model(tokens(1, 65))
+
+
+@pytest.mark.parametrize("width", [64, 128, 768])
+def test_sinusoidal_words_and_positions_stand_as_in_vaswani_at_initialisation(width):
+    """At the embedding LayerNorm the positions' RMS over the words' is Vaswani's 1/sqrt(2) : 1 (his words:
+    N(0, 1/d) times sqrt(d), RMS 1; the table's RMS 1/sqrt(2)) at every width, not the 35:1 of the table added
+    unscaled to RoBERTa's N(0, 0.02) words."""
+    model = build("sinusoidal_tiny", max_positions=512, seed=1, encoder_embed_dim=width)
+    enc = model.encoder.sentence_encoder
+    words = enc.embed_tokens.weight[4:]  # the real words (the specials' rows include the zero pad row)
+    positions = enc.embed_positions.table
+    ratio = float(positions.pow(2).mean().sqrt() / words.pow(2).mean().sqrt())
+    assert ratio == pytest.approx(2 ** -0.5, rel=0.15)
+    unscaled = build("sinusoidal_tiny", max_positions=512, seed=1, encoder_embed_dim=width, sinusoidal_scaled=False)
+    table = unscaled.encoder.sentence_encoder.embed_positions.table
+    assert float(table.pow(2).mean().sqrt() / words.pow(2).mean().sqrt()) == pytest.approx(35.4, rel=0.15)
+
+
+def test_an_unscaled_sinusoidal_checkpoint_loads_as_trained_or_is_refused():
+    """A record written before --sinusoidal-scaled existed decodes as the unscaled table it was trained with:
+    loading it into today's sinusoidal arch is refused naming --no-sinusoidal-scaled, and with that flag it gives
+    the old model's outputs. Older records of other variants still decode as their registered variant."""
+    fields = list(PositionalVariant.__dataclass_fields__)
+    old_record = VARIANTS["sinusoidal"].to_tensor()[: fields.index("sinusoidal_scaled")]
+    old = PositionalVariant.from_tensor(old_record)
+    assert old.sinusoidal_pe and not old.sinusoidal_scaled and old.name == "custom"
+    for name in VARIANTS:  # the same short record of every other variant decodes as itself
+        if name != "sinusoidal":
+            assert PositionalVariant.from_tensor(VARIANTS[name].to_tensor()[: len(old_record)]) == VARIANTS[name]
+    trained = build("sinusoidal_tiny", seed=1, sinusoidal_scaled=False)
+    state = trained.state_dict()
+    state["encoder.sentence_encoder.positions.variant"] = old_record
+    with pytest.raises(VariantMismatchError, match="--no-sinusoidal-scaled"):
+        build("sinusoidal_tiny", seed=2).load_state_dict(state)
+    again = build("sinusoidal_tiny", seed=2, sinusoidal_scaled=False)
+    again.load_state_dict(state)
+    x = tokens(2, 12)
+    with torch.no_grad():
+        torch.testing.assert_close(again(x)[0], trained(x)[0])
+        assert not torch.allclose(build("sinusoidal_tiny", seed=1)(x)[0], trained(x)[0], atol=1e-3)
+    with pytest.raises(ValueError, match="--no-sinusoidal-scaled is a setting of --sinusoidal-pe"):
+        build("tupe_r_tiny", sinusoidal_scaled=False)
 
 
 def test_alibi_slopes_follow_press_et_al():

@@ -30,7 +30,7 @@ from .. import checkpoint_safety  # noqa: F401
 from ..checkpoint_info import info_from_state
 from ..models.variants import PositionalVariant
 from ..modules.pam import distance_weights, window_weights
-from ..modules.positional_term import TupePositions, sinusoidal_table
+from ..modules.positional_term import SinusoidalInputPositions, TupePositions
 from .locality_symmetry import softmax_rows
 
 PREFIX = "encoder.sentence_encoder."
@@ -82,7 +82,8 @@ def positional_logits(sd: Dict[str, torch.Tensor], info: Dict[str, Any], seq_len
             pad = 1  # fairseq's learned positions start after the padding index
             logits = logits + _input_pe_term(sd, sd[PREFIX + "embed_positions.weight"][pad + 1 : pad + 1 + seq_len], H)
         if variant.sinusoidal_pe:  # token i uses row i
-            logits = logits + _input_pe_term(sd, sinusoidal_table(seq_len, d), H)
+            table = SinusoidalInputPositions(d, seq_len, variant.sinusoidal_scaled).table  # as the model adds it
+            logits = logits + _input_pe_term(sd, table, H)
     return logits.double().numpy()
 
 

@@ -107,7 +107,6 @@ class TupeRobertaModel(RobertaModel):
             return
         self._check_max_positions(state_dict, name)
         saved = PositionalVariant.from_tensor(state_dict[key])
-        state_dict[key] = self.variant_record.clone()  # current encoding
         if saved != current:
             hint = f"{saved.arch_hint()} (or _large/_tiny)" if saved.name != "custom" else ""
             if not saved.no_position:  # NoPE has no flags: only its arch reaches it
@@ -116,6 +115,7 @@ class TupeRobertaModel(RobertaModel):
                 f"the checkpoint was trained as positional variant '{saved.name}' but this model is "
                 f"'{current.name}' (--arch {safe_getattr(self.args, 'arch', '?')}). Use {hint}"
             )
+        state_dict[key] = self.variant_record.clone()  # current encoding (after the check: a refused dict is kept)
 
     def keep_discriminator(self, state_dict, name):
         """An ELECTRA checkpoint loads as its discriminator: generator dropped, MLM head filled (models/electra.py)."""

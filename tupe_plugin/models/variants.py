@@ -15,7 +15,7 @@ plugin: it is refused (``NewerRecordError``), not truncated into another variant
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
-from typing import Dict, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import torch
 
@@ -31,10 +31,12 @@ class NewerRecordError(ValueError):
     """A checkpoint's variant record written by a newer plugin: fields or choices this one does not know."""
 
 
-def _opt(help: str, choices: Tuple[str, ...] = (), arch_only: bool = False):
-    """Field metadata: the flag's help, a string field's choices, and ``arch_only`` (no flag: set by
-    the variant's own archs only, so no flag combination reaches it by accident)."""
-    return {"help": help, "choices": choices, "arch_only": arch_only}
+def _opt(help: str, choices: Tuple[str, ...] = (), arch_only: bool = False,
+         legacy: Optional[Callable[[Dict[str, Any]], Any]] = None):
+    """Field metadata: the flag's help, a string field's choices, ``arch_only`` (no flag: set by the variant's
+    own archs only, so no flag combination reaches it by accident) and ``legacy``: the value a record written
+    before the field existed decodes to, from the fields it has (default: the field's default)."""
+    return {"help": help, "choices": choices, "arch_only": arch_only, "legacy": legacy}
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,12 @@ class PositionalVariant:
         metadata=_opt("attention of every layer: standard, rope (rotary q/k), deberta (c2p + p2c)", ATTENTION_BLOCKS),
     )
     no_position: bool = field(default=False, metadata=_opt("NoPE ablation (only via --arch nope_*)", arch_only=True))
+    # Records before this field hold an unscaled sinusoidal table (positions 35:1 over words at the embedding
+    # LayerNorm): they decode as --no-sinusoidal-scaled, so such a checkpoint loads as it was trained.
+    sinusoidal_scaled: bool = field(default=True, metadata=_opt(
+        "with --sinusoidal-pe: the table times the word embeddings' init std 0.02, Vaswani's word:position ratio "
+        "(--no-sinusoidal-scaled: the unscaled table of checkpoints written before 2026-11-26)",
+        legacy=lambda values: not values.get("sinusoidal_pe", False)))
 
     @property
     def attn_scale_factor(self) -> float:
@@ -109,6 +117,8 @@ class PositionalVariant:
             raise ValueError("--pos-mixed-terms (BERT-Ad) is defined without --untie-cls/--rel-pos")
         if self.untie_cls and not (self.untied_pos or self.rel_pos):
             raise ValueError("--untie-cls needs a positional term to reset: --untied-pos or --rel-pos")
+        if not self.sinusoidal_scaled and not self.sinusoidal_pe:
+            raise ValueError("--no-sinusoidal-scaled is a setting of --sinusoidal-pe; drop it or add --sinusoidal-pe")
         if self.input_pe and self.sinusoidal_pe:
             raise ValueError("--input-pe (learned) and --sinusoidal-pe (fixed) are two input PEs: pick one")
         table1 = {"--input-pe": self.input_pe, "--untied-pos": self.untied_pos, "--rel-pos": self.rel_pos}
@@ -145,8 +155,9 @@ class PositionalVariant:
 
     @classmethod
     def from_tensor(cls, t: torch.Tensor) -> "PositionalVariant":
-        """Inverse of to_tensor; checkpoints written before a field existed hold its default. A record of
-        a newer plugin (more fields, or a choice appended later) is refused: ``NewerRecordError``."""
+        """Inverse of to_tensor; checkpoints written before a field existed hold its default (or its ``legacy``
+        value). A record of a newer plugin (more fields, or a choice appended later) is refused:
+        ``NewerRecordError``."""
         known, record = fields(cls), [int(x) for x in t.tolist()]
         if len(record) > len(known):
             raise NewerRecordError(
@@ -163,6 +174,9 @@ class PositionalVariant:
                     f"tupe_plugin knows only {choices}: it was written by a newer tupe_plugin; {UPGRADE}"
                 )
             values[f.name] = choices[x] if choices else (bool(x) if f.type == "bool" else x)
+        for f in known[len(record):]:  # fields appended after the record was written
+            if f.metadata["legacy"] is not None:
+                values[f.name] = f.metadata["legacy"](values)
         return cls(**values)
 
     @classmethod

@@ -103,7 +103,8 @@ class TupeTransformerEncoder(TransformerEncoder):
             variant, args.encoder_embed_dim, args.encoder_attention_heads, args.max_positions, args.encoder_layers
         )
         if variant.sinusoidal_pe:  # fairseq built none (no_token_positional_embeddings)
-            self.embed_positions = SinusoidalInputPositions(args.encoder_embed_dim, args.max_positions)
+            self.embed_positions = SinusoidalInputPositions(
+                args.encoder_embed_dim, args.max_positions, variant.sinusoidal_scaled)
 
     def build_encoder_layer(self, cfg):
         checkpoint = cfg.checkpoint_activations

@@ -101,19 +101,29 @@ def sinusoidal_table(num_positions: int, dim: int, base: float = 10000.0) -> Ten
     return table.float()
 
 
+# fairseq's init_bert_params draws every embedding from N(0, 0.02): the scale of the words at initialisation
+WORD_INIT_STD = 0.02
+
+
 class SinusoidalInputPositions(nn.Module):
     """Fixed sin/cos PE added to the word embeddings (fairseq calls it as ``embed_positions``); token
-    ``i`` (0 = [CLS]) gets row ``i``. No parameters, nothing in the state dict."""
+    ``i`` (0 = [CLS]) gets row ``i``. No parameters, nothing in the state dict.
 
-    def __init__(self, embed_dim: int, max_positions: int):
+    ``scaled``: the table times ``WORD_INIT_STD``. Vaswani et al. add the table (RMS 1/sqrt(2)) to words
+    drawn from N(0, 1/d) and multiplied by sqrt(d) (RMS 1); RoBERTa's words are N(0, 0.02) and not
+    multiplied, so the unscaled table outweighs them 35:1. Scaled, positions and words stand 0.71:1 at
+    initialisation, Vaswani's ratio at every width, and the embedding LayerNorm removes the common factor."""
+
+    def __init__(self, embed_dim: int, max_positions: int, scaled: bool = True):
         super().__init__()
-        self.embed_dim, self.max_positions = embed_dim, max_positions
+        self.embed_dim, self.max_positions, self.scaled = embed_dim, max_positions, scaled
         for name, table in self.fixed_tables().items():
             self.register_buffer(name, table, persistent=False)
 
     def fixed_tables(self) -> Dict[str, Tensor]:
         """The buffers, computed from the sizes alone (the exported model recomputes them after loading)."""
-        return {"table": sinusoidal_table(self.max_positions, self.embed_dim)}
+        table = sinusoidal_table(self.max_positions, self.embed_dim)
+        return {"table": table * WORD_INIT_STD if self.scaled else table}
 
     def forward(self, src_tokens: Tensor) -> Tensor:
         check_length(src_tokens.size(1), self.max_positions)

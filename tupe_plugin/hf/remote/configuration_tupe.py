@@ -44,11 +44,16 @@ class TupeConfig(PretrainedConfig):
         mask_token_id: int = None,
         **kwargs,
     ):
-        # one entry per PositionalVariant field (the export writes all); one that is absent takes the value
-        # of the registered variant tupe_variant names, else the field's default (that of older plugins)
+        # one entry per PositionalVariant field (the export writes all); one that is absent (an export of an
+        # older plugin) takes the field's legacy value where it has one, else the value of the registered
+        # variant tupe_variant names, else the field's default
         base = VARIANTS.get(tupe_variant) or PositionalVariant()
+        values = {}
         for f in fields(PositionalVariant):
-            setattr(self, f.name, kwargs.pop(f.name, getattr(base, f.name)))
+            legacy = f.metadata["legacy"]
+            absent = legacy(values) if legacy is not None else getattr(base, f.name)
+            values[f.name] = kwargs.pop(f.name, absent)
+            setattr(self, f.name, values[f.name])
         kwargs.pop("attn_scale_factor", None)  # written by older exports; derived from the variant
         kwargs.setdefault("tie_word_embeddings", False)  # the LM head reads embed_tokens itself
         super().__init__(pad_token_id=pad_token_id, bos_token_id=bos_token_id, eos_token_id=eos_token_id, **kwargs)

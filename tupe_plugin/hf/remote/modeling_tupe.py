@@ -123,7 +123,7 @@ class TupeModel(TupePreTrainedModel):
         if variant.input_pe:  # fairseq's LearnedPositionalEmbedding: positions pad+1 .. over real tokens
             self.embed_positions = nn.Embedding(P + pad + 1, d, padding_idx=pad)
         elif variant.sinusoidal_pe:
-            self.embed_positions = SinusoidalInputPositions(d, P)
+            self.embed_positions = SinusoidalInputPositions(d, P, variant.sinusoidal_scaled)
         self.layernorm_embedding = nn.LayerNorm(d, eps=config.layer_norm_eps) if config.layernorm_embedding else None
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
         self.positions = TupePositions(variant, d, config.num_attention_heads, P, config.num_hidden_layers)
