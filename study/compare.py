@@ -1,12 +1,20 @@
-"""Differences between variants, with what settles them.
+"""Differences between variants, and what settles them.
 
-* Pre-training loss: paired by pre-training seed (the same data order and masks); settled when every seed
-  has the same sign and the smallest difference exceeds both variants' own spread across seeds.
-* Downstream scores: a 95% interval from a paired bootstrap over the dev examples and the seed pairs
-  (``study.stats.paired_bootstrap``) on the runs at each model's chosen LR, paired by (pre-training
-  seed, fine-tuning seed); settled only when the interval excludes 0 and every shared pre-training seed
-  gives a difference of the same sign. With one shared pre-training seed the interval can exclude 0 but
-  nothing says another pre-training would agree: "dev set only".
+The pre-training seed is the unit of replication: a new pre-training moves a model's scores more than a new
+fine-tuning (in the published 17-variant run, BERT-A's downstream average by 2.6 points over three seeds), so
+a difference is tested at the level of the pre-training seeds the two models share.
+
+* Pre-training loss: paired by pre-training seed (the same data order and masks); a t-test over the per-seed
+  differences (``study.stats.t_test``) where two or more seeds are shared, Holm's correction over those pairs.
+* Downstream scores, paired by (pre-training seed, fine-tuning seed), each run at its model's chosen LR:
+  - 1 shared pre-training seed: the paired bootstrap over the dev examples and the runs
+    (``study.stats.paired_bootstrap``): at best "dev set only", a statement about these two checkpoints;
+  - 2 to HIERARCHICAL_MIN_SEEDS - 1: a t-test over the per-seed differences, with its t-interval;
+  - HIERARCHICAL_MIN_SEEDS or more: the hierarchical bootstrap (``study.stats.hierarchical_bootstrap``:
+    pre-training seeds, then fine-tuning runs within them, then dev examples), with its percentile interval.
+  From two seeds on, the p of a difference is the larger of the t-test's and the bootstrap's: the t-test sees
+  the pre-training seeds' noise, the bootstrap the dev set's, which every seed shares. Every difference's p
+  then goes through Holm's correction over all the downstream comparisons (``study.stats.holm``).
 """
 from __future__ import annotations
 
@@ -20,10 +28,22 @@ import numpy as np
 
 from study.dev_eval import correct, score
 from study.runs import Variant, read_json
-from study.stats import paired_bootstrap, percentile_interval
+from study.stats import (TTest, bootstrap_p, hierarchical_bootstrap, holm, paired_bootstrap, percentile_interval,
+                         t_test)
 
 RESAMPLES = 2000
 AVERAGE = "average"
+LEVEL = 0.05  # a difference is settled when its Holm-adjusted p is at most this (the intervals are 1 - LEVEL)
+# From this many shared pre-training seeds the interval comes from resampling them. A bootstrap over n seeds whose
+# differences share a sign puts (almost) no resample on the other side of 0, and chance alone gives n signs that
+# agree 2 / 2^n of the time: 25% at 3 seeds, 6.25% at 5, 3.1% at 6, the first count below LEVEL.
+HIERARCHICAL_MIN_SEEDS = 6
+
+PAIRED_BOOTSTRAP = "paired bootstrap"
+T_TEST = "t-test over pre-training seeds"
+HIERARCHICAL = "hierarchical bootstrap"
+METHOD_LABELS = {PAIRED_BOOTSTRAP: "paired bootstrap, {n} pre-training seed", T_TEST: "t-test over {n} pre-training seeds",
+                 HIERARCHICAL: "hierarchical bootstrap over {n} pre-training seeds"}
 
 
 def _spread(values: Sequence[Optional[float]]) -> Optional[float]:
@@ -33,25 +53,27 @@ def _spread(values: Sequence[Optional[float]]) -> Optional[float]:
 
 @dataclass
 class Paired:
+    """A loss difference paired by pre-training seed, with its t-test where two or more seeds are shared."""
     a: str
     b: str
     diffs: Dict[int, float]  # pre-training seed -> value(a) - value(b)
     spread: float  # the larger of the two variants' spreads across seeds (0 with one seed)
+    test: Optional[TTest] = None  # over the seeds' differences (2 or more seeds)
+    p_adjusted: float = math.nan  # Holm over the pairs with a test
 
     @property
-    def signs_agree(self) -> bool:
-        return len({math.copysign(1, d) for d in self.diffs.values() if d != 0}) == 1 and 0 not in self.diffs.values()
+    def mean(self) -> float:
+        return statistics.mean(self.diffs.values())
 
     @property
     def settled(self) -> bool:
-        """Two or more seeds, every seed's difference of the same sign, and the smallest difference larger
-        than either variant's own spread across seeds."""
-        return (len(self.diffs) >= 2 and self.signs_agree
-                and min(abs(d) for d in self.diffs.values()) > self.spread)
+        """Two or more seeds, and the t-test's p, Holm-adjusted over the pairs tested, at most LEVEL."""
+        return len(self.diffs) >= 2 and self.p_adjusted <= LEVEL
 
 
 def paired_differences(values: Dict[str, Dict[int, float]]) -> List[Paired]:
-    """values[variant][seed] -> every pair (a, b) in the given order, over the seeds both have."""
+    """values[variant][seed] -> every pair (a, b) in the given order, over the seeds both have; the pairs with two
+    or more shared seeds are t-tested and Holm-corrected together (one family)."""
     names = list(values)
     out = []
     for i, a in enumerate(names):
@@ -60,11 +82,15 @@ def paired_differences(values: Dict[str, Dict[int, float]]) -> List[Paired]:
             if not seeds:
                 continue
             spreads = [_spread([values[n][s] for s in seeds]) or 0.0 for n in (a, b)]
-            out.append(Paired(a, b, {s: values[a][s] - values[b][s] for s in seeds}, max(spreads)))
+            diffs = {s: values[a][s] - values[b][s] for s in seeds}
+            out.append(Paired(a, b, diffs, max(spreads), t_test(list(diffs.values())) if len(seeds) >= 2 else None))
+    tested = [p for p in out if p.test is not None]
+    for p, adjusted in zip(tested, holm([p.test.p for p in tested])):
+        p.p_adjusted = adjusted
     return out
 
 
-# ---- downstream: the paired bootstrap over dev predictions ---------------------------------------------------
+# ---- downstream: the bootstraps over dev predictions, the t-test over pre-training seeds -------------------------
 
 
 @dataclass
@@ -72,28 +98,37 @@ class Interval:
     a: str
     b: str
     column: str  # a task column, or "average" (the mean over the columns)
-    diff: float  # score(a) - score(b), mean over the paired runs, on the metric's 0-100 scale
-    low: float
+    diff: float  # score(a) - score(b) on the metric's 0-100 scale: the mean over pre-training seeds of by_seed
+    low: float  # the 95% interval of ``method``
     high: float
     by_seed: Dict[int, float]  # pre-training seed -> mean difference over its paired fine-tuning runs
     runs: int  # paired runs (pre-training seed, fine-tuning seed)
     examples: int
+    method: str = PAIRED_BOOTSTRAP  # PAIRED_BOOTSTRAP, T_TEST or HIERARCHICAL (by the shared pre-training seeds)
+    p: float = math.nan  # two-sided p of "no difference"
+    p_adjusted: float = math.nan  # p after Holm's correction over every downstream comparison of the report
+
+    @property
+    def seeds(self) -> int:
+        """Shared pre-training seeds."""
+        return len(self.by_seed)
 
     @property
     def excludes_zero(self) -> bool:
         return self.low > 0 or self.high < 0
 
     @property
-    def seeds_agree(self) -> bool:
-        return all(math.copysign(1, d) == math.copysign(1, self.diff) and d != 0 for d in self.by_seed.values())
+    def method_label(self) -> str:
+        """The method with its number of pre-training seeds, as the report's tables name it."""
+        return METHOD_LABELS[self.method].format(n=self.seeds)
 
     @property
     def verdict(self) -> str:
-        if not self.excludes_zero:
+        """Settled when the Holm-adjusted p is at most LEVEL and two or more pre-training seeds are shared; with one
+        seed the same says only that the dev set tells the two checkpoints apart."""
+        if not self.p_adjusted <= LEVEL:  # nan (not corrected yet) is not settled either
             return "not settled"
-        if len(self.by_seed) < 2:
-            return "dev set only (1 pre-training seed)"
-        return "settled" if self.seeds_agree else "not settled (pre-training seeds disagree)"
+        return "dev set only (1 pre-training seed)" if self.seeds < 2 else "settled"
 
 
 def _predictions(run_dir: str, subset: str) -> Optional[Tuple[list, list]]:
@@ -138,10 +173,52 @@ def _metric_fn(metric: str):
     return fn
 
 
+@dataclass
+class _Column:
+    """One column's paired runs of a pair of variants, as the tests need them."""
+    name: str
+    keys: List[Tuple[int, int]]  # (pre-training seed, fine-tuning seed) of each row
+    a: np.ndarray
+    b: np.ndarray
+    gold: Optional[np.ndarray]
+    fn: object
+    flat: np.ndarray  # the paired bootstrap's distribution
+    by_seed: Dict[int, float]
+    examples: int
+
+
+def _tested(va: str, vb: str, column: str, parts: List[_Column], resamples: int, seed: int) -> Interval:
+    """The Interval of one column (one part) or of the average over the columns (every part), by the method
+    that the number of shared pre-training seeds allows."""
+    seeds = sorted(set.intersection(*(set(c.by_seed) for c in parts)))
+    by_seed = {s: statistics.mean(c.by_seed[s] for c in parts) for s in seeds}
+    diff = statistics.mean(by_seed.values())
+    flat = np.mean([c.flat for c in parts], axis=0)
+    runs, examples = min(len(c.keys) for c in parts), sum(c.examples for c in parts)
+    if len(seeds) < 2:
+        low, high = percentile_interval(flat)
+        return Interval(va, vb, column, diff, low, high, by_seed, runs, examples, PAIRED_BOOTSTRAP,
+                        bootstrap_p(flat, diff))
+    test = t_test(list(by_seed.values()))
+    if len(seeds) < HIERARCHICAL_MIN_SEEDS:
+        return Interval(va, vb, column, diff, test.low, test.high, by_seed, runs, examples, T_TEST,
+                        max(test.p, bootstrap_p(flat, diff)))
+    rows = []
+    for c in parts:
+        keep = [i for i, (s, _) in enumerate(c.keys) if s in by_seed]
+        rows.append(((c.a[keep], c.b[keep], [c.keys[i][0] for i in keep]), c.gold, c.fn))
+    stats = hierarchical_bootstrap([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows],
+                                   resamples=resamples, seed=seed)
+    low, high = percentile_interval(stats)
+    return Interval(va, vb, column, diff, low, high, by_seed, runs, examples, HIERARCHICAL,
+                    max(test.p, bootstrap_p(stats, diff)))
+
+
 def bootstrap_pairs(variants: Sequence[Variant], columns: Sequence[str], problems: List[str],
                     resamples: int = RESAMPLES) -> List[Interval]:
-    """An Interval for every pair of variants and every column, and for the average over the columns (each
-    resample's column differences averaged, the columns drawn independently)."""
+    """An Interval for every pair of variants and every column, and for the average over the columns, each tested
+    by the method its shared pre-training seeds allow, then Holm's correction over all of them (one family: the
+    downstream comparisons the report makes)."""
     runs = {(v.name, c): column_runs(v, c) for v in variants for c in columns}
     missing = [f"{v.name} {c}" for v in variants for c in columns
                if not runs[(v.name, c)] and any(c in s.tasks for s in v.seeds)]  # fine-tuned, but no predictions
@@ -151,7 +228,7 @@ def bootstrap_pairs(variants: Sequence[Variant], columns: Sequence[str], problem
     out: List[Interval] = []
     for i, va in enumerate(variants):
         for vb in variants[i + 1:]:
-            per_col: List[Tuple[Interval, np.ndarray]] = []
+            parts: List[_Column] = []
             for col in columns:
                 ra, rb = runs[(va.name, col)], runs[(vb.name, col)]
                 keys = sorted(set(ra) & set(rb))
@@ -163,23 +240,18 @@ def bootstrap_pairs(variants: Sequence[Variant], columns: Sequence[str], problem
                 g = np.array([1.0 if x == "1" else 0.0 for x in gold]) if metric == "mcc" else (
                     np.array(gold, dtype=np.float64) if metric != "accuracy" else None)
                 fn = _metric_fn(metric)
-                stats = paired_bootstrap(a, b, g, fn, resamples=resamples, seed=i)
+                flat = paired_bootstrap(a, b, g, fn, resamples=resamples, seed=i)
                 full = [(a[r].mean() - b[r].mean()) if fn is None else fn(g, a[r]) - fn(g, b[r]) for r in range(len(keys))]
                 by_seed: Dict[int, List[float]] = {}
                 for (ps, _), d in zip(keys, full):
                     by_seed.setdefault(ps, []).append(d)
-                low, high = percentile_interval(stats)
-                per_col.append((Interval(va.name, vb.name, col, float(np.mean(full)), low, high,
-                                         {s: statistics.mean(d) for s, d in by_seed.items()}, len(keys), len(gold)),
-                                stats))
-            out += [iv for iv, _ in per_col]
-            if len(per_col) == len(columns) and len(columns) > 1:
-                stats = np.mean([st for _, st in per_col], axis=0)
-                seeds = set.intersection(*(set(iv.by_seed) for iv, _ in per_col))
-                low, high = percentile_interval(stats)
-                out.append(Interval(va.name, vb.name, AVERAGE, float(np.mean([iv.diff for iv, _ in per_col])), low, high,
-                                    {s: statistics.mean(iv.by_seed[s] for iv, _ in per_col) for s in seeds},
-                                    min(iv.runs for iv, _ in per_col), sum(iv.examples for iv, _ in per_col)))
+                parts.append(_Column(col, keys, a, b, g, fn, flat, {s: statistics.mean(d) for s, d in by_seed.items()},
+                                     len(gold)))
+            out += [_tested(va.name, vb.name, c.name, [c], resamples, i) for c in parts]
+            if len(parts) == len(columns) > 1 and set.intersection(*(set(c.by_seed) for c in parts)):
+                out.append(_tested(va.name, vb.name, AVERAGE, parts, resamples, i))
+    for iv, adjusted in zip(out, holm([iv.p for iv in out])):
+        iv.p_adjusted = adjusted
     return out
 
 

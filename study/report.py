@@ -20,7 +20,8 @@ import statistics
 import sys
 from typing import Dict, List, Optional, Sequence
 
-from study.compare import Interval, OrderDrop, Paired, bootstrap_pairs, order_drops, paired_differences
+from study.compare import (HIERARCHICAL, HIERARCHICAL_MIN_SEEDS, LEVEL, PAIRED_BOOTSTRAP, T_TEST, Interval, OrderDrop,
+                           Paired, bootstrap_pairs, order_drops, paired_differences)
 from study.longer_inputs import NOT_FOR_ELECTRA
 from study.plan import split_label
 from study.runs import ELECTRA_KEYS, Variant, load_study, loss_at, parse_variants, run_section, token_counts
@@ -150,6 +151,13 @@ def write_csv_atomic(path: str, rows: List[Dict]) -> None:
 # ---- Markdown ---------------------------------------------------------------------------------------------
 
 
+def _p(x: Optional[float]) -> str:
+    """A p-value for a table: 3 decimals, or 2 significant digits below 0.001."""
+    if x is None or math.isnan(x):
+        return "—"
+    return f"{x:.3f}" if x >= 0.001 else f"{x:.1e}"
+
+
 def _paired_lines(pairs: List[Paired], n_seeds: int, what: str) -> List[str]:
     if not pairs:
         return ["No pairs.", ""]
@@ -160,50 +168,73 @@ def _paired_lines(pairs: List[Paired], n_seeds: int, what: str) -> List[str]:
               "seed settles nothing (each variant's loss per seed: `final_valid_loss_by_seed` in `study.csv`).", ""]
     seeds = sorted({s for p in shown for s in p.diffs})
     if shown:
-        L += ["| a - b | " + " | ".join(f"seed {s}" for s in seeds) + " | signs agree | larger spread | settled |",
-              "|" + "---|" * (len(seeds) + 4)]
+        L += ["| a - b | " + " | ".join(f"seed {s}" for s in seeds) + " | mean | 95% t-interval | p | Holm p | settled |",
+              "|" + "---|" * (len(seeds) + 6)]
     for p in shown:
-        one = len(p.diffs) < 2  # one shared seed: no sign to agree with, no spread across seeds
-        L.append(f"| {p.a} - {p.b} | " + " | ".join(_f(p.diffs.get(s)) for s in seeds)
-                 + f" | {'—' if one else 'yes' if p.signs_agree else 'no'} | {'—' if one else _f(p.spread)}"
-                 f" | {'no (1 seed)' if one else '**yes**' if p.settled else 'no'} |")
+        t = p.test  # None with one shared seed: nothing to test
+        L.append(f"| {p.a} - {p.b} | " + " | ".join(_f(p.diffs.get(s)) for s in seeds) + f" | {_f(p.mean)} | "
+                 + ("— | — | — | no (1 seed) |" if t is None else
+                    f"[{t.low:+.3f}, {t.high:+.3f}] | {_p(t.p)} | {_p(p.p_adjusted)} | {'**yes**' if p.settled else 'no'} |"))
     # in words, so that nobody reads "a > b" as "a is better": the sign is that of a - b in the table's unit
-    settled = [f"{p.a} {'lower' if list(p.diffs.values())[0] < 0 else 'higher'} than {p.b}" for p in pairs if p.settled]
+    settled = [f"{p.a} {'lower' if p.mean < 0 else 'higher'} than {p.b}" for p in pairs if p.settled]
+    tested = sum(p.test is not None for p in pairs)
     L.append("")
     if n_seeds < 2:
-        L.append(f"One pre-training seed: the seeds settle no difference ({what}); rerun with PRETRAIN_SEEDS=2 or more.")
+        L.append(f"One pre-training seed: the seeds settle no difference ({what}); rerun with PRETRAIN_SEEDS=3 or more "
+                 "(a t-test over 2 seeds has 1 degree of freedom).")
     else:
-        L.append("Settled by the seeds (same sign on every seed, and on every seed larger than both variants' spreads): "
-                 + (f"{', '.join(settled)} ({what})" if settled else "none") + f". {'The other differences' if settled else 'The differences'} "
-                 f"({what}) are not settled: their sign changes between seeds, or they are no larger than a "
-                 "variant's own spread across seeds.")
+        L.append(f"Tested at the level of the pre-training seeds: for each of the {tested} pair(s) with two or more "
+                 "shared seeds, a t-test over the per-seed differences (n - 1 degrees of freedom, the 95% t-interval of "
+                 f"their mean), with Holm's correction over those {tested}. Settled (Holm-adjusted p <= {LEVEL:g}): "
+                 + (f"{', '.join(settled)} ({what})" if settled else "none") + ".")
     return L + [""]
 
 
 def _interval_lines(intervals: List[Interval]) -> List[str]:
     if not intervals:
         return ["No pair of variants with paired dev predictions.", ""]
-    counts = {}
+    counts: Dict[str, int] = {}
+    methods: Dict[str, int] = {}
     for iv in intervals:
         counts[iv.verdict] = counts.get(iv.verdict, 0) + 1
-    shown = intervals if len({(iv.a, iv.b) for iv in intervals}) <= SHOW_ALL_PAIRS else \
-        [iv for iv in intervals if iv.excludes_zero]
-    L = ["Each difference is score(a) - score(b) (points of the task's metric), the mean over the runs both "
-         "variants have (same pre-training and fine-tuning seed, each at its model's chosen LR), with the 95% "
-         "interval of a paired bootstrap over the dev examples and the runs. **Settled** only when the interval "
-         "excludes 0 and every shared pre-training seed gives the same sign; with one shared pre-training seed an "
-         "interval that excludes 0 says the dev set tells them apart, not that another pre-training would.", "",
+        methods[iv.method] = methods.get(iv.method, 0) + 1
+    m, pairs = len(intervals), len({(iv.a, iv.b) for iv in intervals})
+    excluded = sum(iv.excludes_zero for iv in intervals)
+    shown = intervals if pairs <= SHOW_ALL_PAIRS else \
+        [iv for iv in intervals if iv.excludes_zero or iv.verdict != "not settled"]
+    h = HIERARCHICAL_MIN_SEEDS
+    L = ["Each difference is score(a) - score(b) (points of the task's metric), paired by (pre-training seed, "
+         "fine-tuning seed), each run at its model's chosen LR: per shared pre-training seed the mean over its "
+         "fine-tuning runs on the whole dev set, then the mean over those seeds. The pre-training seed is the larger "
+         "noise, so a difference is tested at the level of the pre-training seeds the two models share:", "",
+         f"- **1 seed**: {PAIRED_BOOTSTRAP} over the dev examples and the fine-tuning runs (95% percentile interval). "
+         "It says at most that the dev set tells these two checkpoints apart (**dev set only**), not that another "
+         "pre-training would agree.",
+         f"- **2 to {h - 1} seeds**: {T_TEST}: a t-test over the per-seed differences (n - 1 degrees of freedom; the "
+         "95% t-interval of their mean). A bootstrap over so few seeds would call any differences that share a sign "
+         "settled, and chance alone makes 3 signs agree 25% of the time.",
+         f"- **{h} seeds or more**: {HIERARCHICAL}: the pre-training seeds, then the fine-tuning runs within each, "
+         "then the dev examples, resampled (95% percentile interval).", "",
+         "p: with one seed, from the bootstrap's standard error; from two seeds on, the larger of the t-test's p and "
+         "the bootstrap's (every seed is scored on the same dev examples, so the t-test cannot see the dev set's "
+         f"noise). **Settled**: two or more shared seeds and a p of at most {LEVEL:g} after Holm's correction over all "
+         "the comparisons below (family-wise: it holds whatever the dependence between them, and pairs that share "
+         "a model or columns and their average are dependent). The interval is the comparison's own.", "",
+         f"**{m} comparisons** ({pairs} pairs of models, each on every column and the average). If no two models "
+         f"differed, about {m} x {LEVEL:g} = {m * LEVEL:.3g} of them would have a 95% interval that excludes 0 by "
+         f"chance alone; {excluded} do here. After Holm's correction over the {m}, the chance that even one verdict "
+         f"below comes from chance alone is at most {LEVEL:.0%}.", "",
+         "Methods: " + "; ".join(f"{k}: {n}" for k, n in sorted(methods.items())) + ". "
          "Verdicts: " + "; ".join(f"{k}: {n}" for k, n in sorted(counts.items())) + ".", ""]
     if len(shown) < len(intervals):
-        L += [f"{len(intervals)} differences: only those whose interval excludes 0 are listed; all are in "
-              "`differences.csv`.", ""]
-    L += ["| a - b | task | difference | 95% interval | runs | per pre-training seed | verdict |",
-          "|---|---|---|---|---|---|---|"]
+        L += [f"Only the differences whose interval excludes 0 are listed; all {m} are in `differences.csv`.", ""]
+    L += ["| a - b | task | difference | 95% interval | p | Holm p | method | runs | per pre-training seed | verdict |",
+          "|---|---|---|---|---|---|---|---|---|---|"]
     for iv in shown:
         seeds = ", ".join(f"{s}: {d:+.2f}" for s, d in sorted(iv.by_seed.items()))
         verdict = f"**{iv.verdict}**" if iv.verdict == "settled" else iv.verdict
-        L.append(f"| {iv.a} - {iv.b} | {iv.column} | {iv.diff:+.2f} | [{iv.low:+.2f}, {iv.high:+.2f}] | {iv.runs} | "
-                 f"{seeds} | {verdict} |")
+        L.append(f"| {iv.a} - {iv.b} | {iv.column} | {iv.diff:+.2f} | [{iv.low:+.2f}, {iv.high:+.2f}] | {_p(iv.p)} | "
+                 f"{_p(iv.p_adjusted)} | {iv.method_label} | {iv.runs} | {seeds} | {verdict} |")
     settled = [f"{iv.a} {'above' if iv.diff > 0 else 'below'} {iv.b} ({iv.column})" for iv in intervals
                if iv.verdict == "settled"]
     L += ["", "Settled: " + ("; ".join(settled) if settled else "none") + ".", ""]
@@ -376,7 +407,7 @@ def report_markdown(rows: List[Dict], columns: List[str], variants: List[Variant
                   "cannot see: " + ", ".join(f"{r['variant']} {r['downstream_avg_seed_spread']:.2f}" for r in several)
                   + " points. A difference from one shared pre-training seed that is not larger than these can "
                   "come from the pre-training seed alone."]
-        L += ["", "### Downstream differences: paired bootstrap", ""] + _interval_lines(intervals)
+        L += ["", "### Downstream differences, tested at the level of the pre-training seeds", ""] + _interval_lines(intervals)
     else:
         L += ["No fine-tuning results.", ""]
     L += ["## Word-order sensitivity", ""] + _order_lines(drops)
@@ -461,7 +492,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                      [{k: c[k] for k in ("measure", "objective", "n", "spearman", "spearman_p", "pearson")} for c in corr])
     write_csv_atomic(os.path.join(args.out, "differences.csv"),
                      [{"a": iv.a, "b": iv.b, "task": iv.column, "difference": iv.diff, "low": iv.low, "high": iv.high,
-                       "runs": iv.runs, "examples": iv.examples, "verdict": iv.verdict,
+                       "runs": iv.runs, "examples": iv.examples, "pretrain_seeds": iv.seeds, "method": iv.method,
+                       "p": iv.p, "p_holm": iv.p_adjusted, "verdict": iv.verdict,
                        "by_pretrain_seed": " ".join(f"{s}:{d:.4f}" for s, d in sorted(iv.by_seed.items()))}
                       for iv in intervals])
     write_csv_atomic(os.path.join(args.out, "order.csv"),

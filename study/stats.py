@@ -1,8 +1,11 @@
-"""Plain statistics for the study's report (numpy, float64): correlations, ranks, entropy, the paired bootstrap."""
+"""Plain statistics for the study's report (numpy, float64): correlations, ranks, entropy, the bootstraps of a
+difference between two models (flat and hierarchical), Student's t (written out here: the study needs no scipy)
+and Holm's correction for many comparisons."""
 from __future__ import annotations
 
 import math
-from typing import Callable, Optional, Sequence, Tuple
+from dataclasses import dataclass
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -101,3 +104,183 @@ def percentile_interval(stats: np.ndarray, level: float = 0.95) -> Tuple[float, 
     tail = (1 - level) / 2 * 100
     low, high = np.percentile(np.asarray(stats, dtype=np.float64), [tail, 100 - tail])
     return float(low), float(high)
+
+
+def hierarchical_bootstrap(columns: Sequence[Tuple[np.ndarray, np.ndarray, Sequence[int]]],
+                           golds: Optional[Sequence[Optional[np.ndarray]]] = None,
+                           metrics: Optional[Sequence[Optional[Callable[[np.ndarray, np.ndarray], float]]]] = None,
+                           resamples: int = 2000, seed: int = 0) -> np.ndarray:
+    """The bootstrap distribution of score(a) - score(b), resampled level by level as the study was made.
+
+    Each of ``columns`` is ``(a, b, groups)``: (runs, examples) arrays paired row by row as in
+    ``paired_bootstrap``, and each row's pre-training seed. Each resample draws the pre-training seeds with
+    replacement (one draw shared by every column: a column's scores come from the same checkpoints); for each
+    drawn seed, its fine-tuning runs with replacement (a seed drawn twice draws its runs twice); and each
+    column's dev examples with replacement (one draw for all of that column's runs: they are scored on the same
+    examples). Its difference is, per column, the mean over the drawn seeds of the mean over their drawn runs of
+    score(a row) - score(b row) on the drawn examples, then the mean over the columns. ``golds`` and
+    ``metrics`` (per column, as in ``paired_bootstrap``) recompute a metric instead of averaging the values.
+    Every column must have every seed that the first one has.
+    """
+    golds = list(golds) if golds is not None else [None] * len(columns)
+    metrics = list(metrics) if metrics is not None else [None] * len(columns)
+    seeds = sorted(set(columns[0][2]))
+    prepared = []
+    for (a, b, groups), gold, metric in zip(columns, golds, metrics):
+        a, b, groups = np.asarray(a), np.asarray(b), np.asarray(groups)
+        if a.shape != b.shape or a.ndim != 2 or a.shape[0] != len(groups):
+            raise ValueError(f"hierarchical_bootstrap needs equal (runs, examples) arrays and a seed per run, got "
+                             f"{a.shape}, {b.shape} and {len(groups)} seeds")
+        rows = {s: np.flatnonzero(groups == s) for s in seeds}
+        if any(len(r) == 0 for r in rows.values()):
+            raise ValueError(f"every column needs runs of every pre-training seed {seeds}")
+        diff = None if metric is not None else a.astype(np.float64) - b.astype(np.float64)
+        prepared.append((a, b, rows, diff, gold, metric))
+    rng = np.random.default_rng(seed)
+    out = np.empty(resamples, dtype=np.float64)
+    for k in range(resamples):
+        drawn = [seeds[i] for i in rng.integers(0, len(seeds), size=len(seeds))]
+        total = 0.0
+        for a, b, rows, diff, gold, metric in prepared:
+            weight = np.zeros(a.shape[0])  # each run's share of this resample's mean over seeds of means over runs
+            for s in drawn:
+                picked = rows[s][rng.integers(0, len(rows[s]), size=len(rows[s]))]
+                np.add.at(weight, picked, 1.0 / (len(picked) * len(drawn)))
+            cols = rng.integers(0, a.shape[1], size=a.shape[1])
+            used = np.flatnonzero(weight)
+            if diff is not None:
+                per_run = diff[np.ix_(used, cols)].mean(axis=1)
+            else:
+                g = gold[cols]
+                per_run = np.array([metric(g, a[r, cols]) - metric(g, b[r, cols]) for r in used])
+            total += float(weight[used] @ per_run)
+        out[k] = total / len(prepared)
+    return out
+
+
+def normal_two_sided_p(z: float) -> float:
+    """P(|Z| >= |z|) for a standard normal Z."""
+    return math.erfc(abs(z) / math.sqrt(2))
+
+
+def bootstrap_p(stats: np.ndarray, observed: float) -> float:
+    """Two-sided p of ``observed`` being 0, from a bootstrap distribution's standard error (normal
+    approximation). Not the share of resamples beyond 0: that cannot go below 1 / resamples, and a correction
+    over hundreds of comparisons asks for p-values far below that."""
+    se = float(np.std(np.asarray(stats, dtype=np.float64), ddof=1)) if len(stats) > 1 else 0.0
+    if se == 0:
+        return 1.0 if observed == 0 else 0.0
+    return normal_two_sided_p(observed / se)
+
+
+# ---- Student's t and Holm ----------------------------------------------------------------------------------
+
+
+def _beta_continued_fraction(a: float, b: float, x: float) -> float:
+    """The continued fraction of the incomplete beta function (modified Lentz; Numerical Recipes 6.4)."""
+    tiny, eps = 1e-300, 1e-15
+    c, d = 1.0, 1.0 - (a + b) * x / (a + 1)
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 1000):
+        for num in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),  # the even step, then the odd one
+                    -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):
+            d = 1.0 + num * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + num / c
+            c = c if abs(c) > tiny else tiny
+            h *= d * c
+        if abs(d * c - 1.0) < eps:
+            break
+    return h
+
+
+def regularized_beta(x: float, a: float, b: float) -> float:
+    """I_x(a, b), the regularized incomplete beta function, for 0 <= x <= 1 and a, b > 0."""
+    if x <= 0:
+        return 0.0
+    if x >= 1:
+        return 1.0
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
+    if x < (a + 1) / (a + b + 2):  # where the fraction converges fast; else through I_x(a, b) = 1 - I_1-x(b, a)
+        return front * _beta_continued_fraction(a, b, x) / a
+    return 1.0 - front * _beta_continued_fraction(b, a, 1 - x) / b
+
+
+def t_two_sided_p(t: float, df: float) -> float:
+    """P(|T| >= |t|) for Student's T with ``df`` degrees of freedom: I_{df / (df + t^2)}(df / 2, 1 / 2)."""
+    if math.isinf(t):
+        return 0.0
+    return regularized_beta(df / (df + t * t), df / 2, 0.5)
+
+
+def t_cdf(t: float, df: float) -> float:
+    """P(T <= t) for Student's T with ``df`` degrees of freedom."""
+    half = t_two_sided_p(t, df) / 2
+    return 1 - half if t > 0 else half
+
+
+def t_quantile(q: float, df: float) -> float:
+    """The t with P(T <= t) = q (0 < q < 1), by bisection on ``t_cdf`` (monotone)."""
+    if not 0 < q < 1:
+        raise ValueError(f"t_quantile needs 0 < q < 1, got {q}")
+    if q < 0.5:
+        return -t_quantile(1 - q, df)
+    low, high = 0.0, 1.0
+    while t_cdf(high, df) < q:
+        low, high = high, 2 * high
+    for _ in range(200):
+        mid = (low + high) / 2
+        if t_cdf(mid, df) < q:
+            low = mid
+        else:
+            high = mid
+        if high - low <= 1e-13 * max(1.0, high):
+            break
+    return (low + high) / 2
+
+
+@dataclass(frozen=True)
+class TTest:
+    """A one-sample t-test of mean 0 over ``n`` values (two-sided) with the ``level`` t-interval of the mean."""
+    n: int
+    mean: float
+    low: float
+    high: float
+    p: float
+
+
+def t_test(values: Sequence[float], level: float = 0.95) -> TTest:
+    """Student's one-sample t-test of "the mean is 0" over n >= 2 values (here: one difference per pre-training
+    seed), n - 1 degrees of freedom; the interval is mean +- t_{(1 + level) / 2, n - 1} s / sqrt(n)."""
+    x = np.asarray(values, dtype=np.float64)
+    n = len(x)
+    if n < 2:
+        raise ValueError(f"a t-test needs 2 or more values, got {n}")
+    mean, se = float(x.mean()), float(x.std(ddof=1)) / math.sqrt(n)
+    if se == 0:  # every value the same: no spread to test against
+        return TTest(n, mean, mean, mean, 1.0 if mean == 0 else 0.0)
+    half = t_quantile((1 + level) / 2, n - 1) * se
+    return TTest(n, mean, mean - half, mean + half, t_two_sided_p(mean / se, n - 1))
+
+
+def holm(pvalues: Sequence[float]) -> List[float]:
+    """Holm's step-down adjusted p-values (family-wise error, any dependence between the tests): with the m
+    p-values sorted p_(1) <= ... <= p_(m), the adjusted p_(i) is max over j <= i of min(1, (m - j + 1) p_(j)).
+    A comparison is rejected at level alpha when its adjusted p is <= alpha."""
+    p = np.asarray(pvalues, dtype=np.float64)
+    if np.isnan(p).any():
+        raise ValueError("holm: every comparison of the family needs a p-value")
+    m = len(p)
+    adjusted = np.empty(m)
+    running = 0.0
+    for rank, i in enumerate(np.argsort(p, kind="stable")):
+        running = max(running, min(1.0, (m - rank) * p[i]))
+        adjusted[i] = running
+    return adjusted.tolist()
+
+
+def holm_by_key(pvalues: Dict[object, float]) -> Dict[object, float]:
+    """``holm`` over a dict's values, keyed as given."""
+    keys = list(pvalues)
+    return dict(zip(keys, holm([pvalues[k] for k in keys])))

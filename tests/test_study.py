@@ -181,21 +181,6 @@ def test_token_counts_over_shards(tmp_path):
         runs.token_counts(str(tmp_path / "bad"))
 
 
-def test_paired_differences_and_what_seeds_settle():
-    values = {"a": {1: 3.0, 2: 3.2}, "b": {1: 3.5, 2: 3.6}, "c": {1: 3.1, 2: 3.0}}
-    pairs = {(p.a, p.b): p for p in compare.paired_differences(values)}
-    ab, ac, bc = pairs["a", "b"], pairs["a", "c"], pairs["b", "c"]
-    assert ab.diffs == pytest.approx({1: -0.5, 2: -0.4}) and ab.signs_agree
-    assert ab.spread == pytest.approx(0.2) and ab.settled  # 0.4 > spread of a (0.2) and of b (0.1)
-    assert ac.diffs == pytest.approx({1: -0.1, 2: 0.2}) and not ac.signs_agree and not ac.settled
-    assert bc.settled and bc.diffs == pytest.approx({1: 0.4, 2: 0.6})
-    # same sign on every seed but smaller than a variant's own spread: not settled
-    close = compare.paired_differences({"a": {1: 3.0, 2: 3.5}, "b": {1: 3.2, 2: 3.6}})[0]
-    assert close.signs_agree and not close.settled
-    # one seed settles nothing
-    assert not compare.paired_differences({"a": {1: 1.0}, "b": {1: 5.0}})[0].settled
-
-
 def test_pick_columns_median_best_lr_and_mnli_mm_at_mnli_m_lr():
     """Per LR the median over seeds, the best LR; MNLI-mm at MNLI-m's best LR although its own best differs."""
     def run(task, lr, seed, **scores):
@@ -248,14 +233,6 @@ def test_paired_bootstrap_against_exact_enumeration():
     assert again == pytest.approx(stats.paired_bootstrap(a, b, resamples=500, seed=3))
     # identical predictions: every resample is exactly 0
     assert not stats.paired_bootstrap(a, a, resamples=50).any()
-
-
-def test_interval_verdicts():
-    iv = compare.Interval("a", "b", "SST-2", 2.0, 0.5, 3.5, {1: 1.5, 2: 2.5}, 6, 1000)
-    assert iv.verdict == "settled"
-    assert compare.Interval("a", "b", "SST-2", 2.0, 0.5, 3.5, {1: 4.5, 2: -0.5}, 6, 1000).verdict.startswith("not settled")
-    assert compare.Interval("a", "b", "SST-2", 2.0, -0.5, 3.5, {1: 1.5, 2: 2.5}, 6, 1000).verdict == "not settled"
-    assert compare.Interval("a", "b", "SST-2", 2.0, 0.5, 3.5, {1: 2.0}, 3, 1000).verdict.startswith("dev set only")
 
 
 def test_longer_inputs_say_which_variants_cannot_go_beyond_t():
@@ -398,6 +375,8 @@ def test_report_downstream_differences_with_bootstrap_intervals(tmp_path):
     assert float(ab["difference"]) == pytest.approx(12.0) and ab["runs"] == "3" and ab["examples"] == "100"
     assert 0 < float(ab["low"]) <= 12 <= float(ab["high"]) and ab["verdict"] == "dev set only (1 pre-training seed)"
     assert float(bc["difference"]) == pytest.approx(-3.0) and float(bc["high"]) == 0.0 and bc["verdict"] == "not settled"
+    assert ab["method"] == "paired bootstrap" and ab["pretrain_seeds"] == "1" and float(ab["p_holm"]) <= 0.05
+    assert float(bc["p_holm"]) > 0.05  # 3 comparisons: Holm multiplies each p by 3, 2 or 1
     md = (out / "report.md").read_text()
     assert "| A - B | SST | +12.00 | [" in md and "Settled: none." in md
 
@@ -465,10 +444,13 @@ def test_report_paired_by_two_pretraining_seeds(tmp_path):
         (d / "train.log").write_text(f'x | INFO | valid | {{"valid_loss": "{loss}", "valid_num_updates": "100"}}\n')
     assert sr.main([str(out), "--variants", "A B C", "--total-updates", "100", "--pretrain-seeds", "1 2"]) == 0
     md = (out / "report.md").read_text()
-    # A - B: -0.6 and -0.45, spreads 0.1 (A) and 0.05 (B): settled; A - C: +0.1 and +0.4, same sign but
-    # 0.1 < the spread of C (0.2): not settled
-    assert "| A - B | -0.600 | -0.450 | yes | 0.100 | **yes** |" in md
-    assert "| A - C | 0.100 | 0.400 |" in md and "Settled by the seeds" in md and "A lower than B, B higher than C (loss)" in md
+    # A - B: -0.6 and -0.45: mean -0.525, s = 0.075 sqrt 2, se 0.075, t = -7 with 1 degree of freedom: p = 1 -
+    # 2 atan(7) / pi = 0.090, t-interval -0.525 +- 12.706 x 0.075; B - C: 0.7, 0.85 (t = 10.3, p 0.061); A - C:
+    # 0.1, 0.4 (p 0.344). Holm over the 3: 3 x 0.061 = 0.184, then max(0.184, 2 x 0.090) = 0.184, 0.344: none
+    # settled, though A - B and B - C agree in sign on both seeds (two seeds cannot settle much)
+    assert "| A - B | -0.600 | -0.450 | -0.525 | [-1.478, +0.428] | 0.090 | 0.184 | no |" in md
+    assert "| A - C | 0.100 | 0.400 | 0.250 |" in md and "with Holm's correction over those 3" in md
+    assert "Settled (Holm-adjusted p <= 0.05): none." in md
     rows = {r["variant"]: r for r in csv.DictReader((out / "study.csv").open())}
     assert float(rows["A"]["final_valid_loss"]) == pytest.approx(0.95)
     assert float(rows["A"]["final_valid_loss_spread"]) == pytest.approx(0.1)
@@ -476,18 +458,20 @@ def test_report_paired_by_two_pretraining_seeds(tmp_path):
 
 
 def test_loss_pairs_of_a_large_study_list_only_those_with_two_seeds():
-    """9 variants (36 pairs), A and B with two seeds: only A - B is a row, the rest counted; 8 variants: all rows."""
+    """9 variants (36 pairs), A and B with three seeds: only A - B is a row, the rest counted; 8 variants: all rows.
+    A - B: 0.5, 0.6, 0.7 (mean 0.6, s 0.1; t_{0.975, 2} = 4.3027: [0.352, 0.848]; t = 10.39, p = 1 - t / sqrt(2 +
+    t^2) = 0.0092), the one pair tested: settled."""
     names = [chr(ord("A") + i) for i in range(9)]
-    pairs = [compare.Paired(a, b, {1: 0.5, 2: 0.6} if (a, b) == ("A", "B") else {1: 0.1}, 0.05)
-             for i, a in enumerate(names) for b in names[i + 1:]]
-    md = "\n".join(sr._paired_lines(pairs, 2, "loss"))
+    values = {n: {1: 0.1 * i} for i, n in enumerate(names)}
+    values["A"], values["B"] = {1: 1.5, 2: 1.6, 3: 1.7}, {1: 1.0, 2: 1.0, 3: 1.0}
+    pairs = compare.paired_differences(values)
+    md = "\n".join(sr._paired_lines(pairs, 3, "loss"))
     assert "35 of the 36 pairs share one pre-training seed: not listed" in md
     assert [line for line in md.splitlines() if line.startswith("| ") and " - " in line][1:] == [
-        "| A - B | 0.500 | 0.600 | yes | 0.050 | **yes** |"]
-    assert "Settled by the seeds (same sign on every seed, and on every seed larger than both variants' spreads): " \
-           "A higher than B (loss)" in md
+        "| A - B | 0.500 | 0.600 | 0.700 | 0.600 | [+0.352, +0.848] | 0.009 | 0.009 | **yes** |"]
+    assert "with Holm's correction over those 1. Settled (Holm-adjusted p <= 0.05): A higher than B (loss)." in md
     few = [p for p in pairs if "I" not in (p.a, p.b)]
-    assert sum(line.startswith("| ") and " - " in line for line in sr._paired_lines(few, 2, "loss")) == 1 + 28
+    assert sum(line.startswith("| ") and " - " in line for line in sr._paired_lines(few, 3, "loss")) == 1 + 28
 
 
 def test_parse_variants_own_seeds():
@@ -519,8 +503,8 @@ def test_report_variants_with_their_own_seeds(tmp_path):
     assert rows["C"]["downstream_avg_seed_spread"] == ""
     assert "| 68.00 | 1: 71.00, 2: 65.00 (spread 6.00) |" in md and "| 75.00 | — |" in md  # C: one seed
     assert "cannot see: A 0.00, B 6.00 points" in md
-    assert "| A - B | -0.600 | -0.450 | yes | 0.100 | **yes** |" in md
-    assert "| A - C | 0.100 | — | — | — | no (1 seed) |" in md  # C has no seed 2: seed 1 only, not settled
+    assert "| A - B | -0.600 | -0.450 | -0.525 | [-1.478, +0.428] | 0.090 | 0.090 | no |" in md  # the one pair tested
+    assert "| A - C | 0.100 | — | 0.100 | — | — | — | no (1 seed) |" in md  # C has no seed 2: seed 1 only
     assert "seed2" not in md.split("## Missing parts and problems")[1].split("##")[0]
     rows = {r["variant"]: r for r in csv.DictReader((out / "study.csv").open())}
     assert rows["A"]["pretrain_seeds"] == "1 2" and rows["C"]["pretrain_seeds"] == "1"
@@ -679,9 +663,10 @@ def test_report_keeps_electra_losses_apart_and_compares_downstream(tmp_path):
     assert (f"| A+electra | 4.100 | {unigram - 4.1:.3f} | 20.00 | 0.3100 | 0.4999 | 38.0 | — | 90.00 | 11.00 | "
             "0.200 / 0.0200 |") in electra
     assert "ELECTRA not trained yet" not in md  # both discriminators removed far more than 10%
-    # C's generator 0.5 and 0.6 below A's: same sign, larger than either spread (0.2, 0.1): settled
-    assert "| A+electra - C+electra | 0.500 | 0.600 | yes | 0.200 | **yes** |" in electra
-    assert "A+electra higher than C+electra (generator loss)" in electra
+    # C's generator 0.5 and 0.6 below A's: t = 11 with 1 degree of freedom, p = 1 - 2 atan(11) / pi = 0.058,
+    # interval 0.55 +- 12.706 x 0.05: two seeds, the same sign, not settled
+    assert "| A+electra - C+electra | 0.500 | 0.600 | 0.550 | [-0.085, +1.185] | 0.058 | 0.058 | no |" in electra
+    assert "Settled (Holm-adjusted p <= 0.05): none." in electra
     longer = md.split("## Longer inputs")[1].split("##")[0]
     assert "| A+electra | — | — | ELECTRA: the discriminator" in longer
     diffs = {(r["a"], r["b"]): r for r in csv.DictReader((out / "differences.csv").open())}
@@ -734,7 +719,7 @@ def test_study_end_to_end_then_rerun_skips(corpus, tmp_path):
     score exactly as the original, its dev predictions score what its run logged, it has a loss at T, 2T and
     4T; then the rerun does nothing, --list/--slurm list the parts, and changed settings are refused."""
     out = tmp_path / "study"
-    env = dict(corpus, TOTAL_UPDATES="4", VALID_POINTS="2", LONGER_TOKENS="800")
+    env = dict(corpus, TOTAL_UPDATES="4", VALID_POINTS="2")
     p = study(out, **env)
     log = p.stdout + p.stderr
     rows = list(csv.DictReader((out / "study.csv").open()))
@@ -777,11 +762,13 @@ def test_study_end_to_end_then_rerun_skips(corpus, tmp_path):
     assert drops == {"shuffle_3": 0.0, "shuffle_6": 0.0, "random": 0.0}
     assert "Check: nope (no position information) moves by at most 0.00 points" in md
 
-    # longer inputs: the same text at T, 2T, 4T (the model was pre-trained with 4T positions)
+    # longer inputs: the same targets at T, 2T, 4T (the model was pre-trained with 4T positions); at T, pre-training's
+    # own last validation (VALID_STEPS=0: the whole split), the loss its log and its checkpoint hold
     longer = json.loads((out / "longer" / "nope" / "seed1.json").read_text())
-    assert longer["positions"] == 256 and longer["not_beyond"] is None and longer["tokens"] == 800
+    assert longer["positions"] == 256 and longer["not_beyond"] is None and longer["tokens"] > 0
     assert sorted(longer["lengths"], key=int) == ["64", "128", "256"]
     assert all(0 < x < 20 for x in longer["lengths"].values())
+    assert longer["lengths"]["64"] == pytest.approx(curve[4], abs=0.002) and longer["logged_valid_loss"] == curve[4]
     assert float(r["loss_len256"]) == pytest.approx(longer["lengths"]["256"], rel=1e-5)
 
     listing = study(out, "--list", **env).stdout.splitlines()
