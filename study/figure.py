@@ -1,11 +1,13 @@
-"""The study at a glance: ``OUT/overview.png``, one A4-landscape figure readable when printed.
+"""The study at a glance: ``OUT/overview.png``, one A4-landscape figure that stays readable printed in grey.
 
-Top left, the validation-loss curves (colour: variant; line style: pre-training seed; the unigram baseline
-dashed). Top right, a variant x measure table: each cell holds the value, its shade the variant's rank on
-that measure (dark = rank 1, the better end, which the column header names). Bottom, locality and symmetry
-against the downstream average, one point per variant (the MLM models when a study has ELECTRA ones too: a
-correlation across objectives would mix the objective in), with n, the rank correlation and its p-value in each title;
-a far-out downstream average (a variant fine-tuned to chance) is a triangle at the edge, its value in its label.
+Top left, the validation-loss curves: each variant its own pair of line style and marker (and a colour, which a
+grey print loses), each pre-training seed its own marker fill, with a key for the seeds; the unigram baseline a
+thick grey line. Top right, a variant x measure table whose every column is titled with what it holds: each cell
+holds the value, its shade the variant's rank among the variants with a value in that column (darkest = best,
+the end the header's arrow names; lightest = worst of that column). Bottom, locality and symmetry against the
+downstream average, one point per variant (the MLM models when a study has ELECTRA ones too: a correlation across
+objectives would mix the objective in), with n, the rank correlation and its p-value in each title; a far-out
+downstream average (a variant fine-tuned to chance) is a triangle at the edge, its value in its label.
 """
 from __future__ import annotations
 
@@ -27,6 +29,25 @@ def _pyplot():
     import matplotlib.pyplot as plt
 
     return plt
+
+
+# A variant's look in the loss curves: line style i % 4 and marker i % 9 (4 and 9 coprime: the first 36 variants
+# all differ in the pair, so a grey print tells them apart); a pre-training seed's: the markers' fill.
+LINE_STYLES = ["-", "--", ":", "-."]
+MARKERS = ["o", "s", "^", "D", "v", "P", "X", "p", "<"]
+SEED_FILLS = ["full", "none", "left", "bottom", "right", "top"]  # filled, open, then half-filled
+MARKS_PER_CURVE = 6  # markers along a curve (the validations are ~20 points: one on each would cover the lines)
+
+
+def variant_style(i: int) -> Tuple[str, str]:
+    """(line style, marker) of the i-th variant."""
+    return LINE_STYLES[i % len(LINE_STYLES)], MARKERS[i % len(MARKERS)]
+
+
+def seed_fills(variants: Sequence[Variant]) -> Dict[int, str]:
+    """{pre-training seed: marker fill} over the seeds of the study, in order."""
+    seeds = sorted({s.seed for v in variants for s in v.seeds})
+    return {seed: SEED_FILLS[k % len(SEED_FILLS)] for k, seed in enumerate(seeds)}
 
 
 # where a point's name may go, in points from the point: right then left of it, then further up and down (the
@@ -118,15 +139,17 @@ def scatter_with_far_out(ax, points: Sequence[Tuple[float, float, str]]) -> List
 
 
 def measures(rows: Sequence[Dict], columns: Sequence[str]) -> List[Tuple[str, str, bool]]:
-    """(row key, header, higher is better) of the table's columns that some variant has; the header's arrow
-    points to the better end."""
+    """(row key, header, higher is better) of the table's columns that some variant has. Each header says what
+    its column holds; its arrow points to the better end."""
     lengths = sorted(int(k[len("loss_len"):]) for k in rows[0] if k.startswith("loss_len")) if rows else []
-    out = [("final_valid_loss", "loss\n\u2193", False)]
+    out = [("final_valid_loss", "final\nMLM\nloss\n(bits) \u2193", False)]
     if len(lengths) > 1:
-        out.append((f"loss_len{lengths[-1]}", f"loss at\n{lengths[-1]} \u2193", False))
-    out += [(f"{c}_median", f"{c.replace('-', '-' + chr(10))}\n\u2191", True) for c in columns]
-    out += [("downstream_avg", "avg\n\u2191", True), ("order_drop_random", "order\ndrop \u2191", True),
-            ("loc_pos", "locality\n\u2191", True), ("sym_pos", "symmetry\n\u2191", True)]
+        out.append((f"loss_len{lengths[-1]}", f"MLM\nloss at\n{lengths[-1]}\ntokens \u2193", False))
+    out += [(f"{c}_median", f"{c.replace('-', '-' + chr(10))}\nmedian\n\u2191", True) for c in columns]
+    out += [("downstream_avg", "down-\nstream\naverage\n\u2191", True),
+            ("order_drop_random", "drop,\nall words\nshuffled\n\u2191", True),
+            ("loc_pos", "locality\n(position-\nonly)\n\u2191", True),
+            ("sym_pos", "symmetry\n(position-\nonly)\n\u2191", True)]
     return [m for m in out if any(r.get(m[0]) is not None for r in rows)]
 
 
@@ -141,6 +164,25 @@ def rank_table(rows: Sequence[Dict], keys: Sequence[Tuple[str, str, bool]]) -> L
         for (i, _), rank in zip(have, ranks):
             table[i][j] = float(rank)
     return table
+
+
+def column_shades(ranks: Sequence[Sequence[Optional[float]]]) -> List[List[Optional[float]]]:
+    """shade[variant][measure] in [0, 1]: 0 for the column's best rank, 1 for its worst, linear in the rank
+    between them, from the column's own values (a column that 7 of 17 variants have spans 0..1 over those 7);
+    0.5 where every value of the column ties; None without a value."""
+    out: List[List[Optional[float]]] = [[None] * (len(ranks[0]) if ranks else 0) for _ in ranks]
+    for j in range(len(ranks[0]) if ranks else 0):
+        have = [line[j] for line in ranks if line[j] is not None]
+        if not have:
+            continue
+        best, worst = min(have), max(have)
+        for i, line in enumerate(ranks):
+            if line[j] is not None:
+                out[i][j] = 0.5 if worst == best else (line[j] - best) / (worst - best)
+    return out
+
+
+SHADE_DARKEST, SHADE_LIGHTEST = 0.25, 0.95  # the part of the grey scale the table uses: black text stays legible
 
 
 def overview(path: str, variants: Sequence[Variant], rows: Sequence[Dict], columns: Sequence[str],
@@ -162,34 +204,56 @@ def overview_figure(variants: Sequence[Variant], rows: Sequence[Dict], columns: 
                             top=0.95, bottom=0.07)
 
     ax = fig.add_subplot(grid[0, :2])
-    pairs = plt.get_cmap("tab20").colors  # dark/light pairs of one hue: the dark ones first
-    colors = pairs[0::2] + pairs[1::2]
-    styles = ["-", "--", ":", "-."]
+    colors = plt.get_cmap("tab10").colors  # ten hues, none a lighter copy of another (they cycle past 10)
+    fills = seed_fills(variants)
+    from matplotlib.lines import Line2D
+
+    handles = []
     for i, v in enumerate(variants):
-        for j, s in enumerate(v.seeds):
+        style, marker = variant_style(i)
+        color = colors[i % len(colors)]
+        drawn = False
+        for s in v.seeds:
             if s.curve:
-                ax.plot(list(s.curve), list(s.curve.values()), styles[j % 4], color=colors[i % 20], linewidth=1.2,
-                        label=v.name if j == 0 else None)
+                xs = list(s.curve)
+                every = max(1, len(xs) // MARKS_PER_CURVE)
+                ax.plot(xs, list(s.curve.values()), linestyle=style, marker=marker, fillstyle=fills[s.seed],
+                        markevery=(i % every, every), markersize=4, markeredgewidth=0.8, color=color,
+                        linewidth=1.2, gid=v.name)
+                drawn = True
+        if drawn:
+            handles.append(Line2D([], [], linestyle=style, marker=marker, markersize=4, color=color, linewidth=1.2,
+                                  label=v.name))
     if unigram is not None:
-        ax.axhline(unigram, color="gray", linestyle="--", linewidth=1, label=f"unigram {unigram:.2f}")
+        handles.append(ax.axhline(unigram, color="0.6", linestyle="-", linewidth=2.5, zorder=0,
+                                  label=f"unigram {unigram:.2f}"))
     ax.set_xlabel("updates", fontsize=9)
     ax.set_ylabel("validation MLM loss (bits)", fontsize=9)
-    ax.set_title("Pre-training (line style: seed)", fontsize=10)
-    entries = len(ax.get_legend_handles_labels()[0])
-    if entries > 8:  # beside the curves, in a strip of the panel (inside, so many names would cover them)
+    ax.set_title("Pre-training (line style and marker: variant; marker fill: seed)", fontsize=10)
+    if len(handles) > 8:  # beside the curves, in a strip of the panel (inside, so many names would cover them)
         pos = ax.get_position()
         ax.set_position([pos.x0, pos.y0, pos.width * 0.76, pos.height])
-        ax.legend(fontsize=6.5, ncol=1 if entries <= 24 else 2, frameon=False, loc="upper left",
-                  bbox_to_anchor=(1.01, 1.0), borderaxespad=0, handlelength=1.8, labelspacing=0.35)
-    elif entries:
-        ax.legend(fontsize=7, ncol=2, frameon=False, loc="lower left")  # the curves fall to the right
+        legend = ax.legend(handles=handles, fontsize=6.5, ncol=1 if len(handles) <= 24 else 2, frameon=False,
+                           loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0, handlelength=2.6,
+                           labelspacing=0.35)
+    elif handles:
+        legend = ax.legend(handles=handles, fontsize=7, ncol=2, frameon=False, loc="lower left", handlelength=2.6)
+    seeds_drawn = sorted({s.seed for v in variants for s in v.seeds if s.curve})
+    if len(seeds_drawn) > 1:  # the key for the seeds, in the top right corner (the curves start top left)
+        if handles:
+            ax.add_artist(legend)  # a second legend replaces the first unless the first is kept as an artist
+        ax.legend(handles=[Line2D([], [], linestyle="none", marker="o", markersize=5, color="black",
+                                  fillstyle=fills[seed], label=f"seed {seed}") for seed in seeds_drawn],
+                  title="pre-training seed", title_fontsize=7, fontsize=7, loc="upper right", frameon=True,
+                  framealpha=0.9)
 
     labels = point_labels([r["variant"] for r in rows])  # the table's names and the scatter points' labels
     ax = fig.add_subplot(grid[0, 2:])
     keys = measures(rows, columns)
     ranks = rank_table(rows, keys)
+    shades = column_shades(ranks)
     ax.axis("off")
-    ax.set_title("Variant x measure (shade: rank, dark = best; arrow: the better end)", fontsize=10)
+    ax.set_title("Variant x measure\n(shade: rank within its column, darkest = best; arrow: the better end)", fontsize=10)
     if keys and rows:
         n = len(rows)
         cmap = plt.get_cmap("Greys_r")
@@ -197,24 +261,26 @@ def overview_figure(variants: Sequence[Variant], rows: Sequence[Dict], columns: 
         names = [r["variant"] if label == r["variant"] else f"{label}  {r['variant']}" for label, r in zip(labels, rows)]
         cells = [[name] + [("—" if r.get(k) is None else f"{r[k]:.2f}") for k, _, _ in keys]
                  for name, r in zip(names, rows)]
-        shades = [[(1, 1, 1, 1)] + [(1, 1, 1, 1) if rk is None else cmap(0.25 + 0.7 * (rk - 1) / max(n - 1, 1))
-                                    for rk in line] for line in ranks]
+        colours = [[(1, 1, 1, 1)] + [(1, 1, 1, 1) if sh is None else
+                                     cmap(SHADE_DARKEST + (SHADE_LIGHTEST - SHADE_DARKEST) * sh) for sh in line]
+                   for line in shades]
         # the names' column is wide enough for the longest name (about 6 characters per value column)
         name_cols = max(2.0, 0.17 * max(len(name) for name in names) + 0.5)
-        table = ax.table(cellText=cells, cellColours=shades, colLabels=[""] + [h for _, h, _ in keys],
+        table = ax.table(cellText=cells, cellColours=colours, colLabels=["variant"] + [h for _, h, _ in keys],
                          cellLoc="center", colWidths=[name_cols] + [1.0] * len(keys), bbox=[0.0, 0.0, 1.0, 1.0])
+        header_rows = min(4.0, max(1.5, n / 3))  # the header's height in rows: 4 lines need ~4 rows of 17, 1.5 of 4
         table.auto_set_font_size(False)
         table.set_fontsize(8 if n <= 12 else 7)
         for (i, j), cell in table.get_celld().items():
             if i == 0:
-                cell.set_height(cell.get_height() * 3)  # three-line headers; the bbox rescales the rest
+                cell.set_height(cell.get_height() * header_rows)  # four-line headers; the bbox rescales the rest
                 longest = max(len(line) for line in cell.get_text().get_text().split("\n"))
                 cell.get_text().set_fontsize(min(8.0, 8.0 * 6.5 / max(longest, 1)))  # ~6.5 characters fit at 8 pt
             elif j == 0:
                 cell.get_text().set_horizontalalignment("left")
                 cell.PAD = 0.03
-            elif ranks[i - 1][j - 1] is not None and ranks[i - 1][j - 1] <= (n + 1) / 2:
-                cell.get_text().set_color("white")  # dark shade: light text
+            elif shades[i - 1][j - 1] is not None and shades[i - 1][j - 1] < 0.5:
+                cell.get_text().set_color("white")  # the darker half of the column's shades: light text
 
     for k, c in enumerate(corr[:4]):  # one objective's (MLM's when there are MLM models: report.correlations)
         ax = fig.add_subplot(grid[1, k])

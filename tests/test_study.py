@@ -111,6 +111,72 @@ def test_overview_numbers_the_points_of_a_study_with_many_variants():
         plt.close(fig)
 
 
+def test_overview_survives_grey_print_and_shades_each_column_by_its_own_values():
+    """17 variants, two with three pre-training seeds (the published run's shape): no two variants share their
+    (line style, marker), every seed of a variant its own marker fill, and a key names each seed with its fill;
+    every table column has a title, the order-drop one says which shuffle; in each column the best value is the
+    darkest and the worst the lightest of the column's own values, also in a column that 7 of the 17 have."""
+    from matplotlib.legend import Legend
+
+    names = [f"variant{i}" for i in range(17)]
+    variants, rows = [], []
+    for i, name in enumerate(names):
+        seeds = (1, 2, 3) if i in (0, 3) else (1,)
+        variants.append(runs.Variant(name, seeds=[runs.SeedRun(s, {u: 10.0 - i / 10 - s / 100 - u / 100 for u in
+                                                                    range(10, 130, 10)}, {}, {}) for s in seeds]))
+        rows.append({"variant": name, "objective": "mlm", "final_valid_loss": 8.0 + (i * 7 % 17) / 10,
+                     "loss_len128": 8.5, "loss_len512": 9.0 + i / 10 if i < 7 else None, "downstream_avg": 70.0 + (i * 5 % 17) / 10,
+                     "order_drop_random": 0.1 * i, "loc_pos": i / 17})
+    assert len({figure.variant_style(i) for i in range(36)}) == 36  # 4 line styles x 9 markers, coprime
+    plt = figure._pyplot()
+    fig = figure.overview_figure(variants, rows, [], [], 9.9)
+    curves = fig.axes[0]
+    by_variant: Dict[str, list] = {}
+    for line in curves.get_lines():
+        if line.get_gid():
+            by_variant.setdefault(line.get_gid(), []).append(line)
+    assert sorted(by_variant) == sorted(names)
+    looks = {v: {(ln.get_linestyle(), ln.get_marker()) for ln in lines} for v, lines in by_variant.items()}
+    assert all(len(look) == 1 for look in looks.values())  # every seed of a variant: the variant's look
+    assert len({next(iter(look)) for look in looks.values()}) == 17  # no two variants alike without colour
+    fills = [ln.get_fillstyle() for ln in by_variant["variant3"]]
+    assert len(set(fills)) == 3
+    legends = [c for c in curves.get_children() if isinstance(c, Legend)]
+    key = next(lg for lg in legends if lg.get_title().get_text() == "pre-training seed")
+    assert [t.get_text() for t in key.get_texts()] == ["seed 1", "seed 2", "seed 3"]
+    assert [h.get_fillstyle() for h in key.legend_handles] == fills
+    names_legend = next(lg for lg in legends if lg is not key)
+    assert [t.get_text() for t in names_legend.get_texts()][:17] == names
+
+    table = next(c for c in fig.axes[1].get_children() if type(c).__name__ == "Table")
+    cells = table.get_celld()
+    keys = figure.measures(rows, [])
+    headers = [cells[0, j].get_text().get_text() for j in range(len(keys) + 1)]
+    assert headers[0] == "variant" and all(h.strip() for h in headers)
+    assert "shuffled" in headers[1 + [k for k, _, _ in keys].index("order_drop_random")]
+    cmap = plt.get_cmap("Greys_r")
+    darkest, lightest = cmap(figure.SHADE_DARKEST), cmap(figure.SHADE_LIGHTEST)
+    for j, (key_name, _, higher) in enumerate(keys, 1):
+        have = [(i, r[key_name]) for i, r in enumerate(rows) if r.get(key_name) is not None]
+        best = max(have, key=lambda p: p[1] if higher else -p[1])[0]
+        worst = min(have, key=lambda p: p[1] if higher else -p[1])[0]
+        shades = [tuple(cells[i + 1, j].get_facecolor()) for i, _ in have]
+        grey = [c[0] for c in shades]
+        assert min(grey) == pytest.approx(darkest[0]) and max(grey) == pytest.approx(lightest[0]), key_name
+        assert tuple(cells[best + 1, j].get_facecolor()) == pytest.approx(darkest), key_name
+        assert tuple(cells[worst + 1, j].get_facecolor()) == pytest.approx(lightest), key_name
+    assert "loss_len512" in [k for k, _, _ in keys] and sum(r["loss_len512"] is not None for r in rows) == 7
+    plt.close(fig)
+
+
+def test_column_shades_span_each_columns_own_ranks():
+    """0 for a column's best rank, 1 for its worst, linear between; ties share; a column of one value (or one
+    tie) is mid-grey; no value, no shade."""
+    ranks = [[1.0, 2.0, None], [2.0, None, None], [None, 1.0, None], [4.0, 2.0, 1.0]]
+    assert figure.column_shades(ranks) == [[0.0, 1.0, None], [1 / 3, None, None], [None, 0.0, None], [1.0, 1.0, 0.5]]
+    assert figure.column_shades([]) == []
+
+
 def test_far_out_downstream_average_is_drawn_at_the_edge():
     """Sixteen averages within 3 points and one at chance (the published 17-variant run): the axis fits the
     sixteen, the far-out one is a triangle at the bottom edge with its value in its label. Tukey's fences
