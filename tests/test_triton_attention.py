@@ -1,0 +1,291 @@
+"""``biased_attention`` (tupe_plugin/kernels): our Triton kernels against a float64 reference written here
+(matmul, + bias, padded keys at the padding value, softmax, dropout, matmul), in Triton's interpreter on CPU
+tensors: outputs, dq, dk, dv and the bias gradient; right padding, a sequence without a real key, T not a
+multiple of the block (16 in the interpreter), batch-shared, permuted, overlapping and per-sequence biases,
+fp16/bf16, and the in-kernel dropout (reproducible, keeps 1 - p, unbiased, the same mask in the backward).
+
+Triton reads TRITON_INTERPRET when it is first imported, so this module sets it before anything imports triton.
+If triton was imported earlier in this process (another test module compiled something; on a CUDA machine the
+variable is left alone, as it would turn torch.compile's kernels into interpreted ones), the cases skip here and
+``test_cases_in_a_fresh_process`` runs them in a new interpreter. On CUDA, ``test_kernel_matches_reference_cuda``
+runs the compiled kernels at a realistic size.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+
+import pytest
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported (by triton_attention below)
+
+from torch.utils import _pytree as pytree  # noqa: E402
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
+
+from tupe_plugin.kernels import triton_attention  # noqa: E402
+from tupe_plugin.kernels.triton_attention import biased_attention, draw_dropout_seed, dropout_keep_mask  # noqa: E402
+
+HAS_TRITON = triton_attention.triton is not None
+INTERPRETED = HAS_TRITON and triton_attention.triton_available("cpu")
+interpreted = pytest.mark.skipif(
+    not INTERPRETED,
+    reason="triton is not installed (pip install -e '.[test]')" if not HAS_TRITON else
+    "triton was imported before TRITON_INTERPRET=1 in this process: test_cases_in_a_fresh_process runs these",
+)
+
+# masks.padding_value(torch.float32): the logit of a padded key in the kernels' fp32 logits
+PADDING_VALUE = torch.finfo(torch.float32).min / 2
+SCALE = 0.3
+
+
+def reference(q, k, v, bias, padding, keep=None, dropout_p=0.0):
+    """float64 attention, the explicit path's ops. A padded key's logit becomes the padding value: the explicit
+    path adds the padding value in fp32, where the sum rounds to it (the logit is absorbed; added in float64 the
+    logit would survive, and a row without a real key would not be uniform), and its gradient flows as through
+    that addition."""
+    logits = torch.matmul(q.double() * SCALE, k.double().transpose(-1, -2))  # (B, H, T, T)
+    if bias is not None:
+        logits = logits + bias.double()
+    if padding is not None:
+        logits = logits + torch.where(padding[:, None, None, :], PADDING_VALUE - logits.detach(), 0.0)
+    weights = torch.softmax(logits, dim=-1)
+    if keep is not None:
+        weights = weights * keep / (1 - dropout_p)
+    return torch.matmul(weights, v.double())
+
+
+def relative_error(x: torch.Tensor, ref: torch.Tensor) -> float:
+    return ((x.double() - ref).abs().max() / ref.abs().max()).item()
+
+
+@dataclass
+class Case:
+    B: int
+    H: int
+    T: int
+    D: int
+    bias: str  # none | shared (H, T, T) | permuted (T5's (T, T, H) storage) | overlapping (a Hankel view) | per_sequence
+    padding: str = "none"  # none | right (sequence 0 ends 5 keys early) | full (and the last sequence has no real key)
+    bias_grad: bool = True
+
+
+def make_bias(case: Case, dtype: torch.dtype, generator: torch.Generator):
+    """(leaf, view): the tensor that gets the gradient and the function that makes the bias from it."""
+    B, H, T = case.B, case.H, case.T
+    if case.bias == "none":
+        return None, None
+    leaf_shape, view = {
+        "shared": ((H, T, T), lambda w: w),
+        "permuted": ((T, T, H), lambda w: w.permute(2, 0, 1)),  # strides (1, T * H, H)
+        "overlapping": ((H, 2 * T - 1), lambda w: w.unfold(-1, T, 1)),  # bias[h, i, j] = w[h, i + j]
+        "per_sequence": ((B, H, T, T), lambda w: w),
+    }[case.bias]
+    leaf = torch.randn(leaf_shape, generator=generator).to(dtype).requires_grad_(case.bias_grad)
+    return leaf, view
+
+
+def make_padding(case: Case) -> torch.Tensor | None:
+    if case.padding == "none":
+        return None
+    padding = torch.zeros(case.B, case.T, dtype=torch.bool)
+    padding[0, case.T - 5:] = True
+    if case.padding == "full":
+        padding[-1] = True
+    return padding
+
+
+class Allocations(TorchDispatchMode):
+    """The element counts of the new tensors torch ops make while it is active (views and in-place writes,
+    e.g. the interpreter's copies into existing storage, make none)."""
+
+    def __init__(self):
+        super().__init__()
+        self.numels = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if func.is_view or func._schema.is_mutable:
+            return out
+        self.numels += [t.numel() for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
+        return out
+
+
+def compare(case: Case, dtype=torch.float32, dropout_p=0.0, device="cpu"):
+    """Relative errors of the kernel's output and gradients against the reference, and the element counts of
+    every tensor made during its forward and backward."""
+    g = torch.Generator().manual_seed(0)
+    B, H, T, D = case.B, case.H, case.T, case.D
+    q, k, v = (torch.randn(B, H, T, D, generator=g).to(device, dtype).requires_grad_() for _ in range(3))
+    leaf, view = make_bias(case, dtype, g)
+    leaf = None if leaf is None else leaf.detach().to(device).requires_grad_(case.bias_grad)
+    padding = make_padding(case)
+    padding = None if padding is None else padding.to(device)
+    grad_out = torch.randn(B, H, T, D, generator=g).to(device, dtype)
+    keep = None
+    if dropout_p:  # the reference applies the kernel's own mask: the seed biased_attention will draw
+        torch.manual_seed(1)
+        keep = dropout_keep_mask(draw_dropout_seed(), B, H, T, dropout_p, device)
+        torch.manual_seed(1)
+    with Allocations() as allocations:
+        out = biased_attention(q, k, v, None if leaf is None else view(leaf), padding, SCALE, dropout_p)
+        out.backward(grad_out)
+    assert out.dtype == dtype and out.shape == q.shape
+
+    ref_leaves = [x.detach().double().requires_grad_(x.requires_grad) for x in (q, k, v)]
+    ref_leaf = None if leaf is None else leaf.detach().double().requires_grad_(case.bias_grad)
+    ref = reference(*ref_leaves, None if ref_leaf is None else view(ref_leaf), padding, keep, dropout_p)
+    ref.backward(grad_out.double())
+    errors = {"out": relative_error(out, ref)}
+    errors.update({name: relative_error(x.grad, r.grad) for name, x, r in zip("qkv", (q, k, v), ref_leaves)})
+    if leaf is not None and case.bias_grad:
+        assert leaf.grad.dtype == leaf.dtype and leaf.grad.shape == leaf.shape
+        errors["bias"] = relative_error(leaf.grad, ref_leaf.grad)
+    elif leaf is not None:
+        assert leaf.grad is None
+    for name, x in [("out", out), ("dq", q.grad), ("dk", k.grad), ("dv", v.grad)]:
+        assert torch.isfinite(x).all(), name
+    return errors, allocations.numels
+
+
+CASES = {
+    # with tiles of 16 (the interpreter's): T = 12 is one ragged tile, T = 20 and 40 are two and three, ragged
+    "shared_bias_right_padding": Case(B=2, H=1, T=20, D=16, bias="shared", padding="right"),
+    "no_bias_no_padding": Case(B=2, H=1, T=40, D=8, bias="none"),
+    "permuted_bias_sequence_without_keys": Case(B=2, H=2, T=12, D=8, bias="permuted", padding="full"),
+    "overlapping_bias_view": Case(B=2, H=1, T=12, D=8, bias="overlapping", padding="right"),
+    "per_sequence_bias": Case(B=2, H=2, T=12, D=16, bias="per_sequence", padding="full"),
+    "bias_without_grad": Case(B=2, H=1, T=12, D=32, bias="shared", padding="right", bias_grad=False),
+    "one_block": Case(B=1, H=1, T=16, D=16, bias="shared"),
+}
+
+
+@interpreted
+@pytest.mark.parametrize("name", list(CASES))
+def test_forward_and_gradients_match_float64_reference(name):
+    case = CASES[name]
+    errors, numels = compare(case)
+    assert max(errors.values()) <= 1e-4, errors
+    B, H, T, D = case.B, case.H, case.T, case.D
+    if case.bias != "per_sequence" and B > 1 and D < T:
+        # nothing (B, H, T, T), forward or backward: the largest new tensors are q's gradient and one (H, T, T) sum
+        assert max(numels) <= max(B * H * T * D, H * T * T) < B * H * T * T
+
+
+@interpreted
+def test_bias_gradient_summed_over_groups_of_sequences(monkeypatch):
+    """Large batches split the bias-gradient sum over groups of sequences (one set of programs each, G partial
+    sums added after): one sequence per group here, so the two-group path runs at B = 2."""
+    monkeypatch.setattr(triton_attention, "BIAS_GRAD_SEQUENCES", 1)
+    errors, _ = compare(Case(B=2, H=1, T=20, D=16, bias="shared", padding="right"))
+    assert max(errors.values()) <= 1e-4, errors
+
+
+@interpreted
+def test_fp16_matches_reference():
+    """fp16 inputs and bias, fp32 sums: within fp16's rounding of the inputs and outputs. (bf16 runs on CUDA
+    only: Triton 3.9's interpreter multiplies bf16 tl.dot operands as their raw 16-bit integers.)"""
+    errors, _ = compare(Case(B=2, H=1, T=12, D=16, bias="shared", padding="full"), dtype=torch.float16)
+    assert max(errors.values()) <= 5e-3, errors
+
+
+@interpreted
+def test_sequence_without_real_keys_averages_values():
+    """A row whose keys are all padding: uniform weights (the explicit path's fp32 result), never NaN."""
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 1, 20, 16, generator=g) * 10 for _ in range(3))
+    bias = torch.randn(1, 20, 20, generator=g) * 10
+    out = biased_attention(q, k, v, bias, torch.ones(1, 20, dtype=torch.bool), SCALE, 0.0)
+    torch.testing.assert_close(out, v.mean(dim=2, keepdim=True).expand_as(out))
+
+
+@interpreted
+def test_dropout_gradients_match_reference_with_the_same_mask():
+    errors, _ = compare(Case(B=2, H=2, T=20, D=16, bias="shared", padding="right"), dropout_p=0.25)
+    assert max(errors.values()) <= 1e-4, errors
+
+
+def identity_attention(B, H, T, dropout_p, seed):
+    """With q = 0 every weight is 1 / T, and with v = I (D = T) the output is the dropped weight matrix itself:
+    out[b, h, i, j] = keep[b, h, i, j] / (T (1 - p))."""
+    q = torch.zeros(B, H, T, T)
+    v = torch.eye(T).expand(B, H, T, T)
+    torch.manual_seed(seed)
+    return biased_attention(q, q, v, None, None, 1.0, dropout_p)
+
+
+@interpreted
+def test_dropout_is_reproducible_and_keeps_one_minus_p():
+    B, H, T, p = 1, 2, 32, 0.25
+    out = identity_attention(B, H, T, p, seed=0)
+    torch.testing.assert_close(identity_attention(B, H, T, p, seed=0), out, rtol=0, atol=0)  # same seed, same mask
+    assert not torch.equal(identity_attention(B, H, T, p, seed=1), out)
+    kept = out > 0
+    torch.manual_seed(0)
+    assert torch.equal(kept, dropout_keep_mask(draw_dropout_seed(), B, H, T, p, "cpu"))  # the helper's mask
+    torch.testing.assert_close(out[kept], torch.full_like(out[kept], 1 / (T * (1 - p))))  # scaled by 1 / (1 - p)
+    # kept fraction over B * H * T * T = 2048 draws: 1 - p within 4 standard deviations (0.038)
+    assert abs(kept.float().mean().item() - (1 - p)) < 4 * (p * (1 - p) / kept.numel()) ** 0.5
+
+
+@interpreted
+def test_dropout_mean_over_seeds_is_the_output_without_dropout():
+    """Unbiased: each entry of the mean over N seeds is within a few of its standard deviations,
+    out * sqrt(p / ((1 - p) N)), of the no-dropout output, and on average within 0.3 of one."""
+    g = torch.Generator().manual_seed(0)
+    q, k = (torch.randn(1, 1, 16, 16, generator=g) for _ in range(2))
+    v = torch.eye(16)[None, None]  # the output is the weight matrix, all entries positive
+    p, n = 0.1, 16
+    exact = biased_attention(q, k, v, None, None, SCALE, 0.0)
+    outs = []
+    for seed in range(n):
+        torch.manual_seed(seed)
+        outs.append(biased_attention(q, k, v, None, None, SCALE, p))
+    z = (torch.stack(outs).mean(0) - exact) / (exact * (p / ((1 - p) * n)) ** 0.5)
+    assert z.abs().max() < 5 and abs(z.mean().item()) < 0.3, (z.abs().max(), z.mean())
+
+
+@interpreted
+def test_no_dropout_outside_training():
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 1, 20, 16, generator=g) for _ in range(3))
+    exact = biased_attention(q, k, v, None, None, SCALE, 0.0)
+    torch.testing.assert_close(biased_attention(q, k, v, None, None, SCALE, 0.5, training=False), exact,
+                               rtol=0, atol=0)
+
+
+@interpreted
+def test_bad_arguments_name_the_shapes():
+    q = torch.zeros(2, 2, 8, 16)
+    with pytest.raises(ValueError, match=r"bias must be \(H, T, T\)"):
+        biased_attention(q, q, q, torch.zeros(2, 8, 9), None, 1.0, 0.0)
+    with pytest.raises(ValueError, match="key_padding_mask must be"):
+        biased_attention(q, q, q, None, torch.zeros(2, 8), 1.0, 0.0)
+    with pytest.raises(ValueError, match="one dtype"):
+        biased_attention(q, q.double(), q, None, None, 1.0, 0.0)
+    with pytest.raises(ValueError, match="dropout_p"):
+        biased_attention(q, q, q, None, None, 1.0, 1.0)
+
+
+@pytest.mark.skipif(INTERPRETED or not HAS_TRITON, reason="the cases ran in this process (or triton is missing)")
+def test_cases_in_a_fresh_process():
+    """The interpreter cases in a process where TRITON_INTERPRET=1 precedes the first import of triton."""
+    env = dict(os.environ, TRITON_INTERPRET="1", CUDA_VISIBLE_DEVICES="")
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__, "-k", "not fresh_process and not cuda"]
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0 and " skipped" not in p.stdout, p.stdout[-4000:] + p.stderr[-2000:]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (the compiled kernels)")
+@pytest.mark.parametrize("dropout_p", [0.0, 0.1])
+@pytest.mark.parametrize("dtype, tolerance", [(torch.float32, 1e-4), (torch.bfloat16, 3e-2)], ids=["fp32", "bf16"])
+def test_kernel_matches_reference_cuda(dtype, tolerance, dropout_p):
+    """Compiled kernels at a realistic size: head dim 64, T = 200 (a ragged block of the 128/64 tiles), right
+    padding and a sequence without real keys, a learned shared bias, three groups in the bias-gradient sum."""
+    case = Case(B=20, H=3, T=200, D=64, bias="permuted", padding="full")
+    errors, numels = compare(case, dtype=dtype, dropout_p=dropout_p, device="cuda")
+    assert max(errors.values()) <= tolerance, errors
+    assert max(numels) < case.B * case.H * case.T * case.T
