@@ -149,7 +149,7 @@ def section_environment(r: Result, s: Settings, args) -> None:
     import fairseq
 
     import tupe_plugin
-    from tupe_plugin.models.variants import VARIANTS
+    from tupe_plugin.positional.registry import VARIANTS
 
     name = card_name(s.device)
     peak = peak_tflops(name, args.peak_tflops)
@@ -311,7 +311,7 @@ def check_dtype(model, fp32_model, reference, s: Settings, name: str, weight) ->
 def section_sdpa(r: Result, s: Settings, args) -> None:
     from bench_train_step import build
 
-    from tupe_plugin.modules import masks
+    from tupe_plugin.positional import masks
 
     if s.device == "cpu":  # the dry run: the alignment CUDA gets, forced on CPU (as tests/test_attention_paths.py does)
         masks.ALIGNED_DEVICES.add("cpu")
@@ -658,7 +658,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.wheels is None and not args.dry_run:
         args.wheels = str(ROOT / ".gpu-wheels")
     if args.section:  # the child, where fairseq and the plugin can be imported
-        from tupe_plugin.models.variants import VARIANTS
+        from tupe_plugin.positional.registry import VARIANTS
 
         unknown = sorted(set(args.variants) - set(VARIANTS))
         if unknown:

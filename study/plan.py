@@ -44,7 +44,7 @@ def registry() -> Dict[str, str]:
 
     logging.disable(logging.INFO)  # fairseq's import-time INFO lines ("Please install tensorboardX")
     try:
-        from tupe_plugin.models.variants import ABOUT
+        from tupe_plugin.positional.registry import ABOUT
     finally:
         logging.disable(logging.NOTSET)
     return {name.replace("_", "-"): about for name, about in ABOUT.items()}

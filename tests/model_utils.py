@@ -24,3 +24,17 @@ def tokens(batch: int, length: int, seed: int = 0, vocab: int = 40) -> torch.Ten
     x = torch.randint(4, vocab + 4, (batch, length), generator=g)
     x[:, 0] = 0  # <s>, the [CLS] whose row/column TUPE unties
     return x
+
+
+# The one left-padding rule of the fairseq model and the exported one (positional/encoder_stack.check_padding):
+# variant -> whether a row with padding before real tokens is refused. Tested on both sides with these cases.
+LEFT_PADDING_REFUSED = {"tupe_r": True, "sinusoidal": True, "alibi": True, "rope": True, "pam_window": True,
+                        "deberta_rel": True, "bert_a": False, "nope": False}
+PAD = 1  # fairseq's padding index in the test dictionary
+
+
+def left_padded(x: torch.Tensor, pads: int) -> torch.Tensor:
+    """Row 0 of ``x`` shortened by ``pads`` tokens and padded on the left; the other rows as they are."""
+    y = x.clone()
+    y[0] = torch.cat([torch.full((pads,), PAD), x[0, : x.size(1) - pads]])
+    return y

@@ -14,12 +14,12 @@ from fairseq.modules.fairseq_dropout import FairseqDropout
 
 from model_utils import build, tokens
 from tupe_plugin.models import TupeRobertaModel
-from tupe_plugin.models.variants import VARIANTS
-from tupe_plugin.modules import masks as masks_module
-from tupe_plugin.modules.attend import Dropout, attend, choose_attention_path
-from tupe_plugin.modules.attention import SelfAttention
-from tupe_plugin.modules.masks import align_strides, attention_mask, padding_value
-from tupe_plugin.modules.positional_term import PositionalTerm
+from tupe_plugin.positional.registry import VARIANTS
+from tupe_plugin.positional import masks as masks_module
+from tupe_plugin.positional.attend import Dropout, attend, choose_attention_path
+from tupe_plugin.positional.attention import SelfAttention
+from tupe_plugin.positional.masks import align_strides, attention_mask, padding_value
+from tupe_plugin.positional.base import PositionalTerm
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 import gpu_check  # noqa: E402  (bench/gpu_check.py: the SDPA spy the GPU check uses)

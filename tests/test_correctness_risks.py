@@ -3,18 +3,16 @@ BERT-Ad position-position map of a checkpoint (against a plain per-head referenc
 import pytest
 import torch
 
-from model_utils import build, tokens
+from model_utils import LEFT_PADDING_REFUSED, PAD, build, left_padded, tokens
 from tupe_plugin.analysis.checkpoint_maps import positional_logits
 from tupe_plugin.checkpoint_info import info_from_state
 from tupe_plugin.models import VARIANTS, PositionalVariant
-from tupe_plugin.models.variants import ATTENTION_BLOCKS, NewerRecordError
-
-PAD = 1  # fairseq's padding index in the test dictionary
+from tupe_plugin.positional.record import ATTENTION_BLOCKS, NewerRecordError
 
 
 def test_a_longer_record_of_a_newer_plugin_is_refused_naming_the_upgrade():
     newer = torch.cat([VARIANTS["tupe_r"].to_tensor(), torch.tensor([0])])  # one field this version lacks
-    with pytest.raises(NewerRecordError, match=r"has 14 fields but this tupe_plugin knows 13.*newer.*upgrade"):
+    with pytest.raises(NewerRecordError, match=r"has 15 fields but this tupe_plugin knows 14.*newer.*upgrade"):
         PositionalVariant.from_tensor(newer)
     model = build("tupe_r_tiny")
     state = model.state_dict()
@@ -35,28 +33,21 @@ def test_a_choice_appended_by_a_newer_plugin_is_refused_not_wrapped():
         PositionalVariant.from_tensor(record)
 
 
-def left_padded(x: torch.Tensor, pads: int) -> torch.Tensor:
-    """Row 0 of ``x`` shortened by ``pads`` tokens and padded on the left; the other rows as they are."""
-    y = x.clone()
-    y[0] = torch.cat([torch.full((pads,), PAD), x[0, : x.size(1) - pads]])
-    return y
-
-
-@pytest.mark.parametrize("arch", ["tupe_r_tiny", "sinusoidal_tiny", "alibi_tiny", "rope_tiny", "pam_window_tiny"])
-def test_left_padding_is_refused_for_variants_that_count_positions_by_index(arch):
-    model, x = build(arch), tokens(3, 12)
-    with pytest.raises(ValueError, match=r"left-padded input \(batch row 0 starts with padding\).*pad on the right"):
-        model(left_padded(x, 4), features_only=True)
+@pytest.mark.parametrize("variant", list(LEFT_PADDING_REFUSED))
+def test_left_padding_follows_the_one_rule(variant):
+    """Refused where token i gets position i (a shift would be silent); run where positions follow the tokens
+    (fairseq's learned input PE numbers the tokens after the pads: BERT-A) or there are none (NoPE), and then the
+    real tokens' features equal those of the sequence alone. tests/test_hf_export.py: the same cases."""
+    model, x = build(f"{variant}_tiny"), tokens(3, 12)
     right = x.clone()
     right[0, 8:] = PAD  # right padding, and no padding at all, run
     model(right, features_only=True)
     model(x, features_only=True)
-
-
-@pytest.mark.parametrize("arch", ["bert_a_tiny", "nope_tiny"])
-def test_left_padding_is_run_where_positions_follow_the_tokens(arch):
-    """fairseq's learned input PE numbers the tokens after the pads (BERT-A); NoPE has no positions."""
-    model, x = build(arch), tokens(2, 12)
+    if LEFT_PADDING_REFUSED[variant]:
+        with pytest.raises(ValueError, match=r"left-padded input \(batch rows \[0\] have padding before real tokens\)"
+                                             r".*pad on the right"):
+            model(left_padded(x, 4), features_only=True)
+        return
     with torch.no_grad():
         padded, _ = model(left_padded(x, 4), features_only=True)  # (B, T, C)
         alone, _ = model(x[:1, :8], features_only=True)

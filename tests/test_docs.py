@@ -10,7 +10,7 @@ import pytest
 from conftest import ROOT
 
 from tupe_plugin.models.variant_table import REGENERATE, TABLES, flag_difference, marked, regenerate
-from tupe_plugin.models.variants import VARIANTS, PositionalVariant
+from tupe_plugin.positional import VARIANTS, PositionalVariant
 
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 TABLES_IN = {"README.md": ["summary"], "docs/positional_encodings.md": ["flags"]}

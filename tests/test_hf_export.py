@@ -22,10 +22,10 @@ from transformers import (  # noqa: E402
     AutoTokenizer,
 )
 
-from model_utils import build, tokens  # noqa: E402
+from model_utils import LEFT_PADDING_REFUSED, build, left_padded, tokens  # noqa: E402
 from tupe_plugin.hf import export as hf_export  # noqa: E402
 from tupe_plugin.hf.remote import SHIPPED  # noqa: E402
-from tupe_plugin.models.variants import VARIANTS  # noqa: E402
+from tupe_plugin.positional.registry import VARIANTS  # noqa: E402
 
 HEAD = "sentence_classification_head"
 TOL = dict(rtol=0, atol=1e-5)
@@ -121,22 +121,35 @@ def test_the_export_runs_without_fairseq_and_tupe_plugin(tmp_path):
     torch.testing.assert_close(torch.load(tmp_path / "out.pt")[keep], feats[keep], **TOL)
 
 
-def test_left_padding_is_refused(tmp_path):
-    ckpt, _ = tiny_checkpoint(tmp_path, "tupe_r")
+@pytest.mark.parametrize("variant", list(LEFT_PADDING_REFUSED))
+def test_left_padding_follows_the_one_rule(variant, tmp_path):
+    """The cases of tests/test_correctness_risks.py: refused where fairseq's model refuses it, and where it runs
+    the real tokens' features equal fairseq's on the same left-padded batch; the classifier, which reads [CLS]
+    from column 0, refuses a row that starts with padding for every variant."""
+    ckpt, fairseq_model = tiny_checkpoint(tmp_path, variant)
     model = load(AutoModel, hf_export.export(str(ckpt), str(tmp_path / "hf")))
     x, mask = padded_batch()
+    left = left_padded(x, 4)
     with torch.no_grad():
         model(input_ids=x, attention_mask=mask)  # right padding: fine
-        left = torch.stack([torch.roll(r, int((r == 0).sum())) for r in mask])  # rows 1, 2 padded on the left
-        with pytest.raises(ValueError, match=r"rows \[1, 2\] are left-padded.*padding_side = 'right'"):
-            model(input_ids=x, attention_mask=left)
+        if LEFT_PADDING_REFUSED[variant]:
+            with pytest.raises(ValueError, match=r"left-padded input \(batch rows \[0\] have padding before real "
+                                                 r"tokens\).*padding_side = 'right'"):
+                model(input_ids=left, attention_mask=left.ne(1).long())
+        else:
+            got = model(input_ids=left, attention_mask=left.ne(1).long()).last_hidden_state
+            want, _ = fairseq_model(left, features_only=True)
+            torch.testing.assert_close(got[0, 4:], want[0, 4:], **TOL)
+        classifier = load(AutoModelForSequenceClassification, tmp_path / "hf")
+        with pytest.raises(ValueError, match="rows that start with padding.*column 0"):
+            classifier(input_ids=left, attention_mask=left.ne(1).long())
 
 
 def test_a_file_that_is_not_a_checkpoint_is_named(tmp_path):
     (tmp_path / "notes.txt").write_text("not a model\n")
     p = run([str(BIN / "tupe-export-hf"), str(tmp_path / "notes.txt"), str(tmp_path / "hf")], check=False)
     assert p.returncode == 1 and "Traceback" not in p.stderr and "unexpected" not in p.stderr
-    assert "notes.txt: not a readable checkpoint (torch.load: " in p.stderr.splitlines()[-1]
+    assert "notes.txt: not a checkpoint (a text file: 'not a model'); pass a checkpoint" in p.stderr.splitlines()[-1]
     torch.save(torch.zeros(3), tmp_path / "tensor.pt")
     with pytest.raises(ValueError, match="tensor.pt: not a fairseq checkpoint .*a Tensor, no 'model' state"):
         hf_export.export(str(tmp_path / "tensor.pt"), str(tmp_path / "hf"))

@@ -19,9 +19,9 @@ from tupe_plugin.analysis.checkpoint_maps import PositionWeights, load_checkpoin
 from tupe_plugin.analysis.locality_symmetry import locality
 from tupe_plugin.models import VARIANTS, VariantMismatchError
 from tupe_plugin.models.tupe_roberta import TupeRobertaModel
-from tupe_plugin.modules.masks import attention_mask
-from tupe_plugin.modules.pam import PAM_MODES, PamSelfAttention, gaussian_distance_init, window_weights
-from tupe_plugin.modules.positional_term import PositionalTerm
+from tupe_plugin.positional.masks import attention_mask
+from tupe_plugin.positional.pam import PAM_MODES, PamSelfAttention, gaussian_distance_init, window_weights
+from tupe_plugin.positional.base import PositionalTerm
 
 D, H, P = 8, 2, 16  # width, heads, max positions
 NO_POS = PositionalTerm(None)  # PAM variants have no shared positional term

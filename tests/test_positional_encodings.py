@@ -15,8 +15,9 @@ from test_tupe_math import deberta_reference, layer0_reference_weights, paper_bu
 from tupe_plugin.analysis.checkpoint_maps import ContentDependentPositions, load_checkpoint, positional_logits
 from tupe_plugin.checkpoint_info import main as checkpoint_info_main
 from tupe_plugin.models import VARIANTS, PositionalVariant, VariantMismatchError
-from tupe_plugin.modules.rotary import rotate
-from tupe_plugin.modules.positional_term import TupePositions, alibi_slopes
+from tupe_plugin.positional.rope import rotate
+from tupe_plugin.positional.alibi import alibi_slopes
+from tupe_plugin.positional.registry import build as build_encodings
 
 NEW = ["sinusoidal", "nope", "t5_rel", "alibi", "rope", "deberta_rel"]
 
@@ -93,19 +94,19 @@ def test_nope_only_through_its_arch():
     (dict(attention_block="rope", alibi=True), "--alibi cannot be combined with --untied-pos, --rel-pos, --attention-block"),
 ])
 def test_terms_that_do_not_combine_are_refused_by_their_flags(flags, named):
-    """Logit terms are added (TupePositions.forward); one that is its variant's only signal, added to another,
-    is refused when the model or the positional term is built, naming the flags, instead of replacing it."""
+    """One encoding at the attention: a signal that is its variant's only one, added to another, is refused when
+    the model or the encodings are built, naming the flags, instead of one replacing the other."""
     with pytest.raises(ValueError, match=re.escape(named)):
         build("tupe_r_tiny", **flags)
     with pytest.raises(ValueError, match=re.escape(named)):
-        TupePositions(dataclasses.replace(VARIANTS["tupe_r"], **flags), 64, 4, 16)
+        build_encodings(dataclasses.replace(VARIANTS["tupe_r"], **flags), 64, 4, 16, 1)
 
 
 def test_the_tupe_term_is_the_sum_of_its_parts():
     """TUPE-R's bias = TUPE-A's untied term + the T5 bias (both outside the [CLS] row and column)."""
     r = build("tupe_r_tiny", max_positions=16, seed=1).encoder.sentence_encoder.positions
-    a = TupePositions(VARIANTS["tupe_a"], 64, 4, 16)
-    t5 = TupePositions(VARIANTS["t5_rel"], 64, 4, 16)
+    a = build_encodings(VARIANTS["tupe_a"], 64, 4, 16, 1)[1]
+    t5 = build_encodings(VARIANTS["t5_rel"], 64, 4, 16, 1)[1]
     a.load_state_dict(r.state_dict(), strict=False)
     t5.load_state_dict(r.state_dict(), strict=False)
     with torch.no_grad():
@@ -232,7 +233,7 @@ def test_deberta_clips_at_k_and_equals_the_formula_with_large_relative_terms():
         emb, _ = enc.forward_embedding(x)
         _, w = enc.layers[0].self_attn(emb.transpose(0, 1), None, term, need_weights=True)
     torch.testing.assert_close(w.double(), layer0_reference_weights(model, x), atol=1e-5, rtol=1e-4)
-    assert model.positional_variant.name == "custom" and model.positional_variant.attn_scale_factor == 3.0
+    assert model.positional_variant.name == "custom" and enc.layers[0].self_attn.scaling == (3 * 16) ** -0.5
 
 
 @pytest.mark.parametrize("k", [4, 128])  # clipped (k < T) and not

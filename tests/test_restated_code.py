@@ -1,13 +1,15 @@
 """Code that restates fairseq's (fairseq 0.12.3) cannot drift from it unnoticed.
 
-``tupe_plugin/modules/encoder.py`` restates two fairseq forwards (``TransformerEncoderLayerBase.forward``,
-``TransformerEncoderBase.forward_scriptable``) and the exported model (``hf/remote/modeling_tupe.py``, which
-cannot import fairseq) restates the embedding, the layer, the activations and the RoBERTa heads. Two checks:
+``tupe_plugin/positional/encoder_stack.py`` restates fairseq's layer forward, layer loop and activations for
+the fairseq model and the exported one alike, ``positional/learned_absolute.py`` its learned positions, and the
+exported model (``hf/remote/modeling_tupe.py``, which cannot import fairseq) the embedding and the RoBERTa
+heads. Two checks:
 the source of each fairseq original against the hash of the version restated (a new fairseq fails here,
 naming what to review), and the restated forwards against fairseq's own on the same weights and input.
 """
 from __future__ import annotations
 
+import argparse
 import hashlib
 import importlib
 import inspect
@@ -18,19 +20,22 @@ from fairseq.models.transformer import TransformerConfig, TransformerEncoder
 from fairseq.modules.transformer_layer import TransformerEncoderLayerBase
 
 from model_utils import build, tokens
-from tupe_plugin.modules.masks import attention_mask
-from tupe_plugin.modules.positional_term import PositionalTerm
+from tupe_plugin.positional.masks import attention_mask
+from tupe_plugin.positional.base import PositionalTerm
 
 # fairseq object -> (sha256 prefix of its source in fairseq 0.12.3, where it is restated)
 RESTATED = {
     "fairseq.modules.transformer_layer:TransformerEncoderLayerBase.forward":
-        ("e2def0f25e8b4141", "modules/encoder.py TupeEncoderLayer.forward, hf/remote/modeling_tupe.py TupeLayer"),
+        ("e2def0f25e8b4141", "positional/encoder_stack.py layer_forward (the fairseq and the exported layer)"),
     "fairseq.models.transformer.transformer_encoder:TransformerEncoderBase.forward_scriptable":
-        ("d14f4646ff38666d", "modules/encoder.py TupeTransformerEncoder.forward_scriptable, modeling_tupe TupeModel"),
+        ("d14f4646ff38666d", "modules/encoder.py TupeTransformerEncoder.forward_scriptable, "
+                             "positional/encoder_stack.py run_layers, hf/remote/modeling_tupe.py TupeModel"),
     "fairseq.models.transformer.transformer_encoder:TransformerEncoderBase.forward_embedding":
         ("66206302027e840d", "hf/remote/modeling_tupe.py TupeModel.forward"),
-    "fairseq.utils:make_positions": ("1a3a7031a7045ed2", "hf/remote/modeling_tupe.py TupeModel.forward"),
-    "fairseq.utils:get_activation_fn": ("1b69db73ed66ee80", "hf/remote/modeling_tupe.py ACTIVATIONS"),
+    "fairseq.modules.learned_positional_embedding:LearnedPositionalEmbedding.forward":
+        ("e592a2918e1059e7", "positional/learned_absolute.py LearnedAbsolute.forward"),
+    "fairseq.utils:make_positions": ("1a3a7031a7045ed2", "positional/learned_absolute.py LearnedAbsolute.forward"),
+    "fairseq.utils:get_activation_fn": ("1b69db73ed66ee80", "positional/encoder_stack.py ACTIVATIONS"),
     "fairseq.models.roberta.model:RobertaLMHead.forward": ("53ada5c83087a369", "hf/remote/modeling_tupe.py TupeLMHead"),
     "fairseq.models.roberta.model:RobertaClassificationHead.forward":
         ("e9438fc5db13822a", "hf/remote/modeling_tupe.py TupeClassificationHead"),
@@ -83,7 +88,9 @@ def test_the_encoder_forward_equals_fairseqs():
     TransformerEncoder with the same weights."""
     model = off_init(build("bert_a_tiny", max_positions=16, seed=4))
     ours = model.encoder.sentence_encoder
-    theirs = TransformerEncoder(model.args, ours.dictionary, ours.embed_tokens).eval()
+    args = argparse.Namespace(**vars(model.args))
+    args.no_token_positional_embeddings = False  # fairseq's own LearnedPositionalEmbedding, ours is LearnedAbsolute
+    theirs = TransformerEncoder(args, ours.dictionary, ours.embed_tokens).eval()
     missing, unexpected = theirs.load_state_dict(ours.state_dict(), strict=False)
     assert not missing and unexpected == ["positions.variant"]
     x = padded()

@@ -303,7 +303,7 @@ def test_paired_bootstrap_against_exact_enumeration():
 
 def test_longer_inputs_say_which_variants_cannot_go_beyond_t():
     from study.longer_inputs import untrained_beyond
-    from tupe_plugin.models.variants import VARIANTS
+    from tupe_plugin.positional.registry import VARIANTS
 
     why = {name: untrained_beyond(v, 128) for name, v in VARIANTS.items()}
     assert why["bert_a"] and "absolute" in why["bert_a"] and why["tupe_r"] and why["learned_gaussian"]
@@ -311,11 +311,11 @@ def test_longer_inputs_say_which_variants_cannot_go_beyond_t():
     assert {n for n, w in why.items() if w is None} == {"gaussian_prior", "sinusoidal", "nope", "t5_rel", "alibi",
                                                          "rope", "pam_window"}
     # DeBERTa's rows: which of the 2k rows T tokens reach, from the model's own index table
-    from tupe_plugin.modules.positional_term import TupePositions
+    from tupe_plugin.positional.registry import build
 
     deberta = VARIANTS["deberta_rel"]
     for T in (128, 129, 512):
-        table = TupePositions(deberta, 64, 4, 4 * T).rel_index
+        table = build(deberta, 64, 4, 4 * T, 1)[1].rel_index
         trained, beyond = set(table[:T, :T].flatten().tolist()), set(table.flatten().tolist())
         assert (beyond <= trained) == (untrained_beyond(deberta, T) is None), T
     assert untrained_beyond(deberta, 128) and untrained_beyond(deberta, 129) is None

@@ -8,8 +8,8 @@ import torch.nn.functional as F
 
 from model_utils import build, tokens
 from tupe_plugin.models import VARIANTS, VariantMismatchError
-from tupe_plugin.modules import relative_position_bucket
-from tupe_plugin.modules.positional_term import relative_buckets
+from tupe_plugin.positional.t5_relative import relative_position_bucket
+from tupe_plugin.positional.t5_relative import relative_buckets
 
 ALL = list(VARIANTS)
 # variants whose layer-0 logits the loop reference below knows (PAM blocks have theirs in test_pam.py)

@@ -22,7 +22,7 @@ from . import checkpoint_safety  # noqa: F401
 from .models.architectures import SIZE_FIELDS
 from .models.electra import objective_info
 from .models.tupe_roberta import VARIANT_KEY
-from .models.variants import VARIANTS, PositionalVariant
+from .positional import VARIANTS, PositionalVariant
 
 
 def checkpoint_info(path: str) -> Dict[str, Any]:

@@ -141,14 +141,14 @@ def convert(in_path: str, out_path: str, dict_path: Optional[str] = None, force:
     from omegaconf import OmegaConf
 
     from .models.tupe_roberta import VARIANT_KEY
-    from .modules.positional_term import relative_buckets
+    from .positional.t5_relative import relative_buckets
 
     args = plugin_args(cfg, out_dir)
     fs_cfg = convert_namespace_to_omegaconf(args)
     model = build_plugin_model(fs_cfg.model, build_dictionary(cfg, dict_path), heads)
-    variant = model.encoder.sentence_encoder.positions.positional_variant
+    variant = model.positional_variant
     check_buckets(relative_buckets(variant, fs_cfg.model.max_positions) if variant.rel_pos else None, model_state)
-    new_state[VARIANT_KEY] = model.encoder.sentence_encoder.positions.variant.clone()
+    new_state[VARIANT_KEY] = model.variant_record.clone()
     new_state[NEW + "version"] = model.encoder.sentence_encoder.version.clone()
     expected = model.state_dict()
     shape_errors = [f"{k}: {tuple(v.shape)} vs the model's {tuple(expected[k].shape)}"

@@ -1,4 +1,6 @@
-"""Content-free positional logits of a checkpoint, per head, for every variant that has them.
+"""Content-free positional logits of a checkpoint, per head, for every variant that has them: each encoding
+gives its own map (``PositionalEncoding.content_free_map``), an encoding at the input adds layer 1's
+position-position term of its rows.
 
 * TUPE-A/R, tie-cls: the (H, T, T) term the model adds to every layer (incl. the [CLS] thetas and
   the relative bias), exactly as in training.
@@ -28,16 +30,12 @@ from tupe_plugin_cli.errors import UsageError
 
 from .. import checkpoint_safety  # noqa: F401
 from ..checkpoint_info import info_from_state
-from ..models.variants import PositionalVariant
-from ..modules.pam import distance_weights, window_weights
-from ..modules.positional_term import SinusoidalInputPositions, TupePositions
+from ..positional.base import ContentDependentPositions, PositionMap
+from ..positional.record import PositionalVariant
+from ..positional.registry import build
 from .locality_symmetry import softmax_rows
 
 PREFIX = "encoder.sentence_encoder."
-
-
-class ContentDependentPositions(ValueError):
-    """The variant has no content-free positional term (RoPE, DeBERTa): only real attention maps apply."""
 
 
 class PositionWeights(ValueError):
@@ -50,41 +48,46 @@ def load_checkpoint(path: str) -> Tuple[Dict[str, torch.Tensor], Dict[str, Any]]
     return model, info_from_state(state, path)
 
 
+def content_free_map(sd: Dict[str, torch.Tensor], info: Dict[str, Any], seq_len: int) -> PositionMap:
+    """The checkpoint's content-free map: the encoding at the attention's own, plus layer 1's position-position
+    term of the rows an encoding at the input adds (logits only)."""
+    variant = PositionalVariant.from_tensor(sd[PREFIX + "positions.variant"])
+    if seq_len > info["max_positions"]:
+        raise UsageError(f"--length {seq_len} exceeds the checkpoint's {info['max_positions']} positions")
+    d, H = info["encoder_embed_dim"], info["encoder_attention_heads"]
+    at_input, positions = build(variant, d, H, info["max_positions"], info["encoder_layers"])
+    encoder = {k[len(PREFIX):]: v for k, v in sd.items() if k.startswith(PREFIX)}
+    positions.load_state_dict({k[len("positions."):]: v for k, v in encoder.items()
+                               if k.startswith("positions.") and k != "positions.variant"})
+    try:
+        found = positions.content_free_map(seq_len, encoder)
+    except ContentDependentPositions as e:
+        raise ContentDependentPositions(
+            f"positional variant '{variant.name}' has no content-free positional term: {e} "
+            "(docs/positional_encodings.md), so there is no position-only map; use tupe-locality CKPT --text FILE "
+            "for its real attention maps") from None
+    if found is not None and found.weights:
+        return found
+    logits = found.values if found is not None else torch.zeros(H, seq_len, seq_len)
+    if at_input is not None:
+        at_input.load_state_dict({k[len("embed_positions."):]: v for k, v in encoder.items()
+                                  if k.startswith("embed_positions.")})
+        with torch.no_grad():
+            logits = logits + _input_pe_term(sd, at_input.rows(seq_len), H)
+    return PositionMap(logits)
+
+
 def positional_logits(sd: Dict[str, torch.Tensor], info: Dict[str, Any], seq_len: int) -> np.ndarray:
     """(H, T, T) content-free logits of a checkpoint read by :func:`load_checkpoint` ((L, H, T, T) for a
     learned per-layer distance prior); row i = query token i."""
-    variant = PositionalVariant.from_tensor(sd[PREFIX + "positions.variant"])
-    d, H = info["encoder_embed_dim"], info["encoder_attention_heads"]
-    if variant.attention_block in ("rope", "deberta"):
-        raise ContentDependentPositions(
-            f"positional variant '{variant.name}' has no content-free positional term: its positional effect "
-            "depends on content (docs/positional_encodings.md), so there is no position-only map; use "
-            "tupe-locality CKPT --text FILE for its real attention maps"
-        )
-    if seq_len > info["max_positions"]:
-        raise UsageError(f"--length {seq_len} exceeds the checkpoint's {info['max_positions']} positions")
-    if variant.attention_block.startswith("pam_"):
+    found = content_free_map(sd, info, seq_len)
+    if found.weights:
+        variant = PositionalVariant.from_tensor(sd[PREFIX + "positions.variant"])
         raise PositionWeights(
             f"positional variant '{variant.name}' has position-only attention weights, not logits (no softmax): "
             "read them with checkpoint_maps.positional_maps"
         )
-    positions = TupePositions(variant, d, H, info["max_positions"], info["encoder_layers"])
-    own = {k[len(PREFIX + "positions."):]: v for k, v in sd.items() if k.startswith(PREFIX + "positions.")}
-    own.pop("variant")
-    positions.load_state_dict(own)
-    with torch.no_grad():
-        term = positions(seq_len)
-        if variant.pos_mixed_terms:  # BERT-Ad: only the position-position term is content-free
-            logits = term.query @ term.key.transpose(1, 2) * positions.scaling  # (factor * d_head) ** -0.5, as the model
-        else:
-            logits = term.bias if term.bias is not None else torch.zeros(H, seq_len, seq_len)
-        if variant.input_pe:
-            pad = 1  # fairseq's learned positions start after the padding index
-            logits = logits + _input_pe_term(sd, sd[PREFIX + "embed_positions.weight"][pad + 1 : pad + 1 + seq_len], H)
-        if variant.sinusoidal_pe:  # token i uses row i
-            table = SinusoidalInputPositions(d, seq_len, variant.sinusoidal_scaled).table  # as the model adds it
-            logits = logits + _input_pe_term(sd, table, H)
-    return logits.double().numpy()
+    return found.values.double().numpy()
 
 
 def _input_pe_term(sd: Dict[str, torch.Tensor], p: torch.Tensor, H: int) -> torch.Tensor:
@@ -104,16 +107,6 @@ def positional_maps(path: str, seq_len: int) -> Tuple[np.ndarray, np.ndarray]:
     layers apply to their values, (L, H, T, T) learned (one table per layer) or (1, T, T) for ``pam_window``
     (rows are not normalised: docs/positional_encodings.md, section PAM)."""
     sd, info = load_checkpoint(path)
-    variant = PositionalVariant.from_tensor(sd[PREFIX + "positions.variant"])
-    if not variant.attention_block.startswith("pam_"):
-        logits = positional_logits(sd, info, seq_len)
-        return logits, softmax_rows(logits)
-    if seq_len > info["max_positions"]:
-        raise UsageError(f"--length {seq_len} exceeds the checkpoint's {info['max_positions']} positions")
-    if variant.attention_block == "pam_window":
-        weights = window_weights(seq_len, dtype=torch.float64)[None]  # (1, T, T): one map for all
-    else:
-        tables = [sd[f"{PREFIX}layers.{i}.self_attn.pos_weight"] for i in range(info["encoder_layers"])]
-        weights = torch.stack([distance_weights(t.double(), seq_len) for t in tables])  # (L, H, T, T)
-    return weights.numpy(), weights.numpy()
-
+    found = content_free_map(sd, info, seq_len)
+    values = found.values.double().numpy()
+    return (values, values) if found.weights else (values, softmax_rows(values))

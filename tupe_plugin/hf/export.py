@@ -28,17 +28,17 @@ from tupe_plugin_cli.errors import UsageError
 
 from ..checkpoint_info import info_from_state, load_checkpoint, model_config, model_setting
 from ..models.electra import discriminator_for_export
-from ..models.tupe_roberta import VARIANT_KEY
-from ..models.variants import PositionalVariant
+from ..models.tupe_roberta import RECORD_BUFFER, VARIANT_KEY
+from ..positional.encoder_stack import ACTIVATIONS
+from ..positional.record import PositionalVariant
 from .remote import SHIPPED
 
 REMOTE = Path(__file__).resolve().parent / "remote"
 MODEL_FILES = ("configuration_tupe.py", "modeling_tupe.py")
 TOKENIZER_FILES = ("tokenization_tupe.py",)
-ACTIVATIONS = ("gelu", "gelu_accurate", "relu", "tanh", "linear")
 ENCODER = "encoder.sentence_encoder."
 LM_HEAD = "encoder.lm_head."
-DROPPED = (ENCODER + "positions.variant", ENCODER + "version")  # recorded in config.json instead
+DROPPED = (ENCODER + "positions." + RECORD_BUFFER, ENCODER + "version")  # recorded in config.json instead
 
 
 class ExportError(ValueError):
@@ -91,7 +91,8 @@ def build_config(state: Dict[str, Any], path: str, head: Optional[Tuple[str, int
     acts = {k: get(k, d) for k, d in (("activation_fn", "gelu"), ("pooler_activation_fn", "tanh"))}
     for k, v in acts.items():
         if v not in ACTIVATIONS:
-            raise ExportError(f"{path}: --{k.replace('_', '-')} {v} is not supported by the exporter ({ACTIVATIONS})")
+            raise ExportError(f"{path}: --{k.replace('_', '-')} {v} is not supported by the exporter "
+                              f"({', '.join(ACTIVATIONS)})")
     d = int(info["encoder_embed_dim"])
     config = {
         "model_type": "tupe",
@@ -139,11 +140,9 @@ def build_config(state: Dict[str, Any], path: str, head: Optional[Tuple[str, int
 
 
 def _head_style(state: Dict[str, Any]) -> str:
-    """The fairseq model's head style, resolved as the plugin resolves it (tupe_plugin/modules)."""
-    try:
-        from ..modules.classification_head import head_style
-    except ImportError:  # a plugin without head styles: fairseq's RobertaClassificationHead
-        return model_setting(state)("classification_head_style", "roberta")
+    """The fairseq model's head style, resolved as the plugin resolves it (modules/classification_head.py)."""
+    from ..modules.classification_head import head_style
+
     return head_style(model_config(state))
 
 

@@ -1,5 +1,5 @@
 """Every ``--arch`` of the ``tupe_roberta`` model: ``<variant>_<size>`` for every variant of the registry
-(``variants.py``: ``VARIANTS``; ``tupe-checkpoint-info --list-variants`` lists them) and every size of
+(``positional/registry.py``: ``VARIANTS``, also those registered later; ``tupe-checkpoint-info --list-variants`` lists them) and every size of
 ``SIZES`` below, plus ``tupe_roberta_base/_large/_tiny`` (= TUPE-R). So ``tupe_r_base``, ``bert_a_tiny``,
 ``rope_large``, ... Any variant except ``nope`` is also reachable from ``tupe_roberta_base`` by its flags
 (``PositionalVariant.flags``), e.g. ``--input-pe --no-untied-pos --no-untie-cls --no-rel-pos`` is BERT-A.
@@ -12,7 +12,8 @@ from fairseq.models import register_model_architecture
 from fairseq.models.roberta.model import base_architecture as roberta_base_architecture
 from fairseq.utils import safe_getattr
 
-from .variants import VARIANTS, PositionalVariant
+from ..positional.record import PositionalVariant
+from ..positional.registry import VARIANTS, on_register
 
 # The encoder fields a size sets, in the order tupe-checkpoint-info prints them as flags.
 SIZE_FIELDS = ("encoder_layers", "encoder_embed_dim", "encoder_attention_heads", "encoder_ffn_embed_dim")
@@ -60,5 +61,14 @@ def _architecture(variant: str, size: str) -> Callable:
 for _size in SIZES:
     if _size != "base":
         register_model_architecture("tupe_roberta", f"tupe_roberta_{_size}")(_architecture("tupe_r", _size))
-    for _variant in VARIANTS:
-        register_model_architecture("tupe_roberta", f"{_variant}_{_size}")(_architecture(_variant, _size))
+
+
+def register_archs(variant: str) -> None:
+    """``<variant>_base/_large/_tiny``."""
+    for size in SIZES:
+        register_model_architecture("tupe_roberta", f"{variant}_{size}")(_architecture(variant, size))
+
+
+for _variant in VARIANTS:
+    register_archs(_variant)
+on_register(register_archs)  # a variant registered later (a plugin of its own) gets its archs too

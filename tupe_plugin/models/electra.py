@@ -36,7 +36,7 @@ from torch import Tensor, nn
 
 from ..modules.encoder import TupeTransformerEncoder
 from .tupe_roberta import TupeRobertaModel
-from .variants import PositionalVariant
+from ..positional.record import PositionalVariant
 
 logger = logging.getLogger(__name__)
 

@@ -12,12 +12,13 @@ from fairseq.modules.transformer_sentence_encoder import init_bert_params
 from fairseq.utils import safe_getattr
 from omegaconf import OmegaConf
 
-from ..modules.attend import ATTENTION_PATHS
-from ..modules.classification_head import DEFAULT_HEAD_STYLE, HEAD_STYLES, build_classification_head
+from ..modules.classification_head import HEAD_STYLES, build_classification_head
 from ..modules.encoder import TupeTransformerEncoder
+from ..positional.attend import ATTENTION_PATHS
+from ..positional.encoder_stack import DEFAULT_HEAD_STYLE
+from ..positional.record import PositionalVariant
 from .batch_check import check_target_batch_size
 from .checkpoint_checks import check_dictionary
-from .variants import PositionalVariant
 
 logger = logging.getLogger(__name__)
 
@@ -39,7 +40,7 @@ class TupeRobertaModel(RobertaModel):
     @staticmethod
     def add_args(parser):
         RobertaModel.add_args(parser)
-        for f in fields(PositionalVariant):  # one flag per variant field (variants.py)
+        for f in fields(PositionalVariant):  # one flag per record field (positional/record.py)
             if f.metadata["arch_only"]:
                 continue
             opt, help = "--" + f.name.replace("_", "-"), f.metadata["help"]
@@ -73,7 +74,7 @@ class TupeRobertaModel(RobertaModel):
         args.max_source_positions = args.max_positions  # input PE (BERT-A/R) sized like the TUPE table
         variant = PositionalVariant.from_args(args)
         variant.validate()
-        args.no_token_positional_embeddings = not variant.input_pe  # learned input PE: fairseq's own
+        args.no_token_positional_embeddings = True  # the variant's input encoding is the encoder's own
         logger.info(f"positional variant: {variant.name} ({variant.flags()})")
         encoder = TupeRobertaEncoder(args, task.source_dictionary)
         if OmegaConf.is_config(args):

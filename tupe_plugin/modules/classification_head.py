@@ -16,6 +16,8 @@ from fairseq.models.roberta.model import RobertaClassificationHead
 from fairseq.utils import safe_getattr
 from torch import Tensor, nn
 
+from ..positional.encoder_stack import DEFAULT_HEAD_STYLE
+
 
 class ReleaseClassificationHead(RobertaClassificationHead):
     """The TUPE release's head: no dropout before ``dense`` (else as RoBERTa's)."""
@@ -30,7 +32,6 @@ HEAD_STYLES: Dict[str, Type[RobertaClassificationHead]] = {
     "release": ReleaseClassificationHead,
     "roberta": RobertaClassificationHead,
 }
-DEFAULT_HEAD_STYLE = "release"
 
 
 def head_style(args) -> str:

@@ -1,7 +1,7 @@
 """Configuration of a TUPE-family encoder exported from fairseq by ``tupe-export-hf``.
 
 Written by the tupe_plugin project (not copied from transformers). The positional fields say how
-positions enter the encoder: they are the fields of the checkpoint's ``PositionalVariant`` (``variants.py``,
+positions enter the encoder: they are the fields of the checkpoint's ``PositionalVariant`` (``record.py``,
 shipped next to this file), one config entry per field, so a field added to the variant is exported with
 no change here. The math is described in ``docs/hf_export.md`` of tupe_plugin.
 """
@@ -9,7 +9,9 @@ from dataclasses import fields
 
 from transformers import PretrainedConfig
 
-from .variants import VARIANTS, PositionalVariant
+from .encoder_stack import DEFAULT_HEAD_STYLE
+from .record import PositionalVariant
+from .registry import VARIANTS
 
 
 class TupeConfig(PretrainedConfig):
@@ -37,7 +39,7 @@ class TupeConfig(PretrainedConfig):
         classifier_act: str = "tanh",
         classifier_dropout: float = 0.1,
         classifier_inner_dim: int = 768,
-        classification_head_style: str = "roberta",
+        classification_head_style: str = DEFAULT_HEAD_STYLE,
         pad_token_id: int = 1,
         bos_token_id: int = 0,
         eos_token_id: int = 2,

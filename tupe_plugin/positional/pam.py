@@ -20,14 +20,15 @@ Cost over a plain attention block, inherent to the math: ``concat`` adds a d x d
 """
 from __future__ import annotations
 
-from typing import Optional, Tuple
+from typing import Dict, Optional, Tuple
 
 import torch
 from torch import Tensor, nn
 
 from .attend import Dropout
 from .attention import SelfAttention
-from .positional_term import PositionalTerm, check_length, gaussian_by_distance
+from .base import BLOCK, PositionalEncoding, PositionalTerm, PositionMap, check_length
+from .learned_gaussian import gaussian_by_distance
 
 PAM_MODES = ("concat", "sequential", "window")
 
@@ -93,6 +94,10 @@ class PamSelfAttention(SelfAttention):
         if mode != "sequential":
             self.merge = nn.Linear(2 * embed_dim, embed_dim)
 
+    def initial_values(self) -> Dict[str, Tensor]:
+        """The Gaussian start of the learned position weights (the exported model's init sets it)."""
+        return {} if self.mode == "window" else {"pos_weight": gaussian_distance_init(self.num_heads, self.max_positions)}
+
     def position_weights(self, seq_len: int) -> Tensor:
         """The learned content-free attention weights (H, T, T) of ``concat``/``sequential``. ``window``'s fixed
         band, ``window_weights``, is applied as two shifted adds (``positional_attention``)."""
@@ -134,3 +139,38 @@ class PamSelfAttention(SelfAttention):
             return super().forward(p, mask, positions, key_padding_mask, need_weights)
         h, weights = super().forward(x, mask, positions, key_padding_mask, need_weights)
         return self.merge(torch.cat([h, p], dim=-1)), weights
+
+
+class Pam(PositionalEncoding):
+    """``--attention-block pam_concat / pam_sequential / pam_window``: nothing at ``positions``; every layer's
+    block holds its own position weights (learned) or applies the fixed band (window)."""
+
+    enters = BLOCK
+
+    @classmethod
+    def selected(cls, variant) -> bool:
+        return variant.attention_block.startswith("pam_")
+
+    @classmethod
+    def attention_block(cls, variant, embed_dim, num_heads, dropout, attention_path, max_positions):
+        mode = variant.attention_block[len("pam_"):]  # "pam_concat" -> "concat"
+        return PamSelfAttention(embed_dim, num_heads, mode=mode, max_positions=max_positions, dropout=dropout,
+                                scale_factor=cls.scale_for(variant), attention_path=attention_path)
+
+    def __init__(self, variant, embed_dim: int, num_heads: int, max_positions: int, num_layers: int = 1):
+        super().__init__(variant, embed_dim, num_heads, max_positions, num_layers)
+        self.mode, self.num_layers = variant.attention_block[len("pam_"):], num_layers
+
+    def untrained_beyond(self, trained: int) -> Optional[str]:
+        if self.mode == "window":
+            return None
+        return "learned position-only weights per distance |j-i|: the distances of T and more were never trained"
+
+    def content_free_map(self, seq_len: int, encoder_state: Dict[str, Tensor]) -> Optional[PositionMap]:
+        """The exact weights the layers apply to their values (no softmax): (L, H, T, T) learned, one table per
+        layer, or (1, T, T) for the window (rows are not normalised)."""
+        check_length(seq_len, self.max_positions)
+        if self.mode == "window":
+            return PositionMap(window_weights(seq_len, dtype=torch.float64)[None], weights=True)
+        tables = [encoder_state[f"layers.{i}.self_attn.pos_weight"] for i in range(self.num_layers)]
+        return PositionMap(torch.stack([distance_weights(t.double(), seq_len) for t in tables]), weights=True)

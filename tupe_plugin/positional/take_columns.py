@@ -1,6 +1,4 @@
 """``TakeColumns``: a column gather whose backward keeps only the index (DeBERTa's relative scores).
-
-Plain torch (no fairseq import): ``tupe-export-hf`` ships this file into the exported model folder.
 """
 from __future__ import annotations
 

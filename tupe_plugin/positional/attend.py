@@ -3,8 +3,7 @@ attention path that ``--tupe-attention`` sets: ``sdpa`` (``F.scaled_dot_product_
 plain ops; returns the weights), or ``auto`` (``choose_attention_path``, per forward). The paths and their
 cost: ``docs/positional_encodings.md``.
 
-Plain torch (no fairseq import): ``tupe-export-hf`` ships this file into the exported model folder. The fairseq layer swaps fairseq's
-``FairseqDropout`` in for ``Dropout`` (``modules/encoder.py``: ``fairseq_block``).
+The fairseq layer swaps fairseq's ``FairseqDropout`` in for ``Dropout`` (``modules/encoder.py``: ``fairseq_block``).
 """
 from __future__ import annotations
 

@@ -1,20 +1,18 @@
 """The base attention block of every layer, ``SelfAttention``: multi-head self-attention whose logits get an
-additive, batch-shared bias (TUPE, T5, ALiBi, the priors; or none). Every other block is a subclass that
-changes how positions enter q, k and the mask (``positional_qk``): ``rotary.py`` (RoPE), ``disentangled.py``
-(DeBERTa), ``pam.py`` (the PAM blocks); ``blocks.py`` picks one per variant. Formulas:
+additive, batch-shared bias (TUPE, T5, ALiBi, the priors; or none). An encoding with its own block subclasses
+it and changes how positions enter q, k and the mask (``positional_qk``): ``rope.py``, ``deberta.py``,
+``pam.py``; each encoding's ``attention_block`` builds the block of every layer. Formulas:
 ``docs/positional_encodings.md``.
-
-Plain torch (no fairseq import): ``tupe-export-hf`` ships this file into the exported model folder.
 """
 from __future__ import annotations
 
-from typing import Optional, Tuple
+from typing import Dict, Optional, Tuple
 
 from torch import Tensor, nn
 
 from .attend import Dropout, attend, check_attention_path, choose_attention_path
 from .masks import sdpa_layout
-from .positional_term import PositionalTerm
+from .base import PositionalTerm
 
 
 class SelfAttention(nn.Module):
@@ -47,6 +45,10 @@ class SelfAttention(nn.Module):
         self.k_proj = nn.Linear(embed_dim, embed_dim)
         self.v_proj = nn.Linear(embed_dim, embed_dim)
         self.out_proj = nn.Linear(embed_dim, embed_dim)
+
+    def initial_values(self) -> Dict[str, Tensor]:
+        """Parameters of an encoding's own block that do not start as N(0, 0.02) (PAM's weights); none here."""
+        return {}
 
     def _heads(self, x: Tensor) -> Tensor:
         T, B, _ = x.shape
@@ -90,5 +92,3 @@ class SelfAttention(nn.Module):
             q, k = q + positions.query.unsqueeze(0), k + positions.key.unsqueeze(0)
         return q, k, mask
 
-
-BiasedSelfAttention = SelfAttention  # the older name, kept importable until its callers move

@@ -1,16 +1,14 @@
-"""The registry of positional variants: one ``PositionalVariant`` per option, and its checkpoint record.
+"""The checkpoint record of a positional variant: ``PositionalVariant``, one frozen object of flags and options.
 
-A variant is one frozen object. The model's flags (``add_args``), the archs ``<name>_base/_large/_tiny``
-(``architectures.py``), the positional term (``modules/positional_term.py``), the attention block of every
-layer (``TupeEncoderLayer.build_self_attention``), ``tupe-checkpoint-info --list-variants`` and
-``train_scripts/pretrain.sh`` all read it. The formulas and sources of every variant are in
-``docs/positional_encodings.md``; how to add a positional encoding is in ``docs/extending.md``.
+Every field is a ``--flag`` of ``tupe_roberta`` (except ``arch_only`` ones); the encodings read their options
+from it (``PositionalEncoding.selected`` says which record builds which encoding; ``registry.py`` names the
+variants).
 
 Checkpoint record: ``to_tensor`` writes the field values in declaration order as one long tensor (a string
 field as the index of its value in the field's ``choices``). New fields and new choices are only ever
-**appended**, so a record written before a field existed is shorter and decodes with the field's default,
-and a record longer than this version's fields (or with a choice it does not have) was written by a newer
-plugin: it is refused (``NewerRecordError``), not truncated into another variant.
+**appended**, so a record written before a field existed is shorter and decodes with the field's default (or
+its ``legacy`` value), and a record longer than this version's fields (or with a choice it does not have) was
+written by a newer plugin: it is refused (``NewerRecordError``), not truncated into another variant.
 """
 from __future__ import annotations
 
@@ -20,7 +18,7 @@ from typing import Any, Callable, Dict, Optional, Tuple
 import torch
 
 DISTANCE_PRIORS = ("none", "gaussian", "learned_gaussian")
-# the attention block of every layer (encoder.py: TupeEncoderLayer.build_self_attention); append only
+# the encodings with their own attention block (rope.py, deberta.py, pam.py); append only
 ATTENTION_BLOCKS = ("standard", "rope", "deberta", "pam_concat", "pam_sequential", "pam_window")
 
 
@@ -72,19 +70,14 @@ class PositionalVariant:
         "with --sinusoidal-pe: the table times the word embeddings' init std 0.02, Vaswani's word:position ratio "
         "(--no-sinusoidal-scaled: the unscaled table of checkpoints written before 2026-11-26)",
         legacy=lambda values: not values.get("sinusoidal_pe", False)))
-
-    @property
-    def attn_scale_factor(self) -> float:
-        """Content logits are scaled by (factor * head_dim)^-0.5: 1 BERT, 2 TUPE (1/sqrt(2d)), 4 BERT-Ad,
-        3 DeBERTa (three terms)."""
-        if self.pos_mixed_terms:
-            return 4.0
-        if self.untied_pos:
-            return 2.0
-        return 3.0 if self.attention_block == "deberta" else 1.0
+    # an encoding registered without flags of its own (registry.register(..., encoding=Cls)): its record number
+    encoding_id: int = field(default=0, metadata=_opt("the record number of a flagless encoding", arch_only=True))
 
     @property
     def name(self) -> str:
+        """Its name in the registry, or "custom" for a flag combination that is not registered."""
+        from .registry import VARIANTS  # the registry builds on this module
+
         for name, v in VARIANTS.items():
             if v == self:
                 return name
@@ -127,10 +120,11 @@ class PositionalVariant:
             "--sinusoidal-pe": self.sinusoidal_pe,
             "--alibi": self.alibi,
             "--attention-block": self.attention_block != "standard",
+            "a registered encoding without flags": self.encoding_id != 0,
         }
         active = [flag for flag, on in alone.items() if on]
         others = [flag for flag, on in table1.items() if on] + active[1:]
-        if active and others:  # TupePositions adds logit terms; these are not defined together
+        if active and others:  # one encoding at the attention (registry.encodings): these are not defined together
             raise ValueError(
                 f"{active[0]} cannot be combined with {', '.join(others)} (it is the only position signal of its "
                 "variant): add --no-input-pe --no-untied-pos "
@@ -182,45 +176,3 @@ class PositionalVariant:
     @classmethod
     def from_args(cls, args) -> "PositionalVariant":
         return cls(**{f.name: getattr(args, f.name) for f in fields(cls)})
-
-
-VARIANTS: Dict[str, PositionalVariant] = {}
-ABOUT: Dict[str, str] = {}  # name -> what it is and its source (docs/positional_encodings.md has the math)
-
-
-def register(name: str, about: str, **settings) -> PositionalVariant:
-    """Add a variant: archs ``<name>_base/_large/_tiny``, ``pretrain.sh VARIANT=<name-with-dashes>``."""
-    variant = PositionalVariant(**settings)
-    variant.validate()
-    if name in VARIANTS or variant in VARIANTS.values():
-        raise ValueError(f"variant {name!r} is registered twice (or equals another variant)")
-    VARIANTS[name], ABOUT[name] = variant, about
-    return variant
-
-
-# TUPE's Table 1 (Ke et al. 2021)
-register("bert_a", "BERT-A: learned absolute PE at the input (TUPE Table 1)", input_pe=True)
-register("bert_r", "BERT-R: BERT-A + T5 relative bias (TUPE Table 1)", input_pe=True, rel_pos=True)
-register("tupe_a", "TUPE-A: untied absolute term, [CLS] untie (TUPE Eq. 10)", untied_pos=True, untie_cls=True)
-register("tupe_r", "TUPE-R: TUPE-A + T5 relative bias (TUPE Eq. 11)", untied_pos=True, untie_cls=True, rel_pos=True)
-register("tupe_a_tie_cls", "TUPE-A without the [CLS] reset (TUPE Table 1)", untied_pos=True)
-register("bert_ad", "BERT-Ad: U^Q/U^K, all four terms, 1/sqrt(4d) (TUPE Table 1)", untied_pos=True,
-         pos_mixed_terms=True)
-# The Locality & Symmetry paper's code (Chen et al. 2023): no PE, a distance prior on the logits.
-register("gaussian_prior", "fixed softmax(-0.5 (j-i)^2) prior (L&S attenuated.py)", distance_prior="gaussian")
-register("learned_gaussian", "learned per layer/head/|j-i| prior (L&S attenuated_l.py)",
-         distance_prior="learned_gaussian")
-# The PEs of common encoders.
-register("sinusoidal", "fixed sin/cos PE at the input (Vaswani et al. 2017)", sinusoidal_pe=True)
-register("nope", "no position information: the ablation baseline (only via nope_* archs)", no_position=True)
-register("t5_rel", "T5 bucketed relative bias alone (Raffel et al. 2020)", rel_pos=True)
-register("alibi", "ALiBi, bidirectional -m_h |j-i| (Press et al. 2022)", alibi=True)
-register("rope", "rotary q/k in every layer, base 10000 (Su et al., RoFormer)", attention_block="rope")
-register("deberta_rel", "DeBERTa disentangled c2p + p2c, k=128 (He et al. 2021)", attention_block="deberta")
-# The L&S code's positional-attention (PAM) systems: no PE, position-only weights used as attention.
-register("pam_concat", "PAM concat: learned |j-i| weights || self-attention, Linear(2d->d) (L&S concat.py)",
-         attention_block="pam_concat")
-register("pam_sequential", "PAM sequential: learned |j-i| weights, then self-attention (L&S seuqence.py)",
-         attention_block="pam_sequential")
-register("pam_window", "PAM window: fixed 1/3 on i-1,i,i+1 || self-attention (L&S bert.py PAMBlock)",
-         attention_block="pam_window")

@@ -1,8 +1,6 @@
 """The additive mask of a forward: the positional bias and the key padding in one tensor, in the compute dtype
 and the layout SDPA reads without a copy of its own. The encoder (and the exported model) builds it once per
 forward and every layer shares it.
-
-Plain torch (no fairseq import): ``tupe-export-hf`` ships this file into the exported model folder.
 """
 from __future__ import annotations
 

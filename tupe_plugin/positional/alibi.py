@@ -1,0 +1,45 @@
+"""ALiBi (Press et al. 2022), bidirectional: ``a_ij += -m_h |j - i|`` with fixed head slopes, no parameters."""
+from __future__ import annotations
+
+import math
+from typing import Dict, List
+
+import torch
+from torch import Tensor
+
+from .base import BIAS, PositionalEncoding, PositionalTerm, check_length
+
+
+def alibi_slopes(num_heads: int) -> List[float]:
+    """Press et al.'s head slopes: ``2^(-8 h / n)`` for ``h = 1..n`` when ``n`` is a power of 2; otherwise
+    the slopes of the closest smaller power of 2, then every other slope of twice that number."""
+    def power_of_2(n: int) -> List[float]:
+        return [2.0 ** (-8.0 * h / n) for h in range(1, n + 1)]
+
+    if num_heads & (num_heads - 1) == 0:
+        return power_of_2(num_heads)
+    closest = 2 ** int(math.floor(math.log2(num_heads)))
+    return power_of_2(closest) + power_of_2(2 * closest)[0::2][: num_heads - closest]
+
+
+class Alibi(PositionalEncoding):
+    """``--alibi``: an (H, T, T) bias that needs no gradient."""
+
+    enters = BIAS
+
+    @classmethod
+    def selected(cls, variant) -> bool:
+        return variant.alibi
+
+    def __init__(self, variant, embed_dim: int, num_heads: int, max_positions: int, num_layers: int = 1):
+        super().__init__(variant, embed_dim, num_heads, max_positions, num_layers)
+        self.register_fixed_tables()
+
+    def fixed_tables(self) -> Dict[str, Tensor]:
+        idx = torch.arange(self.max_positions)
+        return {"distance": (idx[None, :] - idx[:, None]).abs(), "alibi_slopes": torch.tensor(alibi_slopes(self.num_heads))}
+
+    def forward(self, seq_len: int) -> PositionalTerm:
+        check_length(seq_len, self.max_positions)
+        T = seq_len
+        return PositionalTerm(-self.alibi_slopes.view(self.num_heads, 1, 1) * self.distance[:T, :T])  # (H, T, T)

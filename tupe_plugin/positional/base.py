@@ -1,0 +1,175 @@
+"""What a positional encoding is: ``PositionalEncoding``, the base class of every encoding, and
+``PositionalTerm``, what it hands every layer.
+
+An encoding is one ``nn.Module`` that owns its parameters and fixed tables and *declares* what the rest of the
+model asks of it (x-transformers' habit), so the encoder, the attention blocks, the analysis, the study and
+the Hugging Face export read these declarations instead of branching on flags:
+
+=====================  ========================================================================================
+``enters``             how its signal enters: ``INPUT`` (added to the word embeddings), ``BIAS`` (an (H, T, T)
+                       logit bias shared by the batch), ``LAYER_BIAS`` (one per layer), ``QK`` (position q/k
+                       added to the content q/k), ``ROTATION`` (q/k rotated), ``BLOCK`` (its own attention
+                       block), ``NONE``
+``score_scale``        content logits are scaled by ``(score_scale * head_dim) ** -0.5``
+``left_padding``       whether a left-padded row keeps its meaning (else the encoder refuses it)
+``untrained_beyond``   why positions beyond the trained length mean nothing (or None)
+``content_free_map``   its position-only map for the analysis (logits, weights, or ``ContentDependentPositions``)
+``attention_block``    the attention block of every layer
+``selected``           which checkpoint records (``record.PositionalVariant``) build it
+=====================  ========================================================================================
+
+An encoding sits in one of two places of the encoder: ``embed_positions`` (``enters == INPUT``: fairseq calls it
+with the tokens) or ``positions`` (every other kind: called once per forward with the length). A variant
+(``registry.py``) is one of each, or fewer.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Dict, NamedTuple, Optional, Tuple
+
+import torch
+from torch import Tensor, nn
+
+if TYPE_CHECKING:
+    from .attention import SelfAttention
+    from .record import PositionalVariant
+
+# fairseq's init_bert_params draws every embedding and projection from N(0, 0.02)
+BERT_INIT_STD = 0.02
+
+INPUT, BIAS, LAYER_BIAS, QK, ROTATION, BLOCK, NONE = "input", "bias", "layer_bias", "qk", "rotation", "block", "none"
+ENTERS = (INPUT, BIAS, LAYER_BIAS, QK, ROTATION, BLOCK, NONE)
+
+
+class PositionalTerm(NamedTuple):
+    """What every layer receives from the ``positions`` encoding, once per forward. Each block reads its fields."""
+
+    bias: Optional[Tensor]  # (H, T, T) content-free logits, (L, H, T, T) if per layer, or None
+    query: Optional[Tensor] = None  # (H, T, dh) positional query added to the content query (BERT-Ad)
+    key: Optional[Tensor] = None  # (H, T, dh) positional key added to the content key (BERT-Ad)
+    rotary: Optional[Tuple[Tensor, Tensor]] = None  # RoPE (cos, sin), each (T, dh)
+    rel_embeddings: Optional[Tensor] = None  # DeBERTa: (R, d) rows of the shared relative table in use
+    rel_index: Optional[Tensor] = None  # DeBERTa: (T, T) row of rel_embeddings for query i, key j
+
+
+class ContentDependentPositions(ValueError):
+    """The encoding has no content-free positional map (RoPE, DeBERTa): only real attention maps describe it."""
+
+
+class PositionMap(NamedTuple):
+    """An encoding's content-free map: ``values`` (H, T, T) or (L, H, T, T); ``weights`` says whether they are
+    attention weights used as they are (PAM) rather than logits that a softmax turns into weights."""
+
+    values: Tensor
+    weights: bool = False
+
+
+def check_length(seq_len: int, max_positions: int) -> None:
+    """The one refusal of an input longer than the model's positions."""
+    if seq_len > max_positions:
+        raise ValueError(
+            f"sequence of {seq_len} tokens is longer than the model's {max_positions} positions; use "
+            "--max-positions/--tokens-per-sample (and --shorten-method truncate for sentence_prediction) "
+            "to cut inputs"
+        )
+
+
+class PositionalEncoding(nn.Module):
+    """One positional encoding (see the module docstring for the declarations). A subclass sets ``enters`` and
+    overrides what differs; its ``__init__`` takes ``(variant, embed_dim, num_heads, max_positions, num_layers)``
+    and reads its options from the variant record."""
+
+    enters: str = NONE
+    score_scale: float = 1.0
+    left_padding: bool = False
+    # an encoding registered without a flag of its own (registry.register(..., encoding=Cls)) is recorded by
+    # this number, set by the registry from the variant's name; built-in encodings are selected by their flags
+    record_id: int = 0
+
+    def __init__(self, variant: "PositionalVariant", embed_dim: int, num_heads: int, max_positions: int,
+                 num_layers: int = 1):
+        super().__init__()
+        self.embed_dim, self.num_heads, self.max_positions = embed_dim, num_heads, max_positions
+        self.head_dim = embed_dim // num_heads
+
+    # --- which records build it -----------------------------------------------------------------------------
+    @classmethod
+    def selected(cls, variant: "PositionalVariant") -> bool:
+        """Whether ``variant`` has this encoding. Built-ins read their flags; a flagless one its record id."""
+        return cls.record_id != 0 and variant.encoding_id == cls.record_id
+
+    @classmethod
+    def scale_for(cls, variant: "PositionalVariant") -> float:
+        """``score_scale`` for ``variant`` (an encoding whose scale depends on its options overrides this)."""
+        return cls.score_scale
+
+    # --- what the rest of the model asks ---------------------------------------------------------------------
+    @classmethod
+    def attention_block(cls, variant: "PositionalVariant", embed_dim: int, num_heads: int, dropout: float,
+                        attention_path: str, max_positions: int) -> "SelfAttention":
+        """The attention block of every layer: the plain ``SelfAttention`` at this encoding's scale."""
+        from .attention import SelfAttention
+
+        return SelfAttention(embed_dim, num_heads, dropout=dropout, scale_factor=cls.scale_for(variant),
+                             attention_path=attention_path)
+
+    def untrained_beyond(self, trained: int) -> Optional[str]:
+        """Why this encoding's positions beyond the trained length ``trained`` mean nothing, or None when they do
+        (fixed functions of position or distance, buckets that saturate, or no positions at all)."""
+        return None
+
+    def content_free_map(self, seq_len: int, encoder_state: Dict[str, Tensor]) -> Optional[PositionMap]:
+        """The position-only map of a model whose ``positions`` this is (its state loaded), or None when it adds
+        nothing at the attention. ``encoder_state``: the encoder's state dict (keys relative to the encoder),
+        for encodings whose positions live in the layers. Default: the (H, T, T) bias of ``forward``."""
+        with torch.no_grad():
+            bias = self(seq_len).bias
+        return None if bias is None else PositionMap(bias)
+
+    def initial_values(self) -> Dict[str, Tensor]:
+        """The tensors that start at fixed values, by attribute name: the fixed tables and the parameters that do
+        not start as N(0, 0.02) (fairseq's init_bert_params). The exported model sets them in its init
+        (transformers builds it on the meta device, then loads the parameters a checkpoint has)."""
+        return self.fixed_tables()
+
+    def fixed_tables(self) -> Dict[str, Tensor]:
+        """The non-persistent buffers, computed from the options and sizes alone."""
+        return {}
+
+    def register_fixed_tables(self) -> None:
+        for name, table in self.fixed_tables().items():
+            self.register_buffer(name, table, persistent=False)
+
+    def forward(self, seq_len: int) -> PositionalTerm:
+        check_length(seq_len, self.max_positions)
+        return PositionalTerm(None)
+
+
+class InputEncoding(PositionalEncoding):
+    """An encoding added to the word embeddings: the encoder's ``embed_positions``, called with the tokens
+    (fairseq's ``forward_embedding``). ``padding_idx``: the dictionary's pad, for encodings that skip pads."""
+
+    enters = INPUT
+
+    def __init__(self, variant: "PositionalVariant", embed_dim: int, num_heads: int, max_positions: int,
+                 num_layers: int = 1, padding_idx: int = 1):
+        super().__init__(variant, embed_dim, num_heads, max_positions, num_layers)
+        self.padding_idx = padding_idx
+
+    def rows(self, seq_len: int) -> Tensor:
+        """(T, d): what tokens 0..T-1 of a sequence without padding get added."""
+        raise NotImplementedError
+
+    def forward(self, src_tokens: Tensor) -> Tensor:  # (B, T) -> broadcastable to (B, T, d)
+        check_length(src_tokens.size(1), self.max_positions)
+        return self.rows(src_tokens.size(1)).unsqueeze(0)
+
+
+class NoTerm(PositionalEncoding):
+    """Nothing at the attention: the ``positions`` of a variant whose positions are all at the input (BERT-A,
+    sinusoidal) or that has none (NoPE). Left padding is harmless to it."""
+
+    left_padding = True
+
+    @classmethod
+    def selected(cls, variant: "PositionalVariant") -> bool:
+        return False  # the registry's fallback, never chosen by a flag

@@ -1,0 +1,95 @@
+"""DeBERTa's disentangled relative positions (He et al. 2021): content-to-position and position-to-content terms
+added to the content logits by an attention block of its own, from relative embeddings shared by all layers."""
+from __future__ import annotations
+
+from typing import Dict, Optional
+
+import torch
+from torch import Tensor, nn
+
+from .attention import SelfAttention
+from .base import BLOCK, ContentDependentPositions, PositionalEncoding, PositionalTerm, PositionMap, check_length
+from .masks import sdpa_layout
+from .take_columns import TakeColumns
+
+
+class DisentangledSelfAttention(SelfAttention):
+    """DeBERTa's attention (He et al. 2021): content-to-content, content-to-position
+    ``Q^c_i . K^r_{delta(i,j)}`` and position-to-content ``K^c_j . Q^r_{delta(i,j)}``, all scaled by
+    ``(3 dh)^-0.5``, with ``delta(i,j) = clamp(i - j + k, 0, 2k - 1)``. p2c indexes by ``delta(i,j)`` as the
+    official code does (the paper's Eq. 4 writes ``delta(j,i)``; docs/positional_encodings.md). The
+    relative embeddings are shared by all layers (``Deberta``, below); the projections ``K^r = P W_{k,r}``
+    (no bias) and ``Q^r = P W_{q,r}`` (with bias, as the official code) belong to each layer."""
+
+    def __init__(self, embed_dim: int, num_heads: int, **kwargs):
+        super().__init__(embed_dim, num_heads, **kwargs)
+        self.pos_key_proj = nn.Linear(embed_dim, embed_dim, bias=False)
+        self.pos_query_proj = nn.Linear(embed_dim, embed_dim)
+
+    def positional_qk(self, q, k, mask, positions):
+        rel, index = positions.rel_embeddings, positions.rel_index  # (R, d), (T, T)
+        R, H, dh = rel.size(0), self.num_heads, self.head_dim
+        B, _, T, _ = q.shape
+        # the scale goes on the (H, dh, R) projections, not on a (B, H, T, T) sum
+        k_r = (self.pos_key_proj(rel) * self.scaling).view(R, H, dh).permute(1, 2, 0).to(q.dtype)  # (H, dh, R)
+        q_r = (self.pos_query_proj(rel) * self.scaling).view(R, H, dh).permute(1, 2, 0).to(q.dtype)
+
+        def scores(x: Tensor, r: Tensor) -> Tensor:
+            """(B, H, T, dh) x (H, dh, R) -> (H, B, T R): one (B T, dh) @ (dh, R) product per head. The
+            projections are shared by the batch; a broadcasting matmul would copy them B times (and keep
+            the copy for backward)."""
+            return torch.bmm(x.transpose(0, 1).reshape(H, B * T, dh), r).view(H, B, T * R)
+
+        # One column selection per term straight into the [i, j] layout, from the (T, R) scores flattened:
+        # c2p[i, j] = (q k_r)[i, d(i,j)] at i R + d(i,j); p2c[i, j] = (k q_r)[j, d(i,j)] at j R + d(i,j)
+        rows = torch.arange(T, device=index.device) * R
+        bias = TakeColumns.apply(scores(q, k_r), (index + rows[:, None]).view(-1))
+        bias += TakeColumns.apply(scores(k, q_r), (index + rows[None, :]).view(-1))  # backward does not read it
+        bias = bias.view(H, B, T, T).transpose(0, 1)  # (B, H, T, T), a view
+        return q, k, sdpa_layout(bias if mask is None else bias.add_(mask))  # as the shared mask is laid out
+
+
+class Deberta(PositionalEncoding):
+    """``--attention-block deberta``: the (2k, d) relative embeddings shared by all layers and, per forward, the
+    rows that T tokens use with the (T, T) row of query i, key j: ``delta(i, j) = clamp(i - j + k, 0, 2k - 1)``."""
+
+    enters = BLOCK
+    score_scale = 3.0  # three terms: 1/sqrt(3 dh)
+
+    @classmethod
+    def selected(cls, variant) -> bool:
+        return variant.attention_block == "deberta"
+
+    @classmethod
+    def attention_block(cls, variant, embed_dim, num_heads, dropout, attention_path, max_positions):
+        return DisentangledSelfAttention(embed_dim, num_heads, dropout=dropout, scale_factor=cls.scale_for(variant),
+                                         attention_path=attention_path)
+
+    def __init__(self, variant, embed_dim: int, num_heads: int, max_positions: int, num_layers: int = 1):
+        super().__init__(variant, embed_dim, num_heads, max_positions, num_layers)
+        self.k = variant.max_rel_pos
+        self.rel_embeddings = nn.Embedding(2 * self.k, embed_dim)  # shared by all layers
+        self.register_fixed_tables()
+
+    def fixed_tables(self) -> Dict[str, Tensor]:
+        idx = torch.arange(self.max_positions)
+        return {"rel_index": (idx[:, None] - idx[None, :] + self.k).clamp(0, 2 * self.k - 1)}  # (P, P)
+
+    def forward(self, seq_len: int) -> PositionalTerm:
+        check_length(seq_len, self.max_positions)
+        T, k = seq_len, self.k
+        lo, hi = max(0, k - T + 1), min(2 * k, k + T)  # the rows that T tokens can use
+        return PositionalTerm(None, rel_embeddings=self.rel_embeddings.weight[lo:hi],
+                              rel_index=self.rel_index[:T, :T] - lo)
+
+    def untrained_beyond(self, trained: int) -> Optional[str]:
+        if trained > self.k:
+            return None  # every row was trained; beyond, the clamp saturates, as T5's buckets
+        # row i - j + k of 2k, clamped: T tokens reach rows k - T + 1 .. k + T - 1, so row 0 (every key k or more
+        # to the right of its query) is trained only when T > k
+        return (f"relative embeddings clipped at k = {self.k} (--max-rel-pos): at T = {trained} <= k the row of "
+                "the keys k or more to the right of their query was never trained")
+
+    def content_free_map(self, seq_len: int, encoder_state: Dict[str, Tensor]) -> Optional[PositionMap]:
+        raise ContentDependentPositions("DeBERTa's c2p and p2c terms multiply content by relative embeddings, "
+                                        "so its positional effect depends on content")

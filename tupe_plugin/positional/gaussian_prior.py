@@ -1,0 +1,38 @@
+"""The fixed Gaussian distance prior of the Locality & Symmetry paper's code (``attenuated.py``, Chen et al.
+2023): ``a_ij += softmax_j(-0.5 (j - i)^2)`` in every layer and head, no parameters.
+
+The softmax runs over all ``max_positions`` keys, as for the official code's inputs padded to max_len, so the
+prior of a sequence does not depend on the padding of its batch.
+"""
+from __future__ import annotations
+
+from typing import Dict
+
+import torch
+from torch import Tensor
+
+from .base import BIAS, PositionalEncoding, PositionalTerm, check_length
+
+
+class GaussianPrior(PositionalEncoding):
+    """``--distance-prior gaussian``: one fixed (H, T, T) bias, the same for every head."""
+
+    enters = BIAS
+
+    @classmethod
+    def selected(cls, variant) -> bool:
+        return variant.distance_prior == "gaussian"
+
+    def __init__(self, variant, embed_dim: int, num_heads: int, max_positions: int, num_layers: int = 1):
+        super().__init__(variant, embed_dim, num_heads, max_positions, num_layers)
+        self.register_fixed_tables()
+
+    def fixed_tables(self) -> Dict[str, Tensor]:
+        idx = torch.arange(self.max_positions)
+        distance = (idx[None, :] - idx[:, None]).abs().double()  # (P, P)
+        return {"gaussian_prior": torch.softmax(-0.5 * distance**2, dim=-1).float()}  # rows normalised once
+
+    def forward(self, seq_len: int) -> PositionalTerm:
+        check_length(seq_len, self.max_positions)
+        T = seq_len
+        return PositionalTerm(self.gaussian_prior[:T, :T].expand(self.num_heads, T, T))

@@ -1,0 +1,48 @@
+"""Vaswani et al.'s fixed sin/cos positions at the input (``sinusoidal``).
+
+``PE[t, 2i] = sin(t / 10000^(2i/d))``, ``PE[t, 2i+1] = cos(t / 10000^(2i/d))``, token ``t`` = 0 for ``<s>``, added
+to the word embeddings. Scale: Vaswani et al. add the table (RMS 1/sqrt(2)) to words drawn from N(0, 1/d) and
+multiplied by sqrt(d) (RMS 1); RoBERTa's words are N(0, 0.02) and not multiplied, so the table as it is
+outweighs them 35:1. ``sinusoidal_scaled`` multiplies it by 0.02: positions and words then stand 0.71:1 at
+initialisation, Vaswani's ratio at every width, and the embedding LayerNorm removes the common factor
+(docs/positional_encodings.md).
+"""
+from __future__ import annotations
+
+from typing import Dict
+
+import torch
+from torch import Tensor
+
+from .base import BERT_INIT_STD, InputEncoding
+
+
+def sinusoidal_table(num_positions: int, dim: int, base: float = 10000.0) -> Tensor:
+    """Vaswani et al.'s PE: ``PE[p, 2i] = sin(p / base^(2i/d))``, ``PE[p, 2i+1] = cos(p / base^(2i/d))``."""
+    pos = torch.arange(num_positions, dtype=torch.float64)[:, None]
+    freq = base ** (-torch.arange(0, dim, 2, dtype=torch.float64) / dim)  # (ceil(d/2),)
+    table = torch.zeros(num_positions, dim, dtype=torch.float64)
+    table[:, 0::2] = torch.sin(pos * freq)
+    table[:, 1::2] = torch.cos(pos * freq)[:, : dim // 2]
+    return table.float()
+
+
+class Sinusoidal(InputEncoding):
+    """``--sinusoidal-pe``: token ``i`` (0 = [CLS]) gets row ``i``. No parameters, nothing in the state dict."""
+
+    @classmethod
+    def selected(cls, variant) -> bool:
+        return variant.sinusoidal_pe
+
+    def __init__(self, variant, embed_dim: int, num_heads: int, max_positions: int, num_layers: int = 1,
+                 padding_idx: int = 1):
+        super().__init__(variant, embed_dim, num_heads, max_positions, num_layers, padding_idx)
+        self.scaled = variant.sinusoidal_scaled
+        self.register_fixed_tables()
+
+    def fixed_tables(self) -> Dict[str, Tensor]:
+        table = sinusoidal_table(self.max_positions, self.embed_dim)
+        return {"table": table * BERT_INIT_STD if self.scaled else table}
+
+    def rows(self, seq_len: int) -> Tensor:
+        return self.table[:seq_len]  # right padding keeps 0..len-1
