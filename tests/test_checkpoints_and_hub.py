@@ -1,5 +1,5 @@
-"""Safe checkpoint loading (torch weights_only + the plugin's allowlist), the hub interface,
-and the warmup-ratio LR schedule."""
+"""Safe checkpoint loading (torch weights_only + the plugin's allowlist), the hub interface, the warmup-ratio LR
+schedule, and checkpoints of every variant written by an older layout of the code loading with their features."""
 from __future__ import annotations
 
 import shutil
@@ -9,7 +9,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import run
+from conftest import ROOT, run
+from model_utils import build
+
+# the 17 variants registered when tests/data/checkpoints_before_encodings.pt was written
+VARIANTS_BEFORE = ("bert_a", "bert_r", "tupe_a", "tupe_r", "tupe_a_tie_cls", "bert_ad", "gaussian_prior",
+                   "learned_gaussian", "sinusoidal", "nope", "t5_rel", "alibi", "rope", "deberta_rel", "pam_concat",
+                   "pam_sequential", "pam_window")
 
 LOAD = "import fairseq.checkpoint_utils as c; s = c.load_checkpoint_to_cpu({path!r}); print('LOADED', sorted(s))"
 
@@ -132,3 +138,25 @@ def test_warmup_ratio_schedule_is_linear_up_then_down():
     assert curve[0] == 0.0 and curve[15] == pytest.approx(0.5e-3) and curve[30] == pytest.approx(1e-3)
     assert curve[265] == pytest.approx(1e-3 * (500 - 265) / 470)
     assert curve[500] == 0.0 and max(curve) == pytest.approx(1e-3)
+
+
+OLD_CHECKPOINTS = ROOT / "tests" / "data" / "checkpoints_before_encodings.pt"
+
+
+@pytest.fixture(scope="module")
+def old_checkpoints():
+    """Tiny models of every variant written by the code before the encodings became modules (commit 9894ad8,
+    tupe_plugin/models/variants.py and modules/positional_term.py), with their features on one padded batch."""
+    return torch.load(OLD_CHECKPOINTS, map_location="cpu", weights_only=False)
+
+
+@pytest.mark.parametrize("name", list(VARIANTS_BEFORE))
+def test_checkpoints_written_before_the_encoding_modules_load_and_give_the_same_features(name, old_checkpoints):
+    old = old_checkpoints["variants"][name]
+    model = build(f"{name}_tiny", max_positions=old_checkpoints["max_positions"], **old_checkpoints["sizes"])
+    model.load_state_dict(old["state"])  # strict: every key, none missing or unexpected
+    assert model.positional_variant.name == name
+    with torch.no_grad():
+        features, _ = model(old_checkpoints["tokens"], features_only=True)
+    keep = old_checkpoints["tokens"].ne(1)
+    torch.testing.assert_close(features[keep], old["features"][keep], rtol=0, atol=1e-5)

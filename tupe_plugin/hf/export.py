@@ -31,7 +31,10 @@ from ..models.electra import discriminator_for_export
 from ..models.tupe_roberta import RECORD_BUFFER, VARIANT_KEY
 from ..positional.encoder_stack import ACTIVATIONS
 from ..positional.record import PositionalVariant
+from ..positional.registry import encodings
 from .remote import SHIPPED
+
+SHIPPED_FROM = "tupe_plugin.positional."
 
 REMOTE = Path(__file__).resolve().parent / "remote"
 MODEL_FILES = ("configuration_tupe.py", "modeling_tupe.py")
@@ -86,8 +89,11 @@ def build_config(state: Dict[str, Any], path: str, head: Optional[Tuple[str, int
     info = info_from_state(state, path)
     variant = PositionalVariant.from_tensor(state["model"][next(k for k in state["model"] if k.endswith(VARIANT_KEY))])
     get = model_setting(state)
-    if variant.input_pe and not get("encoder_learned_pos", True):
-        raise ExportError(f"{path}: input PE is sinusoidal (no --encoder-learned-pos); only learned input PE is exported")
+    outside = [cls for cls in encodings(variant) if cls is not None and not cls.__module__.startswith(SHIPPED_FROM)]
+    if outside:  # the folder gets tupe_plugin/positional only (remote.SHIPPED)
+        raise ExportError(f"{path}: its positional encoding {outside[0].__name__} is defined outside tupe_plugin "
+                          f"({outside[0].__module__}); the export ships tupe_plugin/positional only: move its "
+                          "module there (docs/extending.md)")
     acts = {k: get(k, d) for k, d in (("activation_fn", "gelu"), ("pooler_activation_fn", "tanh"))}
     for k, v in acts.items():
         if v not in ACTIVATIONS:

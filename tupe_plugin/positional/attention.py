@@ -6,13 +6,24 @@ it and changes how positions enter q, k and the mask (``positional_qk``): ``rope
 """
 from __future__ import annotations
 
-from typing import Dict, Optional, Tuple
+from typing import Dict, NamedTuple, Optional, Tuple
 
 from torch import Tensor, nn
 
 from .attend import Dropout, attend, check_attention_path, choose_attention_path
 from .masks import sdpa_layout
-from .base import PositionalTerm
+
+
+class PositionalTerm(NamedTuple):
+    """What every layer's block receives from the encoding at the attention, once per forward; each block reads
+    the fields it uses."""
+
+    bias: Optional[Tensor]  # (H, T, T) content-free logits, (L, H, T, T) if per layer, or None
+    query: Optional[Tensor] = None  # (H, T, dh) positional query added to the content query (BERT-Ad)
+    key: Optional[Tensor] = None  # (H, T, dh) positional key added to the content key (BERT-Ad)
+    rotary: Optional[Tuple[Tensor, Tensor]] = None  # RoPE (cos, sin), each (T, dh)
+    rel_embeddings: Optional[Tensor] = None  # DeBERTa: (R, d) rows of the shared relative table in use
+    rel_index: Optional[Tensor] = None  # DeBERTa: (T, T) row of rel_embeddings for query i, key j
 
 
 class SelfAttention(nn.Module):

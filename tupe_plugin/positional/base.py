@@ -1,5 +1,5 @@
-"""What a positional encoding is: ``PositionalEncoding``, the base class of every encoding, and
-``PositionalTerm``, what it hands every layer.
+"""What a positional encoding is: ``PositionalEncoding``, the base class of every encoding (what it hands every
+layer, ``PositionalTerm``, is the attention core's: ``attention.py``).
 
 An encoding is one ``nn.Module`` that owns its parameters and fixed tables and *declares* what the rest of the
 model asks of it (x-transformers' habit), so the encoder, the attention blocks, the analysis, the study and
@@ -24,31 +24,24 @@ with the tokens) or ``positions`` (every other kind: called once per forward wit
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Dict, NamedTuple, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, NamedTuple, Optional
 
 import torch
 from torch import Tensor, nn
 
+from .attention import PositionalTerm, SelfAttention
+
 if TYPE_CHECKING:
-    from .attention import SelfAttention
     from .record import PositionalVariant
+
+__all__ = ["PositionalEncoding", "InputEncoding", "NoTerm", "PositionalTerm", "PositionMap",
+           "ContentDependentPositions", "check_length"]
 
 # fairseq's init_bert_params draws every embedding and projection from N(0, 0.02)
 BERT_INIT_STD = 0.02
 
 INPUT, BIAS, LAYER_BIAS, QK, ROTATION, BLOCK, NONE = "input", "bias", "layer_bias", "qk", "rotation", "block", "none"
 ENTERS = (INPUT, BIAS, LAYER_BIAS, QK, ROTATION, BLOCK, NONE)
-
-
-class PositionalTerm(NamedTuple):
-    """What every layer receives from the ``positions`` encoding, once per forward. Each block reads its fields."""
-
-    bias: Optional[Tensor]  # (H, T, T) content-free logits, (L, H, T, T) if per layer, or None
-    query: Optional[Tensor] = None  # (H, T, dh) positional query added to the content query (BERT-Ad)
-    key: Optional[Tensor] = None  # (H, T, dh) positional key added to the content key (BERT-Ad)
-    rotary: Optional[Tuple[Tensor, Tensor]] = None  # RoPE (cos, sin), each (T, dh)
-    rel_embeddings: Optional[Tensor] = None  # DeBERTa: (R, d) rows of the shared relative table in use
-    rel_index: Optional[Tensor] = None  # DeBERTa: (T, T) row of rel_embeddings for query i, key j
 
 
 class ContentDependentPositions(ValueError):
@@ -105,10 +98,8 @@ class PositionalEncoding(nn.Module):
     # --- what the rest of the model asks ---------------------------------------------------------------------
     @classmethod
     def attention_block(cls, variant: "PositionalVariant", embed_dim: int, num_heads: int, dropout: float,
-                        attention_path: str, max_positions: int) -> "SelfAttention":
+                        attention_path: str, max_positions: int) -> SelfAttention:
         """The attention block of every layer: the plain ``SelfAttention`` at this encoding's scale."""
-        from .attention import SelfAttention
-
         return SelfAttention(embed_dim, num_heads, dropout=dropout, scale_factor=cls.scale_for(variant),
                              attention_path=attention_path)
 

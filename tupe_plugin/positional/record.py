@@ -76,8 +76,6 @@ class PositionalVariant:
     @property
     def name(self) -> str:
         """Its name in the registry, or "custom" for a flag combination that is not registered."""
-        from .registry import VARIANTS  # the registry builds on this module
-
         for name, v in VARIANTS.items():
             if v == self:
                 return name
@@ -176,3 +174,7 @@ class PositionalVariant:
     @classmethod
     def from_args(cls, args) -> "PositionalVariant":
         return cls(**{f.name: getattr(args, f.name) for f in fields(cls)})
+
+
+# The registered variants by name, in registration order: filled by registry.register (registry.py)
+VARIANTS: Dict[str, PositionalVariant] = {}

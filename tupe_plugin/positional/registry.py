@@ -23,7 +23,7 @@ from .gaussian_prior import GaussianPrior
 from .learned_absolute import LearnedAbsolute
 from .learned_gaussian import LearnedGaussian
 from .pam import Pam
-from .record import PositionalVariant
+from .record import VARIANTS, PositionalVariant
 from .rope import Rope
 from .sinusoidal import Sinusoidal
 from .t5_relative import T5Relative
@@ -33,7 +33,6 @@ from .tupe import Tupe
 ENCODINGS: List[Type[PositionalEncoding]] = [
     LearnedAbsolute, Sinusoidal, Tupe, BertAd, T5Relative, GaussianPrior, LearnedGaussian, Alibi, Rope, Deberta, Pam,
 ]
-VARIANTS: Dict[str, PositionalVariant] = {}
 ABOUT: Dict[str, str] = {}  # name -> what it is and its source (docs/positional_encodings.md has the math)
 _ON_REGISTER: List[Callable[[str], None]] = []  # e.g. models/architectures.py: the archs of a new variant
 

@@ -1,0 +1,73 @@
+"""docs/extending.md holds: a positional encoding defined and registered outside tupe_plugin (tests/data/toy_pe: one
+file, one registry line) gets its archs, its checkpoint record, the refusal to load as another variant, the
+analysis map and a real fairseq-train run, with nothing else changed."""
+from __future__ import annotations
+
+import sys
+
+import pytest
+import torch
+
+from conftest import PRETRAIN_ARGS, ROOT, run, train_losses
+from model_utils import build, tokens
+
+sys.path.insert(0, str(ROOT / "tests" / "data"))
+import toy_pe  # noqa: E402  (registers toy_linear_bias, as --user-dir tests/data/toy_pe does)
+
+from tupe_plugin.models import VariantMismatchError  # noqa: E402
+from tupe_plugin.positional import VARIANTS, PositionalVariant  # noqa: E402
+from tupe_plugin.positional.registry import encodings, record_id  # noqa: E402
+
+TOY = "toy_linear_bias"
+
+
+def test_the_toy_is_registered_with_its_archs_and_record():
+    from fairseq.models import ARCH_MODEL_REGISTRY
+
+    variant = VARIANTS[TOY]
+    assert variant.encoding_id == record_id(TOY) != 0 and variant.name == TOY
+    assert encodings(variant)[1] is toy_pe.LinearDistanceBias
+    assert PositionalVariant.from_tensor(variant.to_tensor()) == variant
+    assert {f"{TOY}_{size}" for size in ("base", "large", "tiny")} <= set(ARCH_MODEL_REGISTRY)
+
+
+def test_the_toy_bias_reaches_every_layer_and_loads_only_as_itself():
+    model = build(f"{TOY}_tiny", max_positions=16, seed=1)
+    enc = model.encoder.sentence_encoder
+    with torch.no_grad():
+        enc.positions.slope.copy_(torch.tensor([0.1, 0.2, 0.3, 0.4]))
+    bias = enc.positions(6).bias
+    for h, s in enumerate([0.1, 0.2, 0.3, 0.4]):
+        want = torch.tensor([[-s * abs(j - i) for j in range(6)] for i in range(6)])
+        torch.testing.assert_close(bias[h], want)
+    x = tokens(2, 6)
+    other = build(f"{TOY}_tiny", max_positions=16, seed=1)
+    other.load_state_dict(model.state_dict())  # its own record: loads
+    with torch.no_grad():
+        torch.testing.assert_close(other(x)[0], model(x)[0])
+    with pytest.raises(VariantMismatchError, match=f"'{TOY}'.*--arch {TOY}_base"):
+        build("alibi_tiny", max_positions=16).load_state_dict(model.state_dict(), strict=False)
+
+
+def test_fairseq_train_trains_the_toy_from_its_user_dir(lm_bin, tmp_path):
+    args = [a if a != "tupe_plugin" else str(ROOT / "tests" / "data" / "toy_pe") for a in PRETRAIN_ARGS]
+    p = run(["fairseq-train", str(lm_bin), *args, "--arch", f"{TOY}_tiny", "--max-update", "20",
+             "--save-dir", str(tmp_path / "ckpt")])
+    losses = train_losses(p.stdout + p.stderr)
+    assert len(losses) >= 3 and losses[-1] < losses[0]
+    state = torch.load(tmp_path / "ckpt" / "checkpoint_last.pt", map_location="cpu", weights_only=False)
+    record = state["model"]["encoder.sentence_encoder.positions.variant"]
+    assert PositionalVariant.from_tensor(record) == VARIANTS[TOY]
+    slope = state["model"]["encoder.sentence_encoder.positions.slope"]
+    assert not torch.allclose(slope, torch.full_like(slope, 0.5))  # trained: the bias has its gradient
+
+
+def test_the_export_refuses_an_encoding_it_cannot_ship(tmp_path):
+    pytest.importorskip("transformers")
+    from tupe_plugin.hf.export import ExportError, export
+
+    model = build(f"{TOY}_tiny", max_positions=16)
+    torch.save({"args": model.args, "model": model.state_dict()}, tmp_path / "toy.pt")
+    with pytest.raises(ExportError, match="LinearDistanceBias is defined outside tupe_plugin.*move its module"):
+        export(str(tmp_path / "toy.pt"), str(tmp_path / "hf"))
+    assert not (tmp_path / "hf").exists()
