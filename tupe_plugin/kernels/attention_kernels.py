@@ -20,35 +20,42 @@ import triton.language as tl
 PADDING_LOGIT = tl.constexpr(torch.finfo(torch.float32).min / 2)
 
 
-# Every kernel builds the pointer tiles of its first block once and moves them by start * stride in its loop.
+# Pointer tiles are computed in the loops from 1-D offsets (not hoisted as 2-D tiles of 64-bit pointers, which
+# would hold registers for the whole loop). ``seed`` is never specialised (a seed divisible by 16 would compile
+# the kernel a second time).
 
 
 @triton.jit
-def _logits(q, k, bias_ptrs, pad_ptrs, in_m, in_n, scale,
+def _logits(q, k, bias_base, pad_base, rows, cols, T, scale, stride_bias_i, stride_bias_j, stride_pad_t,
             HAS_BIAS: tl.constexpr, HAS_PAD: tl.constexpr, PRECISION: tl.constexpr):
-    """(BLOCK_M, BLOCK_N) fp32 logits of one tile: q k^T * scale + bias; a padded key gets PADDING_LOGIT, a key
+    """(len(rows), len(cols)) fp32 logits of one tile: q k^T * scale + bias; a padded key gets PADDING_LOGIT, a key
     past T gets -inf (it does not exist; each key block holds at least one real key, so no row is all -inf)."""
+    in_n = cols < T
     s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale
     if HAS_BIAS:
-        s += tl.load(bias_ptrs, mask=in_m[:, None] & in_n[None, :], other=0.0).to(tl.float32)
+        bias = tl.load(bias_base + rows[:, None] * stride_bias_i + cols[None, :] * stride_bias_j,
+                       mask=(rows < T)[:, None] & in_n[None, :], other=0.0)
+        s += bias.to(tl.float32)
     if HAS_PAD:
         # Set, not added: in fp32 the sum of a logit and PADDING_LOGIT rounds to PADDING_LOGIT anyway (what the
         # explicit path computes); setting it says so.
-        padded = tl.load(pad_ptrs, mask=in_n, other=0) != 0
+        padded = tl.load(pad_base + cols * stride_pad_t, mask=in_n, other=0) != 0
         s = tl.where(padded[None, :], PADDING_LOGIT, s)
     return tl.where(in_n[None, :], s, float("-inf"))
 
 
 @triton.jit
-def _dropout_counter(bh, offs_m, offs_n, T):
-    """(BLOCK_M, BLOCK_N) int64: the Philox counter of each entry (b, h, i, j) of P, its index in a (B, H, T, T)
-    tensor (``bh`` = b * H + h). Attention dropout keeps an entry where ``tl.rand(seed, counter) >= p``, with
-    probability 1 - p: the same seed and counter give the same number in every kernel, so the backward redraws
-    the forward's mask instead of storing it. int64: B * H * T * T can pass 2**31."""
-    return bh.to(tl.int64) * T * T + (offs_m[:, None] * T + offs_n[None, :])
+def _dropout_keep(seed, bh, rows, cols, T, dropout_p):
+    """(len(rows), len(cols)) bool: the entries of P that attention dropout keeps, each with probability 1 - p.
+
+    Counter-based: entry (b, h, i, j) draws Philox with the key (seed, b * H + h) and the counter i * T + j
+    (``bh`` = b * H + h), so every kernel draws the same number for it and the backward redraws the forward's
+    mask instead of storing a (B, H, T, T) one."""
+    key = (seed.to(tl.int64) << 32) + bh  # tl.rand's 64-bit seed is Philox's two-word key
+    return tl.rand(key, rows[:, None] * T + cols[None, :]) >= dropout_p
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["seed"])
 def attention_forward_kernel(
     Q, K, V, Bias, Pad, Out, RowMax, RowSum,
     stride_qb, stride_qh, stride_qt, stride_qd,
@@ -66,46 +73,43 @@ def attention_forward_kernel(
     # softmax statistics RowMax, RowSum (B * H, T) fp32, from which the backward recomputes P.
     m_block, bh = tl.program_id(0), tl.program_id(1)
     b, h = (bh // H).to(tl.int64), (bh % H).to(tl.int64)  # int64 offsets: a (B, H, T, T) bias can pass 2**31
-    offs_m = m_block * BLOCK_M + tl.arange(0, BLOCK_M)
+    rows = m_block * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
-    in_m, in_d = offs_m < T, offs_d < D
-    q = tl.load(Q + b * stride_qb + h * stride_qh + offs_m[:, None] * stride_qt + offs_d[None, :] * stride_qd,
+    in_m, in_d = rows < T, offs_d < D
+    q = tl.load(Q + b * stride_qb + h * stride_qh + rows[:, None] * stride_qt + offs_d[None, :] * stride_qd,
                 mask=in_m[:, None] & in_d[None, :], other=0.0)
-    k_ptrs = K + b * stride_kb + h * stride_kh + offs_n[:, None] * stride_kt + offs_d[None, :] * stride_kd
-    v_ptrs = V + b * stride_vb + h * stride_vh + offs_n[:, None] * stride_vt + offs_d[None, :] * stride_vd
-    bias_ptrs = (Bias + b * stride_bias_b + h * stride_bias_h
-                 + offs_m[:, None] * stride_bias_i + offs_n[None, :] * stride_bias_j)
-    pad_ptrs = Pad + b * stride_pad_b + offs_n * stride_pad_t
-    counter = _dropout_counter(bh, offs_m, offs_n, T)
+    k_base, v_base = K + b * stride_kb + h * stride_kh, V + b * stride_vb + h * stride_vh
+    bias_base, pad_base = Bias + b * stride_bias_b + h * stride_bias_h, Pad + b * stride_pad_b
 
     row_max = tl.full([BLOCK_M], float("-inf"), tl.float32)  # m_i: the largest logit so far
     row_sum = tl.zeros([BLOCK_M], tl.float32)  # l_i: sum of exp(logit - m_i), dropped entries included
     acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)  # sum of exp(logit - m_i) * keep * v
     for start_n in range(0, T, BLOCK_N):
-        in_n = start_n + offs_n < T
-        k = tl.load(k_ptrs + start_n * stride_kt, mask=in_n[:, None] & in_d[None, :], other=0.0)
-        v = tl.load(v_ptrs + start_n * stride_vt, mask=in_n[:, None] & in_d[None, :], other=0.0)
-        s = _logits(q, k, bias_ptrs + start_n * stride_bias_j, pad_ptrs + start_n * stride_pad_t, in_m, in_n,
-                    scale, HAS_BIAS, HAS_PAD, PRECISION)
+        cols = start_n + offs_n
+        kv_mask = (cols < T)[:, None] & in_d[None, :]
+        k = tl.load(k_base + cols[:, None] * stride_kt + offs_d[None, :] * stride_kd, mask=kv_mask, other=0.0)
+        v = tl.load(v_base + cols[:, None] * stride_vt + offs_d[None, :] * stride_vd, mask=kv_mask, other=0.0)
+        s = _logits(q, k, bias_base, pad_base, rows, cols, T, scale, stride_bias_i, stride_bias_j, stride_pad_t,
+                    HAS_BIAS, HAS_PAD, PRECISION)
         new_max = tl.maximum(row_max, tl.max(s, 1))
         alpha = tl.exp(row_max - new_max)  # rescales the sums taken under the old maximum (0 at the first block)
         p = tl.exp(s - new_max[:, None])
         row_sum = row_sum * alpha + tl.sum(p, 1)
         if DROPOUT:
-            p = tl.where(tl.rand(seed, counter + start_n) >= dropout_p, p, 0.0)
+            p = tl.where(_dropout_keep(seed, bh, rows, cols, T, dropout_p), p, 0.0)
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
         row_max = new_max
     out = acc / row_sum[:, None]
     if DROPOUT:
         out = out / (1.0 - dropout_p)  # the kept entries scaled by 1 / (1 - p), as F.dropout
-    tl.store(Out + b * stride_ob + h * stride_oh + offs_m[:, None] * stride_ot + offs_d[None, :] * stride_od,
+    tl.store(Out + b * stride_ob + h * stride_oh + rows[:, None] * stride_ot + offs_d[None, :] * stride_od,
              out.to(Out.dtype.element_ty), mask=in_m[:, None] & in_d[None, :])
-    tl.store(RowMax + bh * T + offs_m, row_max, mask=in_m)
-    tl.store(RowSum + bh * T + offs_m, row_sum, mask=in_m)
+    tl.store(RowMax + bh * T + rows, row_max, mask=in_m)
+    tl.store(RowSum + bh * T + rows, row_sum, mask=in_m)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["seed"])
 def attention_backward_dq_kernel(
     Q, K, V, Bias, Pad, Out, DOut, RowMax, RowSum, Delta, DQ,
     stride_qb, stride_qh, stride_qt, stride_qd,
@@ -124,49 +128,46 @@ def attention_backward_dq_kernel(
     # Delta (B * H, T) fp32. It runs before the dK/dV kernel, which reads Delta.
     m_block, bh = tl.program_id(0), tl.program_id(1)
     b, h = (bh // H).to(tl.int64), (bh % H).to(tl.int64)
-    offs_m = m_block * BLOCK_M + tl.arange(0, BLOCK_M)
+    rows = m_block * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
-    in_m, in_d = offs_m < T, offs_d < D
+    in_m, in_d = rows < T, offs_d < D
     md_mask = in_m[:, None] & in_d[None, :]
-    q = tl.load(Q + b * stride_qb + h * stride_qh + offs_m[:, None] * stride_qt + offs_d[None, :] * stride_qd,
+    q = tl.load(Q + b * stride_qb + h * stride_qh + rows[:, None] * stride_qt + offs_d[None, :] * stride_qd,
                 mask=md_mask, other=0.0)
-    do = tl.load(DOut + b * stride_dob + h * stride_doh + offs_m[:, None] * stride_dot + offs_d[None, :] * stride_dod,
+    do = tl.load(DOut + b * stride_dob + h * stride_doh + rows[:, None] * stride_dot + offs_d[None, :] * stride_dod,
                  mask=md_mask, other=0.0)
-    o = tl.load(Out + b * stride_ob + h * stride_oh + offs_m[:, None] * stride_ot + offs_d[None, :] * stride_od,
+    o = tl.load(Out + b * stride_ob + h * stride_oh + rows[:, None] * stride_ot + offs_d[None, :] * stride_od,
                 mask=md_mask, other=0.0)
     # Delta_i = sum_j P_ij dP_ij = dO_i . O_i, with dropout too (O = dropout(P) V, dP = dropout(dO V^T))
     delta = tl.sum(do.to(tl.float32) * o.to(tl.float32), 1)
-    tl.store(Delta + bh * T + offs_m, delta, mask=in_m)
-    row_max = tl.load(RowMax + bh * T + offs_m, mask=in_m, other=0.0)
+    tl.store(Delta + bh * T + rows, delta, mask=in_m)
+    row_max = tl.load(RowMax + bh * T + rows, mask=in_m, other=0.0)
     # 1 / l_i kept apart from m_i: a row whose keys are all padding has m_i = PADDING_LOGIT, where m_i + log(l_i)
     # (FA-2's single statistic) would round to m_i
-    inv_sum = 1.0 / tl.load(RowSum + bh * T + offs_m, mask=in_m, other=1.0)
-    k_ptrs = K + b * stride_kb + h * stride_kh + offs_n[:, None] * stride_kt + offs_d[None, :] * stride_kd
-    v_ptrs = V + b * stride_vb + h * stride_vh + offs_n[:, None] * stride_vt + offs_d[None, :] * stride_vd
-    bias_ptrs = (Bias + b * stride_bias_b + h * stride_bias_h
-                 + offs_m[:, None] * stride_bias_i + offs_n[None, :] * stride_bias_j)
-    pad_ptrs = Pad + b * stride_pad_b + offs_n * stride_pad_t
-    counter = _dropout_counter(bh, offs_m, offs_n, T)
+    inv_sum = 1.0 / tl.load(RowSum + bh * T + rows, mask=in_m, other=1.0)
+    k_base, v_base = K + b * stride_kb + h * stride_kh, V + b * stride_vb + h * stride_vh
+    bias_base, pad_base = Bias + b * stride_bias_b + h * stride_bias_h, Pad + b * stride_pad_b
 
     dq = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
     for start_n in range(0, T, BLOCK_N):
-        in_n = start_n + offs_n < T
-        k = tl.load(k_ptrs + start_n * stride_kt, mask=in_n[:, None] & in_d[None, :], other=0.0)
-        v = tl.load(v_ptrs + start_n * stride_vt, mask=in_n[:, None] & in_d[None, :], other=0.0)
-        s = _logits(q, k, bias_ptrs + start_n * stride_bias_j, pad_ptrs + start_n * stride_pad_t, in_m, in_n,
-                    scale, HAS_BIAS, HAS_PAD, PRECISION)
+        cols = start_n + offs_n
+        kv_mask = (cols < T)[:, None] & in_d[None, :]
+        k = tl.load(k_base + cols[:, None] * stride_kt + offs_d[None, :] * stride_kd, mask=kv_mask, other=0.0)
+        v = tl.load(v_base + cols[:, None] * stride_vt + offs_d[None, :] * stride_vd, mask=kv_mask, other=0.0)
+        s = _logits(q, k, bias_base, pad_base, rows, cols, T, scale, stride_bias_i, stride_bias_j, stride_pad_t,
+                    HAS_BIAS, HAS_PAD, PRECISION)
         p = tl.exp(s - row_max[:, None]) * inv_sum[:, None]  # P recomputed: nothing (T, T) was stored
         dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
         if DROPOUT:
-            dp = tl.where(tl.rand(seed, counter + start_n) >= dropout_p, dp / (1.0 - dropout_p), 0.0)
+            dp = tl.where(_dropout_keep(seed, bh, rows, cols, T, dropout_p), dp / (1.0 - dropout_p), 0.0)
         ds = p * (dp - delta[:, None])  # dS = d(logits), the softmax backward
         dq += tl.dot(ds.to(k.dtype), k, input_precision=PRECISION)
-    tl.store(DQ + b * stride_dqb + h * stride_dqh + offs_m[:, None] * stride_dqt + offs_d[None, :] * stride_dqd,
+    tl.store(DQ + b * stride_dqb + h * stride_dqh + rows[:, None] * stride_dqt + offs_d[None, :] * stride_dqd,
              (dq * scale).to(DQ.dtype.element_ty), mask=md_mask)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["seed"])
 def attention_backward_dkdv_kernel(
     Q, K, V, Bias, Pad, DOut, RowMax, RowSum, Delta, DK, DV, DBias,
     stride_qb, stride_qh, stride_qt, stride_qd,
@@ -190,43 +191,39 @@ def attention_backward_dkdv_kernel(
     # per-sequence bias has groups of one sequence (g = b).
     n_block, h, g = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     h64 = h.to(tl.int64)
-    offs_n = n_block * BLOCK_N + tl.arange(0, BLOCK_N)
+    cols = n_block * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_m = tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
-    in_n, in_d = offs_n < T, offs_d < D
+    in_n, in_d = cols < T, offs_d < D
     nd_mask = in_n[:, None] & in_d[None, :]
     first = g * sequences_per_program
-    dbias_ptrs = (DBias + g.to(tl.int64) * stride_dbias_g + h64 * stride_dbias_h
-                  + offs_m[:, None] * stride_dbias_i + offs_n[None, :] * stride_dbias_j)
+    dbias_base = DBias + g.to(tl.int64) * stride_dbias_g + h64 * stride_dbias_h
     for b in range(first, tl.minimum(first + sequences_per_program, B)):
         bh = b * H + h
         b64 = tl.cast(b, tl.int64)
-        k = tl.load(K + b64 * stride_kb + h64 * stride_kh + offs_n[:, None] * stride_kt + offs_d[None, :] * stride_kd,
+        k = tl.load(K + b64 * stride_kb + h64 * stride_kh + cols[:, None] * stride_kt + offs_d[None, :] * stride_kd,
                     mask=nd_mask, other=0.0)
-        v = tl.load(V + b64 * stride_vb + h64 * stride_vh + offs_n[:, None] * stride_vt + offs_d[None, :] * stride_vd,
+        v = tl.load(V + b64 * stride_vb + h64 * stride_vh + cols[:, None] * stride_vt + offs_d[None, :] * stride_vd,
                     mask=nd_mask, other=0.0)
-        q_ptrs = Q + b64 * stride_qb + h64 * stride_qh + offs_m[:, None] * stride_qt + offs_d[None, :] * stride_qd
-        do_ptrs = (DOut + b64 * stride_dob + h64 * stride_doh
-                   + offs_m[:, None] * stride_dot + offs_d[None, :] * stride_dod)
-        bias_ptrs = (Bias + b64 * stride_bias_b + h64 * stride_bias_h
-                     + offs_m[:, None] * stride_bias_i + offs_n[None, :] * stride_bias_j)
-        pad_ptrs = Pad + b64 * stride_pad_b + offs_n * stride_pad_t
-        counter = _dropout_counter(bh, offs_m, offs_n, T)
+        q_base, do_base = Q + b64 * stride_qb + h64 * stride_qh, DOut + b64 * stride_dob + h64 * stride_doh
+        bias_base, pad_base = Bias + b64 * stride_bias_b + h64 * stride_bias_h, Pad + b64 * stride_pad_b
         dk = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
         dv = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
         for start_m in range(0, T, BLOCK_M):
-            in_m = start_m + offs_m < T
-            q = tl.load(q_ptrs + start_m * stride_qt, mask=in_m[:, None] & in_d[None, :], other=0.0)
-            do = tl.load(do_ptrs + start_m * stride_dot, mask=in_m[:, None] & in_d[None, :], other=0.0)
-            row_max = tl.load(RowMax + bh * T + start_m + offs_m, mask=in_m, other=0.0)
-            inv_sum = 1.0 / tl.load(RowSum + bh * T + start_m + offs_m, mask=in_m, other=1.0)
-            delta = tl.load(Delta + bh * T + start_m + offs_m, mask=in_m, other=0.0)
-            s = _logits(q, k, bias_ptrs + start_m * stride_bias_i, pad_ptrs, in_m, in_n, scale,
-                        HAS_BIAS, HAS_PAD, PRECISION)
+            rows = start_m + offs_m
+            in_m = rows < T
+            md_mask = in_m[:, None] & in_d[None, :]
+            q = tl.load(q_base + rows[:, None] * stride_qt + offs_d[None, :] * stride_qd, mask=md_mask, other=0.0)
+            do = tl.load(do_base + rows[:, None] * stride_dot + offs_d[None, :] * stride_dod, mask=md_mask, other=0.0)
+            row_max = tl.load(RowMax + bh * T + rows, mask=in_m, other=0.0)
+            inv_sum = 1.0 / tl.load(RowSum + bh * T + rows, mask=in_m, other=1.0)
+            delta = tl.load(Delta + bh * T + rows, mask=in_m, other=0.0)
+            s = _logits(q, k, bias_base, pad_base, rows, cols, T, scale, stride_bias_i, stride_bias_j,
+                        stride_pad_t, HAS_BIAS, HAS_PAD, PRECISION)
             p = tl.exp(s - row_max[:, None]) * inv_sum[:, None]  # (BLOCK_M, BLOCK_N); rows past T have dO = 0
             dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
             if DROPOUT:
-                keep = tl.rand(seed, counter + start_m * T) >= dropout_p
+                keep = _dropout_keep(seed, bh, rows, cols, T, dropout_p)
                 kept_p = tl.where(keep, p / (1.0 - dropout_p), 0.0)
                 dp = tl.where(keep, dp / (1.0 - dropout_p), 0.0)
             else:
@@ -237,23 +234,24 @@ def attention_backward_dkdv_kernel(
             if BIAS_GRAD:
                 # d(bias) = d(logits) summed over the batch: the group's first sequence writes the tile, the next
                 # ones add to it, in fp32 (a read-modify-write of a tile that only this program touches).
+                dbias_ptrs = dbias_base + rows[:, None] * stride_dbias_i + cols[None, :] * stride_dbias_j
                 dbias_mask = in_m[:, None] & in_n[None, :]
                 if b > first:
-                    ds += tl.load(dbias_ptrs + start_m * stride_dbias_i, mask=dbias_mask, other=0.0)
-                tl.store(dbias_ptrs + start_m * stride_dbias_i, ds, mask=dbias_mask)
-        tl.store(DK + b64 * stride_dkb + h64 * stride_dkh + offs_n[:, None] * stride_dkt + offs_d[None, :] * stride_dkd,
+                    ds += tl.load(dbias_ptrs, mask=dbias_mask, other=0.0)
+                tl.store(dbias_ptrs, ds, mask=dbias_mask)
+        tl.store(DK + b64 * stride_dkb + h64 * stride_dkh + cols[:, None] * stride_dkt + offs_d[None, :] * stride_dkd,
                  (dk * scale).to(DK.dtype.element_ty), mask=nd_mask)
-        tl.store(DV + b64 * stride_dvb + h64 * stride_dvh + offs_n[:, None] * stride_dvt + offs_d[None, :] * stride_dvd,
+        tl.store(DV + b64 * stride_dvb + h64 * stride_dvh + cols[:, None] * stride_dvt + offs_d[None, :] * stride_dvd,
                  dv.to(DV.dtype.element_ty), mask=nd_mask)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["seed"])
 def dropout_keep_kernel(Keep, H, T, dropout_p, seed, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     # One program instance owns one (query block, key block, b * H + h) tile of Keep (B, H, T, T) int8: the mask
     # the attention kernels draw for this seed (for tests; the kernels themselves never store it).
     m_block, n_block, bh = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-    offs_m = m_block * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_n = n_block * BLOCK_N + tl.arange(0, BLOCK_N)
-    counter = _dropout_counter(bh, offs_m, offs_n, T)
-    tl.store(Keep + counter, (tl.rand(seed, counter) >= dropout_p).to(tl.int8),
-             mask=(offs_m[:, None] < T) & (offs_n[None, :] < T))
+    rows = m_block * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = n_block * BLOCK_N + tl.arange(0, BLOCK_N)
+    keep = _dropout_keep(seed, bh, rows, cols, T, dropout_p)
+    tl.store(Keep + bh.to(tl.int64) * T * T + rows[:, None] * T + cols[None, :], keep.to(tl.int8),
+             mask=(rows[:, None] < T) & (cols[None, :] < T))
