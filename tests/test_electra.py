@@ -4,6 +4,7 @@ fine-tuning through glue/finetune.sh, tupe-checkpoint-info and the HF export of 
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import math
 import os
@@ -201,6 +202,32 @@ def test_an_electra_state_loads_as_its_discriminator_and_keeps_its_variant():
         assert plain.encoder.lm_head.weight is plain.encoder.sentence_encoder.embed_tokens.weight
     with pytest.raises(VariantMismatchError, match="'tupe_r'"):
         build("bert_a_tiny").load_state_dict(dict(state))
+
+
+def plugin_imports(path: Path) -> set:
+    """The tupe_plugin modules ``path`` imports (relative imports resolved), as dotted names."""
+    package = ".".join(path.relative_to(ROOT).with_suffix("").parts[:-1])
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom):
+            base = package.rsplit(".", node.level - 1)[0] if node.level else ""
+            module = ".".join(p for p in (base, node.module or "") if p)
+            if module.startswith("tupe_plugin"):
+                names.add(module)
+                names.update(f"{module}.{a.name}" for a in node.names)  # `from . import x`
+        elif isinstance(node, ast.Import):
+            names.update(a.name for a in node.names if a.name.startswith("tupe_plugin"))
+    return names
+
+
+def test_the_checkpoint_surgery_imports_neither_model_module_and_keeps_its_old_path():
+    from tupe_plugin.models import electra, electra_checkpoint
+
+    source = ROOT / "tupe_plugin/models/electra_checkpoint.py"
+    assert not plugin_imports(source) & {"tupe_plugin.models.tupe_roberta", "tupe_plugin.models.electra"}
+    assert "tupe_plugin.models.tupe_roberta" in plugin_imports(ROOT / "tupe_plugin/models/electra.py")  # the check reads imports
+    for name in ("keep_discriminator", "is_electra_state", "objective_info", "discriminator_for_export", "GENERATOR_KEYS"):
+        assert getattr(electra, name) is getattr(electra_checkpoint, name)
 
 
 # ---- real CLIs ---------------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ network: it lives at each network's width and heads. docs/electra.md has the rea
 State-dict keys: the discriminator is ``encoder.*``, the same keys as an MLM ``tupe_roberta`` without its
 ``encoder.lm_head`` (so it fine-tunes as one); the generator is ``generator.*``, the replaced-token head
 ``discriminator_head.*``. A ``tupe_roberta`` model loading such a state keeps the discriminator
-(:func:`keep_discriminator`).
+(:func:`keep_discriminator`, in models/electra_checkpoint.py with the rest of the checkpoint surgery).
 """
 from __future__ import annotations
 
@@ -35,17 +35,22 @@ from omegaconf import OmegaConf, open_dict
 from torch import Tensor, nn
 
 from ..modules.encoder import TupeTransformerEncoder
-from .tupe_roberta import TupeRobertaModel
 from ..positional.record import PositionalVariant
+from .electra_checkpoint import (  # noqa: F401  (re-exported: their old import path, still used elsewhere)
+    GENERATOR_KEYS,
+    GENERATOR_SIZE_ARGS,
+    discriminator_for_export,
+    is_electra_state,
+    keep_discriminator,
+    objective_info,
+)
+from .tupe_roberta import TupeRobertaModel
 
 logger = logging.getLogger(__name__)
 
 # ELECTRA's generator / discriminator width ratio per size of architectures.SIZES (paper Sec. 3.2 and
 # Table 6; official configure_pretraining.py): 1/3 at base, 1/4 at small and large (tiny: as small).
 GENERATOR_DIVISORS: Dict[str, int] = {"base": 3, "large": 4, "tiny": 4}
-GENERATOR_KEYS = ("generator.", "discriminator_head.")  # the parts of an ELECTRA state a fine-tuned model drops
-GENERATOR_SIZE_ARGS = ("generator_layers", "generator_embed_dim", "generator_ffn_embed_dim",
-                       "generator_attention_heads")
 
 
 class ElectraOutput(NamedTuple):
@@ -215,56 +220,3 @@ def _record(args: Any, sizes: Dict[str, int]) -> None:
     else:
         for k, v in sizes.items():
             setattr(args, k, v)
-
-
-def is_electra_state(state_dict: Dict[str, Any], prefix: str = "") -> bool:
-    return any(k.startswith(prefix + p) for k in state_dict for p in GENERATOR_KEYS)
-
-
-def keep_discriminator(state_dict: Dict[str, Any], name: str = "", lm_head: Optional[nn.Module] = None) -> bool:
-    """In place: an ELECTRA state dict becomes its discriminator's ``tupe_roberta`` state. The generator
-    and the replaced-token head are dropped (logged); with ``lm_head`` (the loading model's MLM head),
-    the MLM head the discriminator never had is filled with its current values, its output weight tied to
-    the checkpoint's token embeddings. Returns False (and changes nothing) for any other state."""
-    prefix = name + "." if name else ""
-    if not is_electra_state(state_dict, prefix):
-        return False
-    dropped = [k for k in state_dict if any(k.startswith(prefix + p) for p in GENERATOR_KEYS)]
-    for k in dropped:
-        del state_dict[k]
-    logger.info(f"ELECTRA checkpoint: keeping the discriminator; dropped the generator and the replaced-token "
-                f"head ({len(dropped)} tensors)")
-    if lm_head is not None and not any(k.startswith(prefix + "encoder.lm_head.") for k in state_dict):
-        for k, v in lm_head.state_dict().items():
-            state_dict[prefix + "encoder.lm_head." + k] = v
-        state_dict[prefix + "encoder.lm_head.weight"] = state_dict[prefix + "encoder.sentence_encoder.embed_tokens.weight"]
-        logger.info("ELECTRA checkpoint: the discriminator has no MLM head; encoder.lm_head keeps its initial values")
-    return True
-
-
-def objective_info(model_state: Dict[str, Any], get) -> Dict[str, Any]:
-    """``tupe-checkpoint-info``'s objective entries: ``mlm``, or ``electra`` with the generator's sizes
-    (``get`` reads the checkpoint's model config; sizes missing there are read from the weights)."""
-    if not is_electra_state(model_state):
-        return {"objective": "mlm"}
-    shapes = {
-        "generator_layers": len({k.split(".")[3] for k in model_state if k.startswith("generator.sentence_encoder.layers.")}),
-        "generator_embed_dim": model_state["generator.lm_head.dense.weight"].size(1),
-        "generator_ffn_embed_dim": model_state["generator.sentence_encoder.layers.0.fc1.weight"].size(0),
-        "generator_attention_heads": None,
-    }
-    return {"objective": "electra", **{k: get(k) if get(k) is not None else shapes[k] for k in GENERATOR_SIZE_ARGS}}
-
-
-def discriminator_for_export(state_dict: Dict[str, Any]) -> bool:
-    """:func:`keep_discriminator` for a model folder (tupe-export-hf): the MLM head the discriminator
-    never had gets fairseq's initial values (seeded, so an export is reproducible), tied to the token
-    embeddings. Returns whether the state was an ELECTRA one."""
-    embed = state_dict.get("encoder.sentence_encoder.embed_tokens.weight")
-    if embed is None or not is_electra_state(state_dict):
-        return False
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        head = RobertaLMHead(embed.size(1), embed.size(0), "gelu", embed)
-        init_bert_params(head.dense)
-    return keep_discriminator(state_dict, "", head)
