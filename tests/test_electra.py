@@ -126,6 +126,19 @@ def test_loss_equals_a_plain_reference(weight):
     assert log["_replaced"] == int(labels.sum()) and log["_tokens"] == int(src.ne(PAD).sum())
 
 
+def test_the_generator_never_samples_pad():
+    """A <pad> in the discriminator's input would read as padding (the encoder refuses padding before a real
+    token): sampling leaves it out, even where the generator puts nearly all its probability on it."""
+    m = electra()
+    src, targets = masked_batch()
+    with torch.no_grad():
+        m.generator.lm_head.bias[PAD] = 30.0
+    torch.manual_seed(0)
+    out = m(src, targets=targets)
+    assert out.gen_logits.argmax(-1).eq(PAD).all()  # the generator prefers it everywhere
+    assert len(out.sampled) == int(targets.ne(PAD).sum()) > 5 and out.sampled.ne(PAD).all()
+
+
 def test_discriminator_loss_sends_no_gradient_into_the_generator():
     m = electra()
     m.train()

@@ -179,15 +179,20 @@ class ElectraModel(TupeRobertaModel):
 
     def forward(self, src_tokens: Tensor, targets: Optional[Tensor] = None, **kwargs):
         """With ``targets`` (the task's originals at the masked positions, pad elsewhere): the generator's
-        predictions there, one sample each (float32 softmax, no gradient), and the discriminator's logits
+        predictions there, one sample each (float32 softmax without <pad>, no gradient), and the discriminator's logits
         on the input with the samples in place. Without: the discriminator as a ``tupe_roberta`` model."""
         if targets is None:
             return super().forward(src_tokens, **kwargs)
-        masked = targets.ne(self.encoder.sentence_encoder.padding_idx)
+        padding_idx = self.encoder.sentence_encoder.padding_idx
+        masked = targets.ne(padding_idx)
         gen_logits = self.generator(src_tokens, masked)
         with torch.no_grad():
             if gen_logits.size(0):
-                sampled = sample_rows(F.softmax(gen_logits.float(), dim=-1))
+                probs = F.softmax(gen_logits.float(), dim=-1)  # (M, V)
+                # never <pad>: in the discriminator's input it would read as padding (no token), and the
+                # encoder refuses padding before a real token
+                probs[:, padding_idx] = 0
+                sampled = sample_rows(probs)
             else:  # nothing masked in this batch
                 sampled = targets.new_zeros(0)
             corrupted = src_tokens.clone()
