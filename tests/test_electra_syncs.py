@@ -1,16 +1,30 @@
-"""The recorder of the ops that force a device-to-host sync on a GPU (tests/sync_ops.py) can fail, and
-``bench/sync_count.py`` counts what it records."""
+"""ELECTRA's training step makes the host wait for the device no more than fairseq's MLM step: the ops that
+force a device-to-host sync on a GPU (tests/sync_ops.py), recorded on CPU in one real ``task.train_step``;
+the recorder itself; ``bench/sync_count.py``."""
 from __future__ import annotations
 
+import argparse
 import inspect
 import sys
+from pathlib import Path
 
 import pytest
 import torch
+from fairseq import utils
+from fairseq.criterions.masked_lm import MaskedLmConfig, MaskedLmLoss
+from fairseq.data import indexed_dataset
+from fairseq.models import ARCH_CONFIG_REGISTRY
+from fairseq.optim.adam import FairseqAdam, FairseqAdamConfig
+from fairseq.tasks.masked_lm import MaskedLMConfig, MaskedLMTask
 
 from conftest import ROOT
 from sync_ops import SyncOps, record
+from tupe_plugin.build_task import numbered_dictionary
+from tupe_plugin.criterions.electra import ElectraCriterion
+from tupe_plugin.tasks.electra import ElectraConfig, ElectraTask
 
+ELECTRA_FILES = ("tupe_plugin/models/electra.py", "tupe_plugin/models/electra_checkpoint.py",
+                 "tupe_plugin/tasks/electra.py", "tupe_plugin/criterions/electra.py")
 HERE = "tests/test_electra_syncs.py:"
 
 
@@ -72,3 +86,97 @@ def test_sync_count_without_cuda_counts_the_recorded_ops():
     two = sync_count(lambda: (x.sum().item(), x[mask]), cuda=False)
     assert two.count == 2 and len(two.sites) == 2 and two.how == "sync-forcing ops recorded on CPU"
     assert sync_count(lambda: x.index_select(0, rows), cuda=False).count == 0
+
+
+# ---- one real training step of each objective ------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> Path:
+    """A fairseq data folder made in-process: the tests' 44-symbol dictionary, 40 lines of 6 to 40 tokens."""
+    d = tmp_path_factory.mktemp("syncs")
+    dictionary = numbered_dictionary(44)
+    dictionary.save(str(d / "dict.txt"))
+    g = torch.Generator().manual_seed(0)
+    builder = indexed_dataset.make_builder(str(d / "train.bin"), impl="mmap", vocab_size=len(dictionary) + 1)
+    for _ in range(40):
+        n = int(torch.randint(5, 40, (1,), generator=g))
+        builder.add_item(torch.cat([torch.randint(4, 44, (n,), generator=g), torch.tensor([dictionary.eos()])]))
+    builder.finalize(str(d / "train.idx"))
+    return d
+
+
+def setup(objective: str, data: Path, arch: str):
+    """(task, model, criterion, optimizer, batch of 8 padded sequences) as fairseq-train builds them."""
+    cfg = dict(data=str(data), tokens_per_sample=64, sample_break_mode="complete", seed=1,
+               leave_unmasked_prob=0.15, random_token_prob=0.0)
+    if objective == "electra":
+        task = ElectraTask.setup_task(ElectraConfig(**cfg))
+    else:
+        task = MaskedLMTask.setup_task(MaskedLMConfig(**cfg))
+    task.load_dataset("train")
+    args = argparse.Namespace(arch=arch, max_positions=64)
+    ARCH_CONFIG_REGISTRY[arch](args)
+    torch.manual_seed(0)
+    model = task.build_model(args)
+    criterion = ElectraCriterion(task) if objective == "electra" else MaskedLmLoss(MaskedLmConfig(tpu=False), task)
+    optimizer = FairseqAdam(FairseqAdamConfig(lr=[1e-3], adam_betas="(0.9, 0.98)"), list(model.parameters()))
+    dataset = task.datasets["train"]
+    batch = dataset.collater([dataset[i] for i in range(8)])
+    pad = task.source_dictionary.pad()
+    assert batch["net_input"]["src_tokens"].eq(pad).any()  # padded: the encoder's padding path runs too
+    return task, model, criterion, optimizer, batch
+
+
+def step_syncs(objective: str, data: Path, arch: str) -> SyncOps:
+    task, model, criterion, optimizer, batch = setup(objective, data, arch)
+    with SyncOps() as syncs:
+        loss, _, _ = task.train_step(batch, model, criterion, optimizer, update_num=0)
+    assert torch.isfinite(loss) and any(p.grad is not None for p in model.parameters())
+    return syncs
+
+
+@pytest.mark.parametrize("arch", ["tupe_r_tiny", "bert_a_tiny", "pam_sequential_tiny"])
+def test_the_electra_step_syncs_nowhere_the_mlm_step_does_not(data, arch):
+    """Generator, sampling, discriminator, loss, metrics and backward: every sync-forcing op is one the MLM
+    step of the same encoder makes at the same line (the encoder's own), none in ELECTRA's code."""
+    electra, mlm = step_syncs("electra", data, arch), step_syncs("mlm", data, arch)
+    assert any(op == "aten.index.Tensor[bool]" and site.startswith("fairseq/models/roberta/model.py:")
+               for op, site in mlm.kinds())  # the recorder ran: RobertaLMHead's features[masked_tokens]
+    assert not [o for o in electra.ops if o.site.split(":")[0].removeprefix("backward of ") in ELECTRA_FILES], electra.ops
+    assert electra.kinds() <= mlm.kinds(), sorted(electra.kinds() - mlm.kinds())
+
+
+def test_the_task_batches_carry_the_masked_positions_and_the_model_reads_them_as_the_mask(data):
+    task, model, criterion, _, batch = setup("electra", data, "tupe_r_tiny")
+    target, pad = batch["target"], task.source_dictionary.pad()
+    positions = batch["masked_positions"]
+    assert positions.equal(torch.nonzero(target.ne(pad).flatten()).squeeze(1)) and len(positions) > 8
+    model.eval()
+    outputs = []
+    for sample in (batch, {k: v for k, v in batch.items() if k != "masked_positions"}):  # given, computed
+        torch.manual_seed(5)
+        outputs.append(criterion(model, sample))
+    (loss, size, log), (loss2, size2, log2) = outputs
+    assert size == size2 == len(positions) and isinstance(size, int)
+    torch.testing.assert_close(loss, loss2, rtol=0, atol=0)
+    assert {k: float(v) for k, v in log.items()} == {k: float(v) for k, v in log2.items()}
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA: counts the syncs with CUDA's sync debug mode")
+def test_cuda_electra_step_syncs_no_more_than_the_mlm_step(data):
+    """On the GPU (make gpu-check): CUDA's own count of the syncs of one step (after a warm-up step)."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    from sync_count import sync_count
+
+    def count(objective: str):
+        task, model, criterion, optimizer, batch = setup(objective, data, "tupe_r_tiny")
+        model.cuda()
+        batch = utils.move_to_cuda(batch)
+        task.train_step(batch, model, criterion, optimizer, update_num=0)  # warm-up: cuBLAS set-up
+        return sync_count(lambda: task.train_step(batch, model, criterion, optimizer, update_num=1), cuda=True)
+
+    electra, mlm = count("electra"), count("mlm")
+    assert mlm.count >= 3, mlm  # the LM head's and the loss's boolean indexing, and its backward
+    assert not [s for s in electra.sites if s.split(":")[0].endswith(ELECTRA_FILES)], electra
+    assert set(electra.sites) <= set(mlm.sites), (electra, mlm)

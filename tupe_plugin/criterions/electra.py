@@ -8,6 +8,10 @@ way). Logged per interval and per validation (losses in base 2, as fairseq's cri
 ``loss`` (= gen_loss + w x disc_loss), ``gen_loss``/``gen_ppl``, ``gen_acc`` (argmax of the generator at the
 masked tokens), ``disc_loss``, ``disc_acc`` (all non-pad tokens), ``disc_precision``/``disc_recall`` (of
 "replaced"), ``replace_rate`` (replaced / non-pad tokens), all in % except losses and perplexity.
+
+The forward asks the device for nothing (no boolean-mask indexing, no ``.item()``): M is the length of the
+batch's ``masked_positions`` (tasks/electra.py), the non-pad tokens are a weight, and the counts stay device
+tensors in the logging output until :meth:`ElectraCriterion.reduce_metrics` reads them after the update.
 """
 
 import math
@@ -40,33 +44,35 @@ class ElectraCriterion(FairseqCriterion):
         self.disc_weight = disc_weight
 
     def forward(self, model, sample, reduce=True):
-        out = model(**sample["net_input"], targets=sample["target"])
+        target = sample["target"]  # (B, T) the original at the masked positions, pad elsewhere
+        out = model(**sample["net_input"], targets=target, masked_positions=sample.get("masked_positions"))
         tokens = sample["net_input"]["src_tokens"].ne(self.padding_idx)  # (B, T) non-pad
-        original = sample["target"][out.masked]  # (M,)
-        gen_loss = F.cross_entropy(out.gen_logits.float(), original, reduction="sum")
-        labels = out.replaced[tokens].float()
-        disc_logits = out.disc_logits[tokens].float()
-        disc_loss = F.binary_cross_entropy_with_logits(disc_logits, labels, reduction="sum")
-        with torch.no_grad():
-            predicted = disc_logits > 0
-            replaced = labels > 0.5
-            # every count in one device-to-host copy (one sync per step on a GPU, not seven)
-            counts = torch.stack([
-                out.masked.sum(), tokens.sum(), (out.gen_logits.argmax(-1) == original).sum(),
-                (predicted == replaced).sum(), (predicted & replaced).sum(), predicted.sum(), replaced.sum(),
-            ]).tolist()
-        n_masked, n_tokens = counts[0], counts[1]
+        original = target.flatten().index_select(0, out.masked_positions)  # (M,) the rows of gen_logits
+        # float32 log-softmax straight from the logits' dtype (no float32 copy of the (M, V) logits)
+        gen_loss = F.nll_loss(F.log_softmax(out.gen_logits, dim=-1, dtype=torch.float32), original, reduction="sum")
+        # summed over the non-pad tokens as a 0/1 weight over all (B, T) positions: the same sum as over
+        # the selected tokens, without a selection whose size the host would wait for
+        disc_loss = F.binary_cross_entropy_with_logits(out.disc_logits.float(), out.replaced.float(),
+                                                       weight=tokens.float(), reduction="sum")
+        n_masked, n_tokens = out.masked_positions.numel(), tokens.sum()  # M known on the host, N on the device
         loss = gen_loss + self.disc_weight * disc_loss * (n_masked / n_tokens)
+        with torch.no_grad():
+            predicted, replaced = out.disc_logits > 0, out.replaced  # (B, T)
+            counts = (  # device tensors, read by reduce_metrics after the update (M: a host int)
+                n_masked, n_tokens, (out.gen_logits.argmax(-1) == original).sum(),
+                ((predicted == replaced) & tokens).sum(), (predicted & replaced & tokens).sum(),
+                (predicted & tokens).sum(), (replaced & tokens).sum(),
+            )
         logging_output = {
             "loss": loss.data, "gen_loss": gen_loss.data, "disc_loss": disc_loss.data,
-            "ntokens": sample["ntokens"], "nsentences": sample["target"].size(0), "sample_size": n_masked,
+            "ntokens": sample["ntokens"], "nsentences": target.size(0), "sample_size": n_masked,
             **dict(zip(COUNTS, counts)),
         }
         return loss, n_masked, logging_output
 
     @staticmethod
     def reduce_metrics(logging_outputs) -> None:
-        def total(key):
+        def total(key):  # reads the device tensors: fairseq calls this after the update is queued
             return sum(float(log.get(key, 0)) for log in logging_outputs)
 
         masked, tokens, ln2 = total("_masked"), total("_tokens"), math.log(2)

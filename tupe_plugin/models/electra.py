@@ -17,6 +17,10 @@ State-dict keys: the discriminator is ``encoder.*``, the same keys as an MLM ``t
 ``encoder.lm_head`` (so it fine-tunes as one); the generator is ``generator.*``, the replaced-token head
 ``discriminator_head.*``. A ``tupe_roberta`` model loading such a state keeps the discriminator
 (:func:`keep_discriminator`, in models/electra_checkpoint.py with the rest of the checkpoint surgery).
+
+The training step makes the host wait for the device nowhere (no boolean-mask indexing, no ``.item()``):
+the task's batches carry the masked positions as flat indices computed in the data loader
+(:func:`find_masked_positions`), so every size is known on the host; docs/electra.md.
 """
 from __future__ import annotations
 
@@ -25,7 +29,6 @@ import logging
 from typing import Any, Dict, NamedTuple, Optional
 
 import torch
-import torch.nn.functional as F
 from fairseq import utils
 from fairseq.models.roberta.model import RobertaLMHead
 from fairseq.modules import LayerNorm
@@ -59,6 +62,14 @@ class ElectraOutput(NamedTuple):
     disc_logits: Tensor  # (B, T) discriminator logit of "replaced" for every position
     replaced: Tensor  # (B, T) bool: masked and the sample differs from the original
     masked: Tensor  # (B, T) bool: the positions the task selected
+    masked_positions: Tensor  # (M,) their flat indices into (B * T), row-major: the rows of gen_logits
+
+
+def find_masked_positions(targets: Tensor, padding_idx: int) -> Tensor:
+    """(M,) the flat indices into (B * T), in row-major order, of the positions the task selected (those
+    whose target is not pad). ``nonzero`` has a data-dependent size: on a GPU tensor the host waits for the
+    device, so the electra task calls this in its collater, on the CPU batch (tasks/electra.py)."""
+    return targets.ne(padding_idx).flatten().nonzero().squeeze(1)
 
 
 def generator_divisor(args: Any, divisor: int) -> int:
@@ -131,9 +142,12 @@ class Generator(nn.Module):
         self.sentence_encoder = GeneratorTransformerEncoder(args, dictionary, shared, variant)
         self.lm_head = GeneratorLMHead(args.encoder_embed_dim, shared.embed_tokens, args.activation_fn)
 
-    def forward(self, src_tokens: Tensor, masked: Tensor) -> Tensor:
+    def forward(self, src_tokens: Tensor, masked_positions: Tensor) -> Tensor:
         features = self.sentence_encoder(src_tokens)["encoder_out"][0].transpose(0, 1)  # (B, T, G)
-        return self.lm_head(features, masked)  # (M, V)
+        # one gather of the M masked rows by their flat indices; RobertaLMHead's own selection is
+        # features[bool mask], whose size the host would wait for (nonzero), in forward and backward
+        features = features.reshape(-1, features.size(-1)).index_select(0, masked_positions)  # (M, G)
+        return self.lm_head(features)  # (M, V)
 
 
 class DiscriminatorHead(nn.Module):
@@ -177,29 +191,31 @@ class ElectraModel(TupeRobertaModel):
         logger.info("ELECTRA generator: " + ", ".join(f"{k[len('generator_'):]} {v}" for k, v in sizes.items()))
         return cls(args, encoder, generator, head)
 
-    def forward(self, src_tokens: Tensor, targets: Optional[Tensor] = None, **kwargs):
+    def forward(self, src_tokens: Tensor, targets: Optional[Tensor] = None,
+                masked_positions: Optional[Tensor] = None, **kwargs):
         """With ``targets`` (the task's originals at the masked positions, pad elsewhere): the generator's
         predictions there, one sample each (float32 softmax without <pad>, no gradient), and the discriminator's logits
-        on the input with the samples in place. Without: the discriminator as a ``tupe_roberta`` model."""
+        on the input with the samples in place. ``masked_positions``: the task's batches carry them
+        (:func:`find_masked_positions`); without, they are computed here (a host wait on a GPU). Without
+        ``targets``: the discriminator as a ``tupe_roberta`` model."""
         if targets is None:
             return super().forward(src_tokens, **kwargs)
         padding_idx = self.encoder.sentence_encoder.padding_idx
-        masked = targets.ne(padding_idx)
-        gen_logits = self.generator(src_tokens, masked)
+        if masked_positions is None:
+            masked_positions = find_masked_positions(targets, padding_idx)
+        gen_logits = self.generator(src_tokens, masked_positions)  # (M, V)
         with torch.no_grad():
-            if gen_logits.size(0):
-                probs = F.softmax(gen_logits.float(), dim=-1)  # (M, V)
-                # never <pad>: in the discriminator's input it would read as padding (no token), and the
-                # encoder refuses padding before a real token
-                probs[:, padding_idx] = 0
-                sampled = sample_rows(probs)
-            else:  # nothing masked in this batch
-                sampled = targets.new_zeros(0)
-            corrupted = src_tokens.clone()
-            corrupted[masked] = sampled
+            probs = torch.softmax(gen_logits, dim=-1, dtype=torch.float32)  # (M, V)
+            # never <pad>: in the discriminator's input it would read as padding (no token), and the encoder
+            # refuses padding before a real token
+            probs[:, padding_idx] = 0
+            sampled = sample_rows(probs)  # (M,)
+            corrupted = src_tokens.flatten().scatter(0, masked_positions, sampled).view_as(src_tokens)  # (B, T)
+            masked = targets.ne(padding_idx)
             replaced = masked & corrupted.ne(targets)  # a sample equal to the original counts as original
         features, _ = self.encoder(corrupted, features_only=True)  # (B, T, D)
-        return ElectraOutput(gen_logits, sampled, self.discriminator_head(features), replaced, masked)
+        return ElectraOutput(gen_logits, sampled, self.discriminator_head(features), replaced, masked,
+                             masked_positions)
 
     def keep_discriminator(self, state_dict: Dict[str, Tensor], name: str) -> None:
         """An ELECTRA model keeps its generator (TupeRobertaModel drops it)."""

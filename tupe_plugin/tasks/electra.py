@@ -6,15 +6,20 @@ by ``<mask>`` and 15% left unchanged, no random tokens (official ``pretrain/pret
 ``--leave-unmasked-prob 0`` masks every selected token (MC-BERT). The model is the one ``--arch`` and the
 variant flags build (a ``tupe_roberta``) as the discriminator, wrapped with its generator
 (models/electra.py); pair it with ``--criterion electra``.
+
+Each batch also carries ``masked_positions``: the flat indices of the selected tokens, computed by the
+collater in the data loader, on the CPU. With them the training step needs no size or value from the device
+(boolean-mask indexing on a GPU makes the host wait until the device has computed the mask).
 """
 
 from dataclasses import dataclass, field
 
 import torch
+from fairseq.data import BaseWrapperDataset
 from fairseq.tasks import register_task
 from fairseq.tasks.masked_lm import MaskedLMConfig, MaskedLMTask
 
-from ..models.electra import ElectraModel
+from ..models.electra import ElectraModel, find_masked_positions
 from ..models.tupe_roberta import TupeRobertaModel
 
 
@@ -35,6 +40,22 @@ class ElectraConfig(MaskedLMConfig):
     )
 
 
+class MaskedPositionsDataset(BaseWrapperDataset):
+    """masked_lm's batches with ``masked_positions`` added: (M,) the flat indices into the padded (B, T)
+    target of its non-pad entries, row-major (:func:`find_masked_positions`), computed where the batch is
+    made, on the CPU."""
+
+    def __init__(self, dataset, padding_idx: int):
+        super().__init__(dataset)
+        self.padding_idx = padding_idx
+
+    def collater(self, samples):
+        batch = super().collater(samples)
+        if "target" in batch:  # an empty list of samples collates to {}
+            batch["masked_positions"] = find_masked_positions(batch["target"], self.padding_idx)
+        return batch
+
+
 @register_task("electra", dataclass=ElectraConfig)
 class ElectraTask(MaskedLMTask):
     """Replaced-token detection pre-training (Clark et al., ICLR 2020) of any ``tupe_roberta`` arch."""
@@ -47,6 +68,11 @@ class ElectraTask(MaskedLMTask):
             raise ValueError(f"--task electra trains the plugin's tupe_roberta archs (--arch tupe_r_base, "
                              f"rope_tiny, ...), not {type(discriminator).__name__}")
         return ElectraModel.from_discriminator(discriminator, self.cfg.generator_size_divisor)
+
+    def load_dataset(self, split, epoch=1, combine=False, **kwargs):
+        """masked_lm's dataset (same items, order and masking), its batches with ``masked_positions``."""
+        super().load_dataset(split, epoch, combine, **kwargs)
+        self.datasets[split] = MaskedPositionsDataset(self.datasets[split], self.source_dictionary.pad())
 
     def valid_step(self, sample, model, criterion):
         """Validation samples from the generator with a seed of its own (the run's seed and the batch's
