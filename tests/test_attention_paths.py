@@ -16,6 +16,7 @@ from model_utils import build, tokens
 from tupe_plugin.models import TupeRobertaModel
 from tupe_plugin.positional.registry import VARIANTS
 from tupe_plugin.positional import masks as masks_module
+from tupe_plugin.positional import attend as attend_module
 from tupe_plugin.positional.attend import Dropout, attend, choose_attention_path
 from tupe_plugin.positional.attention import SelfAttention
 from tupe_plugin.positional.masks import align_strides, attention_mask, padding_value
@@ -95,11 +96,16 @@ def test_attention_dropout_is_applied_and_unbiased_on_both_paths(path):
 
 def test_choose_attention_path():
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
-    assert choose_attention_path(cpu, training=True, dropout=0.1) == "explicit"
-    assert choose_attention_path(cpu, training=False, dropout=0.1) == "sdpa"
-    assert choose_attention_path(cpu, training=True, dropout=0.0) == "sdpa"
-    assert choose_attention_path(cuda, training=True, dropout=0.1) == "sdpa"
-    assert choose_attention_path(cuda, training=False, dropout=0.0) == "sdpa"
+    assert choose_attention_path(cpu, training=True, dropout=0.1)[0] == "explicit"
+    assert choose_attention_path(cpu, training=False, dropout=0.1)[0] == "sdpa"
+    assert choose_attention_path(cpu, training=True, dropout=0.0)[0] == "sdpa"
+    assert choose_attention_path(cuda, training=True, dropout=0.1)[0] == "sdpa"
+    assert choose_attention_path(cuda, training=False, dropout=0.0)[0] == "sdpa"
+    # a learned bias: triton where it runs (CUDA, half precision), today's paths elsewhere
+    assert choose_attention_path(cpu, True, 0.1, torch.bfloat16, learned_bias=True)[0] == "explicit"
+    assert choose_attention_path(cuda, True, 0.1, torch.float32, learned_bias=True)[0] == "sdpa"  # fp32: IEEE
+    want = "triton" if attend_module.triton_runs(cuda) else "sdpa"
+    assert choose_attention_path(cuda, True, 0.1, torch.bfloat16, learned_bias=True)[0] == want
 
 
 def test_block_path_per_forward_and_bad_names():
@@ -115,7 +121,7 @@ def test_block_path_per_forward_and_bad_names():
     with pytest.raises(ValueError, match="--tupe-attention"):
         SelfAttention(8, 2, attention_path="fast")
     assert SelfAttention(8, 2, attention_path="reference").attention_path == "explicit"  # the older name loads
-    with pytest.raises(ValueError, match="'sdpa' or 'explicit'"):
+    with pytest.raises(ValueError, match="attention path must be one of"):
         attend(x, x, x, None, 1.0, FairseqDropout(0.0), "auto")
 
 
@@ -187,9 +193,9 @@ def test_model_forward_and_backward_equal_on_every_path(variant):
 
 
 def masks_seen(model, x) -> List[torch.Tensor]:
-    """The mask every layer's attention block was handed in one forward."""
+    """The additive mask every layer's attention block was handed in one forward (what sdpa and explicit read)."""
     seen: List[torch.Tensor] = []
-    hooks = [layer.self_attn.register_forward_pre_hook(lambda m, args: seen.append(args[1]))
+    hooks = [layer.self_attn.register_forward_pre_hook(lambda m, args: seen.append(args[1].additive))
              for layer in model.encoder.sentence_encoder.layers]
     try:
         with torch.no_grad():

@@ -253,7 +253,7 @@ def test_deberta_gradients_equal_the_loop_reference(k):
     def grads(bias):
         return torch.autograd.grad((bias * w).sum(), [q, kk, *params])
 
-    _, _, bias = attn.positional_qk(q, kk, None, enc.positions(T))
+    bias = attn.positional_qk(q, kk, None, enc.positions(T))[2].additive
     want = torch.stack([deberta_reference(model, attn, q[:, h], kk[:, h], h, T) for h in range(H)], 1) * attn.scaling
     torch.testing.assert_close(bias, want, atol=1e-10, rtol=1e-10)
     for got, ref in zip(grads(bias), grads(want)):
@@ -308,7 +308,7 @@ def test_layerdrop_gives_each_running_layer_its_own_prior():
             enc.positions.distance_bias[layer] += layer  # layer l's mask = l + the init
     seen = []
     for index, layer in enumerate(torch.nn.ModuleList.__iter__(enc.layers)):
-        layer.register_forward_pre_hook(lambda m, args, index=index: seen.append((index, args[1])))
+        layer.register_forward_pre_hook(lambda m, args, index=index: seen.append((index, args[1].additive)))
     model.train()
     torch.manual_seed(0)
     shifted = 0

@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from model_utils import build, tokens
+from tupe_plugin.positional.masks import attention_mask
 from tupe_plugin.models import VARIANTS, VariantMismatchError
 from tupe_plugin.positional.t5_relative import relative_position_bucket
 from tupe_plugin.positional.t5_relative import relative_buckets
@@ -244,8 +245,8 @@ def test_layer0_attention_equals_formula(variant):
         x, _ = enc.forward_embedding(x_tokens)
         term = enc.positions(12)
         bias = term.bias if term.bias is None or term.bias.dim() == 3 else term.bias[0]  # layer 0
-        mask = None if bias is None else bias.unsqueeze(0)
-        _, weights = enc.layers[0].self_attn(x.transpose(0, 1), mask, term, need_weights=True)
+        _, weights = enc.layers[0].self_attn(x.transpose(0, 1), attention_mask(bias, None, x.dtype), term,
+                                             need_weights=True)
     torch.testing.assert_close(weights.double(), layer0_reference_weights(model, x_tokens), atol=1e-5, rtol=1e-4)
 
 
@@ -255,13 +256,15 @@ def test_positional_term_computed_once_and_shared_by_layers():
     calls, masks = [], []
     enc.positions.register_forward_hook(lambda m, i, o: calls.append(o))
     for layer in enc.layers:
-        layer.register_forward_pre_hook(lambda m, args: masks.append(args[1]))
+        layer.register_forward_pre_hook(lambda m, args: masks.append(args[1].additive))
     with torch.no_grad():
         model(tokens(2, 9))
     assert len(calls) == 1 and len(masks) == 3
     assert all(m is masks[0] for m in masks)
-    assert masks[0].shape == (1, 4, 9, 9)  # (1, H, T, T): not expanded per batch element
-    assert masks[0].data_ptr() == calls[0].bias.data_ptr()  # a view of the one term, no copy
+    assert masks[0].bias is calls[0].bias and masks[0].key_padding is None  # the one term, for every layer
+    additive = masks[0].additive  # what sdpa and explicit read
+    assert additive.shape == (1, 4, 9, 9)  # (1, H, T, T): not expanded per batch element
+    assert additive.data_ptr() == calls[0].bias.data_ptr()  # a view of the one term, no copy
 
 
 @pytest.mark.parametrize("variant", ALL)
@@ -351,7 +354,7 @@ def test_learned_gaussian_init_and_one_table_per_layer():
         tiny.encoder.sentence_encoder.positions.distance_bias[1] += 1.0  # layer 1 differs from layer 0
     masks = []
     for layer in tiny.encoder.sentence_encoder.layers:
-        layer.register_forward_pre_hook(lambda m, args: masks.append(args[1]))
+        layer.register_forward_pre_hook(lambda m, args: masks.append(args[1].additive))
     with torch.no_grad():
         tiny(tokens(1, 6))
     assert masks[0].shape == (1, 4, 6, 6) and torch.allclose(masks[1] - masks[0], torch.ones(1, 4, 6, 6))

@@ -53,8 +53,10 @@ class TupeRobertaModel(RobertaModel):
         parser.add_argument(
             "--tupe-attention", choices=list(ATTENTION_PATHS),
             help="attention path, same math: sdpa (F.scaled_dot_product_attention), explicit (matmul, softmax, "
-                 "dropout; returns the weights), auto (default: explicit on CPU when training with attention "
-                 "dropout, sdpa otherwise; modules/attend.py choose_attention_path)",
+                 "dropout; returns the weights), triton (our fused kernel for a learned bias: the bias and the "
+                 "padding apart, dropout inside), flex (FlexAttention; no attention dropout), auto (default: triton "
+                 "for a learned bias in fp16/bf16 on CUDA, explicit on CPU when training with attention dropout, "
+                 "sdpa otherwise; docs/gpu.md)",
         )
         parser.add_argument(
             "--classification-head-style", choices=list(HEAD_STYLES), default=DEFAULT_HEAD_STYLE,

@@ -1,17 +1,22 @@
-"""The one attention core of every block, ``attend``: ``dropout(softmax(q k^T * scaling + mask)) v`` on the
-attention path that ``--tupe-attention`` sets: ``sdpa`` (``F.scaled_dot_product_attention``), ``explicit`` (the
-plain ops; returns the weights), or ``auto`` (``choose_attention_path``, per forward). The paths and their
-cost: ``docs/positional_encodings.md``.
+"""The one attention core of every block, ``attend``: ``dropout(softmax(q k^T * scaling + bias + padding)) v`` on
+the attention path that ``--tupe-attention`` sets: ``sdpa`` (``F.scaled_dot_product_attention``), ``explicit``
+(the plain ops; returns the weights), ``triton`` (our fused kernel for a learned bias, ``triton_attention.py``),
+``flex`` (FlexAttention, no dropout, ``flex_attention.py``), or ``auto`` (``choose_attention_path``, per
+forward). The paths and when ``auto`` takes which: ``docs/gpu.md``.
 
 The fairseq layer swaps fairseq's ``FairseqDropout`` in for ``Dropout`` (``modules/encoder.py``: ``fairseq_block``).
 """
 from __future__ import annotations
 
-from typing import Optional, Tuple
+import importlib
+import logging
+from typing import Optional, Set, Tuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from .masks import AttentionMask, sdpa_layout
 
 
 class Dropout(nn.Module):
@@ -28,8 +33,11 @@ class Dropout(nn.Module):
 
 
 # The attention paths, the values of ``--tupe-attention``
-ATTENTION_PATHS = ("auto", "sdpa", "explicit")
+ATTENTION_PATHS = ("auto", "sdpa", "explicit", "triton", "flex")
 OLD_PATH_NAMES = {"reference": "explicit"}  # older args (checkpoints, scripts) still load
+FUSED = ("triton", "flex")  # the paths that read the bias and the key padding apart (masks.AttentionMask)
+logger = logging.getLogger(__name__)
+_SAID: Set[Tuple[str, str]] = set()  # (path, why) already logged by this process
 
 
 def check_attention_path(attention_path: str) -> str:
@@ -41,35 +49,79 @@ def check_attention_path(attention_path: str) -> str:
     return attention_path
 
 
-def choose_attention_path(device: torch.device, training: bool, dropout: float) -> str:
-    """What ``--tupe-attention auto`` takes for one forward: ``explicit`` on CPU in training with attention
-    dropout, else ``sdpa``. SDPA's fused CPU kernel has no dropout, so there SDPA runs its unfused math path:
-    the same ops plus a check for fully masked rows in its softmax (``bench/bench_train_step.py --attention
-    auto sdpa explicit`` compares them). On CUDA SDPA's fused kernels also give the bias its gradient."""
-    return "explicit" if device.type == "cpu" and training and dropout > 0 else "sdpa"
+def fused_kernels(name: str):
+    """The module of a fused kernel (``triton_attention``, ``flex_attention``), or None where it cannot be imported
+    (an exported model folder without tupe_plugin)."""
+    try:
+        return importlib.import_module(f"tupe_plugin.kernels.{name}")
+    except ImportError:
+        return None
+
+
+def triton_runs(device: torch.device) -> bool:
+    """Whether our Triton kernel runs on ``device`` (triton installed; CUDA, or Triton's interpreter)."""
+    kernels = fused_kernels("triton_attention")
+    return kernels is not None and kernels.triton_available(device)
+
+
+def choose_attention_path(device: torch.device, training: bool, dropout: float, dtype: torch.dtype = torch.float32,
+                          learned_bias: bool = False) -> Tuple[str, str]:
+    """What ``--tupe-attention auto`` takes for one forward, and why:
+
+    * a bias that needs a gradient, fp16/bf16, Triton runs: ``triton`` (SDPA would take its memory-efficient
+      kernel, 3.4x its cuDNN time without a bias on an H100; docs/gpu.md);
+    * CPU, training with attention dropout: ``explicit`` (SDPA's fused CPU kernel has no dropout, so SDPA runs
+      its unfused math path: the same ops plus a check for fully masked rows);
+    * else ``sdpa`` (cuDNN/flash without a bias; fp32 keeps SDPA, whose fp32 matmuls are IEEE where Triton's
+      dot products would run in TF32)."""
+    if learned_bias and dtype in (torch.float16, torch.bfloat16) and device.type == "cuda" and triton_runs(device):
+        return "triton", "a learned positional bias in half precision on CUDA"
+    if device.type == "cpu" and training and dropout > 0:
+        return "explicit", "CPU training with attention dropout"
+    return "sdpa", "the default"
+
+
+def say_once(path: str, why: str) -> None:
+    """Log the path ``auto`` took, once per process and reason."""
+    if (path, why) not in _SAID:
+        _SAID.add((path, why))
+        logger.info(f"--tupe-attention auto: {path} ({why})")
 
 
 def attend(
-    q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor], scaling: float, dropout: nn.Module,
+    q: Tensor, k: Tensor, v: Tensor, mask: Optional[AttentionMask], scaling: float, dropout: nn.Module,
     attention_path: str,
 ) -> Tuple[Tensor, Optional[Tensor]]:
-    """``dropout(softmax(q k^T * scaling + mask)) v``, the one attention core of every block.
+    """``dropout(softmax(q k^T * scaling + bias + padding)) v``, the one attention core of every block.
 
-    q, k, v: (B, H, T, dh); mask: additive, broadcastable to (B, H, T, T) (positional bias and padding),
-    in q's dtype, or None; ``dropout``: the block's ``Dropout`` or ``FairseqDropout`` (its ``p`` and whether
-    it applies).
-    ``attention_path="sdpa"``: ``F.scaled_dot_product_attention`` (fused kernels where the device has them),
-    returns (out, None). ``"explicit"``: the plain ops, returns (out, the (B, H, T, T) probabilities before
-    dropout); under fp16/bf16 the softmax runs in float32 and its result goes back to the compute dtype.
+    q, k, v: (B, H, T, dh); mask: this layer's ``AttentionMask`` (positional bias and key padding) or None;
+    ``dropout``: the block's ``Dropout`` or ``FairseqDropout`` (its ``p`` and whether it applies).
+    ``attention_path``: ``sdpa`` (``F.scaled_dot_product_attention`` with the additive mask, fused kernels where
+    the device has them), ``triton`` (our fused kernel: the bias (H, T, T) for the whole batch and the padding
+    apart, dropout inside, the bias gradient summed over the batch inside), ``flex`` (FlexAttention, the bias a
+    score_mod; no dropout): these return (out, None). ``explicit``: the plain ops, returns (out, the (B, H, T, T)
+    probabilities before dropout); under fp16/bf16 the softmax runs in float32 and its result goes back to the
+    compute dtype.
     """
+    p = dropout.p if dropout.training or dropout.apply_during_inference else 0.0
+    if attention_path in FUSED:
+        bias, pad = (None, None) if mask is None else (mask.bias, mask.key_padding)
+        kernels = fused_kernels(f"{attention_path}_attention")
+        if kernels is None:
+            raise RuntimeError(f"--tupe-attention {attention_path} needs tupe_plugin's kernels (tupe_plugin.kernels)")
+        if attention_path == "triton":
+            return kernels.biased_attention(q, k, v, bias, pad, scaling, p), None
+        return kernels.flex_biased_attention(q, k, v, bias, pad, scaling, p), None
+    additive = None if mask is None else mask.additive
+    if additive is not None and additive.dtype != q.dtype:
+        additive = sdpa_layout(additive.to(q.dtype))  # a mask not built in the compute dtype (tests, a caller's)
     if attention_path == "sdpa":
-        p = dropout.p if dropout.training or dropout.apply_during_inference else 0.0
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p, scale=scaling), None
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=additive, dropout_p=p, scale=scaling), None
     if attention_path != "explicit":
-        raise ValueError(f"attention path must be 'sdpa' or 'explicit', got {attention_path!r}")
+        raise ValueError(f"attention path must be one of {ATTENTION_PATHS[1:]}, got {attention_path!r}")
     logits = torch.matmul(q * scaling, k.transpose(-1, -2))  # (B, H, T, T)
-    if mask is not None:
-        logits += mask  # in place (one (B, H, T, T) tensor fewer): matmul's backward does not read its output
+    if additive is not None:
+        logits += additive  # in place (one (B, H, T, T) tensor fewer): matmul's backward does not read its output
     half = logits.dtype in (torch.float16, torch.bfloat16)
     weights = torch.softmax(logits, dim=-1, dtype=torch.float32 if half else None)
     if half:

@@ -10,8 +10,8 @@ from typing import Dict, NamedTuple, Optional, Tuple
 
 from torch import Tensor, nn
 
-from .attend import Dropout, attend, check_attention_path, choose_attention_path
-from .masks import sdpa_layout
+from .attend import Dropout, attend, check_attention_path, choose_attention_path, say_once
+from .masks import AttentionMask
 
 
 class PositionalTerm(NamedTuple):
@@ -33,7 +33,7 @@ class SelfAttention(nn.Module):
     ``scale_factor`` is 1 for BERT, 2 for TUPE (the paper's 1/sqrt(2d) per head), 4 for BERT-Ad,
     3 for DeBERTa. Subclasses change only ``positional_qk`` (how positions enter q, k and the mask).
     ``attention_path`` (``--tupe-attention``) picks the path of ``attend``: ``sdpa``, ``explicit`` (it
-    returns the weights), or ``auto`` (``choose_attention_path``, per forward).
+    returns the weights), ``triton``, ``flex``, or ``auto`` (``choose_attention_path``, per forward).
     """
 
     def __init__(
@@ -51,6 +51,10 @@ class SelfAttention(nn.Module):
         self.head_dim = embed_dim // num_heads
         self.scaling = (self.head_dim * scale_factor) ** -0.5
         self.attention_path = check_attention_path(attention_path)
+        if self.attention_path == "flex" and dropout > 0:
+            raise ValueError(f"--tupe-attention flex has no attention dropout (FlexAttention has none), but the "
+                             f"model's is {dropout}: use --tupe-attention triton (dropout inside the kernel), or "
+                             "--attention-dropout 0 (MosaicBERT's and ModernBERT's recipe)")
         self.dropout_module = Dropout(dropout)
         self.q_proj = nn.Linear(embed_dim, embed_dim)
         self.k_proj = nn.Linear(embed_dim, embed_dim)
@@ -65,39 +69,41 @@ class SelfAttention(nn.Module):
         T, B, _ = x.shape
         return x.view(T, B, self.num_heads, self.head_dim).permute(1, 2, 0, 3)  # (B, H, T, dh)
 
-    def forward_path(self, x: Tensor, need_weights: bool = False) -> str:
+    def forward_path(self, x: Tensor, mask: Optional[AttentionMask] = None, need_weights: bool = False) -> str:
         """The attention path of this forward: ``explicit`` when the weights are asked for, else
-        ``attention_path``, ``auto`` decided from x's device, training mode and the attention dropout."""
+        ``attention_path``; ``auto`` decided from x's device and dtype, training mode, the attention dropout and
+        whether the mask's bias needs a gradient (said in the log once)."""
         if need_weights or self.attention_path == "explicit":
             return "explicit"
-        if self.attention_path == "sdpa":
-            return "sdpa"
-        return choose_attention_path(x.device, self.training, self.dropout_module.p)
+        if self.attention_path != "auto":
+            return self.attention_path
+        path, why = choose_attention_path(x.device, self.training, self.dropout_module.p, x.dtype,
+                                          mask is not None and mask.learned_bias)
+        say_once(path, why)
+        return path
 
     def forward(
         self,
         x: Tensor,
-        mask: Optional[Tensor],
+        mask: Optional[AttentionMask],
         positions: PositionalTerm,
         key_padding_mask: Optional[Tensor] = None,
         need_weights: bool = False,
     ) -> Tuple[Tensor, Optional[Tensor]]:
-        """x: (T, B, C); mask: additive, broadcastable to (B, H, T, T) (positional bias and padding);
-        positions: this forward's ``PositionalTerm``; key_padding_mask: (B, T) True at padding, or
-        None (already in ``mask``; for blocks that need it alone). Returns (T, B, C) and, on the
-        explicit path (always with ``need_weights``), the (B, H, T, T) attention probabilities."""
+        """x: (T, B, C); mask: this layer's ``AttentionMask`` (positional bias and key padding), or None;
+        positions: this forward's ``PositionalTerm``; key_padding_mask: (B, T) True at padding, or None (also in
+        ``mask``; for blocks that need it alone). Returns (T, B, C) and, on the explicit path (always with
+        ``need_weights``), the (B, H, T, T) attention probabilities."""
         T, B, C = x.shape
         q, k, v = self._heads(self.q_proj(x)), self._heads(self.k_proj(x)), self._heads(self.v_proj(x))
         q, k, mask = self.positional_qk(q, k, mask, positions)
-        if mask is not None and mask.dtype != q.dtype:
-            mask = sdpa_layout(mask.to(q.dtype))  # a mask not built by TupeTransformerEncoder (it casts once)
-        out, weights = attend(q, k, v, mask, self.scaling, self.dropout_module, self.forward_path(q, need_weights))
+        out, weights = attend(q, k, v, mask, self.scaling, self.dropout_module, self.forward_path(q, mask, need_weights))
         out = out.permute(2, 0, 1, 3).reshape(T, B, C)
         return self.out_proj(out), weights
 
     def positional_qk(
-        self, q: Tensor, k: Tensor, mask: Optional[Tensor], positions: PositionalTerm
-    ) -> Tuple[Tensor, Tensor, Optional[Tensor]]:
+        self, q: Tensor, k: Tensor, mask: Optional[AttentionMask], positions: PositionalTerm
+    ) -> Tuple[Tensor, Tensor, Optional[AttentionMask]]:
         """q, k: (B, H, T, dh). BERT-Ad adds the (H, T, dh) position q/k; others pass through."""
         if positions.query is not None:
             q, k = q + positions.query.unsqueeze(0), k + positions.key.unsqueeze(0)

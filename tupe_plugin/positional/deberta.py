@@ -9,7 +9,7 @@ from torch import Tensor, nn
 
 from .attention import SelfAttention
 from .base import BLOCK, ContentDependentPositions, PositionalEncoding, PositionalTerm, PositionMap, check_length
-from .masks import sdpa_layout
+from .masks import AttentionMask
 from .take_columns import TakeColumns
 
 
@@ -46,7 +46,8 @@ class DisentangledSelfAttention(SelfAttention):
         bias = TakeColumns.apply(scores(q, k_r), (index + rows[:, None]).view(-1))
         bias += TakeColumns.apply(scores(k, q_r), (index + rows[None, :]).view(-1))  # backward does not read it
         bias = bias.view(H, B, T, T).transpose(0, 1)  # (B, H, T, T), a view
-        return q, k, sdpa_layout(bias if mask is None else bias.add_(mask))  # as the shared mask is laid out
+        # this layer's own per-sequence bias (no shared one: DeBERTa has none), the key padding apart
+        return q, k, AttentionMask(bias, None if mask is None else mask.key_padding, q.dtype, owned=True)
 
 
 class Deberta(PositionalEncoding):

@@ -1,6 +1,6 @@
-"""The additive mask of a forward: the positional bias and the key padding in one tensor, in the compute dtype
-and the layout SDPA reads without a copy of its own. The encoder (and the exported model) builds it once per
-forward and every layer shares it.
+"""The mask of a forward: the positional bias and the key padding, apart for the fused kernels, and as one
+additive tensor in the compute dtype and the layout SDPA reads without a copy of its own. The encoder (and the
+exported model) builds it once per forward and every layer shares it.
 """
 from __future__ import annotations
 
@@ -17,23 +17,50 @@ def compute_dtype(x: Tensor) -> torch.dtype:
     return torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else x.dtype
 
 
-def attention_mask(
-    bias: Optional[Tensor], padding_mask: Optional[Tensor], dtype: torch.dtype
-) -> Optional[Tensor]:
-    """One additive mask for all layers, broadcastable to (B, H, T, T), in the compute ``dtype``.
+class AttentionMask:
+    """What a layer adds to its logits: the positional ``bias`` ((H, T, T) shared by the batch, (B, H, T, T) per
+    sequence, or None) and the ``key_padding`` ((B, T) bool, True at padding, or None), kept apart, as the fused
+    kernels read them (``attend``: triton, flex). The one additive tensor that SDPA and the explicit path read is
+    built from them when a layer first asks (``additive``) and kept: the encoder hands every layer the same object,
+    so it is built once per forward, and never on a path that does not need it."""
 
-    Without padding the (H, T, T) bias is only viewed as (1, H, T, T), never copied per batch
-    element. With right padding SDPA needs a single mask, so the bias and the (B, T) key-padding
-    mask are combined once per forward (not once per layer); padded keys get ``padding_value(dtype)``.
-    The layout is fixed here too, once (``sdpa_layout``).
-    """
-    if padding_mask is None:
-        mask = None if bias is None else bias.to(dtype).unsqueeze(0)  # (1, H, T, T)
-    else:
-        pad = torch.zeros(padding_mask.shape, dtype=dtype, device=padding_mask.device)
-        pad = pad.masked_fill(padding_mask, padding_value(dtype))[:, None, None, :]  # (B, 1, 1, T)
-        mask = pad if bias is None else bias.to(dtype).unsqueeze(0) + pad  # (B, H, T, T)
-    return None if mask is None else sdpa_layout(mask)
+    def __init__(self, bias: Optional[Tensor], key_padding: Optional[Tensor], dtype: torch.dtype, owned: bool = False):
+        self.bias, self.key_padding, self.dtype = bias, key_padding, dtype
+        self.owned = owned  # the bias is this mask's own (B, H, T, T): the padding may be added into it in place
+        self._additive: Optional[Tensor] = None
+
+    @property
+    def learned_bias(self) -> bool:
+        """Whether the bias needs a gradient (what sends SDPA on CUDA to its slow kernel)."""
+        return self.bias is not None and self.bias.requires_grad
+
+    @property
+    def additive(self) -> Optional[Tensor]:
+        """The bias and the padding as one additive mask, broadcastable to (B, H, T, T), in ``dtype``.
+
+        Without padding an (H, T, T) bias is only viewed as (1, H, T, T), never copied per batch element. With
+        right padding SDPA needs a single mask, so the bias and the (B, T) key-padding mask are added once;
+        padded keys get ``padding_value(dtype)``. The layout is fixed here too, once (``sdpa_layout``)."""
+        if self._additive is None and (self.bias is not None or self.key_padding is not None):
+            bias = None if self.bias is None else self.bias.to(self.dtype)
+            if bias is not None and bias.dim() == 3:
+                bias = bias.unsqueeze(0)  # (1, H, T, T)
+            if self.key_padding is not None:
+                pad = torch.zeros(self.key_padding.shape, dtype=self.dtype, device=self.key_padding.device)
+                pad = pad.masked_fill(self.key_padding, padding_value(self.dtype))[:, None, None, :]  # (B, 1, 1, T)
+                if bias is None:
+                    bias = pad
+                elif self.owned and bias.dtype == self.bias.dtype and bias.dim() == 4:
+                    bias = bias.add_(pad)  # in place: one (B, H, T, T) tensor fewer (add's backward reads neither)
+                else:
+                    bias = bias + pad  # (B, H, T, T)
+            self._additive = sdpa_layout(bias)
+        return self._additive
+
+def attention_mask(bias: Optional[Tensor], padding_mask: Optional[Tensor], dtype: torch.dtype) -> AttentionMask:
+    """The mask of one forward for every layer (or one layer index): ``bias`` (H, T, T) or None, ``padding_mask``
+    (B, T) True at padding or None, ``dtype`` the compute dtype of the additive tensor."""
+    return AttentionMask(bias, padding_mask, dtype)
 
 
 def padding_value(dtype: torch.dtype) -> float:
