@@ -70,10 +70,10 @@ def _site(frames: Iterable[Tuple[str, int]]) -> str:
         path = os.path.abspath(filename)
         if path.startswith(_TORCH_DIR) or path == _THIS:
             continue
-        if path.startswith(_ROOT):
-            path = path[len(_ROOT):]
-        elif "site-packages" + os.sep in path:
+        if "site-packages" + os.sep in path:  # first: the venv may live inside the repository
             path = path.split("site-packages" + os.sep, 1)[1]
+        elif path.startswith(_ROOT):
+            path = path[len(_ROOT):]
         return f"{path}:{line}"
     return "?"
 
