@@ -19,6 +19,7 @@ from ..positional.encoder_stack import DEFAULT_HEAD_STYLE
 from ..positional.record import PositionalVariant
 from .batch_check import check_target_batch_size
 from .checkpoint_checks import check_dictionary
+from .electra_checkpoint import keep_discriminator
 
 logger = logging.getLogger(__name__)
 
@@ -122,8 +123,6 @@ class TupeRobertaModel(RobertaModel):
 
     def keep_discriminator(self, state_dict, name):
         """An ELECTRA checkpoint loads as its discriminator: generator dropped, MLM head filled (models/electra.py)."""
-        from .electra import keep_discriminator  # electra.py builds on this module
-
         keep_discriminator(state_dict, name, self.encoder.lm_head)
 
     def _check_max_positions(self, state_dict, name):
