@@ -217,7 +217,7 @@ def run_longer(plan: Plan, variant: str, seed: int) -> None:
     T = int(plan.values["TOKENS_PER_SAMPLE"])
     note(f"longer inputs of {variant} seed {seed}: MLM loss at {', '.join(f'{f}T' for f in plan.length_factors)} "
          f"-> {out}")
-    measure(ckpt, data, [T * f for f in plan.length_factors], int(plan.values["LONGER_TOKENS"]), out, seed=seed)
+    measure(ckpt, data, [T * f for f in plan.length_factors], out)
 
 
 # ---- finetune and order -------------------------------------------------------------------------------------
