@@ -69,7 +69,9 @@ class Case:
     T: int
     D: int
     bias: str  # none | shared (H, T, T) | permuted (T5's (T, T, H) storage) | overlapping (a Hankel view) | per_sequence
-    padding: str = "none"  # none | right (sequence 0 ends 5 keys early) | full (and the last sequence has no real key)
+    # none | right (sequence 0 ends 5 keys early) | full (and the last sequence has no real key) | left (sequence
+    # 0 starts 5 keys before the end: its first key blocks are all padding, then the online softmax restarts)
+    padding: str = "none"
     bias_grad: bool = True
 
 
@@ -92,6 +94,9 @@ def make_padding(case: Case) -> torch.Tensor | None:
     if case.padding == "none":
         return None
     padding = torch.zeros(case.B, case.T, dtype=torch.bool)
+    if case.padding == "left":
+        padding[0, :case.T - 5] = True
+        return padding
     padding[0, case.T - 5:] = True
     if case.padding == "full":
         padding[-1] = True
@@ -154,6 +159,7 @@ def compare(case: Case, dtype=torch.float32, dropout_p=0.0, device="cpu"):
 CASES = {
     # with tiles of 16 (the interpreter's): T = 12 is one ragged tile, T = 20 and 40 are two and three, ragged
     "shared_bias_right_padding": Case(B=2, H=1, T=20, D=16, bias="shared", padding="right"),
+    "left_padding": Case(B=2, H=1, T=20, D=16, bias="shared", padding="left"),
     "no_bias_no_padding": Case(B=2, H=1, T=40, D=8, bias="none"),
     "permuted_bias_sequence_without_keys": Case(B=2, H=2, T=12, D=8, bias="permuted", padding="full"),
     "overlapping_bias_view": Case(B=2, H=1, T=12, D=8, bias="overlapping", padding="right"),

@@ -26,33 +26,31 @@ PADDING_LOGIT = tl.constexpr(torch.finfo(torch.float32).min / 2)
 
 
 @triton.jit
-def _logits(q, k, bias_base, pad_base, rows, cols, T, scale, stride_bias_i, stride_bias_j, stride_pad_t,
+def _logits(x, y, i, j, T, scale, bias_base, stride_bias_i, stride_bias_j, pad_base, stride_pad_t,
             HAS_BIAS: tl.constexpr, HAS_PAD: tl.constexpr, PRECISION: tl.constexpr):
-    """(len(rows), len(cols)) fp32 logits of one tile: q k^T * scale + bias; a padded key gets PADDING_LOGIT, a key
-    past T gets -inf (it does not exist; each key block holds at least one real key, so no row is all -inf)."""
-    in_n = cols < T
-    s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale
+    """fp32 logits of one tile, x @ y * scale + bias[i, j], for query indices i and key indices j given as
+    broadcastable tiles: (M, 1) and (1, N) for q @ k^T, (1, M) and (N, 1) for the transposed k @ q^T. A padded
+    key gets PADDING_LOGIT; a key past T gets -inf (it does not exist; every key block holds a real key index,
+    so no row is all -inf)."""
+    s = tl.dot(x, y, input_precision=PRECISION) * scale
     if HAS_BIAS:
-        bias = tl.load(bias_base + rows[:, None] * stride_bias_i + cols[None, :] * stride_bias_j,
-                       mask=(rows < T)[:, None] & in_n[None, :], other=0.0)
-        s += bias.to(tl.float32)
+        s += tl.load(bias_base + i * stride_bias_i + j * stride_bias_j, mask=(i < T) & (j < T), other=0.0).to(tl.float32)
     if HAS_PAD:
         # Set, not added: in fp32 the sum of a logit and PADDING_LOGIT rounds to PADDING_LOGIT anyway (what the
         # explicit path computes); setting it says so.
-        padded = tl.load(pad_base + cols * stride_pad_t, mask=in_n, other=0) != 0
-        s = tl.where(padded[None, :], PADDING_LOGIT, s)
-    return tl.where(in_n[None, :], s, float("-inf"))
+        padded = tl.load(pad_base + j * stride_pad_t, mask=j < T, other=0) != 0
+        s = tl.where(padded, PADDING_LOGIT, s)
+    return tl.where(j < T, s, float("-inf"))
 
 
 @triton.jit
-def _dropout_keep(seed, bh, rows, cols, T, dropout_p):
-    """(len(rows), len(cols)) bool: the entries of P that attention dropout keeps, each with probability 1 - p.
-
-    Counter-based: entry (b, h, i, j) draws Philox with the key (seed, b * H + h) and the counter i * T + j
-    (``bh`` = b * H + h), so every kernel draws the same number for it and the backward redraws the forward's
-    mask instead of storing a (B, H, T, T) one."""
+def _dropout_keep(seed, bh, i, j, T, dropout_p):
+    """Bool tile: the entries of P that attention dropout keeps, each with probability 1 - p (i, j as in
+    ``_logits``). Counter-based: entry (b, h, i, j) draws Philox with the key (seed, b * H + h) and the counter
+    i * T + j (``bh`` = b * H + h), so every kernel draws the same number for it and the backward redraws the
+    forward's mask instead of storing a (B, H, T, T) one."""
     key = (seed.to(tl.int64) << 32) + bh  # tl.rand's 64-bit seed is Philox's two-word key
-    return tl.rand(key, rows[:, None] * T + cols[None, :]) >= dropout_p
+    return tl.rand(key, i * T + j) >= dropout_p
 
 
 @triton.jit(do_not_specialize=["seed"])
@@ -90,14 +88,14 @@ def attention_forward_kernel(
         kv_mask = (cols < T)[:, None] & in_d[None, :]
         k = tl.load(k_base + cols[:, None] * stride_kt + offs_d[None, :] * stride_kd, mask=kv_mask, other=0.0)
         v = tl.load(v_base + cols[:, None] * stride_vt + offs_d[None, :] * stride_vd, mask=kv_mask, other=0.0)
-        s = _logits(q, k, bias_base, pad_base, rows, cols, T, scale, stride_bias_i, stride_bias_j, stride_pad_t,
-                    HAS_BIAS, HAS_PAD, PRECISION)
+        s = _logits(q, tl.trans(k), rows[:, None], cols[None, :], T, scale, bias_base, stride_bias_i, stride_bias_j,
+                    pad_base, stride_pad_t, HAS_BIAS, HAS_PAD, PRECISION)  # (BLOCK_M, BLOCK_N)
         new_max = tl.maximum(row_max, tl.max(s, 1))
         alpha = tl.exp(row_max - new_max)  # rescales the sums taken under the old maximum (0 at the first block)
         p = tl.exp(s - new_max[:, None])
         row_sum = row_sum * alpha + tl.sum(p, 1)
         if DROPOUT:
-            p = tl.where(_dropout_keep(seed, bh, rows, cols, T, dropout_p), p, 0.0)
+            p = tl.where(_dropout_keep(seed, bh, rows[:, None], cols[None, :], T, dropout_p), p, 0.0)
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
         row_max = new_max
     out = acc / row_sum[:, None]
@@ -155,12 +153,12 @@ def attention_backward_dq_kernel(
         kv_mask = (cols < T)[:, None] & in_d[None, :]
         k = tl.load(k_base + cols[:, None] * stride_kt + offs_d[None, :] * stride_kd, mask=kv_mask, other=0.0)
         v = tl.load(v_base + cols[:, None] * stride_vt + offs_d[None, :] * stride_vd, mask=kv_mask, other=0.0)
-        s = _logits(q, k, bias_base, pad_base, rows, cols, T, scale, stride_bias_i, stride_bias_j, stride_pad_t,
-                    HAS_BIAS, HAS_PAD, PRECISION)
+        s = _logits(q, tl.trans(k), rows[:, None], cols[None, :], T, scale, bias_base, stride_bias_i, stride_bias_j,
+                    pad_base, stride_pad_t, HAS_BIAS, HAS_PAD, PRECISION)  # (BLOCK_M, BLOCK_N)
         p = tl.exp(s - row_max[:, None]) * inv_sum[:, None]  # P recomputed: nothing (T, T) was stored
         dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
         if DROPOUT:
-            dp = tl.where(_dropout_keep(seed, bh, rows, cols, T, dropout_p), dp / (1.0 - dropout_p), 0.0)
+            dp = tl.where(_dropout_keep(seed, bh, rows[:, None], cols[None, :], T, dropout_p), dp / (1.0 - dropout_p), 0.0)
         ds = p * (dp - delta[:, None])  # dS = d(logits), the softmax backward
         dq += tl.dot(ds.to(k.dtype), k, input_precision=PRECISION)
     tl.store(DQ + b * stride_dqb + h * stride_dqh + rows[:, None] * stride_dqt + offs_d[None, :] * stride_dqd,
@@ -218,27 +216,29 @@ def attention_backward_dkdv_kernel(
             row_max = tl.load(RowMax + bh * T + rows, mask=in_m, other=0.0)
             inv_sum = 1.0 / tl.load(RowSum + bh * T + rows, mask=in_m, other=1.0)
             delta = tl.load(Delta + bh * T + rows, mask=in_m, other=0.0)
-            s = _logits(q, k, bias_base, pad_base, rows, cols, T, scale, stride_bias_i, stride_bias_j,
-                        stride_pad_t, HAS_BIAS, HAS_PAD, PRECISION)
-            p = tl.exp(s - row_max[:, None]) * inv_sum[:, None]  # (BLOCK_M, BLOCK_N); rows past T have dO = 0
-            dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
+            # the transposed tile, keys x queries (FA-2's backward): every product below has its computed operand
+            # on the left, so no computed tile is transposed
+            s_t = _logits(k, tl.trans(q), rows[None, :], cols[:, None], T, scale, bias_base, stride_bias_i,
+                          stride_bias_j, pad_base, stride_pad_t, HAS_BIAS, HAS_PAD, PRECISION)  # (BLOCK_N, BLOCK_M)
+            p_t = tl.exp(s_t - row_max[None, :]) * inv_sum[None, :]  # P^T; queries past T have dO = 0
+            dp_t = tl.dot(v, tl.trans(do), input_precision=PRECISION)
             if DROPOUT:
-                keep = _dropout_keep(seed, bh, rows, cols, T, dropout_p)
-                kept_p = tl.where(keep, p / (1.0 - dropout_p), 0.0)
-                dp = tl.where(keep, dp / (1.0 - dropout_p), 0.0)
+                keep = _dropout_keep(seed, bh, rows[None, :], cols[:, None], T, dropout_p)
+                kept_p_t = tl.where(keep, p_t / (1.0 - dropout_p), 0.0)
+                dp_t = tl.where(keep, dp_t / (1.0 - dropout_p), 0.0)
             else:
-                kept_p = p
-            dv += tl.dot(tl.trans(kept_p.to(do.dtype)), do, input_precision=PRECISION)
-            ds = p * (dp - delta[:, None])  # (BLOCK_M, BLOCK_N) d(logits), fp32
-            dk += tl.dot(tl.trans(ds.to(q.dtype)), q, input_precision=PRECISION)
+                kept_p_t = p_t
+            dv += tl.dot(kept_p_t.to(do.dtype), do, input_precision=PRECISION)
+            ds_t = p_t * (dp_t - delta[None, :])  # d(logits)^T, fp32
+            dk += tl.dot(ds_t.to(q.dtype), q, input_precision=PRECISION)
             if BIAS_GRAD:
                 # d(bias) = d(logits) summed over the batch: the group's first sequence writes the tile, the next
                 # ones add to it, in fp32 (a read-modify-write of a tile that only this program touches).
-                dbias_ptrs = dbias_base + rows[:, None] * stride_dbias_i + cols[None, :] * stride_dbias_j
-                dbias_mask = in_m[:, None] & in_n[None, :]
+                dbias_ptrs = dbias_base + rows[None, :] * stride_dbias_i + cols[:, None] * stride_dbias_j
+                dbias_mask = in_m[None, :] & in_n[:, None]
                 if b > first:
-                    ds += tl.load(dbias_ptrs, mask=dbias_mask, other=0.0)
-                tl.store(dbias_ptrs, ds, mask=dbias_mask)
+                    ds_t += tl.load(dbias_ptrs, mask=dbias_mask, other=0.0)
+                tl.store(dbias_ptrs, ds_t, mask=dbias_mask)
         tl.store(DK + b64 * stride_dkb + h64 * stride_dkh + cols[:, None] * stride_dkt + offs_d[None, :] * stride_dkd,
                  (dk * scale).to(DK.dtype.element_ty), mask=nd_mask)
         tl.store(DV + b64 * stride_dvb + h64 * stride_dvh + cols[:, None] * stride_dvt + offs_d[None, :] * stride_dvd,
@@ -252,6 +252,6 @@ def dropout_keep_kernel(Keep, H, T, dropout_p, seed, BLOCK_M: tl.constexpr, BLOC
     m_block, n_block, bh = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     rows = m_block * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = n_block * BLOCK_N + tl.arange(0, BLOCK_N)
-    keep = _dropout_keep(seed, bh, rows, cols, T, dropout_p)
+    keep = _dropout_keep(seed, bh, rows[:, None], cols[None, :], T, dropout_p)
     tl.store(Keep + bh.to(tl.int64) * T * T + rows[:, None] * T + cols[None, :], keep.to(tl.int8),
              mask=(rows[:, None] < T) & (cols[None, :] < T))

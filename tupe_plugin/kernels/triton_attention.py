@@ -62,36 +62,43 @@ def triton_available(device) -> bool:
 
 @dataclass(frozen=True)
 class Blocks:
-    """Tile sizes (powers of two, at least 16: ``tl.dot``'s minimum) and launch settings of the kernels."""
+    """Tile sizes (powers of two, at least 16: ``tl.dot``'s minimum) and warps of the three kernels."""
 
     forward_m: int  # query rows per forward program
     forward_n: int  # keys per step of its loop
+    forward_warps: int
     dq_m: int  # query rows per dQ program
     dq_n: int  # keys per step of its loop
+    dq_warps: int
     dkdv_m: int  # query rows per step of a dK/dV program's loop
     dkdv_n: int  # keys per dK/dV program
-    num_warps: int
-    num_stages: int
+    dkdv_warps: int
+    num_stages: int = 2
 
 
-# CUDA, head dim <= 64 (BERT/RoBERTa base and large): FlashAttention-2's usual tiles; not yet tuned on a GPU.
-CUDA_BLOCKS = Blocks(forward_m=128, forward_n=64, dq_m=64, dq_n=64, dkdv_m=64, dkdv_n=64, num_warps=4, num_stages=2)
-# Head dim 65-128: half the forward's query rows (its q, k, v and accumulator tiles fit the registers).
-CUDA_BLOCKS_WIDE = Blocks(forward_m=64, forward_n=64, dq_m=64, dq_n=32, dkdv_m=32, dkdv_n=64, num_warps=4, num_stages=2)
+# CUDA, head dim <= 64 (BERT/RoBERTa base and large). Chosen so that the sm_90 builds with bias, padding and
+# dropout all on keep every value in registers (ptxas -v: no spill stores); not yet timed against other tiles.
+HALF_BLOCKS = Blocks(forward_m=128, forward_n=64, forward_warps=8, dq_m=128, dq_n=64, dq_warps=8,
+                     dkdv_m=32, dkdv_n=64, dkdv_warps=4)
+# fp32 inputs: fp32 tiles take twice the registers and shared memory (and without TF32 the products run on
+# FMA units): smaller tiles.
+FP32_BLOCKS = Blocks(forward_m=64, forward_n=32, forward_warps=4, dq_m=64, dq_n=32, dq_warps=4,
+                     dkdv_m=32, dkdv_n=32, dkdv_warps=4)
 # Triton's interpreter (tests): the smallest tiles, so that tiny sequences span several blocks and a ragged tail.
-INTERPRETER_BLOCKS = Blocks(forward_m=16, forward_n=16, dq_m=16, dq_n=16, dkdv_m=16, dkdv_n=16, num_warps=1, num_stages=1)
-MAX_HEAD_DIM = 128
+INTERPRETER_BLOCKS = Blocks(forward_m=16, forward_n=16, forward_warps=1, dq_m=16, dq_n=16, dq_warps=1,
+                            dkdv_m=16, dkdv_n=16, dkdv_warps=1, num_stages=1)
+MAX_HEAD_DIM = 64  # the tiles above are sized for it (BERT/RoBERTa base and large)
 # Sequences whose bias gradients one dK/dV program sums (a batch-shared bias that needs a gradient): the batch
 # splits into G = ceil(B / BIAS_GRAD_SEQUENCES) groups, one set of programs per group, each group with its own
-# fp32 (H, T, T) partial sum, added in torch afterwards. More programs than H * T / dkdv_n (one per SM at B = 32,
-# T = 512 on an H100), and the partial sums never reach the size of a (B, H, T, T) tensor.
+# fp32 (H, T, T) partial sum, added in torch afterwards. Without groups there would be only H * T / dkdv_n
+# programs (96 at T = 512 for an H100's 132 SMs); the partial sums never reach the size of a (B, H, T, T) tensor.
 BIAS_GRAD_SEQUENCES = 8
 
 
-def blocks_for(device: torch.device, head_dim: int) -> Blocks:
+def blocks_for(dtype: torch.dtype) -> Blocks:
     if _interpreted():
         return INTERPRETER_BLOCKS
-    return CUDA_BLOCKS if head_dim <= 64 else CUDA_BLOCKS_WIDE
+    return FP32_BLOCKS if dtype == torch.float32 else HALF_BLOCKS
 
 
 def _block_d(head_dim: int) -> int:
@@ -114,7 +121,7 @@ def _bias_strides(bias: Optional[Tensor]):
 def _forward(q, k, v, bias, pad, scale, dropout_p, seed):
     """out (B, H, T, D) in q's dtype and layout, row_max, row_sum (B * H, T) fp32."""
     B, H, T, D = q.shape
-    blocks = blocks_for(q.device, D)
+    blocks = blocks_for(q.dtype)
     out = torch.empty_like(q)  # q's strides (the (T, B, H, D) layout the model permutes back without a copy)
     row_max = torch.empty(B * H, T, device=q.device, dtype=torch.float32)
     row_sum = torch.empty_like(row_max)
@@ -126,7 +133,7 @@ def _forward(q, k, v, bias, pad, scale, dropout_p, seed):
         H, T, D, scale, dropout_p, seed,
         HAS_BIAS=bias is not None, HAS_PAD=pad is not None, DROPOUT=dropout_p > 0, PRECISION=_precision(q.dtype),
         BLOCK_M=blocks.forward_m, BLOCK_N=blocks.forward_n, BLOCK_D=_block_d(D),
-        num_warps=blocks.num_warps, num_stages=blocks.num_stages,
+        num_warps=blocks.forward_warps, num_stages=blocks.num_stages,
     )
     return out, row_max, row_sum
 
@@ -134,12 +141,11 @@ def _forward(q, k, v, bias, pad, scale, dropout_p, seed):
 def _backward(q, k, v, bias, pad, out, dout, row_max, row_sum, scale, dropout_p, seed, bias_grad):
     """dq, dk, dv in their input's dtype, and the bias gradient in fp32 ((H, T, T) or (B, H, T, T)) or None."""
     B, H, T, D = q.shape
-    blocks = blocks_for(q.device, D)
+    blocks = blocks_for(q.dtype)
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     delta = torch.empty_like(row_max)  # (B * H, T) fp32, written by the dQ kernel
     flags = dict(HAS_BIAS=bias is not None, HAS_PAD=pad is not None, DROPOUT=dropout_p > 0,
-                 PRECISION=_precision(q.dtype), BLOCK_D=_block_d(D), num_warps=blocks.num_warps,
-                 num_stages=blocks.num_stages)
+                 PRECISION=_precision(q.dtype), BLOCK_D=_block_d(D), num_stages=blocks.num_stages)
     bias_arg, pad_arg = q if bias is None else bias, q if pad is None else pad
     bias_strides, pad_strides = _bias_strides(bias), (0, 0) if pad is None else pad.stride()
     kernels = _kernels()
@@ -149,7 +155,7 @@ def _backward(q, k, v, bias, pad, out, dout, row_max, row_sum, scale, dropout_p,
         q, k, v, bias_arg, pad_arg, out, dout, row_max, row_sum, delta, dq,
         *q.stride(), *k.stride(), *v.stride(), *out.stride(), *dout.stride(), *dq.stride(),
         *bias_strides, *pad_strides, H, T, D, scale, dropout_p, seed,
-        BLOCK_M=blocks.dq_m, BLOCK_N=blocks.dq_n, **flags,
+        BLOCK_M=blocks.dq_m, BLOCK_N=blocks.dq_n, num_warps=blocks.dq_warps, **flags,
     )
 
     # dK/dV programs: one per (key block, head, group of sequences); a group is one sequence unless a
@@ -165,7 +171,7 @@ def _backward(q, k, v, bias, pad, out, dout, row_max, row_sum, scale, dropout_p,
         *q.stride(), *k.stride(), *v.stride(), *dout.stride(), *dk.stride(), *dv.stride(),
         *bias_strides, *pad_strides, *((0, 0, 0, 0) if dbias is None else dbias.stride()),
         B, H, T, D, scale, dropout_p, seed, per_program, BIAS_GRAD=bias_grad,
-        BLOCK_M=blocks.dkdv_m, BLOCK_N=blocks.dkdv_n, **flags,
+        BLOCK_M=blocks.dkdv_m, BLOCK_N=blocks.dkdv_n, num_warps=blocks.dkdv_warps, **flags,
     )
     if dbias is not None and bias.dim() == 3:
         dbias = dbias[0] if groups == 1 else dbias.sum(0)  # (H, T, T)
@@ -205,7 +211,7 @@ def biased_attention(
 ) -> Tensor:
     """``dropout(softmax(q k^T * scale + bias + padding)) v``, fused; differentiable in q, k, v and bias.
 
-    q, k, v: (B, H, T, D), one dtype of fp32/fp16/bf16, any strides (the last one 1 reads fastest), D <= 128.
+    q, k, v: (B, H, T, D), one dtype of fp32/fp16/bf16, any strides (the last one 1 reads fastest), D <= 64.
     bias: (H, T, T) shared by the batch, any strides (a permuted or overlapping view is read in place), or
     (B, H, T, T) per sequence, or None; any float dtype (read as fp32), may require grad (its gradient comes in
     its dtype, summed in fp32). key_padding_mask: (B, T) bool, True at padding, or None. Dropout (``dropout_p``
@@ -224,10 +230,11 @@ def dropout_keep_mask(seed: int, B: int, H: int, T: int, dropout_p: float, devic
     if not triton_available(device):
         raise RuntimeError(_unavailable(torch.device(device)))
     keep = torch.empty(B, H, T, T, dtype=torch.int8, device=device)
-    blocks = blocks_for(torch.device(device), 64)
+    blocks = blocks_for(torch.bfloat16)
     grid = (triton.cdiv(T, blocks.forward_m), triton.cdiv(T, blocks.forward_n), B * H)
     _kernels().dropout_keep_kernel[grid](keep, H, T, float(dropout_p), seed,
-                                         BLOCK_M=blocks.forward_m, BLOCK_N=blocks.forward_n)
+                                         BLOCK_M=blocks.forward_m, BLOCK_N=blocks.forward_n,
+                                         num_warps=blocks.forward_warps)
     return keep.bool()
 
 
@@ -249,8 +256,9 @@ def _check(q, k, v, bias, key_padding_mask, dropout_p) -> None:
     B, H, T, D = q.shape
     if D > MAX_HEAD_DIM:
         raise ValueError(f"head dim {D} > {MAX_HEAD_DIM}")
-    if bias is not None and tuple(bias.shape) not in ((H, T, T), (B, H, T, T)):
-        raise ValueError(f"bias must be (H, T, T) = {(H, T, T)} or (B, H, T, T) = {(B, H, T, T)}, got {tuple(bias.shape)}")
+    if bias is not None and (tuple(bias.shape) not in ((H, T, T), (B, H, T, T)) or not bias.is_floating_point()):
+        raise ValueError(f"bias must be (H, T, T) = {(H, T, T)} or (B, H, T, T) = {(B, H, T, T)}, floating point, "
+                         f"got {tuple(bias.shape)} {bias.dtype}")
     if key_padding_mask is not None and (key_padding_mask.dtype != torch.bool or tuple(key_padding_mask.shape) != (B, T)):
         raise ValueError(f"key_padding_mask must be (B, T) = {(B, T)} bool, got {tuple(key_padding_mask.shape)} "
                          f"{key_padding_mask.dtype}")
