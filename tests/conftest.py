@@ -9,7 +9,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 import pytest
 
@@ -51,9 +51,11 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.slow)
 
 
-def run(cmd: List[str], cwd: Path = ROOT, check: bool = True, timeout: int = 600) -> subprocess.CompletedProcess:
-    """Run a real CLI (fairseq-train, ...) from the venv; output captured as text."""
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
+def run(cmd: List[str], cwd: Path = ROOT, check: bool = True, timeout: int = 600,
+        env: Optional[Dict[str, str]] = None) -> subprocess.CompletedProcess:
+    """Run a real CLI (fairseq-train, ...) from the venv; output captured as text. ``env``: the environment
+    (default: this process's)."""
+    env = dict(os.environ if env is None else env, PYTHONUNBUFFERED="1")
     env["PATH"] = f"{BIN}:{env.get('PATH', '')}"
     if cmd[0].startswith("fairseq-"):
         cmd = [str(BIN / cmd[0])] + cmd[1:]

@@ -1,0 +1,76 @@
+"""Whole models on ``--tupe-attention triton`` (our fused kernel, in Triton's interpreter on CPU) equal the explicit
+path at attention dropout 0: every variant whose positional signal is a bias (shared, per layer, or DeBERTa's per
+sequence), and two without one; in-process models (features and every parameter's gradient, right padding, T not a
+multiple of the kernel's block) and a real ``fairseq-train`` run (the losses it logs).
+
+Triton reads TRITON_INTERPRET when it is first imported, and other test modules may import it first: every case
+runs in a fresh process with the variable set."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import pytest
+
+from conftest import PRETRAIN_ARGS, run, train_losses
+
+pytest.importorskip("triton", reason="triton is not installed (pip install -e '.[test]')")
+
+BIAS_VARIANTS = ["bert_r", "tupe_a", "tupe_r", "tupe_a_tie_cls", "t5_rel", "gaussian_prior", "learned_gaussian",
+                 "alibi", "deberta_rel"]
+OTHERS = ["bert_a", "rope"]  # no bias: the kernel with bias None
+
+COMPARE = r"""
+import json, sys, torch
+sys.path.insert(0, "tests")
+from model_utils import build, tokens
+out = {}
+for variant in sys.argv[1:]:
+    x = tokens(2, 20, seed=2)
+    x[1, 13:] = 1  # right padding; T = 20 is not a multiple of the interpreter's block (16)
+    keep = x.ne(1)
+    weight = torch.randn(int(keep.sum()), 64, generator=torch.Generator().manual_seed(3))
+    got = {}
+    for path in ("triton", "explicit"):
+        model = build(f"{variant}_tiny", seed=7, tupe_attention=path, dropout=0.0, attention_dropout=0.0,
+                      activation_dropout=0.0, encoder_layers=1).train()  # one layer: the interpreter is slow
+        features, _ = model(x, features_only=True)
+        (features[keep] * weight).sum().backward()
+        got[path] = (features[keep].detach(), {n: p.grad for n, p in model.named_parameters() if p.grad is not None})
+    (ft, gt), (fe, ge) = got["triton"], got["explicit"]
+    # the largest error over the largest entry; a gradient that is zero up to rounding (k_proj.bias: a constant per
+    # row of logits) is measured against a thousandth of the largest gradient instead
+    floor = 1e-3 * max(float(g.abs().max()) for g in ge.values())
+    rel = lambda a, b, floor=0.0: float((a - b).abs().max()) / max(float(b.abs().max()), floor)
+    grads = max(rel(gt[n], ge[n], floor) for n in ge)
+    out[variant] = {"features": rel(ft, fe), "grads": grads, "same_grads": gt.keys() == ge.keys()}
+print(json.dumps(out))
+"""
+
+
+def interpreted_env() -> dict:
+    return dict(os.environ, TRITON_INTERPRET="1", CUDA_VISIBLE_DEVICES="")
+
+
+def test_whole_models_on_triton_equal_the_explicit_path():
+    p = run([sys.executable, "-c", COMPARE, *BIAS_VARIANTS, *OTHERS], env=interpreted_env())
+    errors = json.loads(p.stdout.strip().splitlines()[-1])
+    assert set(errors) == set(BIAS_VARIANTS + OTHERS)
+    for variant, e in errors.items():
+        assert e["same_grads"] and e["features"] <= 1e-4 and e["grads"] <= 1e-4, (variant, e)
+
+
+def test_fairseq_train_on_triton_logs_the_explicit_paths_losses(lm_bin, tmp_path):
+    """tupe_r_tiny (one layer, two sequences a batch, no validation: the interpreter is slow), 3 updates without
+    dropout: the same losses as --tupe-attention explicit."""
+    args = [*PRETRAIN_ARGS, "--arch", "tupe_r_tiny", "--encoder-layers", "1", "--max-update", "3", "--log-interval",
+            "1", "--dropout", "0", "--attention-dropout", "0", "--batch-size", "2", "--disable-validation"]
+    losses = {}
+    for path in ("triton", "explicit"):
+        p = run(["fairseq-train", str(lm_bin), *args, "--tupe-attention", path, "--save-dir", str(tmp_path / path),
+                 "--no-save"], env=interpreted_env())
+        losses[path] = train_losses(p.stdout + p.stderr)
+        assert f"tupe_attention='{path}'" in p.stdout + p.stderr  # the model's arguments as fairseq logs them
+    assert len(losses["triton"]) == 3
+    assert losses["triton"] == pytest.approx(losses["explicit"], abs=2e-3)
