@@ -43,21 +43,10 @@ TASK_FIELDS = ("tokens_per_sample", "sample_break_mode", "mask_prob", "leave_unm
 
 def untrained_beyond(variant, trained: int) -> Optional[str]:
     """Why a ``PositionalVariant``'s positions beyond the trained length ``trained`` (T) mean nothing, or None
-    when they do (fixed functions of position or distance, buckets that saturate, or no positions at all)."""
-    if variant.attention_block == "deberta" and trained <= variant.max_rel_pos:
-        # row i - j + k of 2k, clamped: T tokens reach rows k - T + 1 .. k + T - 1, so row 0 (every key k or more
-        # to the right of its query) is trained only when T > k; beyond that the clamp saturates, as T5's buckets
-        return (f"relative embeddings clipped at k = {variant.max_rel_pos} (--max-rel-pos): at T = {trained} <= k the "
-                "row of the keys k or more to the right of their query was never trained")
-    if variant.input_pe:
-        return "learned absolute position embeddings: the rows past T were never trained"
-    if variant.untied_pos:
-        return "learned absolute positions (the untied positional term): the rows past T were never trained"
-    if variant.distance_prior == "learned_gaussian":
-        return "a learned weight per distance |j-i|: the distances of T and more were never trained"
-    if variant.attention_block in ("pam_concat", "pam_sequential"):
-        return "learned position-only weights per distance |j-i|: the distances of T and more were never trained"
-    return None
+    when they do: what its encodings declare (``PositionalEncoding.untrained_beyond``)."""
+    from tupe_plugin.positional.registry import untrained_beyond as declared
+
+    return declared(variant, trained)
 
 
 def masked_lm_task(cfg, dictionary, tokens_per_sample: int):

@@ -103,9 +103,10 @@ class PositionalEncoding(nn.Module):
         return SelfAttention(embed_dim, num_heads, dropout=dropout, scale_factor=cls.scale_for(variant),
                              attention_path=attention_path)
 
-    def untrained_beyond(self, trained: int) -> Optional[str]:
-        """Why this encoding's positions beyond the trained length ``trained`` mean nothing, or None when they do
-        (fixed functions of position or distance, buckets that saturate, or no positions at all)."""
+    @classmethod
+    def untrained_beyond(cls, variant: "PositionalVariant", trained: int) -> Optional[str]:
+        """Why this encoding's positions beyond the trained length ``trained`` mean nothing in ``variant``, or None
+        when they do (fixed functions of position or distance, buckets that saturate, or no positions at all)."""
         return None
 
     def content_free_map(self, seq_len: int, encoder_state: Dict[str, Tensor]) -> Optional[PositionMap]:

@@ -83,12 +83,14 @@ class Deberta(PositionalEncoding):
         return PositionalTerm(None, rel_embeddings=self.rel_embeddings.weight[lo:hi],
                               rel_index=self.rel_index[:T, :T] - lo)
 
-    def untrained_beyond(self, trained: int) -> Optional[str]:
-        if trained > self.k:
+    @classmethod
+    def untrained_beyond(cls, variant, trained: int) -> Optional[str]:
+        k = variant.max_rel_pos
+        if trained > k:
             return None  # every row was trained; beyond, the clamp saturates, as T5's buckets
         # row i - j + k of 2k, clamped: T tokens reach rows k - T + 1 .. k + T - 1, so row 0 (every key k or more
         # to the right of its query) is trained only when T > k
-        return (f"relative embeddings clipped at k = {self.k} (--max-rel-pos): at T = {trained} <= k the row of "
+        return (f"relative embeddings clipped at k = {k} (--max-rel-pos): at T = {trained} <= k the row of "
                 "the keys k or more to the right of their query was never trained")
 
     def content_free_map(self, seq_len: int, encoder_state: Dict[str, Tensor]) -> Optional[PositionMap]:

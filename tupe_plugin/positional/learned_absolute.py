@@ -43,5 +43,6 @@ class LearnedAbsolute(InputEncoding):
         positions = (torch.cumsum(real, dim=1).type_as(real) * real).long() + self.padding_idx  # make_positions
         return F.embedding(positions, self.weight, self.padding_idx)
 
-    def untrained_beyond(self, trained: int) -> Optional[str]:
+    @classmethod
+    def untrained_beyond(cls, variant, trained: int) -> Optional[str]:
         return "learned absolute position embeddings: the rows past T were never trained"

@@ -49,5 +49,6 @@ class LearnedGaussian(PositionalEncoding):
         check_length(seq_len, self.max_positions)
         return PositionalTerm(self.distance_bias[:, :, self.distance[:seq_len, :seq_len]])  # (L, H, T, T)
 
-    def untrained_beyond(self, trained: int) -> Optional[str]:
+    @classmethod
+    def untrained_beyond(cls, variant, trained: int) -> Optional[str]:
         return "a learned weight per distance |j-i|: the distances of T and more were never trained"

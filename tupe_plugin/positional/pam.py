@@ -161,8 +161,9 @@ class Pam(PositionalEncoding):
         super().__init__(variant, embed_dim, num_heads, max_positions, num_layers)
         self.mode, self.num_layers = variant.attention_block[len("pam_"):], num_layers
 
-    def untrained_beyond(self, trained: int) -> Optional[str]:
-        if self.mode == "window":
+    @classmethod
+    def untrained_beyond(cls, variant, trained: int) -> Optional[str]:
+        if variant.attention_block == "pam_window":
             return None
         return "learned position-only weights per distance |j-i|: the distances of T and more were never trained"
 

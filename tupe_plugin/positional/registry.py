@@ -97,6 +97,12 @@ def build(variant: PositionalVariant, embed_dim: int, num_heads: int, max_positi
     return (input_cls(*sizes, padding_idx=padding_idx) if input_cls else None), attention_cls(*sizes)
 
 
+def untrained_beyond(variant: PositionalVariant, trained: int) -> Optional[str]:
+    """Why ``variant``'s positions beyond the trained length mean nothing (its encodings' reasons), or None."""
+    reasons = [cls.untrained_beyond(variant, trained) for cls in encodings(variant) if cls is not None]
+    return next((r for r in reasons if r), None)
+
+
 def left_padding_allowed(variant: PositionalVariant) -> bool:
     """Whether a left-padded row keeps its meaning in every encoding of ``variant``."""
     return all(cls.left_padding for cls in encodings(variant) if cls is not None)

@@ -75,5 +75,6 @@ class Tupe(PositionalEncoding):
             bias = reset_cls(bias, cls_row, cls_col)
         return PositionalTerm(bias)
 
-    def untrained_beyond(self, trained: int) -> Optional[str]:
+    @classmethod
+    def untrained_beyond(cls, variant, trained: int) -> Optional[str]:
         return "learned absolute positions (the untied positional term): the rows past T were never trained"
