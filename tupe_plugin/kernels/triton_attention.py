@@ -76,12 +76,13 @@ class Blocks:
     num_stages: int = 2
 
 
-# CUDA, head dim <= 64 (BERT/RoBERTa base and large). Chosen so that the sm_90 builds with bias, padding and
-# dropout all on keep every value in registers (ptxas -v: no spill stores); not yet timed against other tiles.
+# CUDA, head dim <= 64 (BERT/RoBERTa base and large). Chosen from offline sm_90 builds (ptxas -v) so that the
+# kernels keep their values in registers (no spill stores; under 100 bytes for dK/dV with a fixed bias and
+# dropout), where larger or 4-warp forward tiles spilled; not yet timed against other tiles on a GPU.
 HALF_BLOCKS = Blocks(forward_m=128, forward_n=64, forward_warps=8, dq_m=128, dq_n=64, dq_warps=8,
                      dkdv_m=32, dkdv_n=64, dkdv_warps=4)
 # fp32 inputs: fp32 tiles take twice the registers and shared memory (and without TF32 the products run on
-# FMA units): smaller tiles.
+# FMA units): smaller tiles (sm_90 builds still spill up to a few hundred bytes: a correctness path, not a fast one).
 FP32_BLOCKS = Blocks(forward_m=64, forward_n=32, forward_warps=4, dq_m=64, dq_n=32, dq_warps=4,
                      dkdv_m=32, dkdv_n=32, dkdv_warps=4)
 # Triton's interpreter (tests): the smallest tiles, so that tiny sequences span several blocks and a ragged tail.
