@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import pickle
 import shlex
 import sys
 from typing import Dict, List, Optional
@@ -24,7 +23,7 @@ from typing import Dict, List, Optional
 from glue.collect import parse_validations, read_result_json, select_best
 from glue.tasks import get_task, is_custom_bin
 from tupe_common.io import write_json
-from tupe_plugin_cli.errors import UsageError, without_torch_advice
+from tupe_plugin_cli.errors import UsageError
 
 
 def task_settings(task: str, num_classes: Optional[int] = None, custom: bool = False) -> Dict[str, str]:
@@ -120,13 +119,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     try:
         commands = {"settings": cmd_settings, "result": cmd_result, "check-result": cmd_check_result}
         return commands[args.cmd](args)
-    except (OSError, ValueError) as e:  # a wrong setting (an unknown task): 2; a bad file or log: 1
+    except (OSError, ValueError) as e:  # a wrong setting (an unknown task): 2; a bad checkpoint, data or log: 1
         print(f"glue.finetune_helper {args.cmd}: error: {e}", file=sys.stderr)
         return 2 if isinstance(e, UsageError) else 1
-    except pickle.UnpicklingError as e:  # torch.load refused the file (settings): not a checkpoint
-        print(f"glue.finetune_helper {args.cmd}: error: {args.checkpoint}: not a readable checkpoint "
-              f"({without_torch_advice(e)})", file=sys.stderr)
-        return 1
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 from study.plan import Plan
 from study.settings import SETTINGS, UsageError, changed_settings, defaults, merged_text, recorded_text
 from study.stages import BY_NAME, REPO, STAGES, PartFailed, Stage, needs_done, note
+from tupe_plugin_cli.checkpoints import CheckpointError
 
 USAGE = "Usage: [NAME=value ...] study.sh [--lanes N | --list | --slurm | --report | --part STAGE [INDEX]]"
 
@@ -88,7 +89,10 @@ def run_part(plan: Plan, stage: Stage, part: Tuple, skip_done: bool = True) -> N
         note(f"{stage.name} {part_label(part)}: done, skipping")
         return
     start = time.monotonic()
-    stage.run(plan, *part)
+    try:
+        stage.run(plan, *part)
+    except CheckpointError as e:  # a checkpoint cut short by a kill, or of the wrong kind: the part fails, named
+        raise PartFailed(str(e)) from e
     seconds = round(time.monotonic() - start)
     note(f"{stage.name} {part_label(part)}: finished in {seconds} s")
     if not stage.always:

@@ -48,7 +48,7 @@ class Predictor:
         from tupe_plugin.analysis.attention_maps import load_hub
 
         self.torch = torch
-        self.hub = load_hub(checkpoint, data_dir)
+        self.hub = load_hub(checkpoint, data_dir, head=True)
         if torch.cuda.is_available():
             self.hub.cuda()
         d = self.hub.task.source_dictionary

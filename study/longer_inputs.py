@@ -176,7 +176,7 @@ def measure(checkpoint: str, shard: str, lengths: Sequence[int], out: str, token
 
     from tupe_plugin.analysis.attention_maps import load_hub
 
-    hub = load_hub(checkpoint, shard)
+    hub = load_hub(checkpoint, shard, objective="mlm")  # ELECTRA: NOT_FOR_ELECTRA
     cfg, d = hub.cfg, hub.task.source_dictionary
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     model = hub.model.to(device)

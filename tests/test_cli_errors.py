@@ -1,20 +1,25 @@
 """Our commands fail clearly: one last ``error:`` line (traceback only with TUPE_DEBUG=1), instant and quiet
-``--help``, out-of-range options refused, the fairseq-train log's error found, dictionary mismatches named."""
+``--help``, out-of-range options refused, the fairseq-train log's error found, dictionary mismatches named, and
+a user's plausible mistakes (a wrong file, a checkpoint of another kind) never called a bug."""
 from __future__ import annotations
 
 import argparse
+import inspect
 import os
+import pickle
+import re
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import List, Tuple
 
 import pytest
 import torch
 
-from conftest import run, write_lines
+from conftest import PRETRAIN_ARGS, run, write_lines
 from tupe_plugin.models.checkpoint_checks import DictionaryMismatchError, check_dictionary
-from tupe_plugin_cli.commands import CONSOLE_SCRIPTS
+from tupe_plugin_cli.commands import COMMANDS, CONSOLE_SCRIPTS
 from tupe_plugin_cli.errors import last_error
 
 BIN = Path(sys.executable).parent
@@ -66,7 +71,7 @@ def test_the_error_is_the_last_line_and_the_traceback_needs_the_debug_switch(tmp
     for command in (["tupe-checkpoint-info", str(junk)], ["tupe-pos-maps", str(junk), "--out-dir", str(tmp_path)]):
         p = run([str(BIN / command[0]), *command[1:]], check=False)
         assert p.returncode == 1 and "Traceback" not in p.stderr, p.stderr
-        assert "not a readable checkpoint" in last_line(p) and "weights_only" not in p.stderr
+        assert f"{junk}: not a checkpoint (a text file" in last_line(p) and "weights_only" not in p.stderr
     p = run([str(BIN / "tupe-checkpoint-info"), str(tmp_path / "missing.pt")], check=False)
     assert p.returncode == 1 and last_line(p).startswith("error: ") and "missing.pt" in last_line(p)
     env = dict(os.environ, TUPE_DEBUG="1")
@@ -79,7 +84,7 @@ def test_the_error_is_the_last_line_and_the_traceback_needs_the_debug_switch(tmp
 def test_python_m_runs_the_same_command(tmp_path):
     p = run([sys.executable, "-m", "tupe_plugin.convert_original", str(tmp_path / "none.pt"),
              str(tmp_path / "out.pt")], check=False)
-    assert p.returncode == 1 and last_line(p) == f"error: {tmp_path / 'none.pt'}: file not found"
+    assert p.returncode == 1 and last_line(p) == f"error: {tmp_path / 'none.pt'}: no such file; {ORIGINAL_FIX}"
 
 
 def test_pos_maps_length_beyond_the_checkpoint_is_the_last_line(pretrained, tmp_path):
@@ -215,3 +220,159 @@ def test_fairseq_train_with_another_dictionary_names_it(pretrained, cls_bin, spm
     assert line.startswith("error: the checkpoint ") and str(pretrained / "checkpoint_last.pt") in line, line
     assert f"vocabulary of {vocab} ids" in line and f"{data}/input0/dict.txt gives 105" in line, line
     assert "DictionaryMismatchError" in p.stderr  # raised by our check, not by torch
+
+
+# ------------------------------------------------------------------------------------------ a user's mistakes
+# What a user passes by mistake (a wrong file, a checkpoint of another kind) ends
+# in one line naming the file and what to do, never "unexpected ... (a bug)". The lines are written out whole.
+FAIRSEQ_FIX = "pass a checkpoint that fairseq-train wrote (SAVE_DIR/checkpoint_last.pt or checkpoint_best.pt)"
+ORIGINAL_FIX = "pass the checkpoint.pt from the original release's tupe_ckp.tar.gz"
+NO_HEAD = ("a pre-trained checkpoint, with no classification head; pass a fine-tuned one (glue/finetune.sh with "
+           "KEEP_CHECKPOINTS=1 keeps its checkpoint_best.pt)")
+OUTPUTS = ("maps", "locality.csv", "converted.pt", "hf")  # what the command lines below would write
+
+
+def command_line(command: str, checkpoint: Path, tmp: Path) -> List[str]:
+    """``command`` reading ``checkpoint``, its other arguments filled in."""
+    rest = {
+        "tupe-pos-maps": ["--out-dir", tmp / "maps"],
+        "tupe-locality": ["--out-csv", tmp / "locality.csv"],
+        "tupe-probe": ["--sets-dir", tmp, "--data", tmp, "--spm-model", tmp / "spm.model"],
+        "tupe-convert-original": [tmp / "converted.pt"],
+        "tupe-checkpoint-info": [],
+        "tupe-export-hf": [tmp / "hf"],
+    }[command]
+    return [str(BIN / command), str(checkpoint), *map(str, rest)]
+
+
+def wrong_file(kind: str, tmp: Path, fix: str) -> Tuple[Path, str]:
+    """A file a user may pass instead of a checkpoint, and the line that must answer it."""
+    path = tmp / {"missing": "checkpoint_lats.pt", "folder": "save", "empty": "empty.pt", "text": "notes.pt",
+                  "safetensors": "model.safetensors"}[kind]
+    if kind == "missing":
+        return path, f"{path}: no such file; {fix}"
+    if kind == "folder":
+        path.mkdir()
+        (path / "checkpoint_last.pt").write_bytes(b"")
+        return path, f"{path} is a folder; pass a checkpoint file in it (e.g. {path / 'checkpoint_last.pt'})"
+    if kind == "empty":
+        path.write_bytes(b"")
+        return path, f"{path}: empty file (0 bytes), not a checkpoint (a copy or save cut short?); {fix}"
+    if kind == "text":
+        write_lines(path, ["hello world,", "these are my notes"])
+        return path, f"{path}: not a checkpoint (a text file: 'hello world, these are my note...'); {fix}"
+    from safetensors.torch import save_file
+
+    save_file({"embeddings.weight": torch.zeros(4, 2)}, str(path))
+    return path, f"{path}: not a checkpoint (a safetensors file, e.g. a Hugging Face export); {fix}"
+
+
+def test_every_command_has_a_command_line_here(tmp_path):
+    for command in COMMANDS:
+        assert command_line(command, tmp_path / "ck.pt", tmp_path)[1] == str(tmp_path / "ck.pt"), command
+
+
+@pytest.mark.parametrize("kind", ["missing", "folder", "empty", "text", "safetensors"])
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_a_wrong_file_is_one_line_naming_it_and_what_to_pass(command, kind, tmp_path):
+    path, message = wrong_file(kind, tmp_path, ORIGINAL_FIX if command == "tupe-convert-original" else FAIRSEQ_FIX)
+    p = run(command_line(command, path, tmp_path), check=False)
+    assert (p.returncode, p.stderr, p.stdout) == (1, f"error: {message}\n", "")  # before torch is imported
+    assert not any((tmp_path / out).exists() for out in OUTPUTS)
+
+
+def test_a_damaged_or_foreign_torch_file_is_named(pretrained, tmp_path):
+    from tupe_plugin.checkpoint_info import checkpoint_info, load_checkpoint
+
+    whole = (pretrained / "checkpoint_last.pt").read_bytes()
+    cut = tmp_path / "checkpoint_last.pt"
+    cut.write_bytes(whole[: len(whole) // 2])  # a copy cut short
+    p = run(command_line("tupe-pos-maps", cut, tmp_path), check=False)
+    assert p.returncode == 1 and "Traceback" not in p.stderr and not (tmp_path / "maps").exists()
+    assert last_line(p) == f"error: {cut}: not a readable checkpoint (damaged or truncated: a copy cut short?); {FAIRSEQ_FIX}"
+    torch.save({"encoder.weight": torch.zeros(2)}, tmp_path / "weights.pt")  # a bare state dict
+    with pytest.raises(ValueError) as e:
+        load_checkpoint(str(tmp_path / "weights.pt"))
+    assert str(e.value) == (f"{tmp_path / 'weights.pt'}: not a fairseq checkpoint (it holds a dict with keys "
+                            f"['encoder.weight'], no 'model' state); {FAIRSEQ_FIX}")
+    torch.save({"model": {"encoder.weight": torch.zeros(2)}}, tmp_path / "other.pt")  # another fairseq model
+    with pytest.raises(ValueError) as e:
+        checkpoint_info(str(tmp_path / "other.pt"))
+    assert str(e.value) == (f"{tmp_path / 'other.pt'}: no 'encoder.sentence_encoder.positions.variant' in the model "
+                            "state: not a tupe_roberta checkpoint (for the original TUPE release, run "
+                            "tupe-convert-original first)")
+    (tmp_path / "pickle.pt").write_bytes(pickle.dumps({"model": 1}, protocol=2))  # a pickle torch.save did not write
+    with pytest.raises(ValueError, match=rf"^{re.escape(str(tmp_path / 'pickle.pt'))}: not a readable checkpoint "
+                                         rf"\(.+\); {re.escape(FAIRSEQ_FIX)}$"):
+        load_checkpoint(str(tmp_path / "pickle.pt"))
+
+
+@pytest.mark.parametrize("kind", ["missing", "folder", "empty", "text"])
+def test_glue_settings_name_a_wrong_checkpoint(kind, tmp_path, capsys):
+    """What glue/finetune.sh runs with its CHECKPOINT, before fine-tuning starts."""
+    from glue import finetune_helper
+
+    bins = tmp_path / "glue-bin" / "RTE-bin"
+    for sub, lines in (("input0", ["a 1"]), ("label", ["0 1", "1 1"])):
+        (bins / sub).mkdir(parents=True)
+        write_lines(bins / sub / "dict.txt", lines)
+    path, message = wrong_file(kind, tmp_path, FAIRSEQ_FIX)
+    assert finetune_helper.main(["settings", "RTE", str(path), str(tmp_path / "glue-bin")]) == 1
+    assert capsys.readouterr().err == f"glue.finetune_helper settings: error: {message}\n"
+
+
+def test_a_study_part_on_a_wrong_checkpoint_fails_naming_it(tmp_path):
+    """The study's parts read the checkpoints it made; one cut short (a killed copy) fails its part, not the study."""
+    from study.__main__ import run_part
+    from study.stages import PartFailed, Stage
+    from tupe_plugin.checkpoint_info import checkpoint_info
+
+    path, message = wrong_file("empty", tmp_path, FAIRSEQ_FIX)
+    stage = Stage("longer", lambda plan: [()], lambda plan: False, lambda plan: checkpoint_info(str(path)))
+    with pytest.raises(PartFailed) as e:
+        run_part(None, stage, ())
+    assert str(e.value) == message
+
+
+@pytest.fixture(scope="module")
+def electra_checkpoint(lm_bin, tmp_path_factory) -> Path:
+    """A tiny TUPE-R pre-trained with ELECTRA for one update."""
+    save = tmp_path_factory.mktemp("electra")
+    args = ["electra" if a == "masked_lm" else a for a in PRETRAIN_ARGS]  # --task and --criterion
+    run(["fairseq-train", str(lm_bin), *args, "--arch", "tupe_roberta_tiny", "--max-update", "1",
+         "--save-dir", str(save)])
+    return save / "checkpoint_last.pt"
+
+
+def test_a_pre_trained_checkpoint_where_a_fine_tuned_one_is_needed(pretrained, electra_checkpoint, tmp_path):
+    from study.dev_eval import Predictor
+
+    ck = pretrained / "checkpoint_last.pt"
+    p = run(command_line("tupe-probe", ck, tmp_path), check=False)
+    assert (p.returncode, last_line(p)) == (1, f"error: {ck}: {NO_HEAD}") and "Traceback" not in p.stderr
+    for checkpoint in (ck, electra_checkpoint):  # the study's dev-set predictions
+        with pytest.raises(ValueError) as e:
+            Predictor(str(checkpoint), str(tmp_path), str(tmp_path / "spm.model"))
+        assert str(e.value) == f"{checkpoint}: {NO_HEAD}"
+
+
+def test_a_converted_checkpoint_given_to_the_converter_again(pretrained, tmp_path):
+    ck = pretrained / "checkpoint_last.pt"
+    p = run(command_line("tupe-convert-original", ck, tmp_path), check=False)
+    assert (p.returncode, last_line(p)) == (1, f"error: {ck}: already a tupe_roberta checkpoint (see tupe-checkpoint-info "
+                                               f"{ck}); fine-tune, analyse or export it as it is; tupe-convert-original "
+                                               "reads the original release")
+    assert not (tmp_path / "converted.pt").exists()
+
+
+def test_an_electra_checkpoint_where_an_mlm_one_is_needed(electra_checkpoint, lm_bin, tmp_path):
+    """The study's longer-inputs part scores masked tokens with the MLM head, which an ELECTRA discriminator lacks."""
+    from study.longer_inputs import measure
+
+    given = {"checkpoint": str(electra_checkpoint), "shard": str(lm_bin), "lengths": [64, 128], "tokens": 256,
+             "out": str(tmp_path / "longer.json")}  # by name: the arguments after ``lengths`` have changed before
+    with pytest.raises(ValueError) as e:
+        measure(**{k: v for k, v in given.items() if k in inspect.signature(measure).parameters})
+    assert str(e.value) == (f"{electra_checkpoint}: an ELECTRA checkpoint where an MLM one is needed: its "
+                            "discriminator has no trained MLM head; pass a checkpoint pre-trained with OBJECTIVE=mlm")
+    assert not (tmp_path / "longer.json").exists()

@@ -116,7 +116,7 @@ def test_refuses_a_foreign_run_folder_and_a_missing_checkpoint(tmp_path, glue_bi
     (tmp_path / "bogus.pt").write_bytes(b"not a checkpoint")
     r = sh([FINETUNE, "RTE", "2e-5", "3"], check=False, CHECKPOINT=str(tmp_path / "bogus.pt"),
            GLUE_BIN=str(glue_bin), RUNS=str(tmp_path))
-    assert r.returncode == 1 and "bogus.pt: not a readable checkpoint" in r.stderr  # bad data: 1
+    assert r.returncode == 1 and "bogus.pt: not a checkpoint (a text file: 'not a checkpoint')" in r.stderr  # bad data: 1
     assert not (tmp_path / "RTE" / "lr2e-5_seed3").exists() and not (tmp_path / ".partial").exists()
 
 

@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import pickle
 import sys
-from typing import Any, Callable, Dict
+from typing import Any, Callable, Dict, Optional
 
-import torch
+from tupe_plugin_cli.checkpoints import CheckpointError, load
 from tupe_plugin_cli.errors import UsageError
 
 from . import checkpoint_safety  # noqa: F401
@@ -25,24 +24,26 @@ from .models.tupe_roberta import VARIANT_KEY
 from .positional import VARIANTS, PositionalVariant
 
 
-def checkpoint_info(path: str) -> Dict[str, Any]:
-    return info_from_state(load_checkpoint(path), path)
+# The one reader of checkpoints (every command, glue/finetune_helper.py, the study): a missing, empty, text,
+# damaged or foreign file is refused in one line naming it and what to pass (tupe_plugin_cli/checkpoints.py).
+load_checkpoint = load
 
 
-def load_checkpoint(path: str) -> Dict[str, Any]:
-    """A fairseq checkpoint's dict (``torch.load`` weights only, with the plugin's allowlist); a file that is
-    not one is refused by saying so (torch itself ends in e.g. a bare ``KeyError`` for a text file)."""
-    try:
-        state = torch.load(path, map_location="cpu")
-    except (KeyError, EOFError, RuntimeError, pickle.UnpicklingError) as e:  # what torch.load raises for other files
-        from tupe_plugin_cli.errors import without_torch_advice
-
-        reason = without_torch_advice(e) if isinstance(e, pickle.UnpicklingError) else f"{type(e).__name__}: {e}"
-        raise ValueError(f"{path}: not a readable checkpoint (torch.load: {reason})") from e
-    if not isinstance(state, dict) or "model" not in state:
-        what = f"a {type(state).__name__}" + (f" with keys {sorted(state)[:5]}" if isinstance(state, dict) else "")
-        raise ValueError(f"{path}: not a fairseq checkpoint (it holds {what}, no 'model' state)")
-    return state
+def checkpoint_info(path: str, objective: Optional[str] = None, head: bool = False) -> Dict[str, Any]:
+    """What the checkpoint ``path`` is, after the checks of :func:`load_checkpoint`; refused, naming the file,
+    when it is not a tupe_roberta checkpoint, not of ``objective`` ("mlm", "electra"), or (``head``) has no
+    classification head, i.e. it is not fine-tuned. Tensors are not read (mmap)."""
+    state = load_checkpoint(path, mmap=True)
+    info = info_from_state(state, path)
+    if objective is not None and info["objective"] != objective:
+        why = {"mlm": "its discriminator has no trained MLM head; pass a checkpoint pre-trained with OBJECTIVE=mlm",
+               "electra": "pass a checkpoint pre-trained with OBJECTIVE=electra"}[objective]
+        raise CheckpointError(f"{path}: an {info['objective'].upper()} checkpoint where an {objective.upper()} one "
+                              f"is needed: {why}")
+    if head and not any(".classification_heads." in k or k.startswith("classification_heads.") for k in state["model"]):
+        raise CheckpointError(f"{path}: a pre-trained checkpoint, with no classification head; pass a fine-tuned one "
+                              "(glue/finetune.sh with KEEP_CHECKPOINTS=1 keeps its checkpoint_best.pt)")
+    return info
 
 
 def model_config(state: Dict[str, Any]) -> Any:
@@ -69,7 +70,7 @@ def info_from_state(state: Dict[str, Any], path: str) -> Dict[str, Any]:
     model_state = state.get("model", {})
     key = next((k for k in model_state if k.endswith(VARIANT_KEY) or k == VARIANT_KEY), None)
     if key is None:
-        raise ValueError(
+        raise CheckpointError(
             f"{path}: no '{VARIANT_KEY}' in the model state: not a tupe_roberta checkpoint "
             "(for the original TUPE release, run tupe-convert-original first)"
         )

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import re
-import zipfile
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -19,9 +17,10 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
-from tupe_plugin_cli.errors import without_torch_advice
+from tupe_plugin_cli.checkpoints import ORIGINAL_FIX, CheckpointError, load
 
 from .models.architectures import SIZES
+from .models.tupe_roberta import VARIANT_KEY
 
 ORIG = "decoder.sentence_encoder."
 NEW = "encoder.sentence_encoder."
@@ -118,32 +117,15 @@ def _unsupported_globals(path: str, error: Exception, allowed: list) -> List[str
     return sorted(names)
 
 
-# torch.save's legacy (pre-1.6, the release's) format starts with this pickled integer; newer files are zips.
-LEGACY_MAGIC = b"\x80\x02\x8a\x0a" + torch.serialization.MAGIC_NUMBER.to_bytes(10, "little")
-
-
-def is_torch_file(path: str) -> bool:
-    """Whether ``path`` is in one of torch.save's two formats (zip archive or legacy pickle)."""
-    with open(path, "rb") as f:
-        head = f.read(len(LEGACY_MAGIC))
-    return head == LEGACY_MAGIC or zipfile.is_zipfile(path)
-
-
 def load_original(path: str, inert: Sequence[str] = ()) -> dict:
-    """``torch.load(weights_only=True)`` with the converter's allowlist, local to this call."""
-    if not os.path.isfile(path):
-        raise ConversionError(f"{path}: file not found")
-    if not is_torch_file(path):
-        raise ConversionError(
-            f"{path}: not a checkpoint (neither a torch.save zip archive nor a legacy torch.save file); "
-            "pass the checkpoint.pt from the release's tupe_ckp.tar.gz"
-        )
+    """The checkpoint at ``path``, read by the plugin's one reader (``tupe_plugin_cli.checkpoints.load``: weights
+    only) with the converter's allowlist added for this call; a global it refuses is named."""
     allowed = allowed_globals(inert)
     try:
         with _extra_safe_globals(allowed):
-            state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # torch raises pickle.UnpicklingError (and others for non-pickles)
-        names = _unsupported_globals(path, e, allowed)
+            state = load(path, fix=ORIGINAL_FIX)
+    except CheckpointError as e:
+        names = _unsupported_globals(path, e.__cause__, allowed) if e.__cause__ is not None else []
         if names:
             raise ConversionError(
                 f"{path} holds Python globals this converter does not allow: {', '.join(names)}. "
@@ -151,11 +133,10 @@ def load_original(path: str, inert: Sequence[str] = ()) -> dict:
                 "model does not need (like fairseq's 2019 meters), pass --inert-global NAME to read it "
                 "as an inert placeholder; never load the file with weights_only=False."
             ) from None
-        raise ConversionError(
-            f"{path}: not a readable torch checkpoint ({type(e).__name__}: {without_torch_advice(e)})"
-        ) from None
-    if not isinstance(state, dict) or "model" not in state:
-        raise ConversionError(f"{path}: not a fairseq checkpoint (no 'model' entry)")
+        raise ConversionError(str(e)) from None
+    if any(k.endswith(VARIANT_KEY) for k in state["model"]):
+        raise ConversionError(f"{path}: already a tupe_roberta checkpoint (see tupe-checkpoint-info {path}); "
+                              "fine-tune, analyse or export it as it is; tupe-convert-original reads the original release")
     return state
 
 

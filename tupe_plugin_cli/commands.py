@@ -9,6 +9,7 @@ import logging
 import os
 from typing import Callable, Dict, List, Optional, Tuple
 
+from .checkpoints import FIX, ORIGINAL_FIX, check_file
 from .errors import run_command
 
 
@@ -136,16 +137,30 @@ COMMANDS: Dict[str, Tuple[Callable[[], argparse.ArgumentParser], str]] = {
 }
 
 
+# The argument that names the checkpoint a command reads (the file is checked before torch is imported:
+# checkpoints.check_file), and what to pass instead of a wrong one.
+CHECKPOINT_ARGUMENT: Dict[str, Tuple[str, str]] = {**{command: ("checkpoint", FIX) for command in COMMANDS},
+                                                 "tupe-convert-original": ("input", ORIGINAL_FIX)}
+
+
 def dispatch(command: str, argv: Optional[List[str]] = None) -> int:
-    """Parse ``argv`` with the command's parser, then import and run the command. The libraries' log lines
-    (fairseq, matplotlib) get fairseq-train's format and level, set before any import: otherwise a fairseq
-    module's ``logging.basicConfig(level=DEBUG)`` on import sets them (our own lines: ``tupe_common.log``)."""
+    """Parse ``argv`` with the command's parser, check its checkpoint file, then import and run the
+    command. The libraries' log lines (fairseq, matplotlib) get fairseq-train's format and level, set before any
+    import: otherwise a fairseq module's ``logging.basicConfig(level=DEBUG)`` on import sets them (our own lines:
+    ``tupe_common.log``)."""
     make_parser, target = COMMANDS[command]
     args = make_parser().parse_args(argv)
     logging.basicConfig(format="%(asctime)s | %(levelname)s | %(name)s | %(message)s", datefmt="%Y-%m-%d %H:%M:%S",
                         level=os.environ.get("LOGLEVEL", "INFO").upper())
     module, _, function = target.partition(":")
-    return run_command(lambda a: getattr(importlib.import_module(module), function)(a), args)
+
+    def run(a: argparse.Namespace) -> int:
+        dest, fix = CHECKPOINT_ARGUMENT[command]
+        if getattr(a, dest, None) is not None:
+            check_file(getattr(a, dest), fix)
+        return getattr(importlib.import_module(module), function)(a)
+
+    return run_command(run, args)
 
 
 def entry_point(command: str) -> str:

@@ -2,15 +2,19 @@
 from __future__ import annotations
 
 import os
-from typing import List
+from typing import List, Optional
 
 import torch
 
+from ..checkpoint_info import checkpoint_info
 from ..models.tupe_roberta import TupeRobertaModel
 
 
-def load_hub(checkpoint: str, data_dir: str = "", spm_model: str = ""):
-    """The fairseq hub interface (eval mode) of ``checkpoint``; ``data_dir`` holds dict.txt."""
+def load_hub(checkpoint: str, data_dir: str = "", spm_model: str = "", objective: Optional[str] = None,
+             head: bool = False):
+    """The fairseq hub interface (eval mode) of ``checkpoint``; ``data_dir`` holds dict.txt. The checkpoint is
+    checked first (``checkpoint_info``: a tupe_roberta checkpoint, of ``objective``, fine-tuned if ``head``)."""
+    checkpoint_info(checkpoint, objective=objective, head=head)
     ckpt_dir, ckpt_file = os.path.split(os.path.abspath(checkpoint))
     kwargs = {"sentencepiece_model": spm_model} if spm_model else {"bpe": None}
     return TupeRobertaModel.from_pretrained(

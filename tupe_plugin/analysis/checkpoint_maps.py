@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from tupe_plugin_cli.errors import UsageError
 
 from .. import checkpoint_safety  # noqa: F401
-from ..checkpoint_info import info_from_state
+from ..checkpoint_info import info_from_state, load_checkpoint as read_checkpoint
 from ..positional.base import ContentDependentPositions, PositionMap
 from ..positional.record import PositionalVariant
 from ..positional.registry import build
@@ -43,7 +43,7 @@ class PositionWeights(ValueError):
 
 
 def load_checkpoint(path: str) -> Tuple[Dict[str, torch.Tensor], Dict[str, Any]]:
-    state = torch.load(path, map_location="cpu")  # weights_only + the plugin's allowlist; read once
+    state = read_checkpoint(path)  # the one reader: its checks name the file; read once
     model = {k: v.float() if v.is_floating_point() else v for k, v in state["model"].items()}
     return model, info_from_state(state, path)
 

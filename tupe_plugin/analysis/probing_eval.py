@@ -93,7 +93,7 @@ def evaluate(hub, sets_dir: str, batch_size: int = 64) -> Dict[str, Tuple[int, f
 
 def run(args: argparse.Namespace) -> int:
     """The command, on arguments parsed by ``tupe_plugin_cli.commands.probe_parser``."""
-    results = evaluate(load_hub(args.checkpoint, args.data, args.spm_model), args.sets_dir, args.batch_size)
+    results = evaluate(load_hub(args.checkpoint, args.data, args.spm_model, head=True), args.sets_dir, args.batch_size)
     rows = []
     for name, (n, acc) in results.items():
         base = BASELINE.get(name, "original")
