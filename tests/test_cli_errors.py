@@ -1,6 +1,6 @@
 """Our commands fail clearly: one last ``error:`` line (traceback only with TUPE_DEBUG=1), instant and quiet
 ``--help``, out-of-range options refused, the fairseq-train log's error found, dictionary mismatches named, and
-a user's plausible mistakes (a wrong file, a checkpoint of another kind) never called a bug."""
+a user's plausible mistakes (a wrong file, a missing extra, a checkpoint of another kind) never called a bug."""
 from __future__ import annotations
 
 import argparse
@@ -12,15 +12,15 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import List, Tuple
+from typing import Dict, List, Tuple
 
 import pytest
 import torch
 
 from conftest import PRETRAIN_ARGS, run, write_lines
 from tupe_plugin.models.checkpoint_checks import DictionaryMismatchError, check_dictionary
-from tupe_plugin_cli.commands import COMMANDS, CONSOLE_SCRIPTS
-from tupe_plugin_cli.errors import last_error
+from tupe_plugin_cli.commands import COMMANDS, CONSOLE_SCRIPTS, NEEDS
+from tupe_plugin_cli.errors import OPTIONAL, last_error, run_command
 
 BIN = Path(sys.executable).parent
 CONSOLE = [script.partition("=")[0] for script in CONSOLE_SCRIPTS]
@@ -223,7 +223,7 @@ def test_fairseq_train_with_another_dictionary_names_it(pretrained, cls_bin, spm
 
 
 # ------------------------------------------------------------------------------------------ a user's mistakes
-# What a user passes by mistake (a wrong file, a checkpoint of another kind) ends
+# What a user passes by mistake (a wrong file, a command without its extra, a checkpoint of another kind) ends
 # in one line naming the file and what to do, never "unexpected ... (a bug)". The lines are written out whole.
 FAIRSEQ_FIX = "pass a checkpoint that fairseq-train wrote (SAVE_DIR/checkpoint_last.pt or checkpoint_best.pt)"
 ORIGINAL_FIX = "pass the checkpoint.pt from the original release's tupe_ckp.tar.gz"
@@ -376,3 +376,71 @@ def test_an_electra_checkpoint_where_an_mlm_one_is_needed(electra_checkpoint, lm
     assert str(e.value) == (f"{electra_checkpoint}: an ELECTRA checkpoint where an MLM one is needed: its "
                             "discriminator has no trained MLM head; pass a checkpoint pre-trained with OBJECTIVE=mlm")
     assert not (tmp_path / "longer.json").exists()
+
+
+# A site customisation that makes packages look uninstalled: their import fails as a missing package's does.
+HIDE = """import sys
+
+
+class Hide:
+    names = {names!r}
+
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] in self.names:
+            raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
+
+
+sys.meta_path.insert(0, Hide())
+"""
+
+
+def without(tmp: Path, *packages: str) -> Dict[str, str]:
+    """The environment of a process in which ``packages`` are not installed."""
+    site = tmp / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(HIDE.format(names=set(packages)))
+    return dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), str(ROOT)]), PATH=f"{BIN}:{os.environ['PATH']}")
+
+
+@pytest.mark.parametrize("package", ["safetensors", "transformers"])
+def test_export_hf_without_the_hf_extra_names_the_install(package, pretrained, tmp_path):
+    p = subprocess.run(command_line("tupe-export-hf", pretrained / "checkpoint_last.pt", tmp_path),
+                       capture_output=True, text=True, env=without(tmp_path, package), timeout=120)
+    assert (p.returncode, p.stderr) == (2, f"error: {package} is not installed; it comes with the optional 'hf' "
+                                           "extra: pip install -c constraints.txt -e '.[hf]' (in the repository)\n")
+    assert not (tmp_path / "hf").exists()
+
+
+def test_the_other_commands_need_no_extra(tmp_path):
+    modules = [target.partition(":")[0] for command, (_, target) in COMMANDS.items() if command not in NEEDS]
+    code = ("import importlib, sys\nfor m in sys.argv[1:]: importlib.import_module(m)\n"
+            "try:\n    import safetensors\nexcept ModuleNotFoundError as e:\n    print('hidden:', e.name)")
+    p = subprocess.run([sys.executable, "-c", code, *modules], capture_output=True, text=True,
+                       env=without(tmp_path, *OPTIONAL), timeout=300)
+    assert p.returncode == 0 and p.stdout == "hidden: safetensors\n", p.stderr[-3000:]
+    assert len(modules) == len(COMMANDS) - 1
+
+
+def test_a_missing_package_anywhere_is_a_line_with_its_install(capsys):
+    def fails(name):
+        raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+
+    cases = {
+        "pyarrow.parquet": (2, "error: pyarrow is not installed; it comes with the optional 'hf' extra: "
+                               "pip install -c constraints.txt -e '.[hf]' (in the repository)"),
+        "fairseq.models": (2, "error: fairseq is not installed; it is a requirement of tupe_plugin: "
+                              "pip install -c constraints.txt -e . (in the repository)"),
+        "torch": (2, "error: torch is not installed; install torch for your machine first (docs/install.md), then "
+                     "pip install -c constraints.txt -e . (in the repository)"),
+        "tupe_plugin.models.gone": (1, "error: unexpected ModuleNotFoundError: No module named "
+                                       "'tupe_plugin.models.gone' (a bug: rerun with TUPE_DEBUG=1 and report the traceback)"),
+    }
+    for name, (code, line) in cases.items():
+        assert run_command(lambda a, name=name: fails(name), argparse.Namespace()) == code, name
+        assert last_line_of(capsys) == line
+
+
+def test_the_extras_table_is_setup_pys():
+    hf = re.search(r'"hf": \[([^\]]*)\]', (ROOT / "setup.py").read_text(encoding="utf-8")).group(1)
+    names = {re.match(r'"([\w-]+)', r.strip()).group(1).replace("-", "_") for r in hf.split(",") if r.strip()}
+    assert names == {name for name, extra in OPTIONAL.items() if extra == "hf"}

@@ -10,7 +10,7 @@ import os
 from typing import Callable, Dict, List, Optional, Tuple
 
 from .checkpoints import FIX, ORIGINAL_FIX, check_file
-from .errors import run_command
+from .errors import require, run_command
 
 
 def at_least(low: int) -> Callable[[str], int]:
@@ -138,13 +138,14 @@ COMMANDS: Dict[str, Tuple[Callable[[], argparse.ArgumentParser], str]] = {
 
 
 # The argument that names the checkpoint a command reads (the file is checked before torch is imported:
-# checkpoints.check_file), and what to pass instead of a wrong one.
+# checkpoints.check_file), and the optional packages a command needs (checked first: errors.require).
 CHECKPOINT_ARGUMENT: Dict[str, Tuple[str, str]] = {**{command: ("checkpoint", FIX) for command in COMMANDS},
                                                  "tupe-convert-original": ("input", ORIGINAL_FIX)}
+NEEDS: Dict[str, Tuple[str, ...]] = {"tupe-export-hf": ("safetensors", "transformers")}
 
 
 def dispatch(command: str, argv: Optional[List[str]] = None) -> int:
-    """Parse ``argv`` with the command's parser, check its checkpoint file, then import and run the
+    """Parse ``argv`` with the command's parser, check its packages and checkpoint file, then import and run the
     command. The libraries' log lines (fairseq, matplotlib) get fairseq-train's format and level, set before any
     import: otherwise a fairseq module's ``logging.basicConfig(level=DEBUG)`` on import sets them (our own lines:
     ``tupe_common.log``)."""
@@ -155,6 +156,7 @@ def dispatch(command: str, argv: Optional[List[str]] = None) -> int:
     module, _, function = target.partition(":")
 
     def run(a: argparse.Namespace) -> int:
+        require(*NEEDS.get(command, ()))
         dest, fix = CHECKPOINT_ARGUMENT[command]
         if getattr(a, dest, None) is not None:
             check_file(getattr(a, dest), fix)

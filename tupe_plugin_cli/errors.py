@@ -3,8 +3,9 @@
 * ``run_command(run, args)``: runs a command, turns any exception into one ``error: ...`` line on
   stderr; the traceback only with ``TUPE_DEBUG=1``. Exit codes are the project's one convention (docs/troubleshooting.md,
   "Exit codes"; shell: train_scripts/lib.sh): 2 wrong usage or settings (argparse, ``UsageError``: nothing
-  was changed), 1 the run failed (a missing, corrupt or foreign input named in the message; an unexpected
-  error says it is a bug).
+  was changed; also a package the command needs that is not installed: the line gives the ``pip install``),
+  1 the run failed (a missing, corrupt or foreign input named in the message; an unexpected error says it is
+  a bug).
 * ``python -m tupe_plugin_cli.errors LOG`` (``tupe-last-error LOG``): for scripts that run
   ``fairseq-train`` into a log, prints the log's final exception as that one line, e.g.
 
@@ -13,6 +14,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import re
 import sys
@@ -29,6 +31,10 @@ class UsageError(ValueError):
 # classes (ConversionError, VariantMismatchError, DictionaryMismatchError, ...) derive from ValueError.
 USER_ERRORS = (OSError, ValueError)
 USER_ERROR_NAMES = {"ValueError", "FileNotFoundError", "PermissionError", "IsADirectoryError", "OSError"}
+# Packages of setup.py's optional extras, by import name (tests/test_cli_errors.py checks it against the
+# installed metadata), and this project's own top-level modules: a missing one of those is a bug.
+OPTIONAL = {"transformers": "hf", "safetensors": "hf", "accelerate": "hf", "huggingface_hub": "hf", "pyarrow": "hf"}
+OWN = {"tupe_plugin", "tupe_plugin_cli", "tupe_common", "preprocess", "glue", "study", "bench", "train_scripts"}
 
 
 def debug() -> bool:
@@ -45,9 +51,40 @@ def without_torch_advice(error: BaseException) -> str:
     return " ".join(text.split()) or type(error).__name__
 
 
+def missing_package(error: BaseException) -> str:
+    """The package a ``ModuleNotFoundError`` lacks when it is not one of ours (an install to fix), else ""."""
+    top = (getattr(error, "name", None) or "").partition(".")[0] if isinstance(error, ModuleNotFoundError) else ""
+    return "" if top in OWN else top
+
+
+def install_advice(package: str) -> str:
+    """What installs ``package``: its extra, the requirements, or torch first (docs/install.md)."""
+    if package in OPTIONAL:
+        extra = OPTIONAL[package]
+        return f"it comes with the optional '{extra}' extra: pip install -c constraints.txt -e '.[{extra}]'"
+    if package == "torch":
+        return "install torch for your machine first (docs/install.md), then pip install -c constraints.txt -e ."
+    return "it is a requirement of tupe_plugin: pip install -c constraints.txt -e ."
+
+
+def require(*packages: str) -> None:
+    """Raise ``ModuleNotFoundError`` for the first of ``packages`` that cannot be imported (a command checks its
+    optional packages before it starts work; ``error_line`` says how to install it)."""
+    for name in packages:
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except ModuleNotFoundError:  # a finder that refuses the name
+            found = False
+        if not found:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+
+
 def error_line(error: BaseException) -> str:
     """``error: <message>`` on one line; unexpected exceptions are named as such."""
     message = without_torch_advice(error)
+    package = missing_package(error)
+    if package:  # run from the repository, where constraints.txt is
+        return f"error: {package} is not installed; {install_advice(package)} (in the repository)"
     if isinstance(error, USER_ERRORS):
         return f"error: {message}"
     if type(error).__name__ == "UnpicklingError":  # torch.load of a file that is no (allowed) checkpoint
@@ -65,7 +102,7 @@ def run_command(run: Callable[[argparse.Namespace], int], args: argparse.Namespa
     except Exception as e:  # noqa: BLE001  (every failure ends the same way)
         if debug():
             traceback.print_exc()
-        code, line = (2 if isinstance(e, UsageError) else 1), error_line(e)
+        code, line = (2 if isinstance(e, UsageError) or missing_package(e) else 1), error_line(e)
     sys.stdout.flush()
     print(line, file=sys.stderr, flush=True)
     return code
