@@ -23,7 +23,7 @@ from typing import Dict, List, Optional
 from glue.collect import parse_validations, read_result_json, select_best
 from glue.tasks import get_task, is_custom_bin
 from tupe_common.io import write_json
-from tupe_plugin_cli.errors import UsageError
+from tupe_common.errors import UsageError
 
 
 def task_settings(task: str, num_classes: Optional[int] = None, custom: bool = False) -> Dict[str, str]:

@@ -20,7 +20,7 @@ import sys
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from tupe_plugin_cli.errors import UsageError
+from tupe_common.errors import UsageError
 
 SINGLE_SENTENCE_HEADER = ("sentence", "label")  # SST-2's train/dev header: a custom task has it too
 

@@ -15,8 +15,9 @@ import sys
 from pathlib import Path
 from typing import List, Optional, Sequence
 
-from preprocess.download_command import UsageError, download_parser, run_download
+from preprocess.download_command import download_parser, run_download
 from preprocess.hub_files import HubError, HubRepo, download
+from tupe_common.errors import UsageError
 from tupe_common.log import get_logger
 
 REPO = "allenai/c4"

@@ -28,7 +28,7 @@ import sentencepiece as spm
 from preprocess.c4_common import Progress, SettingsMismatch, check_settings, mb, open_binary
 from tupe_common.io import read_json, remove_if_exists, write_json
 from tupe_common.log import get_logger
-from tupe_plugin_cli.errors import UsageError
+from tupe_common.errors import UsageError
 from preprocess.spm_dict import id_offset, write_fairseq_dict
 
 PROG = "c4_spm"

@@ -17,13 +17,10 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from preprocess.hub_files import HubError, HubFile, HubRepo, open_repo
+from tupe_common.errors import UsageError
 
 Plan = Callable[[argparse.Namespace], Sequence[Any]]
 Fetch = Callable[[argparse.Namespace, HubRepo, Sequence[Any]], None]
-
-
-class UsageError(ValueError):
-    """An option value the parser could not check by itself (exit 2 with the usage line)."""
 
 
 def download_parser(module: str, doc: str, repo_id: str, out_dir: str, out_help: str,

@@ -26,8 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from preprocess.download_command import UsageError, download_parser, parquet_rows, parquet_shards, run_download
+from preprocess.download_command import download_parser, parquet_rows, parquet_shards, run_download
 from preprocess.hub_files import HubFile, HubRepo, download
+from tupe_common.errors import UsageError
 from tupe_common.io import atomic_dir
 from tupe_common.log import get_logger
 

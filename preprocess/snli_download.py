@@ -18,8 +18,9 @@ import sys
 from pathlib import Path
 from typing import List, Optional, Sequence
 
-from preprocess.download_command import UsageError, download_parser, parquet_rows, parquet_shards, run_download
+from preprocess.download_command import download_parser, parquet_rows, parquet_shards, run_download
 from preprocess.hub_files import HubRepo, download
+from tupe_common.errors import UsageError
 from tupe_common.io import atomic_open
 from tupe_common.log import get_logger
 

@@ -13,12 +13,10 @@ import re
 from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Tuple
 
+from tupe_common.errors import UsageError  # the project's one (study.plan, study.__main__ import it from here)
+
 PRESETS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "train_scripts",
                            "study_presets")
-
-
-class UsageError(Exception):
-    """A wrong setting or argument: the command exits 2 and nothing was changed."""
 
 
 @dataclass(frozen=True)
