@@ -7,6 +7,7 @@ from model_utils import LEFT_PADDING_REFUSED, PAD, build, left_padded, tokens
 from tupe_plugin.analysis.checkpoint_maps import positional_logits
 from tupe_plugin.checkpoint_info import info_from_state
 from tupe_plugin.models import VARIANTS, PositionalVariant
+from tupe_plugin.models.tupe_roberta import VARIANT_KEY
 from tupe_plugin.positional.record import ATTENTION_BLOCKS, NewerRecordError
 
 
@@ -16,7 +17,7 @@ def test_a_longer_record_of_a_newer_plugin_is_refused_naming_the_upgrade():
         PositionalVariant.from_tensor(newer)
     model = build("tupe_r_tiny")
     state = model.state_dict()
-    state["encoder.sentence_encoder.positions.variant"] = newer
+    state[VARIANT_KEY] = newer
     with pytest.raises(NewerRecordError, match="upgrade tupe_plugin"):
         build("tupe_r_tiny").load_state_dict(state)
     with pytest.raises(NewerRecordError):  # tupe-checkpoint-info, tupe-pos-maps, tupe-export-hf read it so

@@ -15,6 +15,7 @@ sys.path.insert(0, str(ROOT / "tests" / "data"))
 import toy_pe  # noqa: E402  (registers toy_linear_bias, as --user-dir tests/data/toy_pe does)
 
 from tupe_plugin.models import VariantMismatchError  # noqa: E402
+from tupe_plugin.models.tupe_roberta import VARIANT_KEY  # noqa: E402
 from tupe_plugin.positional import VARIANTS, PositionalVariant  # noqa: E402
 from tupe_plugin.positional.registry import encodings, record_id  # noqa: E402
 
@@ -41,8 +42,11 @@ def test_the_toy_bias_reaches_every_layer_and_loads_only_as_itself():
         want = torch.tensor([[-s * abs(j - i) for j in range(6)] for i in range(6)])
         torch.testing.assert_close(bias[h], want)
     x = tokens(2, 6)
-    other = build(f"{TOY}_tiny", max_positions=16, seed=1)
+    other = build(f"{TOY}_tiny", max_positions=16, seed=2)  # other weights and the initial slopes 0.5
+    with torch.no_grad():
+        assert not torch.allclose(other(x)[0], model(x)[0], atol=1e-3)  # so equal outputs below come from the load
     other.load_state_dict(model.state_dict())  # its own record: loads
+    torch.testing.assert_close(other.encoder.sentence_encoder.positions.slope, torch.tensor([0.1, 0.2, 0.3, 0.4]))
     with torch.no_grad():
         torch.testing.assert_close(other(x)[0], model(x)[0])
     with pytest.raises(VariantMismatchError, match=f"'{TOY}'.*--arch {TOY}_base"):
@@ -56,7 +60,7 @@ def test_fairseq_train_trains_the_toy_from_its_user_dir(lm_bin, tmp_path):
     losses = train_losses(p.stdout + p.stderr)
     assert len(losses) >= 3 and losses[-1] < losses[0]
     state = torch.load(tmp_path / "ckpt" / "checkpoint_last.pt", map_location="cpu", weights_only=False)
-    record = state["model"]["encoder.sentence_encoder.positions.variant"]
+    record = state["model"][VARIANT_KEY]
     assert PositionalVariant.from_tensor(record) == VARIANTS[TOY]
     slope = state["model"]["encoder.sentence_encoder.positions.slope"]
     assert not torch.allclose(slope, torch.full_like(slope, 0.5))  # trained: the bias has its gradient

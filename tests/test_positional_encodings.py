@@ -15,6 +15,7 @@ from test_tupe_math import deberta_reference, layer0_reference_weights, paper_bu
 from tupe_plugin.analysis.checkpoint_maps import ContentDependentPositions, load_checkpoint, positional_logits
 from tupe_plugin.checkpoint_info import main as checkpoint_info_main
 from tupe_plugin.models import VARIANTS, PositionalVariant, VariantMismatchError
+from tupe_plugin.models.tupe_roberta import VARIANT_KEY
 from tupe_plugin.positional.rope import rotate
 from tupe_plugin.positional.alibi import alibi_slopes
 from tupe_plugin.positional.registry import build as build_encodings
@@ -50,7 +51,7 @@ def test_old_shorter_records_decode_with_defaults_and_load(record, name):
     assert PositionalVariant.from_tensor(old) == VARIANTS[name]
     src = build(f"{name}_tiny", seed=1)
     state = src.state_dict()
-    state["encoder.sentence_encoder.positions.variant"] = old
+    state[VARIANT_KEY] = old
     dst = build(f"{name}_tiny", seed=2)
     dst.load_state_dict(state)  # same variant: loads, and the buffer takes the current encoding
     assert torch.equal(dst.variant_record, VARIANTS[name].to_tensor())
@@ -166,7 +167,7 @@ def test_an_unscaled_sinusoidal_checkpoint_loads_as_trained_or_is_refused():
             assert PositionalVariant.from_tensor(VARIANTS[name].to_tensor()[: len(old_record)]) == VARIANTS[name]
     trained = build("sinusoidal_tiny", seed=1, sinusoidal_scaled=False)
     state = trained.state_dict()
-    state["encoder.sentence_encoder.positions.variant"] = old_record
+    state[VARIANT_KEY] = old_record
     with pytest.raises(VariantMismatchError, match="--no-sinusoidal-scaled"):
         build("sinusoidal_tiny", seed=2).load_state_dict(state)
     again = build("sinusoidal_tiny", seed=2, sinusoidal_scaled=False)
