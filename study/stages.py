@@ -248,9 +248,10 @@ def run_finetune(plan: Plan, variant: str, seed: int, task: str, lr: str, k: int
     log = os.path.join(runs, ".logs", f"{task}_lr{lr}_seed{k}.out")
     # the size flags are not in tupe-checkpoint-info --fairseq-args: pass them as at pre-training; the best
     # checkpoint is kept for its dev predictions and word-order sets, then removed
-    env = child_env(CHECKPOINT=ckpt, GLUE_BIN=tasks_bin(plan), RUNS=runs, EPOCHS=v["FT_EPOCHS"], BATCH=v["FT_BATCH"],
-                    QUIET=1, NUM_WORKERS=v["NUM_WORKERS"], KEEP_CHECKPOINTS=1,
+    env = child_env(CHECKPOINT=ckpt, GLUE_BIN=tasks_bin(plan), RUNS=runs, EPOCHS=v["FT_EPOCHS"],
+                    SENTENCES_PER_BATCH=v["FT_BATCH"], QUIET=1, NUM_WORKERS=v["NUM_WORKERS"], KEEP_CHECKPOINTS=1,
                     EXTRA_ARGS=f"{v['MODEL_ARGS']} {v['FT_EXTRA_ARGS']}")
+    env.pop("BATCH", None)  # finetune.sh's former name of SENTENCES_PER_BATCH: it would warn
     if run_logged([os.path.join(REPO, "glue", "finetune.sh"), task, lr, str(k)], log, env, echo=False):
         sys.stderr.write(tail(log))
         raise PartFailed(f"fine-tuning failed; log {log}")

@@ -346,7 +346,7 @@ def test_finetune_script_takes_the_electra_checkpoint_unchanged(electra_run, spm
 # ---- resume after kill -9 (train_scripts/pretrain.sh) -------------------------------------------------
 
 TINY = {"OBJECTIVE": "electra", "ARCH": "rope_tiny", "TOKENS_PER_SAMPLE": "64", "GPUS": "0",
-        "MAX_SENTENCES": "8", "BATCH_SIZE": "16", "WARMUP": "5", "LR": "2e-3", "LOG_INTERVAL": "1",
+        "MAX_SENTENCES": "8", "SENTENCES_PER_UPDATE": "16", "WARMUP": "5", "LR": "2e-3", "LOG_INTERVAL": "1",
         "NUM_WORKERS": "0", "SEED": "1", "TOTAL_UPDATES": "1000", "SAVE_INTERVAL_UPDATES": "4",
         "TENSORBOARD_DIR": "none"}
 
