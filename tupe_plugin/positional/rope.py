@@ -7,6 +7,7 @@ from typing import Dict, Optional
 import torch
 from torch import Tensor
 
+from .attend import fused_kernels
 from .attention import SelfAttention
 from .base import ROTATION, ContentDependentPositions, PositionalEncoding, PositionalTerm, PositionMap, check_length
 
@@ -21,7 +22,8 @@ def rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
 
 
 class RotarySelfAttention(SelfAttention):
-    """``SelfAttention`` with q and k rotated by ``positions.rotary`` before the dot product."""
+    """``SelfAttention`` with q and k rotated by ``positions.rotary`` before the dot product: on CUDA by our Triton
+    kernel (``tupe_plugin/kernels/rotary.py``), elsewhere by ``rotate``."""
 
     def __init__(self, embed_dim: int, num_heads: int, **kwargs):
         super().__init__(embed_dim, num_heads, **kwargs)
@@ -30,6 +32,9 @@ class RotarySelfAttention(SelfAttention):
 
     def positional_qk(self, q, k, mask, positions):
         cos, sin = positions.rotary  # (T, dh) each
+        kernel = fused_kernels("rotary") if q.is_cuda else None
+        if kernel is not None and kernel.available(q.device):  # one read and one write per tensor, each way
+            return (*kernel.rotate_qk(q, k, cos, sin), mask)
         return rotate(q, cos, sin), rotate(k, cos, sin), mask
 
 
