@@ -30,6 +30,7 @@ from tupe_plugin_cli.errors import UsageError
 
 from .. import checkpoint_safety  # noqa: F401
 from ..checkpoint_info import info_from_state, load_checkpoint as read_checkpoint
+from ..models.tupe_roberta import VARIANT_KEY
 from ..positional.base import ContentDependentPositions, PositionMap
 from ..positional.record import PositionalVariant
 from ..positional.registry import build
@@ -51,14 +52,14 @@ def load_checkpoint(path: str) -> Tuple[Dict[str, torch.Tensor], Dict[str, Any]]
 def content_free_map(sd: Dict[str, torch.Tensor], info: Dict[str, Any], seq_len: int) -> PositionMap:
     """The checkpoint's content-free map: the encoding at the attention's own, plus layer 1's position-position
     term of the rows an encoding at the input adds (logits only)."""
-    variant = PositionalVariant.from_tensor(sd[PREFIX + "positions.variant"])
+    variant = PositionalVariant.from_tensor(sd[VARIANT_KEY])
     if seq_len > info["max_positions"]:
         raise UsageError(f"--length {seq_len} exceeds the checkpoint's {info['max_positions']} positions")
     d, H = info["encoder_embed_dim"], info["encoder_attention_heads"]
     at_input, positions = build(variant, d, H, info["max_positions"], info["encoder_layers"])
     encoder = {k[len(PREFIX):]: v for k, v in sd.items() if k.startswith(PREFIX)}
     positions.load_state_dict({k[len("positions."):]: v for k, v in encoder.items()
-                               if k.startswith("positions.") and k != "positions.variant"})
+                               if k.startswith("positions.") and PREFIX + k != VARIANT_KEY})
     try:
         found = positions.content_free_map(seq_len, encoder)
     except ContentDependentPositions as e:
@@ -82,7 +83,7 @@ def positional_logits(sd: Dict[str, torch.Tensor], info: Dict[str, Any], seq_len
     learned per-layer distance prior); row i = query token i."""
     found = content_free_map(sd, info, seq_len)
     if found.weights:
-        variant = PositionalVariant.from_tensor(sd[PREFIX + "positions.variant"])
+        variant = PositionalVariant.from_tensor(sd[VARIANT_KEY])
         raise PositionWeights(
             f"positional variant '{variant.name}' has position-only attention weights, not logits (no softmax): "
             "read them with checkpoint_maps.positional_maps"
