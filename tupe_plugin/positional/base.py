@@ -72,6 +72,7 @@ class PositionalEncoding(nn.Module):
     and reads its options from the variant record."""
 
     enters: str = NONE
+    block = SelfAttention  # the attention block of every layer (a subclass where the encoding has its own)
     score_scale: float = 1.0
     left_padding: bool = False
     # an encoding registered without a flag of its own (registry.register(..., encoding=Cls)) is recorded by
@@ -99,8 +100,9 @@ class PositionalEncoding(nn.Module):
     @classmethod
     def attention_block(cls, variant: "PositionalVariant", embed_dim: int, num_heads: int, dropout: float,
                         attention_path: str, max_positions: int) -> SelfAttention:
-        """The attention block of every layer: the plain ``SelfAttention`` at this encoding's scale."""
-        return SelfAttention(embed_dim, num_heads, dropout=dropout, scale_factor=cls.scale_for(variant),
+        """The attention block of every layer: ``block`` (the plain ``SelfAttention`` unless the encoding has its
+        own) at this encoding's scale."""
+        return cls.block(embed_dim, num_heads, dropout=dropout, scale_factor=cls.scale_for(variant),
                              attention_path=attention_path)
 
     @classmethod

@@ -55,16 +55,12 @@ class Deberta(PositionalEncoding):
     rows that T tokens use with the (T, T) row of query i, key j: ``delta(i, j) = clamp(i - j + k, 0, 2k - 1)``."""
 
     enters = BLOCK
+    block = DisentangledSelfAttention
     score_scale = 3.0  # three terms: 1/sqrt(3 dh)
 
     @classmethod
     def selected(cls, variant) -> bool:
         return variant.attention_block == "deberta"
-
-    @classmethod
-    def attention_block(cls, variant, embed_dim, num_heads, dropout, attention_path, max_positions):
-        return DisentangledSelfAttention(embed_dim, num_heads, dropout=dropout, scale_factor=cls.scale_for(variant),
-                                         attention_path=attention_path)
 
     def __init__(self, variant, embed_dim: int, num_heads: int, max_positions: int, num_layers: int = 1):
         super().__init__(variant, embed_dim, num_heads, max_positions, num_layers)

@@ -42,15 +42,11 @@ class Rope(PositionalEncoding):
     """``--attention-block rope``: the (cos, sin) tables, (T, dh) each, shared by all layers."""
 
     enters = ROTATION
+    block = RotarySelfAttention
 
     @classmethod
     def selected(cls, variant) -> bool:
         return variant.attention_block == "rope"
-
-    @classmethod
-    def attention_block(cls, variant, embed_dim, num_heads, dropout, attention_path, max_positions):
-        return RotarySelfAttention(embed_dim, num_heads, dropout=dropout, scale_factor=cls.scale_for(variant),
-                                   attention_path=attention_path)
 
     def __init__(self, variant, embed_dim: int, num_heads: int, max_positions: int, num_layers: int = 1):
         super().__init__(variant, embed_dim, num_heads, max_positions, num_layers)
