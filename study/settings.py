@@ -33,7 +33,8 @@ class Setting:
 
 
 SETTINGS: Tuple[Setting, ...] = (
-    Setting("PRESET", "tiny, cpu-small, gpu-small, base (train_scripts/study_presets/NAME.env) or a .env file",
+    Setting("PRESET", "tiny, cpu-small, gpu-9min, gpu-small, base (train_scripts/study_presets/NAME.env) or a "
+            ".env file",
             "cpu-small", recorded=True),
     Setting("OUT", "the study's folder (required)", ""),
     Setting("C4_DIR", "C4-format files c4-train.*.json.gz + c4-validation.00000-of-*.json.gz "

@@ -4,9 +4,9 @@
 # longer inputs, and written up with intervals that say which differences are settled (docs/study.md).
 # The stages and the settings are declared once, in the study/ package (python -m study): this script only
 # puts the repository on PYTHONPATH and runs it. A preset (train_scripts/study_presets/NAME.env: tiny,
-# cpu-small, gpu-small, base) gives the defaults; every value is overridable by the environment. Rerunning
-# skips finished parts (a pre-training resumes from its checkpoint_last.pt); OUT/settings.env refuses a
-# rerun with other settings.
+# cpu-small, gpu-9min, gpu-small, base) gives the defaults; every value is overridable by the environment.
+# Rerunning skips finished parts (a pre-training resumes from its checkpoint_last.pt); OUT/settings.env
+# refuses a rerun with other settings.
 #
 # Examples (from the repository root):
 #   OUT=runs/study C4_DIR=runs/corpus TASKS_DIR=runs/tasks PRESET=cpu-small train_scripts/study.sh
