@@ -26,7 +26,7 @@ from study.longer_inputs import NOT_FOR_ELECTRA
 from study.plan import split_label
 from study.runs import ELECTRA_KEYS, Variant, load_study, loss_at, parse_variants, run_section, token_counts
 from tupe_common.io import read_data_path, write_csv, write_text
-from study.stats import entropy_bits, pearson, spearman, spearman_p
+from study.stats import entropy_bits, holm, pearson, spearman, spearman_p
 
 FRACTIONS = (0.25, 0.5, 0.75, 1.0)
 NOPE_TOLERANCE = 1.0  # points: nope's drop on a shuffle must be within this of 0 (it cannot see word order)
@@ -111,24 +111,44 @@ MEASURES = (("loc_pos", "locality (position-only)"), ("sym_pos", "symmetry (posi
             ("loc_attn", "locality (attention)"), ("sym_attn", "symmetry (attention)"))
 
 
-def correlations(rows: Sequence[Dict]) -> List[Dict]:
+def correlations(rows: Sequence[Dict], without: Sequence[str] = ()) -> List[Dict]:
     """Spearman and Pearson of each locality/symmetry column with the downstream average, across the
-    variants that have both values; n is stated. Per objective (MLM first): across objectives the downstream
-    average moves with the objective, which would masquerade as a property of the encoding."""
+    variants that have both values (less those named in ``without``); n is stated. Per objective (MLM first):
+    across objectives the downstream average moves with the objective, which would masquerade as a property of
+    the encoding. The permutation p of the four measures of one objective is also given Holm-adjusted: four
+    tests on the same variants."""
     out = []
     objectives = sorted({r["objective"] for r in rows}, key=lambda o: o != "mlm") or ["mlm"]
     for objective in objectives:
-        these = [r for r in rows if r["objective"] == objective]
+        these = [r for r in rows if r["objective"] == objective and r["variant"] not in without]
+        group = []
         for key, label in MEASURES:
             pts = [(r[key], r["downstream_avg"]) for r in these
                    if r.get(key) is not None and r.get("downstream_avg") is not None]
             x, y = [p[0] for p in pts], [p[1] for p in pts]
-            out.append({"measure": label if objective == "mlm" else f"{label}, {objective} models", "key": key,
-                        "objective": objective, "n": len(pts),
-                        "spearman": spearman(x, y) if len(pts) >= 2 else math.nan,
-                        "spearman_p": spearman_p(x, y) if len(pts) >= 3 else math.nan,
-                        "pearson": pearson(x, y) if len(pts) >= 2 else math.nan})
+            measure = label if objective == "mlm" else f"{label}, {objective} models"
+            group.append({"measure": measure + (f", without {', '.join(without)}" if without else ""), "key": key,
+                          "objective": objective, "n": len(pts), "without": " ".join(without),
+                          "spearman": spearman(x, y) if len(pts) >= 2 else math.nan,
+                          "spearman_p": spearman_p(x, y) if len(pts) >= 3 else math.nan,
+                          "pearson": pearson(x, y) if len(pts) >= 2 else math.nan})
+        tested = [c for c in group if not math.isnan(c["spearman_p"])]
+        for c, adjusted in zip(tested, holm([c["spearman_p"] for c in tested])):
+            c["spearman_p_holm"] = adjusted
+        for c in group:
+            c.setdefault("spearman_p_holm", math.nan)
+        out += group
     return out
+
+
+CORRELATION_COLUMNS = ("measure", "objective", "without", "n", "spearman", "spearman_p", "spearman_p_holm", "pearson")
+
+
+def _correlation_table(corr: Sequence[Dict]) -> List[str]:
+    L = ["| measure | n variants | Spearman | p (permutation) | p (Holm, 4 measures) | Pearson |",
+         "|---|---|---|---|---|---|"]
+    return L + [f"| {c['measure']} | {c['n']} | {_f(c['spearman'])} | {_f(c['spearman_p'])} | "
+                f"{_f(c['spearman_p_holm'])} | {_f(c['pearson'])} |" for c in corr]
 
 
 def _cell(text: str) -> str:
@@ -417,14 +437,19 @@ def report_markdown(rows: List[Dict], columns: List[str], variants: List[Variant
     for r in rows:
         L.append(f"| {r['variant']} | {_f(r['loc_pos'])} | {_f(r['sym_pos'])} | {_f(r['loc_attn'])} | "
                  f"{_f(r['sym_attn'])} | {_f(r['downstream_avg'], 2)} |")
-    L += ["", "| measure | n variants | Spearman | p (permutation) | Pearson |", "|---|---|---|---|---|"]
-    for c in corr:
-        L.append(f"| {c['measure']} | {c['n']} | {_f(c['spearman'])} | {_f(c['spearman_p'])} | {_f(c['pearson'])} |")
+    L += [""] + _correlation_table([c for c in corr if not c["without"]])
+    corr_without = [c for c in corr if c["without"]]
+    if corr_without:
+        L += ["", f"Without the variants that failed their own sanity check ({corr_without[0]['without']}: less than "
+              "the preset's gap below the unigram baseline, above), whose downstream averages say little about "
+              "their encoding:", ""] + _correlation_table(corr_without)
     L += ["", "`—`: undefined (fewer than 2 variants with both values, or one side constant; p needs 3). p: the "
           "share of the pairings of the downstream averages with the variants whose |rho| reaches the observed "
           "one (exact up to n = 7, else 20,000 random pairings), two-sided; it treats each variant's values as "
-          "exact, so the dev-set and seed noise of the averages comes on top. With a handful of variants a "
-          "correlation is a description, not evidence: at n = 4 even |rho| = 1 has p = 1/12.", "",
+          "exact, so the dev-set and seed noise of the averages comes on top. Holm: the p of the four measures "
+          "of one objective adjusted for testing four (a correlation is called more than chance only where it "
+          "stays under 0.05). With a handful of variants a correlation is a description, not evidence: at n = 4 "
+          "even |rho| = 1 has p = 1/12.", "",
           "## Missing parts and problems", ""]
     L += [f"- {p}" for p in problems] or ["- none"]
     L += [""] + list(run)
@@ -478,7 +503,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     columns = sorted({c for v in study for s in v.seeds for c in s.tasks})
     drops = order_drops(study, problems)
     rows = [variant_row(v, columns, args.total_updates, unigram, drops) for v in study]
-    corr = correlations(rows)
+    weak = weak_variants(rows, unigram, args.min_gap_bits)
+    corr = correlations(rows) + (correlations(rows, weak) if weak else [])
     loss_pairs = paired_differences({v.name: {s.seed: s.final for s in v.seeds if s.final is not None}
                                      for v in study if v.objective == "mlm"})
     gen_pairs = paired_differences({v.name: {s.seed: s.electra_final("gen_loss") for s in v.seeds
@@ -489,7 +515,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                          intervals, drops, problems, args.title, run_section(args.out), gen_pairs)
     write_csv_atomic(os.path.join(args.out, "study.csv"), rows)
     write_csv_atomic(os.path.join(args.out, "correlation.csv"),
-                     [{k: c[k] for k in ("measure", "objective", "n", "spearman", "spearman_p", "pearson")} for c in corr])
+                     [{k: c[k] for k in CORRELATION_COLUMNS} for c in corr])
     write_csv_atomic(os.path.join(args.out, "differences.csv"),
                      [{"a": iv.a, "b": iv.b, "task": iv.column, "difference": iv.diff, "low": iv.low, "high": iv.high,
                        "runs": iv.runs, "examples": iv.examples, "pretrain_seeds": iv.seeds, "method": iv.method,
@@ -503,9 +529,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     write_text(os.path.join(args.out, "report.md"), md)
     from study.figure import overview
 
-    overview(os.path.join(args.out, "overview.png"), study, rows, columns, corr, unigram)
+    overview(os.path.join(args.out, "overview.png"), study, rows, columns, [c for c in corr if not c["without"]],
+             unigram)
     print(md, end="")
-    weak = weak_variants(rows, unigram, args.min_gap_bits)
     if weak:
         print(f"\nWARNING: {', '.join(weak)} did not end {args.min_gap_bits:g} bit(s) below the unigram baseline "
               f"({unigram:.3f} bits): this preset is not fit for comparing positional encodings.", file=sys.stderr)

@@ -340,3 +340,27 @@ def test_report_counts_its_comparisons_and_chance_verdicts(tmp_path):
     assert "Settled: A above C (task-a); A above C (task-b); A above C (average)." in md
     # the loss table: three seeds per pair, t-tested (losses 2.1, 2.2, 2.3 for every model: every difference 0)
     assert "| A - B | 0.000 | 0.000 | 0.000 | 0.000 | [+0.000, +0.000] | 1.000 | 1.000 | no |" in md
+
+
+def test_correlations_are_holm_adjusted_over_the_four_measures_and_given_without_the_weak_variants():
+    from study import report, stats
+
+    values = {"a": (0.1, 0.9, 0.2, 0.5, 70.0), "b": (0.3, 0.7, 0.1, 0.6, 72.0), "c": (0.2, 0.8, 0.4, 0.1, 71.0),
+              "d": (0.5, 0.4, 0.3, 0.3, 74.0), "e": (0.4, 0.6, 0.5, 0.2, 48.7)}  # e: at chance, the weak one
+    rows = [{"variant": n, "objective": "mlm", "loc_pos": v[0], "sym_pos": v[1], "loc_attn": v[2], "sym_attn": v[3],
+             "downstream_avg": v[4]} for n, v in values.items()]
+    corr = report.correlations(rows) + report.correlations(rows, ["e"])
+    assert len(corr) == 8 and len({c["measure"] for c in corr}) == 8  # the CSV's rows keep apart
+    full, without = corr[:4], corr[4:]
+    assert all(c["n"] == 5 for c in full) and all(c["n"] == 4 for c in without)
+    assert all(c["without"] == "e" and "without e" in c["measure"] for c in without)
+    for group in (full, without):
+        raw = [c["spearman_p"] for c in group]
+        order = sorted(range(4), key=lambda i: raw[i])  # Holm by hand: p_(k) * (4 - k), running maximum, at most 1
+        want, running = [0.0] * 4, 0.0
+        for rank, i in enumerate(order):
+            running = max(running, min(1.0, raw[i] * (4 - rank)))
+            want[i] = running
+        assert [c["spearman_p_holm"] for c in group] == pytest.approx(want)
+    xs = [values[n][0] for n in "abcd"]
+    assert without[0]["spearman"] == pytest.approx(stats.spearman(xs, [values[n][4] for n in "abcd"]))
