@@ -24,9 +24,7 @@ from typing import Callable, List, Optional, Tuple
 DEBUG_ENV = "TUPE_DEBUG"
 
 
-class UsageError(ValueError):
-    """A wrong option value or setting (e.g. a --length beyond the checkpoint, an OUTPUT that exists
-    without --force): exit 2, like argparse's own usage errors."""
+from tupe_common.errors import UsageError  # noqa: E402  (the project's one usage error: exit 2)
 # Errors a user can fix (bad file, bad setting); their message is the whole story. Our own error
 # classes (ConversionError, VariantMismatchError, DictionaryMismatchError, ...) derive from ValueError.
 USER_ERRORS = (OSError, ValueError)
