@@ -113,12 +113,12 @@ def install(args, out: Path) -> str:
         said = "nothing installed: this environment is used as it is (" + (
             "--no-install)" if args.no_install else "a dry run without --wheels)")
     else:
-        wheels = Path(args.wheels)
+        wheels = Path(args.wheels).resolve()  # the install runs in the repository; relative paths are the caller's
         if not wheels.is_dir():
             raise SystemExit(f"gpu_study: error: no wheel folder {wheels}: run `make gpu-wheels` where there is "
                              "network, and carry it over")
         p = subprocess.run([sys.executable, str(ROOT / "bench/gpu_wheels.py"), "install", "--dir", str(wheels),
-                            "--target", str(args.site)], capture_output=True, text=True, cwd=ROOT)
+                            "--target", str(args.site.resolve())], capture_output=True, text=True, cwd=ROOT)
         said = (p.stdout + p.stderr).strip()
         if p.returncode:
             (out / "install.log").write_text(said + "\n", encoding="utf-8")
