@@ -12,17 +12,52 @@ Sections, each in its own process with a time limit (a crash or a hang of one is
   which SDPA backend each call took (flash, memory-efficient, cuDNN, math), with and without padding; and the
   GPU pitfalls: every mask handed to SDPA in q's dtype with aligned strides (also under autocast), and a
   sequence without real tokens giving finite outputs and gradients on both paths.
+- ``attention``: one attention layer's core, forward + backward, on every path (``sdpa``, ``explicit``,
+  ``triton``, ``flex``) x bias (none, fixed, learned) x attention dropout (0, 0.1; flex has none) at T=512 and
+  1024, bf16, with the ratio to SDPA without a bias (cuDNN's kernel) and the SDPA kernel taken; then the Triton
+  path's errors (output, dq, dk, dv, dbias) against the explicit path in float64 (``bench/bench_attention.py``).
 - ``train``: a short real pre-training of ``tupe_r_base`` (``--user-dir tupe_plugin``) on generated data, in
   fp16 through ``fairseq-train --fp16`` and in bf16 through ``fairseq-hydra-train`` (``common.bf16=true``:
   fairseq 0.12's command line turns ``--bf16`` into ``--tpu``): the loss falls, overflow skips are counted.
-- ``timing``: one train step of every variant against fairseq's ``roberta`` of the same size (base, T=128 and
-  512, bf16 weights), in ``bench/bench_train_step.py``'s alternation, with the per-pair ratios, tokens/s, model
-  FLOPs utilisation (matrix FLOPs per second over the card's peak dense bf16 rate) and peak memory. It stops
-  at the time budget and reports the rows it did not reach.
+- ``throughput``: ``train_scripts/pretrain.sh`` itself on one GPU (its command line, the recipe's per-GPU batch
+  of 16 x 512 tokens and update-freq 16) for fairseq's ``roberta_base``, ``bert_a_base`` and ``tupe_r_base``,
+  12 updates in bf16 on generated data: fairseq's own ``wps`` from its log, and MFU = matrix FLOPs per token x
+  wps / peak. bf16: ``FP16=0`` and ``--bf16``, run by a ``fairseq-train`` that parses it with fairseq's parser
+  and clears the ``--tpu`` that parser adds (``fairseq_config_keeping_bf16``).
+- ``sync``: the device-to-host synchronisations of one MLM step (RoBERTa, BERT-A, TUPE-R) and one ELECTRA step
+  (BERT-A, TUPE-R), counted by ``bench/sync_count.py`` (CUDA's sync debug mode), with their sites.
+- ``timing``: one train step of a variant against fairseq's ``roberta`` of the same size (base, bf16 weights,
+  16,384 tokens per step), in ``bench/bench_train_step.py``'s alternation: every variant at T=512, a variant
+  of each kind at T=1024 (``SOME_VARIANTS``), a few at T=128 (``T128_VARIANTS``), ELECTRA's step of BERT-A
+  and TUPE-R at T=512; the ratio to RoBERTa and to ``bert_a`` on the same ``--tupe-attention``, ELECTRA / MLM,
+  the per-pair ratios, tokens/s, model FLOPs utilisation (matrix FLOPs per second over the card's peak dense
+  bf16 rate) and peak memory. It stops at the time budget and reports the rows it did not reach.
 
-On a machine without CUDA it says so in one line and exits 1. ``--dry-run`` runs the same sections on CPU at
-tiny size (fairseq's fp16 and bf16 optimizers need CUDA, so the dry training runs are fp32); tests/test_gpu_check.py
-runs it. Exit status: 0 when every section passed, 1 otherwise, 2 for usage errors.
+Budget (``--budget-s 540``, inside a 10-minute command limit; the machine's start is outside the command):
+seconds on an H100, measured on 2026-11-26 where the section existed, else estimated from those measurements:
+
+    environment    7  measured
+    cuda_tests    55  16 measured with tests/test_precision.py alone; + the Triton kernels' and FlexAttention's
+                      CUDA tests (kernel compilation: about 10 s for Triton, 15-30 s for FlexAttention's two)
+    sdpa          41  measured
+    attention     90  42 timed rows of 13 calls (< 10 ms each: 3 s) + 12 profiled SDPA calls; the rest is
+                      compilation: Triton's kernels for 3 biases x 2 dropouts (~20 s; its disk cache is warm
+                      from cuda_tests), torch.compile of FlexAttention for 3 biases x 2 lengths (~60 s)
+    train         47  measured
+    throughput    70  3 runs of ~18 s (pretrain.sh's checks 2 s, fairseq's start 6 s, 12 updates of 16 x 16 x
+                      512 tokens at ~330k tokens/s: 6-8 s) + 3 base models built for the FLOP count (9 s)
+    sync          20  5 base models built, 2 steps each
+    timing       125  28 MLM rows at ~3.6 s (2 + 8 steps of each model at ~50 ms, the build, the peak-memory and the
+                      FLOP-count steps; the last run's 34 rows of 3 + 10 steps took 132 s) + 2 ELECTRA rows at
+                      ~7 s + RoBERTa's build and counts per group (4 x 3 s). Trimmed from every variant at T=128
+                      and 512 with 13 steps: all 17 only at T=512, the rest a few per length
+    total        455  (85 s left for the slower compilations, a slower card, process starts)
+
+Each section gets at most ``SECTION_LIMIT_S`` and what is left of the budget; timing comes last and takes
+what is left. On a machine without CUDA it says so in one line and exits 1. ``--dry-run`` runs the same
+sections on CPU at tiny size (one thread per process; the Triton kernels in Triton's interpreter; fairseq's fp16
+and bf16 optimizers need CUDA, so the dry training runs are fp32; the sync count is of the ops that would sync);
+tests/test_gpu_check.py runs it. Exit status: 0 when every section passed, 1 otherwise, 2 for usage errors.
 
     python bench/gpu_check.py --out $OUT                 # on the GPU machine (make gpu-check OUT=...)
     python bench/gpu_check.py --out /tmp/dry --dry-run   # the CPU rehearsal
@@ -30,9 +65,11 @@ runs it. Exit status: 0 when every section passed, 1 otherwise, 2 for usage erro
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import copy
 import csv
+import functools
 import json
 import os
 import platform
@@ -51,9 +88,13 @@ from typing import Dict, List, Optional, Tuple
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-SECTIONS = ("environment", "cuda_tests", "sdpa", "train", "timing")
-# Seconds each section may take at most on the GPU (the whole check stays under --budget-s).
-SECTION_LIMIT_S = {"environment": 90, "cuda_tests": 120, "sdpa": 150, "train": 150, "timing": 420}
+SECTIONS = ("environment", "cuda_tests", "sdpa", "attention", "train", "throughput", "sync", "timing")
+# Seconds each section may take at most on the GPU; the whole check stays under --budget-s (540: the module
+# docstring's budget), timing taking what is left.
+SECTION_LIMIT_S = {"environment": 60, "cuda_tests": 120, "sdpa": 120, "attention": 150, "train": 120,
+                   "throughput": 150, "sync": 60, "timing": 420}
+# The dry run's: a shared CPU is slow, and there the point is that every section runs, not its time.
+DRY_RUN_LIMIT_S, DRY_RUN_BUDGET_S = 900, 3600
 # Peak dense bf16 tensor-core rate (TFLOP/s, no sparsity) by the name torch reports; NVIDIA's data sheets.
 PEAK_BF16_TFLOPS = (
     ("H200", 989.4), ("H100 NVL", 835.0), ("H100 PCIe", 756.0), ("H100", 989.4),  # H100 SXM5 / "H100 80GB HBM3"
@@ -73,6 +114,24 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 ERROR_FLOOR = {"fp32": 1e-5, "bf16": 2e-2, "fp16": 3e-3}
 
 
+@dataclass(frozen=True)
+class TimingGroup:
+    """Rows of the timing section: every variant of ``variants`` (None: the whole registry) at length T with one
+    objective, each against RoBERTa's MLM step; ``bert_a`` always comes first (the other reference)."""
+
+    length: int
+    objective: str  # "mlm" or "electra" (generator + discriminator, --task electra --criterion electra)
+    variants: Optional[Tuple[str, ...]] = None
+
+
+# A variant of each kind (no bias, learned bias, fixed bias, rotation, own block, PAM): the rows at T=1024.
+SOME_VARIANTS = ("bert_a", "tupe_r", "t5_rel", "alibi", "rope", "deberta_rel", "pam_window")
+T128_VARIANTS = ("bert_a", "tupe_r", "rope", "deberta_rel")  # at T=128 the differences are small (2026-11-26)
+ELECTRA_VARIANTS = ("bert_a", "tupe_r")
+# The steps whose syncs are counted: (arch family, objective); RoBERTa is fairseq's own.
+SYNC_STEPS = (("roberta", "mlm"), ("bert_a", "mlm"), ("tupe_r", "mlm"), ("bert_a", "electra"), ("tupe_r", "electra"))
+
+
 @dataclass
 class Settings:
     """What the sections run on: the GPU values, or the dry run's tiny ones (``settings``)."""
@@ -88,19 +147,50 @@ class Settings:
     train_updates: int
     train_lr: str
     train_warmup: int
+    step_vocab: int  # bench_train_step.VOCAB: the words of the models the sdpa, sync and timing sections build
     timing_size: str
-    lengths: Tuple[int, ...]
+    timing: Tuple[TimingGroup, ...]
     tokens: int
     warmup: int
     steps: int
+    # attention: one layer's core, (B, H, T, D) with B = tokens // T
+    attention_dtype: torch.dtype
+    attention_lengths: Tuple[int, ...]
+    attention_tokens: int
+    attention_heads: int
+    attention_head_dim: int
+    attention_warmup: int
+    attention_iters: int
+    # throughput: train_scripts/pretrain.sh on one device
+    throughput_archs: Tuple[str, ...]
+    throughput_size: str
+    throughput_length: int  # TOKENS_PER_SAMPLE
+    throughput_batch: int  # MAX_SENTENCES, the recipe's per-GPU batch
+    throughput_sentences: int  # SENTENCES_PER_UPDATE: update-freq = this / batch on one device
+    throughput_updates: int
+    throughput_log_interval: int
+    throughput_vocab: int
+    # sync: the steps of SYNC_STEPS at this length and tokens per step
+    sync_length: int
+    sync_tokens: int
 
 
 def settings(dry_run: bool) -> Settings:
     if dry_run:
         return Settings("cpu", "tiny", 21, 2, "tupe_r_tiny", (("fp32", "cli"), ("fp32", "hydra")), 16, 64, 10, "3e-3", 2,
-                        "tiny", (16, 32), 256, 1, 2)
+                        1000, "tiny", (TimingGroup(32, "mlm"), TimingGroup(32, "electra", ELECTRA_VARIANTS),
+                                 TimingGroup(64, "mlm", SOME_VARIANTS)),
+                        256, 1, 2,
+                        torch.float32, (16,), 16, 1, 8, 0, 1,
+                        ("tupe_r_tiny",), "tiny", 64, 4, 8, 4, 2, 500,
+                        32, 128)
     return Settings("cuda", "base", 100, 2, "tupe_r_base", (("fp16", "cli"), ("bf16", "hydra")), 32, 128, 60, "3e-4", 10,
-                    "base", (128, 512), 16384, 3, 10)
+                    32000, "base", (TimingGroup(512, "mlm"), TimingGroup(512, "electra", ELECTRA_VARIANTS),
+                             TimingGroup(1024, "mlm", SOME_VARIANTS), TimingGroup(128, "mlm", T128_VARIANTS)),
+                    16384, 2, 8,
+                    torch.bfloat16, (512, 1024), 16384, 12, 64, 3, 10,
+                    ("roberta_base", "bert_a_base", "tupe_r_base"), "base", 512, 16, 256, 12, 4, 32000,
+                    512, 4096)
 
 
 # --- the result of a section: markdown, CSV rows, status; saved after every change ----------------------
@@ -188,7 +278,7 @@ def pytest_counts(output: str) -> Dict[str, int]:
 def section_cuda_tests(r: Result, s: Settings, args) -> None:
     files = cuda_test_files()
     cmd = [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "-k", "cuda", *files]
-    p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=SECTION_LIMIT_S["cuda_tests"] - 10)
+    p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=max(10.0, args.deadline - time.time()))
     counts = pytest_counts(p.stdout)
     for key, n in counts.items():
         r.row("cuda tests", " ".join(files), key, n)
@@ -354,6 +444,116 @@ def section_sdpa(r: Result, s: Settings, args) -> None:
         r.fail(", ".join(failures))
 
 
+# --- one attention layer on every path ----------------------------------------------------------------------
+
+
+# Largest error of the Triton path against float64: twice the explicit path's in the same dtype plus this floor.
+ATTENTION_ERROR_FLOOR = {torch.float32: 1e-4, torch.bfloat16: 2e-2, torch.float16: 3e-3}
+ERROR_COLUMNS = ("out", "dq", "dk", "dv", "dbias")
+
+
+def sdpa_backend(device, dtype, length: int, batch_size: int, heads: int, head_dim: int, bias_kind: str,
+                 dropout_p: float) -> str:
+    """The SDPA kernel one forward + backward of bench_attention's inputs dispatches to (the profiler's ATen ops)."""
+    from bench_attention import attend, inputs
+    from torch.profiler import ProfilerActivity, profile
+
+    q, k, v, bias, grad_out = inputs(batch_size, heads, length, head_dim, torch.device(device), dtype, bias_kind)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        attend("sdpa", q, k, v, bias, None, head_dim ** -0.5, dropout_p).backward(grad_out)
+    names = {e.key for e in prof.key_averages()}
+    return ", ".join(dict.fromkeys(label for op, label in SDPA_BACKENDS if f"aten::{op}" in names)) or "none"
+
+
+def attention_failure(row: Dict, device: str) -> Optional[str]:
+    """Why a row of ``attention_rows`` fails the section: a path that raised or could not run (FlexAttention off
+    CUDA excepted: it has no backward for q, k, v on CPU)."""
+    if row["ms"] is not None or (row["path"] == "flex" and device != "cuda"):
+        return None
+    return f"{row['path']} bias={row['bias']} dropout={row['dropout']:g} T={row['T']}: {row['note'] or 'no time'}"
+
+
+def attention_errors(r: Result, s: Settings) -> List[str]:
+    """The Triton path's errors against the float64 explicit path, beside the explicit path's own in the same
+    dtype (bench_attention.error_rows), as a table; returns the failures."""
+    from bench_attention import error_rows
+
+    dtype, failures = s.attention_dtype, []
+    r.say("Errors against the explicit path in float64 (learned bias, 2 sequences, the first padded from 3/4 of T, no "
+          "dropout): max |x - ref| / max |ref| of the output and of the gradients of q, k, v and the bias; the "
+          f"Triton path passes at most 2 x the explicit path's in the same dtype + {ATTENTION_ERROR_FLOOR[dtype]:g}.\n")
+    r.say("| T | path | " + " | ".join(ERROR_COLUMNS) + " | result |\n|---:|---|" + "---:|" * len(ERROR_COLUMNS) + "---|")
+    for length in s.attention_lengths:
+        try:
+            rows = {row["path"]: row for row in error_rows(torch.device(s.device), dtype, [length], s.attention_heads,
+                                                           s.attention_head_dim)}
+        except Exception as e:  # a kernel that does not compile or run: the timings below still run
+            r.say(f"| {length} | | " + " | " * len(ERROR_COLUMNS) + f"failed: {type(e).__name__}: {str(e)[:300]} |")
+            failures.append(f"errors T={length}: {type(e).__name__}")
+            continue
+        explicit, triton = rows["explicit"], rows["triton"]
+        for row in (triton, explicit):
+            if row["note"]:
+                r.say(f"| {length} | {row['path']} | " + " | " * len(ERROR_COLUMNS) + f"{row['note']} |")
+                failures.append(f"errors T={length} {row['path']}: {row['note']}")
+                continue
+            result = ""
+            if row is triton and not explicit["note"]:
+                bad = [c for c in ERROR_COLUMNS if not row[c] <= 2 * explicit[c] + ATTENTION_ERROR_FLOOR[dtype]]
+                result = f"FAILED: {', '.join(bad)}" if bad else "ok"
+                failures += [f"triton errors T={length}: {', '.join(bad)}"] if bad else []
+                r.row("triton", f"T={length} errors", "ok", not bad)
+            r.say(f"| {length} | {row['path']} | " + " | ".join(f"{row[c]:.1e}" for c in ERROR_COLUMNS) + f" | {result} |")
+            for c in ERROR_COLUMNS:
+                r.row(row["path"], f"T={length} errors", f"{c}_rel_error", row[c])
+    return failures
+
+
+def section_attention(r: Result, s: Settings, args) -> None:
+    from bench_attention import BIASES, PATHS, attention_rows
+
+    from tupe_plugin.kernels.triton_attention import triton_available
+
+    dtype, device = s.attention_dtype, torch.device(s.device)
+    r.say(f"Triton runs here: {triton_available(device)}.\n")
+    failures = attention_errors(r, s)  # first: cheap, and what must hold before any timing matters
+    r.say(f"\nOne attention layer's core (q, k, v and the bias given; no projections), forward + backward, "
+          f"{str(dtype).replace('torch.', '')}, H={s.attention_heads}, D={s.attention_head_dim}, {s.attention_tokens} "
+          f"tokens (B = {s.attention_tokens} // T), median of {s.attention_iters} calls after {s.attention_warmup} "
+          "(CUDA events; bench/bench_attention.py). Bias: none, fixed (an (H, T, T) bias without gradient: ALiBi, "
+          "Gaussian prior), learned (with gradient: TUPE, T5, ...). ratio = ms / ms of SDPA without bias at the same "
+          "T and dropout; SDPA backend: the kernel each sdpa row took (without a bias in bf16 on an H100: cuDNN's). "
+          "FlexAttention has no dropout: dropout 0 only.\n")
+    r.say("| T | B | dropout | bias | path | ms | ratio | SDPA backend | note |\n|---:|---:|---:|---|---|---:|---:|---|---|")
+    for length in s.attention_lengths:
+        for dropout_p in (0.0, 0.1):
+            if time.time() > args.deadline:
+                failures.append(f"time budget reached before T={length} dropout={dropout_p:g}")
+                continue
+            paths = [p for p in PATHS if not (p == "flex" and dropout_p)]
+            rows = attention_rows(device, dtype, [length], s.attention_heads, s.attention_head_dim, s.attention_tokens,
+                                  paths, BIASES, (dropout_p,), s.attention_warmup, s.attention_iters)
+            for row in rows:
+                backend = ""
+                if row["path"] == "sdpa" and row["ms"] is not None:
+                    backend = sdpa_backend(device, dtype, length, row["B"], s.attention_heads, s.attention_head_dim,
+                                           row["bias"], dropout_p)
+                ms = "" if row["ms"] is None else f"{row['ms']:.3f}"
+                ratio = "" if row["ratio"] is None else f"{row['ratio']:.2f}"
+                r.say(f"| {length} | {row['B']} | {dropout_p:g} | {row['bias']} | {row['path']} | {ms} | {ratio} | "
+                      f"{backend} | {row['note']} |")
+                setting = f"T={length} dropout={dropout_p:g} bias={row['bias']}"
+                for metric, value in (("ms", row["ms"]), ("ratio_to_sdpa_no_bias", row["ratio"]),
+                                      ("sdpa_backend", backend), ("note", row["note"])):
+                    if value not in (None, ""):
+                        r.row(row["path"], setting, metric, value)
+                why = attention_failure(row, s.device)
+                failures += [why] if why else []
+            r.save()
+    if failures:
+        r.fail("; ".join(failures))
+
+
 # --- fairseq-train fp16 / bf16 -------------------------------------------------------------------------------
 
 
@@ -432,7 +632,7 @@ def section_train(r: Result, s: Settings, args) -> None:
             cmd = train_command(s, precision, launcher, data / "bin", data / f"hydra-{precision}")
             t0 = time.monotonic()
             p = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp,
-                               timeout=SECTION_LIMIT_S["train"] // 2)
+                               timeout=max(10.0, args.deadline - time.time()))
             seconds = time.monotonic() - t0
             facts = train_log_facts(p.stdout + p.stderr)
             losses = facts["losses"]
@@ -452,53 +652,311 @@ def section_train(r: Result, s: Settings, args) -> None:
                 r.fail(f"{setting}: the loss did not fall ({shown})")
 
 
+# --- fairseq-train throughput: train_scripts/pretrain.sh as users run it -------------------------------------
+
+
+def fairseq_config_keeping_bf16(argv: List[str]):
+    """fairseq-train's config for ``argv``, parsed by fairseq 0.12's own command line (fairseq_cli/train.py's
+    cli_main), except that ``--bf16`` stays bf16 on a GPU: that parser also sets ``--tpu`` for ``--bf16``
+    (fairseq/options.py), and a TPU run cannot start on a GPU. The same config as fairseq-hydra-train's
+    ``common.bf16=true``."""
+    from fairseq import options
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
+    args = options.parse_args_and_arch(options.get_training_parser(), argv)
+    args.tpu = False
+    return convert_namespace_to_omegaconf(args)
+
+
+# The ``fairseq-train`` that pretrain.sh finds first on PATH in the throughput section.
+FAIRSEQ_TRAIN_KEEPING_BF16 = f"""\
+import sys
+
+sys.path.insert(0, {str(ROOT / "bench")!r})
+from fairseq.distributed import utils as distributed_utils
+from fairseq_cli.train import main
+from gpu_check import fairseq_config_keeping_bf16
+
+distributed_utils.call_main(fairseq_config_keeping_bf16(sys.argv[1:]), main)
+"""
+
+
+def write_token_data(folder: Path, vocab: int, tokens: int, min_len: int, max_len: int, seed: int = 0) -> None:
+    """A fairseq data folder (dict.txt, train/valid .bin/.idx, as fairseq-preprocess writes them) of about
+    ``tokens`` tokens: lines of ``min_len`` to ``max_len`` words drawn from ``vocab`` words with Zipf frequencies,
+    each ending with </s>. Written by fairseq's own dataset builder, without a text round trip."""
+    import numpy as np
+    from fairseq.data import Dictionary, indexed_dataset
+
+    rng = np.random.default_rng(seed)
+    d = Dictionary()
+    for k in range(vocab):
+        d.add_symbol(f"w{k}", n=vocab - k)
+    d.save(str(folder / "dict.txt"))
+    zipf = 1.0 / np.arange(1, vocab + 1)
+    for split, n_tokens in (("train", tokens), ("valid", max(min_len, tokens // 100))):
+        builder = indexed_dataset.make_builder(str(folder / f"{split}.bin"), "mmap", vocab_size=len(d))
+        lengths = rng.integers(min_len, max_len + 1, size=max(1, 2 * n_tokens // (min_len + max_len)))
+        ids = rng.choice(vocab, size=int(lengths.sum()), p=zipf / zipf.sum()) + d.nspecial
+        for line in np.split(ids, np.cumsum(lengths)[:-1]):
+            builder.add_item(torch.from_numpy(np.append(line, d.eos())))
+        builder.finalize(str(folder / f"{split}.idx"))
+
+
+def pretrain_command(s: Settings, arch: str, data: Path, save_dir: Path) -> Tuple[List[str], Dict[str, str]]:
+    """train_scripts/pretrain.sh for a short run of ``arch`` on one device: its environment and its arguments
+    (appended to its fairseq-train command line). Everything else is the recipe's: Adam, lr, dropouts, clipping,
+    the per-GPU batch and the update frequency of one GPU."""
+    gpu = s.device == "cuda"
+    env = {"DATA": str(data), "ARCH": arch, "GPUS": "1" if gpu else "0", "FP16": "0", "PYTHON": sys.executable,
+           "TOKENS_PER_SAMPLE": str(s.throughput_length), "MAX_SENTENCES": str(s.throughput_batch),
+           "SENTENCES_PER_UPDATE": str(s.throughput_sentences), "TOTAL_UPDATES": str(s.throughput_updates),
+           "LOG_INTERVAL": str(s.throughput_log_interval), "SAVE_DIR": str(save_dir), "TENSORBOARD_DIR": "none"}
+    extra = (["--bf16"] if gpu else []) + ["--no-save", "--disable-validation"]
+    if arch.startswith("roberta_") and s.throughput_size != "base":  # fairseq's roberta has no tiny arch
+        from tupe_plugin.models.architectures import SIZES
+
+        extra += [f"--{k.replace('_', '-')}={v}" for k, v in SIZES[s.throughput_size].items()]
+    return ["bash", str(ROOT / "train_scripts/pretrain.sh"), *extra], env
+
+
+def throughput_log_facts(log: str) -> Dict[str, object]:
+    """fairseq's ``train_inner`` words per second (one per logged interval), and the precision the run trained in
+    (its logged config: ``'bf16': True`` and ``'tpu': False`` on a GPU in bf16)."""
+    wps = [float(v) for v in re.findall(r"train_inner\W.*?\bwps=([0-9.]+)", log)]
+    flags = {k: v == "True" for k, v in re.findall(r"'(bf16|fp16|tpu|cpu)': (True|False)", log)}
+    return {"wps": wps, **{k: flags.get(k) for k in ("bf16", "fp16", "tpu", "cpu")}}
+
+
+def section_throughput(r: Result, s: Settings, args) -> None:
+    import bench_train_step
+    from bench_train_step import build, make_batch, step_flops
+    from fairseq.data import Dictionary
+
+    peak = peak_tflops(card_name(s.device), args.peak_tflops)
+    gpu = s.device == "cuda"
+    update_freq = s.throughput_sentences // s.throughput_batch
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        data, shims = tmp / "data", tmp / "bin"
+        data.mkdir()
+        shims.mkdir()
+        tokens = int(1.3 * s.throughput_updates * s.throughput_sentences * s.throughput_length)
+        write_token_data(data, s.throughput_vocab, tokens, *((20, 60) if gpu else (10, 30)))
+        # the FLOP count's models get the trained ones' vocabulary: the data's and the <mask> masked_lm adds
+        bench_train_step.VOCAB = len(Dictionary.load(str(data / "dict.txt"))) + 1
+        shim = shims / "fairseq-train"
+        shim.write_text(f"#!{sys.executable}\n" + FAIRSEQ_TRAIN_KEEPING_BF16, encoding="utf-8")
+        shim.chmod(0o755)
+        precision = "bf16 (`--bf16`, kept on the GPU)" if gpu else "fp32 (dry run: fairseq's bf16 needs CUDA)"
+        r.say(f"`train_scripts/pretrain.sh` as it runs on one GPU (GPUS=1: MAX_SENTENCES={s.throughput_batch} per "
+              f"forward, update-freq {update_freq} for SENTENCES_PER_UPDATE={s.throughput_sentences}; "
+              f"TOKENS_PER_SAMPLE={s.throughput_length}, the recipe's Adam, dropouts and clipping), {precision}, "
+              f"{s.throughput_updates} updates on generated data ({s.throughput_vocab} words with Zipf frequencies, "
+              f"lines of {'20-60' if gpu else '10-30'} words packed by --sample-break-mode complete), logged every "
+              f"{s.throughput_log_interval}. wps: fairseq's own words (tokens) per second of its train_inner lines; "
+              "the first interval (start-up, kernel compilation) is left out, the median of the others is the "
+              "row's. bf16 through pretrain.sh's command line: FP16=0 and `--bf16`, run by a `fairseq-train` that "
+              "parses it with fairseq's own parser and then clears the `--tpu` that parser sets for `--bf16` "
+              "(fairseq 0.12, fairseq/options.py; `fairseq_config_keeping_bf16` in bench/gpu_check.py). MFU = matrix "
+              "FLOPs per token (one step of "
+              f"{s.throughput_batch} x {s.throughput_length} tokens counted as in the timing section) x wps / peak"
+              + (f" {peak:g} TFLOP/s." if peak else ": no peak rate known (give --peak-tflops).") + "\n")
+        r.say("| arch | wps (median) | wps per interval | MFU | FLOPs/token | trained in | seconds |\n"
+              "|---|---:|---|---:|---:|---|---:|")
+        env = dict(os.environ, PATH=f"{shims}{os.pathsep}{os.environ.get('PATH', '')}", PYTHONUNBUFFERED="1")
+        x, masked = make_batch(s.throughput_batch * s.throughput_length, s.throughput_length, s.device)
+        for arch in s.throughput_archs:
+            if time.time() > args.deadline:
+                r.fail(f"time budget reached before {arch}")
+                continue
+            cmd, extra_env = pretrain_command(s, arch, data, tmp / f"save-{arch}")
+            t0 = time.monotonic()
+            try:
+                p = subprocess.run(cmd, capture_output=True, text=True, env={**env, **extra_env}, cwd=tmp,
+                                   timeout=max(10.0, args.deadline - time.time()))
+                log, rc = p.stdout + p.stderr, p.returncode
+            except subprocess.TimeoutExpired as e:
+                log, rc = (e.stdout or b"").decode(errors="replace") + (e.stderr or b"").decode(errors="replace"), "timeout"
+            seconds = time.monotonic() - t0
+            facts = throughput_log_facts(log)
+            measured = facts["wps"][1:]
+            wps = statistics.median(measured) if measured else None
+            model = build(arch if not arch.startswith("roberta_") else "roberta_base", s.throughput_size,
+                          s.throughput_length, s.device).to(torch.bfloat16 if gpu else torch.float32)
+            with forced_path(model, "sdpa"):  # FlopCounterMode counts SDPA, not a Triton kernel: same math
+                flops_per_token = step_flops(model, torch.optim.Adam(model.parameters(), lr=1e-4), x, masked) / x.numel()
+            del model
+            mfu = flops_per_token * wps / (peak * 1e12) if wps and peak else None
+            trained = ", ".join(k for k in ("bf16", "fp16", "tpu", "cpu") if facts[k]) or "fp32"
+            r.say(f"| {arch} | {f'{wps:,.0f}' if wps else 'none'} | {', '.join(f'{w:,.0f}' for w in facts['wps'])} | "
+                  f"{f'{mfu:.1%}' if mfu else 'n/a'} | {flops_per_token:.3g} | {trained} | {seconds:.0f} |")
+            for metric, value in (("wps", wps), ("wps_intervals", " ".join(f"{w:g}" for w in facts["wps"])),
+                                  ("flops_per_token", flops_per_token), ("mfu", mfu), ("bf16", facts["bf16"]),
+                                  ("tpu", facts["tpu"]), ("update_freq", update_freq), ("seconds", round(seconds, 1))):
+                r.row(arch, f"T={s.throughput_length} batch={s.throughput_batch}", metric, "" if value is None else value)
+            if rc != 0:
+                r.fail(f"{arch}: pretrain.sh exit status {rc}\n\n```\n{log[-2500:]}\n```")
+            elif wps is None:
+                r.fail(f"{arch}: fewer than two train_inner intervals logged\n\n```\n{log[-1500:]}\n```")
+            elif gpu and not (facts["bf16"] and facts["tpu"] is False):
+                r.fail(f"{arch}: did not train in bf16 on the GPU (bf16 {facts['bf16']}, tpu {facts['tpu']})")
+            if s.device == "cuda":
+                torch.cuda.empty_cache()
+
+
+# --- sync count of the train steps -----------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def forced_path(model, path: str):
+    """Every attention block of ``model`` (an ELECTRA's generator and discriminator too) on ``path`` while open."""
+    blocks = [m for m in model.modules() if hasattr(m, "attention_path")]
+    before = [m.attention_path for m in blocks]
+    for m in blocks:
+        m.attention_path = path
+    try:
+        yield
+    finally:
+        for m, old in zip(blocks, before):
+            m.attention_path = old
+
+
+@contextlib.contextmanager
+def attention_paths_taken():
+    """The attention paths (``attend``'s ``attention_path``) of the plugin's blocks while open; fairseq's own
+    RoBERTa takes none of them."""
+    from tupe_plugin.positional import attention
+
+    seen: List[str] = []
+    real = attention.attend
+
+    def spy(q, k, v, mask, scaling, dropout, attention_path):
+        seen.append(attention_path)
+        return real(q, k, v, mask, scaling, dropout, attention_path)
+
+    attention.attend = spy
+    try:
+        yield seen
+    finally:
+        attention.attend = real
+
+
+def step_model(family: str, objective: str, size: str, length: int, device: str):
+    """(model, Adam) for one train step of bench_train_step: fairseq's ``roberta`` or ``<family>_<size>``, wrapped
+    as ELECTRA's generator + discriminator for ``objective`` electra; bf16 weights as fairseq's --bf16."""
+    from bench_train_step import build, with_objective
+
+    arch = "roberta_base" if family == "roberta" else f"{family}_{size}"
+    model = with_objective(build(arch, size, length, device), objective).to(torch.bfloat16)
+    return model, torch.optim.Adam(model.parameters(), lr=1e-4)
+
+
+def section_sync(r: Result, s: Settings, args) -> None:
+    from bench_train_step import make_batch, train_step
+    from sync_count import sync_count
+
+    x, masked = make_batch(s.sync_tokens, s.sync_length, s.device)
+    r.say(f"Device-to-host synchronisations of one train step (bench/bench_train_step.py's: forward, loss, backward, "
+          f"Adam; MLM or ELECTRA's generator + sampling + discriminator with --criterion electra's loss), "
+          f"{s.timing_size} size, bf16 weights, {x.size(0)} x {s.sync_length} tokens, the attention path `auto` "
+          "takes (on a GPU after one step that is not counted: first calls set up kernels). Counted by "
+          "bench/sync_count.py: "
+          "CUDA's sync debug mode on a GPU (each sync one warning), the sync-forcing ops without one (dry run). "
+          "Each sync stalls the host until the GPU has run every queued kernel. Sites: where they come from, most "
+          "frequent first. Without CUDA the count is of ops that would sync if their tensors were on a GPU: Adam's "
+          "reads of its step counter count there, though on a GPU that counter stays a CPU tensor (no sync).\n")
+    r.say("| arch | objective | syncs | counted by | attention path | sites |\n|---|---|---:|---|---|---|")
+    for family, objective in SYNC_STEPS:
+        if time.time() > args.deadline:
+            r.fail(f"time budget reached before {family} {objective}")
+            continue
+        model, opt = step_model(family, objective, s.timing_size, s.sync_length, s.device)
+        if s.device == "cuda":  # first calls sync while they set up (cuBLAS, cuDNN, Triton): not the step's own
+            train_step(model, opt, x, masked)
+        with attention_paths_taken() as paths:
+            found = sync_count(functools.partial(train_step, model, opt, x, masked))
+        sites = collections.Counter(found.sites).most_common()
+        shown = "; ".join(f"{site} x{n}" if n > 1 else site for site, n in sites[:6]) + (" ..." if len(sites) > 6 else "")
+        taken = ", ".join(sorted(set(paths))) or "fairseq's"
+        r.say(f"| {family} | {objective} | {found.count} | {found.how} | {taken} | {shown} |")
+        for metric, value in (("syncs", found.count), ("counted_by", found.how), ("attention_path", taken),
+                              ("sites", " | ".join(f"{site} x{n}" for site, n in sites))):
+            r.row(family, f"{objective} T={s.sync_length}", metric, value)
+        del model, opt
+        if s.device == "cuda":
+            torch.cuda.empty_cache()
+
+
 # --- timing against RoBERTa --------------------------------------------------------------------------------------
 
 
+def timing_variants(group: TimingGroup, requested: List[str]) -> List[str]:
+    """The variants of one timing group: bert_a first (the plugin's reference on the same path), then those of the
+    group (all: None) that were requested (default: the whole registry)."""
+    from tupe_plugin.positional.registry import VARIANTS
+
+    wanted = [v for v in (group.variants or VARIANTS) if v in requested and v != "bert_a"]
+    return ["bert_a"] + wanted
+
+
 def section_timing(r: Result, s: Settings, args) -> None:
-    from bench_train_step import (build, make_batch, pair_ratio_iqr, resident_bytes, step_flops, step_peak_bytes,
-                                  timed_steps)
+    from bench_train_step import make_batch, pair_ratio_iqr, resident_bytes, step_flops, step_peak_bytes, timed_steps
 
     name = card_name(s.device)
     peak = peak_tflops(name, args.peak_tflops)
+    warmup, steps = args.warmup or s.warmup, args.steps or s.steps
     r.say(f"{s.timing_size} size, bf16 weights (as fairseq's bf16 training converts the model; Adam here keeps no fp32 master "
-          f"copy), {s.tokens} tokens per step, training mode with RoBERTa's dropouts; {args.warmup or s.warmup} "
-          f"warm-up and {args.steps or s.steps} timed steps per model, alternating RoBERTa / variant. MFU = matrix "
-          f"FLOPs of a step (torch's FlopCounterMode, forward + backward) / median step time / peak "
+          f"copy), {s.tokens} tokens per step, training mode with RoBERTa's dropouts, `--tupe-attention auto` (the "
+          f"path column: what it took); {warmup} warm-up and {steps} timed steps per model, alternating RoBERTa / "
+          "variant. Every row steps against RoBERTa's MLM step; an ELECTRA row's variant steps ELECTRA's generator + "
+          "discriminator (--task electra --criterion electra). / RoBERTa: the variant's median / RoBERTa's; pair "
+          "ratios: IQR of step i / step i. / bert_a: the row's / RoBERTa ratio over bert_a's at the same T, objective "
+          "and `--tupe-attention` (each against the RoBERTa it alternated with): the variant's own cost, which a "
+          "plugin faster than fairseq in its common parts would hide from / RoBERTa. ELECTRA / MLM: an ELECTRA row's "
+          "/ RoBERTa ratio over the same variant's MLM row at that T. MFU = matrix FLOPs of a step (torch's "
+          "FlopCounterMode, forward + backward, counted with the blocks on SDPA: the same math, and FlopCounterMode "
+          "does not see a Triton kernel) / median step time / peak "
           + (f"{peak:g} TFLOP/s dense bf16 ({name})" if peak else f"unknown for {name}: no MFU (give --peak-tflops)")
           + ".\n")
-    r.say("| T | batch | variant | RoBERTa ms | variant ms | time ratio | pair ratios (IQR) | RoBERTa tokens/s | "
-          "variant tokens/s | RoBERTa MFU | variant MFU | FLOP ratio | RoBERTa peak MiB | variant peak MiB |")
-    r.say("|---:|---:|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|")
-    warmup, steps, dtype = args.warmup or s.warmup, args.steps or s.steps, torch.bfloat16
-
-    def built(arch: str, length: int):
-        model = build(arch, s.timing_size, length, s.device).to(dtype)
-        return model, torch.optim.Adam(model.parameters(), lr=1e-4)
+    r.say("| T | objective | batch | variant | path | RoBERTa ms | variant ms | / RoBERTa | pair ratios (IQR) | / bert_a | "
+          "ELECTRA / MLM | variant tokens/s | RoBERTa MFU | variant MFU | FLOP ratio | RoBERTa peak MiB | variant peak MiB |")
+    r.say("|---:|---|---:|---|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
 
     def mfu(flops: int, seconds: float) -> str:
         return f"{flops / seconds / (peak * 1e12):.1%}" if peak else "n/a"
 
     skipped = []
-    for length in s.lengths:
+    ratios: Dict[Tuple[int, str, str], float] = {}  # (T, objective, variant) -> variant / RoBERTa
+    for group in s.timing:
+        length, objective = group.length, group.objective
+        variants = timing_variants(group, args.variants)
+        if time.time() > args.deadline:
+            skipped += [f"{v} T={length} {objective}" for v in variants]
+            continue
         x, masked = make_batch(s.tokens, length, s.device)
-        roberta = built("roberta_base", length)
+        roberta = step_model("roberta", "mlm", s.timing_size, length, s.device)
         roberta_step = step_peak_bytes(*roberta, x, masked, s.device)
         roberta_mib, roberta_flops = (resident_bytes(*roberta) + roberta_step) / 2**20, step_flops(*roberta, x, masked)
-        for variant in args.variants:
+        for variant in variants:
             if time.time() > args.deadline:
-                skipped.append(f"{variant} T={length}")
+                skipped.append(f"{variant} T={length} {objective}")
                 continue
+            setting = f"T={length} {objective}"
             try:
-                pair = {"roberta": roberta, "variant": built(f"{variant}_{s.timing_size}", length)}
+                pair = {"roberta": roberta, "variant": step_model(variant, objective, s.timing_size, length, s.device)}
                 times = timed_steps(pair, x, masked, warmup, steps, s.device)
                 model, opt = pair.pop("variant")
-                step = step_peak_bytes(model, opt, x, masked, s.device)
-                variant_mib, variant_flops = (resident_bytes(model, opt) + step) / 2**20, step_flops(model, opt, x, masked)
+                with attention_paths_taken() as paths:
+                    step = step_peak_bytes(model, opt, x, masked, s.device)
+                with forced_path(model, "sdpa"):
+                    variant_flops = step_flops(model, opt, x, masked)
+                variant_mib = (resident_bytes(model, opt) + step) / 2**20
                 del model, opt
             except Exception as e:  # reported in its row, the others go on
-                r.say(f"| {length} | {x.size(0)} | {variant} | failed: {type(e).__name__}: {str(e).splitlines()[0][:200]} |")
-                r.row(variant, f"T={length}", "error", f"{type(e).__name__}: {e}"[:300])
+                r.say(f"| {length} | {objective} | {x.size(0)} | {variant} | failed: {type(e).__name__}: "
+                      f"{str(e).splitlines()[0][:200]} |")
+                r.row(variant, setting, "error", f"{type(e).__name__}: {e}"[:300])
                 r.status = "failed"
                 continue
             finally:
@@ -506,20 +964,32 @@ def section_timing(r: Result, s: Settings, args) -> None:
                     torch.cuda.empty_cache()
             rm, vm = statistics.median(times["roberta"]), statistics.median(times["variant"])
             q1, q3 = pair_ratio_iqr(times["roberta"], times["variant"])
+            ratio = ratios[(length, objective, variant)] = vm / rm
+            bert_a = ratios.get((length, objective, "bert_a"))
+            to_bert_a = ratio / bert_a if bert_a else None
+            mlm = ratios.get((length, "mlm", variant)) if objective != "mlm" else None
+            electra_to_mlm = ratio / mlm if mlm else None
+            path = ", ".join(sorted(set(paths)))
             tokens = x.numel()
-            r.say(f"| {length} | {x.size(0)} | {variant} | {rm * 1e3:.1f} | {vm * 1e3:.1f} | {vm / rm:.3f} | "
-                  f"{q1:.2f}-{q3:.2f} | {tokens / rm:,.0f} | {tokens / vm:,.0f} | {mfu(roberta_flops, rm)} | "
+            r.say(f"| {length} | {objective} | {x.size(0)} | {variant} | {path} | {rm * 1e3:.1f} | {vm * 1e3:.1f} | "
+                  f"{ratio:.3f} | {q1:.2f}-{q3:.2f} | {f'{to_bert_a:.3f}' if to_bert_a else 'n/a'} | "
+                  f"{f'{electra_to_mlm:.3f}' if electra_to_mlm else ''} | {tokens / vm:,.0f} | {mfu(roberta_flops, rm)} | "
                   f"{mfu(variant_flops, vm)} | {variant_flops / roberta_flops:.3f} | {roberta_mib:,.0f} | {variant_mib:,.0f} |")
-            for metric, value in (("batch", x.size(0)), ("roberta_ms", rm * 1e3), ("variant_ms", vm * 1e3),
-                                  ("time_ratio", vm / rm), ("pair_ratio_q1", q1), ("pair_ratio_q3", q3),
+            for metric, value in (("batch", x.size(0)), ("attention_path", path), ("roberta_ms", rm * 1e3),
+                                  ("variant_ms", vm * 1e3), ("time_ratio", ratio), ("pair_ratio_q1", q1),
+                                  ("pair_ratio_q3", q3), ("ratio_to_bert_a", to_bert_a),
+                                  ("electra_to_mlm", electra_to_mlm),
                                   ("roberta_tokens_per_s", tokens / rm), ("variant_tokens_per_s", tokens / vm),
                                   ("roberta_flops", roberta_flops), ("variant_flops", variant_flops),
-                                  ("roberta_mfu", roberta_flops / rm / (peak * 1e12) if peak else ""),
-                                  ("variant_mfu", variant_flops / vm / (peak * 1e12) if peak else ""),
+                                  ("roberta_mfu", roberta_flops / rm / (peak * 1e12) if peak else None),
+                                  ("variant_mfu", variant_flops / vm / (peak * 1e12) if peak else None),
                                   ("roberta_peak_mib", roberta_mib), ("variant_peak_mib", variant_mib)):
-                r.row(variant, f"T={length}", metric, value)
+                if value is not None:
+                    r.row(variant, setting, metric, value)
             r.save()
         del roberta
+        if s.device == "cuda":
+            torch.cuda.empty_cache()
     if skipped:
         r.fail(f"time budget reached; not run: {', '.join(skipped)}")
 
@@ -528,7 +998,8 @@ def section_timing(r: Result, s: Settings, args) -> None:
 
 
 RUNNERS = {"environment": section_environment, "cuda_tests": section_cuda_tests, "sdpa": section_sdpa,
-           "train": section_train, "timing": section_timing}
+           "attention": section_attention, "train": section_train, "throughput": section_throughput,
+           "sync": section_sync, "timing": section_timing}
 
 
 def run_section(args) -> None:
@@ -537,8 +1008,11 @@ def run_section(args) -> None:
 
     for name in ("tupe_plugin", "filelock", "fairseq"):
         logging.getLogger(name).setLevel(logging.WARNING)
+    import bench_train_step
+
     r = Result(Path(args.result), args.section)
     s = settings(args.dry_run)
+    bench_train_step.VOCAB = s.step_vocab  # the project's 32,000 words; the dry run's tiny models 1,000 (5x faster)
     r.save()
     try:
         RUNNERS[args.section](r, s, args)
@@ -585,7 +1059,7 @@ def drive(args) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     start = time.time()
-    deadline = start + args.budget_s
+    deadline = start + (args.budget_s or (DRY_RUN_BUDGET_S if args.dry_run else 540))
     header = [f"# GPU check{' (dry run on CPU)' if args.dry_run else ''}", "",
               f"`{' '.join(sys.argv)}`, {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, torch {torch.__version__}, "
               f"{card_name('cuda' if not args.dry_run else 'cpu')}"]
@@ -596,9 +1070,11 @@ def drive(args) -> int:
     log.write_text(said + "\n", encoding="utf-8")
     env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=os.pathsep.join(
         [str(Path(args.site).resolve()), str(ROOT)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])))
+    if args.dry_run:  # one thread per process: on a shared CPU, idle OpenMP threads spin and cost 3-4x the CPU time
+        env.setdefault("OMP_NUM_THREADS", "1")
     for name in args.sections:
         t0 = time.time()
-        limit = min(SECTION_LIMIT_S[name], deadline - t0 - 15)
+        limit = min(DRY_RUN_LIMIT_S if args.dry_run else SECTION_LIMIT_S[name], deadline - t0 - 15)
         result = out / f".{name}.json"
         if limit < 20:
             done[name] = {"status": "failed", "lines": ["**failed**: not run, the time budget was spent"], "rows": []}
@@ -610,7 +1086,9 @@ def drive(args) -> int:
         cmd += [f"--{k}={v}" for k, v in (("peak-tflops", args.peak_tflops), ("steps", args.steps),
                                           ("warmup", args.warmup)) if v]
         try:
-            p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=limit)
+            interpreted = args.dry_run and name == "attention"  # Triton's interpreter on CPU, set before triton loads
+            p = subprocess.run(cmd, capture_output=True, text=True, timeout=limit,
+                               env=dict(env, TRITON_INTERPRET="1") if interpreted else env)
             crash = f"exit status {p.returncode}: {p.stderr[-2500:]}" if p.returncode else ""
         except subprocess.TimeoutExpired as e:
             crash = f"stopped at its time limit ({limit:.0f} s): {(e.stderr or b'')[-1500:].decode(errors='replace')}"
@@ -647,7 +1125,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                     help="use this environment as it is (a GPU machine where the project is installed)")
     ap.add_argument("--sections", nargs="+", default=list(SECTIONS), choices=SECTIONS)
     ap.add_argument("--variants", nargs="+", default=[], metavar="VARIANT", help="registry names (default: all)")
-    ap.add_argument("--budget-s", type=float, default=540, help="the whole check's time (default 540)")
+    ap.add_argument("--budget-s", type=float, help=f"the whole check's time (default 540; dry run {DRY_RUN_BUDGET_S})")
     ap.add_argument("--peak-tflops", type=float, help="the card's peak dense bf16 TFLOP/s, if its name is not known")
     ap.add_argument("--steps", type=int, help="timed steps per model (default 10, dry run 2)")
     ap.add_argument("--warmup", type=int, help="warm-up steps per model (default 3, dry run 1)")

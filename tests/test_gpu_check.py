@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import csv
 import os
+import shlex
 import socket
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -113,13 +115,14 @@ def test_without_cuda_it_says_so_in_one_line_and_exits_1(tmp_path):
 
 
 PEAK = 2.0  # TFLOP/s given to the dry run, so that it computes MFU
+VARIANTS = ("deberta_rel",)  # more FLOPs than RoBERTa (bert_a, the reference, comes with every timing group)
 
 
 @pytest.fixture(scope="module")
 def dry_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("dry")
-    p = cli("bench/gpu_check.py", "--out", str(out), "--dry-run", "--variants", "deberta_rel",
-            "--peak-tflops", str(PEAK))
+    p = cli("bench/gpu_check.py", "--out", str(out), "--dry-run", "--variants", *VARIANTS, "--peak-tflops", str(PEAK),
+            timeout=3000)
     with open(out / "gpu_check.csv", newline="", encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
     return p, (out / "report.md").read_text(encoding="utf-8"), rows
@@ -130,9 +133,21 @@ def values(rows, section: str, **match) -> dict:
             and all(r[k] == v for k, v in match.items())}
 
 
+def numbers(rows, section: str, **match) -> dict:
+    """The numeric values of ``values``."""
+    found = {}
+    for metric, value in values(rows, section, **match).items():
+        try:
+            found[metric] = float(value)
+        except ValueError:
+            pass
+    return found
+
+
 def test_dry_run_passes_every_section_and_reports_each(dry_run):
     p, report, rows = dry_run
     assert p.returncode == 0, report
+    assert gpu_check.SECTIONS == ("environment", "cuda_tests", "sdpa", "attention", "train", "throughput", "sync", "timing")
     for name in gpu_check.SECTIONS:
         assert f"| {name} | ok |" in report and f"## {name}" in report
     assert "Loss falls, overflow skips counted" in report
@@ -150,19 +165,90 @@ def test_dry_run_sdpa_section_checks_every_dtype_and_the_pitfalls(dry_run):
         assert found["backend_padded"] in ("math", "flash (CPU)")  # the CPU's; CUDA names its own
 
 
-def test_dry_run_train_loss_falls_and_timing_columns_follow_from_the_measurements(dry_run):
+def test_dry_run_attention_times_every_path_and_checks_triton_against_float64(dry_run):
+    _, report, rows = dry_run
+    assert "Triton runs here: True" in report  # the dry run's child runs Triton's interpreter
+    dry = gpu_check.settings(dry_run=True)
+    for length in dry.attention_lengths:
+        for dropout in ("0", "0.1"):
+            base = numbers(rows, "attention", subject="sdpa", setting=f"T={length} dropout={dropout} bias=none")
+            assert base["ratio_to_sdpa_no_bias"] == 1.0
+            for bias in ("none", "fixed", "learned"):
+                setting = f"T={length} dropout={dropout} bias={bias}"
+                for path in ("sdpa", "explicit", "triton"):
+                    t = numbers(rows, "attention", subject=path, setting=setting)
+                    assert t["ms"] > 0 and t["ratio_to_sdpa_no_bias"] == pytest.approx(t["ms"] / base["ms"])
+                flex = values(rows, "attention", subject="flex", setting=setting)
+                if dropout == "0":  # off CUDA FlexAttention has no backward for q, k, v: a row that says so
+                    assert "ms" not in flex and "no FlexAttention backward" in flex["note"]
+                else:  # no dropout in FlexAttention: no row at all
+                    assert flex == {}
+            assert values(rows, "attention", subject="sdpa", setting=f"T={length} dropout={dropout} bias=none")[
+                "sdpa_backend"] in ("math", "flash (CPU)")
+        errors = {path: numbers(rows, "attention", subject=path, setting=f"T={length} errors")
+                  for path in ("triton", "explicit")}
+        assert values(rows, "attention", subject="triton", setting=f"T={length} errors")["ok"] == "True"
+        for column in gpu_check.ERROR_COLUMNS:  # fp32 in the interpreter: both at fp32 rounding of float64
+            assert 0 < errors["triton"][f"{column}_rel_error"] < 1e-5
+            assert 0 < errors["explicit"][f"{column}_rel_error"] < 1e-5
+
+
+def test_dry_run_throughput_reads_fairseqs_wps_from_pretrain_sh(dry_run):
+    _, report, rows = dry_run
+    dry = gpu_check.settings(dry_run=True)
+    for arch in dry.throughput_archs:
+        found = values(rows, "throughput", subject=arch)
+        intervals = [float(w) for w in found["wps_intervals"].split()]
+        assert len(intervals) == dry.throughput_updates // dry.throughput_log_interval
+        wps, per_token = float(found["wps"]), float(found["flops_per_token"])
+        assert wps == pytest.approx(statistics.median(intervals[1:]))  # the first interval (start-up) left out
+        assert float(found["mfu"]) == pytest.approx(per_token * wps / (PEAK * 1e12))
+        assert per_token > 6 * 2 * 64 * 64  # at least the tiny encoder's 2 layers' dense matrix products
+        assert int(found["update_freq"]) == dry.throughput_sentences // dry.throughput_batch
+        assert found["bf16"] == found["tpu"] == "False"  # the dry run trains in fp32 (bf16 needs CUDA)
+
+
+def test_dry_run_sync_counts_every_step(dry_run):
+    _, _, rows = dry_run
+    dry = gpu_check.settings(dry_run=True)
+    for family, objective in gpu_check.SYNC_STEPS:
+        found = values(rows, "sync", subject=family, setting=f"{objective} T={dry.sync_length}")
+        sites = [site.rsplit(" x", 1) for site in found["sites"].split(" | ")]
+        assert int(found["syncs"]) == sum(int(n) for _, n in sites) >= 1
+        assert found["counted_by"] == "sync-forcing ops recorded on CPU"  # bench/sync_count.py without CUDA
+        # the plugin's blocks take `auto`'s path: explicit on CPU in training with attention dropout
+        assert found["attention_path"] == ("fairseq's" if family == "roberta" else "explicit")
+
+
+def test_dry_run_timing_ratios_follow_from_the_measurements(dry_run):
     _, _, rows = dry_run
     for launcher in ("cli", "hydra"):  # fairseq-train and fairseq-hydra-train (bf16's way on a GPU)
         train = values(rows, "train", setting=f"fp32 {launcher}")
         assert train["loss_falls"] == "True" and float(train["last_loss"]) < float(train["first_loss"])
         assert train["overflow_skips"] == "0"
-    for length in (16, 32):
-        t = {k: float(v) for k, v in values(rows, "timing", subject="deberta_rel", setting=f"T={length}").items()}
-        tokens = t["batch"] * length
-        assert t["variant_tokens_per_s"] == pytest.approx(tokens / (t["variant_ms"] / 1e3))
-        assert t["variant_mfu"] == pytest.approx(t["variant_flops"] / (t["variant_ms"] / 1e3) / (PEAK * 1e12))
-        assert t["time_ratio"] == pytest.approx(t["variant_ms"] / t["roberta_ms"])
-        assert t["variant_flops"] > t["roberta_flops"] > 0 and t["variant_peak_mib"] > 0
+    dry = gpu_check.settings(dry_run=True)
+    assert {g.length for g in dry.timing} == {32, 64}  # T=512, 1024 (and 128) on the GPU
+    for group in dry.timing:
+        setting = f"T={group.length} {group.objective}"
+        bert_a = numbers(rows, "timing", subject="bert_a", setting=setting)
+        assert bert_a["ratio_to_bert_a"] == pytest.approx(1.0)
+        for variant in ["bert_a"] + [v for v in VARIANTS if group.variants is None or v in group.variants]:
+            t = numbers(rows, "timing", subject=variant, setting=setting)
+            assert values(rows, "timing", subject=variant, setting=setting)["attention_path"] == "explicit"
+            tokens = t["batch"] * group.length
+            assert t["variant_tokens_per_s"] == pytest.approx(tokens / (t["variant_ms"] / 1e3))
+            assert t["variant_mfu"] == pytest.approx(t["variant_flops"] / (t["variant_ms"] / 1e3) / (PEAK * 1e12))
+            assert t["time_ratio"] == pytest.approx(t["variant_ms"] / t["roberta_ms"])
+            assert t["ratio_to_bert_a"] == pytest.approx(t["time_ratio"] / bert_a["time_ratio"])
+            assert t["variant_flops"] >= t["roberta_flops"] > 0 and t["variant_peak_mib"] > 0
+            if variant == "deberta_rel":  # its own attention block: more matrix work
+                assert t["variant_flops"] > t["roberta_flops"]
+            if group.objective == "electra":  # generator + discriminator: more work than the MLM step
+                mlm = numbers(rows, "timing", subject=variant, setting=f"T={group.length} mlm")
+                assert t["electra_to_mlm"] == pytest.approx(t["time_ratio"] / mlm["time_ratio"])
+                assert t["variant_flops"] > mlm["variant_flops"]
+            else:
+                assert "electra_to_mlm" not in t
 
 
 def test_a_failing_section_is_in_the_report_and_the_exit_status(tmp_path):
@@ -204,3 +290,52 @@ def test_peak_rate_by_card_name():
     assert gpu_check.peak_tflops("NVIDIA H100 PCIe", None) == 756.0
     assert gpu_check.peak_tflops("NVIDIA H200", None) == 989.4
     assert gpu_check.peak_tflops("Some GPU", None) is None and gpu_check.peak_tflops("Some GPU", 100.0) == 100.0
+
+
+def test_throughput_runs_pretrain_sh_in_bf16_with_the_recipes_batch_on_one_gpu(tmp_path):
+    """The GPU's throughput run: pretrain.sh's own command line (DRY_RUN=1 prints it), bf16 through --bf16, which
+    fairseq's parser turns into --tpu and fairseq_config_keeping_bf16 turns back."""
+    gpu = gpu_check.settings(dry_run=False)
+    data, shims = tmp_path / "data", tmp_path / "bin"
+    data.mkdir(), shims.mkdir()
+    gpu_check.write_token_data(data, 500, 4000, 20, 60)
+    (shims / "fairseq-train").write_text("#!/bin/sh\nexit 1\n")  # found by pretrain.sh; DRY_RUN never starts it
+    (shims / "fairseq-train").chmod(0o755)
+    cmd, env = gpu_check.pretrain_command(gpu, "tupe_r_base", data, tmp_path / "save")
+    env = dict(os.environ, **env, DRY_RUN="1", PATH=f"{shims}{os.pathsep}{os.environ['PATH']}")
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
+    assert p.returncode == 0, p.stderr
+    printed = p.stderr.split("command:\n", 1)[1].splitlines()[0]
+    argv = shlex.split(printed)
+    assert argv[0] == str(shims / "fairseq-train")  # LAUNCHER none: one process, fairseq-train itself
+    cfg = gpu_check.fairseq_config_keeping_bf16(argv[1:])
+    assert cfg.common.bf16 and not cfg.common.tpu and not cfg.common.fp16 and not cfg.common.cpu
+    assert (cfg.dataset.batch_size, cfg.optimization.update_freq, cfg.task.tokens_per_sample) == (16, [16], 512)
+    assert cfg.model.arch == "tupe_r_base" and cfg.optimization.max_update == gpu.throughput_updates
+    assert cfg.checkpoint.no_save and cfg.dataset.disable_validation and cfg.common.log_interval == 4
+    from fairseq import options  # fairseq's own parsing of the same line sets tpu: why the check needs its own
+    assert options.parse_args_and_arch(options.get_training_parser(), argv[1:]).tpu
+
+
+def test_throughput_log_and_written_data_are_fairseqs():
+    log = ("2026-11-26 | INFO | train_inner | epoch 001:      4 / 17 loss=14.2, wps=301234.5, ups=2.1, wpb=131000\n"
+           "2026-11-26 | INFO | train_inner | epoch 001:      8 / 17 loss=13.9, wps=335000, ups=2.5, wpb=131000\n"
+           "{'_name': None, 'common': {'cpu': False, 'tpu': False, 'bf16': True, 'fp16': False}}\n")
+    facts = gpu_check.throughput_log_facts(log)
+    assert facts == {"wps": [301234.5, 335000.0], "bf16": True, "fp16": False, "tpu": False, "cpu": False}
+    roberta = gpu_check.pretrain_command(gpu_check.settings(dry_run=True), "roberta_base", Path("d"), Path("s"))[0]
+    assert "--encoder-layers=2" in roberta and "--encoder-embed-dim=64" in roberta  # fairseq has no roberta_tiny
+
+
+def test_data_written_for_throughput_is_read_by_fairseq(tmp_path):
+    from fairseq.data import Dictionary, data_utils
+
+    gpu_check.write_token_data(tmp_path, 300, 5000, 20, 60)
+    d = Dictionary.load(str(tmp_path / "dict.txt"))
+    assert len(d) == 300 + d.nspecial
+    train = data_utils.load_indexed_dataset(str(tmp_path / "train"), d)
+    lines = [train[i] for i in range(len(train))]
+    assert all(21 <= len(x) <= 61 and x[-1] == d.eos() and (x[:-1] >= d.nspecial).all() for x in lines)
+    assert 0.9 * 5000 < sum(len(x) for x in lines) < 1.1 * 5000 + 61
+    counts = torch.bincount(torch.cat(lines), minlength=len(d))
+    assert counts[d.nspecial] > counts[d.nspecial + 100]  # Zipf: the first word far more frequent
