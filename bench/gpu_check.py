@@ -520,8 +520,8 @@ def section_attention(r: Result, s: Settings, args) -> None:
     r.say(f"\nOne attention layer's core (q, k, v and the bias given; no projections), forward + backward, "
           f"{str(dtype).replace('torch.', '')}, H={s.attention_heads}, D={s.attention_head_dim}, {s.attention_tokens} "
           f"tokens (B = {s.attention_tokens} // T), median of {s.attention_iters} calls after {s.attention_warmup} "
-          "(CUDA events; bench/bench_attention.py). Bias: none, fixed (an (H, T, T) bias without gradient: ALiBi, "
-          "Gaussian prior), learned (with gradient: TUPE, T5, ...). ratio = ms / ms of SDPA without bias at the same "
+          "(CUDA events on a GPU; bench/bench_attention.py). Bias: none, fixed (an (H, T, T) bias without gradient: "
+          "ALiBi, Gaussian prior), learned (with gradient: TUPE, T5, ...). ratio = ms / ms of SDPA without bias at the same "
           "T and dropout; SDPA backend: the kernel each sdpa row took (without a bias in bf16 on an H100: cuDNN's). "
           "FlexAttention has no dropout: dropout 0 only.\n")
     r.say("| T | B | dropout | bias | path | ms | ratio | SDPA backend | note |\n|---:|---:|---:|---|---|---:|---:|---|---|")
