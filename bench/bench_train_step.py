@@ -328,8 +328,6 @@ def bench_variant(row: Row, roberta: tuple, x, masked, args, path: str) -> Tuple
     """Time and measure one variant against the RoBERTa pair ``roberta`` (model, optimizer)."""
     arch = f"{row.variant}_{row.size}"
     model = with_objective(build(arch, row.size, row.length, args.device, tupe_attention=path), row.objective)
-    if path == "auto":  # the path the first layer takes in training on this device
-        row.attention = "auto: " + model.encoder.sentence_encoder.layers[0].self_attn.forward_path(x)
     pair = {"roberta": roberta, "variant": (model, torch.optim.Adam(model.parameters(), lr=1e-4))}
     if row.compiled:  # the eager twin (same weights) steps in the same alternation: compiled / eager directly
         eager = with_objective(build(arch, row.size, row.length, args.device, tupe_attention=path), row.objective)
@@ -337,6 +335,8 @@ def bench_variant(row: Row, roberta: tuple, x, masked, args, path: str) -> Tuple
         row.compile_max_diff = max_output_diff(model, eager, x)
         pair["eager"] = (eager, torch.optim.Adam(eager.parameters(), lr=1e-4))
     times = timed_steps(pair, x, masked, args.warmup, args.steps, args.device)
+    if path == "auto":  # the path the first layer took in training on this device
+        row.attention = "auto: " + model.encoder.sentence_encoder.layers[0].self_attn.last_path
     row.roberta_s, row.variant_s, row.eager_s = times["roberta"], times["variant"], times.get("eager", [])
     pair.pop("eager", None)
     model, opt = pair["variant"]
@@ -395,6 +395,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
                                  epilog=__doc__.split("\n\n", 1)[1])
     ap.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS), metavar="VARIANT",
+                    type=lambda name: name.replace("-", "_"),  # tupe-r, as pretrain.sh and the study write it, is tupe_r
                     help="registry names (default: all of them)")
     ap.add_argument("--sizes", nargs="+", default=["tiny", "base"], choices=list(SIZES))
     ap.add_argument("--lengths", nargs="+", type=at_least(1), default=[128, 256, 512, 1024])

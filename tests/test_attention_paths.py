@@ -355,3 +355,14 @@ def test_option_round_trips_through_a_checkpoint(tmp_path, flag, saved, want):
     assert hub.cfg.model.tupe_attention == want
     assert all(layer.self_attn.attention_path == want for layer in hub.model.encoder.sentence_encoder.layers)
 
+
+
+def test_a_block_records_the_path_its_forward_took():
+    """What benchmarks read to name the path auto took (bench/bench_train_step.py)."""
+    model = build("tupe_r_tiny")
+    x = tokens(2, 9)
+    model.train()(x, features_only=True)
+    assert [layer.self_attn.last_path for layer in model.encoder.sentence_encoder.layers] == ["explicit", "explicit"]
+    with torch.no_grad():
+        model.eval()(x, features_only=True)
+    assert model.encoder.sentence_encoder.layers[0].self_attn.last_path == "sdpa"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Dict, NamedTuple, Optional, Tuple
 
+import torch
 from torch import Tensor, nn
 
 from .attend import Dropout, attend, check_attention_path, choose_attention_path, say_once
@@ -56,6 +57,7 @@ class SelfAttention(nn.Module):
                              f"model's is {dropout}: use --tupe-attention triton (dropout inside the kernel), or "
                              "--attention-dropout 0 (MosaicBERT's and ModernBERT's recipe)")
         self.dropout_module = Dropout(dropout)
+        self.last_path: Optional[str] = None
         self.q_proj = nn.Linear(embed_dim, embed_dim)
         self.k_proj = nn.Linear(embed_dim, embed_dim)
         self.v_proj = nn.Linear(embed_dim, embed_dim)
@@ -97,7 +99,10 @@ class SelfAttention(nn.Module):
         T, B, C = x.shape
         q, k, v = self._heads(self.q_proj(x)), self._heads(self.k_proj(x)), self._heads(self.v_proj(x))
         q, k, mask = self.positional_qk(q, k, mask, positions)
-        out, weights = attend(q, k, v, mask, self.scaling, self.dropout_module, self.forward_path(q, mask, need_weights))
+        path = self.forward_path(q, mask, need_weights)
+        if not torch.compiler.is_compiling():  # what this forward took (benchmarks read it); no side effect in a graph
+            self.last_path = path
+        out, weights = attend(q, k, v, mask, self.scaling, self.dropout_module, path)
         out = out.permute(2, 0, 1, 3).reshape(T, B, C)
         return self.out_proj(out), weights
 
