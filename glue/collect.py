@@ -39,7 +39,8 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from glue.published import COLUMNS, COMPARE, SOURCE, TABLE1
-from glue.tasks import METRIC, TASKS, GlueTask, custom_task, get_task, table_columns  # noqa: F401 (METRIC)
+from glue.tasks import (METRIC, PAPER_LRS, PAPER_SEEDS, TASKS, GlueTask, custom_task, get_task,  # noqa: F401 (METRIC)
+                        table_columns)
 from tupe_common.glue_selection import column_lr
 from tupe_common.io import atomic_open, atomic_path
 from tupe_common.log import get_logger
@@ -63,7 +64,6 @@ def task_columns(task: GlueTask) -> Tuple[Column, ...]:
 TABLE_COLUMNS: Tuple[Column, ...] = tuple(Column(c.name, t.name, c.subset, t.metric, c.lr_from)
                                           for t, c in table_columns(COLUMNS))
 EXTRA_COLUMNS: Tuple[Column, ...] = task_columns(TASKS["WNLI"])  # shown per LR when present, never averaged
-PAPER_LRS = "2e-5,3e-5,4e-5,5e-5"
 RUN_DIR_RE = re.compile(r"^lr(?P<lr>[0-9.]+(?:[eE][-+]?[0-9]+)?)_seed(?P<seed>-?\d+)$")
 LOG_NAMES = ("train.log", "hydra_train.log")
 
@@ -455,9 +455,11 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p.add_argument("runs_dir", help="RUNS_DIR/TASK/lr{LR}_seed{SEED}/ (result.json or train.log)")
     p.add_argument("--out-csv", help="summary CSV (default RUNS_DIR/glue_results.csv; + *_per_lr.csv)")
     p.add_argument("--out-png", help="bar chart (default RUNS_DIR/glue_results.png)")
-    p.add_argument("--variant-name", help="row name for these runs (default: RUNS_DIR's name)")
-    p.add_argument("--expected-lrs", default=PAPER_LRS, help=f"LR grid (default the paper's {PAPER_LRS})")
-    p.add_argument("--seeds", type=int, default=5, help="seeds expected per task and LR (default 5)")
+    p.add_argument("--row-name", "--variant-name", dest="row_name",  # --variant-name: its former name, still read
+                   help="the table's row name for these runs, e.g. TUPE-R (default: RUNS_DIR's name)")
+    p.add_argument("--expected-lrs", default=",".join(PAPER_LRS), help=f"LR grid (default the paper's {','.join(PAPER_LRS)})")
+    p.add_argument("--seeds", type=int, default=len(PAPER_SEEDS),
+                   help=f"seeds expected per task and LR (default the paper's {len(PAPER_SEEDS)})")
     p.add_argument("--expected-seeds", help="exact seed ids expected, e.g. 1,2,3,4,5 (overrides --seeds)")
     p.add_argument("--compare", default=",".join(COMPARE),
                    help=f"published rows to show, from {', '.join(TABLE1)} (default {','.join(COMPARE)})")
@@ -473,7 +475,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
-    name = args.variant_name or os.path.basename(os.path.normpath(args.runs_dir))
+    name = args.row_name or os.path.basename(os.path.normpath(args.runs_dir))
     expected_seeds = [int(s) for s in args.expected_seeds.split(",")] if args.expected_seeds else []
     n_seeds = len(expected_seeds) or args.seeds
     compare = [m for m in args.compare.split(",") if m]

@@ -28,11 +28,9 @@ import time
 from typing import List, NamedTuple, Optional, Sequence
 
 from glue.collect import read_result_json
-from glue.tasks import PAPER_TASKS, TASKS, custom_bin_names, get_task
+from glue.tasks import PAPER_LRS, PAPER_SEEDS, PAPER_TASKS, TASKS, custom_bin_names, get_task
 from tupe_common.log import get_logger
 
-PAPER_LRS = ("2e-5", "3e-5", "4e-5", "5e-5")
-PAPER_SEEDS = ("1", "2", "3", "4", "5")
 FINETUNE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "finetune.sh")
 log = get_logger("grid")
 
@@ -150,8 +148,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         "tasks binarized in --glue-bin")
     p.add_argument("--glue-bin", default=os.environ.get("GLUE_BIN", "glue-bin"),
                    help="binaries of preprocess.glue_binarize (custom tasks are found there; default $GLUE_BIN or glue-bin)")
-    p.add_argument("--lrs", default=" ".join(PAPER_LRS), help="default: 2e-5 3e-5 4e-5 5e-5")
-    p.add_argument("--seeds", default=" ".join(PAPER_SEEDS), help="default: 1 2 3 4 5")
+    p.add_argument("--lrs", default=" ".join(PAPER_LRS), help=f"default: the paper's {' '.join(PAPER_LRS)}")
+    p.add_argument("--seeds", default=" ".join(PAPER_SEEDS), help=f"default: {' '.join(PAPER_SEEDS)}")
     p.add_argument("--runs", default="runs", help="output root of glue/finetune.sh (default runs)")
     p.add_argument("--jobs", type=int, default=1, help="runs at a time (command run)")
     p.add_argument("--gpus", default="", help="GPU ids for the slots, e.g. 0,1,2,3 (command run; default: none)")

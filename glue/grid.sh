@@ -17,9 +17,12 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../train_scripts/lib.sh"
 
-tunable TASKS auto "tasks (spaces or commas); auto: the paper's CoLA SST-2 MRPC STS-B QQP MNLI QNLI RTE and every custom task binarized in GLUE_BIN"
-tunable LRS "2e-5 3e-5 4e-5 5e-5" "learning rates"
-tunable SEEDS "1 2 3 4 5" "seeds"
+# the paper's grid (tasks, LRs, seeds), from its one copy: glue/tasks.py PAPER_TASKS, PAPER_LRS, PAPER_SEEDS
+paper_grid="$("$PYTHON" -m glue.tasks grid)" || die "cannot read the paper's grid: '$PYTHON -m glue.tasks grid' failed (activate the venv)"
+mapfile -t paper <<< "$paper_grid"
+tunable TASKS auto "tasks (spaces or commas); auto: the paper's ${paper[0]} and every custom task binarized in GLUE_BIN"
+tunable LRS "${paper[1]}" "learning rates (default: the paper's)"
+tunable SEEDS "${paper[2]}" "seeds (default: the paper's)"
 tunable RUNS runs "output root (RUNS/TASK/lr{LR}_seed{SEED}/)"
 tunable GLUE_BIN glue-bin "binaries of python -m preprocess.glue_binarize (TASK-bin/)"
 tunable JOBS auto "runs at a time, locally (auto: one per GPU, 1 on CPU)"

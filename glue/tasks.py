@@ -1,15 +1,18 @@
 """The GLUE task registry: every fact about a task, in one place, read by every GLUE script.
 
-Read by ``preprocess.glue_binarize`` (files, columns, header, labels), ``glue.finetune_helper``
-(classes, metric, epochs, valid subsets), ``glue.collect`` (the paper's columns) and ``glue/grid.sh``
-(through ``python -m glue.tasks list``). Facts and their sources: ``docs/glue_protocol.md`` §1
-(raw file formats, columns are 1-based) and §3 (metric and epochs per task).
+Read by ``preprocess.glue_download`` (each raw file's columns and header, the hub's config, split and text
+columns it is made from, the labels' spellings), ``preprocess.glue_binarize`` (files, columns, header, labels),
+``glue.finetune_helper`` (classes, metric, epochs, valid subsets), ``glue.collect`` (the paper's columns; the
+published rows are ``glue.published``), ``glue.grid`` and ``glue/grid.sh`` (the tasks and the paper's grid,
+through ``python -m glue.tasks``). Facts and their sources: ``docs/glue_protocol.md`` §1 (raw file formats,
+columns are 1-based), §3 (metric, epochs and the grid) and ``docs/downloads.md`` (the hub's layout).
 
 A **custom task** is any other folder under the tasks directory whose ``train.tsv`` and ``dev.tsv``
 have SST-2's layout (header ``sentence<TAB>label``): it is binarized, fine-tuned and scored (accuracy,
 10 epochs) as SST-2 is, with its labels taken from its train file (``docs/glue_protocol.md`` §9).
 
     python -m glue.tasks list [--tasks-dir DIR] [--paper]   # task names, one a line
+    python -m glue.tasks grid                               # the paper's grid: its tasks, LRs, seeds (3 lines)
 """
 from __future__ import annotations
 
@@ -22,19 +25,30 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from tupe_common.errors import UsageError
 
-SINGLE_SENTENCE_HEADER = ("sentence", "label")  # SST-2's train/dev header: a custom task has it too
 
 
 @dataclass(frozen=True)
 class Split:
-    """One raw file of a task and the fairseq split it becomes."""
+    """One raw file of a task: its layout, the fairseq split it becomes and the hub split it is made from."""
 
     out: str  # fairseq split name: train, valid, valid1, test, test1
     file: str  # raw file name in the task folder
-    n_fields: int  # tab-separated fields of every line
-    header: bool  # the first line is a header
+    columns: Tuple[str, ...]  # every tab-separated field's name, as the header line writes it
+    header: bool  # the first line is a header (CoLA train/dev have none: their names are the GLUE paper's)
     inputs: Tuple[int, ...]  # 1-based text columns (one or two)
     label: Optional[int]  # 1-based label column; None for test files (no labels)
+    hub_split: str = ""  # the split of the hub's parquet files it is made from ("": not on the hub)
+    label_copies: Tuple[int, ...] = ()  # 1-based columns that repeat the label (MNLI's label1)
+    unacceptable_mark: Optional[int] = None  # CoLA: the column that holds '*' when the label is 0 (unacceptable)
+
+    @property
+    def n_fields(self) -> int:
+        return len(self.columns)
+
+    @property
+    def index(self) -> Optional[int]:
+        """The 1-based column of the example's index (the hub's ``idx``): a first column named index or id."""
+        return 1 if self.columns[0] in ("index", "id") else None
 
 
 @dataclass(frozen=True)
@@ -51,13 +65,16 @@ class GlueTask:
     name: str  # the GLUE folder name (also the binaries' TASK-bin and the runs' folder)
     splits: Tuple[Split, ...]
     label_kind: str  # "class" or "regression" (STS-B: a score in [0, 5])
-    classes: Optional[Tuple[str, ...]]  # allowed labels; None: any label of the train file (custom)
+    classes: Optional[Tuple[str, ...]]  # the labels as the raw files spell them, by the hub's class id; None: any
+    # label of the train file (custom)
     metric: str  # fairseq metric name of the criterion: accuracy, mcc or pearson
     epochs: int  # the paper's maximum epochs
     columns: Tuple[Column, ...]  # table columns; the first one selects a run's best validation step
     in_paper: bool = True  # one of the paper's 8 tasks (WNLI and custom tasks are not)
     skip_bad_lines: bool = False  # QQP: drop and count lines with the wrong number of fields
     custom: bool = False  # a custom single-sentence task (SST-2's layout)
+    hub_config: str = ""  # the task's config of the hub's GLUE (nyu-mll/glue); "": not on the hub (custom)
+    hub_texts: Tuple[str, ...] = ()  # the hub's text columns, in the order of each split's ``inputs``
 
     @property
     def n_inputs(self) -> int:
@@ -79,22 +96,38 @@ class GlueTask:
         return tuple(c.subset for c in self.columns)
 
 
-def _splits(n_fields: int, inputs: Tuple[int, ...], label: int, n_test_fields: int, test_inputs: Tuple[int, ...],
-            header: bool = True) -> Tuple[Split, ...]:
-    """train.tsv/dev.tsv with labels and test.tsv without (the layout of every task but MNLI)."""
-    return (Split("train", "train.tsv", n_fields, header, inputs, label),
-            Split("valid", "dev.tsv", n_fields, header, inputs, label),
-            Split("test", "test.tsv", n_test_fields, True, test_inputs, None))
+def _splits(columns: Tuple[str, ...], inputs: Tuple[int, ...], label: int, test_columns: Tuple[str, ...],
+            test_inputs: Tuple[int, ...]) -> Tuple[Split, ...]:
+    """train.tsv/dev.tsv with labels and test.tsv without (the layout of every task but CoLA and MNLI)."""
+    return (Split("train", "train.tsv", columns, True, inputs, label, "train"),
+            Split("valid", "dev.tsv", columns, True, inputs, label, "validation"),
+            Split("test", "test.tsv", test_columns, True, test_inputs, None, "test"))
+
+
+def _pair(a: str, b: str) -> Tuple[Split, ...]:
+    """QNLI, RTE, WNLI: ``index A B label``; test ``index A B``."""
+    return _splits(("index", a, b, "label"), (2, 3), 4, ("index", a, b), (2, 3))
 
 
 _BINARY = ("0", "1")
 _NLI2 = ("entailment", "not_entailment")
+_COLA = ("source", "label", "annotation", "sentence")  # no header line in train/dev
+_COLA_SPLITS = (
+    Split("train", "train.tsv", _COLA, False, (4,), 2, "train", unacceptable_mark=3),
+    Split("valid", "dev.tsv", _COLA, False, (4,), 2, "validation", unacceptable_mark=3),
+    Split("test", "test.tsv", ("index", "sentence"), True, (2,), None, "test"),
+)
+_MRPC = ("#1 ID", "#2 ID", "#1 String", "#2 String")
+_STSB = ("index", "genre", "filename", "year", "old_index", "source1", "source2", "sentence1", "sentence2")
+_MNLI = ("index", "promptID", "pairID", "genre", "sentence1_binary_parse", "sentence2_binary_parse",
+         "sentence1_parse", "sentence2_parse", "sentence1", "sentence2")
+_MNLI_DEV = _MNLI + ("label1", "label2", "label3", "label4", "label5", "gold_label")
 _MNLI_SPLITS = (
-    Split("train", "train.tsv", 12, True, (9, 10), 12),
-    Split("valid", "dev_matched.tsv", 16, True, (9, 10), 16),
-    Split("valid1", "dev_mismatched.tsv", 16, True, (9, 10), 16),
-    Split("test", "test_matched.tsv", 10, True, (9, 10), None),
-    Split("test1", "test_mismatched.tsv", 10, True, (9, 10), None),
+    Split("train", "train.tsv", _MNLI + ("label1", "gold_label"), True, (9, 10), 12, "train", label_copies=(11,)),
+    Split("valid", "dev_matched.tsv", _MNLI_DEV, True, (9, 10), 16, "validation_matched", label_copies=(11,)),
+    Split("valid1", "dev_mismatched.tsv", _MNLI_DEV, True, (9, 10), 16, "validation_mismatched", label_copies=(11,)),
+    Split("test", "test_matched.tsv", _MNLI, True, (9, 10), None, "test_matched"),
+    Split("test1", "test_mismatched.tsv", _MNLI, True, (9, 10), None, "test_mismatched"),
 )
 
 
@@ -106,31 +139,44 @@ def _one(name: str) -> Tuple[Column, ...]:
 TASKS: Dict[str, GlueTask] = {
     t.name: t
     for t in [
-        # CoLA train/dev: source, label, original annotation, sentence; no header (test has one).
-        GlueTask("CoLA", _splits(4, (4,), 2, 2, (2,), header=False), "class", _BINARY, "mcc", 10, _one("CoLA")),
-        GlueTask("SST-2", _splits(2, (1,), 2, 2, (2,)), "class", _BINARY, "accuracy", 10, _one("SST")),
-        GlueTask("MRPC", _splits(5, (4, 5), 1, 5, (4, 5)), "class", _BINARY, "accuracy", 10, _one("MRPC")),
-        GlueTask("STS-B", _splits(10, (8, 9), 10, 9, (8, 9)), "regression", None, "pearson", 10, _one("STS")),
-        GlueTask("QQP", _splits(6, (4, 5), 6, 3, (2, 3)), "class", _BINARY, "accuracy", 5, _one("QQP"),
-                 skip_bad_lines=True),
+        GlueTask("CoLA", _COLA_SPLITS, "class", _BINARY, "mcc", 10, _one("CoLA"),
+                 hub_config="cola", hub_texts=("sentence",)),
+        GlueTask("SST-2", _splits(("sentence", "label"), (1,), 2, ("index", "sentence"), (2,)), "class", _BINARY,
+                 "accuracy", 10, _one("SST"), hub_config="sst2", hub_texts=("sentence",)),
+        # the real train/dev files start with a byte-order mark (read_header and glue_binarize drop it)
+        GlueTask("MRPC", _splits(("\ufeffQuality",) + _MRPC, (4, 5), 1, ("index",) + _MRPC, (4, 5)), "class", _BINARY,
+                 "accuracy", 10, _one("MRPC"), hub_config="mrpc", hub_texts=("sentence1", "sentence2")),
+        GlueTask("STS-B", _splits(_STSB + ("score",), (8, 9), 10, _STSB, (8, 9)), "regression", None, "pearson", 10,
+                 _one("STS"), hub_config="stsb", hub_texts=("sentence1", "sentence2")),
+        GlueTask("QQP", _splits(("id", "qid1", "qid2", "question1", "question2", "is_duplicate"), (4, 5), 6,
+                                ("id", "question1", "question2"), (2, 3)), "class", _BINARY, "accuracy", 5, _one("QQP"),
+                 skip_bad_lines=True, hub_config="qqp", hub_texts=("question1", "question2")),
         # MNLI: a seed's best step is chosen on MNLI-m; MNLI-mm is read at that step and reported at
         # MNLI-m's best LR (docs/glue_protocol.md §5, as the official code selects).
-        GlueTask("MNLI", _MNLI_SPLITS, "class", ("contradiction", "entailment", "neutral"), "accuracy", 5,
-                 (Column("MNLI-m", "valid"), Column("MNLI-mm", "valid1", lr_from="MNLI-m"))),
-        GlueTask("QNLI", _splits(4, (2, 3), 4, 3, (2, 3)), "class", _NLI2, "accuracy", 5, _one("QNLI")),
-        GlueTask("RTE", _splits(4, (2, 3), 4, 3, (2, 3)), "class", _NLI2, "accuracy", 10, _one("RTE")),
-        GlueTask("WNLI", _splits(4, (2, 3), 4, 3, (2, 3)), "class", _BINARY, "accuracy", 10, _one("WNLI"),
-                 in_paper=False),
+        GlueTask("MNLI", _MNLI_SPLITS, "class", ("entailment", "neutral", "contradiction"), "accuracy", 5,
+                 (Column("MNLI-m", "valid"), Column("MNLI-mm", "valid1", lr_from="MNLI-m")),
+                 hub_config="mnli", hub_texts=("premise", "hypothesis")),
+        GlueTask("QNLI", _pair("question", "sentence"), "class", _NLI2, "accuracy", 5, _one("QNLI"),
+                 hub_config="qnli", hub_texts=("question", "sentence")),
+        GlueTask("RTE", _pair("sentence1", "sentence2"), "class", _NLI2, "accuracy", 10, _one("RTE"),
+                 hub_config="rte", hub_texts=("sentence1", "sentence2")),
+        GlueTask("WNLI", _pair("sentence1", "sentence2"), "class", _BINARY, "accuracy", 10, _one("WNLI"),
+                 in_paper=False, hub_config="wnli", hub_texts=("sentence1", "sentence2")),
     ]
 }
 PAPER_TASKS: Tuple[str, ...] = tuple(name for name, t in TASKS.items() if t.in_paper)
+# The paper's fine-tuning grid (docs/glue_protocol.md §3): every task at each LR with each seed. The one
+# copy: glue.grid, glue.collect and glue/grid.sh (``python -m glue.tasks grid``) read it; the study's base
+# preset writes it out and tests/test_single_sources.py checks that it agrees.
+PAPER_LRS: Tuple[str, ...] = ("2e-5", "3e-5", "4e-5", "5e-5")
+PAPER_SEEDS: Tuple[str, ...] = ("1", "2", "3", "4", "5")
 METRIC: Dict[str, str] = {name: t.metric for name, t in TASKS.items()}  # custom tasks: accuracy
 
 
 def custom_task(name: str) -> GlueTask:
     """A single-sentence task in SST-2's layout: train.tsv and dev.tsv only (a test file is not read)."""
-    return GlueTask(name, _splits(2, (1,), 2, 2, (2,))[:2], "class", None, "accuracy", 10, _one(name),
-                    in_paper=False, custom=True)
+    train, dev = (Split(s.out, s.file, s.columns, s.header, s.inputs, s.label) for s in TASKS["SST-2"].splits[:2])
+    return GlueTask(name, (train, dev), "class", None, "accuracy", 10, _one(name), in_paper=False, custom=True)
 
 
 def read_header(path: str) -> Optional[Tuple[str, ...]]:
@@ -141,6 +187,9 @@ def read_header(path: str) -> Optional[Tuple[str, ...]]:
     except OSError:
         return None
     return tuple(first.lstrip("\ufeff").rstrip("\r\n").split("\t"))
+
+
+SINGLE_SENTENCE_HEADER = TASKS["SST-2"].splits[0].columns  # sentence<TAB>label: a custom task has it too
 
 
 def is_custom_task_dir(path: str) -> bool:
@@ -200,11 +249,15 @@ def custom_bin_names(glue_bin: str) -> List[str]:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     p = argparse.ArgumentParser(prog="python -m glue.tasks", description=__doc__.split("\n\n")[0])
-    p.add_argument("command", choices=["list"], help="list: task names, one a line")
+    p.add_argument("command", choices=["list", "grid"],
+                   help="list: task names, one a line; grid: the paper's tasks, LRs and seeds, a line each")
     p.add_argument("--tasks-dir", help="also list the custom tasks (SST-2's layout) of this folder; with "
                    "binaries (GLUE_BIN), the TASK-bin folders marked custom")
     p.add_argument("--paper", action="store_true", help="only the paper's 8 tasks (+ custom tasks with --tasks-dir)")
     args = p.parse_args(argv)
+    if args.command == "grid":
+        print("\n".join(" ".join(values) for values in (PAPER_TASKS, PAPER_LRS, PAPER_SEEDS)))
+        return 0
     names = list(PAPER_TASKS if args.paper else TASKS)
     if args.tasks_dir:
         names += custom_task_names(args.tasks_dir) + custom_bin_names(args.tasks_dir)

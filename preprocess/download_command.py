@@ -16,7 +16,7 @@ import re
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from preprocess.hub_files import HubError, HubFile, HubRepo, open_repo
+from preprocess.hub_files import HubError, HubFile, HubRepo, download, open_repo
 from tupe_common.errors import UsageError
 
 Plan = Callable[[argparse.Namespace], Sequence[Any]]
@@ -82,3 +82,10 @@ def parquet_rows(paths: Sequence[Path]) -> List[Dict[str, Any]]:
     import pyarrow.parquet as pq  # only here: the hf extra; the rest of the command needs no pyarrow
 
     return [row for p in paths for row in pq.read_table(p).to_pylist()]
+
+
+def split_rows(repo: HubRepo, listing: List[HubFile], split: str, cache: Path, log: logging.Logger,
+               folder: Optional[str] = None) -> List[Dict[str, Any]]:
+    """The rows of one split: its parquet shards (``parquet_shards``) downloaded into ``cache`` and verified
+    (kept there: a rerun fetches nothing twice), then read in order."""
+    return parquet_rows(download(repo, parquet_shards(repo, listing, split, folder=folder), cache, log=log))

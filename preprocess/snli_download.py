@@ -18,8 +18,8 @@ import sys
 from pathlib import Path
 from typing import List, Optional, Sequence
 
-from preprocess.download_command import download_parser, parquet_rows, parquet_shards, run_download
-from preprocess.hub_files import HubRepo, download
+from preprocess.download_command import download_parser, run_download, split_rows
+from preprocess.hub_files import HubRepo
 from tupe_common.errors import UsageError
 from tupe_common.io import atomic_open
 from tupe_common.log import get_logger
@@ -59,7 +59,7 @@ def fetch(args: argparse.Namespace, repo: HubRepo, todo: Sequence[str]) -> None:
     out = Path(args.out_dir)
     listing = repo.list_files()
     for s in todo:
-        rows = parquet_rows(download(repo, parquet_shards(repo, listing, SPLITS[s]), out / ".parquet", log=log))
+        rows = split_rows(repo, listing, SPLITS[s], out / ".parquet", log)
         n = write_split(rows, out / f"snli_1.0_{s}.jsonl")
         log.info(f"{out / f'snli_1.0_{s}.jsonl'}: {n} lines ({sum(int(r['label']) < 0 for r in rows)} "
                  "without gold label)")

@@ -18,8 +18,10 @@ sys.path.insert(0, REPO)
 from conftest import best_per_subset  # noqa: E402
 from glue import collect  # noqa: E402
 from glue.published import COLUMNS, TABLE1  # noqa: E402
-LRS = ["2e-5", "3e-5", "4e-5", "5e-5"]
-SEEDS = [1, 2, 3, 4, 5]
+from glue.tasks import PAPER_LRS, PAPER_SEEDS  # noqa: E402
+
+LRS = list(PAPER_LRS)  # the runs are made at the paper's grid, which glue.collect expects by default
+SEEDS = [int(s) for s in PAPER_SEEDS]
 # paper column -> (task folder, subset, metric); written out here, independent of glue.collect
 PAPER = {"MNLI-m": ("MNLI", "valid", "accuracy"), "MNLI-mm": ("MNLI", "valid1", "accuracy"),
          "QNLI": ("QNLI", "valid", "accuracy"), "QQP": ("QQP", "valid", "accuracy"),
@@ -93,7 +95,7 @@ def test_full_grid_matches_hand_computation(tmp_path, capsys):
     best = hand_table(truth)
     avg = sum(best[c] for c in COLUMNS) / 9
     out_csv = tmp_path / "t.csv"
-    rc = collect.main([str(tmp_path / "runs"), "--variant-name", "mine", "--out-csv", str(out_csv),
+    rc = collect.main([str(tmp_path / "runs"), "--row-name", "mine", "--out-csv", str(out_csv),
                        "--out-png", str(tmp_path / "t.png"), "--strict"])
     stdout = capsys.readouterr().out
     assert rc == 0
@@ -144,7 +146,7 @@ def test_missing_runs_are_reported_not_averaged(tmp_path, capsys):
     bad.mkdir()
     (bad / "train.log").write_text(simple_line("valid", "accuracy", 55.0, 1))  # no mcc: no --report-mcc
     (runs / "STS-B" / "notes").mkdir()
-    rc = collect.main([str(runs), "--variant-name", "mine", "--expected-seeds", "1,2,3,4,5",
+    rc = collect.main([str(runs), "--variant-name", "mine", "--expected-seeds", "1,2,3,4,5",  # --row-name's old name
                        "--out-csv", str(tmp_path / "m.csv"), "--out-png", str(tmp_path / "m.png"), "--strict"])
     stdout = capsys.readouterr().out
     assert rc == 1
