@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Pre-train a TUPE / BERT row of the paper with masked LM, the paper's recipe as defaults (Ke et al.,
 # "Rethinking Positional Encoding in Language Pre-training", ICLR 2021, Sec. 4.1 and its appendix):
-# BERT-base TUPE-R, 512 tokens, batch 256, 1M updates, Adam (0.9, 0.999) eps 1e-6, LR 1e-4, 10k warmup,
-# linear decay to 0, clip 1.0, weight decay 0.01, dropout 0.1, mask 0.15, fp16 on GPU.
-# OBJECTIVE=electra: replaced-token detection with ELECTRA-Base's recipe (Clark et al., ICLR 2020, Table 6):
-# LR 2e-4 for 766k updates, generator 1/3 of the width, discriminator loss weight 50, the rest as above.
+# BERT-base TUPE-R, 512 tokens, batch 256, 1M updates, Adam, LR 1e-4 with 10k warmup then linear decay to 0,
+# fp16 on GPU. OBJECTIVE=electra: replaced-token detection with ELECTRA-Base's recipe (Clark et al., ICLR
+# 2020, Table 6): LR 2e-4 for 766k updates, generator 1/3 of the width, discriminator loss weight 50.
+# The recipe's one copy is tupe_common/pretrain_recipe.py: every default below comes from it (--help lists them).
 #
 # Examples (from the repository root; DATA is a fairseq data dir, shard0:shard1:..., or a folder with
 # data_path.txt as written by preprocess/c4/4_layout.sh):
@@ -18,8 +18,13 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 SCRIPTS="$TUPE_REPO/train_scripts"
+# RECIPE[NAME]: the MLM recipe's default of NAME; RECIPE[electra:NAME]: ELECTRA-Base's, where it differs
+recipe_lines="$("$PYTHON" -m tupe_common.pretrain_recipe shell)" ||
+  die "cannot read the recipe: '$PYTHON -m tupe_common.pretrain_recipe shell' failed (activate the venv)"
+declare -A RECIPE
+while IFS='=' read -r name value; do RECIPE[$name]="$value"; done <<< "$recipe_lines"
 
-tunable VARIANT tupe-r "positional variant: a name of 'tupe-checkpoint-info --list-variants' (tupe-r, bert-a, rope, alibi, ...)"
+tunable VARIANT tupe-r "positional variant: a name of 'tupe-checkpoint-info --list-variants' (tupe-r, bert-a, rope, alibi, ...; tupe_r is read as tupe-r)"
 tunable OBJECTIVE mlm "mlm (RoBERTa masked LM) or electra (replaced-token detection, ELECTRA-Base defaults: docs/electra.md)"
 tunable SIZE base "base, large or tiny (tests)"
 tunable ARCH auto "fairseq --arch (auto: VARIANT_SIZE, e.g. tupe_r_base)"
@@ -34,31 +39,31 @@ tunable MASTER_ADDR auto "rendezvous host (auto: first node of the SLURM allocat
 tunable MASTER_PORT auto "rendezvous port (auto: free port on one node; from SLURM_JOB_ID under SLURM)"
 tunable LAUNCHER auto "auto, none (1 process), torchrun or srun (pretrain.sbatch sets srun)"
 renamed_tunable BATCH_SIZE SENTENCES_PER_UPDATE
-tunable SENTENCES_PER_UPDATE 256 "target sentences per update = NNODES x NPROC_PER_NODE x MAX_SENTENCES x UPDATE_FREQ (was BATCH_SIZE)"
-tunable MAX_SENTENCES 16 "sentences per process per forward (--batch-size)"
+tunable SENTENCES_PER_UPDATE "${RECIPE[SENTENCES_PER_UPDATE]}" "target sentences per update = NNODES x NPROC_PER_NODE x MAX_SENTENCES x UPDATE_FREQ (was BATCH_SIZE)"
+tunable MAX_SENTENCES "${RECIPE[MAX_SENTENCES]}" "sentences per process per forward (--batch-size)"
 tunable UPDATE_FREQ auto "gradient accumulation (auto: SENTENCES_PER_UPDATE / (processes x MAX_SENTENCES))"
-tunable TOKENS_PER_SAMPLE 512 "tokens per sequence"
+tunable TOKENS_PER_SAMPLE "${RECIPE[TOKENS_PER_SAMPLE]}" "tokens per sequence"
 tunable MAX_POSITIONS auto "learned positions (auto: TOKENS_PER_SAMPLE)"
-tunable SAMPLE_BREAK_MODE complete "masked_lm packing: complete = FULL-SENTENCES"
-tunable MASK_PROB 0.15 "masking probability (mlm: 80/10/10 mask/random/same; electra: 85/15 mask/same)"
+tunable SAMPLE_BREAK_MODE "${RECIPE[SAMPLE_BREAK_MODE]}" "masked_lm packing: complete = FULL-SENTENCES"
+tunable MASK_PROB "${RECIPE[MASK_PROB]}" "masking probability (mlm: 80/10/10 mask/random/same; electra: 85/15 mask/same)"
 tunable GENERATOR_SIZE_DIVISOR auto "electra: generator width, FFN, heads = the discriminator's / N (auto: 3 at base, 4 otherwise)"
-tunable DISC_WEIGHT 50 "electra: weight of the discriminator's loss"
-tunable TOTAL_UPDATES auto "updates, LR schedule length and stop (auto: 1000000; electra 766000, ELECTRA-Base)"
-tunable WARMUP 10000 "linear warmup updates"
-tunable LR auto "peak learning rate, then linear decay to END_LR (auto: 1e-4; electra 2e-4, ELECTRA-Base)"
-tunable END_LR 0 "learning rate at TOTAL_UPDATES"
-tunable ADAM_BETAS "(0.9,0.999)" "Adam betas"
-tunable ADAM_EPS 1e-6 "Adam epsilon"
-tunable WEIGHT_DECAY 0.01 "weight decay"
-tunable CLIP_NORM 1.0 "gradient clipping"
-tunable DROPOUT 0.1 "dropout"
-tunable ATTENTION_DROPOUT 0.1 "attention dropout"
-tunable SEED 1 "random seed"
+tunable DISC_WEIGHT "${RECIPE[electra:DISC_WEIGHT]}" "electra: weight of the discriminator's loss"
+tunable TOTAL_UPDATES auto "updates, LR schedule length and stop (auto: ${RECIPE[TOTAL_UPDATES]}; electra ${RECIPE[electra:TOTAL_UPDATES]}, ELECTRA-Base)"
+tunable WARMUP "${RECIPE[WARMUP]}" "linear warmup updates"
+tunable LR auto "peak learning rate, then linear decay to END_LR (auto: ${RECIPE[LR]}; electra ${RECIPE[electra:LR]}, ELECTRA-Base)"
+tunable END_LR "${RECIPE[END_LR]}" "learning rate at TOTAL_UPDATES"
+tunable ADAM_BETAS "${RECIPE[ADAM_BETAS]}" "Adam betas"
+tunable ADAM_EPS "${RECIPE[ADAM_EPS]}" "Adam epsilon"
+tunable WEIGHT_DECAY "${RECIPE[WEIGHT_DECAY]}" "weight decay"
+tunable CLIP_NORM "${RECIPE[CLIP_NORM]}" "gradient clipping"
+tunable DROPOUT "${RECIPE[DROPOUT]}" "dropout"
+tunable ATTENTION_DROPOUT "${RECIPE[ATTENTION_DROPOUT]}" "attention dropout"
+tunable SEED "${RECIPE[SEED]}" "random seed"
 tunable FP16 auto "1: --fp16 (auto: 1 on GPU, 0 on CPU)"
-tunable SAVE_INTERVAL_UPDATES 10000 "checkpoint (and validate) every N updates"
-tunable KEEP_INTERVAL_UPDATES 3 "keep the last N interval checkpoints"
-tunable KEEP_PATTERN 100000 "also keep every checkpoint at a multiple of N updates (-1: none)"
-tunable LOG_INTERVAL 100 "log every N updates"
+tunable SAVE_INTERVAL_UPDATES "${RECIPE[SAVE_INTERVAL_UPDATES]}" "checkpoint (and validate) every N updates"
+tunable KEEP_INTERVAL_UPDATES "${RECIPE[KEEP_INTERVAL_UPDATES]}" "keep the last N interval checkpoints"
+tunable KEEP_PATTERN "${RECIPE[KEEP_PATTERN]}" "also keep every checkpoint at a multiple of N updates (-1: none)"
+tunable LOG_INTERVAL "${RECIPE[LOG_INTERVAL]}" "log every N updates"
 tunable NUM_WORKERS 1 "data loader workers per process"
 tunable DATA_BUFFER_SIZE 0 "fairseq --data-buffer-size; >0 starts a prefetch thread that can abort the exit (status 134) at --max-update mid-epoch"
 tunable MAX_SKIP_FRACTION 0 "stop at start if more than this fraction of train/valid lines would be dropped as over-length"
@@ -78,12 +83,16 @@ usage() {
 [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]] && { usage; exit 0; }
 
 # ---- resolve the automatic values ----------------------------------------------------------------
-case "$OBJECTIVE" in  # ELECTRA-Base (Clark et al. 2020, Table 6): LR 2e-4 for 766k updates, else as MLM
-  mlm) TASK=masked_lm RUN_SUFFIX=""; [[ "$LR" == auto ]] && LR=1e-4; [[ "$TOTAL_UPDATES" == auto ]] && TOTAL_UPDATES=1000000 ;;
-  electra) TASK=electra RUN_SUFFIX=_electra; [[ "$LR" == auto ]] && LR=2e-4; [[ "$TOTAL_UPDATES" == auto ]] && TOTAL_UPDATES=766000 ;;
+VARIANT="${VARIANT//_/-}"  # variant names are written with dashes; the registry's (and the archs') underscores are read as dashes
+case "$OBJECTIVE" in  # ELECTRA-Base (Clark et al. 2020, Table 6): its own LR and length, else as MLM
+  mlm) TASK=masked_lm RUN_SUFFIX=""; recipe_prefix="" ;;
+  electra) TASK=electra RUN_SUFFIX=_electra; recipe_prefix="electra:" ;;
   *) die "OBJECTIVE must be mlm or electra, not '$OBJECTIVE'" ;;
 esac
-[[ "$GENERATOR_SIZE_DIVISOR" == auto ]] && GENERATOR_SIZE_DIVISOR=0  # the task's default for the size
+[[ "$LR" == auto ]] && LR="${RECIPE[${recipe_prefix}LR]}"
+[[ "$TOTAL_UPDATES" == auto ]] && TOTAL_UPDATES="${RECIPE[${recipe_prefix}TOTAL_UPDATES]}"
+# the task's default for the size
+[[ "$GENERATOR_SIZE_DIVISOR" == auto ]] && GENERATOR_SIZE_DIVISOR="${RECIPE[electra:GENERATOR_SIZE_DIVISOR]}"
 [[ "$GPUS" == auto ]] && GPUS="$(cuda_device_count)"
 is_uint "$GPUS" || die "GPUS must be a number, not '$GPUS'"
 if [[ "$NPROC_PER_NODE" == auto ]]; then
