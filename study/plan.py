@@ -198,11 +198,11 @@ class Plan:
     def entry(self, label: str) -> Entry:
         return next(e for e in self.variants if e.label == label)
 
-    def pretrain_dir(self, variant: str, seed: int) -> str:
-        return self.path("pretrain", variant, f"seed{seed}")
+    def pretrain_dir(self, label: str, seed: int) -> str:
+        return self.path("pretrain", label, f"seed{seed}")
 
-    def finetune_dir(self, variant: str, seed: int, task: str, lr: str, k: int) -> str:
-        return self.path("finetune", variant, f"seed{seed}", task, f"lr{lr}_seed{k}")
+    def finetune_dir(self, label: str, seed: int, task: str, lr: str, k: int) -> str:
+        return self.path("finetune", label, f"seed{seed}", task, f"lr{lr}_seed{k}")
 
     @property
     def valid_interval(self) -> int:
@@ -215,7 +215,7 @@ class Plan:
 
     # ---- parts --------------------------------------------------------------------------------------------
     def pretrain_parts(self) -> List[Tuple[str, int]]:
-        """(entry label, pre-training seed) of every model; the stages' ``variant`` argument is the label."""
+        """(entry label, pre-training seed) of every model; the stages' first argument is the label."""
         return [(e.label, s) for e in self.variants for s in e.seeds]
 
     def finetune_parts(self) -> List[Tuple[str, int, str, str, int]]:

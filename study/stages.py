@@ -126,13 +126,16 @@ def write_heldout(plan: Plan) -> None:
 # ---- pretrain -----------------------------------------------------------------------------------------------
 
 
-def pretrain_done(plan: Plan, variant: str, seed: int) -> bool:
-    return os.path.isfile(os.path.join(plan.pretrain_dir(variant, seed), "pretrain.done"))
+# A part's first argument is the model's label (plan.Entry.label): its variant, or V+electra for ELECTRA.
 
 
-def run_pretrain(plan: Plan, variant: str, seed: int) -> None:
-    v, out = plan.values, plan.pretrain_dir(variant, seed)
-    name, objective = split_label(variant)
+def pretrain_done(plan: Plan, label: str, seed: int) -> bool:
+    return os.path.isfile(os.path.join(plan.pretrain_dir(label, seed), "pretrain.done"))
+
+
+def run_pretrain(plan: Plan, label: str, seed: int) -> None:
+    v, out = plan.values, plan.pretrain_dir(label, seed)
+    name, objective = split_label(label)
     if not prep_done(plan):
         raise PartFailed("prep is not finished: run --part prep first")
     interval = plan.valid_interval
@@ -140,7 +143,7 @@ def run_pretrain(plan: Plan, variant: str, seed: int) -> None:
     if int(v["VALID_STEPS"]) > 0:
         valid_args += f" --max-valid-steps {v['VALID_STEPS']}"
     data = ":".join(read_data_path(plan.path("c4", "data-bin")))
-    note(f"pre-training {variant} seed {seed} ({objective}, {v['TOTAL_UPDATES']} updates, {plan.max_positions} positions) "
+    note(f"pre-training {label} seed {seed} ({objective}, {v['TOTAL_UPDATES']} updates, {plan.max_positions} positions) "
          f"-> {out} (log: {out}/train.log)")
     # fairseq validates (and saves) every VALID_INTERVAL updates; the positions leave room for the longer inputs
     env = child_env(DATA=data, VARIANT=name, OBJECTIVE=objective, GENERATOR_SIZE_DIVISOR=v["GENERATOR_SIZE_DIVISOR"],
@@ -154,34 +157,34 @@ def run_pretrain(plan: Plan, variant: str, seed: int) -> None:
     env.pop("BATCH_SIZE", None)  # pretrain.sh's former name of SENTENCES_PER_UPDATE: it would warn
     log = os.path.join(out, "train.log")
     if run_logged([os.path.join(SCRIPTS, "pretrain.sh")], log, env, append=True):
-        raise PartFailed(f"pre-training {variant} seed {seed} failed; log {log}")
+        raise PartFailed(f"pre-training {label} seed {seed} failed; log {log}")
     from datetime import datetime, timezone
 
     with open(os.path.join(out, "pretrain.done"), "w", encoding="utf-8") as f:
         f.write(datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ") + "\n")
 
 
-def checkpoint_of(plan: Plan, variant: str, seed: int) -> str:
-    if not pretrain_done(plan, variant, seed):
-        raise PartFailed(f"pre-training {variant} seed {seed} is not finished ({plan.pretrain_dir(variant, seed)}): "
+def checkpoint_of(plan: Plan, label: str, seed: int) -> str:
+    if not pretrain_done(plan, label, seed):
+        raise PartFailed(f"pre-training {label} seed {seed} is not finished ({plan.pretrain_dir(label, seed)}): "
                          "run it first")
-    return os.path.join(plan.pretrain_dir(variant, seed), "checkpoint_last.pt")
+    return os.path.join(plan.pretrain_dir(label, seed), "checkpoint_last.pt")
 
 
 # ---- locality -----------------------------------------------------------------------------------------------
 
 
-def locality_csv(plan: Plan, variant: str, seed: int) -> str:
-    return plan.path("locality", variant, f"seed{seed}.csv")
+def locality_csv(plan: Plan, label: str, seed: int) -> str:
+    return plan.path("locality", label, f"seed{seed}.csv")
 
 
-def locality_done(plan: Plan, variant: str, seed: int) -> bool:
-    return os.path.isfile(locality_csv(plan, variant, seed))
+def locality_done(plan: Plan, label: str, seed: int) -> bool:
+    return os.path.isfile(locality_csv(plan, label, seed))
 
 
-def run_locality(plan: Plan, variant: str, seed: int) -> None:
-    ckpt, csv = checkpoint_of(plan, variant, seed), locality_csv(plan, variant, seed)
-    note(f"locality/symmetry of {variant} seed {seed} -> {csv}")
+def run_locality(plan: Plan, label: str, seed: int) -> None:
+    ckpt, csv = checkpoint_of(plan, label, seed), locality_csv(plan, label, seed)
+    note(f"locality/symmetry of {label} seed {seed} -> {csv}")
     cmd = [sys.executable, "-m", "tupe_plugin.analysis.locality_cli", ckpt, "--length", plan.values["LOC_LENGTH"],
            "--text", heldout(plan), "--spm-model", os.path.join(spm_dir(plan), "spm.model"), "--data", spm_dir(plan),
            "--max-sentences", plan.values["LOC_SENTENCES"], "--out-csv", csv]
@@ -194,8 +197,8 @@ def run_locality(plan: Plan, variant: str, seed: int) -> None:
 # ---- longer inputs ------------------------------------------------------------------------------------------
 
 
-def longer_json(plan: Plan, variant: str, seed: int) -> str:
-    return plan.path("longer", variant, f"seed{seed}.json")
+def longer_json(plan: Plan, label: str, seed: int) -> str:
+    return plan.path("longer", label, f"seed{seed}.json")
 
 
 def longer_parts(plan: Plan) -> List[Tuple]:
@@ -205,17 +208,17 @@ def longer_parts(plan: Plan) -> List[Tuple]:
     return [(label, s) for label, s in plan.pretrain_parts() if split_label(label)[1] == "mlm"]
 
 
-def longer_done(plan: Plan, variant: str, seed: int) -> bool:
-    return os.path.isfile(longer_json(plan, variant, seed))
+def longer_done(plan: Plan, label: str, seed: int) -> bool:
+    return os.path.isfile(longer_json(plan, label, seed))
 
 
-def run_longer(plan: Plan, variant: str, seed: int) -> None:
+def run_longer(plan: Plan, label: str, seed: int) -> None:
     from study.longer_inputs import measure
 
-    ckpt, out = checkpoint_of(plan, variant, seed), longer_json(plan, variant, seed)
+    ckpt, out = checkpoint_of(plan, label, seed), longer_json(plan, label, seed)
     data = read_data_path(plan.path("c4", "data-bin"))[0]  # fairseq reads the valid split from the first shard
     T = int(plan.values["TOKENS_PER_SAMPLE"])
-    note(f"longer inputs of {variant} seed {seed}: MLM loss at {', '.join(f'{f}T' for f in plan.length_factors)} "
+    note(f"longer inputs of {label} seed {seed}: MLM loss at {', '.join(f'{f}T' for f in plan.length_factors)} "
          f"-> {out}")
     measure(ckpt, data, [T * f for f in plan.length_factors], out)
 
@@ -239,12 +242,12 @@ def predictor(plan: Plan, task: str, model: str):
     return Predictor(model, os.path.join(tasks_bin(plan), f"{task}-bin"), os.path.join(spm_dir(plan), "spm.model"))
 
 
-def run_finetune(plan: Plan, variant: str, seed: int, task: str, lr: str, k: int) -> None:
+def run_finetune(plan: Plan, label: str, seed: int, task: str, lr: str, k: int) -> None:
     from study.dev_eval import write_order, write_predictions
 
-    v, ckpt = plan.values, checkpoint_of(plan, variant, seed)
-    runs = plan.path("finetune", variant, f"seed{seed}")
-    run_dir = plan.finetune_dir(variant, seed, task, lr, k)
+    v, ckpt = plan.values, checkpoint_of(plan, label, seed)
+    runs = plan.path("finetune", label, f"seed{seed}")
+    run_dir = plan.finetune_dir(label, seed, task, lr, k)
     log = os.path.join(runs, ".logs", f"{task}_lr{lr}_seed{k}.out")
     # the size flags are not in tupe-checkpoint-info --fairseq-args: pass them as at pre-training; the best
     # checkpoint is kept for its dev predictions and word-order sets, then removed
@@ -277,12 +280,12 @@ def order_parts(plan: Plan) -> List[Tuple]:
     return plan.finetune_parts() if plan.order_windows else []
 
 
-def run_order(plan: Plan, variant: str, seed: int, task: str, lr: str, k: int) -> None:
+def run_order(plan: Plan, label: str, seed: int, task: str, lr: str, k: int) -> None:
     from study.dev_eval import write_order
 
-    run_dir = plan.finetune_dir(variant, seed, task, lr, k)
-    if not finetune_done(plan, variant, seed, task, lr, k):
-        raise PartFailed(f"fine-tuning {variant} seed {seed} {task} lr {lr} seed {k} is not finished: run it first")
+    run_dir = plan.finetune_dir(label, seed, task, lr, k)
+    if not finetune_done(plan, label, seed, task, lr, k):
+        raise PartFailed(f"fine-tuning {label} seed {seed} {task} lr {lr} seed {k} is not finished: run it first")
     model = finetuned_checkpoint(run_dir)
     if not os.path.isfile(model):
         raise PartFailed(f"{model}: the fine-tuned checkpoint is gone; move {run_dir} away to redo the run")
