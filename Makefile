@@ -24,8 +24,9 @@ TEST_WORKERS ?= 2
 test: $(STAMP)
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile tests
 
-# The in-process tests only (math, parsers, metrics), in seconds: no test that starts a process (the `slow`
-# marker, set by a rule in tests/conftest.py). `make test` runs everything.
+# The in-process tests only (math, parsers, metrics): no test that starts a process (the `slow` marker: the
+# tests whose fixtures include `starts_process`, tests/conftest.py; any other fails if it starts one).
+# `make test` runs everything.
 test-fast: $(STAMP)
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -q -m "not slow" tests
 

@@ -24,7 +24,7 @@ def hub(pretrained, lm_bin, spm_dir):
     return load_hub(str(pretrained / "checkpoint_last.pt"), str(lm_bin), str(spm_dir / "spm.model"))
 
 
-def test_pos_maps_writes_the_models_positional_term(pretrained, hub, tmp_path):
+def test_pos_maps_writes_the_models_positional_term(pretrained, hub, tmp_path, starts_process):
     p = run([str(BIN / "tupe-pos-maps"), str(pretrained / "checkpoint_last.pt"), "--out-dir", str(tmp_path), "--length", "20"])
     logits = np.load(tmp_path / "pos_logits.npy")
     want = reference_positional(hub.model, 20).detach().numpy()  # loop reference over the loaded model
@@ -37,7 +37,7 @@ def test_pos_maps_writes_the_models_positional_term(pretrained, hub, tmp_path):
     assert "DEBUG" not in p.stderr  # the libraries log at INFO, as under fairseq-train (matplotlib: DEBUG lines)
 
 
-def test_pos_maps_refuses_a_length_beyond_the_checkpoint(pretrained, tmp_path):
+def test_pos_maps_refuses_a_length_beyond_the_checkpoint(pretrained, tmp_path, starts_process):
     p = run([str(BIN / "tupe-pos-maps"), str(pretrained / "checkpoint_last.pt"), "--out-dir", str(tmp_path),
              "--length", "65"], check=False)
     assert p.returncode == 2 and "exceeds the checkpoint's 64 positions" in p.stderr
@@ -54,7 +54,7 @@ def test_attention_probs_equal_the_formula(hub):
     assert all(layer.self_attn.attention_path == "auto" for layer in hub.model.encoder.sentence_encoder.layers)
 
 
-def test_locality_cli_tables(pretrained, lm_bin, spm_dir, hub, tmp_path):
+def test_locality_cli_tables(pretrained, lm_bin, spm_dir, hub, tmp_path, starts_process):
     text = write_lines(tmp_path / "text.txt", ["the cat happily saw the river .", "", "a dog found the bridge today ."])
     out = tmp_path / "ls.csv"
     run([str(BIN / "tupe-locality"), str(pretrained / "checkpoint_last.pt"), "--length", "16", "--text", str(text),
@@ -78,7 +78,7 @@ def test_locality_cli_tables(pretrained, lm_bin, spm_dir, hub, tmp_path):
 
 
 @pytest.fixture(scope="module")
-def nli_finetuned(pretrained, spm_dir, tmp_path_factory):
+def nli_finetuned(pretrained, spm_dir, tmp_path_factory, starts_process):
     """A tiny NLI fine-tune on the SNLI fixture (quality irrelevant: the test checks the bookkeeping)."""
     d = tmp_path_factory.mktemp("nli")
     items = [json.loads(line) for line in (ROOT / "tests/data/snli_sample.jsonl").open()]
@@ -102,7 +102,7 @@ def nli_finetuned(pretrained, spm_dir, tmp_path_factory):
     return d
 
 
-def test_probe_reports_accuracy_per_set_and_drop(nli_finetuned, spm_dir, tmp_path):
+def test_probe_reports_accuracy_per_set_and_drop(nli_finetuned, spm_dir, tmp_path, starts_process):
     from tupe_plugin.analysis.attention_maps import load_hub
 
     from tupe_plugin.analysis.probing_eval import pair_tokens
@@ -143,7 +143,7 @@ def test_probe_reports_accuracy_per_set_and_drop(nli_finetuned, spm_dir, tmp_pat
     assert rows["shuffle_3"]["baseline"] == "original"
 
 
-def test_pos_maps_of_a_learned_per_layer_prior(lm_bin, tmp_path):
+def test_pos_maps_of_a_learned_per_layer_prior(lm_bin, tmp_path, starts_process):
     from conftest import PRETRAIN_ARGS
 
     run(["fairseq-train", str(lm_bin), *PRETRAIN_ARGS, "--arch", "learned_gaussian_tiny", "--max-update", "2",

@@ -85,7 +85,7 @@ def work(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def texts(work: Path) -> Dict[str, Path]:
+def texts(work: Path, starts_process) -> Dict[str, Path]:
     out = {}
     for key, src in (("train0", TRAIN0), ("train1", TRAIN1), ("valid", VALID), ("bad", BAD)):
         out[key] = work / "text" / f"{key}.txt"
@@ -95,7 +95,7 @@ def texts(work: Path) -> Dict[str, Path]:
 
 
 @pytest.fixture(scope="module")
-def spm_dir(work: Path, texts) -> Path:
+def spm_dir(work: Path, texts, starts_process) -> Path:
     d = work / "spm"
     run([SCRIPTS / "2_train_spm.sh", d, texts["train0"], texts["train1"]], VOCAB_SIZE="500")
     return d
@@ -109,7 +109,7 @@ def sp(spm_dir: Path) -> spm.SentencePieceProcessor:
 # ---------------------------------------------------------------- step 1
 
 
-def test_help_everywhere():
+def test_help_everywhere(starts_process):
     for script in sorted(SCRIPTS.glob("*.sh")) + [SCRIPTS / "slurm_array.sbatch"]:
         if script.name == "common.sh":
             continue
@@ -168,7 +168,7 @@ def test_extract_sample_documents(texts):
         assert g.split("\n") == [" ".join(p.split()) for p in d.split("\n") if p.strip()]
 
 
-def test_extract_rerun_skips_and_corrupt_gzip_fails(tmp_path, texts):
+def test_extract_rerun_skips_and_corrupt_gzip_fails(tmp_path, texts, starts_process):
     mtime = texts["train0"].stat().st_mtime_ns
     p = run([SCRIPTS / "1_extract.sh", TRAIN0, texts["train0"]])
     assert "skip:" in p.stderr and texts["train0"].stat().st_mtime_ns == mtime
@@ -182,7 +182,7 @@ def test_extract_rerun_skips_and_corrupt_gzip_fails(tmp_path, texts):
 # ---------------------------------------------------------------- step 2
 
 
-def test_spm_model_and_dict(spm_dir, sp, texts):
+def test_spm_model_and_dict(spm_dir, sp, texts, starts_process):
     from preprocess.spm_dict import dict_pieces, id_offset
 
     assert sp.get_piece_size() == 500 and id_offset(sp) == 1
@@ -201,7 +201,7 @@ def test_spm_model_and_dict(spm_dir, sp, texts):
     assert (spm_dir / "spm.model").stat().st_mtime_ns == mtime
 
 
-def test_spm_vocab_too_large_is_a_clear_error(tmp_path, texts):
+def test_spm_vocab_too_large_is_a_clear_error(tmp_path, texts, starts_process):
     p = run([SCRIPTS / "2_train_spm.sh", tmp_path / "a", texts["bad"]], check=False, VOCAB_SIZE="5000")
     assert p.returncode == 2 and "--vocab-size" in p.stderr and "--no-hard-vocab-limit" in p.stderr
     assert not (tmp_path / "a" / "spm.model").exists() and not (tmp_path / "a" / "dict.txt").exists()
@@ -230,14 +230,14 @@ def test_stride_and_reservoir_sampling(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def reference_bin(work, spm_dir, texts) -> str:
+def reference_bin(work, spm_dir, texts, starts_process) -> str:
     """train0 binarized in one uninterrupted run with one worker."""
     prefix = work / "ref" / "train0"
     run([SCRIPTS / "3_binarize.sh", spm_dir, prefix, texts["train0"]], WORKERS="1")
     return str(prefix)
 
 
-def test_binarize_ids_match_sentencepiece(work, spm_dir, sp, texts, reference_bin):
+def test_binarize_ids_match_sentencepiece(work, spm_dir, sp, texts, reference_bin, starts_process):
     from fairseq.data import Dictionary, data_utils
     from fairseq.data.indexed_dataset import MMapIndexedDataset
 
@@ -259,7 +259,7 @@ def test_binarize_ids_match_sentencepiece(work, spm_dir, sp, texts, reference_bi
     assert nums["tokens"] == sum(len(fairseq_ids(sp, ln)) for ln in lines)
 
 
-def test_binarize_identical_to_fairseq_preprocess(tmp_path, spm_dir, sp, texts):
+def test_binarize_identical_to_fairseq_preprocess(tmp_path, spm_dir, sp, texts, starts_process):
     odd = tmp_path / "odd.txt"
     odd.write_bytes(
         "CRLF line\r\n\r\n   \n\ttabs\tand  spaces \u00a0nbsp\nx\ry lone CR\n\u00fcnic\u00f8de \u2603 \U0001F600\n"
@@ -326,7 +326,7 @@ def looks_complete_to_fairseq(prefix: Path) -> bool:
     return MMapIndexedDataset.exists(str(prefix))
 
 
-def test_sigkill_mid_run_then_rerun(tmp_path, spm_dir, texts, reference_bin):
+def test_sigkill_mid_run_then_rerun(tmp_path, spm_dir, texts, reference_bin, starts_process):
     prefix = tmp_path / "bin" / "train0"
     cmd = [str(SCRIPTS / "3_binarize.sh"), str(spm_dir), str(prefix), str(texts["train0"])]
     # 1 s per chunk: the run is still going when the second one (which imports torch first) starts
@@ -358,7 +358,7 @@ def test_sigkill_mid_run_then_rerun(tmp_path, spm_dir, texts, reference_bin):
     assert sorted(p.name for p in prefix.parent.iterdir()) == ["train0.bin", "train0.done", "train0.idx"]
 
 
-def test_sigkill_between_renames_then_rerun(tmp_path, spm_dir, texts, reference_bin):
+def test_sigkill_between_renames_then_rerun(tmp_path, spm_dir, texts, reference_bin, starts_process):
     from fairseq.data import Dictionary, data_utils
 
     prefix = tmp_path / "bin" / "train0"
@@ -374,7 +374,7 @@ def test_sigkill_between_renames_then_rerun(tmp_path, spm_dir, texts, reference_
     assert same_bytes(str(prefix), reference_bin) and Path(f"{prefix}.done").exists()
 
 
-def test_rerun_skips_finished_and_redoes_stale(tmp_path, spm_dir, texts, reference_bin):
+def test_rerun_skips_finished_and_redoes_stale(tmp_path, spm_dir, texts, reference_bin, starts_process):
     text = tmp_path / "t.txt"
     shutil.copy(texts["bad"], text)
     prefix = tmp_path / "bin" / "t"
@@ -411,7 +411,7 @@ def check_layout(data_bin: Path, n: int) -> None:
     assert (data_bin / "shard0" / "train.bin").read_bytes() != (data_bin / "shard1" / "train.bin").read_bytes()
 
 
-def test_driver_layout_and_fairseq_train(tmp_path):
+def test_driver_layout_and_fairseq_train(tmp_path, starts_process):
     out = tmp_path / "out"
     kw = dict(OUT_DIR=str(out), VOCAB_SIZE="500", JOBS="2", MAX_DOCS="40", VALID_MAX_DOCS="20")
     p = run([SCRIPTS / "run_all.sh", SAMPLE], **kw)
@@ -451,7 +451,7 @@ def test_driver_layout_and_fairseq_train(tmp_path):
     assert "| train | epoch 002 |" in log and "done training" in log
 
 
-def test_driver_stops_on_a_corrupt_shard(tmp_path):
+def test_driver_stops_on_a_corrupt_shard(tmp_path, starts_process):
     c4 = tmp_path / "c4"
     c4.mkdir()
     shutil.copy(TRAIN0, c4 / TRAIN0.name)
@@ -462,7 +462,7 @@ def test_driver_stops_on_a_corrupt_shard(tmp_path):
     assert not (tmp_path / "out" / "spm").exists() and not (tmp_path / "out" / "data-bin").exists()
 
 
-def test_slurm_array_script_as_plain_tasks(tmp_path):
+def test_slurm_array_script_as_plain_tasks(tmp_path, starts_process):
     kw = dict(C4_DIR=str(SAMPLE), OUT_DIR=str(tmp_path / "out"), VOCAB_SIZE="500", MAX_DOCS="30",
               VALID_MAX_DOCS="10")
     sbatch = SCRIPTS / "slurm_array.sbatch"

@@ -30,7 +30,7 @@ class Evil:
         return (os.system, (f"touch {self.marker}",))
 
 
-def test_fairseq_checkpoint_needs_the_plugin_allowlist(pretrained):
+def test_fairseq_checkpoint_needs_the_plugin_allowlist(pretrained, starts_process):
     path = str(pretrained / "checkpoint_last.pt")
     without = run([sys.executable, "-c", LOAD.format(path=path)], check=False)
     assert without.returncode != 0 and "weights_only" in without.stderr  # torch refuses alone
@@ -38,7 +38,7 @@ def test_fairseq_checkpoint_needs_the_plugin_allowlist(pretrained):
     assert "LOADED" in with_plugin.stdout and "'model'" in with_plugin.stdout
 
 
-def test_a_pickle_with_another_global_is_refused_and_never_runs(tmp_path, pretrained, cls_bin):
+def test_a_pickle_with_another_global_is_refused_and_never_runs(tmp_path, pretrained, cls_bin, starts_process):
     marker = tmp_path / "pwned"
     evil = tmp_path / "evil.pt"
     state = torch.load(pretrained / "checkpoint_last.pt", weights_only=False)
@@ -86,7 +86,7 @@ def test_hub_extract_features_is_the_model_forward(hub):
     torch.testing.assert_close(feats, direct)
 
 
-def test_hub_predict_with_a_finetuned_head(pretrained, cls_bin, spm_dir, tmp_path):
+def test_hub_predict_with_a_finetuned_head(pretrained, cls_bin, spm_dir, tmp_path, starts_process):
     from tupe_plugin import TupeRobertaModel
 
     save = tmp_path / "ft"

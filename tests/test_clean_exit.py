@@ -18,6 +18,8 @@ import pytest
 
 from conftest import BIN, ROOT
 
+pytestmark = pytest.mark.usefixtures("starts_process")  # every test here starts a process
+
 RANK_SCRIPT = ROOT / "train_scripts" / "fairseq_rank.sh"
 TINY_TRAIN = [
     "--user-dir", str(ROOT / "tupe_plugin"), "--task", "masked_lm", "--criterion", "masked_lm",

@@ -21,7 +21,7 @@ LIGHT = ("tupe_common.io", "tupe_common.log", "tupe_common.mmap_index", "preproc
          "glue.collect", "glue.grid", "glue.finetune_helper")
 
 
-def test_light_modules_import_neither_torch_nor_fairseq():
+def test_light_modules_import_neither_torch_nor_fairseq(starts_process):
     code = ("import importlib, sys\n"
             f"for m in {LIGHT!r}: importlib.import_module(m)\n"
             "print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'fairseq', 'tupe_plugin'}))")
@@ -30,7 +30,7 @@ def test_light_modules_import_neither_torch_nor_fairseq():
     assert p.stdout.strip() == "[]", p.stdout  # importing tupe_plugin would import fairseq (and torch)
 
 
-def test_a_preprocess_help_prints_no_fairseq_log_line():
+def test_a_preprocess_help_prints_no_fairseq_log_line(starts_process):
     p = run([sys.executable, "-m", "preprocess.text_to_c4", "--help"])
     assert p.stdout.startswith("usage: ")
     assert "tensorboardX" not in p.stderr and "INFO" not in p.stderr and not p.stderr, p.stderr

@@ -243,7 +243,7 @@ VARIANTS = {"tupe_a": False, "tupe_r": True}
 
 
 @pytest.fixture(scope="module")
-def converted(tmp_path_factory):
+def converted(tmp_path_factory, starts_process):
     """Original-layout TUPE-A and TUPE-R (TUPE-R with a classification head), converted by the CLI."""
     out = {}
     for variant, rel_pos in VARIANTS.items():
@@ -371,7 +371,7 @@ class _Evil:
 
 
 @pytest.mark.parametrize("legacy", [True, False], ids=["legacy_format", "zip_format"])
-def test_refuses_a_pickle_with_a_disallowed_global(tmp_path, legacy):
+def test_refuses_a_pickle_with_a_disallowed_global(tmp_path, legacy, starts_process):
     marker = tmp_path / "pwned"
     src = save_original(tmp_path / "evil.pt", original_args(True), original_model(True, seed=1), legacy=legacy,
                         extra_state={"payload": _Evil(marker)})
@@ -382,7 +382,7 @@ def test_refuses_a_pickle_with_a_disallowed_global(tmp_path, legacy):
 
 
 @pytest.mark.parametrize("content", [b"hello world\n", bytes(range(256)) * 8], ids=["text", "binary"])
-def test_a_file_that_is_not_a_checkpoint_is_named_so(tmp_path, content):
+def test_a_file_that_is_not_a_checkpoint_is_named_so(tmp_path, content, starts_process):
     src = tmp_path / "notes.pt"
     src.write_bytes(content)
     p = run([*CONVERT, str(src), str(tmp_path / "out.pt")], check=False)
@@ -418,7 +418,7 @@ MODEL_FLAGS = ["--encoder-layers", str(L), "--encoder-embed-dim", str(D), "--enc
 
 
 @pytest.fixture(scope="module")
-def original_vocab_data(converted, tmp_path_factory):
+def original_vocab_data(converted, tmp_path_factory, starts_process):
     """masked_lm and sentence_prediction binaries over the converted checkpoint's own dict.txt."""
     d = tmp_path_factory.mktemp("orig_data")
     dict_txt = converted["tupe_r"][0].parent / "dict.txt"
@@ -437,7 +437,7 @@ def original_vocab_data(converted, tmp_path_factory):
 
 
 @pytest.mark.parametrize("resets", [True, False], ids=["finetune_resets", "no_resets"])
-def test_fairseq_train_restores_the_converted_checkpoint(converted, original_vocab_data, tmp_path, resets):
+def test_fairseq_train_restores_the_converted_checkpoint(converted, original_vocab_data, tmp_path, resets, starts_process):
     dest = converted["tupe_r"][0]
     reset = ["--reset-optimizer", "--reset-dataloader", "--reset-meters"] if resets else []
     p = run(["fairseq-train", str(original_vocab_data / "cls"), "--user-dir", "tupe_plugin",
@@ -454,7 +454,7 @@ def test_fairseq_train_restores_the_converted_checkpoint(converted, original_voc
     assert len(losses) == 2 and all(math.isfinite(x) for x in losses), log[-3000:]
 
 
-def test_fairseq_validate_runs_masked_lm_on_the_converted_checkpoint(converted, original_vocab_data):
+def test_fairseq_validate_runs_masked_lm_on_the_converted_checkpoint(converted, original_vocab_data, starts_process):
     dest = converted["tupe_r"][0]
     p = run(["fairseq-validate", str(original_vocab_data / "lm"), "--path", str(dest), "--user-dir", "tupe_plugin",
              "--task", "masked_lm", "--criterion", "masked_lm", "--tokens-per-sample", str(MAXPOS),

@@ -67,7 +67,7 @@ def glue_mirror(tmp_path_factory) -> Path:
     return mirror
 
 
-def test_glue_parquet_becomes_the_raw_layout_glue_binarize_reads(glue_mirror, tmp_path):
+def test_glue_parquet_becomes_the_raw_layout_glue_binarize_reads(glue_mirror, tmp_path, starts_process):
     out = tmp_path / "glue_data"
     p = run([sys.executable, "-m", "preprocess.glue_download", "--out-dir", str(out), "--from-dir", str(glue_mirror)])
     assert "[QQP] train.tsv: 48 lines" in p.stderr  # progress: on stderr, as every command's
@@ -96,7 +96,7 @@ def test_glue_parquet_becomes_the_raw_layout_glue_binarize_reads(glue_mirror, tm
     assert "exists, kept" in again.stderr
 
 
-def test_a_cached_parquet_that_fails_verification_is_fetched_again(glue_mirror, tmp_path):
+def test_a_cached_parquet_that_fails_verification_is_fetched_again(glue_mirror, tmp_path, starts_process):
     out = tmp_path / "glue_data"
     args = [sys.executable, "-m", "preprocess.glue_download", "--out-dir", str(out), "--from-dir", str(glue_mirror),
             "--tasks", "RTE"]
@@ -125,7 +125,7 @@ def test_download_refuses_a_file_whose_hash_differs_from_the_listing(tmp_path):
     assert list((tmp_path / "out").iterdir()) == []  # neither the file nor a .partial is left
 
 
-def test_snli_parquet_becomes_the_jsonl_probing_sets_reads(tmp_path):
+def test_snli_parquet_becomes_the_jsonl_probing_sets_reads(tmp_path, starts_process):
     from preprocess.probing_sets import ReadStats, read_snli
 
     fixture = ROOT / "tests/data/snli_sample.jsonl"
@@ -161,7 +161,7 @@ def _run_env(extra: dict, *args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=300)
 
 
-def test_c4_shards_are_downloaded_verified_and_skipped_on_rerun(c4_mirror, tmp_path):
+def test_c4_shards_are_downloaded_verified_and_skipped_on_rerun(c4_mirror, tmp_path, starts_process):
     out = tmp_path / "c4/en"
     p = _run_env({"C4_DIR": str(out), "SHARDS": "0-1", "VALID_SHARDS": "0", "FROM_DIR": str(c4_mirror)})
     assert p.returncode == 0, p.stderr
@@ -218,7 +218,7 @@ def test_a_usage_error_exits_2_and_writes_nothing(module, args, says, tmp_path, 
     [sys.executable, "-m", "preprocess.snli_download", "--splits", "test"],
     ["bash", str(ROOT / "preprocess/c4/0_download.sh")],
 ])
-def test_without_network_one_clear_line(cmd, tmp_path):
+def test_without_network_one_clear_line(cmd, tmp_path, starts_process):
     env = dict(OFFLINE, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}", C4_DIR=str(tmp_path / "c4"))
     p = subprocess.run(cmd + (["--out-dir", str(tmp_path / "o")] if cmd[0] == sys.executable else []),
                        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)

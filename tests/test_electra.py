@@ -292,7 +292,7 @@ def test_fairseq_train_both_losses_fall_for_each_attention_block(arch, lm_bin, t
     falls(train(lm_bin, arch, tmp_path, 20, "--no-save"))
 
 
-def test_checkpoint_info_shows_objective_and_sizes(electra_run):
+def test_checkpoint_info_shows_objective_and_sizes(electra_run, starts_process):
     from tupe_plugin.checkpoint_info import fairseq_args, info_from_state
 
     save, _ = electra_run
@@ -322,7 +322,7 @@ def test_analysis_loads_the_electra_checkpoint_as_its_discriminator(electra_run,
     assert attention_probs(hub.model, x[0]).shape == (2, 4, 10, 10)
 
 
-def test_finetune_script_takes_the_electra_checkpoint_unchanged(electra_run, spm_dir, tmp_path):
+def test_finetune_script_takes_the_electra_checkpoint_unchanged(electra_run, spm_dir, tmp_path, starts_process):
     save, _ = electra_run
     from preprocess import glue_binarize
 
@@ -363,7 +363,7 @@ def by_update(log: str) -> Dict[int, Dict[str, float]]:
     return {int(r["num_updates"]): r for r in logged(log) if "num_updates" in r}
 
 
-def test_killed_electra_run_resumes_with_the_same_losses(lm_bin, tmp_path):
+def test_killed_electra_run_resumes_with_the_same_losses(lm_bin, tmp_path, starts_process):
     script = str(ROOT / "train_scripts/pretrain.sh")
     whole = subprocess.run([script], cwd=ROOT, capture_output=True, text=True, timeout=300,
                            env=pretrain_env(lm_bin, tmp_path / "whole", EXTRA_ARGS="--max-update 12"))
@@ -442,7 +442,7 @@ def test_bench_train_step_takes_the_electra_step():
     assert flops[1] > flops[0]  # the generator and the discriminator's dense head come on top
 
 
-def test_bench_train_step_runs_the_electra_row_end_to_end(tmp_path):
+def test_bench_train_step_runs_the_electra_row_end_to_end(tmp_path, starts_process):
     """The benchmark as a user runs it (tiny, one step): a measured row against RoBERTa, not a 'failed' cell."""
     out = tmp_path / "rows.json"
     subprocess.run([sys.executable, str(ROOT / "bench" / "bench_train_step.py"), "--variants", "tupe_r",

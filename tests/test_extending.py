@@ -53,7 +53,7 @@ def test_the_toy_bias_reaches_every_layer_and_loads_only_as_itself():
         build("alibi_tiny", max_positions=16).load_state_dict(model.state_dict(), strict=False)
 
 
-def test_fairseq_train_trains_the_toy_from_its_user_dir(lm_bin, tmp_path):
+def test_fairseq_train_trains_the_toy_from_its_user_dir(lm_bin, tmp_path, starts_process):
     args = [a if a != "tupe_plugin" else str(ROOT / "tests" / "data" / "toy_pe") for a in PRETRAIN_ARGS]
     p = run(["fairseq-train", str(lm_bin), *args, "--arch", f"{TOY}_tiny", "--max-update", "20",
              "--save-dir", str(tmp_path / "ckpt")])

@@ -11,6 +11,8 @@ import pytest
 from conftest import PRETRAIN_ARGS, ROOT, run, train_losses
 from tupe_plugin.models import VARIANTS
 
+pytestmark = pytest.mark.usefixtures("starts_process")  # every test here starts a process
+
 FINETUNE_ARGS = [
     "--user-dir", "tupe_plugin", "--task", "sentence_prediction", "--criterion", "sentence_prediction",
     "--num-classes", "2", "--init-token", "0", "--separator-token", "2", "--max-positions", "64",

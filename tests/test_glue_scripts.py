@@ -38,7 +38,7 @@ def sh(cmd: List, check: bool = True, **env: str) -> subprocess.CompletedProcess
 
 
 @pytest.fixture(scope="module")
-def glue_bin(spm_dir, tmp_path_factory) -> Path:
+def glue_bin(spm_dir, tmp_path_factory, starts_process) -> Path:
     out = tmp_path_factory.mktemp("glue_bin")
     sh(["python", "-m", "preprocess.glue_binarize", "--glue-dir", FIXTURES, "--tasks", "RTE,STS-B",
         "--spm-model", spm_dir / "spm.model", "--dict", spm_dir / "dict.txt", "--out-dir", out])
@@ -63,7 +63,7 @@ def best_in_log(log: str) -> Dict[str, float]:
 
 
 @pytest.fixture(scope="module")
-def rte_run(pretrained, glue_bin, runs):
+def rte_run(pretrained, glue_bin, runs, starts_process):
     stale = runs / ".partial" / "RTE" / "lr1e-3_seed1"
     stale.mkdir(parents=True)
     (stale / "train.log").write_text("an earlier attempt that was killed\n")
@@ -74,7 +74,7 @@ def rte_run(pretrained, glue_bin, runs):
 # ---- no training -----------------------------------------------------------------------------------
 
 
-def test_help_texts():
+def test_help_texts(starts_process):
     out = sh([FINETUNE, "--help"]).stdout
     for var in ("CHECKPOINT", "GLUE_BIN", "RUNS", "EPOCHS", "SENTENCES_PER_BATCH", "MAX_TOKENS", "KEEP_CHECKPOINTS", "EXTRA_ARGS"):
         assert re.search(rf"^  {var} ", out, re.M), var
@@ -96,7 +96,7 @@ def test_task_settings_follow_the_paper():
         task_settings("Reviews")
 
 
-def test_grid_indices_and_defaults():
+def test_grid_indices_and_defaults(starts_process):
     grid = jobs(PAPER_TASKS, PAPER_LRS, PAPER_SEEDS)
     assert len(grid) == 160 and grid[0][1:] == ("CoLA", "2e-5", "1") and grid[159][1:] == ("RTE", "5e-5", "5")
     assert grid[6][1:] == ("CoLA", "3e-5", "2")  # seeds fastest, then LRs, then tasks
@@ -106,7 +106,7 @@ def test_grid_indices_and_defaults():
     assert " ".join(PAPER_SEEDS) in help_text
 
 
-def test_refuses_a_foreign_run_folder_and_a_missing_checkpoint(tmp_path, glue_bin):
+def test_refuses_a_foreign_run_folder_and_a_missing_checkpoint(tmp_path, glue_bin, starts_process):
     (tmp_path / "RTE" / "lr2e-5_seed1").mkdir(parents=True)
     p = sh([FINETUNE, "RTE", "2e-5", "1"], check=False, CHECKPOINT="x.pt", GLUE_BIN=str(glue_bin), RUNS=str(tmp_path))
     assert p.returncode == 2 and "exists without result.json" in p.stderr
@@ -120,7 +120,7 @@ def test_refuses_a_foreign_run_folder_and_a_missing_checkpoint(tmp_path, glue_bi
     assert not (tmp_path / "RTE" / "lr2e-5_seed3").exists() and not (tmp_path / ".partial").exists()
 
 
-def test_the_old_name_batch_still_sets_the_batch_with_a_warning(tmp_path):
+def test_the_old_name_batch_still_sets_the_batch_with_a_warning(tmp_path, starts_process):
     p = sh([FINETUNE, "RTE", "2e-5", "1"], check=False, BATCH="8", RUNS=str(tmp_path))
     assert "warning: BATCH is a deprecated name of SENTENCES_PER_BATCH: set SENTENCES_PER_BATCH=8" in p.stderr
     assert re.search(r"^  SENTENCES_PER_BATCH=8 +\[32\]$", p.stderr, re.M), p.stderr
@@ -130,7 +130,7 @@ def test_the_old_name_batch_still_sets_the_batch_with_a_warning(tmp_path):
     assert re.search(r"^  SENTENCES_PER_BATCH=4 +\[32\]$", q.stderr, re.M)
 
 
-def test_grid_checks_checkpoint_and_binaries_before_the_first_run(tmp_path):
+def test_grid_checks_checkpoint_and_binaries_before_the_first_run(tmp_path, starts_process):
     runs, checkpoint = tmp_path / "runs", tmp_path / "ck.pt"
     checkpoint.write_bytes(b"")  # exists: the grid checks the name; finetune.sh reads it
     p = sh([GRID], check=False, CHECKPOINT=str(tmp_path / "none.pt"), GLUE_BIN=str(tmp_path / "no-bin"),
@@ -145,7 +145,7 @@ def test_grid_checks_checkpoint_and_binaries_before_the_first_run(tmp_path):
     assert not runs.exists()  # no run started, no table written
 
 
-def test_grid_stops_at_a_usage_error_instead_of_repeating_it(tmp_path, glue_bin):
+def test_grid_stops_at_a_usage_error_instead_of_repeating_it(tmp_path, glue_bin, starts_process):
     runs, checkpoint = tmp_path / "runs", tmp_path / "ck.pt"
     checkpoint.write_bytes(b"")  # the runs stop at the LR, before reading it
     p = sh([GRID], check=False, CHECKPOINT=str(checkpoint), GLUE_BIN=str(glue_bin),
@@ -195,14 +195,14 @@ def test_finetune_rte_end_to_end(rte_run):
     assert collect.read_run("RTE", str(run_dir), "accuracy") == result["best_valid"]
 
 
-def test_a_failed_fairseq_train_is_exit_1_not_a_usage_error(pretrained, glue_bin, tmp_path):
+def test_a_failed_fairseq_train_is_exit_1_not_a_usage_error(pretrained, glue_bin, tmp_path, starts_process):
     """1, so that glue/grid.sh goes on with the other runs (it stops at a 2: fairseq's own usage errors)."""
     q = sh([FINETUNE, "RTE", "1e-3", "2"], check=False,
            **run_env(pretrained, glue_bin, tmp_path, EXTRA_ARGS="--max-positions 32"))
     assert q.returncode == 1 and "fairseq-train failed (exit 1)" in q.stderr  # the checkpoint has 64 positions
 
 
-def test_finished_run_is_skipped(rte_run, pretrained, glue_bin, runs):
+def test_finished_run_is_skipped(rte_run, pretrained, glue_bin, runs, starts_process):
     run_dir, _ = rte_run
     before = (run_dir / "result.json").stat().st_mtime_ns
     p = sh([FINETUNE, "RTE", "1e-3", "1"], **run_env(pretrained, glue_bin, runs))
@@ -210,7 +210,7 @@ def test_finished_run_is_skipped(rte_run, pretrained, glue_bin, runs):
     assert (run_dir / "result.json").stat().st_mtime_ns == before
 
 
-def test_finetune_stsb_regression_reports_pearson_and_keeps_the_best_checkpoint(pretrained, glue_bin, runs):
+def test_finetune_stsb_regression_reports_pearson_and_keeps_the_best_checkpoint(pretrained, glue_bin, runs, starts_process):
     """Also: two validations per epoch with --update-freq 2 (48 pairs / batch 8 = 6 batches = 3 updates)."""
     p = sh([FINETUNE, "STS-B", "1e-3", "1"], **run_env(pretrained, glue_bin, runs, KEEP_CHECKPOINTS="1", SENTENCES_PER_BATCH="8",
                                                       EXTRA_ARGS="--update-freq 2"))
@@ -235,7 +235,7 @@ def test_finetune_stsb_regression_reports_pearson_and_keeps_the_best_checkpoint(
     assert "STS-B: 1 class(es), metric pearson on valid" in p.stderr
 
 
-def test_grid_runs_what_is_missing_and_prints_the_table(rte_run, pretrained, glue_bin, runs):
+def test_grid_runs_what_is_missing_and_prints_the_table(rte_run, pretrained, glue_bin, runs, starts_process):
     """2 LRs x 1 seed on RTE; lr 1e-3 is the run above (skipped), lr 5e-4 is new."""
     env = run_env(pretrained, glue_bin, runs, TASKS="RTE", LRS="1e-3 5e-4", SEEDS="1", JOBS="1")
     p = sh([GRID], **env)
@@ -257,7 +257,7 @@ def test_grid_runs_what_is_missing_and_prints_the_table(rte_run, pretrained, glu
     assert "array task 1 = RTE lr 5e-4 seed 1" in q.stderr and "already done" in q.stderr
 
 
-def test_custom_single_sentence_task_is_binarized_finetuned_and_scored(pretrained, glue_bin, runs, spm_dir, tmp_path):
+def test_custom_single_sentence_task_is_binarized_finetuned_and_scored(pretrained, glue_bin, runs, spm_dir, tmp_path, starts_process):
     """A folder with SST-2's layout (here: SST-2's fixture rows labelled neg/pos) runs like SST-2."""
     tasks = tmp_path / "tasks" / "Reviews"
     tasks.mkdir(parents=True)
@@ -277,7 +277,7 @@ def test_custom_single_sentence_task_is_binarized_finetuned_and_scored(pretraine
     assert row and f"| {result['best_valid']['valid']:.2f} (1) |" in row.group(0), q.stdout
 
 
-def test_unreadable_result_is_moved_aside_and_the_run_redone(tmp_path, glue_bin):
+def test_unreadable_result_is_moved_aside_and_the_run_redone(tmp_path, glue_bin, starts_process):
     run = tmp_path / "RTE" / "lr2e-5_seed1"
     run.mkdir(parents=True)
     (run / "result.json").write_text("")  # e.g. a full disk
@@ -292,7 +292,7 @@ def test_unreadable_result_is_moved_aside_and_the_run_redone(tmp_path, glue_bin)
     assert len(aside) == 1 and aside[0].name.startswith("lr2e-5_seed1.") and not run.exists()
 
 
-def test_two_processes_validate_twice_per_epoch(rte_run, tmp_path):
+def test_two_processes_validate_twice_per_epoch(rte_run, tmp_path, starts_process):
     """RTE's command on 2 CPU processes (torchrun + gloo), batch 8: 6 batches = 3 per process = 3 updates
     per epoch; both processes validate together after update 2 of each epoch and at its end; the
     accuracy is over the whole dev set (16 pairs, 8 on each process: a multiple of 100/16)."""

@@ -46,7 +46,7 @@ def test_option_parsing(capsys):
     assert e.value.code == 2 and "--validations-per-epoch needs a whole number >= 1, not 'two'" in capsys.readouterr().err
 
 
-def test_hydra_glue_config_validates_twice_per_epoch(pretrained, cls_bin, tmp_path):
+def test_hydra_glue_config_validates_twice_per_epoch(pretrained, cls_bin, tmp_path, starts_process):
     """fairseq-hydra-train's entry point through glue.fairseq_train --hydra, with the shipped glue.yaml."""
     import re
 

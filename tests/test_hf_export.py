@@ -104,7 +104,7 @@ with torch.no_grad():
 """
 
 
-def test_the_export_runs_without_fairseq_and_tupe_plugin(tmp_path):
+def test_the_export_runs_without_fairseq_and_tupe_plugin(tmp_path, starts_process):
     ckpt, model = tiny_checkpoint(tmp_path, "deberta_rel")
     out = hf_export.export(str(ckpt), str(tmp_path / "hf"))
     shipped = sorted(p.name for p in out.glob("*.py"))
@@ -145,7 +145,7 @@ def test_left_padding_follows_the_one_rule(variant, tmp_path):
             classifier(input_ids=left, attention_mask=left.ne(1).long())
 
 
-def test_a_file_that_is_not_a_checkpoint_is_named(tmp_path):
+def test_a_file_that_is_not_a_checkpoint_is_named(tmp_path, starts_process):
     (tmp_path / "notes.txt").write_text("not a model\n")
     p = run([str(BIN / "tupe-export-hf"), str(tmp_path / "notes.txt"), str(tmp_path / "hf")], check=False)
     assert p.returncode == 1 and "Traceback" not in p.stderr and "unexpected" not in p.stderr
@@ -190,7 +190,7 @@ def test_a_checkpoint_with_a_hydra_config_exports_the_same(tmp_path):
     assert a == b and b["input_pe"] is True and b["num_hidden_layers"] == 2
 
 
-def test_cli_refuses_a_non_empty_out_dir_in_one_line(tmp_path):
+def test_cli_refuses_a_non_empty_out_dir_in_one_line(tmp_path, starts_process):
     ckpt, _ = tiny_checkpoint(tmp_path, "tupe_r")
     (tmp_path / "taken").mkdir()
     (tmp_path / "taken" / "mine.txt").write_text("user data")
@@ -203,7 +203,7 @@ def test_cli_refuses_a_non_empty_out_dir_in_one_line(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def finetuned(pretrained, cls_bin, tmp_path_factory) -> Path:
+def finetuned(pretrained, cls_bin, tmp_path_factory, starts_process) -> Path:
     """The session's tiny TUPE-R fine-tuned a few updates by fairseq-train sentence_prediction."""
     save = tmp_path_factory.mktemp("hf_ft")
     run(["fairseq-train", str(cls_bin), "--user-dir", "tupe_plugin", "--task", "sentence_prediction",
@@ -220,7 +220,7 @@ def rte_rows(split: str):
         return [row for row in csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)][1:]
 
 
-def test_finetuned_checkpoint_and_tokenizer_equal_fairseq_and_glue_binarize(finetuned, cls_bin, spm_dir, tmp_path):
+def test_finetuned_checkpoint_and_tokenizer_equal_fairseq_and_glue_binarize(finetuned, cls_bin, spm_dir, tmp_path, starts_process):
     finetuned_data = cls_bin
     from fairseq.data import data_utils
 

@@ -207,7 +207,7 @@ def test_official_quirks_and_scaled_variant(n):
     assert 0.0 <= symmetry_scaled(large) < 1.0
 
 
-def test_package_import_needs_only_numpy():
+def test_package_import_needs_only_numpy(starts_process):
     code = (
         "import importlib.util, sys\n"
         "spec = importlib.util.spec_from_file_location('analysis_only', 'tupe_plugin/analysis/__init__.py',"

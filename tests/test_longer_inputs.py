@@ -13,6 +13,8 @@ import pytest
 
 from conftest import PRETRAIN_ARGS, run
 
+pytestmark = pytest.mark.usefixtures("starts_process")  # every test here starts a process
+
 T = 32
 
 

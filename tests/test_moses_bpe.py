@@ -145,7 +145,7 @@ def rte_texts():
     return texts
 
 
-def test_glue_binarize_with_moses_bpe(tmp_path):
+def test_glue_binarize_with_moses_bpe(tmp_path, starts_process):
     from fairseq.data import Dictionary, data_utils
 
     codes = tmp_path / "code"
@@ -186,7 +186,7 @@ def test_glue_binarize_with_moses_bpe(tmp_path):
     assert manifest["tokenizer"] == "moses_bpe" and manifest["bpe_codes"] == str(codes)
 
 
-def test_moses_bpe_needs_codes(tmp_path):
+def test_moses_bpe_needs_codes(tmp_path, starts_process):
     proc = subprocess.run([sys.executable, "-m", "preprocess.glue_binarize", "--glue-dir", FIXTURES, "--tasks", "RTE",
                            "--tokenizer", "moses_bpe", "--dict", "dict.txt", "--out-dir", str(tmp_path)],
                           cwd=REPO, capture_output=True, text=True, timeout=120)

@@ -15,6 +15,8 @@ import pytest
 from conftest import PRETRAIN_ARGS, run
 from test_glue_scripts import FINETUNE, TINY, glue_bin, sh  # noqa: F401  (glue_bin: module fixture)
 
+pytestmark = pytest.mark.usefixtures("starts_process")  # every test here starts a process
+
 
 @pytest.fixture(scope="module")
 def deberta_pretrained(lm_bin, tmp_path_factory) -> Path:

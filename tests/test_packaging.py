@@ -14,6 +14,8 @@ import tupe_plugin_cli.commands
 from conftest import ROOT, run
 from tupe_plugin_cli.commands import COMMANDS, CONSOLE_SCRIPTS
 
+pytestmark = pytest.mark.usefixtures("starts_process")  # every test here starts a process
+
 
 def test_only_project_names_are_importable_outside_the_repository(tmp_path):
     code = ("import importlib.util as u\n"

@@ -223,7 +223,7 @@ def test_position_maps_are_the_exact_pam_weights(mode, tmp_path):
 # ---- through the real CLIs: pre-train a PAM model, load, map and fine-tune its checkpoint ----
 
 
-def test_pam_checkpoint_loads_maps_and_finetunes_through_the_clis(lm_bin, spm_dir, tmp_path):
+def test_pam_checkpoint_loads_maps_and_finetunes_through_the_clis(lm_bin, spm_dir, tmp_path, starts_process):
     """The generic loss-falls run of every variant is in test_fairseq_cli.py; here a pam_concat checkpoint
     goes through from_pretrained, tupe-pos-maps, tupe-locality --text and glue/finetune.sh, which must
     rebuild the PAM model from the checkpoint's record."""

@@ -52,7 +52,7 @@ def words_and_tail(sentence):
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory):
+def built(tmp_path_factory, starts_process):
     out = tmp_path_factory.mktemp("probing")
     result = build(out)
     return out, result, load(out)
@@ -159,7 +159,7 @@ def test_role_swap_rule_directly():
     assert role_swap("An owl was watching the tall farmer.") == "The tall farmer was watching an owl."
 
 
-def test_deterministic_given_seed(built, tmp_path):
+def test_deterministic_given_seed(built, tmp_path, starts_process):
     out1, _, sets1 = built
     build(tmp_path / "same", 1)
     build(tmp_path / "other", 2)
@@ -174,7 +174,7 @@ def test_deterministic_given_seed(built, tmp_path):
             assert sets2[name] == sets1[name], name
 
 
-def test_bad_lines_are_counted_and_named(tmp_path):
+def test_bad_lines_are_counted_and_named(tmp_path, starts_process):
     result = build(tmp_path / "bad", 1, BAD)
     assert "7 items read" in result.stderr  # 8 lines, the blank one is not an item
     assert "skipped 1 without gold label" in result.stderr and "4 malformed" in result.stderr
@@ -185,7 +185,7 @@ def test_bad_lines_are_counted_and_named(tmp_path):
     assert original[1]["sentence1"] == "Un homme lit un journal \u00e0 la gare."
 
 
-def test_refuses_to_overwrite_without_force(tmp_path):
+def test_refuses_to_overwrite_without_force(tmp_path, starts_process):
     out = tmp_path / "o"
     build(out, 1)
     (out / "random.jsonl").write_text("user data\n", encoding="utf-8")
@@ -197,7 +197,7 @@ def test_refuses_to_overwrite_without_force(tmp_path):
     assert not [p for p in os.listdir(out) if p.endswith(".partial")]
 
 
-def test_help_and_bad_windows(tmp_path):
+def test_help_and_bad_windows(tmp_path, starts_process):
     result = run_cli("--help")
     assert result.returncode == 0 and "--windows" in result.stdout and "role_swap" in result.stdout
     result = run_cli("--input", SAMPLE, "--out-dir", str(tmp_path / "w"), "--windows", "1")
@@ -207,7 +207,7 @@ def test_help_and_bad_windows(tmp_path):
 
 
 @pytest.mark.parametrize("side", ["premise", "hypothesis"])
-def test_shuffle_one_side_only(built, tmp_path, side):
+def test_shuffle_one_side_only(built, tmp_path, side, starts_process):
     """--shuffle premise|hypothesis perturbs that sentence (same words) and leaves the other as it is."""
     _, _, both = built
     build(tmp_path / side, 1, SAMPLE, "--shuffle", side)

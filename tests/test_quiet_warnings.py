@@ -27,7 +27,7 @@ CONVERT = ("from fairseq.dataclass.utils import convert_namespace_to_omegaconf; 
            "warnings.warn('hydra.experimental.initialize() is gone', DeprecationWarning, stacklevel=1)")
 
 
-def test_the_filter_hides_only_the_known_messages():
+def test_the_filter_hides_only_the_known_messages(starts_process):
     before = run([sys.executable, "-W", "default::DeprecationWarning", "-c", CONVERT]).stderr
     after = run([sys.executable, "-W", "default::DeprecationWarning", "-c", "import tupe_plugin; " + CONVERT]).stderr
     assert sum(t in before for t in KNOWN_TEXTS[:6]) == 6  # the hydra page, without the plugin
@@ -51,7 +51,7 @@ def test_show_all_warnings_opt_out(monkeypatch):
         assert len(warnings.filters) == len(quiet_warnings.KNOWN)
 
 
-def test_fairseq_train_with_the_plugin_has_no_known_deprecation_warnings(lm_bin, tmp_path):
+def test_fairseq_train_with_the_plugin_has_no_known_deprecation_warnings(lm_bin, tmp_path, starts_process):
     p = run(["fairseq-train", str(lm_bin), "--user-dir", "tupe_plugin", "--task", "masked_lm", "--criterion",
              "masked_lm", "--arch", "tupe_roberta_tiny", "--tokens-per-sample", "64", "--batch-size", "8",
              "--optimizer", "adam", "--lr", "1e-3", "--max-update", "2", "--cpu", "--num-workers", "0",
@@ -63,7 +63,7 @@ def test_fairseq_train_with_the_plugin_has_no_known_deprecation_warnings(lm_bin,
 
 
 
-def test_commands_do_not_print_fairseq_tensorboardx_line():
+def test_commands_do_not_print_fairseq_tensorboardx_line(starts_process):
     """fairseq logs "Please install tensorboardX" on import of its tasks; our commands drop that one record."""
     line = "Please install tensorboardX"
     p = run([str(Path(sys.executable).parent / "tupe-checkpoint-info"), "--list-variants"])

@@ -19,6 +19,8 @@ import pytest
 
 from conftest import BIN, ROOT, train_losses
 
+pytestmark = pytest.mark.usefixtures("starts_process")  # every test here starts a process
+
 SCRIPTS = ROOT / "train_scripts"
 PRETRAIN = SCRIPTS / "pretrain.sh"
 # tiny TUPE-R, 64 tokens; 16 sentences per update (2 processes x 8, or 1 process x 8 x update-freq 2)
@@ -98,6 +100,13 @@ def test_dry_run_prints_settings_batch_and_the_paper_command(lm_bin, tmp_path):
     (layout / "data_path.txt").write_text(f"{lm_bin}:{lm_bin}\n")
     c4 = sh([PRETRAIN], DATA=str(layout), GPUS="0", DRY_RUN="1").stderr
     assert f"fairseq-train {lm_bin}:{lm_bin} --user-dir" in c4
+
+
+def test_a_variant_in_the_registrys_spelling_is_read_with_dashes(lm_bin):
+    """VARIANT=learned_gaussian (the registry's, the arch's spelling) is learned-gaussian, as every interface writes it."""
+    err = sh([PRETRAIN], DATA=str(lm_bin), GPUS="0", VARIANT="learned_gaussian", SIZE="tiny", DRY_RUN="1").stderr
+    assert re.search(r"^  VARIANT=learned-gaussian +\[tupe-r\]$", err, re.M)
+    assert "--arch learned_gaussian_tiny " in err.split("pretrain.sh: command:\n")[1]
 
 
 def test_the_old_name_batch_size_still_sets_the_batch_with_a_warning(lm_bin):

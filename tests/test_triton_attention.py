@@ -277,7 +277,7 @@ def test_bad_arguments_name_the_shapes():
 
 
 @pytest.mark.skipif(INTERPRETED or not HAS_TRITON, reason="the cases ran in this process (or triton is missing)")
-def test_cases_in_a_fresh_process():
+def test_cases_in_a_fresh_process(starts_process):
     """The interpreter cases in a process where TRITON_INTERPRET=1 precedes the first import of triton."""
     env = dict(os.environ, TRITON_INTERPRET="1", CUDA_VISIBLE_DEVICES="")
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__, "-k", "not fresh_process and not cuda"]

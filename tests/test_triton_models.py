@@ -15,6 +15,8 @@ import pytest
 
 from conftest import PRETRAIN_ARGS, run, train_losses
 
+pytestmark = pytest.mark.usefixtures("starts_process")  # every test here starts a process
+
 pytest.importorskip("triton", reason="triton is not installed (pip install -e '.[test]')")
 
 BIAS_VARIANTS = ["bert_r", "tupe_a", "tupe_r", "tupe_a_tie_cls", "t5_rel", "gaussian_prior", "learned_gaussian",
