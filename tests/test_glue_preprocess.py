@@ -23,28 +23,28 @@ VENV_BIN = os.path.dirname(sys.executable)  # fairseq-train / fairseq-preprocess
 
 # Written out independently of preprocess.glue_binarize and glue.tasks, from docs/glue_protocol.md §1:
 # task -> {raw file: (fairseq split, header?, input columns, label column or None)}; 1-based.
+
+
+def three_files(inputs, label, test_inputs, header=True):
+    """train.tsv and dev.tsv with labels, test.tsv without (every task but MNLI)."""
+    return {"train.tsv": ("train", header, inputs, label), "dev.tsv": ("valid", header, inputs, label),
+            "test.tsv": ("test", True, test_inputs, None)}
+
+
 RAW = {
-    "CoLA": {"train.tsv": ("train", False, (4,), 2), "dev.tsv": ("valid", False, (4,), 2),
-             "test.tsv": ("test", True, (2,), None)},
-    "SST-2": {"train.tsv": ("train", True, (1,), 2), "dev.tsv": ("valid", True, (1,), 2),
-              "test.tsv": ("test", True, (2,), None)},
-    "MRPC": {"train.tsv": ("train", True, (4, 5), 1), "dev.tsv": ("valid", True, (4, 5), 1),
-             "test.tsv": ("test", True, (4, 5), None)},
-    "STS-B": {"train.tsv": ("train", True, (8, 9), 10), "dev.tsv": ("valid", True, (8, 9), 10),
-              "test.tsv": ("test", True, (8, 9), None)},
-    "QQP": {"train.tsv": ("train", True, (4, 5), 6), "dev.tsv": ("valid", True, (4, 5), 6),
-            "test.tsv": ("test", True, (2, 3), None)},
+    "CoLA": three_files((4,), 2, (2,), header=False),
+    "SST-2": three_files((1,), 2, (2,)),
+    "MRPC": three_files((4, 5), 1, (4, 5)),
+    "STS-B": three_files((8, 9), 10, (8, 9)),
+    "QQP": three_files((4, 5), 6, (2, 3)),
     "MNLI": {"train.tsv": ("train", True, (9, 10), 12),
              "dev_matched.tsv": ("valid", True, (9, 10), 16),
              "dev_mismatched.tsv": ("valid1", True, (9, 10), 16),
              "test_matched.tsv": ("test", True, (9, 10), None),
              "test_mismatched.tsv": ("test1", True, (9, 10), None)},
-    "QNLI": {"train.tsv": ("train", True, (2, 3), 4), "dev.tsv": ("valid", True, (2, 3), 4),
-             "test.tsv": ("test", True, (2, 3), None)},
-    "RTE": {"train.tsv": ("train", True, (2, 3), 4), "dev.tsv": ("valid", True, (2, 3), 4),
-            "test.tsv": ("test", True, (2, 3), None)},
-    "WNLI": {"train.tsv": ("train", True, (2, 3), 4), "dev.tsv": ("valid", True, (2, 3), 4),
-             "test.tsv": ("test", True, (2, 3), None)},
+    "QNLI": three_files((2, 3), 4, (2, 3)),
+    "RTE": three_files((2, 3), 4, (2, 3)),
+    "WNLI": three_files((2, 3), 4, (2, 3)),
 }
 
 
@@ -86,7 +86,7 @@ def spm_files(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def glue_out(spm_files, tmp_path_factory):
+def glue_out(spm_files, tmp_path_factory, starts_process):
     model, dict_path = spm_files
     out = str(tmp_path_factory.mktemp("glue_bin"))
     proc = cli("--glue-dir", FIXTURES, "--tasks", "ALL", "--spm-model", model, "--dict", dict_path,
@@ -195,7 +195,7 @@ def test_mnli_matched_and_mismatched_splits(glue_out, spm_files):
     assert len(load_bin(os.path.join(out, "MNLI-bin", "input0", "test"), dict_path)) == 8
 
 
-def test_label_binaries_equal_fairseq_preprocess(glue_out, tmp_path):
+def test_label_binaries_equal_fairseq_preprocess(glue_out, tmp_path, starts_process):
     """Label dict and binaries as `fairseq-preprocess --only-source` builds them (MNLI, 3 classes)."""
     out, _ = glue_out
     for fname, stem in (("train.tsv", "train"), ("dev_matched.tsv", "dm"), ("dev_mismatched.tsv", "dmm")):
@@ -266,7 +266,7 @@ def test_binaries_load_in_sentence_prediction_task(glue_out, spm_files):
     assert list(item["target"]) == pytest.approx([float(raw_rows("STS-B", "dev.tsv")[item["id"]][9]) / 5])
 
 
-def test_fairseq_train_runs_on_binaries(glue_out, tmp_path):
+def test_fairseq_train_runs_on_binaries(glue_out, tmp_path, starts_process):
     out, _ = glue_out
     cmd = [os.path.join(VENV_BIN, "fairseq-train"), os.path.join(out, "RTE-bin"), "--task", "sentence_prediction",
            "--criterion", "sentence_prediction", "--user-dir", os.path.join(REPO, "tupe_plugin"),
@@ -316,7 +316,7 @@ BAD_INPUTS = [
 
 
 @pytest.mark.parametrize("task,fname,lineno,line,words", BAD_INPUTS, ids=[b[0] for b in BAD_INPUTS])
-def test_bad_input_names_file_and_line(tmp_path, spm_files, task, fname, lineno, line, words):
+def test_bad_input_names_file_and_line(tmp_path, spm_files, task, fname, lineno, line, words, starts_process):
     model, dict_path = spm_files
     glue = _corrupt(tmp_path, task, fname, lineno, line)
     out = tmp_path / "out"
@@ -328,7 +328,7 @@ def test_bad_input_names_file_and_line(tmp_path, spm_files, task, fname, lineno,
     assert os.listdir(out) == []  # nothing written
 
 
-def test_dev_label_missing_from_train_is_an_error(tmp_path, spm_files):
+def test_dev_label_missing_from_train_is_an_error(tmp_path, spm_files, starts_process):
     model, dict_path = spm_files
     glue = tmp_path / "glue"
     shutil.copytree(os.path.join(FIXTURES, "WNLI"), glue / "WNLI")
@@ -344,7 +344,7 @@ def test_dev_label_missing_from_train_is_an_error(tmp_path, spm_files):
 
 
 @pytest.mark.parametrize("content", ["", "sentence\tlabel\n"], ids=["0-byte", "header-only"])
-def test_empty_split_is_refused_naming_the_file(tmp_path, spm_files, content):
+def test_empty_split_is_refused_naming_the_file(tmp_path, spm_files, content, starts_process):
     model, dict_path = spm_files
     glue = tmp_path / "glue"
     shutil.copytree(os.path.join(FIXTURES, "SST-2"), glue / "SST-2")
@@ -366,7 +366,7 @@ def write_custom_task(folder, labels=("neg", "pos")):
     return rows[1:]
 
 
-def test_all_skips_absent_tasks_and_binarizes_custom_tasks(tmp_path, spm_files):
+def test_all_skips_absent_tasks_and_binarizes_custom_tasks(tmp_path, spm_files, starts_process):
     model, dict_path = spm_files
     glue = tmp_path / "glue"
     shutil.copytree(os.path.join(FIXTURES, "RTE"), glue / "RTE")
@@ -391,7 +391,7 @@ def test_all_skips_absent_tasks_and_binarizes_custom_tasks(tmp_path, spm_files):
     assert bad.returncode == 2 and "unknown task 'notes'" in bad.stderr and "SST-2's layout" in bad.stderr
 
 
-def test_dict_of_another_model_is_refused(tmp_path, spm_files):
+def test_dict_of_another_model_is_refused(tmp_path, spm_files, starts_process):
     model, dict_path = spm_files
     lines = open(dict_path, encoding="utf-8").read().splitlines(keepends=True)
     wrong = tmp_path / "dict.txt"
@@ -405,7 +405,7 @@ def test_dict_of_another_model_is_refused(tmp_path, spm_files):
 # ---- reruns ------------------------------------------------------------------------------------
 
 
-def test_rerun_skips_force_rebuilds_and_foreign_folders_are_kept(glue_out, spm_files, tmp_path):
+def test_rerun_skips_force_rebuilds_and_foreign_folders_are_kept(glue_out, spm_files, tmp_path, starts_process):
     src, _ = glue_out
     model, dict_path = spm_files
     out = tmp_path / "out"
@@ -458,6 +458,6 @@ def test_fixtures_are_reproducible(tmp_path):
             assert filecmp.cmp(tmp_path / task / fname, os.path.join(FIXTURES, task, fname), shallow=False), fname
 
 
-def test_help():
+def test_help(starts_process):
     proc = cli("--help")
     assert "--glue-dir" in proc.stdout and "--workers" in proc.stdout and "--force" in proc.stdout

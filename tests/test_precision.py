@@ -13,12 +13,18 @@ def padded_batch():
     return x, x.ne(1)
 
 
-@pytest.mark.parametrize("arch", VARIANTS)
-def test_bf16_weights_match_fp32(arch):
-    model = build(arch, seed=2)
+def fp32_features(arch: str, seed: int = 2, **overrides):
+    """The model in fp32, a padded batch, its real tokens and their features (the reference)."""
+    model = build(arch, seed=seed, **overrides)
     x, keep = padded_batch()
     with torch.no_grad():
-        ref = model(x, features_only=True)[0]
+        return model, x, keep, model(x, features_only=True)[0]
+
+
+@pytest.mark.parametrize("arch", VARIANTS)
+def test_bf16_weights_match_fp32(arch):
+    model, x, keep, ref = fp32_features(arch)
+    with torch.no_grad():
         out = model.to(torch.bfloat16)(x, features_only=True)[0]
     assert out.dtype == torch.bfloat16
     err = (out.float()[keep] - ref[keep]).abs().max()
@@ -28,12 +34,9 @@ def test_bf16_weights_match_fp32(arch):
 @pytest.mark.parametrize("arch", VARIANTS)
 def test_autocast_matches_fp32(arch):
     """fairseq --amp: autocast runs q/k in half precision beside an fp32 positional term."""
-    model = build(arch, seed=2)
-    x, keep = padded_batch()
-    with torch.no_grad():
-        ref = model(x, features_only=True)[0]
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            out = model(x, features_only=True)[0]
+    model, x, keep, ref = fp32_features(arch)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        out = model(x, features_only=True)[0]
     assert torch.isfinite(out.float()).all()
     assert (out.float()[keep] - ref[keep]).abs().max() < 0.15
 
@@ -41,10 +44,8 @@ def test_autocast_matches_fp32(arch):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (fused SDPA kernels, fp16)")
 @pytest.mark.parametrize("arch", VARIANTS)
 def test_cuda_fp16_sdpa_matches_the_fp32_reference(arch):
-    ref_model = build(arch, seed=4, tupe_attention="explicit")
-    x, keep = padded_batch()
+    _, x, keep, ref = fp32_features(arch, seed=4, tupe_attention="explicit")
     with torch.no_grad():
-        ref = ref_model(x, features_only=True)[0]
         fast = build(arch, seed=4).cuda().half()
         out = fast(x.cuda(), features_only=True)[0].float().cpu()
     assert (out[keep] - ref[keep]).abs().max() < 2e-2

@@ -2,8 +2,9 @@
 
 The maths (Pearson, Spearman with ties, paired differences, medians, the unigram entropy) against values
 worked out by hand or by plain float64 loops; the loss curve from a hand-made fairseq log; the whole report
-on a hand-made study folder; one end-to-end run of study.sh with the tiny preset, its rerun (everything
-skipped), its --list/--slurm output and the refusal of changed settings.
+on a hand-made study folder; one end-to-end run of study.sh with the tiny preset (a module fixture), then
+scenarios: what each stage wrote, its rerun (everything skipped), its --list/--slurm output, ELECTRA models
+added beside it, and the refusal of changed settings.
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Dict, List
 
 import numpy as np
@@ -392,7 +394,8 @@ def test_report_on_a_made_up_study(tmp_path, capsys):
     (out / "timings.tsv").write_text("prep\tall\t60\t2026-01-01T00:00:00Z\thost, 2 cores\n"
                                      "pretrain\tA 1\t600\t2026-01-01T00:11:00Z\thost, 2 cores\n"
                                      "pretrain\tB 1\t540\t2026-01-01T00:12:00Z\thost, 2 cores\n")  # beside A
-    assert sr.main([str(out), "--variants", "A B C", "--total-updates", "100"]) == 0
+    # 200 resamples: no interval is checked here (test_report_downstream_differences_with_bootstrap_intervals)
+    assert sr.main([str(out), "--variants", "A B C", "--total-updates", "100", "--resamples", "200"]) == 0
     rows = {r["variant"]: r for r in csv.DictReader((out / "study.csv").open())}
     a, b = rows["A"], rows["B"]
     assert float(a["unigram_bits"]) == pytest.approx(2.0)
@@ -471,7 +474,8 @@ def test_report_lists_what_is_missing(tmp_path):
     make_study(out)
     shutil.rmtree(out / "finetune" / "C")
     (out / "locality" / "B" / "seed1.csv").unlink()
-    assert sr.main([str(out), "--variants", "A,B,C", "--total-updates", "100", "--pretrain-seeds", "1"]) == 0
+    assert sr.main([str(out), "--variants", "A,B,C", "--total-updates", "100", "--pretrain-seeds", "1",
+                    "--resamples", "200"]) == 0  # no interval is checked here
     md = (out / "report.md").read_text()
     assert "C seed 1: no finished fine-tuning run" in md
     assert "locality/B/seed1.csv: missing" in md
@@ -487,7 +491,7 @@ def test_report_names_model_seeds_with_only_some_fine_tuning_runs(tmp_path):
     out = tmp_path / "study"
     make_study(out)
     shutil.rmtree(out / "finetune" / "B" / "seed1" / "SST-2" / "lr1e-4_seed3")
-    args = [str(out), "--variants", "A,B,C", "--total-updates", "100"]
+    args = [str(out), "--variants", "A,B,C", "--total-updates", "100", "--resamples", "200"]  # no interval checked
     assert sr.main(args + ["--finetune-grid", "SST-2:1e-4:1,2,3"]) == 0
     md = (out / "report.md").read_text()
     assert "B seed 1: 1 fine-tuning run(s) not finished: SST-2 LR 1e-4 seed 3" in md
@@ -780,37 +784,68 @@ def corpus(tmp_path_factory) -> Dict[str, Path]:
     return {"C4_DIR": str(d / "c4"), "TASKS_DIR": str(d / "tasks")}
 
 
-def test_study_end_to_end_then_rerun_skips(corpus, tmp_path):
-    """nope (blind to word order) through every stage with the tiny preset (4 updates): its shuffled dev sets
-    score exactly as the original, its dev predictions score what its run logged, it has a loss at T, 2T and
-    4T; then the rerun does nothing, --list/--slurm list the parts, and changed settings are refused."""
-    out = tmp_path / "study"
+# One tiny study, run once (module fixtures), then scenarios that each check one thing of it. The fixtures take
+# what the scenarios read right after their run, so a scenario that runs the study again changes none of it.
+
+
+@pytest.fixture(scope="module")
+def tiny_study(corpus, tmp_path_factory, starts_process) -> SimpleNamespace:
+    """nope (blind to word order) through every stage with the tiny preset (4 updates, validations at 2 and 4)."""
+    out = tmp_path_factory.mktemp("tiny_study") / "study"
     env = dict(corpus, TOTAL_UPDATES="4", VALID_POINTS="2")
     p = study(out, **env)
-    log = p.stdout + p.stderr
-    rows = list(csv.DictReader((out / "study.csv").open()))
-    assert [r["variant"] for r in rows] == ["nope"]
-    r = rows[0]
-    curve = runs.parse_valid_curve(str(out / "pretrain" / "nope" / "seed1" / "train.log"))
-    assert sorted(curve) == [2, 4]  # a validation every TOTAL_UPDATES / VALID_POINTS updates
-    assert float(r["final_valid_loss"]) == pytest.approx(curve[4], abs=1e-4)
-    assert float(r["loss_at_50pct"]) == pytest.approx(curve[2], abs=1e-4)
-    assert 0 <= float(r["SST_median"]) <= 100 and r["SST_spread"] == "0"  # one seed
-    assert 0 < float(r["loc_pos"]) <= 1 and 0 < float(r["loc_attn"]) <= 1
-    assert float(r["unigram_bits"]) > 0
-    md = (out / "report.md").read_text()
+    logs = [out / "pretrain" / "nope" / "seed1" / "train.log", *sorted((out / "finetune").rglob(".logs/*.out"))]
+    return SimpleNamespace(
+        out=out, env=env, log=p.stdout + p.stderr, md=(out / "report.md").read_text(),
+        rows=list(csv.DictReader((out / "study.csv").open())),
+        curve=runs.parse_valid_curve(str(out / "pretrain" / "nope" / "seed1" / "train.log")),
+        timed=[line.split("\t")[:2] for line in (out / "timings.tsv").read_text().splitlines()],
+        order_csv=list(csv.DictReader((out / "order.csv").open())),
+        part_logs={str(path.relative_to(out)): path.read_text() for path in logs},
+        run_dir=out / "finetune" / "nope" / "seed1" / "SST-2" / "lr1e-3_seed1")
+
+
+def test_tiny_study_csv_holds_the_pretraining_curve(tiny_study):
+    (row,) = tiny_study.rows
+    curve = tiny_study.curve
+    assert row["variant"] == "nope" and sorted(curve) == [2, 4]  # a validation every TOTAL_UPDATES / VALID_POINTS
+    assert float(row["final_valid_loss"]) == pytest.approx(curve[4], abs=1e-4)
+    assert float(row["loss_at_50pct"]) == pytest.approx(curve[2], abs=1e-4)
+
+
+def test_tiny_study_csv_holds_every_stages_measure(tiny_study):
+    (row,) = tiny_study.rows
+    assert 0 <= float(row["SST_median"]) <= 100 and row["SST_spread"] == "0"  # one fine-tuning seed
+    assert 0 < float(row["loc_pos"]) <= 1 and 0 < float(row["loc_attn"]) <= 1
+    assert float(row["unigram_bits"]) > 0
+    assert float(row["loss_len256"]) > 0
+
+
+def test_tiny_study_report_names_the_variant_and_warns_it_is_untrained(tiny_study):
+    md = tiny_study.md
     assert "WARNING: not fit for purpose" in md  # 4 updates do not beat the unigram baseline
     assert "| nope | no position information" in md  # the registry's one-line description
-    assert (out / "overview.png").read_bytes()[:4] == b"\x89PNG"
-    assert "differs from this run" not in log  # the first run records the settings
-    timed = [line.split("\t")[:2] for line in (out / "timings.tsv").read_text().splitlines()]
-    # the fine-tuning part wrote the word-order sets with the model it had loaded: the order stage found it done
-    assert timed == [["prep", "all"], ["pretrain", "nope 1"], ["locality", "nope 1"], ["longer", "nope 1"],
-                     ["finetune", "nope 1 SST-2 1e-3 1"]]
-    assert "| **all** | 5 |" in md
+    assert "| **all** | 5 |" in md  # the parts timed
+    assert (tiny_study.out / "overview.png").read_bytes()[:4] == b"\x89PNG"
 
-    # fine-tuning kept its dev predictions, and they score what the run's best validation logged
-    run_dir = out / "finetune" / "nope" / "seed1" / "SST-2" / "lr1e-3_seed1"
+
+def test_tiny_study_runs_each_part_once_in_stage_order(tiny_study):
+    """The fine-tuning part wrote the word-order sets with the model it had loaded: the order stage found it done."""
+    assert tiny_study.timed == [["prep", "all"], ["pretrain", "nope 1"], ["locality", "nope 1"], ["longer", "nope 1"],
+                                ["finetune", "nope 1 SST-2 1e-3 1"]]
+
+
+def test_tiny_study_records_its_settings_and_passes_no_deprecated_one(tiny_study):
+    assert "differs from this run" not in tiny_study.log  # the first run records the settings
+    assert (tiny_study.out / "settings.env").read_text().startswith("PRESET=tiny\n")
+    assert len(tiny_study.part_logs) == 2  # pre-training's log and the fine-tuning run's
+    deprecated = {name: line for name, text in tiny_study.part_logs.items() for line in text.splitlines()
+                  if "is a deprecated name of" in line}
+    assert deprecated == {}  # pretrain.sh and finetune.sh get today's names (SENTENCES_PER_UPDATE/_PER_BATCH)
+
+
+def test_tiny_study_dev_predictions_score_what_the_run_logged(tiny_study):
+    run_dir = tiny_study.run_dir
     result = json.loads((run_dir / "result.json").read_text())
     pred = json.loads((run_dir / "predictions.json").read_text())["subsets"]["valid"]
     assert len(pred["gold"]) == 16 and len(pred["pred"]) == 16  # tests/data/glue/SST-2/dev.tsv
@@ -818,83 +853,131 @@ def test_study_end_to_end_then_rerun_skips(corpus, tmp_path):
         result["best_valid"]["valid"], abs=1e-6)
     assert not (run_dir / "checkpoints").exists()  # removed once the word-order sets are written
 
-    # word order: the shuffles changed the text, yet nope predicts exactly the same
-    order = json.loads((run_dir / "order.json").read_text())["sets"]
+
+def test_tiny_study_word_order_does_not_move_nope(tiny_study):
+    """The shuffles changed the text, yet nope predicts exactly the same."""
+    order = json.loads((tiny_study.run_dir / "order.json").read_text())["sets"]
     assert sorted(order) == ["original", "random", "shuffle_3", "shuffle_6"]  # SST-2: no role swap
     for name in ("shuffle_3", "shuffle_6", "random"):
         assert order[name]["changed"] >= 12, name  # nearly every sentence has two distinct words in a window
         assert order[name]["pred"] == order["original"]["pred"], name
-    drops = {d["perturbation"]: float(d["mean_drop"]) for d in csv.DictReader((out / "order.csv").open())}
+    drops = {d["perturbation"]: float(d["mean_drop"]) for d in tiny_study.order_csv}
     assert drops == {"shuffle_3": 0.0, "shuffle_6": 0.0, "random": 0.0}
-    assert "Check: nope (no position information) moves by at most 0.00 points" in md
+    assert "Check: nope (no position information) moves by at most 0.00 points" in tiny_study.md
 
-    # longer inputs: the same targets at T, 2T, 4T (the model was pre-trained with 4T positions); at T, pre-training's
-    # own last validation (VALID_STEPS=0: the whole split), the loss its log and its checkpoint hold
-    longer = json.loads((out / "longer" / "nope" / "seed1.json").read_text())
+
+def test_tiny_study_longer_inputs_at_t_are_the_logged_validation(tiny_study):
+    """The same targets at T, 2T, 4T (the model was pre-trained with 4T positions); at T, pre-training's own last
+    validation (VALID_STEPS=0: the whole split), the loss its log and its checkpoint hold."""
+    longer = json.loads((tiny_study.out / "longer" / "nope" / "seed1.json").read_text())
+    curve = tiny_study.curve
     assert longer["positions"] == 256 and longer["not_beyond"] is None and longer["tokens"] > 0
     assert sorted(longer["lengths"], key=int) == ["64", "128", "256"]
     assert all(0 < x < 20 for x in longer["lengths"].values())
     assert longer["lengths"]["64"] == pytest.approx(curve[4], abs=0.002) and longer["logged_valid_loss"] == curve[4]
-    assert float(r["loss_len256"]) == pytest.approx(longer["lengths"]["256"], rel=1e-5)
+    assert float(tiny_study.rows[0]["loss_len256"]) == pytest.approx(longer["lengths"]["256"], rel=1e-5)
 
-    listing = study(out, "--list", **env).stdout.splitlines()
+
+def test_tiny_study_list_says_every_part_is_done(tiny_study):
+    listing = study(tiny_study.out, "--list", **tiny_study.env).stdout.splitlines()
     assert [line.split("\t")[0] for line in listing] == ["prep", "pretrain", "locality", "longer", "finetune", "order",
                                                          "report"]
     assert all(line.endswith("\tdone") for line in listing), listing
 
-    before = (out / "pretrain" / "nope" / "seed1" / "checkpoint_last.pt").stat().st_mtime_ns
-    again = study(out, **env)
-    assert again.stderr.count("done, skipping") == 6  # every part but the report
-    assert (out / "pretrain" / "nope" / "seed1" / "checkpoint_last.pt").stat().st_mtime_ns == before
-    assert len((out / "timings.tsv").read_text().splitlines()) == 5  # nothing ran again
 
-    # word-order sets lost after the checkpoint is gone: the order stage says how to redo them
+def test_tiny_study_rerun_runs_nothing_again(tiny_study):
+    out = tiny_study.out
+    checkpoint, timings = out / "pretrain" / "nope" / "seed1" / "checkpoint_last.pt", out / "timings.tsv"
+    before = checkpoint.stat().st_mtime_ns, timings.read_text()
+    again = study(out, **tiny_study.env)
+    assert again.stderr.count("done, skipping") == 6  # every part but the report
+    assert (checkpoint.stat().st_mtime_ns, timings.read_text()) == before
+
+
+def test_tiny_study_lost_word_order_sets_say_how_to_redo_them(tiny_study):
+    """After the fine-tuned checkpoint is gone, the order stage cannot redo its sets: it says to move the run away."""
+    run_dir = tiny_study.run_dir
     order_json = (run_dir / "order.json").read_bytes()
     (run_dir / "order.json").unlink()
-    lost = study(out, "--part", "order", "0", check=False, **env)
+    try:
+        lost = study(tiny_study.out, "--part", "order", "0", check=False, **tiny_study.env)
+    finally:
+        (run_dir / "order.json").write_bytes(order_json)
     assert lost.returncode == 1 and f"the fine-tuned checkpoint is gone; move {run_dir} away" in lost.stderr
-    (run_dir / "order.json").write_bytes(order_json)
 
-    # a second variant: only its parts are to do, on SLURM one job array per stage
-    slurm = study(out, "--slurm", **dict(env, VARIANTS="nope bert-a")).stdout
+
+def test_tiny_study_second_variant_adds_only_its_parts_on_slurm(tiny_study):
+    slurm = study(tiny_study.out, "--slurm", **dict(tiny_study.env, VARIANTS="nope bert-a")).stdout
     assert "prep=" not in slurm and "--array=1 train_scripts/study.sbatch pretrain" in slurm
     assert "--array=1 train_scripts/study.sbatch finetune" in slurm and "study.sbatch report" in slurm
     assert "--dependency=afterok:$finetune --array=1 train_scripts/study.sbatch order" in slurm
 
-    # ELECTRA beside it (OBJECTIVES is not a recorded setting: adding an objective adds models, as a variant
-    # does): only nope+electra's parts run; the discriminator goes through locality, fine-tuning and word order
-    # as any checkpoint, and the report keeps its losses apart
-    lanes = study(out, "--lanes", "2", **dict(env, OBJECTIVES="mlm electra"))  # each part its own process
-    assert "pretrain nope+electra 1: started, 1 thread(s)" in lanes.stderr
-    assert "study.sh: finetune nope+electra 1 SST-2 1e-3 1: finished" in (out / "lanes" / "finetune-1.log").read_text()
-    timed = [line.split("\t")[:2] for line in (out / "timings.tsv").read_text().splitlines()]
-    assert timed[5] == ["pretrain", "nope+electra 1"]  # then its locality and fine-tuning, at once in two lanes
-    assert sorted(timed[6:]) == [["finetune", "nope+electra 1 SST-2 1e-3 1"], ["locality", "nope+electra 1"]]
+
+@pytest.fixture(scope="module")
+def with_electra(tiny_study) -> SimpleNamespace:
+    """ELECTRA beside it (OBJECTIVES is not a recorded setting: adding an objective adds models, as a variant
+    does), in two lanes (each part its own process): only nope+electra's parts run."""
+    out = tiny_study.out
+    timed_before = len((out / "timings.tsv").read_text().splitlines())
+    lanes = study(out, "--lanes", "2", **dict(tiny_study.env, OBJECTIVES="mlm electra"))
+    log = out / "pretrain" / "nope+electra" / "seed1" / "train.log"
+    return SimpleNamespace(
+        out=out, stderr=lanes.stderr, md=(out / "report.md").read_text(),
+        rows={r["variant"]: r for r in csv.DictReader((out / "study.csv").open())},
+        timed=[line.split("\t")[:2] for line in (out / "timings.tsv").read_text().splitlines()][timed_before:],
+        order_csv=list(csv.DictReader((out / "order.csv").open())),
+        curves=runs.parse_valid_curves(str(log), runs.ELECTRA_KEYS),
+        settings=(out / "settings.env").read_text())
+
+
+def test_electra_runs_only_its_own_parts_in_two_lanes(with_electra):
+    assert "pretrain nope+electra 1: started, 1 thread(s)" in with_electra.stderr
+    lane_log = (with_electra.out / "lanes" / "finetune-1.log").read_text()
+    assert "study.sh: finetune nope+electra 1 SST-2 1e-3 1: finished" in lane_log
+    timed = with_electra.timed  # pre-training, then its locality and fine-tuning at once in two lanes
+    assert timed[0] == ["pretrain", "nope+electra 1"]
+    assert sorted(timed[1:]) == [["finetune", "nope+electra 1 SST-2 1e-3 1"], ["locality", "nope+electra 1"]]
+    assert not (with_electra.out / "longer" / "nope+electra").exists()  # an MLM loss: not for ELECTRA
+
+
+def test_electra_checkpoint_is_the_electra_tasks_with_its_generator(with_electra):
     import torch
 
-    ckpt = torch.load(out / "pretrain" / "nope+electra" / "seed1" / "checkpoint_last.pt", map_location="cpu",
-                      weights_only=False)
+    ckpt = torch.load(with_electra.out / "pretrain" / "nope+electra" / "seed1" / "checkpoint_last.pt",
+                      map_location="cpu", weights_only=False)
     assert ckpt["cfg"]["task"]["_name"] == "electra" and any(k.startswith("generator.") for k in ckpt["model"])
-    curves = runs.parse_valid_curves(str(out / "pretrain" / "nope+electra" / "seed1" / "train.log"), runs.ELECTRA_KEYS)
+
+
+def test_electra_row_holds_its_generator_and_discriminator_losses(with_electra):
+    e, curves = with_electra.rows["nope+electra"], with_electra.curves
     assert sorted(curves["gen_loss"]) == [2, 4] and sorted(curves["disc_loss"]) == [2, 4]
-    rows = {r["variant"]: r for r in csv.DictReader((out / "study.csv").open())}
-    e = rows["nope+electra"]
     assert e["objective"] == "electra" and e["final_valid_loss"] == ""
     assert float(e["final_gen_loss"]) == pytest.approx(curves["gen_loss"][4], abs=1e-4)
     assert float(e["final_disc_loss"]) == pytest.approx(curves["disc_loss"][4], abs=1e-4)
     assert 0 < float(e["loc_pos"]) <= 1 and 0 < float(e["loc_attn"]) <= 1 and 0 <= float(e["SST_median"]) <= 100
-    drops = {(d["variant"], d["perturbation"]): float(d["mean_drop"]) for d in csv.DictReader((out / "order.csv").open())}
-    assert drops[("nope+electra", "random")] == 0.0 and drops[("nope+electra", "shuffle_3")] == 0.0  # blind to order
-    md = (out / "report.md").read_text()
+
+
+def test_electra_discriminator_of_nope_is_blind_to_word_order(with_electra):
+    drops = {(d["variant"], d["perturbation"]): float(d["mean_drop"]) for d in with_electra.order_csv}
+    assert drops[("nope+electra", "random")] == 0.0 and drops[("nope+electra", "shuffle_3")] == 0.0
+
+
+def test_electra_report_keeps_its_losses_apart_and_compares_downstream(with_electra):
+    md = with_electra.md
     assert "| nope+electra | " in md.split("## Pre-training: ELECTRA")[1].split("##")[0]
     assert "nope+electra" not in md.split("## Pre-training: validation MLM loss")[1].split("## Pre-training: ELECTRA")[0]
     assert "| nope+electra | — | — | — | ELECTRA: the discriminator" in md
     assert "| nope - nope+electra | SST |" in md
     assert "The discriminator of nope+electra ended less than 10% below" in md  # 4 updates: not trained yet
-    assert not (out / "longer" / "nope+electra").exists()
-    assert (out / "settings.env").read_text().endswith("GENERATOR_SIZE_DIVISOR=auto\nDISC_WEIGHT=50\n")
 
-    changed = study(out, check=False, **dict(env, TOTAL_UPDATES="5", OBJECTIVES="electra", DISC_WEIGHT="10"))
+
+def test_electra_settings_are_recorded_once_it_has_electra_models(with_electra):
+    assert with_electra.settings.endswith("GENERATOR_SIZE_DIVISOR=auto\nDISC_WEIGHT=50\n")
+
+
+def test_changed_settings_are_refused_naming_each(with_electra, tiny_study):
+    changed = study(with_electra.out, check=False,
+                    **dict(tiny_study.env, TOTAL_UPDATES="5", OBJECTIVES="electra", DISC_WEIGHT="10"))
     assert changed.returncode == 2
     assert "differs from this run" in changed.stderr and "TOTAL_UPDATES=5" in changed.stderr
     assert "< DISC_WEIGHT=50\n> DISC_WEIGHT=10" in changed.stderr
@@ -908,7 +991,7 @@ def test_progress_of_a_stage():
     assert progress(8, 8, [60] * 8, 2) == "8 of 8 ended"
 
 
-def test_lanes_run_at_once_and_name_what_failed(tmp_path, capsys):
+def test_lanes_run_at_once_and_name_what_failed(tmp_path, capsys, starts_process):
     """--lanes N: N commands at a time (each of two waits for the other's file: only possible at once), with
     cores/N threads unless OMP_NUM_THREADS is set, each writing its own log; failures named, the rest go on."""
     from study.__main__ import Job, cores, run_in_lanes
@@ -939,7 +1022,7 @@ def test_lanes_run_at_once_and_name_what_failed(tmp_path, capsys):
     assert bad.returncode == 2 and "--lanes N: a whole number >= 1" in bad.stderr and not (tmp_path / "out").exists()
 
 
-def test_lanes_start_a_job_once_what_it_needs_has_ended(tmp_path, capsys):
+def test_lanes_start_a_job_once_what_it_needs_has_ended(tmp_path, capsys, starts_process):
     """A free lane takes the first ready job, not the next of the list: 'late' (needs 'first') waits while
     'other', after it in the list, runs beside 'first'; a job done meanwhile is dropped; a job whose need
     failed is named, never started; the progress line counts each group (stage) apart."""
@@ -969,7 +1052,7 @@ def test_lanes_start_a_job_once_what_it_needs_has_ended(tmp_path, capsys):
     assert "first: finished; 1 of 1 ended" in said
 
 
-def test_lanes_run_in_the_callers_folder(tmp_path, monkeypatch):
+def test_lanes_run_in_the_callers_folder(tmp_path, monkeypatch, starts_process):
     """A lane's command runs where the study was started (a relative OUT means the same folder in every part:
     lanes once ran in the repository, so OUT=study wrote into the study package) and imports this study
     package, even beside a folder named study (a relative OUT=study)."""
@@ -983,12 +1066,26 @@ def test_lanes_run_in_the_callers_folder(tmp_path, monkeypatch):
     assert (tmp_path / "a.log").read_text().splitlines() == [str(tmp_path), str(ROOT / "study" / "__init__.py")]
 
 
-def test_an_out_folder_of_python_source_is_refused():
+def test_an_out_folder_of_python_source_is_refused(starts_process):
     """OUT=study from the repository root is the study package: refused before anything is written there."""
     before = sorted(p.name for p in (ROOT / "study").iterdir())
     p = study(Path("study"), check=False, TASKS="none", C4_DIR=str(ROOT))
     assert p.returncode == 2 and "OUT=study holds Python source (__init__.py" in p.stderr and "runs/study" in p.stderr
     assert sorted(p.name for p in (ROOT / "study").iterdir()) == before
+
+
+def test_variants_in_the_registrys_spelling_are_read_with_dashes():
+    """VARIANTS=tupe_r (the registry's, the arch's spelling) is tupe-r: the study's folders, parts and report
+    name a variant as pretrain.sh's VARIANT does; a name known in neither spelling is refused."""
+    from study.plan import UsageError, parse_variants, registry
+
+    known = registry()
+    assert "tupe-r" in known and "tupe_r" not in known
+    entries = parse_variants("tupe_r learned_gaussian:1,2 bert-a", [1], known)
+    assert [(e.name, e.seeds) for e in entries] == [("tupe-r", (1,)), ("learned-gaussian", (1, 2)), ("bert-a", (1,))]
+    assert parse_variants("tupe_r tupe-r", [1], known) == parse_variants("tupe-r", [1], known)
+    with pytest.raises(UsageError, match="'tupe-x' is not a registered variant"):
+        parse_variants("tupe_x", [1], known)
 
 
 def test_fine_tuning_parts_come_seed_first(tmp_path, corpus):
@@ -1001,7 +1098,7 @@ def test_fine_tuning_parts_come_seed_first(tmp_path, corpus):
         ("nope", 1, 1), ("bert-a", 1, 1), ("bert-a", 2, 1), ("nope", 1, 2), ("bert-a", 1, 2), ("bert-a", 2, 2)]
 
 
-def test_unknown_variant_is_refused_before_any_work(tmp_path):
+def test_unknown_variant_is_refused_before_any_work(tmp_path, starts_process):
     p = study(tmp_path / "study", check=False, VARIANTS="bert-a bert-x", TASKS="none", C4_DIR=str(tmp_path))
     assert p.returncode == 2 and "'bert-x' is not a registered variant" in p.stderr and "pam-window" in p.stderr
     assert not (tmp_path / "study").exists()  # nothing written, nothing prepared
@@ -1042,7 +1139,7 @@ def test_presets_are_complete_and_consistent(name):
     assert int(p["LOC_LENGTH"]) <= int(p["TOKENS_PER_SAMPLE"]) and int(p["WARMUP"]) < int(p["TOTAL_UPDATES"])
 
 
-def test_help_lists_the_preset_values_and_a_bad_preset_is_named():
+def test_help_lists_the_preset_values_and_a_bad_preset_is_named(starts_process):
     env = {k: v for k, v in os.environ.items() if k not in ("PRESET", "TOTAL_UPDATES")}
     out = subprocess.run([str(STUDY), "--help"], env=dict(env, PRESET="gpu-small"), capture_output=True, text=True)
     assert out.returncode == 0
