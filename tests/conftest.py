@@ -31,9 +31,6 @@ from corpus import labelled, lm_lines  # noqa: E402
 # (tests/test_slow_marker.py shows both).
 PROCESS_EVENTS = frozenset({"subprocess.Popen", "os.system", "os.fork", "os.forkpty", "os.exec", "os.posix_spawn",
                             "os.spawn"})
-# Modules whose owners were changing them when the fixture came: every test of theirs counts as starting a
-# process until they request `starts_process` where it is needed (then drop them from this list).
-UNMARKED_MODULES = frozenset({"test_cli_errors.py", "test_gpu_check.py", "test_gpu_study.py", "test_rotary_kernel.py"})
 _unmarked_test: List[str] = []  # the node id of the running test when it is not `slow` (then no process may start)
 
 
@@ -54,7 +51,7 @@ def pytest_configure(config):
 @pytest.hookimpl(tryfirst=True)  # before -m deselects
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if "starts_process" in getattr(item, "fixturenames", ()) or item.path.name in UNMARKED_MODULES:
+        if "starts_process" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.slow)
 
 

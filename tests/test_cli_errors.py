@@ -19,8 +19,11 @@ import torch
 
 from conftest import PRETRAIN_ARGS, run, write_lines
 from tupe_plugin.models.checkpoint_checks import DictionaryMismatchError, check_dictionary
+from tupe_plugin.models.tupe_roberta import VARIANT_KEY
 from tupe_plugin_cli.commands import COMMANDS, CONSOLE_SCRIPTS, NEEDS
 from tupe_plugin_cli.errors import OPTIONAL, last_error, run_command
+
+pytestmark = pytest.mark.usefixtures("starts_process")  # its tests start processes (real CLIs, scripts)
 
 BIN = Path(sys.executable).parent
 CONSOLE = [script.partition("=")[0] for script in CONSOLE_SCRIPTS]
@@ -298,7 +301,7 @@ def test_a_damaged_or_foreign_torch_file_is_named(pretrained, tmp_path):
     torch.save({"model": {"encoder.weight": torch.zeros(2)}}, tmp_path / "other.pt")  # another fairseq model
     with pytest.raises(ValueError) as e:
         checkpoint_info(str(tmp_path / "other.pt"))
-    assert str(e.value) == (f"{tmp_path / 'other.pt'}: no 'encoder.sentence_encoder.positions.variant' in the model "
+    assert str(e.value) == (f"{tmp_path / 'other.pt'}: no '{VARIANT_KEY}' in the model "
                             "state: not a tupe_roberta checkpoint (for the original TUPE release, run "
                             "tupe-convert-original first)")
     (tmp_path / "pickle.pt").write_bytes(pickle.dumps({"model": 1}, protocol=2))  # a pickle torch.save did not write

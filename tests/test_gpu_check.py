@@ -22,6 +22,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 import gpu_check  # noqa: E402
 import gpu_wheels  # noqa: E402
 
+pytestmark = pytest.mark.usefixtures("starts_process")  # its tests start processes (real CLIs, scripts)
+
 CARRY_LIMIT = 64 * 2**20  # what a borrowed GPU machine takes: the work tree and the carried folders
 
 

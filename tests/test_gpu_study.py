@@ -28,6 +28,8 @@ import gpu_study  # noqa: E402
 import gpu_study_data  # noqa: E402
 from corpus import lm_lines  # noqa: E402
 
+pytestmark = pytest.mark.usefixtures("starts_process")  # its tests start processes (real CLIs, scripts)
+
 # the dry run: the tiny preset, the vocabulary the fixture corpus can fill, 4 updates with 2 validations
 TINY = {"PRESET": "tiny", "VOCAB_SIZE": "300", "HARD_VOCAB_LIMIT": "0", "TOTAL_UPDATES": "4", "VALID_POINTS": "2",
         "PREP_JOBS": "1", "OMP_NUM_THREADS": "1"}

@@ -44,7 +44,7 @@ print(json.dumps(out))
 """
 
 
-def test_the_kernel_rotates_as_rope_and_its_backward_is_the_transpose():
+def test_the_kernel_rotates_as_rope_and_its_backward_is_the_transpose(starts_process):
     p = run([sys.executable, "-c", COMPARE], env=dict(os.environ, TRITON_INTERPRET="1", CUDA_VISIBLE_DEVICES=""))
     cases = json.loads(p.stdout.strip().splitlines()[-1])
     assert len(cases) == 3

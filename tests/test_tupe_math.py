@@ -256,7 +256,7 @@ def test_positional_term_computed_once_and_shared_by_layers():
     calls, masks = [], []
     enc.positions.register_forward_hook(lambda m, i, o: calls.append(o))
     for layer in enc.layers:
-        layer.register_forward_pre_hook(lambda m, args: masks.append(args[1].additive))
+        layer.register_forward_pre_hook(lambda m, args: masks.append(args[1]))
     with torch.no_grad():
         model(tokens(2, 9))
     assert len(calls) == 1 and len(masks) == 3
