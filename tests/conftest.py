@@ -77,6 +77,11 @@ def run(cmd: List[str], cwd: Path = ROOT, check: bool = True, timeout: int = 600
     (default: this process's)."""
     env = dict(os.environ if env is None else env, PYTHONUNBUFFERED="1")
     env["PATH"] = f"{BIN}:{env.get('PATH', '')}"
+    if cmd[0] in ("fairseq-train", "fairseq-hydra-train") and not any("data-buffer-size" in str(a) or
+                                                                     "data_buffer_size" in str(a) for a in cmd):
+        # fairseq's prefetch thread, left running by --max-update/--max-valid-steps mid-epoch, can abort the
+        # exit (status 134/-6) after a finished run; the project's scripts pass 0 too (train_scripts/pretrain.sh)
+        cmd = [*cmd, "dataset.data_buffer_size=0" if cmd[0] == "fairseq-hydra-train" else "--data-buffer-size=0"]
     if cmd[0].startswith("fairseq-"):
         cmd = [str(BIN / cmd[0])] + cmd[1:]
     p = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
