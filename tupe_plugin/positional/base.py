@@ -15,7 +15,8 @@ the Hugging Face export read these declarations instead of branching on flags:
 ``untrained_beyond``   why positions beyond the trained length mean nothing (or None)
 ``content_free_map``   its position-only map for the analysis (logits, weights, or ``ContentDependentPositions``)
 ``attention_block``    the attention block of every layer
-``selected``           which checkpoint records (``record.PositionalVariant``) build it
+``selected_by``        which checkpoint records (``record.PositionalVariant``) build it: field -> value
+``fixed_tables``       its non-persistent buffers, computed from its options (``self.options``) and sizes
 =====================  ========================================================================================
 
 An encoding sits in one of two places of the encoder: ``embed_positions`` (``enters == INPUT``: fairseq calls it
@@ -75,20 +76,28 @@ class PositionalEncoding(nn.Module):
     block = SelfAttention  # the attention block of every layer (a subclass where the encoding has its own)
     score_scale: float = 1.0
     left_padding: bool = False
+    # the record's fields that select it (built-in encodings have flags of their own: {"alibi": True})
+    selected_by: Dict[str, object] = {}
     # an encoding registered without a flag of its own (registry.register(..., encoding=Cls)) is recorded by
-    # this number, set by the registry from the variant's name; built-in encodings are selected by their flags
+    # this number, set by the registry from the variant's name
     record_id: int = 0
 
     def __init__(self, variant: "PositionalVariant", embed_dim: int, num_heads: int, max_positions: int,
                  num_layers: int = 1):
         super().__init__()
+        self.options = variant  # the checkpoint record: the options its fixed tables and parameters read
         self.embed_dim, self.num_heads, self.max_positions = embed_dim, num_heads, max_positions
-        self.head_dim = embed_dim // num_heads
+        self.head_dim, self.num_layers = embed_dim // num_heads, num_layers
+        for name, table in self.fixed_tables().items():
+            self.register_buffer(name, table, persistent=False)
 
     # --- which records build it -----------------------------------------------------------------------------
     @classmethod
     def selected(cls, variant: "PositionalVariant") -> bool:
-        """Whether ``variant`` has this encoding. Built-ins read their flags; a flagless one its record id."""
+        """Whether ``variant`` has this encoding: every field of ``selected_by`` has its value (a flagless
+        encoding: the record id)."""
+        if cls.selected_by:
+            return all(getattr(variant, field) == value for field, value in cls.selected_by.items())
         return cls.record_id != 0 and variant.encoding_id == cls.record_id
 
     @classmethod
@@ -126,12 +135,8 @@ class PositionalEncoding(nn.Module):
         return self.fixed_tables()
 
     def fixed_tables(self) -> Dict[str, Tensor]:
-        """The non-persistent buffers, computed from the options and sizes alone."""
+        """The non-persistent buffers, computed from the options and sizes alone (registered by ``__init__``)."""
         return {}
-
-    def register_fixed_tables(self) -> None:
-        for name, table in self.fixed_tables().items():
-            self.register_buffer(name, table, persistent=False)
 
     def forward(self, seq_len: int) -> PositionalTerm:
         check_length(seq_len, self.max_positions)
@@ -146,8 +151,8 @@ class InputEncoding(PositionalEncoding):
 
     def __init__(self, variant: "PositionalVariant", embed_dim: int, num_heads: int, max_positions: int,
                  num_layers: int = 1, padding_idx: int = 1):
+        self.padding_idx = padding_idx  # before the base's __init__: fixed tables may read it
         super().__init__(variant, embed_dim, num_heads, max_positions, num_layers)
-        self.padding_idx = padding_idx
 
     def rows(self, seq_len: int) -> Tensor:
         """(T, d): what tokens 0..T-1 of a sequence without padding get added."""
@@ -162,8 +167,4 @@ class NoTerm(PositionalEncoding):
     """Nothing at the attention: the ``positions`` of a variant whose positions are all at the input (BERT-A,
     sinusoidal) or that has none (NoPE). Left padding is harmless to it."""
 
-    left_padding = True
-
-    @classmethod
-    def selected(cls, variant: "PositionalVariant") -> bool:
-        return False  # the registry's fallback, never chosen by a flag
+    left_padding = True  # the registry's fallback: no selected_by, never chosen by a flag

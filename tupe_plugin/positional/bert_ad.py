@@ -17,9 +17,7 @@ class BertAd(Tupe):
     enters = QK
     score_scale = 4.0  # four terms: 1/sqrt(4 dh)
 
-    @classmethod
-    def selected(cls, variant) -> bool:
-        return variant.pos_mixed_terms
+    selected_by = {"untied_pos": True, "pos_mixed_terms": True}
 
     def forward(self, seq_len: int) -> PositionalTerm:
         check_length(seq_len, self.max_positions)

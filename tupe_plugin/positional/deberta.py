@@ -58,19 +58,16 @@ class Deberta(PositionalEncoding):
     block = DisentangledSelfAttention
     score_scale = 3.0  # three terms: 1/sqrt(3 dh)
 
-    @classmethod
-    def selected(cls, variant) -> bool:
-        return variant.attention_block == "deberta"
+    selected_by = {"attention_block": "deberta"}
 
     def __init__(self, variant, embed_dim: int, num_heads: int, max_positions: int, num_layers: int = 1):
         super().__init__(variant, embed_dim, num_heads, max_positions, num_layers)
         self.k = variant.max_rel_pos
         self.rel_embeddings = nn.Embedding(2 * self.k, embed_dim)  # shared by all layers
-        self.register_fixed_tables()
 
     def fixed_tables(self) -> Dict[str, Tensor]:
-        idx = torch.arange(self.max_positions)
-        return {"rel_index": (idx[:, None] - idx[None, :] + self.k).clamp(0, 2 * self.k - 1)}  # (P, P)
+        idx, k = torch.arange(self.max_positions), self.options.max_rel_pos
+        return {"rel_index": (idx[:, None] - idx[None, :] + k).clamp(0, 2 * k - 1)}  # (P, P)
 
     def forward(self, seq_len: int) -> PositionalTerm:
         check_length(seq_len, self.max_positions)

@@ -18,14 +18,7 @@ class GaussianPrior(PositionalEncoding):
     """``--distance-prior gaussian``: one fixed (H, T, T) bias, the same for every head."""
 
     enters = BIAS
-
-    @classmethod
-    def selected(cls, variant) -> bool:
-        return variant.distance_prior == "gaussian"
-
-    def __init__(self, variant, embed_dim: int, num_heads: int, max_positions: int, num_layers: int = 1):
-        super().__init__(variant, embed_dim, num_heads, max_positions, num_layers)
-        self.register_fixed_tables()
+    selected_by = {"distance_prior": "gaussian"}
 
     def fixed_tables(self) -> Dict[str, Tensor]:
         idx = torch.arange(self.max_positions)

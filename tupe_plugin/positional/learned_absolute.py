@@ -21,10 +21,7 @@ class LearnedAbsolute(InputEncoding):
     """``--input-pe``: ``x_i = w_i + p_{pos(i)}``, ``p`` learned (N(0, 0.02) at first, the pad row zero)."""
 
     left_padding = True  # positions count real tokens only
-
-    @classmethod
-    def selected(cls, variant) -> bool:
-        return variant.input_pe
+    selected_by = {"input_pe": True}
 
     def __init__(self, variant, embed_dim: int, num_heads: int, max_positions: int, num_layers: int = 1,
                  padding_idx: int = 1):

@@ -26,15 +26,10 @@ class LearnedGaussian(PositionalEncoding):
     """``--distance-prior learned_gaussian``: an (L, H, T, T) bias, one matrix per layer."""
 
     enters = LAYER_BIAS
-
-    @classmethod
-    def selected(cls, variant) -> bool:
-        return variant.distance_prior == "learned_gaussian"
+    selected_by = {"distance_prior": "learned_gaussian"}
 
     def __init__(self, variant, embed_dim: int, num_heads: int, max_positions: int, num_layers: int = 1):
         super().__init__(variant, embed_dim, num_heads, max_positions, num_layers)
-        self.num_layers = num_layers
-        self.register_fixed_tables()
         self.distance_bias = nn.Parameter(self.initial_values()["distance_bias"])  # (L, H, P)
 
     def fixed_tables(self) -> Dict[str, Tensor]:

@@ -159,7 +159,7 @@ class Pam(PositionalEncoding):
 
     def __init__(self, variant, embed_dim: int, num_heads: int, max_positions: int, num_layers: int = 1):
         super().__init__(variant, embed_dim, num_heads, max_positions, num_layers)
-        self.mode, self.num_layers = variant.attention_block[len("pam_"):], num_layers
+        self.mode = variant.attention_block[len("pam_"):]
 
     @classmethod
     def untrained_beyond(cls, variant, trained: int) -> Optional[str]:

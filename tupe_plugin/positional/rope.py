@@ -43,14 +43,7 @@ class Rope(PositionalEncoding):
 
     enters = ROTATION
     block = RotarySelfAttention
-
-    @classmethod
-    def selected(cls, variant) -> bool:
-        return variant.attention_block == "rope"
-
-    def __init__(self, variant, embed_dim: int, num_heads: int, max_positions: int, num_layers: int = 1):
-        super().__init__(variant, embed_dim, num_heads, max_positions, num_layers)
-        self.register_fixed_tables()
+    selected_by = {"attention_block": "rope"}
 
     def fixed_tables(self) -> Dict[str, Tensor]:
         dh = self.head_dim

@@ -30,19 +30,11 @@ def sinusoidal_table(num_positions: int, dim: int, base: float = 10000.0) -> Ten
 class Sinusoidal(InputEncoding):
     """``--sinusoidal-pe``: token ``i`` (0 = [CLS]) gets row ``i``. No parameters, nothing in the state dict."""
 
-    @classmethod
-    def selected(cls, variant) -> bool:
-        return variant.sinusoidal_pe
-
-    def __init__(self, variant, embed_dim: int, num_heads: int, max_positions: int, num_layers: int = 1,
-                 padding_idx: int = 1):
-        super().__init__(variant, embed_dim, num_heads, max_positions, num_layers, padding_idx)
-        self.scaled = variant.sinusoidal_scaled
-        self.register_fixed_tables()
+    selected_by = {"sinusoidal_pe": True}
 
     def fixed_tables(self) -> Dict[str, Tensor]:
         table = sinusoidal_table(self.max_positions, self.embed_dim)
-        return {"table": table * BERT_INIT_STD if self.scaled else table}
+        return {"table": table * BERT_INIT_STD if self.options.sinusoidal_scaled else table}
 
     def rows(self, seq_len: int) -> Tensor:
         return self.table[:seq_len]  # right padding keeps 0..len-1

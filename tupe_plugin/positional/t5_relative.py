@@ -59,6 +59,11 @@ def relative_bias(table: nn.Embedding, by_distance_bucket: Tensor, seq_len: int)
     return by_distance.t().unfold(-1, T, 1).flip(1)
 
 
+def bucket_tables(variant, max_positions: int) -> Dict[str, Tensor]:
+    """The fixed table of T5's bias (and TUPE-R's): the bucket of every distance, by its buffer name."""
+    return {"rp_bucket_by_distance": bucket_by_distance(variant.rel_pos_bins, variant.max_rel_pos, max_positions)}
+
+
 def cls_values(table: nn.Embedding, bins: int) -> Tuple[Tensor, Tensor]:
     """The untied [CLS] scalars per head, (H,) each: row 0 reads the bucket no pair uses, column 0 the extra one."""
     w = table.weight  # (bins + 1, H)
@@ -79,18 +84,15 @@ class T5Relative(PositionalEncoding):
 
     enters = BIAS
 
-    @classmethod
-    def selected(cls, variant) -> bool:
-        return variant.rel_pos and not variant.untied_pos  # with --untied-pos it is TUPE-R's (tupe.py)
+    selected_by = {"rel_pos": True, "untied_pos": False}  # with --untied-pos it is TUPE-R's (tupe.py)
 
     def __init__(self, variant, embed_dim: int, num_heads: int, max_positions: int, num_layers: int = 1):
         super().__init__(variant, embed_dim, num_heads, max_positions, num_layers)
-        self.bins, self.max_rel_pos, self.untie_cls = variant.rel_pos_bins, variant.max_rel_pos, variant.untie_cls
+        self.bins, self.untie_cls = variant.rel_pos_bins, variant.untie_cls
         self.relative_attention_bias = nn.Embedding(self.bins + 1, num_heads)
-        self.register_fixed_tables()
 
     def fixed_tables(self) -> Dict[str, Tensor]:
-        return {"rp_bucket_by_distance": bucket_by_distance(self.bins, self.max_rel_pos, self.max_positions)}
+        return bucket_tables(self.options, self.max_positions)
 
     def forward(self, seq_len: int) -> PositionalTerm:
         check_length(seq_len, self.max_positions)

@@ -19,7 +19,7 @@ import torch
 from torch import Tensor, nn
 
 from .base import BIAS, PositionalEncoding, PositionalTerm, check_length
-from .t5_relative import bucket_by_distance, cls_values, relative_bias, reset_cls
+from .t5_relative import bucket_tables, cls_values, relative_bias, reset_cls
 
 
 class Tupe(PositionalEncoding):
@@ -28,14 +28,12 @@ class Tupe(PositionalEncoding):
     enters = BIAS
     score_scale = 2.0  # the paper's 1/sqrt(2d), per head: content and positional terms alike
 
-    @classmethod
-    def selected(cls, variant) -> bool:
-        return variant.untied_pos and not variant.pos_mixed_terms
+    selected_by = {"untied_pos": True, "pos_mixed_terms": False}
 
     def __init__(self, variant, embed_dim: int, num_heads: int, max_positions: int, num_layers: int = 1):
         super().__init__(variant, embed_dim, num_heads, max_positions, num_layers)
         self.untie_cls, self.rel_pos = variant.untie_cls, variant.rel_pos
-        self.bins, self.max_rel_pos = variant.rel_pos_bins, variant.max_rel_pos
+        self.bins = variant.rel_pos_bins
         self.scaling = (self.head_dim * self.scale_for(variant)) ** -0.5
         self.pos = nn.Embedding(max_positions + 1, embed_dim)
         self.pos_ln = nn.LayerNorm(embed_dim)
@@ -43,12 +41,9 @@ class Tupe(PositionalEncoding):
         self.pos_k_linear = nn.Linear(embed_dim, embed_dim)
         if self.rel_pos:  # TUPE-R: T5's table, in this module (its state-dict key in every checkpoint)
             self.relative_attention_bias = nn.Embedding(self.bins + 1, num_heads)
-        self.register_fixed_tables()
 
     def fixed_tables(self) -> Dict[str, Tensor]:
-        if not self.rel_pos:
-            return {}
-        return {"rp_bucket_by_distance": bucket_by_distance(self.bins, self.max_rel_pos, self.max_positions)}
+        return bucket_tables(self.options, self.max_positions) if self.options.rel_pos else {}
 
     def position_qk(self, seq_len: int) -> Tuple[Tensor, Tensor]:
         """(H, T+1, dh) each: ``LN(p) U^Q`` and ``LN(p) U^K`` of table rows 0..T (row i + 1 is token i)."""

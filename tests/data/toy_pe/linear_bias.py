@@ -13,7 +13,6 @@ class LinearDistanceBias(PositionalEncoding):
     def __init__(self, variant, embed_dim: int, num_heads: int, max_positions: int, num_layers: int = 1):
         super().__init__(variant, embed_dim, num_heads, max_positions, num_layers)
         self.slope = nn.Parameter(torch.full((num_heads,), 0.5))
-        self.register_fixed_tables()
 
     def fixed_tables(self) -> Dict[str, Tensor]:
         idx = torch.arange(self.max_positions)
