@@ -13,7 +13,7 @@ import torch
 from model_utils import build, tokens
 from test_tupe_math import deberta_reference, layer0_reference_weights, paper_bucket
 from tupe_plugin.analysis.checkpoint_maps import ContentDependentPositions, load_checkpoint, positional_logits
-from tupe_plugin.checkpoint_info import main as checkpoint_info_main
+from tupe_plugin_cli.commands import checkpoint_info as checkpoint_info_main
 from tupe_plugin.models import VARIANTS, PositionalVariant, VariantMismatchError
 from tupe_plugin.models.tupe_roberta import VARIANT_KEY
 from tupe_plugin.positional.rope import rotate

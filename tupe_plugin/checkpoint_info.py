@@ -110,11 +110,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv=None) -> int:
-    from tupe_plugin_cli.commands import checkpoint_info as command  # parses before torch is imported
+if __name__ == "__main__":  # python -m tupe_plugin.checkpoint_info: the console script tupe-checkpoint-info
+    from tupe_plugin_cli.commands import dispatch
 
-    return command(argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(dispatch("tupe-checkpoint-info"))

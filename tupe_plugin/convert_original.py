@@ -219,11 +219,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    from tupe_plugin_cli.commands import convert_original
+if __name__ == "__main__":  # python -m tupe_plugin.convert_original: the console script tupe-convert-original
+    from tupe_plugin_cli.commands import dispatch
 
-    return convert_original(None if argv is None else list(argv))
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(dispatch("tupe-convert-original"))

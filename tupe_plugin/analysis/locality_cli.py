@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Dict, List, Optional
+from typing import Dict, List
 
 import numpy as np
 
@@ -91,11 +91,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: Optional[List[str]] = None) -> int:
-    from tupe_plugin_cli.commands import locality as command
+if __name__ == "__main__":  # python -m tupe_plugin.analysis.locality_cli: the console script tupe-locality
+    from tupe_plugin_cli.commands import dispatch
 
-    return command(argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(dispatch("tupe-locality"))

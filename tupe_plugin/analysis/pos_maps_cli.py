@@ -10,7 +10,6 @@ import argparse
 import math
 import os
 import sys
-from typing import List, Optional
 
 import numpy as np
 from tupe_common.io import atomic_open, atomic_path
@@ -86,11 +85,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: Optional[List[str]] = None) -> int:
-    from tupe_plugin_cli.commands import pos_maps
+if __name__ == "__main__":  # python -m tupe_plugin.analysis.pos_maps_cli: the console script tupe-pos-maps
+    from tupe_plugin_cli.commands import dispatch
 
-    return pos_maps(argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(dispatch("tupe-pos-maps"))

@@ -16,7 +16,7 @@ import glob
 import json
 import os
 import sys
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Tuple
 
 import torch
 from fairseq.data.data_utils import collate_tokens
@@ -109,11 +109,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: Optional[List[str]] = None) -> int:
-    from tupe_plugin_cli.commands import probe
+if __name__ == "__main__":  # python -m tupe_plugin.analysis.probing_eval: the console script tupe-probe
+    from tupe_plugin_cli.commands import dispatch
 
-    return probe(argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(dispatch("tupe-probe"))

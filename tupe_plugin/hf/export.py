@@ -277,11 +277,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: Optional[List[str]] = None) -> int:
-    from tupe_plugin_cli.commands import export_hf  # parses before torch is imported
+if __name__ == "__main__":  # python -m tupe_plugin.hf.export: the console script tupe-export-hf
+    from tupe_plugin_cli.commands import dispatch
 
-    return export_hf(argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(dispatch("tupe-export-hf"))
