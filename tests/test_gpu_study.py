@@ -5,7 +5,6 @@ Python process's sockets refused and recorded. Its report has both models and th
 preset plans at least 100M tokens per model and its ELECTRA setting is accepted."""
 from __future__ import annotations
 
-import gzip
 import json
 import os
 import re
@@ -26,7 +25,7 @@ BIN = Path(sys.executable).parent
 
 import gpu_study  # noqa: E402
 import gpu_study_data  # noqa: E402
-from corpus import lm_lines  # noqa: E402
+from corpus import study_inputs  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("starts_process")  # its tests start processes (real CLIs, scripts)
 
@@ -64,21 +63,11 @@ def environment(**more: str) -> Dict[str, str]:
     return env
 
 
-def write_c4(path: Path, docs) -> None:
-    with gzip.open(path, "wt", encoding="utf-8") as f:
-        for i, text in enumerate(docs):
-            f.write(json.dumps({"text": text, "timestamp": "2019-04-25T12:00:00Z", "url": f"https://example.org/{i}"}) + "\n")
-
-
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
     """The data folder from the fixtures: C4-format text of tests/corpus.py and the SST-2 fixture task."""
     d = tmp_path_factory.mktemp("gpu_study_data")
-    lines = lm_lines(900, seed=5)
-    (d / "c4").mkdir()
-    write_c4(d / "c4" / "c4-train.00000-of-00001.json.gz", ["\n".join(lines[i:i + 5]) for i in range(0, 800, 5)])
-    write_c4(d / "c4" / "c4-validation.00000-of-00001.json.gz", ["\n".join(lines[i:i + 5]) for i in range(800, 900, 5)])
-    shutil.copytree(ROOT / "tests" / "data" / "glue" / "SST-2", d / "tasks" / "SST-2")
+    study_inputs(d)
     p = subprocess.run([sys.executable, "bench/gpu_study_data.py", "--c4-dir", str(d / "c4"), "--tasks-dir",
                         str(d / "tasks"), "--dir", str(d / "carry"), "--work", str(d / "work")], cwd=ROOT,
                        env=environment(**TINY), capture_output=True, text=True, timeout=600)

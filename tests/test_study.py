@@ -9,7 +9,6 @@ added beside it, and the refusal of changed settings.
 from __future__ import annotations
 
 import csv
-import gzip
 import json
 import math
 import os
@@ -25,7 +24,7 @@ import numpy as np
 import pytest
 
 from conftest import BIN, ROOT
-from corpus import lm_lines
+from corpus import study_inputs
 from study import compare, figure, runs
 from study import report as sr
 from study import stats
@@ -754,12 +753,6 @@ def test_report_keeps_electra_losses_apart_and_compares_downstream(tmp_path):
 # ---------------------------------------------------------------------------------- study.sh end to end
 
 
-def write_c4(path: Path, docs: List[str]) -> None:
-    with gzip.open(path, "wt", encoding="utf-8") as f:
-        for i, text in enumerate(docs):
-            f.write(json.dumps({"text": text, "timestamp": "2019-04-25T12:00:00Z", "url": f"https://example.org/{i}"}) + "\n")
-
-
 def study(out: Path, *args: str, check: bool = True, **env: str) -> subprocess.CompletedProcess:
     full = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
     full.update(PATH=f"{BIN}:{os.environ.get('PATH', '')}", PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1",
@@ -775,11 +768,7 @@ def study(out: Path, *args: str, check: bool = True, **env: str) -> subprocess.C
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory) -> Dict[str, Path]:
     d = tmp_path_factory.mktemp("study_corpus")
-    lines = lm_lines(900, seed=5)
-    (d / "c4").mkdir()
-    write_c4(d / "c4" / "c4-train.00000-of-00001.json.gz", ["\n".join(lines[i:i + 5]) for i in range(0, 800, 5)])
-    write_c4(d / "c4" / "c4-validation.00000-of-00001.json.gz", ["\n".join(lines[i:i + 5]) for i in range(800, 900, 5)])
-    shutil.copytree(ROOT / "tests" / "data" / "glue" / "SST-2", d / "tasks" / "SST-2")
+    study_inputs(d)
     (d / "tasks" / "notes").mkdir()  # not a task: no train.tsv/dev.tsv
     return {"C4_DIR": str(d / "c4"), "TASKS_DIR": str(d / "tasks")}
 
