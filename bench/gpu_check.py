@@ -22,8 +22,8 @@ Sections, each in its own process with a time limit (a crash or a hang of one is
 - ``throughput``: ``train_scripts/pretrain.sh`` itself on one GPU (its command line, the recipe's per-GPU batch
   of 16 x 512 tokens and update-freq 16) for fairseq's ``roberta_base``, ``bert_a_base`` and ``tupe_r_base``,
   12 updates in bf16 on generated data: fairseq's own ``wps`` from its log, and MFU = matrix FLOPs per token x
-  wps / peak. bf16: ``FP16=0`` and ``--bf16``, run by a ``fairseq-train`` that parses it with fairseq's parser
-  and clears the ``--tpu`` that parser adds (``fairseq_config_keeping_bf16``).
+  wps / peak. bf16: pretrain.sh's ``BF16=1``, fairseq-train's own parser without the ``--tpu`` that fairseq
+  0.12 adds for ``--bf16`` (``train_scripts/fairseq_train.py``).
 - ``sync``: the device-to-host synchronisations of one MLM step (RoBERTa, BERT-A, TUPE-R) and one ELECTRA step
   (BERT-A, TUPE-R), counted by ``bench/sync_count.py`` (CUDA's sync debug mode), with their sites.
 - ``timing``: one train step of a variant against fairseq's ``roberta`` of the same size (base, bf16 weights,
@@ -655,32 +655,6 @@ def section_train(r: Result, s: Settings, args) -> None:
 # --- fairseq-train throughput: train_scripts/pretrain.sh as users run it -------------------------------------
 
 
-def fairseq_config_keeping_bf16(argv: List[str]):
-    """fairseq-train's config for ``argv``, parsed by fairseq 0.12's own command line (fairseq_cli/train.py's
-    cli_main), except that ``--bf16`` stays bf16 on a GPU: that parser also sets ``--tpu`` for ``--bf16``
-    (fairseq/options.py), and a TPU run cannot start on a GPU. The same config as fairseq-hydra-train's
-    ``common.bf16=true``."""
-    from fairseq import options
-    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
-
-    args = options.parse_args_and_arch(options.get_training_parser(), argv)
-    args.tpu = False
-    return convert_namespace_to_omegaconf(args)
-
-
-# The ``fairseq-train`` that pretrain.sh finds first on PATH in the throughput section.
-FAIRSEQ_TRAIN_KEEPING_BF16 = f"""\
-import sys
-
-sys.path.insert(0, {str(ROOT / "bench")!r})
-from fairseq.distributed import utils as distributed_utils
-from fairseq_cli.train import main
-from gpu_check import fairseq_config_keeping_bf16
-
-distributed_utils.call_main(fairseq_config_keeping_bf16(sys.argv[1:]), main)
-"""
-
-
 def write_token_data(folder: Path, vocab: int, tokens: int, min_len: int, max_len: int, seed: int = 0) -> None:
     """A fairseq data folder (dict.txt, train/valid .bin/.idx, as fairseq-preprocess writes them) of about
     ``tokens`` tokens: lines of ``min_len`` to ``max_len`` words drawn from ``vocab`` words with Zipf frequencies,
@@ -708,11 +682,12 @@ def pretrain_command(s: Settings, arch: str, data: Path, save_dir: Path) -> Tupl
     (appended to its fairseq-train command line). Everything else is the recipe's: Adam, lr, dropouts, clipping,
     the per-GPU batch and the update frequency of one GPU."""
     gpu = s.device == "cuda"
-    env = {"DATA": str(data), "ARCH": arch, "GPUS": "1" if gpu else "0", "FP16": "0", "PYTHON": sys.executable,
+    env = {"DATA": str(data), "ARCH": arch, "GPUS": "1" if gpu else "0", "FP16": "0", "BF16": "1" if gpu else "0",
+           "PYTHON": sys.executable,
            "TOKENS_PER_SAMPLE": str(s.throughput_length), "MAX_SENTENCES": str(s.throughput_batch),
            "SENTENCES_PER_UPDATE": str(s.throughput_sentences), "TOTAL_UPDATES": str(s.throughput_updates),
            "LOG_INTERVAL": str(s.throughput_log_interval), "SAVE_DIR": str(save_dir), "TENSORBOARD_DIR": "none"}
-    extra = (["--bf16"] if gpu else []) + ["--no-save", "--disable-validation"]
+    extra = ["--no-save", "--disable-validation"]
     if arch.startswith("roberta_") and s.throughput_size != "base":  # fairseq's roberta has no tiny arch
         from tupe_plugin.models.architectures import SIZES
 
@@ -738,17 +713,13 @@ def section_throughput(r: Result, s: Settings, args) -> None:
     update_freq = s.throughput_sentences // s.throughput_batch
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        data, shims = tmp / "data", tmp / "bin"
+        data = tmp / "data"
         data.mkdir()
-        shims.mkdir()
         tokens = int(1.3 * s.throughput_updates * s.throughput_sentences * s.throughput_length)
         write_token_data(data, s.throughput_vocab, tokens, *((20, 60) if gpu else (10, 30)))
         # the FLOP count's models get the trained ones' vocabulary: the data's and the <mask> masked_lm adds
         bench_train_step.VOCAB = len(Dictionary.load(str(data / "dict.txt"))) + 1
-        shim = shims / "fairseq-train"
-        shim.write_text(f"#!{sys.executable}\n" + FAIRSEQ_TRAIN_KEEPING_BF16, encoding="utf-8")
-        shim.chmod(0o755)
-        precision = "bf16 (`--bf16`, kept on the GPU)" if gpu else "fp32 (dry run: fairseq's bf16 needs CUDA)"
+        precision = "bf16 (BF16=1)" if gpu else "fp32 (dry run: fairseq's bf16 needs CUDA)"
         r.say(f"`train_scripts/pretrain.sh` as it runs on one GPU (GPUS=1: MAX_SENTENCES={s.throughput_batch} per "
               f"forward, update-freq {update_freq} for SENTENCES_PER_UPDATE={s.throughput_sentences}; "
               f"TOKENS_PER_SAMPLE={s.throughput_length}, the recipe's Adam, dropouts and clipping), {precision}, "
@@ -756,15 +727,14 @@ def section_throughput(r: Result, s: Settings, args) -> None:
               f"lines of {'20-60' if gpu else '10-30'} words packed by --sample-break-mode complete), logged every "
               f"{s.throughput_log_interval}. wps: fairseq's own words (tokens) per second of its train_inner lines; "
               "the first interval (start-up, kernel compilation) is left out, the median of the others is the "
-              "row's. bf16 through pretrain.sh's command line: FP16=0 and `--bf16`, run by a `fairseq-train` that "
-              "parses it with fairseq's own parser and then clears the `--tpu` that parser sets for `--bf16` "
-              "(fairseq 0.12, fairseq/options.py; `fairseq_config_keeping_bf16` in bench/gpu_check.py). MFU = matrix "
+              "row's. bf16: pretrain.sh's BF16=1 (fairseq-train's own parser, without the `--tpu` fairseq 0.12 "
+              "sets for `--bf16`: train_scripts/fairseq_train.py). MFU = matrix "
               "FLOPs per token (one step of "
               f"{s.throughput_batch} x {s.throughput_length} tokens counted as in the timing section) x wps / peak"
               + (f" {peak:g} TFLOP/s." if peak else ": no peak rate known (give --peak-tflops).") + "\n")
         r.say("| arch | wps (median) | wps per interval | MFU | FLOPs/token | trained in | seconds |\n"
               "|---|---:|---|---:|---:|---|---:|")
-        env = dict(os.environ, PATH=f"{shims}{os.pathsep}{os.environ.get('PATH', '')}", PYTHONUNBUFFERED="1")
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
         x, masked = make_batch(s.throughput_batch * s.throughput_length, s.throughput_length, s.device)
         for arch in s.throughput_archs:
             if time.time() > args.deadline:

@@ -1,4 +1,4 @@
-"""The logic behind ``glue/finetune.sh``: per-task settings, ``result.json``, result checks.
+"""Per-task settings, ``result.json`` and result checks of a fine-tuning run (``glue/finetune.py`` calls them).
 
     python -m glue.finetune_helper settings TASK CHECKPOINT GLUE_BIN   # shell assignments to eval
     python -m glue.finetune_helper result --task T --lr LR --seed S --metric M --subsets valid,valid1 \\
@@ -49,57 +49,75 @@ def label_count(bin_dir: str) -> Optional[int]:
         return sum(1 for line in f if line.strip() and not line.startswith("madeupword"))
 
 
-def cmd_settings(args) -> int:
+def facts_of(task: str, checkpoint: str, glue_bin: str) -> Dict[str, str]:
+    """What a fine-tuning of ``task`` from ``checkpoint`` needs to know: the task's settings, the checkpoint's
+    model flags (MODEL_ARGS) and variant, and the CUDA devices. ValueError names a wrong file."""
     from tupe_plugin.checkpoint_info import checkpoint_info, fairseq_args
 
-    bin_dir = os.path.join(args.glue_bin, f"{args.task}-bin")
+    bin_dir = os.path.join(glue_bin, f"{task}-bin")
     if not os.path.isfile(os.path.join(bin_dir, "input0", "dict.txt")):
         raise ValueError(f"{bin_dir}: no input0/dict.txt; binarize with python -m preprocess.glue_binarize")
     n = label_count(bin_dir)
-    out = task_settings(args.task, num_classes=n, custom=is_custom_bin(bin_dir))
+    out = task_settings(task, num_classes=n, custom=is_custom_bin(bin_dir))
     if out["REGRESSION"] == "0" and n is not None and n != int(out["NUM_CLASSES"]):
-        raise ValueError(f"{bin_dir}/label/dict.txt has {n} labels, but {args.task} has {out['NUM_CLASSES']} classes")
-    info = checkpoint_info(args.checkpoint)
+        raise ValueError(f"{bin_dir}/label/dict.txt has {n} labels, but {task} has {out['NUM_CLASSES']} classes")
+    info = checkpoint_info(checkpoint)
     out["MODEL_ARGS"] = fairseq_args(info)
     out["CHECKPOINT_VARIANT"] = info["variant"]
     import torch
 
     out["CUDA_DEVICES"] = str(torch.cuda.device_count())
-    for k, v in out.items():
+    return out
+
+
+def cmd_settings(args) -> int:
+    for k, v in facts_of(args.task, args.checkpoint, args.glue_bin).items():
         print(f"{k}={shlex.quote(v)}")
     return 0
 
 
-def cmd_result(args) -> int:
-    subsets = [s for s in args.subsets.split(",") if s]
-    scores, step = select_best(parse_validations(args.log, args.metric), subsets)
-    missing = [s for s in subsets if s not in scores]
+def write_result(task: str, lr: str, seed: str, metric: str, subsets: str, log: str, variant: str, checkpoint: str,
+                 out: str) -> str:
+    """result.json of a run from its train.log: the best validation of the first subset, the others at that step;
+    returns the line that says it."""
+    names = [s for s in subsets.split(",") if s]
+    scores, step = select_best(parse_validations(log, metric), names)
+    missing = [s for s in names if s not in scores]
     if missing:
-        raise ValueError(f"{args.log}: no finite {args.metric!r} for valid subset(s) {', '.join(missing)} "
-                         f"at the best validation of {subsets[0]!r} (found: {scores or 'none'})")
+        raise ValueError(f"{log}: no finite {metric!r} for valid subset(s) {', '.join(missing)} "
+                         f"at the best validation of {names[0]!r} (found: {scores or 'none'})")
     result = {
-        "task": args.task, "lr": float(args.lr), "seed": int(args.seed), "metric": args.metric,
-        "best_valid": {s: scores[s] for s in subsets}, "selected_on": subsets[0], "best_step": step,
-        "checkpoint_variant": args.variant, "checkpoint": os.path.abspath(args.checkpoint),
+        "task": task, "lr": float(lr), "seed": int(seed), "metric": metric,
+        "best_valid": {s: scores[s] for s in names}, "selected_on": names[0], "best_step": step,
+        "checkpoint_variant": variant, "checkpoint": os.path.abspath(checkpoint),
     }
-    write_json(args.out, result, indent=2)
-    print(" ".join(f"{s} {args.metric} {v}" for s, v in result["best_valid"].items()) + f" (update {step})")
+    write_json(out, result, indent=2)
+    return " ".join(f"{s} {metric} {v}" for s, v in result["best_valid"].items()) + f" (update {step})"
+
+
+def cmd_result(args) -> int:
+    print(write_result(args.task, args.lr, args.seed, args.metric, args.subsets, args.log, args.variant,
+                       args.checkpoint, args.out))
     return 0
+
+
+def check_result(task: str, result: str) -> Optional[str]:
+    """None when ``result.json`` holds a score for every valid subset of the task, else why not."""
+    spec = get_task(task, custom=True)
+    try:
+        scores = read_result_json(result, spec.name, spec.metric)
+    except (OSError, ValueError) as e:
+        return f"{result}: {e}"
+    lacking = [s for s in spec.valid_subsets if s not in scores]
+    return f"{result}: no score for subset(s) {', '.join(lacking)}" if lacking else None
 
 
 def cmd_check_result(args) -> int:
-    """Exit 0 when ``result.json`` holds a score for every valid subset of the task, else say why, exit 1."""
-    spec = get_task(args.task, custom=True)
-    try:
-        scores = read_result_json(args.result, spec.name, spec.metric)
-    except (OSError, ValueError) as e:
-        print(f"{args.result}: {e}", file=sys.stderr)
-        return 1
-    lacking = [s for s in spec.valid_subsets if s not in scores]
-    if lacking:
-        print(f"{args.result}: no score for subset(s) {', '.join(lacking)}", file=sys.stderr)
-        return 1
-    return 0
+    """Exit 0 when ``result.json`` is readable and complete, else say why, exit 1."""
+    why = check_result(args.task, args.result)
+    if why:
+        print(why, file=sys.stderr)
+    return 1 if why else 0
 
 
 def main(argv: Optional[List[str]] = None) -> int:

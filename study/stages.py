@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Callable, List, Sequence, Tuple
 
 from study.plan import Plan, split_label
+from tupe_common.errors import UsageError
 from tupe_common.io import read_data_path
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -146,17 +147,30 @@ def run_pretrain(plan: Plan, label: str, seed: int) -> None:
     note(f"pre-training {label} seed {seed} ({objective}, {v['TOTAL_UPDATES']} updates, {plan.max_positions} positions) "
          f"-> {out} (log: {out}/train.log)")
     # fairseq validates (and saves) every VALID_INTERVAL updates; the positions leave room for the longer inputs
-    env = child_env(DATA=data, VARIANT=name, OBJECTIVE=objective, GENERATOR_SIZE_DIVISOR=v["GENERATOR_SIZE_DIVISOR"],
-                    DISC_WEIGHT=v["DISC_WEIGHT"], SIZE=v["SIZE"], ARCH="auto", SAVE_DIR=out,
-                    TENSORBOARD_DIR=os.path.join(out, "tensorboard"), GPUS=v["GPUS"], SENTENCES_PER_UPDATE=v["BATCH_SIZE"],
-                    MAX_SENTENCES=v["MAX_SENTENCES"], UPDATE_FREQ="auto", TOKENS_PER_SAMPLE=v["TOKENS_PER_SAMPLE"],
-                    MAX_POSITIONS=plan.max_positions, TOTAL_UPDATES=v["TOTAL_UPDATES"], WARMUP=v["WARMUP"],
-                    LR=v["PRETRAIN_LR"], SEED=seed, SAVE_INTERVAL_UPDATES=interval, KEEP_INTERVAL_UPDATES=1,
-                    KEEP_PATTERN=-1, LOG_INTERVAL=max(interval // 2, 1), NUM_WORKERS=v["NUM_WORKERS"], DRY_RUN=0,
-                    EXTRA_ARGS=f"{v['MODEL_ARGS']} {valid_args}")
-    env.pop("BATCH_SIZE", None)  # pretrain.sh's former name of SENTENCES_PER_UPDATE: it would warn
+    from preprocess.c4_data import DataError
+    from train_scripts import pretrain
+
+    settings = {**pretrain.DEFAULTS, **{k: str(x) for k, x in dict(
+        DATA=data, VARIANT=name, OBJECTIVE=objective, GENERATOR_SIZE_DIVISOR=v["GENERATOR_SIZE_DIVISOR"],
+        DISC_WEIGHT=v["DISC_WEIGHT"], SIZE=v["SIZE"], SAVE_DIR=out, TENSORBOARD_DIR=os.path.join(out, "tensorboard"),
+        GPUS=v["GPUS"], SENTENCES_PER_UPDATE=v["BATCH_SIZE"], MAX_SENTENCES=v["MAX_SENTENCES"],
+        TOKENS_PER_SAMPLE=v["TOKENS_PER_SAMPLE"], MAX_POSITIONS=plan.max_positions, TOTAL_UPDATES=v["TOTAL_UPDATES"],
+        WARMUP=v["WARMUP"], LR=v["PRETRAIN_LR"], SEED=seed, SAVE_INTERVAL_UPDATES=interval, KEEP_INTERVAL_UPDATES=1,
+        KEEP_PATTERN=-1, LOG_INTERVAL=max(interval // 2, 1), NUM_WORKERS=v["NUM_WORKERS"],
+        EXTRA_ARGS=f"{v['MODEL_ARGS']} {valid_args}").items()}}
     log = os.path.join(out, "train.log")
-    if run_logged([os.path.join(SCRIPTS, "pretrain.sh")], log, env, append=True):
+    os.makedirs(out, exist_ok=True)
+    with open(log, "a", encoding="utf-8") as f:  # what pretrain.sh says goes to the log, as its output did
+        def say(line: str) -> None:
+            f.write(f"{pretrain.PROG}: {line}\n")
+
+        try:
+            run, cmd = pretrain.prepare(settings, os.environ, say=say)
+        except (UsageError, DataError) as e:
+            raise PartFailed(f"pre-training {label} seed {seed}: {e}") from None
+        except pretrain.RecordRefused:
+            raise PartFailed(f"pre-training {label} seed {seed}: {out} cannot be resumed (the reason above)") from None
+    if run_logged(cmd, log, child_env(**pretrain.launch_environment(run)), append=True):
         raise PartFailed(f"pre-training {label} seed {seed} failed; log {log}")
     from datetime import datetime, timezone
 
@@ -251,13 +265,23 @@ def run_finetune(plan: Plan, label: str, seed: int, task: str, lr: str, k: int) 
     log = os.path.join(runs, ".logs", f"{task}_lr{lr}_seed{k}.out")
     # the size flags are not in tupe-checkpoint-info --fairseq-args: pass them as at pre-training; the best
     # checkpoint is kept for its dev predictions and word-order sets, then removed
-    env = child_env(CHECKPOINT=ckpt, GLUE_BIN=tasks_bin(plan), RUNS=runs, EPOCHS=v["FT_EPOCHS"],
-                    SENTENCES_PER_BATCH=v["FT_BATCH"], QUIET=1, NUM_WORKERS=v["NUM_WORKERS"], KEEP_CHECKPOINTS=1,
-                    EXTRA_ARGS=f"{v['MODEL_ARGS']} {v['FT_EXTRA_ARGS']}")
-    env.pop("BATCH", None)  # finetune.sh's former name of SENTENCES_PER_BATCH: it would warn
-    if run_logged([os.path.join(REPO, "glue", "finetune.sh"), task, lr, str(k)], log, env, echo=False):
-        sys.stderr.write(tail(log))
-        raise PartFailed(f"fine-tuning failed; log {log}")
+    from glue import finetune
+
+    settings = {**finetune.DEFAULTS, "CHECKPOINT": ckpt, "GLUE_BIN": tasks_bin(plan), "RUNS": runs,
+                "EPOCHS": v["FT_EPOCHS"], "SENTENCES_PER_BATCH": v["FT_BATCH"], "QUIET": "1",
+                "NUM_WORKERS": v["NUM_WORKERS"], "KEEP_CHECKPOINTS": "1",
+                "EXTRA_ARGS": f"{v['MODEL_ARGS']} {v['FT_EXTRA_ARGS']}"}
+    os.makedirs(os.path.dirname(log), exist_ok=True)
+    with open(log, "a", encoding="utf-8") as f:  # what finetune.sh says: this run's notes (fairseq's: train.log)
+        def say(line: str) -> None:
+            f.write(f"{finetune.PROG}: {line}\n")
+
+        try:
+            finetune.finetune(settings, task, lr, str(k), say=say, environ=child_env())
+        except (UsageError, ValueError, OSError, finetune.RunFailed) as e:
+            f.flush()
+            sys.stderr.write(tail(log))
+            raise PartFailed(f"fine-tuning failed: {e}; log {log}") from None
     best = os.path.join(run_dir, "best.txt")
     if os.path.isfile(best):
         note(f"{task} lr{lr}_seed{k}: {open(best, encoding='utf-8').read().strip()}")

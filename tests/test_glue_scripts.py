@@ -179,7 +179,7 @@ def test_finetune_rte_end_to_end(rte_run):
                  "--encoder-attention-heads 4 --encoder-ffn-embed-dim 128 --no-input-pe --untied-pos --untie-cls --rel-pos",
                  "--criterion glue_sentence_prediction --metric-averaging dev_set",
                  "--num-classes 2 --init-token 0 --separator-token 2", "--batch-size 16 --max-tokens 4400",
-                 r"--adam-betas \(0.9\,0.999\) --adam-eps 1e-6 --weight-decay 0.01 --clip-norm 1.0",
+                 "--adam-betas '(0.9,0.999)' --adam-eps 1e-6 --weight-decay 0.01 --clip-norm 1.0",
                  "--lr 1e-3 --lr-scheduler warmup_ratio --warmup-ratio 0.06 --max-epoch 2",
                  "--dropout 0.1 --attention-dropout 0.1 --pooler-dropout 0.1 --seed 1", "--valid-subset valid",
                  "--best-checkpoint-metric accuracy --maximize-best-checkpoint-metric", "--cpu", "--no-save",

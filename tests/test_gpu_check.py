@@ -295,28 +295,28 @@ def test_peak_rate_by_card_name():
 
 
 def test_throughput_runs_pretrain_sh_in_bf16_with_the_recipes_batch_on_one_gpu(tmp_path):
-    """The GPU's throughput run: pretrain.sh's own command line (DRY_RUN=1 prints it), bf16 through --bf16, which
-    fairseq's parser turns into --tpu and fairseq_config_keeping_bf16 turns back."""
+    """The GPU's throughput run: pretrain.sh's own command line (DRY_RUN=1 prints it), bf16 through BF16=1, which
+    runs train_scripts/fairseq_train.py: fairseq's parser, without the --tpu it sets for --bf16."""
+    from train_scripts.fairseq_train import config_keeping_bf16
+
     gpu = gpu_check.settings(dry_run=False)
-    data, shims = tmp_path / "data", tmp_path / "bin"
-    data.mkdir(), shims.mkdir()
+    data = tmp_path / "data"
+    data.mkdir()
     gpu_check.write_token_data(data, 500, 4000, 20, 60)
-    (shims / "fairseq-train").write_text("#!/bin/sh\nexit 1\n")  # found by pretrain.sh; DRY_RUN never starts it
-    (shims / "fairseq-train").chmod(0o755)
     cmd, env = gpu_check.pretrain_command(gpu, "tupe_r_base", data, tmp_path / "save")
-    env = dict(os.environ, **env, DRY_RUN="1", PATH=f"{shims}{os.pathsep}{os.environ['PATH']}")
+    env = dict(os.environ, **env, DRY_RUN="1")
     p = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
     assert p.returncode == 0, p.stderr
     printed = p.stderr.split("command:\n", 1)[1].splitlines()[0]
     argv = shlex.split(printed)
-    assert argv[0] == str(shims / "fairseq-train")  # LAUNCHER none: one process, fairseq-train itself
-    cfg = gpu_check.fairseq_config_keeping_bf16(argv[1:])
+    assert argv[:3] == [sys.executable, "-m", "train_scripts.fairseq_train"]  # LAUNCHER none: one process
+    cfg = config_keeping_bf16(argv[3:])
     assert cfg.common.bf16 and not cfg.common.tpu and not cfg.common.fp16 and not cfg.common.cpu
     assert (cfg.dataset.batch_size, cfg.optimization.update_freq, cfg.task.tokens_per_sample) == (16, [16], 512)
     assert cfg.model.arch == "tupe_r_base" and cfg.optimization.max_update == gpu.throughput_updates
     assert cfg.checkpoint.no_save and cfg.dataset.disable_validation and cfg.common.log_interval == 4
     from fairseq import options  # fairseq's own parsing of the same line sets tpu: why the check needs its own
-    assert options.parse_args_and_arch(options.get_training_parser(), argv[1:]).tpu
+    assert options.parse_args_and_arch(options.get_training_parser(), argv[3:]).tpu
 
 
 def test_throughput_log_and_written_data_are_fairseqs():

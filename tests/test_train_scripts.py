@@ -78,7 +78,7 @@ def test_dry_run_prints_settings_batch_and_the_paper_command(lm_bin, tmp_path):
     for flag in ("--arch tupe_r_base", "--tokens-per-sample 512", "--max-positions 512", "--mask-prob 0.15",
                  "--batch-size 16 --update-freq 8", "--lr 1e-4", "--warmup-updates 10000",
                  "--total-num-update 1000000 --max-update 1000000", "--lr-scheduler polynomial_decay --power 1",
-                 "--end-learning-rate 0", r"--adam-betas \(0.9\,0.999\) --adam-eps 1e-6", "--weight-decay 0.01",
+                 "--end-learning-rate 0", "--adam-betas '(0.9,0.999)' --adam-eps 1e-6", "--weight-decay 0.01",
                  "--clip-norm 1.0", "--dropout 0.1 --attention-dropout 0.1", f"--save-dir {save} ",
                  f"--tensorboard-logdir {save}/tensorboard", "--distributed-world-size 2",
                  "--ddp-backend legacy_ddp --distributed-backend gloo", "--cpu"):

@@ -52,7 +52,9 @@ esac
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 done_file="$(mktemp "${TMPDIR:-/tmp}/fairseq_rank.$rank.XXXXXX")"
 trap 'rm -f "$done_file"' EXIT
-TUPE_DONE_FILE="$done_file" "${FAIRSEQ_TRAIN:-fairseq-train}" "$@" --distributed-rank "$rank" \
+# FAIRSEQ_TRAIN: the command, shell-quoted words (pretrain.sh: fairseq-train, or BF16=1's python -m ...)
+eval "train=(${FAIRSEQ_TRAIN:-fairseq-train})"
+TUPE_DONE_FILE="$done_file" "${train[@]}" "$@" --distributed-rank "$rank" \
   --device-id "$device_id" --distributed-init-method env:// --distributed-no-spawn &
 child=$!
 trap 'kill -TERM "$child" 2> /dev/null' TERM INT

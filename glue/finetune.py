@@ -1,0 +1,309 @@
+"""Fine-tuning's logic: one GLUE task, one LR, one seed, the paper's protocol (``glue/finetune.sh`` is a thin entry
+point over :func:`main`; the study and ``glue/grid.py`` call :func:`finetune` as a function).
+
+    settings = resolve(environ)                        # every tunable: a non-empty environment value, else its default
+    status = finetune(settings, task, lr, seed)        # RUNS/TASK/lr{LR}_seed{SEED}/ with result.json, or skipped
+
+The run is made in RUNS/.partial/TASK/lr{LR}_seed{SEED}/ and renamed when complete: a run with a readable
+result.json is skipped, an incomplete one is redone from scratch, and one whose result.json cannot be read is
+moved to RUNS/.unreadable/ and redone. Exit codes as every script's: 2 wrong usage or settings, 1 a run failed.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from tupe_common.errors import UsageError
+
+PROG = "finetune.sh"
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@dataclass(frozen=True)
+class Tunable:
+    name: str
+    default: str
+    help: str
+
+
+TUNABLES: Tuple[Tunable, ...] = (
+    Tunable("CHECKPOINT", "", "pre-trained checkpoint (.pt) (required)"),
+    Tunable("GLUE_BIN", "glue-bin", "folder with TASK-bin/ from python -m preprocess.glue_binarize"),
+    Tunable("RUNS", "runs", "output root: RUNS/TASK/lr{LR}_seed{SEED}/"),
+    Tunable("EPOCHS", "auto", "epochs (auto: 5 for MNLI, QNLI, QQP; 10 otherwise)"),
+    Tunable("SENTENCES_PER_BATCH", "32", "sentences per batch of each process, at most (--batch-size; was BATCH); "
+            "one process: per update"),
+    Tunable("MAX_TOKENS", "4400", "tokens per batch at most (--max-tokens)"),
+    Tunable("WARMUP_RATIO", "0.06", "fraction of updates spent warming up (warmup_ratio scheduler)"),
+    Tunable("ADAM_BETAS", "(0.9,0.999)", "Adam betas"),
+    Tunable("ADAM_EPS", "1e-6", "Adam epsilon"),
+    Tunable("WEIGHT_DECAY", "0.01", "weight decay"),
+    Tunable("CLIP_NORM", "1.0", "gradient clipping"),
+    Tunable("DROPOUT", "0.1", "dropout"),
+    Tunable("ATTENTION_DROPOUT", "0.1", "attention dropout"),
+    Tunable("POOLER_DROPOUT", "0.1", "dropout of the classification head (the official head: dense, tanh, dropout 0.1)"),
+    Tunable("VALID_PER_EPOCH", "2", "validations per epoch, evenly spaced, the last at the epoch's end (the "
+            "original's --validate-interval-updates 2)"),
+    Tunable("KEEP_CHECKPOINTS", "0", "1: keep checkpoint_best.pt of the run; 0: write no checkpoints"),
+    Tunable("FP16", "auto", "1: --fp16 with the original's loss-scale flags (auto: 1 on GPU, 0 on CPU)"),
+    Tunable("LOG_INTERVAL", "50", "log every N updates"),
+    Tunable("NUM_WORKERS", "1", "data loader workers"),
+    Tunable("METRIC_AVERAGING", "dev_set", "dev_set: metrics over the whole dev set (GLUE's definition); per_batch: "
+            "the official code's mean of per-batch metrics"),
+    Tunable("TRUNCATE", "0", "1: cut inputs longer than the model's positions (--shorten-method truncate); 0: an "
+            "over-long input is an error"),
+    Tunable("QUIET", "0", "1: fairseq's output only to train.log (glue/grid.sh sets it)"),
+    Tunable("EXTRA_ARGS", "", "more fairseq-train arguments (split on spaces)"),
+)
+DEFAULTS: Dict[str, str] = {t.name: t.default for t in TUNABLES}
+RENAMED = {"BATCH": "SENTENCES_PER_BATCH"}
+
+Say = Callable[[str], None]
+
+
+def say_to_stderr(line: str) -> None:
+    sys.stderr.write(f"{PROG}: {line}\n")
+
+
+def resolve(environ: Mapping[str, str], say: Say = say_to_stderr) -> Dict[str, str]:
+    """Every tunable's value: a non-empty environment value, else its default; an old name (BATCH) sets the new
+    one, with a warning."""
+    values = {t.name: environ.get(t.name) or t.default for t in TUNABLES}
+    for old, new in RENAMED.items():
+        if environ.get(old):
+            if environ.get(new):
+                say(f"warning: {old} is a deprecated name of {new}; {new}={environ[new]} is set, so "
+                    f"{old}={environ[old]} is ignored")
+            else:
+                values[new] = environ[old]
+                say(f"warning: {old} is a deprecated name of {new}: set {new}={environ[old]} instead")
+    return values
+
+
+class RunFailed(Exception):
+    """fairseq-train or the result failed (exit 1; 2 where the failing command refused its usage)."""
+
+    def __init__(self, message: str, status: int = 1):
+        super().__init__(message)
+        self.status = 2 if status == 2 else 1
+
+
+def run_dirs(runs: str, task: str, lr: str, seed: str) -> Tuple[str, str]:
+    name = f"lr{lr}_seed{seed}"
+    return os.path.join(runs, task, name), os.path.join(runs, ".partial", task, name)
+
+
+def check_finished(settings: Mapping[str, str], task: str, final: str, say: Say) -> bool:
+    """True when ``final`` holds a readable, complete result.json; an unreadable one is moved aside (False)."""
+    from glue.finetune_helper import check_result
+
+    result = os.path.join(final, "result.json")
+    if os.path.isfile(result):
+        why = check_result(task, result)
+        if why is None:
+            say(f"{task} {os.path.basename(final)}: already done ({result}), skipping")
+            return True
+        aside = os.path.join(settings["RUNS"], ".unreadable", task,
+                             f"{os.path.basename(final)}.{time.strftime('%Y%m%d-%H%M%S')}")
+        say(f"{task} {os.path.basename(final)}: unreadable result ({why}); moving the run to {aside} and redoing it")
+        os.makedirs(os.path.dirname(aside), exist_ok=True)
+        os.rename(final, aside)
+    if os.path.exists(final):
+        raise UsageError(f"{final} exists without result.json: not a finished run of this script; move it away")
+    return False
+
+
+def fairseq_args(v: Mapping[str, str], task: str, lr: str, seed: str, facts: Mapping[str, str], save_dir: str) -> List[str]:
+    """fairseq-train's arguments (after ``python -m glue.fairseq_train --validations-per-epoch N``)."""
+    args = [
+        os.path.join(v["GLUE_BIN"], f"{task}-bin"), "--user-dir", os.path.join(REPO, "tupe_plugin"),
+        *facts["MODEL_ARGS"].split(),
+        "--restore-file", v["CHECKPOINT"], "--reset-optimizer", "--reset-dataloader", "--reset-meters",
+        "--reset-lr-scheduler",
+        "--task", "sentence_prediction", "--criterion", "glue_sentence_prediction",
+        "--metric-averaging", v["METRIC_AVERAGING"], "--num-classes", facts["NUM_CLASSES"],
+        "--init-token", "0", "--separator-token", "2",
+        "--batch-size", v["SENTENCES_PER_BATCH"], "--max-tokens", v["MAX_TOKENS"], "--required-batch-size-multiple", "1",
+        "--optimizer", "adam", "--adam-betas", v["ADAM_BETAS"], "--adam-eps", v["ADAM_EPS"],
+        "--weight-decay", v["WEIGHT_DECAY"], "--clip-norm", v["CLIP_NORM"], "--lr", lr,
+        "--lr-scheduler", "warmup_ratio", "--warmup-ratio", v["WARMUP_RATIO"],
+        "--max-epoch", v["EPOCHS"], "--dropout", v["DROPOUT"], "--attention-dropout", v["ATTENTION_DROPOUT"],
+        "--pooler-dropout", v["POOLER_DROPOUT"], "--seed", seed,
+        "--valid-subset", facts["VALID_SUBSETS"], "--best-checkpoint-metric", facts["METRIC"],
+        "--maximize-best-checkpoint-metric",
+        "--save-dir", save_dir, "--no-epoch-checkpoints", "--no-last-checkpoints",
+        "--log-format", "simple", "--log-interval", v["LOG_INTERVAL"], "--num-workers", v["NUM_WORKERS"],
+        "--data-buffer-size", "0",  # no prefetch thread: it can abort the exit with status 134 (tupe_plugin/clean_exit.py)
+    ]
+    if facts["REGRESSION"] == "1":
+        args.append("--regression-target")
+    if v["TRUNCATE"] == "1":
+        args += ["--shorten-method", "truncate"]
+    if int(facts["CUDA_DEVICES"]) == 0:
+        args.append("--cpu")
+    if v["FP16"] == "1":
+        args += ["--fp16", "--fp16-init-scale", "4", "--threshold-loss-scale", "1", "--fp16-scale-window", "128"]
+    args += v["EXTRA_ARGS"].split()
+    # glue.fairseq_train validates exactly VALID_PER_EPOCH times per epoch (docs/glue_protocol.md §4)
+    args += ["--keep-interval-updates", "1"] if v["KEEP_CHECKPOINTS"] == "1" else ["--no-save"]
+    return args
+
+
+def show(v: Mapping[str, str], say: Say) -> None:
+    say("environment (NAME=value [default])\n" +
+        "\n".join(f"  {f'{t.name}={v[t.name]}':<22} [{t.default}]" for t in TUNABLES))
+
+
+def finetune(settings: Mapping[str, str], task: str, lr: str, seed: str, say: Say = say_to_stderr,
+             environ: Mapping[str, str] = os.environ) -> str:
+    """Fine-tune one run (or skip it when finished): returns its folder. Raises UsageError (exit 2) or RunFailed."""
+    from glue.finetune_helper import facts_of, write_result
+
+    if not re.fullmatch(r"[0-9]*\.?[0-9]+([eE][-+]?[0-9]+)?", lr):
+        raise UsageError(f"LR must be a number like 2e-5, not '{lr}'")
+    if not re.fullmatch(r"-?[0-9]+", seed):
+        raise UsageError(f"SEED must be a whole number, not '{seed}'")
+    v = dict(settings)
+    final, partial = run_dirs(v["RUNS"], task, lr, seed)
+    if check_finished(v, task, final, say):
+        return final
+    show(v, say)
+    if not v["CHECKPOINT"]:
+        raise UsageError("CHECKPOINT is required: the pre-trained checkpoint to fine-tune")
+    if not os.path.isfile(v["CHECKPOINT"]):
+        raise RunFailed(f"CHECKPOINT={v['CHECKPOINT']}: no such file")
+    data = os.path.join(v["GLUE_BIN"], f"{task}-bin")
+    if not os.path.isdir(data):
+        raise RunFailed(f"{data}: no such folder (GLUE_BIN={v['GLUE_BIN']})")
+    facts = facts_of(task, v["CHECKPOINT"], v["GLUE_BIN"])
+    if v["EPOCHS"] == "auto":
+        v["EPOCHS"] = facts["TASK_EPOCHS"]
+    if v["FP16"] == "auto":
+        v["FP16"] = "1" if int(facts["CUDA_DEVICES"]) > 0 else "0"
+    say(f"{task}: {facts['NUM_CLASSES']} class(es), metric {facts['METRIC']} on {facts['VALID_SUBSETS']}, "
+        f"{v['EPOCHS']} epochs; checkpoint variant {facts['CHECKPOINT_VARIANT']} ({facts['MODEL_ARGS']})")
+    if shutil.which("fairseq-train") is None:
+        raise UsageError("fairseq-train not found (activate the virtual environment)")
+
+    shutil.rmtree(partial, ignore_errors=True)  # an earlier attempt that did not finish: redo from scratch
+    os.makedirs(partial)
+    cmd = [sys.executable, "-m", "glue.fairseq_train", "--validations-per-epoch", v["VALID_PER_EPOCH"],
+           *fairseq_args(v, task, lr, seed, facts, os.path.join(partial, "checkpoints"))]
+    with open(os.path.join(partial, "command.txt"), "w", encoding="utf-8") as f:
+        f.write(shlex.join(cmd) + "\n")
+    say("command:\n" + shlex.join(cmd))
+    log, done_file = os.path.join(partial, "train.log"), os.path.join(partial, "done.txt")
+    env = {**environ, "TUPE_DONE_FILE": done_file,
+           "PYTHONPATH": os.pathsep.join(p for p in (REPO, environ.get("PYTHONPATH", "")) if p)}
+    status = run_to_log(cmd, log, env, echo=v["QUIET"] != "1")
+    status = finished_status(status, done_file, say)
+    if os.path.exists(done_file):
+        os.remove(done_file)
+    if status:
+        with open(log, encoding="utf-8", errors="replace") as f:
+            text = f.read()
+        sys.stderr.write("".join(text.splitlines(keepends=True)[-30:]))
+        from tupe_plugin_cli.errors import last_error
+
+        reason = (last_error(text) or "").removeprefix("error: ")  # our plugin's error (wrong variant, ...) last
+        raise RunFailed(f"{task} lr{lr}_seed{seed}: fairseq-train failed (exit {status})"
+                        f"{': ' + reason if reason else ''}; log {log}", status)
+
+    best = write_result(task=task, lr=lr, seed=seed, metric=facts["METRIC"], subsets=facts["VALID_SUBSETS"], log=log,
+                        variant=facts["CHECKPOINT_VARIANT"], checkpoint=v["CHECKPOINT"],
+                        out=os.path.join(partial, "result.json"))
+    with open(os.path.join(partial, "best.txt"), "w", encoding="utf-8") as f:
+        f.write(best + "\n")
+    checkpoints = os.path.join(partial, "checkpoints")
+    if v["KEEP_CHECKPOINTS"] == "1" and os.path.isdir(checkpoints):
+        for name in os.listdir(checkpoints):
+            if name != "checkpoint_best.pt" and os.path.isfile(os.path.join(checkpoints, name)):
+                os.remove(os.path.join(checkpoints, name))
+    else:
+        shutil.rmtree(checkpoints, ignore_errors=True)
+    os.makedirs(os.path.dirname(final), exist_ok=True)
+    os.rename(partial, final)  # fails rather than nest if another copy of this run finished meanwhile
+    say(f"{task} lr{lr}_seed{seed} done: {best}  -> {os.path.join(final, 'result.json')}")
+    return final
+
+
+def run_to_log(cmd: Sequence[str], log: str, env: Mapping[str, str], echo: bool) -> int:
+    """Run ``cmd`` with its output in ``log`` (and on stderr when ``echo``); its exit status (128 + N when a
+    signal N ended it, as the shell reports it)."""
+    with open(log, "w", encoding="utf-8") as f:
+        p = subprocess.Popen(list(cmd), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=dict(env), text=True,
+                             errors="replace")
+        for line in p.stdout:
+            f.write(line)
+            if echo:
+                sys.stderr.write(line)
+        status = p.wait()
+    return 128 - status if status < 0 else status
+
+
+def finished_status(status: int, done_file: str, say: Say) -> int:
+    """0 for an abort at exit (134: SIGABRT from a thread at interpreter exit) after the run finished
+    (tupe_plugin.clean_exit wrote ``done_file``), with a warning; any other status as it is."""
+    if status == 134 and os.path.isfile(done_file) and os.path.getsize(done_file):
+        with open(done_file, encoding="utf-8") as f:
+            say(f"warning: fairseq-train aborted at exit (status 134) after the run finished ({f.readline().strip()}): "
+                "counted as done")
+        return 0
+    return status
+
+
+USAGE = """Fine-tune a pre-trained TUPE/BERT checkpoint on one GLUE task with one LR and seed: the paper's protocol
+(docs/glue_protocol.md §3; task facts from glue/tasks.py): batch 32, 10 epochs (5 for MNLI/QNLI/QQP), warmup ratio
+0.06 then linear decay, Adam eps 1e-6 betas (0.9,0.999), clip 1.0, dropout 0.1, weight decay 0.01, --max-tokens 4400,
+validation twice per epoch, fp16 on GPU. The model flags (arch, positions, variant) come from the checkpoint.
+
+Examples (from the repository root):
+  CHECKPOINT=checkpoints/tupe_r_base/checkpoint_last.pt GLUE_BIN=glue-bin glue/finetune.sh RTE 2e-5 1
+  CHECKPOINT=... RUNS=runs/bert_a KEEP_CHECKPOINTS=1 glue/finetune.sh MNLI 3e-5 2
+  CHECKPOINT=... EPOCHS=1 EXTRA_ARGS="--max-update 50" glue/finetune.sh CoLA 2e-5 1   # quick check
+
+Output: RUNS/TASK/lr{LR}_seed{SEED}/ with train.log (the fairseq log), command.txt and result.json (unrounded
+scores at the best validation, the format python -m glue.collect reads; docs/glue_protocol.md §8). The run is made
+in RUNS/.partial/TASK/lr{LR}_seed{SEED}/ and renamed when complete: a run with a readable result.json is skipped,
+an incomplete one is redone from scratch, and one whose result.json cannot be read (empty, corrupt) is moved to
+RUNS/.unreadable/ and redone. The logic is glue/finetune.py.
+
+Usage: [NAME=value ...] finetune.sh TASK LR SEED
+TASK: CoLA SST-2 MRPC STS-B QQP MNLI QNLI RTE (WNLI), or a custom task binarized by preprocess.glue_binarize
+
+Environment (default, meaning):
+"""
+
+
+def usage() -> str:
+    return USAGE + "".join(f"  {t.name:<22} {t.default or chr(34) * 2:<20} {t.help}\n" for t in TUNABLES)
+
+
+def main(argv: Optional[Sequence[str]] = None, environ: Mapping[str, str] = os.environ) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] in (["-h"], ["--help"]):
+        sys.stdout.write(usage())
+        return 0
+    if len(args) != 3:
+        sys.stderr.write(usage())
+        return 2
+    try:
+        finetune(resolve(environ), *args, environ=environ)
+    except UsageError as e:
+        say_to_stderr(f"error: {e}")
+        return 2
+    except (RunFailed, ValueError, OSError) as e:
+        say_to_stderr(f"error: {e}")
+        return getattr(e, "status", 1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

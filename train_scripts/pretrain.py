@@ -1,0 +1,463 @@
+"""Pre-training's logic: settings, checks, the fairseq command and its launcher, the settings record.
+
+``train_scripts/pretrain.sh`` is a thin entry point over :func:`main` (its environment names, defaults and
+``--help`` are the table ``TUNABLES`` here); the study calls :func:`prepare` as a function with its settings.
+
+    settings = resolve(environ)            # every tunable: a non-empty environment value, else its default
+    run = plan(settings, environ)          # the automatic values resolved, every setting checked (UsageError)
+    cmd = command(run)                     # fairseq-train, or torchrun/srun around train_scripts/fairseq_rank.sh
+    record(run)                            # SAVE_DIR/settings.json: a rerun with other settings is refused
+
+Defaults come from the recipe (:mod:`tupe_common.pretrain_recipe`); exit codes as every script's
+(docs/troubleshooting.md): 2 wrong usage or settings, 1 bad data, 0 done.
+"""
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import sys
+from dataclasses import dataclass
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from tupe_common.errors import UsageError
+from tupe_common.pretrain_recipe import recipe
+
+PROG = "pretrain.sh"
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+MLM, ELECTRA = recipe("mlm"), recipe("electra")
+
+
+@dataclass(frozen=True)
+class Tunable:
+    name: str
+    default: str
+    help: str
+
+
+TUNABLES: Tuple[Tunable, ...] = (
+    Tunable("VARIANT", "tupe-r", "positional variant: a name of 'tupe-checkpoint-info --list-variants' (tupe-r, "
+            "bert-a, rope, alibi, ...; tupe_r is read as tupe-r)"),
+    Tunable("OBJECTIVE", "mlm", "mlm (RoBERTa masked LM) or electra (replaced-token detection, ELECTRA-Base "
+            "defaults: docs/electra.md)"),
+    Tunable("SIZE", "base", "base, large or tiny (tests)"),
+    Tunable("ARCH", "auto", "fairseq --arch (auto: VARIANT_SIZE, e.g. tupe_r_base)"),
+    Tunable("DATA", "", "fairseq data dir(s), colon-separated, or a folder with data_path.txt (required)"),
+    Tunable("SAVE_DIR", "auto", "checkpoints; reruns resume from its checkpoint_last.pt (auto: checkpoints/ARCH, "
+            "electra: checkpoints/ARCH_electra)"),
+    Tunable("TENSORBOARD_DIR", "auto", "TensorBoard logs (auto: SAVE_DIR/tensorboard; none: off)"),
+    Tunable("GPUS", "auto", "GPUs per node (auto: all CUDA devices visible; 0: CPU)"),
+    Tunable("NPROC_PER_NODE", "auto", "processes per node (auto: GPUS, or 1 on CPU; >1 on CPU uses gloo)"),
+    Tunable("NNODES", "1", "nodes (default: SLURM_NNODES, else 1)"),
+    Tunable("NODE_RANK", "0", "this node's index (torchrun multi-node without SLURM)"),
+    Tunable("MASTER_ADDR", "auto", "rendezvous host (auto: first node of the SLURM allocation, else 127.0.0.1)"),
+    Tunable("MASTER_PORT", "auto", "rendezvous port (auto: free port on one node; from SLURM_JOB_ID under SLURM)"),
+    Tunable("LAUNCHER", "auto", "auto, none (1 process), torchrun or srun (pretrain.sbatch sets srun)"),
+    Tunable("SENTENCES_PER_UPDATE", MLM["SENTENCES_PER_UPDATE"].value, "target sentences per update = NNODES x "
+            "NPROC_PER_NODE x MAX_SENTENCES x UPDATE_FREQ (was BATCH_SIZE)"),
+    Tunable("MAX_SENTENCES", MLM["MAX_SENTENCES"].value, "sentences per process per forward (--batch-size)"),
+    Tunable("UPDATE_FREQ", "auto", "gradient accumulation (auto: SENTENCES_PER_UPDATE / (processes x MAX_SENTENCES))"),
+    Tunable("TOKENS_PER_SAMPLE", MLM["TOKENS_PER_SAMPLE"].value, "tokens per sequence"),
+    Tunable("MAX_POSITIONS", "auto", "learned positions (auto: TOKENS_PER_SAMPLE)"),
+    Tunable("SAMPLE_BREAK_MODE", MLM["SAMPLE_BREAK_MODE"].value, "masked_lm packing: complete = FULL-SENTENCES"),
+    Tunable("MASK_PROB", MLM["MASK_PROB"].value, "masking probability (mlm: 80/10/10 mask/random/same; electra: "
+            "85/15 mask/same)"),
+    Tunable("GENERATOR_SIZE_DIVISOR", "auto", "electra: generator width, FFN, heads = the discriminator's / N (auto: "
+            "3 at base, 4 otherwise)"),
+    Tunable("DISC_WEIGHT", ELECTRA["DISC_WEIGHT"].value, "electra: weight of the discriminator's loss"),
+    Tunable("TOTAL_UPDATES", "auto", f"updates, LR schedule length and stop (auto: {MLM['TOTAL_UPDATES'].value}; "
+            f"electra {ELECTRA['TOTAL_UPDATES'].value}, ELECTRA-Base)"),
+    Tunable("WARMUP", MLM["WARMUP"].value, "linear warmup updates"),
+    Tunable("LR", "auto", f"peak learning rate, then linear decay to END_LR (auto: {MLM['LR'].value}; electra "
+            f"{ELECTRA['LR'].value}, ELECTRA-Base)"),
+    Tunable("END_LR", MLM["END_LR"].value, "learning rate at TOTAL_UPDATES"),
+    Tunable("ADAM_BETAS", MLM["ADAM_BETAS"].value, "Adam betas"),
+    Tunable("ADAM_EPS", MLM["ADAM_EPS"].value, "Adam epsilon"),
+    Tunable("WEIGHT_DECAY", MLM["WEIGHT_DECAY"].value, "weight decay"),
+    Tunable("CLIP_NORM", MLM["CLIP_NORM"].value, "gradient clipping"),
+    Tunable("DROPOUT", MLM["DROPOUT"].value, "dropout"),
+    Tunable("ATTENTION_DROPOUT", MLM["ATTENTION_DROPOUT"].value, "attention dropout"),
+    Tunable("SEED", MLM["SEED"].value, "random seed"),
+    Tunable("FP16", "auto", "1: --fp16 (auto: 1 on GPU unless BF16=1, 0 on CPU)"),
+    Tunable("BF16", "0", "1: --bf16 instead of --fp16 (GPUs with bfloat16: A100, H100; no loss scaling)"),
+    Tunable("SAVE_INTERVAL_UPDATES", MLM["SAVE_INTERVAL_UPDATES"].value, "checkpoint (and validate) every N updates"),
+    Tunable("KEEP_INTERVAL_UPDATES", MLM["KEEP_INTERVAL_UPDATES"].value, "keep the last N interval checkpoints"),
+    Tunable("KEEP_PATTERN", MLM["KEEP_PATTERN"].value, "also keep every checkpoint at a multiple of N updates (-1: none)"),
+    Tunable("LOG_INTERVAL", MLM["LOG_INTERVAL"].value, "log every N updates"),
+    Tunable("NUM_WORKERS", "1", "data loader workers per process"),
+    Tunable("DATA_BUFFER_SIZE", "0", "fairseq --data-buffer-size; >0 starts a prefetch thread that can abort the "
+            "exit (status 134) at --max-update mid-epoch"),
+    Tunable("MAX_SKIP_FRACTION", "0", "stop at start if more than this fraction of train/valid lines would be "
+            "dropped as over-length"),
+    Tunable("ON_SETTINGS_CHANGE", "refuse", "SAVE_DIR holds a run with other settings: refuse, or continue it with "
+            "the new ones"),
+    Tunable("DDP_BACKEND", "auto", "fairseq --ddp-backend (auto: pytorch_ddp on GPU, legacy_ddp on CPU)"),
+    Tunable("EXTRA_ARGS", "", "more fairseq-train arguments (split on spaces); script arguments are appended too"),
+    Tunable("DRY_RUN", "0", "1: print the settings and the command, do not train"),
+)
+DEFAULTS: Dict[str, str] = {t.name: t.default for t in TUNABLES}
+RENAMED = {"BATCH_SIZE": "SENTENCES_PER_UPDATE"}  # old name -> new name: the old one still works, with a warning
+# the settings that define a run: a rerun into the same SAVE_DIR with others is refused
+RECORDED = ("ARCH", "TOKENS_PER_SAMPLE", "MAX_POSITIONS", "SAMPLE_BREAK_MODE", "MASK_PROB", "LR", "END_LR", "WARMUP",
+            "TOTAL_UPDATES", "ADAM_BETAS", "ADAM_EPS", "WEIGHT_DECAY", "CLIP_NORM", "DROPOUT", "ATTENTION_DROPOUT",
+            "SEED")
+RECORDED_ELECTRA = ("OBJECTIVE", "GENERATOR_SIZE_DIVISOR", "DISC_WEIGHT")  # MLM runs keep their record as before
+
+Say = Callable[[str], None]
+
+
+def say_to_stderr(line: str) -> None:
+    sys.stderr.write(f"{PROG}: {line}\n")
+
+
+def resolve(environ: Mapping[str, str], say: Say = say_to_stderr) -> Dict[str, str]:
+    """Every tunable's value: a non-empty environment value, else its default (NNODES: SLURM_NNODES); an old
+    name (BATCH_SIZE) sets the new one, with a warning."""
+    values = {t.name: environ.get(t.name) or t.default for t in TUNABLES}
+    if not environ.get("NNODES") and environ.get("SLURM_NNODES"):
+        values["NNODES"] = environ["SLURM_NNODES"]
+    for old, new in RENAMED.items():
+        if environ.get(old):
+            if environ.get(new):
+                say(f"warning: {old} is a deprecated name of {new}; {new}={environ[new]} is set, so "
+                    f"{old}={environ[old]} is ignored")
+            else:
+                values[new] = environ[old]
+                say(f"warning: {old} is a deprecated name of {new}: set {new}={environ[old]} instead")
+    return values
+
+
+def whole(values: Mapping[str, str], *names: str) -> None:
+    for name in names:
+        if not values[name].isdigit():
+            raise UsageError(f"{name} must be a whole number, not '{values[name]}'")
+
+
+def cuda_device_count() -> int:
+    try:
+        import torch
+    except ImportError:
+        return 0
+    return torch.cuda.device_count()
+
+
+def known_variants() -> List[str]:
+    """The registry's variant names, with dashes (the one list of VARIANT values)."""
+    from tupe_plugin.positional.record import VARIANTS
+
+    return [name.replace("_", "-") for name in VARIANTS]
+
+
+@dataclass
+class Run:
+    """One pre-training: the resolved settings (``values``, every tunable with its automatic value resolved),
+    what follows from them, and the arguments appended to fairseq-train's."""
+
+    values: Dict[str, str]
+    task: str
+    device: str  # gpu or cpu
+    world: int
+    launcher: str  # none, torchrun, srun or rank (started by a launcher itself)
+    effective: int  # sentences per update
+    extra: List[str]
+
+    def __getitem__(self, name: str) -> str:
+        return self.values[name]
+
+
+def plan(settings: Mapping[str, str], environ: Mapping[str, str] = os.environ, extra: Sequence[str] = (),
+         gpus: Optional[int] = None) -> Run:
+    """The run of ``settings`` (as :func:`resolve` gives them): every automatic value resolved and every
+    setting checked (UsageError names the setting). ``environ``: the launcher's and SLURM's variables;
+    ``gpus``: the CUDA devices (default: counted when GPUS=auto)."""
+    v = dict(settings)
+    v["VARIANT"] = v["VARIANT"].replace("_", "-")  # the registry's (and the archs') underscores read as dashes
+    if v["OBJECTIVE"] not in ("mlm", "electra"):
+        raise UsageError(f"OBJECTIVE must be mlm or electra, not '{v['OBJECTIVE']}'")
+    defaults = recipe(v["OBJECTIVE"])
+    task = "masked_lm" if v["OBJECTIVE"] == "mlm" else "electra"
+    for name in ("LR", "TOTAL_UPDATES"):
+        if v[name] == "auto":
+            v[name] = defaults[name].value
+    if v["GENERATOR_SIZE_DIVISOR"] == "auto":
+        v["GENERATOR_SIZE_DIVISOR"] = ELECTRA["GENERATOR_SIZE_DIVISOR"].value
+    if v["GPUS"] == "auto":
+        v["GPUS"] = str(cuda_device_count() if gpus is None else gpus)
+    whole(v, "GPUS")
+    n_gpus = int(v["GPUS"])
+    if v["NPROC_PER_NODE"] == "auto":
+        v["NPROC_PER_NODE"] = str(max(n_gpus, 1))
+    whole(v, "NPROC_PER_NODE", "NNODES", "MAX_SENTENCES", "SENTENCES_PER_UPDATE", "TOTAL_UPDATES", "WARMUP", "NODE_RANK")
+    nproc, nnodes, per_forward = int(v["NPROC_PER_NODE"]), int(v["NNODES"]), int(v["MAX_SENTENCES"])
+    if not (nproc > 0 and nnodes > 0 and per_forward > 0):
+        raise UsageError("NPROC_PER_NODE, NNODES, MAX_SENTENCES must be > 0")
+    if n_gpus and nproc > n_gpus:
+        raise UsageError(f"NPROC_PER_NODE={nproc} but only GPUS={n_gpus}: one process per GPU")
+    device, world = ("gpu" if n_gpus else "cpu"), nnodes * nproc
+
+    launcher = v["LAUNCHER"]
+    if environ.get("WORLD_SIZE"):  # started by a launcher itself (torchrun --no-python pretrain.sh): agree with it
+        if environ["WORLD_SIZE"] != str(world):
+            raise UsageError(f"started under a launcher with WORLD_SIZE={environ['WORLD_SIZE']}, but NNODES x "
+                             f"NPROC_PER_NODE = {nnodes} x {nproc} = {world}. Run this script directly (it starts "
+                             "torchrun itself), or set NPROC_PER_NODE/NNODES to match")
+        if launcher == "auto":
+            launcher = "rank"
+    if world == 1:
+        launcher = "none"  # one process: plain fairseq-train, whatever launched us
+    elif launcher == "auto":
+        launcher = "srun" if environ.get("SLURM_JOB_ID") and nnodes > 1 else "torchrun"
+    if launcher not in ("none", "torchrun", "srun", "rank"):
+        raise UsageError(f"LAUNCHER must be auto, none, torchrun or srun, not '{launcher}'")
+    if launcher == "none" and world != 1:
+        raise UsageError(f"LAUNCHER=none runs one process, but the world size is {world}")
+    v["LAUNCHER"] = launcher
+    if v["MASTER_ADDR"] == "auto":
+        v["MASTER_ADDR"] = first_slurm_node(environ) or "127.0.0.1"
+    if v["MASTER_PORT"] == "auto":
+        job = environ.get("SLURM_JOB_ID", "")
+        v["MASTER_PORT"] = str(20000 + int(job) % 20000) if job.isdigit() else "29500"
+
+    if v["UPDATE_FREQ"] == "auto":
+        per_update = world * per_forward
+        if int(v["SENTENCES_PER_UPDATE"]) % per_update:
+            raise UsageError(f"SENTENCES_PER_UPDATE={v['SENTENCES_PER_UPDATE']} is not divisible by {world} "
+                             f"process(es) x MAX_SENTENCES={per_forward} = {per_update}; change MAX_SENTENCES or "
+                             "set UPDATE_FREQ")
+        v["UPDATE_FREQ"] = str(int(v["SENTENCES_PER_UPDATE"]) // per_update)
+    if not v["UPDATE_FREQ"].isdigit() or int(v["UPDATE_FREQ"]) == 0:
+        raise UsageError("UPDATE_FREQ must be a positive whole number")
+    effective = world * per_forward * int(v["UPDATE_FREQ"])
+
+    if v["ARCH"] == "auto":
+        known = known_variants()
+        if v["VARIANT"] not in known:
+            raise UsageError(f"VARIANT must be one of {' '.join(known)}, not '{v['VARIANT']}'")
+        if v["SIZE"] not in ("base", "large", "tiny"):
+            raise UsageError(f"SIZE must be base, large or tiny, not '{v['SIZE']}'")
+        v["ARCH"] = f"{v['VARIANT'].replace('-', '_')}_{v['SIZE']}"
+    if v["MAX_POSITIONS"] == "auto":
+        v["MAX_POSITIONS"] = v["TOKENS_PER_SAMPLE"]
+    if v["BF16"] not in ("0", "1"):
+        raise UsageError(f"BF16 must be 0 or 1, not '{v['BF16']}'")
+    if v["FP16"] == "auto":
+        v["FP16"] = "1" if device == "gpu" and v["BF16"] == "0" else "0"
+    if v["FP16"] == "1" and v["BF16"] == "1":
+        raise UsageError("FP16=1 and BF16=1: choose one")
+    if v["DDP_BACKEND"] == "auto":
+        v["DDP_BACKEND"] = "pytorch_ddp" if device == "gpu" else "legacy_ddp"
+    if not v["DATA"]:
+        raise UsageError("DATA is required: a fairseq data dir (dict.txt, train.bin/idx, valid.bin/idx), "
+                         "shard0:shard1:..., or a folder with data_path.txt")
+    if v["ON_SETTINGS_CHANGE"] not in ("refuse", "continue"):
+        raise UsageError(f"ON_SETTINGS_CHANGE must be refuse or continue, not '{v['ON_SETTINGS_CHANGE']}'")
+    if v["SAVE_DIR"] == "auto":
+        v["SAVE_DIR"] = os.path.join("checkpoints", v["ARCH"] + ("_electra" if task == "electra" else ""))
+    v["SAVE_DIR"] = os.path.realpath(v["SAVE_DIR"])  # every rank and every resubmission writes the same place
+    if v["TENSORBOARD_DIR"] == "auto":
+        v["TENSORBOARD_DIR"] = os.path.join(v["SAVE_DIR"], "tensorboard")
+    return Run(v, task, device, world, launcher, effective, [*v["EXTRA_ARGS"].split(), *extra])
+
+
+def first_slurm_node(environ: Mapping[str, str]) -> Optional[str]:
+    nodes = environ.get("SLURM_JOB_NODELIST")
+    if not nodes or shutil.which("scontrol") is None:
+        return None
+    import subprocess
+
+    out = subprocess.run(["scontrol", "show", "hostnames", nodes], capture_output=True, text=True, check=True).stdout
+    return out.split()[0] if out.split() else None
+
+
+def check_data(run: Run) -> None:
+    """The data exists, its shards share the recorded dictionary and few lines are too long: DATA becomes the
+    shard list (DataError otherwise: exit 1)."""
+    from preprocess.c4_data import check_data as check
+
+    shards = check(run["DATA"], int(run["TOKENS_PER_SAMPLE"]), run["SAMPLE_BREAK_MODE"],
+                   float(run["MAX_SKIP_FRACTION"]))["shards"]
+    run.values["DATA"] = ":".join(shards)  # type: ignore[arg-type]
+
+
+def fairseq_args(run: Run) -> List[str]:
+    """fairseq-train's arguments for ``run`` (the data, the recipe, the save dir, the device)."""
+    v = run.values
+    args = [
+        v["DATA"], "--user-dir", os.path.join(REPO, "tupe_plugin"),
+        "--task", run.task, "--criterion", run.task, "--arch", v["ARCH"], "--max-positions", v["MAX_POSITIONS"],
+        "--sample-break-mode", v["SAMPLE_BREAK_MODE"], "--tokens-per-sample", v["TOKENS_PER_SAMPLE"],
+        "--mask-prob", v["MASK_PROB"],
+        "--optimizer", "adam", "--adam-betas", v["ADAM_BETAS"], "--adam-eps", v["ADAM_EPS"],
+        "--weight-decay", v["WEIGHT_DECAY"], "--clip-norm", v["CLIP_NORM"], "--lr", v["LR"],
+        "--lr-scheduler", "polynomial_decay", "--power", "1", "--end-learning-rate", v["END_LR"],
+        "--warmup-updates", v["WARMUP"], "--total-num-update", v["TOTAL_UPDATES"], "--max-update", v["TOTAL_UPDATES"],
+        "--dropout", v["DROPOUT"], "--attention-dropout", v["ATTENTION_DROPOUT"],
+        "--batch-size", v["MAX_SENTENCES"], "--update-freq", v["UPDATE_FREQ"], "--seed", v["SEED"],
+        "--save-dir", v["SAVE_DIR"], "--no-epoch-checkpoints", "--save-interval-updates", v["SAVE_INTERVAL_UPDATES"],
+        "--keep-interval-updates", v["KEEP_INTERVAL_UPDATES"], "--keep-interval-updates-pattern", v["KEEP_PATTERN"],
+        "--skip-invalid-size-inputs-valid-test",
+        "--log-format", "simple", "--log-interval", v["LOG_INTERVAL"], "--num-workers", v["NUM_WORKERS"],
+        "--data-buffer-size", v["DATA_BUFFER_SIZE"],
+    ]
+    if run.task == "electra":
+        args += ["--generator-size-divisor", v["GENERATOR_SIZE_DIVISOR"], "--disc-weight", v["DISC_WEIGHT"]]
+    if v["TENSORBOARD_DIR"] != "none":
+        args += ["--tensorboard-logdir", v["TENSORBOARD_DIR"]]
+    if run.device == "cpu":
+        args.append("--cpu")
+    if v["FP16"] == "1":
+        args.append("--fp16")
+    if v["BF16"] == "1":
+        args.append("--bf16")
+    if run.world > 1:
+        args += ["--distributed-world-size", str(run.world), "--ddp-backend", v["DDP_BACKEND"],
+                 "--distributed-backend", "nccl" if run.device == "gpu" else "gloo"]
+    return args + run.extra
+
+
+def fairseq_train(run: Run) -> List[str]:
+    """fairseq-train (BF16=1: train_scripts/fairseq_train.py, which keeps --bf16 from turning into --tpu)."""
+    path = shutil.which("fairseq-train")
+    if path is None:
+        raise UsageError("fairseq-train not found (activate the virtual environment)")
+    return [sys.executable, "-m", "train_scripts.fairseq_train"] if run["BF16"] == "1" else [path]
+
+
+def command(run: Run) -> List[str]:
+    """The whole command: fairseq-train itself (one process), or the launcher around
+    ``train_scripts/fairseq_rank.sh`` (one rank each)."""
+    train, v = fairseq_train(run), run.values
+    rank = [os.path.join(HERE, "fairseq_rank.sh"), str(run.world), run.device, *fairseq_args(run)]
+    if run.launcher == "none":
+        return [*train, *fairseq_args(run)]
+    if run.launcher == "rank":
+        return rank
+    if run.launcher == "torchrun":
+        nnodes = int(v["NNODES"])
+        rdzv = ["--standalone"] if nnodes == 1 else [
+            "--nnodes", str(nnodes), "--node-rank", v["NODE_RANK"], "--master-addr", v["MASTER_ADDR"],
+            "--master-port", v["MASTER_PORT"]]
+        torchrun = os.path.join(os.path.dirname(shutil.which("fairseq-train") or ""), "torchrun")
+        torchrun = torchrun if os.access(torchrun, os.X_OK) else "torchrun"
+        return [torchrun, *rdzv, "--nproc-per-node", v["NPROC_PER_NODE"], "--no-python", *rank]
+    # srun: it does not inherit --cpus-per-task from sbatch (SLURM >= 22.05): pass it on
+    cpus = os.environ.get("SLURM_CPUS_PER_TASK")
+    return ["srun", "--kill-on-bad-exit=1", "--nodes", v["NNODES"], "--ntasks", str(run.world),
+            "--ntasks-per-node", v["NPROC_PER_NODE"], *(["--cpus-per-task", cpus] if cpus else []), *rank]
+
+
+def launch_environment(run: Run) -> Dict[str, str]:
+    """What the launched processes read besides their arguments (fairseq_rank.sh)."""
+    return {"FAIRSEQ_TRAIN": shlex.join(fairseq_train(run)), "MASTER_ADDR": run["MASTER_ADDR"], "MASTER_PORT": run["MASTER_PORT"],
+            "PYTHONPATH": os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH", "")) if p)}
+
+
+def record(run: Run) -> int:
+    """SAVE_DIR/settings.json: the settings that define the run (a rerun with others is refused unless
+    ON_SETTINGS_CHANGE=continue), and a damaged checkpoint_last.pt replaced (train_scripts/check_resume.py).
+    Returns its exit status (0 go on, 2 refused, 1 nothing intact to resume)."""
+    from train_scripts.check_resume import main as check_resume
+
+    names = RECORDED + (RECORDED_ELECTRA if run.task == "electra" else ())
+    args = [run["SAVE_DIR"], *[f"--setting={n}={run[n]}" for n in names],
+            f"--setting=EFFECTIVE_BATCH_SIZE={run.effective}",
+            "--dict", os.path.join(run["DATA"].split(":")[0], "dict.txt"), "--on-change", run["ON_SETTINGS_CHANGE"]]
+    os.makedirs(run["SAVE_DIR"], exist_ok=True)
+    return check_resume(args)
+
+
+def show(run: Run, settings: Mapping[str, str], say: Say) -> None:
+    """The settings (NAME=value [default]), the world and the batch, as the run starts."""
+    lines = [f"  {f'{t.name}={run.values.get(t.name, settings[t.name])}':<22} [{t.default}]" for t in TUNABLES]
+    say("environment (NAME=value [default])\n" + "\n".join(lines))
+    say(f"world size {run.world} = {run['NNODES']} node(s) x {run['NPROC_PER_NODE']} process(es) on {run.device}, "
+        f"launcher {run.launcher}")
+    say(f"effective batch size: {run.effective} = {run.world} process(es) x MAX_SENTENCES {run['MAX_SENTENCES']} x "
+        f"UPDATE_FREQ {run['UPDATE_FREQ']} ({run.effective * int(run['TOKENS_PER_SAMPLE'])} tokens per update at most)")
+    if run.effective != int(run["SENTENCES_PER_UPDATE"]):
+        say(f"warning: effective batch size {run.effective} differs from SENTENCES_PER_UPDATE="
+            f"{run['SENTENCES_PER_UPDATE']}")
+
+
+def prepare(settings: Mapping[str, str], environ: Mapping[str, str] = os.environ, extra: Sequence[str] = (),
+            say: Say = say_to_stderr) -> Tuple[Run, List[str]]:
+    """Everything before training: the run planned and its data checked, the settings and the command said
+    (``say``), and, unless DRY_RUN=1, SAVE_DIR's record written. Returns the run and its command.
+    Raises UsageError (exit 2), DataError (1) or RecordRefused (its status)."""
+    run = plan(settings, environ, extra)
+    check_data(run)
+    show(run, settings, say)
+    cmd = command(run)
+    say("command:\n" + shlex.join(cmd))
+    if run["DRY_RUN"] != "1":
+        status = record(run)
+        if status:
+            raise RecordRefused(status)
+    return run, cmd
+
+
+class RecordRefused(Exception):
+    """SAVE_DIR's record refused the run (train_scripts/check_resume.py said why); ``status`` its exit status."""
+
+    def __init__(self, status: int):
+        super().__init__(status)
+        self.status = status
+
+
+HEADER = """Pre-train a TUPE / BERT row of the paper with masked LM, the paper's recipe as defaults (Ke et al.,
+"Rethinking Positional Encoding in Language Pre-training", ICLR 2021, Sec. 4.1 and its appendix):
+BERT-base TUPE-R, 512 tokens, batch 256, 1M updates, Adam, LR 1e-4 with 10k warmup then linear decay to 0,
+fp16 on GPU (BF16=1: bf16). OBJECTIVE=electra: replaced-token detection with ELECTRA-Base's recipe (Clark et
+al., ICLR 2020, Table 6): LR 2e-4 for 766k updates, generator 1/3 of the width, discriminator loss weight 50.
+The recipe's one copy is tupe_common/pretrain_recipe.py: every default below comes from it.
+
+Examples (from the repository root; DATA is a fairseq data dir, shard0:shard1:..., or a folder with
+data_path.txt as written by preprocess/c4/4_layout.sh):
+  DATA=c4_prep/data-bin train_scripts/pretrain.sh                       # every GPU of this node (torchrun)
+  DATA=data-bin VARIANT=bert-a GPUS=1 train_scripts/pretrain.sh          # one GPU: update-freq 16
+  DATA=data-bin VARIANT=tupe-a SIZE=large SENTENCES_PER_UPDATE=512 train_scripts/pretrain.sh
+  DATA=data-bin BF16=1 train_scripts/pretrain.sh                         # bf16 (A100, H100)
+  DRY_RUN=1 DATA=data-bin GPUS=8 train_scripts/pretrain.sh               # print the command only
+  DATA=data-bin OBJECTIVE=electra VARIANT=tupe-r train_scripts/pretrain.sh   # ELECTRA (docs/electra.md)
+  sbatch --nodes 2 train_scripts/pretrain.sbatch                         # SLURM, see that file
+Re-running the same command resumes from SAVE_DIR/checkpoint_last.pt (fairseq's default).
+The logic is train_scripts/pretrain.py (the study calls it as a function)."""
+
+
+def usage() -> str:
+    rows = [f"  {t.name:<22} {t.default or chr(34) * 2:<20} {t.help}" for t in TUNABLES]
+    return (f"{HEADER}\n\nUsage: [NAME=value ...] {PROG} [FAIRSEQ_TRAIN_ARGS...]\n\n"
+            "Environment (default, meaning):\n" + "\n".join(rows) + "\n")
+
+
+def main(argv: Optional[Sequence[str]] = None, environ: Mapping[str, str] = os.environ) -> int:
+    """pretrain.sh: settings from the environment, arguments appended to fairseq-train's; replaces this process
+    with the command (so the launcher's signals reach it)."""
+    from preprocess.c4_data import DataError
+    from preprocess.c4_data import log as data_log
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] in (["-h"], ["--help"]):
+        sys.stdout.write(usage())
+        return 0
+    try:
+        run, cmd = prepare(resolve(environ), environ, args)
+    except UsageError as e:
+        say_to_stderr(f"error: {e}")
+        return 2
+    except DataError as e:
+        data_log.error(f"{e}")
+        return 1
+    except RecordRefused as e:
+        return e.status
+    if run["DRY_RUN"] == "1":
+        say_to_stderr("DRY_RUN=1: not starting")
+        return 0
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execvpe(cmd[0], cmd, {**environ, **launch_environment(run)})
+
+
+if __name__ == "__main__":
+    sys.exit(main())
