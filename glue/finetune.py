@@ -17,74 +17,52 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
-from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
+from tupe_common import tunables
 from tupe_common.errors import UsageError
+from tupe_common.tunables import Say, Tunable, table
 
 PROG = "finetune.sh"
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-@dataclass(frozen=True)
-class Tunable:
-    name: str
-    default: str
-    help: str
-
-
-TUNABLES: Tuple[Tunable, ...] = (
-    Tunable("CHECKPOINT", "", "pre-trained checkpoint (.pt) (required)"),
-    Tunable("GLUE_BIN", "glue-bin", "folder with TASK-bin/ from python -m preprocess.glue_binarize"),
-    Tunable("RUNS", "runs", "output root: RUNS/TASK/lr{LR}_seed{SEED}/"),
-    Tunable("EPOCHS", "auto", "epochs (auto: 5 for MNLI, QNLI, QQP; 10 otherwise)"),
-    Tunable("SENTENCES_PER_BATCH", "32", "sentences per batch of each process, at most (--batch-size; was BATCH); "
-            "one process: per update"),
-    Tunable("MAX_TOKENS", "4400", "tokens per batch at most (--max-tokens)"),
-    Tunable("WARMUP_RATIO", "0.06", "fraction of updates spent warming up (warmup_ratio scheduler)"),
-    Tunable("ADAM_BETAS", "(0.9,0.999)", "Adam betas"),
-    Tunable("ADAM_EPS", "1e-6", "Adam epsilon"),
-    Tunable("WEIGHT_DECAY", "0.01", "weight decay"),
-    Tunable("CLIP_NORM", "1.0", "gradient clipping"),
-    Tunable("DROPOUT", "0.1", "dropout"),
-    Tunable("ATTENTION_DROPOUT", "0.1", "attention dropout"),
-    Tunable("POOLER_DROPOUT", "0.1", "dropout of the classification head (the official head: dense, tanh, dropout 0.1)"),
-    Tunable("VALID_PER_EPOCH", "2", "validations per epoch, evenly spaced, the last at the epoch's end (the "
-            "original's --validate-interval-updates 2)"),
-    Tunable("KEEP_CHECKPOINTS", "0", "1: keep checkpoint_best.pt of the run; 0: write no checkpoints"),
-    Tunable("FP16", "auto", "1: --fp16 with the original's loss-scale flags (auto: 1 on GPU, 0 on CPU)"),
-    Tunable("LOG_INTERVAL", "50", "log every N updates"),
-    Tunable("NUM_WORKERS", "1", "data loader workers"),
-    Tunable("METRIC_AVERAGING", "dev_set", "dev_set: metrics over the whole dev set (GLUE's definition); per_batch: "
-            "the official code's mean of per-batch metrics"),
-    Tunable("TRUNCATE", "0", "1: cut inputs longer than the model's positions (--shorten-method truncate); 0: an "
-            "over-long input is an error"),
-    Tunable("QUIET", "0", "1: fairseq's output only to train.log (glue/grid.sh sets it)"),
-    Tunable("EXTRA_ARGS", "", "more fairseq-train arguments (split on spaces)"),
-)
+# NAME | default | help
+TUNABLES: Tuple[Tunable, ...] = table("""
+CHECKPOINT |  | pre-trained checkpoint (.pt) (required)
+GLUE_BIN | glue-bin | folder with TASK-bin/ from python -m preprocess.glue_binarize
+RUNS | runs | output root: RUNS/TASK/lr{{LR}}_seed{{SEED}}/
+EPOCHS | auto | epochs (auto: 5 for MNLI, QNLI, QQP; 10 otherwise)
+SENTENCES_PER_BATCH | 32 | sentences per batch of each process, at most (--batch-size; was BATCH); one process: per update
+MAX_TOKENS | 4400 | tokens per batch at most (--max-tokens)
+WARMUP_RATIO | 0.06 | fraction of updates spent warming up (warmup_ratio scheduler)
+ADAM_BETAS | (0.9,0.999) | Adam betas
+ADAM_EPS | 1e-6 | Adam epsilon
+WEIGHT_DECAY | 0.01 | weight decay
+CLIP_NORM | 1.0 | gradient clipping
+DROPOUT | 0.1 | dropout
+ATTENTION_DROPOUT | 0.1 | attention dropout
+POOLER_DROPOUT | 0.1 | dropout of the classification head (the official head: dense, tanh, dropout 0.1)
+VALID_PER_EPOCH | 2 | validations per epoch, evenly spaced, the last at the epoch's end (the original's --validate-interval-updates 2)
+KEEP_CHECKPOINTS | 0 | 1: keep checkpoint_best.pt of the run; 0: write no checkpoints
+FP16 | auto | 1: --fp16 with the original's loss-scale flags (auto: 1 on GPU, 0 on CPU)
+LOG_INTERVAL | 50 | log every N updates
+NUM_WORKERS | 1 | data loader workers
+METRIC_AVERAGING | dev_set | dev_set: metrics over the whole dev set (GLUE's definition); per_batch: the official code's mean of per-batch metrics
+TRUNCATE | 0 | 1: cut inputs longer than the model's positions (--shorten-method truncate); 0: an over-long input is an error
+QUIET | 0 | 1: fairseq's output only to train.log (glue/grid.sh sets it)
+EXTRA_ARGS |  | more fairseq-train arguments (split on spaces)
+""")
 DEFAULTS: Dict[str, str] = {t.name: t.default for t in TUNABLES}
 RENAMED = {"BATCH": "SENTENCES_PER_BATCH"}
-
-Say = Callable[[str], None]
-
 
 def say_to_stderr(line: str) -> None:
     sys.stderr.write(f"{PROG}: {line}\n")
 
 
 def resolve(environ: Mapping[str, str], say: Say = say_to_stderr) -> Dict[str, str]:
-    """Every tunable's value: a non-empty environment value, else its default; an old name (BATCH) sets the new
-    one, with a warning."""
-    values = {t.name: environ.get(t.name) or t.default for t in TUNABLES}
-    for old, new in RENAMED.items():
-        if environ.get(old):
-            if environ.get(new):
-                say(f"warning: {old} is a deprecated name of {new}; {new}={environ[new]} is set, so "
-                    f"{old}={environ[old]} is ignored")
-            else:
-                values[new] = environ[old]
-                say(f"warning: {old} is a deprecated name of {new}: set {new}={environ[old]} instead")
-    return values
+    """Every tunable's value (tupe_common.tunables.resolve): BATCH is SENTENCES_PER_BATCH's old name."""
+    return tunables.resolve(TUNABLES, environ, say, RENAMED)
 
 
 class RunFailed(Exception):
@@ -156,11 +134,6 @@ def fairseq_args(v: Mapping[str, str], task: str, lr: str, seed: str, facts: Map
     return args
 
 
-def show(v: Mapping[str, str], say: Say) -> None:
-    say("environment (NAME=value [default])\n" +
-        "\n".join(f"  {f'{t.name}={v[t.name]}':<22} [{t.default}]" for t in TUNABLES))
-
-
 def finetune(settings: Mapping[str, str], task: str, lr: str, seed: str, say: Say = say_to_stderr,
              environ: Mapping[str, str] = os.environ) -> str:
     """Fine-tune one run (or skip it when finished): returns its folder. Raises UsageError (exit 2) or RunFailed."""
@@ -174,7 +147,7 @@ def finetune(settings: Mapping[str, str], task: str, lr: str, seed: str, say: Sa
     final, partial = run_dirs(v["RUNS"], task, lr, seed)
     if check_finished(v, task, final, say):
         return final
-    show(v, say)
+    say(tunables.shown(TUNABLES, v))
     if not v["CHECKPOINT"]:
         raise UsageError("CHECKPOINT is required: the pre-trained checkpoint to fine-tune")
     if not os.path.isfile(v["CHECKPOINT"]):
@@ -283,7 +256,7 @@ Environment (default, meaning):
 
 
 def usage() -> str:
-    return USAGE + "".join(f"  {t.name:<22} {t.default or chr(34) * 2:<20} {t.help}\n" for t in TUNABLES)
+    return USAGE + tunables.usage_rows(TUNABLES)
 
 
 def main(argv: Optional[Sequence[str]] = None, environ: Mapping[str, str] = os.environ) -> int:

@@ -18,10 +18,12 @@ import shlex
 import shutil
 import sys
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
+from tupe_common import tunables
 from tupe_common.errors import UsageError
 from tupe_common.pretrain_recipe import recipe
+from tupe_common.tunables import Say, Tunable, table
 
 PROG = "pretrain.sh"
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -29,73 +31,56 @@ REPO = os.path.dirname(HERE)
 MLM, ELECTRA = recipe("mlm"), recipe("electra")
 
 
-@dataclass(frozen=True)
-class Tunable:
-    name: str
-    default: str
-    help: str
-
-
-TUNABLES: Tuple[Tunable, ...] = (
-    Tunable("VARIANT", "tupe-r", "positional variant: a name of 'tupe-checkpoint-info --list-variants' (tupe-r, "
-            "bert-a, rope, alibi, ...; tupe_r is read as tupe-r)"),
-    Tunable("OBJECTIVE", "mlm", "mlm (RoBERTa masked LM) or electra (replaced-token detection, ELECTRA-Base "
-            "defaults: docs/electra.md)"),
-    Tunable("SIZE", "base", "base, large or tiny (tests)"),
-    Tunable("ARCH", "auto", "fairseq --arch (auto: VARIANT_SIZE, e.g. tupe_r_base)"),
-    Tunable("DATA", "", "fairseq data dir(s), colon-separated, or a folder with data_path.txt (required)"),
-    Tunable("SAVE_DIR", "auto", "checkpoints; reruns resume from its checkpoint_last.pt (auto: checkpoints/ARCH, "
-            "electra: checkpoints/ARCH_electra)"),
-    Tunable("TENSORBOARD_DIR", "auto", "TensorBoard logs (auto: SAVE_DIR/tensorboard; none: off)"),
-    Tunable("GPUS", "auto", "GPUs per node (auto: all CUDA devices visible; 0: CPU)"),
-    Tunable("NPROC_PER_NODE", "auto", "processes per node (auto: GPUS, or 1 on CPU; >1 on CPU uses gloo)"),
-    Tunable("NNODES", "1", "nodes (default: SLURM_NNODES, else 1)"),
-    Tunable("NODE_RANK", "0", "this node's index (torchrun multi-node without SLURM)"),
-    Tunable("MASTER_ADDR", "auto", "rendezvous host (auto: first node of the SLURM allocation, else 127.0.0.1)"),
-    Tunable("MASTER_PORT", "auto", "rendezvous port (auto: free port on one node; from SLURM_JOB_ID under SLURM)"),
-    Tunable("LAUNCHER", "auto", "auto, none (1 process), torchrun or srun (pretrain.sbatch sets srun)"),
-    Tunable("SENTENCES_PER_UPDATE", MLM["SENTENCES_PER_UPDATE"].value, "target sentences per update = NNODES x "
-            "NPROC_PER_NODE x MAX_SENTENCES x UPDATE_FREQ (was BATCH_SIZE)"),
-    Tunable("MAX_SENTENCES", MLM["MAX_SENTENCES"].value, "sentences per process per forward (--batch-size)"),
-    Tunable("UPDATE_FREQ", "auto", "gradient accumulation (auto: SENTENCES_PER_UPDATE / (processes x MAX_SENTENCES))"),
-    Tunable("TOKENS_PER_SAMPLE", MLM["TOKENS_PER_SAMPLE"].value, "tokens per sequence"),
-    Tunable("MAX_POSITIONS", "auto", "learned positions (auto: TOKENS_PER_SAMPLE)"),
-    Tunable("SAMPLE_BREAK_MODE", MLM["SAMPLE_BREAK_MODE"].value, "masked_lm packing: complete = FULL-SENTENCES"),
-    Tunable("MASK_PROB", MLM["MASK_PROB"].value, "masking probability (mlm: 80/10/10 mask/random/same; electra: "
-            "85/15 mask/same)"),
-    Tunable("GENERATOR_SIZE_DIVISOR", "auto", "electra: generator width, FFN, heads = the discriminator's / N (auto: "
-            "3 at base, 4 otherwise)"),
-    Tunable("DISC_WEIGHT", ELECTRA["DISC_WEIGHT"].value, "electra: weight of the discriminator's loss"),
-    Tunable("TOTAL_UPDATES", "auto", f"updates, LR schedule length and stop (auto: {MLM['TOTAL_UPDATES'].value}; "
-            f"electra {ELECTRA['TOTAL_UPDATES'].value}, ELECTRA-Base)"),
-    Tunable("WARMUP", MLM["WARMUP"].value, "linear warmup updates"),
-    Tunable("LR", "auto", f"peak learning rate, then linear decay to END_LR (auto: {MLM['LR'].value}; electra "
-            f"{ELECTRA['LR'].value}, ELECTRA-Base)"),
-    Tunable("END_LR", MLM["END_LR"].value, "learning rate at TOTAL_UPDATES"),
-    Tunable("ADAM_BETAS", MLM["ADAM_BETAS"].value, "Adam betas"),
-    Tunable("ADAM_EPS", MLM["ADAM_EPS"].value, "Adam epsilon"),
-    Tunable("WEIGHT_DECAY", MLM["WEIGHT_DECAY"].value, "weight decay"),
-    Tunable("CLIP_NORM", MLM["CLIP_NORM"].value, "gradient clipping"),
-    Tunable("DROPOUT", MLM["DROPOUT"].value, "dropout"),
-    Tunable("ATTENTION_DROPOUT", MLM["ATTENTION_DROPOUT"].value, "attention dropout"),
-    Tunable("SEED", MLM["SEED"].value, "random seed"),
-    Tunable("FP16", "auto", "1: --fp16 (auto: 1 on GPU unless BF16=1, 0 on CPU)"),
-    Tunable("BF16", "0", "1: --bf16 instead of --fp16 (GPUs with bfloat16: A100, H100; no loss scaling)"),
-    Tunable("SAVE_INTERVAL_UPDATES", MLM["SAVE_INTERVAL_UPDATES"].value, "checkpoint (and validate) every N updates"),
-    Tunable("KEEP_INTERVAL_UPDATES", MLM["KEEP_INTERVAL_UPDATES"].value, "keep the last N interval checkpoints"),
-    Tunable("KEEP_PATTERN", MLM["KEEP_PATTERN"].value, "also keep every checkpoint at a multiple of N updates (-1: none)"),
-    Tunable("LOG_INTERVAL", MLM["LOG_INTERVAL"].value, "log every N updates"),
-    Tunable("NUM_WORKERS", "1", "data loader workers per process"),
-    Tunable("DATA_BUFFER_SIZE", "0", "fairseq --data-buffer-size; >0 starts a prefetch thread that can abort the "
-            "exit (status 134) at --max-update mid-epoch"),
-    Tunable("MAX_SKIP_FRACTION", "0", "stop at start if more than this fraction of train/valid lines would be "
-            "dropped as over-length"),
-    Tunable("ON_SETTINGS_CHANGE", "refuse", "SAVE_DIR holds a run with other settings: refuse, or continue it with "
-            "the new ones"),
-    Tunable("DDP_BACKEND", "auto", "fairseq --ddp-backend (auto: pytorch_ddp on GPU, legacy_ddp on CPU)"),
-    Tunable("EXTRA_ARGS", "", "more fairseq-train arguments (split on spaces); script arguments are appended too"),
-    Tunable("DRY_RUN", "0", "1: print the settings and the command, do not train"),
-)
+# NAME | default | help: every default from the recipe where it has one ({mlm[...]}, {electra[...]})
+TUNABLES: Tuple[Tunable, ...] = table("""
+VARIANT | tupe-r | positional variant: a name of 'tupe-checkpoint-info --list-variants' (tupe-r, bert-a, rope, alibi, ...; tupe_r is read as tupe-r)
+OBJECTIVE | mlm | mlm (RoBERTa masked LM) or electra (replaced-token detection, ELECTRA-Base defaults: docs/electra.md)
+SIZE | base | base, large or tiny (tests)
+ARCH | auto | fairseq --arch (auto: VARIANT_SIZE, e.g. tupe_r_base)
+DATA |  | fairseq data dir(s), colon-separated, or a folder with data_path.txt (required)
+SAVE_DIR | auto | checkpoints; reruns resume from its checkpoint_last.pt (auto: checkpoints/ARCH, electra: checkpoints/ARCH_electra)
+TENSORBOARD_DIR | auto | TensorBoard logs (auto: SAVE_DIR/tensorboard; none: off)
+GPUS | auto | GPUs per node (auto: all CUDA devices visible; 0: CPU)
+NPROC_PER_NODE | auto | processes per node (auto: GPUS, or 1 on CPU; >1 on CPU uses gloo)
+NNODES | 1 | nodes (default: SLURM_NNODES, else 1)
+NODE_RANK | 0 | this node's index (torchrun multi-node without SLURM)
+MASTER_ADDR | auto | rendezvous host (auto: first node of the SLURM allocation, else 127.0.0.1)
+MASTER_PORT | auto | rendezvous port (auto: free port on one node; from SLURM_JOB_ID under SLURM)
+LAUNCHER | auto | auto, none (1 process), torchrun or srun (pretrain.sbatch sets srun)
+SENTENCES_PER_UPDATE | {mlm[SENTENCES_PER_UPDATE]} | target sentences per update = NNODES x NPROC_PER_NODE x MAX_SENTENCES x UPDATE_FREQ (was BATCH_SIZE)
+MAX_SENTENCES | {mlm[MAX_SENTENCES]} | sentences per process per forward (--batch-size)
+UPDATE_FREQ | auto | gradient accumulation (auto: SENTENCES_PER_UPDATE / (processes x MAX_SENTENCES))
+TOKENS_PER_SAMPLE | {mlm[TOKENS_PER_SAMPLE]} | tokens per sequence
+MAX_POSITIONS | auto | learned positions (auto: TOKENS_PER_SAMPLE)
+SAMPLE_BREAK_MODE | {mlm[SAMPLE_BREAK_MODE]} | masked_lm packing: complete = FULL-SENTENCES
+MASK_PROB | {mlm[MASK_PROB]} | masking probability (mlm: 80/10/10 mask/random/same; electra: 85/15 mask/same)
+GENERATOR_SIZE_DIVISOR | auto | electra: generator width, FFN, heads = the discriminator's / N (auto: 3 at base, 4 otherwise)
+DISC_WEIGHT | {electra[DISC_WEIGHT]} | electra: weight of the discriminator's loss
+TOTAL_UPDATES | auto | updates, LR schedule length and stop (auto: {mlm[TOTAL_UPDATES]}; electra {electra[TOTAL_UPDATES]}, ELECTRA-Base)
+WARMUP | {mlm[WARMUP]} | linear warmup updates
+LR | auto | peak learning rate, then linear decay to END_LR (auto: {mlm[LR]}; electra {electra[LR]}, ELECTRA-Base)
+END_LR | {mlm[END_LR]} | learning rate at TOTAL_UPDATES
+ADAM_BETAS | {mlm[ADAM_BETAS]} | Adam betas
+ADAM_EPS | {mlm[ADAM_EPS]} | Adam epsilon
+WEIGHT_DECAY | {mlm[WEIGHT_DECAY]} | weight decay
+CLIP_NORM | {mlm[CLIP_NORM]} | gradient clipping
+DROPOUT | {mlm[DROPOUT]} | dropout
+ATTENTION_DROPOUT | {mlm[ATTENTION_DROPOUT]} | attention dropout
+SEED | {mlm[SEED]} | random seed
+FP16 | auto | 1: --fp16 (auto: 1 on GPU unless BF16=1, 0 on CPU)
+BF16 | 0 | 1: --bf16 instead of --fp16 (GPUs with bfloat16: A100, H100; no loss scaling)
+SAVE_INTERVAL_UPDATES | {mlm[SAVE_INTERVAL_UPDATES]} | checkpoint (and validate) every N updates
+KEEP_INTERVAL_UPDATES | {mlm[KEEP_INTERVAL_UPDATES]} | keep the last N interval checkpoints
+KEEP_PATTERN | {mlm[KEEP_PATTERN]} | also keep every checkpoint at a multiple of N updates (-1: none)
+LOG_INTERVAL | {mlm[LOG_INTERVAL]} | log every N updates
+NUM_WORKERS | 1 | data loader workers per process
+DATA_BUFFER_SIZE | 0 | fairseq --data-buffer-size; >0 starts a prefetch thread that can abort the exit (status 134) at --max-update mid-epoch
+MAX_SKIP_FRACTION | 0 | stop at start if more than this fraction of train/valid lines would be dropped as over-length
+ON_SETTINGS_CHANGE | refuse | SAVE_DIR holds a run with other settings: refuse, or continue it with the new ones
+DDP_BACKEND | auto | fairseq --ddp-backend (auto: pytorch_ddp on GPU, legacy_ddp on CPU)
+EXTRA_ARGS |  | more fairseq-train arguments (split on spaces); script arguments are appended too
+DRY_RUN | 0 | 1: print the settings and the command, do not train
+""", mlm={n: s.value for n, s in MLM.items()}, electra={n: s.value for n, s in ELECTRA.items()})
 DEFAULTS: Dict[str, str] = {t.name: t.default for t in TUNABLES}
 RENAMED = {"BATCH_SIZE": "SENTENCES_PER_UPDATE"}  # old name -> new name: the old one still works, with a warning
 # the settings that define a run: a rerun into the same SAVE_DIR with others is refused
@@ -104,27 +89,15 @@ RECORDED = ("ARCH", "TOKENS_PER_SAMPLE", "MAX_POSITIONS", "SAMPLE_BREAK_MODE", "
             "SEED")
 RECORDED_ELECTRA = ("OBJECTIVE", "GENERATOR_SIZE_DIVISOR", "DISC_WEIGHT")  # MLM runs keep their record as before
 
-Say = Callable[[str], None]
-
-
 def say_to_stderr(line: str) -> None:
     sys.stderr.write(f"{PROG}: {line}\n")
 
 
 def resolve(environ: Mapping[str, str], say: Say = say_to_stderr) -> Dict[str, str]:
-    """Every tunable's value: a non-empty environment value, else its default (NNODES: SLURM_NNODES); an old
-    name (BATCH_SIZE) sets the new one, with a warning."""
-    values = {t.name: environ.get(t.name) or t.default for t in TUNABLES}
+    """Every tunable's value (tupe_common.tunables.resolve; NNODES defaults to SLURM_NNODES)."""
+    values = tunables.resolve(TUNABLES, environ, say, RENAMED)
     if not environ.get("NNODES") and environ.get("SLURM_NNODES"):
         values["NNODES"] = environ["SLURM_NNODES"]
-    for old, new in RENAMED.items():
-        if environ.get(old):
-            if environ.get(new):
-                say(f"warning: {old} is a deprecated name of {new}; {new}={environ[new]} is set, so "
-                    f"{old}={environ[old]} is ignored")
-            else:
-                values[new] = environ[old]
-                say(f"warning: {old} is a deprecated name of {new}: set {new}={environ[old]} instead")
     return values
 
 
@@ -367,10 +340,9 @@ def record(run: Run) -> int:
     return check_resume(args)
 
 
-def show(run: Run, settings: Mapping[str, str], say: Say) -> None:
+def show(run: Run, say: Say) -> None:
     """The settings (NAME=value [default]), the world and the batch, as the run starts."""
-    lines = [f"  {f'{t.name}={run.values.get(t.name, settings[t.name])}':<22} [{t.default}]" for t in TUNABLES]
-    say("environment (NAME=value [default])\n" + "\n".join(lines))
+    say(tunables.shown(TUNABLES, run.values))
     say(f"world size {run.world} = {run['NNODES']} node(s) x {run['NPROC_PER_NODE']} process(es) on {run.device}, "
         f"launcher {run.launcher}")
     say(f"effective batch size: {run.effective} = {run.world} process(es) x MAX_SENTENCES {run['MAX_SENTENCES']} x "
@@ -387,7 +359,7 @@ def prepare(settings: Mapping[str, str], environ: Mapping[str, str] = os.environ
     Raises UsageError (exit 2), DataError (1) or RecordRefused (its status)."""
     run = plan(settings, environ, extra)
     check_data(run)
-    show(run, settings, say)
+    show(run, say)
     cmd = command(run)
     say("command:\n" + shlex.join(cmd))
     if run["DRY_RUN"] != "1":
@@ -426,9 +398,8 @@ The logic is train_scripts/pretrain.py (the study calls it as a function)."""
 
 
 def usage() -> str:
-    rows = [f"  {t.name:<22} {t.default or chr(34) * 2:<20} {t.help}" for t in TUNABLES]
     return (f"{HEADER}\n\nUsage: [NAME=value ...] {PROG} [FAIRSEQ_TRAIN_ARGS...]\n\n"
-            "Environment (default, meaning):\n" + "\n".join(rows) + "\n")
+            f"Environment (default, meaning):\n{tunables.usage_rows(TUNABLES)}")
 
 
 def main(argv: Optional[Sequence[str]] = None, environ: Mapping[str, str] = os.environ) -> int:
