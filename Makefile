@@ -19,10 +19,10 @@ demo: $(STAMP)
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" bash demo.sh
 
 # Two pytest workers (pytest-xdist), one test module each at a time (module fixtures are built once);
-# TEST_WORKERS=0 runs in one process.
+# TEST_WORKERS=0 runs in one process. The 25 slowest steps are listed at the end (the suite's budget: 15 minutes).
 TEST_WORKERS ?= 2
 test: $(STAMP)
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile tests
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=25 tests
 
 # The in-process tests only (math, parsers, metrics): no test that starts a process (the `slow` marker: the
 # tests whose fixtures include `starts_process`, tests/conftest.py; any other fails if it starts one).

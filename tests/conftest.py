@@ -12,6 +12,12 @@ from typing import Dict, List, Optional
 
 import pytest
 
+# One thread per process, the tests' and every process they start: make test runs two workers on two cores, and
+# torch's default (a thread per core) in both oversubscribes them; OpenMP's waiting then made two concurrent tiny
+# fairseq-train runs take 84 s instead of 11 s on this machine. A setting of the caller's is kept.
+for _threads in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_threads, "1")
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(1, str(ROOT))  # preprocess/ and glue/ are not installed: they run from the repository
@@ -88,6 +94,22 @@ def run(cmd: List[str], cwd: Path = ROOT, check: bool = True, timeout: int = 600
     if check and p.returncode != 0:
         raise AssertionError(f"{' '.join(map(str, cmd))} failed ({p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-6000:]}")
     return p
+
+
+def fairseq_train_in_one_process(commands: Dict[str, List[str]], folder: Path) -> Dict[str, str]:
+    """fairseq-train's own entry point once per command line (its arguments after ``fairseq-train``), all in one
+    process (tests/fairseq_runs.py: one import of torch and fairseq): each run's log by its name. A run that
+    fails fails the caller, with its log."""
+    runs = [{"argv": [*argv, "--data-buffer-size", "0", *([] if "--save-dir" in argv else ["--save-dir", str(folder / name)])],
+             "log": str(folder / f"{name}.log")} for name, argv in commands.items()]
+    (folder / "runs.json").write_text(json.dumps(runs))
+    run([sys.executable, str(ROOT / "tests" / "fairseq_runs.py"), str(folder / "runs.json")])
+    logs = {}
+    for name, r in zip(commands, runs):
+        log = Path(r["log"]).read_text()
+        assert Path(r["log"] + ".status").read_text().strip() == "0", f"{name}:\n{log[-3000:]}"
+        logs[name] = log
+    return logs
 
 
 def train_losses(log: str) -> List[float]:

@@ -20,7 +20,7 @@ import pytest
 import torch
 from fairseq.models import ARCH_CONFIG_REGISTRY
 
-from conftest import BIN, PRETRAIN_ARGS, ROOT, run
+from conftest import BIN, PRETRAIN_ARGS, ROOT, fairseq_train_in_one_process, run
 from model_utils import build, tokens
 from tupe_plugin import TupeRobertaModel
 from tupe_plugin.build_task import DictionaryTask, numbered_dictionary
@@ -287,9 +287,20 @@ def test_fairseq_train_tupe_r_both_losses_fall_and_validation_logs_the_metrics(e
     assert "ELECTRA generator: layers 2, embed_dim 16, ffn_embed_dim 32, attention_heads 1" in log
 
 
-@pytest.mark.parametrize("arch", ["rope_tiny", "deberta_rel_tiny", "pam_sequential_tiny"])
-def test_fairseq_train_both_losses_fall_for_each_attention_block(arch, lm_bin, tmp_path):
-    falls(train(lm_bin, arch, tmp_path, 20, "--no-save"))
+BLOCKS = ("rope_tiny", "deberta_rel_tiny", "pam_sequential_tiny")  # the variants with attention blocks of their own
+
+
+@pytest.fixture(scope="module")
+def block_logs(lm_bin, tmp_path_factory, starts_process) -> Dict[str, str]:
+    """20 ELECTRA updates of each of BLOCKS, in one process: each arch's log."""
+    return fairseq_train_in_one_process(
+        {arch: [str(lm_bin), *ELECTRA_ARGS, "--arch", arch, "--max-update", "20", "--lr", "3e-3", "--no-save"]
+         for arch in BLOCKS}, tmp_path_factory.mktemp("electra_blocks"))
+
+
+@pytest.mark.parametrize("arch", BLOCKS)
+def test_fairseq_train_both_losses_fall_for_each_attention_block(arch, block_logs):
+    falls(block_logs[arch])
 
 
 def test_checkpoint_info_shows_objective_and_sizes(electra_run, starts_process):

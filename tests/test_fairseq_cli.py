@@ -1,17 +1,15 @@
 """The plugin through the real fairseq CLIs (subprocesses), on tiny models and data, on CPU."""
 from __future__ import annotations
 
-import json
 import math
 import re
 import shutil
-import sys
 from pathlib import Path
 from typing import Dict
 
 import pytest
 
-from conftest import PRETRAIN_ARGS, ROOT, run, train_losses
+from conftest import PRETRAIN_ARGS, ROOT, fairseq_train_in_one_process, run, train_losses
 from tupe_plugin.models import VARIANTS
 
 pytestmark = pytest.mark.usefixtures("starts_process")  # every test here starts a process
@@ -31,19 +29,10 @@ FINETUNE_ARGS = [
 
 @pytest.fixture(scope="module")
 def variant_logs(lm_bin, tmp_path_factory, starts_process) -> Dict[str, str]:
-    """fairseq-train's 20 updates of every registered variant, all in one process (tests/fairseq_runs.py:
-    fairseq-train's own entry point once per command line): each variant's log."""
-    d = tmp_path_factory.mktemp("every_variant")
-    runs = [{"argv": [str(lm_bin), *PRETRAIN_ARGS, "--arch", f"{v}_tiny", "--max-update", "20", "--no-save",
-                      "--data-buffer-size", "0"], "log": str(d / f"{v}.log")} for v in VARIANTS]
-    (d / "runs.json").write_text(json.dumps(runs))
-    starts_process([sys.executable, str(ROOT / "tests" / "fairseq_runs.py"), str(d / "runs.json")])
-    logs = {}
-    for v, r in zip(VARIANTS, runs):
-        log = Path(r["log"]).read_text()
-        assert Path(r["log"] + ".status").read_text().strip() == "0", log[-3000:]
-        logs[v] = log
-    return logs
+    """fairseq-train's 20 updates of every registered variant, all in one process: each variant's log."""
+    return fairseq_train_in_one_process(
+        {v: [str(lm_bin), *PRETRAIN_ARGS, "--arch", f"{v}_tiny", "--max-update", "20", "--no-save"] for v in VARIANTS},
+        tmp_path_factory.mktemp("every_variant"))
 
 
 @pytest.mark.parametrize("variant", list(VARIANTS))
