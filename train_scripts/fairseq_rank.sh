@@ -53,6 +53,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 done_file="$(mktemp "${TMPDIR:-/tmp}/fairseq_rank.$rank.XXXXXX")"
 trap 'rm -f "$done_file"' EXIT
 # FAIRSEQ_TRAIN: the command, shell-quoted words (pretrain.sh: fairseq-train, or BF16=1's python -m ...)
+train=()
 eval "train=(${FAIRSEQ_TRAIN:-fairseq-train})"
 TUPE_DONE_FILE="$done_file" "${train[@]}" "$@" --distributed-rank "$rank" \
   --device-id "$device_id" --distributed-init-method env:// --distributed-no-spawn &
