@@ -5,10 +5,11 @@ import json
 import math
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Callable, Dict, List, Optional
 
 import pytest
 
@@ -131,22 +132,42 @@ def write_lines(path: Path, lines: List[str]) -> Path:
     return path
 
 
+def once_per_run(tmp_path_factory, name: str, build: Callable[[Path], None]) -> Path:
+    """The folder ``name``, written by ``build`` once for the whole test run: under pytest-xdist every worker asks
+    for it, the first builds it under a file lock and the others wait, then read the same files (the session
+    fixtures below are inputs that no test changes)."""
+    from filelock import FileLock
+
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # this run's folder, shared by its workers
+    d = base / f"once-{name}"
+    with FileLock(str(d) + ".lock"):
+        if not (d / ".built").exists():
+            shutil.rmtree(d, ignore_errors=True)
+            d.mkdir()
+            build(d)
+            (d / ".built").touch()
+    return d
+
+
 @pytest.fixture(scope="session")
 def spm_dir(tmp_path_factory) -> Path:
-    import sentencepiece as spm
+    def build(d: Path) -> None:
+        import sentencepiece as spm
 
-    from preprocess.spm_dict import load_spm, write_fairseq_dict
+        from preprocess.spm_dict import load_spm, write_fairseq_dict
 
-    d = tmp_path_factory.mktemp("spm")
-    snli = [json.loads(line) for line in (ROOT / "tests/data/snli_sample.jsonl").open(encoding="utf-8")]
-    snli_text = [r[k] for r in snli for k in ("sentence1", "sentence2")]
-    text = write_lines(d / "corpus.txt", lm_lines(800, seed=0) + snli_text)
-    spm.SentencePieceTrainer.train(
-        input=str(text), model_prefix=str(d / "spm"), vocab_size=300, model_type="unigram", hard_vocab_limit=False,
-        character_coverage=1.0, minloglevel=2,
-    )
-    write_fairseq_dict(load_spm(str(d / "spm.model")), str(d / "dict.txt"))
-    return d
+        snli = [json.loads(line) for line in (ROOT / "tests/data/snli_sample.jsonl").open(encoding="utf-8")]
+        snli_text = [r[k] for r in snli for k in ("sentence1", "sentence2")]
+        text = write_lines(d / "corpus.txt", lm_lines(800, seed=0) + snli_text)
+        spm.SentencePieceTrainer.train(
+            input=str(text), model_prefix=str(d / "spm"), vocab_size=300, model_type="unigram", hard_vocab_limit=False,
+            character_coverage=1.0, minloglevel=2,
+        )
+        write_fairseq_dict(load_spm(str(d / "spm.model")), str(d / "dict.txt"))
+
+    return once_per_run(tmp_path_factory, "spm", build)
 
 
 def encode_pieces(spm_dir: Path, lines: List[str]) -> List[str]:
@@ -159,30 +180,32 @@ def encode_pieces(spm_dir: Path, lines: List[str]) -> List[str]:
 @pytest.fixture(scope="session")
 def lm_bin(spm_dir, tmp_path_factory, starts_process) -> Path:
     """masked_lm binaries made by the real fairseq-preprocess with the sentencepiece dict."""
-    d = tmp_path_factory.mktemp("lm")
-    write_lines(d / "train.txt", encode_pieces(spm_dir, lm_lines(600, seed=1)))
-    write_lines(d / "valid.txt", encode_pieces(spm_dir, lm_lines(60, seed=2)))
-    run(["fairseq-preprocess", "--only-source", "--srcdict", str(spm_dir / "dict.txt"),
-         "--trainpref", str(d / "train.txt"), "--validpref", str(d / "valid.txt"),
-         "--destdir", str(d / "bin"), "--workers", "1"])
-    return d / "bin"
+    def build(d: Path) -> None:
+        write_lines(d / "train.txt", encode_pieces(spm_dir, lm_lines(600, seed=1)))
+        write_lines(d / "valid.txt", encode_pieces(spm_dir, lm_lines(60, seed=2)))
+        run(["fairseq-preprocess", "--only-source", "--srcdict", str(spm_dir / "dict.txt"),
+             "--trainpref", str(d / "train.txt"), "--validpref", str(d / "valid.txt"),
+             "--destdir", str(d / "bin"), "--workers", "1"])
+
+    return once_per_run(tmp_path_factory, "lm", build) / "bin"
 
 
 @pytest.fixture(scope="session")
 def cls_bin(spm_dir, tmp_path_factory, starts_process) -> Path:
     """sentence_prediction binaries: input0/ (text) and label/ (classes), as fairseq's GLUE layout."""
-    d = tmp_path_factory.mktemp("cls")
-    splits = {"train": labelled(320, seed=3), "valid": labelled(80, seed=4)}
-    for split, items in splits.items():
-        write_lines(d / f"{split}.input0", encode_pieces(spm_dir, [s for s, _ in items]))
-        write_lines(d / f"{split}.label", [str(y) for _, y in items])
-    run(["fairseq-preprocess", "--only-source", "--srcdict", str(spm_dir / "dict.txt"),
-         "--trainpref", str(d / "train.input0"), "--validpref", str(d / "valid.input0"),
-         "--destdir", str(d / "bin" / "input0"), "--workers", "1"])
-    run(["fairseq-preprocess", "--only-source",
-         "--trainpref", str(d / "train.label"), "--validpref", str(d / "valid.label"),
-         "--destdir", str(d / "bin" / "label"), "--workers", "1"])
-    return d / "bin"
+    def build(d: Path) -> None:
+        splits = {"train": labelled(320, seed=3), "valid": labelled(80, seed=4)}
+        for split, items in splits.items():
+            write_lines(d / f"{split}.input0", encode_pieces(spm_dir, [s for s, _ in items]))
+            write_lines(d / f"{split}.label", [str(y) for _, y in items])
+        run(["fairseq-preprocess", "--only-source", "--srcdict", str(spm_dir / "dict.txt"),
+             "--trainpref", str(d / "train.input0"), "--validpref", str(d / "valid.input0"),
+             "--destdir", str(d / "bin" / "input0"), "--workers", "1"])
+        run(["fairseq-preprocess", "--only-source",
+             "--trainpref", str(d / "train.label"), "--validpref", str(d / "valid.label"),
+             "--destdir", str(d / "bin" / "label"), "--workers", "1"])
+
+    return once_per_run(tmp_path_factory, "cls", build) / "bin"
 
 
 PRETRAIN_ARGS = [
@@ -198,7 +221,8 @@ PRETRAIN_ARGS = [
 @pytest.fixture(scope="session")
 def pretrained(lm_bin, tmp_path_factory, starts_process) -> Path:
     """A tiny TUPE-R pre-trained for 30 updates; returns its save dir (checkpoint_last.pt)."""
-    save = tmp_path_factory.mktemp("pretrain")
-    run(["fairseq-train", str(lm_bin), *PRETRAIN_ARGS, "--arch", "tupe_roberta_tiny",
-         "--max-update", "30", "--save-dir", str(save)])
-    return save
+    def build(save: Path) -> None:
+        run(["fairseq-train", str(lm_bin), *PRETRAIN_ARGS, "--arch", "tupe_roberta_tiny",
+             "--max-update", "30", "--save-dir", str(save)])
+
+    return once_per_run(tmp_path_factory, "pretrain", build)
