@@ -7,17 +7,15 @@ Table 6): LR 2e-4 for 766k updates, discriminator loss weight 50, the rest as ab
 
 Who reads it:
 
-* ``train_scripts/pretrain.sh`` takes every default below from ``python -m tupe_common.pretrain_recipe shell``
-  (``NAME=value`` lines; ELECTRA's as ``electra:NAME=value``);
+* ``train_scripts/pretrain.py`` (behind ``pretrain.sh``) takes every default below from here;
 * the hydra configs ``train_scripts/config/pretrain/{tupe_base,electra_base}.yaml`` and the study's ``base``
   preset (``train_scripts/study_presets/base.env``, "the paper's setting") cannot import it: each value they
   write is checked against it by ``tests/test_single_sources.py`` through the keys named here.
 """
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
-from typing import Dict, Optional, Sequence, Tuple
+from typing import Dict, Tuple
 
 
 @dataclass(frozen=True)
@@ -69,21 +67,3 @@ def recipe(objective: str = "mlm") -> Dict[str, Setting]:
     elif objective != "mlm":
         raise ValueError(f"objective must be mlm or electra, not {objective!r}")
     return settings
-
-
-def shell_lines() -> str:
-    """``NAME=value`` for MLM, then ``electra:NAME=value`` for ELECTRA's changes (what pretrain.sh reads)."""
-    return "".join([f"{s.name}={s.value}\n" for s in MLM] + [f"electra:{s.name}={s.value}\n" for s in ELECTRA_CHANGES])
-
-
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = sys.argv[1:] if argv is None else list(argv)
-    if args != ["shell"]:
-        sys.stderr.write("usage: python -m tupe_common.pretrain_recipe shell   # the defaults pretrain.sh reads\n")
-        return 2
-    sys.stdout.write(shell_lines())
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

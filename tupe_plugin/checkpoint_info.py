@@ -4,8 +4,7 @@
 ``--fairseq-args`` the model flags that rebuild the same model (``--arch ... --max-positions ...``,
 the sizes ``--encoder-layers ...`` and the variant flags), so fine-tuning scripts take the variant from the checkpoint instead of
 from a flag the user must remember. ``--list-variants`` prints the registry's variant names with
-dashes (``tupe-r``, ``rope``, ...), one per line: ``train_scripts/pretrain.sh`` reads its ``VARIANT``
-list from it.
+dashes (``tupe-r``, ``rope``, ...), one per line: the values of ``pretrain.sh``'s ``VARIANT``.
 """
 from __future__ import annotations
 
