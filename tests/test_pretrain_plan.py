@@ -1,0 +1,45 @@
+"""train_scripts/pretrain.py in process: the precision settings (BF16, FP16) and the command they give."""
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+from conftest import BIN
+from train_scripts import pretrain
+from tupe_common.errors import UsageError
+
+
+def settings(**values: str) -> dict:
+    return {**pretrain.DEFAULTS, "DATA": "/data", "SIZE": "tiny", **values}
+
+
+@pytest.fixture(autouse=True)
+def venv_on_path(monkeypatch):
+    monkeypatch.setenv("PATH", f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")  # where fairseq-train is found
+
+
+def test_bf16_on_a_gpu_replaces_fp16_and_runs_the_parse_that_keeps_it_bf16():
+    run = pretrain.plan(settings(BF16="1", GPUS="1"), environ={})
+    args = pretrain.fairseq_args(run)
+    assert "--bf16" in args and "--fp16" not in args and "--cpu" not in args
+    assert pretrain.command(run)[:3] == [sys.executable, "-m", "train_scripts.fairseq_train"]
+    default = pretrain.plan(settings(GPUS="1"), environ={})  # the GPU default: fp16, fairseq-train itself
+    assert "--fp16" in pretrain.fairseq_args(default) and "--bf16" not in pretrain.fairseq_args(default)
+    assert pretrain.command(default)[0] == str(BIN / "fairseq-train")
+
+
+def test_bf16_reaches_every_rank_through_the_launcher():
+    run = pretrain.plan(settings(BF16="1", GPUS="2"), environ={})
+    assert run.launcher == "torchrun" and "--bf16" in pretrain.command(run)
+    assert pretrain.launch_environment(run)["FAIRSEQ_TRAIN"] == f"{sys.executable} -m train_scripts.fairseq_train"
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"BF16": "1", "FP16": "1", "GPUS": "1"}, "FP16=1 and BF16=1: choose one"),
+    ({"BF16": "yes"}, "BF16 must be 0 or 1, not 'yes'"),
+])
+def test_contradictory_precisions_are_refused(values, message):
+    with pytest.raises(UsageError, match=message):
+        pretrain.plan(settings(**values), environ={})
