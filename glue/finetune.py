@@ -14,13 +14,13 @@ import os
 import re
 import shlex
 import shutil
-import subprocess
 import sys
 import time
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from tupe_common import tunables
 from tupe_common.errors import UsageError
+from tupe_common.process import run_logged
 from tupe_common.tunables import Say, Tunable, table
 
 PROG = "finetune.sh"
@@ -175,7 +175,7 @@ def finetune(settings: Mapping[str, str], task: str, lr: str, seed: str, say: Sa
     log, done_file = os.path.join(partial, "train.log"), os.path.join(partial, "done.txt")
     env = {**environ, "TUPE_DONE_FILE": done_file,
            "PYTHONPATH": os.pathsep.join(p for p in (REPO, environ.get("PYTHONPATH", "")) if p)}
-    status = run_to_log(cmd, log, env, echo=v["QUIET"] != "1")
+    status = run_logged(cmd, log, env, echo=v["QUIET"] != "1")
     status = finished_status(status, done_file, say)
     if os.path.exists(done_file):
         os.remove(done_file)
@@ -205,20 +205,6 @@ def finetune(settings: Mapping[str, str], task: str, lr: str, seed: str, say: Sa
     os.rename(partial, final)  # fails rather than nest if another copy of this run finished meanwhile
     say(f"{task} lr{lr}_seed{seed} done: {best}  -> {os.path.join(final, 'result.json')}")
     return final
-
-
-def run_to_log(cmd: Sequence[str], log: str, env: Mapping[str, str], echo: bool) -> int:
-    """Run ``cmd`` with its output in ``log`` (and on stderr when ``echo``); its exit status (128 + N when a
-    signal N ended it, as the shell reports it)."""
-    with open(log, "w", encoding="utf-8") as f:
-        p = subprocess.Popen(list(cmd), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=dict(env), text=True,
-                             errors="replace")
-        for line in p.stdout:
-            f.write(line)
-            if echo:
-                sys.stderr.write(line)
-        status = p.wait()
-    return 128 - status if status < 0 else status
 
 
 def finished_status(status: int, done_file: str, say: Say) -> int:

@@ -18,14 +18,14 @@ import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
-from typing import Callable, List, Sequence, Tuple
+from typing import Callable, List, Tuple
 
 from study.plan import Plan, split_label
 from tupe_common.errors import UsageError
 from tupe_common.io import read_data_path
+from tupe_common.process import run_logged
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SCRIPTS = os.path.join(REPO, "train_scripts")
 
 
 class PartFailed(Exception):
@@ -35,19 +35,6 @@ class PartFailed(Exception):
 def note(msg: str) -> None:
     sys.stderr.write(f"study.sh: {msg}\n")  # one write: lines of parallel lanes do not interleave
     sys.stderr.flush()
-
-
-def run_logged(cmd: Sequence[str], log: str, env: dict, echo: bool = True, append: bool = False) -> int:
-    """Run ``cmd`` with its output in ``log`` (and on stderr when ``echo``); returns its exit status."""
-    os.makedirs(os.path.dirname(log), exist_ok=True)
-    with open(log, "a" if append else "w", encoding="utf-8") as f:
-        p = subprocess.Popen(list(cmd), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, text=True,
-                             errors="replace")
-        for line in p.stdout:
-            f.write(line)
-            if echo:
-                sys.stderr.write(line)
-        return p.wait()
 
 
 def tail(path: str, n: int = 20) -> str:
