@@ -115,13 +115,6 @@ def cuda_device_count() -> int:
     return torch.cuda.device_count()
 
 
-def known_variants() -> List[str]:
-    """The registry's variant names, with dashes (the one list of VARIANT values)."""
-    from tupe_plugin.positional.record import VARIANTS
-
-    return [name.replace("_", "-") for name in VARIANTS]
-
-
 @dataclass
 class Run:
     """One pre-training: the resolved settings (``values``, every tunable with its automatic value resolved),
@@ -131,12 +124,16 @@ class Run:
     task: str
     device: str  # gpu or cpu
     world: int
-    launcher: str  # none, torchrun, srun or rank (started by a launcher itself)
     effective: int  # sentences per update
     extra: List[str]
 
     def __getitem__(self, name: str) -> str:
         return self.values[name]
+
+    @property
+    def launcher(self) -> str:
+        """none, torchrun, srun or rank (started by a launcher itself): LAUNCHER resolved."""
+        return self.values["LAUNCHER"]
 
 
 def plan(settings: Mapping[str, str], environ: Mapping[str, str] = os.environ, extra: Sequence[str] = (),
@@ -204,7 +201,9 @@ def plan(settings: Mapping[str, str], environ: Mapping[str, str] = os.environ, e
     effective = world * per_forward * int(v["UPDATE_FREQ"])
 
     if v["ARCH"] == "auto":
-        known = known_variants()
+        from tupe_plugin.positional.registry import names
+
+        known = names()
         if v["VARIANT"] not in known:
             raise UsageError(f"VARIANT must be one of {' '.join(known)}, not '{v['VARIANT']}'")
         if v["SIZE"] not in ("base", "large", "tiny"):
@@ -230,7 +229,7 @@ def plan(settings: Mapping[str, str], environ: Mapping[str, str] = os.environ, e
     v["SAVE_DIR"] = os.path.realpath(v["SAVE_DIR"])  # every rank and every resubmission writes the same place
     if v["TENSORBOARD_DIR"] == "auto":
         v["TENSORBOARD_DIR"] = os.path.join(v["SAVE_DIR"], "tensorboard")
-    return Run(v, task, device, world, launcher, effective, [*v["EXTRA_ARGS"].split(), *extra])
+    return Run(v, task, device, world, effective, [*v["EXTRA_ARGS"].split(), *extra])
 
 
 def first_slurm_node(environ: Mapping[str, str]) -> Optional[str]:
@@ -300,10 +299,10 @@ def fairseq_train(run: Run) -> List[str]:
 def command(run: Run) -> List[str]:
     """The whole command: fairseq-train itself (one process), or the launcher around
     ``train_scripts/fairseq_rank.sh`` (one rank each)."""
-    train, v = fairseq_train(run), run.values
-    rank = [os.path.join(HERE, "fairseq_rank.sh"), str(run.world), run.device, *fairseq_args(run)]
+    train, v, args = fairseq_train(run), run.values, fairseq_args(run)
+    rank = [os.path.join(HERE, "fairseq_rank.sh"), str(run.world), run.device, *args]
     if run.launcher == "none":
-        return [*train, *fairseq_args(run)]
+        return [*train, *args]
     if run.launcher == "rank":
         return rank
     if run.launcher == "torchrun":

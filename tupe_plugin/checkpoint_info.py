@@ -20,7 +20,8 @@ from . import checkpoint_safety  # noqa: F401
 from .models.architectures import SIZE_FIELDS
 from .models.electra import objective_info
 from .models.tupe_roberta import VARIANT_KEY
-from .positional import VARIANTS, PositionalVariant
+from .positional import PositionalVariant
+from .positional.registry import names
 
 
 # The one reader of checkpoints (every command, glue/finetune_helper.py, the study): a missing, empty, text,
@@ -100,7 +101,7 @@ def fairseq_args(info: Dict[str, Any]) -> str:
 def run(args: argparse.Namespace) -> int:
     """The command, on arguments parsed by ``tupe_plugin_cli.commands.checkpoint_info_parser``."""
     if args.list_variants:
-        print("\n".join(name.replace("_", "-") for name in VARIANTS))
+        print("\n".join(names()))
         return 0
     if args.checkpoint is None:
         raise UsageError("give a CHECKPOINT (or --list-variants)")

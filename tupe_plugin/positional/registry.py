@@ -41,6 +41,11 @@ class UnknownEncodingError(ValueError):
     """A record whose encoding is not registered in this process."""
 
 
+def names() -> List[str]:
+    """The registered variants' names as every interface writes them (dashes: ``tupe-r``), in registry order."""
+    return [name.replace("_", "-") for name in ABOUT]
+
+
 def record_id(name: str) -> int:
     """The record number of a flagless encoding: a stable 31-bit checksum of its variant's name."""
     return zlib.crc32(name.encode("utf-8")) & 0x7FFFFFFF or 1
