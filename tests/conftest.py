@@ -78,17 +78,23 @@ def starts_process():
     return run
 
 
+def without_prefetch(argv: List[str], hydra: bool = False) -> List[str]:
+    """fairseq-train's ``argv`` with no prefetch thread unless it sets one: the thread, left running by
+    --max-update/--max-valid-steps mid-epoch, can abort the exit (status 134/-6) after a finished run; the
+    project's scripts pass 0 too (train_scripts/pretrain.py)."""
+    if any("data-buffer-size" in str(a) or "data_buffer_size" in str(a) for a in argv):
+        return argv
+    return [*argv, "dataset.data_buffer_size=0" if hydra else "--data-buffer-size=0"]
+
+
 def run(cmd: List[str], cwd: Path = ROOT, check: bool = True, timeout: int = 600,
         env: Optional[Dict[str, str]] = None) -> subprocess.CompletedProcess:
     """Run a real CLI (fairseq-train, ...) from the venv; output captured as text. ``env``: the environment
     (default: this process's)."""
     env = dict(os.environ if env is None else env, PYTHONUNBUFFERED="1")
     env["PATH"] = f"{BIN}:{env.get('PATH', '')}"
-    if cmd[0] in ("fairseq-train", "fairseq-hydra-train") and not any("data-buffer-size" in str(a) or
-                                                                     "data_buffer_size" in str(a) for a in cmd):
-        # fairseq's prefetch thread, left running by --max-update/--max-valid-steps mid-epoch, can abort the
-        # exit (status 134/-6) after a finished run; the project's scripts pass 0 too (train_scripts/pretrain.sh)
-        cmd = [*cmd, "dataset.data_buffer_size=0" if cmd[0] == "fairseq-hydra-train" else "--data-buffer-size=0"]
+    if cmd[0] in ("fairseq-train", "fairseq-hydra-train"):
+        cmd = [cmd[0], *without_prefetch(cmd[1:], hydra=cmd[0] == "fairseq-hydra-train")]
     if cmd[0].startswith("fairseq-"):
         cmd = [str(BIN / cmd[0])] + cmd[1:]
     p = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
@@ -101,7 +107,7 @@ def fairseq_train_in_one_process(commands: Dict[str, List[str]], folder: Path) -
     """fairseq-train's own entry point once per command line (its arguments after ``fairseq-train``), all in one
     process (tests/fairseq_runs.py: one import of torch and fairseq): each run's log by its name. A run that
     fails fails the caller, with its log."""
-    runs = [{"argv": [*argv, "--data-buffer-size", "0", *([] if "--save-dir" in argv else ["--save-dir", str(folder / name)])],
+    runs = [{"argv": without_prefetch([*argv, *([] if "--save-dir" in argv else ["--save-dir", str(folder / name)])]),
              "log": str(folder / f"{name}.log")} for name, argv in commands.items()]
     (folder / "runs.json").write_text(json.dumps(runs))
     run([sys.executable, str(ROOT / "tests" / "fairseq_runs.py"), str(folder / "runs.json")])
