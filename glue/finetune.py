@@ -20,6 +20,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from tupe_common import tunables
 from tupe_common.errors import UsageError
+from tupe_common.jobs import with_repo_path
 from tupe_common.process import run_logged
 from tupe_common.tunables import Say, Tunable, table
 
@@ -173,8 +174,7 @@ def finetune(settings: Mapping[str, str], task: str, lr: str, seed: str, say: Sa
         f.write(shlex.join(cmd) + "\n")
     say("command:\n" + shlex.join(cmd))
     log, done_file = os.path.join(partial, "train.log"), os.path.join(partial, "done.txt")
-    env = {**environ, "TUPE_DONE_FILE": done_file,
-           "PYTHONPATH": os.pathsep.join(p for p in (REPO, environ.get("PYTHONPATH", "")) if p)}
+    env = {**with_repo_path(environ), "TUPE_DONE_FILE": done_file}
     status = run_logged(cmd, log, env, echo=v["QUIET"] != "1")
     status = finished_status(status, done_file, say)
     if os.path.exists(done_file):

@@ -15,20 +15,20 @@ Tasks: the registry ``glue.tasks`` (``--tasks auto``: the paper's 8 and the cust
 
 ``array``, ``run`` and ``check`` refuse (exit 1, a missing input) when a task to run has no
 ``GLUE_BIN/TASK-bin``; ``run`` stops starting runs when one exits 2 (a usage error, which every run would
-repeat).
+repeat). Local runs go through the project's one job runner (``tupe_common.jobs``).
 """
 from __future__ import annotations
 
 import argparse
 import itertools
 import os
-import subprocess
 import sys
-import time
 from typing import List, NamedTuple, Optional, Sequence
 
 from glue.collect import read_result_json
 from glue.tasks import PAPER_LRS, PAPER_SEEDS, PAPER_TASKS, TASKS, custom_bin_names, get_task
+from tupe_common import jobs as runner
+from tupe_common.jobs import slurm_ranges
 from tupe_common.log import get_logger
 
 FINETUNE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "finetune.sh")
@@ -66,18 +66,6 @@ def jobs(tasks: Sequence[str], lrs: Sequence[str], seeds: Sequence[str]) -> List
     return [Job(i, t, lr, s) for i, (t, lr, s) in enumerate(itertools.product(tasks, lrs, seeds))]
 
 
-def slurm_ranges(indices: Sequence[int]) -> str:
-    """[0, 1, 2, 5, 7, 8] -> '0-2,5,7-8'"""
-    parts, start = [], None
-    for i, x in enumerate(indices):
-        if start is None:
-            start = x
-        if i + 1 == len(indices) or indices[i + 1] != x + 1:
-            parts.append(f"{start}-{x}" if x != start else f"{x}")
-            start = None
-    return ",".join(parts)
-
-
 def missing_binaries(todo: Sequence[Job], glue_bin: str) -> List[str]:
     """The ``GLUE_BIN/TASK-bin`` folders that jobs to do need and that do not exist."""
     folders = dict.fromkeys(os.path.join(glue_bin, f"{j.task}-bin") for j in todo)
@@ -85,56 +73,17 @@ def missing_binaries(todo: Sequence[Job], glue_bin: str) -> List[str]:
 
 
 def run_local(todo: List[Job], runs: str, n_slots: int, gpus: List[str], script: str) -> int:
-    """Run ``script TASK LR SEED`` for each job, ``n_slots`` at a time, slot k on GPU gpus[k % len].
-    A run that exits 2 (a usage error: the same for every run) stops the grid: no new run starts,
-    the running ones finish, and the grid exits 2."""
-    log_dir = os.path.join(runs, ".grid_logs")
-    running = {}  # slot -> (Popen, job, start time, log path)
-    pending, failed, finished, usage_error = list(todo), [], 0, None
-    try:
-        while pending or running:
-            for slot in range(n_slots):
-                if slot in running or not pending or usage_error:
-                    continue
-                job = pending.pop(0)
-                env = dict(os.environ, QUIET="1", RUNS=runs)
-                if gpus:
-                    env["CUDA_VISIBLE_DEVICES"] = gpus[slot % len(gpus)]
-                out_log = os.path.join(log_dir, job.task, f"{job.name}.out")
-                os.makedirs(os.path.dirname(out_log), exist_ok=True)
-                with open(out_log, "w") as out:
-                    proc = subprocess.Popen([script, job.task, job.lr, job.seed], env=env, stdout=out,
-                                            stderr=subprocess.STDOUT)
-                where = f" on GPU {env['CUDA_VISIBLE_DEVICES']}" if gpus else ""
-                log.info(f"start {job.task} {job.name}{where}")
-                running[slot] = (proc, job, time.time(), out_log)
-            time.sleep(0.5)
-            for slot, (proc, job, start, out_log) in list(running.items()):
-                if proc.poll() is None:
-                    continue
-                del running[slot]
-                finished += 1
-                secs = time.time() - start
-                if proc.returncode == 0:
-                    log.info(f"[{finished}/{len(todo)}] done {job.task} {job.name} ({secs:.0f} s)")
-                else:
-                    failed.append(job)
-                    log.warning(f"[{finished}/{len(todo)}] FAILED {job.task} {job.name} (exit {proc.returncode}); "
-                                f"see {out_log}")
-                    if proc.returncode == 2 and not usage_error:
-                        usage_error = out_log
-            if usage_error and pending:
-                log.error(f"a run failed with a usage error (exit 2; see {usage_error}): the other runs would fail "
-                          f"the same way, so {len(pending)} run(s) are not started; fix the setting and rerun")
-                pending = []
-    except KeyboardInterrupt:
-        for proc, _, _, _ in running.values():
-            proc.terminate()
-        raise
-    if usage_error:
+    """Run ``script TASK LR SEED`` for each job with tupe_common.jobs' runner, ``n_slots`` at a time, slot k on GPU
+    gpus[k % len], each run's output in RUNS/.grid_logs/TASK/NAME.out. A run that exits 2 (a usage error: the
+    same for every run) stops the grid: no new run starts, the running ones finish, and the grid exits 2."""
+    env = dict(os.environ, QUIET="1", RUNS=runs)
+    todo_jobs = [runner.Job(f"{j.task} {j.name}", [script, j.task, j.lr, j.seed],
+                            os.path.join(runs, ".grid_logs", j.task, f"{j.name}.out")) for j in todo]
+    ran = runner.run_jobs(todo_jobs, n_slots, env, say=log.info, gpus=gpus, stop_on_usage_error=True)
+    if ran.usage_error:
         return 2
-    if failed:
-        log.error(f"{len(failed)} of {len(todo)} run(s) failed: " + ", ".join(f"{j.task} {j.name}" for j in failed))
+    if ran.failed:
+        log.error(f"{len(ran.failed)} of {len(todo)} run(s) failed: " + ", ".join(ran.failed))
         return 1
     return 0
 

@@ -15,23 +15,18 @@ Exit status: 0 done; 1 a part failed (the message names its log); 2 a usage erro
 """
 from __future__ import annotations
 
-import math
 import os
 import platform
 import shlex
-import subprocess
 import sys
-import threading
 import time
-from collections import Counter, defaultdict
-from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
-from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 from study.plan import Plan
 from study.settings import SETTINGS, UsageError, changed_settings, defaults, merged_text, recorded_text
-from study.stages import BY_NAME, REPO, STAGES, PartFailed, Stage, needs_done, note
+from study.stages import BY_NAME, STAGES, PartFailed, Stage, needs_done, note
+from tupe_common.jobs import Job, run_jobs, slurm_ranges
 from tupe_plugin_cli.checkpoints import CheckpointError
 
 USAGE = "Usage: [NAME=value ...] study.sh [--lanes N | --list | --slurm | --report | --part STAGE [INDEX]]"
@@ -110,8 +105,6 @@ def list_parts(plan: Plan) -> None:
 
 
 def slurm(plan: Plan) -> None:
-    from glue.grid import slurm_ranges
-
     print("# Submit from the repository root, in one shell: these settings are passed on to every job by sbatch")
     for s in SETTINGS:
         value = plan.values[s.name] or ("none" if s.name in ("MODEL_ARGS", "TASKS") else "")  # empty: the default
@@ -130,85 +123,6 @@ def slurm(plan: Plan) -> None:
     print(f"sbatch {'--dependency=afterany:' + after + ' ' if after else ''}train_scripts/study.sbatch report")
 
 
-def cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))  # what this process may use (SLURM, taskset, cgroups)
-    except AttributeError:
-        return os.cpu_count() or 1
-
-
-def progress(ended: int, total: int, took: Sequence[float], lanes: int) -> str:
-    """'k of n ended, about m min left': the jobs left at the mean time of the ended ones, ``lanes`` at once."""
-    left = total - ended
-    if not left:
-        return f"{ended} of {total} ended"
-    minutes = sum(took) / len(took) * math.ceil(left / lanes) / 60
-    return f"{ended} of {total} ended, about {minutes:.0f} min left in this stage at the pace so far"
-
-
-@dataclass(frozen=True)
-class Job:
-    """A command of ``run_in_lanes``, with its log; ``group`` (its stage) counts it in the progress line."""
-    label: str
-    cmd: List[str]
-    log: str
-    group: str = ""
-    ready: Callable[[], bool] = lambda: True  # what it needs has ended
-    done: Callable[[], bool] = lambda: False  # done meanwhile (by another job): dropped, not run
-
-
-def run_in_lanes(jobs: Sequence[Job], lanes: int, env: Dict[str, str]) -> List[str]:
-    """Run the jobs with at most ``lanes`` at once, each with cores/lanes threads (unless ``env`` sets
-    OMP_NUM_THREADS): a free lane takes the first job that is ready, so a job waits only for what it needs;
-    returns the labels of the jobs that failed or could never start, in job order."""
-    threads = str(max(1, cores() // lanes))
-    # the commands run in the caller's folder, as the stages of a run without lanes, so relative paths (OUT=...)
-    # mean the same; the repository goes first on their PYTHONPATH so that `python -m study` is this package
-    path = os.pathsep.join(p for p in (REPO, env.get("PYTHONPATH", "")) if p)
-    env = dict(env, PYTHONPATH=path, OMP_NUM_THREADS=env.get("OMP_NUM_THREADS", threads),
-               MKL_NUM_THREADS=env.get("MKL_NUM_THREADS", env.get("OMP_NUM_THREADS", threads)))
-
-    lock, took = threading.Lock(), defaultdict(list)  # seconds of each ended job per group, for the progress line
-    total = Counter(job.group for job in jobs)
-
-    def one(job: Job) -> bool:
-        os.makedirs(os.path.dirname(job.log), exist_ok=True)
-        note(f"{job.label}: started, {env['OMP_NUM_THREADS']} thread(s), log {job.log}")
-        start = time.monotonic()
-        with open(job.log, "a", encoding="utf-8") as f:
-            rc = subprocess.run(job.cmd, stdout=f, stderr=subprocess.STDOUT, env=env).returncode
-        with lock:
-            took[job.group].append(time.monotonic() - start)
-            done = progress(len(took[job.group]), total[job.group], took[job.group], lanes)
-            note(f"error: {job.label} failed (exit {rc}): see {job.log}; {done}" if rc else f"{job.label}: finished; {done}")
-        return rc == 0
-
-    pending, running, failed = list(range(len(jobs))), {}, set()
-    with ThreadPoolExecutor(max_workers=lanes) as pool:
-        while pending or running:
-            for i in list(pending):
-                if len(running) == lanes:
-                    break
-                if jobs[i].done():
-                    pending.remove(i)
-                    with lock:
-                        total[jobs[i].group] -= 1
-                elif jobs[i].ready():
-                    pending.remove(i)
-                    running[pool.submit(one, jobs[i])] = i
-            if not running:  # what the rest needs failed
-                for i in pending:
-                    note(f"error: {jobs[i].label}: not started: a part it needs did not finish")
-                failed.update(pending)
-                break
-            ended, _ = wait(running, return_when=FIRST_COMPLETED)
-            for future in ended:
-                i = running.pop(future)
-                if not future.result():
-                    failed.add(i)
-    return [jobs[i].label for i in sorted(failed)]
-
-
 def run_stages_in_lanes(plan: Plan, stages: Sequence[Stage], lanes: int) -> List[str]:
     """The parts not yet done of ``stages``, as ``python -m study --part`` processes in ``lanes`` lanes (their
     output in OUT/lanes/STAGE-INDEX.log), each started once the part it needs has ended; returns the failed
@@ -223,7 +137,7 @@ def run_stages_in_lanes(plan: Plan, stages: Sequence[Stage], lanes: int) -> List
                                 plan.path("lanes", f"{stage.name}-{i}.log"), stage.name,
                                 ready=lambda needs=needs, part=part: needs(part),
                                 done=lambda stage=stage, part=part: stage.done(plan, *part)))
-    return run_in_lanes(jobs, lanes, dict(os.environ))
+    return run_jobs(jobs, lanes, os.environ, say=note).failed
 
 
 def run_all(plan: Plan, lanes: int = 1) -> int:

@@ -23,18 +23,15 @@ from typing import Callable, List, Tuple
 from study.plan import Plan, split_label
 from tupe_common.errors import UsageError
 from tupe_common.io import read_data_path
+from tupe_common.jobs import REPO, stderr_say, with_repo_path
 from tupe_common.process import run_logged
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 class PartFailed(Exception):
     """A part that ran and failed (bad data, a failing tool): exit 1; the message names the log."""
 
 
-def note(msg: str) -> None:
-    sys.stderr.write(f"study.sh: {msg}\n")  # one write: lines of parallel lanes do not interleave
-    sys.stderr.flush()
+note = stderr_say("study.sh")  # one write per line: lines of parallel lanes do not interleave
 
 
 def tail(path: str, n: int = 20) -> str:
@@ -43,8 +40,7 @@ def tail(path: str, n: int = 20) -> str:
 
 
 def child_env(**more: object) -> dict:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = REPO + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env = with_repo_path(os.environ)
     env.setdefault("PYTHON", sys.executable)
     env.update({k: str(v) for k, v in more.items()})
     return env

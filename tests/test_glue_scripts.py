@@ -19,7 +19,8 @@ import pytest
 from conftest import BIN, ROOT
 from glue import collect
 from glue.finetune_helper import task_settings
-from glue.grid import PAPER_LRS, PAPER_SEEDS, PAPER_TASKS, jobs, slurm_ranges
+from glue.grid import PAPER_LRS, PAPER_SEEDS, PAPER_TASKS, jobs
+from tupe_common.jobs import slurm_ranges
 
 FIXTURES = ROOT / "tests" / "data" / "glue"
 FINETUNE, GRID, GRID_SBATCH = ROOT / "glue" / "finetune.sh", ROOT / "glue" / "grid.sh", ROOT / "glue" / "grid.sbatch"
@@ -151,7 +152,9 @@ def test_grid_stops_at_a_usage_error_instead_of_repeating_it(tmp_path, glue_bin,
     p = sh([GRID], check=False, CHECKPOINT=str(checkpoint), GLUE_BIN=str(glue_bin),
            RUNS=str(runs), TASKS="RTE", LRS="fast 1e-3", SEEDS="1 2", JOBS="1")
     assert p.returncode == 2
-    assert "FAILED RTE lrfast_seed1 (exit 2)" in p.stderr and "3 run(s) are not started" in p.stderr
+    assert "grid: error: RTE lrfast_seed1 failed (exit 2): see " in p.stderr
+    assert "RTE lrfast_seed1 failed with a usage error (exit 2): the other jobs would fail the same way, so 3 job(s) " \
+           "are not started" in p.stderr
     assert [f.name for f in (runs / ".grid_logs" / "RTE").iterdir()] == ["lrfast_seed1.out"]
     assert "LR must be a number" in (runs / ".grid_logs" / "RTE" / "lrfast_seed1.out").read_text()
     assert not (runs / "glue_results.csv").exists()  # no table of a stopped grid
@@ -240,7 +243,7 @@ def test_grid_runs_what_is_missing_and_prints_the_table(rte_run, pretrained, glu
     env = run_env(pretrained, glue_bin, runs, TASKS="RTE", LRS="1e-3 5e-4", SEEDS="1", JOBS="1")
     p = sh([GRID], **env)
     assert "grid: 2 runs (1 task(s) x 2 LR(s) x 1 seed(s)), 1 done, 1 to run, 1 at a time" in p.stderr  # progress
-    assert "grid: [1/1] done RTE lr5e-4_seed1" in p.stderr
+    assert re.search(r"grid: RTE lr5e-4_seed1: finished in \d+ s; 1 of 1 ended", p.stderr)
     scores = {lr: json.loads((runs / "RTE" / f"lr{lr}_seed1" / "result.json").read_text())["best_valid"]["valid"]
               for lr in ("1e-3", "5e-4")}
     row = re.search(r"^\| RTE \| accuracy \| (.*)$", p.stdout, re.M)

@@ -15,7 +15,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Dict, List
@@ -972,87 +971,9 @@ def test_changed_settings_are_refused_naming_each(with_electra, tiny_study):
     assert "< DISC_WEIGHT=50\n> DISC_WEIGHT=10" in changed.stderr
 
 
-def test_progress_of_a_stage():
-    from study.__main__ import progress
-
-    # 3 of 8 ended at 600 s each, 2 lanes: 5 left take 3 rounds of 10 min
-    assert progress(3, 8, [600, 500, 700], 2) == "3 of 8 ended, about 30 min left in this stage at the pace so far"
-    assert progress(8, 8, [60] * 8, 2) == "8 of 8 ended"
-
-
-def test_lanes_run_at_once_and_name_what_failed(tmp_path, capsys, starts_process):
-    """--lanes N: N commands at a time (each of two waits for the other's file: only possible at once), with
-    cores/N threads unless OMP_NUM_THREADS is set, each writing its own log; failures named, the rest go on."""
-    from study.__main__ import Job, cores, run_in_lanes
-
-    def meet(me, other):
-        return [sys.executable, "-c", "import os, pathlib, time\n"
-                f"pathlib.Path({str(tmp_path / me)!r}).touch()\n"
-                f"end = time.time() + 60\n"
-                f"while not os.path.exists({str(tmp_path / other)!r}):\n"
-                "    assert time.time() < end, 'ran alone'\n    time.sleep(0.05)\n"
-                "print('threads', os.environ['OMP_NUM_THREADS'], os.environ['MKL_NUM_THREADS'])"]
-
-    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
-    jobs = [Job("a", meet("a", "b"), str(tmp_path / "logs" / "a.log")), Job("b", meet("b", "a"), str(tmp_path / "logs" / "b.log")),
-            Job("c", [sys.executable, "-c", "raise SystemExit(3)"], str(tmp_path / "logs" / "c.log"))]
-    assert run_in_lanes(jobs, 2, env) == ["c"]
-    said = capsys.readouterr().err
-    assert f"error: c failed (exit 3): see {tmp_path / 'logs' / 'c.log'}; " in said
-    ends = re.findall(r"(?:study.sh: (\w): finished|error: (\w) failed[^;]*); (\d) of 3 ended(, about \d+ min left)?", said)
-    assert sorted((a or c) for a, c, _, _ in ends) == ["a", "b", "c"]  # each once, counted in the order they ended
-    assert [(int(k), bool(left)) for _, _, k, left in ends] == [(1, True), (2, True), (3, False)]
-    n = max(1, cores() // 2)
-    assert (tmp_path / "logs" / "a.log").read_text() == f"threads {n} {n}\n"
-    assert run_in_lanes(jobs[:1] + [Job("d", meet("d", "a"), str(tmp_path / "logs" / "d.log"))], 2,
-                        dict(env, OMP_NUM_THREADS="3")) == []
-    assert (tmp_path / "logs" / "d.log").read_text() == "threads 3 3\n"
+def test_lanes_must_be_a_whole_number(tmp_path, starts_process):
     bad = study(tmp_path / "out", "--lanes", "0", check=False)
     assert bad.returncode == 2 and "--lanes N: a whole number >= 1" in bad.stderr and not (tmp_path / "out").exists()
-
-
-def test_lanes_start_a_job_once_what_it_needs_has_ended(tmp_path, capsys, starts_process):
-    """A free lane takes the first ready job, not the next of the list: 'late' (needs 'first') waits while
-    'other', after it in the list, runs beside 'first'; a job done meanwhile is dropped; a job whose need
-    failed is named, never started; the progress line counts each group (stage) apart."""
-    from study.__main__ import Job, run_in_lanes
-
-    def touch(name, seconds=0.0, rc=0):
-        return [sys.executable, "-c", f"import pathlib, time; time.sleep({seconds}); "
-                f"pathlib.Path({str(tmp_path / name)!r}).write_text(str(time.time())); raise SystemExit({rc})"]
-
-    def exists(name):
-        return lambda: (tmp_path / name).exists()
-
-    log = str(tmp_path / "logs" / "x.log")
-    jobs = [Job("first", touch("first", 1.0), log, "a"),
-            Job("late", touch("late"), log, "b", ready=exists("first")),
-            Job("other", touch("other"), log, "b"),
-            Job("dropped", touch("dropped"), log, "b", ready=exists("first"), done=exists("first")),
-            Job("broken", touch("broken", rc=1), log, "c"),
-            Job("orphan", touch("orphan"), log, "c", ready=exists("never"))]
-    assert run_in_lanes(jobs, 2, dict(os.environ)) == ["broken", "orphan"]
-    said = capsys.readouterr().err
-    t = {n: float((tmp_path / n).read_text()) for n in ("first", "late", "other")}
-    assert t["other"] < t["first"] < t["late"]  # 'other' did not wait behind 'late'
-    assert not (tmp_path / "dropped").exists() and not (tmp_path / "orphan").exists()
-    assert "error: orphan: not started: a part it needs did not finish" in said
-    assert "late: finished; " in said and re.search(r"(late|other): finished; 2 of 2 ended", said)  # 'dropped' uncounted
-    assert "first: finished; 1 of 1 ended" in said
-
-
-def test_lanes_run_in_the_callers_folder(tmp_path, monkeypatch, starts_process):
-    """A lane's command runs where the study was started (a relative OUT means the same folder in every part:
-    lanes once ran in the repository, so OUT=study wrote into the study package) and imports this study
-    package, even beside a folder named study (a relative OUT=study)."""
-    from study.__main__ import Job, run_in_lanes
-
-    (tmp_path / "study").mkdir()
-    monkeypatch.chdir(tmp_path)
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    cmd = [sys.executable, "-c", "import os, study; print(os.getcwd()); print(study.__file__)"]
-    assert run_in_lanes([Job("a", cmd, str(tmp_path / "a.log"))], 2, env) == []
-    assert (tmp_path / "a.log").read_text().splitlines() == [str(tmp_path), str(ROOT / "study" / "__init__.py")]
 
 
 def test_an_out_folder_of_python_source_is_refused(starts_process):

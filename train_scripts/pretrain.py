@@ -22,6 +22,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from tupe_common import tunables
 from tupe_common.errors import UsageError
+from tupe_common.jobs import with_repo_path
 from tupe_common.pretrain_recipe import recipe
 from tupe_common.tunables import Say, Tunable, table
 
@@ -322,7 +323,7 @@ def command(run: Run) -> List[str]:
 def launch_environment(run: Run) -> Dict[str, str]:
     """What the launched processes read besides their arguments (fairseq_rank.sh)."""
     return {"FAIRSEQ_TRAIN": shlex.join(fairseq_train(run)), "MASTER_ADDR": run["MASTER_ADDR"], "MASTER_PORT": run["MASTER_PORT"],
-            "PYTHONPATH": os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH", "")) if p)}
+            "PYTHONPATH": with_repo_path(os.environ)["PYTHONPATH"]}
 
 
 def record(run: Run) -> int:
