@@ -323,8 +323,9 @@ def _run(inputs: Sequence[str], prefix: str, model: str, dict_path: str, workers
     }
 
 
-def main(argv: Optional[List[str]] = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m preprocess.c4_binarize", description=__doc__,
+def parser() -> argparse.ArgumentParser:
+    """The options of ``python -m preprocess.c4 binarize``; ``preprocess.c4.pipeline`` reads its defaults."""
+    ap = argparse.ArgumentParser(prog="python -m preprocess.c4 binarize", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("inputs", nargs="+", help="extracted text file(s) (.txt/.txt.gz), concatenated in order")
     ap.add_argument("--out", required=True, help="output prefix, e.g. bin/c4-train.00000 -> .bin/.idx/.done")
@@ -338,7 +339,11 @@ def main(argv: Optional[List[str]] = None) -> int:
                     help="the --tokens-per-sample of pre-training: lines longer than one block (this minus 1, "
                          "counting </s>) are split so that no text is dropped (0: never split)")
     ap.add_argument("--force", action="store_true", help="redo even if the shard is complete")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = parser().parse_args(argv)
 
     missing = [p for p in [*args.inputs, args.spm_model, args.dict] if not os.path.isfile(p)]
     if missing:

@@ -55,7 +55,7 @@ def check_data(data: str, tokens_per_sample: int = 512, break_mode: str = "compl
     counts = {"train": [0, 0], "valid": [0, 0]}
     for d in shards:
         if not os.path.isdir(d):
-            hint = (f" (recorded in {os.path.join(data, 'data_path.txt')}; rerun preprocess/c4/4_layout.sh "
+            hint = (f" (recorded in {os.path.join(data, 'data_path.txt')}; rerun python -m preprocess.c4 layout (or run_all.sh STEPS=4) "
                     "or copy the whole data-bin folder)") if os.path.isdir(data) else ""
             raise DataError(f"data folder {d} does not exist{hint}")
         dict_path = os.path.join(d, "dict.txt")
@@ -65,7 +65,7 @@ def check_data(data: str, tokens_per_sample: int = 512, break_mode: str = "compl
         if recorded and (h != recorded.get("sha256") or os.path.getsize(dict_path) != recorded.get("bytes")):
             raise DataError(f"{dict_path} is not the dictionary recorded in {os.path.join(data, 'layout.json')} "
                             f"({recorded.get('entries')} entries, sha256 {str(recorded.get('sha256'))[:12]}...): "
-                            "it was changed or replaced; rerun preprocess/c4/4_layout.sh with the dict.txt of step 2")
+                            "it was changed or replaced; rerun python -m preprocess.c4 layout (or run_all.sh STEPS=4) with the dict.txt of step 2")
         if first_hash is not None and h != first_hash:
             raise DataError(f"{dict_path} differs from {os.path.join(shards[0], 'dict.txt')}: all shards must share "
                             "one dictionary (fairseq reads only the first)")
@@ -74,7 +74,7 @@ def check_data(data: str, tokens_per_sample: int = 512, break_mode: str = "compl
             prefix = os.path.join(d, split)
             missing = [prefix + e for e in (".bin", ".idx") if not os.path.isfile(prefix + e)]
             if missing:
-                raise DataError(f"{', '.join(missing)} missing: run preprocess/c4/3_binarize.sh and 4_layout.sh")
+                raise DataError(f"{', '.join(missing)} missing: run python -m preprocess.c4 binarize and layout (run_all.sh STEPS=34)")
             try:
                 sizes = line_sizes(prefix + ".idx")
             except NotAnIndex as e:
@@ -88,7 +88,7 @@ def check_data(data: str, tokens_per_sample: int = 512, break_mode: str = "compl
                f"--sample-break-mode {break_mode}; fairseq drops them")
         if n and frac > max_skip_fraction:
             raise DataError(msg + f", more than the allowed fraction {max_skip_fraction}. Rebinarize with "
-                            f"TOKENS_PER_SAMPLE={tokens_per_sample} (preprocess/c4/3_binarize.sh splits long lines, "
+                            f"TOKENS_PER_SAMPLE={tokens_per_sample} (python -m preprocess.c4 binarize splits long lines, "
                             "FORCE=1), use --sample-break-mode none, or allow it (MAX_SKIP_FRACTION)")
         log.info(msg)
     return {"shards": shards, "over_length": {k: tuple(v) for k, v in counts.items()}}

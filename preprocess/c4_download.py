@@ -67,7 +67,7 @@ def fetch(args: argparse.Namespace, repo: HubRepo, paths: Sequence[str]) -> None
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    p = download_parser("preprocess.c4_download", __doc__, REPO, "c4/en", "folder for the .json.gz files", [
+    p = download_parser("preprocess.c4 download", __doc__, REPO, "c4/en", "folder for the .json.gz files", [
         ("--shards", "0-31", "train shards, e.g. 0-31 or 0-3,8 (default 0-31)"),
         ("--valid-shards", "0", "validation shards (default 0; '' for none)"),
     ])

@@ -152,8 +152,9 @@ def extract(inp: str, out: str, max_docs: int = 0, progress_seconds: float = 30.
     return ex.summary(prog.elapsed())
 
 
-def main(argv: Optional[List[str]] = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m preprocess.c4_extract", description=__doc__,
+def parser() -> argparse.ArgumentParser:
+    """The options of ``python -m preprocess.c4 extract``; ``preprocess.c4.pipeline`` reads its defaults."""
+    ap = argparse.ArgumentParser(prog="python -m preprocess.c4 extract", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("input", help="C4 shard, e.g. c4-train.00000-of-01024.json.gz")
     ap.add_argument("output", help="text output (.txt, or .txt.gz for gzip)")
@@ -162,7 +163,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--max-warnings", type=int, default=5, help="file:line warnings per skip reason")
     ap.add_argument("--stats-json", help="also write the summary as JSON here")
     ap.add_argument("--force", action="store_true", help="redo even if OUTPUT exists")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = parser().parse_args(argv)
 
     if not os.path.isfile(args.input):
         log.error(f"{args.input}: no such file")

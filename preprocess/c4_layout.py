@@ -119,15 +119,20 @@ def layout(data_bin: str, dict_path: str, valid: str, train: Sequence[str], link
     return shards
 
 
-def main(argv: Optional[List[str]] = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m preprocess.c4_layout", description=__doc__,
+def parser() -> argparse.ArgumentParser:
+    """The options of ``python -m preprocess.c4 layout``; ``preprocess.c4.pipeline`` reads its defaults."""
+    ap = argparse.ArgumentParser(prog="python -m preprocess.c4 layout", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("train", nargs="+", help="step-3 prefixes of the train shards, in shard order")
     ap.add_argument("--data-bin", required=True)
     ap.add_argument("--dict", required=True, help="dict.txt of step 2")
     ap.add_argument("--valid", required=True, help="step-3 prefix of the validation set")
     ap.add_argument("--link", choices=("hardlink", "symlink", "copy"), default="hardlink")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = parser().parse_args(argv)
     try:
         shards = layout(args.data_bin, args.dict, args.valid, args.train, args.link)
     except (ValueError, OSError) as e:

@@ -118,15 +118,17 @@ def train(inputs: Sequence[str], out_dir: str, vocab_size: int = 32768, model_ty
             "seconds": round(time.monotonic() - t0, 1)}
 
 
-def main(argv: Optional[List[str]] = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m preprocess.c4_spm", description=__doc__,
+def parser() -> argparse.ArgumentParser:
+    """The options of ``python -m preprocess.c4 spm``; ``preprocess.c4.pipeline`` reads its defaults."""
+    ap = argparse.ArgumentParser(prog="python -m preprocess.c4 spm", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("inputs", nargs="+", help="extracted text files (.txt or .txt.gz)")
     ap.add_argument("--out-dir", required=True)
     ap.add_argument("--vocab-size", type=int, default=32768)
     ap.add_argument("--model-type", choices=("bpe", "unigram"), default="bpe")
     ap.add_argument("--sample-sentences", type=int, default=1_000_000, help="lines in the training sample")
-    ap.add_argument("--max-files", type=int, default=0, help="sample from K evenly spaced files (0: all)")
+    ap.add_argument("--max-files", type=int, default=32,
+                    help="sample from K evenly spaced files (0: all; C4's files are already shuffled)")
     ap.add_argument("--character-coverage", type=float, default=0.9999)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=0, help="trainer threads (0: all cores)")
@@ -136,7 +138,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--progress-seconds", type=float, default=30.0)
     ap.add_argument("--force", action="store_true", help="retrain even if the outputs exist")
     ap.add_argument("--verbose", action="store_true", help="sentencepiece's own training log")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = parser().parse_args(argv)
 
     settings = {k: getattr(args, k) for k in ("vocab_size", "model_type", "sample_sentences", "max_files",
                                               "character_coverage", "seed", "max_sentence_length",

@@ -23,7 +23,7 @@ from typing import Callable, List, Tuple
 from study.plan import Plan, split_label
 from tupe_common.errors import UsageError
 from tupe_common.io import read_data_path
-from tupe_common.jobs import REPO, stderr_say, with_repo_path
+from tupe_common.jobs import stderr_say, with_repo_path
 from tupe_common.process import run_logged
 
 
@@ -71,9 +71,15 @@ def run_prep(plan: Plan) -> None:
     if not v["C4_DIR"]:
         raise PartFailed("C4_DIR is required: C4-format files (see python -m preprocess.text_to_c4)")
     # TOKENS_PER_SAMPLE: the binarizer splits lines longer than one pre-training block (fairseq would drop them)
+    from preprocess.c4 import pipeline
+
     env = child_env(OUT_DIR=plan.path("c4"), VOCAB_SIZE=v["VOCAB_SIZE"], MAX_SHARDS=v["MAX_SHARDS"],
                     MAX_DOCS=v["MAX_DOCS"], JOBS=v["PREP_JOBS"], TOKENS_PER_SAMPLE=v["TOKENS_PER_SAMPLE"])
-    if subprocess.run([os.path.join(REPO, "preprocess", "c4", "run_all.sh"), v["C4_DIR"]], env=env).returncode:
+    try:
+        failed = pipeline.run(env, v["C4_DIR"], say=note, prog="study.sh prep")
+    except UsageError as e:
+        raise PartFailed(f"the C4 preprocessing refused its settings: {e}") from e
+    if failed:
         raise PartFailed("the C4 preprocessing failed (messages above)")
     if plan.tasks:
         cmd = [sys.executable, "-m", "preprocess.glue_binarize", "--glue-dir", v["TASKS_DIR"], "--tasks",

@@ -1,6 +1,7 @@
-"""C4 pipeline (preprocess/c4/*.sh, preprocess/c4_*.py) on the bundled sample and the bad fixture.
+"""C4 pipeline (python -m preprocess.c4, its shell entry points run_all.sh and slurm_array.sbatch, and the step
+modules preprocess/c4_*.py) on the bundled sample and the bad fixture.
 
-Every step runs through its real script in a subprocess; binaries are checked against
+Every step runs through its real command in a subprocess; binaries are checked against
 sentencepiece ids, read back with fairseq's reader, and compared byte for byte with
 fairseq-preprocess; the last test trains fairseq's roberta for two epochs on the data-bin layout.
 """
@@ -45,7 +46,26 @@ def env(**extra: str) -> Dict[str, str]:
     return e
 
 
-def run(cmd: List[str], check: bool = True, **extra: str) -> subprocess.CompletedProcess:
+C4 = [sys.executable, "-m", "preprocess.c4"]
+QUIET = ["--progress-seconds", "0"]
+
+
+def extract(src: Path, out: Path) -> List:
+    return [*C4, "extract", src, out, *QUIET]
+
+
+def train_spm(spm_dir: Path, *texts: Path, vocab: int = 500) -> List:
+    return [*C4, "spm", *texts, "--out-dir", spm_dir, "--vocab-size", vocab, *QUIET]
+
+
+def binarize(spm_dir: Path, prefix: Path, *texts: Path, workers: int = 0, chunk: int = 0) -> List:
+    """Step 3 without line splitting (see env()); ``workers``/``chunk`` 0: the command's defaults."""
+    return [*C4, "binarize", *texts, "--out", prefix, "--spm-model", spm_dir / "spm.model", "--dict",
+            spm_dir / "dict.txt", "--tokens-per-sample", "0", *QUIET, *(["--workers", workers] if workers else []),
+            *(["--chunk-bytes", chunk] if chunk else [])]
+
+
+def run(cmd: List, check: bool = True, **extra: str) -> subprocess.CompletedProcess:
     p = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, env=env(**extra), cwd=REPO)
     if check and p.returncode != 0:
         raise AssertionError(f"{cmd} failed ({p.returncode}):\n{p.stdout}\n{p.stderr}")
@@ -89,7 +109,7 @@ def texts(work: Path, starts_process) -> Dict[str, Path]:
     out = {}
     for key, src in (("train0", TRAIN0), ("train1", TRAIN1), ("valid", VALID), ("bad", BAD)):
         out[key] = work / "text" / f"{key}.txt"
-        p = run([SCRIPTS / "1_extract.sh", src, out[key]])
+        p = run(extract(src, out[key]))
         out[key + "_stderr"] = p.stderr  # type: ignore[assignment]
     return out
 
@@ -97,7 +117,7 @@ def texts(work: Path, starts_process) -> Dict[str, Path]:
 @pytest.fixture(scope="module")
 def spm_dir(work: Path, texts, starts_process) -> Path:
     d = work / "spm"
-    run([SCRIPTS / "2_train_spm.sh", d, texts["train0"], texts["train1"]], VOCAB_SIZE="500")
+    run(train_spm(d, texts["train0"], texts["train1"]))
     return d
 
 
@@ -110,13 +130,19 @@ def sp(spm_dir: Path) -> spm.SentencePieceProcessor:
 
 
 def test_help_everywhere(starts_process):
-    for script in sorted(SCRIPTS.glob("*.sh")) + [SCRIPTS / "slurm_array.sbatch"]:
-        if script.name == "common.sh":
-            continue
-        p = run(["bash", script, "--help"])
-        assert "Usage:" in p.stdout and "Environment" in p.stdout, script
-    for mod in ("c4_extract", "c4_spm", "c4_binarize", "c4_layout"):
-        assert "usage:" in run([sys.executable, "-m", f"preprocess.{mod}", "--help"]).stdout
+    """The shell entry points and run/task list every setting with its default (a step's default is its
+    module's: VOCAB_SIZE's is c4_spm's --vocab-size); each step has its options' help."""
+    assert sorted(p.name for p in SCRIPTS.iterdir() if not p.name.endswith((".py", "__pycache__"))) == [
+        "run_all.sh", "slurm_array.sbatch"]  # the steps are subcommands, not scripts
+    for cmd in (["bash", SCRIPTS / "run_all.sh"], ["bash", SCRIPTS / "slurm_array.sbatch"], [*C4, "run"], [*C4, "task"]):
+        p = run([*cmd, "--help"])
+        assert "Usage:" in p.stdout and "Environment" in p.stdout, cmd
+        assert re.search(r"^  VOCAB_SIZE +32768 ", p.stdout, re.M) and re.search(r"^  SPM_MAX_FILES +32 ", p.stdout, re.M)
+    for step in ("download", "extract", "spm", "binarize", "layout"):
+        assert f"usage: python -m preprocess.c4 {step}" in run([*C4, step, "--help"]).stdout
+    assert "run [C4_DIR]" in run([*C4, "--help"]).stdout
+    p = run([*C4, "nope"], check=False)
+    assert p.returncode == 2 and "no subcommand 'nope'" in p.stderr
 
 
 def test_sample_is_c4_format():
@@ -170,11 +196,11 @@ def test_extract_sample_documents(texts):
 
 def test_extract_rerun_skips_and_corrupt_gzip_fails(tmp_path, texts, starts_process):
     mtime = texts["train0"].stat().st_mtime_ns
-    p = run([SCRIPTS / "1_extract.sh", TRAIN0, texts["train0"]])
+    p = run(extract(TRAIN0, texts["train0"]))
     assert "skip:" in p.stderr and texts["train0"].stat().st_mtime_ns == mtime
     truncated = tmp_path / "c4-train.00009-of-01024.json.gz"
     truncated.write_bytes(TRAIN0.read_bytes()[:50_000])
-    p = run([SCRIPTS / "1_extract.sh", truncated, tmp_path / "t.txt"], check=False)
+    p = run(extract(truncated, tmp_path / "t.txt"), check=False)
     assert p.returncode == 1 and "corrupt or truncated" in p.stderr
     assert not (tmp_path / "t.txt").exists() and not (tmp_path / "t.txt.partial").exists()
 
@@ -190,22 +216,22 @@ def test_spm_model_and_dict(spm_dir, sp, texts, starts_process):
     lines = (spm_dir / "dict.txt").read_text(encoding="utf-8").splitlines()
     assert [ln.rsplit(" ", 1)[0] for ln in lines] == dict_pieces(sp) and len(lines) == 497
     assert (spm_dir / "spm.vocab").is_file()
-    p = run([SCRIPTS / "2_train_spm.sh", spm_dir, texts["train0"], texts["train1"]], VOCAB_SIZE="500")
+    p = run(train_spm(spm_dir, texts["train0"], texts["train1"]))
     assert "skip:" in p.stderr
     # other inputs (a trial subset) or another vocabulary: refused, naming the setting, nothing changed
     mtime = (spm_dir / "spm.model").stat().st_mtime_ns
-    p = run([SCRIPTS / "2_train_spm.sh", spm_dir, texts["train0"]], check=False, VOCAB_SIZE="500")
+    p = run(train_spm(spm_dir, texts["train0"]), check=False)
     assert p.returncode == 2 and "inputs: recorded ['train0.txt', 'train1.txt'], now ['train0.txt']" in p.stderr
-    p = run([SCRIPTS / "2_train_spm.sh", spm_dir, texts["train0"], texts["train1"]], check=False, VOCAB_SIZE="400")
+    p = run(train_spm(spm_dir, texts["train0"], texts["train1"], vocab=400), check=False)
     assert p.returncode == 2 and "vocab_size: recorded 500, now 400" in p.stderr and "FORCE=1" in p.stderr
     assert (spm_dir / "spm.model").stat().st_mtime_ns == mtime
 
 
 def test_spm_vocab_too_large_is_a_clear_error(tmp_path, texts, starts_process):
-    p = run([SCRIPTS / "2_train_spm.sh", tmp_path / "a", texts["bad"]], check=False, VOCAB_SIZE="5000")
+    p = run(train_spm(tmp_path / "a", texts["bad"], vocab=5000), check=False)
     assert p.returncode == 2 and "--vocab-size" in p.stderr and "--no-hard-vocab-limit" in p.stderr
     assert not (tmp_path / "a" / "spm.model").exists() and not (tmp_path / "a" / "dict.txt").exists()
-    run([SCRIPTS / "2_train_spm.sh", tmp_path / "b", texts["bad"]], VOCAB_SIZE="5000", HARD_VOCAB_LIMIT="0")
+    run([*train_spm(tmp_path / "b", texts["bad"], vocab=5000), "--no-hard-vocab-limit"])
     small = spm.SentencePieceProcessor(model_file=str(tmp_path / "b" / "spm.model"))
     assert 3 < small.get_piece_size() < 5000
 
@@ -233,7 +259,7 @@ def test_stride_and_reservoir_sampling(tmp_path):
 def reference_bin(work, spm_dir, texts, starts_process) -> str:
     """train0 binarized in one uninterrupted run with one worker."""
     prefix = work / "ref" / "train0"
-    run([SCRIPTS / "3_binarize.sh", spm_dir, prefix, texts["train0"]], WORKERS="1")
+    run(binarize(spm_dir, prefix, texts["train0"], workers=1))
     return str(prefix)
 
 
@@ -242,7 +268,7 @@ def test_binarize_ids_match_sentencepiece(work, spm_dir, sp, texts, reference_bi
     from fairseq.data.indexed_dataset import MMapIndexedDataset
 
     prefix = work / "multi" / "train0"
-    p = run([SCRIPTS / "3_binarize.sh", spm_dir, prefix, texts["train0"]], WORKERS="2", CHUNK_BYTES="30000")
+    p = run(binarize(spm_dir, prefix, texts["train0"], workers=2, chunk=30000))
     assert same_bytes(str(prefix), reference_bin)  # many chunks over 2 workers: order kept
     lines = texts["train0"].read_text(encoding="utf-8").split("\n")[:-1]
     ds = data_utils.load_indexed_dataset(str(prefix), Dictionary.load(str(spm_dir / "dict.txt")), "mmap")
@@ -271,10 +297,10 @@ def test_binarize_identical_to_fairseq_preprocess(tmp_path, spm_dir, sp, texts, 
     piece_file(sp, mixed, tmp_path / "mixed.pieces")
     ref = fairseq_preprocess(spm_dir / "dict.txt", tmp_path / "mixed.pieces", tmp_path / "ref")
     ours = tmp_path / "ours" / "mixed"
-    run([SCRIPTS / "3_binarize.sh", spm_dir, ours, mixed], WORKERS="2", CHUNK_BYTES="4096")
+    run(binarize(spm_dir, ours, mixed, workers=2, chunk=4096))
     assert same_bytes(str(ours), str(ref))
     # Several inputs are concatenated in order; a missing one is an error before anything is written.
-    cmd = [SCRIPTS / "3_binarize.sh", spm_dir, tmp_path / "ours2" / "mixed", texts["bad"], tmp_path / "rest.txt"]
+    cmd = binarize(spm_dir, tmp_path / "ours2" / "mixed", texts["bad"], tmp_path / "rest.txt")
     p = run(cmd, check=False)
     assert p.returncode == 1 and "missing file" in p.stderr and not (tmp_path / "ours2").exists()
     (tmp_path / "rest.txt").write_bytes(sample_head + odd.read_bytes())
@@ -328,9 +354,9 @@ def looks_complete_to_fairseq(prefix: Path) -> bool:
 
 def test_sigkill_mid_run_then_rerun(tmp_path, spm_dir, texts, reference_bin, starts_process):
     prefix = tmp_path / "bin" / "train0"
-    cmd = [str(SCRIPTS / "3_binarize.sh"), str(spm_dir), str(prefix), str(texts["train0"])]
+    cmd = [str(c) for c in binarize(spm_dir, prefix, texts["train0"], workers=2, chunk=20000)]
     # 1 s per chunk: the run is still going when the second one (which imports torch first) starts
-    proc = subprocess.Popen(cmd, env=env(WORKERS="2", CHUNK_BYTES="20000", C4_BINARIZE_TEST_SLEEP="1.0"),
+    proc = subprocess.Popen(cmd, env=env(C4_BINARIZE_TEST_SLEEP="1.0"),
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=REPO)
     partial = Path(f"{prefix}.bin.partial")
     deadline = time.time() + 60
@@ -339,7 +365,7 @@ def test_sigkill_mid_run_then_rerun(tmp_path, spm_dir, texts, reference_bin, sta
         assert time.time() < deadline
         time.sleep(0.05)
     workers = children_of(proc.pid)
-    assert len(workers) == 2  # the pool (the shell script exec'ed python)
+    assert len(workers) == 2  # the pool
     second = run(cmd, check=False)  # a second run on the same shard refuses to start
     assert second.returncode == 1 and "another process is binarizing" in second.stderr
     os.kill(proc.pid, signal.SIGKILL)
@@ -351,7 +377,7 @@ def test_sigkill_mid_run_then_rerun(tmp_path, spm_dir, texts, reference_bin, sta
     while any(Path(f"/proc/{w}").exists() for w in workers):  # orphaned workers exit by themselves
         assert time.time() < deadline, "pool workers outlived the killed parent"
         time.sleep(0.1)
-    p = run(cmd, WORKERS="2", CHUNK_BYTES="20000")
+    p = run(cmd)
     assert "incomplete (partial output of an interrupted run); redoing" in p.stderr
     assert same_bytes(str(prefix), reference_bin)
     assert not partial.exists() and not Path(f"{prefix}.idx.partial").exists()
@@ -362,7 +388,7 @@ def test_sigkill_between_renames_then_rerun(tmp_path, spm_dir, texts, reference_
     from fairseq.data import Dictionary, data_utils
 
     prefix = tmp_path / "bin" / "train0"
-    cmd = [SCRIPTS / "3_binarize.sh", spm_dir, prefix, texts["train0"]]
+    cmd = binarize(spm_dir, prefix, texts["train0"])
     p = run(cmd, check=False, C4_BINARIZE_TEST_KILL="after_bin_rename")
     assert p.returncode == -signal.SIGKILL
     assert Path(f"{prefix}.bin").exists() and not Path(f"{prefix}.idx").exists()
@@ -378,7 +404,7 @@ def test_rerun_skips_finished_and_redoes_stale(tmp_path, spm_dir, texts, referen
     text = tmp_path / "t.txt"
     shutil.copy(texts["bad"], text)
     prefix = tmp_path / "bin" / "t"
-    cmd = [SCRIPTS / "3_binarize.sh", spm_dir, prefix, text]
+    cmd = binarize(spm_dir, prefix, text)
     n1 = summary_numbers(run(cmd).stderr)["sequences"]
     mtime = Path(f"{prefix}.bin").stat().st_mtime_ns
     p = run(cmd)
@@ -394,7 +420,7 @@ def test_rerun_skips_finished_and_redoes_stale(tmp_path, spm_dir, texts, referen
     shutil.copy(spm_dir / "spm.model", bad_dir / "spm.model")
     lines = (spm_dir / "dict.txt").read_text().splitlines()
     (bad_dir / "dict.txt").write_text("\n".join([lines[1], lines[0]] + lines[2:]) + "\n")
-    p = run([SCRIPTS / "3_binarize.sh", bad_dir, tmp_path / "bin" / "x", text], check=False)
+    p = run(binarize(bad_dir, tmp_path / "bin" / "x", text), check=False)
     assert p.returncode == 1 and "does not match the sentencepiece model" in p.stderr
 
 
@@ -477,3 +503,26 @@ def test_slurm_array_script_as_plain_tasks(tmp_path, starts_process):
     check_layout(tmp_path / "out" / "data-bin", 2)
     done = json.loads((tmp_path / "out" / "bin" / "valid.done").read_text())
     assert done["workers"] == 2 and done["blank_lines"] == 10
+
+
+def test_run_one_job_at_a_time_and_usage_errors(tmp_path, starts_process):
+    """JOBS=1 runs a step's tasks in the one process, in order; a setting, a step or an index that is wrong is
+    a usage error (exit 2) naming it, before anything is written."""
+    out = tmp_path / "out"
+    p = run([*C4, "run", SAMPLE], OUT_DIR=str(out), JOBS="1", STEPS="1", MAX_DOCS="5", VALID_MAX_DOCS="5")
+    assert sorted(f.name for f in (out / "text").glob("*.txt")) == [
+        "c4-train.00000-of-01024.txt", "c4-train.00001-of-01024.txt", "c4-validation.00000-of-00008.txt"]
+    assert "started" not in p.stderr  # no task process
+    assert [summary_numbers(ln)["documents"] for ln in p.stderr.splitlines() if "summary" in ln] == [5, 5, 5]
+    for cmd, kw, says in (
+            ([*C4, "run", tmp_path / "none"], {}, "C4_DIR='" + str(tmp_path / "none") + "' is not a folder"),
+            ([*C4, "run", SAMPLE], {"STEPS": "15"}, "STEPS: the step numbers to run"),
+            ([*C4, "run", SAMPLE], {"JOBS": "two"}, "JOBS must be a whole number"),
+            ([*C4, "run", SAMPLE], {"TRAIN_GLOB": "c5-*"}, "no c5-* in "),
+            ([*C4, "task", "tokenize", "0"], {"C4_DIR": str(SAMPLE)}, "STEP must be one of: extract spm binarize layout"),
+            ([*C4, "task", "extract", "first"], {"C4_DIR": str(SAMPLE)}, "INDEX must be a task number")):
+        p = run(cmd, check=False, OUT_DIR=str(tmp_path / "out2"), **kw)
+        assert p.returncode == 2 and says in p.stderr and "Traceback" not in p.stderr, (cmd, kw, p.stderr)
+    assert not (tmp_path / "out2").exists()
+    p = run([*C4, "task", "layout", "1"], C4_DIR=str(SAMPLE), OUT_DIR=str(tmp_path / "out2"))
+    assert "nothing to do for layout task 1" in p.stderr

@@ -155,17 +155,16 @@ def c4_mirror(tmp_path) -> Path:
     return tmp_path / "mirror"
 
 
-def _run_env(extra: dict, *args: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}", **extra)
-    return subprocess.run(["bash", str(ROOT / "preprocess/c4/0_download.sh"), *args], cwd=ROOT, env=env,
+def c4_download(*args) -> subprocess.CompletedProcess:
+    """``python -m preprocess.c4 download ARGS`` (the C4 pipeline's first subcommand)."""
+    return subprocess.run([sys.executable, "-m", "preprocess.c4", "download", *map(str, args)], cwd=ROOT,
                           capture_output=True, text=True, timeout=300)
 
 
 def test_c4_shards_are_downloaded_verified_and_skipped_on_rerun(c4_mirror, tmp_path, starts_process):
     out = tmp_path / "c4/en"
-    p = _run_env({"C4_DIR": str(out), "SHARDS": "0-1", "VALID_SHARDS": "0", "FROM_DIR": str(c4_mirror)})
+    p = c4_download("--out-dir", out, "--shards", "0-1", "--valid-shards", "0", "--from-dir", c4_mirror)
     assert p.returncode == 0, p.stderr
-    assert "SHARDS=0-1" in p.stderr and "[0-31]" in p.stderr  # tunables printed with defaults
     names = sorted(f.name for f in out.iterdir())
     assert names == ["c4-train.00000-of-01024.json.gz", "c4-train.00001-of-01024.json.gz",
                      "c4-validation.00000-of-00008.json.gz"]
@@ -173,13 +172,13 @@ def test_c4_shards_are_downloaded_verified_and_skipped_on_rerun(c4_mirror, tmp_p
         assert (out / n).read_bytes() == (c4_mirror / "en" / n).read_bytes()
     with gzip.open(out / names[0], "rt") as f:
         assert "text" in json.loads(f.readline())
-    again = _run_env({"C4_DIR": str(out), "SHARDS": "0-1", "FROM_DIR": str(c4_mirror)})
+    again = c4_download("--out-dir", out, "--shards", "0-1", "--from-dir", c4_mirror)
     assert again.returncode == 0 and again.stderr.count("already verified") == 3
-    missing = _run_env({"C4_DIR": str(out), "SHARDS": "0-2", "FROM_DIR": str(c4_mirror)})
+    missing = c4_download("--out-dir", out, "--shards", "0-2", "--from-dir", c4_mirror)
     assert missing.returncode == 1 and "c4-train.00002-of-01024.json.gz" in missing.stderr
     assert "Traceback" not in missing.stderr
-    help_text = _run_env({}, "--help").stdout
-    assert "SHARDS" in help_text and "0-31" in help_text and "allenai/c4" in help_text
+    help_text = c4_download("--help").stdout
+    assert "--shards" in help_text and "0-31" in help_text and "allenai/c4" in help_text
 
 
 def test_shard_ranges():
@@ -216,12 +215,12 @@ def test_a_usage_error_exits_2_and_writes_nothing(module, args, says, tmp_path, 
 @pytest.mark.parametrize("cmd", [
     [sys.executable, "-m", "preprocess.glue_download", "--tasks", "RTE"],
     [sys.executable, "-m", "preprocess.snli_download", "--splits", "test"],
-    ["bash", str(ROOT / "preprocess/c4/0_download.sh")],
+    [sys.executable, "-m", "preprocess.c4", "download"],
 ])
 def test_without_network_one_clear_line(cmd, tmp_path, starts_process):
-    env = dict(OFFLINE, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}", C4_DIR=str(tmp_path / "c4"))
-    p = subprocess.run(cmd + (["--out-dir", str(tmp_path / "o")] if cmd[0] == sys.executable else []),
-                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    env = dict(OFFLINE, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+    p = subprocess.run(cmd + ["--out-dir", str(tmp_path / "o")], cwd=tmp_path, env=env, capture_output=True, text=True,
+                       timeout=120)
     errors = [line for line in p.stderr.splitlines() if "error" in line]
     assert p.returncode == 1 and "Traceback" not in p.stderr and len(errors) == 1, p.stderr
     assert "cannot list" in errors[0] and "Hugging Face hub" in errors[0] and "--from-dir" in errors[0]

@@ -96,9 +96,10 @@ def test_lanes_run_in_the_callers_folder(tmp_path, monkeypatch, starts_process):
 def test_lanes_are_bound_to_gpus_and_a_usage_error_stops_the_rest(tmp_path, capsys, starts_process):
     """Lane k runs on GPU gpus[k % n] (CUDA_VISIBLE_DEVICES; a lane freed is reused); a job that exits 2 with
     stop_on_usage_error leaves the jobs not yet started unstarted (named as failed), the running ones end."""
-    def show(name, rc=0, wait_for=None):
+    def show(name, rc=0, wait_for=None, then_sleep=0.0):
         body = ("import os, pathlib, time\n"
                 + (f"while not os.path.exists({str(tmp_path / wait_for)!r}): time.sleep(0.05)\n" if wait_for else "")
+                + f"time.sleep({then_sleep})\n"
                 + f"pathlib.Path({str(tmp_path / name)!r}).write_text(os.environ['CUDA_VISIBLE_DEVICES'])\n"
                 f"raise SystemExit({rc})")
         return [sys.executable, "-c", body]
@@ -112,7 +113,8 @@ def test_lanes_are_bound_to_gpus_and_a_usage_error_stops_the_rest(tmp_path, caps
     said = capsys.readouterr().err
     assert "runner: a: started, GPU 4, " in said and "runner: b: started, GPU 7, " in said
 
-    jobs = [Job("slow", show("slow", wait_for="bad"), log), Job("bad", show("bad", rc=2), log),
+    # 'slow' is still running when 'bad' has ended
+    jobs = [Job("slow", show("slow", wait_for="bad", then_sleep=2.0), log), Job("bad", show("bad", rc=2), log),
             Job("next1", show("next1"), log), Job("next2", show("next2"), log)]
     ran = run_jobs(jobs, 2, dict(os.environ), say=stderr_say("runner"), gpus=["0"], stop_on_usage_error=True)
     assert ran.usage_error is jobs[1] and ran.failed == ["bad", "next1", "next2"]

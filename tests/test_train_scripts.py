@@ -94,7 +94,7 @@ def test_dry_run_prints_settings_batch_and_the_paper_command(lm_bin, tmp_path):
         assert flag in gpu_cmd, flag
     assert "--cpu" not in gpu_cmd
 
-    # DATA may be a folder with data_path.txt (preprocess/c4/4_layout.sh writes one)
+    # DATA may be a folder with data_path.txt (python -m preprocess.c4 layout writes one)
     layout = tmp_path / "data-bin"
     layout.mkdir()
     (layout / "data_path.txt").write_text(f"{lm_bin}:{lm_bin}\n")

@@ -1,5 +1,5 @@
-# The project's one shell library, sourced by train_scripts/*.sh, glue/*.sh and preprocess/c4/*.sh
-# (through preprocess/c4/common.sh): tunables, messages, device detection. Not meant to be run.
+# The project's one shell library, sourced by train_scripts/*.sh, glue/*.sh and preprocess/c4/*.sh:
+# tunables, messages, device detection. Not meant to be run.
 #
 # Exit codes of every script (docs/troubleshooting.md, "Exit codes"): 0 done (or nothing left to do: finished outputs
 # skipped); 1 a run failed (bad or missing input data, a failing tool; the message says which file);

@@ -385,7 +385,7 @@ al., ICLR 2020, Table 6): LR 2e-4 for 766k updates, generator 1/3 of the width, 
 The recipe's one copy is tupe_common/pretrain_recipe.py: every default below comes from it.
 
 Examples (from the repository root; DATA is a fairseq data dir, shard0:shard1:..., or a folder with
-data_path.txt as written by preprocess/c4/4_layout.sh):
+data_path.txt as written by python -m preprocess.c4 layout):
   DATA=c4_prep/data-bin train_scripts/pretrain.sh                       # every GPU of this node (torchrun)
   DATA=data-bin VARIANT=bert-a GPUS=1 train_scripts/pretrain.sh          # one GPU: update-freq 16
   DATA=data-bin VARIANT=tupe-a SIZE=large SENTENCES_PER_UPDATE=512 train_scripts/pretrain.sh

@@ -188,6 +188,6 @@ def read_data_path(data: str) -> List[str]:
         with open(record, encoding="utf-8") as f:
             line = f.readline().strip()
         if not line:
-            raise ValueError(f"{record} is empty: rerun preprocess/c4/4_layout.sh")
+            raise ValueError(f"{record} is empty: rerun python -m preprocess.c4 layout (or run_all.sh STEPS=4)")
         return [os.path.normpath(os.path.join(os.path.abspath(data), p)) for p in line.split(":")]
     return [os.path.abspath(p) for p in data.split(":") if p]

@@ -1,0 +1,258 @@
+"""The C4 pipeline's steps and tasks, declared once, for ``python -m preprocess.c4 run`` (a folder of C4 files on
+this machine, JOBS tasks of a step at a time), ``python -m preprocess.c4 task STEP INDEX`` (one task: a SLURM array
+task of ``preprocess/c4/slurm_array.sbatch``) and the study's ``prep`` stage (:func:`run` as a function).
+
+    1 extract   each C4 file -> TEXT_DIR/NAME.txt          tasks 0..T-1 the train files, T..T+V-1 the validation files
+    2 spm       sentencepiece + dict.txt -> SPM_DIR        one task (a sample across the train texts)
+    3 binarize  each train text -> BIN_DIR/NAME            tasks 0..T-1; task T: the validation texts -> BIN_DIR/valid
+    4 layout    DATA_BIN/shardK/{train,valid}.{bin,idx}    one task (dict.txt, data_path.txt, layout.json)
+
+A task is a call of its step's module (``preprocess.c4_extract``, ``c4_spm``, ``c4_binarize``, ``c4_layout``) with
+arguments made from the settings below; a step setting's default is that module's own default, so each is
+written once. Every step skips outputs finished with the same settings (a rerun resumes) and refuses outputs made
+with other settings (exit 2, naming them) unless FORCE=1.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fnmatch
+import importlib
+import io
+import os
+import sys
+from dataclasses import dataclass
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from tupe_common import tunables
+from tupe_common.errors import UsageError
+from tupe_common.jobs import Job, cores, run_jobs, stderr_say
+from tupe_common.tunables import Say, Tunable
+
+STEPS = ("extract", "spm", "binarize", "layout")
+SAY = stderr_say("preprocess.c4")
+MODULES = {"download": "c4_download", "extract": "c4_extract", "spm": "c4_spm", "binarize": "c4_binarize",
+           "layout": "c4_layout"}
+
+
+def step_main(step: str) -> Callable[[Optional[Sequence[str]]], int]:
+    """The ``main(argv)`` of a step's module (imported on use: sentencepiece and numpy only when needed)."""
+    return importlib.import_module(f"preprocess.{MODULES[step]}").main
+
+
+def step_parser(step: str) -> argparse.ArgumentParser:
+    return importlib.import_module(f"preprocess.{MODULES[step]}").parser()
+
+
+def settings() -> Tuple[Tunable, ...]:
+    """The settings of ``run`` and ``task`` (environment names, as run_all.sh always read them)."""
+    d = {step: step_parser(step) for step in ("extract", "spm", "binarize", "layout")}
+    return tunables.table("""
+        C4_DIR | | folder of C4 files (or the argument of run)
+        OUT_DIR | c4_prep | output root
+        TEXT_DIR | OUT_DIR/text | step 1 output
+        SPM_DIR | OUT_DIR/spm | step 2 output (spm.model, dict.txt)
+        BIN_DIR | OUT_DIR/bin | step 3 output
+        DATA_BIN | OUT_DIR/data-bin | step 4 output: shardK/ and data_path.txt
+        TRAIN_GLOB | c4-train.*-of-*.json.gz | train files in C4_DIR
+        VALID_GLOB | c4-validation.00000-of-*.json.gz | validation files (one set, linked into every shard)
+        MAX_SHARDS | 0 | use the first N train files (0: all)
+        MAX_DOCS | {max_docs} | documents per train file (0: all; for trial runs) (step 1)
+        VALID_MAX_DOCS | 10000 | documents per validation file (0: all) (step 1)
+        MAX_WARNINGS | {max_warnings} | file:line warnings per skip reason (step 1)
+        TEXT_EXT | .txt | step 1 text files: .txt, or .txt.gz (gzip)
+        VOCAB_SIZE | {vocab_size} | sentencepiece pieces (step 2)
+        MODEL_TYPE | {model_type} | sentencepiece model: bpe or unigram (step 2)
+        SPM_SAMPLE_SENTENCES | {sample_sentences} | lines sampled to train sentencepiece (step 2)
+        SPM_MAX_FILES | {max_files} | sample from K evenly spaced text files (0: all) (step 2)
+        CHARACTER_COVERAGE | {character_coverage} | sentencepiece --character_coverage (step 2)
+        SEED | {seed} | sampling and training seed (step 2)
+        HARD_VOCAB_LIMIT | 1 | 0: accept fewer pieces when the sample is too small (step 2)
+        SPM_THREADS | auto | trainer threads (auto: SLURM_CPUS_PER_TASK, else all cores) (step 2)
+        TOKENS_PER_SAMPLE | {tokens_per_sample} | pre-training's --tokens-per-sample: longer lines are split to fit (step 3)
+        WORKERS | auto | encoding processes per task (auto: run: cores / JOBS; task: SLURM_CPUS_PER_TASK, else all) (step 3)
+        CHUNK_BYTES | {chunk_bytes} | bytes of text per work item (step 3)
+        LINK_MODE | {link} | hardlink, symlink or copy (step 4)
+        PROGRESS_SECONDS | 30 | progress line interval (0: off)
+        FORCE | 0 | 1: redo finished outputs (needed after changing a setting; otherwise refused)
+        JOBS | auto | run: tasks of a step at a time (auto: all usable cores)
+        STEPS | 1234 | run: which steps
+        """, max_docs=d["extract"].get_default("max_docs"), max_warnings=d["extract"].get_default("max_warnings"),
+        vocab_size=d["spm"].get_default("vocab_size"), model_type=d["spm"].get_default("model_type"),
+        sample_sentences=d["spm"].get_default("sample_sentences"), max_files=d["spm"].get_default("max_files"),
+        character_coverage=d["spm"].get_default("character_coverage"), seed=d["spm"].get_default("seed"),
+        tokens_per_sample=d["binarize"].get_default("tokens_per_sample"),
+        chunk_bytes=d["binarize"].get_default("chunk_bytes"), link=d["layout"].get_default("link"))
+
+
+def whole(v: Mapping[str, str], name: str) -> int:
+    if not v[name].isdigit():
+        raise UsageError(f"{name} must be a whole number >= 0, not '{v[name]}'")
+    return int(v[name])
+
+
+def resolve(environ: Mapping[str, str], say: Say, command: str) -> Dict[str, str]:
+    """Every setting's value; OUT_DIR/... defaults made from OUT_DIR; ``auto`` resolved for ``command``."""
+    v = tunables.resolve(settings(), environ, say)
+    for name in ("TEXT_DIR", "SPM_DIR", "BIN_DIR", "DATA_BIN"):
+        if v[name].startswith("OUT_DIR/") and not environ.get(name):
+            v[name] = os.path.join(v["OUT_DIR"], v[name][len("OUT_DIR/"):])
+    for name in ("MAX_SHARDS", "MAX_DOCS", "VALID_MAX_DOCS", "MAX_WARNINGS", "VOCAB_SIZE", "SPM_SAMPLE_SENTENCES",
+                 "SPM_MAX_FILES", "SEED", "TOKENS_PER_SAMPLE", "CHUNK_BYTES", "PROGRESS_SECONDS"):
+        whole(v, name)
+    slurm = environ.get("SLURM_CPUS_PER_TASK", "")
+    if v["JOBS"] == "auto":
+        v["JOBS"] = str(cores())
+    if whole(v, "JOBS") < 1:
+        raise UsageError("JOBS must be >= 1")
+    if v["WORKERS"] == "auto":
+        v["WORKERS"] = str(max(1, cores() // int(v["JOBS"]))) if command == "run" else (slurm or "0")
+    if v["SPM_THREADS"] == "auto":
+        v["SPM_THREADS"] = slurm or "0"
+    whole(v, "WORKERS")
+    whole(v, "SPM_THREADS")
+    for name, allowed in (("HARD_VOCAB_LIMIT", ("0", "1")), ("FORCE", ("0", "1")), ("TEXT_EXT", (".txt", ".txt.gz"))):
+        if v[name] not in allowed:
+            raise UsageError(f"{name} must be one of {', '.join(allowed)}, not '{v[name]}'")
+    if not set(v["STEPS"]) <= set("1234") or not v["STEPS"]:
+        raise UsageError(f"STEPS: the step numbers to run, e.g. 1234 or 34, not '{v['STEPS']}'")
+    return v
+
+
+def c4_name(path: str) -> str:
+    """c4-train.00000-of-01024.json.gz -> c4-train.00000-of-01024"""
+    name = os.path.basename(path)
+    name = name[:-3] if name.endswith(".gz") else name
+    return name[:-5] if name.endswith(".json") else name
+
+
+@dataclass
+class Inputs:
+    """The C4 files of C4_DIR and what each step makes of them."""
+    train_json: List[str]
+    valid_json: List[str]
+    v: Dict[str, str]
+
+    @classmethod
+    def of(cls, v: Dict[str, str]) -> "Inputs":
+        c4_dir = v["C4_DIR"]
+        if not c4_dir:
+            raise UsageError("no C4_DIR given (the argument of run, or the environment)")
+        if not os.path.isdir(c4_dir):
+            raise UsageError(f"C4_DIR='{c4_dir}' is not a folder")
+
+        def listed(glob: str) -> List[str]:
+            return [os.path.join(c4_dir, f) for f in sorted(os.listdir(c4_dir)) if fnmatch.fnmatch(f, glob)]
+
+        train = listed(v["TRAIN_GLOB"])
+        if int(v["MAX_SHARDS"]):
+            train = train[: int(v["MAX_SHARDS"])]
+        valid = listed(v["VALID_GLOB"])
+        for files, glob in ((train, v["TRAIN_GLOB"]), (valid, v["VALID_GLOB"])):
+            if not files:
+                raise UsageError(f"no {glob} in {c4_dir}")
+        return cls(train, valid, v)
+
+    def text(self, json_path: str) -> str:
+        return os.path.join(self.v["TEXT_DIR"], c4_name(json_path) + self.v["TEXT_EXT"])
+
+    def binary(self, json_path: str) -> str:
+        return os.path.join(self.v["BIN_DIR"], c4_name(json_path))
+
+    @property
+    def valid_binary(self) -> str:
+        return os.path.join(self.v["BIN_DIR"], "valid")
+
+    def count(self, step: str) -> int:
+        """The independent tasks of ``step``."""
+        return {"extract": len(self.train_json) + len(self.valid_json), "binarize": len(self.train_json) + 1}.get(step, 1)
+
+    def argv(self, step: str, i: int) -> List[str]:
+        """The arguments of task ``i`` of ``step`` for its module's ``main``."""
+        v, n = self.v, len(self.train_json)
+        force = ["--force"] if v["FORCE"] == "1" else []
+        progress = ["--progress-seconds", v["PROGRESS_SECONDS"]]
+        spm_model, dict_txt = os.path.join(v["SPM_DIR"], "spm.model"), os.path.join(v["SPM_DIR"], "dict.txt")
+        if step == "extract":
+            src, docs = (self.train_json[i], v["MAX_DOCS"]) if i < n else (self.valid_json[i - n], v["VALID_MAX_DOCS"])
+            return [src, self.text(src), "--max-docs", docs, "--max-warnings", v["MAX_WARNINGS"], *progress, *force]
+        if step == "spm":
+            hard = "--hard-vocab-limit" if v["HARD_VOCAB_LIMIT"] == "1" else "--no-hard-vocab-limit"
+            return [*map(self.text, self.train_json), "--out-dir", v["SPM_DIR"], "--vocab-size", v["VOCAB_SIZE"],
+                    "--model-type", v["MODEL_TYPE"], "--sample-sentences", v["SPM_SAMPLE_SENTENCES"], "--max-files",
+                    v["SPM_MAX_FILES"], "--character-coverage", v["CHARACTER_COVERAGE"], "--seed", v["SEED"],
+                    "--threads", v["SPM_THREADS"], hard, *progress, *force]
+        if step == "binarize":
+            texts, out = ([self.text(self.train_json[i])], self.binary(self.train_json[i])) if i < n else (
+                [self.text(f) for f in self.valid_json], self.valid_binary)
+            return [*texts, "--out", out, "--spm-model", spm_model, "--dict", dict_txt, "--workers", v["WORKERS"],
+                    "--chunk-bytes", v["CHUNK_BYTES"], "--tokens-per-sample", v["TOKENS_PER_SAMPLE"], *progress, *force]
+        return [*map(self.binary, self.train_json), "--data-bin", v["DATA_BIN"], "--dict", dict_txt, "--valid",
+                self.valid_binary, "--link", v["LINK_MODE"]]
+
+
+def run_task(inputs: Inputs, step: str, i: int, say: Say) -> int:
+    """Task ``i`` of ``step`` in this process (its module's ``main``; what it prints on stdout is dropped: run and
+    task write nothing there)."""
+    if step not in STEPS:
+        raise UsageError(f"STEP must be one of: {' '.join(STEPS)} (not '{step}')")
+    if i >= inputs.count(step):
+        say(f"nothing to do for {step} task {i}")
+        return 0
+    with contextlib.redirect_stdout(io.StringIO()):
+        try:
+            return step_main(step)(inputs.argv(step, i))
+        except SystemExit as e:  # the module's argparse: a bad setting value
+            return e.code if isinstance(e.code, int) else 2
+
+
+def show(v: Mapping[str, str], prog: str) -> None:
+    sys.stderr.write(f"{prog}: " + tunables.shown(settings(), v) + "\n")
+
+
+def run(environ: Mapping[str, str], c4_dir: Optional[str] = None, say: Say = SAY,
+        prog: str = "preprocess.c4 run") -> int:
+    """Steps STEPS for the C4 files of ``c4_dir`` (else C4_DIR) on this machine: a step's tasks JOBS at a time
+    (processes: ``python -m preprocess.c4 task``), a one-task step in this process. Returns the exit status: a
+    one-task step's own (2: other settings), 1 when a task of a many-task step failed."""
+    env = dict(environ, **({"C4_DIR": c4_dir} if c4_dir else {}))
+    v = resolve(env, say, "run")
+    show(v, prog)
+    inputs = Inputs.of(v)
+    jobs = int(v["JOBS"])
+    say(f"{len(inputs.train_json)} train file(s), {len(inputs.valid_json)} validation file(s)")
+    child = dict(env, **v)  # the tasks resolve the same settings
+    for n, step in enumerate(STEPS, 1):
+        if str(n) not in v["STEPS"]:
+            continue
+        count = inputs.count(step)
+        say(f"== step {n}: {step} ({count} task(s), JOBS={jobs} at a time)")
+        if count == 1:
+            rc = run_task(inputs, step, 0, say)
+            if rc:
+                return rc  # its own error line, naming the cause, stays the last
+            continue
+        if jobs == 1:
+            failed = [i for i in range(count) if run_task(inputs, step, i, say)]
+        else:
+            tasks = [Job(f"{step} task {i}", [sys.executable, "-m", "preprocess.c4", "task", step, str(i)], group=step)
+                     for i in range(count)]
+            failed = run_jobs(tasks, jobs, child, say=say).failed
+        if failed:
+            say(f"error: step {step} failed for {len(failed)} of {count} task(s) (messages above); fix them and rerun: "
+                "finished tasks are skipped")
+            return 1
+    if "4" in v["STEPS"]:
+        say(f"done. Train with: DATA={v['DATA_BIN']} train_scripts/pretrain.sh, or fairseq-train "
+            f"$(python -m preprocess.c4_data {v['DATA_BIN']}) ...")
+    return 0
+
+
+def task(environ: Mapping[str, str], step: str, index: str, say: Say = SAY) -> int:
+    """One task with run's settings (a SLURM array task: slurm_array.sbatch)."""
+    if not index.isdigit():
+        raise UsageError(f"INDEX must be a task number 0, 1, ... (not '{index}')")
+    if step not in STEPS:
+        raise UsageError(f"STEP must be one of: {' '.join(STEPS)} (not '{step}')")
+    v = resolve(environ, say, "task")
+    return run_task(Inputs.of(v), step, int(index), say)
