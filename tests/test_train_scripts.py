@@ -132,7 +132,8 @@ def test_world_size_mismatch_with_the_launcher_is_refused(lm_bin, tmp_path):
     p = sh(["torchrun", "--standalone", "--nproc-per-node", "2", "--no-python", PRETRAIN], check=False,
            DATA=str(lm_bin), GPUS="0", SAVE_DIR=str(tmp_path / "ckpt"))
     assert p.returncode != 0
-    assert p.stderr.count("started under a launcher with WORLD_SIZE=2, but NNODES x NPROC_PER_NODE = 1 x 1 = 1") == 2
+    # every rank refuses; torchrun stops the other rank once one has failed, so it may not have said so yet
+    assert p.stderr.count("started under a launcher with WORLD_SIZE=2, but NNODES x NPROC_PER_NODE = 1 x 1 = 1") >= 1
     assert not (tmp_path / "ckpt").exists()
     # the per-rank wrapper checks the launcher's world size against the one the command was built for
     q = sh([SCRIPTS / "fairseq_rank.sh", "2", "cpu", str(lm_bin)], check=False, WORLD_SIZE="3", RANK="0",
