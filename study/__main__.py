@@ -26,7 +26,7 @@ from typing import List, Optional, Sequence, Tuple
 from study.plan import Plan
 from study.settings import SETTINGS, UsageError, changed_settings, defaults, merged_text, recorded_text
 from study.stages import BY_NAME, STAGES, PartFailed, Stage, needs_done, note
-from tupe_common.jobs import Job, run_jobs, slurm_ranges
+from tupe_common.jobs import Job, run_jobs, slurm_ranges, visible_gpus
 from tupe_plugin_cli.checkpoints import CheckpointError
 
 USAGE = "Usage: [NAME=value ...] study.sh [--lanes N | --list | --slurm | --report | --part STAGE [INDEX]]"
@@ -125,8 +125,8 @@ def slurm(plan: Plan) -> None:
 
 def run_stages_in_lanes(plan: Plan, stages: Sequence[Stage], lanes: int) -> List[str]:
     """The parts not yet done of ``stages``, as ``python -m study --part`` processes in ``lanes`` lanes (their
-    output in OUT/lanes/STAGE-INDEX.log), each started once the part it needs has ended; returns the failed
-    parts."""
+    output in OUT/lanes/STAGE-INDEX.log), each started once the part it needs has ended, lane k on GPU k % n of
+    the n visible GPUs (a pre-training in a lane then uses its one GPU); returns the failed parts."""
     jobs = []
     for stage in stages:
         needs = needs_done(plan, stage)
@@ -137,7 +137,7 @@ def run_stages_in_lanes(plan: Plan, stages: Sequence[Stage], lanes: int) -> List
                                 plan.path("lanes", f"{stage.name}-{i}.log"), stage.name,
                                 ready=lambda needs=needs, part=part: needs(part),
                                 done=lambda stage=stage, part=part: stage.done(plan, *part)))
-    return run_jobs(jobs, lanes, os.environ, say=note).failed
+    return run_jobs(jobs, lanes, os.environ, say=note, gpus=visible_gpus(os.environ)).failed
 
 
 def run_all(plan: Plan, lanes: int = 1) -> int:

@@ -7,7 +7,7 @@ import re
 import sys
 
 from conftest import ROOT
-from tupe_common.jobs import Job, cores, progress, run_jobs, slurm_ranges, stderr_say
+from tupe_common.jobs import Job, cores, progress, run_jobs, slurm_ranges, stderr_say, visible_gpus
 
 
 def run_in_lanes(jobs, lanes, env, **kw):
@@ -135,3 +135,11 @@ def test_a_job_without_a_log_writes_to_stderr_and_not_stdout(tmp_path, capfd, st
     assert run_in_lanes([Job("a", cmd)], 1, dict(os.environ)) == []
     out, err = capfd.readouterr()
     assert "to stdout" not in out and "to stderr" in err
+
+
+def test_the_visible_gpus_are_cuda_visible_devices_or_what_torch_counts():
+    assert visible_gpus({"CUDA_VISIBLE_DEVICES": "2, 5"}) == ["2", "5"]
+    assert visible_gpus({"CUDA_VISIBLE_DEVICES": ""}) == [] and visible_gpus({"CUDA_VISIBLE_DEVICES": "-1"}) == []
+    import torch
+
+    assert visible_gpus({}) == [str(i) for i in range(torch.cuda.device_count())]  # none on a CPU machine

@@ -55,6 +55,17 @@ def cores() -> int:
         return os.cpu_count() or 1
 
 
+def visible_gpus(environ: Mapping[str, str]) -> List[str]:
+    """The GPU ids a child may be given: ``CUDA_VISIBLE_DEVICES`` as set (``""`` or ``-1``: none), else every GPU
+    torch counts when torch is already imported (this module never imports it), else none."""
+    if "CUDA_VISIBLE_DEVICES" in environ:
+        ids = [g.strip() for g in environ["CUDA_VISIBLE_DEVICES"].split(",") if g.strip()]
+        return [] if ids[:1] == ["-1"] else ids
+    torch = sys.modules.get("torch")
+    count = torch.cuda.device_count() if torch is not None and hasattr(torch, "cuda") else 0
+    return [str(i) for i in range(count)]
+
+
 def with_repo_path(env: Mapping[str, str]) -> Dict[str, str]:
     """``env`` with this repository first on PYTHONPATH: ``python -m study`` / ``glue.*`` / ``preprocess.*`` in a
     child are this checkout's packages wherever the child runs (the caller's folder, so relative paths hold)."""
