@@ -526,3 +526,17 @@ def test_run_one_job_at_a_time_and_usage_errors(tmp_path, starts_process):
     assert not (tmp_path / "out2").exists()
     p = run([*C4, "task", "layout", "1"], C4_DIR=str(SAMPLE), OUT_DIR=str(tmp_path / "out2"))
     assert "nothing to do for layout task 1" in p.stderr
+
+
+def test_slurm_prints_one_array_per_step_sized_to_its_tasks(tmp_path, starts_process):
+    p = run([*C4, "slurm", SAMPLE], OUT_DIR=str(tmp_path / "out"), VOCAB_SIZE="500", STEPS="1234")
+    lines = p.stdout.splitlines()
+    assert f"export C4_DIR={SAMPLE}" in lines and f"export OUT_DIR={tmp_path / 'out'}" in lines
+    assert "export VOCAB_SIZE=500" in lines and not any("STEPS" in ln or "SPM_MAX_FILES" in ln for ln in lines)
+    sbatch = [ln for ln in lines if "sbatch" in ln and not ln.startswith("#")]
+    assert sbatch == [  # 2 train files + 1 validation file: 3 extract tasks; 2 train shards + the validation set
+        "extract=$(sbatch --parsable --array=0-2 preprocess/c4/slurm_array.sbatch extract)",
+        "spm=$(sbatch --parsable --array=0 --dependency=afterok:$extract preprocess/c4/slurm_array.sbatch spm)",
+        "binarize=$(sbatch --parsable --array=0-2 --dependency=afterok:$spm preprocess/c4/slurm_array.sbatch binarize)",
+        "layout=$(sbatch --parsable --array=0 --dependency=afterok:$binarize preprocess/c4/slurm_array.sbatch layout)"]
+    assert not (tmp_path / "out").exists()  # printing writes nothing

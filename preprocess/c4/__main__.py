@@ -3,9 +3,10 @@
     python -m preprocess.c4 download [--out-dir c4/en --shards 0-31 ...]   C4 files from the Hugging Face hub
     python -m preprocess.c4 run [C4_DIR]          steps 1-4 for a folder of C4 files, JOBS tasks at a time
     python -m preprocess.c4 task STEP INDEX       one task of one step, with run's settings (SLURM arrays)
+    python -m preprocess.c4 slurm [C4_DIR]        the sbatch commands of those tasks, an array per step
     python -m preprocess.c4 extract|spm|binarize|layout ARGS...   one step on files you name
 
-``run`` and ``task`` read their settings from the environment (``run --help`` lists them; run_all.sh and
+``run``, ``task`` and ``slurm`` read their settings from the environment (``run --help`` lists them; run_all.sh and
 slurm_array.sbatch are their shell entry points); the steps take options (``STEP --help``).
 Exit status: 0 done; 1 a step failed (the message names the file); 2 a usage error or outputs made with other
 settings (nothing was changed).
@@ -21,7 +22,8 @@ from tupe_common import tunables
 from tupe_common.errors import UsageError
 
 USAGE = {"run": "[NAME=value ...] python -m preprocess.c4 run [C4_DIR]   (or: preprocess/c4/run_all.sh [C4_DIR])",
-         "task": "[NAME=value ...] python -m preprocess.c4 task STEP INDEX   (STEP: " + " ".join(pipeline.STEPS) + ")"}
+         "task": "[NAME=value ...] python -m preprocess.c4 task STEP INDEX   (STEP: " + " ".join(pipeline.STEPS) + ")",
+         "slurm": "[NAME=value ...] python -m preprocess.c4 slurm [C4_DIR]"}
 
 
 def usage(command: str) -> str:
@@ -43,9 +45,12 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(usage(command))
         return 0
     try:
-        if command == "run":
+        if command in ("run", "slurm"):
             if len(rest) > 1:
-                raise UsageError(f"run takes at most one argument, C4_DIR (not {' '.join(rest)})")
+                raise UsageError(f"{command} takes at most one argument, C4_DIR (not {' '.join(rest)})")
+            if command == "slurm":
+                print(pipeline.slurm(os.environ, rest[0] if rest else None))
+                return 0
             return pipeline.run(os.environ, rest[0] if rest else None)
         if len(rest) != 2:
             raise UsageError(f"task takes STEP INDEX (not '{' '.join(rest)}')")

@@ -1,6 +1,7 @@
 """The C4 pipeline's steps and tasks, declared once, for ``python -m preprocess.c4 run`` (a folder of C4 files on
 this machine, JOBS tasks of a step at a time), ``python -m preprocess.c4 task STEP INDEX`` (one task: a SLURM array
-task of ``preprocess/c4/slurm_array.sbatch``) and the study's ``prep`` stage (:func:`run` as a function).
+task of ``preprocess/c4/slurm_array.sbatch``), ``python -m preprocess.c4 slurm`` (the sbatch commands, an array per
+step sized to its tasks) and the study's ``prep`` stage (:func:`run` as a function).
 
     1 extract   each C4 file -> TEXT_DIR/NAME.txt          tasks 0..T-1 the train files, T..T+V-1 the validation files
     2 spm       sentencepiece + dict.txt -> SPM_DIR        one task (a sample across the train texts)
@@ -20,6 +21,7 @@ import fnmatch
 import importlib
 import io
 import os
+import shlex
 import sys
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
@@ -246,6 +248,29 @@ def run(environ: Mapping[str, str], c4_dir: Optional[str] = None, say: Say = SAY
         say(f"done. Train with: DATA={v['DATA_BIN']} train_scripts/pretrain.sh, or fairseq-train "
             f"$(python -m preprocess.c4_data {v['DATA_BIN']}) ...")
     return 0
+
+
+def slurm(environ: Mapping[str, str], c4_dir: Optional[str] = None, say: Say = SAY) -> str:
+    """The sbatch commands of ``preprocess/c4/slurm_array.sbatch`` for the steps STEPS, one array per step sized to
+    its tasks, each step after the one before, with the settings that differ from their defaults exported."""
+    env = dict(environ, **({"C4_DIR": c4_dir} if c4_dir else {}))
+    v = resolve(env, say, "task")
+    inputs = Inputs.of(v)
+    lines = ["# Submit from the repository root, in one shell: sbatch passes these settings on to every task",
+             f"export C4_DIR={shlex.quote(os.path.abspath(v['C4_DIR']))}"]
+    lines += [f"export {t.name}={shlex.quote(env[t.name])}" for t in settings()
+              if t.name not in ("C4_DIR", "JOBS", "STEPS") and env.get(t.name) and env[t.name] != t.default]
+    lines.append("export VENV=${VENV:-$PWD/.venv}")
+    previous = ""
+    for n, step in enumerate(STEPS, 1):
+        if str(n) not in v["STEPS"]:
+            continue
+        count = inputs.count(step)
+        array = f"--array=0-{count - 1}" if count > 1 else "--array=0"
+        after = f" --dependency=afterok:${previous}" if previous else ""
+        lines.append(f"{step}=$(sbatch --parsable {array}{after} preprocess/c4/slurm_array.sbatch {step})")
+        previous = step
+    return "\n".join(lines)
 
 
 def task(environ: Mapping[str, str], step: str, index: str, say: Say = SAY) -> int:
