@@ -203,6 +203,7 @@ class Result:
     def __init__(self, path: Path, section: str):
         self.path, self.section = path, section
         self.status, self.lines, self.rows = "ok", [], []  # rows: (subject, setting, metric, value)
+        self.start, self.ended = time.monotonic(), False  # ended: the section returned (its process did not die in it)
 
     def say(self, line: str = "") -> None:
         self.lines.append(line)
@@ -217,7 +218,8 @@ class Result:
 
     def save(self) -> None:
         tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"status": self.status, "lines": self.lines, "rows": self.rows}), encoding="utf-8")
+        tmp.write_text(json.dumps({"status": self.status, "lines": self.lines, "rows": self.rows, "ended": self.ended,
+                                   "seconds": time.monotonic() - self.start}), encoding="utf-8")
         tmp.replace(self.path)
 
 
@@ -972,23 +974,30 @@ RUNNERS = {"environment": section_environment, "cuda_tests": section_cuda_tests,
            "sync": section_sync, "timing": section_timing}
 
 
+def result_path(out: Path, section: str) -> Path:
+    """Where a section's child saves its result as it goes (the driver reads it, then removes it)."""
+    return out / f".{section}.json"
+
+
 def run_section(args) -> None:
-    """The child: one section, its result saved to ``--result`` as it goes."""
+    """The child: its sections (``--section a,b``) one after another, each result saved as it goes."""
     import logging
 
     for name in ("tupe_plugin", "filelock", "fairseq"):
         logging.getLogger(name).setLevel(logging.WARNING)
     import bench_train_step
 
-    r = Result(Path(args.result), args.section)
     s = settings(args.dry_run)
     bench_train_step.VOCAB = s.step_vocab  # the project's 32,000 words; the dry run's tiny models 1,000 (5x faster)
-    r.save()
-    try:
-        RUNNERS[args.section](r, s, args)
-    except Exception:
-        r.fail("\n\n```\n" + traceback.format_exc()[-3000:] + "\n```")
-    r.save()
+    for section in args.section.split(","):
+        r = Result(result_path(Path(args.out), section), section)
+        r.save()
+        try:
+            RUNNERS[section](r, s, args)
+        except Exception:
+            r.fail("\n\n```\n" + traceback.format_exc()[-3000:] + "\n```")
+        r.ended = True
+        r.save()
 
 
 def install(args) -> Tuple[bool, str]:
@@ -1042,40 +1051,47 @@ def drive(args) -> int:
         [str(Path(args.site).resolve()), str(ROOT)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])))
     if args.dry_run:  # one thread per process: on a shared CPU, idle OpenMP threads spin and cost 3-4x the CPU time
         env.setdefault("OMP_NUM_THREADS", "1")
-    for name in args.sections:
+    # A section per child process, with its own time limit; a dry run (the test of this driver on CPU) runs them
+    # all in one child: the same code per section, seven process starts (torch, fairseq) fewer.
+    groups = [list(args.sections)] if args.dry_run and not args.process_per_section else [[n] for n in args.sections]
+    for group in groups:
         t0 = time.time()
-        limit = min(DRY_RUN_LIMIT_S if args.dry_run else SECTION_LIMIT_S[name], deadline - t0 - 15)
-        result = out / f".{name}.json"
+        per_section = DRY_RUN_LIMIT_S if args.dry_run else max(SECTION_LIMIT_S[n] for n in group)
+        limit = min(per_section * len(group), deadline - t0 - 15)
         if limit < 20:
-            done[name] = {"status": "failed", "lines": ["**failed**: not run, the time budget was spent"], "rows": []}
+            for name in group:
+                done[name] = {"status": "failed", "lines": ["**failed**: not run, the time budget was spent"], "rows": []}
             write_report(out, header, done, seconds)
             continue
-        cmd = [sys.executable, str(Path(__file__).resolve()), "--section", name, "--result", str(result),
-               "--out", str(out), "--deadline", str(t0 + limit - 20), "--install-log", str(log),
+        for name in group:
+            result_path(out, name).unlink(missing_ok=True)
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--section", ",".join(group), "--out", str(out),
+               "--deadline", str(t0 + limit - 20), "--install-log", str(log),
                *(["--variants", *args.variants] if args.variants else [])] + (["--dry-run"] if args.dry_run else [])
         cmd += [f"--{k}={v}" for k, v in (("peak-tflops", args.peak_tflops), ("steps", args.steps),
                                           ("warmup", args.warmup)) if v]
         try:
-            interpreted = args.dry_run and name == "attention"  # Triton's interpreter on CPU, set before triton loads
+            interpreted = args.dry_run and "attention" in group  # Triton's interpreter on CPU, set before triton loads
             p = subprocess.run(cmd, capture_output=True, text=True, timeout=limit,
                                env=dict(env, TRITON_INTERPRET="1") if interpreted else env)
             crash = f"exit status {p.returncode}: {p.stderr[-2500:]}" if p.returncode else ""
         except subprocess.TimeoutExpired as e:
             crash = f"stopped at its time limit ({limit:.0f} s): {(e.stderr or b'')[-1500:].decode(errors='replace')}"
-        seconds[name] = time.time() - t0
-        try:
-            done[name] = json.loads(result.read_text(encoding="utf-8"))
-            result.unlink()
-        except (OSError, ValueError):
-            done[name] = {"status": "failed", "lines": [], "rows": []}
-        if crash:
-            done[name]["status"] = "failed"
-            done[name]["lines"].append(f"\n**failed**: the section's process {crash.strip()}")
-        if name == "environment" and not ok:
-            done[name]["status"] = "failed"
-            done[name]["lines"].insert(0, "**failed**: the install from the wheel folder (install.log)\n")
-        write_report(out, header, done, seconds)
-        print(f"gpu-check: {name}: {done[name]['status']} ({seconds[name]:.0f} s)", flush=True)
+        for name in group:
+            try:
+                done[name] = json.loads(result_path(out, name).read_text(encoding="utf-8"))
+                result_path(out, name).unlink()
+            except (OSError, ValueError):
+                done[name] = {"status": "failed", "lines": [], "rows": [], "ended": False}
+            seconds[name] = done[name].get("seconds", time.time() - t0) if len(group) > 1 else time.time() - t0
+            if crash and not done[name].get("ended"):  # the section the process died in, and those it never began
+                done[name]["status"] = "failed"
+                done[name]["lines"].append(f"\n**failed**: the section's process {crash.strip()}")
+            if name == "environment" and not ok:
+                done[name]["status"] = "failed"
+                done[name]["lines"].insert(0, "**failed**: the install from the wheel folder (install.log)\n")
+            write_report(out, header, done, seconds)
+            print(f"gpu-check: {name}: {done[name]['status']} ({seconds[name]:.0f} s)", flush=True)
     failed = [n for n in args.sections if done.get(n, {}).get("status") != "ok"]
     print("\n" + (out / "report.md").read_text(encoding="utf-8"), flush=True)  # also in the command's output
     print(f"gpu-check: report in {out / 'report.md'}, CSV in {out / 'gpu_check.csv'}; "
@@ -1099,7 +1115,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--peak-tflops", type=float, help="the card's peak dense bf16 TFLOP/s, if its name is not known")
     ap.add_argument("--steps", type=int, help="timed steps per model (default 10, dry run 2)")
     ap.add_argument("--warmup", type=int, help="warm-up steps per model (default 3, dry run 1)")
-    for hidden in ("--section", "--result", "--install-log"):  # the child's
+    ap.add_argument("--process-per-section", action="store_true",
+                    help="a dry run's sections each in its own process, as on a GPU (default: one process for all)")
+    for hidden in ("--section", "--install-log"):  # the child's
         ap.add_argument(hidden, help=argparse.SUPPRESS)
     ap.add_argument("--deadline", type=float, default=float("inf"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
