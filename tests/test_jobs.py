@@ -105,7 +105,8 @@ def test_lanes_are_bound_to_gpus_and_a_usage_error_stops_the_rest(tmp_path, caps
         return [sys.executable, "-c", body]
 
     log = str(tmp_path / "x.log")
-    ran = run_jobs([Job("a", show("a", wait_for="b"), log), Job("b", show("b"), log), Job("c", show("c"), log)],
+    # 'a' is still running when 'b' has ended, so 'c' can only take b's lane
+    ran = run_jobs([Job("a", show("a", wait_for="b", then_sleep=2.0), log), Job("b", show("b"), log), Job("c", show("c"), log)],
                    2, dict(os.environ), say=stderr_say("runner"), gpus=["4", "7"])
     assert ran.failed == [] and ran.usage_error is None
     seen = {n: (tmp_path / n).read_text() for n in "abc"}
