@@ -51,6 +51,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from study.settings import UsageError, resolve  # noqa: E402
+from tupe_common.jobs import cores  # noqa: E402
 
 DEFAULTS = {"VARIANTS": "bert-a tupe-r", "OBJECTIVES": "mlm", "GENERATOR_SIZE_DIVISOR": "4"}
 PREP_SETTINGS = ("VOCAB_SIZE", "TOKENS_PER_SAMPLE", "MAX_SHARDS", "MAX_DOCS")  # bench/gpu_study_data.py's
@@ -404,13 +405,6 @@ def report_to(out: Path, dest: Path, models: List[str]) -> None:
         log = out / "pretrain" / name / f"seed{seed}" / "train.log"
         if log.is_file():
             shutil.copyfile(log, dest / f"pretrain_{name}_seed{seed}.log")
-
-
-def cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
 
 
 def main(argv: Optional[List[str]] = None) -> int:

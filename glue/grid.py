@@ -28,7 +28,6 @@ from typing import List, NamedTuple, Optional, Sequence
 from glue.collect import read_result_json
 from glue.tasks import PAPER_LRS, PAPER_SEEDS, PAPER_TASKS, TASKS, custom_bin_names, get_task
 from tupe_common import jobs as runner
-from tupe_common.jobs import slurm_ranges
 from tupe_common.log import get_logger
 
 FINETUNE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "finetune.sh")
@@ -135,7 +134,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.command == "check":  # grid.sh: every run still to do has its binaries
         return 0
     if args.command == "array":
-        print(slurm_ranges([j.index for j in todo]))
+        print(runner.slurm_ranges([j.index for j in todo]))
         return 0
     if args.jobs < 1:
         p.error("--jobs must be >= 1")

@@ -42,6 +42,7 @@ import sentencepiece as spm
 
 from preprocess.c4_common import Progress, SettingsMismatch, check_settings, open_binary
 from tupe_common.io import atomic_open, file_hash, read_json, fsync_dir, fsync_file, remove_if_exists
+from tupe_common.jobs import cores
 from tupe_common.log import get_logger
 from tupe_common.mmap_index import token_dtype_for, write_index
 from preprocess.spm_dict import dict_pieces, id_offset, spm_to_fairseq_ids
@@ -49,13 +50,6 @@ from preprocess.spm_dict import dict_pieces, id_offset, spm_to_fairseq_ids
 PROG = "c4_binarize"
 log = get_logger(PROG)
 EOS = 2
-
-def default_workers() -> int:
-    try:
-        return len(os.sched_getaffinity(0))  # respects SLURM/cgroup CPU binding
-    except AttributeError:
-        return os.cpu_count() or 1
-
 
 # ---------------------------------------------------------------- encoding (runs in the workers)
 
@@ -217,7 +211,7 @@ def binarize(inputs: Sequence[str], prefix: str, model: str, dict_path: str, wor
     Raises :class:`SettingsMismatch` if ``prefix`` is complete but was made with another
     ``tokens_per_sample`` (unless ``force``).
     """
-    workers = workers or default_workers()
+    workers = workers or cores()  # respects SLURM/cgroup CPU binding
     max_in_flight = max_in_flight or 2 * workers
     os.makedirs(os.path.dirname(os.path.abspath(prefix)), exist_ok=True)
     lock = open(prefix + ".lock", "w")

@@ -11,7 +11,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
-from study.settings import resolve, whole, whole_list, words
+from study.settings import resolve, whole_list, words
+from tupe_common.tunables import whole
 from tupe_common.errors import UsageError
 
 

@@ -166,13 +166,6 @@ def merged_text(recorded: str, now: str) -> str:
 # ---- values as numbers and lists ------------------------------------------------------------------------
 
 
-def whole(values: Mapping[str, str], name: str, positive: bool = True) -> int:
-    v = values[name]
-    if not re.fullmatch(r"[0-9]+", v) or (positive and int(v) == 0):
-        raise UsageError(f"{name} must be a {'positive ' if positive else ''}whole number, not '{v}'")
-    return int(v)
-
-
 def words(values: Mapping[str, str], name: str) -> List[str]:
     v = values[name]
     return [] if v == "none" else v.replace(",", " ").split()

@@ -24,7 +24,7 @@ from tupe_common import tunables
 from tupe_common.errors import UsageError
 from tupe_common.jobs import with_repo_path
 from tupe_common.pretrain_recipe import recipe
-from tupe_common.tunables import Say, Tunable, table
+from tupe_common.tunables import Say, Tunable, table, whole
 
 PROG = "pretrain.sh"
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -102,12 +102,6 @@ def resolve(environ: Mapping[str, str], say: Say = say_to_stderr) -> Dict[str, s
     return values
 
 
-def whole(values: Mapping[str, str], *names: str) -> None:
-    for name in names:
-        if not values[name].isdigit():
-            raise UsageError(f"{name} must be a whole number, not '{values[name]}'")
-
-
 def cuda_device_count() -> int:
     try:
         import torch
@@ -155,11 +149,12 @@ def plan(settings: Mapping[str, str], environ: Mapping[str, str] = os.environ, e
         v["GENERATOR_SIZE_DIVISOR"] = ELECTRA["GENERATOR_SIZE_DIVISOR"].value
     if v["GPUS"] == "auto":
         v["GPUS"] = str(cuda_device_count() if gpus is None else gpus)
-    whole(v, "GPUS")
+    whole(v, "GPUS", positive=False)
     n_gpus = int(v["GPUS"])
     if v["NPROC_PER_NODE"] == "auto":
         v["NPROC_PER_NODE"] = str(max(n_gpus, 1))
-    whole(v, "NPROC_PER_NODE", "NNODES", "MAX_SENTENCES", "SENTENCES_PER_UPDATE", "TOTAL_UPDATES", "WARMUP", "NODE_RANK")
+    for name in ("NPROC_PER_NODE", "NNODES", "MAX_SENTENCES", "SENTENCES_PER_UPDATE", "TOTAL_UPDATES", "WARMUP", "NODE_RANK"):
+        whole(v, name, positive=False)
     nproc, nnodes, per_forward = int(v["NPROC_PER_NODE"]), int(v["NNODES"]), int(v["MAX_SENTENCES"])
     if not (nproc > 0 and nnodes > 0 and per_forward > 0):
         raise UsageError("NPROC_PER_NODE, NNODES, MAX_SENTENCES must be > 0")

@@ -1,14 +1,19 @@
-"""The settings of a script read from the environment (``train_scripts/pretrain.py``, ``glue/finetune.py``).
+"""The settings of a script read from the environment (``train_scripts/pretrain.py``, ``glue/finetune.py``,
+``preprocess/c4/pipeline.py``; the study reads its own table with :func:`whole` too).
 
 A table is written as lines ``NAME | default | help`` (``str.format`` fills ``{...}`` in the default and the help,
 so a default can come from the recipe); a setting's value is its non-empty environment value, else its default; an
 old name still sets the new one, with a warning. ``--help`` lists the table (:func:`usage_rows`); a run prints every
-value beside its default (:func:`shown`).
+value beside its default (:func:`shown`); :func:`whole` reads a setting as a whole number or names it in a usage
+error.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Callable, Dict, Mapping, Optional, Sequence, Tuple
+
+from tupe_common.errors import UsageError
 
 Say = Callable[[str], None]
 
@@ -44,6 +49,15 @@ def resolve(tunables: Sequence[Tunable], environ: Mapping[str, str], say: Say,
             values[new] = environ[old]
             say(f"warning: {old} is a deprecated name of {new}: set {new}={environ[old]} instead")
     return values
+
+
+def whole(values: Mapping[str, str], name: str, positive: bool = True) -> int:
+    """The setting ``name`` as a whole number (a positive one unless ``positive`` is False), else a UsageError
+    naming it."""
+    v = values[name]
+    if not re.fullmatch(r"[0-9]+", v) or (positive and int(v) == 0):
+        raise UsageError(f"{name} must be a {'positive ' if positive else ''}whole number, not '{v}'")
+    return int(v)
 
 
 def usage_rows(tunables: Sequence[Tunable]) -> str:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import fnmatch
 import importlib
 import io
@@ -29,7 +30,7 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 from tupe_common import tunables
 from tupe_common.errors import UsageError
 from tupe_common.jobs import Job, cores, run_jobs, stderr_say
-from tupe_common.tunables import Say, Tunable
+from tupe_common.tunables import Say, Tunable, whole
 
 STEPS = ("extract", "spm", "binarize", "layout")
 SAY = stderr_say("preprocess.c4")
@@ -46,6 +47,7 @@ def step_parser(step: str) -> argparse.ArgumentParser:
     return importlib.import_module(f"preprocess.{MODULES[step]}").parser()
 
 
+@functools.lru_cache(maxsize=None)
 def settings() -> Tuple[Tunable, ...]:
     """The settings of ``run`` and ``task`` (environment names, as run_all.sh always read them)."""
     d = {step: step_parser(step) for step in ("extract", "spm", "binarize", "layout")}
@@ -87,12 +89,6 @@ def settings() -> Tuple[Tunable, ...]:
         chunk_bytes=d["binarize"].get_default("chunk_bytes"), link=d["layout"].get_default("link"))
 
 
-def whole(v: Mapping[str, str], name: str) -> int:
-    if not v[name].isdigit():
-        raise UsageError(f"{name} must be a whole number >= 0, not '{v[name]}'")
-    return int(v[name])
-
-
 def resolve(environ: Mapping[str, str], say: Say, command: str) -> Dict[str, str]:
     """Every setting's value; OUT_DIR/... defaults made from OUT_DIR; ``auto`` resolved for ``command``."""
     v = tunables.resolve(settings(), environ, say)
@@ -101,18 +97,18 @@ def resolve(environ: Mapping[str, str], say: Say, command: str) -> Dict[str, str
             v[name] = os.path.join(v["OUT_DIR"], v[name][len("OUT_DIR/"):])
     for name in ("MAX_SHARDS", "MAX_DOCS", "VALID_MAX_DOCS", "MAX_WARNINGS", "VOCAB_SIZE", "SPM_SAMPLE_SENTENCES",
                  "SPM_MAX_FILES", "SEED", "TOKENS_PER_SAMPLE", "CHUNK_BYTES", "PROGRESS_SECONDS"):
-        whole(v, name)
+        whole(v, name, positive=False)
     slurm = environ.get("SLURM_CPUS_PER_TASK", "")
     if v["JOBS"] == "auto":
         v["JOBS"] = str(cores())
-    if whole(v, "JOBS") < 1:
+    if whole(v, "JOBS", positive=False) < 1:
         raise UsageError("JOBS must be >= 1")
     if v["WORKERS"] == "auto":
         v["WORKERS"] = str(max(1, cores() // int(v["JOBS"]))) if command == "run" else (slurm or "0")
     if v["SPM_THREADS"] == "auto":
         v["SPM_THREADS"] = slurm or "0"
-    whole(v, "WORKERS")
-    whole(v, "SPM_THREADS")
+    whole(v, "WORKERS", positive=False)
+    whole(v, "SPM_THREADS", positive=False)
     for name, allowed in (("HARD_VOCAB_LIMIT", ("0", "1")), ("FORCE", ("0", "1")), ("TEXT_EXT", (".txt", ".txt.gz"))):
         if v[name] not in allowed:
             raise UsageError(f"{name} must be one of {', '.join(allowed)}, not '{v[name]}'")
@@ -196,8 +192,6 @@ class Inputs:
 def run_task(inputs: Inputs, step: str, i: int, say: Say) -> int:
     """Task ``i`` of ``step`` in this process (its module's ``main``; what it prints on stdout is dropped: run and
     task write nothing there)."""
-    if step not in STEPS:
-        raise UsageError(f"STEP must be one of: {' '.join(STEPS)} (not '{step}')")
     if i >= inputs.count(step):
         say(f"nothing to do for {step} task {i}")
         return 0
