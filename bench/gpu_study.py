@@ -206,11 +206,11 @@ def stop(p: subprocess.Popen) -> None:
             continue
 
 
-def plan_parts(env: Dict[str, str]) -> Tuple[List[str], List[Tuple[int, str]], int]:
+def plan_parts(env: Dict[str, str]) -> Tuple[List[str], List[Tuple[int, str]], Dict[str, int]]:
     """The study's plan from ``env``, in this process (what ``study.sh --list`` prints): every model's label ("bert-a
-    1"), the pre-trainings still to do (index, label) and the parts after pre-training. ``OUT/settings.env`` is
-    written (or checked) here, as the study's first part would: the pre-trainings then start at once without two
-    writers of it. A usage error exits 2."""
+    1"), the pre-trainings still to do (index, label) and the number of parts of each stage after pre-training.
+    ``OUT/settings.env`` is written (or checked) here, as the study's first part would: the pre-trainings then start
+    at once without two writers of it. A usage error exits 2."""
     from study.__main__ import check_settings, part_label
     from study.plan import Plan
     from study.stages import BY_NAME
@@ -224,7 +224,7 @@ def plan_parts(env: Dict[str, str]) -> Tuple[List[str], List[Tuple[int, str]], i
     stage = BY_NAME["pretrain"]
     parts = stage.parts(plan)
     todo = [(i, part_label(part)) for i, part in enumerate(parts) if not stage.done(plan, *part)]
-    rest = sum(len(BY_NAME[name].parts(plan)) for name in ("locality", "longer", "finetune"))
+    rest = {name: len(BY_NAME[name].parts(plan)) for name in ("locality", "longer", "finetune")}
     return [part_label(part) for part in parts], todo, rest
 
 
@@ -466,8 +466,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         rest_rc, report_s = run_rest(rest_env, out, lanes, budget)
     else:  # the pre-training took the budget: the report of what there is
         rest_rc, report_s = 1, report_only(rest_env, out, budget)
-    budget.done("after pre-training", f"{rest} part(s) (locality, longer inputs, fine-tuning with the dev "
-                                      f"predictions and word-order sets), {lanes} at once")
+    stages = {"locality": "locality", "longer": "longer inputs",
+              "finetune": "fine-tuning with the dev predictions and word-order sets"}
+    what = ", ".join(f"{stages[name]} {n}" for name, n in rest.items() if n)
+    budget.done("after pre-training", f"{sum(rest.values())} part(s) ({what}), {lanes} at once")
     budget.parts[-1].seconds -= report_s
     budget.parts.append(Part("report", report_s, "report.md, the CSV tables, overview.png"))
     command = "python3 bench/gpu_study.py " + " ".join(argv if argv is not None else sys.argv[1:])

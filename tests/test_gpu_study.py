@@ -135,7 +135,8 @@ def dry(data, tmp_path_factory):
     tiny_wheel(d / "wheels")
     (d / "guard").mkdir()
     (d / "guard" / "sitecustomize.py").write_text(GUARD)
-    env = environment(**TINY, NETWORK_GUARD_LOG=str(d / "network.log"), PYTHONPATH=str(d / "guard"))
+    # LENGTH_FACTORS=1: no longer-inputs stage (two process starts for 1 s of work; tests/test_study.py runs it)
+    env = environment(**TINY, LENGTH_FACTORS="1", NETWORK_GUARD_LOG=str(d / "network.log"), PYTHONPATH=str(d / "guard"))
     prefix = no_network_prefix()
     start = time.monotonic()
     p = subprocess.run([*prefix, sys.executable, "bench/gpu_study.py", "--out", str(d / "study"), "--data", str(carry),
@@ -179,6 +180,7 @@ def test_dry_run_accounts_for_its_budget(dry):
     assert abs(total - sum(map(int, rows.values()))) <= len(rows)  # each row rounded on its own
     assert 0 < total <= seconds + 1 and int(rows["pre-training"]) > 0 and int(rows["after pre-training"]) > 0
     assert "within the budget" in budget and "installed 1 wheels" in budget
+    assert "| 4 part(s) (locality 2, fine-tuning with the dev predictions and word-order sets 2), 2 at once |" in budget
     for model in ("bert-a", "tupe-r"):
         row = re.search(rf"^\| {model} seed 1 \| (\d+) \| ([0-9,]+) \| ([0-9.]+) \| (\d+) \|", budget, re.M)
         updates, tokens = int(row.group(1)), int(row.group(2).replace(",", ""))
