@@ -24,7 +24,7 @@ from study.plan import Plan, split_label
 from tupe_common.errors import UsageError
 from tupe_common.io import read_data_path
 from tupe_common.jobs import stderr_say, with_repo_path
-from tupe_common.process import run_logged
+from tupe_common.process import call_logged, run_logged
 
 
 class PartFailed(Exception):
@@ -188,11 +188,14 @@ def locality_done(plan: Plan, label: str, seed: int) -> bool:
 def run_locality(plan: Plan, label: str, seed: int) -> None:
     ckpt, csv = checkpoint_of(plan, label, seed), locality_csv(plan, label, seed)
     note(f"locality/symmetry of {label} seed {seed} -> {csv}")
-    cmd = [sys.executable, "-m", "tupe_plugin.analysis.locality_cli", ckpt, "--length", plan.values["LOC_LENGTH"],
-           "--text", heldout(plan), "--spm-model", os.path.join(spm_dir(plan), "spm.model"), "--data", spm_dir(plan),
-           "--max-sentences", plan.values["LOC_SENTENCES"], "--out-csv", csv]
+    argv = [ckpt, "--length", plan.values["LOC_LENGTH"], "--text", heldout(plan), "--spm-model",
+            os.path.join(spm_dir(plan), "spm.model"), "--data", spm_dir(plan), "--max-sentences",
+            plan.values["LOC_SENTENCES"], "--out-csv", csv]
     log = csv[:-len(".csv")] + ".log"
-    if run_logged(cmd, log, child_env(), echo=False):
+    from tupe_plugin_cli.commands import dispatch
+
+    # the command tupe-locality in this process (one import of torch and fairseq fewer), its output in the log
+    if call_logged(lambda: dispatch("tupe-locality", argv), log):
         sys.stderr.write(tail(log))
         raise PartFailed(f"tupe-locality failed; log {log}")
 

@@ -13,8 +13,8 @@ from typing import Callable, Dict, List, Optional
 
 import pytest
 
-# One thread per process, the tests' and every process they start: make test runs two workers on two cores, and
-# torch's default (a thread per core) in both oversubscribes them; OpenMP's waiting then made two concurrent tiny
+# One thread per process, the tests' and every process they start: make test runs a worker per core, and
+# torch's default (a thread per core) in each oversubscribes them; OpenMP's waiting then made two concurrent tiny
 # fairseq-train runs take 84 s instead of 11 s on this machine. A setting of the caller's is kept.
 for _threads in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_threads, "1")

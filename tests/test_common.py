@@ -83,3 +83,36 @@ def test_log_lines_name_the_program_and_the_level():
     log.error("no input")
     log.debug("hidden at INFO")
     assert stream.getvalue() == "tool: step 1 done\ntool: warning: 2 lines skipped\ntool: error: no input\n"
+
+
+def test_call_logged_puts_a_commands_output_in_its_log_and_leaves_logging_as_it_was(tmp_path):
+    """What a command prints and logs (its logging.basicConfig takes effect, as in a new process: bound to the
+    stderr of the moment) lands in the log, not in a handler the caller had; its exit status comes back;
+    afterwards the root logger has its old handlers and level, so a later record is not written to the log."""
+    import logging
+
+    from tupe_common.process import call_logged
+
+    root, callers = logging.getLogger(), io.StringIO()
+    caller = logging.StreamHandler(callers)
+    root.addHandler(caller)
+    before = (list(root.handlers), root.level)
+
+    def command() -> int:
+        print("| a | table |")
+        logging.basicConfig(format="%(message)s", level=logging.INFO)  # a no-op if the root had handlers
+        logging.getLogger("a.library").info("a library line")
+        print("tupe-locality: error: it failed", file=sys.stderr)
+        raise SystemExit(3)
+
+    log = tmp_path / "part" / "seed1.log"
+    try:
+        assert call_logged(command, str(log)) == 3
+        assert log.read_text(encoding="utf-8").splitlines() == ["| a | table |", "a library line",
+                                                                "tupe-locality: error: it failed"]
+        assert (list(root.handlers), root.level) == before and callers.getvalue() == ""
+        logging.getLogger("a.library").warning("after the command")  # to the caller's handler, not to the log
+        assert callers.getvalue() == "after the command\n" and "after" not in log.read_text(encoding="utf-8")
+        assert call_logged(lambda: 0, str(log), append=True) == 0 and log.read_text(encoding="utf-8").count("\n") == 3
+    finally:
+        root.removeHandler(caller)
