@@ -55,6 +55,8 @@ from tupe_common.jobs import cores  # noqa: E402
 
 DEFAULTS = {"VARIANTS": "bert-a tupe-r", "OBJECTIVES": "mlm", "GENERATOR_SIZE_DIVISOR": "4"}
 PREP_SETTINGS = ("VOCAB_SIZE", "TOKENS_PER_SAMPLE", "MAX_SHARDS", "MAX_DOCS")  # bench/gpu_study_data.py's
+AFTER_PRETRAINING = {"locality": "locality", "longer": "longer inputs",  # the study's stages run by run_rest
+                     "finetune": "fine-tuning with the dev predictions and word-order sets"}
 DATA_PARTS = ("c4", "tasks-bin", "locality")  # the prep's outputs in the data folder, as in the study's OUT
 REPORT_RESERVE_S = 25  # kept at the end of the budget for the report when a part runs over (--reserve-s)
 POLL_S = 2.0
@@ -224,7 +226,7 @@ def plan_parts(env: Dict[str, str]) -> Tuple[List[str], List[Tuple[int, str]], D
     stage = BY_NAME["pretrain"]
     parts = stage.parts(plan)
     todo = [(i, part_label(part)) for i, part in enumerate(parts) if not stage.done(plan, *part)]
-    rest = {name: len(BY_NAME[name].parts(plan)) for name in ("locality", "longer", "finetune")}
+    rest = {name: len(BY_NAME[name].parts(plan)) for name in AFTER_PRETRAINING}
     return [part_label(part) for part in parts], todo, rest
 
 
@@ -466,9 +468,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         rest_rc, report_s = run_rest(rest_env, out, lanes, budget)
     else:  # the pre-training took the budget: the report of what there is
         rest_rc, report_s = 1, report_only(rest_env, out, budget)
-    stages = {"locality": "locality", "longer": "longer inputs",
-              "finetune": "fine-tuning with the dev predictions and word-order sets"}
-    what = ", ".join(f"{stages[name]} {n}" for name, n in rest.items() if n)
+    what = ", ".join(f"{AFTER_PRETRAINING[name]} {n}" for name, n in rest.items() if n)
     budget.done("after pre-training", f"{sum(rest.values())} part(s) ({what}), {lanes} at once")
     budget.parts[-1].seconds -= report_s
     budget.parts.append(Part("report", report_s, "report.md, the CSV tables, overview.png"))
