@@ -42,14 +42,9 @@ def split_label(label: str) -> Tuple[str, str]:
 
 def registry() -> Dict[str, str]:
     """Every registered variant, in registry order, with its one-line description (dashes in the name)."""
-    import logging
+    from tupe_plugin_cli.registry import variant_about
 
-    logging.disable(logging.INFO)  # fairseq's import-time INFO lines ("Please install tensorboardX")
-    try:
-        from tupe_plugin.positional.registry import ABOUT
-    finally:
-        logging.disable(logging.NOTSET)
-    return {name.replace("_", "-"): about for name, about in ABOUT.items()}
+    return variant_about()
 
 
 def parse_variants(text: str, default_seeds: Sequence[int], known: Mapping[str, str]) -> List[Entry]:

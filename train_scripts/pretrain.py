@@ -197,9 +197,9 @@ def plan(settings: Mapping[str, str], environ: Mapping[str, str] = os.environ, e
     effective = world * per_forward * int(v["UPDATE_FREQ"])
 
     if v["ARCH"] == "auto":
-        from tupe_plugin.positional.registry import names
+        from tupe_plugin_cli.registry import variant_names
 
-        known = names()
+        known = variant_names()
         if v["VARIANT"] not in known:
             raise UsageError(f"VARIANT must be one of {' '.join(known)}, not '{v['VARIANT']}'")
         if v["SIZE"] not in ("base", "large", "tiny"):

@@ -1,0 +1,28 @@
+"""tupe_plugin_cli.registry: the launchers read the variant registry without importing fairseq, and read the
+same registry that the model uses."""
+from __future__ import annotations
+
+import json
+import sys
+
+from conftest import run
+from tupe_plugin.positional import registry as real
+from tupe_plugin_cli.registry import positional_registry, variant_about, variant_names
+
+
+def test_a_fresh_process_reads_the_registry_without_fairseq(starts_process):
+    code = ("import json, sys\n"
+            "from tupe_plugin_cli.registry import variant_about, variant_names\n"
+            "names, about = variant_names(), variant_about()\n"
+            "loaded = sorted(m for m in ('fairseq', 'tupe_plugin', 'sklearn') if m in sys.modules)\n"
+            "print(json.dumps([names, about, loaded]))")
+    names, about, loaded = json.loads(run([sys.executable, "-c", code]).stdout)
+    assert loaded == []  # tupe_plugin/__init__ (fairseq's registration) never ran
+    assert names == [n.replace("_", "-") for n in real.ABOUT] and "tupe-r" in names
+    assert about == {n.replace("_", "-"): a for n, a in real.ABOUT.items()}
+
+
+def test_where_tupe_plugin_is_loaded_its_own_registry_is_read():
+    assert positional_registry() is real  # so a variant a --user-dir registered there is listed
+    assert variant_names() == real.names()
+    assert list(variant_about()) == variant_names()
