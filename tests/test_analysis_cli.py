@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import ROOT, encode_pieces, run, write_lines
+from conftest import ROOT, command_in_process, encode_pieces, run, write_lines
 from test_tupe_math import layer0_reference_weights, reference_positional
 from tupe_plugin.analysis import locality, softmax_rows, symmetry, symmetry_scaled
 
@@ -38,8 +38,8 @@ def test_pos_maps_writes_the_models_positional_term(pretrained, hub, tmp_path, s
 
 
 def test_pos_maps_refuses_a_length_beyond_the_checkpoint(pretrained, tmp_path, starts_process):
-    p = run([str(BIN / "tupe-pos-maps"), str(pretrained / "checkpoint_last.pt"), "--out-dir", str(tmp_path),
-             "--length", "65"], check=False)
+    p = command_in_process([str(BIN / "tupe-pos-maps"), str(pretrained / "checkpoint_last.pt"), "--out-dir",
+                            str(tmp_path), "--length", "65"], check=False)
     assert p.returncode == 2 and "exceeds the checkpoint's 64 positions" in p.stderr
 
 
@@ -57,8 +57,8 @@ def test_attention_probs_equal_the_formula(hub):
 def test_locality_cli_tables(pretrained, lm_bin, spm_dir, hub, tmp_path, starts_process):
     text = write_lines(tmp_path / "text.txt", ["the cat happily saw the river .", "", "a dog found the bridge today ."])
     out = tmp_path / "ls.csv"
-    run([str(BIN / "tupe-locality"), str(pretrained / "checkpoint_last.pt"), "--length", "16", "--text", str(text),
-         "--spm-model", str(spm_dir / "spm.model"), "--data", str(lm_bin), "--out-csv", str(out)])
+    command_in_process([str(BIN / "tupe-locality"), str(pretrained / "checkpoint_last.pt"), "--length", "16", "--text",
+                        str(text), "--spm-model", str(spm_dir / "spm.model"), "--data", str(lm_bin), "--out-csv", str(out)])
     rows = list(csv.DictReader(out.open()))
     pos = [r for r in rows if r["source"] == "position" and r["head"] not in ("mean",)]
     probs = softmax_rows(reference_positional(hub.model, 16).detach().numpy())
@@ -119,8 +119,8 @@ def test_probe_reports_accuracy_per_set_and_drop(nli_finetuned, spm_dir, tmp_pat
     sets = tmp_path / "sets"
     run([sys.executable, "-m", "preprocess.probing_sets", "--input", str(snli), "--out-dir", str(sets), "--seed", "1"])
     out = tmp_path / "probe.csv"
-    run([str(BIN / "tupe-probe"), str(ckpt), "--sets-dir", str(sets), "--data", str(nli_finetuned / "bin"),
-         "--spm-model", str(spm_dir / "spm.model"), "--out-csv", str(out)])
+    command_in_process([str(BIN / "tupe-probe"), str(ckpt), "--sets-dir", str(sets), "--data",
+                        str(nli_finetuned / "bin"), "--spm-model", str(spm_dir / "spm.model"), "--out-csv", str(out)])
     rows = {r["set"]: r for r in csv.DictReader(out.open())}
     assert {"original", "shuffle_3", "random", "role_swap", "role_swap_original"} <= set(rows)
 
@@ -149,7 +149,7 @@ def test_pos_maps_of_a_learned_per_layer_prior(lm_bin, tmp_path, starts_process)
     run(["fairseq-train", str(lm_bin), *PRETRAIN_ARGS, "--arch", "learned_gaussian_tiny", "--max-update", "2",
          "--save-dir", str(tmp_path / "ckpt")])
     ckpt = tmp_path / "ckpt" / "checkpoint_last.pt"
-    run([str(BIN / "tupe-pos-maps"), str(ckpt), "--out-dir", str(tmp_path / "maps"), "--length", "10"])
+    command_in_process([str(BIN / "tupe-pos-maps"), str(ckpt), "--out-dir", str(tmp_path / "maps"), "--length", "10"])
     logits = np.load(tmp_path / "maps" / "pos_logits.npy")
     table = torch.load(ckpt)["model"]["encoder.sentence_encoder.positions.distance_bias"].double().numpy()
     assert logits.shape == (2 * 4, 10, 10)  # layers x heads, layer-major

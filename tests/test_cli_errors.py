@@ -17,7 +17,7 @@ from typing import Dict, List, Tuple
 import pytest
 import torch
 
-from conftest import PRETRAIN_ARGS, run, write_lines
+from conftest import PRETRAIN_ARGS, command_in_process, run, write_lines
 from tupe_plugin.models.checkpoint_checks import DictionaryMismatchError, check_dictionary
 from tupe_plugin.models.tupe_roberta import VARIANT_KEY
 from tupe_plugin_cli.commands import COMMANDS, CONSOLE_SCRIPTS, NEEDS
@@ -31,19 +31,6 @@ CONSOLE = [script.partition("=")[0] for script in CONSOLE_SCRIPTS]
 
 def last_line(p: subprocess.CompletedProcess) -> str:
     return (p.stderr.strip().splitlines() or [""])[-1]
-
-
-def in_process(argv: List[str], capsys) -> subprocess.CompletedProcess:
-    """``argv`` (a console script's path and its arguments) through the function that script calls
-    (``tupe_plugin_cli.commands.dispatch``), in this process: a torch+fairseq start (~7 s of CPU) fewer than the
-    script itself, which test_help_answers_at_once_without_info_lines runs for every command. Its exit status and
-    output as a finished process's."""
-    from tupe_plugin_cli.commands import dispatch
-
-    capsys.readouterr()
-    code = dispatch(Path(argv[0]).name, list(argv[1:]))
-    out = capsys.readouterr()
-    return subprocess.CompletedProcess(argv, code, out.out, out.err)
 
 
 @pytest.mark.parametrize("command", CONSOLE)
@@ -103,13 +90,13 @@ def test_python_m_runs_the_same_command(tmp_path):
     assert p.returncode == 1 and last_line(p) == f"error: {tmp_path / 'none.pt'}: no such file; {ORIGINAL_FIX}"
 
 
-def test_pos_maps_length_beyond_the_checkpoint_is_the_last_line(pretrained, tmp_path, capsys):
-    p = in_process([str(BIN / "tupe-pos-maps"), str(pretrained / "checkpoint_last.pt"), "--out-dir",
-                    str(tmp_path / "m"), "--length", "65"], capsys)
+def test_pos_maps_length_beyond_the_checkpoint_is_the_last_line(pretrained, tmp_path):
+    p = command_in_process([str(BIN / "tupe-pos-maps"), str(pretrained / "checkpoint_last.pt"), "--out-dir",
+                    str(tmp_path / "m"), "--length", "65"], check=False)
     assert p.returncode == 2 and last_line(p) == "error: --length 65 exceeds the checkpoint's 64 positions"
     (tmp_path / "file").write_text("mine\n")
-    p = in_process([str(BIN / "tupe-pos-maps"), str(pretrained / "checkpoint_last.pt"), "--out-dir",
-                    str(tmp_path / "file")], capsys)
+    p = command_in_process([str(BIN / "tupe-pos-maps"), str(pretrained / "checkpoint_last.pt"), "--out-dir",
+                    str(tmp_path / "file")], check=False)
     assert p.returncode == 2 and "is a file; pass a folder" in last_line(p)
     assert (tmp_path / "file").read_text() == "mine\n"
 
@@ -297,13 +284,13 @@ def test_a_wrong_file_is_one_line_naming_it_and_what_to_pass(command, kind, tmp_
     assert not any((tmp_path / out).exists() for out in OUTPUTS)
 
 
-def test_a_damaged_or_foreign_torch_file_is_named(pretrained, tmp_path, capsys):
+def test_a_damaged_or_foreign_torch_file_is_named(pretrained, tmp_path):
     from tupe_plugin.checkpoint_info import checkpoint_info, load_checkpoint
 
     whole = (pretrained / "checkpoint_last.pt").read_bytes()
     cut = tmp_path / "checkpoint_last.pt"
     cut.write_bytes(whole[: len(whole) // 2])  # a copy cut short
-    p = in_process(command_line("tupe-pos-maps", cut, tmp_path), capsys)
+    p = command_in_process(command_line("tupe-pos-maps", cut, tmp_path), check=False)
     assert p.returncode == 1 and "Traceback" not in p.stderr and not (tmp_path / "maps").exists()
     assert last_line(p) == f"error: {cut}: not a readable checkpoint (damaged or truncated: a copy cut short?); {FAIRSEQ_FIX}"
     torch.save({"encoder.weight": torch.zeros(2)}, tmp_path / "weights.pt")  # a bare state dict
@@ -360,11 +347,11 @@ def electra_checkpoint(lm_bin, tmp_path_factory) -> Path:
     return save / "checkpoint_last.pt"
 
 
-def test_a_pre_trained_checkpoint_where_a_fine_tuned_one_is_needed(pretrained, electra_checkpoint, tmp_path, capsys):
+def test_a_pre_trained_checkpoint_where_a_fine_tuned_one_is_needed(pretrained, electra_checkpoint, tmp_path):
     from study.dev_eval import Predictor
 
     ck = pretrained / "checkpoint_last.pt"
-    p = in_process(command_line("tupe-probe", ck, tmp_path), capsys)
+    p = command_in_process(command_line("tupe-probe", ck, tmp_path), check=False)
     assert (p.returncode, last_line(p)) == (1, f"error: {ck}: {NO_HEAD}") and "Traceback" not in p.stderr
     for checkpoint in (ck, electra_checkpoint):  # the study's dev-set predictions
         with pytest.raises(ValueError) as e:
@@ -372,9 +359,9 @@ def test_a_pre_trained_checkpoint_where_a_fine_tuned_one_is_needed(pretrained, e
         assert str(e.value) == f"{checkpoint}: {NO_HEAD}"
 
 
-def test_a_converted_checkpoint_given_to_the_converter_again(pretrained, tmp_path, capsys):
+def test_a_converted_checkpoint_given_to_the_converter_again(pretrained, tmp_path):
     ck = pretrained / "checkpoint_last.pt"
-    p = in_process(command_line("tupe-convert-original", ck, tmp_path), capsys)
+    p = command_in_process(command_line("tupe-convert-original", ck, tmp_path), check=False)
     assert (p.returncode, last_line(p)) == (1, f"error: {ck}: already a tupe_roberta checkpoint (see tupe-checkpoint-info "
                                                f"{ck}); fine-tune, analyse or export it as it is; tupe-convert-original "
                                                "reads the original release")

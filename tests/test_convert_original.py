@@ -17,7 +17,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import run, write_lines
+from conftest import command_in_process, run, write_lines
 from corpus import labelled, lm_lines
 from test_tupe_math import paper_bucket
 
@@ -25,7 +25,6 @@ P = "decoder.sentence_encoder."
 L, D, H, FFN, MAXPOS = 2, 32, 4, 64, 24
 WORDS = sorted({w for line in lm_lines(400, seed=0) for w in line.split()})
 VOCAB = 4 + len(WORDS) + 1  # <s> <pad> </s> <unk>, the dict, <mask>
-CONVERT = [sys.executable, "-m", "tupe_plugin.convert_original"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -243,8 +242,8 @@ VARIANTS = {"tupe_a": False, "tupe_r": True}
 
 
 @pytest.fixture(scope="module")
-def converted(tmp_path_factory, starts_process):
-    """Original-layout TUPE-A and TUPE-R (TUPE-R with a classification head), converted by the CLI."""
+def converted(tmp_path_factory):
+    """Original-layout TUPE-A and TUPE-R (TUPE-R with a classification head), converted by tupe-convert-original."""
     out = {}
     for variant, rel_pos in VARIANTS.items():
         d = tmp_path_factory.mktemp(f"orig_{variant}")
@@ -253,7 +252,7 @@ def converted(tmp_path_factory, starts_process):
         src = save_original(d / "checkpoint_best.pt", original_args(rel_pos), sd)
         write_dict(d / "dict.txt")
         dest = d / "converted" / "model.pt"
-        p = run([*CONVERT, str(src), str(dest), "--dict", str(d / "dict.txt")])
+        p = command_in_process(["tupe-convert-original", str(src), str(dest), "--dict", str(d / "dict.txt")])
         out[variant] = (dest, sd, original_args(rel_pos), p.stdout)
     return out
 
@@ -371,21 +370,21 @@ class _Evil:
 
 
 @pytest.mark.parametrize("legacy", [True, False], ids=["legacy_format", "zip_format"])
-def test_refuses_a_pickle_with_a_disallowed_global(tmp_path, legacy, starts_process):
+def test_refuses_a_pickle_with_a_disallowed_global(tmp_path, legacy):
     marker = tmp_path / "pwned"
     src = save_original(tmp_path / "evil.pt", original_args(True), original_model(True, seed=1), legacy=legacy,
                         extra_state={"payload": _Evil(marker)})
-    p = run([*CONVERT, str(src), str(tmp_path / "out.pt")], check=False)
+    p = command_in_process(["tupe-convert-original", str(src), str(tmp_path / "out.pt")], check=False)
     assert p.returncode == 1, p.stderr  # failed on its input (exit 2 is usage/settings)
     assert "system" in p.stderr and "Nothing from the file was executed" in p.stderr
     assert not marker.exists() and not (tmp_path / "out.pt").exists()
 
 
 @pytest.mark.parametrize("content", [b"hello world\n", bytes(range(256)) * 8], ids=["text", "binary"])
-def test_a_file_that_is_not_a_checkpoint_is_named_so(tmp_path, content, starts_process):
+def test_a_file_that_is_not_a_checkpoint_is_named_so(tmp_path, content):
     src = tmp_path / "notes.pt"
     src.write_bytes(content)
-    p = run([*CONVERT, str(src), str(tmp_path / "out.pt")], check=False)
+    p = command_in_process(["tupe-convert-original", str(src), str(tmp_path / "out.pt")], check=False)
     assert p.returncode == 1, p.stderr  # failed on its input (exit 2 is usage/settings)
     last = p.stderr.strip().splitlines()[-1]
     assert last.startswith("error: ") and f"{src}: not a checkpoint" in last, p.stderr

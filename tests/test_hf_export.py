@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import BIN, ROOT, run
+from conftest import BIN, ROOT, command_in_process, run
 
 pytest.importorskip("transformers")
 from transformers import (  # noqa: E402
@@ -147,7 +147,7 @@ def test_left_padding_follows_the_one_rule(variant, tmp_path):
 
 def test_a_file_that_is_not_a_checkpoint_is_named(tmp_path, starts_process):
     (tmp_path / "notes.txt").write_text("not a model\n")
-    p = run([str(BIN / "tupe-export-hf"), str(tmp_path / "notes.txt"), str(tmp_path / "hf")], check=False)
+    p = command_in_process([str(BIN / "tupe-export-hf"), str(tmp_path / "notes.txt"), str(tmp_path / "hf")], check=False)
     assert p.returncode == 1 and "Traceback" not in p.stderr and "unexpected" not in p.stderr
     assert "notes.txt: not a checkpoint (a text file: 'not a model'); pass a checkpoint" in p.stderr.splitlines()[-1]
     torch.save(torch.zeros(3), tmp_path / "tensor.pt")
@@ -194,12 +194,12 @@ def test_cli_refuses_a_non_empty_out_dir_in_one_line(tmp_path, starts_process):
     ckpt, _ = tiny_checkpoint(tmp_path, "tupe_r")
     (tmp_path / "taken").mkdir()
     (tmp_path / "taken" / "mine.txt").write_text("user data")
-    p = run([str(BIN / "tupe-export-hf"), str(ckpt), str(tmp_path / "taken")], check=False)
-    errors = [line for line in p.stderr.splitlines() if "error" in line]  # (fairseq's import logs aside)
+    p = command_in_process([str(BIN / "tupe-export-hf"), str(ckpt), str(tmp_path / "taken")], check=False)
+    errors = [line for line in p.stderr.splitlines() if "error" in line]
     assert p.returncode == 2 and "Traceback" not in p.stderr and len(errors) == 1
     assert errors[0].startswith("error:") and "taken exists and is not empty" in errors[0]
     assert "--force" in p.stderr and (tmp_path / "taken" / "mine.txt").read_text() == "user data"
-    assert "trust_remote_code" in run([str(BIN / "tupe-export-hf"), "--help"]).stdout
+    assert "trust_remote_code" in command_in_process([str(BIN / "tupe-export-hf"), "--help"]).stdout
 
 
 @pytest.fixture(scope="module")
@@ -227,7 +227,8 @@ def test_finetuned_checkpoint_and_tokenizer_equal_fairseq_and_glue_binarize(fine
     from tupe_plugin import TupeRobertaModel
 
     out = tmp_path / "hf"
-    p = run([str(BIN / "tupe-export-hf"), str(finetuned), str(out), "--spm-model", str(spm_dir / "spm.model")])
+    p = command_in_process([str(BIN / "tupe-export-hf"), str(finetuned), str(out), "--spm-model",
+                            str(spm_dir / "spm.model")])
     assert "AutoModelForMaskedLM.from_pretrained" in p.stdout  # dict.txt found from the checkpoint's data
     tok = AutoTokenizer.from_pretrained(str(out), trust_remote_code=True)
     from preprocess import glue_binarize

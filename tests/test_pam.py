@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import BIN, PRETRAIN_ARGS, ROOT, run
+from conftest import BIN, PRETRAIN_ARGS, ROOT, command_in_process, run
 from model_utils import build, tokens
 from tupe_plugin.analysis.attention_maps import attention_probs
 from tupe_plugin.analysis.checkpoint_maps import PositionWeights, load_checkpoint, positional_logits, positional_maps
@@ -242,7 +242,7 @@ def test_pam_checkpoint_loads_maps_and_finetunes_through_the_clis(lm_bin, spm_di
 
     # tupe-pos-maps: the trained weights themselves (layer-major), no softmax
     ckpt, maps = save / "checkpoint_last.pt", tmp_path / "maps"
-    run([str(BIN / "tupe-pos-maps"), str(ckpt), "--out-dir", str(maps), "--length", "10"])
+    command_in_process([str(BIN / "tupe-pos-maps"), str(ckpt), "--out-dir", str(maps), "--length", "10"])
     values, probs = np.load(maps / "pos_logits.npy"), np.load(maps / "pos_probs.npy")
     assert values.shape == (len(layers) * H_TINY, 10, 10) and np.array_equal(values, probs)
     for layer, head, i, j in [(0, 0, 0, 0), (1, 3, 2, 7), (1, 0, 9, 1)]:
@@ -251,8 +251,8 @@ def test_pam_checkpoint_loads_maps_and_finetunes_through_the_clis(lm_bin, spm_di
     # tupe-locality: one position row per layer and head, plus the content attention of real text
     text, table = tmp_path / "text.txt", tmp_path / "ls.csv"
     text.write_text("the cat happily saw the river .\na dog found the bridge today .\n")
-    run([str(BIN / "tupe-locality"), str(ckpt), "--length", "10", "--text", str(text), "--spm-model",
-         str(spm_dir / "spm.model"), "--data", str(lm_bin), "--out-csv", str(table)])
+    command_in_process([str(BIN / "tupe-locality"), str(ckpt), "--length", "10", "--text", str(text), "--spm-model",
+                        str(spm_dir / "spm.model"), "--data", str(lm_bin), "--out-csv", str(table)])
     rows = list(csv.DictReader(table.open()))
     pos = {(r["layer"], r["head"]): r for r in rows if r["source"] == "position" and r["head"] != "mean"}
     assert len(pos) == len(layers) * H_TINY
