@@ -52,7 +52,7 @@ def label_count(bin_dir: str) -> Optional[int]:
 def facts_of(task: str, checkpoint: str, glue_bin: str) -> Dict[str, str]:
     """What a fine-tuning of ``task`` from ``checkpoint`` needs to know: the task's settings, the checkpoint's
     model flags (MODEL_ARGS) and variant, and the CUDA devices. ValueError names a wrong file."""
-    from tupe_plugin.checkpoint_info import checkpoint_info, fairseq_args
+    from tupe_plugin_cli.checkpoint_record import checkpoint_info, fairseq_args
 
     bin_dir = os.path.join(glue_bin, f"{task}-bin")
     if not os.path.isfile(os.path.join(bin_dir, "input0", "dict.txt")):

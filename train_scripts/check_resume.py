@@ -39,7 +39,9 @@ def num_updates(path: str) -> Optional[int]:
     """Update count stored in a fairseq checkpoint, or None if the file cannot be read."""
     import torch
 
-    from tupe_plugin import checkpoint_safety  # noqa: F401  (weights_only allowlist for fairseq's objects)
+    from tupe_plugin_cli.checkpoints import allow_fairseq_objects
+
+    allow_fairseq_objects()
 
     try:
         state = torch.load(path, map_location="cpu", mmap=True)  # tensors are not read

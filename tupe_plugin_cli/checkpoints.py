@@ -3,9 +3,9 @@ what to pass instead (docs/troubleshooting.md, "Error messages").
 
 * ``check_file(path)``: the file itself (missing, a folder, empty, text or another format), standard library
   only, so ``tupe_plugin_cli.commands`` runs it before torch is imported: a wrong path fails at once.
-* ``load(path)``: that, then ``torch.load`` (weights only, with the plugin's allowlist), then the shape of a
-  fairseq checkpoint. ``tupe_plugin.checkpoint_info.load_checkpoint`` is this function: every command, the
-  GLUE scripts and the study read checkpoints through it (``checkpoint_info`` adds the tupe_roberta record, the
+* ``load(path)``: that, then ``torch.load`` (weights only, allowing fairseq's plain objects:
+  ``allow_fairseq_objects``), then the shape of a fairseq checkpoint. Every command, the GLUE scripts and the
+  study read checkpoints through it (``checkpoint_record.checkpoint_info`` adds the tupe_roberta record, the
   objective and the classification head a caller needs).
 """
 from __future__ import annotations
@@ -63,13 +63,35 @@ def _reason(error: Exception) -> str:
     return f"{type(error).__name__}: {first}" if type(error).__name__ not in first else first
 
 
+def allow_fairseq_objects() -> None:
+    """Let ``torch.load(weights_only=True)`` (torch >= 2.6's default) read the plain Python objects fairseq stores
+    in a checkpoint, and nothing more: any other global in a pickle (e.g. ``os.system``) is still refused by torch.
+    Measured with ``torch.serialization.get_unsafe_globals_in_checkpoint`` on fairseq-train and
+    fairseq-hydra-train checkpoints; ``tupe_plugin.checkpoint_safety`` adds the one fairseq class of the state
+    fairseq re-pickles between ranks. Needs omegaconf, not fairseq."""
+    import argparse
+    import collections
+    import typing
+
+    import torch
+    from omegaconf import DictConfig, ListConfig
+    from omegaconf.base import ContainerMetadata, Metadata
+    from omegaconf.nodes import AnyNode
+
+    torch.serialization.add_safe_globals([
+        argparse.Namespace,  # cfg["model"] of checkpoints written by fairseq-train
+        DictConfig, ListConfig, ContainerMetadata, Metadata, AnyNode,  # fairseq-hydra-train's cfg
+        typing.Any, collections.defaultdict, dict, list, int,
+    ])
+
+
 def load(path: str, mmap: bool = False, fix: str = FIX) -> Dict[str, Any]:
     """A fairseq checkpoint's dict, read on CPU (``mmap``: tensors read only when used; torch.save's zip format);
     refusals say what is wrong and ``fix``. torch's own error is the refusal's ``__cause__``."""
     head = check_file(path, fix)
     import torch
 
-    from tupe_plugin import checkpoint_safety  # noqa: F401  (fairseq's classes for the weights-only unpickler)
+    allow_fairseq_objects()
 
     try:
         state = torch.load(path, map_location="cpu", mmap=mmap and head.startswith(ZIP))

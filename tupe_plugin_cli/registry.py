@@ -17,10 +17,11 @@ from typing import Dict, List
 ALIAS = "tupe_plugin_cli._positional"  # the package loaded by itself, under this name
 
 
-def positional_registry() -> ModuleType:
-    """``tupe_plugin.positional.registry``, without ``tupe_plugin/__init__`` unless that is already loaded."""
+def positional_module(name: str) -> ModuleType:
+    """``tupe_plugin.positional.<name>`` (e.g. ``registry``, ``record``), without ``tupe_plugin/__init__`` unless
+    that is already loaded."""
     if "tupe_plugin" in sys.modules:
-        return importlib.import_module("tupe_plugin.positional.registry")
+        return importlib.import_module(f"tupe_plugin.positional.{name}")
     if ALIAS not in sys.modules:
         spec = importlib.util.find_spec("tupe_plugin")  # finds the folder; runs nothing
         if spec is None or not spec.submodule_search_locations:
@@ -33,10 +34,15 @@ def positional_registry() -> ModuleType:
         try:
             package.loader.exec_module(module)
         except BaseException:
-            for name in [n for n in sys.modules if n == ALIAS or n.startswith(ALIAS + ".")]:
-                del sys.modules[name]
+            for loaded in [n for n in sys.modules if n == ALIAS or n.startswith(ALIAS + ".")]:
+                del sys.modules[loaded]
             raise
-    return importlib.import_module(ALIAS + ".registry")
+    return importlib.import_module(f"{ALIAS}.{name}")
+
+
+def positional_registry() -> ModuleType:
+    """``tupe_plugin.positional.registry``: :func:`positional_module`."""
+    return positional_module("registry")
 
 
 def variant_names() -> List[str]:

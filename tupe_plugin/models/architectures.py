@@ -12,11 +12,10 @@ from fairseq.models import register_model_architecture
 from fairseq.models.roberta.model import base_architecture as roberta_base_architecture
 from fairseq.utils import safe_getattr
 
+from tupe_plugin_cli.checkpoint_record import SIZE_FIELDS  # the encoder fields a size sets
+
 from ..positional.record import PositionalVariant
 from ..positional.registry import VARIANTS, on_register
-
-# The encoder fields a size sets, in the order tupe-checkpoint-info prints them as flags.
-SIZE_FIELDS = ("encoder_layers", "encoder_embed_dim", "encoder_attention_heads", "encoder_ffn_embed_dim")
 
 
 def _size(layers: int, width: int, heads: int, ffn: int) -> Dict[str, int]:

@@ -16,15 +16,14 @@ from fairseq.models.roberta.model import RobertaLMHead
 from fairseq.modules.transformer_sentence_encoder import init_bert_params
 from torch import nn
 
+from tupe_plugin_cli.checkpoint_record import (  # noqa: F401  (the ELECTRA keys; their import path here)
+    GENERATOR_KEYS,
+    GENERATOR_SIZE_ARGS,
+    is_electra_state,
+    objective_info,
+)
+
 logger = logging.getLogger(__name__)
-
-GENERATOR_KEYS = ("generator.", "discriminator_head.")  # the parts of an ELECTRA state a fine-tuned model drops
-GENERATOR_SIZE_ARGS = ("generator_layers", "generator_embed_dim", "generator_ffn_embed_dim",
-                       "generator_attention_heads")
-
-
-def is_electra_state(state_dict: Dict[str, Any], prefix: str = "") -> bool:
-    return any(k.startswith(prefix + p) for k in state_dict for p in GENERATOR_KEYS)
 
 
 def keep_discriminator(state_dict: Dict[str, Any], name: str = "", lm_head: Optional[nn.Module] = None) -> bool:
@@ -46,20 +45,6 @@ def keep_discriminator(state_dict: Dict[str, Any], name: str = "", lm_head: Opti
         state_dict[prefix + "encoder.lm_head.weight"] = state_dict[prefix + "encoder.sentence_encoder.embed_tokens.weight"]
         logger.info("ELECTRA checkpoint: the discriminator has no MLM head; encoder.lm_head keeps its initial values")
     return True
-
-
-def objective_info(model_state: Dict[str, Any], get) -> Dict[str, Any]:
-    """``tupe-checkpoint-info``'s objective entries: ``mlm``, or ``electra`` with the generator's sizes
-    (``get`` reads the checkpoint's model config; sizes missing there are read from the weights)."""
-    if not is_electra_state(model_state):
-        return {"objective": "mlm"}
-    shapes = {
-        "generator_layers": len({k.split(".")[3] for k in model_state if k.startswith("generator.sentence_encoder.layers.")}),
-        "generator_embed_dim": model_state["generator.lm_head.dense.weight"].size(1),
-        "generator_ffn_embed_dim": model_state["generator.sentence_encoder.layers.0.fc1.weight"].size(0),
-        "generator_attention_heads": None,
-    }
-    return {"objective": "electra", **{k: get(k) if get(k) is not None else shapes[k] for k in GENERATOR_SIZE_ARGS}}
 
 
 def discriminator_for_export(state_dict: Dict[str, Any]) -> bool:

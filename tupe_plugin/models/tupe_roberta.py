@@ -12,6 +12,8 @@ from fairseq.modules.transformer_sentence_encoder import init_bert_params
 from fairseq.utils import safe_getattr
 from omegaconf import OmegaConf
 
+from tupe_plugin_cli.checkpoint_record import RECORD_BUFFER, VARIANT_KEY  # noqa: F401  (the record's key)
+
 from ..modules.classification_head import HEAD_STYLES, build_classification_head
 from ..modules.encoder import TupeTransformerEncoder
 from ..positional.attend import ATTENTION_PATHS
@@ -22,12 +24,6 @@ from .checkpoint_checks import check_dictionary
 from .electra_checkpoint import keep_discriminator
 
 logger = logging.getLogger(__name__)
-
-# The positional variant's checkpoint record (PositionalVariant.to_tensor) is a buffer of the positions
-# module. Its name "variant" is part of this state-dict key in every checkpoint written so far, so it stays;
-# in Python the record is ``model.variant_record`` and the decoded dataclass ``model.positional_variant``.
-RECORD_BUFFER = "variant"
-VARIANT_KEY = f"encoder.sentence_encoder.positions.{RECORD_BUFFER}"
 
 
 class VariantMismatchError(ValueError):

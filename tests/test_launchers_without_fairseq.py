@@ -1,11 +1,13 @@
-"""tupe_plugin_cli.registry: the launchers read the variant registry without importing fairseq, and read the
-same registry that the model uses."""
+"""The launchers (pretrain.sh, the study's plan, glue/finetune.sh before it starts fairseq-train) read the
+variant registry and a checkpoint's record without importing fairseq (tupe_plugin_cli.registry and
+.checkpoint_record), and read the same as the plugin does."""
 from __future__ import annotations
 
 import json
 import sys
 
 from conftest import run
+from tupe_plugin.checkpoint_info import checkpoint_info, fairseq_args
 from tupe_plugin.positional import registry as real
 from tupe_plugin_cli.registry import positional_registry, variant_about, variant_names
 
@@ -26,3 +28,17 @@ def test_where_tupe_plugin_is_loaded_its_own_registry_is_read():
     assert positional_registry() is real  # so a variant a --user-dir registered there is listed
     assert variant_names() == real.names()
     assert list(variant_about()) == variant_names()
+
+
+def test_a_fresh_process_reads_a_checkpoints_record_without_fairseq(pretrained, starts_process):
+    path = str(pretrained / "checkpoint_last.pt")
+    code = ("import json, sys\n"
+            "from tupe_plugin_cli.checkpoint_record import checkpoint_info, fairseq_args\n"
+            f"info = checkpoint_info({path!r})\n"
+            "loaded = sorted(m for m in ('fairseq', 'tupe_plugin', 'sklearn') if m in sys.modules)\n"
+            "print(json.dumps([info, fairseq_args(info), loaded]))")
+    info, flags, loaded = json.loads(run([sys.executable, "-c", code]).stdout)
+    assert loaded == []
+    want = checkpoint_info(path)  # this process: tupe_plugin and fairseq loaded
+    assert info == want and info["variant"] == "tupe_r" and info["encoder_layers"] == 2
+    assert flags == fairseq_args(want) and flags.startswith(f"--arch {want['arch']} --max-positions 64 ")
