@@ -45,6 +45,15 @@ def test_help_answers_at_once_without_info_lines(command):
     assert min(times) < 1.0, times
 
 
+def test_a_reader_that_leaves_early_ends_the_command_quietly():
+    """``tupe-checkpoint-info --list-variants | head -1``: the pipe closed before the command writes."""
+    p = subprocess.Popen([str(BIN / "tupe-checkpoint-info"), "--list-variants"], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    p.stdout.close()  # long before the command has started (~3 s): its first write fails
+    err = p.stderr.read()
+    assert p.wait(timeout=120) == 141 and err == ""  # 128 + SIGPIPE, as a shell reports `head` ending a tool
+
+
 def test_parsing_imports_neither_torch_nor_fairseq():
     code = ("import sys\nfrom tupe_plugin_cli.commands import COMMANDS\n"
             "for make in COMMANDS.values(): make[0]().format_help()\n"

@@ -1,16 +1,19 @@
 """What a ``tupe_roberta`` checkpoint records, read without fairseq: its arch, positional variant, sizes and
 objective (``tupe-checkpoint-info``'s JSON, the model flags that rebuild it).
 
-The GLUE scripts (``glue/finetune_helper.py``) read these facts before they start fairseq-train in a process of
-its own; here they cost a torch import (~3 s), not torch and fairseq (~7.5 s). The state-dict keys the model
-writes are named here, once: ``tupe_plugin``'s model modules import them from this module.
+``tupe-checkpoint-info`` and the GLUE scripts (``glue/finetune_helper.py``, before fairseq-train starts in a
+process of its own) read these facts here for a torch import (~3 s), not torch and fairseq (~7.5 s). The
+state-dict keys the model writes are named here, once: ``tupe_plugin``'s model modules import them.
 """
 from __future__ import annotations
 
+import argparse
+import json
 from typing import Any, Callable, Dict, Optional
 
 from .checkpoints import CheckpointError, load
-from .registry import positional_module
+from .errors import UsageError
+from .registry import positional_module, variant_names
 
 # The positional variant's checkpoint record (PositionalVariant.to_tensor) is a buffer of the positions
 # module. Its name "variant" is part of this state-dict key in every checkpoint written so far, so it stays;
@@ -104,3 +107,15 @@ def fairseq_args(info: Dict[str, Any]) -> str:
     """The flags that rebuild the model: arch, positions, sizes (a run may have resized its arch) and variant."""
     sizes = " ".join(f"--{k.replace('_', '-')} {info[k]}" for k in SIZE_FIELDS if info.get(k) is not None)
     return f"--arch {info['arch']} --max-positions {info['max_positions']} {sizes} {info['variant_flags']}"
+
+
+def run(args: argparse.Namespace) -> int:
+    """``tupe-checkpoint-info``, on arguments parsed by ``tupe_plugin_cli.commands.checkpoint_info_parser``."""
+    if args.list_variants:
+        print("\n".join(variant_names()))
+        return 0
+    if args.checkpoint is None:
+        raise UsageError("give a CHECKPOINT (or --list-variants)")
+    info = checkpoint_info(args.checkpoint)
+    print(fairseq_args(info) if args.fairseq_args else json.dumps(info, indent=2))
+    return 0

@@ -132,7 +132,7 @@ COMMANDS: Dict[str, Tuple[Callable[[], argparse.ArgumentParser], str]] = {
     "tupe-locality": (locality_parser, "tupe_plugin.analysis.locality_cli:run"),
     "tupe-probe": (probe_parser, "tupe_plugin.analysis.probing_eval:run"),
     "tupe-convert-original": (convert_parser, "tupe_plugin.convert_original:run"),
-    "tupe-checkpoint-info": (checkpoint_info_parser, "tupe_plugin.checkpoint_info:run"),
+    "tupe-checkpoint-info": (checkpoint_info_parser, "tupe_plugin_cli.checkpoint_record:run"),  # no fairseq
     "tupe-export-hf": (export_hf_parser, "tupe_plugin.hf.export:run"),
 }
 

@@ -97,6 +97,12 @@ def run_command(run: Callable[[argparse.Namespace], int], args: argparse.Namespa
         return run(args)
     except KeyboardInterrupt:
         code, line = 130, "error: interrupted"
+    except BrokenPipeError:  # the reader of the output left (``| head``): stop quietly, as a Unix tool does
+        try:  # no second error when Python flushes stdout at exit
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):  # stdout is not a file (a test's capture)
+            pass
+        return 141  # 128 + SIGPIPE: what a shell reports for a tool that SIGPIPE ended
     except Exception as e:  # noqa: BLE001  (every failure ends the same way)
         if debug():
             traceback.print_exc()
