@@ -86,19 +86,15 @@ def check_generator(values: Mapping[str, str], variant: str) -> None:
     a divisor that does not divide the discriminator is refused here rather than after the data is prepared."""
     import argparse
 
-    from fairseq.models import ARCH_CONFIG_REGISTRY
+    from tupe_plugin_cli.checkpoint_record import SIZES, generator_divisor, generator_sizes
 
-    from tupe_plugin.models.electra import generator_divisor, generator_sizes
-
-    arch = f"{variant}_{values['SIZE']}".replace("-", "_")
-    if arch not in ARCH_CONFIG_REGISTRY:
-        return  # pretrain.sh names the unknown arch
-    args = argparse.Namespace(arch=arch)
+    if values["SIZE"] not in SIZES:
+        return  # pretrain.sh names the unknown size
+    args = argparse.Namespace(arch=f"{variant}_{values['SIZE']}".replace("-", "_"), **SIZES[values["SIZE"]])
     flags = values["MODEL_ARGS"].split()
-    for flag, value in zip(flags, flags[1:]):
+    for flag, value in zip(flags, flags[1:]):  # the sizes MODEL_ARGS sets replace the arch's
         if flag.startswith("--encoder-") and value.isdigit():
             setattr(args, flag[2:].replace("-", "_"), int(value))
-    ARCH_CONFIG_REGISTRY[arch](args)  # the arch's sizes where MODEL_ARGS sets none
     divisor = 0 if values["GENERATOR_SIZE_DIVISOR"] == "auto" else int(values["GENERATOR_SIZE_DIVISOR"])
     try:
         generator_sizes(args, generator_divisor(args, divisor))

@@ -1,6 +1,6 @@
-"""The launchers (pretrain.sh, the study's plan, glue/finetune.sh before it starts fairseq-train) read the
-variant registry and a checkpoint's record without importing fairseq (tupe_plugin_cli.registry and
-.checkpoint_record), and read the same as the plugin does."""
+"""The launchers (pretrain.sh, the study's plan, glue/finetune.sh before it starts fairseq-train,
+tupe-checkpoint-info) read the variant registry, a checkpoint's record and ELECTRA's generator sizes without
+importing fairseq (tupe_plugin_cli.registry and .checkpoint_record), and read the same as the plugin does."""
 from __future__ import annotations
 
 import json
@@ -42,3 +42,24 @@ def test_a_fresh_process_reads_a_checkpoints_record_without_fairseq(pretrained, 
     want = checkpoint_info(path)  # this process: tupe_plugin and fairseq loaded
     assert info == want and info["variant"] == "tupe_r" and info["encoder_layers"] == 2
     assert flags == fairseq_args(want) and flags.startswith(f"--arch {want['arch']} --max-positions 64 ")
+
+
+def test_an_electra_studys_plan_checks_its_generator_without_fairseq(tmp_path, starts_process):
+    env = {"OUT": str(tmp_path / "s"), "PRESET": "cpu-small", "TASKS": "none", "VARIANTS": "bert-a",
+           "OBJECTIVES": "mlm electra"}
+    code = ("import json, sys\n"
+            "from study.plan import Plan\n"
+            "from study.settings import UsageError\n"
+            f"env = {env!r}\n"
+            "labels = [e.label for e in Plan.from_environ(dict(env, GENERATOR_SIZE_DIVISOR='4')).variants]\n"
+            "try:\n"
+            "    Plan.from_environ(dict(env, GENERATOR_SIZE_DIVISOR='auto'))\n"
+            "    refused = ''\n"
+            "except UsageError as e:\n"
+            "    refused = str(e)\n"
+            "loaded = sorted(m for m in ('fairseq', 'tupe_plugin', 'sklearn') if m in sys.modules)\n"
+            "print(json.dumps([labels, refused, loaded]))")
+    labels, refused, loaded = json.loads(run([sys.executable, "-c", code]).stdout)
+    assert loaded == [] and labels == ["bert-a", "bert-a+electra"]
+    # cpu-small's 128-wide base encoder and ELECTRA-Base's 1/3 generator, as the plugin's model would refuse it
+    assert "--generator-size-divisor 3 does not divide the discriminator (width 128, FFN 512" in refused

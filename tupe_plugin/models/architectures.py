@@ -12,21 +12,10 @@ from fairseq.models import register_model_architecture
 from fairseq.models.roberta.model import base_architecture as roberta_base_architecture
 from fairseq.utils import safe_getattr
 
-from tupe_plugin_cli.checkpoint_record import SIZE_FIELDS  # the encoder fields a size sets
+from tupe_plugin_cli.checkpoint_record import SIZE_FIELDS, SIZES  # noqa: F401  (the sizes of the archs)
 
 from ..positional.record import PositionalVariant
 from ..positional.registry import VARIANTS, on_register
-
-
-def _size(layers: int, width: int, heads: int, ffn: int) -> Dict[str, int]:
-    return dict(zip(SIZE_FIELDS, (layers, width, heads, ffn)))
-
-
-SIZES: Dict[str, Dict[str, int]] = {
-    "base": _size(12, 768, 12, 3072),  # BERT-base (also fairseq's RoBERTa defaults)
-    "large": _size(24, 1024, 16, 4096),  # BERT-large
-    "tiny": _size(2, 64, 4, 128),  # tests and demos
-}
 
 
 def _set_defaults(args, values: Dict) -> None:

@@ -33,9 +33,14 @@ from fairseq import utils
 from fairseq.models.roberta.model import RobertaLMHead
 from fairseq.modules import LayerNorm
 from fairseq.modules.transformer_sentence_encoder import init_bert_params
-from fairseq.utils import safe_getattr
 from omegaconf import OmegaConf, open_dict
 from torch import Tensor, nn
+
+from tupe_plugin_cli.checkpoint_record import (  # noqa: F401  (ELECTRA's generator sizes; their import path here)
+    GENERATOR_DIVISORS,
+    generator_divisor,
+    generator_sizes,
+)
 
 from ..modules.encoder import TupeTransformerEncoder
 from ..positional.record import PositionalVariant
@@ -50,10 +55,6 @@ from .electra_checkpoint import (  # noqa: F401  (re-exported: their old import 
 from .tupe_roberta import TupeRobertaModel
 
 logger = logging.getLogger(__name__)
-
-# ELECTRA's generator / discriminator width ratio per size of architectures.SIZES (paper Sec. 3.2 and
-# Table 6; official configure_pretraining.py): 1/3 at base, 1/4 at small and large (tiny: as small).
-GENERATOR_DIVISORS: Dict[str, int] = {"base": 3, "large": 4, "tiny": 4}
 
 
 class ElectraOutput(NamedTuple):
@@ -70,31 +71,6 @@ def find_masked_positions(targets: Tensor, padding_idx: int) -> Tensor:
     whose target is not pad). ``nonzero`` has a data-dependent size: on a GPU tensor the host waits for the
     device, so the electra task calls this in its collater, on the CPU batch (tasks/electra.py)."""
     return targets.ne(padding_idx).flatten().nonzero().squeeze(1)
-
-
-def generator_divisor(args: Any, divisor: int) -> int:
-    """``divisor`` if given (> 0), else ELECTRA's default for the arch's size (``<variant>_<size>``)."""
-    if divisor > 0:
-        return divisor
-    arch = safe_getattr(args, "arch") or safe_getattr(args, "_name") or ""
-    size = arch.rsplit("_", 1)[-1]
-    if size not in GENERATOR_DIVISORS:
-        raise ValueError(f"--arch {arch}: no default generator size for it; pass --generator-size-divisor N "
-                         f"(ELECTRA: 3 at base, 4 at small/large)")
-    return GENERATOR_DIVISORS[size]
-
-
-def generator_sizes(args: Any, divisor: int) -> Dict[str, int]:
-    """Same depth; width, FFN and heads divided by ``divisor`` (at least one head)."""
-    width, ffn, heads = args.encoder_embed_dim, args.encoder_ffn_embed_dim, args.encoder_attention_heads
-    sizes = dict(generator_layers=args.encoder_layers, generator_embed_dim=width // divisor,
-                 generator_ffn_embed_dim=ffn // divisor, generator_attention_heads=max(1, heads // divisor))
-    if width % divisor or ffn % divisor or sizes["generator_embed_dim"] % sizes["generator_attention_heads"]:
-        raise ValueError(
-            f"--generator-size-divisor {divisor} does not divide the discriminator (width {width}, FFN {ffn}, "
-            f"{heads} heads) into whole generator sizes; pick a divisor of {width} and {ffn}"
-        )
-    return sizes
 
 
 def _namespace(args: Any) -> argparse.Namespace:
