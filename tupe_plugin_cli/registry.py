@@ -1,4 +1,5 @@
-"""The positional-variant registry for launchers that never build a model (``pretrain.sh``, the study's plan).
+"""The positional package for what never builds a model: the launchers (``pretrain.sh``, the study's plan) and
+the checkpoint record (``checkpoint_record.py``: ``tupe-checkpoint-info``, ``finetune.sh``).
 
 ``import tupe_plugin.positional`` first runs ``tupe_plugin/__init__``, which imports fairseq to register the
 model with it: 4-5 s of CPU, and all a launcher wants is the variants' names. ``tupe_plugin/positional`` is plain
