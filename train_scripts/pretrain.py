@@ -197,13 +197,15 @@ def plan(settings: Mapping[str, str], environ: Mapping[str, str] = os.environ, e
     effective = world * per_forward * int(v["UPDATE_FREQ"])
 
     if v["ARCH"] == "auto":
+        from tupe_plugin_cli.checkpoint_record import SIZES
         from tupe_plugin_cli.registry import variant_names
 
         known = variant_names()
         if v["VARIANT"] not in known:
             raise UsageError(f"VARIANT must be one of {' '.join(known)}, not '{v['VARIANT']}'")
-        if v["SIZE"] not in ("base", "large", "tiny"):
-            raise UsageError(f"SIZE must be base, large or tiny, not '{v['SIZE']}'")
+        if v["SIZE"] not in SIZES:
+            *first, last = SIZES
+            raise UsageError(f"SIZE must be {', '.join(first)} or {last}, not '{v['SIZE']}'")
         v["ARCH"] = f"{v['VARIANT'].replace('-', '_')}_{v['SIZE']}"
     if v["MAX_POSITIONS"] == "auto":
         v["MAX_POSITIONS"] = v["TOKENS_PER_SAMPLE"]

@@ -10,6 +10,7 @@ what to pass instead (docs/troubleshooting.md, "Error messages").
 """
 from __future__ import annotations
 
+import functools
 import os
 from typing import Any, Dict
 
@@ -63,6 +64,7 @@ def _reason(error: Exception) -> str:
     return f"{type(error).__name__}: {first}" if type(error).__name__ not in first else first
 
 
+@functools.lru_cache(maxsize=None)  # once per process: every load() calls it
 def allow_fairseq_objects() -> None:
     """Let ``torch.load(weights_only=True)`` (torch >= 2.6's default) read the plain Python objects fairseq stores
     in a checkpoint, and nothing more: any other global in a pickle (e.g. ``os.system``) is still refused by torch.

@@ -53,4 +53,5 @@ def variant_names() -> List[str]:
 
 def variant_about() -> Dict[str, str]:
     """Registered variant (dashes) -> its one-line description, in registry order."""
-    return {name.replace("_", "-"): about for name, about in positional_registry().ABOUT.items()}
+    registry = positional_registry()
+    return dict(zip(registry.names(), registry.ABOUT.values()))  # names(): the one spelling (dashes)
