@@ -17,7 +17,7 @@ import os
 import shlex
 import shutil
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from tupe_common import tunables
@@ -121,6 +121,7 @@ class Run:
     world: int
     effective: int  # sentences per update
     extra: List[str]
+    environ: Mapping[str, str] = field(default_factory=lambda: os.environ)  # where the command will run (its PATH)
 
     def __getitem__(self, name: str) -> str:
         return self.values[name]
@@ -227,7 +228,7 @@ def plan(settings: Mapping[str, str], environ: Mapping[str, str] = os.environ, e
     v["SAVE_DIR"] = os.path.realpath(v["SAVE_DIR"])  # every rank and every resubmission writes the same place
     if v["TENSORBOARD_DIR"] == "auto":
         v["TENSORBOARD_DIR"] = os.path.join(v["SAVE_DIR"], "tensorboard")
-    return Run(v, task, device, world, effective, [*v["EXTRA_ARGS"].split(), *extra])
+    return Run(v, task, device, world, effective, [*v["EXTRA_ARGS"].split(), *extra], environ)
 
 
 def first_slurm_node(environ: Mapping[str, str]) -> Optional[str]:
@@ -288,7 +289,7 @@ def fairseq_args(run: Run) -> List[str]:
 
 def fairseq_train(run: Run) -> List[str]:
     """fairseq-train (BF16=1: train_scripts/fairseq_train.py, which keeps --bf16 from turning into --tpu)."""
-    path = shutil.which("fairseq-train")
+    path = shutil.which("fairseq-train", path=run.environ.get("PATH"))
     if path is None:
         raise UsageError("fairseq-train not found (activate the virtual environment)")
     return [sys.executable, "-m", "train_scripts.fairseq_train"] if run["BF16"] == "1" else [path]
@@ -308,11 +309,11 @@ def command(run: Run) -> List[str]:
         rdzv = ["--standalone"] if nnodes == 1 else [
             "--nnodes", str(nnodes), "--node-rank", v["NODE_RANK"], "--master-addr", v["MASTER_ADDR"],
             "--master-port", v["MASTER_PORT"]]
-        torchrun = os.path.join(os.path.dirname(shutil.which("fairseq-train") or ""), "torchrun")
+        torchrun = os.path.join(os.path.dirname(fairseq_train(run)[0]), "torchrun")
         torchrun = torchrun if os.access(torchrun, os.X_OK) else "torchrun"
         return [torchrun, *rdzv, "--nproc-per-node", v["NPROC_PER_NODE"], "--no-python", *rank]
     # srun: it does not inherit --cpus-per-task from sbatch (SLURM >= 22.05): pass it on
-    cpus = os.environ.get("SLURM_CPUS_PER_TASK")
+    cpus = run.environ.get("SLURM_CPUS_PER_TASK")
     return ["srun", "--kill-on-bad-exit=1", "--nodes", v["NNODES"], "--ntasks", str(run.world),
             "--ntasks-per-node", v["NPROC_PER_NODE"], *(["--cpus-per-task", cpus] if cpus else []), *rank]
 
