@@ -5,7 +5,7 @@ import math
 import re
 import shutil
 from pathlib import Path
-from typing import Dict
+from typing import Dict, List
 
 import pytest
 
@@ -44,44 +44,49 @@ def test_pretrain_every_variant_loss_falls(variant, variant_logs):
     assert losses[-1] < losses[0] - 0.3, losses  # about 1.8 bits at 20 updates (unigram statistics and more)
 
 
-def test_resume_continues_at_the_next_update(pretrained, lm_bin, tmp_path):
-    save = tmp_path / "ckpt"
-    shutil.copytree(pretrained, save)
-    p = run(["fairseq-train", str(lm_bin), *PRETRAIN_ARGS, "--arch", "tupe_roberta_tiny",
-             "--max-update", "40", "--save-dir", str(save), "--log-interval", "1"])
-    log = p.stdout + p.stderr
+def finetune_args(pretrained: Path, cls_bin: Path, *extra: str) -> List[str]:
+    return [str(cls_bin), *FINETUNE_ARGS, "--restore-file", str(pretrained / "checkpoint_last.pt"), *extra]
+
+
+@pytest.fixture(scope="module")
+def runs(pretrained, lm_bin, cls_bin, tmp_path_factory, starts_process) -> Dict[str, str]:
+    """A resumed pre-training and three fine-tunings from the session's checkpoint (two refused), in one process:
+    each run's log."""
+    folder = tmp_path_factory.mktemp("cli_runs")
+    shutil.copytree(pretrained, folder / "resume")
+    return fairseq_train_in_one_process({
+        "resume": [str(lm_bin), *PRETRAIN_ARGS, "--arch", "tupe_roberta_tiny", "--max-update", "40",
+                   "--log-interval", "1"],
+        "finetune": finetune_args(pretrained, cls_bin, "--arch", "tupe_roberta_tiny", "--max-epoch", "6"),
+        "wrong_variant": finetune_args(pretrained, cls_bin, "--arch", "tupe_a_tiny", "--max-epoch", "1"),
+        "other_max_positions": finetune_args(pretrained, cls_bin, "--arch", "tupe_roberta_tiny", "--max-epoch", "1",
+                                             "--max-positions", "128"),
+    }, folder, failing=("wrong_variant", "other_max_positions"))
+
+
+def test_resume_continues_at_the_next_update(runs):
+    log = runs["resume"]
     assert "Loaded checkpoint" in log and "@ 30 updates" in log
     updates = [int(x) for x in re.findall(r"train_inner \|.*?num_updates=(\d+)", log)]
     assert updates[0] == 31 and updates[-1] == 40
 
 
-def finetune(pretrained: Path, cls_bin: Path, save: Path, *extra: str, check: bool = True):
-    return run(["fairseq-train", str(cls_bin), *FINETUNE_ARGS, "--restore-file",
-                str(pretrained / "checkpoint_last.pt"), "--save-dir", str(save), *extra], check=check)
-
-
-def test_finetune_from_pretrained_learns_and_counts_updates(pretrained, cls_bin, tmp_path):
-    p = finetune(pretrained, cls_bin, tmp_path / "ft", "--arch", "tupe_roberta_tiny", "--max-epoch", "6")
-    log = p.stdout + p.stderr
+def test_finetune_from_pretrained_learns_and_counts_updates(runs, tmp_path_factory):
+    log = runs["finetune"]
     # 320 training sentences / batch 16 = 20 updates per epoch, counted by the scheduler itself
     assert "warmup_ratio schedule: 20 updates/epoch x 6 epochs -> 120 updates, 7 warmup" in log
     best = [float(x) for x in re.findall(r"valid \|.*?best_accuracy ([0-9.]+)", log)]
     assert best and best[-1] >= 90.0, best
-    assert (tmp_path / "ft" / "checkpoint_best.pt").exists()
+    assert re.search(r"Saved checkpoint \S*/finetune/checkpoint_best\.pt", log)
 
 
-def test_finetune_with_the_wrong_variant_names_the_flag(pretrained, cls_bin, tmp_path):
-    p = finetune(pretrained, cls_bin, tmp_path / "ft", "--arch", "tupe_a_tiny", "--max-epoch", "1", check=False)
-    assert p.returncode != 0
-    err = p.stdout + p.stderr
+def test_finetune_with_the_wrong_variant_names_the_flag(runs):
+    err = runs["wrong_variant"]
     assert "trained as positional variant 'tupe_r'" in err and "--rel-pos" in err
 
 
-def test_finetune_with_other_max_positions_names_the_flag(pretrained, cls_bin, tmp_path):
-    p = finetune(pretrained, cls_bin, tmp_path / "ft", "--arch", "tupe_roberta_tiny", "--max-epoch", "1",
-                 "--max-positions", "128", check=False)
-    assert p.returncode != 0
-    assert "pass --max-positions 64" in p.stdout + p.stderr
+def test_finetune_with_other_max_positions_names_the_flag(runs):
+    assert "pass --max-positions 64" in runs["other_max_positions"]
 
 
 def test_hydra_train_with_shipped_config(lm_bin, tmp_path):

@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from conftest import PRETRAIN_ARGS, run, train_losses
+from conftest import PRETRAIN_ARGS, fairseq_train_in_one_process, run, train_losses
 
 pytestmark = pytest.mark.usefixtures("starts_process")  # every test here starts a process
 
@@ -65,14 +65,14 @@ def test_whole_models_on_triton_equal_the_explicit_path():
 
 def test_fairseq_train_on_triton_logs_the_explicit_paths_losses(lm_bin, tmp_path):
     """tupe_r_tiny (one layer, two sequences a batch, no validation: the interpreter is slow), 3 updates without
-    dropout: the same losses as --tupe-attention explicit."""
-    args = [*PRETRAIN_ARGS, "--arch", "tupe_r_tiny", "--encoder-layers", "1", "--max-update", "3", "--log-interval",
-            "1", "--dropout", "0", "--attention-dropout", "0", "--batch-size", "2", "--disable-validation"]
-    losses = {}
-    for path in ("triton", "explicit"):
-        p = run(["fairseq-train", str(lm_bin), *args, "--tupe-attention", path, "--save-dir", str(tmp_path / path),
-                 "--no-save"], env=interpreted_env())
-        losses[path] = train_losses(p.stdout + p.stderr)
-        assert f"tupe_attention='{path}'" in p.stdout + p.stderr  # the model's arguments as fairseq logs them
+    dropout: the same losses as --tupe-attention explicit (both runs in one process)."""
+    args = [str(lm_bin), *PRETRAIN_ARGS, "--arch", "tupe_r_tiny", "--encoder-layers", "1", "--max-update", "3",
+            "--log-interval", "1", "--dropout", "0", "--attention-dropout", "0", "--batch-size", "2",
+            "--disable-validation", "--no-save"]
+    logs = fairseq_train_in_one_process({path: [*args, "--tupe-attention", path] for path in ("triton", "explicit")},
+                                        tmp_path, env=interpreted_env())
+    losses = {path: train_losses(log) for path, log in logs.items()}
+    for path, log in logs.items():
+        assert f"tupe_attention='{path}'" in log  # the model's arguments as fairseq logs them
     assert len(losses["triton"]) == 3
     assert losses["triton"] == pytest.approx(losses["explicit"], abs=2e-3)
