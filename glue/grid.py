@@ -12,10 +12,13 @@ Tasks: the registry ``glue.tasks`` (``--tasks auto``: the paper's 8 and the cust
     python -m glue.grid run --jobs N [--gpus 0,1] [...]   # run the not-done jobs locally, N at a time
     python -m glue.grid check [...]                    # exit 1 unless every not-done job has its binaries
     python -m glue.grid tasks [...]                    # the tasks of the grid, resolved (auto -> names)
+    python -m glue.grid sh [--slurm | --list]          # glue/grid.sh: the settings from the environment
 
 ``array``, ``run`` and ``check`` refuse (exit 1, a missing input) when a task to run has no
 ``GLUE_BIN/TASK-bin``; ``run`` stops starting runs when one exits 2 (a usage error, which every run would
-repeat). Local runs go through the project's one job runner (``tupe_common.jobs``).
+repeat). Local runs go through the project's one job runner (``tupe_common.jobs``). ``sh`` is all of
+``glue/grid.sh`` (a thin entry point): its settings (:data:`TUNABLES`) read from the environment, the checkpoint and
+binaries checked before the first run, the runs, then the table (``glue.collect``).
 """
 from __future__ import annotations
 
@@ -23,15 +26,54 @@ import argparse
 import itertools
 import os
 import sys
-from typing import List, NamedTuple, Optional, Sequence
+from typing import List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from glue.collect import read_result_json
 from glue.tasks import PAPER_LRS, PAPER_SEEDS, PAPER_TASKS, TASKS, custom_bin_names, get_task
 from tupe_common import jobs as runner
+from tupe_common import tunables
+from tupe_common.errors import UsageError, stdout_reader_left
 from tupe_common.log import get_logger
+from tupe_common.tunables import Tunable, table
 
 FINETUNE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "finetune.sh")
 log = get_logger("grid")
+PROG = "grid.sh"
+
+# glue/grid.sh's settings. NAME | default | help
+TUNABLES: Tuple[Tunable, ...] = table("""
+TASKS | auto | tasks (spaces or commas); auto: the paper's {tasks} and every custom task binarized in GLUE_BIN
+LRS | {lrs} | learning rates (default: the paper's)
+SEEDS | {seeds} | seeds (default: the paper's)
+RUNS | runs | output root (RUNS/TASK/lr{{LR}}_seed{{SEED}}/)
+GLUE_BIN | glue-bin | binaries of python -m preprocess.glue_binarize (TASK-bin/)
+JOBS | auto | runs at a time, locally (auto: one per GPU, 1 on CPU)
+GPU_IDS | auto | GPUs for the local runs (auto: all visible; none on CPU)
+CHECKPOINT |  | pre-trained checkpoint (required; see glue/finetune.sh --help for the rest)
+""", tasks=" ".join(PAPER_TASKS), lrs=" ".join(PAPER_LRS), seeds=" ".join(PAPER_SEEDS))
+
+USAGE = """The paper's GLUE grid: every task x LR x seed (by default the paper's {n_tasks} tasks, {n_lrs} LRs and {n_seeds}
+seeds: {n_runs} runs), one glue/finetune.sh run each, then the results table (python -m glue.collect RUNS).
+
+Examples (from the repository root; every variable of glue/finetune.sh passes through):
+  CHECKPOINT=checkpoints/tupe_r_base/checkpoint_last.pt RUNS=runs/tupe_r glue/grid.sh     # all GPUs
+  CHECKPOINT=... TASKS="RTE MRPC" SEEDS="1 2 3" JOBS=2 GPU_IDS="0 1" glue/grid.sh
+  CHECKPOINT=... RUNS=runs/tupe_r glue/grid.sh --slurm     # print the sbatch command (glue/grid.sbatch)
+  RUNS=runs/tupe_r glue/grid.sh --list                     # index, task, LR, seed, done/todo
+
+Finished runs (a readable result.json) are skipped, so rerunning or resubmitting only does what is
+missing; a run whose result.json is empty or corrupt is redone (glue/finetune.sh moves it aside).
+Tasks and their facts: glue/tasks.py; the protocol: docs/glue_protocol.md.
+Locally, JOBS runs go at a time, run k on GPU GPU_IDS[k % n]; their output is in RUNS/.grid_logs/.
+CHECKPOINT and the binaries of the tasks to run are checked before the first run, and a run that fails
+with a usage error (exit 2, e.g. a bad EXTRA_ARGS) stops the grid: the other runs would repeat it.
+The logic is glue/grid.py.
+
+Usage: [NAME=value ...] grid.sh [--slurm | --list]
+
+Environment (default, meaning):
+""".format(n_tasks=len(PAPER_TASKS), n_lrs=len(PAPER_LRS), n_seeds=len(PAPER_SEEDS),
+           n_runs=len(PAPER_TASKS) * len(PAPER_LRS) * len(PAPER_SEEDS))
 
 
 class Job(NamedTuple):
@@ -71,11 +113,13 @@ def missing_binaries(todo: Sequence[Job], glue_bin: str) -> List[str]:
     return [f for f in folders if not os.path.isdir(f)]
 
 
-def run_local(todo: List[Job], runs: str, n_slots: int, gpus: List[str], script: str) -> int:
+def run_local(todo: List[Job], runs: str, n_slots: int, gpus: List[str], script: str,
+              environ: Mapping[str, str] = os.environ) -> int:
     """Run ``script TASK LR SEED`` for each job with tupe_common.jobs' runner, ``n_slots`` at a time, slot k on GPU
-    gpus[k % len], each run's output in RUNS/.grid_logs/TASK/NAME.out. A run that exits 2 (a usage error: the
-    same for every run) stops the grid: no new run starts, the running ones finish, and the grid exits 2."""
-    env = dict(os.environ, QUIET="1", RUNS=runs)
+    gpus[k % len], each run's output in RUNS/.grid_logs/TASK/NAME.out, in ``environ`` (finetune.sh's settings). A
+    run that exits 2 (a usage error: the same for every run) stops the grid: no new run starts, the running ones
+    finish, and the grid exits 2."""
+    env = dict(environ, QUIET="1", RUNS=runs)
     todo_jobs = [runner.Job(f"{j.task} {j.name}", [script, j.task, j.lr, j.seed],
                             os.path.join(runs, ".grid_logs", j.task, f"{j.name}.out")) for j in todo]
     ran = runner.run_jobs(todo_jobs, n_slots, env, say=log.info, gpus=gpus, stop_on_usage_error=True)
@@ -87,9 +131,27 @@ def run_local(todo: List[Job], runs: str, n_slots: int, gpus: List[str], script:
     return 0
 
 
+def resolve_tasks(tasks: str, glue_bin: str) -> List[str]:
+    """The task names of ``tasks`` (spaces or commas; auto: the paper's and the custom tasks binarized in
+    ``glue_bin``), or a UsageError naming the unknown ones."""
+    custom = custom_bin_names(glue_bin)
+    names = list(PAPER_TASKS) + custom if tasks.strip() == "auto" else split_list(tasks)
+    unknown = [t for t in names if t not in TASKS and t not in custom]
+    if unknown:
+        raise UsageError(f"unknown task(s) {', '.join(unknown)}; choose from {', '.join(TASKS)} or the custom tasks "
+                         f"binarized in {glue_bin} ({', '.join(custom) or 'none'})")
+    if not names:
+        raise UsageError("no task to run: TASKS (--tasks) is empty")
+    return names
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["sh"]:
+        return main_sh(argv[1:], os.environ)
     p = argparse.ArgumentParser(prog="python -m glue.grid", description=__doc__.split("\n\n")[0])
-    p.add_argument("command", choices=["list", "job", "array", "run", "tasks", "check"])
+    p.add_argument("command", choices=["list", "job", "array", "run", "tasks", "check", "sh"],
+                   help="sh: glue/grid.sh, its settings from the environment (glue/grid.sh --help)")
     p.add_argument("index", nargs="?", type=int, help="job index (command job)")
     p.add_argument("--tasks", default="auto",
                    help=f"task names, or auto (default): the paper's 8 ({' '.join(PAPER_TASKS)}) and the custom "
@@ -103,14 +165,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--gpus", default="", help="GPU ids for the slots, e.g. 0,1,2,3 (command run; default: none)")
     p.add_argument("--script", default=FINETUNE, help="what to run for each job (default glue/finetune.sh)")
     args = p.parse_args(argv)
-    custom = custom_bin_names(args.glue_bin)
-    tasks = list(PAPER_TASKS) + custom if args.tasks.strip() == "auto" else split_list(args.tasks)
+    try:
+        tasks = resolve_tasks(args.tasks, args.glue_bin)
+    except UsageError as e:
+        p.error(str(e))
     lrs, seeds = split_list(args.lrs), split_list(args.seeds)
-    unknown = [t for t in tasks if t not in TASKS and t not in custom]
-    if unknown or not (tasks and lrs and seeds):
-        p.error(f"unknown task(s) {', '.join(unknown)}; choose from {', '.join(TASKS)} or the custom tasks "
-                f"binarized in {args.glue_bin} ({', '.join(custom) or 'none'})" if unknown
-                else "--tasks, --lrs and --seeds must not be empty")
+    if not (lrs and seeds):
+        p.error("--lrs and --seeds must not be empty")
     grid = jobs(tasks, lrs, seeds)
     if args.command == "tasks":
         print(" ".join(tasks))
@@ -143,5 +204,91 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     return run_local(todo, args.runs, args.jobs, split_list(args.gpus), args.script)
 
 
+def say(line: str) -> None:
+    sys.stderr.write(f"{PROG}: {line}\n")
+
+
+def cuda_device_count() -> int:
+    try:
+        import torch
+    except ImportError:
+        return 0
+    return torch.cuda.device_count()
+
+
+def main_sh(argv: Sequence[str], environ: Mapping[str, str]) -> int:
+    """``glue/grid.sh [--slurm | --list]``: the settings from ``environ``; exit 2 on a usage error, 1 when the
+    checkpoint, a task's binaries or a run fail."""
+    if list(argv[:1]) in (["-h"], ["--help"]):
+        sys.stdout.write(USAGE + tunables.usage_rows(TUNABLES))
+        return 0
+    if len(argv) > 1 or argv and argv[0] not in ("--slurm", "--list"):
+        sys.stderr.write(USAGE + tunables.usage_rows(TUNABLES))
+        return 2
+    mode = argv[0][2:] if argv else "local"
+    v = tunables.resolve(TUNABLES, environ, say)
+    say(tunables.shown(TUNABLES, v))
+    try:
+        tasks = resolve_tasks(v["TASKS"], v["GLUE_BIN"])
+        lrs, seeds = split_list(v["LRS"]), split_list(v["SEEDS"])
+        if not (lrs and seeds):
+            raise UsageError("LRS and SEEDS must not be empty")
+    except UsageError as e:
+        say(f"error: {e}")
+        return 2
+    say(f"tasks: {' '.join(tasks)}")
+    grid = jobs(tasks, lrs, seeds)
+    todo = [j for j in grid if not j.done(v["RUNS"])]
+    python = environ.get("PYTHON") or "python"
+    if mode == "list":
+        for j in grid:
+            print(f"{j.index}\t{j.task}\t{j.lr}\t{j.seed}\t{'todo' if j in todo else 'done'}")
+        return 0
+    if mode == "slurm" and not todo:
+        print(f"all {len(grid)} runs are done; the table: {python} -m glue.collect {v['RUNS']}")
+        return 0
+    if not v["CHECKPOINT"]:
+        say("error: CHECKPOINT is required: the pre-trained checkpoint to fine-tune")
+        return 2
+    if not os.path.isfile(v["CHECKPOINT"]):
+        say(f"error: CHECKPOINT={v['CHECKPOINT']}: no such file")
+        return 1
+    missing = missing_binaries(todo, v["GLUE_BIN"])
+    if missing:
+        say(f"error: {', '.join(missing)}: no such folder (GLUE_BIN={v['GLUE_BIN']}); binarize the tasks with "
+            "python -m preprocess.glue_binarize first")
+        return 1  # a missing input, as everywhere (docs/troubleshooting.md: exit codes)
+    if mode == "slurm":
+        settings = " ".join(f'{k}="{v[k]}"' for k in ("CHECKPOINT", "GLUE_BIN", "RUNS"))
+        print(f"# {len(todo)} of {len(grid)} runs to do; submit from the repository root (add %N to the array to run N "
+              "at a time):")
+        print(f'{settings} TASKS="{" ".join(tasks)}" LRS="{v["LRS"]}" SEEDS="{v["SEEDS"]}" sbatch '
+              f"--array={runner.slurm_ranges([j.index for j in todo])} glue/grid.sbatch")
+        print(f"# then: {python} -m glue.collect {v['RUNS']}")
+        return 0
+    gpus = (" ".join(map(str, range(cuda_device_count()))) if v["GPU_IDS"] == "auto"
+            else "" if v["GPU_IDS"] == "none" else v["GPU_IDS"])
+    try:
+        n_jobs = (len(split_list(gpus)) or 1) if v["JOBS"] == "auto" else tunables.whole(v, "JOBS")
+    except UsageError as e:
+        say(f"error: {e}")
+        return 2
+    say(f"local runs: JOBS={n_jobs} GPU_IDS='{gpus}'")
+    log.info(f"{len(grid)} runs ({len(tasks)} task(s) x {len(lrs)} LR(s) x {len(seeds)} seed(s)), "
+             f"{len(grid) - len(todo)} done, {len(todo)} to run, {n_jobs} at a time")
+    env = {**environ, "CHECKPOINT": v["CHECKPOINT"], "GLUE_BIN": v["GLUE_BIN"]}
+    status = run_local(todo, v["RUNS"], n_jobs, split_list(gpus), FINETUNE, env)
+    if status == 2:  # refused, or stopped at a usage error: no table
+        return 2
+    from glue import collect
+
+    collected = collect.main([v["RUNS"], "--expected-lrs", ",".join(lrs), "--expected-seeds", ",".join(seeds)])
+    return status or collected
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except BrokenPipeError:  # `grid.sh --list | head`: the reader is gone
+        stdout_reader_left()
+        sys.exit(141)

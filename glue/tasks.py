@@ -166,7 +166,7 @@ TASKS: Dict[str, GlueTask] = {
 }
 PAPER_TASKS: Tuple[str, ...] = tuple(name for name, t in TASKS.items() if t.in_paper)
 # The paper's fine-tuning grid (docs/glue_protocol.md §3): every task at each LR with each seed. The one
-# copy: glue.grid, glue.collect and glue/grid.sh (``python -m glue.tasks grid``) read it; the study's base
+# copy: glue.grid (and so glue/grid.sh) and glue.collect read it; the study's base
 # preset writes it out and tests/test_single_sources.py checks that it agrees.
 PAPER_LRS: Tuple[str, ...] = ("2e-5", "3e-5", "4e-5", "5e-5")
 PAPER_SEEDS: Tuple[str, ...] = ("1", "2", "3", "4", "5")

@@ -25,6 +25,7 @@ from typing import List, Optional, Sequence, Tuple
 
 from study.plan import Plan
 from study.settings import SETTINGS, UsageError, changed_settings, defaults, merged_text, recorded_text
+from tupe_common.errors import stdout_reader_left
 from study.stages import BY_NAME, STAGES, PartFailed, Stage, needs_done, note
 from tupe_common.jobs import Job, run_jobs, slurm_ranges, visible_gpus
 from tupe_plugin_cli.checkpoints import CheckpointError
@@ -227,5 +228,5 @@ if __name__ == "__main__":
     try:
         sys.exit(main())
     except BrokenPipeError:  # `study.sh --list | head`: the reader is gone, nothing left to say
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        stdout_reader_left()
         sys.exit(0)

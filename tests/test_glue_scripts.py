@@ -19,7 +19,7 @@ import pytest
 from conftest import BIN, ROOT
 from glue import collect
 from glue.finetune_helper import task_settings
-from glue.grid import PAPER_LRS, PAPER_SEEDS, PAPER_TASKS, jobs
+from glue.grid import PAPER_LRS, PAPER_SEEDS, PAPER_TASKS, jobs, main_sh
 from tupe_common.jobs import slurm_ranges
 
 FIXTURES = ROOT / "tests" / "data" / "glue"
@@ -105,6 +105,22 @@ def test_grid_indices_and_defaults(starts_process):
     help_text = sh([GRID, "--help"]).stdout  # grid.sh's defaults are the ones grid.sbatch gets from glue.grid
     assert " ".join(PAPER_TASKS) in help_text and " ".join(PAPER_LRS) in help_text
     assert " ".join(PAPER_SEEDS) in help_text
+
+
+def test_grid_sh_lists_without_a_checkpoint_and_refuses_bad_settings(tmp_path, capsys):
+    """grid.sh's function (glue/grid.py main_sh) in this process: --list needs no CHECKPOINT; a bad JOBS, an
+    unknown task and two modes at once are usage errors (2) named on one line, before any run."""
+    env = {"RUNS": str(tmp_path / "runs"), "TASKS": "RTE", "LRS": "1e-3", "SEEDS": "1,2", "GLUE_BIN": str(tmp_path)}
+    assert main_sh(["--list"], env) == 0
+    assert capsys.readouterr().out.splitlines() == ["0\tRTE\t1e-3\t1\ttodo", "1\tRTE\t1e-3\t2\ttodo"]
+    (tmp_path / "ck.pt").write_bytes(b"")
+    (tmp_path / "RTE-bin").mkdir()
+    assert main_sh([], dict(env, CHECKPOINT=str(tmp_path / "ck.pt"), JOBS="two", GPU_IDS="none")) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == "grid.sh: error: JOBS must be a positive whole number, not 'two'"
+    assert main_sh(["--list"], dict(env, TASKS="RTE Poetry")) == 2
+    assert "grid.sh: error: unknown task(s) Poetry; choose from" in capsys.readouterr().err
+    assert main_sh(["--slurm", "--list"], env) == 2 and "Usage: " in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists()
 
 
 def test_refuses_a_foreign_run_folder_and_a_missing_checkpoint(tmp_path, glue_bin, starts_process):

@@ -46,7 +46,7 @@ def test_the_paper_grid_is_the_protocols_and_the_base_presets():
 
 
 def test_grid_sh_defaults_to_the_one_grid(starts_process):
-    """grid.sh's defaults come from glue.tasks (bash, which asks python)."""
+    """grid.sh's defaults come from glue.tasks (through glue.grid's table of its settings)."""
     help_text = starts_process(["bash", str(ROOT / "glue" / "grid.sh"), "--help"]).stdout
     assert re.search(r"^  LRS\s+" + re.escape(" ".join(PAPER_LRS)) + r"\s", help_text, re.M)
     assert re.search(r"^  SEEDS\s+" + re.escape(" ".join(PAPER_SEEDS)) + r"\s", help_text, re.M)

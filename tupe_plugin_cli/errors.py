@@ -24,7 +24,7 @@ from typing import Callable, List, Optional, Tuple
 DEBUG_ENV = "TUPE_DEBUG"
 
 
-from tupe_common.errors import UsageError  # noqa: E402  (the project's one usage error: exit 2)
+from tupe_common.errors import UsageError, stdout_reader_left  # noqa: E402  (the project's one usage error: exit 2)
 # Errors a user can fix (bad file, bad setting); their message is the whole story. Our own error
 # classes (ConversionError, VariantMismatchError, DictionaryMismatchError, ...) derive from ValueError.
 USER_ERRORS = (OSError, ValueError)
@@ -98,10 +98,7 @@ def run_command(run: Callable[[argparse.Namespace], int], args: argparse.Namespa
     except KeyboardInterrupt:
         code, line = 130, "error: interrupted"
     except BrokenPipeError:  # the reader of the output left (``| head``): stop quietly, as a Unix tool does
-        try:  # no second error when Python flushes stdout at exit
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        except (OSError, ValueError):  # stdout is not a file (a test's capture)
-            pass
+        stdout_reader_left()
         return 141  # 128 + SIGPIPE: what a shell reports for a tool that SIGPIPE ended
     except Exception as e:  # noqa: BLE001  (every failure ends the same way)
         if debug():
