@@ -131,6 +131,18 @@ def run_local(todo: List[Job], runs: str, n_slots: int, gpus: List[str], script:
     return 0
 
 
+def print_list(grid: Sequence[Job], todo: Sequence[Job]) -> None:
+    """A line per job: index, task, LR, seed, todo or done (tab-separated)."""
+    for j in grid:
+        print(f"{j.index}\t{j.task}\t{j.lr}\t{j.seed}\t{'todo' if j in todo else 'done'}")
+
+
+def announce(grid: Sequence[Job], todo: Sequence[Job], tasks: Sequence[str], lrs: Sequence[str],
+             seeds: Sequence[str], n_jobs: int) -> None:
+    log.info(f"{len(grid)} runs ({len(tasks)} task(s) x {len(lrs)} LR(s) x {len(seeds)} seed(s)), "
+             f"{len(grid) - len(todo)} done, {len(todo)} to run, {n_jobs} at a time")
+
+
 def resolve_tasks(tasks: str, glue_bin: str) -> List[str]:
     """The task names of ``tasks`` (spaces or commas; auto: the paper's and the custom tasks binarized in
     ``glue_bin``), or a UsageError naming the unknown ones."""
@@ -184,8 +196,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 0
     todo = [j for j in grid if not j.done(args.runs)]
     if args.command == "list":
-        for j in grid:
-            print(f"{j.index}\t{j.task}\t{j.lr}\t{j.seed}\t{'todo' if j in todo else 'done'}")
+        print_list(grid, todo)
         return 0
     missing = missing_binaries(todo, args.glue_bin)
     if missing and args.command in ("array", "run", "check"):
@@ -199,21 +210,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 0
     if args.jobs < 1:
         p.error("--jobs must be >= 1")
-    log.info(f"{len(grid)} runs ({len(tasks)} task(s) x {len(lrs)} LR(s) x {len(seeds)} seed(s)), "
-             f"{len(grid) - len(todo)} done, {len(todo)} to run, {args.jobs} at a time")
+    announce(grid, todo, tasks, lrs, seeds, args.jobs)
     return run_local(todo, args.runs, args.jobs, split_list(args.gpus), args.script)
 
 
 def say(line: str) -> None:
     sys.stderr.write(f"{PROG}: {line}\n")
-
-
-def cuda_device_count() -> int:
-    try:
-        import torch
-    except ImportError:
-        return 0
-    return torch.cuda.device_count()
 
 
 def main_sh(argv: Sequence[str], environ: Mapping[str, str]) -> int:
@@ -241,8 +243,7 @@ def main_sh(argv: Sequence[str], environ: Mapping[str, str]) -> int:
     todo = [j for j in grid if not j.done(v["RUNS"])]
     python = environ.get("PYTHON") or "python"
     if mode == "list":
-        for j in grid:
-            print(f"{j.index}\t{j.task}\t{j.lr}\t{j.seed}\t{'todo' if j in todo else 'done'}")
+        print_list(grid, todo)
         return 0
     if mode == "slurm" and not todo:
         print(f"all {len(grid)} runs are done; the table: {python} -m glue.collect {v['RUNS']}")
@@ -266,7 +267,7 @@ def main_sh(argv: Sequence[str], environ: Mapping[str, str]) -> int:
               f"--array={runner.slurm_ranges([j.index for j in todo])} glue/grid.sbatch")
         print(f"# then: {python} -m glue.collect {v['RUNS']}")
         return 0
-    gpus = (" ".join(map(str, range(cuda_device_count()))) if v["GPU_IDS"] == "auto"
+    gpus = (" ".join(map(str, range(runner.cuda_device_count()))) if v["GPU_IDS"] == "auto"
             else "" if v["GPU_IDS"] == "none" else v["GPU_IDS"])
     try:
         n_jobs = (len(split_list(gpus)) or 1) if v["JOBS"] == "auto" else tunables.whole(v, "JOBS")
@@ -274,8 +275,7 @@ def main_sh(argv: Sequence[str], environ: Mapping[str, str]) -> int:
         say(f"error: {e}")
         return 2
     say(f"local runs: JOBS={n_jobs} GPU_IDS='{gpus}'")
-    log.info(f"{len(grid)} runs ({len(tasks)} task(s) x {len(lrs)} LR(s) x {len(seeds)} seed(s)), "
-             f"{len(grid) - len(todo)} done, {len(todo)} to run, {n_jobs} at a time")
+    announce(grid, todo, tasks, lrs, seeds, n_jobs)
     env = {**environ, "CHECKPOINT": v["CHECKPOINT"], "GLUE_BIN": v["GLUE_BIN"]}
     status = run_local(todo, v["RUNS"], n_jobs, split_list(gpus), FINETUNE, env)
     if status == 2:  # refused, or stopped at a usage error: no table

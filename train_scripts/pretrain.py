@@ -22,7 +22,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from tupe_common import tunables
 from tupe_common.errors import UsageError
-from tupe_common.jobs import with_repo_path
+from tupe_common.jobs import cuda_device_count, with_repo_path
 from tupe_common.pretrain_recipe import recipe
 from tupe_common.tunables import Say, Tunable, table, whole
 
@@ -100,14 +100,6 @@ def resolve(environ: Mapping[str, str], say: Say = say_to_stderr) -> Dict[str, s
     if not environ.get("NNODES") and environ.get("SLURM_NNODES"):
         values["NNODES"] = environ["SLURM_NNODES"]
     return values
-
-
-def cuda_device_count() -> int:
-    try:
-        import torch
-    except ImportError:
-        return 0
-    return torch.cuda.device_count()
 
 
 @dataclass

@@ -55,6 +55,15 @@ def cores() -> int:
         return os.cpu_count() or 1
 
 
+def cuda_device_count() -> int:
+    """The CUDA devices torch sees (CUDA_VISIBLE_DEVICES respected); 0 without torch. Imports torch (seconds)."""
+    try:
+        import torch
+    except ImportError:
+        return 0
+    return torch.cuda.device_count()
+
+
 def visible_gpus(environ: Mapping[str, str]) -> List[str]:
     """The GPU ids a child may be given: ``CUDA_VISIBLE_DEVICES`` as set (``""`` or ``-1``: none), else every GPU
     torch counts when torch is already imported (this module never imports it), else none."""

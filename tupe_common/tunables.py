@@ -1,4 +1,4 @@
-"""The settings of a script read from the environment (``train_scripts/pretrain.py``, ``glue/finetune.py``,
+"""The settings of a script read from the environment (``train_scripts/pretrain.py``, ``glue/finetune.py``, ``glue/grid.py``,
 ``preprocess/c4/pipeline.py``; the study reads its own table with :func:`whole` too).
 
 A table is written as lines ``NAME | default | help`` (``str.format`` fills ``{...}`` in the default and the help,
