@@ -25,8 +25,8 @@ from typing import List, Optional, Sequence, Tuple
 
 from study.plan import Plan
 from study.settings import SETTINGS, UsageError, changed_settings, defaults, merged_text, recorded_text
-from tupe_common.errors import stdout_reader_left
 from study.stages import BY_NAME, STAGES, PartFailed, Stage, needs_done, note
+from tupe_common.errors import stdout_reader_left
 from tupe_common.jobs import Job, run_jobs, slurm_ranges, visible_gpus
 from tupe_plugin_cli.checkpoints import CheckpointError
 

@@ -71,7 +71,7 @@ def test_resume_continues_at_the_next_update(runs):
     assert updates[0] == 31 and updates[-1] == 40
 
 
-def test_finetune_from_pretrained_learns_and_counts_updates(runs, tmp_path_factory):
+def test_finetune_from_pretrained_learns_and_counts_updates(runs):
     log = runs["finetune"]
     # 320 training sentences / batch 16 = 20 updates per epoch, counted by the scheduler itself
     assert "warmup_ratio schedule: 20 updates/epoch x 6 epochs -> 120 updates, 7 warmup" in log

@@ -30,6 +30,19 @@ def test_bf16_on_a_gpu_replaces_fp16_and_runs_the_parse_that_keeps_it_bf16():
     assert pretrain.command(default)[0] == str(BIN / "fairseq-train")
 
 
+def test_the_command_is_found_on_the_path_of_the_environment_it_will_run_in(tmp_path):
+    """fairseq-train and torchrun are looked up on the PATH of ``environ`` (where the command will run), and srun's
+    --cpus-per-task comes from it, not from this process's environment."""
+    for name in ("fairseq-train", "torchrun"):
+        (tmp_path / name).write_text("#!/bin/sh\n")
+        (tmp_path / name).chmod(0o755)
+    here = {"PATH": str(tmp_path)}
+    assert pretrain.command(pretrain.plan(settings(GPUS="1"), environ=here))[0] == str(tmp_path / "fairseq-train")
+    assert pretrain.command(pretrain.plan(settings(GPUS="2"), environ=here))[0] == str(tmp_path / "torchrun")
+    srun = pretrain.command(pretrain.plan(settings(GPUS="2", LAUNCHER="srun"), environ={**here, "SLURM_CPUS_PER_TASK": "6"}))
+    assert srun[0] == "srun" and srun[srun.index("--cpus-per-task") + 1] == "6"
+
+
 def test_bf16_reaches_every_rank_through_the_launcher():
     run = pretrain.plan(settings(BF16="1", GPUS="2"), environ={})
     assert run.launcher == "torchrun" and "--bf16" in pretrain.command(run)

@@ -301,7 +301,7 @@ def command(run: Run) -> List[str]:
         rdzv = ["--standalone"] if nnodes == 1 else [
             "--nnodes", str(nnodes), "--node-rank", v["NODE_RANK"], "--master-addr", v["MASTER_ADDR"],
             "--master-port", v["MASTER_PORT"]]
-        torchrun = os.path.join(os.path.dirname(fairseq_train(run)[0]), "torchrun")
+        torchrun = os.path.join(os.path.dirname(train[0]), "torchrun")  # beside fairseq-train (or the Python of BF16=1)
         torchrun = torchrun if os.access(torchrun, os.X_OK) else "torchrun"
         return [torchrun, *rdzv, "--nproc-per-node", v["NPROC_PER_NODE"], "--no-python", *rank]
     # srun: it does not inherit --cpus-per-task from sbatch (SLURM >= 22.05): pass it on
