@@ -107,10 +107,13 @@ def jobs(tasks: Sequence[str], lrs: Sequence[str], seeds: Sequence[str]) -> List
     return [Job(i, t, lr, s) for i, (t, lr, s) in enumerate(itertools.product(tasks, lrs, seeds))]
 
 
-def missing_binaries(todo: Sequence[Job], glue_bin: str) -> List[str]:
-    """The ``GLUE_BIN/TASK-bin`` folders that jobs to do need and that do not exist."""
+def missing_binaries(todo: Sequence[Job], glue_bin: str, named: str) -> Optional[str]:
+    """The error line when ``GLUE_BIN/TASK-bin`` folders that jobs to do need do not exist (``named``: how the caller
+    was given ``glue_bin``), else None."""
     folders = dict.fromkeys(os.path.join(glue_bin, f"{j.task}-bin") for j in todo)
-    return [f for f in folders if not os.path.isdir(f)]
+    missing = [f for f in folders if not os.path.isdir(f)]
+    return (f"{', '.join(missing)}: no such folder ({named}); binarize the tasks with python -m "
+            "preprocess.glue_binarize first") if missing else None
 
 
 def run_local(todo: List[Job], runs: str, n_slots: int, gpus: List[str], script: str,
@@ -143,27 +146,29 @@ def announce(grid: Sequence[Job], todo: Sequence[Job], tasks: Sequence[str], lrs
              f"{len(grid) - len(todo)} done, {len(todo)} to run, {n_jobs} at a time")
 
 
-def resolve_tasks(tasks: str, glue_bin: str) -> List[str]:
-    """The task names of ``tasks`` (spaces or commas; auto: the paper's and the custom tasks binarized in
-    ``glue_bin``), or a UsageError naming the unknown ones."""
+def grid_of(tasks: str, lrs: str, seeds: str, glue_bin: str) -> Tuple[List[str], List[str], List[str], List[Job]]:
+    """The tasks, LRs and seeds of a grid's settings (spaces or commas; tasks ``auto``: the paper's and the custom
+    tasks binarized in ``glue_bin``) and its jobs; a UsageError names an unknown task or an empty list."""
     custom = custom_bin_names(glue_bin)
     names = list(PAPER_TASKS) + custom if tasks.strip() == "auto" else split_list(tasks)
     unknown = [t for t in names if t not in TASKS and t not in custom]
     if unknown:
         raise UsageError(f"unknown task(s) {', '.join(unknown)}; choose from {', '.join(TASKS)} or the custom tasks "
                          f"binarized in {glue_bin} ({', '.join(custom) or 'none'})")
-    if not names:
-        raise UsageError("no task to run: TASKS (--tasks) is empty")
-    return names
+    lr_list, seed_list = split_list(lrs), split_list(seeds)
+    if not (names and lr_list and seed_list):
+        raise UsageError("TASKS, LRS and SEEDS (--tasks, --lrs, --seeds) must not be empty")
+    return names, lr_list, seed_list, jobs(names, lr_list, seed_list)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["sh"]:
         return main_sh(argv[1:], os.environ)
-    p = argparse.ArgumentParser(prog="python -m glue.grid", description=__doc__.split("\n\n")[0])
-    p.add_argument("command", choices=["list", "job", "array", "run", "tasks", "check", "sh"],
-                   help="sh: glue/grid.sh, its settings from the environment (glue/grid.sh --help)")
+    p = argparse.ArgumentParser(prog="python -m glue.grid", description=__doc__.split("\n\n")[0],
+                                epilog="python -m glue.grid sh [--slurm | --list] is glue/grid.sh: its settings come "
+                                       "from the environment (glue/grid.sh --help), and it takes no option above")
+    p.add_argument("command", choices=["list", "job", "array", "run", "tasks", "check"])
     p.add_argument("index", nargs="?", type=int, help="job index (command job)")
     p.add_argument("--tasks", default="auto",
                    help=f"task names, or auto (default): the paper's 8 ({' '.join(PAPER_TASKS)}) and the custom "
@@ -178,13 +183,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--script", default=FINETUNE, help="what to run for each job (default glue/finetune.sh)")
     args = p.parse_args(argv)
     try:
-        tasks = resolve_tasks(args.tasks, args.glue_bin)
+        tasks, lrs, seeds, grid = grid_of(args.tasks, args.lrs, args.seeds, args.glue_bin)
     except UsageError as e:
         p.error(str(e))
-    lrs, seeds = split_list(args.lrs), split_list(args.seeds)
-    if not (lrs and seeds):
-        p.error("--lrs and --seeds must not be empty")
-    grid = jobs(tasks, lrs, seeds)
     if args.command == "tasks":
         print(" ".join(tasks))
         return 0
@@ -198,10 +199,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.command == "list":
         print_list(grid, todo)
         return 0
-    missing = missing_binaries(todo, args.glue_bin)
-    if missing and args.command in ("array", "run", "check"):
-        print(f"{p.prog}: error: {', '.join(missing)}: no such folder (--glue-bin {args.glue_bin}); binarize the "
-              "tasks with python -m preprocess.glue_binarize first", file=sys.stderr)
+    missing = missing_binaries(todo, args.glue_bin, f"--glue-bin {args.glue_bin}")
+    if missing:  # array, run and check
+        print(f"{p.prog}: error: {missing}", file=sys.stderr)
         return 1  # a missing input, as everywhere (docs/troubleshooting.md: exit codes)
     if args.command == "check":  # grid.sh: every run still to do has its binaries
         return 0
@@ -231,15 +231,11 @@ def main_sh(argv: Sequence[str], environ: Mapping[str, str]) -> int:
     v = tunables.resolve(TUNABLES, environ, say)
     say(tunables.shown(TUNABLES, v))
     try:
-        tasks = resolve_tasks(v["TASKS"], v["GLUE_BIN"])
-        lrs, seeds = split_list(v["LRS"]), split_list(v["SEEDS"])
-        if not (lrs and seeds):
-            raise UsageError("LRS and SEEDS must not be empty")
+        tasks, lrs, seeds, grid = grid_of(v["TASKS"], v["LRS"], v["SEEDS"], v["GLUE_BIN"])
     except UsageError as e:
         say(f"error: {e}")
         return 2
     say(f"tasks: {' '.join(tasks)}")
-    grid = jobs(tasks, lrs, seeds)
     todo = [j for j in grid if not j.done(v["RUNS"])]
     python = environ.get("PYTHON") or "python"
     if mode == "list":
@@ -254,10 +250,9 @@ def main_sh(argv: Sequence[str], environ: Mapping[str, str]) -> int:
     if not os.path.isfile(v["CHECKPOINT"]):
         say(f"error: CHECKPOINT={v['CHECKPOINT']}: no such file")
         return 1
-    missing = missing_binaries(todo, v["GLUE_BIN"])
+    missing = missing_binaries(todo, v["GLUE_BIN"], f"GLUE_BIN={v['GLUE_BIN']}")
     if missing:
-        say(f"error: {', '.join(missing)}: no such folder (GLUE_BIN={v['GLUE_BIN']}); binarize the tasks with "
-            "python -m preprocess.glue_binarize first")
+        say(f"error: {missing}")
         return 1  # a missing input, as everywhere (docs/troubleshooting.md: exit codes)
     if mode == "slurm":
         settings = " ".join(f'{k}="{v[k]}"' for k in ("CHECKPOINT", "GLUE_BIN", "RUNS"))
