@@ -114,26 +114,32 @@ def run(cmd: List[str], cwd: Path = ROOT, check: bool = True, timeout: int = 600
     return p
 
 
-def command_in_process(argv: List[str], check: bool = True) -> subprocess.CompletedProcess:
-    """``argv`` (a ``tupe-*`` console script, by path or name, and its arguments) through the function that script
-    calls (``tupe_plugin_cli.commands.dispatch``) in this process, which has torch and fairseq already: a process
-    start (~7 s of CPU) fewer than ``run``. Its exit status and output as a finished process's; ``check`` as in
-    ``run``. test_cli_errors runs every console script itself (``--help``)."""
+def call_in_process(call: Callable[[], int], argv: List[str], check: bool = True) -> subprocess.CompletedProcess:
+    """``call()`` (the function a command's process would run) in this process, its stdout and stderr captured: its
+    status (or SystemExit's) and output as a finished process's for ``argv``; ``check`` as in ``run``."""
     import contextlib
     import io
-
-    from tupe_plugin_cli.commands import dispatch
 
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:
-            code = dispatch(Path(argv[0]).name, [str(a) for a in argv[1:]])
+            code = call()
         except SystemExit as e:  # argparse's usage error
             code = e.code if isinstance(e.code, int) else 1
     p = subprocess.CompletedProcess(argv, code, out.getvalue(), err.getvalue())
     if check and code != 0:
         raise AssertionError(f"{' '.join(map(str, argv))} failed ({code}):\n{p.stdout[-3000:]}\n{p.stderr[-6000:]}")
     return p
+
+
+def command_in_process(argv: List[str], check: bool = True) -> subprocess.CompletedProcess:
+    """``argv`` (a ``tupe-*`` console script, by path or name, and its arguments) through the function that script
+    calls (``tupe_plugin_cli.commands.dispatch``) in this process, which has torch and fairseq already: a process
+    start (~7 s of CPU) fewer than ``run``. Its exit status and output as a finished process's; ``check`` as in
+    ``run``. test_cli_errors runs every console script itself (``--help``)."""
+    from tupe_plugin_cli.commands import dispatch
+
+    return call_in_process(lambda: dispatch(Path(argv[0]).name, [str(a) for a in argv[1:]]), argv, check)
 
 
 def fairseq_train_in_one_process(commands: Dict[str, List[str]], folder: Path, failing: Sequence[str] = (),

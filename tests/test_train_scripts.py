@@ -17,7 +17,7 @@ from typing import Dict, List
 
 import pytest
 
-from conftest import BIN, ROOT, train_losses
+from conftest import BIN, ROOT, call_in_process, train_losses
 
 pytestmark = pytest.mark.usefixtures("starts_process")  # every test here starts a process
 
@@ -51,18 +51,10 @@ def dry_run(check: bool = True, **env: str) -> subprocess.CompletedProcess:
     ``main``, given the environment ``sh`` gives the script) with its output captured; the status and output of a
     finished process, without a process start (about 4 s of CPU). The shell file itself runs in
     test_help_lists_every_variable and in every test that trains."""
-    import contextlib
-    import io
-
     from train_scripts import pretrain
 
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = pretrain.main([], environ=script_env(**env, DRY_RUN="1"))
-    p = subprocess.CompletedProcess(["pretrain.sh"], code, out.getvalue(), err.getvalue())
-    if check and code != 0:
-        raise AssertionError(f"DRY_RUN=1 pretrain.sh {env} failed ({code}):\n{p.stdout[-3000:]}\n{p.stderr[-6000:]}")
-    return p
+    return call_in_process(lambda: pretrain.main([], environ=script_env(**env, DRY_RUN="1")),
+                           ["DRY_RUN=1", "pretrain.sh", *(f"{k}={v}" for k, v in env.items())], check)
 
 
 def free_port() -> str:
