@@ -25,6 +25,7 @@ sys.path.insert(1, str(ROOT))  # preprocess/ and glue/ are not installed: they r
 BIN = Path(sys.executable).parent
 
 from corpus import labelled, lm_lines  # noqa: E402
+from warm_python import WarmPython  # noqa: E402
 
 
 # ---- the `slow` marker: the tests that start a process -------------------------------------------------------
@@ -98,17 +99,30 @@ def without_prefetch(argv: List[str], hydra: bool = False) -> List[str]:
     return [*argv, "dataset.data_buffer_size=0" if hydra else "--data-buffer-size=0"]
 
 
+# fairseq's CLIs and Python scripts started by ``run`` are forked from a warm interpreter that has imported torch
+# and fairseq (tests/warm_python.py: ~0.1 s instead of ~7 s of CPU per start); TESTS_FRESH_PROCESSES=1 starts each
+# in a fresh interpreter, as ``run(..., fresh=True)`` does for one command.
+WARM = os.environ.get("TESTS_FRESH_PROCESSES", "") in ("", "0")
+
+
 def run(cmd: List[str], cwd: Path = ROOT, check: bool = True, timeout: int = 600,
-        env: Optional[Dict[str, str]] = None) -> subprocess.CompletedProcess:
+        env: Optional[Dict[str, str]] = None, fresh: bool = False) -> subprocess.CompletedProcess:
     """Run a real CLI (fairseq-train, ...) from the venv; output captured as text. ``env``: the environment
-    (default: this process's)."""
+    (default: this process's). ``fresh``: in a new interpreter even where the warm one could run it (a test of what
+    happens at a process's start: import-time output, what it imports)."""
     env = dict(os.environ if env is None else env, PYTHONUNBUFFERED="1")
     env["PATH"] = f"{BIN}:{env.get('PATH', '')}"
     if cmd[0] in ("fairseq-train", "fairseq-hydra-train"):
         cmd = [cmd[0], *without_prefetch(cmd[1:], hydra=cmd[0] == "fairseq-hydra-train")]
     if cmd[0].startswith("fairseq-"):
         cmd = [str(BIN / cmd[0])] + cmd[1:]
-    p = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    cmd = [str(c) for c in cmd]
+    if os.sep not in cmd[0] and shutil.which(cmd[0], path=env["PATH"]):  # the file the name runs (python: this one)
+        cmd[0] = shutil.which(cmd[0], path=env["PATH"])
+    if WARM and not fresh and WarmPython.can_run(cmd, env):
+        p = WarmPython.get().completed(cmd, cwd, env, timeout)
+    else:
+        p = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
     if check and p.returncode != 0:
         raise AssertionError(f"{' '.join(map(str, cmd))} failed ({p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-6000:]}")
     return p

@@ -456,10 +456,9 @@ def test_bench_train_step_takes_the_electra_step():
 def test_bench_train_step_runs_the_electra_row_end_to_end(tmp_path, starts_process):
     """The benchmark as a user runs it (tiny, one step): a measured row against RoBERTa, not a 'failed' cell."""
     out = tmp_path / "rows.json"
-    subprocess.run([sys.executable, str(ROOT / "bench" / "bench_train_step.py"), "--variants", "tupe_r",
-                    "--objective", "electra", "--sizes", "tiny", "--lengths", "32", "--tokens", "64",
-                    "--steps", "1", "--warmup", "0", "--json", str(out)], check=True, capture_output=True,
-                   text=True, cwd=ROOT)
+    run([sys.executable, str(ROOT / "bench" / "bench_train_step.py"), "--variants", "tupe_r", "--objective",
+         "electra", "--sizes", "tiny", "--lengths", "32", "--tokens", "64", "--steps", "1", "--warmup", "0",
+         "--json", str(out)])
     rows = json.loads(out.read_text())["rows"]
     assert len(rows) == 1 and rows[0]["objective"] == "electra" and not rows[0].get("error")
     assert rows[0]["attention"].startswith("auto: ") and rows[0]["flop_ratio"] > 1

@@ -17,6 +17,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXTURES = os.path.join(REPO, "tests", "data", "glue")
 sys.path[:0] = [REPO, os.path.join(REPO, "tests")]
 import make_glue_fixtures  # noqa: E402
+from conftest import run  # noqa: E402
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": REPO}
 VENV_BIN = os.path.dirname(sys.executable)  # fairseq-train / fairseq-preprocess of this interpreter
@@ -60,8 +61,7 @@ def raw_rows(task: str, fname: str):
 
 
 def cli(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, "-m", "preprocess.glue_binarize", *args], cwd=REPO, env=ENV,
-                          capture_output=True, text=True, timeout=300)
+    proc = run([sys.executable, "-m", "preprocess.glue_binarize", *args], cwd=REPO, env=ENV, check=False, timeout=300)
     if check:
         assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc
@@ -202,9 +202,9 @@ def test_label_binaries_equal_fairseq_preprocess(glue_out, tmp_path, starts_proc
         col = 12 if fname == "train.tsv" else 16
         (tmp_path / f"{stem}.label").write_text("".join(r[col - 1] + "\n" for r in raw_rows("MNLI", fname)))
     dest = tmp_path / "label"
-    subprocess.run([os.path.join(VENV_BIN, "fairseq-preprocess"), "--only-source",
-                    "--trainpref", str(tmp_path / "train.label"), "--validpref", f"{tmp_path / 'dm.label'},{tmp_path / 'dmm.label'}",
-                    "--destdir", str(dest), "--workers", "1"], env=ENV, check=True, capture_output=True)
+    run([os.path.join(VENV_BIN, "fairseq-preprocess"), "--only-source", "--trainpref", str(tmp_path / "train.label"),
+         "--validpref", f"{tmp_path / 'dm.label'},{tmp_path / 'dmm.label'}", "--destdir", str(dest), "--workers", "1"],
+        env=ENV)
     ours = os.path.join(out, "MNLI-bin", "label")
     for name in ("dict.txt", "train.bin", "train.idx", "valid.bin", "valid.idx", "valid1.bin", "valid1.idx"):
         assert filecmp.cmp(os.path.join(ours, name), dest / name, shallow=False), name
@@ -274,7 +274,7 @@ def test_fairseq_train_runs_on_binaries(glue_out, tmp_path, starts_process):
            "--max-update", "3", "--batch-size", "8", "--optimizer", "adam", "--lr", "1e-4", "--cpu",
            "--no-save", "--log-format", "simple", "--log-interval", "1", "--num-workers", "0",
            "--save-dir", str(tmp_path / "ckpt")]
-    proc = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=300)
+    proc = run(cmd, env=ENV, check=False, timeout=300)
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-3000:]
     inner = [line for line in log.splitlines() if "| train_inner |" in line]

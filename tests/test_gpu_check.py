@@ -20,6 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
 import gpu_check  # noqa: E402
+from conftest import run  # noqa: E402
 import gpu_wheels  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("starts_process")  # its tests start processes (real CLIs, scripts)
@@ -39,7 +40,7 @@ needs_index = pytest.mark.skipif(not index_reachable(), reason="pypi.org is unre
 
 
 def cli(*args: str, env=None, timeout: int = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, env=env, timeout=timeout)
+    return run([sys.executable, *args], cwd=ROOT, check=False, env=env, timeout=timeout)
 
 
 # --- the wheel folder ---------------------------------------------------------------------------------------------

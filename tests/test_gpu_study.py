@@ -25,6 +25,7 @@ BIN = Path(sys.executable).parent
 
 import gpu_study  # noqa: E402
 import gpu_study_data  # noqa: E402
+from conftest import run  # noqa: E402
 from corpus import study_inputs  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("starts_process")  # its tests start processes (real CLIs, scripts)
@@ -68,9 +69,8 @@ def data(tmp_path_factory):
     """The data folder from the fixtures: C4-format text of tests/corpus.py and the SST-2 fixture task."""
     d = tmp_path_factory.mktemp("gpu_study_data")
     study_inputs(d)
-    p = subprocess.run([sys.executable, "bench/gpu_study_data.py", "--c4-dir", str(d / "c4"), "--tasks-dir",
-                        str(d / "tasks"), "--dir", str(d / "carry"), "--work", str(d / "work")], cwd=ROOT,
-                       env=environment(**TINY), capture_output=True, text=True, timeout=600)
+    p = run([sys.executable, "bench/gpu_study_data.py", "--c4-dir", str(d / "c4"), "--tasks-dir", str(d / "tasks"),
+             "--dir", str(d / "carry"), "--work", str(d / "work")], env=environment(**TINY), check=False, timeout=600)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-6000:]
     return d / "carry", p
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 
 import pytest
 
+from conftest import run
 from preprocess.moses_bpe import (FastBPE, MosesBPE, glue_cleanup, pre_cleanup, read_codes,
                                   remove_non_printing, replace_patterns)
 
@@ -155,10 +155,9 @@ def test_glue_binarize_with_moses_bpe(tmp_path, starts_process):
     (tmp_path / "dict.txt").write_text("".join(f"{u} 1\n" for u in units), encoding="utf-8")
     out = tmp_path / "glue-bin"
     env = {**os.environ, "PYTHONPATH": REPO, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, "-m", "preprocess.glue_binarize", "--glue-dir", FIXTURES, "--tasks", "RTE",
-                           "--tokenizer", "moses_bpe", "--bpe-codes", str(codes), "--dict", str(tmp_path / "dict.txt"),
-                           "--out-dir", str(out), "--workers", "2"],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    proc = run([sys.executable, "-m", "preprocess.glue_binarize", "--glue-dir", FIXTURES, "--tasks", "RTE",
+                "--tokenizer", "moses_bpe", "--bpe-codes", str(codes), "--dict", str(tmp_path / "dict.txt"),
+                "--out-dir", str(out), "--workers", "2"], cwd=REPO, env=env, check=False, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
     d = Dictionary.load(str(tmp_path / "dict.txt"))
@@ -187,7 +186,7 @@ def test_glue_binarize_with_moses_bpe(tmp_path, starts_process):
 
 
 def test_moses_bpe_needs_codes(tmp_path, starts_process):
-    proc = subprocess.run([sys.executable, "-m", "preprocess.glue_binarize", "--glue-dir", FIXTURES, "--tasks", "RTE",
-                           "--tokenizer", "moses_bpe", "--dict", "dict.txt", "--out-dir", str(tmp_path)],
-                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    proc = run([sys.executable, "-m", "preprocess.glue_binarize", "--glue-dir", FIXTURES, "--tasks", "RTE",
+                "--tokenizer", "moses_bpe", "--dict", "dict.txt", "--out-dir", str(tmp_path)], cwd=REPO, check=False,
+               timeout=120)
     assert proc.returncode == 2 and "--bpe-codes is required with --tokenizer moses_bpe" in proc.stderr

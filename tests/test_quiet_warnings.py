@@ -55,7 +55,7 @@ def test_fairseq_train_with_the_plugin_has_no_known_deprecation_warnings(lm_bin,
     p = run(["fairseq-train", str(lm_bin), "--user-dir", "tupe_plugin", "--task", "masked_lm", "--criterion",
              "masked_lm", "--arch", "tupe_roberta_tiny", "--tokens-per-sample", "64", "--batch-size", "8",
              "--optimizer", "adam", "--lr", "1e-3", "--max-update", "2", "--cpu", "--num-workers", "0",
-             "--no-save", "--save-dir", str(tmp_path)])
+             "--no-save", "--save-dir", str(tmp_path)], fresh=True)  # warnings of fairseq's imports included
     assert "done training" in p.stderr + p.stdout
     assert not [t for t in KNOWN_TEXTS if t in p.stderr]
     if not torch.cuda.is_available():  # a real warning of this run (torch, CPU only) is still printed
@@ -66,7 +66,7 @@ def test_fairseq_train_with_the_plugin_has_no_known_deprecation_warnings(lm_bin,
 def test_commands_do_not_print_fairseq_tensorboardx_line(starts_process):
     """fairseq logs "Please install tensorboardX" on import of its tasks; our commands drop that one record."""
     line = "Please install tensorboardX"
-    p = run([str(Path(sys.executable).parent / "tupe-checkpoint-info"), "--list-variants"])
+    p = run([str(Path(sys.executable).parent / "tupe-checkpoint-info"), "--list-variants"], fresh=True)
     assert p.stdout.split()[:2] == ["bert-a", "bert-r"] and line not in p.stdout + p.stderr
     shown = run([sys.executable, "-c", "import os; os.environ['TUPE_SHOW_ALL_WARNINGS'] = '1'; "
                  "import tupe_plugin, fairseq.tasks"]).stderr  # the opt-out keeps it
