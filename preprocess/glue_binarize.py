@@ -35,6 +35,7 @@ from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence,
 import numpy as np
 
 from glue.tasks import CUSTOM_MARK, TASKS, GlueTask, Split, custom_task_names, get_task
+from preprocess.fairseq_dict import FairseqDict, write_binaries
 from preprocess.moses_bpe import moses_bpe_tokenizer
 from preprocess.spm_dict import dict_pieces, id_offset, load_spm
 from tupe_common.io import PARTIAL, atomic_dir, file_hash
@@ -264,27 +265,12 @@ def _with_progress(items: Iterable[np.ndarray], what: str, every: int = PROGRESS
         yield item
 
 
-def _write_indexed(path_prefix: str, arrays, vocab_size: int) -> int:
-    import torch
-    from fairseq.data import indexed_dataset
-
-    builder = indexed_dataset.make_builder(path_prefix + ".bin", impl="mmap", vocab_size=vocab_size)
-    n = 0
-    for arr in arrays:
-        builder.add_item(torch.from_numpy(arr))
-        n += 1
-    builder.finalize(path_prefix + ".idx")
-    return n
-
-
-def build_label_dict(train_labels: List[str]):
+def build_label_dict(train_labels: List[str]) -> FairseqDict:
     """The dictionary ``fairseq-preprocess --only-source`` builds from the train label file."""
-    from fairseq.data import Dictionary
-
-    d = Dictionary()
+    d = FairseqDict()
     for value in train_labels:
         d.add_symbol(value)
-    d.finalize(threshold=0, nwords=-1, padding_factor=8)
+    d.finalize(padding_factor=8)
     return d
 
 
@@ -299,7 +285,7 @@ def write_task(task: GlueTask, splits: List[SplitData], dictionary, encode_many,
             log.info(f"[{task.name}] encoding {split.spec.file} column {split.spec.inputs[k]} "
                      f"-> input{k}/{split.spec.out} ({len(texts)} lines)")
             arrays = _with_progress(encode_many(texts), f"[{task.name}] input{k}/{split.spec.out}")
-            _write_indexed(os.path.join(sub, split.spec.out), arrays, len(dictionary))
+            write_binaries(os.path.join(sub, split.spec.out), arrays, len(dictionary))
     label_dir = os.path.join(tmp, "label")
     os.makedirs(label_dir)
     labelled = [s for s in splits if s.spec.label is not None]
@@ -314,7 +300,7 @@ def write_task(task: GlueTask, splits: List[SplitData], dictionary, encode_many,
     eos = label_dict.eos()
     for split in labelled:
         arrays = (np.array([label_dict.index(v), eos], dtype=np.int64) for v in split.labels)
-        _write_indexed(os.path.join(label_dir, split.spec.out), arrays, len(label_dict))
+        write_binaries(os.path.join(label_dir, split.spec.out), arrays, len(label_dict))
 
 
 def _manifest(task: GlueTask, splits: List[SplitData], args: argparse.Namespace, dict_sha: str) -> dict:
@@ -437,16 +423,14 @@ def run(args: argparse.Namespace) -> None:
             log.info(f"[{task.name}] {final} already complete, skipped (--force rebuilds it)")
             continue
         todo.append(task)
-    # Read and check everything before the slow imports and any writing.
+    # Read and check everything before any writing.
     data = {t.name: read_task(t, os.path.join(args.glue_dir, t.name)) for t in todo}
     if not todo:
         return
 
-    from fairseq.data import Dictionary
-
     try:
-        dictionary = Dictionary.load(args.dict)
-    except Exception as e:  # fairseq raises ValueError/RuntimeError with its own wording
+        dictionary = FairseqDict.load(args.dict)
+    except ValueError as e:  # UnicodeDecodeError included
         raise GlueInputError(f"{args.dict}: not a fairseq dict.txt ({e})") from None
     if args.tokenizer == "spm":
         check_dict_matches_spm(args.spm_model, dictionary, args.dict)

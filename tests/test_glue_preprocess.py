@@ -461,3 +461,34 @@ def test_fixtures_are_reproducible(tmp_path):
 def test_help(starts_process):
     proc = cli("--help")
     assert "--glue-dir" in proc.stdout and "--workers" in proc.stdout and "--force" in proc.stdout
+
+
+def test_fairseq_dict_reads_orders_and_saves_as_fairseqs_dictionary(tmp_path):
+    """preprocess.fairseq_dict (what glue_binarize uses instead of importing fairseq) against fairseq's own
+    Dictionary: the same ids after loading (an overwrite flag included), the same label order and padding after
+    finalize (counts with ties), the same saved file, and a malformed line refused by number."""
+    from fairseq.data import Dictionary
+
+    from preprocess.fairseq_dict import FairseqDict
+
+    text = tmp_path / "dict.txt"
+    text.write_text("▁the 50\nof 7\nzeta 7\nalpha 3\n<unk> 1 #fairseq:overwrite\nx y 2\n", encoding="utf-8")
+    ours, theirs = FairseqDict.load(str(text)), Dictionary.load(str(text))
+    assert ours.symbols == theirs.symbols and ours.indices == theirs.indices and ours.count == theirs.count
+    assert (ours.unk(), ours.eos(), ours.index("nowhere")) == (theirs.unk(), theirs.eos(), theirs.index("nowhere"))
+    ours.save(str(tmp_path / "ours.txt"))
+    theirs.save(str(tmp_path / "theirs.txt"))
+    assert (tmp_path / "ours.txt").read_bytes() == (tmp_path / "theirs.txt").read_bytes()
+    labels = ["b", "a", "c", "a", "b", "d", "c", "e", "f", "g", "h", "i"]  # ties at 2 and at 1
+    ours, theirs = FairseqDict(), Dictionary()
+    for label in labels:
+        ours.add_symbol(label)
+        theirs.add_symbol(label)
+    ours.finalize(padding_factor=8)
+    theirs.finalize(threshold=0, nwords=-1, padding_factor=8)
+    assert ours.symbols == theirs.symbols and ours.indices == theirs.indices and len(ours) % 8 == 0
+    assert ours.symbols[4:7] == ["a", "b", "c"] and ours.symbols[-1].startswith("madeupword")
+    for bad in ("word\n", "a 1\na 2\n", "a one\n"):
+        text.write_text(bad, encoding="utf-8")
+        with pytest.raises(ValueError, match="line [12]:"):
+            FairseqDict.load(str(text))

@@ -16,7 +16,7 @@ from typing import Dict, List
 
 import pytest
 
-from conftest import BIN, ROOT
+from conftest import BIN, ROOT, run
 from glue import collect
 from glue.finetune_helper import task_settings
 from glue.grid import PAPER_LRS, PAPER_SEEDS, PAPER_TASKS, jobs, main_sh
@@ -32,10 +32,7 @@ VALID_RE = re.compile(r"valid on '(\w+)' subset \|.*? \| (accuracy|mcc|pearson) 
 def sh(cmd: List, check: bool = True, **env: str) -> subprocess.CompletedProcess:
     full = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_") and k not in TINY}
     full.update(PATH=f"{BIN}:{os.environ.get('PATH', '')}", PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", **env)
-    p = subprocess.run([str(c) for c in cmd], cwd=ROOT, env=full, capture_output=True, text=True, timeout=300)
-    if check and p.returncode != 0:
-        raise AssertionError(f"{cmd} failed ({p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-6000:]}")
-    return p
+    return run([str(c) for c in cmd], cwd=ROOT, check=check, env=full, timeout=300)
 
 
 @pytest.fixture(scope="module")
