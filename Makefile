@@ -21,7 +21,7 @@ demo: $(STAMP)
 # One pytest worker (pytest-xdist) per CPU core, at most 8, one test module each at a time (module fixtures are
 # built once; the suite is CPU-bound: a worker per core keeps every core busy, 3 workers on 2 cores measured no
 # faster), in the order of tests/conftest.py (most process-starting tests first); TEST_WORKERS=0 runs in one process.
-# The 25 slowest steps are listed at the end (the suite's budget: 15 minutes).
+# The 25 slowest steps are listed at the end (the suite's budget: 12 minutes on 2 cores).
 TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ "$$n" -gt 8 ] && n=8; echo "$$n")
 test: $(STAMP)
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=25 tests

@@ -17,7 +17,8 @@ from tupe_common.log import setup_logging
 
 # Modules that write files or print progress and have no reason to load torch or fairseq to do it.
 LIGHT = ("tupe_common.io", "tupe_common.log", "tupe_common.mmap_index", "preprocess.text_to_c4", "preprocess.c4_extract", "preprocess.c4_layout",
-         "preprocess.hub_files", "preprocess.glue_download", "preprocess.snli_download", "preprocess.probing_sets",
+         "preprocess.hub_files", "preprocess.glue_binarize", "preprocess.fairseq_dict",
+         "preprocess.glue_download", "preprocess.snli_download", "preprocess.probing_sets",
          "glue.collect", "glue.grid", "glue.finetune_helper")
 
 
