@@ -101,6 +101,9 @@ def _child(request: dict) -> None:
                 stream.flush()
             except Exception:  # noqa: BLE001
                 pass
+        if code < 0:
+            signal.signal(-code, signal.SIG_DFL)
+            os.kill(os.getpid(), -code)
         os._exit(code)
 
 
@@ -116,11 +119,11 @@ def _status(call) -> int:
             return e.code
         print(e.code, file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # the interpreter prints it, then ends by the signal itself
         import traceback
 
         traceback.print_exc()
-        return 130
+        return -signal.SIGINT
     except BaseException:  # noqa: BLE001
         import traceback
 
@@ -175,7 +178,7 @@ class WarmPython:
         request_r, self.request_w = os.pipe()
         self.reply_r, reply_w = os.pipe()
         self.env = dict(os.environ)
-        log = open(Path(os.environ.get("TMPDIR", "/tmp")) / f"warm_python.{os.getpid()}.log", "w")
+        log = open(Path(tempfile.gettempdir()) / f"warm_python.{os.getpid()}.log", "w")  # what the server printed
         self.server = subprocess.Popen([sys.executable, __file__, str(request_r), str(reply_w)], pass_fds=(request_r, reply_w),
                                        stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=self.env)
         os.close(request_r)
