@@ -112,13 +112,11 @@ def run(cmd: List[str], cwd: Path = ROOT, check: bool = True, timeout: int = 600
     happens at a process's start: import-time output, what it imports)."""
     env = dict(os.environ if env is None else env, PYTHONUNBUFFERED="1")
     env["PATH"] = f"{BIN}:{env.get('PATH', '')}"
+    cmd = [str(c) for c in cmd]
     if cmd[0] in ("fairseq-train", "fairseq-hydra-train"):
         cmd = [cmd[0], *without_prefetch(cmd[1:], hydra=cmd[0] == "fairseq-hydra-train")]
-    if cmd[0].startswith("fairseq-"):
-        cmd = [str(BIN / cmd[0])] + cmd[1:]
-    cmd = [str(c) for c in cmd]
-    if os.sep not in cmd[0] and shutil.which(cmd[0], path=env["PATH"]):  # the file the name runs (python: this one)
-        cmd[0] = shutil.which(cmd[0], path=env["PATH"])
+    if os.sep not in cmd[0]:  # the file the name runs: the venv's first (fairseq-*, python: this interpreter)
+        cmd[0] = shutil.which(cmd[0], path=env["PATH"]) or cmd[0]
     if WARM and not fresh and WarmPython.can_run(cmd, env):
         p = WarmPython.get().completed(cmd, cwd, env, timeout)
     else:

@@ -32,7 +32,7 @@ VALID_RE = re.compile(r"valid on '(\w+)' subset \|.*? \| (accuracy|mcc|pearson) 
 def sh(cmd: List, check: bool = True, **env: str) -> subprocess.CompletedProcess:
     full = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_") and k not in TINY}
     full.update(PATH=f"{BIN}:{os.environ.get('PATH', '')}", PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", **env)
-    return run([str(c) for c in cmd], cwd=ROOT, check=check, env=full, timeout=300)
+    return run(cmd, cwd=ROOT, check=check, env=full, timeout=300)
 
 
 @pytest.fixture(scope="module")

@@ -70,8 +70,7 @@ def data(tmp_path_factory):
     d = tmp_path_factory.mktemp("gpu_study_data")
     study_inputs(d)
     p = run([sys.executable, "bench/gpu_study_data.py", "--c4-dir", str(d / "c4"), "--tasks-dir", str(d / "tasks"),
-             "--dir", str(d / "carry"), "--work", str(d / "work")], env=environment(**TINY), check=False, timeout=600)
-    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-6000:]
+             "--dir", str(d / "carry"), "--work", str(d / "work")], env=environment(**TINY), timeout=600)
     return d / "carry", p
 
 
