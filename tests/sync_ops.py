@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import traceback
 import warnings
+from collections import Counter
 from typing import Iterable, List, NamedTuple, Optional, Set, Tuple
 
 import torch
@@ -165,6 +166,10 @@ class SyncOps:
     def kinds(self) -> Set[Tuple[str, str]]:
         """The distinct (op, site) pairs."""
         return {(o.op, o.site) for o in self.ops}
+
+    def counts(self) -> Counter:
+        """How many times each (op, site) pair ran."""
+        return Counter((o.op, o.site) for o in self.ops)
 
 
 def record(fn, *args, **kwargs) -> List[SyncOp]:

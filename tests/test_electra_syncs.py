@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import inspect
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -139,12 +140,14 @@ def step_syncs(objective: str, data: Path, arch: str) -> SyncOps:
 @pytest.mark.parametrize("arch", ["tupe_r_tiny", "bert_a_tiny", "pam_sequential_tiny"])
 def test_the_electra_step_syncs_nowhere_the_mlm_step_does_not(data, arch):
     """Generator, sampling, discriminator, loss, metrics and backward: every sync-forcing op is one the MLM
-    step of the same encoder makes at the same line (the encoder's own), none in ELECTRA's code."""
+    step of the same encoder makes at the same line (the encoder's own), no more often (the generator and the
+    discriminator share one padding check), none in ELECTRA's code."""
     electra, mlm = step_syncs("electra", data, arch), step_syncs("mlm", data, arch)
     assert any(op == "aten.index.Tensor[bool]" and site.startswith("fairseq/models/roberta/model.py:")
                for op, site in mlm.kinds())  # the recorder ran: RobertaLMHead's features[masked_tokens]
     assert not [o for o in electra.ops if o.site.split(":")[0].removeprefix("backward of ") in ELECTRA_FILES], electra.ops
     assert electra.kinds() <= mlm.kinds(), sorted(electra.kinds() - mlm.kinds())
+    assert not electra.counts() - mlm.counts(), (electra.counts(), mlm.counts())
 
 
 def test_the_task_batches_carry_the_masked_positions_and_the_model_reads_them_as_the_mask(data):
@@ -179,4 +182,26 @@ def test_cuda_electra_step_syncs_no_more_than_the_mlm_step(data):
     electra, mlm = count("electra"), count("mlm")
     assert mlm.count >= 3, mlm  # the LM head's and the loss's boolean indexing, and its backward
     assert not [s for s in electra.sites if s.split(":")[0].endswith(ELECTRA_FILES)], electra
-    assert set(electra.sites) <= set(mlm.sites), (electra, mlm)
+    assert not Counter(electra.sites) - Counter(mlm.sites), (electra, mlm)
+
+
+def test_the_shared_padding_check_still_refuses_left_padding(data):
+    """The one padding check of both encoders keeps the encoder's rule: a left-padded batch of a variant whose
+    positions count from column 0 is refused before the generator runs."""
+    from tupe_plugin.positional.encoder_stack import LeftPaddingError
+
+    task, model, criterion, _, batch = setup("electra", data, "tupe_r_tiny")
+    pad = task.source_dictionary.pad()
+    tokens, target = batch["net_input"]["src_tokens"], batch["target"]
+    shifts = tokens.eq(pad).sum(dim=1)  # right padding moved to the left, row by row
+    left = {"src_tokens": torch.stack([t.roll(int(s)) for t, s in zip(tokens, shifts)]),
+            "target": torch.stack([t.roll(int(s)) for t, s in zip(target, shifts)])}
+    sample = {**batch, "net_input": {**batch["net_input"], "src_tokens": left["src_tokens"]}, "target": left["target"]}
+    del sample["masked_positions"]
+    calls = []
+    model.generator.register_forward_pre_hook(lambda *_: calls.append(1))
+    with pytest.raises(LeftPaddingError, match="left-padded input"):
+        criterion(model, sample)
+    assert not calls
+    criterion(model, batch)  # the right-padded batch runs
+    assert calls == [1]

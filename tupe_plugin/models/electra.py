@@ -118,8 +118,8 @@ class Generator(nn.Module):
         self.sentence_encoder = GeneratorTransformerEncoder(args, dictionary, shared, variant)
         self.lm_head = GeneratorLMHead(args.encoder_embed_dim, shared.embed_tokens, args.activation_fn)
 
-    def forward(self, src_tokens: Tensor, masked_positions: Tensor) -> Tensor:
-        features = self.sentence_encoder(src_tokens)["encoder_out"][0].transpose(0, 1)  # (B, T, G)
+    def forward(self, src_tokens: Tensor, masked_positions: Tensor, has_pads: Optional[bool] = None) -> Tensor:
+        features = self.sentence_encoder(src_tokens, has_pads=has_pads)["encoder_out"][0].transpose(0, 1)  # (B, T, G)
         # one gather of the M masked rows by their flat indices; RobertaLMHead's own selection is
         # features[bool mask], whose size the host would wait for (nonzero), in forward and backward
         features = features.reshape(-1, features.size(-1)).index_select(0, masked_positions)  # (M, G)
@@ -179,7 +179,11 @@ class ElectraModel(TupeRobertaModel):
         padding_idx = self.encoder.sentence_encoder.padding_idx
         if masked_positions is None:
             masked_positions = find_masked_positions(targets, padding_idx)
-        gen_logits = self.generator(src_tokens, masked_positions)  # (M, V)
+        # the samples replace real tokens and are never <pad>, so both encoders see one padding layout: one host
+        # wait for it (and the left-padding check), not one per encoder
+        encoder = self.encoder.sentence_encoder
+        has_pads = encoder.has_padding(src_tokens.eq(padding_idx))
+        gen_logits = self.generator(src_tokens, masked_positions, has_pads)  # (M, V)
         with torch.no_grad():
             probs = torch.softmax(gen_logits, dim=-1, dtype=torch.float32)  # (M, V)
             # never <pad>: in the discriminator's input it would read as padding (no token), and the encoder
@@ -189,7 +193,8 @@ class ElectraModel(TupeRobertaModel):
             corrupted = src_tokens.flatten().scatter(0, masked_positions, sampled).view_as(src_tokens)  # (B, T)
             masked = targets.ne(padding_idx)
             replaced = masked & corrupted.ne(targets)  # a sample equal to the original counts as original
-        features, _ = self.encoder(corrupted, features_only=True)  # (B, T, D)
+        # RobertaEncoder.extract_features, with the known padding
+        features = encoder(corrupted, has_pads=has_pads)["encoder_out"][0].transpose(0, 1)  # (B, T, D)
         return ElectraOutput(gen_logits, sampled, self.discriminator_head(features), replaced, masked,
                              masked_positions)
 

@@ -76,20 +76,33 @@ class TupeTransformerEncoder(TransformerEncoder):
             layer = checkpoint_wrapper(layer, offload_to_cpu=cfg.offload_activations)
         return fsdp_wrap(layer, min_num_params=cfg.min_params_to_wrap if not checkpoint else 0)
 
+    def has_padding(self, padding_mask: Tensor) -> bool:
+        """Whether the (B, T) padding mask (True at pads) has any (one host wait on a GPU); refuses left padding
+        where the variant counts positions from column 0."""
+        return check_padding(padding_mask, self.left_padding_allowed,
+                             f"positional variant '{self.variant.name}'", RIGHT_PADDING)
+
+    def forward(self, src_tokens: Tensor, src_lengths: Optional[Tensor] = None, return_all_hiddens: bool = False,
+                token_embeddings: Optional[Tensor] = None, has_pads: Optional[bool] = None):
+        """fairseq's forward; ``has_pads``: :meth:`has_padding` of this batch's padding, when the caller knows
+        it already (ELECTRA's two encoders read one batch layout: one host wait instead of two)."""
+        return self.forward_scriptable(src_tokens, src_lengths, return_all_hiddens, token_embeddings, has_pads)
+
     # Restates fairseq 0.12.3 (the ve-fairseq 0.12.3 wheel) TransformerEncoderBase.forward_scriptable;
     # tests/test_restated_code.py fails when fairseq's source changes, and compares the two on one input.
-    # Changed: the left-padding rule, and the layers run by positional/encoder_stack.run_layers (the positional
-    # term and the masks once per forward); fc_results stay empty.
+    # Changed: the left-padding rule (or the caller's ``has_pads``), and the layers run by
+    # positional/encoder_stack.run_layers (the positional term and the masks once per forward); fc_results stay empty.
     def forward_scriptable(
         self,
         src_tokens: Tensor,
         src_lengths: Optional[Tensor] = None,
         return_all_hiddens: bool = False,
         token_embeddings: Optional[Tensor] = None,
+        has_pads: Optional[bool] = None,
     ):
         padding_mask = src_tokens.eq(self.padding_idx)  # (B, T)
-        has_pads = check_padding(padding_mask, self.left_padding_allowed,
-                                 f"positional variant '{self.variant.name}'", RIGHT_PADDING)
+        if has_pads is None:
+            has_pads = self.has_padding(padding_mask)
         x, encoder_embedding = self.forward_embedding(src_tokens, token_embeddings)  # (B, T, C)
         if has_pads:
             x = x * (1 - padding_mask.unsqueeze(-1).type_as(x))
