@@ -45,7 +45,8 @@ from tupe_common.io import atomic_open, file_hash, read_json, fsync_dir, fsync_f
 from tupe_common.jobs import cores
 from tupe_common.log import get_logger
 from tupe_common.mmap_index import token_dtype_for, write_index
-from preprocess.spm_dict import dict_pieces, id_offset, spm_to_fairseq_ids
+from preprocess.fairseq_dict import FairseqDict
+from preprocess.spm_dict import check_dict, id_offset, spm_to_fairseq_ids
 
 PROG = "c4_binarize"
 log = get_logger(PROG)
@@ -190,18 +191,6 @@ def finished(prefix: str, ident: dict) -> Tuple[bool, str]:
     return True, ""
 
 
-def check_dict(sp: spm.SentencePieceProcessor, dict_path: str) -> int:
-    """Verify dict.txt lists exactly the model's pieces (the id mapping relies on it); return len."""
-    with open(dict_path, encoding="utf-8") as f:
-        pieces = [line.rsplit(" ", 1)[0] for line in f.read().splitlines() if line]
-    expected = dict_pieces(sp)
-    if pieces != expected:
-        bad = next((i for i, (a, b) in enumerate(zip(pieces, expected)) if a != b), min(len(pieces), len(expected)))
-        raise ValueError(f"{dict_path} does not match the sentencepiece model (first difference at line "
-                         f"{bad + 1}; {len(pieces)} vs {len(expected)} pieces): use the dict.txt of step 2")
-    return 4 + len(pieces)  # fairseq's <s> <pad> </s> <unk> come first
-
-
 def binarize(inputs: Sequence[str], prefix: str, model: str, dict_path: str, workers: int = 0,
              chunk_bytes: int = 1 << 20, max_in_flight: int = 0, progress_seconds: float = 30.0,
              force: bool = False, tokens_per_sample: int = 512) -> Optional[dict]:
@@ -247,7 +236,9 @@ def _run(inputs: Sequence[str], prefix: str, model: str, dict_path: str, workers
          chunk_bytes: int, max_in_flight: int, progress_seconds: float, tokens_per_sample: int) -> dict:
     sp = spm.SentencePieceProcessor(model_file=model)
     id_offset(sp)  # fail early with a clear message if the special ids are not 0..k-1
-    dtype = token_dtype_for(check_dict(sp, dict_path))
+    dictionary = FairseqDict.load(dict_path)
+    check_dict(sp, dictionary.symbols[dictionary.nspecial:], dict_path, model)
+    dtype = token_dtype_for(len(dictionary))
     init_args = (model, np.dtype(dtype).name, max_line_tokens(tokens_per_sample))
     test_sleep = float(os.environ.get("C4_BINARIZE_TEST_SLEEP", "0") or 0)
     bin_tmp, idx_tmp = prefix + ".bin.partial", prefix + ".idx.partial"

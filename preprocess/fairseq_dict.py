@@ -60,19 +60,23 @@ class FairseqDict:
 
     @classmethod
     def load(cls, path: str) -> "FairseqDict":
-        """``dict.txt`` read as fairseq reads it; ``ValueError`` naming the line where it is not one."""
+        """``dict.txt`` read as fairseq reads it; ``ValueError`` naming the file and the line where it is not one."""
         d = cls()
-        with open(path, encoding="utf-8") as f:
-            for number, line in enumerate(f, 1):
-                fields = line.rstrip().rsplit(" ", 1)
-                overwrite = len(fields) == 2 and fields[1] == OVERWRITE
-                if overwrite:
-                    fields = fields[0].rsplit(" ", 1)
-                if len(fields) != 2 or not fields[1].lstrip("-").isdigit():
-                    raise ValueError(f"line {number}: expected '<symbol> <count> [{OVERWRITE}]', got {line.rstrip()!r}")
-                if fields[0] in d.indices and not overwrite:
-                    raise ValueError(f"line {number}: {fields[0]!r} again (a repeated symbol needs {OVERWRITE})")
-                d.add_symbol(fields[0], int(fields[1]), overwrite)
+        try:
+            with open(path, encoding="utf-8") as f:
+                for number, line in enumerate(f, 1):
+                    fields = line.rstrip().rsplit(" ", 1)
+                    overwrite = len(fields) == 2 and fields[1] == OVERWRITE
+                    if overwrite:
+                        fields = fields[0].rsplit(" ", 1)
+                    if len(fields) != 2 or not fields[1].lstrip("-").isdigit():
+                        raise ValueError(f"line {number}: expected '<symbol> <count> [{OVERWRITE}]', "
+                                         f"got {line.rstrip()!r}")
+                    if fields[0] in d.indices and not overwrite:
+                        raise ValueError(f"line {number}: {fields[0]!r} again (a repeated symbol needs {OVERWRITE})")
+                    d.add_symbol(fields[0], int(fields[1]), overwrite)
+        except ValueError as e:  # UnicodeDecodeError included
+            raise ValueError(f"{path}: not a fairseq dict.txt ({e})") from None
         return d
 
     def save(self, path: str) -> None:

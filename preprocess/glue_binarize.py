@@ -37,7 +37,7 @@ import numpy as np
 from glue.tasks import CUSTOM_MARK, TASKS, GlueTask, Split, custom_task_names, get_task
 from preprocess.fairseq_dict import FairseqDict, write_binaries
 from preprocess.moses_bpe import moses_bpe_tokenizer
-from preprocess.spm_dict import dict_pieces, id_offset, load_spm
+from preprocess.spm_dict import check_dict, load_spm
 from tupe_common.io import PARTIAL, atomic_dir, file_hash
 from tupe_common.log import get_logger
 
@@ -201,22 +201,6 @@ TOKENIZERS: Dict[str, Callable[[Dict[str, str]], Tokenize]] = {
     "spm": spm_tokenizer,
     "moses_bpe": moses_bpe_tokenizer,
 }
-
-
-def check_dict_matches_spm(spm_model: str, dictionary, dict_path: str) -> None:
-    """Fail unless ``dict.txt`` maps every piece to ``spm id + offset`` (``preprocess.spm_dict``)."""
-    sp = load_spm(spm_model)
-    offset = id_offset(sp)
-    pieces = dict_pieces(sp)
-    for piece in pieces:
-        want = sp.piece_to_id(piece) + offset
-        got = dictionary.index(piece)
-        if got != want:
-            raise GlueInputError(
-                f"{dict_path} does not belong to {spm_model}: piece {piece!r} should have fairseq id "
-                f"{want} but has {got}. Use the dict.txt written for this model "
-                "(preprocess.spm_dict.write_fairseq_dict)."
-            )
 
 
 class TextEncoder:
@@ -428,12 +412,12 @@ def run(args: argparse.Namespace) -> None:
     if not todo:
         return
 
-    try:
+    try:  # each error names the file and the line
         dictionary = FairseqDict.load(args.dict)
-    except ValueError as e:  # UnicodeDecodeError included
-        raise GlueInputError(f"{args.dict}: not a fairseq dict.txt ({e})") from None
-    if args.tokenizer == "spm":
-        check_dict_matches_spm(args.spm_model, dictionary, args.dict)
+        if args.tokenizer == "spm":
+            check_dict(load_spm(args.spm_model), dictionary.symbols[dictionary.nspecial:], args.dict, args.spm_model)
+    except ValueError as e:
+        raise GlueInputError(str(e)) from None
     opts = {k: v for k, v in (("spm_model", args.spm_model), ("bpe_codes", args.bpe_codes)) if v}
     enc_args = (args.tokenizer, opts, dict(dictionary.indices), dictionary.unk(), dictionary.eos())
 

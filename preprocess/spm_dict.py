@@ -33,6 +33,25 @@ def dict_pieces(sp: spm.SentencePieceProcessor) -> List[str]:
     ]
 
 
+def check_dict(sp: spm.SentencePieceProcessor, symbols: Sequence[str], dict_path: str, model_path: str) -> None:
+    """Refuse a dict.txt that does not list ``sp``'s pieces in order (``symbols``: its lines' symbols, fairseq's
+    four specials not included); after them only fairseq's ``madeupwordNNNN`` padding may follow."""
+    expected = dict_pieces(sp)
+    head, tail = list(symbols[:len(expected)]), symbols[len(expected):]
+    extra = [s for s in tail if not (s.startswith("madeupword") and s[len("madeupword"):].isdigit())]
+    if head == expected and not extra:
+        return
+    bad = next((i for i, (a, b) in enumerate(zip(head, expected)) if a != b), min(len(head), len(expected)))
+    if bad < len(expected) and bad < len(head):
+        what = f"line {bad + 1} is {head[bad]!r} where the model has {expected[bad]!r}"
+    elif bad < len(expected):
+        what = f"it ends at line {len(head)}, the model has {len(expected)} pieces"
+    else:
+        what = f"line {len(expected) + tail.index(extra[0]) + 1} is {extra[0]!r}, after the model's {len(expected)} pieces"
+    raise ValueError(f"{dict_path} does not belong to the sentencepiece model {model_path} ({what}): use the "
+                     "dict.txt written for this model (preprocess step 2, preprocess.spm_dict.write_fairseq_dict)")
+
+
 def write_fairseq_dict(sp: spm.SentencePieceProcessor, out_path: str) -> int:
     """Write ``dict.txt`` for ``sp`` atomically; returns the number of lines.
 

@@ -421,7 +421,7 @@ def test_rerun_skips_finished_and_redoes_stale(tmp_path, spm_dir, texts, referen
     lines = (spm_dir / "dict.txt").read_text().splitlines()
     (bad_dir / "dict.txt").write_text("\n".join([lines[1], lines[0]] + lines[2:]) + "\n")
     p = run(binarize(bad_dir, tmp_path / "bin" / "x", text), check=False)
-    assert p.returncode == 1 and "does not match the sentencepiece model" in p.stderr
+    assert p.returncode == 1 and "does not belong to the sentencepiece model" in p.stderr and "line 1 is" in p.stderr
 
 
 # ---------------------------------------------------------------- step 4, driver, SLURM script, fairseq-train

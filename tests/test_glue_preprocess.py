@@ -6,6 +6,7 @@ import functools
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -486,5 +487,27 @@ def test_fairseq_dict_reads_orders_and_saves_as_fairseqs_dictionary(tmp_path):
     assert ours.symbols[4:7] == ["a", "b", "c"] and ours.symbols[-1].startswith("madeupword")
     for bad in ("word\n", "a 1\na 2\n", "a one\n"):
         text.write_text(bad, encoding="utf-8")
-        with pytest.raises(ValueError, match="line [12]:"):
+        with pytest.raises(ValueError, match=f"{text}: not a fairseq dict.txt \\(line [12]:"):
             FairseqDict.load(str(text))
+
+
+def test_a_dict_belongs_to_its_sentencepiece_model_line_by_line(spm_dir, tmp_path):
+    """preprocess.spm_dict.check_dict (C4 and GLUE binarizers alike): the model's pieces in order, then at most
+    fairseq's madeupword padding; the first line that differs is named."""
+    from preprocess.fairseq_dict import FairseqDict
+    from preprocess.spm_dict import check_dict, dict_pieces, load_spm
+
+    sp = load_spm(str(spm_dir / "spm.model"))
+    pieces = dict_pieces(sp)
+    d = FairseqDict.load(str(spm_dir / "dict.txt"))
+    assert d.symbols[4:] == pieces
+    check_dict(sp, pieces, "dict.txt", "spm.model")
+    check_dict(sp, pieces + ["madeupword0000", "madeupword0001"], "dict.txt", "spm.model")  # fairseq's padding
+    for symbols, what in [
+        (pieces[1:2] + pieces[:1] + pieces[2:], f"line 1 is {pieces[1]!r} where the model has {pieces[0]!r}"),
+        (pieces[:-1], f"it ends at line {len(pieces) - 1}, the model has {len(pieces)} pieces"),
+        (pieces + ["madeupword0000", "extra"], f"line {len(pieces) + 2} is 'extra', after the model's"),
+    ]:
+        with pytest.raises(ValueError, match="^dict.txt does not belong to the sentencepiece model spm.model "
+                                             f"\\({re.escape(what)}"):
+            check_dict(sp, symbols, "dict.txt", "spm.model")
