@@ -3,16 +3,15 @@
 Read by ``preprocess.glue_download`` (each raw file's columns and header, the hub's config, split and text
 columns it is made from, the labels' spellings), ``preprocess.glue_binarize`` (files, columns, header, labels),
 ``glue.finetune_helper`` (classes, metric, epochs, valid subsets), ``glue.collect`` (the paper's columns; the
-published rows are ``glue.published``), ``glue.grid`` and ``glue/grid.sh`` (the tasks and the paper's grid,
-through ``python -m glue.tasks``). Facts and their sources: ``docs/glue_protocol.md`` §1 (raw file formats,
-columns are 1-based), §3 (metric, epochs and the grid) and ``docs/downloads.md`` (the hub's layout).
+published rows are ``glue.published``) and ``glue.grid`` (the tasks and the paper's grid). Facts and their
+sources: ``docs/glue_protocol.md`` §1 (raw file formats, columns are 1-based), §3 (metric, epochs and the grid)
+and ``docs/downloads.md`` (the hub's layout).
 
 A **custom task** is any other folder under the tasks directory whose ``train.tsv`` and ``dev.tsv``
 have SST-2's layout (header ``sentence<TAB>label``): it is binarized, fine-tuned and scored (accuracy,
 10 epochs) as SST-2 is, with its labels taken from its train file (``docs/glue_protocol.md`` §9).
 
     python -m glue.tasks list [--tasks-dir DIR] [--paper]   # task names, one a line
-    python -m glue.tasks grid                               # the paper's grid: its tasks, LRs, seeds (3 lines)
 """
 from __future__ import annotations
 
@@ -249,15 +248,11 @@ def custom_bin_names(glue_bin: str) -> List[str]:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     p = argparse.ArgumentParser(prog="python -m glue.tasks", description=__doc__.split("\n\n")[0])
-    p.add_argument("command", choices=["list", "grid"],
-                   help="list: task names, one a line; grid: the paper's tasks, LRs and seeds, a line each")
+    p.add_argument("command", choices=["list"], help="list: task names, one a line")
     p.add_argument("--tasks-dir", help="also list the custom tasks (SST-2's layout) of this folder; with "
                    "binaries (GLUE_BIN), the TASK-bin folders marked custom")
     p.add_argument("--paper", action="store_true", help="only the paper's 8 tasks (+ custom tasks with --tasks-dir)")
     args = p.parse_args(argv)
-    if args.command == "grid":
-        print("\n".join(" ".join(values) for values in (PAPER_TASKS, PAPER_LRS, PAPER_SEEDS)))
-        return 0
     names = list(PAPER_TASKS if args.paper else TASKS)
     if args.tasks_dir:
         names += custom_task_names(args.tasks_dir) + custom_bin_names(args.tasks_dir)
