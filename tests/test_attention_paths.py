@@ -108,6 +108,20 @@ def test_choose_attention_path():
     assert choose_attention_path(cuda, True, 0.1, torch.bfloat16, learned_bias=True)[0] == want
 
 
+def test_auto_keeps_sdpa_for_heads_wider_than_the_kernels_tiles(monkeypatch):
+    """Heads wider than the Triton kernel's MAX_HEAD_DIM (its tiles) take SDPA, not a kernel that refuses them."""
+    pytest.importorskip("triton")
+    from tupe_plugin.kernels import triton_attention
+
+    monkeypatch.setattr(triton_attention, "triton_available", lambda device: True)  # as on a GPU with Triton
+    cuda, widest = torch.device("cuda"), triton_attention.MAX_HEAD_DIM
+    assert choose_attention_path(cuda, True, 0.1, torch.bfloat16, True, head_dim=widest)[0] == "triton"
+    assert choose_attention_path(cuda, True, 0.1, torch.bfloat16, True, head_dim=widest + 1) == ("sdpa", "the default")
+    with pytest.raises(ValueError, match=f"head dim {widest + 1} > {widest}"):  # what auto steers clear of
+        q = torch.zeros(1, 1, 4, widest + 1)
+        triton_attention.biased_attention(q, q, q, None, None, 1.0, 0.0)
+
+
 def test_block_path_per_forward_and_bad_names():
     x = torch.randn(T, B, 8)
     attn = SelfAttention(8, 2, dropout=0.1, attention_path="auto")

@@ -183,11 +183,16 @@ def test_forward_and_gradients_match_float64_reference(name):
 
 @interpreted
 def test_bias_gradient_summed_over_groups_of_sequences(monkeypatch):
-    """Large batches split the bias-gradient sum over groups of sequences (one set of programs each, G partial
-    sums added after): one sequence per group here, so the two-group path runs at B = 2."""
-    monkeypatch.setattr(triton_attention, "BIAS_GRAD_SEQUENCES", 1)
-    errors, _ = compare(Case(B=2, H=1, T=20, D=16, bias="shared", padding="right"))
+    """Large batches split the bias-gradient sum over groups of sequences (one set of programs each, summing
+    its sequences inside the kernel; the G partial (H, T, T) sums added after): two sequences per group here,
+    so the two-group path runs at B = 4, and nothing as large as (B, H, T, T) is made."""
+    monkeypatch.setattr(triton_attention, "BIAS_GRAD_SEQUENCES", 2)
+    B, H, T, D = 4, 1, 20, 16
+    errors, numels = compare(Case(B=B, H=H, T=T, D=D, bias="shared", padding="right"))
     assert max(errors.values()) <= 1e-4, errors
+    groups = 2
+    assert groups * H * T * T in numels  # the group sums, made
+    assert max(numels) <= max(B * H * T * D, groups * H * T * T) < B * H * T * T
 
 
 @interpreted

@@ -58,23 +58,25 @@ def fused_kernels(name: str):
         return None
 
 
-def triton_runs(device: torch.device) -> bool:
-    """Whether our Triton kernel runs on ``device`` (triton installed; CUDA, or Triton's interpreter)."""
+def triton_runs(device: torch.device, head_dim: int = 0) -> bool:
+    """Whether our Triton kernel runs on ``device`` (triton installed; CUDA, or Triton's interpreter) for heads
+    of ``head_dim`` (its tiles are sized for at most ``MAX_HEAD_DIM``)."""
     kernels = fused_kernels("triton_attention")
-    return kernels is not None and kernels.triton_available(device)
+    return kernels is not None and kernels.triton_available(device) and head_dim <= kernels.MAX_HEAD_DIM
 
 
 def choose_attention_path(device: torch.device, training: bool, dropout: float, dtype: torch.dtype = torch.float32,
-                          learned_bias: bool = False) -> Tuple[str, str]:
+                          learned_bias: bool = False, head_dim: int = 64) -> Tuple[str, str]:
     """What ``--tupe-attention auto`` takes for one forward, and why:
 
-    * a bias that needs a gradient, fp16/bf16, Triton runs: ``triton`` (SDPA would take its memory-efficient
-      kernel, 3.4x its cuDNN time without a bias on an H100; docs/gpu.md);
+    * a bias that needs a gradient, fp16/bf16, Triton runs with heads of ``head_dim``: ``triton`` (SDPA would
+      take its memory-efficient kernel, 3.4x its cuDNN time without a bias on an H100; docs/gpu.md);
     * CPU, training with attention dropout: ``explicit`` (SDPA's fused CPU kernel has no dropout, so SDPA runs
       its unfused math path: the same ops plus a check for fully masked rows);
     * else ``sdpa`` (cuDNN/flash without a bias; fp32 keeps SDPA, whose fp32 matmuls are IEEE where Triton's
       dot products would run in TF32)."""
-    if learned_bias and dtype in (torch.float16, torch.bfloat16) and device.type == "cuda" and triton_runs(device):
+    if (learned_bias and dtype in (torch.float16, torch.bfloat16) and device.type == "cuda"
+            and triton_runs(device, head_dim)):
         return "triton", "a learned positional bias in half precision on CUDA"
     if device.type == "cpu" and training and dropout > 0:
         return "explicit", "CPU training with attention dropout"

@@ -80,7 +80,7 @@ class SelfAttention(nn.Module):
         if self.attention_path != "auto":
             return self.attention_path
         path, why = choose_attention_path(x.device, self.training, self.dropout_module.p, x.dtype,
-                                          mask is not None and mask.learned_bias)
+                                          mask is not None and mask.learned_bias, self.head_dim)
         say_once(path, why)
         return path
 
