@@ -64,15 +64,18 @@ def test_whole_models_on_triton_equal_the_explicit_path():
 
 
 def test_fairseq_train_on_triton_logs_the_explicit_paths_losses(lm_bin, tmp_path):
-    """tupe_r_tiny (one layer, two sequences a batch, no validation: the interpreter is slow), 3 updates without
-    dropout: the same losses as --tupe-attention explicit (both runs in one process)."""
-    args = [str(lm_bin), *PRETRAIN_ARGS, "--arch", "tupe_r_tiny", "--encoder-layers", "1", "--max-update", "3",
-            "--log-interval", "1", "--dropout", "0", "--attention-dropout", "0", "--batch-size", "2",
-            "--disable-validation", "--no-save"]
-    logs = fairseq_train_in_one_process({path: [*args, "--tupe-attention", path] for path in ("triton", "explicit")},
-                                        tmp_path, env=interpreted_env())
-    losses = {path: train_losses(log) for path, log in logs.items()}
-    for path, log in logs.items():
-        assert f"tupe_attention='{path}'" in log  # the model's arguments as fairseq logs them
-    assert len(losses["triton"]) == 3
-    assert losses["triton"] == pytest.approx(losses["explicit"], abs=2e-3)
+    """Every bias variant as fairseq-train builds and trains it (one layer, two sequences a batch, no validation:
+    the interpreter is slow), 2 updates without dropout: the same losses as --tupe-attention explicit (all runs
+    in one process)."""
+    args = [str(lm_bin), *PRETRAIN_ARGS, "--encoder-layers", "1", "--max-update", "2", "--log-interval", "1",
+            "--dropout", "0", "--attention-dropout", "0", "--batch-size", "2", "--disable-validation", "--no-save"]
+    logs = fairseq_train_in_one_process(
+        {f"{variant}.{path}": [*args, "--arch", f"{variant}_tiny", "--tupe-attention", path]
+         for variant in BIAS_VARIANTS for path in ("triton", "explicit")}, tmp_path, env=interpreted_env())
+    for name, log in logs.items():
+        variant, path = name.split(".")
+        assert f"tupe_attention='{path}'" in log and f"arch='{variant}_tiny'" in log  # fairseq's own argument log
+    for variant in BIAS_VARIANTS:
+        triton, explicit = train_losses(logs[f"{variant}.triton"]), train_losses(logs[f"{variant}.explicit"])
+        assert len(triton) == 2, variant
+        assert triton == pytest.approx(explicit, abs=2e-3), variant
