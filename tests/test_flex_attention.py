@@ -106,3 +106,30 @@ def test_all_gradients_match_reference_compiled_cuda(bias_kind):
     assert relative_error(out, ref) < 1e-4
     for x, r in zip((q, k, v, leaf), ref_leaves):
         assert relative_error(x.grad, r.grad) < 1e-4
+
+
+@pytest.mark.parametrize("variant", ["tupe_r", "t5_rel", "learned_gaussian", "alibi", "deberta_rel"])
+def test_whole_models_on_flex_equal_the_explicit_path(variant):
+    """A tiny model of each bias kind (shared, per layer, fixed, DeBERTa's per sequence) built with
+    --tupe-attention flex gives the explicit path's features, right padding included (forward only: eager
+    FlexAttention on CPU has no backward for q, k, v)."""
+    from model_utils import PAD, build, tokens
+
+    x = tokens(2, 20, seed=2)
+    x[1, 13:] = PAD
+    keep = x.ne(PAD)
+    features = {}
+    for path in ("flex", "explicit"):
+        model = build(f"{variant}_tiny", seed=7, tupe_attention=path, attention_dropout=0.0)
+        with torch.no_grad():
+            features[path] = model(x, features_only=True)[0][keep]
+    assert relative_error(features["flex"], features["explicit"].double()) < 1e-5
+
+
+def test_a_model_with_attention_dropout_refuses_flex_when_built():
+    from model_utils import build
+
+    with pytest.raises(ValueError, match=r"--tupe-attention flex has no attention dropout .* model's is 0\.1: use "
+                                         r"--tupe-attention triton"):
+        build("tupe_r_tiny", tupe_attention="flex", attention_dropout=0.1)
+    assert build("tupe_r_tiny", tupe_attention="flex", attention_dropout=0.0) is not None
