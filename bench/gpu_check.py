@@ -182,7 +182,7 @@ def settings(dry_run: bool) -> Settings:
                                  TimingGroup(64, "mlm", SOME_VARIANTS)),
                         256, 1, 2,
                         torch.float32, (16,), 16, 1, 8, 0, 1,
-                        ("tupe_r_tiny",), "tiny", 64, 4, 8, 4, 2, 500,
+                        ("roberta_base", "bert_a_tiny", "tupe_r_tiny"), "tiny", 64, 4, 8, 4, 2, 500,
                         32, 128)
     return Settings("cuda", "base", 100, 2, "tupe_r_base", (("fp16", "cli"), ("bf16", "hydra")), 32, 128, 60, "3e-4", 10,
                     32000, "base", (TimingGroup(512, "mlm"), TimingGroup(512, "electra", ELECTRA_VARIANTS),

@@ -199,6 +199,10 @@ def test_dry_run_attention_times_every_path_and_checks_triton_against_float64(dr
 def test_dry_run_throughput_reads_fairseqs_wps_from_pretrain_sh(dry_run):
     _, report, rows = dry_run
     dry = gpu_check.settings(dry_run=True)
+    # the GPU's three rows rehearsed: fairseq's roberta (at the tiny sizes), our bert_a and tupe_r
+    assert [a.split("_")[0] for a in dry.throughput_archs] == ["roberta", "bert", "tupe"]
+    per_token = {a: float(values(rows, "throughput", subject=a)["flops_per_token"]) for a in dry.throughput_archs}
+    assert per_token["roberta_base"] < per_token["tupe_r_tiny"]  # TUPE's positional projections on top
     for arch in dry.throughput_archs:
         found = values(rows, "throughput", subject=arch)
         intervals = [float(w) for w in found["wps_intervals"].split()]
