@@ -205,3 +205,29 @@ def test_the_shared_padding_check_still_refuses_left_padding(data):
     assert not calls
     criterion(model, batch)  # the right-padded batch runs
     assert calls == [1]
+
+
+def test_reduce_metrics_reads_the_device_once_and_sums_every_batch():
+    """After the update, the logged sums of two batches' device tensors come to the host in one copy (not one
+    per count), and each metric is its plain formula."""
+    import math
+
+    from fairseq.logging import metrics
+
+    from tupe_plugin.criterions.electra import COUNTS
+
+    def batch(masked: int, tokens: int, loss: float, gen: float, disc: float, counts):
+        return {"loss": torch.tensor(loss), "gen_loss": torch.tensor(gen), "disc_loss": torch.tensor(disc),
+                "_masked": masked, "_tokens": torch.tensor(tokens),
+                **{k: torch.tensor(c) for k, c in zip(COUNTS[2:], counts)}}
+
+    logs = [batch(6, 40, 30.0, 12.0, 0.5, (3, 36, 2, 4, 5)), batch(4, 30, 20.0, 8.0, 0.25, (1, 27, 1, 2, 3))]
+    with metrics.aggregate() as agg, SyncOps() as syncs:
+        ElectraCriterion.reduce_metrics(logs)
+    assert [o.op for o in syncs.ops] == ["Tensor.tolist"], syncs.ops
+    m, ln2 = agg.get_smoothed_values(), math.log(2)
+    assert m["loss"] == round(50.0 / 10 / ln2, 3) and m["gen_loss"] == round(20.0 / 10 / ln2, 3)
+    assert m["disc_loss"] == round(0.75 / 70 / ln2, 4)
+    assert m["gen_acc"] == round(100 * 4 / 10, 2) and m["disc_acc"] == round(100 * 63 / 70, 2)
+    assert m["disc_precision"] == round(100 * 3 / 6, 2) and m["disc_recall"] == round(100 * 3 / 8, 2)
+    assert m["replace_rate"] == round(100 * 8 / 70, 3)

@@ -11,7 +11,7 @@ masked tokens), ``disc_loss``, ``disc_acc`` (all non-pad tokens), ``disc_precisi
 
 The forward asks the device for nothing (no boolean-mask indexing, no ``.item()``): M is the length of the
 batch's ``masked_positions`` (tasks/electra.py), the non-pad tokens are a weight, and the counts stay device
-tensors in the logging output until :meth:`ElectraCriterion.reduce_metrics` reads them after the update.
+tensors in the logging output until :meth:`ElectraCriterion.reduce_metrics` reads them, in one copy, after the update.
 """
 
 import math
@@ -72,16 +72,22 @@ class ElectraCriterion(FairseqCriterion):
 
     @staticmethod
     def reduce_metrics(logging_outputs) -> None:
-        def total(key):  # reads the device tensors: fairseq calls this after the update is queued
-            return sum(float(log.get(key, 0)) for log in logging_outputs)
+        # the sums, read from the device in one copy (fairseq calls this after the update is queued)
+        keys = ("loss", "gen_loss", "disc_loss", *COUNTS)
+        sums = [sum(log.get(key, 0) for log in logging_outputs) for key in keys]
+        on_device = [i for i, v in enumerate(sums) if torch.is_tensor(v)]
+        if on_device:
+            for i, v in zip(on_device, torch.stack([sums[i].double().reshape(()) for i in on_device]).tolist()):
+                sums[i] = v
+        total = dict(zip(keys, map(float, sums)))
 
-        masked, tokens, ln2 = total("_masked"), total("_tokens"), math.log(2)
-        metrics.log_scalar("loss", total("loss") / (masked or 1) / ln2, masked, round=3)
-        metrics.log_scalar("gen_loss", total("gen_loss") / (masked or 1) / ln2, masked, round=3)
+        masked, tokens, ln2 = total["_masked"], total["_tokens"], math.log(2)
+        metrics.log_scalar("loss", total["loss"] / (masked or 1) / ln2, masked, round=3)
+        metrics.log_scalar("gen_loss", total["gen_loss"] / (masked or 1) / ln2, masked, round=3)
         metrics.log_derived("gen_ppl", lambda m: utils.get_perplexity(m["gen_loss"].avg))
-        metrics.log_scalar("disc_loss", total("disc_loss") / (tokens or 1) / ln2, tokens, round=4)
+        metrics.log_scalar("disc_loss", total["disc_loss"] / (tokens or 1) / ln2, tokens, round=4)
         for key in COUNTS:
-            metrics.log_scalar_sum(key, total(key))
+            metrics.log_scalar_sum(key, total[key])
         metrics.log_derived("gen_acc", lambda m: round(_ratio(m, "_gen_correct", "_masked"), 2))
         metrics.log_derived("disc_acc", lambda m: round(_ratio(m, "_disc_correct", "_tokens"), 2))
         metrics.log_derived("disc_precision", lambda m: round(_ratio(m, "_tp", "_predicted"), 2))
