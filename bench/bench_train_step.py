@@ -270,9 +270,13 @@ def print_profile(row: Row, roberta: Dict[str, float], variant: Dict[str, float]
 
 
 def compile_layers(model) -> None:
-    """``torch.compile`` every encoder layer in place (benchmark only: the training code never compiles)."""
-    for layer in model.encoder.sentence_encoder.layers:
-        layer.compile()
+    """Every encoder layer ``torch.compile``'d in place, as ``--compile-layers`` does in training (an ELECTRA
+    model's generator too)."""
+    from tupe_plugin.modules.encoder import TupeTransformerEncoder, compile_layers as compile_in_place
+
+    for encoder in [m for m in model.modules() if isinstance(m, TupeTransformerEncoder)]:
+        compile_in_place(encoder.layers)
+        encoder.layers_compiled = True
 
 
 @torch.no_grad()
@@ -335,8 +339,10 @@ def bench_variant(row: Row, roberta: tuple, x, masked, args, path: str) -> Tuple
         row.compile_max_diff = max_output_diff(model, eager, x)
         pair["eager"] = (eager, torch.optim.Adam(eager.parameters(), lr=1e-4))
     times = timed_steps(pair, x, masked, args.warmup, args.steps, args.device)
-    if path == "auto":  # the path the first layer took in training on this device
-        row.attention = "auto: " + model.encoder.sentence_encoder.layers[0].self_attn.last_path
+    if path == "auto":  # the path the first layer took in training on this device (a compiled layer records
+        # none: its eager twin took the same)
+        layer = (eager if row.compiled else model).encoder.sentence_encoder.layers[0]
+        row.attention = "auto: " + layer.self_attn.last_path
     row.roberta_s, row.variant_s, row.eager_s = times["roberta"], times["variant"], times.get("eager", [])
     pair.pop("eager", None)
     model, opt = pair["variant"]

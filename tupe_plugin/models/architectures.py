@@ -32,6 +32,7 @@ def tupe_roberta_base_architecture(args):
     """TUPE-R at BERT-base size: Post-LN, LayerNorm on token embeddings, no segment embeddings."""
     _set_variant_defaults(args, VARIANTS["tupe_r"])
     args.tupe_attention = safe_getattr(args, "tupe_attention", "auto")  # checkpoints without it: auto
+    args.compile_layers = safe_getattr(args, "compile_layers", False)
     roberta_base_architecture(args)
 
 

@@ -56,6 +56,12 @@ class TupeRobertaModel(RobertaModel):
                  "sdpa otherwise; docs/gpu.md)",
         )
         parser.add_argument(
+            "--compile-layers", action="store_true",
+            help="torch.compile every encoder layer (an ELECTRA generator's too) at the first training forward: "
+                 "fewer, fused kernels, which matters most where small kernels wait on their launches (ELECTRA's "
+                 "generator); the first steps compile; evaluation-only uses never compile (docs/gpu.md)",
+        )
+        parser.add_argument(
             "--classification-head-style", choices=list(HEAD_STYLES), default=DEFAULT_HEAD_STYLE,
             help="sentence head: release (dense, tanh, dropout, out_proj; default) or roberta (dropout first too)",
         )

@@ -3,6 +3,7 @@
 The forward itself is ``positional/encoder_stack.py``, shared with the exported model."""
 from __future__ import annotations
 
+import logging
 from typing import Dict, Optional
 
 import torch
@@ -22,6 +23,14 @@ from ..positional.record import PositionalVariant
 from ..positional.registry import build, encodings, left_padding_allowed
 
 RIGHT_PADDING = "pad on the right, as fairseq's masked_lm and sentence_prediction tasks do (RightPadDataset)"
+logger = logging.getLogger(__name__)
+
+
+def compile_layers(layers: nn.ModuleList) -> None:
+    """``torch.compile`` every layer in place (``nn.Module.compile``: parameter names and the state_dict stay as
+    they are; shapes become dynamic after a first recompilation)."""
+    for layer in nn.ModuleList.__iter__(layers):  # all of them, also those LayerDrop skips this time
+        layer.compile()
 
 
 def fairseq_block(block: nn.Module, q_noise: float, qn_block_size: int) -> nn.Module:
@@ -66,6 +75,7 @@ class TupeTransformerEncoder(TransformerEncoder):
             variant, args.encoder_embed_dim, args.encoder_attention_heads, args.max_positions, args.encoder_layers,
             padding_idx=self.padding_idx)
         self.left_padding_allowed = left_padding_allowed(variant)
+        self.layers_compiled = False  # --compile-layers: at the first forward in training mode
 
     def build_encoder_layer(self, cfg):
         checkpoint = cfg.checkpoint_activations
@@ -86,6 +96,11 @@ class TupeTransformerEncoder(TransformerEncoder):
                 token_embeddings: Optional[Tensor] = None, has_pads: Optional[bool] = None):
         """fairseq's forward; ``has_pads``: :meth:`has_padding` of this batch's padding, when the caller knows
         it already (ELECTRA's two encoders read one batch layout: one host wait instead of two)."""
+        if self.training and not self.layers_compiled and getattr(self.args, "compile_layers", False):
+            compile_layers(self.layers)
+            self.layers_compiled = True
+            logger.info(f"--compile-layers: the {len(self.layers)} layers of a {self.args.encoder_embed_dim}-wide "
+                        "encoder are torch.compile'd (the first steps compile)")
         return self.forward_scriptable(src_tokens, src_lengths, return_all_hiddens, token_embeddings, has_pads)
 
     # Restates fairseq 0.12.3 (the ve-fairseq 0.12.3 wheel) TransformerEncoderBase.forward_scriptable;
