@@ -4,6 +4,7 @@ the compute dtype, and the option's way through a checkpoint."""
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from pathlib import Path
 from typing import List, Optional
@@ -380,3 +381,20 @@ def test_a_block_records_the_path_its_forward_took():
     with torch.no_grad():
         model.eval()(x, features_only=True)
     assert model.encoder.sentence_encoder.layers[0].self_attn.last_path == "sdpa"
+
+
+def test_auto_says_its_path_once_per_process_and_reason(caplog, monkeypatch):
+    """One log line per (path, reason), however many layers and forwards take it; a new reason (evaluation
+    after training) is a new line."""
+    monkeypatch.setattr(attend_module, "_SAID", set())
+    model = build("tupe_r_tiny", attention_dropout=0.1, tupe_attention="auto")
+    x = tokens(2, 12)
+    with caplog.at_level(logging.INFO, logger="tupe_plugin.positional.attend"):
+        for _ in range(3):
+            model.train()(x, features_only=True)
+        with torch.no_grad():
+            model.eval()(x, features_only=True)
+            model.eval()(x, features_only=True)
+    said = [r.getMessage() for r in caplog.records if r.name == "tupe_plugin.positional.attend"]
+    assert said == ["--tupe-attention auto: explicit (CPU training with attention dropout)",
+                    "--tupe-attention auto: sdpa (the default)"]
