@@ -33,7 +33,7 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tupe_plugin from this checkout
 
 PATHS = ("sdpa", "explicit", "triton", "flex")
-BIASES = ("none", "fixed", "learned")
+BIASES = ("none", "fixed", "learned", "per_sequence")  # per_sequence: learned, (B, H, T, T) as DeBERTa's terms
 
 
 def explicit_attention(q, k, v, bias, padding, scale, dropout_p):
@@ -49,7 +49,7 @@ def explicit_attention(q, k, v, bias, padding, scale, dropout_p):
 
 def attend(path: str, q, k, v, bias, padding, scale: float, dropout_p: float):
     if path == "sdpa":
-        mask = None if bias is None else bias.unsqueeze(0)  # (1, H, T, T)
+        mask = None if bias is None else bias if bias.dim() == 4 else bias.unsqueeze(0)  # (B or 1, H, T, T)
         if padding is not None:
             pad = torch.zeros(padding.shape, dtype=q.dtype, device=q.device).masked_fill(
                 padding, torch.finfo(q.dtype).min / 2)[:, None, None, :]
@@ -111,12 +111,14 @@ def median_ms(step: Callable[[], None], device: torch.device, warmup: int, iters
 
 
 def inputs(B: int, H: int, T: int, D: int, device, dtype, bias_kind: str, seed: int = 0):
-    """q, k, v (B, H, T, D) with gradients, the (H, T, T) bias (or None) and a gradient for the output."""
+    """q, k, v (B, H, T, D) with gradients, the bias (or None: ``none``; (H, T, T) without a gradient: ``fixed``,
+    with: ``learned``; (B, H, T, T) with a gradient: ``per_sequence``) and a gradient for the output."""
     g = torch.Generator(device=device).manual_seed(seed)
     q, k, v = (torch.randn(B, H, T, D, generator=g, device=device, dtype=dtype).requires_grad_() for _ in range(3))
     bias = None
     if bias_kind != "none":
-        bias = torch.randn(H, T, T, generator=g, device=device, dtype=dtype).requires_grad_(bias_kind == "learned")
+        shape = (B, H, T, T) if bias_kind == "per_sequence" else (H, T, T)
+        bias = torch.randn(shape, generator=g, device=device, dtype=dtype).requires_grad_(bias_kind != "fixed")
     grad_out = torch.randn(B, H, T, D, generator=g, device=device, dtype=dtype)
     return q, k, v, bias, grad_out
 

@@ -13,8 +13,8 @@ Sections, each in its own process with a time limit (a crash or a hang of one is
   GPU pitfalls: every mask handed to SDPA in q's dtype with aligned strides (also under autocast), and a
   sequence without real tokens giving finite outputs and gradients on both paths.
 - ``attention``: one attention layer's core, forward + backward, on every path (``sdpa``, ``explicit``,
-  ``triton``, ``flex``) x bias (none, fixed, learned) x attention dropout (0, 0.1; flex has none) at T=512 and
-  1024, bf16, with the ratio to SDPA without a bias (cuDNN's kernel) and the SDPA kernel taken; then the Triton
+  ``triton``, ``flex``) x bias (none, fixed, learned, per_sequence) x attention dropout (0, 0.1; flex has none)
+  at T=512 and 1024, bf16, with the ratio to SDPA without a bias (cuDNN's kernel) and the SDPA kernel taken; then the Triton
   path's errors (output, dq, dk, dv, dbias) against the explicit path in float64 (``bench/bench_attention.py``).
 - ``train``: a short real pre-training of ``tupe_r_base`` (``--user-dir tupe_plugin``) on generated data, in
   fp16 through ``fairseq-train --fp16`` and in bf16 through ``fairseq-hydra-train`` (``common.bf16=true``:
@@ -523,7 +523,8 @@ def section_attention(r: Result, s: Settings, args) -> None:
           f"{str(dtype).replace('torch.', '')}, H={s.attention_heads}, D={s.attention_head_dim}, {s.attention_tokens} "
           f"tokens (B = {s.attention_tokens} // T), median of {s.attention_iters} calls after {s.attention_warmup} "
           "(CUDA events on a GPU; bench/bench_attention.py). Bias: none, fixed (an (H, T, T) bias without gradient: "
-          "ALiBi, Gaussian prior), learned (with gradient: TUPE, T5, ...). ratio = ms / ms of SDPA without bias at the same "
+          "ALiBi, Gaussian prior), learned (with gradient: TUPE, T5, ...), per_sequence (a learned (B, H, T, T) bias: "
+          "DeBERTa's c2p + p2c terms, without the gathers that make them). ratio = ms / ms of SDPA without bias at the same "
           "T and dropout; SDPA backend: the kernel each sdpa row took (without a bias in bf16 on an H100: cuDNN's). "
           "FlexAttention has no dropout: dropout 0 only.\n")
     r.say("| T | B | dropout | bias | path | ms | ratio | SDPA backend | note |\n|---:|---:|---:|---|---|---:|---:|---|---|")

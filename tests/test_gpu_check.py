@@ -176,7 +176,7 @@ def test_dry_run_attention_times_every_path_and_checks_triton_against_float64(dr
         for dropout in ("0", "0.1"):
             base = numbers(rows, "attention", subject="sdpa", setting=f"T={length} dropout={dropout} bias=none")
             assert base["ratio_to_sdpa_no_bias"] == 1.0
-            for bias in ("none", "fixed", "learned"):
+            for bias in ("none", "fixed", "learned", "per_sequence"):
                 setting = f"T={length} dropout={dropout} bias={bias}"
                 for path in ("sdpa", "explicit", "triton"):
                     t = numbers(rows, "attention", subject=path, setting=setting)
