@@ -11,7 +11,8 @@ masked tokens), ``disc_loss``, ``disc_acc`` (all non-pad tokens), ``disc_precisi
 
 The forward asks the device for nothing (no boolean-mask indexing, no ``.item()``): M is the length of the
 batch's ``masked_positions`` (tasks/electra.py), the non-pad tokens are a weight, and the counts stay device
-tensors in the logging output until :meth:`ElectraCriterion.reduce_metrics` reads them, in one copy, after the update.
+tensors in the logging output until :meth:`ElectraCriterion.reduce_metrics` reads them (in one copy) after
+the update.
 """
 
 import math
@@ -73,13 +74,12 @@ class ElectraCriterion(FairseqCriterion):
     @staticmethod
     def reduce_metrics(logging_outputs) -> None:
         # the sums, read from the device in one copy (fairseq calls this after the update is queued)
-        keys = ("loss", "gen_loss", "disc_loss", *COUNTS)
-        sums = [sum(log.get(key, 0) for log in logging_outputs) for key in keys]
-        on_device = [i for i, v in enumerate(sums) if torch.is_tensor(v)]
-        if on_device:
-            for i, v in zip(on_device, torch.stack([sums[i].double().reshape(()) for i in on_device]).tolist()):
-                sums[i] = v
-        total = dict(zip(keys, map(float, sums)))
+        sums = {key: sum(log.get(key, 0) for log in logging_outputs) for key in ("loss", "gen_loss", "disc_loss",
+                                                                                  *COUNTS)}
+        tensors = {key: v for key, v in sums.items() if torch.is_tensor(v)}
+        if tensors:
+            sums.update(zip(tensors, torch.stack([v.double().reshape(()) for v in tensors.values()]).tolist()))
+        total = {key: float(v) for key, v in sums.items()}
 
         masked, tokens, ln2 = total["_masked"], total["_tokens"], math.log(2)
         metrics.log_scalar("loss", total["loss"] / (masked or 1) / ln2, masked, round=3)
