@@ -272,11 +272,10 @@ def print_profile(row: Row, roberta: Dict[str, float], variant: Dict[str, float]
 def compile_layers(model) -> None:
     """Every encoder layer ``torch.compile``'d in place, as ``--compile-layers`` does in training (an ELECTRA
     model's generator too)."""
-    from tupe_plugin.modules.encoder import TupeTransformerEncoder, compile_layers as compile_in_place
+    from tupe_plugin.modules.encoder import TupeTransformerEncoder
 
     for encoder in [m for m in model.modules() if isinstance(m, TupeTransformerEncoder)]:
-        compile_in_place(encoder.layers)
-        encoder.layers_compiled = True
+        encoder.compile_layers()
 
 
 @torch.no_grad()

@@ -26,13 +26,6 @@ RIGHT_PADDING = "pad on the right, as fairseq's masked_lm and sentence_predictio
 logger = logging.getLogger(__name__)
 
 
-def compile_layers(layers: nn.ModuleList) -> None:
-    """``torch.compile`` every layer in place (``nn.Module.compile``: parameter names and the state_dict stay as
-    they are; shapes become dynamic after a first recompilation)."""
-    for layer in nn.ModuleList.__iter__(layers):  # all of them, also those LayerDrop skips this time
-        layer.compile()
-
-
 def fairseq_block(block: nn.Module, q_noise: float, qn_block_size: int) -> nn.Module:
     """``block`` (plain torch) with fairseq's parts, in place: ``FairseqDropout`` for each ``Dropout`` (fairseq's
     ``--retain-dropout`` reaches it) and ``quant_noise`` on each ``nn.Linear`` (``--quant-noise-pq``; without
@@ -86,6 +79,13 @@ class TupeTransformerEncoder(TransformerEncoder):
             layer = checkpoint_wrapper(layer, offload_to_cpu=cfg.offload_activations)
         return fsdp_wrap(layer, min_num_params=cfg.min_params_to_wrap if not checkpoint else 0)
 
+    def compile_layers(self) -> None:
+        """``torch.compile`` every layer in place (``nn.Module.compile``: parameter names and the state_dict stay as
+        they are; shapes become dynamic after a first recompilation)."""
+        for layer in nn.ModuleList.__iter__(self.layers):  # all of them, also those LayerDrop skips this time
+            layer.compile()
+        self.layers_compiled = True
+
     def has_padding(self, padding_mask: Tensor) -> bool:
         """Whether the (B, T) padding mask (True at pads) has any (one host wait on a GPU); refuses left padding
         where the variant counts positions from column 0."""
@@ -97,8 +97,7 @@ class TupeTransformerEncoder(TransformerEncoder):
         """fairseq's forward; ``has_pads``: :meth:`has_padding` of this batch's padding, when the caller knows
         it already (ELECTRA's two encoders read one batch layout: one host wait instead of two)."""
         if self.training and not self.layers_compiled and getattr(self.args, "compile_layers", False):
-            compile_layers(self.layers)
-            self.layers_compiled = True
+            self.compile_layers()
             logger.info(f"--compile-layers: the {len(self.layers)} layers of a {self.args.encoder_embed_dim}-wide "
                         "encoder are torch.compile'd (the first steps compile)")
         return self.forward_scriptable(src_tokens, src_lengths, return_all_hiddens, token_embeddings, has_pads)
