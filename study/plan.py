@@ -144,7 +144,7 @@ class Plan:
         if v["MODEL_ARGS"] == "none":
             v["MODEL_ARGS"] = ""
         n = {k: whole(v, k) for k in ("TOTAL_UPDATES", "VALID_POINTS", "PREP_JOBS", "LOC_LENGTH", "LOC_SENTENCES",
-                                      "TOKENS_PER_SAMPLE", "LONGER_TOKENS")}
+                                      "TOKENS_PER_SAMPLE")}
         whole(v, "VALID_STEPS", positive=False)
         if whole(v, "WARMUP", positive=False) >= n["TOTAL_UPDATES"]:
             raise UsageError(f"WARMUP={v['WARMUP']} must be a whole number below TOTAL_UPDATES={n['TOTAL_UPDATES']}")

@@ -68,8 +68,6 @@ SETTINGS: Tuple[Setting, ...] = (
             recorded=True),
     Setting("LENGTH_FACTORS", "the longer-inputs stage: validation loss at these multiples of T (the models get "
             "positions for the largest; 1: the stage is off)", "1 2 4", recorded=True),
-    Setting("LONGER_TOKENS", "validation tokens cut into blocks at every length of the longer-inputs stage",
-            "65536", recorded=True),
     Setting("FT_LRS", "fine-tuning LRs (per task: median over seeds per LR, best LR)", recorded=True),
     Setting("FT_EPOCHS", "fine-tuning epochs (auto: glue/finetune.sh's per task)", recorded=True),
     Setting("FT_BATCH", "fine-tuning batch size", recorded=True),

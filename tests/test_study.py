@@ -632,6 +632,19 @@ def test_electra_settings_are_recorded_once_the_study_has_electra_models():
     assert changed_settings(merged, recorded_text(mlm)) == [] and merged_text(merged, recorded_text(mlm)) == merged
 
 
+def test_a_setting_no_longer_read_does_not_refuse_an_older_study():
+    """A settings.env written when a setting existed that no stage reads any more (LONGER_TOKENS: the
+    longer-inputs stage re-runs pre-training's own validation since 31948e2) resumes and reports: the setting
+    is no longer recorded, and the older line is kept as it was written."""
+    from study.settings import changed_settings, merged_text, recorded_text, resolve
+
+    now = recorded_text(resolve({"PRESET": "cpu-small", "OUT": "x"}))
+    assert "LONGER_TOKENS" not in now
+    older = now.replace("LENGTH_FACTORS=1 2 4\n", "LENGTH_FACTORS=1 2 4\nLONGER_TOKENS=65536\n")
+    assert older != now
+    assert changed_settings(older, now) == [] and merged_text(older, now) == older
+
+
 def test_word_order_check_covers_nope_with_every_objective():
     from study.compare import OrderDrop
     from study.report import _order_lines
