@@ -119,6 +119,12 @@ class Run:
         return self.values[name]
 
     @property
+    def criterion(self) -> str:
+        """The task's criterion: MLM's is fairseq's masked_lm with its loss logged to 4 decimals (the study
+        compares losses whose differences can be a few thousandths of a bit)."""
+        return "masked_lm_4dp" if self.task == "masked_lm" else self.task
+
+    @property
     def launcher(self) -> str:
         """none, torchrun, srun or rank (started by a launcher itself): LAUNCHER resolved."""
         return self.values["LAUNCHER"]
@@ -248,7 +254,7 @@ def fairseq_args(run: Run) -> List[str]:
     v = run.values
     args = [
         v["DATA"], "--user-dir", os.path.join(REPO, "tupe_plugin"),
-        "--task", run.task, "--criterion", run.task, "--arch", v["ARCH"], "--max-positions", v["MAX_POSITIONS"],
+        "--task", run.task, "--criterion", run.criterion, "--arch", v["ARCH"], "--max-positions", v["MAX_POSITIONS"],
         "--sample-break-mode", v["SAMPLE_BREAK_MODE"], "--tokens-per-sample", v["TOKENS_PER_SAMPLE"],
         "--mask-prob", v["MASK_PROB"],
         "--optimizer", "adam", "--adam-betas", v["ADAM_BETAS"], "--adam-eps", v["ADAM_EPS"],

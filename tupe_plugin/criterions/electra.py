@@ -82,8 +82,8 @@ class ElectraCriterion(FairseqCriterion):
         total = {key: float(v) for key, v in sums.items()}
 
         masked, tokens, ln2 = total["_masked"], total["_tokens"], math.log(2)
-        metrics.log_scalar("loss", total["loss"] / (masked or 1) / ln2, masked, round=3)
-        metrics.log_scalar("gen_loss", total["gen_loss"] / (masked or 1) / ln2, masked, round=3)
+        metrics.log_scalar("loss", total["loss"] / (masked or 1) / ln2, masked, round=4)
+        metrics.log_scalar("gen_loss", total["gen_loss"] / (masked or 1) / ln2, masked, round=4)
         metrics.log_derived("gen_ppl", lambda m: utils.get_perplexity(m["gen_loss"].avg))
         metrics.log_scalar("disc_loss", total["disc_loss"] / (tokens or 1) / ln2, tokens, round=4)
         for key in COUNTS:
