@@ -176,6 +176,10 @@ class Plan:
             check_generator(v, variants[0].name)
         # objective-major: the MLM entries in VARIANTS order, then the same variants with ELECTRA
         entries = [Entry(e.name, e.seeds, o) for o in objectives for e in variants]
+        from study.endpoints import parse_endpoints, parse_margin
+
+        parse_endpoints(v["ENDPOINTS"], {e.label: e.seeds for e in entries if e.objective == "mlm"})
+        parse_margin(v["EQUIVALENCE_BITS"])
         return cls(v, entries, task_names(v["TASKS"], v["TASKS_DIR"]), words(v, "FT_LRS"), whole_list(v, "SEEDS"),
                    factors, windows, {e.name: known[e.name] for e in variants})
 

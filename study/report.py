@@ -22,9 +22,12 @@ from typing import Dict, List, Optional, Sequence
 
 from study.compare import (HIERARCHICAL, HIERARCHICAL_MIN_SEEDS, LEVEL, PAIRED_BOOTSTRAP, T_TEST, Interval, OrderDrop,
                            Paired, bootstrap_pairs, order_drops, paired_differences)
+from study.endpoints import (LEVEL as FAMILY_LEVEL, MEASURES as ENDPOINT_MEASURES, EndpointResult, curve_auc, logged_resolution,
+                             parse_endpoints, parse_margin, family_tests)
 from study.longer_inputs import NOT_FOR_ELECTRA
 from study.plan import split_label
 from study.runs import ELECTRA_KEYS, Variant, load_study, loss_at, parse_variants, run_section, token_counts
+from tupe_common.errors import UsageError
 from tupe_common.io import read_data_path, write_csv, write_text
 from study.stats import entropy_bits, holm, pearson, spearman, spearman_p
 
@@ -362,10 +365,44 @@ def _electra_lines(variants: List[Variant], rows: List[Dict], gen_pairs: List[Pa
     return L
 
 
+def _endpoint_lines(results: Sequence[EndpointResult], declared: str, total_updates: int) -> List[str]:
+    """The declared comparisons: one Holm family, its size stated, each with its per-seed differences."""
+    if not results:
+        return ["No comparison was declared before the study ran (`ENDPOINTS=none`): every difference below is "
+                "exploratory.", ""]
+    seeds = sorted({s for r in results for s in r.diffs})
+    margin = results[0].margin
+    L = [f"Declared before the study ran (`ENDPOINTS={declared}`, recorded in `settings.env`; "
+         f"`EQUIVALENCE_BITS={'none' if margin is None else f'{margin:g}'}`). These {len(results)} comparison(s) are "
+         f"**one Holm family of {len(results)}**, and the only confirmatory tests of this report; every other "
+         "difference in it is exploratory, whatever its interval. Each is the per-pre-training-seed paired "
+         "difference a - b (the same data order and masks per seed), over the seeds whose pre-training finished "
+         f"all {total_updates} updates, t-tested over those seeds (n - 1 degrees of freedom, 95% t-interval of the "
+         f"mean); the spread is the standard deviation of the per-seed differences, floored at the logging step "
+         f"({results[0].resolution:g} bits) in the test, since a spread below it is not measured.", "",
+         "Measures: " + "; ".join(f"`{k}`: {v}" for k, v in ENDPOINT_MEASURES.items()) + ".", "",
+         "| declared comparison | " + " | ".join(f"seed {s}" for s in seeds)
+         + " | mean | SD over seeds | 95% t-interval | p | Holm p (family) | TOST p | verdict |",
+         "|" + "---|" * (len(seeds) + 8)]
+    for r in results:
+        t = r.test
+        cells = " | ".join("—" if s not in r.diffs else f"{r.diffs[s]:+.4f}" for s in seeds)
+        if t is None:
+            L.append(f"| {r.endpoint.label} | {cells} | — | — | — | — | — | — | {r.verdict} |")
+            continue
+        L.append(f"| {r.endpoint.label} | {cells} | {t.mean:+.4f} | {t.sd:.4f} | [{t.low:+.4f}, {t.high:+.4f}] | "
+                 f"{_p(t.p)} | {_p(r.p_holm)} | {_p(r.p_tost)} | **{r.verdict}** |")
+    L += ["", f"A difference is shown when its Holm-adjusted p is at most {FAMILY_LEVEL:g}; it is called equivalent only "
+          "when the two one-sided tests against the declared margin both reject at 5% (TOST), and otherwise it is "
+          "**not resolved**: neither shown nor excluded.", ""]
+    return L
+
+
 def report_markdown(rows: List[Dict], columns: List[str], variants: List[Variant], total_updates: int,
                     unigram: Optional[float], min_gap: float, corr: List[Dict], loss_pairs: List[Paired],
                     intervals: List[Interval], drops: List[OrderDrop], problems: List[str], title: str,
-                    run: Sequence[str] = (), gen_pairs: Sequence[Paired] = ()) -> str:
+                    run: Sequence[str] = (), gen_pairs: Sequence[Paired] = (),
+                    endpoints: Sequence[EndpointResult] = (), declared: str = "none") -> str:
     mlm = [r for r in rows if r["objective"] == "mlm"]
     n_seeds = max((len(v.seeds) for v in variants if v.objective == "mlm"), default=0)
     L = [f"# {title}", "", "![overview](overview.png)", ""]
@@ -384,7 +421,8 @@ def report_markdown(rows: List[Dict], columns: List[str], variants: List[Variant
     L += ["## Variants", "", "| variant | what it is | objective | pre-training seeds |", "|---|---|---|---|"]
     L += [f"| {v.name} | {_cell(v.about) or '—'} | {v.objective} | {', '.join(str(s.seed) for s in v.seeds)} |"
           for v in variants]
-    L += ["", "## Pre-training: validation MLM loss (bits)", "",
+    L += ["", "## Declared comparisons (confirmatory)", ""] + _endpoint_lines(endpoints, declared, total_updates)
+    L += ["## Pre-training: validation MLM loss (bits)", "",
           f"Unigram baseline (entropy of the training tokens, what a model ignoring context scores): "
           f"**{_f(unigram)} bits**. Budget: {total_updates} updates; the same data order, masks and seed for "
           "every variant.", "",
@@ -474,6 +512,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--finetune-grid", metavar="TASKS:LRS:SEEDS",
                    help="the fine-tuning runs every model should have, e.g. SST-2,RTE:1e-5,2e-5:1,2,3; "
                         "the report names each model seed that lacks some (default: only those with none)")
+    p.add_argument("--endpoints", default="none", help="the declared comparisons, MEASURE:A:B ... "
+                   "(study/endpoints.py; default none: everything exploratory)")
+    p.add_argument("--equivalence-bits", default="none", help="the declared equivalence margin in bits (default none)")
     p.add_argument("--title", default="Study report")
     args = p.parse_args(argv)
     seeds = [int(s) for s in args.pretrain_seeds.replace(",", " ").split()]
@@ -511,8 +552,20 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                                              if s.electra_final("gen_loss") is not None}
                                     for v in study if v.objective == "electra"})
     intervals = bootstrap_pairs(study, columns, problems, args.resamples)  # every model, whatever its objective
+    mlm = [v for v in study if v.objective == "mlm"]
+    try:
+        declared = parse_endpoints(args.endpoints, {v.name: [s.seed for s in v.seeds] for v in mlm})
+        margin = parse_margin(args.equivalence_bits)
+    except UsageError as e:
+        p.error(str(e))
+    finished = {v.name: [s for s in v.seeds if s.curve and max(s.curve) >= args.total_updates] for v in mlm}
+    measured = {"final_loss": {n: {s.seed: s.final for s in ss} for n, ss in finished.items()},
+                "loss_auc": {n: {s.seed: curve_auc(s.curve) for s in ss} for n, ss in finished.items()}}
+    resolution = logged_resolution([x for v in mlm for s in v.seeds for x in s.curve.values()])
+    endpoints = family_tests(declared, measured, resolution, margin)
     md = report_markdown(rows, columns, study, args.total_updates, unigram, args.min_gap_bits, corr, loss_pairs,
-                         intervals, drops, problems, args.title, run_section(args.out), gen_pairs)
+                         intervals, drops, problems, args.title, run_section(args.out), gen_pairs, endpoints,
+                         args.endpoints)
     write_csv_atomic(os.path.join(args.out, "study.csv"), rows)
     write_csv_atomic(os.path.join(args.out, "correlation.csv"),
                      [{k: c[k] for k in CORRELATION_COLUMNS} for c in corr])
@@ -522,6 +575,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                        "p": iv.p, "p_holm": iv.p_adjusted, "verdict": iv.verdict,
                        "by_pretrain_seed": " ".join(f"{s}:{d:.4f}" for s, d in sorted(iv.by_seed.items()))}
                       for iv in intervals])
+    write_csv_atomic(os.path.join(args.out, "endpoints.csv"),
+                     [{"measure": r.endpoint.measure, "a": r.endpoint.a, "b": r.endpoint.b, "seeds": len(r.diffs),
+                       "mean": r.test.mean if r.test else None, "sd": r.test.sd if r.test else None,
+                       "low": r.test.low if r.test else None, "high": r.test.high if r.test else None,
+                       "p": r.test.p if r.test else None, "p_holm": r.p_holm, "family_size": len(endpoints),
+                       "resolution": r.resolution, "margin": r.margin, "p_tost": r.p_tost, "verdict": r.verdict,
+                       "by_pretrain_seed": " ".join(f"{s}:{d:.6f}" for s, d in r.diffs.items())}
+                      for r in endpoints])
     write_csv_atomic(os.path.join(args.out, "order.csv"),
                      [{"variant": d.variant, "task": d.column, "perturbation": d.perturbation, "mean_drop": d.mean,
                        "spread": d.spread, "runs": len(d.drops), "changed": d.changed, "examples": d.examples}
@@ -539,7 +600,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if untrained:
         print(f"\nWARNING: the discriminator of {', '.join(untrained)} ended less than {100 * ELECTRA_MIN_GAIN:g}% "
               "below the entropy of the replace rate: ELECTRA is not trained yet at this preset.", file=sys.stderr)
-    print(f"\nwrote {args.out}/report.md, study.csv, correlation.csv, differences.csv, order.csv, overview.png",
+    print(f"\nwrote {args.out}/report.md, study.csv, endpoints.csv, correlation.csv, differences.csv, order.csv, overview.png",
           file=sys.stderr)
     return 0
 

@@ -47,6 +47,11 @@ SETTINGS: Tuple[Setting, ...] = (
             "(replaced-token detection; its runs are V+electra)", "mlm"),
     Setting("PRETRAIN_SEEDS", "pre-training seeds of every variant without its own (same data order and "
             "masks per seed)", "1"),
+    Setting("ENDPOINTS", "the confirmatory comparisons, declared before the study runs: MEASURE:A:B, the per-seed "
+            "paired difference A - B of two MLM models (MEASURE: final_loss, loss_auc; study/endpoints.py), tested as "
+            "one Holm family; everything else is exploratory (none: nothing declared)", "none", recorded=True),
+    Setting("EQUIVALENCE_BITS", "margin in bits, stated beforehand, within which a declared difference is called "
+            "equivalent (TOST at 5%); none: never (a difference not shown is 'not resolved')", "none", recorded=True),
     Setting("SIZE", "pretrain.sh SIZE (the arch is VARIANT_SIZE)", recorded=True),
     Setting("MODEL_ARGS", "fairseq size flags over the arch (--encoder-layers ...; none: the arch's)", recorded=True),
     Setting("VOCAB_SIZE", "sentencepiece vocabulary", recorded=True),

@@ -318,7 +318,8 @@ def run_report(plan: Plan) -> None:
 
     v = plan.values
     argv = [plan.out, "--variants", plan.variants_text(), "--total-updates", v["TOTAL_UPDATES"],
-            "--min-gap-bits", v["MIN_GAP_BITS"],
+            "--min-gap-bits", v["MIN_GAP_BITS"], "--endpoints", v["ENDPOINTS"],
+            "--equivalence-bits", v["EQUIVALENCE_BITS"],
             "--title", f"Study: PRESET={v['PRESET']}, {v['TOTAL_UPDATES']} updates, {plan.models_text()}"]
     if plan.tasks and plan.lrs and plan.seeds:  # the report names every model seed that lacks some run
         argv += ["--finetune-grid", ":".join(",".join(map(str, x)) for x in (plan.tasks, plan.lrs, plan.seeds))]

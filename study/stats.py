@@ -248,20 +248,26 @@ class TTest:
     low: float
     high: float
     p: float
+    sd: float = math.nan  # the values' standard deviation (n - 1), before any floor
 
 
-def t_test(values: Sequence[float], level: float = 0.95) -> TTest:
+def t_test(values: Sequence[float], level: float = 0.95, sd_floor: float = 0.0) -> TTest:
     """Student's one-sample t-test of "the mean is 0" over n >= 2 values (here: one difference per pre-training
-    seed), n - 1 degrees of freedom; the interval is mean +- t_{(1 + level) / 2, n - 1} s / sqrt(n)."""
+    seed), n - 1 degrees of freedom; the interval is mean +- t_{(1 + level) / 2, n - 1} s / sqrt(n).
+
+    ``sd_floor``: s is taken as at least this. Values read from a log that keeps d decimals carry a rounding
+    error of up to half a step each, so a spread below the step (10^-d) is not measured: with the floor at the
+    step, differences that agree to the last logged decimal are not made significant by their spread alone."""
     x = np.asarray(values, dtype=np.float64)
     n = len(x)
     if n < 2:
         raise ValueError(f"a t-test needs 2 or more values, got {n}")
-    mean, se = float(x.mean()), float(x.std(ddof=1)) / math.sqrt(n)
-    if se == 0:  # every value the same: no spread to test against
-        return TTest(n, mean, mean, mean, 1.0 if mean == 0 else 0.0)
+    mean, sd = float(x.mean()), float(x.std(ddof=1))
+    se = max(sd, sd_floor) / math.sqrt(n)
+    if se == 0:  # every value the same and no floor: no spread to test against
+        return TTest(n, mean, mean, mean, 1.0 if mean == 0 else 0.0, sd)
     half = t_quantile((1 + level) / 2, n - 1) * se
-    return TTest(n, mean, mean - half, mean + half, t_two_sided_p(mean / se, n - 1))
+    return TTest(n, mean, mean - half, mean + half, t_two_sided_p(mean / se, n - 1), sd)
 
 
 def holm(pvalues: Sequence[float]) -> List[float]:

@@ -1,0 +1,187 @@
+"""The study's declared comparisons (study/endpoints.py): the setting that declares them, its record in
+settings.env, and the report's one family. In-process, against closed forms: Student's t with 2 degrees of
+freedom has P(|T| >= t) = 1 - t / sqrt(2 + t^2)."""
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+
+import pytest
+
+from study import report as sr
+from study.endpoints import (Endpoint, curve_auc, logged_resolution, parse_endpoints, parse_margin, family_tests,
+                             tost_p)
+from study.settings import UsageError, changed_settings, recorded_text, resolve
+
+TUPE_QUESTION = "final_loss:tupe-r:bert-a loss_auc:tupe-r:bert-a"
+
+
+def p_two_sided_df2(t: float) -> float:
+    return 1 - abs(t) / math.sqrt(2 + t * t)
+
+
+def test_parse_endpoints_names_measure_and_models_and_refuses_the_rest():
+    seeds = {"bert-a": [11, 12, 13], "tupe-r": [11, 12, 13], "nope": [11]}
+    assert parse_endpoints(TUPE_QUESTION, seeds) == [Endpoint("final_loss", "tupe-r", "bert-a"),
+                                                     Endpoint("loss_auc", "tupe-r", "bert-a")]
+    assert parse_endpoints("none", seeds) == []
+    for bad, message in (("final:tupe-r:bert-a", "the measures are final_loss, loss_auc"),
+                         ("final_loss:tupe-r:bert-r", "'bert-r' is not an MLM model of this study"),
+                         ("final_loss:tupe-r:nope", "share 2 or more pre-training seeds \\(they share 1\\)"),
+                         ("final_loss:tupe-r:tupe-r", "two different models"),
+                         ("final_loss:tupe-r", "write MEASURE:A:B"),
+                         ("final_loss:tupe-r:bert-a final_loss:tupe-r:bert-a", "given twice")):
+        with pytest.raises(UsageError, match=message):
+            parse_endpoints(bad, seeds)
+    assert parse_margin("none") is None and parse_margin("0.05") == 0.05
+    for bad in ("0", "-1", "x", "inf"):
+        with pytest.raises(UsageError, match="EQUIVALENCE_BITS"):
+            parse_margin(bad)
+
+
+def test_endpoints_are_recorded_and_a_changed_declaration_is_refused_on_resume(tmp_path):
+    """The declaration is part of settings.env: a study resumed with other endpoints (or another margin) is
+    refused, as the comparison would no longer be the one declared before it ran; a study recorded before the
+    setting existed resumes as long as it declares nothing."""
+    from study.__main__ import check_settings
+    from study.plan import Plan
+
+    env = {"PRESET": "cpu-small", "OUT": str(tmp_path / "study"), "TASKS": "none", "VARIANTS": "bert-a tupe-r",
+           "PRETRAIN_SEEDS": "11 12 13", "ENDPOINTS": TUPE_QUESTION, "EQUIVALENCE_BITS": "0.05"}
+    check_settings(Plan.from_environ(env))
+    text = (tmp_path / "study" / "settings.env").read_text()
+    assert f"ENDPOINTS={TUPE_QUESTION}\nEQUIVALENCE_BITS=0.05\n" in text
+    check_settings(Plan.from_environ(env))  # the same declaration resumes
+    for name, value in (("ENDPOINTS", "final_loss:tupe-r:bert-a"), ("EQUIVALENCE_BITS", "0.1")):
+        with pytest.raises(UsageError, match=f"< {name}=.*\n> {name}={value}"):
+            check_settings(Plan.from_environ(dict(env, **{name: value})))
+    older = recorded_text(resolve({"PRESET": "cpu-small", "OUT": "x"})).replace("ENDPOINTS=none\n", "").replace(
+        "EQUIVALENCE_BITS=none\n", "")
+    assert changed_settings(older, recorded_text(resolve({"PRESET": "cpu-small", "OUT": "x"}))) == []
+    assert changed_settings(older, recorded_text(resolve(env))) == [f"> ENDPOINTS={TUPE_QUESTION}",
+                                                                  "> EQUIVALENCE_BITS=0.05"]
+    with pytest.raises(UsageError, match="share 2 or more"):  # refused before anything is prepared
+        Plan.from_environ(dict(env, OUT=str(tmp_path / "other"), PRETRAIN_SEEDS="11"))
+
+
+def test_curve_auc_and_logged_resolution_against_hand_values():
+    # trapezoids over 0..100: (3 + 2) / 2 * 50 + (2 + 1) / 2 * 50 = 200, over 100 updates: 2.0 bits
+    assert curve_auc({0: 3.0, 50: 2.0, 100: 1.0}) == pytest.approx(2.0)
+    # uneven steps: (10 - 0) * (4 + 2) / 2 + (40 - 10) * (2 + 1) / 2 = 30 + 45 = 75, over 40 updates
+    assert curve_auc({10: 2.0, 0: 4.0, 40: 1.0}) == pytest.approx(75 / 40)
+    assert curve_auc({5: 1.0}) is None
+    assert logged_resolution([8.922, 8.93, 9.0]) == pytest.approx(0.001)
+    assert logged_resolution([8.9221, 8.93]) == pytest.approx(0.0001)
+
+
+def test_a_difference_below_the_logging_step_is_never_shown():
+    """Three seeds whose losses differ by exactly one logged step (0.001 bits) each: no spread at all. Unfloored,
+    the t-test found p = 0 (every such difference "settled"); with the spread floored at the step, t =
+    0.001 / (0.001 / sqrt 3) = sqrt 3, p = 1 - sqrt(3 / 5) = 0.225: not resolved."""
+    a = {11: 8.922, 12: 8.931, 13: 8.925}
+    b = {s: round(x - 0.001, 3) for s, x in a.items()}
+    [r] = family_tests([Endpoint("final_loss", "a", "b")], {"final_loss": {"a": a, "b": b}}, resolution=0.001)
+    assert r.test.p == pytest.approx(p_two_sided_df2(math.sqrt(3)), rel=1e-9)
+    assert r.test.sd == pytest.approx(0.0, abs=1e-12) and r.verdict == "not resolved"
+
+
+def test_the_declared_family_is_holm_over_exactly_the_declared_comparisons():
+    """Two declared comparisons, one family of 2: per-seed differences -0.6, -0.45, -0.5 (mean -0.5167, s
+    0.0764) and -0.3, -0.1, -0.2 (mean -0.2, s 0.1). Holm over two: the smaller p doubled, the larger kept but
+    never below it."""
+    fin = {"a": {1: 8.4, 2: 8.55, 3: 8.5}, "b": {1: 9.0, 2: 9.0, 3: 9.0}}
+    auc = {"a": {1: 9.2, 2: 9.4, 3: 9.3}, "b": {1: 9.5, 2: 9.5, 3: 9.5}}
+    declared = [Endpoint("final_loss", "a", "b"), Endpoint("loss_auc", "a", "b")]
+    results = family_tests(declared, {"final_loss": fin, "loss_auc": auc}, resolution=0.001)
+
+    def plain_t(d):
+        m = sum(d) / len(d)
+        s = math.sqrt(sum((x - m) ** 2 for x in d) / (len(d) - 1))
+        return m / (s / math.sqrt(len(d)))
+
+    p1, p2 = p_two_sided_df2(plain_t([-0.6, -0.45, -0.5])), p_two_sided_df2(plain_t([-0.3, -0.1, -0.2]))
+    assert [r.test.p for r in results] == pytest.approx([p1, p2], rel=1e-9)
+    low, high = sorted([p1, p2])
+    assert [r.p_holm for r in results] == pytest.approx([2 * low if p1 < p2 else max(high, 2 * low),
+                                                         2 * low if p2 < p1 else max(high, 2 * low)], rel=1e-9)
+    assert results[0].verdict == "a lower than b"  # t = -11.7, p 0.0072, Holm 0.0145
+    assert results[1].verdict == "not resolved"  # t = -3.46, p 0.074, Holm 0.074
+
+
+def test_equivalence_only_through_tost_against_the_declared_margin():
+    """Differences +0.010, -0.010, +0.003 (mean 0.001, s 0.01): within a margin of 0.05 bits both one-sided tests
+    reject (t = (0.05 -+ 0.001) / (0.01 / sqrt 3), one-sided p = (1 - t / sqrt(2 + t^2)) / 2); without a margin,
+    or with a margin of 0.01, the same data are "not resolved"."""
+    d = [0.010, -0.010, 0.003]
+    se = 0.01 / math.sqrt(3)
+    mean = sum(d) / 3
+    s = math.sqrt(sum((x - mean) ** 2 for x in d) / 2)
+    se = s / math.sqrt(3)
+    expected = max(p_two_sided_df2((0.05 + mean) / se) / 2, p_two_sided_df2((0.05 - mean) / se) / 2)
+    assert tost_p(d, 0.05) == pytest.approx(expected, rel=1e-9)
+    values = {"final_loss": {"a": {1: 9.010, 2: 8.990, 3: 9.003}, "b": {1: 9.0, 2: 9.0, 3: 9.0}}}
+    declared = [Endpoint("final_loss", "a", "b")]
+    assert family_tests(declared, values, 0.001, margin=0.05)[0].verdict == "equivalent within ±0.05 bits"
+    assert family_tests(declared, values, 0.001, margin=0.01)[0].verdict == "not resolved"
+    assert family_tests(declared, values, 0.001)[0].verdict == "not resolved"
+
+
+def write_curves(out: Path, model: str, seed: int, losses) -> None:
+    d = out / "pretrain" / model / f"seed{seed}"
+    d.mkdir(parents=True)
+    (d / "train.log").write_text("".join(f'x | INFO | valid | {{"valid_loss": "{loss}", "valid_num_updates": "{u}"}}\n'
+                                         for u, loss in zip((50, 100), losses)))
+
+
+def test_report_tests_the_declared_family_and_labels_the_rest_exploratory(tmp_path):
+    """The report stage's own command, on logs: the declared family of 2 in its own table and CSV; a seed whose
+    pre-training stopped early is left out of the declared test."""
+    out = tmp_path / "study"
+    for seed, (a, b) in {1: ((9.6, 8.4), (9.9, 9.0)), 2: ((9.7, 8.55), (9.9, 9.0)), 3: ((9.5, 8.5), (9.9, 9.0))}.items():
+        write_curves(out, "tupe-r", seed, a)
+        write_curves(out, "bert-a", seed, b)
+    write_curves(out, "tupe-r", 4, (9.0,))  # unfinished: only the validation at 50
+    write_curves(out, "bert-a", 4, (9.9, 9.0))
+    assert sr.main([str(out), "--variants", "tupe-r:1,2,3,4 bert-a:1,2,3,4", "--total-updates", "100",
+                    "--endpoints", TUPE_QUESTION, "--equivalence-bits", "0.05"]) == 0
+    md = (out / "report.md").read_text()
+    assert "**one Holm family of 2**" in md and "every other difference in it is exploratory" in md
+    rows = list(csv.DictReader((out / "endpoints.csv").open()))
+    assert [(r["measure"], r["seeds"], r["family_size"]) for r in rows] == [("final_loss", "3", "2"),
+                                                                           ("loss_auc", "3", "2")]
+    # final: -0.6, -0.45, -0.5; auc (mean of the two validations, minus bert-a's 9.45): -0.45, -0.325, -0.45
+    assert float(rows[0]["mean"]) == pytest.approx(-1.55 / 3) and rows[0]["verdict"] == "tupe-r lower than bert-a"
+    assert float(rows[1]["mean"]) == pytest.approx(-1.225 / 3)
+    assert rows[0]["by_pretrain_seed"] == "1:-0.600000 2:-0.450000 3:-0.500000"
+    assert "| final_loss: tupe-r - bert-a | -0.6000 | -0.4500 | -0.5000 | -0.5167 |" in md
+    md_none = tmp_path / "none"
+    for seed in (1, 2):
+        write_curves(md_none, "tupe-r", seed, (9.6, 8.4))
+        write_curves(md_none, "bert-a", seed, (9.9, 9.0))
+    assert sr.main([str(md_none), "--variants", "tupe-r bert-a", "--pretrain-seeds", "1 2", "--total-updates", "100"]) == 0
+    assert "(`ENDPOINTS=none`): every difference below is exploratory" in (md_none / "report.md").read_text()
+
+
+def test_mlm_validation_loss_is_logged_with_4_decimals():
+    """pretrain.sh trains MLM with masked_lm_4dp: fairseq's masked_lm, whose logged loss kept 3 decimals. The
+    same logging outputs, reduced by each criterion in fairseq's own aggregation: 10.1 / 3 / ln 2 = 4.85707 bits."""
+    import torch
+    from fairseq import metrics
+    from fairseq.criterions.masked_lm import MaskedLmLoss
+
+    from train_scripts.pretrain import Run
+    from tupe_plugin.criterions.masked_lm_4dp import MaskedLm4dpLoss
+
+    logs = [{"loss": torch.tensor(6.1), "sample_size": 2}, {"loss": torch.tensor(4.0), "sample_size": 1}]
+    logged = {}
+    for name, criterion in (("fairseq", MaskedLmLoss), ("4dp", MaskedLm4dpLoss)):
+        with metrics.aggregate(new_root=True) as agg:
+            criterion.reduce_metrics(logs)
+        logged[name] = agg.get_smoothed_values()
+    exact = 10.1 / 3 / math.log(2)
+    assert logged["fairseq"]["loss"] == round(exact, 3) == 4.857
+    assert logged["4dp"]["loss"] == round(exact, 4) == 4.8571
+    assert logged["4dp"]["ppl"] == pytest.approx(logged["fairseq"]["ppl"], rel=1e-6)  # the rest as fairseq's
+    assert Run({}, "masked_lm", "cpu", 1, 1, []).criterion == "masked_lm_4dp"
+    assert Run({}, "electra", "cpu", 1, 1, []).criterion == "electra"
