@@ -1,20 +1,20 @@
-"""Differences between variants, and what settles them.
+"""Differences between variants, with their uncertainty: all of them exploratory.
+
+The report's confirmatory tests are the comparisons a study declared before it ran (``study.endpoints``), one
+Holm family. Every difference here is exploratory: an interval and an unadjusted p, never "settled".
 
 The pre-training seed is the unit of replication: a new pre-training moves a model's scores more than a new
 fine-tuning (in the published 17-variant run, BERT-A's downstream average by 2.6 points over three seeds), so
-a difference is tested at the level of the pre-training seeds the two models share.
+a difference is measured at the level of the pre-training seeds the two models share.
 
 * Pre-training loss: paired by pre-training seed (the same data order and masks); a t-test over the per-seed
-  differences (``study.stats.t_test``) where two or more seeds are shared, Holm's correction over those pairs.
+  differences (``study.stats.t_test``) where two or more seeds are shared, the spread floored at the logging step.
 * Downstream scores, paired by (pre-training seed, fine-tuning seed), each run at its model's chosen LR:
   - 1 shared pre-training seed: the paired bootstrap over the dev examples and the runs
     (``study.stats.paired_bootstrap``): at best "dev set only", a statement about these two checkpoints;
-  - 2 to HIERARCHICAL_MIN_SEEDS - 1: a t-test over the per-seed differences, with its t-interval;
-  - HIERARCHICAL_MIN_SEEDS or more: the hierarchical bootstrap (``study.stats.hierarchical_bootstrap``:
-    pre-training seeds, then fine-tuning runs within them, then dev examples), with its percentile interval.
-  From two seeds on, the p of a difference is the larger of the t-test's and the bootstrap's: the t-test sees
-  the pre-training seeds' noise, the bootstrap the dev set's, which every seed shares. Every difference's p
-  then goes through Holm's correction over all the downstream comparisons (``study.stats.holm``).
+  - 2 or more: a t-interval at the seed level whose variance adds the two noises: the per-seed differences'
+    (the pre-training seeds', with the fine-tuning runs inside them) and the dev set's, which every seed
+    shares and their spread cannot show (``study.stats.dev_set_se``), n - 1 degrees of freedom.
 """
 from __future__ import annotations
 
@@ -28,22 +28,16 @@ import numpy as np
 
 from study.dev_eval import correct, score
 from study.runs import Variant, read_json
-from study.stats import (TTest, bootstrap_p, hierarchical_bootstrap, holm, paired_bootstrap, percentile_interval,
-                         t_test)
+from study.stats import TTest, bootstrap_p, dev_set_se, paired_bootstrap, percentile_interval, t_test
 
 RESAMPLES = 2000
 AVERAGE = "average"
-LEVEL = 0.05  # a difference is settled when its Holm-adjusted p is at most this (the intervals are 1 - LEVEL)
-# From this many shared pre-training seeds the interval comes from resampling them. A bootstrap over n seeds whose
-# differences share a sign puts (almost) no resample on the other side of 0, and chance alone gives n signs that
-# agree 2 / 2^n of the time: 25% at 3 seeds, 6.25% at 5, 3.1% at 6, the first count below LEVEL.
-HIERARCHICAL_MIN_SEEDS = 6
+LEVEL = 0.05  # the intervals are 1 - LEVEL
 
 PAIRED_BOOTSTRAP = "paired bootstrap"
-T_TEST = "t-test over pre-training seeds"
-HIERARCHICAL = "hierarchical bootstrap"
-METHOD_LABELS = {PAIRED_BOOTSTRAP: "paired bootstrap, {n} pre-training seed", T_TEST: "t-test over {n} pre-training seeds",
-                 HIERARCHICAL: "hierarchical bootstrap over {n} pre-training seeds"}
+T_TEST = "t over pre-training seeds + dev set"
+METHOD_LABELS = {PAIRED_BOOTSTRAP: "paired bootstrap, {n} pre-training seed",
+                 T_TEST: "t over {n} pre-training seeds + dev-set variance"}
 
 
 def _spread(values: Sequence[Optional[float]]) -> Optional[float]:
@@ -59,21 +53,21 @@ class Paired:
     diffs: Dict[int, float]  # pre-training seed -> value(a) - value(b)
     spread: float  # the larger of the two variants' spreads across seeds (0 with one seed)
     test: Optional[TTest] = None  # over the seeds' differences (2 or more seeds)
-    p_adjusted: float = math.nan  # Holm over the pairs with a test
 
     @property
     def mean(self) -> float:
         return statistics.mean(self.diffs.values())
 
     @property
-    def settled(self) -> bool:
-        """Two or more seeds, and the t-test's p, Holm-adjusted over the pairs tested, at most LEVEL."""
-        return len(self.diffs) >= 2 and self.p_adjusted <= LEVEL
+    def excludes_zero(self) -> bool:
+        """Its 95% t-interval excludes 0 (exploratory: not a test of a declared comparison)."""
+        return self.test is not None and (self.test.low > 0 or self.test.high < 0)
 
 
-def paired_differences(values: Dict[str, Dict[int, float]]) -> List[Paired]:
+def paired_differences(values: Dict[str, Dict[int, float]], resolution: float = 0.0) -> List[Paired]:
     """values[variant][seed] -> every pair (a, b) in the given order, over the seeds both have; the pairs with two
-    or more shared seeds are t-tested and Holm-corrected together (one family)."""
+    or more shared seeds are t-tested, the spread floored at ``resolution`` (the step of the logged values: a
+    spread below it was not measured)."""
     names = list(values)
     out = []
     for i, a in enumerate(names):
@@ -83,14 +77,12 @@ def paired_differences(values: Dict[str, Dict[int, float]]) -> List[Paired]:
                 continue
             spreads = [_spread([values[n][s] for s in seeds]) or 0.0 for n in (a, b)]
             diffs = {s: values[a][s] - values[b][s] for s in seeds}
-            out.append(Paired(a, b, diffs, max(spreads), t_test(list(diffs.values())) if len(seeds) >= 2 else None))
-    tested = [p for p in out if p.test is not None]
-    for p, adjusted in zip(tested, holm([p.test.p for p in tested])):
-        p.p_adjusted = adjusted
+            out.append(Paired(a, b, diffs, max(spreads),
+                              t_test(list(diffs.values()), sd_floor=resolution) if len(seeds) >= 2 else None))
     return out
 
 
-# ---- downstream: the bootstraps over dev predictions, the t-test over pre-training seeds -------------------------
+# ---- downstream: the paired bootstrap with one seed, the seed-level t with the dev set's variance ------------
 
 
 @dataclass
@@ -104,9 +96,9 @@ class Interval:
     by_seed: Dict[int, float]  # pre-training seed -> mean difference over its paired fine-tuning runs
     runs: int  # paired runs (pre-training seed, fine-tuning seed)
     examples: int
-    method: str = PAIRED_BOOTSTRAP  # PAIRED_BOOTSTRAP, T_TEST or HIERARCHICAL (by the shared pre-training seeds)
-    p: float = math.nan  # two-sided p of "no difference"
-    p_adjusted: float = math.nan  # p after Holm's correction over every downstream comparison of the report
+    method: str = PAIRED_BOOTSTRAP  # PAIRED_BOOTSTRAP or T_TEST (by the shared pre-training seeds)
+    p: float = math.nan  # two-sided p of "no difference", unadjusted (exploratory)
+    dev_se: float = math.nan  # the dev set's standard error in the difference (T_TEST)
 
     @property
     def seeds(self) -> int:
@@ -124,11 +116,11 @@ class Interval:
 
     @property
     def verdict(self) -> str:
-        """Settled when the Holm-adjusted p is at most LEVEL and two or more pre-training seeds are shared; with one
-        seed the same says only that the dev set tells the two checkpoints apart."""
-        if not self.p_adjusted <= LEVEL:  # nan (not corrected yet) is not settled either
-            return "not settled"
-        return "dev set only (1 pre-training seed)" if self.seeds < 2 else "settled"
+        """What the interval says, exploratory: with one pre-training seed an interval that excludes 0 says only
+        that the dev set tells the two checkpoints apart."""
+        if not self.excludes_zero:
+            return "interval holds 0"
+        return "dev set only (1 pre-training seed)" if self.seeds < 2 else "interval excludes 0 (exploratory)"
 
 
 def _predictions(run_dir: str, subset: str) -> Optional[Tuple[list, list]]:
@@ -199,26 +191,22 @@ def _tested(va: str, vb: str, column: str, parts: List[_Column], resamples: int,
         low, high = percentile_interval(flat)
         return Interval(va, vb, column, diff, low, high, by_seed, runs, examples, PAIRED_BOOTSTRAP,
                         bootstrap_p(flat, diff))
-    test = t_test(list(by_seed.values()))
-    if len(seeds) < HIERARCHICAL_MIN_SEEDS:
-        return Interval(va, vb, column, diff, test.low, test.high, by_seed, runs, examples, T_TEST,
-                        max(test.p, bootstrap_p(flat, diff)))
-    rows = []
+    # each column's dev set is its own sample: their variances add, and the average divides by the columns
+    dev_var = 0.0
     for c in parts:
-        keep = [i for i, (s, _) in enumerate(c.keys) if s in by_seed]
-        rows.append(((c.a[keep], c.b[keep], [c.keys[i][0] for i in keep]), c.gold, c.fn))
-    stats = hierarchical_bootstrap([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows],
-                                   resamples=resamples, seed=seed)
-    low, high = percentile_interval(stats)
-    return Interval(va, vb, column, diff, low, high, by_seed, runs, examples, HIERARCHICAL,
-                    max(test.p, bootstrap_p(stats, diff)))
+        per_seed_runs = {s: sum(1 for k in c.keys if k[0] == s) for s in seeds}
+        weights = np.array([1.0 / (len(seeds) * per_seed_runs[k[0]]) if k[0] in by_seed else 0.0 for k in c.keys])
+        dev_var += dev_set_se(c.a, c.b, weights, c.gold, c.fn, resamples, seed) ** 2
+    dev_se = math.sqrt(dev_var) / len(parts)
+    test = t_test(list(by_seed.values()), extra_se=dev_se)
+    return Interval(va, vb, column, diff, test.low, test.high, by_seed, runs, examples, T_TEST, test.p, dev_se)
 
 
 def bootstrap_pairs(variants: Sequence[Variant], columns: Sequence[str], problems: List[str],
                     resamples: int = RESAMPLES) -> List[Interval]:
-    """An Interval for every pair of variants and every column, and for the average over the columns, each tested
-    by the method its shared pre-training seeds allow, then Holm's correction over all of them (one family: the
-    downstream comparisons the report makes)."""
+    """An Interval for every pair of variants and every column, and for the average over the columns, each by the
+    method its shared pre-training seeds allow; all exploratory (no correction: the report's one family is its
+    declared comparisons)."""
     runs = {(v.name, c): column_runs(v, c) for v in variants for c in columns}
     missing = [f"{v.name} {c}" for v in variants for c in columns
                if not runs[(v.name, c)] and any(c in s.tasks for s in v.seeds)]  # fine-tuned, but no predictions
@@ -250,8 +238,6 @@ def bootstrap_pairs(variants: Sequence[Variant], columns: Sequence[str], problem
             out += [_tested(va.name, vb.name, c.name, [c], resamples, i) for c in parts]
             if len(parts) == len(columns) > 1 and set.intersection(*(set(c.by_seed) for c in parts)):
                 out.append(_tested(va.name, vb.name, AVERAGE, parts, resamples, i))
-    for iv, adjusted in zip(out, holm([iv.p for iv in out])):
-        iv.p_adjusted = adjusted
     return out
 
 

@@ -20,8 +20,8 @@ import statistics
 import sys
 from typing import Dict, List, Optional, Sequence
 
-from study.compare import (HIERARCHICAL, HIERARCHICAL_MIN_SEEDS, LEVEL, PAIRED_BOOTSTRAP, T_TEST, Interval, OrderDrop,
-                           Paired, bootstrap_pairs, order_drops, paired_differences)
+from study.compare import (PAIRED_BOOTSTRAP, T_TEST, Interval, OrderDrop, Paired, bootstrap_pairs, order_drops,
+                           paired_differences)
 from study.endpoints import (LEVEL as FAMILY_LEVEL, MEASURES as ENDPOINT_MEASURES, EndpointResult, curve_auc, logged_resolution,
                              parse_endpoints, parse_margin, family_tests)
 from study.longer_inputs import NOT_FOR_ELECTRA
@@ -29,7 +29,7 @@ from study.plan import split_label
 from study.runs import ELECTRA_KEYS, Variant, load_study, loss_at, parse_variants, run_section, token_counts
 from tupe_common.errors import UsageError
 from tupe_common.io import read_data_path, write_csv, write_text
-from study.stats import entropy_bits, holm, pearson, spearman, spearman_p
+from study.stats import entropy_bits, pearson, spearman, spearman_p
 
 FRACTIONS = (0.25, 0.5, 0.75, 1.0)
 NOPE_TOLERANCE = 1.0  # points: nope's drop on a shuffle must be within this of 0 (it cannot see word order)
@@ -118,8 +118,8 @@ def correlations(rows: Sequence[Dict], without: Sequence[str] = ()) -> List[Dict
     """Spearman and Pearson of each locality/symmetry column with the downstream average, across the
     variants that have both values (less those named in ``without``); n is stated. Per objective (MLM first):
     across objectives the downstream average moves with the objective, which would masquerade as a property of
-    the encoding. The permutation p of the four measures of one objective is also given Holm-adjusted: four
-    tests on the same variants."""
+    the encoding. Exploratory: the permutation p is unadjusted (the report's one family is its declared
+    comparisons)."""
     out = []
     objectives = sorted({r["objective"] for r in rows}, key=lambda o: o != "mlm") or ["mlm"]
     for objective in objectives:
@@ -135,23 +135,17 @@ def correlations(rows: Sequence[Dict], without: Sequence[str] = ()) -> List[Dict
                           "spearman": spearman(x, y) if len(pts) >= 2 else math.nan,
                           "spearman_p": spearman_p(x, y) if len(pts) >= 3 else math.nan,
                           "pearson": pearson(x, y) if len(pts) >= 2 else math.nan})
-        tested = [c for c in group if not math.isnan(c["spearman_p"])]
-        for c, adjusted in zip(tested, holm([c["spearman_p"] for c in tested])):
-            c["spearman_p_holm"] = adjusted
-        for c in group:
-            c.setdefault("spearman_p_holm", math.nan)
         out += group
     return out
 
 
-CORRELATION_COLUMNS = ("measure", "objective", "without", "n", "spearman", "spearman_p", "spearman_p_holm", "pearson")
+CORRELATION_COLUMNS = ("measure", "objective", "without", "n", "spearman", "spearman_p", "pearson")
 
 
 def _correlation_table(corr: Sequence[Dict]) -> List[str]:
-    L = ["| measure | n variants | Spearman | p (permutation) | p (Holm, 4 measures) | Pearson |",
-         "|---|---|---|---|---|---|"]
-    return L + [f"| {c['measure']} | {c['n']} | {_f(c['spearman'])} | {_f(c['spearman_p'])} | "
-                f"{_f(c['spearman_p_holm'])} | {_f(c['pearson'])} |" for c in corr]
+    L = ["| measure | n variants | Spearman | p (permutation) | Pearson |", "|---|---|---|---|---|"]
+    return L + [f"| {c['measure']} | {c['n']} | {_f(c['spearman'])} | {_f(c['spearman_p'])} | {_f(c['pearson'])} |"
+                for c in corr]
 
 
 def _cell(text: str) -> str:
@@ -181,35 +175,30 @@ def _p(x: Optional[float]) -> str:
     return f"{x:.3f}" if x >= 0.001 else f"{x:.1e}"
 
 
-def _paired_lines(pairs: List[Paired], n_seeds: int, what: str) -> List[str]:
+def _paired_lines(pairs: List[Paired], n_seeds: int, what: str, resolution: float) -> List[str]:
     if not pairs:
         return ["No pairs.", ""]
     shown, L = pairs, []
-    if n_seeds >= 2 and len(pairs) > SHOW_ALL_PAIRS:  # one shared seed settles nothing: listed only in small studies
+    if n_seeds >= 2 and len(pairs) > SHOW_ALL_PAIRS:  # one shared seed measures no spread: listed only in small studies
         shown = [p for p in pairs if len(p.diffs) >= 2]
         L += [f"{len(pairs) - len(shown)} of the {len(pairs)} pairs share one pre-training seed: not listed, since one "
-              "seed settles nothing (each variant's loss per seed: `final_valid_loss_by_seed` in `study.csv`).", ""]
+              "seed measures no spread (each variant's loss per seed: `final_valid_loss_by_seed` in `study.csv`).", ""]
     seeds = sorted({s for p in shown for s in p.diffs})
     if shown:
-        L += ["| a - b | " + " | ".join(f"seed {s}" for s in seeds) + " | mean | 95% t-interval | p | Holm p | settled |",
-              "|" + "---|" * (len(seeds) + 6)]
+        L += ["| a - b | " + " | ".join(f"seed {s}" for s in seeds) + " | mean | SD over seeds | 95% t-interval | p |",
+              "|" + "---|" * (len(seeds) + 5)]
     for p in shown:
         t = p.test  # None with one shared seed: nothing to test
-        L.append(f"| {p.a} - {p.b} | " + " | ".join(_f(p.diffs.get(s)) for s in seeds) + f" | {_f(p.mean)} | "
-                 + ("— | — | — | no (1 seed) |" if t is None else
-                    f"[{t.low:+.3f}, {t.high:+.3f}] | {_p(t.p)} | {_p(p.p_adjusted)} | {'**yes**' if p.settled else 'no'} |"))
-    # in words, so that nobody reads "a > b" as "a is better": the sign is that of a - b in the table's unit
-    settled = [f"{p.a} {'lower' if p.mean < 0 else 'higher'} than {p.b}" for p in pairs if p.settled]
-    tested = sum(p.test is not None for p in pairs)
+        L.append(f"| {p.a} - {p.b} | " + " | ".join(_f(p.diffs.get(s), 4) for s in seeds) + f" | {_f(p.mean, 4)} | "
+                 + ("— | — | — |" if t is None else f"{t.sd:.4f} | [{t.low:+.4f}, {t.high:+.4f}] | {_p(t.p)} |"))
     L.append("")
     if n_seeds < 2:
-        L.append(f"One pre-training seed: the seeds settle no difference ({what}); rerun with PRETRAIN_SEEDS=3 or more "
+        L.append(f"One pre-training seed: no spread over seeds is measured ({what}); rerun with PRETRAIN_SEEDS=3 or more "
                  "(a t-test over 2 seeds has 1 degree of freedom).")
     else:
-        L.append(f"Tested at the level of the pre-training seeds: for each of the {tested} pair(s) with two or more "
-                 "shared seeds, a t-test over the per-seed differences (n - 1 degrees of freedom, the 95% t-interval of "
-                 f"their mean), with Holm's correction over those {tested}. Settled (Holm-adjusted p <= {LEVEL:g}): "
-                 + (f"{', '.join(settled)} ({what})" if settled else "none") + ".")
+        L.append("Exploratory: a t-test over the per-seed differences (n - 1 degrees of freedom, the 95% t-interval of "
+                 f"their mean; the spread floored at the logging step, {resolution:g}), p unadjusted. Only the declared "
+                 "comparisons above are tested as a family.")
     return L + [""]
 
 
@@ -223,45 +212,36 @@ def _interval_lines(intervals: List[Interval]) -> List[str]:
         methods[iv.method] = methods.get(iv.method, 0) + 1
     m, pairs = len(intervals), len({(iv.a, iv.b) for iv in intervals})
     excluded = sum(iv.excludes_zero for iv in intervals)
-    shown = intervals if pairs <= SHOW_ALL_PAIRS else \
-        [iv for iv in intervals if iv.excludes_zero or iv.verdict != "not settled"]
-    h = HIERARCHICAL_MIN_SEEDS
-    L = ["Each difference is score(a) - score(b) (points of the task's metric), paired by (pre-training seed, "
-         "fine-tuning seed), each run at its model's chosen LR: per shared pre-training seed the mean over its "
-         "fine-tuning runs on the whole dev set, then the mean over those seeds. The pre-training seed is the larger "
-         "noise, so a difference is tested at the level of the pre-training seeds the two models share:", "",
+    one_seed = sum(iv.seeds < 2 for iv in intervals)
+    shown = intervals if pairs <= SHOW_ALL_PAIRS else [iv for iv in intervals if iv.excludes_zero]
+    L = ["Exploratory, every one: an interval and an unadjusted p, no verdict beyond what the interval holds (the "
+         "declared comparisons above are the report's only tests). Each difference is score(a) - score(b) (points "
+         "of the task's metric), paired by (pre-training seed, fine-tuning seed), each run at its model's chosen LR: "
+         "per shared pre-training seed the mean over its fine-tuning runs on the whole dev set, then the mean over "
+         "those seeds. The pre-training seed is the larger noise, so a difference is measured at the level of the "
+         "pre-training seeds the two models share:", "",
          f"- **1 seed**: {PAIRED_BOOTSTRAP} over the dev examples and the fine-tuning runs (95% percentile interval). "
          "It says at most that the dev set tells these two checkpoints apart (**dev set only**), not that another "
-         "pre-training would agree.",
-         f"- **2 to {h - 1} seeds**: {T_TEST}: a t-test over the per-seed differences (n - 1 degrees of freedom; the "
-         "95% t-interval of their mean). A bootstrap over so few seeds would call any differences that share a sign "
-         "settled, and chance alone makes 3 signs agree 25% of the time.",
-         f"- **{h} seeds or more**: {HIERARCHICAL}: the pre-training seeds, then the fine-tuning runs within each, "
-         "then the dev examples, resampled (95% percentile interval).", "",
-         "p: with one seed, from the bootstrap's standard error; from two seeds on, the larger of the t-test's p and "
-         "the bootstrap's (every seed is scored on the same dev examples, so the t-test cannot see the dev set's "
-         f"noise). **Settled**: two or more shared seeds and a p of at most {LEVEL:g} after Holm's correction over all "
-         "the comparisons below (family-wise: it holds whatever the dependence between them, and pairs that share "
-         "a model or columns and their average are dependent). The interval is the comparison's own.", "",
-         f"**{m} comparisons** ({pairs} pairs of models, each on every column and the average). If no two models "
-         f"differed, about {m} x {LEVEL:g} = {m * LEVEL:.3g} of them would have a 95% interval that excludes 0 by "
-         f"chance alone; {excluded} do here. After Holm's correction over the {m}, the chance that even one verdict "
-         f"below comes from chance alone is at most {LEVEL:.0%}.", "",
+         "pre-training would agree: it cannot see the pre-training seed's noise.",
+         f"- **2 seeds or more**: {T_TEST}: the 95% t-interval (n - 1 degrees of freedom) of the mean over seeds, "
+         "its variance the sum of the per-seed differences' (s^2 / n) and the dev set's (every seed is scored on "
+         "the same dev examples, so their spread cannot show that noise; its standard error from the per-example "
+         "differences).", "",
+         f"**{m} comparisons** ({pairs} pairs of models, each on every column and the average); {excluded} intervals "
+         f"exclude 0, where about {m * 0.05:.3g} would by chance alone if no two models differed and every interval "
+         f"saw all the noise; {one_seed} of them rest on one pre-training seed and cannot see the seeds' noise, so "
+         "they exclude 0 more often than that.", "",
          "Methods: " + "; ".join(f"{k}: {n}" for k, n in sorted(methods.items())) + ". "
-         "Verdicts: " + "; ".join(f"{k}: {n}" for k, n in sorted(counts.items())) + ".", ""]
+         "Intervals: " + "; ".join(f"{k}: {n}" for k, n in sorted(counts.items())) + ".", ""]
     if len(shown) < len(intervals):
         L += [f"Only the differences whose interval excludes 0 are listed; all {m} are in `differences.csv`.", ""]
-    L += ["| a - b | task | difference | 95% interval | p | Holm p | method | runs | per pre-training seed | verdict |",
-          "|---|---|---|---|---|---|---|---|---|---|"]
+    L += ["| a - b | task | difference | 95% interval | p (unadjusted) | method | runs | per pre-training seed | "
+          "interval |", "|---|---|---|---|---|---|---|---|---|"]
     for iv in shown:
         seeds = ", ".join(f"{s}: {d:+.2f}" for s, d in sorted(iv.by_seed.items()))
-        verdict = f"**{iv.verdict}**" if iv.verdict == "settled" else iv.verdict
         L.append(f"| {iv.a} - {iv.b} | {iv.column} | {iv.diff:+.2f} | [{iv.low:+.2f}, {iv.high:+.2f}] | {_p(iv.p)} | "
-                 f"{_p(iv.p_adjusted)} | {iv.method_label} | {iv.runs} | {seeds} | {verdict} |")
-    settled = [f"{iv.a} {'above' if iv.diff > 0 else 'below'} {iv.b} ({iv.column})" for iv in intervals
-               if iv.verdict == "settled"]
-    L += ["", "Settled: " + ("; ".join(settled) if settled else "none") + ".", ""]
-    return L
+                 f"{iv.method_label} | {iv.runs} | {seeds} | {iv.verdict} |")
+    return L + [""]
 
 
 def _order_lines(drops: List[OrderDrop]) -> List[str]:
@@ -331,7 +311,7 @@ def untrained_discriminators(rows: Sequence[Dict]) -> List[str]:
             and (r.get("disc_gain") is None or r["disc_gain"] < ELECTRA_MIN_GAIN)]
 
 
-def _electra_lines(variants: List[Variant], rows: List[Dict], gen_pairs: List[Paired]) -> List[str]:
+def _electra_lines(variants: List[Variant], rows: List[Dict], gen_pairs: List[Paired], resolution: float = 0.0) -> List[str]:
     here = [r for r in rows if r["objective"] == "electra"]
     if not here:
         return []
@@ -361,7 +341,7 @@ def _electra_lines(variants: List[Variant], rows: List[Dict], gen_pairs: List[Pa
         L += ["### Generator loss paired by pre-training seed (row minus column model)", "",
               "Generators of the same size, each the variant's own encoder: their MLM losses compare as the MLM "
               "models' do. The discriminator losses are not ranked: each faces its own generator's replacements.",
-              ""] + _paired_lines(gen_pairs, n_seeds, "generator loss")
+              ""] + _paired_lines(gen_pairs, n_seeds, "generator loss", resolution)
     return L
 
 
@@ -402,7 +382,7 @@ def report_markdown(rows: List[Dict], columns: List[str], variants: List[Variant
                     unigram: Optional[float], min_gap: float, corr: List[Dict], loss_pairs: List[Paired],
                     intervals: List[Interval], drops: List[OrderDrop], problems: List[str], title: str,
                     run: Sequence[str] = (), gen_pairs: Sequence[Paired] = (),
-                    endpoints: Sequence[EndpointResult] = (), declared: str = "none") -> str:
+                    endpoints: Sequence[EndpointResult] = (), declared: str = "none", resolution: float = 0.0) -> str:
     mlm = [r for r in rows if r["objective"] == "mlm"]
     n_seeds = max((len(v.seeds) for v in variants if v.objective == "mlm"), default=0)
     L = [f"# {title}", "", "![overview](overview.png)", ""]
@@ -429,19 +409,20 @@ def report_markdown(rows: List[Dict], columns: List[str], variants: List[Variant
           "| variant | final | best | below unigram | " + " | ".join(f"@{int(f * 100)}%" for f in FRACTIONS)
           + " | spread over seeds |", "|" + "---|" * (5 + len(FRACTIONS))]
     for r in mlm:
-        L.append(f"| {r['variant']} | {_f(r['final_valid_loss'])} | {_f(r['best_valid_loss'])} | "
-                 f"{_f(r['below_unigram_bits'])} | "
-                 + " | ".join(_f(r[f'loss_at_{int(f * 100)}pct']) for f in FRACTIONS)
-                 + f" | {_f(r['final_valid_loss_spread'])} |")
+        L.append(f"| {r['variant']} | {_f(r['final_valid_loss'], 4)} | {_f(r['best_valid_loss'], 4)} | "
+                 f"{_f(r['below_unigram_bits'], 4)} | "
+                 + " | ".join(_f(r[f'loss_at_{int(f * 100)}pct'], 4) for f in FRACTIONS)
+                 + f" | {_f(r['final_valid_loss_spread'], 4)} |")
     seed_sets = {v.name: [s.seed for s in v.seeds] for v in variants if v.objective == "mlm"}
     if len({tuple(x) for x in seed_sets.values()}) > 1:
         L += ["", "A variant's loss is the mean over its own seeds; the paired table below compares the seeds both "
               "variants have.", ""]
     else:
         L += ["", f"Pre-training seeds per variant: {n_seeds}. Losses are means over them.", ""]
-    L += ["### Differences paired by pre-training seed (final validation loss, row minus column variant)", ""]
-    L += _paired_lines(loss_pairs, n_seeds, "loss")
-    L += _electra_lines(variants, rows, list(gen_pairs))
+    L += ["### Differences paired by pre-training seed (final validation loss, row minus column variant; exploratory)",
+          ""]
+    L += _paired_lines(loss_pairs, n_seeds, "loss", resolution)
+    L += _electra_lines(variants, rows, list(gen_pairs), resolution)
     L += ["## Longer inputs", ""] + _longer_lines(variants, rows)
     L += ["## Fine-tuning: median over seeds at the chosen LR (spread = max - min)", ""]
     if columns:
@@ -465,7 +446,7 @@ def report_markdown(rows: List[Dict], columns: List[str], variants: List[Variant
                   "cannot see: " + ", ".join(f"{r['variant']} {r['downstream_avg_seed_spread']:.2f}" for r in several)
                   + " points. A difference from one shared pre-training seed that is not larger than these can "
                   "come from the pre-training seed alone."]
-        L += ["", "### Downstream differences, tested at the level of the pre-training seeds", ""] + _interval_lines(intervals)
+        L += ["", "### Downstream differences (exploratory), at the level of the pre-training seeds", ""] + _interval_lines(intervals)
     else:
         L += ["No fine-tuning results.", ""]
     L += ["## Word-order sensitivity", ""] + _order_lines(drops)
@@ -484,10 +465,9 @@ def report_markdown(rows: List[Dict], columns: List[str], variants: List[Variant
     L += ["", "`—`: undefined (fewer than 2 variants with both values, or one side constant; p needs 3). p: the "
           "share of the pairings of the downstream averages with the variants whose |rho| reaches the observed "
           "one (exact up to n = 7, else 20,000 random pairings), two-sided; it treats each variant's values as "
-          "exact, so the dev-set and seed noise of the averages comes on top. Holm: the p of the four measures "
-          "of one objective adjusted for testing four (a correlation is called more than chance only where it "
-          "stays under 0.05). With a handful of variants a correlation is a description, not evidence: at n = 4 "
-          "even |rho| = 1 has p = 1/12.", "",
+          "exact, so the dev-set and seed noise of the averages comes on top. Exploratory: p is not adjusted for "
+          "the four measures (the report's one family is its declared comparisons). With a handful of variants a "
+          "correlation is a description, not evidence: at n = 4 even |rho| = 1 has p = 1/12.", "",
           "## Missing parts and problems", ""]
     L += [f"- {p}" for p in problems] or ["- none"]
     L += [""] + list(run)
@@ -546,13 +526,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     rows = [variant_row(v, columns, args.total_updates, unigram, drops) for v in study]
     weak = weak_variants(rows, unigram, args.min_gap_bits)
     corr = correlations(rows) + (correlations(rows, weak) if weak else [])
-    loss_pairs = paired_differences({v.name: {s.seed: s.final for s in v.seeds if s.final is not None}
-                                     for v in study if v.objective == "mlm"})
+    mlm = [v for v in study if v.objective == "mlm"]
+    resolution = logged_resolution([x for v in study for s in v.seeds
+                                    for x in list(s.curve.values()) + list(s.electra.get("gen_loss", {}).values())])
+    loss_pairs = paired_differences({v.name: {s.seed: s.final for s in v.seeds if s.final is not None} for v in mlm},
+                                    resolution)
     gen_pairs = paired_differences({v.name: {s.seed: s.electra_final("gen_loss") for s in v.seeds
                                              if s.electra_final("gen_loss") is not None}
-                                    for v in study if v.objective == "electra"})
+                                    for v in study if v.objective == "electra"}, resolution)
     intervals = bootstrap_pairs(study, columns, problems, args.resamples)  # every model, whatever its objective
-    mlm = [v for v in study if v.objective == "mlm"]
     try:
         declared = parse_endpoints(args.endpoints, {v.name: [s.seed for s in v.seeds] for v in mlm})
         margin = parse_margin(args.equivalence_bits)
@@ -561,18 +543,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     finished = {v.name: [s for s in v.seeds if s.curve and max(s.curve) >= args.total_updates] for v in mlm}
     measured = {"final_loss": {n: {s.seed: s.final for s in ss} for n, ss in finished.items()},
                 "loss_auc": {n: {s.seed: curve_auc(s.curve) for s in ss} for n, ss in finished.items()}}
-    resolution = logged_resolution([x for v in mlm for s in v.seeds for x in s.curve.values()])
     endpoints = family_tests(declared, measured, resolution, margin)
     md = report_markdown(rows, columns, study, args.total_updates, unigram, args.min_gap_bits, corr, loss_pairs,
                          intervals, drops, problems, args.title, run_section(args.out), gen_pairs, endpoints,
-                         args.endpoints)
+                         args.endpoints, resolution)
     write_csv_atomic(os.path.join(args.out, "study.csv"), rows)
     write_csv_atomic(os.path.join(args.out, "correlation.csv"),
                      [{k: c[k] for k in CORRELATION_COLUMNS} for c in corr])
     write_csv_atomic(os.path.join(args.out, "differences.csv"),
                      [{"a": iv.a, "b": iv.b, "task": iv.column, "difference": iv.diff, "low": iv.low, "high": iv.high,
                        "runs": iv.runs, "examples": iv.examples, "pretrain_seeds": iv.seeds, "method": iv.method,
-                       "p": iv.p, "p_holm": iv.p_adjusted, "verdict": iv.verdict,
+                       "p": iv.p, "dev_se": iv.dev_se, "interval": iv.verdict,
                        "by_pretrain_seed": " ".join(f"{s}:{d:.4f}" for s, d in sorted(iv.by_seed.items()))}
                       for iv in intervals])
     write_csv_atomic(os.path.join(args.out, "endpoints.csv"),

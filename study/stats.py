@@ -1,6 +1,6 @@
-"""Plain statistics for the study's report (numpy, float64): correlations, ranks, entropy, the bootstraps of a
-difference between two models (flat and hierarchical), Student's t (written out here: the study needs no scipy)
-and Holm's correction for many comparisons."""
+"""Plain statistics for the study's report (numpy, float64): correlations, ranks, entropy, the paired bootstrap
+of a difference between two models and the dev set's standard error, Student's t (written out here: the study
+needs no scipy) and Holm's correction for a family of comparisons."""
 from __future__ import annotations
 
 import math
@@ -106,56 +106,35 @@ def percentile_interval(stats: np.ndarray, level: float = 0.95) -> Tuple[float, 
     return float(low), float(high)
 
 
-def hierarchical_bootstrap(columns: Sequence[Tuple[np.ndarray, np.ndarray, Sequence[int]]],
-                           golds: Optional[Sequence[Optional[np.ndarray]]] = None,
-                           metrics: Optional[Sequence[Optional[Callable[[np.ndarray, np.ndarray], float]]]] = None,
-                           resamples: int = 2000, seed: int = 0) -> np.ndarray:
-    """The bootstrap distribution of score(a) - score(b), resampled level by level as the study was made.
+def dev_set_se(a: np.ndarray, b: np.ndarray, weights: np.ndarray, gold: Optional[np.ndarray] = None,
+               metric: Optional[Callable[[np.ndarray, np.ndarray], float]] = None, resamples: int = 2000,
+               seed: int = 0) -> float:
+    """The standard error that the dev set's sampling adds to a weighted mean difference over runs.
 
-    Each of ``columns`` is ``(a, b, groups)``: (runs, examples) arrays paired row by row as in
-    ``paired_bootstrap``, and each row's pre-training seed. Each resample draws the pre-training seeds with
-    replacement (one draw shared by every column: a column's scores come from the same checkpoints); for each
-    drawn seed, its fine-tuning runs with replacement (a seed drawn twice draws its runs twice); and each
-    column's dev examples with replacement (one draw for all of that column's runs: they are scored on the same
-    examples). Its difference is, per column, the mean over the drawn seeds of the mean over their drawn runs of
-    score(a row) - score(b row) on the drawn examples, then the mean over the columns. ``golds`` and
-    ``metrics`` (per column, as in ``paired_bootstrap``) recompute a metric instead of averaging the values.
-    Every column must have every seed that the first one has.
-    """
-    golds = list(golds) if golds is not None else [None] * len(columns)
-    metrics = list(metrics) if metrics is not None else [None] * len(columns)
-    seeds = sorted(set(columns[0][2]))
-    prepared = []
-    for (a, b, groups), gold, metric in zip(columns, golds, metrics):
-        a, b, groups = np.asarray(a), np.asarray(b), np.asarray(groups)
-        if a.shape != b.shape or a.ndim != 2 or a.shape[0] != len(groups):
-            raise ValueError(f"hierarchical_bootstrap needs equal (runs, examples) arrays and a seed per run, got "
-                             f"{a.shape}, {b.shape} and {len(groups)} seeds")
-        rows = {s: np.flatnonzero(groups == s) for s in seeds}
-        if any(len(r) == 0 for r in rows.values()):
-            raise ValueError(f"every column needs runs of every pre-training seed {seeds}")
-        diff = None if metric is not None else a.astype(np.float64) - b.astype(np.float64)
-        prepared.append((a, b, rows, diff, gold, metric))
+    ``a`` and ``b`` are (runs, examples) arrays paired row by row (as ``paired_bootstrap``), ``weights`` each
+    row's share of the mean (per pre-training seed the mean over its runs, then the mean over the seeds: 1 /
+    (seeds x runs of its seed)). Every run is scored on the same dev examples, so this noise is common to all the
+    pre-training seeds and their spread cannot show it. Without ``metric`` the score is the mean over examples and
+    the standard error is exact: the standard deviation (n - 1) of the per-example weighted differences over
+    sqrt(examples). With ``metric`` (MCC, Pearson) it is the standard deviation of ``resamples`` redraws of the
+    examples, the runs kept."""
+    a, b, w = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64), np.asarray(weights, dtype=np.float64)
+    if a.shape != b.shape or a.ndim != 2 or a.shape[0] != len(w):
+        raise ValueError(f"dev_set_se needs two equal (runs, examples) arrays and a weight per run, got {a.shape}, "
+                         f"{b.shape} and {len(w)} weights")
+    n = a.shape[1]
+    if n < 2:
+        return 0.0
+    if metric is None:
+        per_example = w @ (a - b)  # (examples,)
+        return float(np.std(per_example, ddof=1)) / math.sqrt(n)
     rng = np.random.default_rng(seed)
-    out = np.empty(resamples, dtype=np.float64)
+    out = np.empty(resamples)
     for k in range(resamples):
-        drawn = [seeds[i] for i in rng.integers(0, len(seeds), size=len(seeds))]
-        total = 0.0
-        for a, b, rows, diff, gold, metric in prepared:
-            weight = np.zeros(a.shape[0])  # each run's share of this resample's mean over seeds of means over runs
-            for s in drawn:
-                picked = rows[s][rng.integers(0, len(rows[s]), size=len(rows[s]))]
-                np.add.at(weight, picked, 1.0 / (len(picked) * len(drawn)))
-            cols = rng.integers(0, a.shape[1], size=a.shape[1])
-            used = np.flatnonzero(weight)
-            if diff is not None:
-                per_run = diff[np.ix_(used, cols)].mean(axis=1)
-            else:
-                g = gold[cols]
-                per_run = np.array([metric(g, a[r, cols]) - metric(g, b[r, cols]) for r in used])
-            total += float(weight[used] @ per_run)
-        out[k] = total / len(prepared)
-    return out
+        cols = rng.integers(0, n, size=n)
+        g = gold[cols]
+        out[k] = sum(wr * (metric(g, a[r, cols]) - metric(g, b[r, cols])) for r, wr in enumerate(w) if wr)
+    return float(np.std(out, ddof=1))
 
 
 def normal_two_sided_p(z: float) -> float:
@@ -251,9 +230,15 @@ class TTest:
     sd: float = math.nan  # the values' standard deviation (n - 1), before any floor
 
 
-def t_test(values: Sequence[float], level: float = 0.95, sd_floor: float = 0.0) -> TTest:
+def t_test(values: Sequence[float], level: float = 0.95, sd_floor: float = 0.0, extra_se: float = 0.0) -> TTest:
     """Student's one-sample t-test of "the mean is 0" over n >= 2 values (here: one difference per pre-training
-    seed), n - 1 degrees of freedom; the interval is mean +- t_{(1 + level) / 2, n - 1} s / sqrt(n).
+    seed), n - 1 degrees of freedom; the interval is mean +- t_{(1 + level) / 2, n - 1} se, se = s / sqrt(n).
+
+    ``extra_se``: a standard error of the mean from a noise source the values share, so that their spread cannot
+    show it (every seed scored on the same dev set: ``dev_set_se``); its variance is added to the seeds', se =
+    sqrt(s^2 / n + extra_se^2). That part is known (from a thousand examples, not n seeds), so the degrees of
+    freedom are Satterthwaite's, (s^2 / n + extra_se^2)^2 / ((s^2 / n)^2 / (n - 1)): n - 1 without it, more as its
+    share grows (t with n - 1 would be too wide: 98% coverage where 95% is meant, when it is a third of the variance).
 
     ``sd_floor``: s is taken as at least this. Values read from a log that keeps d decimals carry a rounding
     error of up to half a step each, so a spread below the step (10^-d) is not measured: with the floor at the
@@ -263,11 +248,14 @@ def t_test(values: Sequence[float], level: float = 0.95, sd_floor: float = 0.0) 
     if n < 2:
         raise ValueError(f"a t-test needs 2 or more values, got {n}")
     mean, sd = float(x.mean()), float(x.std(ddof=1))
-    se = max(sd, sd_floor) / math.sqrt(n)
+    seeds_var = max(sd, sd_floor) ** 2 / n
+    se = math.sqrt(seeds_var + extra_se ** 2)
     if se == 0:  # every value the same and no floor: no spread to test against
         return TTest(n, mean, mean, mean, 1.0 if mean == 0 else 0.0, sd)
-    half = t_quantile((1 + level) / 2, n - 1) * se
-    return TTest(n, mean, mean - half, mean + half, t_two_sided_p(mean / se, n - 1), sd)
+    # no spread at all and no floor: only the known part, a t of very many degrees of freedom (the normal)
+    df = min((n - 1) * (se ** 2 / seeds_var) ** 2, 1e6) if seeds_var > 0 else 1e6
+    half = t_quantile((1 + level) / 2, df) * se
+    return TTest(n, mean, mean - half, mean + half, t_two_sided_p(mean / se, df), sd)
 
 
 def holm(pvalues: Sequence[float]) -> List[float]:

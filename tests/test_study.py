@@ -421,7 +421,7 @@ def test_report_on_a_made_up_study(tmp_path, capsys):
 
     md = (out / "report.md").read_text()
     assert "WARNING: not fit for purpose" in md and "B did not end at least 1 bit" in md  # only B
-    assert "One pre-training seed: the seeds settle no difference" in md
+    assert "One pre-training seed: no spread over seeds is measured" in md
     assert "| locality (position-only) | 3 |" in md
     # time in parts (60 + 600 + 540 s) and elapsed: pretrain 00:01-00:12, all 23:59-00:12
     assert "| pretrain | 2 | 19.0 | 11.0 |" in md and "| **all** | 3 | **20.0** | **13.0** |" in md
@@ -433,19 +433,20 @@ def test_report_on_a_made_up_study(tmp_path, capsys):
 def test_report_downstream_differences_with_bootstrap_intervals(tmp_path):
     """A is right wherever B is on every paired run (+10, +7, +19 points): its interval lies above 0, but one
     pre-training seed only says the dev set tells them apart. B - C is 0, 0, -9: a third of the resamples
-    draw no third run, so the interval reaches 0: not settled."""
+    draw no third run, so the interval reaches 0. Exploratory: p unadjusted, no Holm column."""
     out = tmp_path / "study"
     make_study(out)
     assert sr.main([str(out), "--variants", "A B C", "--total-updates", "100", "--resamples", "400"]) == 0
     diffs = {(r["a"], r["b"]): r for r in csv.DictReader((out / "differences.csv").open())}
     ab, bc = diffs["A", "B"], diffs["B", "C"]
     assert float(ab["difference"]) == pytest.approx(12.0) and ab["runs"] == "3" and ab["examples"] == "100"
-    assert 0 < float(ab["low"]) <= 12 <= float(ab["high"]) and ab["verdict"] == "dev set only (1 pre-training seed)"
-    assert float(bc["difference"]) == pytest.approx(-3.0) and float(bc["high"]) == 0.0 and bc["verdict"] == "not settled"
-    assert ab["method"] == "paired bootstrap" and ab["pretrain_seeds"] == "1" and float(ab["p_holm"]) <= 0.05
-    assert float(bc["p_holm"]) > 0.05  # 3 comparisons: Holm multiplies each p by 3, 2 or 1
+    assert 0 < float(ab["low"]) <= 12 <= float(ab["high"]) and ab["interval"] == "dev set only (1 pre-training seed)"
+    assert float(bc["difference"]) == pytest.approx(-3.0) and float(bc["high"]) == 0.0
+    assert bc["interval"] == "interval holds 0"
+    assert ab["method"] == "paired bootstrap" and ab["pretrain_seeds"] == "1" and float(ab["p"]) <= 0.05
+    assert "p_holm" not in ab  # one family per report: its declared comparisons, none here
     md = (out / "report.md").read_text()
-    assert "| A - B | SST | +12.00 | [" in md and "Settled: none." in md
+    assert "| A - B | SST | +12.00 | [" in md and "Exploratory, every one" in md and "settled" not in md.lower()
 
 
 def test_word_order_sets_keep_words_and_swap_roles():
@@ -512,13 +513,12 @@ def test_report_paired_by_two_pretraining_seeds(tmp_path):
         (d / "train.log").write_text(f'x | INFO | valid | {{"valid_loss": "{loss}", "valid_num_updates": "100"}}\n')
     assert sr.main([str(out), "--variants", "A B C", "--total-updates", "100", "--pretrain-seeds", "1 2"]) == 0
     md = (out / "report.md").read_text()
-    # A - B: -0.6 and -0.45: mean -0.525, s = 0.075 sqrt 2, se 0.075, t = -7 with 1 degree of freedom: p = 1 -
-    # 2 atan(7) / pi = 0.090, t-interval -0.525 +- 12.706 x 0.075; B - C: 0.7, 0.85 (t = 10.3, p 0.061); A - C:
-    # 0.1, 0.4 (p 0.344). Holm over the 3: 3 x 0.061 = 0.184, then max(0.184, 2 x 0.090) = 0.184, 0.344: none
-    # settled, though A - B and B - C agree in sign on both seeds (two seeds cannot settle much)
-    assert "| A - B | -0.600 | -0.450 | -0.525 | [-1.478, +0.428] | 0.090 | 0.184 | no |" in md
-    assert "| A - C | 0.100 | 0.400 | 0.250 |" in md and "with Holm's correction over those 3" in md
-    assert "Settled (Holm-adjusted p <= 0.05): none." in md
+    # A - B: -0.6 and -0.45: mean -0.525, s = 0.075 sqrt 2 = 0.1061 (above the logs' 1-decimal step, 0.1), se 0.075,
+    # t = -7 with 1 degree of freedom: p = 1 - 2 atan(7) / pi = 0.090, t-interval -0.525 +- 12.706 x 0.075;
+    # A - C: 0.1, 0.4. Exploratory: unadjusted p, no verdict
+    assert "| A - B | -0.6000 | -0.4500 | -0.5250 | 0.1061 | [-1.4780, +0.4280] | 0.090 |" in md
+    assert "| A - C | 0.1000 | 0.4000 | 0.2500 |" in md and "Exploratory: a t-test over the per-seed differences" in md
+    assert "Holm" not in md.split("### Differences paired")[1].split("##")[0]
     rows = {r["variant"]: r for r in csv.DictReader((out / "study.csv").open())}
     assert float(rows["A"]["final_valid_loss"]) == pytest.approx(0.95)
     assert float(rows["A"]["final_valid_loss_spread"]) == pytest.approx(0.1)
@@ -528,18 +528,17 @@ def test_report_paired_by_two_pretraining_seeds(tmp_path):
 def test_loss_pairs_of_a_large_study_list_only_those_with_two_seeds():
     """9 variants (36 pairs), A and B with three seeds: only A - B is a row, the rest counted; 8 variants: all rows.
     A - B: 0.5, 0.6, 0.7 (mean 0.6, s 0.1; t_{0.975, 2} = 4.3027: [0.352, 0.848]; t = 10.39, p = 1 - t / sqrt(2 +
-    t^2) = 0.0092), the one pair tested: settled."""
+    t^2) = 0.0092), the one pair tested; exploratory, so no verdict."""
     names = [chr(ord("A") + i) for i in range(9)]
     values = {n: {1: 0.1 * i} for i, n in enumerate(names)}
     values["A"], values["B"] = {1: 1.5, 2: 1.6, 3: 1.7}, {1: 1.0, 2: 1.0, 3: 1.0}
     pairs = compare.paired_differences(values)
-    md = "\n".join(sr._paired_lines(pairs, 3, "loss"))
+    md = "\n".join(sr._paired_lines(pairs, 3, "loss", 0.001))
     assert "35 of the 36 pairs share one pre-training seed: not listed" in md
     assert [line for line in md.splitlines() if line.startswith("| ") and " - " in line][1:] == [
-        "| A - B | 0.500 | 0.600 | 0.700 | 0.600 | [+0.352, +0.848] | 0.009 | 0.009 | **yes** |"]
-    assert "with Holm's correction over those 1. Settled (Holm-adjusted p <= 0.05): A higher than B (loss)." in md
+        "| A - B | 0.5000 | 0.6000 | 0.7000 | 0.6000 | 0.1000 | [+0.3516, +0.8484] | 0.009 |"]
     few = [p for p in pairs if "I" not in (p.a, p.b)]
-    assert sum(line.startswith("| ") and " - " in line for line in sr._paired_lines(few, 3, "loss")) == 1 + 28
+    assert sum(line.startswith("| ") and " - " in line for line in sr._paired_lines(few, 3, "loss", 0.001)) == 1 + 28
 
 
 def test_parse_variants_own_seeds():
@@ -571,8 +570,8 @@ def test_report_variants_with_their_own_seeds(tmp_path):
     assert rows["C"]["downstream_avg_seed_spread"] == ""
     assert "| 68.00 | 1: 71.00, 2: 65.00 (spread 6.00) |" in md and "| 75.00 | — |" in md  # C: one seed
     assert "cannot see: A 0.00, B 6.00 points" in md
-    assert "| A - B | -0.600 | -0.450 | -0.525 | [-1.478, +0.428] | 0.090 | 0.090 | no |" in md  # the one pair tested
-    assert "| A - C | 0.100 | — | 0.100 | — | — | — | no (1 seed) |" in md  # C has no seed 2: seed 1 only
+    assert "| A - B | -0.6000 | -0.4500 | -0.5250 | 0.1061 | [-1.4780, +0.4280] | 0.090 |" in md  # the one pair tested
+    assert "| A - C | 0.1000 | — | 0.1000 | — | — | — |" in md  # C has no seed 2: seed 1 only
     assert "seed2" not in md.split("## Missing parts and problems")[1].split("##")[0]
     rows = {r["variant"]: r for r in csv.DictReader((out / "study.csv").open())}
     assert rows["A"]["pretrain_seeds"] == "1 2" and rows["C"]["pretrain_seeds"] == "1"
@@ -744,10 +743,13 @@ def test_report_keeps_electra_losses_apart_and_compares_downstream(tmp_path):
     assert (f"| A+electra | 4.100 | {unigram - 4.1:.3f} | 20.00 | 0.3100 | 0.4999 | 38.0 | — | 90.00 | 11.00 | "
             "0.200 / 0.0200 |") in electra
     assert "ELECTRA not trained yet" not in md  # both discriminators removed far more than 10%
-    # C's generator 0.5 and 0.6 below A's: t = 11 with 1 degree of freedom, p = 1 - 2 atan(11) / pi = 0.058,
-    # interval 0.55 +- 12.706 x 0.05: two seeds, the same sign, not settled
-    assert "| A+electra - C+electra | 0.500 | 0.600 | 0.550 | [-0.085, +1.185] | 0.058 | 0.058 | no |" in electra
-    assert "Settled (Holm-adjusted p <= 0.05): none." in electra
+    # C's generator 0.5 and 0.6 below A's: s = 0.0707, below the logs' 1-decimal step, so the test takes s = 0.1:
+    # se 0.1 / sqrt 2, t = 0.55 / 0.0707 = 7.78 with 1 degree of freedom, p = 1 - 2 atan(7.78) / pi = 0.081,
+    # interval 0.55 +- 12.706 x 0.0707 (unfloored: t = 11, p 0.058)
+    se = 0.1 / math.sqrt(2)
+    p = 1 - 2 * math.atan(0.55 / se) / math.pi
+    assert (f"| A+electra - C+electra | 0.5000 | 0.6000 | 0.5500 | 0.0707 | [{0.55 - 12.7062 * se:+.4f}, "
+            f"{0.55 + 12.7062 * se:+.4f}] | {p:.3f} |") in electra
     longer = md.split("## Longer inputs")[1].split("##")[0]
     assert "| A+electra | — | — | ELECTRA: the discriminator" in longer
     diffs = {(r["a"], r["b"]): r for r in csv.DictReader((out / "differences.csv").open())}
