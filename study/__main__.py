@@ -6,6 +6,8 @@
     study.sh --part STAGE [INDEX] one part (what train_scripts/study.sbatch runs on SLURM)
     study.sh --slurm              the sbatch commands for the parts still to do, with their dependencies
     study.sh --report             only the report, from what is finished
+    study.sh --plan PILOT         the seeds each declared comparison (ENDPOINTS) needs for 80% and 90% power,
+                                  from a pilot study's folder or study.csv, and the pre-training time (study.power)
     study.sh --lanes N            as study.sh, but up to N parts at once, each a process with cores/N
                                   threads (on 2 CPU cores: 2 lanes of 1 thread pre-trained 1.8x the models
                                   per hour of one 2-thread process); a free lane takes the first part, in
@@ -30,7 +32,8 @@ from tupe_common.errors import stdout_reader_left
 from tupe_common.jobs import Job, run_jobs, slurm_ranges, visible_gpus
 from tupe_plugin_cli.checkpoints import CheckpointError
 
-USAGE = "Usage: [NAME=value ...] study.sh [--lanes N | --list | --slurm | --report | --part STAGE [INDEX]]"
+USAGE = ("Usage: [NAME=value ...] study.sh [--lanes N | --list | --slurm | --report | --part STAGE [INDEX] | "
+         "--plan PILOT]")
 
 
 def help_text(environ) -> str:
@@ -165,6 +168,26 @@ def run_all(plan: Plan, lanes: int = 1) -> int:
     return 0
 
 
+def plan_power(pilot: str) -> int:
+    """--plan PILOT: the declared comparisons' seeds for 80% / 90% power from the pilot, and the pre-training time.
+    Writes nothing (OUT is not needed)."""
+    from study.endpoints import parse_endpoints
+    from study.power import pilot_values, plan_text, pretrain_seconds
+
+    if not os.path.exists(pilot):
+        raise UsageError(f"--plan {pilot}: no such study folder or study.csv")
+    plan = Plan.from_environ(dict(os.environ, OUT=os.environ.get("OUT") or "runs/plan"))
+    mlm = [e for e in plan.variants if e.objective == "mlm"]
+    endpoints = parse_endpoints(plan.values["ENDPOINTS"], {e.label: e.seeds for e in mlm})
+    if not endpoints:
+        raise UsageError("--plan needs ENDPOINTS: the comparisons to plan for (e.g. "
+                         "ENDPOINTS=\"final_loss:tupe-r:bert-a loss_auc:tupe-r:bert-a\")")
+    values, source = pilot_values(pilot, sorted({m for e in endpoints for m in (e.a, e.b)}))
+    seeds = min(len(set(plan.entry(e.a).seeds) & set(plan.entry(e.b).seeds)) for e in endpoints)
+    print(plan_text(endpoints, values, source, pretrain_seconds(pilot), len(plan.variants), seeds), end="")
+    return 0
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     try:
@@ -176,6 +199,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             if len(args) != 2 or not args[1].isdigit() or int(args[1]) < 1:
                 raise UsageError(f"--lanes N: a whole number >= 1 and nothing after it, not '{' '.join(args[1:])}'")
             lanes, args = int(args[1]), []
+        if args[:1] == ["--plan"]:
+            if len(args) != 2:
+                raise UsageError("--plan PILOT: one study folder or study.csv, and nothing after it")
+            return plan_power(args[1])
         if args[:1] == ["--list"] and len(args) == 1:
             mode = "list"
         elif args[:1] == ["--slurm"] and len(args) == 1:
