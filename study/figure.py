@@ -1,13 +1,17 @@
 """The study at a glance: ``OUT/overview.png``, one A4-landscape figure that stays readable printed in grey.
 
 Top left, the validation-loss curves: each variant its own pair of line style and marker (and a colour, which a
-grey print loses), each pre-training seed its own marker fill, with a key for the seeds; the unigram baseline a
-thick grey line. Top right, a variant x measure table whose every column is titled with what it holds: each cell
+grey print loses), each pre-training seed its own marker fill, with a key for the seeds, and, for a variant with
+several seeds, a hatched band from its lowest to its highest seed (the seed noise the differences are read
+against); the unigram baseline a thick grey line. Top right, a variant x measure table whose every column is titled with what it holds: each cell
 holds the value, its shade the variant's rank among the variants with a value in that column (darkest = best,
 the end the header's arrow names; lightest = worst of that column). Bottom, locality and symmetry against the
 downstream average, one point per variant (the MLM models when a study has ELECTRA ones too: a correlation across
 objectives would mix the objective in), with n, the rank correlation and its p-value in each title; a far-out
-downstream average (a variant fine-tuned to chance) is a triangle at the edge, its value in its label.
+downstream average (a variant fine-tuned to chance) is a triangle at the edge, its value in its label. A study
+that declared comparisons (``study.endpoints``) gets a row for them above: per comparison each seed's paired
+difference, their mean with its 95% t-interval, 0 and the declared margin, the family's Holm p and the verdict in
+the title. A study without any downstream average has no scatter row.
 """
 from __future__ import annotations
 
@@ -186,22 +190,71 @@ SHADE_DARKEST, SHADE_LIGHTEST = 0.25, 0.95  # the part of the grey scale the tab
 
 
 def overview(path: str, variants: Sequence[Variant], rows: Sequence[Dict], columns: Sequence[str],
-             corr: Sequence[Dict], unigram: Optional[float]) -> None:
+             corr: Sequence[Dict], unigram: Optional[float], endpoints: Sequence = ()) -> None:
     """The study's overview figure (``overview_figure``) as a PNG at ``path``."""
-    fig = overview_figure(variants, rows, columns, corr, unigram)
+    fig = overview_figure(variants, rows, columns, corr, unigram, endpoints)
     with atomic_path(path) as tmp:
         fig.savefig(tmp, dpi=150, format="png")
     _pyplot().close(fig)
 
 
+def seed_band(curves: Sequence[Dict[int, float]]) -> Optional[Tuple[List[int], List[float], List[float]]]:
+    """(updates, lowest, highest) over the seeds' curves at the updates every one of them has; None with fewer than
+    2 curves or no update in common."""
+    if len(curves) < 2:
+        return None
+    common = sorted(set.intersection(*(set(c) for c in curves)))
+    if not common:
+        return None
+    return common, [min(c[u] for c in curves) for u in common], [max(c[u] for c in curves) for u in common]
+
+
+BAND_HATCHES = ["////", "\\\\", "xxxx", "...."]  # a seed band's hatch per variant, for a grey print
+
+
+def endpoint_panel(ax, result) -> None:
+    """One declared comparison: each seed's paired difference (a point, numbered by its seed), their mean with its
+    95% t-interval, 0, and the declared equivalence margin as a hatched band; the title gives the Holm p of the
+    family and the verdict, as the report's text does."""
+    e = result.endpoint
+    seeds = sorted(result.diffs)
+    xs = list(range(len(seeds)))
+    ax.axhline(0, color="black", linewidth=0.8)
+    if result.margin is not None:
+        ax.axhspan(-result.margin, result.margin, facecolor="none", edgecolor="0.55", hatch="////", linewidth=0,
+                   label=f"±{result.margin:g} bits (declared margin)")
+    ax.scatter(xs, [result.diffs[s] for s in seeds], s=18, color="black", zorder=3, label="one pre-training seed")
+    t = result.test
+    if t is not None:
+        x = len(seeds) + 0.5
+        ax.errorbar([x], [t.mean], yerr=[[t.mean - t.low], [t.high - t.mean]], fmt="D", color="black", capsize=4,
+                    markersize=5, zorder=3, label="mean, 95% t-interval")
+        xs_ticks, labels = xs + [x], [str(s) for s in seeds] + ["mean"]
+        title = (f"{e.measure}: {e.a} - {e.b} (bits)\nmean {t.mean:+.4f} [{t.low:+.4f}, {t.high:+.4f}], "
+                 f"Holm p {result.p_holm:.3g}: {result.verdict}")
+    else:
+        xs_ticks, labels = xs, [str(s) for s in seeds]
+        title = f"{e.measure}: {e.a} - {e.b} (bits)\n{result.verdict}"
+    ax.set_xticks(xs_ticks)
+    ax.set_xticklabels(labels, fontsize=7)
+    ax.set_xlabel("pre-training seed", fontsize=8)
+    ax.set_xlim(-0.7, len(seeds) + 1.2)
+    ax.tick_params(labelsize=7)
+    ax.set_title(title, fontsize=8)
+    ax.legend(fontsize=6.5, loc="best", frameon=True, framealpha=0.9)
+
+
 def overview_figure(variants: Sequence[Variant], rows: Sequence[Dict], columns: Sequence[str],
-                    corr: Sequence[Dict], unigram: Optional[float]):
-    """Loss curves, the variant x measure table shaded by rank, and each locality/symmetry measure against
-    the downstream average."""
+                    corr: Sequence[Dict], unigram: Optional[float], endpoints: Sequence = ()):
+    """Loss curves, the variant x measure table shaded by rank, the declared comparisons (when a study declared
+    some), and each locality/symmetry measure against the downstream average (when some variant has one)."""
     plt = _pyplot()
     fig = plt.figure(figsize=(11.7, 8.3))
-    grid = fig.add_gridspec(2, 4, height_ratios=[1.25, 1], hspace=0.4, wspace=0.35, left=0.07, right=0.98,
-                            top=0.95, bottom=0.07)
+    scatters = any(r.get(c["key"]) is not None and r.get("downstream_avg") is not None
+                   and r["objective"] == c["objective"] for c in corr[:4] for r in rows)
+    lower = (["endpoints"] if endpoints else []) + (["scatters"] if scatters or not endpoints else [])
+    grid = fig.add_gridspec(1 + len(lower), 4, height_ratios=[1.25] + [1] * len(lower), hspace=0.45 + 0.1 * (
+        len(lower) - 1), wspace=0.35, left=0.07, right=0.98, top=0.95, bottom=0.07)
 
     ax = fig.add_subplot(grid[0, :2])
     colors = plt.get_cmap("tab10").colors  # ten hues, none a lighter copy of another (they cycle past 10)
@@ -212,6 +265,10 @@ def overview_figure(variants: Sequence[Variant], rows: Sequence[Dict], columns: 
     for i, v in enumerate(variants):
         style, marker = variant_style(i)
         color = colors[i % len(colors)]
+        band = seed_band([s.curve for s in v.seeds if s.curve])
+        if band is not None:  # the pre-training seeds' spread: lowest to highest loss at each validation
+            ax.fill_between(band[0], band[1], band[2], facecolor=color, alpha=0.15, edgecolor=color, linewidth=0,
+                            hatch=BAND_HATCHES[i % len(BAND_HATCHES)], zorder=0)
         drawn = False
         for s in v.seeds:
             if s.curve:
@@ -229,7 +286,9 @@ def overview_figure(variants: Sequence[Variant], rows: Sequence[Dict], columns: 
                                   label=f"unigram {unigram:.2f}"))
     ax.set_xlabel("updates", fontsize=9)
     ax.set_ylabel("validation MLM loss (bits)", fontsize=9)
-    ax.set_title("Pre-training (line style and marker: variant; marker fill: seed)", fontsize=10)
+    several = any(len([s for s in v.seeds if s.curve]) > 1 for v in variants)
+    ax.set_title("Pre-training (" + ("style: variant; fill: seed; band: the seeds' range)" if several else
+                                     "line style and marker: variant; marker fill: seed)"), fontsize=10)
     if len(handles) > 8:  # beside the curves, in a strip of the panel (inside, so many names would cover them)
         pos = ax.get_position()
         ax.set_position([pos.x0, pos.y0, pos.width * 0.76, pos.height])
@@ -282,8 +341,15 @@ def overview_figure(variants: Sequence[Variant], rows: Sequence[Dict], columns: 
             elif shades[i - 1][j - 1] is not None and shades[i - 1][j - 1] < 0.5:
                 cell.get_text().set_color("white")  # the darker half of the column's shades: light text
 
+    if endpoints:
+        width = 4 // min(len(endpoints), 4)
+        for k, result in enumerate(endpoints[:4]):
+            endpoint_panel(fig.add_subplot(grid[1, k * width:(k + 1) * width]), result)
+    if "scatters" not in lower:
+        return fig
+    row = lower.index("scatters") + 1
     for k, c in enumerate(corr[:4]):  # one objective's (MLM's when there are MLM models: report.correlations)
-        ax = fig.add_subplot(grid[1, k])
+        ax = fig.add_subplot(grid[row, k])
         pts = [(r[c["key"]], r["downstream_avg"], label) for r, label in zip(rows, labels)
                if r["objective"] == c["objective"] and r.get(c["key"]) is not None
                and r.get("downstream_avg") is not None]

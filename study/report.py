@@ -361,16 +361,16 @@ def _endpoint_lines(results: Sequence[EndpointResult], declared: str, total_upda
          f"mean); the spread is the standard deviation of the per-seed differences, floored at the logging step "
          f"({results[0].resolution:g} bits) in the test, since a spread below it is not measured.", "",
          "Measures: " + "; ".join(f"`{k}`: {v}" for k, v in ENDPOINT_MEASURES.items()) + ".", "",
-         "| declared comparison | " + " | ".join(f"seed {s}" for s in seeds)
-         + " | mean | SD over seeds | 95% t-interval | p | Holm p (family) | TOST p | verdict |",
+         "| declared comparison | " + "".join(f"seed {s} | " for s in seeds)
+         + "mean | SD over seeds | 95% t-interval | p | Holm p (family) | TOST p | verdict |",
          "|" + "---|" * (len(seeds) + 8)]
     for r in results:
         t = r.test
-        cells = " | ".join("—" if s not in r.diffs else f"{r.diffs[s]:+.4f}" for s in seeds)
+        cells = "".join("— | " if s not in r.diffs else f"{r.diffs[s]:+.4f} | " for s in seeds)
         if t is None:
-            L.append(f"| {r.endpoint.label} | {cells} | — | — | — | — | — | — | {r.verdict} |")
+            L.append(f"| {r.endpoint.label} | {cells}— | — | — | — | — | — | {r.verdict} |")
             continue
-        L.append(f"| {r.endpoint.label} | {cells} | {t.mean:+.4f} | {t.sd:.4f} | [{t.low:+.4f}, {t.high:+.4f}] | "
+        L.append(f"| {r.endpoint.label} | {cells}{t.mean:+.4f} | {t.sd:.4f} | [{t.low:+.4f}, {t.high:+.4f}] | "
                  f"{_p(t.p)} | {_p(r.p_holm)} | {_p(r.p_tost)} | **{r.verdict}** |")
     L += ["", f"A difference is shown when its Holm-adjusted p is at most {FAMILY_LEVEL:g}; it is called equivalent only "
           "when the two one-sided tests against the declared margin both reject at 5% (TOST), and otherwise it is "
@@ -572,7 +572,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     from study.figure import overview
 
     overview(os.path.join(args.out, "overview.png"), study, rows, columns, [c for c in corr if not c["without"]],
-             unigram)
+             unigram, endpoints)
     print(md, end="")
     if weak:
         print(f"\nWARNING: {', '.join(weak)} did not end {args.min_gap_bits:g} bit(s) below the unigram baseline "

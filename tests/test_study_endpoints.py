@@ -185,3 +185,38 @@ def test_mlm_validation_loss_is_logged_with_4_decimals():
     assert logged["4dp"]["ppl"] == pytest.approx(logged["fairseq"]["ppl"], rel=1e-6)  # the rest as fairseq's
     assert Run({}, "masked_lm", "cpu", 1, 1, []).criterion == "masked_lm_4dp"
     assert Run({}, "electra", "cpu", 1, 1, []).criterion == "electra"
+
+
+def test_overview_draws_the_declared_comparisons_and_the_seed_bands(tmp_path):
+    """A study of two variants x 3 seeds that declared two comparisons and fine-tuned nothing: the figure's lower
+    row is one panel per comparison, its points the per-seed differences, its title the Holm p and verdict of the
+    report; the curves panel has a band per variant from its lowest to its highest seed; no scatter panels."""
+    from study import figure, runs
+
+    out = tmp_path / "study"
+    curves = {"tupe-r": {1: (9.6, 8.4), 2: (9.7, 8.55), 3: (9.5, 8.5)}, "bert-a": {s: (9.9, 9.0) for s in (1, 2, 3)}}
+    curves["bert-a"][2] = (9.8, 9.1)
+    for model, by_seed in curves.items():
+        for seed, losses in by_seed.items():
+            write_curves(out, model, seed, losses)
+    assert sr.main([str(out), "--variants", "tupe-r bert-a", "--pretrain-seeds", "1 2 3", "--total-updates", "100",
+                    "--endpoints", TUPE_QUESTION]) == 0
+    variants = [runs.Variant(m, seeds=[runs.SeedRun(s, dict(zip((50, 100), ls)), {}, {}) for s, ls in c.items()])
+                for m, c in curves.items()]
+    results = family_tests([Endpoint("final_loss", "tupe-r", "bert-a"), Endpoint("loss_auc", "tupe-r", "bert-a")],
+                           {"final_loss": {m: {s: ls[-1] for s, ls in c.items()} for m, c in curves.items()},
+                            "loss_auc": {m: {s: sum(ls) / 2 for s, ls in c.items()} for m, c in curves.items()}},
+                           resolution=0.01)
+    rows = [{"variant": m, "objective": "mlm", "final_valid_loss": 8.5} for m in curves]
+    fig = figure.overview_figure(variants, rows, [], [], 9.9, results)
+    assert len(fig.axes) == 4  # curves, table, two comparisons: no scatter row without a downstream average
+    final = fig.axes[2]
+    points = final.collections[-2].get_offsets()[:, 1]  # the seeds' points (the last collection: the interval)
+    assert list(points) == pytest.approx([-0.6, -0.55, -0.5])
+    assert f"Holm p {results[0].p_holm:.3g}: {results[0].verdict}" in final.get_title()
+    band = next(c for c in fig.axes[0].collections if type(c).__name__ in ("PolyCollection", "FillBetweenPolyCollection")
+                and c.get_hatch())
+    ys = band.get_paths()[0].vertices[:, 1]
+    assert min(ys) == pytest.approx(8.4) and max(ys) == pytest.approx(9.7)  # tupe-r's lowest and highest seed
+    figure._pyplot().close(fig)
+    assert (out / "overview.png").read_bytes()[:4] == b"\x89PNG"
