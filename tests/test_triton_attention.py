@@ -27,7 +27,14 @@ from torch.utils import _pytree as pytree  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 from tupe_plugin.kernels import triton_attention  # noqa: E402
-from tupe_plugin.kernels.triton_attention import biased_attention, draw_dropout_seed, dropout_keep_mask  # noqa: E402
+from tupe_plugin.kernels.triton_attention import (  # noqa: E402
+    Blocks,
+    biased_attention,
+    draw_dropout_seed,
+    dropout_keep_mask,
+    effective_dropout,
+    kernel_layout,
+)
 
 HAS_TRITON = triton_attention.triton is not None
 INTERPRETED = HAS_TRITON and triton_attention.triton_available("cpu")
@@ -229,17 +236,106 @@ def identity_attention(B, H, T, dropout_p, seed):
 
 
 @interpreted
-def test_dropout_is_reproducible_and_keeps_one_minus_p():
-    B, H, T, p = 1, 2, 32, 0.25
+@pytest.mark.parametrize("p", [0.25, 0.1])
+def test_dropout_is_reproducible_and_keeps_one_minus_p(p):
+    """0.25 is 64/256 exactly; 0.1 is drawn as 26/256 = 0.1016 (8-bit thresholds), and scaled for that."""
+    B, H, T = 1, 2, 32
+    p_eff = round(p * 256) / 256
+    assert effective_dropout(p) == p_eff
     out = identity_attention(B, H, T, p, seed=0)
     torch.testing.assert_close(identity_attention(B, H, T, p, seed=0), out, rtol=0, atol=0)  # same seed, same mask
     assert not torch.equal(identity_attention(B, H, T, p, seed=1), out)
     kept = out > 0
     torch.manual_seed(0)
     assert torch.equal(kept, dropout_keep_mask(draw_dropout_seed(), B, H, T, p, "cpu"))  # the helper's mask
-    torch.testing.assert_close(out[kept], torch.full_like(out[kept], 1 / (T * (1 - p))))  # scaled by 1 / (1 - p)
+    torch.testing.assert_close(out[kept], torch.full_like(out[kept], 1 / (T * (1 - p_eff))))  # 1 / (1 - p_eff)
     # kept fraction over B * H * T * T = 2048 draws: 1 - p within 4 standard deviations (0.038)
-    assert abs(kept.float().mean().item() - (1 - p)) < 4 * (p * (1 - p) / kept.numel()) ** 0.5
+    assert abs(kept.float().mean().item() - (1 - p_eff)) < 4 * (p_eff * (1 - p_eff) / kept.numel()) ** 0.5
+
+
+MASK32 = 0xFFFFFFFF
+
+
+def philox4x32(key: int, counter, rounds: int = 7):
+    """Philox-4x32 (Salmon et al., SC 2011; Random123's philox4x32_R), written from its definition: a round maps
+    the counter (c0, c1, c2, c3) to (hi(M1 c2) ^ c1 ^ k0, lo(M1 c2), hi(M0 c0) ^ c3 ^ k1, lo(M0 c0)), and the key
+    (k0, k1) is bumped by the Weyl constants between rounds."""
+    c0, c1, c2, c3 = counter
+    k0, k1 = key & MASK32, key >> 32
+    for _ in range(rounds):
+        p0, p1 = 0xD2511F53 * c0, 0xCD9E8D57 * c2
+        c0, c1, c2, c3 = (p1 >> 32) ^ c1 ^ k0, p1 & MASK32, (p0 >> 32) ^ c3 ^ k1, p0 & MASK32
+        k0, k1 = (k0 + 0x9E3779B9) & MASK32, (k1 + 0xBB67AE85) & MASK32
+    return c0, c1, c2, c3
+
+
+@interpreted
+def test_dropout_mask_is_the_documented_philox_draw():
+    """Every weight's keep decision, recomputed here from Philox's definition and the documented grouping: weight
+    (r, c) of sequence b, head h belongs to group ((r // 16 * 8 + r % 8) * ceil(T / 64) + c // 64) * 8 + c % 8,
+    drawn with key ``seed`` and counter (group, b * H + h, 0, 0); it is kept when byte (r // 8 % 2) * 8 + c // 8 % 8
+    of the draw (the four words in order, each little-endian) is >= round(256 p). T = 80: a ragged second group
+    of rows and of keys."""
+    B, H, T, p, seed = 1, 2, 80, 0.3, 1234
+    threshold = round(256 * p)
+    keep = dropout_keep_mask(seed, B, H, T, p, "cpu")
+    expected = torch.zeros(B, H, T, T, dtype=torch.bool)
+    draws = {}
+    for h in range(H):
+        for r in range(T):
+            for c in range(T):
+                group = ((r // 16 * 8 + r % 8) * -(-T // 64) + c // 64) * 8 + c % 8
+                words = draws.setdefault((h, group), philox4x32(seed, (group, h, 0, 0)))
+                n = (r // 8 % 2) * 8 + c // 8 % 8
+                expected[0, h, r, c] = (words[n // 4] >> (8 * (n % 4))) & 0xFF >= threshold
+    assert torch.equal(keep, expected)
+
+
+@interpreted
+def test_dropout_decisions_are_uncorrelated():
+    """Correlations between keep decisions that share a group, sit side by side, or belong to another head or
+    seed: each within 4 standard errors of 0 (1 / sqrt(n) for n pairs), over 2 x 128 x 128 draws."""
+    B, H, T, p = 1, 2, 128, 0.1
+    keep = dropout_keep_mask(7, B, H, T, p, "cpu").double()
+    other_seed = dropout_keep_mask(8, B, H, T, p, "cpu").double()
+
+    def correlation(x, y):
+        x, y = x.flatten() - x.mean(), y.flatten() - y.mean()
+        return ((x * y).sum() / (x.norm() * y.norm())).item(), x.numel()
+
+    pairs = {
+        "next key": (keep[..., :-1], keep[..., 1:]),
+        "key + 8 (same group)": (keep[..., :-8], keep[..., 8:]),
+        "next query": (keep[..., :-1, :], keep[..., 1:, :]),
+        "query + 8 (same group)": (keep[..., :-8, :], keep[..., 8:, :]),
+        "other head": (keep[:, 0], keep[:, 1]),
+        "other seed": (keep, other_seed),
+    }
+    for name, (x, y) in pairs.items():
+        rho, n = correlation(x, y)
+        assert abs(rho) < 4 / n ** 0.5, (name, rho)
+
+
+def test_tiles_hold_whole_dropout_groups():
+    with pytest.raises(ValueError, match="16 queries x 64 keys"):
+        Blocks(forward_m=128, forward_n=32, forward_warps=8, dq_m=128, dq_n=64, dq_warps=8, dkdv_m=32, dkdv_n=64,
+               dkdv_warps=4)
+
+
+def test_bias_reaches_the_kernel_as_aligned_rows():
+    """T5's permuted view, an offset view (TUPE-A's [CLS] reset) and T not a multiple of 16 are copied once into
+    rows padded to 16 elements (same values, gradient flowing back); a bias already laid out so is not copied."""
+    H, T = 2, 20
+    permuted = torch.randn(T, T, H, requires_grad=True)
+    offset = torch.randn(H, T + 1, T + 1)[:, 1:, 1:]
+    for bias in (permuted.permute(2, 0, 1), offset):
+        laid = kernel_layout(bias)
+        assert laid.stride(-1) == 1 and all(s % 16 == 0 for s in laid.stride()[:-1]), laid.stride()
+        assert torch.equal(laid, bias)
+    kernel_layout(permuted.permute(2, 0, 1)).sum().backward()
+    assert torch.equal(permuted.grad, torch.ones_like(permuted))
+    aligned = torch.randn(H, 32, 32)
+    assert kernel_layout(aligned) is aligned
 
 
 @interpreted

@@ -3,13 +3,15 @@
 
     out = dropout(softmax(q k^T * scale + bias + padding)) v
 
-SDPA sends a bias that needs a gradient to its memory-efficient kernel; here the bias is read through its
-strides inside the tiles (a batch-shared (H, T, T) bias, e.g. T5's permuted view, is never copied or expanded
-to (B, H, T, T), forward or backward) and its gradient is summed over the batch inside the backward kernel.
+SDPA sends a bias that needs a gradient to its memory-efficient kernel; here the bias is read inside the tiles
+as rows padded to 16 elements (``kernel_layout``: a bias in another layout, e.g. T5's permuted view, is copied
+into it once per forward; a batch-shared (H, T, T) bias is never expanded to (B, H, T, T), forward or
+backward) and its gradient is summed over the batch inside the backward kernel.
 Key padding is a separate (B, T) mask, never merged into the bias: a padded key gets a large finite negative
 logit, as on the explicit path (``padding_value`` in ``masks.py``), so a row whose keys are all padding
-gets uniform weights (the mean of v) instead of NaN. Attention dropout is drawn inside the kernels from a
-counter-based generator and redrawn in the backward (no stored mask).
+gets uniform weights (the mean of v) instead of NaN. Attention dropout is drawn inside the forward kernel from a
+counter-based generator (p rounded to 1/256, ``effective_dropout``) and kept as a 1-bit mask
+that the backward reads.
 
 Runs on CUDA, or anywhere under Triton's interpreter (``TRITON_INTERPRET=1`` set before triton is first
 imported in the process; the tests run it on CPU tensors): ``triton_available``. Plain torch and triton, no
@@ -18,7 +20,7 @@ fairseq import; the module imports without triton (``triton_available`` is then 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Dict, Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -75,6 +77,12 @@ class Blocks:
     dkdv_warps: int
     num_stages: int = 2
 
+    def __post_init__(self):
+        # dropout is drawn and stored in whole groups of 16 queries x 64 keys (attention_kernels._draw_keep)
+        tiles = [(self.forward_m, self.forward_n), (self.dq_m, self.dq_n), (self.dkdv_m, self.dkdv_n)]
+        if any(m % 16 or n % 64 for m, n in tiles):
+            raise ValueError(f"{self}: every tile must be a multiple of 16 queries x 64 keys")
+
 
 # CUDA, head dim <= 64 (BERT/RoBERTa base and large). Chosen from offline sm_90 builds (ptxas -v) so that the
 # kernels keep their values in registers (no spill stores; under 100 bytes for dK/dV with a fixed bias and
@@ -83,12 +91,14 @@ HALF_BLOCKS = Blocks(forward_m=128, forward_n=64, forward_warps=8, dq_m=128, dq_
                      dkdv_m=32, dkdv_n=64, dkdv_warps=4)
 # fp32 inputs: fp32 tiles take twice the registers and shared memory (and without TF32 the products run on
 # FMA units): smaller tiles (sm_90 builds still spill up to a few hundred bytes: a correctness path, not a fast one).
-FP32_BLOCKS = Blocks(forward_m=64, forward_n=32, forward_warps=4, dq_m=64, dq_n=32, dq_warps=4,
-                     dkdv_m=32, dkdv_n=32, dkdv_warps=4)
+FP32_BLOCKS = Blocks(forward_m=64, forward_n=64, forward_warps=4, dq_m=64, dq_n=64, dq_warps=4,
+                     dkdv_m=32, dkdv_n=64, dkdv_warps=4)
 # Triton's interpreter (tests): the smallest tiles, so that tiny sequences span several blocks and a ragged tail.
-INTERPRETER_BLOCKS = Blocks(forward_m=16, forward_n=16, forward_warps=1, dq_m=16, dq_n=16, dq_warps=1,
-                            dkdv_m=16, dkdv_n=16, dkdv_warps=1, num_stages=1)
+INTERPRETER_BLOCKS = Blocks(forward_m=16, forward_n=64, forward_warps=1, dq_m=16, dq_n=64, dq_warps=1,
+                            dkdv_m=16, dkdv_n=64, dkdv_warps=1, num_stages=1)
 MAX_HEAD_DIM = 64  # the tiles above are sized for it (BERT/RoBERTa base and large)
+BIAS_ROW_MULTIPLE = 16  # the bias's row stride, in elements (Triton's alignment hint is "divisible by 16")
+LOG2E = 1.4426950408889634  # the kernels' logits are in base 2: the scale and the bias are multiplied by it
 # Sequences whose bias gradients one dK/dV program sums (a batch-shared bias that needs a gradient): the batch
 # splits into G = ceil(B / BIAS_GRAD_SEQUENCES) groups, one set of programs per group, each group with its own
 # fp32 (H, T, T) partial sum, added in torch afterwards. Without groups there would be only H * T / dkdv_n
@@ -112,52 +122,98 @@ def _precision(dtype: torch.dtype) -> str:
     return "ieee" if dtype == torch.float32 and not torch.backends.cuda.matmul.allow_tf32 else "tf32"
 
 
+def dropout_threshold(dropout_p: float) -> int:
+    """The kernels' 8-bit dropout threshold: a weight is dropped when its random byte is below it, so the
+    dropped fraction is ``threshold / 256``, p rounded to the nearest 1/256 (0.1 becomes 26 / 256 = 0.1016)."""
+    threshold = round(dropout_p * 256)
+    if dropout_p > 0 and not 0 < threshold < 256:
+        raise ValueError(f"dropout_p {dropout_p} rounds to {threshold}/256: the kernels drop in steps of 1/256, "
+                         "so p must lie in [1/512, 1 - 1/512)")
+    return threshold
+
+
+def effective_dropout(dropout_p: float) -> float:
+    """The fraction the kernels drop and scale for: ``dropout_p`` rounded to 1/256 (``dropout_threshold``)."""
+    return dropout_threshold(dropout_p) / 256
+
+
 def _bias_strides(bias: Optional[Tensor]):
-    """(batch, head, query, key) strides of an (H, T, T) (batch stride 0) or (B, H, T, T) bias."""
+    """(batch, head, query) strides of an (H, T, T) (batch stride 0) or (B, H, T, T) bias (key stride 1)."""
     if bias is None:
-        return 0, 0, 0, 0
-    return (0, *bias.stride()) if bias.dim() == 3 else tuple(bias.stride())
+        return 0, 0, 0
+    return (0, *bias.stride()[:2]) if bias.dim() == 3 else tuple(bias.stride()[:3])
 
 
-def _forward(q, k, v, bias, pad, scale, dropout_p, seed):
-    """out (B, H, T, D) in q's dtype and layout, row_max, row_sum (B * H, T) fp32."""
+def kernel_layout(bias: Optional[Tensor]) -> Optional[Tensor]:
+    """``bias`` as the kernels read it: key stride 1, every other stride a multiple of ``BIAS_ROW_MULTIPLE``
+    elements (its rows load as whole 16-byte vectors for any T); a bias in another layout (T5's permuted view,
+    an offset view, T not a multiple of 16) is copied once into padded rows, differentiably. The model's mask
+    does this once per forward (``AttentionMask.kernel_bias``), so the layers never copy."""
+    if bias is None or (bias.stride(-1) == 1 and all(s % BIAS_ROW_MULTIPLE == 0 for s in bias.stride()[:-1])):
+        return bias
+    T = bias.size(-1)
+    rows = bias.new_zeros(*bias.shape[:-1], -(-T // BIAS_ROW_MULTIPLE) * BIAS_ROW_MULTIPLE)[..., :T]
+    return rows.copy_(bias)  # row-major whatever the input's layout; the copy passes the gradient back
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One kernel launch: the jitted kernel, its grid, its arguments in order and its compile-time settings.
+    ``biased_attention`` runs it; ``bench/kernel_sass.py`` compiles the same launch for a GPU it does not have."""
+
+    kernel: Any
+    grid: Tuple[int, ...]
+    args: Tuple[Any, ...]
+    constexprs: Dict[str, Any]
+    num_warps: int
+    num_stages: int
+
+    def __call__(self) -> None:
+        self.kernel[self.grid](*self.args, **self.constexprs, num_warps=self.num_warps, num_stages=self.num_stages)
+
+
+def forward_launch(q, k, v, bias, pad, scale: float, dropout_p: float, seed: int, blocks: Blocks):
+    """The forward's launch and its outputs: out (B, H, T, D) in q's dtype and layout, row_max, row_sum (B * H,
+    T) fp32, and with dropout the keep mask (``keep_mask_buffer``; else None)."""
     B, H, T, D = q.shape
-    blocks = blocks_for(q.dtype)
     out = torch.empty_like(q)  # q's strides (the (T, B, H, D) layout the model permutes back without a copy)
     row_max = torch.empty(B * H, T, device=q.device, dtype=torch.float32)
     row_sum = torch.empty_like(row_max)
-    grid = (triton.cdiv(T, blocks.forward_m), B * H)
-    _kernels().attention_forward_kernel[grid](
-        q, k, v, q if bias is None else bias, q if pad is None else pad, out, row_max, row_sum,
-        *q.stride(), *k.stride(), *v.stride(), *out.stride(), *_bias_strides(bias),
-        *((0, 0) if pad is None else pad.stride()),
-        H, T, D, scale, dropout_p, seed,
-        HAS_BIAS=bias is not None, HAS_PAD=pad is not None, DROPOUT=dropout_p > 0, PRECISION=_precision(q.dtype),
-        BLOCK_M=blocks.forward_m, BLOCK_N=blocks.forward_n, BLOCK_D=_block_d(D),
-        num_warps=blocks.forward_warps, num_stages=blocks.num_stages,
-    )
-    return out, row_max, row_sum
+    threshold = dropout_threshold(dropout_p)
+    keep = keep_mask_buffer(B * H, T, q.device) if threshold else None
+    launch = Launch(
+        _kernels().attention_forward_kernel, (triton.cdiv(T, blocks.forward_m), B * H),
+        (q, k, v, _or(bias, q), _or(pad, q), out, row_max, row_sum, _or(keep, q),
+         *q.stride(), *k.stride(), *v.stride(), *out.stride(), *_bias_strides(bias),
+         *((0, 0) if pad is None else pad.stride()),
+         H, T, D, scale * LOG2E, threshold, 1 / (1 - threshold / 256), seed),
+        dict(HAS_BIAS=bias is not None, HAS_PAD=pad is not None, DROPOUT=threshold > 0, DROP_MAJORITY=threshold >= 128,
+             PRECISION=_precision(q.dtype), BLOCK_M=blocks.forward_m, BLOCK_N=blocks.forward_n, BLOCK_D=_block_d(D)),
+        blocks.forward_warps, blocks.num_stages)
+    return launch, (out, row_max, row_sum, keep)
 
 
-def _backward(q, k, v, bias, pad, out, dout, row_max, row_sum, scale, dropout_p, seed, bias_grad):
-    """dq, dk, dv in their input's dtype, and the bias gradient in fp32 ((H, T, T) or (B, H, T, T)) or None."""
+def backward_launches(q, k, v, bias, pad, out, dout, row_max, row_sum, keep, scale: float, dropout_p: float,
+                      bias_grad: bool, blocks: Blocks):
+    """The backward's two launches (dQ, then dK/dV, which reads the dQ kernel's Delta) and their outputs: dq, dk,
+    dv in their input's dtype and the bias gradient's fp32 sums (G, H, T, T) (per-sequence: (B, H, T, T)) or
+    None (``_sum_groups`` finishes it)."""
     B, H, T, D = q.shape
-    blocks = blocks_for(q.dtype)
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     delta = torch.empty_like(row_max)  # (B * H, T) fp32, written by the dQ kernel
-    flags = dict(HAS_BIAS=bias is not None, HAS_PAD=pad is not None, DROPOUT=dropout_p > 0,
-                 PRECISION=_precision(q.dtype), BLOCK_D=_block_d(D), num_stages=blocks.num_stages)
-    bias_arg, pad_arg = q if bias is None else bias, q if pad is None else pad
+    threshold = dropout_threshold(dropout_p)
+    flags = dict(HAS_BIAS=bias is not None, HAS_PAD=pad is not None, DROPOUT=threshold > 0,
+                 PRECISION=_precision(q.dtype), BLOCK_D=_block_d(D))
+    bias_arg, pad_arg, keep_arg = _or(bias, q), _or(pad, q), _or(keep, q)
     bias_strides, pad_strides = _bias_strides(bias), (0, 0) if pad is None else pad.stride()
+    inv_keep = 1 / (1 - threshold / 256)
     kernels = _kernels()
-
-    grid = (triton.cdiv(T, blocks.dq_m), B * H)
-    kernels.attention_backward_dq_kernel[grid](
-        q, k, v, bias_arg, pad_arg, out, dout, row_max, row_sum, delta, dq,
-        *q.stride(), *k.stride(), *v.stride(), *out.stride(), *dout.stride(), *dq.stride(),
-        *bias_strides, *pad_strides, H, T, D, scale, dropout_p, seed,
-        BLOCK_M=blocks.dq_m, BLOCK_N=blocks.dq_n, num_warps=blocks.dq_warps, **flags,
-    )
+    dq_launch = Launch(
+        kernels.attention_backward_dq_kernel, (triton.cdiv(T, blocks.dq_m), B * H),
+        (q, k, v, bias_arg, pad_arg, out, dout, row_max, row_sum, keep_arg, delta, dq,
+         *q.stride(), *k.stride(), *v.stride(), *out.stride(), *dout.stride(), *dq.stride(),
+         *bias_strides, *pad_strides, H, T, D, scale * LOG2E, inv_keep),
+        dict(flags, BLOCK_M=blocks.dq_m, BLOCK_N=blocks.dq_n), blocks.dq_warps, blocks.num_stages)
 
     # dK/dV programs: one per (key block, head, group of sequences); a group is one sequence unless a
     # batch-shared bias needs its gradient summed over the batch (BIAS_GRAD_SEQUENCES).
@@ -166,17 +222,34 @@ def _backward(q, k, v, bias, pad, out, dout, row_max, row_sum, scale, dropout_p,
     dbias = None
     if bias_grad:  # (G, H, T, T) group sums, or (B, H, T, T) for a per-sequence bias; every entry is written
         dbias = torch.empty(groups, H, T, T, device=q.device, dtype=torch.float32)
-    grid = (triton.cdiv(T, blocks.dkdv_n), H, groups)
-    kernels.attention_backward_dkdv_kernel[grid](
-        q, k, v, bias_arg, pad_arg, dout, row_max, row_sum, delta, dk, dv, q if dbias is None else dbias,
-        *q.stride(), *k.stride(), *v.stride(), *dout.stride(), *dk.stride(), *dv.stride(),
-        *bias_strides, *pad_strides, *((0, 0, 0, 0) if dbias is None else dbias.stride()),
-        B, H, T, D, scale, dropout_p, seed, per_program, BIAS_GRAD=bias_grad,
-        BLOCK_M=blocks.dkdv_m, BLOCK_N=blocks.dkdv_n, num_warps=blocks.dkdv_warps, **flags,
-    )
-    if dbias is not None and bias.dim() == 3:
-        dbias = dbias[0] if groups == 1 else dbias.sum(0)  # (H, T, T)
-    return dq, dk, dv, dbias
+    dkdv_launch = Launch(
+        kernels.attention_backward_dkdv_kernel, (triton.cdiv(T, blocks.dkdv_n), H, groups),
+        (q, k, v, bias_arg, pad_arg, dout, row_max, row_sum, keep_arg, delta, dk, dv, _or(dbias, q),
+         *q.stride(), *k.stride(), *v.stride(), *dout.stride(), *dk.stride(), *dv.stride(),
+         *bias_strides, *pad_strides, *((0, 0, 0) if dbias is None else dbias.stride()[:3]),
+         B, H, T, D, scale * LOG2E, inv_keep, per_program),
+        dict(flags, BIAS_GRAD=bias_grad, BLOCK_M=blocks.dkdv_m, BLOCK_N=blocks.dkdv_n),
+        blocks.dkdv_warps, blocks.num_stages)
+    return [dq_launch, dkdv_launch], (dq, dk, dv, dbias)
+
+
+def keep_mask_buffer(sequences_heads: int, T: int, device) -> Tensor:
+    """The forward's dropout keep mask, one bit per weight: (B * H, ceil(T / 16) * 8, ceil(T / 64) * 8) uint16,
+    one value per group of 16 weights (``unpack_keep``)."""
+    return torch.empty(sequences_heads, triton.cdiv(T, 16) * 8, triton.cdiv(T, 64) * 8, device=device,
+                       dtype=torch.uint16)
+
+
+def _or(x: Optional[Tensor], fallback: Tensor) -> Tensor:
+    """A tensor argument the kernel does not read when its flag is off still needs a pointer: ``fallback``."""
+    return fallback if x is None else x
+
+
+def _sum_groups(dbias: Optional[Tensor], bias: Optional[Tensor]) -> Optional[Tensor]:
+    """The shared bias's gradient from the kernel's group sums (a per-sequence bias's is already whole)."""
+    if dbias is None or bias.dim() != 3:
+        return dbias
+    return dbias[0] if dbias.shape[0] == 1 else dbias.sum(0)  # (H, T, T)
 
 
 class BiasedAttention(torch.autograd.Function):
@@ -184,17 +257,23 @@ class BiasedAttention(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, bias, pad, scale, dropout_p, seed):
-        out, row_max, row_sum = _forward(q, k, v, bias, pad, scale, dropout_p, seed)
-        ctx.save_for_backward(q, k, v, bias, pad, out, row_max, row_sum)
-        ctx.scale, ctx.dropout_p, ctx.seed = scale, dropout_p, seed
+        launch, (out, row_max, row_sum, keep) = forward_launch(q, k, v, bias, pad, scale, dropout_p, seed,
+                                                               blocks_for(q.dtype))
+        launch()
+        ctx.save_for_backward(q, k, v, bias, pad, out, row_max, row_sum, keep)
+        ctx.scale, ctx.dropout_p = scale, dropout_p
         return out
 
     @staticmethod
     def backward(ctx, dout):
-        q, k, v, bias, pad, out, row_max, row_sum = ctx.saved_tensors
+        q, k, v, bias, pad, out, row_max, row_sum, keep = ctx.saved_tensors
         bias_grad = bias is not None and ctx.needs_input_grad[3]
-        dq, dk, dv, dbias = _backward(q, k, v, bias, pad, out, dout, row_max, row_sum, ctx.scale, ctx.dropout_p,
-                                      ctx.seed, bias_grad)
+        launches, (dq, dk, dv, dbias) = backward_launches(
+            q, k, v, bias, pad, out, dout, row_max, row_sum, keep, ctx.scale, ctx.dropout_p, bias_grad,
+            blocks_for(q.dtype))
+        for launch in launches:
+            launch()
+        dbias = _sum_groups(dbias, bias)
         if dbias is not None:
             dbias = dbias.to(bias.dtype)
         return dq, dk, dv, dbias, None, None, None, None
@@ -213,30 +292,40 @@ def biased_attention(
     """``dropout(softmax(q k^T * scale + bias + padding)) v``, fused; differentiable in q, k, v and bias.
 
     q, k, v: (B, H, T, D), one dtype of fp32/fp16/bf16, any strides (the last one 1 reads fastest), D <= 64.
-    bias: (H, T, T) shared by the batch, any strides (a permuted or overlapping view is read in place), or
-    (B, H, T, T) per sequence, or None; any float dtype (read as fp32), may require grad (its gradient comes in
-    its dtype, summed in fp32). key_padding_mask: (B, T) bool, True at padding, or None. Dropout (``dropout_p``
-    when ``training``) keeps each probability with probability 1 - p and scales it by 1 / (1 - p), as F.dropout;
-    its seed comes from torch's default generator. Returns (B, H, T, D) in q's dtype, with q's strides.
+    bias: (H, T, T) shared by the batch or (B, H, T, T) per sequence, or None; any float dtype (read as fp32),
+    may require grad (its gradient comes in its dtype, summed in fp32); read in place when it has the kernels'
+    layout (``kernel_layout``), else copied into it first. key_padding_mask: (B, T) bool, True at padding, or
+    None. Dropout (``dropout_p`` when ``training``) drops each probability with probability ``dropout_p``
+    rounded to 1/256 (``effective_dropout``) and scales the kept ones by 1 / (1 - that), as F.dropout; its seed
+    comes from torch's default generator. Returns (B, H, T, D) in q's dtype, with q's strides.
     """
     _check(q, k, v, bias, key_padding_mask, dropout_p)
     p = float(dropout_p) if training else 0.0
-    seed = draw_dropout_seed() if p > 0 else 0
+    seed = draw_dropout_seed() if dropout_threshold(p) else 0
     pad = None if key_padding_mask is None else key_padding_mask.view(torch.uint8)  # the kernels read bytes
-    return BiasedAttention.apply(q, k, v, bias, pad, float(scale), p, seed)
+    return BiasedAttention.apply(q, k, v, kernel_layout(bias), pad, float(scale), p, seed)
+
+
+def unpack_keep(keep: Tensor, B: int, H: int, T: int) -> Tensor:
+    """(B, H, T, T) bool from the kernels' keep mask (``keep_mask_buffer``): the value at [b * H + h, R * 8 + i,
+    C * 8 + j] holds the 16 weights (16 R + i + 8 s, 64 C + j + 8 k), s = 0, 1, k = 0..7, at bit 8 s + k."""
+    groups = keep.view(torch.int16).to(torch.int32) & 0xFFFF
+    bits = (groups[..., None] >> torch.arange(16, device=keep.device, dtype=torch.int32)) & 1
+    R, C = groups.shape[1] // 8, groups.shape[2] // 8
+    bits = bits.reshape(B, H, R, 8, C, 8, 2, 8)  # (b, h, R, i, C, j, s, k)
+    tile = bits.permute(0, 1, 2, 6, 3, 4, 7, 5).reshape(B, H, R * 16, C * 64)  # (R, s, i) rows, (C, k, j) keys
+    return tile[:, :, :T, :T].bool()
 
 
 def dropout_keep_mask(seed: int, B: int, H: int, T: int, dropout_p: float, device) -> Tensor:
-    """(B, H, T, T) bool: the entries the kernels keep for ``seed`` (for tests: a reference with the same mask)."""
+    """(B, H, T, T) bool: the entries the kernels keep for ``seed`` (for tests: a reference with the same mask),
+    as the forward kernel draws and stores them."""
     if not triton_available(device):
         raise RuntimeError(_unavailable(torch.device(device)))
-    keep = torch.empty(B, H, T, T, dtype=torch.int8, device=device)
-    blocks = blocks_for(torch.bfloat16)
-    grid = (triton.cdiv(T, blocks.forward_m), triton.cdiv(T, blocks.forward_n), B * H)
-    _kernels().dropout_keep_kernel[grid](keep, H, T, float(dropout_p), seed,
-                                         BLOCK_M=blocks.forward_m, BLOCK_N=blocks.forward_n,
-                                         num_warps=blocks.forward_warps)
-    return keep.bool()
+    q = torch.zeros(B, H, T, 16, device=device)
+    launch, (_, _, _, keep) = forward_launch(q, q, q, None, None, 1.0, dropout_p, seed, blocks_for(q.dtype))
+    launch()
+    return unpack_keep(keep, B, H, T)
 
 
 def _unavailable(device: torch.device) -> str:

@@ -112,6 +112,7 @@ def attend(
         if kernels is None:
             raise RuntimeError(f"--tupe-attention {attention_path} needs tupe_plugin's kernels (tupe_plugin.kernels)")
         if attention_path == "triton":
+            bias = None if mask is None else mask.kernel_bias(kernels.kernel_layout)
             return kernels.biased_attention(q, k, v, bias, pad, scaling, p), None
         return kernels.flex_biased_attention(q, k, v, bias, pad, scaling, p), None
     additive = None if mask is None else mask.additive

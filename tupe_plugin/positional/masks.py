@@ -4,7 +4,7 @@ exported model) builds it once per forward and every layer shares it.
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 from torch import Tensor
@@ -28,6 +28,14 @@ class AttentionMask:
         self.bias, self.key_padding, self.dtype = bias, key_padding, dtype
         self.owned = owned  # the bias is this mask's own (B, H, T, T): the padding may be added into it in place
         self._additive: Optional[Tensor] = None
+        self._kernel_bias: Optional[Tensor] = None
+
+    def kernel_bias(self, layout: Callable[[Tensor], Tensor]) -> Optional[Tensor]:
+        """The bias in a fused kernel's layout (``layout``: ``triton_attention.kernel_layout``), made when a layer
+        first asks and kept, as ``additive``: a bias that needs a copy is copied once per forward, not per layer."""
+        if self._kernel_bias is None and self.bias is not None:
+            self._kernel_bias = layout(self.bias)
+        return self._kernel_bias
 
     @property
     def learned_bias(self) -> bool:
