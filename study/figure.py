@@ -5,8 +5,10 @@ grey print loses), each pre-training seed its own marker fill, with a key for th
 several seeds, a hatched band from its lowest to its highest seed (the seed noise the differences are read
 against); the unigram baseline a thick grey line. Top right, a variant x measure table whose every column is titled with what it holds: each cell
 holds the value, its shade the variant's rank among the variants with a value in that column (darkest = best,
-the end the header's arrow names; lightest = worst of that column). Bottom, locality and symmetry against the
-downstream average, one point per variant (the MLM models when a study has ELECTRA ones too: a correlation across
+the end the header's arrow names; lightest = worst of that column), unless the column spans no more than one
+variant's seeds do (``within_noise``: unshaded); text black or white, whichever contrasts more with the grey;
+unfit variants marked. Bottom, locality and symmetry against the
+downstream average from ``MIN_POINTS`` variants on, one point per variant (the MLM models when a study has ELECTRA ones too: a correlation across
 objectives would mix the objective in), with n, the rank correlation and its p-value in each title; a far-out
 downstream average (a variant fine-tuned to chance) is a triangle at the edge, its value in its label. A study
 that declared comparisons (``study.endpoints``) gets a row for them above: per comparison each seed's paired
@@ -186,13 +188,42 @@ def column_shades(ranks: Sequence[Sequence[Optional[float]]]) -> List[List[Optio
     return out
 
 
-SHADE_DARKEST, SHADE_LIGHTEST = 0.25, 0.95  # the part of the grey scale the table uses: black text stays legible
+SHADE_DARKEST, SHADE_LIGHTEST = 0.25, 0.95  # the part of the grey scale the table uses
+MIN_POINTS = 5  # a correlation panel draws its points from this many variants on (fewer: a description at most)
+# a column's seed noise: the spread the report measures across a variant's seeds (or runs), per column
+NOISE_OF = {"final_valid_loss": "final_valid_loss_spread", "downstream_avg": "downstream_avg_seed_spread"}
+
+
+def relative_luminance(grey: float) -> float:
+    """WCAG's relative luminance of an sRGB grey (0 black .. 1 white)."""
+    return grey / 12.92 if grey <= 0.04045 else ((grey + 0.055) / 1.055) ** 2.4
+
+
+def contrast(grey_a: float, grey_b: float) -> float:
+    """WCAG's contrast ratio of two greys, (L1 + 0.05) / (L2 + 0.05) with L1 the lighter: 1 to 21."""
+    la, lb = sorted((relative_luminance(grey_a), relative_luminance(grey_b)), reverse=True)
+    return (la + 0.05) / (lb + 0.05)
+
+
+def text_grey(background: float) -> float:
+    """Black (0) or white (1) text, whichever contrasts more with a grey background: at least 4.58:1 on any grey
+    (the two are equal where the background's luminance is 0.179)."""
+    return 0.0 if contrast(0.0, background) >= contrast(1.0, background) else 1.0
+
+
+def within_noise(rows: Sequence[Dict], key: str) -> bool:
+    """A column whose values across variants span no more than the largest spread one variant shows across its own
+    seeds (or fine-tuning runs, for a task's median): its ranks would be read into noise."""
+    spread_key = NOISE_OF.get(key) or (key[:-len("_median")] + "_spread" if key.endswith("_median") else None)
+    noise = [r[spread_key] for r in rows if spread_key and r.get(spread_key) is not None]
+    values = [r[key] for r in rows if r.get(key) is not None]
+    return bool(noise) and len(values) > 1 and max(values) - min(values) <= max(noise)
 
 
 def overview(path: str, variants: Sequence[Variant], rows: Sequence[Dict], columns: Sequence[str],
-             corr: Sequence[Dict], unigram: Optional[float], endpoints: Sequence = ()) -> None:
+             corr: Sequence[Dict], unigram: Optional[float], endpoints: Sequence = (), unfit: Sequence[str] = ()) -> None:
     """The study's overview figure (``overview_figure``) as a PNG at ``path``."""
-    fig = overview_figure(variants, rows, columns, corr, unigram, endpoints)
+    fig = overview_figure(variants, rows, columns, corr, unigram, endpoints, unfit)
     with atomic_path(path) as tmp:
         fig.savefig(tmp, dpi=150, format="png")
     _pyplot().close(fig)
@@ -245,13 +276,13 @@ def endpoint_panel(ax, result) -> None:
 
 
 def overview_figure(variants: Sequence[Variant], rows: Sequence[Dict], columns: Sequence[str],
-                    corr: Sequence[Dict], unigram: Optional[float], endpoints: Sequence = ()):
+                    corr: Sequence[Dict], unigram: Optional[float], endpoints: Sequence = (), unfit: Sequence[str] = ()):
     """Loss curves, the variant x measure table shaded by rank, the declared comparisons (when a study declared
     some), and each locality/symmetry measure against the downstream average (when some variant has one)."""
     plt = _pyplot()
     fig = plt.figure(figsize=(11.7, 8.3))
     scatters = any(r.get(c["key"]) is not None and r.get("downstream_avg") is not None
-                   and r["objective"] == c["objective"] for c in corr[:4] for r in rows)
+                   and r["objective"] == c["objective"] for c in corr[:4] for r in rows)  # a panel, drawn or not
     lower = (["endpoints"] if endpoints else []) + (["scatters"] if scatters or not endpoints else [])
     grid = fig.add_gridspec(1 + len(lower), 4, height_ratios=[1.25] + [1] * len(lower), hspace=0.45 + 0.1 * (
         len(lower) - 1), wspace=0.35, left=0.07, right=0.98, top=0.95, bottom=0.07)
@@ -309,15 +340,19 @@ def overview_figure(variants: Sequence[Variant], rows: Sequence[Dict], columns: 
     labels = point_labels([r["variant"] for r in rows])  # the table's names and the scatter points' labels
     ax = fig.add_subplot(grid[0, 2:])
     keys = measures(rows, columns)
+    noisy = [within_noise(rows, k) for k, _, _ in keys]
+    keys = [(k, h + "\nwithin\nnoise" if n else h, hi) for (k, h, hi), n in zip(keys, noisy)]
     ranks = rank_table(rows, keys)
-    shades = column_shades(ranks)
+    shades = [[None if n else sh for sh, n in zip(line, noisy)] for line in column_shades(ranks)]
     ax.axis("off")
-    ax.set_title("Variant x measure\n(shade: rank within its column, darkest = best; arrow: the better end)", fontsize=10)
+    ax.set_title("Variant x measure (shade: rank within its column, darkest = best; arrow: the\n"
+                 "better end; unshaded: the column spans no more than one variant's seeds do)", fontsize=9)
     if keys and rows:
         n = len(rows)
         cmap = plt.get_cmap("Greys_r")
         # column 0: the variant names, inside the table's box (a row-label column would be drawn outside it)
-        names = [r["variant"] if label == r["variant"] else f"{label}  {r['variant']}" for label, r in zip(labels, rows)]
+        names = [(r["variant"] if label == r["variant"] else f"{label}  {r['variant']}")
+                 + (" (unfit)" if r["variant"] in unfit else "") for label, r in zip(labels, rows)]
         cells = [[name] + [("—" if r.get(k) is None else f"{r[k]:.2f}") for k, _, _ in keys]
                  for name, r in zip(names, rows)]
         colours = [[(1, 1, 1, 1)] + [(1, 1, 1, 1) if sh is None else
@@ -338,8 +373,9 @@ def overview_figure(variants: Sequence[Variant], rows: Sequence[Dict], columns: 
             elif j == 0:
                 cell.get_text().set_horizontalalignment("left")
                 cell.PAD = 0.03
-            elif shades[i - 1][j - 1] is not None and shades[i - 1][j - 1] < 0.5:
-                cell.get_text().set_color("white")  # the darker half of the column's shades: light text
+            elif shades[i - 1][j - 1] is not None:  # black or white, whichever reads better on this grey
+                cell.get_text().set_color(str(text_grey(SHADE_DARKEST + (SHADE_LIGHTEST - SHADE_DARKEST)
+                                                        * shades[i - 1][j - 1])))
 
     if endpoints:
         width = 4 // min(len(endpoints), 4)
@@ -353,6 +389,11 @@ def overview_figure(variants: Sequence[Variant], rows: Sequence[Dict], columns: 
         pts = [(r[c["key"]], r["downstream_avg"], label) for r, label in zip(rows, labels)
                if r["objective"] == c["objective"] and r.get(c["key"]) is not None
                and r.get("downstream_avg") is not None]
+        if len(pts) < MIN_POINTS:  # two or three points draw a line through anything: say so instead
+            ax.set_title(f"{c['measure']}\nn = {len(pts)}: not drawn (fewer than {MIN_POINTS})", fontsize=8)
+            ax.set_xticks([])
+            ax.set_yticks([])
+            continue
         pts = scatter_with_far_out(ax, pts)
         rho, p = c["spearman"], c.get("spearman_p", math.nan)
         stat = "—" if math.isnan(rho) else f"{rho:.2f}" + ("" if math.isnan(p) else f" (p {p:.2f})")

@@ -572,7 +572,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     from study.figure import overview
 
     overview(os.path.join(args.out, "overview.png"), study, rows, columns, [c for c in corr if not c["without"]],
-             unigram, endpoints)
+             unigram, endpoints, weak)
     print(md, end="")
     if weak:
         print(f"\nWARNING: {', '.join(weak)} did not end {args.min_gap_bits:g} bit(s) below the unigram baseline "

@@ -98,7 +98,7 @@ def test_overview_numbers_the_points_of_a_study_with_many_variants():
     corr = [{"measure": "locality (position-only)", "key": "loc_pos", "objective": "mlm", "n": 0,
              "spearman": math.nan}]
     plt = figure._pyplot()
-    for names in (["bert-a", "tupe-r", "nope"], [f"variant{i}" for i in range(figure.NAMES_UP_TO + 1)]):
+    for names in (["bert-a", "tupe-r", "nope", "alibi", "rope"], [f"variant{i}" for i in range(figure.NAMES_UP_TO + 1)]):
         fig = figure.overview_figure([], rows(names), [], corr, None)
         scatter = fig.axes[-1]
         table = next(c for c in fig.axes[1].get_children() if type(c).__name__ == "Table")

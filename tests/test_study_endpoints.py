@@ -220,3 +220,38 @@ def test_overview_draws_the_declared_comparisons_and_the_seed_bands(tmp_path):
     assert min(ys) == pytest.approx(8.4) and max(ys) == pytest.approx(9.7)  # tupe-r's lowest and highest seed
     figure._pyplot().close(fig)
     assert (out / "overview.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_figure_text_contrast_noise_columns_small_correlations_and_unfit_marks():
+    """Issue 50's print rules: every table cell's text reads at 4.5:1 or more on its grey (WCAG's contrast, by its
+    formula here); a column whose values across variants span no more than one variant's seeds do is not shaded
+    by rank and says so; a correlation of fewer than 5 variants is not drawn; an unfit variant is marked."""
+    from study import figure
+
+    def luminance(g):
+        return g / 12.92 if g <= 0.04045 else ((g + 0.055) / 1.055) ** 2.4
+
+    for k in range(101):
+        grey = figure.SHADE_DARKEST + (figure.SHADE_LIGHTEST - figure.SHADE_DARKEST) * k / 100
+        text = figure.text_grey(grey)
+        hi, lo = sorted((luminance(grey), luminance(text)), reverse=True)
+        assert (hi + 0.05) / (lo + 0.05) >= 4.5, grey
+    assert figure.text_grey(0.6) == 0.0  # white on 60% grey was 2.5:1; black is 6.6:1
+
+    rows = [{"variant": v, "objective": "mlm", "final_valid_loss": x, "final_valid_loss_spread": sp,
+             "downstream_avg": d, "loc_pos": lp} for v, x, sp, d, lp in
+            (("bert-a", 8.80, 0.07, 70.0, 0.1), ("tupe-r", 8.06, 0.86, 71.2, 0.2), ("nope", 8.90, None, 69.0, 0.3))]
+    assert figure.within_noise(rows, "final_valid_loss")  # 8.06..8.90 = 0.84, within tupe-r's 0.86 over seeds
+    assert not figure.within_noise(rows, "loc_pos")  # no spread measured for it
+    corr = [{"measure": "locality (position-only)", "key": "loc_pos", "objective": "mlm", "n": 3,
+             "spearman": 1.0, "spearman_p": 0.33}]
+    plt = figure._pyplot()
+    fig = figure.overview_figure([], rows, [], corr, None, (), unfit=["nope"])
+    table = next(c for c in fig.axes[1].get_children() if type(c).__name__ == "Table")
+    cells = table.get_celld()
+    assert cells[0, 1].get_text().get_text().endswith("within\nnoise")
+    assert all(tuple(cells[i, 1].get_facecolor()) == (1, 1, 1, 1) for i in (1, 2, 3))  # not shaded
+    assert [cells[i, 0].get_text().get_text() for i in (1, 2, 3)] == ["bert-a", "tupe-r", "nope (unfit)"]
+    scatter = fig.axes[2]
+    assert "not drawn (fewer than 5)" in scatter.get_title() and not scatter.collections
+    plt.close(fig)
