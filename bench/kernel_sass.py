@@ -141,7 +141,8 @@ def _meta(*shape, dtype=torch.bfloat16):
 
 def launches(dropout: float, bias_kind: str, padding: bool, B: int, H: int, T: int, D: int
              ) -> Iterator[Tuple[str, "triton_attention.Launch", int]]:
-    """(name, launch, loop steps per program) of the forward, dQ and dK/dV kernels of one configuration."""
+    """(name, launch, warp-steps of its inner loop over the whole grid) of the forward, dQ and dK/dV kernels of
+    one configuration."""
     blocks = triton_attention.HALF_BLOCKS
     qkv = _meta(T, B, H, D).permute(1, 2, 0, 3)  # (B, H, T, D) views of the model's (T, B, H, D) projections
     bias = {"none": None, "shared": _meta(H, T, T), "per_sequence": _meta(B, H, T, T)}[bias_kind]
@@ -149,12 +150,13 @@ def launches(dropout: float, bias_kind: str, padding: bool, B: int, H: int, T: i
     forward, (out, row_max, row_sum, keep) = triton_attention.forward_launch(
         qkv, qkv, qkv, bias, pad, 0.125, dropout, 1234, blocks)
     (dq, dkdv), _ = triton_attention.backward_launches(
-        qkv, qkv, qkv, bias, pad, out, out, row_max, row_sum, keep, 0.125, dropout, bias is not None, blocks)
+        qkv, qkv, qkv, bias, pad, out, out, row_max, row_sum, keep, 0.125, dropout, bias is not None, blocks, sms=SMS)
     cdiv = lambda a, b: -(-a // b)  # noqa: E731
-    per_program = dkdv.args[-1]  # sequences per dK/dV program (its last argument)
-    yield "forward", forward, cdiv(T, blocks.forward_n)
-    yield "dq", dq, cdiv(T, blocks.dq_n)
-    yield "dkdv", dkdv, per_program * cdiv(T, blocks.dkdv_m)
+    query_blocks = B * H * cdiv(T, blocks.forward_m)
+    yield "forward", forward, query_blocks * forward.num_warps * cdiv(T, blocks.forward_n)
+    yield "dq", dq, B * H * cdiv(T, blocks.dq_m) * dq.num_warps * cdiv(T, blocks.dq_n)
+    # every (key block, head, sequence) runs the loop over the query blocks, whatever the grouping
+    yield "dkdv", dkdv, cdiv(T, blocks.dkdv_n) * H * B * dkdv.num_warps * cdiv(T, blocks.dkdv_m)
 
 
 def tile_weights(name: str, launch) -> int:
@@ -171,12 +173,8 @@ def rows(shape: Dict[str, int] = BASE, biases=BIAS_KINDS, paddings=(False, True)
         for bias in biases:
             for padding in paddings:
                 layer_ms = 0.0
-                for name, launch, steps in launches(dropout, bias, padding, **shape):
+                for name, launch, warp_steps in launches(dropout, bias, padding, **shape):
                     facts = read_kernel(compile_sm90(launch), tile_weights(name, launch))
-                    programs = 1
-                    for g in launch.grid:
-                        programs *= g
-                    warp_steps = programs * launch.num_warps * steps
                     est = warp_steps * facts["instr_per_step"] / (SCHEDULERS * SMS * CLOCK_HZ) * 1e3
                     layer_ms += est
                     table.append(Row(name, dropout, bias, padding, est_ms=round(est, 4), **facts))

@@ -111,24 +111,26 @@ def make_padding(case: Case) -> torch.Tensor | None:
 
 
 class Allocations(TorchDispatchMode):
-    """The element counts of the new tensors torch ops make while it is active (views and in-place writes,
-    e.g. the interpreter's copies into existing storage, make none)."""
+    """The element counts (and dtypes) of the new tensors torch ops make while it is active (views and in-place
+    writes, e.g. the interpreter's copies into existing storage, make none)."""
 
     def __init__(self):
         super().__init__()
-        self.numels = []
+        self.numels, self.tensors = [], []
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         if func.is_view or func._schema.is_mutable:
             return out
-        self.numels += [t.numel() for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
+        made = [t for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
+        self.numels += [t.numel() for t in made]
+        self.tensors += [(t.numel(), t.dtype) for t in made]
         return out
 
 
 def compare(case: Case, dtype=torch.float32, dropout_p=0.0, device="cpu"):
-    """Relative errors of the kernel's output and gradients against the reference, and the element counts of
-    every tensor made during its forward and backward."""
+    """Relative errors of the kernel's output and gradients against the reference, and the tensors made during
+    its forward and backward (``Allocations``)."""
     g = torch.Generator().manual_seed(0)
     B, H, T, D = case.B, case.H, case.T, case.D
     q, k, v = (torch.randn(B, H, T, D, generator=g).to(device, dtype).requires_grad_() for _ in range(3))
@@ -160,7 +162,7 @@ def compare(case: Case, dtype=torch.float32, dropout_p=0.0, device="cpu"):
         assert leaf.grad is None
     for name, x in [("out", out), ("dq", q.grad), ("dk", k.grad), ("dv", v.grad)]:
         assert torch.isfinite(x).all(), name
-    return errors, allocations.numels
+    return errors, allocations
 
 
 CASES = {
@@ -180,8 +182,9 @@ CASES = {
 @pytest.mark.parametrize("name", list(CASES))
 def test_forward_and_gradients_match_float64_reference(name):
     case = CASES[name]
-    errors, numels = compare(case)
+    errors, made = compare(case)
     assert max(errors.values()) <= 1e-4, errors
+    numels = made.numels
     B, H, T, D = case.B, case.H, case.T, case.D
     if case.bias != "per_sequence" and B > 1 and D < T:
         # nothing (B, H, T, T), forward or backward: the largest new tensors are q's gradient and one (H, T, T) sum
@@ -195,11 +198,41 @@ def test_bias_gradient_summed_over_groups_of_sequences(monkeypatch):
     so the two-group path runs at B = 4, and nothing as large as (B, H, T, T) is made."""
     monkeypatch.setattr(triton_attention, "BIAS_GRAD_SEQUENCES", 2)
     B, H, T, D = 4, 1, 20, 16
-    errors, numels = compare(Case(B=B, H=H, T=T, D=D, bias="shared", padding="right"))
+    errors, made = compare(Case(B=B, H=H, T=T, D=D, bias="shared", padding="right"))
+    numels = made.numels
     assert max(errors.values()) <= 1e-4, errors
     groups = 2
     assert groups * H * T * T in numels  # the group sums, made
     assert max(numels) <= max(B * H * T * D, groups * H * T * T) < B * H * T * T
+
+
+@interpreted
+def test_per_sequence_bias_gradient_is_written_in_the_bias_dtype():
+    """DeBERTa's per-sequence terms: their gradient is written by the kernel in the bias's dtype, never through
+    a (B, H, T, T) fp32 buffer."""
+    case = Case(B=2, H=2, T=20, D=16, bias="per_sequence", padding="right")
+    errors, made = compare(case, dtype=torch.float16)
+    assert max(errors.values()) <= 5e-3, errors
+    full = case.B * case.H * case.T * case.T
+    assert (full, torch.float16) in made.tensors and (full, torch.float32) not in made.tensors
+
+
+@pytest.mark.skipif(not HAS_TRITON, reason="triton is not installed (pip install -e '.[test]')")
+def test_bias_gradient_groups_fill_two_waves_of_an_h100():
+    """B32 H12 T512 on 132 SMs (2 dK/dV programs each): 6 sequences a group, 6 groups, 576 programs = 2.2 waves
+    (8 a group gave 384 = 1.45); a small batch is not split past one sequence a group; without an SM count (the
+    interpreter) groups of 8."""
+    B, H, T, D = 32, 12, 512, 64
+    meta = lambda *shape, dtype=torch.bfloat16: torch.empty(*shape, device="meta", dtype=dtype)  # noqa: E731
+    q, bias, stats = meta(B, H, T, D), meta(H, T, T), meta(B * H, T, dtype=torch.float32)
+    blocks = triton_attention.HALF_BLOCKS
+    (_, dkdv), _ = triton_attention.backward_launches(q, q, q, bias, None, q, q, stats, stats, None, 0.125, 0.0,
+                                                      True, blocks, sms=132)
+    programs = dkdv.grid[0] * dkdv.grid[1] * dkdv.grid[2]
+    assert dkdv.grid == (T // blocks.dkdv_n, H, 6) and programs >= 2 * 2 * 132
+    assert triton_attention.sequences_per_program(B, 96, 132) == 6
+    assert triton_attention.sequences_per_program(4, 96, 132) == 1
+    assert triton_attention.sequences_per_program(B, 96, 0) == 8
 
 
 @interpreted
@@ -393,6 +426,6 @@ def test_kernel_matches_reference_cuda(dtype, tolerance, dropout_p):
     """Compiled kernels at a realistic size: head dim 64, T = 200 (a ragged block of the 128/64 tiles), right
     padding and a sequence without real keys, a learned shared bias, three groups in the bias-gradient sum."""
     case = Case(B=20, H=3, T=200, D=64, bias="permuted", padding="full")
-    errors, numels = compare(case, dtype=dtype, dropout_p=dropout_p, device="cuda")
+    errors, made = compare(case, dtype=dtype, dropout_p=dropout_p, device="cuda")
     assert max(errors.values()) <= tolerance, errors
-    assert max(numels) < case.B * case.H * case.T * case.T
+    assert max(made.numels) < case.B * case.H * case.T * case.T

@@ -299,8 +299,8 @@ def attention_backward_dkdv_kernel(
 ):
     # One program instance owns one (block of BLOCK_N keys, head h, group g of sequences_per_program sequences):
     # for each sequence b of the group in turn, the dK and dV rows of its keys, summed over every query block
-    # (FA-2 Alg. 2); and, with BIAS_GRAD, the bias gradient's column block DBias[g, h, :, keys] (G, H, T, T)
-    # fp32, summed over the group's sequences. No other program writes these tiles: the batch sum needs no
+    # (FA-2 Alg. 2); and, with BIAS_GRAD, the bias gradient's column block DBias[g, h, :, keys] (G, H, T, T),
+    # summed over the group's sequences in fp32 (a group of one, a per-sequence bias's, is written in its dtype). No other program writes these tiles: the batch sum needs no
     # atomics and adds in the same order on every run (deterministic). The caller adds the G group sums; a
     # per-sequence bias has groups of one sequence (g = b).
     n_block, h, g = tl.program_id(0), tl.program_id(1), tl.program_id(2)
@@ -358,8 +358,8 @@ def attention_backward_dkdv_kernel(
                 dbias_ptrs = dbias_base + rows[None, :] * stride_dbias_i + cols[:, None]
                 dbias_mask = in_m[None, :] & in_n[:, None]
                 if b > first:
-                    ds_t += tl.load(dbias_ptrs, mask=dbias_mask, other=0.0)
-                tl.store(dbias_ptrs, ds_t, mask=dbias_mask)
+                    ds_t += tl.load(dbias_ptrs, mask=dbias_mask, other=0.0).to(tl.float32)
+                tl.store(dbias_ptrs, ds_t.to(DBias.dtype.element_ty), mask=dbias_mask)
         tl.store(DK + b64 * stride_dkb + h64 * stride_dkh + cols[:, None] * stride_dkt + offs_d[None, :] * stride_dkd,
                  (dk * (scale_log2 / LOG2E * inv_keep)).to(DK.dtype.element_ty), mask=nd_mask)
         tl.store(DV + b64 * stride_dvb + h64 * stride_dvh + cols[:, None] * stride_dvt + offs_d[None, :] * stride_dvd,

@@ -99,11 +99,15 @@ INTERPRETER_BLOCKS = Blocks(forward_m=16, forward_n=64, forward_warps=1, dq_m=16
 MAX_HEAD_DIM = 64  # the tiles above are sized for it (BERT/RoBERTa base and large)
 BIAS_ROW_MULTIPLE = 16  # the bias's row stride, in elements (Triton's alignment hint is "divisible by 16")
 LOG2E = 1.4426950408889634  # the kernels' logits are in base 2: the scale and the bias are multiplied by it
-# Sequences whose bias gradients one dK/dV program sums (a batch-shared bias that needs a gradient): the batch
-# splits into G = ceil(B / BIAS_GRAD_SEQUENCES) groups, one set of programs per group, each group with its own
-# fp32 (H, T, T) partial sum, added in torch afterwards. Without groups there would be only H * T / dkdv_n
-# programs (96 at T = 512 for an H100's 132 SMs); the partial sums never reach the size of a (B, H, T, T) tensor.
+# The gradient of a batch-shared bias is summed over the batch inside the dK/dV kernel: its programs split the
+# batch into G groups of sequences, each program summing its group's sequences into the group's own fp32 (H, T, T)
+# partial sum (no atomics: the same order on every run), the G sums added in torch afterwards. One group would be
+# only H * ceil(T / dkdv_n) programs (96 at T = 512 for an H100's 132 SMs); G is the smallest that fills
+# BIAS_GRAD_WAVES waves of the card (DKDV_PROGRAMS_PER_SM programs per SM, bench/kernel_sass.py), with at most
+# BIAS_GRAD_SEQUENCES sequences per group; the partial sums never reach the size of a (B, H, T, T) tensor.
 BIAS_GRAD_SEQUENCES = 8
+BIAS_GRAD_WAVES = 2
+DKDV_PROGRAMS_PER_SM = 2
 
 
 def blocks_for(dtype: torch.dtype) -> Blocks:
@@ -193,11 +197,25 @@ def forward_launch(q, k, v, bias, pad, scale: float, dropout_p: float, seed: int
     return launch, (out, row_max, row_sum, keep)
 
 
+def sequences_per_program(B: int, programs_per_group: int, sms: int) -> int:
+    """Sequences one dK/dV program sums for a shared bias's gradient: groups enough for ``BIAS_GRAD_WAVES`` full
+    waves of ``sms`` SMs (none known, e.g. Triton's interpreter: 0), at most ``BIAS_GRAD_SEQUENCES`` a group."""
+    slots = sms * DKDV_PROGRAMS_PER_SM * BIAS_GRAD_WAVES
+    groups = min(B, max(triton.cdiv(B, BIAS_GRAD_SEQUENCES), triton.cdiv(slots, programs_per_group)))
+    return triton.cdiv(B, groups)
+
+
+def multiprocessors(device: torch.device) -> int:
+    """The SM count of a CUDA device; 0 elsewhere (Triton's interpreter)."""
+    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 0
+
+
 def backward_launches(q, k, v, bias, pad, out, dout, row_max, row_sum, keep, scale: float, dropout_p: float,
-                      bias_grad: bool, blocks: Blocks):
+                      bias_grad: bool, blocks: Blocks, sms: Optional[int] = None):
     """The backward's two launches (dQ, then dK/dV, which reads the dQ kernel's Delta) and their outputs: dq, dk,
-    dv in their input's dtype and the bias gradient's fp32 sums (G, H, T, T) (per-sequence: (B, H, T, T)) or
-    None (``_sum_groups`` finishes it)."""
+    dv in their input's dtype and the bias gradient: a shared bias's fp32 group sums (G, H, T, T)
+    (``_sum_groups`` adds them), a per-sequence bias's (B, H, T, T) in its own dtype, or None. ``sms``: the SMs
+    the dK/dV grid is sized for (default: the device's)."""
     B, H, T, D = q.shape
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     delta = torch.empty_like(row_max)  # (B * H, T) fp32, written by the dQ kernel
@@ -216,14 +234,16 @@ def backward_launches(q, k, v, bias, pad, out, dout, row_max, row_sum, keep, sca
         dict(flags, BLOCK_M=blocks.dq_m, BLOCK_N=blocks.dq_n), blocks.dq_warps, blocks.num_stages)
 
     # dK/dV programs: one per (key block, head, group of sequences); a group is one sequence unless a
-    # batch-shared bias needs its gradient summed over the batch (BIAS_GRAD_SEQUENCES).
-    per_program = BIAS_GRAD_SEQUENCES if bias_grad and bias.dim() == 3 else 1
+    # batch-shared bias needs its gradient summed over the batch (sequences_per_program).
+    key_blocks = triton.cdiv(T, blocks.dkdv_n)
+    shared = bias_grad and bias.dim() == 3
+    per_program = sequences_per_program(B, key_blocks * H, multiprocessors(q.device) if sms is None else sms) if shared else 1
     groups = triton.cdiv(B, per_program)
     dbias = None
-    if bias_grad:  # (G, H, T, T) group sums, or (B, H, T, T) for a per-sequence bias; every entry is written
-        dbias = torch.empty(groups, H, T, T, device=q.device, dtype=torch.float32)
+    if bias_grad:  # fp32 group sums, or the per-sequence gradient in the bias's dtype; every entry is written
+        dbias = torch.empty(groups, H, T, T, device=q.device, dtype=torch.float32 if shared else bias.dtype)
     dkdv_launch = Launch(
-        kernels.attention_backward_dkdv_kernel, (triton.cdiv(T, blocks.dkdv_n), H, groups),
+        kernels.attention_backward_dkdv_kernel, (key_blocks, H, groups),
         (q, k, v, bias_arg, pad_arg, dout, row_max, row_sum, keep_arg, delta, dk, dv, _or(dbias, q),
          *q.stride(), *k.stride(), *v.stride(), *dout.stride(), *dk.stride(), *dv.stride(),
          *bias_strides, *pad_strides, *((0, 0, 0) if dbias is None else dbias.stride()[:3]),
