@@ -105,7 +105,8 @@ def test_choose_attention_path():
     # a learned bias: triton where it runs (CUDA, half precision), today's paths elsewhere
     assert choose_attention_path(cpu, True, 0.1, torch.bfloat16, learned_bias=True)[0] == "explicit"
     assert choose_attention_path(cuda, True, 0.1, torch.float32, learned_bias=True)[0] == "sdpa"  # fp32: IEEE
-    want = "triton" if attend_module.triton_runs(cuda) else "sdpa"
+    trusted = attend_module.triton_runs(cuda) and attend_module.triton_failure(cuda, torch.bfloat16) is None
+    want = "triton" if trusted else "sdpa"
     assert choose_attention_path(cuda, True, 0.1, torch.bfloat16, learned_bias=True)[0] == want
 
 
@@ -115,12 +116,25 @@ def test_auto_keeps_sdpa_for_heads_wider_than_the_kernels_tiles(monkeypatch):
     from tupe_plugin.kernels import triton_attention
 
     monkeypatch.setattr(triton_attention, "triton_available", lambda device: True)  # as on a GPU with Triton
+    monkeypatch.setitem(attend_module._TRITON_FAILURE, ("cuda", torch.bfloat16), None)  # ... where it passed its check
     cuda, widest = torch.device("cuda"), triton_attention.MAX_HEAD_DIM
     assert choose_attention_path(cuda, True, 0.1, torch.bfloat16, True, head_dim=widest)[0] == "triton"
     assert choose_attention_path(cuda, True, 0.1, torch.bfloat16, True, head_dim=widest + 1) == ("sdpa", "the default")
     with pytest.raises(ValueError, match=f"head dim {widest + 1} > {widest}"):  # what auto steers clear of
         q = torch.zeros(1, 1, 4, widest + 1)
         triton_attention.biased_attention(q, q, q, None, None, 1.0, 0.0)
+
+
+def test_auto_keeps_sdpa_when_the_kernel_failed_its_first_use_check(monkeypatch):
+    """On a GPU where our kernel fails its check (a compile error, a wrong result), auto takes SDPA and says why in
+    its one log line; an explicit --tupe-attention triton still runs the kernel (and fails loudly)."""
+    pytest.importorskip("triton")
+    from tupe_plugin.kernels import triton_attention
+
+    monkeypatch.setattr(triton_attention, "triton_available", lambda device: True)
+    monkeypatch.setitem(attend_module._TRITON_FAILURE, ("cuda", torch.bfloat16), "CompilationError: out of resources")
+    path, why = choose_attention_path(torch.device("cuda"), True, 0.1, torch.bfloat16, learned_bias=True)
+    assert path == "sdpa" and why.endswith("first-use check, so SDPA: CompilationError: out of resources")
 
 
 def test_block_path_per_forward_and_bad_names():

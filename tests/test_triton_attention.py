@@ -236,6 +236,22 @@ def test_bias_gradient_groups_fill_two_waves_of_an_h100():
 
 
 @interpreted
+def test_first_use_check_passes_the_kernel_and_catches_a_wrong_or_failing_one():
+    """self_check: our kernel passes; one that reads the bias transposed is named by what differs; one that raises is named
+    by its error, in one line (what auto then logs before keeping SDPA)."""
+    assert triton_attention.self_check("cpu", torch.float32) is None
+
+    def transposed_bias(q, k, v, bias, pad, scale, p):
+        return biased_attention(q, k, v, bias.transpose(-1, -2), pad, scale, p)
+
+    def failing(*args):
+        raise RuntimeError("PassManager::run failed\nmore lines")
+
+    assert triton_attention.self_check("cpu", torch.float32, transposed_bias).startswith("its output differs from")
+    assert triton_attention.self_check("cpu", torch.float32, failing) == "RuntimeError: PassManager::run failed"
+
+
+@interpreted
 def test_fp16_matches_reference():
     """fp16 inputs and bias, fp32 sums: within fp16's rounding of the inputs and outputs. (bf16 runs on CUDA
     only: Triton 3.9's interpreter multiplies bf16 tl.dot operands as their raw 16-bit integers.)"""

@@ -348,6 +348,44 @@ def dropout_keep_mask(seed: int, B: int, H: int, T: int, dropout_p: float, devic
     return unpack_keep(keep, B, H, T)
 
 
+# The first-use check's tolerance on max |x - ref| / max |ref| (ref: the same ops in fp32): a few roundings of
+# the dtype (bf16 keeps 8 mantissa bits, fp16 11); fp32 runs the products in TF32 on CUDA.
+CHECK_TOLERANCE = {torch.bfloat16: 3e-2, torch.float16: 5e-3, torch.float32: 2e-3}
+
+
+def self_check(device, dtype: torch.dtype, attention=None) -> Optional[str]:
+    """Run ``attention`` (``biased_attention``) once on a tiny batch (2 sequences, one right-padded, T = 80: a
+    ragged key block; 2 heads of 64; a learned (H, T, T) bias) against the same math in fp32 torch ops, forward and
+    backward. None when the output and the four gradients agree within ``CHECK_TOLERANCE``, else the reason in
+    one line (an exception, or what differs by how much). ``--tupe-attention auto`` runs it before it first trusts
+    the kernel in a process (``attend.triton_failure``)."""
+    attention = biased_attention if attention is None else attention
+    g = torch.Generator().manual_seed(0)
+    B, H, T, D = 2, 2, 80, 64
+    leaves = [torch.randn(B, H, T, D, generator=g) for _ in range(3)] + [torch.randn(H, T, T, generator=g)]
+    dout, pad = torch.randn(B, H, T, D, generator=g), torch.zeros(B, T, dtype=torch.bool)
+    pad[0, 60:] = True
+    with torch.enable_grad(), torch.autocast(torch.device(device).type, enabled=False):
+        try:
+            inputs = [x.to(device, dtype).requires_grad_() for x in leaves]
+            dout, pad = dout.to(device, dtype), pad.to(device)
+            out = attention(*inputs, pad, 0.125, 0.0)
+            got = [out, *torch.autograd.grad(out, inputs, dout)]
+        except Exception as error:  # whatever the compiler or the launch raises: the caller keeps SDPA
+            return f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}".strip()
+        ref_inputs = [x.detach().float().requires_grad_() for x in inputs]
+        q, k, v, bias = ref_inputs
+        logits = torch.matmul(q * 0.125, k.transpose(-1, -2)) + bias
+        logits = logits.masked_fill(pad[:, None, None, :], torch.finfo(torch.float32).min / 2)
+        ref_out = torch.matmul(torch.softmax(logits, dim=-1), v)
+        expected = [ref_out, *torch.autograd.grad(ref_out, ref_inputs, dout.float())]
+    for name, x, ref in zip(("output", "dq", "dk", "dv", "dbias"), got, expected):
+        error = ((x.float() - ref).abs().max() / ref.abs().max()).item()
+        if not error <= CHECK_TOLERANCE[dtype]:  # NaN fails too
+            return f"its {name} differs from the same math in fp32 torch by {error:.2g} (> {CHECK_TOLERANCE[dtype]})"
+    return None
+
+
 def _unavailable(device: torch.device) -> str:
     if triton is None:
         return "biased_attention needs triton (pip install triton)"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import importlib
 import logging
-from typing import Optional, Set, Tuple
+from typing import Dict, Optional, Set, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -38,6 +38,7 @@ OLD_PATH_NAMES = {"reference": "explicit"}  # older args (checkpoints, scripts) 
 FUSED = ("triton", "flex")  # the paths that read the bias and the key padding apart (masks.AttentionMask)
 logger = logging.getLogger(__name__)
 _SAID: Set[Tuple[str, str]] = set()  # (path, why) already logged by this process
+_TRITON_FAILURE: Dict[Tuple[str, torch.dtype], Optional[str]] = {}  # (device, dtype) -> triton_failure's answer
 
 
 def check_attention_path(attention_path: str) -> str:
@@ -65,19 +66,34 @@ def triton_runs(device: torch.device, head_dim: int = 0) -> bool:
     return kernels is not None and kernels.triton_available(device) and head_dim <= kernels.MAX_HEAD_DIM
 
 
+@torch.compiler.disable  # the check runs eagerly, once, also inside a compiled layer's first forward
+def triton_failure(device: torch.device, dtype: torch.dtype) -> Optional[str]:
+    """Why our Triton kernel is not trusted on ``device`` in ``dtype``: its first-use check
+    (``triton_attention.self_check``: a tiny batch against the same math in torch), run once per process,
+    device and dtype; None when it passed."""
+    key = (str(device), dtype)
+    if key not in _TRITON_FAILURE:
+        _TRITON_FAILURE[key] = fused_kernels("triton_attention").self_check(device, dtype)
+    return _TRITON_FAILURE[key]
+
+
 def choose_attention_path(device: torch.device, training: bool, dropout: float, dtype: torch.dtype = torch.float32,
                           learned_bias: bool = False, head_dim: int = 64) -> Tuple[str, str]:
     """What ``--tupe-attention auto`` takes for one forward, and why:
 
     * a bias that needs a gradient, fp16/bf16, Triton runs with heads of ``head_dim``: ``triton`` (SDPA would
-      take its memory-efficient kernel, 3.4x its cuDNN time without a bias on an H100; docs/gpu.md);
+      take its memory-efficient kernel, 3.4x its cuDNN time without a bias on an H100; docs/gpu.md), once the
+      kernel passed its first-use check on this device and dtype (``triton_failure``; else ``sdpa``, and why);
     * CPU, training with attention dropout: ``explicit`` (SDPA's fused CPU kernel has no dropout, so SDPA runs
       its unfused math path: the same ops plus a check for fully masked rows);
     * else ``sdpa`` (cuDNN/flash without a bias; fp32 keeps SDPA, whose fp32 matmuls are IEEE where Triton's
       dot products would run in TF32)."""
     if (learned_bias and dtype in (torch.float16, torch.bfloat16) and device.type == "cuda"
             and triton_runs(device, head_dim)):
-        return "triton", "a learned positional bias in half precision on CUDA"
+        failure = triton_failure(device, dtype)
+        if failure is None:
+            return "triton", "a learned positional bias in half precision on CUDA"
+        return "sdpa", f"our Triton kernel failed its first-use check, so SDPA: {failure}"
     if device.type == "cpu" and training and dropout > 0:
         return "explicit", "CPU training with attention dropout"
     return "sdpa", "the default"
