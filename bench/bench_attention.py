@@ -3,11 +3,17 @@ kernel's errors against a float64 explicit path.
 
 Paths: ``sdpa`` (``F.scaled_dot_product_attention``, the bias as its mask), ``explicit`` (matmul, + bias,
 softmax in fp32, dropout, matmul), ``triton`` (``tupe_plugin.kernels.triton_attention.biased_attention``),
-``flex`` (``tupe_plugin.kernels.flex_attention.flex_biased_attention``, compiled on CUDA; no dropout). Bias:
-``none``, ``fixed`` (an (H, T, T) bias without gradient), ``learned`` (with gradient). Dropout 0 and 0.1. Every
-length T has ``--tokens // T`` sequences (equal tokens per step), H = 12, D = 64, bf16 on CUDA; the core of
-attention only (q, k, v and the bias given, no projections), timed with CUDA events (median of ``--iters``).
-``ratio`` = ms / ms of ``sdpa`` without bias at the same T and dropout. The error table: the Triton path and
+``flex`` (``tupe_plugin.kernels.flex_attention.flex_biased_attention``, compiled on CUDA; no dropout). Bias
+(``BIASES``): ``none``, ``fixed`` (an (H, T, T) bias without gradient), ``learned`` (with gradient), in the
+layouts the variants pass: ``permuted`` (T5's and BERT-R's (T, T, H) bucket gather seen as (H, T, T)),
+``offset`` (TUPE-A's [CLS]-reset term, an (H, T + 1, T + 1) tensor seen from row and column 1), and
+``per_sequence`` (a learned (B, H, T, T) bias, as DeBERTa's terms). The Triton path copies a bias that is not in
+its layout on every call here (the model does it once per forward for all its layers). Dropout 0 and 0.1;
+padding (``--padding``): none, or what training sees, a quarter of the sequences right-padded from 3/4 of T.
+Every length T has ``--tokens // T`` sequences (equal tokens per step), H = 12, D = 64, bf16 on CUDA; the core
+of attention only (q, k, v and the bias given, no projections), timed with CUDA events (median of ``--iters``).
+``ratio`` = ms / ms of ``sdpa`` without bias and without padding at the same T and dropout (on an H100 in bf16,
+cuDNN's kernel: the fastest this layer gets). The error table: the Triton path and
 the explicit path in the same dtype, each against the explicit path in float64 (two sequences, one right-padded,
 learned bias, no dropout), max |x - ref| / max |ref| of the output, dq, dk, dv and dbias.
 
@@ -33,7 +39,8 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tupe_plugin from this checkout
 
 PATHS = ("sdpa", "explicit", "triton", "flex")
-BIASES = ("none", "fixed", "learned", "per_sequence")  # per_sequence: learned, (B, H, T, T) as DeBERTa's terms
+BIASES = ("none", "fixed", "learned", "permuted", "offset", "per_sequence")  # the module docstring says what each is
+PADDINGS = (False, True)
 
 
 def explicit_attention(q, k, v, bias, padding, scale, dropout_p):
@@ -68,8 +75,15 @@ def attend(path: str, q, k, v, bias, padding, scale: float, dropout_p: float):
     raise ValueError(path)
 
 
-def forward_backward(path: str, q, k, v, bias, grad_out, scale: float, dropout_p: float) -> None:
-    attend(path, q, k, v, bias, None, scale, dropout_p).backward(grad_out)
+def forward_backward(path: str, q, k, v, bias, padding, grad_out, scale: float, dropout_p: float) -> None:
+    attend(path, q, k, v, bias, padding, scale, dropout_p).backward(grad_out)
+
+
+def training_padding(B: int, T: int, device) -> torch.Tensor:
+    """(B, T) bool, True at padding: a quarter of the sequences (at least one) padded from 3/4 of T."""
+    padding = torch.zeros(B, T, dtype=torch.bool, device=device)
+    padding[:max(1, B // 4), 3 * T // 4:] = True
+    return padding
 
 
 def unavailable(path: str, device: torch.device, dropout_p: float) -> Optional[str]:
@@ -111,22 +125,25 @@ def median_ms(step: Callable[[], None], device: torch.device, warmup: int, iters
 
 
 def inputs(B: int, H: int, T: int, D: int, device, dtype, bias_kind: str, seed: int = 0):
-    """q, k, v (B, H, T, D) with gradients, the bias (or None: ``none``; (H, T, T) without a gradient: ``fixed``,
-    with: ``learned``; (B, H, T, T) with a gradient: ``per_sequence``) and a gradient for the output."""
+    """q, k, v (B, H, T, D) with gradients, the bias of ``bias_kind`` (``BIASES``; None for ``none``) and a
+    gradient for the output."""
     g = torch.Generator(device=device).manual_seed(seed)
     q, k, v = (torch.randn(B, H, T, D, generator=g, device=device, dtype=dtype).requires_grad_() for _ in range(3))
     bias = None
     if bias_kind != "none":
-        shape = (B, H, T, T) if bias_kind == "per_sequence" else (H, T, T)
-        bias = torch.randn(shape, generator=g, device=device, dtype=dtype).requires_grad_(bias_kind != "fixed")
+        shape = {"per_sequence": (B, H, T, T), "permuted": (T, T, H), "offset": (H, T + 1, T + 1)}.get(bias_kind, (H, T, T))
+        leaf = torch.randn(shape, generator=g, device=device, dtype=dtype).requires_grad_(bias_kind != "fixed")
+        bias = {"permuted": lambda w: w.permute(2, 0, 1), "offset": lambda w: w[:, 1:, 1:]}.get(bias_kind, lambda w: w)(leaf)
     grad_out = torch.randn(B, H, T, D, generator=g, device=device, dtype=dtype)
     return q, k, v, bias, grad_out
 
 
 def attention_rows(device, dtype: torch.dtype, lengths: Sequence[int], heads: int = 12, head_dim: int = 64,
                    tokens: int = 16384, paths: Sequence[str] = PATHS, biases: Sequence[str] = BIASES,
-                   dropouts: Sequence[float] = (0.0, 0.1), warmup: int = 3, iters: int = 10) -> List[Dict]:
-    """One row per (T, dropout, bias, path): ms of forward + backward, and the ratio to SDPA without bias."""
+                   dropouts: Sequence[float] = (0.0, 0.1), warmup: int = 3, iters: int = 10,
+                   paddings: Sequence[bool] = PADDINGS) -> List[Dict]:
+    """One row per (T, dropout, padding, bias, path): ms of forward + backward, and the ratio to SDPA without bias
+    and without padding (timed first, also where ``paddings`` holds only True)."""
     device = torch.device(device)
     scale = head_dim ** -0.5
     rows = []
@@ -134,26 +151,29 @@ def attention_rows(device, dtype: torch.dtype, lengths: Sequence[int], heads: in
         B = max(1, tokens // T)
         for dropout_p in dropouts:
             baseline = None
-            for bias_kind in biases:
-                for path in paths:
-                    row = dict(path=path, bias=bias_kind, dropout=dropout_p, T=T, B=B, H=heads, D=head_dim,
-                               dtype=str(dtype).replace("torch.", ""), ms=None, ratio=None, note="")
-                    rows.append(row)
-                    why = unavailable(path, device, dropout_p)
-                    if why:
-                        row["note"] = why
-                        continue
-                    q, k, v, bias, grad_out = inputs(B, heads, T, head_dim, device, dtype, bias_kind)
-                    step = functools.partial(forward_backward, path, q, k, v, bias, grad_out, scale, dropout_p)
-                    try:
-                        row["ms"] = median_ms(step, device, warmup, iters)
-                    except Exception as e:  # noqa: BLE001  (a path that fails is a row of the table, not the end)
-                        row["note"] = f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"
-                        continue
-                    if path == "sdpa" and bias_kind == "none":
-                        baseline = row["ms"]
-                    if baseline:
-                        row["ratio"] = row["ms"] / baseline
+            cells = [(False, "none", "sdpa")] if "sdpa" in paths else []  # the baseline first
+            cells += [(padded, bias_kind, path) for padded in paddings for bias_kind in biases for path in paths
+                      if (padded, bias_kind, path) != (False, "none", "sdpa")]
+            for padded, bias_kind, path in cells:
+                row = dict(path=path, bias=bias_kind, dropout=dropout_p, padding=padded, T=T, B=B, H=heads,
+                           D=head_dim, dtype=str(dtype).replace("torch.", ""), ms=None, ratio=None, note="")
+                rows.append(row)
+                why = unavailable(path, device, dropout_p)
+                if why:
+                    row["note"] = why
+                    continue
+                q, k, v, bias, grad_out = inputs(B, heads, T, head_dim, device, dtype, bias_kind)
+                padding = training_padding(B, T, device) if padded else None
+                step = functools.partial(forward_backward, path, q, k, v, bias, padding, grad_out, scale, dropout_p)
+                try:
+                    row["ms"] = median_ms(step, device, warmup, iters)
+                except Exception as e:  # noqa: BLE001  (a path that fails is a row of the table, not the end)
+                    row["note"] = f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"
+                    continue
+                if (padded, bias_kind, path) == (False, "none", "sdpa"):
+                    baseline = row["ms"]
+                if baseline:
+                    row["ratio"] = row["ms"] / baseline
     return rows
 
 
@@ -210,6 +230,9 @@ def main() -> None:
     p.add_argument("--lengths", type=int, nargs="+", default=[512, 1024])
     p.add_argument("--tokens", type=int, default=16384, help="sequences per step = tokens // T")
     p.add_argument("--paths", nargs="+", default=list(PATHS), choices=PATHS)
+    p.add_argument("--biases", nargs="+", default=list(BIASES), choices=BIASES)
+    p.add_argument("--padding", nargs="+", type=int, default=[0, 1], choices=(0, 1),
+                   help="without (0) and/or with (1) a quarter of the sequences padded (default: both)")
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--dry-run", action="store_true", help="CPU, fp32, tiny sizes (Triton's interpreter)")
@@ -224,9 +247,9 @@ def main() -> None:
         device, dtype, heads, head_dim = torch.device("cuda"), torch.bfloat16, 12, 64
     print(f"device {torch.cuda.get_device_name() if device.type == 'cuda' else 'cpu'}, torch {torch.__version__}, "
           f"{dtype}, H={heads}, D={head_dim}, {args.tokens} tokens per step\n")
-    rows = attention_rows(device, dtype, args.lengths, heads, head_dim, args.tokens, args.paths,
-                          warmup=args.warmup, iters=args.iters)
-    print_table(rows, ("T", "B", "dropout", "bias", "path", "ms", "ratio", "note"))
+    rows = attention_rows(device, dtype, args.lengths, heads, head_dim, args.tokens, args.paths, args.biases,
+                          warmup=args.warmup, iters=args.iters, paddings=[bool(p) for p in args.padding])
+    print_table(rows, ("T", "B", "dropout", "padding", "bias", "path", "ms", "ratio", "note"))
     print()
     print_table(error_rows(device, dtype, args.lengths, heads, head_dim),
                 ("T", "path", "dtype", "out", "dq", "dk", "dv", "dbias", "note"))

@@ -13,8 +13,8 @@ Sections, each in its own process with a time limit (a crash or a hang of one is
   GPU pitfalls: every mask handed to SDPA in q's dtype with aligned strides (also under autocast), and a
   sequence without real tokens giving finite outputs and gradients on both paths.
 - ``attention``: one attention layer's core, forward + backward, on every path (``sdpa``, ``explicit``,
-  ``triton``, ``flex``) x bias (none, fixed, learned, per_sequence) x attention dropout (0, 0.1; flex has none)
-  at T=512 and 1024, bf16, with the ratio to SDPA without a bias (cuDNN's kernel) and the SDPA kernel taken; then the Triton
+  ``triton``, ``flex``) x bias (none, fixed, learned in each layout the variants pass, per_sequence) x attention
+  dropout (0, 0.1; flex has none) x padding (none, training's) at T=512 and 1024, bf16, with the ratio to SDPA without a bias (cuDNN's kernel) and the SDPA kernel taken; then the Triton
   path's errors (output, dq, dk, dv, dbias) against the explicit path in float64 (``bench/bench_attention.py``).
 - ``train``: a short real pre-training of ``tupe_r_base`` (``--user-dir tupe_plugin``) on generated data, in
   fp16 through ``fairseq-train --fp16`` and in bf16 through ``fairseq-hydra-train`` (``common.bf16=true``:
@@ -53,6 +53,11 @@ seconds on an H100, measured on 2026-11-26 where the section existed, else estim
                       and 512 with 13 steps: all 17 only at T=512, the rest a few per length
     total        455  (85 s left for the slower compilations, a slower card, process starts)
 
+``--quick`` (``make gpu-check QUICK=1``): environment, attention (T=512 with training's padding, no
+FlexAttention: about 40 s), throughput (RoBERTa and TUPE-R: about 45 s) and timing (bert_a, tupe_r, t5_rel, rope,
+deberta_rel at T=512, tupe_r at 1024: about 35 s) within ``QUICK_BUDGET_S`` (240 s), so that one short GPU loan
+also holds the GPU study; estimated from the measurements above, not yet run on a GPU.
+
 Each section gets at most ``SECTION_LIMIT_S`` and what is left of the budget; timing comes last and takes
 what is left. On a machine without CUDA it says so in one line and exits 1. ``--dry-run`` runs the same
 sections on CPU at tiny size (one thread per process; the Triton kernels in Triton's interpreter; fairseq's fp16
@@ -80,12 +85,13 @@ import sys
 import tempfile
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 import torch
+from bench_attention import PATHS
 
 ROOT = Path(__file__).resolve().parents[1]
 SECTIONS = ("environment", "cuda_tests", "sdpa", "attention", "train", "throughput", "sync", "timing")
@@ -128,6 +134,14 @@ class TimingGroup:
 SOME_VARIANTS = ("bert_a", "tupe_r", "t5_rel", "alibi", "rope", "deberta_rel", "pam_window")
 T128_VARIANTS = ("bert_a", "tupe_r", "rope", "deberta_rel")  # at T=128 the differences are small (2026-11-26)
 ELECTRA_VARIANTS = ("bert_a", "tupe_r")
+# --quick (make gpu-check QUICK=1): what a short GPU loan must measure first, within QUICK_BUDGET_S, so that the
+# loan keeps time for the GPU study: the Triton kernel's errors and the attention table at T=512 with training's
+# padding (no FlexAttention, whose compilation takes a minute), pretrain.sh's wps of RoBERTa and TUPE-R, and the
+# step ratios to RoBERTa of these variants at T=512 and of TUPE-R at 1024.
+QUICK_SECTIONS = ("environment", "attention", "throughput", "timing")
+QUICK_VARIANTS = ("bert_a", "tupe_r", "t5_rel", "rope", "deberta_rel")
+QUICK_ATTENTION_PATHS = ("sdpa", "explicit", "triton")
+QUICK_BUDGET_S = 240
 # The steps whose syncs are counted: (arch family, objective); RoBERTa is fairseq's own.
 SYNC_STEPS = (("roberta", "mlm"), ("bert_a", "mlm"), ("tupe_r", "mlm"), ("bert_a", "electra"), ("tupe_r", "electra"))
 
@@ -161,6 +175,8 @@ class Settings:
     attention_head_dim: int
     attention_warmup: int
     attention_iters: int
+    attention_paddings: Tuple[bool, ...]  # without and/or with a quarter of the sequences padded (training's batches)
+    attention_paths: Tuple[str, ...]
     # throughput: train_scripts/pretrain.sh on one device
     throughput_archs: Tuple[str, ...]
     throughput_size: str
@@ -175,20 +191,31 @@ class Settings:
     sync_tokens: int
 
 
-def settings(dry_run: bool) -> Settings:
+def settings(dry_run: bool, quick: bool = False) -> Settings:
+    full = _settings(dry_run)
+    if not quick:
+        return full
+    T = full.attention_lengths[0]  # 512 (the dry run's 16)
+    length = full.timing[0].length  # 512 (32)
+    return replace(full, attention_lengths=(T,), attention_paddings=(True,), attention_paths=QUICK_ATTENTION_PATHS,
+                   throughput_archs=(full.throughput_archs[0], full.throughput_archs[-1]),
+                   timing=(TimingGroup(length, "mlm", QUICK_VARIANTS), TimingGroup(2 * length, "mlm", ("tupe_r",))))
+
+
+def _settings(dry_run: bool) -> Settings:
     if dry_run:
         return Settings("cpu", "tiny", 21, 2, "tupe_r_tiny", (("fp32", "cli"), ("fp32", "hydra")), 16, 64, 10, "3e-3", 2,
                         1000, "tiny", (TimingGroup(32, "mlm"), TimingGroup(32, "electra", ELECTRA_VARIANTS),
                                  TimingGroup(64, "mlm", SOME_VARIANTS)),
                         256, 1, 2,
-                        torch.float32, (16,), 16, 1, 8, 0, 1,
+                        torch.float32, (16,), 16, 1, 8, 0, 1, (False, True), PATHS,
                         ("roberta_base", "bert_a_tiny", "tupe_r_tiny"), "tiny", 64, 4, 8, 4, 2, 500,
                         32, 128)
     return Settings("cuda", "base", 100, 2, "tupe_r_base", (("fp16", "cli"), ("bf16", "hydra")), 32, 128, 60, "3e-4", 10,
                     32000, "base", (TimingGroup(512, "mlm"), TimingGroup(512, "electra", ELECTRA_VARIANTS),
                              TimingGroup(1024, "mlm", SOME_VARIANTS), TimingGroup(128, "mlm", T128_VARIANTS)),
                     16384, 2, 8,
-                    torch.bfloat16, (512, 1024), 16384, 12, 64, 3, 10,
+                    torch.bfloat16, (512, 1024), 16384, 12, 64, 3, 10, (False, True), PATHS,
                     ("roberta_base", "bert_a_base", "tupe_r_base"), "base", 512, 16, 256, 12, 4, 32000,
                     512, 4096)
 
@@ -455,14 +482,16 @@ ERROR_COLUMNS = ("out", "dq", "dk", "dv", "dbias")
 
 
 def sdpa_backend(device, dtype, length: int, batch_size: int, heads: int, head_dim: int, bias_kind: str,
-                 dropout_p: float) -> str:
+                 dropout_p: float, padded: bool) -> str:
     """The SDPA kernel one forward + backward of bench_attention's inputs dispatches to (the profiler's ATen ops)."""
-    from bench_attention import attend, inputs
+    from bench_attention import attend, inputs, training_padding
     from torch.profiler import ProfilerActivity, profile
 
-    q, k, v, bias, grad_out = inputs(batch_size, heads, length, head_dim, torch.device(device), dtype, bias_kind)
+    device = torch.device(device)
+    q, k, v, bias, grad_out = inputs(batch_size, heads, length, head_dim, device, dtype, bias_kind)
+    padding = training_padding(batch_size, length, device) if padded else None
     with profile(activities=[ProfilerActivity.CPU]) as prof:
-        attend("sdpa", q, k, v, bias, None, head_dim ** -0.5, dropout_p).backward(grad_out)
+        attend("sdpa", q, k, v, bias, padding, head_dim ** -0.5, dropout_p).backward(grad_out)
     names = {e.key for e in prof.key_averages()}
     return ", ".join(dict.fromkeys(label for op, label in SDPA_BACKENDS if f"aten::{op}" in names)) or "none"
 
@@ -472,7 +501,8 @@ def attention_failure(row: Dict, device: str) -> Optional[str]:
     CUDA excepted: it has no backward for q, k, v on CPU)."""
     if row["ms"] is not None or (row["path"] == "flex" and device != "cuda"):
         return None
-    return f"{row['path']} bias={row['bias']} dropout={row['dropout']:g} T={row['T']}: {row['note'] or 'no time'}"
+    return (f"{row['path']} bias={row['bias']} dropout={row['dropout']:g} T={row['T']}"
+            f"{' padded' if row['padding'] else ''}: {row['note'] or 'no time'}")
 
 
 def attention_errors(r: Result, s: Settings) -> List[str]:
@@ -512,40 +542,48 @@ def attention_errors(r: Result, s: Settings) -> List[str]:
 
 
 def section_attention(r: Result, s: Settings, args) -> None:
-    from bench_attention import BIASES, PATHS, attention_rows
+    from bench_attention import BIASES, attention_rows
 
     from tupe_plugin.kernels.triton_attention import triton_available
 
     dtype, device = s.attention_dtype, torch.device(s.device)
     r.say(f"Triton runs here: {triton_available(device)}.\n")
     failures = attention_errors(r, s)  # first: cheap, and what must hold before any timing matters
+    padded = {(False,): "no padding", (True,): "training's padding (a quarter of the sequences right-padded from "
+              "3/4 of T)", (False, True): "without padding and with training's (a quarter of the sequences "
+              "right-padded from 3/4 of T)"}[tuple(s.attention_paddings)]
     r.say(f"\nOne attention layer's core (q, k, v and the bias given; no projections), forward + backward, "
           f"{str(dtype).replace('torch.', '')}, H={s.attention_heads}, D={s.attention_head_dim}, {s.attention_tokens} "
-          f"tokens (B = {s.attention_tokens} // T), median of {s.attention_iters} calls after {s.attention_warmup} "
-          "(CUDA events on a GPU; bench/bench_attention.py). Bias: none, fixed (an (H, T, T) bias without gradient: "
-          "ALiBi, Gaussian prior), learned (with gradient: TUPE, T5, ...), per_sequence (a learned (B, H, T, T) bias: "
-          "DeBERTa's c2p + p2c terms, without the gathers that make them). ratio = ms / ms of SDPA without bias at the same "
-          "T and dropout; SDPA backend: the kernel each sdpa row took (without a bias in bf16 on an H100: cuDNN's). "
-          "FlexAttention has no dropout: dropout 0 only.\n")
-    r.say("| T | B | dropout | bias | path | ms | ratio | SDPA backend | note |\n|---:|---:|---:|---|---|---:|---:|---|---|")
+          f"tokens (B = {s.attention_tokens} // T), {padded}, median of {s.attention_iters} calls after "
+          f"{s.attention_warmup} (CUDA events on a GPU; bench/bench_attention.py). Bias: none, fixed (an (H, T, T) "
+          "bias without gradient: ALiBi, Gaussian prior), learned (with gradient: TUPE, T5, ...) in each layout a "
+          "variant passes: contiguous (learned), permuted (T5's and BERT-R's bucket gather), offset (TUPE-A's [CLS] "
+          "reset); per_sequence (a learned (B, H, T, T) bias: DeBERTa's c2p + p2c terms, without the gathers that "
+          "make them). A bias the Triton kernel cannot read in place is copied on every call here (once per forward "
+          "in a model). ratio = ms / ms of SDPA without bias and without padding at the same T and dropout; SDPA "
+          "backend: the kernel each sdpa row took (without a bias in bf16 on an H100: cuDNN's). FlexAttention has "
+          "no dropout: dropout 0 only.\n")
+    r.say("| T | B | dropout | padded | bias | path | ms | ratio | SDPA backend | note |\n"
+          "|---:|---:|---:|---|---|---|---:|---:|---|---|")
     for length in s.attention_lengths:
         for dropout_p in (0.0, 0.1):
             if time.time() > args.deadline:
                 failures.append(f"time budget reached before T={length} dropout={dropout_p:g}")
                 continue
-            paths = [p for p in PATHS if not (p == "flex" and dropout_p)]
+            paths = [p for p in s.attention_paths if not (p == "flex" and dropout_p)]
             rows = attention_rows(device, dtype, [length], s.attention_heads, s.attention_head_dim, s.attention_tokens,
-                                  paths, BIASES, (dropout_p,), s.attention_warmup, s.attention_iters)
+                                  paths, BIASES, (dropout_p,), s.attention_warmup, s.attention_iters,
+                                  s.attention_paddings)
             for row in rows:
                 backend = ""
                 if row["path"] == "sdpa" and row["ms"] is not None:
                     backend = sdpa_backend(device, dtype, length, row["B"], s.attention_heads, s.attention_head_dim,
-                                           row["bias"], dropout_p)
+                                           row["bias"], dropout_p, row["padding"])
                 ms = "" if row["ms"] is None else f"{row['ms']:.3f}"
                 ratio = "" if row["ratio"] is None else f"{row['ratio']:.2f}"
-                r.say(f"| {length} | {row['B']} | {dropout_p:g} | {row['bias']} | {row['path']} | {ms} | {ratio} | "
-                      f"{backend} | {row['note']} |")
-                setting = f"T={length} dropout={dropout_p:g} bias={row['bias']}"
+                r.say(f"| {length} | {row['B']} | {dropout_p:g} | {'yes' if row['padding'] else 'no'} | {row['bias']} | "
+                      f"{row['path']} | {ms} | {ratio} | {backend} | {row['note']} |")
+                setting = f"T={length} dropout={dropout_p:g} bias={row['bias']}" + (" padded" if row["padding"] else "")
                 for metric, value in (("ms", row["ms"]), ("ratio_to_sdpa_no_bias", row["ratio"]),
                                       ("sdpa_backend", backend), ("note", row["note"])):
                     if value not in (None, ""):
@@ -988,7 +1026,7 @@ def run_section(args) -> None:
         logging.getLogger(name).setLevel(logging.WARNING)
     import bench_train_step
 
-    s = settings(args.dry_run)
+    s = settings(args.dry_run, args.quick)
     bench_train_step.VOCAB = s.step_vocab  # the project's 32,000 words; the dry run's tiny models 1,000 (5x faster)
     for section in args.section.split(","):
         r = Result(result_path(Path(args.out), section), section)
@@ -1039,8 +1077,8 @@ def drive(args) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     start = time.time()
-    deadline = start + (args.budget_s or (DRY_RUN_BUDGET_S if args.dry_run else 540))
-    header = [f"# GPU check{' (dry run on CPU)' if args.dry_run else ''}", "",
+    deadline = start + (args.budget_s or (DRY_RUN_BUDGET_S if args.dry_run else QUICK_BUDGET_S if args.quick else 540))
+    header = [f"# GPU check{' (quick)' if args.quick else ''}{' (dry run on CPU)' if args.dry_run else ''}", "",
               f"`{' '.join(sys.argv)}`, {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, torch {torch.__version__}, "
               f"{card_name('cuda' if not args.dry_run else 'cpu')}"]
     done: Dict[str, dict] = {}
@@ -1069,6 +1107,7 @@ def drive(args) -> int:
         cmd = [sys.executable, str(Path(__file__).resolve()), "--section", ",".join(group), "--out", str(out),
                "--deadline", str(t0 + limit - 20), "--install-log", str(log),
                *(["--variants", *args.variants] if args.variants else [])] + (["--dry-run"] if args.dry_run else [])
+        cmd += ["--quick"] if args.quick else []
         cmd += [f"--{k}={v}" for k, v in (("peak-tflops", args.peak_tflops), ("steps", args.steps),
                                           ("warmup", args.warmup)) if v]
         try:
@@ -1110,7 +1149,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--site", default=str(ROOT / ".gpu-site"), help="where its wheels are installed")
     ap.add_argument("--no-install", action="store_true",
                     help="use this environment as it is (a GPU machine where the project is installed)")
-    ap.add_argument("--sections", nargs="+", default=list(SECTIONS), choices=SECTIONS)
+    ap.add_argument("--quick", action="store_true",
+                    help=f"the short check (make gpu-check QUICK=1): sections {' '.join(QUICK_SECTIONS)}, T=512 with "
+                    f"training's padding, {QUICK_BUDGET_S} s (the module docstring)")
+    ap.add_argument("--sections", nargs="+", choices=SECTIONS, help="default: all (--quick: its four)")
     ap.add_argument("--variants", nargs="+", default=[], metavar="VARIANT", help="registry names (default: all)")
     ap.add_argument("--budget-s", type=float, help=f"the whole check's time (default 540; dry run {DRY_RUN_BUDGET_S})")
     ap.add_argument("--peak-tflops", type=float, help="the card's peak dense bf16 TFLOP/s, if its name is not known")
@@ -1122,6 +1164,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         ap.add_argument(hidden, help=argparse.SUPPRESS)
     ap.add_argument("--deadline", type=float, default=float("inf"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    args.sections = args.sections or list(QUICK_SECTIONS if args.quick else SECTIONS)
     if args.wheels is None and not args.dry_run:
         args.wheels = str(ROOT / ".gpu-wheels")
     if args.section:  # the child, where fairseq and the plugin can be imported

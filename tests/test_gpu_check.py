@@ -196,6 +196,36 @@ def test_dry_run_attention_times_every_path_and_checks_triton_against_float64(dr
             assert 0 < errors["explicit"][f"{column}_rel_error"] < 1e-5
 
 
+def test_quick_check_runs_its_four_sections_on_trainings_batches(tmp_path):
+    """--quick (make gpu-check QUICK=1): environment, attention, throughput and timing only; the attention table at
+    one length with training's padding in every bias layout (and the unpadded SDPA baseline its ratios divide
+    by), no FlexAttention; pretrain.sh's wps of RoBERTa and TUPE-R; the step ratios of the quick variants and of
+    TUPE-R at twice the length."""
+    p = cli("bench/gpu_check.py", "--out", str(tmp_path), "--dry-run", "--quick", timeout=1200)
+    report = (tmp_path / "report.md").read_text(encoding="utf-8")
+    assert p.returncode == 0, report
+    assert report.startswith("# GPU check (quick) (dry run on CPU)")
+    for name in gpu_check.SECTIONS:
+        assert (f"| {name} | ok |" in report) == (name in gpu_check.QUICK_SECTIONS), name
+    with open(tmp_path / "gpu_check.csv", newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    quick = gpu_check.settings(dry_run=True, quick=True)
+    T = quick.attention_lengths[0]
+    timed = {(r["subject"], r["setting"]) for r in rows if r["section"] == "attention" and r["metric"] == "ms"}
+    for dropout in ("0", "0.1"):
+        assert ("sdpa", f"T={T} dropout={dropout} bias=none") in timed  # the baseline
+        for bias in ("none", "fixed", "learned", "permuted", "offset", "per_sequence"):
+            for path in ("sdpa", "explicit", "triton"):
+                assert (path, f"T={T} dropout={dropout} bias={bias} padded") in timed, (path, bias, dropout)
+    assert not any(path == "flex" or ("padded" not in setting and path != "sdpa") for path, setting in timed)
+    archs = {r["subject"] for r in rows if r["section"] == "throughput" and r["metric"] == "wps"}
+    assert archs == {"roberta_base", "tupe_r_tiny"}
+    timing = {(r["subject"], r["setting"]) for r in rows if r["section"] == "timing" and r["metric"] == "time_ratio"}
+    length = quick.timing[0].length
+    assert {v for v, setting in timing if setting == f"T={length} mlm"} == set(gpu_check.QUICK_VARIANTS)
+    assert {v for v, setting in timing if setting == f"T={2 * length} mlm"} == {"bert_a", "tupe_r"}
+
+
 def test_dry_run_throughput_reads_fairseqs_wps_from_pretrain_sh(dry_run):
     _, report, rows = dry_run
     dry = gpu_check.settings(dry_run=True)
