@@ -591,6 +591,17 @@ def section_attention(r: Result, s: Settings, args) -> None:
                 why = attention_failure(row, s.device)
                 failures += [why] if why else []
             r.save()
+    from tupe_plugin.kernels.triton_attention import tuned_choices
+
+    tuned = tuned_choices()
+    r.say("\nThe Triton kernels' tiles, chosen by timing each kernel's autotune list at its first call in this "
+          "process (query rows x keys, warps): " + ("none tuned (only on CUDA in half precision)" if not tuned else ""))
+    for (_, dtype_name, length, head_dim, dropout, kind, padding), blocks in tuned.items():
+        setting = f"T={length} D={head_dim} {dtype_name} dropout={dropout} bias={kind} padding={padding}"
+        tiles = (f"forward {blocks.forward_m}x{blocks.forward_n} w{blocks.forward_warps}, dq {blocks.dq_m}x{blocks.dq_n} "
+                 f"w{blocks.dq_warps}, dkdv {blocks.dkdv_m}x{blocks.dkdv_n} w{blocks.dkdv_warps}")
+        r.say(f"- {setting}: {tiles}")
+        r.row("triton", setting, "tiles", tiles)
     if failures:
         r.fail("; ".join(failures))
 

@@ -22,9 +22,10 @@ each for sm_90, and prints per kernel:
 
     python bench/kernel_sass.py            # the table
     python bench/kernel_sass.py --csv      # kernel,dropout,bias,padding,registers,...,est_ms rows
+    python bench/kernel_sass.py --candidates   # each kernel's autotune list (triton_attention.*_TILES)
 
 Needs only triton (and torch); nothing runs on a device. Not a test: tests/test_kernel_sass.py checks the
-budget it reports for the dropout path (``--shape 2 2 128 64 --bias shared --padding 1``: the same loops).
+budget it reports for the dropout path (``--shape 32 12 128 64 --bias shared --padding 1``: the same loops).
 """
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ import re
 import subprocess
 import sys
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Tuple
 
@@ -139,11 +140,11 @@ def _meta(*shape, dtype=torch.bfloat16):
     return torch.empty(*shape, device="meta", dtype=dtype)
 
 
-def launches(dropout: float, bias_kind: str, padding: bool, B: int, H: int, T: int, D: int
+def launches(dropout: float, bias_kind: str, padding: bool, B: int, H: int, T: int, D: int, blocks=None
              ) -> Iterator[Tuple[str, "triton_attention.Launch", int]]:
     """(name, launch, warp-steps of its inner loop over the whole grid) of the forward, dQ and dK/dV kernels of
-    one configuration."""
-    blocks = triton_attention.HALF_BLOCKS
+    one configuration (tiles: ``blocks``, default the half-precision ones)."""
+    blocks = blocks or triton_attention.HALF_BLOCKS
     qkv = _meta(T, B, H, D).permute(1, 2, 0, 3)  # (B, H, T, D) views of the model's (T, B, H, D) projections
     bias = {"none": None, "shared": _meta(H, T, T), "per_sequence": _meta(B, H, T, T)}[bias_kind]
     pad = _meta(B, T, dtype=torch.uint8) if padding else None
@@ -183,6 +184,23 @@ def rows(shape: Dict[str, int] = BASE, biases=BIAS_KINDS, paddings=(False, True)
     return table
 
 
+def candidate_rows(shape: Dict[str, int] = BASE) -> List[Dict[str, object]]:
+    """Every member of each kernel's autotune list (triton_attention.FORWARD_TILES, DQ_TILES, DKDV_TILES) compiled
+    in the configuration TUPE-R trains with (dropout 0.1, shared learned bias, padding)."""
+    base, table = triton_attention.HALF_BLOCKS, []
+    lists = {"forward": [dict(forward_m=m, forward_n=n, forward_warps=w) for m, n, w in triton_attention.FORWARD_TILES],
+             "dq": [dict(dq_m=m, dq_n=n, dq_warps=w) for m, n, w in triton_attention.DQ_TILES],
+             "dkdv": [dict(dkdv_m=m, dkdv_n=n, dkdv_warps=w, dkdv_per_sm=k) for m, n, w, k in triton_attention.DKDV_TILES]}
+    for kernel, members in lists.items():
+        for tiles in members:
+            blocks = replace(base, **tiles)
+            name, launch, _ = next(x for x in launches(0.1, "shared", True, **shape, blocks=blocks) if x[0] == kernel)
+            facts = read_kernel(compile_sm90(launch), tile_weights(name, launch))
+            table.append(dict(kernel=kernel, tiles=f"{launch.constexprs['BLOCK_M']}x{launch.constexprs['BLOCK_N']} "
+                                                   f"w{launch.num_warps}", **facts))
+    return table
+
+
 def dropout_ratios(table: List[Row]) -> Dict[Tuple[str, str, bool], float]:
     """instr/step with dropout 0.1 over the same kernel without dropout, per (kernel, bias, padding)."""
     plain = {(r.kernel, r.bias, r.padding): r.instr_per_step for r in table if r.dropout == 0 and r.instr_per_step}
@@ -193,6 +211,8 @@ def dropout_ratios(table: List[Row]) -> Dict[Tuple[str, str, bool], float]:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--csv", action="store_true", help="print CSV rows instead of the table")
+    parser.add_argument("--candidates", action="store_true",
+                        help="compile each kernel's autotune list instead (dropout 0.1, shared learned bias, padding)")
     parser.add_argument("--shape", nargs=4, type=int, metavar=("B", "H", "T", "D"),
                         default=[BASE[k] for k in "BHTD"], help="batch, heads, length, head dim (default: %(default)s)")
     parser.add_argument("--bias", nargs="+", choices=BIAS_KINDS, default=list(BIAS_KINDS),
@@ -207,6 +227,13 @@ def main(argv=None) -> int:
         print("error: bench/kernel_sass.py needs triton (pip install triton)", file=sys.stderr)
         return 1
     shape = dict(zip("BHTD", args.shape))
+    if args.candidates:
+        found = candidate_rows(shape)
+        columns = ("kernel", "tiles", "registers", "spill_bytes", "shared_bytes", "blocks_per_sm", "instr_per_step")
+        print(",".join(columns) if args.csv else "  ".join(f"{c:>14}" for c in columns))
+        for row in found:
+            print(",".join(str(row[c]) for c in columns) if args.csv else "  ".join(f"{row[c]!s:>14}" for c in columns))
+        return 0
     table = rows(shape, args.bias, [bool(p) for p in args.padding])
     if args.csv:
         print(",".join(COLUMNS))

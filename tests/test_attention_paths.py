@@ -125,6 +125,20 @@ def test_auto_keeps_sdpa_for_heads_wider_than_the_kernels_tiles(monkeypatch):
         triton_attention.biased_attention(q, q, q, None, None, 1.0, 0.0)
 
 
+def test_a_forwards_bias_is_laid_out_for_the_kernel_once_for_all_layers():
+    """T5's permuted bias with T = 20 (rows not a multiple of 16): the mask copies it into the kernel's layout the
+    first time a layer asks, and every later layer of the forward gets that same tensor."""
+    from tupe_plugin.kernels.triton_attention import kernel_layout
+
+    H, T = 2, 20
+    bias = torch.randn(T, T, H).permute(2, 0, 1)
+    mask = attention_mask(bias, None, torch.float32)
+    first = mask.kernel_bias(kernel_layout)
+    assert first is not bias and torch.equal(first, bias) and first.stride() == (T * 32, 32, 1)
+    assert all(mask.kernel_bias(kernel_layout) is first for _ in range(11))
+    assert attention_mask(None, None, torch.float32).kernel_bias(kernel_layout) is None
+
+
 def test_auto_keeps_sdpa_when_the_kernel_failed_its_first_use_check(monkeypatch):
     """On a GPU where our kernel fails its check (a compile error, a wrong result), auto takes SDPA and says why in
     its one log line; an explicit --tupe-attention triton still runs the kernel (and fails loudly)."""

@@ -4,7 +4,8 @@ attention dropout in the code the GPU would run, measured in SASS instructions p
 Budgets (the shared learned bias with key padding, what TUPE-R trains with): dropout 0.1 against no dropout at
 most 1.35x in the forward (one Philox call per 16 weights), 1.26x in dQ and 1.30x in dK/dV (the backward reads
 the forward's 1-bit mask); the backward draws nothing; no kernel spills. The loops do not depend on the shape,
-so a tiny one compiles the same code in seconds.
+so a small one compiles the same code in seconds, as long as its batch still gives the dK/dV programs more
+than one sequence each (a count of 1 is specialised into a different loop).
 """
 from __future__ import annotations
 
@@ -19,12 +20,12 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 pytest.importorskip("triton", reason="needs triton (pip install -e '.[test]')")
+SHAPE = ("--shape", "32", "12", "128", "64")  # the base batch and heads, a shorter T: 2 sequences per dK/dV program
 
 
 def test_dropout_costs_what_the_budget_allows(starts_process):
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    cmd = [sys.executable, str(REPO / "bench" / "kernel_sass.py"), "--csv", "--shape", "2", "2", "128", "64",
-           "--bias", "shared", "--padding", "1"]
+    cmd = [sys.executable, str(REPO / "bench" / "kernel_sass.py"), "--csv", *SHAPE, "--bias", "shared", "--padding", "1"]
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
     rows = list(csv.DictReader(io.StringIO(p.stdout)))
@@ -41,3 +42,23 @@ def test_dropout_costs_what_the_budget_allows(starts_process):
     assert ratio["forward"] <= 1.35 and ratio["dq"] <= 1.26 and ratio["dkdv"] <= 1.30, ratio
     assert 0 < float(kernels[("forward", 0.1)]["philox_per_weight"]) <= 1 / 16  # one call per 16 weights
     assert float(kernels[("dq", 0.1)]["philox_per_weight"]) == 0 == float(kernels[("dkdv", 0.1)]["philox_per_weight"])
+
+
+def test_every_autotune_candidate_compiles_for_sm90_without_spills(starts_process):
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    cmd = [sys.executable, str(REPO / "bench" / "kernel_sass.py"), "--candidates", "--csv", *SHAPE]
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    rows = list(csv.DictReader(io.StringIO(p.stdout)))
+    from tupe_plugin.kernels import triton_attention
+
+    sizes = {"forward": triton_attention.FORWARD_TILES, "dq": triton_attention.DQ_TILES,
+             "dkdv": triton_attention.DKDV_TILES}
+    assert [(r["kernel"], r["tiles"]) for r in rows] == [
+        (kernel, f"{t[0]}x{t[1]} w{t[2]}") for kernel, tiles in sizes.items() for t in tiles]
+    for r in rows:
+        assert int(r["spill_bytes"]) == 0 and int(r["blocks_per_sm"]) >= 1, r
+    per_sm = {f"{m}x{n} w{w}": k for m, n, w, k in triton_attention.DKDV_TILES}
+    for r in rows:  # the programs per SM the bias-gradient grouping assumes are what fits
+        if r["kernel"] == "dkdv":
+            assert int(r["blocks_per_sm"]) == per_sm[r["tiles"]], r

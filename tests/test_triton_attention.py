@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import pytest
 import torch
+from dataclasses import replace
 
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported (by triton_attention below)
@@ -363,6 +364,69 @@ def test_dropout_decisions_are_uncorrelated():
     for name, (x, y) in pairs.items():
         rho, n = correlation(x, y)
         assert abs(rho) < 4 / n ** 0.5, (name, rho)
+
+
+def run_kernels(blocks, q, k, v, bias, pad, dout, p=0.2, seed=99):
+    """The forward and both backward kernels with these tiles: out, the keep mask and dq, dk, dv, dbias."""
+    launch, (out, row_max, row_sum, keep) = triton_attention.forward_launch(q, k, v, bias, pad, SCALE, p, seed, blocks)
+    launch()
+    launches, grads = triton_attention.backward_launches(q, k, v, bias, pad, out, dout, row_max, row_sum, keep, SCALE,
+                                                         p, True, blocks)
+    for launch in launches:
+        launch()
+    return out, keep, grads
+
+
+@interpreted
+def test_tiles_change_neither_the_dropout_mask_nor_the_result():
+    """Two tilings (16 or 32 queries a block, 64 or 128 keys): the same keep mask bit for bit, the same output and
+    gradients up to the order of fp32 sums. What lets the autotuner pick tiles freely."""
+    g = torch.Generator().manual_seed(3)
+    B, H, T, D = 2, 2, 100, 16
+    q, k, v, dout = (torch.randn(B, H, T, D, generator=g) for _ in range(4))
+    bias = torch.randn(H, T, T, generator=g)
+    pad = torch.zeros(B, T, dtype=torch.uint8)
+    pad[0, 70:] = 1
+    small = triton_attention.INTERPRETER_BLOCKS
+    large = replace(small, forward_m=32, forward_n=128, dq_m=32, dq_n=128, dkdv_m=32, dkdv_n=128)
+    out_a, keep_a, grads_a = run_kernels(small, q, k, v, kernel_layout(bias), pad, dout)
+    out_b, keep_b, grads_b = run_kernels(large, q, k, v, kernel_layout(bias), pad, dout)
+    assert torch.equal(keep_a, keep_b)
+    torch.testing.assert_close(out_a, out_b, rtol=1e-5, atol=1e-6)
+    for a, b in zip(grads_a, grads_b):  # dq, dk, dv, and the bias gradient's group sums (one group of 2 here)
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+@interpreted
+def test_tune_takes_each_kernels_fastest_tiles_and_skips_failing_ones():
+    """tune times each kernel's candidates in turn with the timer it is given (here: a made-up time per tile
+    size, so the answer is known; on CUDA, CUDA events), skips a candidate whose launch fails, and keeps the
+    start's tiles for a kernel where every candidate failed."""
+    kernels = triton_attention._kernels()
+    prefer = {kernels.attention_forward_kernel: 32, kernels.attention_backward_dq_kernel: 16,
+              kernels.attention_backward_dkdv_kernel: 32}
+    timed = []
+
+    def timer(launch):
+        m = launch.constexprs["BLOCK_M"]
+        timed.append((launch.kernel, m))
+        if m == 48:
+            raise RuntimeError("out of resources")
+        launch()
+        return abs(m - prefer[launch.kernel])
+
+    B, H, T, D = 2, 1, 40, 16
+    q, k, v = (torch.randn(B, H, T, D) for _ in range(3))
+    bias = kernel_layout(torch.randn(H, T, T))
+    start = triton_attention.INTERPRETER_BLOCKS
+    tiles = ((16, 64, 1), (32, 64, 1), (48, 64, 1))
+    chosen = triton_attention.tune(q, k, v, bias, None, SCALE, 0.1, True, start, tiles, tiles,
+                                   [(m, n, w, 1) for m, n, w in tiles], timer)
+    assert (chosen.forward_m, chosen.dq_m, chosen.dkdv_m) == (32, 16, 32)
+    assert len(timed) == 9 and {m for _, m in timed} == {16, 32, 48}
+    failing = triton_attention.tune(q, k, v, bias, None, SCALE, 0.1, True, start, ((48, 64, 1),), ((48, 64, 1),),
+                                    ((48, 64, 1, 1),), timer)
+    assert failing == start
 
 
 def test_tiles_hold_whole_dropout_groups():

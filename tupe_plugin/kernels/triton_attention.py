@@ -19,8 +19,9 @@ fairseq import; the module imports without triton (``triton_available`` is then 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Dict, Optional, Tuple
+import logging
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -29,6 +30,9 @@ try:
     import triton
 except ImportError:  # this module still imports: triton_available() is False, biased_attention refuses
     triton = None
+
+
+logger = logging.getLogger(__name__)
 
 
 def _kernels():
@@ -76,6 +80,7 @@ class Blocks:
     dkdv_n: int  # keys per dK/dV program
     dkdv_warps: int
     num_stages: int = 2
+    dkdv_per_sm: int = 2  # dK/dV programs that fit one SM (its registers; bench/kernel_sass.py): sizes the groups
 
     def __post_init__(self):
         # dropout is drawn and stored in whole groups of 16 queries x 64 keys (attention_kernels._draw_keep)
@@ -84,11 +89,15 @@ class Blocks:
             raise ValueError(f"{self}: every tile must be a multiple of 16 queries x 64 keys")
 
 
-# CUDA, head dim <= 64 (BERT/RoBERTa base and large). Chosen from offline sm_90 builds (ptxas -v) so that the
-# kernels keep their values in registers (no spill stores; under 100 bytes for dK/dV with a fixed bias and
-# dropout), where larger or 4-warp forward tiles spilled; not yet timed against other tiles on a GPU.
+# CUDA, head dim <= 64 (BERT/RoBERTa base and large), half precision: the default tiles, and each kernel's
+# autotune list for Hopper (``tuned_blocks``): (query rows, keys, warps[, dK/dV programs per SM]). Every member
+# compiles for sm_90 without spilling (bench/kernel_sass.py, bf16, shared learned bias, padding, dropout 0.1);
+# 3 pipeline stages were larger and spilled in dK/dV, so 2.
 HALF_BLOCKS = Blocks(forward_m=128, forward_n=64, forward_warps=8, dq_m=128, dq_n=64, dq_warps=8,
                      dkdv_m=32, dkdv_n=64, dkdv_warps=4)
+FORWARD_TILES = ((128, 64, 8), (64, 64, 4), (128, 128, 8))
+DQ_TILES = ((128, 64, 8), (64, 64, 4))
+DKDV_TILES = ((32, 64, 4, 2), (16, 64, 4, 2))
 # fp32 inputs: fp32 tiles take twice the registers and shared memory (and without TF32 the products run on
 # FMA units): smaller tiles (sm_90 builds still spill up to a few hundred bytes: a correctness path, not a fast one).
 FP32_BLOCKS = Blocks(forward_m=64, forward_n=64, forward_warps=4, dq_m=64, dq_n=64, dq_warps=4,
@@ -103,11 +112,10 @@ LOG2E = 1.4426950408889634  # the kernels' logits are in base 2: the scale and t
 # batch into G groups of sequences, each program summing its group's sequences into the group's own fp32 (H, T, T)
 # partial sum (no atomics: the same order on every run), the G sums added in torch afterwards. One group would be
 # only H * ceil(T / dkdv_n) programs (96 at T = 512 for an H100's 132 SMs); G is the smallest that fills
-# BIAS_GRAD_WAVES waves of the card (DKDV_PROGRAMS_PER_SM programs per SM, bench/kernel_sass.py), with at most
-# BIAS_GRAD_SEQUENCES sequences per group; the partial sums never reach the size of a (B, H, T, T) tensor.
+# BIAS_GRAD_WAVES waves of the card (Blocks.dkdv_per_sm programs per SM), with at most BIAS_GRAD_SEQUENCES
+# sequences per group; the partial sums never reach the size of a (B, H, T, T) tensor.
 BIAS_GRAD_SEQUENCES = 8
 BIAS_GRAD_WAVES = 2
-DKDV_PROGRAMS_PER_SM = 2
 
 
 def blocks_for(dtype: torch.dtype) -> Blocks:
@@ -197,10 +205,11 @@ def forward_launch(q, k, v, bias, pad, scale: float, dropout_p: float, seed: int
     return launch, (out, row_max, row_sum, keep)
 
 
-def sequences_per_program(B: int, programs_per_group: int, sms: int) -> int:
+def sequences_per_program(B: int, programs_per_group: int, sms: int, per_sm: int = 2) -> int:
     """Sequences one dK/dV program sums for a shared bias's gradient: groups enough for ``BIAS_GRAD_WAVES`` full
-    waves of ``sms`` SMs (none known, e.g. Triton's interpreter: 0), at most ``BIAS_GRAD_SEQUENCES`` a group."""
-    slots = sms * DKDV_PROGRAMS_PER_SM * BIAS_GRAD_WAVES
+    waves of ``sms`` SMs holding ``per_sm`` programs each (no SM count known, e.g. Triton's interpreter: 0), at
+    most ``BIAS_GRAD_SEQUENCES`` a group."""
+    slots = sms * per_sm * BIAS_GRAD_WAVES
     groups = min(B, max(triton.cdiv(B, BIAS_GRAD_SEQUENCES), triton.cdiv(slots, programs_per_group)))
     return triton.cdiv(B, groups)
 
@@ -237,7 +246,8 @@ def backward_launches(q, k, v, bias, pad, out, dout, row_max, row_sum, keep, sca
     # batch-shared bias needs its gradient summed over the batch (sequences_per_program).
     key_blocks = triton.cdiv(T, blocks.dkdv_n)
     shared = bias_grad and bias.dim() == 3
-    per_program = sequences_per_program(B, key_blocks * H, multiprocessors(q.device) if sms is None else sms) if shared else 1
+    sms = multiprocessors(q.device) if sms is None else sms
+    per_program = sequences_per_program(B, key_blocks * H, sms, blocks.dkdv_per_sm) if shared else 1
     groups = triton.cdiv(B, per_program)
     dbias = None
     if bias_grad:  # fp32 group sums, or the per-sequence gradient in the bias's dtype; every entry is written
@@ -251,6 +261,83 @@ def backward_launches(q, k, v, bias, pad, out, dout, row_max, row_sum, keep, sca
         dict(flags, BIAS_GRAD=bias_grad, BLOCK_M=blocks.dkdv_m, BLOCK_N=blocks.dkdv_n),
         blocks.dkdv_warps, blocks.num_stages)
     return [dq_launch, dkdv_launch], (dq, dk, dv, dbias)
+
+
+_TUNED: Dict[Tuple, Blocks] = {}  # tuned_blocks' choices in this process
+
+
+def tuned_choices() -> Dict[Tuple, Blocks]:
+    """The tiles ``tuned_blocks`` chose in this process, by (device, dtype, T, D, dropout, bias kind, padding)."""
+    return dict(_TUNED)
+
+
+def tuned_blocks(q, k, v, bias, pad, scale: float, dropout_p: float, bias_grad: bool) -> Blocks:
+    """The tiles for this call: on CUDA in half precision, each kernel's fastest from its autotune list, timed
+    once per (device, dtype, T, D, dropout or not, bias kind, padding or not) on fresh inputs of the call's
+    shapes and kept for the process (``tune``); elsewhere ``blocks_for``'s."""
+    if q.device.type != "cuda" or q.dtype == torch.float32 or _interpreted():
+        return blocks_for(q.dtype)
+    kind = "none" if bias is None else ("per_sequence" if bias.dim() == 4 else "shared") + ("_grad" if bias_grad else "")
+    key = (str(q.device), str(q.dtype).replace("torch.", ""), q.shape[2], q.shape[3], dropout_threshold(dropout_p) > 0,
+           kind, pad is not None)
+    if key not in _TUNED:
+        _TUNED[key] = tune(q, k, v, bias, pad, scale, dropout_p, bias_grad, HALF_BLOCKS, FORWARD_TILES, DQ_TILES,
+                           DKDV_TILES, _cuda_ms)
+        logger.info(f"triton attention tiles for T={key[2]} D={key[3]} {key[1]} dropout={key[4]} bias={kind} "
+                    f"padding={key[6]}: {_TUNED[key]}")
+    return _TUNED[key]
+
+
+def tune(q, k, v, bias, pad, scale: float, dropout_p: float, bias_grad: bool, start: Blocks,
+         forward_tiles, dq_tiles, dkdv_tiles, timer: Callable[[Launch], float]) -> Blocks:
+    """Each kernel's tiles chosen in turn (forward, dQ, dK/dV, each with the previous choices) as the fastest by
+    ``timer`` (a launch -> its time) on fresh random inputs with the shapes, strides and dtypes of the call's; a
+    candidate that fails to compile or run is skipped, and ``start`` stays where all fail. The dropout mask does
+    not depend on the tiles, so the choice changes only the order of fp32 sums."""
+    def fresh(x):
+        return None if x is None else x.new_empty_strided(x.shape, x.stride()).normal_()
+
+    q, k, v, bias = fresh(q), fresh(k), fresh(v), fresh(bias)
+    seed = 12345
+
+    def fastest(candidates, launch_of, fallback: Blocks) -> Blocks:
+        times = {}
+        for blocks in candidates:
+            try:
+                times[blocks] = timer(launch_of(blocks))
+            except Exception:  # noqa: BLE001  (e.g. out of shared memory on a smaller card: not a candidate)
+                continue
+        return min(times, key=times.get) if times else fallback
+
+    best = fastest([replace(start, forward_m=m, forward_n=n, forward_warps=w) for m, n, w in forward_tiles],
+                   lambda b: forward_launch(q, k, v, bias, pad, scale, dropout_p, seed, b)[0], start)
+    launch, (out, row_max, row_sum, keep) = forward_launch(q, k, v, bias, pad, scale, dropout_p, seed, best)
+    launch()
+    dout = fresh(out)
+
+    def backward(b):
+        return backward_launches(q, k, v, bias, pad, out, dout, row_max, row_sum, keep, scale, dropout_p, bias_grad,
+                                 b)[0]
+
+    best = fastest([replace(best, dq_m=m, dq_n=n, dq_warps=w) for m, n, w in dq_tiles], lambda b: backward(b)[0],
+                   best)
+    backward(best)[0]()  # Delta, which the dK/dV kernel reads
+    return fastest([replace(best, dkdv_m=m, dkdv_n=n, dkdv_warps=w, dkdv_per_sm=per_sm)
+                    for m, n, w, per_sm in dkdv_tiles], lambda b: backward(b)[1], best)
+
+
+def _cuda_ms(launch: Launch, iters: int = 3) -> float:
+    """Median ms of ``launch`` on CUDA over ``iters`` runs after one (that one compiles)."""
+    launch()
+    times = []
+    for _ in range(iters):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        launch()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return sorted(times)[len(times) // 2]
 
 
 def keep_mask_buffer(sequences_heads: int, T: int, device) -> Tensor:
@@ -277,11 +364,11 @@ class BiasedAttention(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, bias, pad, scale, dropout_p, seed):
-        launch, (out, row_max, row_sum, keep) = forward_launch(q, k, v, bias, pad, scale, dropout_p, seed,
-                                                               blocks_for(q.dtype))
+        blocks = tuned_blocks(q, k, v, bias, pad, scale, dropout_p, bias is not None and bias.requires_grad)
+        launch, (out, row_max, row_sum, keep) = forward_launch(q, k, v, bias, pad, scale, dropout_p, seed, blocks)
         launch()
         ctx.save_for_backward(q, k, v, bias, pad, out, row_max, row_sum, keep)
-        ctx.scale, ctx.dropout_p = scale, dropout_p
+        ctx.scale, ctx.dropout_p, ctx.blocks = scale, dropout_p, blocks
         return out
 
     @staticmethod
@@ -289,8 +376,7 @@ class BiasedAttention(torch.autograd.Function):
         q, k, v, bias, pad, out, row_max, row_sum, keep = ctx.saved_tensors
         bias_grad = bias is not None and ctx.needs_input_grad[3]
         launches, (dq, dk, dv, dbias) = backward_launches(
-            q, k, v, bias, pad, out, dout, row_max, row_sum, keep, ctx.scale, ctx.dropout_p, bias_grad,
-            blocks_for(q.dtype))
+            q, k, v, bias, pad, out, dout, row_max, row_sum, keep, ctx.scale, ctx.dropout_p, bias_grad, ctx.blocks)
         for launch in launches:
             launch()
         dbias = _sum_groups(dbias, bias)
