@@ -156,6 +156,11 @@ def select_best(validations: Sequence[Validation], subsets: Sequence[str]) -> Tu
     return scores, best.step
 
 
+# The range of each metric on the 0-100 scale: a score outside it is a broken result.json, never a table entry.
+METRIC_RANGE = {"accuracy": (0.0, 100.0), "f1": (0.0, 100.0), "mcc": (-100.0, 100.0), "pearson": (-100.0, 100.0),
+                "spearman": (-100.0, 100.0)}
+
+
 def read_result_json(path: str, task: str, metric: str) -> Dict[str, float]:
     """Scores per subset from a ``result.json``; raises ValueError saying what is wrong."""
     with open(path, encoding="utf-8") as f:
@@ -180,6 +185,10 @@ def read_result_json(path: str, task: str, metric: str) -> Dict[str, float]:
         x = _as_float(value.get(metric) if isinstance(value, dict) else value)
         if x is None:
             raise ValueError(f"best_valid[{subset!r}] is not a number: {value!r}")
+        low, high = METRIC_RANGE.get(metric, (-math.inf, math.inf))
+        if not low <= x * scale <= high:
+            raise ValueError(f"best_valid[{subset!r}] = {value!r} is outside {metric}'s range [{low:g}, {high:g}] on "
+                             f"the {data.get('scale', 'percent')} scale")
         scores[subset] = x * scale
     return scores
 
@@ -216,6 +225,36 @@ def custom_task_dirs(runs_dir: str) -> List[str]:
         if any(RUN_DIR_RE.match(sub) for sub in os.listdir(path)):
             names.append(name)
     return names
+
+
+def checkpoint_of(run_dir: str) -> Optional[str]:
+    """The checkpoint a run was fine-tuned from, as its result.json records it (the fingerprint where it recorded
+    its inputs, else the path), or None (a log-only run, an unreadable file)."""
+    from tupe_common.io import read_json
+
+    try:
+        data = read_json(os.path.join(run_dir, "result.json"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    inputs = data.get("inputs") if isinstance(data.get("inputs"), dict) else {}
+    found = inputs.get("checkpoint") or data.get("checkpoint")
+    return None if found is None else str(found)
+
+
+def mixed_checkpoints(runs: Sequence["Run"]) -> Optional[str]:
+    """The error line when ``runs`` (one row of the table) were fine-tuned from more than one checkpoint."""
+    by_checkpoint: Dict[str, List[str]] = {}
+    for run in runs:
+        found = checkpoint_of(run.path)
+        if found is not None:
+            by_checkpoint.setdefault(found, []).append(run.path)
+    if len(by_checkpoint) < 2:
+        return None
+    examples = "; ".join(f"{ckpt}: {len(paths)} run(s), e.g. {paths[0]}" for ckpt, paths in by_checkpoint.items())
+    return (f"the runs come from {len(by_checkpoint)} different checkpoints ({examples}): one row of the table is "
+            "one model; collect each checkpoint's runs from their own RUNS folder")
 
 
 def collect_runs(runs_dir: str, tasks: Sequence[str]) -> Tuple[List[Run], List[str]]:
@@ -482,6 +521,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     custom = [c for name in custom_task_dirs(args.runs_dir) for c in task_columns(custom_task(name))]
     tasks = sorted({c.task for c in TABLE_COLUMNS + EXTRA_COLUMNS}) + [c.task for c in custom]
     runs, problems = collect_runs(args.runs_dir, tasks)
+    mixed = mixed_checkpoints(runs)
+    if mixed:
+        log.error(f"{args.runs_dir}: {mixed}")
+        return 1
     lrs = _floats(args.expected_lrs)
     results = summarize(runs, TABLE_COLUMNS, lrs, expected_seeds, n_seeds, problems)
     extra = summarize(runs, EXTRA_COLUMNS + tuple(custom), lrs, expected_seeds, n_seeds, problems)

@@ -4,9 +4,11 @@ point over :func:`main`; the study and ``glue/grid.py`` call :func:`finetune` as
     settings = resolve(environ)                        # every tunable: a non-empty environment value, else its default
     status = finetune(settings, task, lr, seed)        # RUNS/TASK/lr{LR}_seed{SEED}/ with result.json, or skipped
 
-The run is made in RUNS/.partial/TASK/lr{LR}_seed{SEED}/ and renamed when complete: a run with a readable
-result.json is skipped, an incomplete one is redone from scratch, and one whose result.json cannot be read is
-moved to RUNS/.unreadable/ and redone. Exit codes as every script's: 2 wrong usage or settings, 1 a run failed.
+The run is made in RUNS/.partial/TASK/lr{LR}_seed{SEED}/ and renamed when complete. Its result.json records
+what made it (``run_inputs``: the checkpoint's and the task binaries' fingerprints and every setting that changes
+the result); a rerun skips a finished run only when they match, and refuses one made with other inputs, naming
+what differs. An incomplete run is redone from scratch, and one whose result.json cannot be read is moved to
+RUNS/.unreadable/ and redone. Exit codes as every script's: 2 wrong usage or settings, 1 a run failed.
 """
 from __future__ import annotations
 
@@ -56,6 +58,9 @@ EXTRA_ARGS |  | more fairseq-train arguments (split on spaces)
 """)
 DEFAULTS: Dict[str, str] = {t.name: t.default for t in TUNABLES}
 RENAMED = {"BATCH": "SENTENCES_PER_BATCH"}
+# The settings that leave a run's result as it is (where it goes, what it prints, what it keeps); every other
+# one is part of the run's inputs (CHECKPOINT and GLUE_BIN by their contents' fingerprints).
+NOT_INPUTS = frozenset({"CHECKPOINT", "GLUE_BIN", "RUNS", "QUIET", "LOG_INTERVAL", "NUM_WORKERS", "KEEP_CHECKPOINTS"})
 
 def say_to_stderr(line: str) -> None:
     sys.stderr.write(f"{PROG}: {line}\n")
@@ -79,15 +84,45 @@ def run_dirs(runs: str, task: str, lr: str, seed: str) -> Tuple[str, str]:
     return os.path.join(runs, task, name), os.path.join(runs, ".partial", task, name)
 
 
+def run_inputs(settings: Mapping[str, str], task: str, lr: str, seed: str) -> Dict[str, str]:
+    """What makes a run's result: the task, LR and seed, the fingerprints (``tupe_common.io.file_fingerprint``) of
+    the checkpoint and of the task's binaries, and every setting but ``NOT_INPUTS``. Raises OSError."""
+    from tupe_common.io import file_fingerprint, folder_fingerprint
+
+    inputs = {"task": task, "lr": lr, "seed": seed, "checkpoint": file_fingerprint(settings["CHECKPOINT"]),
+              "data": folder_fingerprint(os.path.join(settings["GLUE_BIN"], f"{task}-bin"))}
+    inputs.update({name: settings[name] for name in DEFAULTS if name not in NOT_INPUTS})
+    return inputs
+
+
+def other_inputs(result: str, inputs: Mapping[str, str], checkpoint: str) -> Optional[str]:
+    """None when the finished run of ``result`` (a readable result.json) was made with ``inputs``, else what
+    differs, in one phrase. A run from before runs recorded their inputs has only its checkpoint's path to compare
+    (``checkpoint``: the current one)."""
+    from tupe_common.io import read_json
+
+    data = read_json(result) or {}
+    recorded = data.get("inputs")
+    if not isinstance(recorded, dict):
+        made_with = data.get("checkpoint")
+        if made_with and os.path.abspath(checkpoint) != made_with:
+            return f"CHECKPOINT {made_with}, not {os.path.abspath(checkpoint)}"
+        return None
+    names = {"checkpoint": "CHECKPOINT (fingerprint)", "data": "the task's binaries (fingerprint)"}
+    differ = [f"{names.get(k, k)} {recorded.get(k, 'unrecorded')} -> {v}" for k, v in inputs.items()
+              if str(recorded.get(k)) != str(v)]
+    return "; ".join(differ) or None
+
+
 def check_finished(settings: Mapping[str, str], task: str, final: str, say: Say) -> bool:
-    """True when ``final`` holds a readable, complete result.json; an unreadable one is moved aside (False)."""
+    """True when ``final`` holds a readable, complete result.json (whether its inputs match is the caller's to
+    check: ``other_inputs``); an unreadable one is moved aside (False); a folder without one is refused."""
     from glue.finetune_helper import check_result
 
     result = os.path.join(final, "result.json")
     if os.path.isfile(result):
         why = check_result(task, result)
         if why is None:
-            say(f"{task} {os.path.basename(final)}: already done ({result}), skipping")
             return True
         aside = os.path.join(settings["RUNS"], ".unreadable", task,
                              f"{os.path.basename(final)}.{time.strftime('%Y%m%d-%H%M%S')}")
@@ -146,9 +181,9 @@ def finetune(settings: Mapping[str, str], task: str, lr: str, seed: str, say: Sa
         raise UsageError(f"SEED must be a whole number, not '{seed}'")
     v = dict(settings)
     final, partial = run_dirs(v["RUNS"], task, lr, seed)
-    if check_finished(v, task, final, say):
-        return final
-    say(tunables.shown(TUNABLES, v))
+    finished = check_finished(v, task, final, say)
+    if not finished:
+        say(tunables.shown(TUNABLES, v))
     if not v["CHECKPOINT"]:
         raise UsageError("CHECKPOINT is required: the pre-trained checkpoint to fine-tune")
     if not os.path.isfile(v["CHECKPOINT"]):
@@ -156,6 +191,14 @@ def finetune(settings: Mapping[str, str], task: str, lr: str, seed: str, say: Sa
     data = os.path.join(v["GLUE_BIN"], f"{task}-bin")
     if not os.path.isdir(data):
         raise RunFailed(f"{data}: no such folder (GLUE_BIN={v['GLUE_BIN']})")
+    inputs = run_inputs(v, task, lr, seed)
+    if finished:
+        differ = other_inputs(os.path.join(final, "result.json"), inputs, v["CHECKPOINT"])
+        if differ:
+            raise UsageError(f"{final} was made with other inputs ({differ}): set RUNS to another folder, or move "
+                             "that run away to redo it")
+        say(f"{task} {os.path.basename(final)}: already done ({os.path.join(final, 'result.json')}), skipping")
+        return final
     facts = facts_of(task, v["CHECKPOINT"], v["GLUE_BIN"])
     if v["EPOCHS"] == "auto":
         v["EPOCHS"] = facts["TASK_EPOCHS"]
@@ -191,7 +234,7 @@ def finetune(settings: Mapping[str, str], task: str, lr: str, seed: str, say: Sa
 
     best = write_result(task=task, lr=lr, seed=seed, metric=facts["METRIC"], subsets=facts["VALID_SUBSETS"], log=log,
                         variant=facts["CHECKPOINT_VARIANT"], checkpoint=v["CHECKPOINT"],
-                        out=os.path.join(partial, "result.json"))
+                        out=os.path.join(partial, "result.json"), inputs=inputs)
     with open(os.path.join(partial, "best.txt"), "w", encoding="utf-8") as f:
         f.write(best + "\n")
     checkpoints = os.path.join(partial, "checkpoints")
@@ -230,9 +273,11 @@ Examples (from the repository root):
 
 Output: RUNS/TASK/lr{LR}_seed{SEED}/ with train.log (the fairseq log), command.txt and result.json (unrounded
 scores at the best validation, the format python -m glue.collect reads; docs/glue_protocol.md §8). The run is made
-in RUNS/.partial/TASK/lr{LR}_seed{SEED}/ and renamed when complete: a run with a readable result.json is skipped,
-an incomplete one is redone from scratch, and one whose result.json cannot be read (empty, corrupt) is moved to
-RUNS/.unreadable/ and redone. The logic is glue/finetune.py.
+in RUNS/.partial/TASK/lr{LR}_seed{SEED}/ and renamed when complete. result.json records the run's inputs (the
+checkpoint's and the binaries' fingerprints, every setting that changes the result): a finished run is skipped
+when they match and refused (exit 2, naming what differs) when they do not; an incomplete one is redone from
+scratch, and one whose result.json cannot be read (empty, corrupt) is moved to RUNS/.unreadable/ and redone.
+The logic is glue/finetune.py.
 
 Usage: [NAME=value ...] finetune.sh TASK LR SEED
 TASK: CoLA SST-2 MRPC STS-B QQP MNLI QNLI RTE (WNLI), or a custom task binarized by preprocess.glue_binarize

@@ -18,7 +18,7 @@ import argparse
 import os
 import shlex
 import sys
-from typing import Dict, List, Optional
+from typing import Dict, List, Mapping, Optional
 
 from glue.collect import parse_validations, read_result_json, select_best
 from glue.tasks import get_task, is_custom_bin
@@ -77,9 +77,9 @@ def cmd_settings(args) -> int:
 
 
 def write_result(task: str, lr: str, seed: str, metric: str, subsets: str, log: str, variant: str, checkpoint: str,
-                 out: str) -> str:
-    """result.json of a run from its train.log: the best validation of the first subset, the others at that step;
-    returns the line that says it."""
+                 out: str, inputs: Optional[Mapping[str, str]] = None) -> str:
+    """result.json of a run from its train.log: the best validation of the first subset, the others at that step,
+    and what made the run (``inputs``: ``glue.finetune.run_inputs``); returns the line that says it."""
     names = [s for s in subsets.split(",") if s]
     scores, step = select_best(parse_validations(log, metric), names)
     missing = [s for s in names if s not in scores]
@@ -91,6 +91,8 @@ def write_result(task: str, lr: str, seed: str, metric: str, subsets: str, log: 
         "best_valid": {s: scores[s] for s in names}, "selected_on": names[0], "best_step": step,
         "checkpoint_variant": variant, "checkpoint": os.path.abspath(checkpoint),
     }
+    if inputs is not None:
+        result["inputs"] = dict(inputs)
     write_json(out, result, indent=2)
     return " ".join(f"{s} {metric} {v}" for s, v in result["best_valid"].items()) + f" (update {step})"
 

@@ -134,6 +134,31 @@ def run_local(todo: List[Job], runs: str, n_slots: int, gpus: List[str], script:
     return 0
 
 
+def runs_with_other_inputs(done: Sequence[Job], runs: str, environ: Mapping[str, str],
+                           grid_settings: Mapping[str, str]) -> Optional[str]:
+    """The error line when finished runs of the grid were made with other inputs than glue/finetune.sh would use
+    now (``glue.finetune.run_inputs``: the checkpoint, the binaries, every setting that changes a result), else
+    None: the grid would count them done and the table would mix them with new ones."""
+    from glue import finetune
+
+    settings = finetune.resolve({**environ, "CHECKPOINT": grid_settings["CHECKPOINT"],
+                                 "GLUE_BIN": grid_settings["GLUE_BIN"], "RUNS": runs}, say=lambda line: None)
+    differ = []
+    for job in done:
+        if not os.path.isdir(os.path.join(settings["GLUE_BIN"], f"{job.task}-bin")):
+            continue  # binaries removed after the run: its inputs cannot be compared (the table still reads it)
+        result = os.path.join(runs, job.task, job.name, "result.json")
+        why = finetune.other_inputs(result, finetune.run_inputs(settings, job.task, job.lr, job.seed),
+                                    settings["CHECKPOINT"])
+        if why:
+            differ.append(f"{job.task} {job.name} ({why})")
+    if not differ:
+        return None
+    return (f"{len(differ)} finished run(s) in {runs} were made with other inputs: {differ[0]}"
+            + (f", and {len(differ) - 1} more" if len(differ) > 1 else "")
+            + "; set RUNS to another folder, or move those runs away to redo them")
+
+
 def print_list(grid: Sequence[Job], todo: Sequence[Job]) -> None:
     """A line per job: index, task, LR, seed, todo or done (tab-separated)."""
     for j in grid:
@@ -158,6 +183,10 @@ def grid_of(tasks: str, lrs: str, seeds: str, glue_bin: str) -> Tuple[List[str],
     lr_list, seed_list = split_list(lrs), split_list(seeds)
     if not (names and lr_list and seed_list):
         raise UsageError("TASKS, LRS and SEEDS (--tasks, --lrs, --seeds) must not be empty")
+    for setting, values in (("TASKS", names), ("LRS", lr_list), ("SEEDS", seed_list)):
+        twice = sorted({x for x in values if values.count(x) > 1})
+        if twice:  # one run folder each: a repeat would run twice into it
+            raise UsageError(f"{setting} lists {', '.join(twice)} more than once ({' '.join(values)})")
     return names, lr_list, seed_list, jobs(names, lr_list, seed_list)
 
 
@@ -254,6 +283,10 @@ def main_sh(argv: Sequence[str], environ: Mapping[str, str]) -> int:
     if missing:
         say(f"error: {missing}")
         return 1  # a missing input, as everywhere (docs/troubleshooting.md: exit codes)
+    made_otherwise = runs_with_other_inputs([j for j in grid if j not in todo], v["RUNS"], environ, v)
+    if made_otherwise:
+        say(f"error: {made_otherwise}")
+        return 2
     if mode == "slurm":
         settings = " ".join(f'{k}="{v[k]}"' for k in ("CHECKPOINT", "GLUE_BIN", "RUNS"))
         print(f"# {len(todo)} of {len(grid)} runs to do; submit from the repository root (add %N to the array to run N "

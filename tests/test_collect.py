@@ -191,6 +191,39 @@ def test_result_json_checks(tmp_path):
         collect.read_result_json(str(p), "RTE", "accuracy")
 
 
+def test_a_score_outside_its_metrics_range_is_refused(tmp_path):
+    p = tmp_path / "result.json"
+    for metric, value, scale in (("accuracy", 9999, "percent"), ("accuracy", 1.5, "fraction"), ("mcc", -101, "percent")):
+        p.write_text(json.dumps({"metric": metric, "scale": scale, "best_valid": {"valid": value}}))
+        with pytest.raises(ValueError, match=rf"best_valid\['valid'\] = {value} is outside {metric}'s range"):
+            collect.read_result_json(str(p), "CoLA" if metric == "mcc" else "RTE", metric)
+    p.write_text(json.dumps({"metric": "mcc", "best_valid": {"valid": -12.5}}))  # a negative MCC is a score
+    assert collect.read_result_json(str(p), "CoLA", "mcc") == {"valid": -12.5}
+
+
+def test_runs_of_two_checkpoints_make_no_row(tmp_path, capsys):
+    """One row of the table is one model: runs fine-tuned from two checkpoints (by the fingerprint they record,
+    or, older runs, by their checkpoint's path) are refused (exit 1), naming both; one checkpoint is a row."""
+    def run(lr, seed, inputs=None, checkpoint="/ckpt/a.pt"):
+        d = tmp_path / "runs" / "RTE" / f"lr{lr}_seed{seed}"
+        d.mkdir(parents=True)
+        result = {"task": "RTE", "metric": "accuracy", "best_valid": {"valid": 60.0 + seed}, "checkpoint": checkpoint}
+        if inputs:
+            result["inputs"] = inputs
+        (d / "result.json").write_text(json.dumps(result))
+
+    run("2e-5", 1, {"checkpoint": "aaaa"})
+    run("2e-5", 2, {"checkpoint": "aaaa"})
+    assert collect.main([str(tmp_path / "runs")]) == 0
+    capsys.readouterr()
+    (tmp_path / "runs" / "glue_results.csv").unlink()
+    run("2e-5", 3, {"checkpoint": "bbbb"})
+    assert collect.main([str(tmp_path / "runs")]) == 1
+    err = capsys.readouterr().err
+    assert "2 different checkpoints (aaaa: 2 run(s)" in err and "bbbb: 1 run(s)" in err and "error:" in err
+    assert not (tmp_path / "runs" / "glue_results.csv").exists()
+
+
 def test_png_is_a_png(tmp_path, capsys):
     make_runs(tmp_path / "runs")
     png = tmp_path / "plot.png"

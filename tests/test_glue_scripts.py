@@ -226,6 +226,41 @@ def test_finished_run_is_skipped(rte_run, pretrained, glue_bin, runs, starts_pro
     assert (run_dir / "result.json").stat().st_mtime_ns == before
 
 
+def test_a_rerun_with_other_inputs_is_refused_not_skipped(rte_run, pretrained, glue_bin, runs, tmp_path,
+                                                         starts_process):
+    """The finished RTE run again with another checkpoint or other EPOCHS: refused (exit 2), naming what differs,
+    the run untouched; grid.sh with that checkpoint refuses before any run; the same inputs still skip."""
+    import torch
+
+    run_dir, _ = rte_run
+    before = (run_dir / "result.json").read_bytes()
+    recorded = json.loads(before)["inputs"]
+    assert recorded["EPOCHS"] == "2" and recorded["lr"] == "1e-3" and len(recorded["checkpoint"]) == 16
+    state = torch.load(pretrained / "checkpoint_last.pt", map_location="cpu", weights_only=False)
+    state["optimizer_history"][-1]["num_updates"] += 1  # another checkpoint of the same model
+    other = tmp_path / "other.pt"
+    torch.save(state, other)
+    p = sh([FINETUNE, "RTE", "1e-3", "1"], check=False, **dict(run_env(pretrained, glue_bin, runs), CHECKPOINT=str(other)))
+    assert p.returncode == 2 and "was made with other inputs (CHECKPOINT (fingerprint) " in p.stderr, p.stderr
+    assert "set RUNS to another folder, or move that run away to redo it" in p.stderr
+    q = sh([FINETUNE, "RTE", "1e-3", "1"], check=False, **run_env(pretrained, glue_bin, runs, EPOCHS="3"))
+    assert q.returncode == 2 and "(EPOCHS 2 -> 3)" in q.stderr, q.stderr
+    r = sh([GRID], check=False, **dict(run_env(pretrained, glue_bin, runs, TASKS="RTE", LRS="1e-3 5e-3", SEEDS="1",
+                                               JOBS="1"), CHECKPOINT=str(other)))
+    assert r.returncode == 2 and "1 finished run(s) in " in r.stderr and "RTE lr1e-3_seed1 (CHECKPOINT" in r.stderr
+    assert not (runs / "RTE" / "lr5e-3_seed1").exists()  # nothing ran
+    assert (run_dir / "result.json").read_bytes() == before
+    assert "already done" in sh([FINETUNE, "RTE", "1e-3", "1"], **run_env(pretrained, glue_bin, runs)).stderr
+
+
+def test_grid_refuses_a_repeated_seed_lr_or_task(tmp_path, capsys):
+    env = {"RUNS": str(tmp_path / "runs"), "TASKS": "RTE", "LRS": "1e-3", "SEEDS": "1 2 1", "GLUE_BIN": str(tmp_path)}
+    assert main_sh(["--list"], env) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == "grid.sh: error: SEEDS lists 1 more than once (1 2 1)"
+    assert main_sh(["--list"], dict(env, SEEDS="1", LRS="1e-3,1e-3")) == 2
+    assert "LRS lists 1e-3 more than once" in capsys.readouterr().err
+
+
 def test_finetune_stsb_regression_reports_pearson_and_keeps_the_best_checkpoint(pretrained, glue_bin, runs, starts_process):
     """Also: two validations per epoch with --update-freq 2 (48 pairs / batch 8 = 6 batches = 3 updates)."""
     p = sh([FINETUNE, "STS-B", "1e-3", "1"], **run_env(pretrained, glue_bin, runs, KEEP_CHECKPOINTS="1", SENTENCES_PER_BATCH="8",

@@ -157,6 +157,38 @@ def file_hash(path: PathLike, algorithm: str = "sha256") -> str:
         return hashlib.file_digest(f, algorithm).hexdigest()
 
 
+FINGERPRINT_BYTES = 1 << 20
+
+
+def file_fingerprint(path: PathLike) -> str:
+    """A cheap identity of a large file (a checkpoint, a binary shard): sha256 of its size, first and last MiB (the
+    whole file when smaller), 16 hex digits. Two checkpoints of one run differ in both (the pickled header holds
+    the update count; the tensors fill the end); it reads 2 MiB whatever the size. Raises OSError."""
+    digest = hashlib.sha256()
+    size = os.path.getsize(path)
+    digest.update(str(size).encode())
+    with open(path, "rb") as f:
+        digest.update(f.read(FINGERPRINT_BYTES))
+        if size > 2 * FINGERPRINT_BYTES:
+            f.seek(size - FINGERPRINT_BYTES)
+        digest.update(f.read())
+    return digest.hexdigest()[:16]
+
+
+def folder_fingerprint(path: PathLike) -> str:
+    """``file_fingerprint`` of a folder: every file under it, by relative name, in sorted order. Raises OSError
+    (NotADirectoryError, FileNotFoundError) where ``path`` is not a folder."""
+    if not os.path.isdir(path):
+        raise NotADirectoryError(f"{path}: not a folder")
+    digest = hashlib.sha256()
+    for root, dirs, files in os.walk(path):
+        dirs.sort()
+        for name in sorted(files):
+            full = os.path.join(root, name)
+            digest.update(f"{os.path.relpath(full, path)}\0{file_fingerprint(full)}\0".encode())
+    return digest.hexdigest()[:16]
+
+
 def read_json(path: PathLike) -> Optional[Any]:
     """The JSON in ``path``; None if the file is missing, empty or not valid JSON (the caller decides)."""
     try:
