@@ -43,6 +43,25 @@ def test_pos_maps_refuses_a_length_beyond_the_checkpoint(pretrained, tmp_path, s
     assert p.returncode == 2 and "exceeds the checkpoint's 64 positions" in p.stderr
 
 
+def test_outputs_are_never_overwritten_without_force(pretrained, tmp_path, starts_process):
+    """tupe-pos-maps into a folder of earlier maps and tupe-locality onto an existing CSV: exit 2, the files
+    untouched, nothing computed; with --force they are written."""
+    ckpt = str(pretrained / "checkpoint_last.pt")
+    (tmp_path / "pos_maps.png").write_bytes(b"earlier maps")
+    p = command_in_process([str(BIN / "tupe-pos-maps"), ckpt, "--out-dir", str(tmp_path), "--length", "8"], check=False)
+    assert p.returncode == 2 and "already holds pos_maps.png; pass --force" in p.stderr
+    assert (tmp_path / "pos_maps.png").read_bytes() == b"earlier maps" and not (tmp_path / "pos_logits.npy").exists()
+    command_in_process([str(BIN / "tupe-pos-maps"), ckpt, "--out-dir", str(tmp_path), "--length", "8", "--force"])
+    assert (tmp_path / "pos_maps.png").read_bytes()[:4] == b"\x89PNG" and (tmp_path / "pos_logits.npy").exists()
+    table = tmp_path / "mine.csv"
+    table.write_text("my own table\n")
+    q = command_in_process([str(BIN / "tupe-locality"), ckpt, "--length", "8", "--out-csv", str(table)], check=False)
+    assert q.returncode == 2 and "--out-csv" in q.stderr and "exists; pass --force" in q.stderr
+    assert table.read_text() == "my own table\n"
+    command_in_process([str(BIN / "tupe-locality"), ckpt, "--length", "8", "--out-csv", str(table), "--force"])
+    assert table.read_text().startswith("source,layer,head")
+
+
 def test_attention_probs_equal_the_formula(hub):
     from tupe_plugin.analysis.attention_maps import attention_probs
 

@@ -44,6 +44,7 @@ def pos_maps_parser() -> argparse.ArgumentParser:
     p.add_argument("--out-dir", required=True, help="where to write pos_maps.png and the .npy files")
     p.add_argument("--length", type=LENGTH, default=64,
                    help="tokens T (incl. [CLS]) to plot, 3 to the checkpoint's max positions (default 64)")
+    p.add_argument("--force", action="store_true", help="overwrite maps already in --out-dir")
     return p
 
 
@@ -60,7 +61,8 @@ def locality_parser() -> argparse.ArgumentParser:
     p.add_argument("--spm-model", default="", help="sentencepiece model of the checkpoint")
     p.add_argument("--data", default="", help="directory with the checkpoint's dict.txt")
     p.add_argument("--max-sentences", type=at_least(1), default=1000, help="sentences of --text to use (1000)")
-    p.add_argument("--out-csv", help="write the table(s) here")
+    p.add_argument("--out-csv", help="write the table(s) here (a new file unless --force)")
+    p.add_argument("--force", action="store_true", help="overwrite an existing --out-csv")
     return p
 
 

@@ -12,6 +12,7 @@ Prints Markdown tables and writes them as CSV (``--out-csv``).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Dict, List
 
@@ -72,6 +73,8 @@ def attention_rows(checkpoint: str, text: str, data_dir: str, spm_model: str, ma
 
 def run(args: argparse.Namespace) -> int:
     """The command, on arguments parsed by ``tupe_plugin_cli.commands.locality_parser``."""
+    if args.out_csv and os.path.exists(args.out_csv) and not args.force:
+        raise UsageError(f"--out-csv {args.out_csv} exists; pass --force to overwrite it, or choose another file")
     try:
         rows = position_rows(args.checkpoint, args.length)
     except ContentDependentPositions as e:

@@ -66,10 +66,17 @@ def save_npy(path: str, array: np.ndarray) -> None:
         np.save(f, array)
 
 
+OUTPUTS = ("pos_maps.png", "pos_logits.npy", "pos_probs.npy")
+
+
 def run(args: argparse.Namespace) -> int:
     """The command, on arguments parsed by ``tupe_plugin_cli.commands.pos_maps_parser``."""
     if os.path.exists(args.out_dir) and not os.path.isdir(args.out_dir):
         raise UsageError(f"--out-dir {args.out_dir} is a file; pass a folder (it is created when missing)")
+    there = [name for name in OUTPUTS if os.path.exists(os.path.join(args.out_dir, name))]
+    if there and not args.force:
+        raise UsageError(f"--out-dir {args.out_dir} already holds {', '.join(there)}; pass --force to overwrite "
+                         "them, or choose another folder")
     logits, probs = positional_maps(args.checkpoint, args.length)  # PAM: the weights, no softmax
     os.makedirs(args.out_dir, exist_ok=True)
     if logits.ndim == 4:  # one map per layer (learned prior, PAM): plot layer-major, head-minor
