@@ -12,11 +12,12 @@ scale and the bias), so every exponential is one ``exp2``. Grids, block sizes an
 ``triton_attention.py``.
 
 Dropout: the forward draws the keep mask, one Philox-4x32 call (7 rounds) per 16 weights, each weight compared
-with one 8-bit slice of the call's 128 bits, and stores it packed, 32 keys per int32 (``Keep``, (B * H, T,
-ceil(T / 32))); both backward kernels read that mask (a bit costs them a load and a shift, where a redraw would
-cost a Philox call per group of weights in tiles laid out differently). The 16 weights of one call are rows
-{r, r + 8} x keys {c + 8 k, k = 0..7} (r in a 16-row slab, c in a 64-key slab): on NVIDIA's matrix-multiply
-accumulator layout one thread holds exactly those 16 values, so each thread draws for its own weights.
+with one 8-bit slice of the call's 128 bits, and stores it, one bit per weight: a uint16 per group of 16
+(``Keep``, (B * H, ceil(T / 16) * 8, ceil(T / 64) * 8)); both backward kernels read that mask (a bit costs
+them a load and a test, where a redraw would cost a Philox call per group of weights in tiles laid out
+differently). The 16 weights of one call are rows {r, r + 8} x keys {c + 8 k, k = 0..7} (r in a 16-row slab, c
+in a 64-key slab): on NVIDIA's matrix-multiply accumulator layout one thread holds exactly those 16 values, so
+each thread draws for its own weights.
 
 This module imports triton: ``triton_attention`` imports it only where triton is installed.
 """
@@ -103,8 +104,9 @@ def _kept_nibble(word, t, shift: tl.constexpr, DROP_MAJORITY: tl.constexpr):
     """Bit shift + q set where byte q of ``word`` (little-endian) is >= t (< 256): the four unsigned 8-bit
     comparisons in 32-bit operations. Each byte's low 7 bits plus 128 - (t mod 128) reach 128 exactly when they
     are >= t mod 128, without a carry into the next byte; with the byte's top bit this decides byte >= t
-    (t < 128: either; t >= 128, ``DROP_MAJORITY``: both). The four results (bit 7 of each byte) are gathered into bits 28-31 by one
-    multiplication (its partial products land on distinct bits), then shifted into place."""
+    (t < 128: either; t >= 128, ``DROP_MAJORITY``: both). The four results (bit 7 of each byte) are gathered
+    into bits 28-31 by one multiplication (its partial products land on distinct bits), then shifted into
+    place."""
     low_ge = (word & 0x7F7F7F7F) + (128 - (t & 0x7F)) * 0x01010101
     if DROP_MAJORITY:
         ge = word & low_ge & 0x80808080
