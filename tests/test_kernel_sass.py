@@ -2,7 +2,7 @@
 attention dropout in the code the GPU would run, measured in SASS instructions per inner-loop step.
 
 Budgets (the shared learned bias with key padding, what TUPE-R trains with): dropout 0.1 against no dropout at
-most 1.35x in the forward (one Philox call per 16 weights), 1.26x in dQ and 1.30x in dK/dV (the backward reads
+most 1.35x in the forward (one Philox call per 16 weights) and 1.25x in dQ and in dK/dV (the backward reads
 the forward's 1-bit mask); the backward draws nothing; no kernel spills. The loops do not depend on the shape,
 so a small one compiles the same code in seconds, as long as its batch still gives the dK/dV programs more
 than one sequence each (a count of 1 is specialised into a different loop).
@@ -39,7 +39,7 @@ def test_dropout_costs_what_the_budget_allows(starts_process):
         assert int(r["registers"]) <= 255 and int(r["blocks_per_sm"]) >= 1 and int(r["instr_per_step"]) > 100
     ratio = {k: int(kernels[(k, 0.1)]["instr_per_step"]) / int(kernels[(k, 0.0)]["instr_per_step"])
              for k in ("forward", "dq", "dkdv")}
-    assert ratio["forward"] <= 1.35 and ratio["dq"] <= 1.26 and ratio["dkdv"] <= 1.30, ratio
+    assert ratio["forward"] <= 1.35 and ratio["dq"] <= 1.25 and ratio["dkdv"] <= 1.25, ratio
     assert 0 < float(kernels[("forward", 0.1)]["philox_per_weight"]) <= 1 / 16  # one call per 16 weights
     assert float(kernels[("dq", 0.1)]["philox_per_weight"]) == 0 == float(kernels[("dkdv", 0.1)]["philox_per_weight"])
 

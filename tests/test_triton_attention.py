@@ -271,8 +271,9 @@ def test_sequence_without_real_keys_averages_values():
 
 
 @interpreted
-def test_dropout_gradients_match_reference_with_the_same_mask():
-    errors, _ = compare(Case(B=2, H=2, T=20, D=16, bias="shared", padding="right"), dropout_p=0.25)
+@pytest.mark.parametrize("T", [20, 100])  # one key block; two, the second ragged (64-key blocks)
+def test_dropout_gradients_match_reference_with_the_same_mask(T):
+    errors, _ = compare(Case(B=2, H=2, T=T, D=16, bias="shared", padding="right"), dropout_p=0.25)
     assert max(errors.values()) <= 1e-4, errors
 
 

@@ -138,29 +138,41 @@ def _bit_pairs(groups, n: tl.constexpr):
 
 
 @triton.jit
-def _keep_offsets(start_m, start_n, T, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, TRANSPOSED: tl.constexpr):
-    """Offsets and bounds of a tile's groups in one (b, h)'s stored keep mask, a (ceil(T / 16) * 8,
-    ceil(T / 64) * 8) uint16 array [row slab * 8 + r % 8, key slab * 8 + c % 8], with ``_keep_tile``'s axes."""
+def _keep_offsets(start_m, start_n, T, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Offsets and bounds of a tile's groups, axes as ``_draw_keep``'s, in one (b, h)'s stored keep mask: a
+    (ceil(T / 16) * 8, ceil(T / 64) * 8) uint16 array [row slab * 8 + r % 8, key slab * 8 + c % 8]."""
     keep_rows, keep_cols = tl.cdiv(T, 16) * 8, tl.cdiv(T, 64) * 8
     r = start_m // 2 + tl.arange(0, BLOCK_M // 2)  # row slab * 8 + r % 8 (start_m is a multiple of 16)
     c = start_n // 8 + tl.arange(0, BLOCK_N // 8)  # key slab * 8 + c % 8 (start_n is a multiple of 64)
-    if TRANSPOSED:
-        shape: tl.constexpr = (BLOCK_N // 64, 8, BLOCK_M // 16, 8)
-        offsets = tl.reshape(r[None, :] * keep_cols + c[:, None], shape)
-        inside = tl.reshape((r[None, :] < keep_rows) & (c[:, None] < keep_cols), shape)
-    else:
-        shape: tl.constexpr = (BLOCK_M // 16, 8, BLOCK_N // 64, 8)
-        offsets = tl.reshape(r[:, None] * keep_cols + c[None, :], shape)
-        inside = tl.reshape((r[:, None] < keep_rows) & (c[None, :] < keep_cols), shape)
+    shape: tl.constexpr = (BLOCK_M // 16, 8, BLOCK_N // 64, 8)
+    offsets = tl.reshape(r[:, None] * keep_cols + c[None, :], shape)
+    inside = tl.reshape((r[:, None] < keep_rows) & (c[None, :] < keep_cols), shape)
     return offsets, inside
 
 
 @triton.jit
 def _load_keep(keep_base, start_m, start_n, T, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                TRANSPOSED: tl.constexpr):
-    """The stored keep mask's bool tile (``_keep_tile``'s orientation)."""
-    offsets, inside = _keep_offsets(start_m, start_n, T, BLOCK_M, BLOCK_N, TRANSPOSED)
-    groups = tl.load(keep_base + offsets, mask=inside, other=0).to(tl.uint32)
+    """The stored keep mask's bool tile (``_keep_tile``'s orientation). Queries x keys (the dQ kernel's tile,
+    laid out as the forward's): read as 32-bit words of two groups (keys c % 8 = 2 i and 2 i + 1, side by side:
+    the array's rows have an even length), split in registers, where uint16 loads were widened with byte
+    permutes (766 instructions a step against 718, bench/kernel_sass.py). Keys x queries (the dK/dV kernel's): one
+    uint16 a group, as stored (there words cost more: 863 against 766)."""
+    keep_rows = tl.cdiv(T, 16) * 8
+    r = start_m // 2 + tl.arange(0, BLOCK_M // 2)  # row slab * 8 + r % 8 (start_m is a multiple of 16)
+    if TRANSPOSED:
+        keep_cols = tl.cdiv(T, 64) * 8
+        c = start_n // 8 + tl.arange(0, BLOCK_N // 8)  # key slab * 8 + c % 8 (start_n is a multiple of 64)
+        groups = tl.load(keep_base + r[None, :] * keep_cols + c[:, None],
+                         mask=(r[None, :] < keep_rows) & (c[:, None] < keep_cols), other=0).to(tl.uint32)
+        groups = tl.reshape(groups, (BLOCK_N // 64, 8, BLOCK_M // 16, 8))
+    else:
+        half_cols = tl.cdiv(T, 64) * 4
+        c = start_n // 16 + tl.arange(0, BLOCK_N // 16)  # key slab * 4 + c % 8 // 2
+        words = tl.load(keep_base.to(tl.pointer_type(tl.uint32)) + r[:, None] * half_cols + c[None, :],
+                        mask=(r[:, None] < keep_rows) & (c[None, :] < half_cols), other=0)
+        words = tl.reshape(words, (BLOCK_M // 16, 8, BLOCK_N // 64, 4))
+        groups = tl.reshape(tl.join(words & 0xFFFF, words >> 16), (BLOCK_M // 16, 8, BLOCK_N // 64, 8))
     return _keep_tile(groups, BLOCK_M, BLOCK_N, TRANSPOSED)
 
 
@@ -180,7 +192,7 @@ def attention_forward_kernel(
     # One program instance owns one (sequence b, head h, block of BLOCK_M query rows): it streams every key
     # block of (b, h) through an online softmax (FA-2 Alg. 1) and writes its rows of Out (B, H, T, D), of the
     # softmax statistics RowMax, RowSum (B * H, T) fp32 (base 2), from which the backward recomputes P, and with
-    # DROPOUT of the packed keep mask Keep (B * H, T, ceil(T / 32)) int32.
+    # DROPOUT of the keep mask Keep (``_keep_offsets``).
     m_block, bh = tl.program_id(0), tl.program_id(1)
     b, h = (bh // H).to(tl.int64), (bh % H).to(tl.int64)  # int64 offsets: a (B, H, T, T) bias can pass 2**31
     rows = m_block * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -210,7 +222,7 @@ def attention_forward_kernel(
         row_sum = row_sum * alpha + tl.sum(p, 1)
         if DROPOUT:
             groups = _draw_keep(seed, bh, start_m, start_n, T, threshold, p, DROP_MAJORITY, BLOCK_M, BLOCK_N)
-            offsets, inside = _keep_offsets(start_m, start_n, T, BLOCK_M, BLOCK_N, False)
+            offsets, inside = _keep_offsets(start_m, start_n, T, BLOCK_M, BLOCK_N)
             tl.store(keep_base + offsets, groups.to(tl.uint16), mask=inside)
             p = tl.where(_keep_tile(groups, BLOCK_M, BLOCK_N, False), p, 0.0)
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
@@ -274,9 +286,9 @@ def attention_backward_dq_kernel(
                     pad_base, stride_pad_t, HAS_BIAS, HAS_PAD, PRECISION)  # (BLOCK_M, BLOCK_N)
         p = tl.exp2(s - row_max[:, None]) * inv_sum[:, None]  # P recomputed: nothing (T, T) was stored
         dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
-        if DROPOUT:
+        if DROPOUT:  # dP of the kept weights, / (1 - p); inv_keep = 1 / (1 - p)
             keep = _load_keep(keep_base, m_block * BLOCK_M, start_n, T, BLOCK_M, BLOCK_N, False)
-            dp = tl.where(keep, dp * inv_keep, 0.0)  # inv_keep = 1 / (1 - p)
+            dp = tl.where(keep, dp * inv_keep, 0.0)
         ds = p * (dp - delta[:, None])  # dS = d(logits), the softmax backward
         dq += tl.dot(ds.to(k.dtype), k, input_precision=PRECISION)
     tl.store(DQ + b * stride_dqb + h * stride_dqh + rows[:, None] * stride_dqt + offs_d[None, :] * stride_dqd,
@@ -335,26 +347,26 @@ def attention_backward_dkdv_kernel(
             q = tl.load(q_base + rows[:, None] * stride_qt + offs_d[None, :] * stride_qd, mask=md_mask, other=0.0)
             do = tl.load(do_base + rows[:, None] * stride_dot + offs_d[None, :] * stride_dod, mask=md_mask, other=0.0)
             row_max = tl.load(RowMax + bh * T + rows, mask=in_m, other=0.0)
-            inv_sum = 1.0 / tl.load(RowSum + bh * T + rows, mask=in_m, other=1.0)
-            delta = tl.load(Delta + bh * T + rows, mask=in_m, other=0.0) * keep_fraction  # as in the dQ kernel
+            # with dropout, dS = P (keep dP / (1 - p) - Delta) = (P / (1 - p)) (keep dP - (1 - p) Delta), and dV sums
+            # keep P / (1 - p) dO: the per-query factors take 1 / (1 - p) (inv_keep; 1 without dropout)
+            inv_sum = inv_keep / tl.load(RowSum + bh * T + rows, mask=in_m, other=1.0)
+            delta = tl.load(Delta + bh * T + rows, mask=in_m, other=0.0) * keep_fraction
             # the transposed tile, keys x queries (FA-2's backward): every product below has its computed operand
             # on the left, so no computed tile is transposed
             s_t = _logits(k, tl.trans(q), rows[None, :], cols[:, None], T, scale_log2, bias_base, stride_bias_i,
                           pad_base, stride_pad_t, HAS_BIAS, HAS_PAD, PRECISION)  # (BLOCK_N, BLOCK_M)
-            p_t = tl.exp2(s_t - row_max[None, :]) * inv_sum[None, :]  # P^T; queries past T have dO = 0
+            p_t = tl.exp2(s_t - row_max[None, :]) * inv_sum[None, :]  # P^T / (1 - p); queries past T have dO = 0
             dp_t = tl.dot(v, tl.trans(do), input_precision=PRECISION)
             if DROPOUT:
                 keep = _load_keep(keep_base, start_m, n_block * BLOCK_N, T, BLOCK_M, BLOCK_N, True)
-                kept_p_t = tl.where(keep, p_t, 0.0)  # dV's and dK's 1 / (1 - p) are applied once, after the loop
+                kept_p_t = tl.where(keep, p_t, 0.0)
                 dp_t = tl.where(keep, dp_t, 0.0)
             else:
                 kept_p_t = p_t
             dv += tl.dot(kept_p_t.to(do.dtype), do, input_precision=PRECISION)
-            ds_t = p_t * (dp_t - delta[None, :])  # d(logits)^T * (1 - p), fp32
+            ds_t = p_t * (dp_t - delta[None, :])  # d(logits)^T, fp32
             dk += tl.dot(ds_t.to(q.dtype), q, input_precision=PRECISION)
             if BIAS_GRAD:
-                if DROPOUT:
-                    ds_t *= inv_keep
                 # d(bias) = d(logits) summed over the batch: the group's first sequence writes the tile, the next
                 # ones add to it, in fp32 (a read-modify-write of a tile that only this program touches).
                 dbias_ptrs = dbias_base + rows[None, :] * stride_dbias_i + cols[:, None]
@@ -363,6 +375,6 @@ def attention_backward_dkdv_kernel(
                     ds_t += tl.load(dbias_ptrs, mask=dbias_mask, other=0.0).to(tl.float32)
                 tl.store(dbias_ptrs, ds_t.to(DBias.dtype.element_ty), mask=dbias_mask)
         tl.store(DK + b64 * stride_dkb + h64 * stride_dkh + cols[:, None] * stride_dkt + offs_d[None, :] * stride_dkd,
-                 (dk * (scale_log2 / LOG2E * inv_keep)).to(DK.dtype.element_ty), mask=nd_mask)
+                 (dk * (scale_log2 / LOG2E)).to(DK.dtype.element_ty), mask=nd_mask)
         tl.store(DV + b64 * stride_dvb + h64 * stride_dvh + cols[:, None] * stride_dvt + offs_d[None, :] * stride_dvd,
-                 (dv * inv_keep).to(DV.dtype.element_ty), mask=nd_mask)
+                 dv.to(DV.dtype.element_ty), mask=nd_mask)
