@@ -21,7 +21,7 @@ import time
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from tupe_common import tunables
-from tupe_common.errors import UsageError
+from tupe_common.errors import UsageError, exit_main
 from tupe_common.jobs import with_repo_path
 from tupe_common.process import run_logged
 from tupe_common.tunables import Say, Tunable, table
@@ -310,4 +310,4 @@ def main(argv: Optional[Sequence[str]] = None, environ: Mapping[str, str] = os.e
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_main(main, "finetune.sh")

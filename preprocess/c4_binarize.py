@@ -33,7 +33,6 @@ import json
 import multiprocessing as mp
 import os
 import signal
-import sys
 import time
 from typing import BinaryIO, Iterator, List, Optional, Sequence, Tuple
 
@@ -41,6 +40,7 @@ import numpy as np
 import sentencepiece as spm
 
 from preprocess.c4_common import Progress, SettingsMismatch, check_settings, open_binary
+from tupe_common.errors import exit_main
 from tupe_common.io import atomic_open, file_hash, read_json, fsync_dir, fsync_file, remove_if_exists
 from tupe_common.jobs import cores
 from tupe_common.log import get_logger
@@ -351,4 +351,4 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_main(main, "c4_binarize")

@@ -11,13 +11,12 @@ partial data under ``OUT_DIR/.hub_cache``), and a file is renamed to its final n
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 from typing import List, Optional, Sequence
 
 from preprocess.download_command import download_parser, run_download
 from preprocess.hub_files import HubError, HubRepo, download
-from tupe_common.errors import UsageError
+from tupe_common.errors import UsageError, exit_main
 from tupe_common.log import get_logger
 
 REPO = "allenai/c4"
@@ -75,4 +74,4 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_main(main, "c4_download")

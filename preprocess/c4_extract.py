@@ -27,12 +27,12 @@ import argparse
 import json
 import os
 import re
-import sys
 import zlib
 from collections import Counter
 from typing import Dict, List, Optional
 
 from preprocess.c4_common import Progress, SettingsMismatch, check_settings, mb, open_binary, open_output
+from tupe_common.errors import exit_main
 from tupe_common.io import atomic_path, read_json, remove_if_exists, write_json
 from tupe_common.log import get_logger
 
@@ -200,4 +200,4 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_main(main, "c4_extract")

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import os
 import random
-import sys
 import tempfile
 import time
 from typing import List, Optional, Sequence
@@ -28,7 +27,7 @@ import sentencepiece as spm
 from preprocess.c4_common import Progress, SettingsMismatch, check_settings, mb, open_binary
 from tupe_common.io import read_json, remove_if_exists, write_json
 from tupe_common.log import get_logger
-from tupe_common.errors import UsageError
+from tupe_common.errors import UsageError, exit_main
 from preprocess.spm_dict import id_offset, write_fairseq_dict
 
 PROG = "c4_spm"
@@ -177,4 +176,4 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_main(main, "c4_spm")

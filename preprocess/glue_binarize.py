@@ -26,7 +26,6 @@ import json
 import math
 import multiprocessing as mp
 import os
-import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -38,6 +37,7 @@ from glue.tasks import CUSTOM_MARK, TASKS, GlueTask, Split, custom_task_names, g
 from preprocess.fairseq_dict import FairseqDict, write_binaries
 from preprocess.moses_bpe import moses_bpe_tokenizer
 from preprocess.spm_dict import check_dict, load_spm
+from tupe_common.errors import exit_main
 from tupe_common.io import PARTIAL, atomic_dir, file_hash
 from tupe_common.log import get_logger
 
@@ -461,4 +461,4 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_main(main, "glue_binarize")

@@ -21,14 +21,13 @@ import argparse
 import math
 import os
 import re
-import sys
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 from glue.tasks import TASKS, GlueTask, Split
 from preprocess.download_command import download_parser, run_download, split_rows
 from preprocess.hub_files import HubFile, HubRepo
-from tupe_common.errors import UsageError
+from tupe_common.errors import UsageError, exit_main
 from tupe_common.io import atomic_dir
 from tupe_common.log import get_logger
 
@@ -126,4 +125,4 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_main(main, "glue_download")

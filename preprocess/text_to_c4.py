@@ -30,11 +30,11 @@ import json
 import os
 import random
 import re
-import sys
 from collections import Counter
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 from preprocess.c4_common import SettingsMismatch, open_binary, outputs_done, read_text
+from tupe_common.errors import exit_main
 from tupe_common.io import atomic_path, write_json
 from tupe_common.log import get_logger
 
@@ -207,4 +207,4 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_main(main, "text_to_c4")

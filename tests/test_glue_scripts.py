@@ -253,6 +253,31 @@ def test_a_rerun_with_other_inputs_is_refused_not_skipped(rte_run, pretrained, g
     assert "already done" in sh([FINETUNE, "RTE", "1e-3", "1"], **run_env(pretrained, glue_bin, runs)).stderr
 
 
+def test_ctrl_c_ends_a_run_with_one_line_exit_130_and_nothing_a_rerun_trusts(pretrained, glue_bin, tmp_path,
+                                                                           starts_process):
+    """Ctrl-C (SIGINT to the terminal's process group: finetune.sh and its fairseq-train) while it trains: one
+    line, exit 130, no traceback of ours, no finished-looking run folder (only .partial/, which a rerun redoes)."""
+    import signal
+    import time
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_") and k not in TINY}
+    env.update(PATH=f"{BIN}:{os.environ.get('PATH', '')}", PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1",
+               **run_env(pretrained, glue_bin, tmp_path, EPOCHS="500", QUIET="1"))
+    p = subprocess.Popen([str(FINETUNE), "RTE", "1e-3", "1"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, start_new_session=True)
+    log = tmp_path / ".partial" / "RTE" / "lr1e-3_seed1" / "train.log"
+    deadline = time.time() + 240
+    while time.time() < deadline and not (log.exists() and "| epoch 002" in log.read_text(errors="replace")):
+        assert p.poll() is None, p.communicate()
+        time.sleep(0.5)
+    os.killpg(p.pid, signal.SIGINT)
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 130, err[-2000:]
+    assert err.rstrip().splitlines()[-1] == "finetune.sh: interrupted; rerun to resume"
+    assert "Traceback" not in err
+    assert not (tmp_path / "RTE" / "lr1e-3_seed1").exists() and log.exists()
+
+
 def test_grid_refuses_a_repeated_seed_lr_or_task(tmp_path, capsys):
     env = {"RUNS": str(tmp_path / "runs"), "TASKS": "RTE", "LRS": "1e-3", "SEEDS": "1 2 1", "GLUE_BIN": str(tmp_path)}
     assert main_sh(["--list"], env) == 2

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from tupe_common import tunables
-from tupe_common.errors import UsageError
+from tupe_common.errors import UsageError, exit_main
 from tupe_common.jobs import cuda_device_count, with_repo_path
 from tupe_common.pretrain_recipe import recipe
 from tupe_common.tunables import Say, Tunable, table, whole
@@ -427,4 +427,4 @@ def main(argv: Optional[Sequence[str]] = None, environ: Mapping[str, str] = os.e
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_main(main, "pretrain.sh")

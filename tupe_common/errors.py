@@ -7,11 +7,16 @@ the user's to fix.
 
 ``stdout_reader_left()``: what a command does when the reader of its output leaves (``... | head``: a
 BrokenPipeError) before it stops quietly, as a Unix tool does.
+
+``exit_main(main, prog)``: a long command's ``python -m`` entry; Ctrl-C ends it with one line and exit 130.
 """
 from __future__ import annotations
 
 import os
 import sys
+from typing import Callable, NoReturn
+
+INTERRUPTED = 130  # the exit status of a command Ctrl-C stopped: 128 + SIGINT, as a shell reports it
 
 
 class UsageError(ValueError):
@@ -26,3 +31,16 @@ def stdout_reader_left() -> None:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     except (OSError, ValueError):  # stdout is not a file (a test's capture)
         pass
+
+
+def exit_main(main: Callable[[], int], prog: str) -> NoReturn:
+    """``sys.exit(main())``, where Ctrl-C (a KeyboardInterrupt) ends the command with the one line ``PROG:
+    interrupted; rerun to resume`` and exit 130, not a traceback: every output is written under a partial name
+    and renamed when complete, so what finished is kept and a rerun redoes only what was under way."""
+    try:
+        code = main()
+    except KeyboardInterrupt:
+        sys.stdout.flush()
+        sys.stderr.write(f"\n{prog}: interrupted; rerun to resume\n")
+        code = INTERRUPTED
+    sys.exit(code)

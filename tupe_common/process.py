@@ -18,12 +18,27 @@ def run_logged(cmd: Sequence[str], log: str, env: Mapping[str, str], echo: bool 
     with open(log, "a" if append else "w", encoding="utf-8") as f:
         p = subprocess.Popen(list(cmd), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=dict(env), text=True,
                              errors="replace")
-        for line in p.stdout:
-            f.write(line)
-            if echo:
-                sys.stderr.write(line)
-        status = p.wait()
+        try:
+            for line in p.stdout:
+                f.write(line)
+                if echo:
+                    sys.stderr.write(line)
+            status = p.wait()
+        except KeyboardInterrupt:  # Ctrl-C reached us (a terminal's reaches the child too): never leave it running
+            stop(p)
+            raise
     return 128 - status if status < 0 else status
+
+
+def stop(p: subprocess.Popen, grace_s: float = 10.0) -> None:
+    """End the process ``p``: SIGTERM, then SIGKILL if it is still there after ``grace_s``."""
+    if p.poll() is None:
+        p.terminate()
+        try:
+            p.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
 
 
 def call_logged(command: Callable[[], int], log: str, append: bool = False) -> int:

@@ -19,7 +19,7 @@ from typing import List, Optional
 
 from preprocess.c4 import pipeline
 from tupe_common import tunables
-from tupe_common.errors import UsageError
+from tupe_common.errors import UsageError, exit_main
 
 USAGE = {"run": "[NAME=value ...] python -m preprocess.c4 run [C4_DIR]   (or: preprocess/c4/run_all.sh [C4_DIR])",
          "task": "[NAME=value ...] python -m preprocess.c4 task STEP INDEX   (STEP: " + " ".join(pipeline.STEPS) + ")",
@@ -61,4 +61,4 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_main(main, "preprocess.c4")
