@@ -196,6 +196,16 @@ def test_last_error_of_a_log():
     assert last_error(spawned) == "error: RuntimeError: x"
 
 
+def test_last_error_of_a_missing_log_is_exit_1(tmp_path, capsys):
+    from tupe_plugin_cli.errors import main
+
+    assert main([str(tmp_path / "none.log")]) == 1
+    out, err = capsys.readouterr()
+    assert out == "" and err.strip() == f"tupe-last-error: error: cannot read the log {tmp_path / 'none.log'}: No such file or directory"
+    (tmp_path / "run.log").write_text(LOG)
+    assert main([str(tmp_path / "run.log")]) == 0 and capsys.readouterr().out.startswith("error: the checkpoint")
+
+
 def test_check_dictionary_names_both_sizes_and_files(tmp_path):
     args = argparse.Namespace(data=f"{tmp_path}/RTE-bin", task="sentence_prediction", restore_file="checkpoint_last.pt",
                               save_dir=str(tmp_path / "ck"), finetune_from_model=None)

@@ -154,15 +154,16 @@ def main(argv: Optional[List[str]] = None) -> int:
     p = argparse.ArgumentParser(
         prog="tupe-last-error",
         description="Print the final exception of a fairseq-train log as one 'error: ...' line "
-        "(for scripts that run fairseq-train into a log file).",
+        "(for scripts that run fairseq-train into a log file). Exit 0; 1 when the log cannot be read.",
     )
     p.add_argument("log", help="the log file (stdout and stderr of the failed command)")
     args = p.parse_args(argv)
     try:
         with open(args.log, encoding="utf-8", errors="replace") as f:
             line = last_error(f.read())
-    except OSError as e:
-        line = f"error: cannot read the log {args.log}: {e.strerror}"
+    except OSError as e:  # a missing input: said on stderr, exit 1 (the caller's own error stays its exit status)
+        print(f"tupe-last-error: error: cannot read the log {args.log}: {e.strerror}", file=sys.stderr, flush=True)
+        return 1
     print(line or f"error: the command failed without a Python traceback; see {args.log}", flush=True)
     return 0
 
