@@ -21,7 +21,7 @@ import time
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from tupe_common import tunables
-from tupe_common.errors import UsageError, exit_main
+from tupe_common.errors import UsageError, exit_main, message
 from tupe_common.jobs import with_repo_path
 from tupe_common.process import run_logged
 from tupe_common.tunables import Say, Tunable, table
@@ -304,7 +304,7 @@ def main(argv: Optional[Sequence[str]] = None, environ: Mapping[str, str] = os.e
         say_to_stderr(f"error: {e}")
         return 2
     except (RunFailed, ValueError, OSError) as e:
-        say_to_stderr(f"error: {e}")
+        say_to_stderr(f"error: {message(e)}")
         return getattr(e, "status", 1)
     return 0
 

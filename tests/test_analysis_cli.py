@@ -62,6 +62,21 @@ def test_outputs_are_never_overwritten_without_force(pretrained, tmp_path, start
     assert table.read_text().startswith("source,layer,head")
 
 
+def test_bad_text_and_paths_get_one_line_naming_the_file(pretrained, lm_bin, spm_dir, tmp_path, starts_process):
+    """tupe-locality --text: a non-UTF-8 file is named with its line; a folder given for the file is said to be a
+    folder (not '[Errno 21]'); both exit 1 with one error line and no CSV."""
+    ckpt = str(pretrained / "checkpoint_last.pt")
+    bad = tmp_path / "latin1.txt"
+    bad.write_bytes("the cat saw the river .\ncaf\xe9 au lait .\n".encode("latin-1"))
+    args = ["--spm-model", str(spm_dir / "spm.model"), "--data", str(lm_bin), "--length", "8"]
+    for text, expected in ((bad, f"error: {bad}: line 2 is not UTF-8 (byte 4 of the line is b'\\xe9'); save the file as UTF-8"),
+                           (tmp_path, f"error: {tmp_path}: is a folder, where a file is expected")):
+        p = command_in_process([str(BIN / "tupe-locality"), ckpt, "--text", str(text), *args, "--out-csv",
+                                str(tmp_path / "out.csv")], check=False)
+        assert p.returncode == 1 and p.stderr.strip().splitlines()[-1] == expected, p.stderr[-1500:]
+        assert "Traceback" not in p.stderr and not (tmp_path / "out.csv").exists()
+
+
 def test_attention_probs_equal_the_formula(hub):
     from tupe_plugin.analysis.attention_maps import attention_probs
 

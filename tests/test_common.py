@@ -117,3 +117,22 @@ def test_call_logged_puts_a_commands_output_in_its_log_and_leaves_logging_as_it_
         assert call_logged(lambda: 0, str(log), append=True) == 0 and log.read_text(encoding="utf-8").count("\n") == 3
     finally:
         root.removeHandler(caller)
+
+
+def test_os_errors_read_as_the_path_and_what_is_wrong(tmp_path):
+    from tupe_common.errors import message
+
+    (tmp_path / "a_file").write_text("x")
+    cases = {
+        lambda: open(tmp_path, encoding="utf-8"): f"{tmp_path}: is a folder, where a file is expected",
+        lambda: os.listdir(tmp_path / "a_file"): f"{tmp_path / 'a_file'}: is not a folder (it, or a folder above "
+                                                 "it, is a file), where a folder is expected",
+        lambda: os.makedirs(tmp_path / "a_file"): f"{tmp_path / 'a_file'}: exists already",
+        lambda: open(tmp_path / "none.txt", encoding="utf-8"): f"{tmp_path / 'none.txt'}: no such file or folder",
+    }
+    for make_error, expected in cases.items():
+        with pytest.raises(OSError) as caught:
+            make_error()
+        assert message(caught.value) == expected
+    assert message(ValueError("plain")) == "plain"
+    assert message(OSError("no path here")) == "no path here"

@@ -9,6 +9,8 @@ the user's to fix.
 BrokenPipeError) before it stops quietly, as a Unix tool does.
 
 ``exit_main(main, prog)``: a long command's ``python -m`` entry; Ctrl-C ends it with one line and exit 130.
+``message(error)``: an exception's text for an ``error:`` line, an OS error's as the path and what was wrong
+with it (not ``[Errno 21] Is a directory: 'x'``).
 """
 from __future__ import annotations
 
@@ -44,3 +46,22 @@ def exit_main(main: Callable[[], int], prog: str) -> NoReturn:
         sys.stderr.write(f"\n{prog}: interrupted; rerun to resume\n")
         code = INTERRUPTED
     sys.exit(code)
+
+
+OS_ERRORS = (  # (class, what the line says of its path), most specific first
+    (IsADirectoryError, "is a folder, where a file is expected"),
+    (NotADirectoryError, "is not a folder (it, or a folder above it, is a file), where a folder is expected"),
+    (FileNotFoundError, "no such file or folder"),
+    (FileExistsError, "exists already"),
+    (PermissionError, "permission denied"),
+)
+
+
+def message(error: BaseException) -> str:
+    """The text of ``error`` for an ``error:`` line: an OS error with a path says the path and what was wrong
+    with it (a folder where a file is expected, and the reverse: errno's names read as riddles there); any
+    other error its own message."""
+    if isinstance(error, OSError) and error.filename is not None and not str(error).startswith(str(error.filename)):
+        what = next((text for cls, text in OS_ERRORS if isinstance(error, cls)), error.strerror or str(error))
+        return f"{error.filename}: {what}"
+    return str(error)

@@ -25,6 +25,7 @@ DEBUG_ENV = "TUPE_DEBUG"
 
 
 from tupe_common.errors import UsageError, stdout_reader_left  # noqa: E402  (the project's one usage error: exit 2)
+from tupe_common.errors import message as os_message  # noqa: E402
 # Errors a user can fix (bad file, bad setting); their message is the whole story. Our own error
 # classes (ConversionError, VariantMismatchError, DictionaryMismatchError, ...) derive from ValueError.
 USER_ERRORS = (OSError, ValueError)
@@ -84,7 +85,7 @@ def error_line(error: BaseException) -> str:
     if package:  # run from the repository, where constraints.txt is
         return f"error: {package} is not installed; {install_advice(package)} (in the repository)"
     if isinstance(error, USER_ERRORS):
-        return f"error: {message}"
+        return f"error: {os_message(error) if isinstance(error, OSError) else message}"
     if type(error).__name__ == "UnpicklingError":  # torch.load of a file that is no (allowed) checkpoint
         return f"error: not a readable checkpoint ({message})"
     return (f"error: unexpected {type(error).__name__}: {message} (a bug: rerun with {DEBUG_ENV}=1 "

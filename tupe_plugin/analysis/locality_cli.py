@@ -41,22 +41,36 @@ def position_rows(checkpoint: str, length: int) -> List[Dict]:
     return rows
 
 
+def read_sentences(path: str, limit: int) -> List[str]:
+    """The first ``limit`` non-empty lines of the UTF-8 text file ``path``, stripped; a ValueError names the file
+    and the line that is not UTF-8."""
+    sentences = []
+    with open(path, "rb") as f:
+        for number, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8").strip()
+            except UnicodeDecodeError as e:
+                raise ValueError(f"{path}: line {number} is not UTF-8 (byte {e.start + 1} of the line is "
+                                 f"{raw[e.start:e.start + 1]!r}); save the file as UTF-8") from None
+            if line:
+                sentences.append(line)
+                if len(sentences) == limit:
+                    break
+    return sentences
+
+
 def attention_rows(checkpoint: str, text: str, data_dir: str, spm_model: str, max_sentences: int) -> List[Dict]:
     from .attention_maps import attention_probs, load_hub
 
+    sentences = read_sentences(text, max_sentences)  # before the model loads: a bad file fails at once
     hub = load_hub(checkpoint, data_dir, spm_model)
     sums, n = None, 0
-    with open(text, encoding="utf-8") as f:
-        for line in f:
-            if not line.strip():
-                continue
-            tokens = hub.encode(line.strip())[: hub.model.max_positions()]
-            probs = attention_probs(hub.model, tokens).numpy()  # (L, H, T, T)
-            values = np.stack([fn(probs) for fn in METRICS.values()])  # (3, L, H)
-            sums = values if sums is None else sums + values
-            n += 1
-            if n == max_sentences:
-                break
+    for sentence in sentences:
+        tokens = hub.encode(sentence)[: hub.model.max_positions()]
+        probs = attention_probs(hub.model, tokens).numpy()  # (L, H, T, T)
+        values = np.stack([fn(probs) for fn in METRICS.values()])  # (3, L, H)
+        sums = values if sums is None else sums + values
+        n += 1
     if n == 0:
         raise ValueError(f"{text}: no non-empty lines")
     mean = sums / n
