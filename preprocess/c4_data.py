@@ -43,14 +43,26 @@ def over_length(sizes: np.ndarray, tokens_per_sample: int, break_mode: str) -> i
     return int(np.count_nonzero(sizes > tokens_per_sample - 1))
 
 
+def find_layout(data: str, shards: List[str]) -> Optional[str]:
+    """The ``layout.json`` that records ``data``'s dictionary: in DATA_BIN when ``data`` is that folder; for
+    colon-joined shard folders, in the folder that holds them (DATA_BIN/shardN), so they are checked alike."""
+    if os.path.isdir(data):
+        candidates = [data]
+    else:
+        common = os.path.commonpath(shards)
+        candidates = [common, os.path.dirname(common)]
+    return next((os.path.join(c, "layout.json") for c in candidates if os.path.isfile(os.path.join(c, "layout.json"))),
+                None)
+
+
 def check_data(data: str, tokens_per_sample: int = 512, break_mode: str = "complete",
                max_skip_fraction: float = 0.0) -> Dict[str, object]:
     """Run every check on ``data``; returns {"shards": [...], "over_length": {split: (n, lines)}}."""
     shards = read_data_path(data)
     if not shards:
         raise DataError(f"DATA={data!r} names no data folder")
-    layout = read_json(os.path.join(data, "layout.json")) if os.path.isdir(data) else None
-    recorded = (layout or {}).get("dictionary")
+    layout_path = find_layout(data, shards)
+    recorded = (read_json(layout_path) or {}).get("dictionary") if layout_path else None
     first_hash = None
     counts = {"train": [0, 0], "valid": [0, 0]}
     for d in shards:
@@ -63,7 +75,7 @@ def check_data(data: str, tokens_per_sample: int = 512, break_mode: str = "compl
             raise DataError(f"{dict_path} is missing: every data folder needs the dictionary of step 2")
         h = file_hash(dict_path)
         if recorded and (h != recorded.get("sha256") or os.path.getsize(dict_path) != recorded.get("bytes")):
-            raise DataError(f"{dict_path} is not the dictionary recorded in {os.path.join(data, 'layout.json')} "
+            raise DataError(f"{dict_path} is not the dictionary recorded in {layout_path} "
                             f"({recorded.get('entries')} entries, sha256 {str(recorded.get('sha256'))[:12]}...): "
                             "it was changed or replaced; rerun python -m preprocess.c4 layout (or run_all.sh STEPS=4) with the dict.txt of step 2")
         if first_hash is not None and h != first_hash:

@@ -200,6 +200,8 @@ def test_data_bin_can_be_moved_and_is_checked(prepared, tmp_path, capsys):
         f.write("extra 1\n")
     assert c4_data.main([str(moved)]) == 1
     assert "shard0/dict.txt is not the dictionary recorded in" in capsys.readouterr().err
+    assert c4_data.main([f"{moved / 'shard0'}:{moved / 'shard0'}"]) == 1  # colon-joined shards: the same check
+    assert f"is not the dictionary recorded in {moved / 'layout.json'}" in capsys.readouterr().err
     shutil.rmtree(moved / "shard0")
     assert c4_data.main([str(moved)]) == 1
     assert f"data folder {moved / 'shard0'} does not exist" in capsys.readouterr().err
