@@ -56,3 +56,13 @@ def test_bf16_reaches_every_rank_through_the_launcher():
 def test_contradictory_precisions_are_refused(values, message):
     with pytest.raises(UsageError, match=message):
         pretrain.plan(settings(**values), environ={})
+
+
+def test_gpu_settings_this_machine_cannot_run_are_one_line_before_any_work():
+    with pytest.raises(UsageError, match=r"^GPUS=2 but this machine sees 0 CUDA device\(s\): set GPUS=auto"):
+        pretrain.check_devices(pretrain.plan(settings(GPUS="2"), environ={}), visible=0)
+    pretrain.check_devices(pretrain.plan(settings(GPUS="2"), environ={}), visible=2)  # a node with the GPUs
+    with pytest.raises(UsageError, match=r"^FP16=1 needs a GPU, but this run is on CPU \(GPUS=0\)"):
+        pretrain.check_devices(pretrain.plan(settings(GPUS="0", FP16="1"), environ={}), visible=0)
+    with pytest.raises(UsageError, match=r"^BF16=1 needs a GPU"):
+        pretrain.check_devices(pretrain.plan(settings(GPUS="0", BF16="1"), environ={}), visible=0)

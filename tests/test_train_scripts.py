@@ -16,6 +16,7 @@ import time
 from typing import Dict, List
 
 import pytest
+import torch
 
 from conftest import BIN, ROOT, call_in_process, train_losses
 
@@ -74,6 +75,17 @@ def test_help_lists_every_variable():
     assert "torchrun" in out and "pretrain.sbatch" in out
     assert "srun" in sh(["bash", SCRIPTS / "pretrain.sbatch", "--help"]).stdout
     assert "Usage" in sh([SCRIPTS / "fairseq_rank.sh", "--help"]).stdout
+
+
+def test_gpus_on_a_machine_without_them_is_one_line_and_nothing_written(lm_bin, tmp_path, starts_process):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    save = tmp_path / "ckpt"
+    p = sh([PRETRAIN], check=False, DATA=str(lm_bin), GPUS="2", SAVE_DIR=str(save))
+    assert p.returncode == 2 and p.stderr.strip().splitlines()[-1] == (
+        "pretrain.sh: error: GPUS=2 but this machine sees 0 CUDA device(s): set GPUS=auto, or run on a node with the "
+        "GPUs (DRY_RUN=1 prints the command without this check)")
+    assert "Traceback" not in p.stderr and not save.exists()
 
 
 def test_dry_run_prints_settings_batch_and_the_paper_command(lm_bin, tmp_path):

@@ -354,6 +354,8 @@ def prepare(settings: Mapping[str, str], environ: Mapping[str, str] = os.environ
     (``say``), and, unless DRY_RUN=1, SAVE_DIR's record written. Returns the run and its command.
     Raises UsageError (exit 2), DataError (1) or RecordRefused (its status)."""
     run = plan(settings, environ, extra)
+    if run["DRY_RUN"] != "1":
+        check_devices(run, cuda_device_count())
     check_data(run)
     show(run, say)
     cmd = command(run)
@@ -363,6 +365,19 @@ def prepare(settings: Mapping[str, str], environ: Mapping[str, str] = os.environ
         if status:
             raise RecordRefused(status)
     return run, cmd
+
+
+def check_devices(run: Run, visible: int) -> None:
+    """GPU settings this machine cannot run (``visible`` CUDA devices): one UsageError line before any work,
+    where torchrun or fairseq would end in a CUDA traceback. DRY_RUN=1 (a command printed for another machine)
+    skips it."""
+    gpus = int(run["GPUS"])
+    if gpus > visible:
+        raise UsageError(f"GPUS={gpus} but this machine sees {visible} CUDA device(s): set GPUS=auto, or run on a "
+                         "node with the GPUs (DRY_RUN=1 prints the command without this check)")
+    for name in ("FP16", "BF16"):
+        if run[name] == "1" and run.device == "cpu":
+            raise UsageError(f"{name}=1 needs a GPU, but this run is on CPU (GPUS=0): leave {name} unset on CPU")
 
 
 class RecordRefused(Exception):
