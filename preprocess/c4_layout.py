@@ -27,6 +27,8 @@ from typing import List, Optional, Sequence
 from tupe_common.io import atomic_open, atomic_path, file_hash, remove_if_exists, write_data_path, write_json
 from tupe_common.log import get_logger
 
+LINK_MODES = ("hardlink", "symlink", "copy")  # how the shards' files reach DATA_BIN
+
 PROG = "c4_layout"
 log = get_logger(PROG)
 
@@ -127,7 +129,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--data-bin", required=True)
     ap.add_argument("--dict", required=True, help="dict.txt of step 2")
     ap.add_argument("--valid", required=True, help="step-3 prefix of the validation set")
-    ap.add_argument("--link", choices=("hardlink", "symlink", "copy"), default="hardlink")
+    ap.add_argument("--link", choices=LINK_MODES, default="hardlink")
     return ap
 
 

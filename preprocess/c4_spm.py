@@ -30,6 +30,8 @@ from tupe_common.log import get_logger
 from tupe_common.errors import UsageError, exit_main
 from preprocess.spm_dict import id_offset, write_fairseq_dict
 
+MODEL_TYPES = ("bpe", "unigram")  # sentencepiece's model types this step trains
+
 PROG = "c4_spm"
 log = get_logger(PROG)
 OUTPUTS = ("spm.model", "spm.vocab", "dict.txt")
@@ -124,7 +126,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("inputs", nargs="+", help="extracted text files (.txt or .txt.gz)")
     ap.add_argument("--out-dir", required=True)
     ap.add_argument("--vocab-size", type=int, default=32768)
-    ap.add_argument("--model-type", choices=("bpe", "unigram"), default="bpe")
+    ap.add_argument("--model-type", choices=MODEL_TYPES, default="bpe")
     ap.add_argument("--sample-sentences", type=int, default=1_000_000, help="lines in the training sample")
     ap.add_argument("--max-files", type=int, default=32,
                     help="sample from K evenly spaced files (0: all; C4's files are already shuffled)")

@@ -109,7 +109,11 @@ def resolve(environ: Mapping[str, str], say: Say, command: str) -> Dict[str, str
         v["SPM_THREADS"] = slurm or "0"
     whole(v, "WORKERS", positive=False)
     whole(v, "SPM_THREADS", positive=False)
-    for name, allowed in (("HARD_VOCAB_LIMIT", ("0", "1")), ("FORCE", ("0", "1")), ("TEXT_EXT", (".txt", ".txt.gz"))):
+    from preprocess.c4_layout import LINK_MODES  # the steps' own choices, checked before step 1 runs
+    from preprocess.c4_spm import MODEL_TYPES
+
+    for name, allowed in (("HARD_VOCAB_LIMIT", ("0", "1")), ("FORCE", ("0", "1")), ("TEXT_EXT", (".txt", ".txt.gz")),
+                          ("MODEL_TYPE", MODEL_TYPES), ("LINK_MODE", LINK_MODES)):
         if v[name] not in allowed:
             raise UsageError(f"{name} must be one of {', '.join(allowed)}, not '{v[name]}'")
     if not set(v["STEPS"]) <= set("1234") or not v["STEPS"]:
