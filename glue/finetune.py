@@ -170,15 +170,26 @@ def fairseq_args(v: Mapping[str, str], task: str, lr: str, seed: str, facts: Map
     return args
 
 
+def check_run_settings(settings: Mapping[str, str], lrs: Sequence[str], seeds: Sequence[str]) -> None:
+    """Refuse (UsageError, naming the setting) an LR that is not a positive number, a seed that is not a whole
+    number, and a batch, token budget, epoch count or validation count that is not a positive whole number:
+    before any run (the grid checks all its LRs and seeds at once)."""
+    for lr in lrs:
+        if not re.fullmatch(r"[0-9]*\.?[0-9]+([eE][-+]?[0-9]+)?", lr) or float(lr) <= 0:
+            raise UsageError(f"LR must be a positive number like 2e-5, not '{lr}'")
+    for seed in seeds:
+        if not re.fullmatch(r"-?[0-9]+", seed):
+            raise UsageError(f"SEED must be a whole number, not '{seed}'")
+    for name in ("SENTENCES_PER_BATCH", "MAX_TOKENS", "VALID_PER_EPOCH") + (() if settings["EPOCHS"] == "auto" else ("EPOCHS",)):
+        tunables.whole(settings, name)
+
+
 def finetune(settings: Mapping[str, str], task: str, lr: str, seed: str, say: Say = say_to_stderr,
              environ: Mapping[str, str] = os.environ) -> str:
     """Fine-tune one run (or skip it when finished): returns its folder. Raises UsageError (exit 2) or RunFailed."""
     from glue.finetune_helper import facts_of, write_result
 
-    if not re.fullmatch(r"[0-9]*\.?[0-9]+([eE][-+]?[0-9]+)?", lr):
-        raise UsageError(f"LR must be a number like 2e-5, not '{lr}'")
-    if not re.fullmatch(r"-?[0-9]+", seed):
-        raise UsageError(f"SEED must be a whole number, not '{seed}'")
+    check_run_settings(settings, [lr], [seed])
     v = dict(settings)
     final, partial = run_dirs(v["RUNS"], task, lr, seed)
     finished = check_finished(v, task, final, say)

@@ -265,6 +265,13 @@ def main_sh(argv: Sequence[str], environ: Mapping[str, str]) -> int:
         say(f"error: {e}")
         return 2
     say(f"tasks: {' '.join(tasks)}")
+    from glue import finetune
+
+    try:  # every LR and seed, and finetune.sh's settings, before the first run (not at the run that needs them)
+        finetune.check_run_settings(finetune.resolve(environ, say=lambda line: None), lrs, seeds)
+    except UsageError as e:
+        say(f"error: {e}")
+        return 2
     todo = [j for j in grid if not j.done(v["RUNS"])]
     python = environ.get("PYTHON") or "python"
     if mode == "list":

@@ -159,17 +159,18 @@ def test_grid_checks_checkpoint_and_binaries_before_the_first_run(tmp_path, star
     assert not runs.exists()  # no run started, no table written
 
 
-def test_grid_stops_at_a_usage_error_instead_of_repeating_it(tmp_path, glue_bin, starts_process):
-    runs, checkpoint = tmp_path / "runs", tmp_path / "ck.pt"
-    checkpoint.write_bytes(b"")  # the runs stop at the LR, before reading it
-    p = sh([GRID], check=False, CHECKPOINT=str(checkpoint), GLUE_BIN=str(glue_bin),
-           RUNS=str(runs), TASKS="RTE", LRS="fast 1e-3", SEEDS="1 2", JOBS="1")
+def test_grid_stops_at_a_usage_error_instead_of_repeating_it(pretrained, tmp_path, glue_bin, starts_process):
+    """A usage error that only a run finds (fairseq-train refusing EXTRA_ARGS; the grid checks LRs, seeds and
+    numbers before the first run): the first run's exit 2 stops the grid, the others are not started."""
+    runs = tmp_path / "runs"
+    p = sh([GRID], check=False, CHECKPOINT=str(pretrained / "checkpoint_last.pt"), GLUE_BIN=str(glue_bin),
+           RUNS=str(runs), TASKS="RTE", LRS="1e-3 2e-3", SEEDS="1 2", JOBS="1", EXTRA_ARGS="--no-such-flag")
     assert p.returncode == 2
-    assert "grid: error: RTE lrfast_seed1 failed (exit 2): see " in p.stderr
-    assert "RTE lrfast_seed1 failed with a usage error (exit 2): the other jobs would fail the same way, so 3 job(s) " \
-           "are not started" in p.stderr
-    assert [f.name for f in (runs / ".grid_logs" / "RTE").iterdir()] == ["lrfast_seed1.out"]
-    assert "LR must be a number" in (runs / ".grid_logs" / "RTE" / "lrfast_seed1.out").read_text()
+    assert "grid: error: RTE lr1e-3_seed1 failed (exit 2): see " in p.stderr
+    assert "RTE lr1e-3_seed1 failed with a usage error (exit 2): the other jobs would fail the same way, so 3 " \
+           "job(s) are not started" in p.stderr
+    assert [f.name for f in (runs / ".grid_logs" / "RTE").iterdir()] == ["lr1e-3_seed1.out"]
+    assert "unrecognized arguments: --no-such-flag" in (runs / ".grid_logs" / "RTE" / "lr1e-3_seed1.out").read_text()
     assert not (runs / "glue_results.csv").exists()  # no table of a stopped grid
 
 
@@ -276,6 +277,26 @@ def test_ctrl_c_ends_a_run_with_one_line_exit_130_and_nothing_a_rerun_trusts(pre
     assert err.rstrip().splitlines()[-1] == "finetune.sh: interrupted; rerun to resume"
     assert "Traceback" not in err
     assert not (tmp_path / "RTE" / "lr1e-3_seed1").exists() and log.exists()
+
+
+def test_bad_lrs_seeds_and_batches_are_refused_before_any_run(tmp_path, capsys):
+    """grid.sh checks every LR and seed and finetune.sh's numbers before the first run (LRS='1e-3,abc' trained the
+    good LR first); finetune.sh refuses LR 0 and a batch of 0 (they fine-tuned and reported)."""
+    from glue import finetune
+
+    env = {"RUNS": str(tmp_path / "runs"), "TASKS": "RTE", "LRS": "1e-3,abc", "SEEDS": "1", "GLUE_BIN": str(tmp_path)}
+    assert main_sh(["--list"], env) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == "grid.sh: error: LR must be a positive number like 2e-5, not 'abc'"
+    assert main_sh(["--list"], dict(env, LRS="1e-3", SEEDS="1 x")) == 2
+    assert "SEED must be a whole number, not 'x'" in capsys.readouterr().err
+    assert main_sh(["--list"], dict(env, LRS="1e-3", SENTENCES_PER_BATCH="0")) == 2
+    assert "SENTENCES_PER_BATCH must be a positive whole number, not '0'" in capsys.readouterr().err
+    for argv, extra, message in ((["RTE", "0", "1"], {}, "LR must be a positive number like 2e-5, not '0'"),
+                                 (["RTE", "1e-3", "1"], {"SENTENCES_PER_BATCH": "0"}, "SENTENCES_PER_BATCH must be"),
+                                 (["RTE", "1e-3", "1"], {"EPOCHS": "-1"}, "EPOCHS must be a positive whole number")):
+        assert finetune.main(argv, environ=dict(env, CHECKPOINT="x.pt", **extra)) == 2
+        assert message in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists()
 
 
 def test_grid_refuses_a_repeated_seed_lr_or_task(tmp_path, capsys):
