@@ -198,7 +198,7 @@ def forward_launch(q, k, v, bias, pad, scale: float, dropout_p: float, seed: int
         (q, k, v, _or(bias, q), _or(pad, q), out, row_max, row_sum, _or(keep, q),
          *q.stride(), *k.stride(), *v.stride(), *out.stride(), *_bias_strides(bias),
          *((0, 0) if pad is None else pad.stride()),
-         H, T, D, scale * LOG2E, threshold, 1 / (1 - threshold / 256), seed),
+         H, T, D, scale * LOG2E, threshold, 1 / (1 - effective_dropout(dropout_p)), seed),
         dict(HAS_BIAS=bias is not None, HAS_PAD=pad is not None, DROPOUT=threshold > 0, DROP_MAJORITY=threshold >= 128,
              PRECISION=_precision(q.dtype), BLOCK_M=blocks.forward_m, BLOCK_N=blocks.forward_n, BLOCK_D=_block_d(D)),
         blocks.forward_warps, blocks.num_stages)
@@ -233,7 +233,7 @@ def backward_launches(q, k, v, bias, pad, out, dout, row_max, row_sum, keep, sca
                  PRECISION=_precision(q.dtype), BLOCK_D=_block_d(D))
     bias_arg, pad_arg, keep_arg = _or(bias, q), _or(pad, q), _or(keep, q)
     bias_strides, pad_strides = _bias_strides(bias), (0, 0) if pad is None else pad.stride()
-    inv_keep = 1 / (1 - threshold / 256)
+    inv_keep = 1 / (1 - effective_dropout(dropout_p))  # the kept weights' scale
     kernels = _kernels()
     dq_launch = Launch(
         kernels.attention_backward_dq_kernel, (triton.cdiv(T, blocks.dq_m), B * H),
