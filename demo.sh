@@ -35,7 +35,11 @@ echo "(DEMO DATA: a 2-layer model pre-trained for $UPDATES updates on a 1 MB sam
 echo " small fixture tasks with a learnable rule; compare the layout, not the numbers, with the paper's rows)"
 
 step "5/6 learned positional correlations of every head (tupe-pos-maps)"
-tupe-pos-maps "$CKPT" --out-dir "$OUT/pos_maps" --length 64
+if [[ -f "$OUT/pos_maps/pos_maps.png" ]]; then
+  echo "$OUT/pos_maps exists, kept"
+else
+  tupe-pos-maps "$CKPT" --out-dir "$OUT/pos_maps" --length 64
+fi
 
 step "6/6 the pre-trained model as a Hugging Face transformers folder (tupe-export-hf)"
 if ! python -c "import transformers" 2>/dev/null; then

@@ -340,3 +340,9 @@ def test_a_save_dir_belongs_to_its_settings_and_mid_epoch_stops_exit_cleanly(lm_
     assert p.returncode == 2 and "LR: '2e-3' in the run, '1e-3' now" in last and "ON_SETTINGS_CHANGE=continue" in last
     p = sh([PRETRAIN], SAVE_DIR=save, ON_SETTINGS_CHANGE="continue", **{**common, "LR": "1e-3", "TOTAL_UPDATES": "3"})
     assert "continuing" in p.stderr and "TOTAL_UPDATES: '2' in the run, '3' now" in p.stderr
+    # the same rerun again: the run is finished, so nothing is trained or rewritten
+    before = (tmp_path / "ck0" / "checkpoint_last.pt").read_bytes()
+    p = sh([PRETRAIN], SAVE_DIR=save, ON_SETTINGS_CHANGE="continue", **{**common, "LR": "1e-3", "TOTAL_UPDATES": "3"})
+    assert "is at 3 of TOTAL_UPDATES=3 updates: the run is finished, nothing to do" in p.stderr
+    assert "done training" not in p.stderr + p.stdout
+    assert (tmp_path / "ck0" / "checkpoint_last.pt").read_bytes() == before

@@ -367,6 +367,16 @@ def prepare(settings: Mapping[str, str], environ: Mapping[str, str] = os.environ
     return run, cmd
 
 
+def finished_updates(run: Run) -> Optional[int]:
+    """The update count of SAVE_DIR/checkpoint_last.pt when it has reached TOTAL_UPDATES (a finished run, which a
+    rerun skips rather than train one update more and rewrite its checkpoints), else None."""
+    from train_scripts.check_resume import LAST, num_updates
+
+    path = os.path.join(run["SAVE_DIR"], LAST)
+    done = num_updates(path) if os.path.isfile(path) else None
+    return done if done is not None and done >= int(run["TOTAL_UPDATES"]) else None
+
+
 def check_devices(run: Run, visible: int) -> None:
     """GPU settings this machine cannot run (``visible`` CUDA devices): one UsageError line before any work,
     where torchrun or fairseq would end in a CUDA traceback. DRY_RUN=1 (a command printed for another machine)
@@ -435,6 +445,12 @@ def main(argv: Optional[Sequence[str]] = None, environ: Mapping[str, str] = os.e
         return e.status
     if run["DRY_RUN"] == "1":
         say_to_stderr("DRY_RUN=1: not starting")
+        return 0
+    done = finished_updates(run)
+    if done is not None:  # fairseq-train would resume, take one more update and save the checkpoint again
+        say_to_stderr(f"{os.path.join(run['SAVE_DIR'], 'checkpoint_last.pt')} is at {done} of TOTAL_UPDATES="
+                      f"{run['TOTAL_UPDATES']} updates: the run is finished, nothing to do (raise TOTAL_UPDATES to "
+                      "train further)")
         return 0
     sys.stdout.flush()
     sys.stderr.flush()
