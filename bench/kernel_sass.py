@@ -160,7 +160,8 @@ def launches(dropout: float, bias_kind: str, padding: bool, B: int, H: int, T: i
     yield "dkdv", dkdv, cdiv(T, blocks.dkdv_n) * H * B * dkdv.num_warps * cdiv(T, blocks.dkdv_m)
 
 
-def tile_weights(name: str, launch) -> int:
+def tile_weights(launch) -> int:
+    """Attention weights one thread holds in a step of the launch's inner loop."""
     m, n = launch.constexprs["BLOCK_M"], launch.constexprs["BLOCK_N"]
     return m * n // (launch.num_warps * 32)
 
@@ -175,7 +176,7 @@ def rows(shape: Dict[str, int] = BASE, biases=BIAS_KINDS, paddings=(False, True)
             for padding in paddings:
                 layer_ms = 0.0
                 for name, launch, warp_steps in launches(dropout, bias, padding, **shape):
-                    facts = read_kernel(compile_sm90(launch), tile_weights(name, launch))
+                    facts = read_kernel(compile_sm90(launch), tile_weights(launch))
                     est = warp_steps * facts["instr_per_step"] / (SCHEDULERS * SMS * CLOCK_HZ) * 1e3
                     layer_ms += est
                     table.append(Row(name, dropout, bias, padding, est_ms=round(est, 4), **facts))
@@ -195,7 +196,7 @@ def candidate_rows(shape: Dict[str, int] = BASE) -> List[Dict[str, object]]:
         for tiles in members:
             blocks = replace(base, **tiles)
             name, launch, _ = next(x for x in launches(0.1, "shared", True, **shape, blocks=blocks) if x[0] == kernel)
-            facts = read_kernel(compile_sm90(launch), tile_weights(name, launch))
+            facts = read_kernel(compile_sm90(launch), tile_weights(launch))
             table.append(dict(kernel=kernel, tiles=f"{launch.constexprs['BLOCK_M']}x{launch.constexprs['BLOCK_N']} "
                                                    f"w{launch.num_warps}", **facts))
     return table

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import csv
 import math
-from pathlib import Path
 
 import pytest
 
@@ -13,6 +12,7 @@ from study import report as sr
 from study.endpoints import (Endpoint, curve_auc, logged_resolution, parse_endpoints, parse_margin, family_tests,
                              tost_p)
 from study.settings import UsageError, changed_settings, recorded_text, resolve
+from study_logs import write_valid_log
 
 TUPE_QUESTION = "final_loss:tupe-r:bert-a loss_auc:tupe-r:bert-a"
 
@@ -127,22 +127,15 @@ def test_equivalence_only_through_tost_against_the_declared_margin():
     assert family_tests(declared, values, 0.001)[0].verdict == "not resolved"
 
 
-def write_curves(out: Path, model: str, seed: int, losses) -> None:
-    d = out / "pretrain" / model / f"seed{seed}"
-    d.mkdir(parents=True)
-    (d / "train.log").write_text("".join(f'x | INFO | valid | {{"valid_loss": "{loss}", "valid_num_updates": "{u}"}}\n'
-                                         for u, loss in zip((50, 100), losses)))
-
-
 def test_report_tests_the_declared_family_and_labels_the_rest_exploratory(tmp_path):
     """The report stage's own command, on logs: the declared family of 2 in its own table and CSV; a seed whose
     pre-training stopped early is left out of the declared test."""
     out = tmp_path / "study"
     for seed, (a, b) in {1: ((9.6, 8.4), (9.9, 9.0)), 2: ((9.7, 8.55), (9.9, 9.0)), 3: ((9.5, 8.5), (9.9, 9.0))}.items():
-        write_curves(out, "tupe-r", seed, a)
-        write_curves(out, "bert-a", seed, b)
-    write_curves(out, "tupe-r", 4, (9.0,))  # unfinished: only the validation at 50
-    write_curves(out, "bert-a", 4, (9.9, 9.0))
+        write_valid_log(out, "tupe-r", seed, a)
+        write_valid_log(out, "bert-a", seed, b)
+    write_valid_log(out, "tupe-r", 4, (9.0,))  # unfinished: only the validation at 50
+    write_valid_log(out, "bert-a", 4, (9.9, 9.0))
     assert sr.main([str(out), "--variants", "tupe-r:1,2,3,4 bert-a:1,2,3,4", "--total-updates", "100",
                     "--endpoints", TUPE_QUESTION, "--equivalence-bits", "0.05"]) == 0
     md = (out / "report.md").read_text()
@@ -157,8 +150,8 @@ def test_report_tests_the_declared_family_and_labels_the_rest_exploratory(tmp_pa
     assert "| final_loss: tupe-r - bert-a | -0.6000 | -0.4500 | -0.5000 | -0.5167 |" in md
     md_none = tmp_path / "none"
     for seed in (1, 2):
-        write_curves(md_none, "tupe-r", seed, (9.6, 8.4))
-        write_curves(md_none, "bert-a", seed, (9.9, 9.0))
+        write_valid_log(md_none, "tupe-r", seed, (9.6, 8.4))
+        write_valid_log(md_none, "bert-a", seed, (9.9, 9.0))
     assert sr.main([str(md_none), "--variants", "tupe-r bert-a", "--pretrain-seeds", "1 2", "--total-updates", "100"]) == 0
     assert "(`ENDPOINTS=none`): every difference below is exploratory" in (md_none / "report.md").read_text()
 
@@ -198,7 +191,7 @@ def test_overview_draws_the_declared_comparisons_and_the_seed_bands(tmp_path):
     curves["bert-a"][2] = (9.8, 9.1)
     for model, by_seed in curves.items():
         for seed, losses in by_seed.items():
-            write_curves(out, model, seed, losses)
+            write_valid_log(out, model, seed, losses)
     assert sr.main([str(out), "--variants", "tupe-r bert-a", "--pretrain-seeds", "1 2 3", "--total-updates", "100",
                     "--endpoints", TUPE_QUESTION]) == 0
     variants = [runs.Variant(m, seeds=[runs.SeedRun(s, dict(zip((50, 100), ls)), {}, {}) for s, ls in c.items()])

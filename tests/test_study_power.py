@@ -3,13 +3,13 @@ figures, a simulation and scipy's noncentral t; the plan read from a pilot folde
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from study import stats
 from study.power import paired_t_power, plan_text, pilot_values, pretrain_seconds, seeds_needed
+from study_logs import write_valid_log
 
 TUPE_QUESTION = "final_loss:tupe-r:bert-a loss_auc:tupe-r:bert-a"
 
@@ -38,21 +38,14 @@ def test_power_against_scipys_noncentral_t():
         assert paired_t_power(d, n, alpha) == pytest.approx(exact, abs=1e-6)
 
 
-def write_log(out: Path, model: str, seed: int, losses) -> None:
-    d = out / "pretrain" / model / f"seed{seed}"
-    d.mkdir(parents=True)
-    (d / "train.log").write_text("".join(f'x | INFO | valid | {{"valid_loss": "{loss}", "valid_num_updates": "{u}"}}\n'
-                                         for u, loss in zip((50, 100), losses)))
-
-
 def test_plan_from_a_pilot_folder_and_from_a_published_csv(tmp_path):
     """A pilot of 3 seeds: final differences -0.8, -0.3, -1.1 (mean -0.7333, SD 0.4041, d 1.81), AUC differences
     (means of the two validations) -0.5, -0.1, -0.6 (mean -0.4, SD 0.2646, d 1.51). Its timings give the
     pre-training time of 2 models x 6 seeds. A study.csv gives the final losses only."""
     pilot = tmp_path / "pilot"
     for seed, (t, b) in {1: ((9.7, 8.2), (9.9, 9.0)), 2: ((9.6, 8.7), (9.5, 9.0)), 3: ((10.1, 7.9), (10.2, 9.0))}.items():
-        write_log(pilot, "tupe-r", seed, t)
-        write_log(pilot, "bert-a", seed, b)
+        write_valid_log(pilot, "tupe-r", seed, t)
+        write_valid_log(pilot, "bert-a", seed, b)
     (pilot / "timings.tsv").write_text("".join(f"pretrain\tx {s}\t{600 + 60 * s}\t2026-01-01T00:00:00Z\thost\n"
                                                for s in range(6)) + "prep\tall\t60\t2026-01-01T00:00:00Z\thost\n")
     from study.endpoints import parse_endpoints
