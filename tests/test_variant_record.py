@@ -1,0 +1,33 @@
+"""A variant record written by a newer plugin is refused, naming the upgrade: never read as a wrong model (one
+field more, or a choice this version does not know)."""
+import pytest
+import torch
+
+from model_utils import build
+from tupe_plugin.checkpoint_info import info_from_state
+from tupe_plugin.models import VARIANTS, PositionalVariant
+from tupe_plugin.models.tupe_roberta import VARIANT_KEY
+from tupe_plugin.positional.record import ATTENTION_BLOCKS, NewerRecordError
+
+
+def test_a_longer_record_of_a_newer_plugin_is_refused_naming_the_upgrade():
+    newer = torch.cat([VARIANTS["tupe_r"].to_tensor(), torch.tensor([0])])  # one field this version lacks
+    with pytest.raises(NewerRecordError, match=r"has 15 fields but this tupe_plugin knows 14.*newer.*upgrade"):
+        PositionalVariant.from_tensor(newer)
+    model = build("tupe_r_tiny")
+    state = model.state_dict()
+    state[VARIANT_KEY] = newer
+    with pytest.raises(NewerRecordError, match="upgrade tupe_plugin"):
+        build("tupe_r_tiny").load_state_dict(state)
+    with pytest.raises(NewerRecordError):  # tupe-checkpoint-info, tupe-pos-maps, tupe-export-hf read it so
+        info_from_state({"model": state, "cfg": {"model": {"arch": "tupe_r_tiny"}}}, "ckpt.pt")
+
+
+def test_a_choice_appended_by_a_newer_plugin_is_refused_not_wrapped():
+    record = VARIANTS["rope"].to_tensor()
+    record[list(PositionalVariant.__dataclass_fields__).index("attention_block")] = len(ATTENTION_BLOCKS)
+    with pytest.raises(NewerRecordError, match=r"--attention-block choice #6.*newer tupe_plugin"):
+        PositionalVariant.from_tensor(record)
+    record[list(PositionalVariant.__dataclass_fields__).index("attention_block")] = -1  # no wrap to the last
+    with pytest.raises(NewerRecordError):
+        PositionalVariant.from_tensor(record)
