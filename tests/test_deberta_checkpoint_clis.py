@@ -1,4 +1,4 @@
-"""The PEs of common encoders through the real CLIs: a DeBERTa-style tiny model pre-trained with
+"""A content-dependent variant's checkpoint through the real CLIs: a DeBERTa-style tiny model pre-trained with
 fairseq-train, then fine-tuned by glue/finetune.sh (its flags read from the checkpoint), mapped by
 tupe-pos-maps (refused with the reason) and listed by tupe-checkpoint-info.
 
