@@ -123,7 +123,7 @@ def test_the_export_runs_without_fairseq_and_tupe_plugin(tmp_path, starts_proces
 
 @pytest.mark.parametrize("variant", list(LEFT_PADDING_REFUSED))
 def test_left_padding_follows_the_one_rule(variant, tmp_path):
-    """The cases of tests/test_correctness_risks.py: refused where fairseq's model refuses it, and where it runs
+    """The cases of tests/test_left_padding.py: refused where fairseq's model refuses it, and where it runs
     the real tokens' features equal fairseq's on the same left-padded batch; the classifier, which reads [CLS]
     from column 0, refuses a row that starts with padding for every variant."""
     ckpt, fairseq_model = tiny_checkpoint(tmp_path, variant)
@@ -264,9 +264,33 @@ def test_finetuned_checkpoint_and_tokenizer_equal_fairseq_and_glue_binarize(fine
     assert [model.config.id2label[i] for i in range(2)] == [line.split(" ")[0] for line in label_dict[:2]]
 
 
-def test_transformers_trainer_finetunes_the_export(pretrained, lm_bin, spm_dir, tmp_path):
-    from tupe_plugin.hf.compat import hide_broken_torchaudio
+def hide_broken_torchaudio() -> bool:
+    """Make a torchaudio that cannot load count as absent; returns True if it was hidden.
 
+    fairseq requires torchaudio, and the newest torchaudio wheel (2.11) fails to load its native
+    library with torch 2.13 (``OSError: Could not load this library``). transformers imports it
+    whenever it is installed (``from transformers import Trainer`` goes through audio_utils), so
+    call this before importing Trainer. A ``None`` entry in ``sys.modules`` makes
+    ``importlib.util.find_spec`` return None and ``import torchaudio`` raise ImportError.
+    """
+    if sys.modules.get("torchaudio", 0) is None:
+        return True
+    try:
+        import torchaudio  # noqa: F401
+    except (ImportError, OSError) as e:
+        for name in [m for m in sys.modules if m == "torchaudio" or m.startswith("torchaudio.")]:
+            del sys.modules[name]
+        sys.modules["torchaudio"] = None
+        utils = sys.modules.get("transformers.utils.import_utils")  # transformers already imported
+        if utils is not None and hasattr(utils.is_torchaudio_available, "cache_clear"):
+            utils.is_torchaudio_available.cache_clear()
+        print(f"note: torchaudio cannot be loaded here ({type(e).__name__}); treating it as not installed",
+              file=sys.stderr)
+        return True
+    return False
+
+
+def test_transformers_trainer_finetunes_the_export(pretrained, lm_bin, spm_dir, tmp_path):
     hide_broken_torchaudio()  # fairseq's torchaudio 2.11 does not load with torch 2.13; Trainer imports it
     from transformers import DataCollatorWithPadding, Trainer, TrainingArguments
 
