@@ -438,10 +438,11 @@ def write_csv(path: str, name: str, results: Sequence[ColumnResult], compare: Se
     return detail
 
 
-def plot_png(path: str, name: str, results: Sequence[ColumnResult], compare: Sequence[str]) -> Dict[str, object]:
+def bar_chart(name: str, results: Sequence[ColumnResult], compare: Sequence[str]):
     """Grouped bars per column, the y-axis from 0 (or from the lowest negative MCC), each bar labelled
-    with its value and each missing result marked "missing" (so a 0.0 MCC and no run look different).
-    Returns what was drawn: x labels, y limits, the bar labels and the "missing" marks per series."""
+    with its value and each missing result marked "missing" (so a 0.0 MCC and no run look different); the
+    legend below the axes, the y-axis as tall as the labels need. Returns (the figure, what was drawn: x labels,
+    y limits, the bar labels and the "missing" marks per series)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -453,7 +454,7 @@ def plot_png(path: str, name: str, results: Sequence[ColumnResult], compare: Seq
     series += [(f"{m} (published)", list(TABLE1[m].scores) + [TABLE1[m].avg]) for m in compare]
     width = 0.8 / len(series)
     lowest = min([0.0] + [v for _, values in series for v in values if v is not None])
-    fig, ax = plt.subplots(figsize=(14, 5))
+    fig, ax = plt.subplots(figsize=(14, 5), layout="constrained")
     drawn: Dict[str, object] = {"bar_labels": {}, "missing": {}}
     for i, (label, values) in enumerate(series):
         xs = [j + (i - (len(series) - 1) / 2) * width for j in range(len(values))]
@@ -466,14 +467,41 @@ def plot_png(path: str, name: str, results: Sequence[ColumnResult], compare: Seq
             if v is None:
                 ax.text(x, 1, "missing", rotation=90, ha="center", va="bottom", fontsize=7, color="red")
     ax.set_xticks(range(len(labels)), labels, fontsize=8)
+    ax.set_xlim(-0.5, len(labels) - 0.5)  # every column, with or without bars (a last "missing" mark fell outside)
     ax.set_xlabel("GLUE dev column and its metric (MCC for CoLA, Pearson for STS-B, accuracy otherwise)")
     ax.set_ylabel("dev score x 100 (y-axis from 0)" if lowest >= 0 else "dev score x 100 (y-axis from its lowest)")
     ax.set_ylim(0.0 if lowest >= 0 else lowest - 5, 110)
     ax.axhline(0, color="black", linewidth=0.6)
     ax.set_title(f"GLUE dev, paper protocol: {name}" + ("" if avg is not None else " (incomplete: Avg missing)"))
-    ax.legend(fontsize=8, ncol=len(series), loc="upper center")
-    fig.tight_layout()
+    # below the axes: inside, at the top, it covered the labels of bars near 100
+    fig.legend(fontsize=8, ncol=len(series), loc="outside lower center")
+    fit_texts(fig, ax)
     drawn.update(x_labels=labels, ylim=ax.get_ylim(), ylabel=ax.get_ylabel())
+    return fig, drawn
+
+
+def fit_texts(fig, ax, rounds: int = 8) -> None:
+    """Widen the y-axis until every text of ``ax`` (the bar labels, the "missing" marks) lies inside it. A
+    label's height is fixed in pixels, so a wider range shortens the bar under it and the label needs a little
+    more range again: each round adds what the last draw showed missing, plus 2%, and a few rounds settle it."""
+    for _ in range(rounds):
+        fig.canvas.draw()  # the layout places the axes and sizes the texts
+        low, high = ax.get_ylim()
+        to_data = ax.transData.inverted()
+        boxes = [t.get_window_extent() for t in ax.texts]
+        top = max(to_data.transform((0, b.y1))[1] for b in boxes) if boxes else high
+        bottom = min(to_data.transform((0, b.y0))[1] for b in boxes) if boxes else low
+        if top <= high and bottom >= low:
+            return
+        margin = 0.02 * (high - low)
+        ax.set_ylim(min(low, bottom - margin), max(high, top + margin))
+
+
+def plot_png(path: str, name: str, results: Sequence[ColumnResult], compare: Sequence[str]) -> Dict[str, object]:
+    """``bar_chart``'s figure as a PNG at ``path``; returns what was drawn."""
+    import matplotlib.pyplot as plt
+
+    fig, drawn = bar_chart(name, results, compare)
     with atomic_path(path) as tmp:
         fig.savefig(tmp, dpi=120, format="png")
     plt.close(fig)
