@@ -1,9 +1,11 @@
-"""Silence the known third-party deprecation warnings that every fairseq run prints, and only those.
+"""Silence the known third-party warnings that every fairseq run prints, and only those.
 
 fairseq 0.12 builds its config with hydra's pre-1.1 API and calls ``torch.cuda.amp.autocast``; with
 today's hydra and torch that prints a page of deprecation warnings on every ``fairseq-train`` (and on
-every checkpoint load), which buries the warnings that matter. Each filter below matches one exact
-message (and its category); any other warning, from these libraries or elsewhere, is shown as before.
+every checkpoint load), which buries the warnings that matter. fairseq's batch iterators also always ask
+torch's DataLoader for pinned memory, and on a machine without an accelerator torch pins nothing (nothing
+would use it) and warns about it at every epoch. Each filter below matches one exact message (and its
+category); any other warning, from these libraries or elsewhere, is shown as before.
 Installed on import of ``tupe_plugin`` (``fairseq-train`` imports the ``--user-dir`` package before it
 composes its config), so ``fairseq-train --user-dir tupe_plugin`` and our own commands are quiet alike.
 ``fairseq-hydra-train`` is only partly quieter: hydra warns about its own config (version_base, package
@@ -32,6 +34,9 @@ KNOWN: Tuple[Tuple[Type[Warning], str], ...] = (
     # torch deprecations of APIs that fairseq 0.12 itself calls
     (FutureWarning, r"`torch\.cuda\.amp\.autocast\(args\.\.\.\)` is deprecated"),
     (DeprecationWarning, r"`torch\.jit\.script` is deprecated"),
+    # torch's DataLoader, which fairseq's iterators always build with pin_memory=True: on a CPU-only machine
+    # torch does not pin (there is no device to copy to) and says so once per epoch
+    (UserWarning, r"'pin_memory' argument is set as true but no accelerator is found"),
 )
 
 
