@@ -1,31 +1,42 @@
-"""``make gpu-study``: the study on one GPU machine without network, in one command within ``--budget-s`` (540 s)
-from the start of Python to the report (docs/study.md, "The study on one GPU").
+"""``make gpu-study``: BERT-A against TUPE-R on one GPU machine without network, pre-training only, in one command
+within ``--budget-s`` (540 s) from the start of Python to the report; a later call in the same study folder adds
+seeds to it (docs/study.md, "The study on one GPU").
 
-1. start-up: Python, torch and a CUDA device (without one it says so in one line and exits 1);
+1. start-up: Python, torch and a CUDA device (without one it says so in one line and exits 1); the settings and the
+   seeds of this call: the first ``--seeds`` (3) seed numbers from 1 up that the study folder has not finished for
+   every model (a second call after seeds 1-3: seeds 4-6);
 2. install: the carried wheels of ``make gpu-wheels`` into ``--site`` with this machine's python, offline, as
    ``make gpu-check`` does (bench/gpu_wheels.py): fairseq comes from there, torch stays the machine's;
 3. data: the carried folder of ``make gpu-study-data`` (``--data``; bench/gpu_study_data.py): its manifest must hold
    the preset's prep settings; the prep's outputs are copied into OUT, so the study's prep stage is done;
-4. pre-training: every model at once on the one GPU, each its own ``python -m study --part pretrain I`` with
-   data-loader workers; their progress is printed with the time at which they would end;
-5. the rest of the study: ``python -m study --lanes N`` (locality, longer inputs, fine-tuning with the dev
-   predictions and word-order sets, N parts at once sharing the GPU; then the report);
-6. the budget: ``OUT/budget.md``, also appended to ``OUT/report.md``: the seconds of each part, and every
-   pre-training's updates, tokens and tokens per second from its log.
+4. pre-training: every model of this call's seeds at once on the one GPU, each its own ``python -m study --part
+   pretrain I`` with data-loader workers sized to the machine's cores; their progress is printed with the time at
+   which they would end;
+5. the rest of the study: ``python -m study --lanes N --stages AFTER`` (``--after``: by default every stage after
+   pre-training: locality, longer inputs, and fine-tuning only when TASKS names tasks), then the report over every
+   seed so far, whose "Declared comparisons" test ``ENDPOINTS``;
+6. the budget and the time: ``OUT/budget.md``, also appended to ``OUT/report.md``: the declared comparisons over all
+   seeds so far, the seconds of each part, every call so far (``OUT/gpu_calls.tsv``), every pre-training's updates
+   and tokens, and each model's validation loss against updates and GPU seconds (``OUT/loss_seconds.csv``,
+   ``OUT/loss_seconds.png``).
 
-The models are the study's settings, from the environment as for ``study.sh``: ``VARIANTS`` (default ``bert-a
-tupe-r``), ``OBJECTIVES`` (default ``mlm``; ``"mlm electra"`` with ``VARIANTS=bert-a`` is the ELECTRA setting),
-``GENERATOR_SIZE_DIVISOR`` (default 4: a quarter of the 512-wide encoder, ELECTRA-Small's); the preset is the one
-the data was prepared for (gpu-9min; ``PRESET`` of the environment is ignored). A part still running when the
-budget less ``--reserve-s`` (25 s) is spent is stopped, and the report is written from what finished (its "Missing
-parts" section names the rest). ``--dry-run`` runs the same on CPU (``GPUS=0``) at the size of the data's preset
-(the tests: ``tiny``). ``--report-to DIR`` copies the report, its tables and figure, the budget and the logs into
-DIR (what comes back from a borrowed machine; the checkpoints stay in OUT). Exit status: 0 done; 1 a part failed
-or was stopped at the budget; 2 a usage error.
+The settings are the study's, from the environment as for ``study.sh``, with these defaults: ``VARIANTS=bert-a
+tupe-r``, ``OBJECTIVES=mlm``, ``TASKS=none`` (no fine-tuning; ``TASKS=auto`` fine-tunes on the data's tasks),
+``ENDPOINTS="final_loss:tupe-r:bert-a loss_auc:tupe-r:bert-a"`` and ``EQUIVALENCE_BITS=0.05`` when both models are
+in the study (``none`` otherwise), ``GENERATOR_SIZE_DIVISOR=4`` (for ``OBJECTIVES="mlm electra"``). ENDPOINTS is
+recorded in ``OUT/settings.env`` by the first call, before its first pre-training starts, and a later call that
+changes it is refused. The preset is the one the data was prepared for (gpu-9min; ``PRESET`` of the environment is
+ignored); ``PRETRAIN_SEEDS`` of the environment is ignored too (``--seeds``). A part still running when the budget
+less ``--reserve-s`` (25 s) is spent is stopped, and the report is written from what finished (its "Missing parts"
+name the rest; the next call redoes a stopped seed). ``--dry-run`` runs the same on CPU (``GPUS=0``) at the size
+of the data's preset (the tests: ``tiny``). ``--report-to DIR`` copies the study folder into DIR without its
+checkpoints, the carried data and any pre-training the budget stopped: the report, its tables and figures, the
+budget, the logs, and what a later call needs to add seeds (``make gpu-study OUT=DIR`` on the next machine).
+Exit status: 0 done; 1 a part failed or was stopped at the budget; 2 a usage error (nothing changed).
 
-    python3 bench/gpu_study.py --out runs/gpu-study                     # make gpu-study OUT=runs/gpu-study
-    VARIANTS=bert-a OBJECTIVES="mlm electra" python3 bench/gpu_study.py --out runs/gpu-electra
-    python bench/gpu_study.py --out /tmp/dry --data /tmp/data --dry-run  # the CPU rehearsal
+    python3 bench/gpu_study.py --out runs/gpu-study --report-to /back        # make gpu-study OUT=runs/gpu-study
+    python3 bench/gpu_study.py --out /back                                    # a later loan: 3 more seeds
+    python bench/gpu_study.py --out /tmp/dry --data /tmp/data --dry-run --seeds 2 --after none  # the CPU rehearsal
 """
 from __future__ import annotations
 
@@ -34,7 +45,9 @@ import time
 START = time.monotonic()  # the budget's clock: from here (Python has started) to the report
 
 import argparse  # noqa: E402
+import csv  # noqa: E402
 import json  # noqa: E402
+import math  # noqa: E402
 import os  # noqa: E402
 import re  # noqa: E402
 import shutil  # noqa: E402
@@ -45,23 +58,26 @@ import sys  # noqa: E402
 from dataclasses import dataclass, field  # noqa: E402
 from datetime import datetime, timezone  # noqa: E402
 from pathlib import Path  # noqa: E402
-from typing import Dict, List, Optional, Tuple  # noqa: E402
+from typing import Dict, List, Optional, Sequence, Tuple  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from study.settings import UsageError, resolve  # noqa: E402
+from study.settings import UsageError, changed_settings, recorded_text, resolve, words  # noqa: E402
 from tupe_common.jobs import cores  # noqa: E402
 
-DEFAULTS = {"VARIANTS": "bert-a tupe-r", "OBJECTIVES": "mlm", "GENERATOR_SIZE_DIVISOR": "4"}
+DEFAULTS = {"VARIANTS": "bert-a tupe-r", "OBJECTIVES": "mlm", "GENERATOR_SIZE_DIVISOR": "4", "TASKS": "none"}
+# TUPE's claim, declared for every study this command starts with both models: TUPE-R ends lower (final_loss) and
+# gets there sooner (loss_auc) than BERT-A; the margin is the 6-seed cpu-small run's (docs/results/2026-11-28_*)
+DECLARED = {"ENDPOINTS": "final_loss:tupe-r:bert-a loss_auc:tupe-r:bert-a", "EQUIVALENCE_BITS": "0.05"}
+SEEDS_PER_CALL = 3
 PREP_SETTINGS = ("VOCAB_SIZE", "TOKENS_PER_SAMPLE", "MAX_SHARDS", "MAX_DOCS")  # bench/gpu_study_data.py's
-AFTER_PRETRAINING = {"locality": "locality", "longer": "longer inputs",  # the study's stages run by run_rest
-                     "finetune": "fine-tuning with the dev predictions and word-order sets"}
+AFTER_PRETRAINING = {"locality": "locality", "longer": "longer inputs",  # the study's stages after pre-training
+                     "finetune": "fine-tuning with the dev predictions", "order": "word-order sets"}
 DATA_PARTS = ("c4", "tasks-bin", "locality")  # the prep's outputs in the data folder, as in the study's OUT
 REPORT_RESERVE_S = 25  # kept at the end of the budget for the report when a part runs over (--reserve-s)
 POLL_S = 2.0
-REPORTED = ("report.md", "budget.md", "study.csv", "differences.csv", "order.csv", "correlation.csv", "overview.png",
-            "settings.env", "timings.tsv", "install.log", "study.log")
+CALLS = "gpu_calls.tsv"  # one line per call of this command on the study folder
 
 
 def say(msg: str) -> None:
@@ -94,7 +110,7 @@ class Budget:
         return START + self.budget_s - self.reserve_s
 
 
-# ---- 1-3: the machine, the wheels, the data -------------------------------------------------------------------
+# ---- 1-3: the machine, the settings and seeds, the wheels, the data -------------------------------------------
 
 
 def card(dry_run: bool) -> Tuple[str, str]:
@@ -138,25 +154,77 @@ def read_manifest(data: Path) -> dict:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
-def settings_env(manifest: dict, data: Path, out: Path, dry_run: bool) -> Dict[str, str]:
-    """The study's settings: the environment's, the defaults above, the data's preset and tasks; checked against
-    the prep settings the data was made with."""
-    env = {k: v for k, v in os.environ.items() if k != "OUT"}
+def model_labels(env: Dict[str, str]) -> List[str]:
+    """The study's models (study.plan.Entry.label: ``bert-a``, ``bert-a+electra``) from VARIANTS and OBJECTIVES."""
+    from study.plan import Entry, parse_variants, registry
+
+    if ":" in env["VARIANTS"]:
+        raise UsageError(f"VARIANTS={env['VARIANTS']}: this command chooses the pre-training seeds (--seeds); name "
+                         "the variants without seeds")
+    names = [e.name for e in parse_variants(env["VARIANTS"], [1], registry())]
+    return [Entry(n, (1,), o).label for o in words(env, "OBJECTIVES") for n in names]
+
+
+def finished_seeds(out: Path, labels: Sequence[str]) -> List[int]:
+    """The seeds whose pre-training has finished for every model of ``labels`` in ``out`` (study.stages:
+    ``pretrain/LABEL/seedS/pretrain.done``)."""
+    found = [{int(p.parent.name[len("seed"):]) for p in (out / "pretrain" / label).glob("seed*/pretrain.done")
+              if p.parent.name[len("seed"):].isdigit()} for label in labels]
+    return sorted(set.intersection(*found)) if found else []
+
+
+def call_seeds(finished: Sequence[int], n: int) -> List[int]:
+    """This call's seeds: the first ``n`` seed numbers from 1 up that are not finished (a seed an earlier call
+    started and the budget stopped is among them: it is redone, or resumed from its checkpoint where there is one)."""
+    seeds, s = [], 1
+    while len(seeds) < n:
+        if s not in finished:
+            seeds.append(s)
+        s += 1
+    return seeds
+
+
+def settings_env(manifest: dict, data: Path, out: Path, dry_run: bool, seeds_per_call: int
+                 ) -> Tuple[Dict[str, str], List[int], List[int]]:
+    """The study's settings (the environment's, the defaults above, the data's preset and tasks, the seeds so far and
+    this call's), checked against the prep settings the data was made with and against the settings the study
+    folder recorded (a changed ENDPOINTS is refused here, before anything is written). (settings, the seeds
+    finished before, this call's seeds)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("OUT", "PRETRAIN_SEEDS")}
     for name, value in DEFAULTS.items():
         env[name] = env.get(name) or value
     if env.get("PRESET") not in (None, "", manifest["preset"]):  # cpu-small's prep equals gpu-9min's: not refused
         say(f"PRESET={env['PRESET']} of the environment is ignored: the data was prepared for {manifest['preset']}")
-    env.update(PRESET=manifest["preset"], OUT=str(out), TASKS_DIR=str(data / "tasks"),
-               TASKS=env.get("TASKS") or ",".join(manifest["tasks"]), C4_DIR="")
+    if os.environ.get("PRETRAIN_SEEDS"):
+        say(f"PRETRAIN_SEEDS={os.environ['PRETRAIN_SEEDS']} of the environment is ignored: this command chooses the "
+            "seeds (--seeds)")
+    env.update(PRESET=manifest["preset"], OUT=str(out), TASKS_DIR=str(data / "tasks"), C4_DIR="")
+    if env["TASKS"] == "auto":
+        env["TASKS"] = ",".join(manifest["tasks"])
+    labels = model_labels(env)
+    if not env.get("ENDPOINTS"):  # TUPE's claim when both of its models are in the study; else nothing declared
+        declared = {"bert-a", "tupe-r"} <= set(labels)
+        env["ENDPOINTS"] = DECLARED["ENDPOINTS"] if declared else "none"
+        env["EQUIVALENCE_BITS"] = env.get("EQUIVALENCE_BITS") or (DECLARED["EQUIVALENCE_BITS"] if declared else "none")
     if dry_run:
         env["GPUS"] = "0"
+    finished = finished_seeds(out, labels)
+    seeds = call_seeds(finished, seeds_per_call)
+    env["PRETRAIN_SEEDS"] = " ".join(map(str, sorted(set(finished) | set(seeds))))
     values = resolve(env)
     differ = [f"{k}={values[k]} (the data: {manifest['prep'][k]})" for k in PREP_SETTINGS
               if str(values[k]) != str(manifest["prep"][k])]
     if differ:
         raise UsageError(f"{data} was prepared with other settings than this run's: {', '.join(differ)}; run make "
                          "gpu-study-data with these settings, or leave them to the data's preset")
-    return env
+    recorded = out / "settings.env"
+    if recorded.is_file():
+        diff = changed_settings(recorded.read_text(encoding="utf-8"), recorded_text(values))
+        if diff:
+            raise UsageError(f"{recorded} (line: recorded <, now >) differs from this call's settings:\n"
+                             + "\n".join(diff) + "\nA call adds seeds to the study it was started as: use another "
+                             "--out, or set these back.")
+    return env, finished, seeds
 
 
 def copy_data(data: Path, out: Path) -> int:
@@ -208,11 +276,12 @@ def stop(p: subprocess.Popen) -> None:
             continue
 
 
-def plan_parts(env: Dict[str, str]) -> Tuple[List[str], List[Tuple[int, str]], Dict[str, int]]:
-    """The study's plan from ``env``, in this process (what ``study.sh --list`` prints): every model's label ("bert-a
-    1"), the pre-trainings still to do (index, label) and the number of parts of each stage after pre-training.
-    ``OUT/settings.env`` is written (or checked) here, as the study's first part would: the pre-trainings then start
-    at once without two writers of it. A usage error exits 2."""
+def plan_parts(env: Dict[str, str], after: Sequence[str]) -> Tuple[List[str], List[Tuple[int, str]], Dict[str, int]]:
+    """The study's plan from ``env``, in this process (what ``study.sh --list`` prints): every model's label and seed
+    ("bert-a 1"), the pre-trainings still to do (index, label) and the number of parts still to do of each stage of
+    ``after``. ``OUT/settings.env`` is written (or checked) here, as the study's first part would: the declared
+    comparisons are recorded before the first pre-training starts, and the pre-trainings then start at once without
+    two writers of it. A usage error exits 2."""
     from study.__main__ import check_settings, part_label
     from study.plan import Plan
     from study.stages import BY_NAME
@@ -226,7 +295,7 @@ def plan_parts(env: Dict[str, str]) -> Tuple[List[str], List[Tuple[int, str]], D
     stage = BY_NAME["pretrain"]
     parts = stage.parts(plan)
     todo = [(i, part_label(part)) for i, part in enumerate(parts) if not stage.done(plan, *part)]
-    rest = {name: len(BY_NAME[name].parts(plan)) for name in AFTER_PRETRAINING}
+    rest = {name: sum(not BY_NAME[name].done(plan, *part) for part in BY_NAME[name].parts(plan)) for name in after}
     return [part_label(part) for part in parts], todo, rest
 
 
@@ -241,16 +310,22 @@ def updates_so_far(log: Path) -> int:
     return int(found[-1]) if found else 0
 
 
+def train_log(out: Path, label: str) -> Path:
+    """The fairseq log of the pre-training ``label`` ("bert-a 4")."""
+    name, seed = label.rsplit(" ", 1)
+    return out / "pretrain" / name / f"seed{seed}" / "train.log"
+
+
 def pretrain(env: Dict[str, str], out: Path, todo: List[Tuple[int, str]], total_updates: int, budget: Budget) -> int:
     """Every pre-training part at once; the progress every 15 s; the parts stopped at the deadline. Exit status:
     0 all ended well, 1 otherwise."""
     procs: Dict[str, subprocess.Popen] = {}
     for index, label in todo:
-        procs[label] = study(["--part", "pretrain", str(index)], env, out / "lanes" / f"pretrain-{index}.log")
-        say(f"pre-training {label}: started (log {out / 'lanes' / f'pretrain-{index}.log'})")
+        log = out / "lanes" / f"pretrain-{label.replace(' ', '-seed')}.log"  # by model, not index: calls add parts
+        procs[label] = study(["--part", "pretrain", str(index)], env, log)
+        say(f"pre-training {label}: started (log {log})")
     started, shown = time.monotonic(), time.monotonic()
-    logs = {label: out / "pretrain" / label.rsplit(" ", 1)[0] / f"seed{label.rsplit(' ', 1)[1]}" / "train.log"
-            for _, label in todo}
+    logs = {label: train_log(out, label) for _, label in todo}
     while any(p.poll() is None for p in procs.values()):
         time.sleep(POLL_S)
         if time.monotonic() > budget.deadline:
@@ -274,12 +349,13 @@ def pretrain(env: Dict[str, str], out: Path, todo: List[Tuple[int, str]], total_
     return 1 if failed else 0
 
 
-def run_rest(env: Dict[str, str], out: Path, lanes: int, budget: Budget) -> Tuple[int, float]:
-    """``python -m study --lanes N`` (the stages after pre-training, then the report), its notes echoed; stopped at the
-    deadline, then the report alone. (exit status, seconds of the report)."""
+def run_rest(env: Dict[str, str], out: Path, lanes: int, after: Sequence[str], budget: Budget) -> Tuple[int, float]:
+    """``python -m study --lanes N --stages AFTER`` (the chosen stages after pre-training, then the report; only the
+    report when ``after`` is empty), its notes echoed; stopped at the deadline, then the report alone. (exit status,
+    seconds of the report)."""
     log = out / "study.log"
     seen = log.stat().st_size if log.is_file() else 0
-    p = study(["--lanes", str(lanes)], env, log)
+    p = study(["--lanes", str(lanes), "--stages", ",".join(after)] if after else ["--report"], env, log)
     stopped = False
     while p.poll() is None:
         time.sleep(POLL_S)
@@ -327,6 +403,140 @@ def report_seconds(log_text: str) -> float:
     return float(found[-1]) if found else 0.0
 
 
+# ---- 6: the time: loss against updates and GPU seconds ---------------------------------------------------------
+
+
+_STAMPED = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) \| ")
+_JSON_VALID = re.compile(r"\| valid \| (\{.*\})\s*$")
+_START = "| fairseq_cli.train | {"  # the configuration fairseq-train logs once at its start
+
+
+def log_times(log: Path) -> Tuple[Optional[float], Optional[float], Dict[int, Tuple[float, float]]]:
+    """From a pre-training's fairseq log (its own clock, in seconds since the epoch): the start of its last
+    fairseq-train (the configuration line), its last logged line, and {update: (validation loss, time)} of the
+    validations that run logged. (None, None, {}) before fairseq has started."""
+    start = last = None
+    valid: Dict[int, Tuple[float, float]] = {}
+    text = log.read_text(encoding="utf-8", errors="replace") if log.is_file() else ""
+    for line in text.splitlines():
+        m = _STAMPED.match(line)
+        if not m:
+            continue
+        t = datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S").timestamp()
+        last = t
+        if _START in line:
+            start, valid = t, {}  # a resumed run: its own validations from here
+            continue
+        v = _JSON_VALID.search(line)
+        if v:
+            stats = json.loads(v.group(1))
+            valid[int(float(stats["valid_num_updates"]))] = (float(stats["valid_loss"]), t)
+    return start, last, valid
+
+
+def shared_seconds(spans: Sequence[Tuple[float, float]], own: Tuple[float, float], until: float) -> float:
+    """GPU seconds of one process from its start to ``until``, on a GPU it shared with the processes of ``spans``
+    (every process's (start, end), its own among them): each moment counts 1/n of a second, n the processes running
+    then. A process alone on the GPU gets its wall seconds; k processes that run side by side from start to end get a
+    k-th each. That is the share equal time-slicing gives, an estimate: it does not see which process's kernels
+    took longer."""
+    start, end = own
+    until = min(max(until, start), end)
+    cuts = sorted({start, until} | {x for span in spans for x in span if start < x < until})
+    total = 0.0
+    for a, b in zip(cuts, cuts[1:]):
+        mid = (a + b) / 2
+        total += (b - a) / max(1, sum(s <= mid < e for s, e in spans))
+    return total
+
+
+def loss_seconds(out: Path, models: Sequence[str]) -> List[Dict[str, object]]:
+    """Every validation of every pre-training of ``models`` ("bert-a 1"): its update, loss, wall seconds since its
+    fairseq-train started and GPU seconds (``shared_seconds`` over every pre-training of the study folder, so the
+    ones that ran beside it in the same call count)."""
+    found = {label: log_times(train_log(out, label)) for label in models}
+    spans = [(s, e) for s, e, _ in (log_times(p) for p in sorted((out / "pretrain").glob("*/seed*/train.log")))
+             if s is not None]
+    rows = []
+    for label, (start, end, valid) in found.items():
+        if start is None:
+            continue
+        name, seed = label.rsplit(" ", 1)
+        for update, (loss, t) in sorted(valid.items()):
+            rows.append({"model": name, "seed": int(seed), "update": update, "valid_loss": loss,
+                         "wall_s": t - start, "gpu_s": round(shared_seconds(spans, (start, end), t), 1)})
+    return rows
+
+
+def loss_seconds_text(rows: Sequence[Dict[str, object]]) -> List[str]:
+    """The table of each model's mean validation loss over its seeds at each validation, beside the updates and the
+    mean wall and GPU seconds it took."""
+    if not rows:
+        return ["No validation logged yet.", ""]
+    models = list(dict.fromkeys(r["model"] for r in rows))
+    updates = sorted({r["update"] for r in rows})
+    L = ["| update | " + " | ".join(f"{m}: loss (bits) | {m}: GPU s (wall s) | {m}: seeds" for m in models) + " |",
+         "|---:|" + "---:|---:|---:|" * len(models)]
+    for u in updates:
+        cells = []
+        for m in models:
+            here = [r for r in rows if r["model"] == m and r["update"] == u]
+            if not here:
+                cells.append("— | — | 0")
+                continue
+            cells.append(f"{statistics.mean(r['valid_loss'] for r in here):.4f} | "
+                         f"{statistics.mean(r['gpu_s'] for r in here):.0f} "
+                         f"({statistics.mean(r['wall_s'] for r in here):.0f}) | {len(here)}")
+        L.append(f"| {u:,} | " + " | ".join(cells) + " |")
+    return L + ["", "Means over the seeds that reached the update. Wall s: from the start of the pre-training's "
+                "fairseq-train (its log's clock) to the validation's line; GPU s: the same time, each second divided by "
+                "the number of pre-trainings running then (they shared one GPU; equal time-slicing assumed: an "
+                "estimate, which does not see whose kernels took longer). Per seed: `loss_seconds.csv`; figure: "
+                "`loss_seconds.png`.", ""]
+
+
+def loss_seconds_figure(path: Path, rows: Sequence[Dict[str, object]]) -> None:
+    """Validation loss against updates (left) and against GPU seconds (right): each seed a thin line, the model's
+    mean over seeds a thick one; each model its own line style and marker (a grey print keeps them apart)."""
+    from study.figure import _pyplot, variant_style
+    from tupe_common.io import atomic_path
+
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(11.7, 4.6), sharey=True)
+    for i, m in enumerate(dict.fromkeys(r["model"] for r in rows)):
+        style, marker = variant_style(i)
+        mine = [r for r in rows if r["model"] == m]
+        for ax, x in zip(axes, ("update", "gpu_s")):
+            for seed in sorted({r["seed"] for r in mine}):
+                pts = sorted((r[x], r["valid_loss"]) for r in mine if r["seed"] == seed)
+                ax.plot(*zip(*pts), linestyle=style, color="0.55", linewidth=0.8)
+            updates = sorted({r["update"] for r in mine})
+            mean = [(statistics.mean(r[x] for r in mine if r["update"] == u),
+                     statistics.mean(r["valid_loss"] for r in mine if r["update"] == u)) for u in updates]
+            ax.plot(*zip(*mean), linestyle=style, marker=marker, color="black", linewidth=2,
+                    label=f"{m} (mean of {len({r['seed'] for r in mine})} seeds)")
+    axes[0].set_xlabel("updates")
+    axes[1].set_xlabel("GPU seconds (estimate: each second / the pre-trainings running then)")
+    axes[0].set_ylabel("validation MLM loss (bits)")
+    axes[0].legend()
+    for ax in axes:
+        ax.grid(True, color="0.85")
+    fig.suptitle("Validation loss against updates and against GPU seconds; thin lines: one pre-training seed each")
+    fig.tight_layout()
+    with atomic_path(str(path)) as tmp:
+        fig.savefig(tmp, dpi=120, format="png")
+    plt.close(fig)
+
+
+def write_loss_seconds(out: Path, rows: Sequence[Dict[str, object]]) -> None:
+    with open(out / "loss_seconds.csv", "w", encoding="utf-8", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=["model", "seed", "update", "valid_loss", "wall_s", "gpu_s"])
+        w.writeheader()
+        w.writerows(rows)
+    if rows:
+        loss_seconds_figure(out / "loss_seconds.png", rows)
+
+
 # ---- 6: the budget ------------------------------------------------------------------------------------------------
 
 
@@ -363,57 +573,112 @@ def timings(out: Path) -> Dict[Tuple[str, str], float]:
     return found
 
 
-def budget_text(budget: Budget, out: Path, manifest: dict, models: List[str], command: str, machine: str) -> str:
+def read_calls(out: Path) -> List[Dict[str, str]]:
+    path = out / CALLS
+    if not path.is_file():
+        return []
+    with open(path, encoding="utf-8", newline="") as f:
+        return list(csv.DictReader(f, delimiter="\t"))
+
+
+def record_call(out: Path, row: Dict[str, str]) -> None:
+    """One line of ``OUT/gpu_calls.tsv`` for this call (the header first)."""
+    path, new = out / CALLS, not (out / CALLS).is_file()
+    with open(path, "a", encoding="utf-8", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(row), delimiter="\t")
+        if new:
+            w.writeheader()
+        w.writerow(row)
+
+
+def endpoints_text(out: Path) -> List[str]:
+    """The declared comparisons over every seed so far, as the report tested them (``OUT/endpoints.csv``)."""
+    path = out / "endpoints.csv"
+    rows = list(csv.DictReader(open(path, encoding="utf-8"))) if path.is_file() else []
+    if not rows:
+        return ["No comparison declared (ENDPOINTS=none), or no report yet.", ""]
+    L = [f"One Holm family of {rows[0]['family_size']}, over every seed whose pre-training finished so far (the "
+         "report's \"Declared comparisons\"):", ""]
+    for r in rows:
+        if not r["mean"]:
+            L.append(f"- `{r['measure']}: {r['a']} - {r['b']}`: {r['seeds']} seed(s), {r['verdict']}")
+            continue
+        seeds = " ".join(s.split(":")[0] for s in r["by_pretrain_seed"].split())
+        L.append(f"- `{r['measure']}: {r['a']} - {r['b']}` over {r['seeds']} seeds ({seeds}): mean "
+                 f"{float(r['mean']):+.4f} bits, 95% t-interval [{float(r['low']):+.4f}, {float(r['high']):+.4f}], "
+                 f"p {float(r['p']):.3g}, Holm p {float(r['p_holm']):.3g}: **{r['verdict']}**")
+    return L + [""]
+
+
+def budget_text(budget: Budget, out: Path, manifest: dict, values: Dict[str, str], models: List[str], seeds: List[int],
+                command: str, machine: str, rows: Sequence[Dict[str, object]]) -> str:
     used = sum(p.seconds for p in budget.parts)
     verdict = ("**parts stopped at the budget** (below)" if budget.stopped else "within the budget"
                if used <= budget.budget_s else "**over the budget**")
-    lines = ["## Time budget (bench/gpu_study.py)", "",
-             f"`{command}`, {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, {machine}: **{used:.0f} s** of the "
+    calls = read_calls(out)
+    lines = ["## GPU study: the declared comparisons, the time (bench/gpu_study.py)", "",
+             f"`{command}`, {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, {machine}: call {len(calls)} on this "
+             f"study folder, pre-training seed(s) {', '.join(map(str, seeds))}. **{used:.0f} s** of the "
              f"{budget.budget_s:.0f} s budget, {verdict}. Measured by the command's own clock, from Python's start; "
              "a machine's start and the copy of the files before it are not in it.", "",
-             "| part | seconds | what |", "|---|---:|---|"]
+             "### Declared comparisons so far", ""] + endpoints_text(out)
+    lines += ["### This call's time", "", "| part | seconds | what |", "|---|---:|---|"]
     lines += [f"| {p.name} | {p.seconds:.0f} | {p.what} |" for p in budget.parts]
     lines += [f"| **total** | **{used:.0f}** | of {budget.budget_s:.0f} |", ""]
     for what in budget.stopped:
         lines.append(f"Stopped at the budget: {what}.")
-    lines += ["", "| model | updates | tokens | passes over the corpus | part seconds | tokens/s over the part | "
-              "fairseq's tokens/s (median) |", "|---|---:|---:|---:|---:|---:|---:|"]
+    lines += ["", "### Every call on this study folder", "", "| call | UTC | machine | seeds | pre-trainings at once | "
+              "data-loader workers each | seconds | exit |", "|---:|---|---|---|---:|---:|---:|---:|"]
+    lines += [f"| {i} | {c['utc']} | {c['machine']} | {c['seeds']} | {c['at_once']} | {c['workers']} | {c['seconds']} | "
+              f"{c['exit']} |" for i, c in enumerate(calls, 1)]
+    mean_block = manifest.get("corpus", {}).get("mean_block_tokens") or 0
+    planned = int(values["TOTAL_UPDATES"]) * int(values["BATCH_SIZE"]) * mean_block
+    lines += ["", "### Pre-trainings", "", "| model | updates | tokens | passes over the corpus | part seconds | "
+              "tokens/s over the part | fairseq's tokens/s (median) |", "|---|---:|---:|---:|---:|---:|---:|"]
     seconds = timings(out)
     corpus = manifest.get("corpus", {}).get("train_tokens") or 0
     for label in models:
         name, seed = label.rsplit(" ", 1)
-        f = pretrain_facts(out / "pretrain" / name / f"seed{seed}" / "train.log")
+        f = pretrain_facts(train_log(out, label))
         s = seconds.get(("pretrain", label), 0.0)
         lines.append(f"| {name} seed {seed} | {f['updates']:,} | {f['tokens']:,.0f} | "
                      f"{f['tokens'] / corpus if corpus else 0:.1f} | {s:.0f} | {f['tokens'] / s if s else 0:,.0f} | "
                      f"{f['wps']:,.0f} |")
-    lines += ["", f"Tokens: fairseq's `wpb` (tokens of the update, padding excluded) summed over the updates; the data "
-              f"({manifest.get('preset')}, made {manifest.get('made')}) planned about "
-              f"{manifest.get('tokens_per_model', 0) / 1e6:.1f}M per model."]
+    lines += ["", f"Tokens: fairseq's `wpb` (tokens of the update, padding excluded) summed over the updates; the "
+              f"preset ({values['PRESET']}: {values['TOTAL_UPDATES']} updates x {values['BATCH_SIZE']} blocks of "
+              f"{mean_block} tokens on average) plans about {planned / 1e6:.1f}M per model.", "",
+              "### Validation loss against updates and GPU seconds", ""] + loss_seconds_text(rows)
     return "\n".join(lines) + "\n"
 
 
-def report_to(out: Path, dest: Path, models: List[str]) -> None:
-    """The report and what explains it, without the checkpoints, into ``dest``."""
-    dest.mkdir(parents=True, exist_ok=True)
-    for name in REPORTED:
-        if (out / name).is_file():
-            shutil.copyfile(out / name, dest / name)
-    for log in sorted((out / "lanes").glob("*.log")):
-        (dest / "lanes").mkdir(exist_ok=True)
-        shutil.copyfile(log, dest / "lanes" / log.name)
-    for label in models:
-        name, seed = label.rsplit(" ", 1)
-        log = out / "pretrain" / name / f"seed{seed}" / "train.log"
-        if log.is_file():
-            shutil.copyfile(log, dest / f"pretrain_{name}_seed{seed}.log")
+def report_to(out: Path, dest: Path, data: Path) -> List[str]:
+    """The study folder into ``dest`` without what a later call does not need: the checkpoints, the files of the
+    carried data folder, the TensorBoard logs, and every pre-training the budget stopped (without its checkpoint it
+    cannot resume; the next call redoes it). ``dest`` is then a study folder a later call adds seeds to. The
+    pre-trainings left out."""
+    left_out = sorted(str(p.parent.relative_to(out)) for p in (out / "pretrain").glob("*/seed*/train.log")
+                      if not (p.parent / "pretrain.done").is_file())
+    for src in sorted(out.rglob("*")):
+        rel = src.relative_to(out)
+        if (not src.is_file() or src.suffix == ".pt" or "tensorboard" in rel.parts or (data / rel).is_file()
+                or any(str(rel).startswith(skip + os.sep) for skip in left_out)):
+            continue
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src, dest / rel)
+    return left_out
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
                                  epilog=__doc__.split("\n\n", 1)[1])
-    ap.add_argument("--out", type=Path, required=True, help="the study's folder (created; holds the checkpoints)")
+    ap.add_argument("--out", type=Path, required=True, help="the study's folder (created; holds the checkpoints; a "
+                    "folder of an earlier call, or its --report-to copy, gets --seeds more seeds)")
     ap.add_argument("--data", type=Path, default=ROOT / ".gpu-study-data", help="the folder of make gpu-study-data")
+    ap.add_argument("--seeds", type=int, default=SEEDS_PER_CALL, help="pre-training seeds this call adds, each for "
+                    f"every model (default {SEEDS_PER_CALL}; the first call needs 2 or more for the declared tests)")
+    ap.add_argument("--after", default=",".join(AFTER_PRETRAINING), help="the study's stages run after pre-training, "
+                    f"comma-separated, or none (default {','.join(AFTER_PRETRAINING)}: fine-tuning has parts only "
+                    "when TASKS names tasks)")
     ap.add_argument("--wheels", help="the wheel folder of make gpu-wheels (default .gpu-wheels; a dry run uses this "
                     "environment unless given)")
     ap.add_argument("--site", type=Path, default=ROOT / ".gpu-site", help="where its wheels are installed")
@@ -423,16 +688,24 @@ def main(argv: Optional[List[str]] = None) -> int:
                     f"report when a part runs over: it is stopped then (default {REPORT_RESERVE_S})")
     ap.add_argument("--lanes", type=int, help="parts at once after pre-training (default: cores / 2, 2 to 8)")
     ap.add_argument("--pretrain-workers", type=int, help="data-loader workers of each pre-training (default: the "
-                    "cores per pre-training less one, at most 4)")
-    ap.add_argument("--report-to", type=Path, help="copy the report, the budget and the logs here")
+                    "cores left beside the pre-trainings' main processes, shared among them, 1 to 4)")
+    ap.add_argument("--report-to", type=Path, help="copy the study folder here without checkpoints and data (what "
+                    "comes back from a borrowed machine, and what a later call continues)")
     ap.add_argument("--dry-run", action="store_true", help="the same on CPU, at the size of the data's preset")
     args = ap.parse_args(argv)
     if args.wheels is None and not args.dry_run:
         args.wheels = str(ROOT / ".gpu-wheels")
+    after = [] if args.after == "none" else args.after.split(",")
     try:  # the settings first: a usage error changes nothing
+        if args.seeds < 1:
+            raise UsageError(f"--seeds {args.seeds}: a whole number of seeds, 1 or more")
+        bad = [s for s in after if s not in AFTER_PRETRAINING]
+        if bad:
+            raise UsageError(f"--after {args.after}: the stages after pre-training are {', '.join(AFTER_PRETRAINING)} "
+                             f"(or none), not {bad[0]}")
         manifest = read_manifest(args.data)
         out = args.out.resolve()
-        env = settings_env(manifest, args.data.resolve(), out, args.dry_run)
+        env, finished, seeds = settings_env(manifest, args.data.resolve(), out, args.dry_run, args.seeds)
     except UsageError as e:
         print(f"gpu_study: error: {e}", file=sys.stderr)
         return 2
@@ -450,14 +723,19 @@ def main(argv: Optional[List[str]] = None) -> int:
     env = child_env(env, site)
     if site:
         sys.path.insert(0, str(site))  # the plan imports the registry, hence fairseq: the carried one
-    models, todo, rest = plan_parts(env)
-    budget.done("study plan", "the settings checked and recorded (OUT/settings.env), the parts listed")
-    per_model = cores() // max(1, len(todo))  # the cores of each pre-training: its main process and its workers
-    workers = args.pretrain_workers if args.pretrain_workers is not None else min(4, max(0, per_model - 1))
-    threads = str(max(1, min(4, per_model)))
-    total_updates = int(resolve(env)["TOTAL_UPDATES"])
-    say(f"{len(models)} model(s): {', '.join(models)}; PRESET={env['PRESET']}, {total_updates} updates each; "
-        f"{len(todo)} pre-training(s) to run at once, {workers} data-loader worker(s) each")
+    models, todo, rest = plan_parts(env, after)
+    budget.done("study plan", "the settings checked and recorded (OUT/settings.env, ENDPOINTS with them), the parts "
+                              "listed")
+    n = max(1, len(todo))
+    # each pre-training: its main process (one core: it waits on the GPU) and its share of the cores left
+    workers = (args.pretrain_workers if args.pretrain_workers is not None
+               else min(4, max(1, math.ceil((cores() - n) / n))))
+    threads = str(max(1, min(4, cores() // n)))
+    values = resolve(env)
+    total_updates = int(values["TOTAL_UPDATES"])
+    say(f"seeds finished before: {', '.join(map(str, finished)) or 'none'}; this call: {', '.join(map(str, seeds))}; "
+        f"ENDPOINTS={values['ENDPOINTS']}; {len(todo)} pre-training(s) to run at once (PRESET={values['PRESET']}, "
+        f"{total_updates} updates of {values['BATCH_SIZE']} sequences), {workers} data-loader worker(s) each")
     rc = pretrain(child_env(env, None, NUM_WORKERS=str(workers), OMP_NUM_THREADS=threads, MKL_NUM_THREADS=threads),
                   out, todo, total_updates, budget) if todo else 0
     budget.done("pre-training", f"{len(todo)} model(s) at once on one {'CPU' if args.dry_run else 'GPU'}, "
@@ -465,25 +743,34 @@ def main(argv: Optional[List[str]] = None) -> int:
     lanes = args.lanes or max(2, min(8, cores() // 2))
     rest_env = child_env(env, None, NUM_WORKERS="0")
     if time.monotonic() < budget.deadline:
-        rest_rc, report_s = run_rest(rest_env, out, lanes, budget)
+        rest_rc, report_s = run_rest(rest_env, out, lanes, after, budget)
     else:  # the pre-training took the budget: the report of what there is
         rest_rc, report_s = 1, report_only(rest_env, out, budget)
-    what = ", ".join(f"{AFTER_PRETRAINING[name]} {n}" for name, n in rest.items() if n)
-    budget.done("after pre-training", f"{sum(rest.values())} part(s) ({what}), {lanes} at once")
+    what = ", ".join(f"{AFTER_PRETRAINING[name]} {k}" for name, k in rest.items() if k)
+    budget.done("after pre-training", f"{sum(rest.values())} part(s) ({what or 'none to do'}), {lanes} at once")
     budget.parts[-1].seconds -= report_s
     budget.parts.append(Part("report", report_s, "report.md, the CSV tables, overview.png"))
+    rows = loss_seconds(out, models)
+    write_loss_seconds(out, rows)
+    exit_status = 1 if rc or rest_rc or budget.stopped else 0
+    record_call(out, {"utc": f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M}", "machine": device,
+                      "seeds": " ".join(map(str, seeds)), "at_once": str(len(todo)), "workers": str(workers),
+                      "seconds": f"{sum(p.seconds for p in budget.parts):.0f}", "exit": str(exit_status)})
     command = "python3 bench/gpu_study.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    text = budget_text(budget, out, manifest, models, command, device)
+    text = budget_text(budget, out, manifest, values, models, seeds, command, device, rows)
     (out / "budget.md").write_text(text, encoding="utf-8")
     if (out / "report.md").is_file():
         with open(out / "report.md", "a", encoding="utf-8") as f:
             f.write("\n" + text)
-    if args.report_to:
-        report_to(out, args.report_to, models)
+    if args.report_to and args.report_to.resolve() != out:
+        left_out = report_to(out, args.report_to.resolve(), args.data.resolve())
+        if left_out:
+            say(f"not copied into {args.report_to} (stopped at the budget; the next call redoes them): "
+                + ", ".join(left_out))
     print("\n" + text, flush=True)
     print(f"gpu_study: report {out / 'report.md'}" + (f", copied into {args.report_to}" if args.report_to else ""),
           flush=True)
-    return 1 if rc or rest_rc or budget.stopped else 0
+    return exit_status
 
 
 if __name__ == "__main__":

@@ -12,6 +12,9 @@
                                   threads (on 2 CPU cores: 2 lanes of 1 thread pre-trained 1.8x the models
                                   per hour of one 2-thread process); a free lane takes the first part, in
                                   stage order, whose model or run has ended (no lane waits for a stage)
+    study.sh [--lanes N] --stages S1,S2
+                                  as study.sh [--lanes N], but only the parts of these stages, then the report
+                                  (bench/gpu_study.py: the stages after pre-training it chose)
 
 Exit status: 0 done; 1 a part failed (the message names its log); 2 a usage error (nothing was changed).
 """
@@ -32,8 +35,8 @@ from tupe_common.errors import stdout_reader_left
 from tupe_common.jobs import Job, run_jobs, slurm_ranges, visible_gpus
 from tupe_plugin_cli.checkpoints import CheckpointError
 
-USAGE = ("Usage: [NAME=value ...] study.sh [--lanes N | --list | --slurm | --report | --part STAGE [INDEX] | "
-         "--plan PILOT]")
+USAGE = ("Usage: [NAME=value ...] study.sh [--lanes N] [--stages S1,S2] | --list | --slurm | --report | "
+         "--part STAGE [INDEX] | --plan PILOT")
 
 
 def help_text(environ) -> str:
@@ -144,10 +147,12 @@ def run_stages_in_lanes(plan: Plan, stages: Sequence[Stage], lanes: int) -> List
     return run_jobs(jobs, lanes, os.environ, say=note, gpus=visible_gpus(os.environ)).failed
 
 
-def run_all(plan: Plan, lanes: int = 1) -> int:
+def run_all(plan: Plan, lanes: int = 1, only: Optional[Sequence[str]] = None) -> int:
+    """Every stage's parts not yet done (``only``: those stages' parts), then the report; exit status."""
     failed: List[str] = []
-    in_lanes = [stage for stage in STAGES[:-1] if lanes > 1 and stage.name != "prep"]
-    for stage in STAGES[:-1]:
+    stages = [stage for stage in STAGES[:-1] if only is None or stage.name in only]
+    in_lanes = [stage for stage in stages if lanes > 1 and stage.name != "prep"]
+    for stage in stages:
         if stage in in_lanes:
             continue
         for part in stage.parts(plan):
@@ -194,11 +199,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if args[:1] in (["-h"], ["--help"]):
             print(help_text(os.environ))
             return 0
-        mode, stage, index, lanes = "all", None, 0, 1
+        mode, stage, index, lanes, only = "all", None, 0, 1, None
         if args[:1] == ["--lanes"]:
-            if len(args) != 2 or not args[1].isdigit() or int(args[1]) < 1:
-                raise UsageError(f"--lanes N: a whole number >= 1 and nothing after it, not '{' '.join(args[1:])}'")
-            lanes, args = int(args[1]), []
+            if len(args) < 2 or not args[1].isdigit() or int(args[1]) < 1 or args[2:3] not in ([], ["--stages"]):
+                raise UsageError(f"--lanes N: a whole number >= 1, then nothing or --stages, not '{' '.join(args[1:])}'")
+            lanes, args = int(args[1]), args[2:]
+        if args[:1] == ["--stages"]:
+            names = args[1].split(",") if len(args) == 2 else []
+            bad = [n for n in names if n not in BY_NAME or n == "report"]
+            if not names or bad:
+                raise UsageError(f"--stages S1,S2: stages of {', '.join(s.name for s in STAGES[:-1])} (the report "
+                                 f"always runs), and nothing after them, not '{' '.join(args[1:])}'")
+            only, args = names, []
         if args[:1] == ["--plan"]:
             if len(args) != 2:
                 raise UsageError("--plan PILOT: one study folder or study.csv, and nothing after it")
@@ -242,7 +254,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 raise UsageError(f"{stage.name} has {len(parts)} part(s) (0..{len(parts) - 1}), not index {index}")
             run_part(plan, stage, parts[index])
             return 0
-        return run_all(plan, lanes)
+        return run_all(plan, lanes, only)
     except UsageError as e:
         print(f"study.sh: error: {e}", file=sys.stderr)
         return 2

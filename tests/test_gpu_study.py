@@ -1,10 +1,13 @@
 """``make gpu-study`` on CPU: the carried data folder (bench/gpu_study_data.py) made from the fixtures without a
-download, then the command behind ``make gpu-study`` (bench/gpu_study.py) in its dry run on that folder, with a
-carried wheel installed offline, inside a network namespace without network where ``unshare`` allows, and with every
-Python process's sockets refused and recorded. Its report has both models and the budget's lines; the gpu-9min
-preset plans at least 100M tokens per model and its ELECTRA setting is accepted."""
+download, then the command behind ``make gpu-study`` (bench/gpu_study.py) in its dry run on that folder, twice, as
+on two GPU loans: the first call (2 seeds, real fairseq training at the tiny preset, a carried wheel installed
+offline, inside a network namespace without network where ``unshare`` allows, every Python process's sockets
+refused and recorded) declares the endpoints and copies the study back without checkpoints; the second call, on
+that copy, adds the next seed and reports the declared comparisons over all three. The time table's GPU seconds
+against a reference; the gpu-9min preset plans about 35M tokens per model and its ELECTRA setting is accepted."""
 from __future__ import annotations
 
+import csv
 import json
 import os
 import re
@@ -33,6 +36,9 @@ pytestmark = pytest.mark.usefixtures("starts_process")  # its tests start proces
 # the dry run: the tiny preset, the vocabulary the fixture corpus can fill, 4 updates with 2 validations
 TINY = {"PRESET": "tiny", "VOCAB_SIZE": "300", "HARD_VOCAB_LIMIT": "0", "TOTAL_UPDATES": "4", "VALID_POINTS": "2",
         "PREP_JOBS": "1", "OMP_NUM_THREADS": "1"}
+# every call of the dry runs: pre-training only (the stages after it are the study's own, tested in test_study*.py),
+# no data-loader worker (a process each on 2 cores)
+DRY = ["--dry-run", "--after", "none", "--pretrain-workers", "0", "--lanes", "2"]
 # Every Python process of the dry run imports this first (PYTHONPATH): a socket that connects anywhere, or a
 # name looked up, is written to NETWORK_GUARD_LOG and refused.
 GUARD = '''import os, socket
@@ -129,69 +135,118 @@ def no_network_prefix() -> list:
 
 @pytest.fixture(scope="module")
 def dry(data, tmp_path_factory):
+    """Two calls on one study: the first (seeds 1 and 2) with --report-to ``back``, the second on ``back`` (seed 3),
+    as a second GPU loan gets the folder the first one sent back."""
     carry, _ = data
     d = tmp_path_factory.mktemp("gpu_study_dry")
     tiny_wheel(d / "wheels")
     (d / "guard").mkdir()
     (d / "guard" / "sitecustomize.py").write_text(GUARD)
-    # LENGTH_FACTORS=1: no longer-inputs stage (two process starts for 1 s of work; tests/test_study.py runs it)
-    env = environment(**TINY, LENGTH_FACTORS="1", NETWORK_GUARD_LOG=str(d / "network.log"), PYTHONPATH=str(d / "guard"))
+    env = environment(**TINY, NETWORK_GUARD_LOG=str(d / "network.log"), PYTHONPATH=str(d / "guard"))
     prefix = no_network_prefix()
     start = time.monotonic()
-    p = subprocess.run([*prefix, sys.executable, "bench/gpu_study.py", "--out", str(d / "study"), "--data", str(carry),
-                        "--wheels", str(d / "wheels"), "--site", str(d / "site"), "--dry-run", "--lanes", "2",
-                        "--report-to", str(d / "report")], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
-    seconds = time.monotonic() - start
-    print(f"dry run: {seconds:.0f} s{' in a network namespace' if prefix else ''}")
-    return p, d, prefix, seconds
+    first = subprocess.run([*prefix, sys.executable, "bench/gpu_study.py", "--out", str(d / "study"), "--data",
+                            str(carry), "--wheels", str(d / "wheels"), "--site", str(d / "site"), "--seeds", "2", *DRY,
+                            "--report-to", str(d / "back")], cwd=ROOT, env=env, capture_output=True, text=True,
+                           timeout=600)
+    seconds = [time.monotonic() - start]
+    back = d / "back"
+    before = {str(p.relative_to(back)): p.read_bytes() for p in sorted(back.glob("pretrain/*/seed*/*")) if p.is_file()}
+    copied = {str(p.relative_to(back)) for p in back.rglob("*") if p.is_file()}  # what the first call sent back
+    start = time.monotonic()
+    second = subprocess.run([*prefix, sys.executable, "bench/gpu_study.py", "--out", str(back), "--data", str(carry),
+                             "--seeds", "1", *DRY], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    seconds.append(time.monotonic() - start)
+    print(f"dry runs: {seconds[0]:.0f} s and {seconds[1]:.0f} s{' in a network namespace' if prefix else ''}")
+    return {"first": first, "second": second, "d": d, "back": back, "before": before, "copied": copied,
+            "prefix": prefix}
 
 
-def test_dry_run_writes_the_report_with_both_models(dry):
-    p, d, _, _ = dry
+def final_losses(study: Path, model: str) -> Dict[int, float]:
+    """{seed: the last validation loss its train.log printed}, read here from the json lines."""
+    out = {}
+    for log in sorted(study.glob(f"pretrain/{model}/seed*/train.log")):
+        losses = re.findall(r'\| valid \| \{.*"valid_loss": "([0-9.]+)"', log.read_text())
+        out[int(log.parent.name[4:])] = float(losses[-1])
+    return out
+
+
+def test_the_first_call_declares_the_endpoints_and_tests_them_over_its_two_seeds(dry):
+    p, d = dry["first"], dry["d"]
     assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-4000:]
-    md = (d / "study" / "report.md").read_text()
-    loss_table = md.split("## Pre-training: validation MLM loss")[1].split("\n## ")[0]
-    assert "| bert-a |" in loss_table and "| tupe-r |" in loss_table
-    assert "| bert-a - tupe-r |" in md or "| tupe-r - bert-a |" in md  # the two compared downstream
+    settings = (d / "study" / "settings.env").read_text()
+    assert "ENDPOINTS=final_loss:tupe-r:bert-a loss_auc:tupe-r:bert-a\n" in settings
+    assert "EQUIVALENCE_BITS=0.05\n" in settings
     for model in ("bert-a", "tupe-r"):
-        run = d / "study" / "finetune" / model / "seed1" / "SST-2" / "lr1e-3_seed1"
-        assert (run / "result.json").is_file() and (run / "predictions.json").is_file() and (run / "order.json").is_file()
-        assert (d / "study" / "locality" / model / "seed1.csv").is_file()
-        assert (d / "study" / "pretrain" / model / "seed1" / "pretrain.done").is_file()
-    # the carried wheel went in offline, into the site folder, and the report names it
+        assert sorted(final_losses(d / "study", model)) == [1, 2]
+    rows = {r["measure"]: r for r in csv.DictReader(open(d / "study" / "endpoints.csv"))}
+    assert set(rows) == {"final_loss", "loss_auc"} and {r["family_size"] for r in rows.values()} == {"2"}
+    a, b = final_losses(d / "study", "tupe-r"), final_losses(d / "study", "bert-a")
+    diffs = {int(k): float(v) for k, v in (x.split(":") for x in rows["final_loss"]["by_pretrain_seed"].split())}
+    assert diffs == pytest.approx({s: a[s] - b[s] for s in (1, 2)}, abs=1e-6)  # TUPE-R - BERT-A per seed, from the logs
+    budget = (d / "study" / "budget.md").read_text()
+    assert "call 1 on this study folder, pre-training seed(s) 1, 2." in budget
+    assert "- `final_loss: tupe-r - bert-a` over 2 seeds (1 2): mean " in budget
+    # the carried wheel went in offline, into the site folder
     assert (d / "site" / "gpu_study_probe" / "__init__.py").is_file()
     assert "installed 1 wheels from" in (d / "study" / "install.log").read_text()
-    # what comes back from a borrowed machine: the report, the budget, the figure and the logs, no checkpoint
-    back = {f.name for f in (d / "report").rglob("*") if f.is_file()}
-    assert {"report.md", "budget.md", "overview.png", "study.csv", "settings.env", "pretrain_bert-a_seed1.log",
-            "pretrain_tupe-r_seed1.log"} <= back
-    assert not [n for n in back if n.endswith(".pt")]
 
 
-def test_dry_run_accounts_for_its_budget(dry):
-    p, d, _, seconds = dry
-    budget = (d / "study" / "budget.md").read_text()
-    assert budget in (d / "study" / "report.md").read_text()  # appended to the report
-    assert budget.strip() in p.stdout  # and printed: a borrowed machine's command output shows it
-    rows = dict(re.findall(r"^\| ([a-z -]+) \| (\d+) \| ", budget, re.M))
-    assert list(rows) == ["start-up", "install", "data", "study plan", "pre-training", "after pre-training", "report"]
-    total = int(re.search(r"^\| \*\*total\*\* \| \*\*(\d+)\*\* \| of 540 \|", budget, re.M).group(1))
-    assert abs(total - sum(map(int, rows.values()))) <= len(rows)  # each row rounded on its own
-    assert 0 < total <= seconds + 1 and int(rows["pre-training"]) > 0 and int(rows["after pre-training"]) > 0
-    assert "within the budget" in budget and "installed 1 wheels" in budget
-    assert "| 4 part(s) (locality 2, fine-tuning with the dev predictions and word-order sets 2), 2 at once |" in budget
+def test_report_to_is_the_study_without_checkpoints_or_data(dry):
+    d, files = dry["d"], dry["copied"]
+    assert {"report.md", "budget.md", "endpoints.csv", "settings.env", "overview.png", "loss_seconds.csv",
+            "loss_seconds.png", "gpu_calls.tsv", "timings.tsv"} <= files
+    assert not [f for f in files if f.endswith(".pt") or f.startswith(("c4/", "tasks-bin/")) or "tensorboard" in f]
+    assert any((d / "study").rglob("*.pt"))  # they were there, in OUT
     for model in ("bert-a", "tupe-r"):
-        row = re.search(rf"^\| {model} seed 1 \| (\d+) \| ([0-9,]+) \| ([0-9.]+) \| (\d+) \|", budget, re.M)
-        updates, tokens = int(row.group(1)), int(row.group(2).replace(",", ""))
-        # against the log's own lines: every update's tokens (train_inner, logged at each of the 4 updates here)
-        log = (d / "study" / "pretrain" / model / "seed1" / "train.log").read_text()
-        per_update = [int(float(x)) for x in re.findall(r'\| train_inner \| \{.*"wpb": "([0-9.]+)"', log)]
-        assert updates == 4 and len(per_update) == 4 and abs(tokens - sum(per_update)) <= 1  # wpb: 1 decimal
-        assert 4 * 8 <= tokens <= 4 * 8 * 64  # 8 blocks of 1 to 64 tokens per update
+        for seed in (1, 2):
+            assert f"pretrain/{model}/seed{seed}/pretrain.done" in dry["before"]
 
 
-def test_dry_run_needs_no_network(dry):
-    _, d, prefix, _ = dry
+def test_the_second_call_adds_the_next_seed_and_keeps_the_earlier_ones(dry):
+    p, back = dry["second"], dry["back"]
+    assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-4000:]
+    for rel, content in dry["before"].items():  # seeds 1 and 2 were not trained again
+        assert (back / rel).read_bytes() == content, rel
+    for model in ("bert-a", "tupe-r"):
+        assert sorted(final_losses(back, model)) == [1, 2, 3]
+        assert (back / "pretrain" / model / "seed3" / "checkpoint_last.pt").is_file()  # trained here, this call
+    calls = list(csv.DictReader(open(back / "gpu_calls.tsv"), delimiter="\t"))
+    assert [(c["seeds"], c["at_once"], c["exit"]) for c in calls] == [("1 2", "4", "0"), ("3", "2", "0")]
+    a, b = final_losses(back, "tupe-r"), final_losses(back, "bert-a")
+    rows = {r["measure"]: r for r in csv.DictReader(open(back / "endpoints.csv"))}
+    diffs = {int(k): float(v) for k, v in (x.split(":") for x in rows["final_loss"]["by_pretrain_seed"].split())}
+    assert diffs == pytest.approx({s: a[s] - b[s] for s in (1, 2, 3)}, abs=1e-6)
+    d = [a[s] - b[s] for s in (1, 2, 3)]
+    assert float(rows["final_loss"]["mean"]) == pytest.approx(sum(d) / 3, abs=1e-6)
+    assert "seeds finished before: 1, 2; this call: 3;" in p.stdout
+    md = (back / "report.md").read_text()
+    declared = md.split("## Declared comparisons (confirmatory)")[1].split("\n## ")[0]
+    assert "| seed 1 | seed 2 | seed 3 |" in declared and "one Holm family of 2" in declared
+    budget = (back / "budget.md").read_text()
+    assert budget in md and budget.strip() in p.stdout  # appended to the report and printed
+    assert "call 2 on this study folder, pre-training seed(s) 3." in budget
+    assert "- `final_loss: tupe-r - bert-a` over 3 seeds (1 2 3): mean " in budget
+
+
+def test_the_time_table_holds_every_validation_with_its_gpu_seconds(dry):
+    back = dry["back"]
+    rows = list(csv.DictReader(open(back / "loss_seconds.csv")))
+    assert sorted((r["model"], int(r["seed"]), int(r["update"])) for r in rows) == sorted(
+        (m, s, u) for m in ("bert-a", "tupe-r") for s in (1, 2, 3) for u in (2, 4))
+    for r in rows:
+        assert 0 <= float(r["gpu_s"]) <= float(r["wall_s"]) + 0.05
+    for m in ("bert-a", "tupe-r"):  # the table's loss at update 4: the mean of the seeds' final losses
+        mean = sum(final_losses(back, m).values()) / 3
+        cell = [float(r["valid_loss"]) for r in rows if r["model"] == m and r["update"] == "4"]
+        assert sum(cell) / 3 == pytest.approx(mean, abs=1e-9)
+    line = re.search(r"^\| 4 \| ([0-9.]+) \| \d+ \(\d+\) \| 3 \| ([0-9.]+) \| \d+ \(\d+\) \| 3 \|$",
+                     (back / "budget.md").read_text(), re.M)
+    assert line and float(line.group(1)) == pytest.approx(sum(final_losses(back, "bert-a").values()) / 3, abs=6e-5)
+
+
+def test_the_dry_runs_need_no_network(dry):
+    d = dry["d"]
     refused = (d / "network.log").read_text() if (d / "network.log").exists() else ""
     assert refused == "", f"the dry run tried the network:\n{refused}"
     probe = subprocess.run([sys.executable, "-c", "import socket; socket.create_connection(('pypi.org', 443), 3)"],
@@ -200,26 +255,56 @@ def test_dry_run_needs_no_network(dry):
     assert probe.returncode != 0 and "pypi.org" in (d / "probe.log").read_text()  # the guard does record and refuse
 
 
-def test_a_part_past_the_budget_is_stopped_and_the_report_written_from_what_finished(data, tmp_path):
+def test_a_call_that_changes_the_declared_comparisons_is_refused(dry, data):
+    back, (carry, _) = dry["back"], data
+    calls = (back / "gpu_calls.tsv").read_text()
+    p = subprocess.run([sys.executable, "bench/gpu_study.py", "--out", str(back), "--data", str(carry), *DRY],
+                       cwd=ROOT, env=environment(**TINY, ENDPOINTS="final_loss:tupe-r:bert-a"), capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 2 and "> ENDPOINTS=final_loss:tupe-r:bert-a" in p.stderr, p.stderr
+    assert (back / "gpu_calls.tsv").read_text() == calls and not (back / "pretrain" / "bert-a" / "seed4").exists()
+
+
+def test_shared_seconds_divides_each_second_among_the_processes_running():
+    spans = [(0.0, 100.0), (0.0, 50.0)]
+    assert gpu_study.shared_seconds(spans, spans[0], 100) == pytest.approx(50 / 2 + 50)  # shared, then alone
+    assert gpu_study.shared_seconds(spans, spans[1], 50) == pytest.approx(25)
+    assert gpu_study.shared_seconds(spans, spans[0], 20) == pytest.approx(10)
+    assert gpu_study.shared_seconds([(5.0, 9.0)], (5.0, 9.0), 30) == pytest.approx(4)  # alone: its wall seconds, to its end
+    three = [(0.0, 30.0), (10.0, 40.0), (20.0, 50.0)]  # the second: 10 s in two, 10 s in three, 10 s in two
+    assert gpu_study.shared_seconds(three, three[1], 40) == pytest.approx(5 + 10 / 3 + 5)
+
+
+def test_a_call_takes_the_first_seeds_not_finished():
+    assert gpu_study.call_seeds([], 3) == [1, 2, 3]
+    assert gpu_study.call_seeds([1, 2, 3], 3) == [4, 5, 6]
+    assert gpu_study.call_seeds([1, 3], 2) == [2, 4]  # seed 2, stopped at the budget before, is redone
+
+
+def test_a_part_past_the_budget_is_stopped_and_left_out_of_the_copy(data, tmp_path):
     """A pre-training far longer than the budget: stopped (its process group: no fairseq-train left behind) when
-    the budget less the reserve is spent; the report is written from what finished and says so."""
+    the budget less the reserve is spent; the budget says so; the copy for the next call leaves the stopped
+    pre-trainings out (without their checkpoints they cannot resume: the next call redoes them)."""
     carry, _ = data
     out = tmp_path / "study"
-    p = subprocess.run([sys.executable, "bench/gpu_study.py", "--out", str(out), "--data", str(carry), "--dry-run",
-                        "--budget-s", "70", "--reserve-s", "50"], cwd=ROOT,
+    p = subprocess.run([sys.executable, "bench/gpu_study.py", "--out", str(out), "--data", str(carry), "--seeds", "2",
+                        *DRY, "--budget-s", "45", "--reserve-s", "25", "--report-to", str(tmp_path / "back")], cwd=ROOT,
                        env=environment(**dict(TINY, TOTAL_UPDATES="100000")), capture_output=True, text=True, timeout=300)
     assert p.returncode == 1, p.stdout[-3000:] + p.stderr[-3000:]
     budget = (out / "budget.md").read_text()
     assert "**parts stopped at the budget**" in budget
     for model in ("bert-a", "tupe-r"):
-        assert re.search(rf"Stopped at the budget: pre-training {model} 1 \(at update \d+\)", budget), budget
-        assert not (out / "pretrain" / model / "seed1" / "pretrain.done").exists()
+        for seed in (1, 2):
+            assert re.search(rf"Stopped at the budget: pre-training {model} {seed} \(at update \d+\)", budget), budget
+            assert not (out / "pretrain" / model / f"seed{seed}" / "pretrain.done").exists()
+            assert (out / "pretrain" / model / f"seed{seed}" / "train.log").is_file()
+            assert not (tmp_path / "back" / "pretrain" / model / f"seed{seed}").exists()
     total = int(re.search(r"^\| \*\*total\*\* \| \*\*(\d+)\*\* \|", budget, re.M).group(1))
-    assert total <= 70 + 5
+    assert total <= 45 + 5
     left = subprocess.run(["pgrep", "-f", str(out)], capture_output=True, text=True).stdout.split()
     assert left == [], "processes of the stopped study are still running"
-    md = (out / "report.md").read_text()
-    assert "## Missing parts" in md and "bert-a" in md.split("## Missing parts")[1] and budget in md
+    assert (tmp_path / "back" / "budget.md").read_text() == budget
+    assert "1 2\t4\t" in (tmp_path / "back" / "gpu_calls.tsv").read_text()  # the call is recorded, exit 1
 
 
 def test_data_prepared_for_other_settings_is_refused_before_any_work(data, tmp_path):
@@ -251,15 +336,30 @@ def test_without_cuda_it_says_so_in_one_line_and_exits_1(data, tmp_path):
 MEAN_BLOCK_NPM = 113.8  # tokens per block of the npm corpus at T=128 with its 8k vocabulary (make gpu-study-data, 2026-11-26)
 
 
-def test_gpu_9min_plans_100m_tokens_per_model_within_its_checks():
+def test_gpu_9min_plans_35m_tokens_per_model_within_its_checks():
     from study.settings import preset_path, read_preset
 
     p = read_preset(preset_path("gpu-9min"))
     updates, batch = int(p["TOTAL_UPDATES"]), int(p["BATCH_SIZE"])
     assert batch % int(p["MAX_SENTENCES"]) == 0 and updates % int(p["VALID_POINTS"]) == 0
     assert updates % (4 * (updates // int(p["VALID_POINTS"]))) == 0 and int(p["WARMUP"]) < updates
-    assert updates * batch * MEAN_BLOCK_NPM >= 100e6
-    assert updates * batch * int(p["TOKENS_PER_SAMPLE"]) < 1.2 * 100e6 / (MEAN_BLOCK_NPM / 128)  # not far beyond
+    assert 34e6 <= updates * batch * MEAN_BLOCK_NPM <= 36e6  # about 35M tokens per model
+    assert int(p["VALID_POINTS"]) >= 8  # the curve of the declared loss_auc
+
+
+def test_the_declared_comparisons_are_tupes_claim_only_when_both_of_its_models_are_there(monkeypatch, tmp_path):
+    manifest = {"preset": "gpu-9min", "tasks": ["uci-sentiment"],
+                "prep": {"VOCAB_SIZE": "8000", "TOKENS_PER_SAMPLE": "128", "MAX_SHARDS": "0", "MAX_DOCS": "0"}}
+    for name in ("ENDPOINTS", "EQUIVALENCE_BITS", "VARIANTS", "OBJECTIVES", "TASKS", "PRESET", "PRETRAIN_SEEDS"):
+        monkeypatch.delenv(name, raising=False)
+    env, finished, seeds = gpu_study.settings_env(manifest, tmp_path / "data", tmp_path / "s", True, 3)
+    assert env["ENDPOINTS"] == "final_loss:tupe-r:bert-a loss_auc:tupe-r:bert-a" and env["EQUIVALENCE_BITS"] == "0.05"
+    assert (finished, seeds, env["PRETRAIN_SEEDS"], env["TASKS"]) == ([], [1, 2, 3], "1 2 3", "none")
+    monkeypatch.setenv("VARIANTS", "bert-a")
+    monkeypatch.setenv("OBJECTIVES", "mlm electra")
+    monkeypatch.setenv("TASKS", "auto")
+    env, _, _ = gpu_study.settings_env(manifest, tmp_path / "data", tmp_path / "s", True, 3)
+    assert env["ENDPOINTS"] == "none" and env["EQUIVALENCE_BITS"] == "none" and env["TASKS"] == "uci-sentiment"
 
 
 def test_gpu_9min_takes_the_electra_setting_with_the_drivers_generator_divisor(tmp_path):
