@@ -449,6 +449,45 @@ def test_report_downstream_differences_with_bootstrap_intervals(tmp_path):
     assert "| A - B | SST | +12.00 | [" in md and "Exploratory, every one" in md and "settled" not in md.lower()
 
 
+def test_seed_noise_stands_beside_every_downstream_difference(tmp_path):
+    """A has a second pre-training seed whose SST runs score 60, 62, 64 (median 62; seed 1's median is 82): the
+    study's seed noise on SST is 20 points, the largest spread of one model over its own seeds.
+    A - B (+12, one shared seed: the dev set tells them apart) is within it, and so is the span of the models'
+    medians (4 points): no order is read. With seed 2 at 80, 81, 83 (median 81: noise 1), A - B is beyond it."""
+    out = tmp_path / "study"
+    make_study(out)
+    d = out / "pretrain" / "A" / "seed2"
+    d.mkdir(parents=True)
+    (d / "train.log").write_text('x | INFO | valid | {"valid_loss": "1.0", "valid_num_updates": "100"}\n')
+    for scores, noise, beyond in (([60, 62, 64], 20.0, "False"), ([80, 81, 83], 1.0, "True")):
+        shutil.rmtree(out / "finetune" / "A" / "seed2", ignore_errors=True)
+        for seed, score in enumerate(scores, 1):
+            write_sst_run(out / "finetune" / "A" / "seed2" / "SST-2" / f"lr1e-4_seed{seed}", seed, score)
+        assert sr.main([str(out), "--variants", "A:1,2 B C", "--total-updates", "100", "--resamples", "200"]) == 0
+        diffs = {(r["a"], r["b"], r["task"]): r for r in csv.DictReader((out / "differences.csv").open())}
+        ab, bc = diffs["A", "B", "SST"], diffs["B", "C", "SST"]  # one column: no separate average
+        assert float(ab["difference"]) == pytest.approx(12.0) and ab["pretrain_seeds"] == "1"
+        assert float(ab["seed_noise"]) == pytest.approx(noise) and ab["beyond_seed_noise"] == beyond
+        assert float(bc["seed_noise"]) == pytest.approx(noise) and bc["beyond_seed_noise"] == str(3.0 > noise)
+        md = (out / "report.md").read_text()
+        row = next(line for line in md.splitlines() if line.startswith("| A - B | SST | +12.00 |"))
+        assert row.endswith(f"| {noise:.2f} | {'beyond' if beyond == 'True' else 'within'} |"), row
+        assert f"SST {noise:.2f} (A, 2 seeds)" in md
+        rows = {r["variant"]: r for r in csv.DictReader((out / "study.csv").open())}
+        span = max(float(r["SST_median"]) for r in rows.values()) - min(float(r["SST_median"]) for r in rows.values())
+        verdict = "**beyond it**: an order may be read" if span > noise else "**within it**: read no order"
+        assert f"SST: the models span {span:.2f} against a seed noise of {noise:.2f} ({verdict}" in md
+
+
+def test_without_several_seeds_the_seed_noise_is_said_to_be_unmeasured(tmp_path):
+    out = tmp_path / "study"
+    make_study(out)
+    assert sr.main([str(out), "--variants", "A B C", "--total-updates", "100", "--resamples", "200"]) == 0
+    md = (out / "report.md").read_text()
+    assert "**Seed noise**: not measured" in md and "the seed noise is not measured" in md
+    assert {r["seed_noise"] for r in csv.DictReader((out / "differences.csv").open())} == {""}
+
+
 def test_word_order_sets_keep_words_and_swap_roles():
     from study.dev_eval import perturbed_sets
 
