@@ -396,7 +396,8 @@ def overview_figure(variants: Sequence[Variant], rows: Sequence[Dict], columns: 
             continue
         pts = scatter_with_far_out(ax, pts)
         rho, p = c["spearman"], c.get("spearman_p", math.nan)
-        stat = "—" if math.isnan(rho) else f"{rho:.2f}" + ("" if math.isnan(p) else f" (p {p:.2f})")
+        # the report's p for a correlation: the permutation p, unadjusted (exploratory; its one family is declared)
+        stat = "—" if math.isnan(rho) else f"{rho:.2f}" + ("" if math.isnan(p) else f" (p {p:.2f}, unadjusted)")
         ax.set_title(f"{c['measure']}\nn = {c['n']}, Spearman {stat}", fontsize=8)
         ax.set_xlabel(c["measure"].split(" (")[0], fontsize=8)
         if k == 0:

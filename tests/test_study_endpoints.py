@@ -248,3 +248,12 @@ def test_figure_text_contrast_noise_columns_small_correlations_and_unfit_marks()
     scatter = fig.axes[2]
     assert "not drawn (fewer than 5)" in scatter.get_title() and not scatter.collections
     plt.close(fig)
+    # from 5 variants on the points are drawn, the title with the report's own (unadjusted) p of that correlation
+    rows = [{"variant": f"v{i}", "objective": "mlm", "downstream_avg": 60.0 + i, "loc_pos": 0.1 * i} for i in range(5)]
+    corr = sr.correlations(rows)[:1]
+    fig = figure.overview_figure([], rows, [], corr, None, ())
+    scatter = fig.axes[2]
+    assert scatter.get_title() == (f"locality (position-only)\nn = 5, Spearman {corr[0]['spearman']:.2f} "
+                                   f"(p {corr[0]['spearman_p']:.2f}, unadjusted)")
+    assert len(scatter.collections[0].get_offsets()) == 5
+    plt.close(fig)
