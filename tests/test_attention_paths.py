@@ -24,7 +24,7 @@ from tupe_plugin.positional.masks import align_strides, attention_mask, padding_
 from tupe_plugin.positional.base import PositionalTerm
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-import gpu_check  # noqa: E402  (bench/gpu_check.py: the SDPA spy the GPU check uses)
+from gpu_check.probes import sdpa_calls  # noqa: E402  (the SDPA spy the GPU check uses)
 
 B, H, T, DH = 2, 2, 6, 4
 SCALE = (2 * DH) ** -0.5  # TUPE's (2 dh)^-0.5; any scale would do
@@ -306,7 +306,7 @@ def test_align_strides_copies_only_an_unaligned_mask_and_keeps_values_and_gradie
     assert torch.equal(out, permuted) and out.stride() == (4 * 9 * 16, 9 * 16, 16, 1)
 
 
-# --- GPU pitfalls, checked on CPU (bench/gpu_check.py checks them again on CUDA) -------------------------
+# --- GPU pitfalls, checked on CPU (bench/gpu_check/ checks them again on CUDA) -------------------------
 
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
@@ -320,7 +320,7 @@ def test_masks_reaching_sdpa_have_qs_dtype_and_aligned_strides_under_autocast(va
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
         want = model(x, features_only=True)[0]
         monkeypatch.setattr(masks_module, "ALIGNED_DEVICES", {"cuda", "cpu"})
-        with gpu_check.sdpa_calls() as seen:
+        with sdpa_calls() as seen:
             got = model(x, features_only=True)[0]
     assert len(seen) == len(model.encoder.sentence_encoder.layers)
     for q_dtype, mask in seen:

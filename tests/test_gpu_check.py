@@ -1,5 +1,5 @@
 """The GPU kit on CPU: the carried wheel folder (bench/gpu_wheels.py: derived requirements, a cp312 download that
-fits, an offline install of this machine's wheels) and ``make gpu-check`` (bench/gpu_check.py) in its dry run,
+fits, an offline install of this machine's wheels) and ``make gpu-check`` (bench/gpu_check/) in its dry run,
 its refusal without CUDA and its report when a section fails. The downloads need the package index; without it
 they skip."""
 from __future__ import annotations
@@ -19,9 +19,16 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
-import gpu_check  # noqa: E402
 from conftest import run  # noqa: E402
 import gpu_wheels  # noqa: E402
+from gpu_check.attention import ERROR_COLUMNS  # noqa: E402
+from gpu_check.cuda_tests import pytest_counts  # noqa: E402
+from gpu_check.environment import peak_tflops  # noqa: E402
+from gpu_check.sections import NAMES, QUICK_SECTIONS  # noqa: E402
+from gpu_check.settings import QUICK_VARIANTS, settings  # noqa: E402
+from gpu_check.sync import SYNC_STEPS  # noqa: E402
+from gpu_check.throughput import pretrain_command, throughput_log_facts, write_token_data  # noqa: E402
+from gpu_check.train import train_command, train_log_facts  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("starts_process")  # its tests start processes (real CLIs, scripts)
 
@@ -112,7 +119,7 @@ def test_install_without_a_folder_says_what_to_do(tmp_path):
 def test_without_cuda_it_says_so_in_one_line_and_exits_1(tmp_path):
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
-    p = cli("bench/gpu_check.py", "--out", str(tmp_path))
+    p = cli("bench/gpu_check", "--out", str(tmp_path))
     assert p.returncode == 1 and p.stdout == ""
     assert len(p.stderr.strip().splitlines()) == 1 and "no CUDA device" in p.stderr
 
@@ -124,7 +131,7 @@ VARIANTS = ("deberta_rel",)  # more FLOPs than RoBERTa (bert_a, the reference, c
 @pytest.fixture(scope="module")
 def dry_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("dry")
-    p = cli("bench/gpu_check.py", "--out", str(out), "--dry-run", "--variants", *VARIANTS, "--peak-tflops", str(PEAK),
+    p = cli("bench/gpu_check", "--out", str(out), "--dry-run", "--variants", *VARIANTS, "--peak-tflops", str(PEAK),
             timeout=3000)
     with open(out / "gpu_check.csv", newline="", encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
@@ -150,8 +157,8 @@ def numbers(rows, section: str, **match) -> dict:
 def test_dry_run_passes_every_section_and_reports_each(dry_run):
     p, report, rows = dry_run
     assert p.returncode == 0, report
-    assert gpu_check.SECTIONS == ("environment", "cuda_tests", "sdpa", "attention", "train", "throughput", "sync", "timing")
-    for name in gpu_check.SECTIONS:
+    assert NAMES == ("environment", "cuda_tests", "sdpa", "attention", "train", "throughput", "sync", "timing")
+    for name in NAMES:
         assert f"| {name} | ok |" in report and f"## {name}" in report
     assert "Loss falls, overflow skips counted" in report
     env = values(rows, "environment")
@@ -171,7 +178,7 @@ def test_dry_run_sdpa_section_checks_every_dtype_and_the_pitfalls(dry_run):
 def test_dry_run_attention_times_every_path_and_checks_triton_against_float64(dry_run):
     _, report, rows = dry_run
     assert "Triton runs here: True" in report  # the dry run's child runs Triton's interpreter
-    dry = gpu_check.settings(dry_run=True)
+    dry = settings(dry_run=True)
     for length in dry.attention_lengths:
         for dropout in ("0", "0.1"):
             base = numbers(rows, "attention", subject="sdpa", setting=f"T={length} dropout={dropout} bias=none")
@@ -191,7 +198,7 @@ def test_dry_run_attention_times_every_path_and_checks_triton_against_float64(dr
         errors = {path: numbers(rows, "attention", subject=path, setting=f"T={length} errors")
                   for path in ("triton", "explicit")}
         assert values(rows, "attention", subject="triton", setting=f"T={length} errors")["ok"] == "True"
-        for column in gpu_check.ERROR_COLUMNS:  # fp32 in the interpreter: both at fp32 rounding of float64
+        for column in ERROR_COLUMNS:  # fp32 in the interpreter: both at fp32 rounding of float64
             assert 0 < errors["triton"][f"{column}_rel_error"] < 1e-5
             assert 0 < errors["explicit"][f"{column}_rel_error"] < 1e-5
 
@@ -201,15 +208,15 @@ def test_quick_check_runs_its_four_sections_on_trainings_batches(tmp_path):
     one length with training's padding in every bias layout (and the unpadded SDPA baseline its ratios divide
     by), no FlexAttention; pretrain.sh's wps of RoBERTa and TUPE-R; the step ratios of the quick variants and of
     TUPE-R at twice the length."""
-    p = cli("bench/gpu_check.py", "--out", str(tmp_path), "--dry-run", "--quick", timeout=1200)
+    p = cli("bench/gpu_check", "--out", str(tmp_path), "--dry-run", "--quick", timeout=1200)
     report = (tmp_path / "report.md").read_text(encoding="utf-8")
     assert p.returncode == 0, report
     assert report.startswith("# GPU check (quick) (dry run on CPU)")
-    for name in gpu_check.SECTIONS:
-        assert (f"| {name} | ok |" in report) == (name in gpu_check.QUICK_SECTIONS), name
+    for name in NAMES:
+        assert (f"| {name} | ok |" in report) == (name in QUICK_SECTIONS), name
     with open(tmp_path / "gpu_check.csv", newline="", encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
-    quick = gpu_check.settings(dry_run=True, quick=True)
+    quick = settings(dry_run=True, quick=True)
     T = quick.attention_lengths[0]
     timed = {(r["subject"], r["setting"]) for r in rows if r["section"] == "attention" and r["metric"] == "ms"}
     for dropout in ("0", "0.1"):
@@ -222,13 +229,13 @@ def test_quick_check_runs_its_four_sections_on_trainings_batches(tmp_path):
     assert archs == {"roberta_base", "tupe_r_tiny"}
     timing = {(r["subject"], r["setting"]) for r in rows if r["section"] == "timing" and r["metric"] == "time_ratio"}
     length = quick.timing[0].length
-    assert {v for v, setting in timing if setting == f"T={length} mlm"} == set(gpu_check.QUICK_VARIANTS)
+    assert {v for v, setting in timing if setting == f"T={length} mlm"} == set(QUICK_VARIANTS)
     assert {v for v, setting in timing if setting == f"T={2 * length} mlm"} == {"bert_a", "tupe_r"}
 
 
 def test_dry_run_throughput_reads_fairseqs_wps_from_pretrain_sh(dry_run):
     _, report, rows = dry_run
-    dry = gpu_check.settings(dry_run=True)
+    dry = settings(dry_run=True)
     # the GPU's three rows rehearsed: fairseq's roberta (at the tiny sizes), our bert_a and tupe_r
     assert [a.split("_")[0] for a in dry.throughput_archs] == ["roberta", "bert", "tupe"]
     per_token = {a: float(values(rows, "throughput", subject=a)["flops_per_token"]) for a in dry.throughput_archs}
@@ -247,8 +254,8 @@ def test_dry_run_throughput_reads_fairseqs_wps_from_pretrain_sh(dry_run):
 
 def test_dry_run_sync_counts_every_step(dry_run):
     _, _, rows = dry_run
-    dry = gpu_check.settings(dry_run=True)
-    for family, objective in gpu_check.SYNC_STEPS:
+    dry = settings(dry_run=True)
+    for family, objective in SYNC_STEPS:
         found = values(rows, "sync", subject=family, setting=f"{objective} T={dry.sync_length}")
         sites = [site.rsplit(" x", 1) for site in found["sites"].split(" | ")]
         assert int(found["syncs"]) == sum(int(n) for _, n in sites) >= 1
@@ -263,7 +270,7 @@ def test_dry_run_timing_ratios_follow_from_the_measurements(dry_run):
         train = values(rows, "train", setting=f"fp32 {launcher}")
         assert train["loss_falls"] == "True" and float(train["last_loss"]) < float(train["first_loss"])
         assert train["overflow_skips"] == "0"
-    dry = gpu_check.settings(dry_run=True)
+    dry = settings(dry_run=True)
     assert {g.length for g in dry.timing} == {32, 64}  # T=512, 1024 (and 128) on the GPU
     for group in dry.timing:
         setting = f"T={group.length} {group.objective}"
@@ -289,7 +296,7 @@ def test_dry_run_timing_ratios_follow_from_the_measurements(dry_run):
 
 
 def test_a_failing_section_is_in_the_report_and_the_exit_status(tmp_path):
-    p = cli("bench/gpu_check.py", "--out", str(tmp_path), "--dry-run", "--sections", "timing", "--variants", "nosuch")
+    p = cli("bench/gpu_check", "--out", str(tmp_path), "--dry-run", "--sections", "timing", "--variants", "nosuch")
     assert p.returncode == 1
     report = (tmp_path / "report.md").read_text(encoding="utf-8")
     assert "| timing | failed |" in report and "unknown ['nosuch']" in report
@@ -300,12 +307,12 @@ def test_a_failing_section_is_in_the_report_and_the_exit_status(tmp_path):
 
 
 def test_pytest_summary_and_fairseq_log_are_read():
-    assert gpu_check.pytest_counts("...\n3 passed, 1 skipped, 9 deselected in 2.1s\n") == {
+    assert pytest_counts("...\n3 passed, 1 skipped, 9 deselected in 2.1s\n") == {
         "passed": 3, "skipped": 1, "deselected": 9}
     log = ("epoch 001:      5 / 40 loss=9.012, nll_loss=9.0, loss_scale=128, wps=1\n"
            "fairseq.optim.fp16_optimizer | NOTE: gradient overflow detected, ignoring gradient, setting loss scale to: 64.0\n"
            "epoch 001:     10 / 40 loss=7.5, loss_scale=64, wps=1\n")
-    facts = gpu_check.train_log_facts(log.replace("epoch 001:", "train_inner | epoch 001:"))
+    facts = train_log_facts(log.replace("epoch 001:", "train_inner | epoch 001:"))
     assert facts == {"losses": [9.012, 7.5], "overflows": 1, "loss_scale": "64"}
 
 
@@ -314,19 +321,19 @@ def test_bf16_never_goes_through_fairseq_train_whose_command_line_makes_it_tpu()
 
     argv = ["data", "--task", "masked_lm", "--arch", "tupe_r_tiny", "--bf16", "--user-dir", str(ROOT / "tupe_plugin")]
     assert options.parse_args_and_arch(options.get_training_parser(), argv).tpu  # fairseq 0.12: --bf16 => --tpu
-    gpu = gpu_check.settings(dry_run=False)
+    gpu = settings(dry_run=False)
     assert ("bf16", "hydra") in gpu.train_runs and ("fp16", "cli") in gpu.train_runs
-    command = gpu_check.train_command(gpu, "bf16", "hydra", Path("bin"), Path("run"))
+    command = train_command(gpu, "bf16", "hydra", Path("bin"), Path("run"))
     assert "common.bf16=true" in command and "common.fp16=false" in command and "common.cpu=false" in command
     with pytest.raises(ValueError, match="--tpu"):
-        gpu_check.train_command(gpu, "bf16", "cli", Path("bin"), Path("run"))
+        train_command(gpu, "bf16", "cli", Path("bin"), Path("run"))
 
 
 def test_peak_rate_by_card_name():
-    assert gpu_check.peak_tflops("NVIDIA H100 80GB HBM3", None) == 989.4
-    assert gpu_check.peak_tflops("NVIDIA H100 PCIe", None) == 756.0
-    assert gpu_check.peak_tflops("NVIDIA H200", None) == 989.4
-    assert gpu_check.peak_tflops("Some GPU", None) is None and gpu_check.peak_tflops("Some GPU", 100.0) == 100.0
+    assert peak_tflops("NVIDIA H100 80GB HBM3", None) == 989.4
+    assert peak_tflops("NVIDIA H100 PCIe", None) == 756.0
+    assert peak_tflops("NVIDIA H200", None) == 989.4
+    assert peak_tflops("Some GPU", None) is None and peak_tflops("Some GPU", 100.0) == 100.0
 
 
 def test_throughput_runs_pretrain_sh_in_bf16_with_the_recipes_batch_on_one_gpu(tmp_path):
@@ -334,11 +341,11 @@ def test_throughput_runs_pretrain_sh_in_bf16_with_the_recipes_batch_on_one_gpu(t
     runs train_scripts/fairseq_train.py: fairseq's parser, without the --tpu it sets for --bf16."""
     from train_scripts.fairseq_train import config_keeping_bf16
 
-    gpu = gpu_check.settings(dry_run=False)
+    gpu = settings(dry_run=False)
     data = tmp_path / "data"
     data.mkdir()
-    gpu_check.write_token_data(data, 500, 4000, 20, 60)
-    cmd, env = gpu_check.pretrain_command(gpu, "tupe_r_base", data, tmp_path / "save")
+    write_token_data(data, 500, 4000, 20, 60)
+    cmd, env = pretrain_command(gpu, "tupe_r_base", data, tmp_path / "save")
     env = dict(os.environ, **env, DRY_RUN="1")
     p = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
     assert p.returncode == 0, p.stderr
@@ -358,16 +365,16 @@ def test_throughput_log_and_written_data_are_fairseqs():
     log = ("2026-11-26 | INFO | train_inner | epoch 001:      4 / 17 loss=14.2, wps=301234.5, ups=2.1, wpb=131000\n"
            "2026-11-26 | INFO | train_inner | epoch 001:      8 / 17 loss=13.9, wps=335000, ups=2.5, wpb=131000\n"
            "{'_name': None, 'common': {'cpu': False, 'tpu': False, 'bf16': True, 'fp16': False}}\n")
-    facts = gpu_check.throughput_log_facts(log)
+    facts = throughput_log_facts(log)
     assert facts == {"wps": [301234.5, 335000.0], "bf16": True, "fp16": False, "tpu": False, "cpu": False}
-    roberta = gpu_check.pretrain_command(gpu_check.settings(dry_run=True), "roberta_base", Path("d"), Path("s"))[0]
+    roberta = pretrain_command(settings(dry_run=True), "roberta_base", Path("d"), Path("s"))[0]
     assert "--encoder-layers=2" in roberta and "--encoder-embed-dim=64" in roberta  # fairseq has no roberta_tiny
 
 
 def test_data_written_for_throughput_is_read_by_fairseq(tmp_path):
     from fairseq.data import Dictionary, data_utils
 
-    gpu_check.write_token_data(tmp_path, 300, 5000, 20, 60)
+    write_token_data(tmp_path, 300, 5000, 20, 60)
     d = Dictionary.load(str(tmp_path / "dict.txt"))
     assert len(d) == 300 + d.nspecial
     train = data_utils.load_indexed_dataset(str(tmp_path / "train"), d)
