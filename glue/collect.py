@@ -34,15 +34,15 @@ import math
 import os
 import re
 import statistics
-import sys
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from glue.published import COLUMNS, COMPARE, SOURCE, TABLE1
 from glue.tasks import (METRIC, PAPER_LRS, PAPER_SEEDS, TASKS, GlueTask, custom_task, get_task,  # noqa: F401 (METRIC)
                         table_columns)
+from tupe_common.errors import exit_main
 from tupe_common.glue_selection import column_lr
-from tupe_common.io import atomic_open, atomic_path
+from tupe_common.io import atomic_open, atomic_path, need
 from tupe_common.log import get_logger
 
 log = get_logger("collect")
@@ -532,8 +532,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                    help=f"published rows to show, from {', '.join(TABLE1)} (default {','.join(COMPARE)})")
     p.add_argument("--strict", action="store_true", help="exit 1 when anything is missing")
     args = p.parse_args(argv)
-    if not os.path.isdir(args.runs_dir):
-        p.error(f"runs folder not found: {args.runs_dir}")
+    need(args.runs_dir, "folder")  # missing, or a file: one line naming it, exit 1 (tupe_common.errors.exit_main)
     for model in filter(None, args.compare.split(",")):
         if model not in TABLE1:
             p.error(f"--compare: unknown row {model!r}; choose from {', '.join(TABLE1)}")
@@ -567,4 +566,4 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_main(main, "python -m glue.collect")

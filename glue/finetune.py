@@ -197,8 +197,12 @@ def finetune(settings: Mapping[str, str], task: str, lr: str, seed: str, say: Sa
         say(tunables.shown(TUNABLES, v))
     if not v["CHECKPOINT"]:
         raise UsageError("CHECKPOINT is required: the pre-trained checkpoint to fine-tune")
-    if not os.path.isfile(v["CHECKPOINT"]):
-        raise RunFailed(f"CHECKPOINT={v['CHECKPOINT']}: no such file")
+    from tupe_plugin_cli.checkpoints import CheckpointError, check_file
+
+    try:  # missing, a folder, not a checkpoint: one line naming it (exit 1)
+        check_file(v["CHECKPOINT"])
+    except CheckpointError as e:
+        raise RunFailed(f"CHECKPOINT={e}") from None
     data = os.path.join(v["GLUE_BIN"], f"{task}-bin")
     if not os.path.isdir(data):
         raise RunFailed(f"{data}: no such folder (GLUE_BIN={v['GLUE_BIN']})")
@@ -215,6 +219,8 @@ def finetune(settings: Mapping[str, str], task: str, lr: str, seed: str, say: Sa
         v["EPOCHS"] = facts["TASK_EPOCHS"]
     if v["FP16"] == "auto":
         v["FP16"] = "1" if int(facts["CUDA_DEVICES"]) > 0 else "0"
+    elif v["FP16"] == "1" and int(facts["CUDA_DEVICES"]) == 0:  # fairseq would end in a CUDA traceback
+        raise UsageError("FP16=1 needs a GPU, but this machine sees no CUDA device: leave FP16 unset on CPU")
     say(f"{task}: {facts['NUM_CLASSES']} class(es), metric {facts['METRIC']} on {facts['VALID_SUBSETS']}, "
         f"{v['EPOCHS']} epochs; checkpoint variant {facts['CHECKPOINT_VARIANT']} ({facts['MODEL_ARGS']})")
     if shutil.which("fairseq-train") is None:
@@ -310,6 +316,7 @@ def main(argv: Optional[Sequence[str]] = None, environ: Mapping[str, str] = os.e
         sys.stderr.write(usage())
         return 2
     try:
+        tunables.check_names([*DEFAULTS, *RENAMED], environ, PROG)
         finetune(resolve(environ), *args, environ=environ)
     except UsageError as e:
         say_to_stderr(f"error: {e}")

@@ -23,7 +23,7 @@ from typing import Dict, List, Mapping, Optional
 from glue.collect import parse_validations, read_result_json, select_best
 from glue.tasks import get_task, is_custom_bin
 from tupe_common.io import write_json
-from tupe_common.errors import UsageError
+from tupe_common.errors import UsageError, exit_main
 
 
 def task_settings(task: str, num_classes: Optional[int] = None, custom: bool = False) -> Dict[str, str]:
@@ -145,4 +145,4 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_main(main, "python -m glue.finetune_helper")

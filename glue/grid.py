@@ -257,6 +257,13 @@ def main_sh(argv: Sequence[str], environ: Mapping[str, str]) -> int:
         sys.stderr.write(USAGE + tunables.usage_rows(TUNABLES))
         return 2
     mode = argv[0][2:] if argv else "local"
+    from glue import finetune
+
+    try:  # every variable of finetune.sh passes through
+        tunables.check_names([*(t.name for t in TUNABLES), *finetune.DEFAULTS, *finetune.RENAMED], environ, PROG)
+    except UsageError as e:
+        say(f"error: {e}")
+        return 2
     v = tunables.resolve(TUNABLES, environ, say)
     say(tunables.shown(TUNABLES, v))
     try:
@@ -265,7 +272,6 @@ def main_sh(argv: Sequence[str], environ: Mapping[str, str]) -> int:
         say(f"error: {e}")
         return 2
     say(f"tasks: {' '.join(tasks)}")
-    from glue import finetune
 
     try:  # every LR and seed, and finetune.sh's settings, before the first run (not at the run that needs them)
         finetune.check_run_settings(finetune.resolve(environ, say=lambda line: None), lrs, seeds)
@@ -283,8 +289,13 @@ def main_sh(argv: Sequence[str], environ: Mapping[str, str]) -> int:
     if not v["CHECKPOINT"]:
         say("error: CHECKPOINT is required: the pre-trained checkpoint to fine-tune")
         return 2
-    if not os.path.isfile(v["CHECKPOINT"]):
-        say(f"error: CHECKPOINT={v['CHECKPOINT']}: no such file")
+    from tupe_common.errors import message
+    from tupe_common.io import need
+
+    try:  # missing, or a folder: one line naming it (its contents are each run's check, finetune.sh's)
+        need(v["CHECKPOINT"])
+    except OSError as e:
+        say(f"error: CHECKPOINT={message(e)}")
         return 1
     missing = missing_binaries(todo, v["GLUE_BIN"], f"GLUE_BIN={v['GLUE_BIN']}")
     if missing:

@@ -18,11 +18,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from tupe_common.errors import UsageError
+from tupe_common.errors import UsageError, exit_main
 
 
 
@@ -255,10 +254,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = p.parse_args(argv)
     names = list(PAPER_TASKS if args.paper else TASKS)
     if args.tasks_dir:
+        from tupe_common.io import need
+
+        need(args.tasks_dir, "folder")  # missing, or a file: one line naming it, exit 1
         names += custom_task_names(args.tasks_dir) + custom_bin_names(args.tasks_dir)
     print("\n".join(dict.fromkeys(names)))
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_main(main, "python -m glue.tasks")

@@ -47,6 +47,7 @@ from tupe_common.log import get_logger
 from tupe_common.mmap_index import token_dtype_for, write_index
 from preprocess.fairseq_dict import FairseqDict
 from preprocess.spm_dict import check_dict, id_offset, spm_to_fairseq_ids
+from tupe_common.io import need
 
 PROG = "c4_binarize"
 log = get_logger(PROG)
@@ -330,10 +331,8 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: Optional[List[str]] = None) -> int:
     args = parser().parse_args(argv)
 
-    missing = [p for p in [*args.inputs, args.spm_model, args.dict] if not os.path.isfile(p)]
-    if missing:
-        log.error(f"missing file(s): {missing}")
-        return 1
+    for p in [args.spm_model, args.dict, *args.inputs]:
+        need(p)  # missing, or a folder: one line naming it, exit 1 (tupe_common.errors.exit_main)
     try:
         s = binarize(args.inputs, args.out, args.spm_model, args.dict, args.workers, args.chunk_bytes,
                      args.max_in_flight, args.progress_seconds, args.force, args.tokens_per_sample)

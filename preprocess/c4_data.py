@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 from typing import Dict, List, Optional
 
 import numpy as np
@@ -27,6 +26,7 @@ import numpy as np
 from tupe_common.io import file_hash, read_data_path, read_json
 from tupe_common.log import get_logger
 from tupe_common.mmap_index import NotAnIndex, line_sizes
+from tupe_common.errors import exit_main
 
 PROG = "c4_data"
 log = get_logger(PROG)
@@ -66,6 +66,8 @@ def check_data(data: str, tokens_per_sample: int = 512, break_mode: str = "compl
     first_hash = None
     counts = {"train": [0, 0], "valid": [0, 0]}
     for d in shards:
+        if os.path.exists(d) and not os.path.isdir(d):
+            raise DataError(f"{d} is a file, where a data folder is expected")
         if not os.path.isdir(d):
             hint = (f" (recorded in {os.path.join(data, 'data_path.txt')}; rerun python -m preprocess.c4 layout (or run_all.sh STEPS=4) "
                     "or copy the whole data-bin folder)") if os.path.isdir(data) else ""
@@ -125,4 +127,4 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_main(main, "c4_data")

@@ -35,6 +35,7 @@ from preprocess.c4_common import Progress, SettingsMismatch, check_settings, mb,
 from tupe_common.errors import exit_main
 from tupe_common.io import atomic_path, read_json, remove_if_exists, write_json
 from tupe_common.log import get_logger
+from tupe_common.io import need
 
 PROG = "c4_extract"
 log = get_logger(PROG)
@@ -169,9 +170,7 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: Optional[List[str]] = None) -> int:
     args = parser().parse_args(argv)
 
-    if not os.path.isfile(args.input):
-        log.error(f"{args.input}: no such file")
-        return 1
+    need(args.input)  # missing, or a folder: one line naming it, exit 1 (tupe_common.errors.exit_main)
     settings = {"input": os.path.basename(args.input), "input_bytes": os.path.getsize(args.input),
                 "max_docs": args.max_docs}
     record = args.output + ".settings.json"

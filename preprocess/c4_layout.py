@@ -21,11 +21,11 @@ import errno
 import json
 import os
 import shutil
-import sys
 from typing import List, Optional, Sequence
 
-from tupe_common.io import atomic_open, atomic_path, file_hash, remove_if_exists, write_data_path, write_json
+from tupe_common.io import atomic_open, atomic_path, file_hash, need, remove_if_exists, write_data_path, write_json
 from tupe_common.log import get_logger
+from tupe_common.errors import exit_main, message
 
 LINK_MODES = ("hardlink", "symlink", "copy")  # how the shards' files reach DATA_BIN
 
@@ -87,6 +87,8 @@ class Placer:
 
 
 def layout(data_bin: str, dict_path: str, valid: str, train: Sequence[str], link: str = "hardlink") -> List[str]:
+    need(dict_path)
+    need(data_bin, "out")
     for p in [*train, valid]:
         check_done(p)
     os.makedirs(data_bin, exist_ok=True)
@@ -138,11 +140,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     try:
         shards = layout(args.data_bin, args.dict, args.valid, args.train, args.link)
     except (ValueError, OSError) as e:
-        log.error(f"{e}")
+        log.error(message(e))
         return 1
     print(":".join(os.path.abspath(s) for s in shards))
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_main(main, "c4_layout")

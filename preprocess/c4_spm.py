@@ -29,6 +29,7 @@ from tupe_common.io import read_json, remove_if_exists, write_json
 from tupe_common.log import get_logger
 from tupe_common.errors import UsageError, exit_main
 from preprocess.spm_dict import id_offset, write_fairseq_dict
+from tupe_common.io import need
 
 MODEL_TYPES = ("bpe", "unigram")  # sentencepiece's model types this step trains
 
@@ -47,17 +48,24 @@ def stride_select(paths: Sequence[str], k: int) -> List[str]:
 
 def reservoir_sample(paths: Sequence[str], k: int, seed: int, max_bytes: int,
                      progress_seconds: float = 30.0) -> tuple:
-    """Uniform sample of ``k`` non-empty lines (bytes, without newline); returns (sample, stats)."""
+    """Uniform sample of ``k`` non-empty lines (bytes, without newline); returns (sample, stats). A line that is
+    not UTF-8 is a ValueError naming the file and line (step 1 writes UTF-8; sentencepiece would learn the bytes)."""
     rng = random.Random(seed)
     sample: List[bytes] = []
     seen = too_long = 0
     prog = Progress(PROG, progress_seconds)
     for path in paths:
         with open_binary(path) as f:
-            for raw in f:
+            for number, raw in enumerate(f, 1):
                 line = raw.rstrip(b"\n")
                 if not line.strip():
                     continue
+                try:
+                    line.decode("utf-8")
+                except UnicodeDecodeError as e:
+                    raise ValueError(f"{path}: line {number} is not UTF-8 (byte {e.start + 1} of the line is "
+                                     f"{line[e.start:e.start + 1]!r}); step 2 reads step 1's UTF-8 text: save the file "
+                                     "as UTF-8") from None
                 if len(line) > max_bytes:
                     too_long += 1
                     continue
@@ -161,10 +169,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                  "--force retrains")
         return 0
     remove_if_exists(record)
-    missing = [p for p in args.inputs if not os.path.isfile(p)]
-    if missing:
-        log.error(f"missing input(s): {missing[:3]}")
-        return 1
+    for p in args.inputs:
+        need(p)  # missing, or a folder: one line naming it, exit 1 (tupe_common.errors.exit_main)
     try:
         s = train(args.inputs, args.out_dir, args.vocab_size, args.model_type, args.sample_sentences,
                   args.character_coverage, args.seed, args.max_files, args.threads,

@@ -3,21 +3,21 @@ parser, the parquet shards of a split, and one run that ends in the project's ex
 
 A command supplies two functions: ``plan(args)`` checks the options and returns what to fetch (an empty
 list: nothing left to do), ``fetch(args, repo, todo)`` fetches and writes it. Exit codes: 0 done or
-nothing to do; 2 a usage error (an unknown option, a bad value, a ``--from-dir`` that is not a folder:
-:class:`UsageError` from ``plan``), nothing fetched; 1 the hub cannot be reached or a file fails
-verification (:class:`~preprocess.hub_files.HubError`).
+nothing to do; 2 a usage error (an unknown option, a bad value: :class:`UsageError` from ``plan``), nothing
+fetched; 1 the hub cannot be reached, a file fails verification (:class:`~preprocess.hub_files.HubError`), or a
+``--from-dir`` is missing or a file (an ``--out-dir`` a file), before any work.
 """
 from __future__ import annotations
 
 import argparse
 import logging
-import os
 import re
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from preprocess.hub_files import HubError, HubFile, HubRepo, download, open_repo
 from tupe_common.errors import UsageError
+from tupe_common.io import need
 
 Plan = Callable[[argparse.Namespace], Sequence[Any]]
 Fetch = Callable[[argparse.Namespace, HubRepo, Sequence[Any]], None]
@@ -49,8 +49,9 @@ def run_download(parser: argparse.ArgumentParser, argv: Optional[Sequence[str]],
     """Parse ``argv``, plan, open the repository and fetch; returns the exit code (module docstring)."""
     args = parser.parse_args(argv)
     try:
-        if args.from_dir and not os.path.isdir(args.from_dir):
-            raise UsageError(f"--from-dir {args.from_dir} is not a folder: give a local copy of {args.repo}")
+        if args.from_dir:
+            need(args.from_dir, "folder")  # missing, or a file: one line naming it, exit 1
+        need(args.out_dir, "out")
         todo = plan(args)
     except UsageError as e:
         parser.error(str(e))  # exits 2

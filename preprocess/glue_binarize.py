@@ -38,7 +38,7 @@ from preprocess.fairseq_dict import FairseqDict, write_binaries
 from preprocess.moses_bpe import moses_bpe_tokenizer
 from preprocess.spm_dict import check_dict, load_spm
 from tupe_common.errors import exit_main
-from tupe_common.io import PARTIAL, atomic_dir, file_hash
+from tupe_common.io import PARTIAL, atomic_dir, file_hash, need
 from tupe_common.log import get_logger
 
 # Task facts (files, columns, header, labels) come from the registry ``glue.tasks``; see
@@ -452,6 +452,8 @@ def run(args: argparse.Namespace) -> None:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
+    need(args.glue_dir, "folder")  # missing, or a file: one line naming it, exit 1 (tupe_common.errors.exit_main)
+    need(args.out_dir, "out")
     try:
         run(args)
     except GlueInputError as e:

@@ -22,13 +22,14 @@ import csv
 import json
 import os
 import random
-import sys
 from collections import Counter
 from typing import Dict, Iterator, List, Optional, Tuple
 
 from preprocess.c4_common import SettingsMismatch, outputs_done, read_text
 from tupe_common.io import atomic_open, write_json
 from tupe_common.log import get_logger
+from tupe_common.errors import exit_main, message
+from tupe_common.io import need
 
 PROG = "labelled_to_tsv"
 log = get_logger(PROG)
@@ -102,9 +103,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = p.parse_args(argv)
     if not 0 < args.dev_fraction < 1:
         p.error(f"--dev-fraction must be between 0 and 1, not {args.dev_fraction}")
-    missing = [path for path in args.inputs if not os.path.isfile(path)]
-    if missing:  # a missing input: 1, as every data step (2 is a wrong option)
-        log.error("no input file %s", ", ".join(missing))
+    try:  # a missing input: 1, as every data step (2 is a wrong option)
+        for path in args.inputs:
+            need(path)
+        need(args.out_dir, "out")
+    except OSError as e:
+        log.error(message(e))
         return 1
     settings = {k: v for k, v in vars(args).items() if k not in ("force", "out_dir", "inputs")}
     settings["inputs"] = [{"name": os.path.basename(x), "bytes": os.path.getsize(x)} for x in args.inputs]
@@ -141,4 +145,4 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_main(main, "labelled_to_tsv")

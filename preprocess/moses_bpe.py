@@ -22,6 +22,7 @@ from __future__ import annotations
 import re
 import string
 from typing import Callable, Dict, Iterable, List, Sequence, Tuple
+from tupe_common.errors import exit_main
 
 END_OF_WORD = "</w>"
 CONTINUATION = "@@"
@@ -212,6 +213,14 @@ def main(argv: Sequence[str] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--bpe-codes", required=True, help="fastBPE codes of the release (lines 'a b count')")
     args = p.parse_args(argv)
+    from tupe_common.io import utf8_lines
+
+    try:  # missing, a folder or not UTF-8: one line naming it, exit 1
+        for _ in utf8_lines(args.bpe_codes):
+            pass
+    except ValueError as e:
+        sys.stderr.write(f"moses_bpe: error: {e}\n")
+        return 1
     tokenize = moses_bpe_tokenizer({"bpe_codes": args.bpe_codes})
     for line in sys.stdin:
         sys.stdout.write(" ".join(tokenize(line.rstrip("\n"))) + "\n")
@@ -219,4 +228,4 @@ def main(argv: Sequence[str] = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    exit_main(main, "moses_bpe")

@@ -46,12 +46,13 @@ import json
 import os
 import random
 import re
-import sys
 from dataclasses import dataclass, field
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 from tupe_common.io import atomic_open
 from tupe_common.log import get_logger
+from tupe_common.errors import exit_main
+from tupe_common.io import need
 
 LABELS = ("entailment", "neutral", "contradiction")
 SWAP_LABEL = "non-entailment"
@@ -262,6 +263,9 @@ def build(input_path: str, out_dir: str, seed: int, windows: Sequence[int], forc
             for name, out in perturb(line_no, rec, windows, seed, shuffle).items():
                 files[name].write(json.dumps(out, ensure_ascii=False) + "\n")
                 kept[name] += 1
+        if not kept["original"]:  # every set empty: an error, and nothing written (the partial files removed)
+            raise ValueError(f"{input_path}: no usable SNLI item ({stats.read} lines read, {stats.malformed} "
+                             f"malformed, {stats.no_gold_label} without gold label); is it SNLI jsonl in UTF-8?")
     if len(stats.warnings) > MAX_WARNINGS:
         log.warning(f"{len(stats.warnings) - MAX_WARNINGS} more malformed lines not shown")
     log.info(f"{input_path}: {stats.read} items read, skipped {stats.no_gold_label} without gold label ('-'), "
@@ -290,16 +294,21 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = p.parse_args(argv)
     if any(n < 2 for n in args.windows) or len(set(args.windows)) != len(args.windows):
         p.error("--windows must be distinct integers >= 2")
-    if not os.path.isfile(args.input):  # a missing input: 1; outputs that exist without --force: 2 (usage)
-        log.error(f"input not found: {args.input}")
-        return 1
+    need(args.input)  # a missing input: 1; outputs that exist without --force: 2 (usage)
+    need(args.out_dir, "out")
+    made = not os.path.exists(args.out_dir)
     try:
         build(args.input, args.out_dir, args.seed, args.windows, args.force, args.shuffle)
     except FileExistsError as e:
         log.error(str(e))
         return 2
+    except ValueError as e:
+        log.error(str(e))
+        if made and not os.listdir(args.out_dir):  # nothing written: not even the folder
+            os.rmdir(args.out_dir)
+        return 1
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_main(main, "probing_sets")

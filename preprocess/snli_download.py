@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 from typing import List, Optional, Sequence
 
 from preprocess.download_command import download_parser, run_download, split_rows
 from preprocess.hub_files import HubRepo
-from tupe_common.errors import UsageError
+from tupe_common.errors import UsageError, exit_main
 from tupe_common.io import atomic_open
 from tupe_common.log import get_logger
 
@@ -73,4 +72,4 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_main(main, "snli_download")

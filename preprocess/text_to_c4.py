@@ -37,6 +37,7 @@ from preprocess.c4_common import SettingsMismatch, open_binary, outputs_done, re
 from tupe_common.errors import exit_main
 from tupe_common.io import atomic_path, write_json
 from tupe_common.log import get_logger
+from tupe_common.io import need
 
 PROG = "text_to_c4"
 log = get_logger(PROG)
@@ -165,10 +166,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         ap.error("--doc-split regex needs --doc-regex PATTERN")
     if args.shards < 1 or not 0 <= args.valid_fraction < 1:
         ap.error("--shards must be >= 1 and --valid-fraction in [0, 1)")
-    missing = [p for p in args.inputs if not os.path.isfile(p)]
-    if missing:
-        log.error(f"input file(s) not found: {', '.join(missing)}")
-        return 1
+    for p in args.inputs:
+        need(p)  # missing, or a folder: one line naming it, exit 1 (tupe_common.errors.exit_main)
+    need(args.out_dir, "out")
 
     settings = {k: getattr(args, k) for k in ("doc_split", "doc_regex", "fallback_encoding", "text_field", "keep_lines", "min_chars",
                                               "shards", "valid_fraction", "seed")}

@@ -82,6 +82,35 @@ def check_settings(plan: Plan) -> None:
         write_text(path, now)
 
 
+def check_names(environ) -> None:
+    """A misspelt setting (FT_SEED, VARIANT for VARIANTS) refused before any work; the C4 pipeline's settings pass
+    through (the prep stage hands them on)."""
+    from tupe_common.tunables import check_names as check
+
+    def c4_settings():
+        from preprocess.c4 import pipeline
+
+        return [t.name for t in pipeline.settings()]
+
+    check([s.name for s in SETTINGS], environ, "study.sh", prefixes=("FT_",), passed_on=c4_settings)
+
+
+def check_reportable(plan: Plan) -> None:
+    """``--report`` needs a study that has run: OUT/settings.env (else UsageError, nothing written) and at least
+    one finished pre-training (else PartFailed: a report of nothing is not "finished")."""
+    from study.stages import pretrain_done
+    from tupe_common.io import need
+
+    need(plan.out, "folder")  # missing, or a file: one line naming it, exit 1
+    if not os.path.isfile(plan.path("settings.env")):
+        raise UsageError(f"{plan.out} holds no study (no settings.env): run study.sh with this OUT first, "
+                         "or set OUT to the study's folder")
+    runs = plan.pretrain_parts()
+    if not any(pretrain_done(plan, label, seed) for label, seed in runs):
+        raise PartFailed(f"nothing to report: none of the {len(runs)} pre-training run(s) in {plan.out} has "
+                         "finished (study.sh --list shows each part)")
+
+
 def part_label(part: Tuple) -> str:
     return " ".join(map(str, part)) or "all"
 
@@ -199,6 +228,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if args[:1] in (["-h"], ["--help"]):
             print(help_text(os.environ))
             return 0
+        check_names(os.environ)
         mode, stage, index, lanes, only = "all", None, 0, 1, None
         if args[:1] == ["--lanes"]:
             if len(args) < 2 or not args[1].isdigit() or int(args[1]) < 1 or args[2:3] not in ([], ["--stages"]):
@@ -239,6 +269,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if mode != "part":
             shown = "\n".join(f"  {s.name}={plan.values[s.name]}" for s in SETTINGS)
             print(f"study.sh: settings (NAME=value)\n{shown}", file=sys.stderr)
+        if mode == "part":  # a wrong index or an empty study changes nothing: checked before settings.env is written
+            parts = stage.parts(plan)
+            if index >= len(parts):
+                raise UsageError(f"{stage.name} has {len(parts)} part(s) (0..{len(parts) - 1}), not index {index}")
+            if stage.name == "report":
+                check_reportable(plan)
         check_settings(plan)
         n_ft = len(plan.finetune_parts())
         note(f"{plan.models_text()}, {len(plan.pretrain_parts())} pre-training run(s) of "
@@ -249,9 +285,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             slurm(plan)
             return 0
         if mode == "part":
-            parts = stage.parts(plan)
-            if index >= len(parts):
-                raise UsageError(f"{stage.name} has {len(parts)} part(s) (0..{len(parts) - 1}), not index {index}")
             run_part(plan, stage, parts[index])
             return 0
         return run_all(plan, lanes, only)
@@ -260,6 +293,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 2
     except PartFailed as e:
         print(f"study.sh: error: {e}", file=sys.stderr)
+        return 1
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError, FileExistsError) as e:  # a path of the wrong kind
+        from tupe_common.errors import message
+
+        print(f"study.sh: error: {message(e)}", file=sys.stderr)
         return 1
 
 

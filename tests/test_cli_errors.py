@@ -201,7 +201,7 @@ def test_last_error_of_a_missing_log_is_exit_1(tmp_path, capsys):
 
     assert main([str(tmp_path / "none.log")]) == 1
     out, err = capsys.readouterr()
-    assert out == "" and err.strip() == f"tupe-last-error: error: cannot read the log {tmp_path / 'none.log'}: No such file or directory"
+    assert out == "" and err.strip() == f"tupe-last-error: error: cannot read the log: {tmp_path / 'none.log'}: no such file or folder"
     (tmp_path / "run.log").write_text(LOG)
     assert main([str(tmp_path / "run.log")]) == 0 and capsys.readouterr().out.startswith("error: the checkpoint")
 

@@ -198,7 +198,6 @@ def test_shard_ranges():
     ("snli_download", ["--splits", "test,val"], "--splits 'test,val': unknown split(s) val; choose from train"),
     ("c4_download", ["--shards", "3-1"], "--shards '3-1': expected ranges like 0-31,40"),
     ("c4_download", ["--shards", "", "--valid-shards", ""], "name no shard"),
-    ("c4_download", ["--from-dir", "no/such/mirror"], "--from-dir no/such/mirror is not a folder"),
     ("snli_download", ["--bogus"], "unrecognized arguments: --bogus"),
 ])
 def test_a_usage_error_exits_2_and_writes_nothing(module, args, says, tmp_path, capsys):

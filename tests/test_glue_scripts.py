@@ -299,6 +299,24 @@ def test_bad_lrs_seeds_and_batches_are_refused_before_any_run(tmp_path, capsys):
     assert not (tmp_path / "runs").exists()
 
 
+def test_fp16_on_a_machine_without_cuda_is_one_line_before_any_run(pretrained, glue_bin, tmp_path, capsys,
+                                                                   starts_process):
+    """FP16=1 where torch sees no CUDA device ended in fairseq's CUDA traceback; now exit 2 and nothing written."""
+    import torch
+
+    from glue import finetune
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA device: FP16=1 is allowed here")
+    env = {"RUNS": str(tmp_path / "runs"), "GLUE_BIN": str(glue_bin), "CHECKPOINT": str(pretrained / "checkpoint_last.pt"),
+           "FP16": "1", "PATH": os.environ["PATH"]}
+    assert finetune.main(["RTE", "1e-3", "1"], environ=env) == 2
+    err = capsys.readouterr().err
+    assert err.splitlines()[-1] == ("finetune.sh: error: FP16=1 needs a GPU, but this machine sees no CUDA device: "
+                                    "leave FP16 unset on CPU") and "Traceback" not in err
+    assert not (tmp_path / "runs" / "RTE").exists() and not (tmp_path / "runs" / ".partial").exists()
+
+
 def test_grid_refuses_a_repeated_seed_lr_or_task(tmp_path, capsys):
     env = {"RUNS": str(tmp_path / "runs"), "TASKS": "RTE", "LRS": "1e-3", "SEEDS": "1 2 1", "GLUE_BIN": str(tmp_path)}
     assert main_sh(["--list"], env) == 2

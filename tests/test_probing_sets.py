@@ -203,7 +203,7 @@ def test_help_and_bad_windows(tmp_path, starts_process):
     result = run_cli("--input", SAMPLE, "--out-dir", str(tmp_path / "w"), "--windows", "1")
     assert result.returncode == 2 and not (tmp_path / "w").exists()
     result = run_cli("--input", str(tmp_path / "none.jsonl"), "--out-dir", str(tmp_path / "w"))
-    assert result.returncode == 1 and "input not found" in result.stderr  # a missing input: 1
+    assert result.returncode == 1 and "none.jsonl: no such file or folder" in result.stderr  # a missing input: 1
 
 
 @pytest.mark.parametrize("side", ["premise", "hypothesis"])

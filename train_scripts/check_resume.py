@@ -24,11 +24,11 @@ import argparse
 import os
 import re
 import shutil
-import sys
 from typing import List, Optional, Tuple
 
-from tupe_common.io import atomic_path, file_hash, read_json, write_json
+from tupe_common.io import atomic_path, file_hash, need, read_json, write_json
 from tupe_common.log import setup_logging
+from tupe_common.errors import exit_main
 
 LAST = "checkpoint_last.pt"
 SETTINGS = "settings.json"
@@ -69,6 +69,7 @@ def main(argv=None) -> int:
                    help="checkpoints of a run with other settings: refuse (exit 2) or continue with the new ones")
     args = p.parse_args(argv)
     log = setup_logging("check_resume")
+    need(args.save_dir, "out")  # a file where SAVE_DIR should be: one line naming it, exit 1
     last = os.path.join(args.save_dir, LAST)
     others = candidates(args.save_dir) if os.path.isdir(args.save_dir) else []
     if args.setting or args.dict:
@@ -116,4 +117,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_main(main, "check_resume")

@@ -434,6 +434,7 @@ def main(argv: Optional[Sequence[str]] = None, environ: Mapping[str, str] = os.e
         sys.stdout.write(usage())
         return 0
     try:
+        tunables.check_names([*DEFAULTS, *RENAMED], environ, PROG)
         run, cmd = prepare(resolve(environ), environ, args)
     except UsageError as e:
         say_to_stderr(f"error: {e}")

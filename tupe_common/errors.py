@@ -38,13 +38,24 @@ def stdout_reader_left() -> None:
 def exit_main(main: Callable[[], int], prog: str) -> NoReturn:
     """``sys.exit(main())``, where Ctrl-C (a KeyboardInterrupt) ends the command with the one line ``PROG:
     interrupted; rerun to resume`` and exit 130, not a traceback: every output is written under a partial name
-    and renamed when complete, so what finished is kept and a rerun redoes only what was under way."""
+    and renamed when complete, so what finished is kept and a rerun redoes only what was under way. An OS error
+    that ``main`` left (a path missing or of the wrong kind) is one ``PROG: error:`` line (:func:`message`) and
+    exit 1; TUPE_DEBUG=1 shows its traceback."""
     try:
         code = main()
     except KeyboardInterrupt:
         sys.stdout.flush()
         sys.stderr.write(f"\n{prog}: interrupted; rerun to resume\n")
         code = INTERRUPTED
+    except BrokenPipeError:  # `... | head`: the reader left; quiet, as a tool that SIGPIPE ended
+        stdout_reader_left()
+        code = 141
+    except OSError as e:
+        if os.environ.get("TUPE_DEBUG") == "1":
+            raise
+        sys.stdout.flush()
+        sys.stderr.write(f"{prog}: error: {message(e)}\n")
+        code = 1
     sys.exit(code)
 
 

@@ -4,17 +4,18 @@ Every writer puts the data under ``PATH.partial`` in the same folder, flushes an
 renames it onto ``PATH`` (``os.replace`` is atomic on POSIX), so a reader never sees half a file and a
 killed writer leaves only a ``.partial`` that the next run overwrites. On an exception the temporary
 file is removed and ``PATH`` is untouched. A folder is written the same way (:func:`atomic_dir`).
-Paths may be ``str`` or ``pathlib.Path``. Standard library only (cheap to import: no torch, no fairseq).
+Inputs are checked before any work (:func:`need`, :func:`utf8_lines`). Paths may be ``str`` or ``pathlib.Path``. Standard library only (cheap to import: no torch, no fairseq).
 """
 from __future__ import annotations
 
 import contextlib
 import csv
+import errno
 import hashlib
 import json
 import os
 import shutil
-from typing import IO, Any, Dict, Iterator, List, Optional, Sequence, Union
+from typing import IO, Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 PARTIAL = ".partial"
 PathLike = Union[str, "os.PathLike[str]"]
@@ -223,3 +224,37 @@ def read_data_path(data: str) -> List[str]:
             raise ValueError(f"{record} is empty: rerun python -m preprocess.c4 layout (or run_all.sh STEPS=4)")
         return [os.path.normpath(os.path.join(os.path.abspath(data), p)) for p in line.split(":")]
     return [os.path.abspath(p) for p in data.split(":") if p]
+
+
+def need(path: PathLike, kind: str = "file") -> str:
+    """``path`` as a str when it is an existing ``kind`` (file or folder; ``out``: a folder to write, which may not
+    exist yet, but nothing else may stand there or above it), else the OS error that
+    :func:`tupe_common.errors.message` turns into one line naming it ('P: no such file or folder', 'P: is a
+    folder, where a file is expected', 'P: is not a folder ...'), raised before any work."""
+    p = os.fspath(path)
+    if kind == "out":
+        above = p
+        while above and not os.path.exists(above):
+            above = os.path.dirname(above.rstrip(os.sep))
+        if above and not os.path.isdir(above):
+            raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), above)
+        return p
+    if not os.path.exists(p):
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), p)
+    if kind == "file" and os.path.isdir(p):
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), p)
+    if kind == "folder" and not os.path.isdir(p):
+        raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), p)
+    return p
+
+
+def utf8_lines(path: PathLike) -> Iterator[Tuple[int, str]]:
+    """(line number, line) of a UTF-8 text file; a line that is not UTF-8 is a ValueError naming the file, the line
+    and the byte, and the fix."""
+    with open(need(path), "rb") as f:
+        for number, raw in enumerate(f, 1):
+            try:
+                yield number, raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise ValueError(f"{os.fspath(path)}: line {number} is not UTF-8 (byte {e.start + 1} of the line is "
+                                 f"{raw[e.start:e.start + 1]!r}); save the file as UTF-8") from None

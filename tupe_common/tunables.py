@@ -5,13 +5,13 @@ A table is written as lines ``NAME | default | help`` (``str.format`` fills ``{.
 so a default can come from the recipe); a setting's value is its non-empty environment value, else its default; an
 old name still sets the new one, with a warning. ``--help`` lists the table (:func:`usage_rows`); a run prints every
 value beside its default (:func:`shown`); :func:`whole` reads a setting as a whole number or names it in a usage
-error.
+error; :func:`check_names` refuses a misspelt setting (``VARIENT=bert-a``) before any work, with "did you mean".
 """
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Callable, Dict, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from tupe_common.errors import UsageError
 
@@ -69,3 +69,56 @@ def shown(tunables: Sequence[Tunable], values: Mapping[str, str]) -> str:
     """``environment (NAME=value [default])`` and a line per tunable: what a run prints as it starts."""
     return "environment (NAME=value [default])\n" + "\n".join(
         f"  {f'{t.name}={values[t.name]}':<22} [{t.default}]" for t in tunables)
+
+
+def edit_distance(a: str, b: str) -> int:
+    """Damerau-Levenshtein distance (insert, delete, substitute, swap two neighbours: 1 each)."""
+    d = [[i + j if i * j == 0 else 0 for j in range(len(b) + 1)] for i in range(len(a) + 1)]
+    for i in range(1, len(a) + 1):
+        for j in range(1, len(b) + 1):
+            d[i][j] = min(d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] != b[j - 1]))
+            if i > 1 and j > 1 and a[i - 1] == b[j - 2] and a[i - 2] == b[j - 1]:
+                d[i][j] = min(d[i][j], d[i - 2][j - 2] + 1)
+    return d[len(a)][len(b)]
+
+
+def nearest(name: str, known: Iterable[str]) -> Optional[str]:
+    """The known setting that ``name`` most likely misspells: the same in another case, or one edit away from a
+    name of 4 or more characters; None when none is that close (short names such as LR are near too much to guess;
+    two edits would catch a launcher's ROLE_RANK as NODE_RANK)."""
+    best: Optional[str] = None
+    for k in known:
+        if name.upper() == k:
+            return k
+        if len(k) < 4:
+            continue
+        if best is None and edit_distance(name, k) == 1:
+            best = k
+    return best
+
+
+def misspelt(known: Iterable[str], environ: Mapping[str, str], prefixes: Sequence[str] = (),
+             passed_on: Callable[[], Iterable[str]] = tuple) -> List[Tuple[str, Optional[str]]]:
+    """(name, what it may mean) of every environment variable that looks like one of ``known`` but is not: a
+    near miss (:func:`nearest`) or an unknown name with one of the script's own ``prefixes`` (FT_...). Names of
+    ``passed_on()`` (other scripts' settings that this one hands on) are never flagged; it is called only when
+    something is."""
+    known = sorted(set(known))
+    found = [(n, nearest(n, known)) for n in sorted(environ) if n not in known and environ[n] != ""]
+    found = [(n, k) for n, k in found if k is not None or any(n.startswith(p) for p in prefixes)]
+    if found:
+        other = set(passed_on())
+        found = [(n, k) for n, k in found if n not in other]
+    return found
+
+
+def check_names(known: Iterable[str], environ: Mapping[str, str], prog: str, prefixes: Sequence[str] = (),
+                passed_on: Callable[[], Iterable[str]] = tuple) -> None:
+    """UsageError for the first misspelt setting of ``environ`` (:func:`misspelt`), so ``VARIENT=bert-a`` does not
+    train the default variant: 'VARIENT is not a setting of pretrain.sh: did you mean VARIANT? ...'."""
+    bad = misspelt(known, environ, prefixes, passed_on)
+    if bad:
+        name, meant = bad[0]
+        guess = f"did you mean {meant}?" if meant else f"no setting of {prog} is called that"
+        raise UsageError(f"{name} is not a setting of {prog}: {guess} ({prog} --help lists them; unset {name} if "
+                         "it is meant for another program)")

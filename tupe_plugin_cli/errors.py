@@ -163,7 +163,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         with open(args.log, encoding="utf-8", errors="replace") as f:
             line = last_error(f.read())
     except OSError as e:  # a missing input: said on stderr, exit 1 (the caller's own error stays its exit status)
-        print(f"tupe-last-error: error: cannot read the log {args.log}: {e.strerror}", file=sys.stderr, flush=True)
+        from tupe_common.errors import message
+
+        print(f"tupe-last-error: error: cannot read the log: {message(e)}", file=sys.stderr, flush=True)
         return 1
     print(line or f"error: the command failed without a Python traceback; see {args.log}", flush=True)
     return 0

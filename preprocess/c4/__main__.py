@@ -45,6 +45,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(usage(command))
         return 0
     try:
+        tunables.check_names([t.name for t in pipeline.settings()], os.environ, f"python -m preprocess.c4 {command}")
         if command in ("run", "slurm"):
             if len(rest) > 1:
                 raise UsageError(f"{command} takes at most one argument, C4_DIR (not {' '.join(rest)})")

@@ -31,6 +31,7 @@ from tupe_common import tunables
 from tupe_common.errors import UsageError
 from tupe_common.jobs import Job, cores, run_jobs, stderr_say
 from tupe_common.tunables import Say, Tunable, whole
+from tupe_common.io import need
 
 STEPS = ("extract", "spm", "binarize", "layout")
 SAY = stderr_say("preprocess.c4")
@@ -95,6 +96,8 @@ def resolve(environ: Mapping[str, str], say: Say, command: str) -> Dict[str, str
     for name in ("TEXT_DIR", "SPM_DIR", "BIN_DIR", "DATA_BIN"):
         if v[name].startswith("OUT_DIR/") and not environ.get(name):
             v[name] = os.path.join(v["OUT_DIR"], v[name][len("OUT_DIR/"):])
+    for name in ("OUT_DIR", "TEXT_DIR", "SPM_DIR", "BIN_DIR", "DATA_BIN"):
+        need(v[name], "out")  # a file where an output folder goes: one line naming it, before any step
     for name in ("MAX_SHARDS", "MAX_DOCS", "VALID_MAX_DOCS", "MAX_WARNINGS", "VOCAB_SIZE", "SPM_SAMPLE_SENTENCES",
                  "SPM_MAX_FILES", "SEED", "TOKENS_PER_SAMPLE", "CHUNK_BYTES", "PROGRESS_SECONDS"):
         whole(v, name, positive=False)
@@ -140,8 +143,7 @@ class Inputs:
         c4_dir = v["C4_DIR"]
         if not c4_dir:
             raise UsageError("no C4_DIR given (the argument of run, or the environment)")
-        if not os.path.isdir(c4_dir):
-            raise UsageError(f"C4_DIR='{c4_dir}' is not a folder")
+        need(c4_dir, "folder")  # missing, or a file: one line naming it, exit 1
 
         def listed(glob: str) -> List[str]:
             return [os.path.join(c4_dir, f) for f in sorted(os.listdir(c4_dir)) if fnmatch.fnmatch(f, glob)]

@@ -44,18 +44,14 @@ def position_rows(checkpoint: str, length: int) -> List[Dict]:
 def read_sentences(path: str, limit: int) -> List[str]:
     """The first ``limit`` non-empty lines of the UTF-8 text file ``path``, stripped; a ValueError names the file
     and the line that is not UTF-8."""
+    from tupe_common.io import utf8_lines
+
     sentences = []
-    with open(path, "rb") as f:
-        for number, raw in enumerate(f, 1):
-            try:
-                line = raw.decode("utf-8").strip()
-            except UnicodeDecodeError as e:
-                raise ValueError(f"{path}: line {number} is not UTF-8 (byte {e.start + 1} of the line is "
-                                 f"{raw[e.start:e.start + 1]!r}); save the file as UTF-8") from None
-            if line:
-                sentences.append(line)
-                if len(sentences) == limit:
-                    break
+    for _, line in utf8_lines(path):
+        if line.strip():
+            sentences.append(line.strip())
+            if len(sentences) == limit:
+                break
     return sentences
 
 

@@ -1,0 +1,159 @@
+"""Settings are checked by name before any work: a misspelt variable (``VARIENT=bert-a``) is refused with "did you
+mean", where it used to leave the default in place and train it (``tupe_common.tunables.check_names``); and the
+study's usage errors change nothing (``--part STAGE N`` beyond its parts, ``--report`` of a study that has not run).
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+from typing import Dict
+
+import pytest
+
+from conftest import BIN, ROOT
+from tupe_common.tunables import edit_distance, misspelt, nearest
+
+
+def plain_distance(a: str, b: str) -> int:
+    """Edit distance by trying every shorter edit sequence breadth-first (insert, delete, substitute, swap):
+    slow, obviously right, for short strings."""
+    alphabet = set(a + b)
+    frontier, seen, steps = {a}, {a}, 0
+    while b not in frontier:
+        nxt = set()
+        for s in frontier:
+            for i in range(len(s) + 1):
+                for c in alphabet:
+                    nxt.add(s[:i] + c + s[i:])
+                if i < len(s):
+                    nxt.add(s[:i] + s[i + 1:])
+                    nxt.update(s[:i] + c + s[i + 1:] for c in alphabet)
+                if i + 1 < len(s):
+                    nxt.add(s[:i] + s[i + 1] + s[i] + s[i + 2:])
+        frontier, steps = nxt - seen, steps + 1
+        seen |= nxt
+    return steps
+
+
+@pytest.mark.parametrize("a,b", [("VARIENT", "VARIANT"), ("ab", "ba"), ("SEED", "SEEDS"), ("LR", "LRS"),
+                                 ("kitten", "sittin"), ("GPUS", "GPU_IDS"), ("", "abc")])
+def test_edit_distance_against_a_breadth_first_search(a, b):
+    assert edit_distance(a, b) == plain_distance(a, b)
+
+
+def test_nearest_guesses_one_edit_or_another_case_and_not_short_names():
+    known = ["VARIANT", "TOTAL_UPDATES", "LR", "NODE_RANK", "SEED"]
+    assert nearest("VARIENT", known) == "VARIANT"
+    assert nearest("TOTAL_UPDATE", known) == "TOTAL_UPDATES"
+    assert nearest("variant", known) == "VARIANT"
+    assert nearest("lr", known) == "LR"  # another case: even a short name
+    assert nearest("LRS", known) is None  # one edit from LR, but two letters are near too much to guess
+    assert nearest("ROLE_RANK", known) is None  # torchrun's, two edits from NODE_RANK
+    assert nearest("SEEDS", known) == "SEED"
+
+
+# What a shell, a cluster and a launcher put in the environment: none of it may be taken for a misspelt setting.
+EVERYDAY = ("PATH HOME USER SHELL LANG TERM PWD OLDPWD HOSTNAME LOGNAME MAIL TMPDIR DISPLAY EDITOR PAGER SHLVL _ "
+            "CUDA_VISIBLE_DEVICES CUDA_HOME LD_LIBRARY_PATH PYTHONPATH PYTHONUNBUFFERED OMP_NUM_THREADS "
+            "MKL_NUM_THREADS NCCL_DEBUG NCCL_SOCKET_IFNAME HF_HOME TORCH_HOME CONDA_PREFIX VIRTUAL_ENV "
+            "SLURM_JOB_ID SLURM_NNODES SLURM_CPUS_PER_TASK SLURM_JOB_NODELIST SLURM_PROCID LOCAL_RANK RANK "
+            "GROUP_RANK ROLE_RANK WORLD_SIZE LOCAL_WORLD_SIZE ROLE_WORLD_SIZE GROUP_WORLD_SIZE MASTER_ADDR "
+            "MASTER_PORT TORCHELASTIC_RUN_ID TORCHELASTIC_RESTART_COUNT PYTHON TUPE_DEBUG FAIRSEQ_TRAIN").split()
+
+
+def every_table() -> Dict[str, list]:
+    from glue import finetune, grid
+    from preprocess.c4 import pipeline
+    from study.settings import SETTINGS
+    from train_scripts import pretrain
+
+    return {"pretrain.sh": [*pretrain.DEFAULTS, *pretrain.RENAMED],
+            "finetune.sh": [*finetune.DEFAULTS, *finetune.RENAMED],
+            "grid.sh": [*(t.name for t in grid.TUNABLES), *finetune.DEFAULTS, *finetune.RENAMED],
+            "c4": [t.name for t in pipeline.settings()], "study.sh": [s.name for s in SETTINGS]}
+
+
+@pytest.mark.parametrize("prog", ["pretrain.sh", "finetune.sh", "grid.sh", "c4", "study.sh"])
+def test_an_everyday_environment_is_not_taken_for_misspelt_settings(prog):
+    known = every_table()[prog]
+    assert misspelt(known, {name: "1" for name in EVERYDAY}, prefixes=("FT_",) if prog == "study.sh" else ()) == []
+    # and grid.sh's own settings reach finetune.sh (it runs it with them): none may look misspelt there
+    if prog == "finetune.sh":
+        assert misspelt(known, {name: "1" for name in every_table()["grid.sh"]}) == []
+
+
+def run(cmd, tmp: Path, **env: str) -> subprocess.CompletedProcess:
+    full = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "TUPE_"))}
+    full.update(PATH=f"{BIN}:{full.get('PATH', '')}", OMP_NUM_THREADS="1", **env)
+    return subprocess.run([str(c) for c in cmd], cwd=tmp, env=full, capture_output=True, text=True, timeout=300)
+
+
+def last(p: subprocess.CompletedProcess) -> str:
+    return (p.stderr.strip().splitlines() or [""])[-1]
+
+
+@pytest.mark.usefixtures("starts_process")
+@pytest.mark.parametrize("cmd,env,says", [
+    (["train_scripts/pretrain.sh"], {"VARIENT": "bert-a", "DATA": "x"},
+     "VARIENT is not a setting of pretrain.sh: did you mean VARIANT?"),
+    (["train_scripts/pretrain.sh"], {"TOTAL_UPDATE": "10", "DATA": "x"}, "did you mean TOTAL_UPDATES?"),
+    (["glue/finetune.sh", "RTE", "1e-5", "1"], {"EPOCH": "3", "CHECKPOINT": "x"}, "did you mean EPOCHS?"),
+    (["glue/grid.sh"], {"SEED": "1", "CHECKPOINT": "x"}, "SEED is not a setting of grid.sh: did you mean SEEDS?"),
+    (["glue/grid.sh"], {"DROPOUTS": "0.2", "CHECKPOINT": "x"}, "did you mean DROPOUT?"),  # finetune.sh's, passed on
+    (["python", "-m", "preprocess.c4", "run", "x"], {"VOCABSIZE": "100"}, "did you mean VOCAB_SIZE?"),
+    (["train_scripts/study.sh"], {"VARIANT": "bert-a", "OUT": "o"}, "did you mean VARIANTS?"),
+    (["train_scripts/study.sh"], {"FT_SEED": "2", "OUT": "o"}, "FT_SEED is not a setting of study.sh: no setting"),
+], ids=["pretrain-VARIENT", "pretrain-TOTAL_UPDATE", "finetune-EPOCH", "grid-SEED", "grid-DROPOUTS", "c4-VOCABSIZE",
+        "study-VARIANT", "study-FT_SEED"])
+def test_a_misspelt_setting_is_refused_before_any_work(cmd, env, says, tmp_path):
+    if cmd[0] == "python":
+        import sys
+
+        cmd = [sys.executable, *cmd[1:]]
+    else:
+        cmd = [ROOT / cmd[0], *cmd[1:]]
+    p = run(cmd, tmp_path, PYTHONPATH=str(ROOT), **env)
+    assert p.returncode == 2 and says in last(p), p.stderr[-2000:]
+    assert "Traceback" not in p.stderr and sorted(tmp_path.iterdir()) == []  # nothing written
+
+
+@pytest.fixture(scope="module")
+def c4_folder(tmp_path_factory) -> Path:
+    from corpus import study_inputs
+
+    d = tmp_path_factory.mktemp("names_c4")
+    study_inputs(d)
+    return d / "c4"
+
+
+def study(tmp: Path, c4: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
+    return run([ROOT / "train_scripts" / "study.sh", *args], tmp, PRESET="tiny", VARIANTS="nope", GPUS="0",
+               C4_DIR=str(c4), TASKS="none", **env)
+
+
+@pytest.mark.usefixtures("starts_process")
+def test_study_part_beyond_its_parts_writes_nothing_and_a_corrected_rerun_goes_on(tmp_path, c4_folder):
+    out = tmp_path / "s"
+    p = study(tmp_path, c4_folder, "--part", "pretrain", "99", OUT=str(out))
+    assert p.returncode == 2 and "pretrain has 1 part(s) (0..0), not index 99" in last(p), p.stderr[-2000:]
+    assert not (out / "settings.env").exists()
+    # the corrected rerun, with another setting, is not refused as a changed study (nothing was recorded)
+    p = study(tmp_path, c4_folder, "--slurm", OUT=str(out), TOTAL_UPDATES="8")
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "TOTAL_UPDATES=8" in (out / "settings.env").read_text()
+
+
+@pytest.mark.usefixtures("starts_process")
+def test_study_report_needs_a_study_that_has_run(tmp_path, c4_folder):
+    out = tmp_path / "s"
+    p = study(tmp_path, c4_folder, "--report", OUT=str(out))  # no such folder
+    assert p.returncode == 1 and last(p) == f"study.sh: error: {out}: no such file or folder", p.stderr[-2000:]
+    out.mkdir()
+    p = study(tmp_path, c4_folder, "--report", OUT=str(out))  # a folder, but no study
+    assert p.returncode == 2 and "holds no study (no settings.env)" in last(p), p.stderr[-2000:]
+    assert sorted(os.listdir(out)) == []
+    assert study(tmp_path, c4_folder, "--slurm", OUT=str(out)).returncode == 0  # recorded, nothing trained
+    p = study(tmp_path, c4_folder, "--report", OUT=str(out))
+    assert p.returncode == 1 and "nothing to report: none of the 1 pre-training run(s)" in last(p), p.stderr[-2000:]
+    assert not (out / "report.md").exists()
