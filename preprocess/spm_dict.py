@@ -5,51 +5,18 @@ fairseq's :class:`~fairseq.data.Dictionary` always starts with ``<s>=0 <pad>=1 <
 pieces are skipped: fairseq has its own), one ``PIECE COUNT`` line each. For a model trained with
 sentencepiece's default special ids (``unk=0 bos=1 eos=2``, no pad) this makes
 ``fairseq_id == spm_id + 1`` for every normal piece, which :func:`spm_to_fairseq_ids` uses to
-binarize without any string round trip.
+binarize without any string round trip. The check that a model and a dict.txt belong together
+(``check_dict``, ``load_spm``) lives in :mod:`tupe_common.vocab`, where the installed commands reach it.
 """
 from __future__ import annotations
 
-import os
-from typing import List, Sequence
+from typing import Sequence
 
 import numpy as np
 import sentencepiece as spm
 
 from tupe_common.io import atomic_open
-
-
-def load_spm(model_path: str) -> spm.SentencePieceProcessor:
-    if not os.path.isfile(model_path):
-        raise FileNotFoundError(f"sentencepiece model not found: {model_path}")
-    return spm.SentencePieceProcessor(model_file=model_path)
-
-
-def dict_pieces(sp: spm.SentencePieceProcessor) -> List[str]:
-    """Pieces that go into dict.txt, in sentencepiece id order."""
-    return [
-        sp.id_to_piece(i)
-        for i in range(sp.get_piece_size())
-        if not (sp.is_control(i) or sp.is_unknown(i))
-    ]
-
-
-def check_dict(sp: spm.SentencePieceProcessor, symbols: Sequence[str], dict_path: str, model_path: str) -> None:
-    """Refuse a dict.txt that does not list ``sp``'s pieces in order (``symbols``: its lines' symbols, fairseq's
-    four specials not included); after them only fairseq's ``madeupwordNNNN`` padding may follow."""
-    expected = dict_pieces(sp)
-    head, tail = list(symbols[:len(expected)]), symbols[len(expected):]
-    extra = [s for s in tail if not (s.startswith("madeupword") and s[len("madeupword"):].isdigit())]
-    if head == expected and not extra:
-        return
-    bad = next((i for i, (a, b) in enumerate(zip(head, expected)) if a != b), min(len(head), len(expected)))
-    if bad < len(expected) and bad < len(head):
-        what = f"line {bad + 1} is {head[bad]!r} where the model has {expected[bad]!r}"
-    elif bad < len(expected):
-        what = f"it ends at line {len(head)}, the model has {len(expected)} pieces"
-    else:
-        what = f"line {len(expected) + tail.index(extra[0]) + 1} is {extra[0]!r}, after the model's {len(expected)} pieces"
-    raise ValueError(f"{dict_path} does not belong to the sentencepiece model {model_path} ({what}): use the "
-                     "dict.txt written for this model (preprocess step 2, preprocess.spm_dict.write_fairseq_dict)")
+from tupe_common.vocab import check_dict, dict_pieces, load_spm  # noqa: F401  (the steps import them from here)
 
 
 def write_fairseq_dict(sp: spm.SentencePieceProcessor, out_path: str) -> int:

@@ -13,9 +13,15 @@ from ..models.tupe_roberta import TupeRobertaModel
 def load_hub(checkpoint: str, data_dir: str = "", spm_model: str = "", objective: Optional[str] = None,
              head: bool = False):
     """The fairseq hub interface (eval mode) of ``checkpoint``; ``data_dir`` holds dict.txt. The checkpoint is
-    checked first (``checkpoint_info``: a tupe_roberta checkpoint, of ``objective``, fine-tuned if ``head``)."""
+    checked first (``checkpoint_info``: a tupe_roberta checkpoint, of ``objective``, fine-tuned if ``head``),
+    then that ``spm_model`` and the dict.txt belong together (``tupe_common.vocab.check_pair``: a ValueError
+    naming both, where the model would read wrong ids)."""
+    from tupe_common.vocab import check_pair, data_dict
+
     checkpoint_info(checkpoint, objective=objective, head=head)
     ckpt_dir, ckpt_file = os.path.split(os.path.abspath(checkpoint))
+    if spm_model:
+        check_pair(spm_model, data_dict(data_dir or ckpt_dir))
     kwargs = {"sentencepiece_model": spm_model} if spm_model else {"bpe": None}
     return TupeRobertaModel.from_pretrained(
         ckpt_dir, checkpoint_file=ckpt_file, data_name_or_path=os.path.abspath(data_dir or ckpt_dir), **kwargs

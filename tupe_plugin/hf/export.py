@@ -23,7 +23,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
-from tupe_common.io import atomic_dir
+from tupe_common.io import atomic_dir, need
 from tupe_plugin_cli.errors import UsageError
 
 from ..checkpoint_info import info_from_state, load_checkpoint, model_config, model_setting
@@ -220,8 +220,8 @@ def export(checkpoint: str, out_dir: str, spm_model: Optional[str] = None, dict_
     out = Path(out_dir)
     if out.exists() and any(out.iterdir()) and not force:
         raise OutDirNotEmptyError(f"{out} exists and is not empty; choose another OUT_DIR or pass --force to replace it")
-    if spm_model and not os.path.isfile(spm_model):
-        raise ExportError(f"sentencepiece model not found: {spm_model}")
+    if spm_model:
+        need(spm_model)  # missing, or a folder: one line naming it
     state = load_checkpoint(checkpoint)
     if discriminator_for_export(state["model"]):  # ELECTRA: the discriminator is the model (docs/electra.md)
         print(f"{checkpoint}: ELECTRA checkpoint: exporting its discriminator; the generator is not exported "
@@ -233,6 +233,12 @@ def export(checkpoint: str, out_dir: str, spm_model: Optional[str] = None, dict_
         dict_path = dict_path or find_dict(state)
         if dict_path is None:
             raise ExportError(f"{checkpoint}: cannot find the data's dict.txt; pass --dict DATA/dict.txt")
+        from tupe_common.vocab import check_pair
+
+        try:  # a tokenizer of another model would give wrong ids: refused before anything is written
+            check_pair(spm_model, dict_path)
+        except ValueError as e:
+            raise ExportError(str(e)) from None
 
     with atomic_dir(out) as tmp_dir:  # replaces an empty OUT_DIR, or a full one with --force
         tmp = Path(tmp_dir)

@@ -1,0 +1,73 @@
+"""A sentencepiece model and a dict.txt that do not belong together are refused wherever a command combines them
+(``tupe_common.vocab.check_pair``): the HF export (its tokenizer would give wrong ids), the analysis commands
+(``tupe-locality --text``, ``tupe-probe``, the study's dev predictions, through ``load_hub``) and the binarizers.
+A model of the same size from another training is the case that matters: every shape agrees, only the ids differ.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from conftest import BIN, command_in_process, write_lines
+from corpus import lm_lines
+from tupe_common.vocab import check_pair, dict_symbols
+
+
+@pytest.fixture(scope="module")
+def other_spm(tmp_path_factory) -> Path:
+    """A sentencepiece model of the same size as the session's (300 unigram pieces), trained on other text."""
+    import sentencepiece as spm
+
+    d = tmp_path_factory.mktemp("other_spm")
+    text = write_lines(d / "corpus.txt", [line.upper() for line in lm_lines(800, seed=7)])
+    spm.SentencePieceTrainer.train(input=str(text), model_prefix=str(d / "spm"), vocab_size=300,
+                                   model_type="unigram", hard_vocab_limit=False, character_coverage=1.0,
+                                   minloglevel=2)
+    return d / "spm.model"
+
+
+def test_a_model_and_its_own_dictionary_pass(spm_dir):
+    check_pair(str(spm_dir / "spm.model"), str(spm_dir / "dict.txt"))
+    assert len(dict_symbols(str(spm_dir / "dict.txt"))) > 100
+
+
+def test_a_model_of_the_same_size_from_other_text_is_refused_naming_both(spm_dir, other_spm):
+    with pytest.raises(ValueError) as e:
+        check_pair(str(other_spm), str(spm_dir / "dict.txt"))
+    said = str(e.value)
+    assert said.startswith(f"{spm_dir / 'dict.txt'} does not belong to the sentencepiece model {other_spm} (line ")
+
+
+def test_a_text_file_given_as_the_model_is_named(spm_dir, tmp_path):
+    fake = tmp_path / "spm.model"
+    fake.write_text("not a model\n")
+    with pytest.raises(ValueError, match=f"{fake}: not a sentencepiece model"):
+        check_pair(str(fake), str(spm_dir / "dict.txt"))
+
+
+@pytest.mark.usefixtures("starts_process")
+@pytest.mark.parametrize("model", ["other", "text"])
+def test_export_hf_refuses_a_tokenizer_of_another_model_and_writes_nothing(pretrained, lm_bin, other_spm, tmp_path,
+                                                                          model):
+    spm_model = other_spm if model == "other" else tmp_path / "spm.model"
+    if model == "text":
+        spm_model.write_text("a text file\n")
+    out = tmp_path / "hf"
+    p = command_in_process([BIN / "tupe-export-hf", pretrained / "checkpoint_last.pt", out, "--spm-model", spm_model,
+                            "--dict", lm_bin / "dict.txt"], check=False)
+    last = p.stderr.strip().splitlines()[-1]
+    says = "does not belong to the sentencepiece model" if model == "other" else "not a sentencepiece model"
+    assert p.returncode == 1 and says in last and str(spm_model) in last, p.stderr[-2000:]
+    assert not out.exists() and not Path(str(out) + ".partial").exists()
+
+
+@pytest.mark.usefixtures("starts_process")
+def test_locality_on_text_refuses_a_mismatched_model_before_writing(pretrained, lm_bin, other_spm, tmp_path):
+    text = write_lines(tmp_path / "text.txt", lm_lines(5, seed=3))
+    csv = tmp_path / "loc.csv"
+    p = command_in_process([BIN / "tupe-locality", pretrained / "checkpoint_last.pt", "--length", "8", "--text", text,
+                            "--spm-model", other_spm, "--data", lm_bin, "--out-csv", csv], check=False)
+    last = p.stderr.strip().splitlines()[-1]
+    assert p.returncode == 1 and "does not belong to the sentencepiece model" in last, p.stderr[-2000:]
+    assert not csv.exists()

@@ -1,0 +1,77 @@
+"""Which sentencepiece model a fairseq ``dict.txt`` belongs to: the check every command that combines the two runs.
+
+``dict.txt`` lists the model's pieces in sentencepiece id order, control and unknown pieces left out (fairseq's
+four specials stand in for them), then at most fairseq's ``madeupwordNNNN`` padding (``preprocess.spm_dict`` writes
+it so). A model and a dictionary of the same size but from another training give the same shapes and wrong ids,
+so the check compares the pieces themselves. sentencepiece is imported only when a model is read.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, List, Sequence
+
+from tupe_common.io import need, utf8_lines
+
+
+def load_spm(model_path: str) -> Any:
+    """The sentencepiece model at ``model_path``; a ValueError names a file that is not one (a text file given as
+    spm.model, a truncated copy), an OSError one that is missing or a folder."""
+    import sentencepiece as spm
+
+    need(model_path)
+    try:
+        return spm.SentencePieceProcessor(model_file=model_path)
+    except (RuntimeError, OSError) as e:
+        raise ValueError(f"{model_path}: not a sentencepiece model ({str(e).strip().splitlines()[0]}); pass the "
+                         "spm.model of preprocess step 2") from None
+
+
+def dict_pieces(sp: Any) -> List[str]:
+    """Pieces that go into dict.txt, in sentencepiece id order."""
+    return [sp.id_to_piece(i) for i in range(sp.get_piece_size()) if not (sp.is_control(i) or sp.is_unknown(i))]
+
+
+def dict_symbols(dict_path: str) -> List[str]:
+    """The symbols of fairseq's ``dict.txt`` (``SYMBOL COUNT [#fairseq:overwrite]`` lines), in order; a ValueError
+    names a line of another form."""
+    symbols = []
+    for number, line in utf8_lines(dict_path):
+        text = line.rstrip("\n")
+        parts = text.rsplit(" ", 2 if text.endswith("#fairseq:overwrite") else 1)
+        if len(parts) < 2:
+            raise ValueError(f"{dict_path}: line {number} is {text!r}, not 'SYMBOL COUNT': not a fairseq dict.txt")
+        symbols.append(parts[0])
+    return symbols
+
+
+def check_dict(sp: Any, symbols: Sequence[str], dict_path: str, model_path: str) -> None:
+    """Refuse a dict.txt that does not list ``sp``'s pieces in order (``symbols``: its lines' symbols, fairseq's
+    four specials not included); after them only fairseq's ``madeupwordNNNN`` padding may follow."""
+    expected = dict_pieces(sp)
+    head, tail = list(symbols[:len(expected)]), symbols[len(expected):]
+    extra = [s for s in tail if not (s.startswith("madeupword") and s[len("madeupword"):].isdigit())]
+    if head == expected and not extra:
+        return
+    bad = next((i for i, (a, b) in enumerate(zip(head, expected)) if a != b), min(len(head), len(expected)))
+    if bad < len(expected) and bad < len(head):
+        what = f"line {bad + 1} is {head[bad]!r} where the model has {expected[bad]!r}"
+    elif bad < len(expected):
+        what = f"it ends at line {len(head)}, the model has {len(expected)} pieces"
+    else:
+        what = f"line {len(expected) + tail.index(extra[0]) + 1} is {extra[0]!r}, after the model's {len(expected)} pieces"
+    raise ValueError(f"{dict_path} does not belong to the sentencepiece model {model_path} ({what}): use the "
+                     "dict.txt written for this model (preprocess step 2, preprocess.spm_dict.write_fairseq_dict)")
+
+
+def check_pair(model_path: str, dict_path: str) -> None:
+    """The sentencepiece model and the dict.txt belong together (:func:`check_dict`), else a ValueError naming both
+    (an OSError for a path that is missing or of the wrong kind)."""
+    check_dict(load_spm(model_path), dict_symbols(dict_path), dict_path, model_path)
+
+
+def data_dict(data: str) -> str:
+    """The dict.txt of a fairseq data folder: DATA/dict.txt (pre-training) or DATA/input0/dict.txt (a GLUE task)."""
+    for path in (os.path.join(data, "dict.txt"), os.path.join(data, "input0", "dict.txt")):
+        if os.path.isfile(path):
+            return path
+    return need(os.path.join(data, "dict.txt"))
