@@ -18,9 +18,9 @@ import math
 import os
 import statistics
 import sys
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
-from study.compare import (PAIRED_BOOTSTRAP, T_TEST, Interval, OrderDrop, Paired, bootstrap_pairs, order_drops,
+from study.compare import (AVERAGE, PAIRED_BOOTSTRAP, T_TEST, Interval, OrderDrop, Paired, bootstrap_pairs, order_drops,
                            paired_differences)
 from study.endpoints import (LEVEL as FAMILY_LEVEL, MEASURES as ENDPOINT_MEASURES, EndpointResult, curve_auc, logged_resolution,
                              parse_endpoints, parse_margin, family_tests)
@@ -44,6 +44,28 @@ def _mean(values: Sequence[Optional[float]]) -> Optional[float]:
 def _spread(values: Sequence[Optional[float]]) -> Optional[float]:
     values = [v for v in values if v is not None]
     return max(values) - min(values) if len(values) > 1 else None
+
+
+def seed_noise(variants: Sequence[Variant], columns: Sequence[str]) -> Dict[str, Tuple[float, str]]:
+    """The pre-training seed's noise measured in this study, per downstream column and for the average
+    (``study.compare.AVERAGE``): the largest spread (max - min) of one model's per-seed score over its pre-training
+    seeds (a task: the median over its fine-tuning runs at the chosen LR; the average: the mean of those), among the
+    models with two or more seeds; with the model that shows it. Columns no model measures on 2 seeds are absent.
+    A difference between two models that is not larger than this can come from the pre-training seed alone."""
+    noise: Dict[str, Tuple[float, str]] = {}
+    for v in variants:
+        for col in list(columns) + [AVERAGE]:
+            values = [s.downstream(columns) if col == AVERAGE else s.tasks[col].median
+                      for s in v.seeds if col == AVERAGE or col in s.tasks]
+            values = [x for x in values if x is not None]
+            if len(values) >= 2 and (col not in noise or max(values) - min(values) > noise[col][0]):
+                noise[col] = (max(values) - min(values), f"{v.name}, {len(values)} seeds")
+    return noise
+
+
+def beyond_noise(diff: float, column: str, noise: Dict[str, Tuple[float, str]]) -> Optional[bool]:
+    """Whether |diff| exceeds the column's seed noise (None: no model of the study measured it)."""
+    return abs(diff) > noise[column][0] if column in noise else None
 
 
 # A discriminator counts as trained when its loss is at least this share below the entropy of the replace rate
@@ -202,7 +224,14 @@ def _paired_lines(pairs: List[Paired], n_seeds: int, what: str, resolution: floa
     return L + [""]
 
 
-def _interval_lines(intervals: List[Interval]) -> List[str]:
+def _noise_cell(iv: Interval, noise: Dict[str, Tuple[float, str]]) -> str:
+    if iv.column not in noise:
+        return "— | not measured"
+    return f"{noise[iv.column][0]:.2f} | {'beyond' if beyond_noise(iv.diff, iv.column, noise) else 'within'}"
+
+
+def _interval_lines(intervals: List[Interval], noise: Optional[Dict[str, Tuple[float, str]]] = None) -> List[str]:
+    noise = noise or {}
     if not intervals:
         return ["No pair of variants with paired dev predictions.", ""]
     counts: Dict[str, int] = {}
@@ -233,14 +262,25 @@ def _interval_lines(intervals: List[Interval]) -> List[str]:
          "they exclude 0 more often than that.", "",
          "Methods: " + "; ".join(f"{k}: {n}" for k, n in sorted(methods.items())) + ". "
          "Intervals: " + "; ".join(f"{k}: {n}" for k, n in sorted(counts.items())) + ".", ""]
+    if noise:
+        beyond = sum(bool(beyond_noise(iv.diff, iv.column, noise)) for iv in intervals)
+        L += ["**Seed noise**, beside every difference: the pre-training seed's noise measured in this study, per "
+              "column the largest spread (max - min) of one model's score over its own pre-training seeds ("
+              + "; ".join(f"{col} {x:.2f} ({who})" for col, (x, who) in noise.items()) + "). A difference within it "
+              "can come from the pre-training seed alone, whatever its interval says (an interval from one shared "
+              f"seed cannot see that noise); {beyond} of the {m} differences are beyond it. Read no order of the "
+              "models from differences within it.", ""]
+    else:
+        L += ["**Seed noise**: not measured (no model of this study has two or more pre-training seeds with "
+              "fine-tuning results), so no difference here can be set against the pre-training seed's noise.", ""]
     if len(shown) < len(intervals):
         L += [f"Only the differences whose interval excludes 0 are listed; all {m} are in `differences.csv`.", ""]
     L += ["| a - b | task | difference | 95% interval | p (unadjusted) | method | runs | per pre-training seed | "
-          "interval |", "|---|---|---|---|---|---|---|---|---|"]
+          "interval | seed noise | difference vs seed noise |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for iv in shown:
         seeds = ", ".join(f"{s}: {d:+.2f}" for s, d in sorted(iv.by_seed.items()))
         L.append(f"| {iv.a} - {iv.b} | {iv.column} | {iv.diff:+.2f} | [{iv.low:+.2f}, {iv.high:+.2f}] | {_p(iv.p)} | "
-                 f"{iv.method_label} | {iv.runs} | {seeds} | {iv.verdict} |")
+                 f"{iv.method_label} | {iv.runs} | {seeds} | {iv.verdict} | {_noise_cell(iv, noise)} |")
     return L + [""]
 
 
@@ -378,6 +418,25 @@ def _endpoint_lines(results: Sequence[EndpointResult], declared: str, total_upda
     return L
 
 
+def _within_noise_lines(rows: Sequence[Dict], columns: Sequence[str], noise: Dict[str, Tuple[float, str]]) -> List[str]:
+    """Which columns of the fine-tuning table span more than the seed noise across the models (an order of the models
+    may be read there) and which do not."""
+    if not noise:
+        return ["No model has two or more pre-training seeds with fine-tuning results: the seed noise is not measured, "
+                "so no order of the models in this table can be told from it."]
+    cells = []
+    for col, key in [(c, f"{c}_median") for c in columns] + [(AVERAGE, "downstream_avg")]:
+        values = [r[key] for r in rows if r.get(key) is not None]
+        if col not in noise or len(values) < 2:
+            continue
+        span = max(values) - min(values)
+        cells.append(f"{col}: the models span {span:.2f} against a seed noise of {noise[col][0]:.2f} ("
+                     + ("**beyond it**: an order may be read" if span > noise[col][0] else "**within it**: read no "
+                        "order of the models") + ")")
+    return ["Ranks only beyond the seed noise (the largest spread of one model over its own pre-training seeds): "
+            + "; ".join(cells) + "."] if cells else []
+
+
 def report_markdown(rows: List[Dict], columns: List[str], variants: List[Variant], total_updates: int,
                     unigram: Optional[float], min_gap: float, corr: List[Dict], loss_pairs: List[Paired],
                     intervals: List[Interval], drops: List[OrderDrop], problems: List[str], title: str,
@@ -385,6 +444,7 @@ def report_markdown(rows: List[Dict], columns: List[str], variants: List[Variant
                     endpoints: Sequence[EndpointResult] = (), declared: str = "none", resolution: float = 0.0) -> str:
     mlm = [r for r in rows if r["objective"] == "mlm"]
     n_seeds = max((len(v.seeds) for v in variants if v.objective == "mlm"), default=0)
+    noise = seed_noise(variants, columns)
     L = [f"# {title}", "", "![overview](overview.png)", ""]
     weak = weak_variants(rows, unigram, min_gap)
     if weak:
@@ -446,7 +506,8 @@ def report_markdown(rows: List[Dict], columns: List[str], variants: List[Variant
                   "cannot see: " + ", ".join(f"{r['variant']} {r['downstream_avg_seed_spread']:.2f}" for r in several)
                   + " points. A difference from one shared pre-training seed that is not larger than these can "
                   "come from the pre-training seed alone."]
-        L += ["", "### Downstream differences (exploratory), at the level of the pre-training seeds", ""] + _interval_lines(intervals)
+        L += [""] + _within_noise_lines(rows, columns, noise)
+        L += ["", "### Downstream differences (exploratory), at the level of the pre-training seeds", ""] + _interval_lines(intervals, noise)
     else:
         L += ["No fine-tuning results.", ""]
     L += ["## Word-order sensitivity", ""] + _order_lines(drops)
@@ -491,7 +552,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--resamples", type=int, default=2000, help="bootstrap resamples (default 2000)")
     p.add_argument("--finetune-grid", metavar="TASKS:LRS:SEEDS",
                    help="the fine-tuning runs every model should have, e.g. SST-2,RTE:1e-5,2e-5:1,2,3; "
-                        "the report names each model seed that lacks some (default: only those with none)")
+                        "the report names each model seed that lacks some (default: only those with none); none: the "
+                        "study fine-tunes nothing (TASKS=none), so no run is missing")
     p.add_argument("--endpoints", default="none", help="the declared comparisons, MEASURE:A:B ... "
                    "(study/endpoints.py; default none: everything exploratory)")
     p.add_argument("--equivalence-bits", default="none", help="the declared equivalence margin in bits (default none)")
@@ -506,7 +568,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except ValueError as e:
         p.error(str(e))
     grid = None
-    if args.finetune_grid:
+    if args.finetune_grid == "none":
+        grid = ([], [], [])
+    elif args.finetune_grid:
         lists = [x.split(",") for x in args.finetune_grid.split(":")]
         try:
             if len(lists) != 3 or not all(all(items) for items in lists):
@@ -553,10 +617,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     write_csv_atomic(os.path.join(args.out, "study.csv"), rows)
     write_csv_atomic(os.path.join(args.out, "correlation.csv"),
                      [{k: c[k] for k in CORRELATION_COLUMNS} for c in corr])
+    noise = seed_noise(study, columns)
     write_csv_atomic(os.path.join(args.out, "differences.csv"),
                      [{"a": iv.a, "b": iv.b, "task": iv.column, "difference": iv.diff, "low": iv.low, "high": iv.high,
                        "runs": iv.runs, "examples": iv.examples, "pretrain_seeds": iv.seeds, "method": iv.method,
                        "p": iv.p, "dev_se": iv.dev_se, "interval": iv.verdict,
+                       "seed_noise": noise[iv.column][0] if iv.column in noise else None,
+                       "beyond_seed_noise": beyond_noise(iv.diff, iv.column, noise),
                        "by_pretrain_seed": " ".join(f"{s}:{d:.4f}" for s, d in sorted(iv.by_seed.items()))}
                       for iv in intervals])
     write_csv_atomic(os.path.join(args.out, "endpoints.csv"),

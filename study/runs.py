@@ -288,7 +288,8 @@ def missing_runs(runs: List[Run], grid: FineTuneGrid) -> List[str]:
 def load_study(out: str, variants: Sequence[Tuple[str, Sequence[int]]], problems: List[str],
                grid: Optional[FineTuneGrid] = None) -> List[Variant]:
     """Every model's runs under ``out``; what is missing goes to ``problems``: a model seed with no
-    fine-tuning run, or, given the fine-tuning ``grid``, with only some of its runs."""
+    fine-tuning run, or, given the fine-tuning ``grid``, with only some of its runs (a grid without tasks: the study
+    fine-tunes nothing, and no run is missing)."""
     from study.plan import split_label
 
     about = about_variants()
@@ -305,7 +306,7 @@ def load_study(out: str, variants: Sequence[Tuple[str, Sequence[int]]], problems
                 problems.append(f"{log}: no validation {keys[0]} (pre-training missing or unfinished)")
             runs = read_finetune_dir(os.path.join(out, "finetune", name, f"seed{seed}"), problems)
             lacking = missing_runs(runs, grid) if grid and runs else []
-            if not runs:
+            if not runs and not (grid is not None and not grid[0]):
                 problems.append(f"{name} seed {seed}: no finished fine-tuning run")
             elif lacking:
                 problems.append(f"{name} seed {seed}: {len(lacking)} fine-tuning run(s) not finished: "

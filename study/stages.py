@@ -323,6 +323,8 @@ def run_report(plan: Plan) -> None:
             "--title", f"Study: PRESET={v['PRESET']}, {v['TOTAL_UPDATES']} updates, {plan.models_text()}"]
     if plan.tasks and plan.lrs and plan.seeds:  # the report names every model seed that lacks some run
         argv += ["--finetune-grid", ":".join(",".join(map(str, x)) for x in (plan.tasks, plan.lrs, plan.seeds))]
+    elif not plan.tasks:  # TASKS=none: a pre-training study, no fine-tuning run is missing
+        argv += ["--finetune-grid", "none"]
     if report(argv):
         raise PartFailed("the report failed")
 

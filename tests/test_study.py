@@ -523,6 +523,36 @@ def test_report_lists_what_is_missing(tmp_path):
     assert corr["locality (position-only)"]["n"] == "1"  # only A has both values
 
 
+def test_a_study_that_fine_tunes_nothing_misses_no_fine_tuning_run(tmp_path):
+    """TASKS=none (the GPU study's default): the report stage passes --finetune-grid none, and no model seed is named
+    for lacking a fine-tuning run; without it, every one is."""
+    out = tmp_path / "study"
+    make_study(out)
+    shutil.rmtree(out / "finetune")
+    args = [str(out), "--variants", "A,B,C", "--total-updates", "100", "--resamples", "200"]
+    assert sr.main(args) == 0
+    assert "A seed 1: no finished fine-tuning run" in (out / "report.md").read_text()
+    assert sr.main(args + ["--finetune-grid", "none"]) == 0
+    missing = (out / "report.md").read_text().split("## Missing parts and problems")[1]
+    assert "fine-tuning" not in missing and "- none" in missing
+    from study.plan import Plan
+    from study.stages import run_report
+
+    (out / "settings.env").write_text("PRESET=tiny\n")
+    plan = Plan.from_environ({"OUT": str(out), "PRESET": "tiny", "VARIANTS": "bert-a", "TASKS": "none"},
+                             known={"bert-a": "BERT-A"})
+    called = []
+    import study.report as report_module
+
+    real = report_module.main
+    report_module.main = lambda argv: called.append(argv) or 0
+    try:
+        run_report(plan)
+    finally:
+        report_module.main = real
+    assert called and called[0][called[0].index("--finetune-grid") + 1] == "none"
+
+
 def test_report_names_model_seeds_with_only_some_fine_tuning_runs(tmp_path):
     """With the grid the study ran, a model seed that lacks one run is named with the run it lacks; without
     it, only a model seed with no run at all is (the report cannot know the grid)."""
