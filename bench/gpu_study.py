@@ -155,13 +155,19 @@ def read_manifest(data: Path) -> dict:
 
 
 def model_labels(env: Dict[str, str]) -> List[str]:
-    """The study's models (study.plan.Entry.label: ``bert-a``, ``bert-a+electra``) from VARIANTS and OBJECTIVES."""
-    from study.plan import Entry, parse_variants, registry
+    """The study's models (study.plan.Entry.label: ``bert-a``, ``bert-a+electra``) from VARIANTS and OBJECTIVES. Read
+    before the carried wheels are installed, so without the registry (which imports torch and its company) unless
+    VARIANTS says ``all``; the names are checked by the study's plan after the install."""
+    from study.plan import Entry
 
     if ":" in env["VARIANTS"]:
         raise UsageError(f"VARIANTS={env['VARIANTS']}: this command chooses the pre-training seeds (--seeds); name "
                          "the variants without seeds")
-    names = [e.name for e in parse_variants(env["VARIANTS"], [1], registry())]
+    names = list(dict.fromkeys(n.replace("_", "-") for n in words(env, "VARIANTS")))
+    if "all" in names:
+        from study.plan import parse_variants, registry
+
+        names = [e.name for e in parse_variants(env["VARIANTS"], [1], registry())]
     return [Entry(n, (1,), o).label for o in words(env, "OBJECTIVES") for n in names]
 
 

@@ -223,6 +223,7 @@ def test_the_second_call_adds_the_next_seed_and_keeps_the_earlier_ones(dry):
     md = (back / "report.md").read_text()
     declared = md.split("## Declared comparisons (confirmatory)")[1].split("\n## ")[0]
     assert "| seed 1 | seed 2 | seed 3 |" in declared and "one Holm family of 2" in declared
+    assert "fine-tuning run" not in md.split("## Missing parts and problems")[1]  # TASKS=none: none is missing
     budget = (back / "budget.md").read_text()
     assert budget in md and budget.strip() in p.stdout  # appended to the report and printed
     assert "call 2 on this study folder, pre-training seed(s) 3." in budget
