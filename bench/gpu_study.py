@@ -612,8 +612,21 @@ def endpoints_text(out: Path) -> List[str]:
         seeds = " ".join(s.split(":")[0] for s in r["by_pretrain_seed"].split())
         L.append(f"- `{r['measure']}: {r['a']} - {r['b']}` over {r['seeds']} seeds ({seeds}): mean "
                  f"{float(r['mean']):+.4f} bits, 95% t-interval [{float(r['low']):+.4f}, {float(r['high']):+.4f}], "
-                 f"p {float(r['p']):.3g}, Holm p {float(r['p_holm']):.3g}: **{r['verdict']}**")
-    return L + [""]
+                 f"p {float(r['p']):.3g}, Holm p {float(r['p_holm']):.3g}: **{r['verdict']}**; "
+                 + needed_text(float(r["mean"]), float(r["sd"]), int(r["family_size"])))
+    return L + ["", "Seeds for 80% power: of the two-sided paired t-test at Holm's first step (0.05 / the family's "
+                "size), at the effect measured so far (`study/power.py`, as `study.sh --plan`); an effect measured on "
+                "few seeds is itself uncertain, so this guides the next loan, it does not promise an answer.", ""]
+
+
+def needed_text(mean: float, sd: float, family: int) -> str:
+    """How many seeds the effect measured so far (d = |mean| / SD) needs for 80% power in the declared family."""
+    from study.power import MAX_SEEDS, seeds_needed
+
+    if sd <= 0:
+        return "no spread measured"
+    n = seeds_needed(abs(mean) / sd, 0.8, 0.05 / family)
+    return f"d = {abs(mean) / sd:.2f}: " + (f"{n} seeds for 80% power" if n else f"more than {MAX_SEEDS} seeds for 80% power")
 
 
 def budget_text(budget: Budget, out: Path, manifest: dict, values: Dict[str, str], models: List[str], seeds: List[int],

@@ -228,6 +228,11 @@ def test_the_second_call_adds_the_next_seed_and_keeps_the_earlier_ones(dry):
     assert budget in md and budget.strip() in p.stdout  # appended to the report and printed
     assert "call 2 on this study folder, pre-training seed(s) 3." in budget
     assert "- `final_loss: tupe-r - bert-a` over 3 seeds (1 2 3): mean " in budget
+    from study.power import seeds_needed
+
+    for r in rows.values():  # the seeds the effect so far needs, at Holm's first step of the family of 2
+        d = abs(float(r["mean"])) / float(r["sd"])
+        assert f"d = {d:.2f}: {seeds_needed(d, 0.8, 0.025)} seeds for 80% power" in budget
 
 
 def test_the_time_table_holds_every_validation_with_its_gpu_seconds(dry):
