@@ -966,6 +966,23 @@ def test_tiny_study_rerun_runs_nothing_again(tiny_study):
     assert (checkpoint.stat().st_mtime_ns, timings.read_text()) == before
 
 
+def test_tiny_study_stages_runs_only_the_stages_named_then_the_report(tiny_study):
+    """--stages locality (what make gpu-study runs after its pre-trainings): the lost locality measurement is redone,
+    no other stage is visited (not even to skip it), and the report is rewritten; --stages report or a list missing is
+    refused, exit 2."""
+    out = tiny_study.out
+    csv_path = out / "locality" / "nope" / "seed1.csv"
+    kept = csv_path.read_text()
+    csv_path.unlink()
+    p = study(out, "--lanes", "2", "--stages", "locality", **tiny_study.env)
+    assert csv_path.read_text().splitlines()[0] == kept.splitlines()[0]  # measured again
+    assert "locality nope 1: finished" in p.stderr and "report all: finished" in p.stderr
+    assert not re.search(r"(pretrain|finetune|order|longer) .*(done, skipping|finished)", p.stderr), p.stderr
+    for bad in (["--stages", "report"], ["--lanes", "2", "--stages"], ["--stages", "locality", "--list"]):
+        q = study(out, *bad, check=False, **tiny_study.env)
+        assert q.returncode == 2 and "study.sh: error: --stages S1,S2: stages of prep, pretrain," in q.stderr, (bad, q.stderr)
+
+
 def test_tiny_study_lost_word_order_sets_say_how_to_redo_them(tiny_study):
     """After the fine-tuned checkpoint is gone, the order stage cannot redo its sets: it says to move the run away."""
     run_dir = tiny_study.run_dir
