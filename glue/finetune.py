@@ -30,31 +30,31 @@ PROG = "finetune.sh"
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-# NAME | default | help
+# NAME | kind (tupe_common.tunables.KINDS) | default | help
 TUNABLES: Tuple[Tunable, ...] = table("""
-CHECKPOINT |  | pre-trained checkpoint (.pt) (required)
-GLUE_BIN | glue-bin | folder with TASK-bin/ from python -m preprocess.glue_binarize
-RUNS | runs | output root: RUNS/TASK/lr{{LR}}_seed{{SEED}}/
-EPOCHS | auto | epochs (auto: 5 for MNLI, QNLI, QQP; 10 otherwise)
-SENTENCES_PER_BATCH | 32 | sentences per batch of each process, at most (--batch-size; was BATCH); one process: per update
-MAX_TOKENS | 4400 | tokens per batch at most (--max-tokens)
-WARMUP_RATIO | 0.06 | fraction of updates spent warming up (warmup_ratio scheduler)
-ADAM_BETAS | (0.9,0.999) | Adam betas
-ADAM_EPS | 1e-6 | Adam epsilon
-WEIGHT_DECAY | 0.01 | weight decay
-CLIP_NORM | 1.0 | gradient clipping
-DROPOUT | 0.1 | dropout
-ATTENTION_DROPOUT | 0.1 | attention dropout
-POOLER_DROPOUT | 0.1 | dropout of the classification head (the official head: dense, tanh, dropout 0.1)
-VALID_PER_EPOCH | 2 | validations per epoch, evenly spaced, the last at the epoch's end (the original's --validate-interval-updates 2)
-KEEP_CHECKPOINTS | 0 | 1: keep checkpoint_best.pt of the run; 0: write no checkpoints
-FP16 | auto | 1: --fp16 with the original's loss-scale flags (auto: 1 on GPU, 0 on CPU)
-LOG_INTERVAL | 50 | log every N updates
-NUM_WORKERS | 1 | data loader workers
-METRIC_AVERAGING | dev_set | dev_set: metrics over the whole dev set (GLUE's definition); per_batch: the official code's mean of per-batch metrics
-TRUNCATE | 0 | 1: cut inputs longer than the model's positions (--shorten-method truncate); 0: an over-long input is an error
-QUIET | 0 | 1: fairseq's output only to train.log (glue/grid.sh sets it)
-EXTRA_ARGS |  | more fairseq-train arguments (split on spaces)
+CHECKPOINT |  |  | pre-trained checkpoint (.pt) (required)
+GLUE_BIN |  | glue-bin | folder with TASK-bin/ from python -m preprocess.glue_binarize
+RUNS |  | runs | output root: RUNS/TASK/lr{{LR}}_seed{{SEED}}/
+EPOCHS | auto/int1 | auto | epochs (auto: 5 for MNLI, QNLI, QQP; 10 otherwise)
+SENTENCES_PER_BATCH | int1 | 32 | sentences per batch of each process, at most (--batch-size; was BATCH); one process: per update
+MAX_TOKENS | int1 | 4400 | tokens per batch at most (--max-tokens)
+WARMUP_RATIO | frac | 0.06 | fraction of updates spent warming up (warmup_ratio scheduler)
+ADAM_BETAS |  | (0.9,0.999) | Adam betas
+ADAM_EPS | num+ | 1e-6 | Adam epsilon
+WEIGHT_DECAY | num0 | 0.01 | weight decay
+CLIP_NORM | num0 | 1.0 | gradient clipping
+DROPOUT | frac | 0.1 | dropout
+ATTENTION_DROPOUT | frac | 0.1 | attention dropout
+POOLER_DROPOUT | frac | 0.1 | dropout of the classification head (the official head: dense, tanh, dropout 0.1)
+VALID_PER_EPOCH | int1 | 2 | validations per epoch, evenly spaced, the last at the epoch's end (the original's --validate-interval-updates 2)
+KEEP_CHECKPOINTS | 0/1 | 0 | 1: keep checkpoint_best.pt of the run; 0: write no checkpoints
+FP16 | auto/0/1 | auto | 1: --fp16 with the original's loss-scale flags (auto: 1 on GPU, 0 on CPU)
+LOG_INTERVAL | int1 | 50 | log every N updates
+NUM_WORKERS | int0 | 1 | data loader workers
+METRIC_AVERAGING | dev_set/per_batch | dev_set | dev_set: metrics over the whole dev set (GLUE's definition); per_batch: the official code's mean of per-batch metrics
+TRUNCATE | 0/1 | 0 | 1: cut inputs longer than the model's positions (--shorten-method truncate); 0: an over-long input is an error
+QUIET | 0/1 | 0 | 1: fairseq's output only to train.log (glue/grid.sh sets it)
+EXTRA_ARGS |  |  | more fairseq-train arguments (split on spaces)
 """)
 DEFAULTS: Dict[str, str] = {t.name: t.default for t in TUNABLES}
 RENAMED = {"BATCH": "SENTENCES_PER_BATCH"}
@@ -172,16 +172,15 @@ def fairseq_args(v: Mapping[str, str], task: str, lr: str, seed: str, facts: Map
 
 def check_run_settings(settings: Mapping[str, str], lrs: Sequence[str], seeds: Sequence[str]) -> None:
     """Refuse (UsageError, naming the setting) an LR that is not a positive number, a seed that is not a whole
-    number, and a batch, token budget, epoch count or validation count that is not a positive whole number:
-    before any run (the grid checks all its LRs and seeds at once)."""
+    number, and every setting that is not of its kind (:data:`TUNABLES`, tupe_common.tunables.check): before any run
+    (the grid checks all its LRs and seeds at once)."""
     for lr in lrs:
         if not re.fullmatch(r"[0-9]*\.?[0-9]+([eE][-+]?[0-9]+)?", lr) or float(lr) <= 0:
             raise UsageError(f"LR must be a positive number like 2e-5, not '{lr}'")
     for seed in seeds:
         if not re.fullmatch(r"-?[0-9]+", seed):
             raise UsageError(f"SEED must be a whole number, not '{seed}'")
-    for name in ("SENTENCES_PER_BATCH", "MAX_TOKENS", "VALID_PER_EPOCH") + (() if settings["EPOCHS"] == "auto" else ("EPOCHS",)):
-        tunables.whole(settings, name)
+    tunables.check(TUNABLES, settings)
 
 
 def finetune(settings: Mapping[str, str], task: str, lr: str, seed: str, say: Say = say_to_stderr,

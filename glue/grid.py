@@ -40,16 +40,16 @@ FINETUNE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "finetune.sh
 log = get_logger("grid")
 PROG = "grid.sh"
 
-# glue/grid.sh's settings. NAME | default | help
+# glue/grid.sh's settings. NAME | kind (tupe_common.tunables.KINDS) | default | help
 TUNABLES: Tuple[Tunable, ...] = table("""
-TASKS | auto | tasks (spaces or commas); auto: the paper's {tasks} and every custom task binarized in GLUE_BIN
-LRS | {lrs} | learning rates (default: the paper's)
-SEEDS | {seeds} | seeds (default: the paper's)
-RUNS | runs | output root (RUNS/TASK/lr{{LR}}_seed{{SEED}}/)
-GLUE_BIN | glue-bin | binaries of python -m preprocess.glue_binarize (TASK-bin/)
-JOBS | auto | runs at a time, locally (auto: one per GPU, 1 on CPU)
-GPU_IDS | auto | GPUs for the local runs (auto: all visible; none on CPU)
-CHECKPOINT |  | pre-trained checkpoint (required; see glue/finetune.sh --help for the rest)
+TASKS |  | auto | tasks (spaces or commas); auto: the paper's {tasks} and every custom task binarized in GLUE_BIN
+LRS |  | {lrs} | learning rates (default: the paper's)
+SEEDS |  | {seeds} | seeds (default: the paper's)
+RUNS |  | runs | output root (RUNS/TASK/lr{{LR}}_seed{{SEED}}/)
+GLUE_BIN |  | glue-bin | binaries of python -m preprocess.glue_binarize (TASK-bin/)
+JOBS | auto/int1 | auto | runs at a time, locally (auto: one per GPU, 1 on CPU)
+GPU_IDS |  | auto | GPUs for the local runs (auto: all visible; none on CPU)
+CHECKPOINT |  |  | pre-trained checkpoint (required; see glue/finetune.sh --help for the rest)
 """, tasks=" ".join(PAPER_TASKS), lrs=" ".join(PAPER_LRS), seeds=" ".join(PAPER_SEEDS))
 
 USAGE = """The paper's GLUE grid: every task x LR x seed (by default the paper's {n_tasks} tasks, {n_lrs} LRs and {n_seeds}
@@ -267,6 +267,7 @@ def main_sh(argv: Sequence[str], environ: Mapping[str, str]) -> int:
     v = tunables.resolve(TUNABLES, environ, say)
     say(tunables.shown(TUNABLES, v))
     try:
+        tunables.check(TUNABLES, v)
         tasks, lrs, seeds, grid = grid_of(v["TASKS"], v["LRS"], v["SEEDS"], v["GLUE_BIN"])
     except UsageError as e:
         say(f"error: {e}")

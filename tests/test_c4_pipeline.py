@@ -516,7 +516,7 @@ def test_run_one_job_at_a_time_and_usage_errors(tmp_path, starts_process):
     assert [summary_numbers(ln)["documents"] for ln in p.stderr.splitlines() if "summary" in ln] == [5, 5, 5]
     for cmd, kw, says in (
             ([*C4, "run", SAMPLE], {"STEPS": "15"}, "STEPS: the step numbers to run"),
-            ([*C4, "run", SAMPLE], {"JOBS": "two"}, "JOBS must be a whole number"),
+            ([*C4, "run", SAMPLE], {"JOBS": "two"}, "JOBS must be auto or a positive whole number, not 'two'"),
             ([*C4, "run", SAMPLE], {"TRAIN_GLOB": "c5-*"}, "no c5-* in "),
             ([*C4, "run", SAMPLE], {"MODEL_TYPE": "wordpiece"}, "MODEL_TYPE must be one of bpe, unigram, not 'wordpiece'"),
             ([*C4, "run", SAMPLE], {"LINK_MODE": "move"}, "LINK_MODE must be one of hardlink, symlink, copy, not 'move'"),

@@ -113,7 +113,7 @@ def test_grid_sh_lists_without_a_checkpoint_and_refuses_bad_settings(tmp_path, c
     (tmp_path / "ck.pt").write_bytes(b"")
     (tmp_path / "RTE-bin").mkdir()
     assert main_sh([], dict(env, CHECKPOINT=str(tmp_path / "ck.pt"), JOBS="two", GPU_IDS="none")) == 2
-    assert capsys.readouterr().err.splitlines()[-1] == "grid.sh: error: JOBS must be a positive whole number, not 'two'"
+    assert capsys.readouterr().err.splitlines()[-1] == "grid.sh: error: JOBS must be auto or a positive whole number, not 'two'"
     assert main_sh(["--list"], dict(env, TASKS="RTE Poetry")) == 2
     assert "grid.sh: error: unknown task(s) Poetry; choose from" in capsys.readouterr().err
     assert main_sh(["--slurm", "--list"], env) == 2 and "Usage: " in capsys.readouterr().err
@@ -293,7 +293,7 @@ def test_bad_lrs_seeds_and_batches_are_refused_before_any_run(tmp_path, capsys):
     assert "SENTENCES_PER_BATCH must be a positive whole number, not '0'" in capsys.readouterr().err
     for argv, extra, message in ((["RTE", "0", "1"], {}, "LR must be a positive number like 2e-5, not '0'"),
                                  (["RTE", "1e-3", "1"], {"SENTENCES_PER_BATCH": "0"}, "SENTENCES_PER_BATCH must be"),
-                                 (["RTE", "1e-3", "1"], {"EPOCHS": "-1"}, "EPOCHS must be a positive whole number")):
+                                 (["RTE", "1e-3", "1"], {"EPOCHS": "-1"}, "EPOCHS must be auto or a positive whole number, not '-1'")):
         assert finetune.main(argv, environ=dict(env, CHECKPOINT="x.pt", **extra)) == 2
         assert message in capsys.readouterr().err
     assert not (tmp_path / "runs").exists()

@@ -5,6 +5,7 @@ study's usage errors change nothing (``--part STAGE N`` beyond its parts, ``--re
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from pathlib import Path
 from typing import Dict
@@ -157,3 +158,36 @@ def test_study_report_needs_a_study_that_has_run(tmp_path, c4_folder):
     p = study(tmp_path, c4_folder, "--report", OUT=str(out))
     assert p.returncode == 1 and "nothing to report: none of the 1 pre-training run(s)" in last(p), p.stderr[-2000:]
     assert not (out / "report.md").exists()
+
+
+@pytest.mark.parametrize("kind,good,bad,said", [
+    ("int1", ["1", "12"], ["0", "-1", "1.5", "x", ""], "a positive whole number"),
+    ("int0", ["0", "7"], ["-1", "x"], "a whole number"),
+    ("int", ["-1", "0"], ["1e3", "x"], "an integer"),
+    ("num+", ["1e-4", "0.5", "3"], ["0", "-1e-4", "nan", "inf", "x"], "a number > 0"),
+    ("num0", ["0", "0.1"], ["-0.1", "x"], "a number >= 0"),
+    ("frac", ["0", "0.15", "0.999"], ["1", "1.5", "-0.1", "abc"], "a fraction in [0, 1)"),
+    ("auto/int1", ["auto", "3"], ["0", "automatic"], "auto or a positive whole number"),
+    ("mlm/electra", ["mlm", "electra"], ["MLM", ""], "mlm or electra"),
+    ("auto/0/1", ["auto", "0", "1"], ["2", "yes"], "one of auto, 0, 1"),
+])
+def test_kinds_accept_and_refuse_by_a_written_out_list(kind, good, bad, said):
+    from tupe_common.tunables import Tunable, check, describe, fits
+
+    assert all(fits(kind, v) for v in good) and not any(fits(kind, v) for v in bad)
+    assert describe(kind) == said
+    with pytest.raises(ValueError, match=rf"^X must be {re.escape(said)}, not '{re.escape(bad[0])}'$"):
+        check([Tunable("X", good[0], "", kind)], {"X": bad[0]})
+
+
+@pytest.mark.parametrize("module", ["train_scripts.pretrain", "glue.finetune", "glue.grid", "preprocess.c4.pipeline"])
+def test_every_default_is_of_its_kind(module):
+    """The tables' own defaults pass their kinds (a kind written too narrowly would refuse the default run)."""
+    import importlib
+
+    from tupe_common.tunables import fits
+
+    loaded = importlib.import_module(module)
+    table = loaded.TUNABLES if hasattr(loaded, "TUNABLES") else loaded.settings()
+    assert any(t.kind for t in table)
+    assert [t.name for t in table if not fits(t.kind, t.default)] == []

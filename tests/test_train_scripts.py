@@ -142,6 +142,11 @@ def test_the_old_name_batch_size_still_sets_the_batch_with_a_warning(lm_bin):
     ({"NPROC_PER_NODE": "3"}, "SENTENCES_PER_UPDATE=256 is not divisible by 3 process(es) x MAX_SENTENCES=16 = 48"),
     ({"SIZE": "huge"}, "SIZE must be base, large or tiny, not 'huge'"),
     ({"VARIANT": "xl"}, "VARIANT must be one of"),
+    # every number and choice by its kind, before the run's record is written (fairseq refused them after it)
+    ({"DROPOUT": "abc"}, "DROPOUT must be a fraction in [0, 1), not 'abc'"),
+    ({"MASK_PROB": "1.5"}, "MASK_PROB must be a fraction in [0, 1), not '1.5'"),
+    ({"SAMPLE_BREAK_MODE": "docs"}, "SAMPLE_BREAK_MODE must be one of none, complete, complete_doc, eos, not 'docs'"),
+    ({"LR": "0"}, "LR must be auto or a number > 0, not '0'"),
     ({"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0"}, "started under a launcher with WORLD_SIZE=2, but"),
 ])
 def test_bad_settings_are_refused(lm_bin, env, message):

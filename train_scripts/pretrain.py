@@ -24,7 +24,7 @@ from tupe_common import tunables
 from tupe_common.errors import UsageError, exit_main
 from tupe_common.jobs import cuda_device_count, with_repo_path
 from tupe_common.pretrain_recipe import recipe
-from tupe_common.tunables import Say, Tunable, table, whole
+from tupe_common.tunables import Say, Tunable, table
 
 PROG = "pretrain.sh"
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -32,55 +32,55 @@ REPO = os.path.dirname(HERE)
 MLM, ELECTRA = recipe("mlm"), recipe("electra")
 
 
-# NAME | default | help: every default from the recipe where it has one ({mlm[...]}, {electra[...]})
+# NAME | kind (tupe_common.tunables.KINDS) | default | help: every default from the recipe where it has one ({mlm[...]}, {electra[...]})
 TUNABLES: Tuple[Tunable, ...] = table("""
-VARIANT | tupe-r | positional variant: a name of 'tupe-checkpoint-info --list-variants' (tupe-r, bert-a, rope, alibi, ...; tupe_r is read as tupe-r)
-OBJECTIVE | mlm | mlm (RoBERTa masked LM) or electra (replaced-token detection, ELECTRA-Base defaults: docs/electra.md)
-SIZE | base | base, large or tiny (tests)
-ARCH | auto | fairseq --arch (auto: VARIANT_SIZE, e.g. tupe_r_base)
-DATA |  | fairseq data dir(s), colon-separated, or a folder with data_path.txt (required)
-SAVE_DIR | auto | checkpoints; reruns resume from its checkpoint_last.pt (auto: checkpoints/ARCH, electra: checkpoints/ARCH_electra)
-TENSORBOARD_DIR | auto | TensorBoard logs (auto: SAVE_DIR/tensorboard; none: off)
-GPUS | auto | GPUs per node (auto: all CUDA devices visible; 0: CPU)
-NPROC_PER_NODE | auto | processes per node (auto: GPUS, or 1 on CPU; >1 on CPU uses gloo)
-NNODES | 1 | nodes (default: SLURM_NNODES, else 1)
-NODE_RANK | 0 | this node's index (torchrun multi-node without SLURM)
-MASTER_ADDR | auto | rendezvous host (auto: first node of the SLURM allocation, else 127.0.0.1)
-MASTER_PORT | auto | rendezvous port (auto: free port on one node; from SLURM_JOB_ID under SLURM)
-LAUNCHER | auto | auto, none (1 process), torchrun or srun (pretrain.sbatch sets srun)
-SENTENCES_PER_UPDATE | {mlm[SENTENCES_PER_UPDATE]} | target sentences per update = NNODES x NPROC_PER_NODE x MAX_SENTENCES x UPDATE_FREQ (was BATCH_SIZE)
-MAX_SENTENCES | {mlm[MAX_SENTENCES]} | sentences per process per forward (--batch-size)
-UPDATE_FREQ | auto | gradient accumulation (auto: SENTENCES_PER_UPDATE / (processes x MAX_SENTENCES))
-TOKENS_PER_SAMPLE | {mlm[TOKENS_PER_SAMPLE]} | tokens per sequence
-MAX_POSITIONS | auto | learned positions (auto: TOKENS_PER_SAMPLE)
-SAMPLE_BREAK_MODE | {mlm[SAMPLE_BREAK_MODE]} | masked_lm packing: complete = FULL-SENTENCES
-MASK_PROB | {mlm[MASK_PROB]} | masking probability (mlm: 80/10/10 mask/random/same; electra: 85/15 mask/same)
-GENERATOR_SIZE_DIVISOR | auto | electra: generator width, FFN, heads = the discriminator's / N (auto: 3 at base, 4 otherwise)
-DISC_WEIGHT | {electra[DISC_WEIGHT]} | electra: weight of the discriminator's loss
-TOTAL_UPDATES | auto | updates, LR schedule length and stop (auto: {mlm[TOTAL_UPDATES]}; electra {electra[TOTAL_UPDATES]}, ELECTRA-Base)
-WARMUP | {mlm[WARMUP]} | linear warmup updates
-LR | auto | peak learning rate, then linear decay to END_LR (auto: {mlm[LR]}; electra {electra[LR]}, ELECTRA-Base)
-END_LR | {mlm[END_LR]} | learning rate at TOTAL_UPDATES
-ADAM_BETAS | {mlm[ADAM_BETAS]} | Adam betas
-ADAM_EPS | {mlm[ADAM_EPS]} | Adam epsilon
-WEIGHT_DECAY | {mlm[WEIGHT_DECAY]} | weight decay
-CLIP_NORM | {mlm[CLIP_NORM]} | gradient clipping
-DROPOUT | {mlm[DROPOUT]} | dropout
-ATTENTION_DROPOUT | {mlm[ATTENTION_DROPOUT]} | attention dropout
-SEED | {mlm[SEED]} | random seed
-FP16 | auto | 1: --fp16 (auto: 1 on GPU unless BF16=1, 0 on CPU)
-BF16 | 0 | 1: --bf16 instead of --fp16 (GPUs with bfloat16: A100, H100; no loss scaling)
-SAVE_INTERVAL_UPDATES | {mlm[SAVE_INTERVAL_UPDATES]} | checkpoint (and validate) every N updates
-KEEP_INTERVAL_UPDATES | {mlm[KEEP_INTERVAL_UPDATES]} | keep the last N interval checkpoints
-KEEP_PATTERN | {mlm[KEEP_PATTERN]} | also keep every checkpoint at a multiple of N updates (-1: none)
-LOG_INTERVAL | {mlm[LOG_INTERVAL]} | log every N updates
-NUM_WORKERS | 1 | data loader workers per process
-DATA_BUFFER_SIZE | 0 | fairseq --data-buffer-size; >0 starts a prefetch thread that can abort the exit (status 134) at --max-update mid-epoch
-MAX_SKIP_FRACTION | 0 | stop at start if more than this fraction of train/valid lines would be dropped as over-length
-ON_SETTINGS_CHANGE | refuse | SAVE_DIR holds a run with other settings: refuse, or continue it with the new ones
-DDP_BACKEND | auto | fairseq --ddp-backend (auto: pytorch_ddp on GPU, legacy_ddp on CPU)
-EXTRA_ARGS |  | more fairseq-train arguments (split on spaces); script arguments are appended too
-DRY_RUN | 0 | 1: print the settings and the command, do not train
+VARIANT |  | tupe-r | positional variant: a name of 'tupe-checkpoint-info --list-variants' (tupe-r, bert-a, rope, alibi, ...; tupe_r is read as tupe-r)
+OBJECTIVE | mlm/electra | mlm | mlm (RoBERTa masked LM) or electra (replaced-token detection, ELECTRA-Base defaults: docs/electra.md)
+SIZE |  | base | base, large or tiny (tests)
+ARCH |  | auto | fairseq --arch (auto: VARIANT_SIZE, e.g. tupe_r_base)
+DATA |  |  | fairseq data dir(s), colon-separated, or a folder with data_path.txt (required)
+SAVE_DIR |  | auto | checkpoints; reruns resume from its checkpoint_last.pt (auto: checkpoints/ARCH, electra: checkpoints/ARCH_electra)
+TENSORBOARD_DIR |  | auto | TensorBoard logs (auto: SAVE_DIR/tensorboard; none: off)
+GPUS | auto/int0 | auto | GPUs per node (auto: all CUDA devices visible; 0: CPU)
+NPROC_PER_NODE | auto/int1 | auto | processes per node (auto: GPUS, or 1 on CPU; >1 on CPU uses gloo)
+NNODES | int1 | 1 | nodes (default: SLURM_NNODES, else 1)
+NODE_RANK | int0 | 0 | this node's index (torchrun multi-node without SLURM)
+MASTER_ADDR |  | auto | rendezvous host (auto: first node of the SLURM allocation, else 127.0.0.1)
+MASTER_PORT | auto/int1 | auto | rendezvous port (auto: free port on one node; from SLURM_JOB_ID under SLURM)
+LAUNCHER | auto/none/torchrun/srun | auto | auto, none (1 process), torchrun or srun (pretrain.sbatch sets srun)
+SENTENCES_PER_UPDATE | int1 | {mlm[SENTENCES_PER_UPDATE]} | target sentences per update = NNODES x NPROC_PER_NODE x MAX_SENTENCES x UPDATE_FREQ (was BATCH_SIZE)
+MAX_SENTENCES | int1 | {mlm[MAX_SENTENCES]} | sentences per process per forward (--batch-size)
+UPDATE_FREQ | auto/int1 | auto | gradient accumulation (auto: SENTENCES_PER_UPDATE / (processes x MAX_SENTENCES))
+TOKENS_PER_SAMPLE | int1 | {mlm[TOKENS_PER_SAMPLE]} | tokens per sequence
+MAX_POSITIONS | auto/int1 | auto | learned positions (auto: TOKENS_PER_SAMPLE)
+SAMPLE_BREAK_MODE | none/complete/complete_doc/eos | {mlm[SAMPLE_BREAK_MODE]} | masked_lm packing: complete = FULL-SENTENCES
+MASK_PROB | frac | {mlm[MASK_PROB]} | masking probability (mlm: 80/10/10 mask/random/same; electra: 85/15 mask/same)
+GENERATOR_SIZE_DIVISOR | auto/int1 | auto | electra: generator width, FFN, heads = the discriminator's / N (auto: 3 at base, 4 otherwise)
+DISC_WEIGHT | num0 | {electra[DISC_WEIGHT]} | electra: weight of the discriminator's loss
+TOTAL_UPDATES | auto/int1 | auto | updates, LR schedule length and stop (auto: {mlm[TOTAL_UPDATES]}; electra {electra[TOTAL_UPDATES]}, ELECTRA-Base)
+WARMUP | int0 | {mlm[WARMUP]} | linear warmup updates
+LR | auto/num+ | auto | peak learning rate, then linear decay to END_LR (auto: {mlm[LR]}; electra {electra[LR]}, ELECTRA-Base)
+END_LR | num0 | {mlm[END_LR]} | learning rate at TOTAL_UPDATES
+ADAM_BETAS |  | {mlm[ADAM_BETAS]} | Adam betas
+ADAM_EPS | num+ | {mlm[ADAM_EPS]} | Adam epsilon
+WEIGHT_DECAY | num0 | {mlm[WEIGHT_DECAY]} | weight decay
+CLIP_NORM | num0 | {mlm[CLIP_NORM]} | gradient clipping
+DROPOUT | frac | {mlm[DROPOUT]} | dropout
+ATTENTION_DROPOUT | frac | {mlm[ATTENTION_DROPOUT]} | attention dropout
+SEED | int0 | {mlm[SEED]} | random seed
+FP16 | auto/0/1 | auto | 1: --fp16 (auto: 1 on GPU unless BF16=1, 0 on CPU)
+BF16 | 0/1 | 0 | 1: --bf16 instead of --fp16 (GPUs with bfloat16: A100, H100; no loss scaling)
+SAVE_INTERVAL_UPDATES | int1 | {mlm[SAVE_INTERVAL_UPDATES]} | checkpoint (and validate) every N updates
+KEEP_INTERVAL_UPDATES | int | {mlm[KEEP_INTERVAL_UPDATES]} | keep the last N interval checkpoints
+KEEP_PATTERN | int | {mlm[KEEP_PATTERN]} | also keep every checkpoint at a multiple of N updates (-1: none)
+LOG_INTERVAL | int1 | {mlm[LOG_INTERVAL]} | log every N updates
+NUM_WORKERS | int0 | 1 | data loader workers per process
+DATA_BUFFER_SIZE | int0 | 0 | fairseq --data-buffer-size; >0 starts a prefetch thread that can abort the exit (status 134) at --max-update mid-epoch
+MAX_SKIP_FRACTION | frac | 0 | stop at start if more than this fraction of train/valid lines would be dropped as over-length
+ON_SETTINGS_CHANGE | refuse/continue | refuse | SAVE_DIR holds a run with other settings: refuse, or continue it with the new ones
+DDP_BACKEND |  | auto | fairseq --ddp-backend (auto: pytorch_ddp on GPU, legacy_ddp on CPU)
+EXTRA_ARGS |  |  | more fairseq-train arguments (split on spaces); script arguments are appended too
+DRY_RUN | 0/1 | 0 | 1: print the settings and the command, do not train
 """, mlm={n: s.value for n, s in MLM.items()}, electra={n: s.value for n, s in ELECTRA.items()})
 DEFAULTS: Dict[str, str] = {t.name: t.default for t in TUNABLES}
 RENAMED = {"BATCH_SIZE": "SENTENCES_PER_UPDATE"}  # old name -> new name: the old one still works, with a warning
@@ -135,10 +135,9 @@ def plan(settings: Mapping[str, str], environ: Mapping[str, str] = os.environ, e
     """The run of ``settings`` (as :func:`resolve` gives them): every automatic value resolved and every
     setting checked (UsageError names the setting). ``environ``: the launcher's and SLURM's variables;
     ``gpus``: the CUDA devices (default: counted when GPUS=auto)."""
+    tunables.check(TUNABLES, settings)  # every number and choice of its kind (UsageError naming it)
     v = dict(settings)
     v["VARIANT"] = v["VARIANT"].replace("_", "-")  # the registry's (and the archs') underscores read as dashes
-    if v["OBJECTIVE"] not in ("mlm", "electra"):
-        raise UsageError(f"OBJECTIVE must be mlm or electra, not '{v['OBJECTIVE']}'")
     defaults = recipe(v["OBJECTIVE"])
     task = "masked_lm" if v["OBJECTIVE"] == "mlm" else "electra"
     for name in ("LR", "TOTAL_UPDATES"):
@@ -148,15 +147,10 @@ def plan(settings: Mapping[str, str], environ: Mapping[str, str] = os.environ, e
         v["GENERATOR_SIZE_DIVISOR"] = ELECTRA["GENERATOR_SIZE_DIVISOR"].value
     if v["GPUS"] == "auto":
         v["GPUS"] = str(cuda_device_count() if gpus is None else gpus)
-    whole(v, "GPUS", positive=False)
     n_gpus = int(v["GPUS"])
     if v["NPROC_PER_NODE"] == "auto":
         v["NPROC_PER_NODE"] = str(max(n_gpus, 1))
-    for name in ("NPROC_PER_NODE", "NNODES", "MAX_SENTENCES", "SENTENCES_PER_UPDATE", "TOTAL_UPDATES", "WARMUP", "NODE_RANK"):
-        whole(v, name, positive=False)
     nproc, nnodes, per_forward = int(v["NPROC_PER_NODE"]), int(v["NNODES"]), int(v["MAX_SENTENCES"])
-    if not (nproc > 0 and nnodes > 0 and per_forward > 0):
-        raise UsageError("NPROC_PER_NODE, NNODES, MAX_SENTENCES must be > 0")
     if n_gpus and nproc > n_gpus:
         raise UsageError(f"NPROC_PER_NODE={nproc} but only GPUS={n_gpus}: one process per GPU")
     device, world = ("gpu" if n_gpus else "cpu"), nnodes * nproc
@@ -191,8 +185,6 @@ def plan(settings: Mapping[str, str], environ: Mapping[str, str] = os.environ, e
                              f"process(es) x MAX_SENTENCES={per_forward} = {per_update}; change MAX_SENTENCES or "
                              "set UPDATE_FREQ")
         v["UPDATE_FREQ"] = str(int(v["SENTENCES_PER_UPDATE"]) // per_update)
-    if not v["UPDATE_FREQ"].isdigit() or int(v["UPDATE_FREQ"]) == 0:
-        raise UsageError("UPDATE_FREQ must be a positive whole number")
     effective = world * per_forward * int(v["UPDATE_FREQ"])
 
     if v["ARCH"] == "auto":
@@ -208,8 +200,6 @@ def plan(settings: Mapping[str, str], environ: Mapping[str, str] = os.environ, e
         v["ARCH"] = f"{v['VARIANT'].replace('-', '_')}_{v['SIZE']}"
     if v["MAX_POSITIONS"] == "auto":
         v["MAX_POSITIONS"] = v["TOKENS_PER_SAMPLE"]
-    if v["BF16"] not in ("0", "1"):
-        raise UsageError(f"BF16 must be 0 or 1, not '{v['BF16']}'")
     if v["FP16"] == "auto":
         v["FP16"] = "1" if device == "gpu" and v["BF16"] == "0" else "0"
     if v["FP16"] == "1" and v["BF16"] == "1":
@@ -219,8 +209,6 @@ def plan(settings: Mapping[str, str], environ: Mapping[str, str] = os.environ, e
     if not v["DATA"]:
         raise UsageError("DATA is required: a fairseq data dir (dict.txt, train.bin/idx, valid.bin/idx), "
                          "shard0:shard1:..., or a folder with data_path.txt")
-    if v["ON_SETTINGS_CHANGE"] not in ("refuse", "continue"):
-        raise UsageError(f"ON_SETTINGS_CHANGE must be refuse or continue, not '{v['ON_SETTINGS_CHANGE']}'")
     if v["SAVE_DIR"] == "auto":
         v["SAVE_DIR"] = os.path.join("checkpoints", v["ARCH"] + ("_electra" if task == "electra" else ""))
     v["SAVE_DIR"] = os.path.realpath(v["SAVE_DIR"])  # every rank and every resubmission writes the same place

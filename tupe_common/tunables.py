@@ -1,8 +1,10 @@
 """The settings of a script read from the environment (``train_scripts/pretrain.py``, ``glue/finetune.py``, ``glue/grid.py``,
 ``preprocess/c4/pipeline.py``; the study reads its own table with :func:`whole` too).
 
-A table is written as lines ``NAME | default | help`` (``str.format`` fills ``{...}`` in the default and the help,
-so a default can come from the recipe); a setting's value is its non-empty environment value, else its default; an
+A table is written as lines ``NAME | kind | default | help`` (``str.format`` fills ``{...}`` in the default and the
+help, so a default can come from the recipe); the kind says what a value may be (:data:`KINDS`: ``int1`` a whole
+number >= 1, ``auto/int1`` the word auto or one, ``mlm/electra`` one of the words, empty: any text), and
+:func:`check` refuses every value of another kind by name, before any work; a setting's value is its non-empty environment value, else its default; an
 old name still sets the new one, with a warning. ``--help`` lists the table (:func:`usage_rows`); a run prints every
 value beside its default (:func:`shown`); :func:`whole` reads a setting as a whole number or names it in a usage
 error; :func:`check_names` refuses a misspelt setting (``VARIENT=bert-a``) before any work, with "did you mean".
@@ -23,14 +25,61 @@ class Tunable:
     name: str
     default: str
     help: str
+    kind: str = ""  # what a value may be: alternatives joined by "/", each a word of KINDS or a literal word
+
+
+def _number(text: str) -> Optional[float]:
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if value == value and abs(value) != float("inf") else None  # no nan, no inf
+
+
+def _whole(text: str) -> Optional[int]:
+    return int(text) if re.fullmatch(r"-?[0-9]+", text) else None
+
+
+# kind word -> (does the value fit, what the error line calls it); a kind joins words and these by "/"
+KINDS: Dict[str, Tuple[Callable[[str], bool], str]] = {
+    "int": (lambda v: _whole(v) is not None, "an integer"),
+    "int0": (lambda v: (_whole(v) or 0) >= 0 and _whole(v) is not None, "a whole number"),
+    "int1": (lambda v: (_whole(v) or 0) >= 1, "a positive whole number"),
+    "num": (lambda v: _number(v) is not None, "a number"),
+    "num0": (lambda v: (_number(v) if _number(v) is not None else -1) >= 0, "a number >= 0"),
+    "num+": (lambda v: (_number(v) or 0) > 0, "a number > 0"),
+    "frac": (lambda v: 0 <= (_number(v) if _number(v) is not None else -1) < 1, "a fraction in [0, 1)"),
+}
+
+
+def fits(kind: str, value: str) -> bool:
+    """Whether ``value`` is of ``kind`` (empty: anything)."""
+    return not kind or any(KINDS[k][0](value) if k in KINDS else value == k for k in kind.split("/"))
+
+
+def describe(kind: str) -> str:
+    """``kind`` in words: 'auto or a positive whole number', 'mlm or electra', 'one of auto, 0, 1'."""
+    said = [KINDS[k][1] if k in KINDS else k for k in kind.split("/")]
+    return f"one of {', '.join(said)}" if len(said) > 2 else " or ".join(said)
+
+
+def check(tunables: Sequence[Tunable], values: Mapping[str, str]) -> None:
+    """UsageError for the first value that is not of its tunable's kind, naming the setting and what it may be;
+    every choice, number and list is checked at once, before any work."""
+    for t in tunables:
+        if not fits(t.kind, values[t.name]):
+            raise UsageError(f"{t.name} must be {describe(t.kind)}, not '{values[t.name]}'")
 
 
 def table(text: str, **values: object) -> Tuple[Tunable, ...]:
-    """The tunables of ``text``'s ``NAME | default | help`` lines (blank lines skipped)."""
+    """The tunables of ``text``'s ``NAME | kind | default | help`` lines (blank lines skipped)."""
     rows = []
     for line in text.strip().splitlines():
-        name, default, help_ = (part.strip() for part in line.split("|", 2))
-        rows.append(Tunable(name, default.format(**values), help_.format(**values)))
+        name, kind, default, help_ = (part.strip() for part in line.split("|", 3))
+        for word in kind.split("/") if kind else ():
+            if not re.fullmatch(r"[a-z_0-9+.\-]+", word):
+                raise ValueError(f"{name}: kind word {word!r} (table line {line!r})")
+        rows.append(Tunable(name, default.format(**values), help_.format(**values), kind))
     return tuple(rows)
 
 

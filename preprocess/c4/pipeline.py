@@ -30,8 +30,8 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 from tupe_common import tunables
 from tupe_common.errors import UsageError
 from tupe_common.jobs import Job, cores, run_jobs, stderr_say
-from tupe_common.tunables import Say, Tunable, whole
 from tupe_common.io import need
+from tupe_common.tunables import Say, Tunable
 
 STEPS = ("extract", "spm", "binarize", "layout")
 SAY = stderr_say("preprocess.c4")
@@ -53,35 +53,35 @@ def settings() -> Tuple[Tunable, ...]:
     """The settings of ``run`` and ``task`` (environment names, as run_all.sh always read them)."""
     d = {step: step_parser(step) for step in ("extract", "spm", "binarize", "layout")}
     return tunables.table("""
-        C4_DIR | | folder of C4 files (or the argument of run)
-        OUT_DIR | c4_prep | output root
-        TEXT_DIR | OUT_DIR/text | step 1 output
-        SPM_DIR | OUT_DIR/spm | step 2 output (spm.model, dict.txt)
-        BIN_DIR | OUT_DIR/bin | step 3 output
-        DATA_BIN | OUT_DIR/data-bin | step 4 output: shardK/ and data_path.txt
-        TRAIN_GLOB | c4-train.*-of-*.json.gz | train files in C4_DIR
-        VALID_GLOB | c4-validation.00000-of-*.json.gz | validation files (one set, linked into every shard)
-        MAX_SHARDS | 0 | use the first N train files (0: all)
-        MAX_DOCS | {max_docs} | documents per train file (0: all; for trial runs) (step 1)
-        VALID_MAX_DOCS | 10000 | documents per validation file (0: all) (step 1)
-        MAX_WARNINGS | {max_warnings} | file:line warnings per skip reason (step 1)
-        TEXT_EXT | .txt | step 1 text files: .txt, or .txt.gz (gzip)
-        VOCAB_SIZE | {vocab_size} | sentencepiece pieces (step 2)
-        MODEL_TYPE | {model_type} | sentencepiece model: bpe or unigram (step 2)
-        SPM_SAMPLE_SENTENCES | {sample_sentences} | lines sampled to train sentencepiece (step 2)
-        SPM_MAX_FILES | {max_files} | sample from K evenly spaced text files (0: all) (step 2)
-        CHARACTER_COVERAGE | {character_coverage} | sentencepiece --character_coverage (step 2)
-        SEED | {seed} | sampling and training seed (step 2)
-        HARD_VOCAB_LIMIT | 1 | 0: accept fewer pieces when the sample is too small (step 2)
-        SPM_THREADS | auto | trainer threads (auto: SLURM_CPUS_PER_TASK, else all cores) (step 2)
-        TOKENS_PER_SAMPLE | {tokens_per_sample} | pre-training's --tokens-per-sample: longer lines are split to fit (step 3)
-        WORKERS | auto | encoding processes per task (auto: run: cores / JOBS; task: SLURM_CPUS_PER_TASK, else all) (step 3)
-        CHUNK_BYTES | {chunk_bytes} | bytes of text per work item (step 3)
-        LINK_MODE | {link} | hardlink, symlink or copy (step 4)
-        PROGRESS_SECONDS | 30 | progress line interval (0: off)
-        FORCE | 0 | 1: redo finished outputs (needed after changing a setting; otherwise refused)
-        JOBS | auto | run: tasks of a step at a time (auto: all usable cores)
-        STEPS | 1234 | run: which steps
+        C4_DIR |  | | folder of C4 files (or the argument of run)
+        OUT_DIR |  | c4_prep | output root
+        TEXT_DIR |  | OUT_DIR/text | step 1 output
+        SPM_DIR |  | OUT_DIR/spm | step 2 output (spm.model, dict.txt)
+        BIN_DIR |  | OUT_DIR/bin | step 3 output
+        DATA_BIN |  | OUT_DIR/data-bin | step 4 output: shardK/ and data_path.txt
+        TRAIN_GLOB |  | c4-train.*-of-*.json.gz | train files in C4_DIR
+        VALID_GLOB |  | c4-validation.00000-of-*.json.gz | validation files (one set, linked into every shard)
+        MAX_SHARDS | int0 | 0 | use the first N train files (0: all)
+        MAX_DOCS | int0 | {max_docs} | documents per train file (0: all; for trial runs) (step 1)
+        VALID_MAX_DOCS | int0 | 10000 | documents per validation file (0: all) (step 1)
+        MAX_WARNINGS | int0 | {max_warnings} | file:line warnings per skip reason (step 1)
+        TEXT_EXT | .txt/.txt.gz | .txt | step 1 text files: .txt, or .txt.gz (gzip)
+        VOCAB_SIZE | int1 | {vocab_size} | sentencepiece pieces (step 2)
+        MODEL_TYPE |  | {model_type} | sentencepiece model: bpe or unigram (step 2)
+        SPM_SAMPLE_SENTENCES | int1 | {sample_sentences} | lines sampled to train sentencepiece (step 2)
+        SPM_MAX_FILES | int0 | {max_files} | sample from K evenly spaced text files (0: all) (step 2)
+        CHARACTER_COVERAGE | num+ | {character_coverage} | sentencepiece --character_coverage (step 2)
+        SEED | int0 | {seed} | sampling and training seed (step 2)
+        HARD_VOCAB_LIMIT | 0/1 | 1 | 0: accept fewer pieces when the sample is too small (step 2)
+        SPM_THREADS | auto/int0 | auto | trainer threads (auto: SLURM_CPUS_PER_TASK, else all cores) (step 2)
+        TOKENS_PER_SAMPLE | int0 | {tokens_per_sample} | pre-training's --tokens-per-sample: longer lines are split to fit (step 3)
+        WORKERS | auto/int0 | auto | encoding processes per task (auto: run: cores / JOBS; task: SLURM_CPUS_PER_TASK, else all) (step 3)
+        CHUNK_BYTES | int1 | {chunk_bytes} | bytes of text per work item (step 3)
+        LINK_MODE |  | {link} | hardlink, symlink or copy (step 4)
+        PROGRESS_SECONDS | num0 | 30 | progress line interval (0: off)
+        FORCE | 0/1 | 0 | 1: redo finished outputs (needed after changing a setting; otherwise refused)
+        JOBS | auto/int1 | auto | run: tasks of a step at a time (auto: all usable cores)
+        STEPS |  | 1234 | run: which steps
         """, max_docs=d["extract"].get_default("max_docs"), max_warnings=d["extract"].get_default("max_warnings"),
         vocab_size=d["spm"].get_default("vocab_size"), model_type=d["spm"].get_default("model_type"),
         sample_sentences=d["spm"].get_default("sample_sentences"), max_files=d["spm"].get_default("max_files"),
@@ -98,25 +98,18 @@ def resolve(environ: Mapping[str, str], say: Say, command: str) -> Dict[str, str
             v[name] = os.path.join(v["OUT_DIR"], v[name][len("OUT_DIR/"):])
     for name in ("OUT_DIR", "TEXT_DIR", "SPM_DIR", "BIN_DIR", "DATA_BIN"):
         need(v[name], "out")  # a file where an output folder goes: one line naming it, before any step
-    for name in ("MAX_SHARDS", "MAX_DOCS", "VALID_MAX_DOCS", "MAX_WARNINGS", "VOCAB_SIZE", "SPM_SAMPLE_SENTENCES",
-                 "SPM_MAX_FILES", "SEED", "TOKENS_PER_SAMPLE", "CHUNK_BYTES", "PROGRESS_SECONDS"):
-        whole(v, name, positive=False)
+    tunables.check(settings(), v)  # every number and choice of its kind, before step 1
     slurm = environ.get("SLURM_CPUS_PER_TASK", "")
     if v["JOBS"] == "auto":
         v["JOBS"] = str(cores())
-    if whole(v, "JOBS", positive=False) < 1:
-        raise UsageError("JOBS must be >= 1")
     if v["WORKERS"] == "auto":
         v["WORKERS"] = str(max(1, cores() // int(v["JOBS"]))) if command == "run" else (slurm or "0")
     if v["SPM_THREADS"] == "auto":
         v["SPM_THREADS"] = slurm or "0"
-    whole(v, "WORKERS", positive=False)
-    whole(v, "SPM_THREADS", positive=False)
     from preprocess.c4_layout import LINK_MODES  # the steps' own choices, checked before step 1 runs
     from preprocess.c4_spm import MODEL_TYPES
 
-    for name, allowed in (("HARD_VOCAB_LIMIT", ("0", "1")), ("FORCE", ("0", "1")), ("TEXT_EXT", (".txt", ".txt.gz")),
-                          ("MODEL_TYPE", MODEL_TYPES), ("LINK_MODE", LINK_MODES)):
+    for name, allowed in (("MODEL_TYPE", MODEL_TYPES), ("LINK_MODE", LINK_MODES)):
         if v[name] not in allowed:
             raise UsageError(f"{name} must be one of {', '.join(allowed)}, not '{v[name]}'")
     if not set(v["STEPS"]) <= set("1234") or not v["STEPS"]:
