@@ -1,15 +1,17 @@
 """A sentencepiece model and a dict.txt that do not belong together are refused wherever a command combines them
 (``tupe_common.vocab.check_pair``): the HF export (its tokenizer would give wrong ids), the analysis commands
-(``tupe-locality --text``, ``tupe-probe``, the study's dev predictions, through ``load_hub``) and the binarizers.
+(``tupe-locality --text``, ``tupe-probe``, the study's dev predictions, through ``load_hub``) and the binarizers;
+fine-tuning refuses binaries made with another dictionary than the checkpoint's (``check_same_dict``).
 A model of the same size from another training is the case that matters: every shape agrees, only the ids differ.
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
-from conftest import BIN, command_in_process, write_lines
+from conftest import BIN, ROOT, command_in_process, write_lines
 from corpus import lm_lines
 from tupe_common.vocab import check_pair, dict_symbols
 
@@ -71,3 +73,26 @@ def test_locality_on_text_refuses_a_mismatched_model_before_writing(pretrained, 
     last = p.stderr.strip().splitlines()[-1]
     assert p.returncode == 1 and "does not belong to the sentencepiece model" in last, p.stderr[-2000:]
     assert not csv.exists()
+
+
+@pytest.mark.usefixtures("starts_process")
+def test_finetuning_refuses_binaries_of_another_dictionary_of_the_same_size(pretrained, other_spm, tmp_path, capsys):
+    from glue import finetune
+    from preprocess import glue_binarize
+    from preprocess.spm_dict import load_spm, write_fairseq_dict
+    from tupe_plugin_cli.checkpoint_record import trained_dict
+
+    other_dict = tmp_path / "dict.txt"
+    write_fairseq_dict(load_spm(str(other_spm)), str(other_dict))
+    bins = tmp_path / "glue-bin"
+    assert glue_binarize.main(["--glue-dir", str(ROOT / "tests/data/glue"), "--tasks", "RTE", "--spm-model",
+                               str(other_spm), "--dict", str(other_dict), "--out-dir", str(bins)]) == 0
+    capsys.readouterr()
+    env = {"RUNS": str(tmp_path / "runs"), "GLUE_BIN": str(bins), "PATH": os.environ["PATH"],
+           "CHECKPOINT": str(pretrained / "checkpoint_last.pt")}
+    assert finetune.main(["RTE", "1e-3", "1"], environ=env) == 1
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    trained = trained_dict(str(pretrained / "checkpoint_last.pt"))
+    assert last.startswith(f"finetune.sh: error: {bins / 'RTE-bin' / 'input0' / 'dict.txt'} is not the dictionary "
+                           f"{pretrained / 'checkpoint_last.pt'} was trained with ({trained}: line "), last
+    assert not (tmp_path / "runs" / "RTE").exists()

@@ -63,6 +63,26 @@ def check_dict(sp: Any, symbols: Sequence[str], dict_path: str, model_path: str)
                      "dict.txt written for this model (preprocess step 2, preprocess.spm_dict.write_fairseq_dict)")
 
 
+def check_same_dict(trained: str, given: str, what: str) -> None:
+    """``given`` lists the symbols of ``trained`` (the dict.txt a checkpoint was trained with) in the same order
+    (fairseq's ``madeupword`` padding aside), else a ValueError naming both and the first line that differs: a
+    dictionary of the same size from another sentencepiece model passes every shape check and gives wrong ids."""
+    def words(path: str) -> List[str]:
+        symbols = dict_symbols(path)
+        while symbols and symbols[-1].startswith("madeupword") and symbols[-1][len("madeupword"):].isdigit():
+            symbols.pop()
+        return symbols
+
+    a, b = words(trained), words(given)
+    if a == b:
+        return
+    i = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+    where = (f"line {i + 1} is {b[i]!r} where it has {a[i]!r}" if i < min(len(a), len(b))
+             else f"{len(b)} symbols where it has {len(a)}")
+    raise ValueError(f"{given} is not the dictionary {what} was trained with ({trained}: {where}); binarize with "
+                     "that dict.txt and its spm.model")
+
+
 def check_pair(model_path: str, dict_path: str) -> None:
     """The sentencepiece model and the dict.txt belong together (:func:`check_dict`), else a ValueError naming both
     (an OSError for a path that is missing or of the wrong kind)."""

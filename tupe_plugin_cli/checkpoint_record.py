@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any, Callable, Dict, Optional
+import os
+from typing import Any, Callable, Dict, List, Optional
 
 from .checkpoints import CheckpointError, load
 from .errors import UsageError
@@ -84,6 +85,31 @@ def objective_info(model_state: Dict[str, Any], get) -> Dict[str, Any]:
         "generator_attention_heads": None,
     }
     return {"objective": "electra", **{k: get(k) if get(k) is not None else shapes[k] for k in GENERATOR_SIZE_ARGS}}
+
+
+def data_dirs(state: Dict[str, Any]) -> List[str]:
+    """The data folders the checkpoint was trained on (its ``--data``, colon-separated shards)."""
+    cfg = state.get("cfg") or {}
+    task = cfg.get("task") if hasattr(cfg, "get") else None
+    data = (task.get("data") if hasattr(task, "get") else getattr(task, "data", None)) if task is not None else None
+    if data is None and "args" in state:
+        data = getattr(state["args"], "data", None)
+    return [d for d in str(data or "").split(os.pathsep) if d]
+
+
+def find_dict(state: Dict[str, Any]) -> Optional[str]:
+    """fairseq's dict.txt of the checkpoint's data (masked_lm: DATA/dict.txt, GLUE: DATA/input0/dict.txt), where
+    this machine has it (None otherwise)."""
+    for d in data_dirs(state)[:1]:
+        for cand in (os.path.join(d, "dict.txt"), os.path.join(d, "input0", "dict.txt")):
+            if os.path.isfile(cand):
+                return cand
+    return None
+
+
+def trained_dict(path: str) -> Optional[str]:
+    """The dict.txt the checkpoint ``path`` was trained with (:func:`find_dict`), where this machine has it."""
+    return find_dict(load(path, mmap=True))
 
 
 def checkpoint_info(path: str, objective: Optional[str] = None, head: bool = False) -> Dict[str, Any]:

@@ -24,6 +24,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 
 from tupe_common.io import atomic_dir, need
+from tupe_plugin_cli.checkpoint_record import data_dirs, find_dict
 from tupe_plugin_cli.errors import UsageError
 
 from ..checkpoint_info import info_from_state, load_checkpoint, model_config, model_setting
@@ -56,26 +57,8 @@ class HeadChoiceError(ExportError, UsageError):
     """--head names no head of the checkpoint, or is missing where it has several (exit 2)."""
 
 
-def _data_dirs(state: Dict[str, Any]) -> List[str]:
-    cfg = state.get("cfg") or {}
-    task = cfg.get("task") if hasattr(cfg, "get") else None
-    data = (task.get("data") if hasattr(task, "get") else getattr(task, "data", None)) if task is not None else None
-    if data is None and "args" in state:
-        data = getattr(state["args"], "data", None)
-    return [d for d in str(data or "").split(os.pathsep) if d]
-
-
-def find_dict(state: Dict[str, Any]) -> Optional[str]:
-    """fairseq's dict.txt of the checkpoint's data (masked_lm: DATA/dict.txt, GLUE: DATA/input0/dict.txt)."""
-    for d in _data_dirs(state)[:1]:
-        for cand in (os.path.join(d, "dict.txt"), os.path.join(d, "input0", "dict.txt")):
-            if os.path.isfile(cand):
-                return cand
-    return None
-
-
 def _label_names(state: Dict[str, Any], n: int) -> Optional[List[str]]:
-    for d in _data_dirs(state)[:1]:
+    for d in data_dirs(state)[:1]:
         path = os.path.join(d, "label", "dict.txt")
         if os.path.isfile(path):
             names = [line.split(" ")[0] for line in open(path, encoding="utf-8") if line.strip()]
