@@ -157,6 +157,11 @@ def test_probe_reports_accuracy_per_set_and_drop(nli_finetuned, spm_dir, tmp_pat
                         str(nli_finetuned / "bin"), "--spm-model", str(spm_dir / "spm.model"), "--out-csv", str(out)])
     rows = {r["set"]: r for r in csv.DictReader(out.open())}
     assert {"original", "shuffle_3", "random", "role_swap", "role_swap_original"} <= set(rows)
+    table = out.read_bytes()  # a second run onto the same --out-csv is refused without --force, the table kept
+    again = command_in_process([str(BIN / "tupe-probe"), str(ckpt), "--sets-dir", str(sets), "--data",
+                                str(nli_finetuned / "bin"), "--spm-model", str(spm_dir / "spm.model"), "--out-csv",
+                                str(out)], check=False)
+    assert again.returncode == 2 and f"--out-csv {out} exists; pass --force" in again.stderr and out.read_bytes() == table
 
     labels = hub.task.label_dictionary
 

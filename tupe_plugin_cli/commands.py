@@ -77,7 +77,8 @@ def probe_parser() -> argparse.ArgumentParser:
     p.add_argument("--data", required=True, help="the fine-tuning data dir (input0/, label/)")
     p.add_argument("--spm-model", required=True, help="sentencepiece model of the checkpoint")
     p.add_argument("--batch-size", type=at_least(1), default=64, help="pairs per forward pass (64)")
-    p.add_argument("--out-csv", help="write the table here")
+    p.add_argument("--out-csv", help="write the table here (a new file unless --force)")
+    p.add_argument("--force", action="store_true", help="overwrite an existing --out-csv")
     return p
 
 

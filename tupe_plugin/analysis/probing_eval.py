@@ -21,6 +21,7 @@ from typing import Dict, List, Tuple
 import torch
 from fairseq.data.data_utils import collate_tokens
 
+from tupe_common.errors import UsageError
 from tupe_common.io import write_csv
 from tupe_common.log import get_logger
 
@@ -93,6 +94,8 @@ def evaluate(hub, sets_dir: str, batch_size: int = 64) -> Dict[str, Tuple[int, f
 
 def run(args: argparse.Namespace) -> int:
     """The command, on arguments parsed by ``tupe_plugin_cli.commands.probe_parser``."""
+    if args.out_csv and os.path.exists(args.out_csv) and not args.force:  # before the model loads
+        raise UsageError(f"--out-csv {args.out_csv} exists; pass --force to overwrite it, or choose another file")
     results = evaluate(load_hub(args.checkpoint, args.data, args.spm_model, head=True), args.sets_dir, args.batch_size)
     rows = []
     for name, (n, acc) in results.items():
