@@ -20,7 +20,7 @@ learned bias, no dropout), max |x - ref| / max |ref| of the output, dq, dk, dv a
     python bench/bench_attention.py                       # on a GPU
     python bench/bench_attention.py --dry-run             # CPU, tiny sizes (Triton's interpreter): it runs
 
-``attention_rows`` and ``error_rows`` return the tables as lists of dicts (for bench/gpu_check.py).
+``attention_rows`` and ``error_rows`` return the tables as lists of dicts (for bench/gpu_check).
 """
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 fairseq 0.12's command line (``fairseq/options.py``) sets ``--tpu`` whenever ``--bf16`` is given, and a TPU run
 cannot start on a GPU; ``fairseq-hydra-train``'s ``common.bf16=true`` has no such step. This parses the arguments
 with fairseq's own parser, clears that ``--tpu`` (a TPU run passes ``--tpu`` itself) and runs fairseq-train's main.
-``train_scripts/pretrain.sh`` runs it with ``BF16=1``; ``bench/gpu_check.py`` measures through it.
+``train_scripts/pretrain.sh`` runs it with ``BF16=1``; ``bench/gpu_check`` measures through it.
 """
 from __future__ import annotations
 
