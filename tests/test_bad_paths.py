@@ -67,7 +67,8 @@ ENTRIES: List[Entry] = [
     m("preprocess.c4", "layout", "--data-bin", "{T}/data-bin", "--dict", "{P}", "--valid", "{T}/valid",
       "{T}/train", kind="file"),
     m("preprocess.c4", "run", "{P}", kind="folder"),
-    m("preprocess.c4", "run", "{C}", kind="out"),  # OUT_DIR, below
+    Entry("python -m preprocess.c4 run OUT_DIR=", (sys.executable, "-m", "preprocess.c4", "run", "{C}"), "out",
+          (("OUT_DIR", "{P}"), ("MAX_DOCS", "20"), ("VOCAB_SIZE", "100"), ("HARD_VOCAB_LIMIT", "0"))),
     m("preprocess.c4_data", "{P}", kind="folder"),
     m("preprocess.glue_binarize", "--glue-dir", "{P}", "--spm-model", "{D}", "--dict", "{D}", "--out-dir",
       "{T}/glue-bin", kind="folder"),
@@ -89,12 +90,8 @@ ENTRIES: List[Entry] = [
     script("train_scripts/pretrain.sh", "folder", DATA="{P}", GPUS="0"),
     script("train_scripts/study.sh", "folder", "--report", OUT="{P}", C4_DIR="{C}", TASKS="none", PRESET="tiny"),
 ]
-# The env form of OUT_DIR for the C4 run
-ENTRIES[[e.name for e in ENTRIES].index("python -m preprocess.c4 run", 12)] = Entry(
-    "python -m preprocess.c4 run OUT_DIR=", (sys.executable, "-m", "preprocess.c4", "run", "{C}"), "out",
-    (("OUT_DIR", "{P}"), ("MAX_DOCS", "20"), ("VOCAB_SIZE", "100"), ("HARD_VOCAB_LIMIT", "0")))
 
-# what a path of each kind can be made wrong as: (case, what the error line must say of it)
+# the ways a path of each kind is made wrong (bad_path); SAYS: what the error line must say of each
 CASES: Dict[str, Tuple[str, ...]] = {
     "file": ("missing", "folder"),
     "text": ("missing", "folder", "latin1"),
@@ -129,11 +126,11 @@ def run_case(entry: Entry, case: str, tmp: Path, good: Dict[str, str]) -> Tuple[
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "TUPE_"))}
     env.update(PATH=f"{BIN}:{env.get('PATH', '')}", PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1",
                **{k: fill(v) for k, v in entry.env})
-    before = sorted(str(p.relative_to(tmp)) for p in tmp.rglob("*"))
+    before = {str(f.relative_to(tmp)) for f in tmp.rglob("*")}
     p = subprocess.run([fill(a) for a in entry.argv], cwd=work, env=env, capture_output=True, text=True,
                        timeout=300)
-    after = sorted(str(p.relative_to(tmp)) for p in tmp.rglob("*") if "__pycache__" not in str(p))
-    return str(given), "\n".join(sorted(set(after) - set(before))), p
+    after = {str(f.relative_to(tmp)) for f in tmp.rglob("*") if "__pycache__" not in str(f)}
+    return str(given), "\n".join(sorted(after - before)), p
 
 
 @pytest.fixture(scope="module")

@@ -40,15 +40,19 @@ def _whole(text: str) -> Optional[int]:
     return int(text) if re.fullmatch(r"-?[0-9]+", text) else None
 
 
+def _at_least(value: Optional[float], low: float) -> bool:
+    return value is not None and value >= low
+
+
 # kind word -> (does the value fit, what the error line calls it); a kind joins words and these by "/"
 KINDS: Dict[str, Tuple[Callable[[str], bool], str]] = {
     "int": (lambda v: _whole(v) is not None, "an integer"),
-    "int0": (lambda v: (_whole(v) or 0) >= 0 and _whole(v) is not None, "a whole number"),
-    "int1": (lambda v: (_whole(v) or 0) >= 1, "a positive whole number"),
+    "int0": (lambda v: _at_least(_whole(v), 0), "a whole number"),
+    "int1": (lambda v: _at_least(_whole(v), 1), "a positive whole number"),
     "num": (lambda v: _number(v) is not None, "a number"),
-    "num0": (lambda v: (_number(v) if _number(v) is not None else -1) >= 0, "a number >= 0"),
-    "num+": (lambda v: (_number(v) or 0) > 0, "a number > 0"),
-    "frac": (lambda v: 0 <= (_number(v) if _number(v) is not None else -1) < 1, "a fraction in [0, 1)"),
+    "num0": (lambda v: _at_least(_number(v), 0), "a number >= 0"),
+    "num+": (lambda v: _at_least(_number(v), 0) and _number(v) != 0, "a number > 0"),
+    "frac": (lambda v: _at_least(_number(v), 0) and _number(v) < 1, "a fraction in [0, 1)"),
 }
 
 
