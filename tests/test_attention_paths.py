@@ -426,3 +426,27 @@ def test_auto_says_its_path_once_per_process_and_reason(caplog, monkeypatch):
     said = [r.getMessage() for r in caplog.records if r.name == "tupe_plugin.positional.attend"]
     assert said == ["--tupe-attention auto: explicit (CPU training with attention dropout)",
                     "--tupe-attention auto: sdpa (the default)"]
+
+
+def test_the_path_table_says_what_each_path_does():
+    """attend's paths are the rows of attend.PATHS: what a row declares (weights, dropout, fused) is what the path
+    does, and --tupe-attention's choices are the table's names."""
+    from tupe_plugin.positional.attend import ATTENTION_PATHS, PATHS
+
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 2, 5, 4, dtype=torch.float64) for _ in range(3))
+    want = torch.softmax(q @ k.transpose(-1, -2) * 0.5, dim=-1) @ v  # the plain formula
+    for name in ("sdpa", "explicit"):  # the paths every CPU runs
+        out, weights = attend(q, k, v, None, 0.5, Dropout(0.0), name)
+        torch.testing.assert_close(out, want)
+        assert (weights is not None) == PATHS[name].weights
+    for name, path in PATHS.items():
+        if path.dropout:
+            assert SelfAttention(8, 2, dropout=0.1, attention_path=name).attention_path == name
+        else:
+            with pytest.raises(ValueError, match=f"--tupe-attention {name} has no attention dropout"):
+                SelfAttention(8, 2, dropout=0.1, attention_path=name)
+    assert ATTENTION_PATHS == ("auto", *PATHS)
+    assert {name for name, path in PATHS.items() if path.fused} == {"triton", "flex"}  # the kernels' paths
+    with pytest.raises(ValueError, match=r"attention path must be one of \('sdpa', 'explicit', 'triton', 'flex'\)"):
+        attend(q, k, v, None, 0.5, Dropout(0.0), "cudnn")

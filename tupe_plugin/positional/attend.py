@@ -1,8 +1,9 @@
 """The one attention core of every block, ``attend``: ``dropout(softmax(q k^T * scaling + bias + padding)) v`` on
-the attention path that ``--tupe-attention`` sets: ``sdpa`` (``F.scaled_dot_product_attention``), ``explicit``
-(the plain ops; returns the weights), ``triton`` (our fused kernel for a learned bias, ``triton_attention.py``),
-``flex`` (FlexAttention, no dropout, ``flex_attention.py``), or ``auto`` (``choose_attention_path``, per
-forward). The paths and when ``auto`` takes which: ``docs/gpu.md``.
+the attention path that ``--tupe-attention`` sets, one row of the table ``PATHS`` (name -> function, and what
+it can do): ``sdpa`` (``F.scaled_dot_product_attention``), ``explicit`` (the plain ops; returns the weights),
+``triton`` (our fused kernel for a learned bias, ``triton_attention.py``), ``flex`` (FlexAttention, no dropout,
+``flex_attention.py``), or ``auto`` (``choose_attention_path``, per forward). The paths and when ``auto`` takes
+which: ``docs/gpu.md``.
 
 The fairseq layer swaps fairseq's ``FairseqDropout`` in for ``Dropout`` (``modules/encoder.py``: ``fairseq_block``).
 """
@@ -10,7 +11,8 @@ from __future__ import annotations
 
 import importlib
 import logging
-from typing import Dict, Optional, Set, Tuple
+from dataclasses import dataclass
+from typing import Callable, Dict, Optional, Set, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -32,10 +34,7 @@ class Dropout(nn.Module):
         return x
 
 
-# The attention paths, the values of ``--tupe-attention``
-ATTENTION_PATHS = ("auto", "sdpa", "explicit", "triton", "flex")
 OLD_PATH_NAMES = {"reference": "explicit"}  # older args (checkpoints, scripts) still load
-FUSED = ("triton", "flex")  # the paths that read the bias and the key padding apart (masks.AttentionMask)
 logger = logging.getLogger(__name__)
 _SAID: Set[Tuple[str, str]] = set()  # (path, why) already logged by this process
 _TRITON_FAILURE: Dict[Tuple[str, torch.dtype], Optional[str]] = {}  # (device, dtype) -> triton_failure's answer
@@ -106,6 +105,77 @@ def say_once(path: str, why: str) -> None:
         logger.info(f"--tupe-attention auto: {path} ({why})")
 
 
+# q, k, v, the layer's mask, the logits' scaling, the dropout probability, the block's dropout -> (out, weights)
+Run = Callable[[Tensor, Tensor, Tensor, Optional[AttentionMask], float, float, nn.Module],
+               Tuple[Tensor, Optional[Tensor]]]
+
+
+@dataclass(frozen=True)
+class AttentionPath:
+    """One value of ``--tupe-attention`` and what it can do."""
+
+    run: Run
+    dropout: bool  # applies attention dropout
+    weights: bool  # returns the attention probabilities
+    fused: bool  # reads the bias and the key padding apart (masks.AttentionMask), from tupe_plugin.kernels
+
+
+def _additive(q: Tensor, mask: Optional[AttentionMask]) -> Optional[Tensor]:
+    """The mask as one additive (B or 1, H or 1, T, T) tensor in q's dtype (SDPA's and the plain ops' form)."""
+    additive = None if mask is None else mask.additive
+    if additive is not None and additive.dtype != q.dtype:
+        additive = sdpa_layout(additive.to(q.dtype))  # a mask not built in the compute dtype (tests, a caller's)
+    return additive
+
+
+def _sdpa(q: Tensor, k: Tensor, v: Tensor, mask: Optional[AttentionMask], scaling: float, p: float,
+          dropout: nn.Module) -> Tuple[Tensor, Optional[Tensor]]:
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=_additive(q, mask), dropout_p=p, scale=scaling), None
+
+
+def _explicit(q: Tensor, k: Tensor, v: Tensor, mask: Optional[AttentionMask], scaling: float, p: float,
+              dropout: nn.Module) -> Tuple[Tensor, Optional[Tensor]]:
+    logits = torch.matmul(q * scaling, k.transpose(-1, -2))  # (B, H, T, T)
+    additive = _additive(q, mask)
+    if additive is not None:
+        logits += additive  # in place (one (B, H, T, T) tensor fewer): matmul's backward does not read its output
+    half = logits.dtype in (torch.float16, torch.bfloat16)
+    weights = torch.softmax(logits, dim=-1, dtype=torch.float32 if half else None)
+    if half:
+        weights = weights.to(logits.dtype)
+    return torch.matmul(dropout(weights), v), weights  # (B, H, T, dh)
+
+
+def _kernels(name: str):
+    kernels = fused_kernels(f"{name}_attention")
+    if kernels is None:
+        raise RuntimeError(f"--tupe-attention {name} needs tupe_plugin's kernels (tupe_plugin.kernels)")
+    return kernels
+
+
+def _triton(q: Tensor, k: Tensor, v: Tensor, mask: Optional[AttentionMask], scaling: float, p: float,
+            dropout: nn.Module) -> Tuple[Tensor, Optional[Tensor]]:
+    kernels = _kernels("triton")
+    bias, pad = (None, None) if mask is None else (mask.kernel_bias(kernels.kernel_layout), mask.key_padding)
+    return kernels.biased_attention(q, k, v, bias, pad, scaling, p), None
+
+
+def _flex(q: Tensor, k: Tensor, v: Tensor, mask: Optional[AttentionMask], scaling: float, p: float,
+          dropout: nn.Module) -> Tuple[Tensor, Optional[Tensor]]:
+    bias, pad = (None, None) if mask is None else (mask.bias, mask.key_padding)
+    return _kernels("flex").flex_biased_attention(q, k, v, bias, pad, scaling, p), None
+
+
+PATHS: Dict[str, AttentionPath] = {
+    "sdpa": AttentionPath(_sdpa, dropout=True, weights=False, fused=False),
+    "explicit": AttentionPath(_explicit, dropout=True, weights=True, fused=False),
+    "triton": AttentionPath(_triton, dropout=True, weights=False, fused=True),
+    "flex": AttentionPath(_flex, dropout=False, weights=False, fused=True),
+}
+ATTENTION_PATHS = ("auto", *PATHS)  # the values of ``--tupe-attention``
+FUSED = tuple(name for name, path in PATHS.items() if path.fused)
+
+
 def attend(
     q: Tensor, k: Tensor, v: Tensor, mask: Optional[AttentionMask], scaling: float, dropout: nn.Module,
     attention_path: str,
@@ -114,35 +184,15 @@ def attend(
 
     q, k, v: (B, H, T, dh); mask: this layer's ``AttentionMask`` (positional bias and key padding) or None;
     ``dropout``: the block's ``Dropout`` or ``FairseqDropout`` (its ``p`` and whether it applies).
-    ``attention_path``: ``sdpa`` (``F.scaled_dot_product_attention`` with the additive mask, fused kernels where
-    the device has them), ``triton`` (our fused kernel: the bias (H, T, T) for the whole batch and the padding
-    apart, dropout inside, the bias gradient summed over the batch inside), ``flex`` (FlexAttention, the bias a
-    score_mod; no dropout): these return (out, None). ``explicit``: the plain ops, returns (out, the (B, H, T, T)
-    probabilities before dropout); under fp16/bf16 the softmax runs in float32 and its result goes back to the
-    compute dtype.
+    ``attention_path``: a name of ``PATHS``: ``sdpa`` (``F.scaled_dot_product_attention`` with the additive mask,
+    fused kernels where the device has them), ``triton`` (our fused kernel: the bias (H, T, T) for the whole batch
+    and the padding apart, dropout inside, the bias gradient summed over the batch inside), ``flex``
+    (FlexAttention, the bias a score_mod; no dropout): these return (out, None). ``explicit``: the plain ops,
+    returns (out, the (B, H, T, T) probabilities before dropout); under fp16/bf16 the softmax runs in float32 and
+    its result goes back to the compute dtype.
     """
+    path = PATHS.get(attention_path)
+    if path is None:
+        raise ValueError(f"attention path must be one of {tuple(PATHS)}, got {attention_path!r}")
     p = dropout.p if dropout.training or dropout.apply_during_inference else 0.0
-    if attention_path in FUSED:
-        bias, pad = (None, None) if mask is None else (mask.bias, mask.key_padding)
-        kernels = fused_kernels(f"{attention_path}_attention")
-        if kernels is None:
-            raise RuntimeError(f"--tupe-attention {attention_path} needs tupe_plugin's kernels (tupe_plugin.kernels)")
-        if attention_path == "triton":
-            bias = None if mask is None else mask.kernel_bias(kernels.kernel_layout)
-            return kernels.biased_attention(q, k, v, bias, pad, scaling, p), None
-        return kernels.flex_biased_attention(q, k, v, bias, pad, scaling, p), None
-    additive = None if mask is None else mask.additive
-    if additive is not None and additive.dtype != q.dtype:
-        additive = sdpa_layout(additive.to(q.dtype))  # a mask not built in the compute dtype (tests, a caller's)
-    if attention_path == "sdpa":
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=additive, dropout_p=p, scale=scaling), None
-    if attention_path != "explicit":
-        raise ValueError(f"attention path must be one of {ATTENTION_PATHS[1:]}, got {attention_path!r}")
-    logits = torch.matmul(q * scaling, k.transpose(-1, -2))  # (B, H, T, T)
-    if additive is not None:
-        logits += additive  # in place (one (B, H, T, T) tensor fewer): matmul's backward does not read its output
-    half = logits.dtype in (torch.float16, torch.bfloat16)
-    weights = torch.softmax(logits, dim=-1, dtype=torch.float32 if half else None)
-    if half:
-        weights = weights.to(logits.dtype)
-    return torch.matmul(dropout(weights), v), weights  # (B, H, T, dh)
+    return path.run(q, k, v, mask, scaling, p, dropout)

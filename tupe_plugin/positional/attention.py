@@ -11,7 +11,7 @@ from typing import Dict, NamedTuple, Optional, Tuple
 import torch
 from torch import Tensor, nn
 
-from .attend import Dropout, attend, check_attention_path, choose_attention_path, say_once
+from .attend import PATHS, Dropout, attend, check_attention_path, choose_attention_path, say_once
 from .masks import AttentionMask
 
 
@@ -52,10 +52,10 @@ class SelfAttention(nn.Module):
         self.head_dim = embed_dim // num_heads
         self.scaling = (self.head_dim * scale_factor) ** -0.5
         self.attention_path = check_attention_path(attention_path)
-        if self.attention_path == "flex" and dropout > 0:
-            raise ValueError(f"--tupe-attention flex has no attention dropout (FlexAttention has none), but the "
-                             f"model's is {dropout}: use --tupe-attention triton (dropout inside the kernel), or "
-                             "--attention-dropout 0 (MosaicBERT's and ModernBERT's recipe)")
+        if self.attention_path in PATHS and not PATHS[self.attention_path].dropout and dropout > 0:
+            raise ValueError(f"--tupe-attention {self.attention_path} has no attention dropout (its kernel applies "
+                             f"none), but the model's is {dropout}: use --tupe-attention triton (dropout inside the "
+                             "kernel), or --attention-dropout 0 (MosaicBERT's and ModernBERT's recipe)")
         self.dropout_module = Dropout(dropout)
         self.last_path: Optional[str] = None
         self.q_proj = nn.Linear(embed_dim, embed_dim)
