@@ -115,7 +115,8 @@ class TupeRobertaModel(RobertaModel):
         saved = PositionalVariant.from_tensor(state_dict[key])
         if saved != current:
             hint = f"{saved.arch_hint()} (or _large/_tiny)" if saved.name != "custom" else ""
-            if not saved.no_position:  # NoPE has no flags: only its arch reaches it
+            if not any(getattr(saved, f.name) != f.default for f in fields(saved) if f.metadata["arch_only"]):
+                # NoPE and an encoding without flags of its own (encoding_id) are reached by their arch only
                 hint += (" or " if hint else "") + f"the flags: {saved.flags()}"
             raise VariantMismatchError(
                 f"the checkpoint was trained as positional variant '{saved.name}' but this model is "
