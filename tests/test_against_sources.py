@@ -16,8 +16,9 @@ import pytest
 import torch
 
 from model_utils import build, tokens
+from references import names, reference
 from tupe_plugin.positional import registry
-from tupe_plugin.positional.base import BIAS, BLOCK, INPUT, LAYER_BIAS, NONE, QK, ROTATION
+from tupe_plugin.positional.base import INPUT
 from tupe_plugin.positional.record import VARIANTS
 
 D, H, DH, P = 768, 12, 64, 512  # BERT-base width and heads, 512 positions
@@ -53,34 +54,24 @@ def layer0_content(variant: str, T: int = 128):
 
 # --- where the signal enters, and the logit scale of every block ------------------------------------------------
 
-# variant -> (where the encoding at the attention enters, encoding at the input or None, s in (s dh)^-0.5)
-ENTERS = {
-    "bert_a": (NONE, "LearnedAbsolute", 1), "bert_r": (BIAS, "LearnedAbsolute", 1),
-    "tupe_a": (BIAS, None, 2), "tupe_r": (BIAS, None, 2), "tupe_a_tie_cls": (BIAS, None, 2),  # TUPE: scale factor 2
-    "bert_ad": (QK, None, 4),  # four terms: 1/sqrt(4d)
-    "gaussian_prior": (BIAS, None, 1), "learned_gaussian": (LAYER_BIAS, None, 1),  # L&S: 1/sqrt(dh)
-    "sinusoidal": (NONE, "Sinusoidal", 1), "nope": (NONE, None, 1), "t5_rel": (BIAS, None, 1),
-    "alibi": (BIAS, None, 1), "rope": (ROTATION, None, 1),
-    "deberta_rel": (BLOCK, None, 3),  # DeBERTa: scale_factor = 1 + len(["c2p", "p2c"])
-    "pam_concat": (BLOCK, None, 1), "pam_sequential": (BLOCK, None, 1), "pam_window": (BLOCK, None, 1),
-}
+def test_every_registered_variant_has_a_reference_file():
+    """What the tests below expect of a variant lives in its reference file, tests/references/<name>.py."""
+    assert sorted(names()) == sorted(VARIANTS), "add tests/references/<name>.py for a new variant (docs/extending.md)"
 
 
-def test_the_table_covers_every_registered_variant():
-    assert sorted(ENTERS) == sorted(VARIANTS)
-
-
-@pytest.mark.parametrize("variant", sorted(ENTERS))
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_where_each_signal_enters_and_the_scale_of_its_logits(variant):
-    at_attention, at_input, s = ENTERS[variant]
+    """As its reference declares: the encoding at the attention enters as ENTERS, the one at the input is INPUT (a
+    class name, or None), and every layer's content logits are scaled by (SCALE dh)^-0.5."""
+    ref = reference(variant)
     input_cls, attention_cls = registry.encodings(VARIANTS[variant])
-    assert attention_cls.enters == at_attention
-    assert (input_cls.__name__ if input_cls else None) == at_input
+    assert attention_cls.enters == ref.ENTERS
+    assert (input_cls.__name__ if input_cls else None) == ref.INPUT
     if input_cls is not None:
         assert input_cls.enters == INPUT
-    assert attention_cls.scale_for(VARIANTS[variant]) == s
+    assert attention_cls.scale_for(VARIANTS[variant]) == ref.SCALE
     for layer in model(variant).encoder.sentence_encoder.layers:  # every layer's block, at the source's scale
-        assert layer.self_attn.scaling == pytest.approx((s * DH) ** -0.5)
+        assert layer.self_attn.scaling == pytest.approx((ref.SCALE * DH) ** -0.5)
 
 
 def test_words_as_roberta_and_tupe_build_them():

@@ -1,6 +1,7 @@
 """The variant registry and the PEs of common encoders (sinusoidal, nope, t5_rel, alibi, rope, deberta_rel):
-formulas against loop references written here from docs/positional_encodings.md, checkpoint records
-(including records of the old, shorter layout), refusals, maps, and LayerDrop with per-layer priors."""
+formulas against loop references written from docs/positional_encodings.md (tests/references/, one file per
+variant), checkpoint records (including records of the old, shorter layout), refusals, maps, and LayerDrop with
+per-layer priors."""
 import argparse
 import dataclasses
 import math
@@ -11,7 +12,8 @@ import pytest
 import torch
 
 from model_utils import build, tokens
-from test_tupe_math import deberta_reference, layer0_reference_weights, paper_bucket
+from references import having, layer0_reference_weights, reference
+from references._shared import deberta_reference, paper_bucket
 from tupe_plugin.analysis.checkpoint_maps import ContentDependentPositions, load_checkpoint, positional_logits
 from tupe_plugin_cli.commands import checkpoint_info as checkpoint_info_main
 from tupe_plugin.models import VARIANTS, PositionalVariant, VariantMismatchError
@@ -19,8 +21,6 @@ from tupe_plugin.models.tupe_roberta import VARIANT_KEY
 from tupe_plugin.positional.rope import rotate
 from tupe_plugin.positional.alibi import alibi_slopes
 from tupe_plugin.positional.registry import build as build_encodings
-
-NEW = ["sinusoidal", "nope", "t5_rel", "alibi", "rope", "deberta_rel"]
 
 
 def test_every_variant_round_trips_and_has_all_sizes():
@@ -59,15 +59,15 @@ def test_old_shorter_records_decode_with_defaults_and_load(record, name):
         build("t5_rel_tiny").load_state_dict(state, strict=False)
 
 
-@pytest.mark.parametrize("saved", NEW)
-def test_new_variant_refuses_to_load_as_another_and_names_flags_and_arch(saved):
-    loaded = "tupe_r" if saved != "tupe_r" else "alibi"
+@pytest.mark.parametrize("saved", list(VARIANTS))
+def test_every_variant_refuses_to_load_as_another_and_names_flags_and_arch(saved):
+    loaded = next(name for name in VARIANTS if name != saved)
     with pytest.raises(VariantMismatchError) as err:
         build(f"{loaded}_tiny").load_state_dict(build(f"{saved}_tiny").state_dict(), strict=False)
     msg = str(err.value)
-    assert f"'{saved}'" in msg and f"--arch {saved}_base" in msg and "--arch tupe_r_tiny" in msg
-    if saved == "nope":
-        assert "flags" not in msg  # only the arch reaches NoPE
+    assert f"'{saved}'" in msg and f"--arch {saved}_base" in msg and f"--arch {loaded}_tiny" in msg
+    if reference(saved).ARCH_ONLY:
+        assert "flags" not in msg  # only the arch reaches it (NoPE, an encoding without flags of its own)
     else:
         assert VARIANTS[saved].flags() in msg
 
@@ -233,7 +233,7 @@ def test_deberta_clips_at_k_and_equals_the_formula_with_large_relative_terms():
     with torch.no_grad():
         emb, _ = enc.forward_embedding(x)
         _, w = enc.layers[0].self_attn(emb.transpose(0, 1), None, term, need_weights=True)
-    torch.testing.assert_close(w.double(), layer0_reference_weights(model, x), atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(w.double(), layer0_reference_weights(model, "deberta_rel", x), atol=1e-5, rtol=1e-4)
     assert model.positional_variant.name == "custom" and enc.layers[0].self_attn.scaling == (3 * 16) ** -0.5
 
 
@@ -269,35 +269,21 @@ def save_checkpoint(model, path, arch):
     torch.save({"model": model.state_dict(), "args": args}, path)
 
 
-@pytest.mark.parametrize("variant", NEW)
-def test_position_maps_of_the_new_variants(variant, tmp_path):
+@pytest.mark.parametrize("variant", having("position_map"))
+def test_position_maps_equal_the_references(variant, tmp_path):
+    """tupe-pos-maps from a checkpoint: the map of the variant's reference, or the refusal of a position signal
+    that depends on content."""
     model = build(f"{variant}_tiny", seed=4)
     path = tmp_path / "ckpt.pt"
     save_checkpoint(model, path, f"{variant}_tiny")
     T = 12
-    if variant in ("rope", "deberta_rel"):
+    want = reference(variant).position_map(model, T)
+    if want is None:
         with pytest.raises(ContentDependentPositions, match="depends on content.*tupe-locality"):
             positional_logits(*load_checkpoint(str(path)), T)
         return
     got = positional_logits(*load_checkpoint(str(path)), T)
-    enc = model.encoder.sentence_encoder
-    want = np.zeros((4, T, T))
-    if variant == "alibi":
-        for h, m in enumerate([2 ** -2, 2 ** -4, 2 ** -6, 2 ** -8]):
-            want[h] = [[-m * abs(j - i) for j in range(T)] for i in range(T)]
-    elif variant == "t5_rel":
-        table = enc.positions.relative_attention_bias.weight.detach().double().numpy()
-        want = np.stack([[table[paper_bucket(j - i)] for j in range(T)] for i in range(T)]).transpose(2, 0, 1)
-    elif variant == "sinusoidal":  # layer 1's position-position term of the sin/cos rows
-        p = enc.layernorm_embedding(enc.embed_positions(tokens(1, T))[0]).double()
-        attn = enc.layers[0].self_attn
-        q = (p @ attn.q_proj.weight.double().T + attn.q_proj.bias.double()).detach()
-        k = (p @ attn.k_proj.weight.double().T + attn.k_proj.bias.double()).detach()
-        for h in range(4):
-            for i in range(T):
-                for j in range(T):
-                    want[h, i, j] = float(q[i, 16 * h:16 * h + 16] @ k[j, 16 * h:16 * h + 16]) / 4.0
-    np.testing.assert_allclose(got, want, atol=1e-5)
+    np.testing.assert_allclose(got, want.numpy(), atol=1e-5)
 
 
 def test_layerdrop_gives_each_running_layer_its_own_prior():
@@ -341,13 +327,13 @@ def test_real_attention_maps_of_content_dependent_variants(variant):
     probs = attention_probs(model, x[0])  # (L, H, T, T)
     assert probs.shape == (2, 4, 11, 11)
     torch.testing.assert_close(probs.sum(-1), torch.ones(2, 4, 11))
-    torch.testing.assert_close(probs[0].double(), layer0_reference_weights(model, x)[0], atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(probs[0].double(), layer0_reference_weights(model, variant, x)[0], atol=1e-5, rtol=1e-4)
     assert all(layer.self_attn.attention_path == "auto" for layer in model.encoder.sentence_encoder.layers)  # restored
 
 
-@pytest.mark.parametrize("variant", NEW)
+@pytest.mark.parametrize("variant", list(VARIANTS))
 def test_bf16_weights_follow_fp32(variant):
-    """bf16 (fairseq --bf16 casts the model, buffers included) stays close to fp32 for the new PEs."""
+    """bf16 (fairseq --bf16 casts the model, buffers included) stays close to fp32 for every variant."""
     model = build(f"{variant}_tiny", seed=8)
     x = tokens(2, 16, seed=8)
     x[1, 12:] = 1  # right padding

@@ -1,113 +1,18 @@
-"""The positional math of every variant against plain loop references written here from the formulas of
-docs/positional_encodings.md (TUPE's recipe, T5 buckets, L&S priors, ALiBi, RoPE, DeBERTa)."""
-import math
-
+"""The positional math of every variant against plain loop references written from the formulas of
+docs/positional_encodings.md, one file per variant in tests/references/ (TUPE's recipe, T5 buckets, L&S priors,
+ALiBi, RoPE, DeBERTa, ...): the tests here loop over the variants whose reference declares what they check."""
 import pytest
 import torch
-import torch.nn.functional as F
 
 from model_utils import build, tokens
+from references import having, layer0_reference_weights, reference
+from references._shared import paper_bucket
 from tupe_plugin.positional.masks import attention_mask
 from tupe_plugin.models import VARIANTS, VariantMismatchError
 from tupe_plugin.positional.t5_relative import relative_position_bucket
 from tupe_plugin.positional.t5_relative import relative_buckets
 
 ALL = list(VARIANTS)
-# variants whose layer-0 logits the loop reference below knows (PAM blocks have theirs in test_pam.py)
-FORMULA = [name for name, v in VARIANTS.items() if v.attention_block in ("standard", "rope", "deberta")]
-
-
-def paper_bucket(delta: int) -> int:
-    """docs/positional_encodings.md, T5 buckets: keys left/self 0..15, right 16 + same."""
-    d = abs(delta)
-    if d < 8:
-        b = d
-    else:
-        edges = [(11, 8), (15, 9), (22, 10), (31, 11), (45, 12), (63, 13), (90, 14)]
-        b = next((bucket for top, bucket in edges if d <= top), 15)
-    return b + (16 if delta > 0 else 0)
-
-
-def reference_positional(model, T: int, layer: int = 0) -> torch.Tensor:
-    """(H, T, T) content-free logits of ``layer``, entry by entry, as the recipe's steps 2-4
-    describe (docs/positional_encodings.md; also the L&S distance priors and ALiBi)."""
-    pos = model.encoder.sentence_encoder.positions
-    v = model.positional_variant
-    H, dh = pos.num_heads, pos.head_dim
-    out = torch.zeros(H, T, T, dtype=torch.float64)
-    if v.untied_pos:
-        P = F.layer_norm(pos.pos.weight[: T + 1], (pos.pos.weight.size(1),), pos.pos_ln.weight, pos.pos_ln.bias)
-        q = (P @ pos.pos_q_linear.weight.T + pos.pos_q_linear.bias).double()
-        k = (P @ pos.pos_k_linear.weight.T + pos.pos_k_linear.bias).double()
-        scale = 1 / math.sqrt(2 * dh)
-        for h in range(H):
-            s = slice(h * dh, (h + 1) * dh)
-            theta1 = float(q[0, s] @ k[0, s]) * scale
-            theta2 = float(q[1, s] @ k[1, s]) * scale
-            for i in range(T):
-                for j in range(T):
-                    if v.untie_cls and i == 0:
-                        out[h, i, j] = theta1
-                    elif v.untie_cls and j == 0:
-                        out[h, i, j] = theta2
-                    else:
-                        out[h, i, j] = float(q[i + 1, s] @ k[j + 1, s]) * scale
-    if v.rel_pos:
-        table = pos.relative_attention_bias.weight.double()  # (33, H)
-        for i in range(T):
-            for j in range(T):
-                b = paper_bucket(j - i)
-                if v.untie_cls and i == 0:
-                    b = 16
-                elif v.untie_cls and j == 0:
-                    b = 32
-                out[:, i, j] += table[b]
-    if v.distance_prior == "gaussian":
-        for i in range(T):  # normalised over all max_positions keys (padding-independent)
-            row = [math.exp(-0.5 * (j - i) ** 2) for j in range(pos.max_positions)]
-            for j in range(T):
-                out[:, i, j] += row[j] / sum(row)
-    elif v.distance_prior == "learned_gaussian":
-        table = pos.distance_bias.double()  # (L, H, max_positions)
-        for i in range(T):
-            for j in range(T):
-                out[:, i, j] += table[layer, :, abs(i - j)]
-    if v.alibi:
-        for h in range(H):  # power-of-2 head count: m_h = 2^(-8 h / H), h = 1..H
-            for i in range(T):
-                for j in range(T):
-                    out[h, i, j] += -(2.0 ** (-8.0 * (h + 1) / H)) * abs(j - i)
-    return out
-
-
-def rope_reference(x: torch.Tensor) -> torch.Tensor:
-    """RoFormer's rotation of (..., T, dh), pairs (m, m + dh/2), angle t * 10000^(-2m/dh), by loops."""
-    out = x.clone()
-    dh = x.size(-1)
-    for t in range(x.size(-2)):
-        for m in range(dh // 2):
-            a = t * 10000.0 ** (-2.0 * m / dh)
-            x1, x2 = x[..., t, m], x[..., t, m + dh // 2]
-            out[..., t, m] = x1 * math.cos(a) - x2 * math.sin(a)
-            out[..., t, m + dh // 2] = x2 * math.cos(a) + x1 * math.sin(a)
-    return out
-
-
-def deberta_reference(model, attn, q, k, h, T):
-    """c2p + p2c of head h for one layer: q_i . K^r[delta(i,j)] + k_j . Q^r[delta(i,j)],
-    delta(i,j) = clamp(i - j + k, 0, 2k - 1) (p2c indexed as the official DeBERTa code; the paper's
-    Eq. 4 writes delta(j,i): docs/positional_encodings.md); (B, T, T), unscaled."""
-    kk = model.positional_variant.max_rel_pos
-    rel = model.encoder.sentence_encoder.positions.rel_embeddings.weight.double()  # (2k, d)
-    s = slice(h * attn.head_dim, (h + 1) * attn.head_dim)
-    k_r = (rel @ attn.pos_key_proj.weight.double().T)[:, s]
-    q_r = (rel @ attn.pos_query_proj.weight.double().T + attn.pos_query_proj.bias.double())[:, s]
-    out = torch.zeros(q.size(0), T, T, dtype=torch.float64)
-    for i in range(T):
-        for j in range(T):
-            d_ij = min(max(i - j + kk, 0), 2 * kk - 1)
-            out[:, i, j] = q[:, i] @ k_r[d_ij] + k[:, j] @ q_r[d_ij]
-    return out
 
 
 @pytest.mark.parametrize("delta", [0, 1, 7, 8, 11, 12, 15, 16, 22, 23, 31, 32, 45, 46, 63, 64, 90, 91, 127, 128, 300])
@@ -128,43 +33,24 @@ def test_bucket_16_unused_and_cls_buckets():
     assert not hasattr(positions, "rp_bucket") and positions.rp_bucket_by_distance.shape == (127,)
 
 
-@pytest.mark.parametrize("variant", ["tupe_a", "tupe_r", "tupe_a_tie_cls", "bert_r"])
+@pytest.mark.parametrize("variant", having("positional"))
 def test_positional_term_equals_reference(variant):
+    """The (H, T, T) bias of every layer, with every parameter of the encoding moved off its init (so that each
+    layer, head and distance differs), against the loops of the variant's reference."""
     model = build(f"{variant}_tiny", max_positions=48)
-    T = 40
+    positions, T = model.encoder.sentence_encoder.positions, 40
     with torch.no_grad():
-        got = model.encoder.sentence_encoder.positions(T).bias
-        want = reference_positional(model, T)
-    assert got.shape == (4, T, T)
-    torch.testing.assert_close(got.double(), want, atol=1e-5, rtol=1e-5)
+        for p in positions.parameters():
+            p.add_(0.1 * torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())))
+        bias = positions(T).bias
+    layers = bias if bias.dim() == 4 else bias.unsqueeze(0)
+    assert layers.shape[1:] == (4, T, T)
+    for layer in range(layers.size(0)):
+        want = reference(variant).positional(model, T, layer)
+        torch.testing.assert_close(layers[layer].double(), want, atol=1e-6, rtol=1e-6)
 
 
-def obvious_positional(pos, v, T: int) -> torch.Tensor:
-    """(H, T, T) in float64, differentiable, written the obvious way: the whole absolute term, one
-    bucket lookup per (i, j), the [CLS] reset by torch.where."""
-    H, dh = pos.num_heads, pos.head_dim
-    bias = torch.zeros(H, T, T, dtype=torch.float64)
-    cls = torch.zeros(T, T, dtype=torch.bool)
-    cls[0, :] = True
-    if v.untied_pos:
-        P = F.layer_norm(pos.pos.weight[: T + 1].double(), (pos.pos.weight.size(1),), pos.pos_ln.weight.double(),
-                         pos.pos_ln.bias.double())
-        q = (P @ pos.pos_q_linear.weight.double().T + pos.pos_q_linear.bias.double()).view(T + 1, H, dh)
-        k = (P @ pos.pos_k_linear.weight.double().T + pos.pos_k_linear.bias.double()).view(T + 1, H, dh)
-        full = torch.einsum("ihd,jhd->hij", q, k) / math.sqrt(2 * dh)  # (H, T+1, T+1)
-        bias = full[:, 1:, 1:]
-        if v.untie_cls:
-            bias = torch.where(cls, full[:, 0, 0, None, None], torch.where(cls.T, full[:, 1, 1, None, None], bias))
-    if v.rel_pos:
-        idx = torch.arange(T)
-        bucket = relative_position_bucket(idx[None, :] - idx[:, None])
-        if v.untie_cls:
-            bucket = torch.where(cls, 16, torch.where(cls.T, 32, bucket))
-        bias = bias + pos.relative_attention_bias.weight.double()[bucket].permute(2, 0, 1)
-    return bias
-
-
-@pytest.mark.parametrize("variant", ["tupe_a", "tupe_r", "bert_r", "t5_rel"])
+@pytest.mark.parametrize("variant", having("differentiable"))
 def test_positional_term_gradient_equals_obvious_reference(variant):
     """The Toeplitz relative bias and the in-place [CLS] reset give the gradients of the obvious form."""
     model = build(f"{variant}_tiny", max_positions=48)
@@ -172,7 +58,7 @@ def test_positional_term_gradient_equals_obvious_reference(variant):
     upstream = torch.randn(pos.num_heads, T, T, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
     params = [p for p in pos.parameters() if p.requires_grad]
     got = torch.autograd.grad((pos(T).bias.double() * upstream).sum(), params, allow_unused=True)
-    want = torch.autograd.grad((obvious_positional(pos, model.positional_variant, T) * upstream).sum(), params,
+    want = torch.autograd.grad((reference(variant).differentiable(pos, T) * upstream).sum(), params,
                                allow_unused=True)
     assert any(g is not None for g in want)
     for g, w in zip(got, want):
@@ -205,38 +91,7 @@ def test_bert_a_has_no_positional_term_and_bert_ad_returns_qk():
     assert term.bias is None and term.query.shape == (4, 8, 16) and term.key.shape == (4, 8, 16)
 
 
-def layer0_reference_weights(model, x_tokens):
-    """softmax over keys of layer 0's logits for every head, with plain loops over heads."""
-    enc = model.encoder.sentence_encoder
-    attn = enc.layers[0].self_attn
-    v = model.positional_variant
-    with torch.no_grad():
-        x, _ = enc.forward_embedding(x_tokens)  # (B, T, C)
-        T = x.size(1)
-        H, dh = attn.num_heads, attn.head_dim
-        q = attn.q_proj(x).double()
-        k = attn.k_proj(x).double()
-        term = enc.positions(T)
-        deberta = v.attention_block == "deberta"
-        factor = 4 if v.pos_mixed_terms else 2 if v.untied_pos else 3 if deberta else 1
-        out = torch.zeros(x.size(0), H, T, T, dtype=torch.float64)
-        for h in range(H):
-            s = slice(h * dh, (h + 1) * dh)
-            qh, kh = q[..., s], k[..., s]
-            if v.pos_mixed_terms:
-                qh, kh = qh + term.query[h].double(), kh + term.key[h].double()
-            if v.attention_block == "rope":
-                qh, kh = rope_reference(qh), rope_reference(kh)
-            logits = qh @ kh.transpose(-1, -2) / math.sqrt(factor * dh)
-            if deberta:
-                logits = logits + deberta_reference(model, attn, qh, kh, h, T) / math.sqrt(factor * dh)
-            if not v.pos_mixed_terms and (v.untied_pos or v.rel_pos or v.distance_prior != "none" or v.alibi):
-                logits = logits + reference_positional(model, T)[h]
-            out[:, h] = torch.softmax(logits, dim=-1)
-    return out
-
-
-@pytest.mark.parametrize("variant", FORMULA)
+@pytest.mark.parametrize("variant", having("layer0_logits"))
 def test_layer0_attention_equals_formula(variant):
     model = build(f"{variant}_tiny", tupe_attention="explicit")
     x_tokens = tokens(2, 12)
@@ -247,7 +102,7 @@ def test_layer0_attention_equals_formula(variant):
         bias = term.bias if term.bias is None or term.bias.dim() == 3 else term.bias[0]  # layer 0
         _, weights = enc.layers[0].self_attn(x.transpose(0, 1), attention_mask(bias, None, x.dtype), term,
                                              need_weights=True)
-    torch.testing.assert_close(weights.double(), layer0_reference_weights(model, x_tokens), atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(weights.double(), layer0_reference_weights(model, variant, x_tokens), atol=1e-5, rtol=1e-4)
 
 
 def test_positional_term_computed_once_and_shared_by_layers():
@@ -328,19 +183,6 @@ def test_same_variant_loads():
     x = tokens(2, 8)
     with torch.no_grad():
         torch.testing.assert_close(src(x)[0], dst(x)[0])
-
-
-@pytest.mark.parametrize("variant", ["gaussian_prior", "learned_gaussian"])
-def test_distance_prior_equals_reference(variant):
-    model = build(f"{variant}_tiny", max_positions=48)
-    positions = model.encoder.sentence_encoder.positions
-    with torch.no_grad():
-        if variant == "learned_gaussian":
-            positions.distance_bias.normal_()  # every layer/head/distance differs from the others
-        bias = positions(30).bias
-    layers = bias if bias.dim() == 4 else bias.unsqueeze(0)
-    for layer in range(layers.size(0)):
-        torch.testing.assert_close(layers[layer].double(), reference_positional(model, 30, layer), atol=1e-6, rtol=1e-6)
 
 
 def test_learned_gaussian_init_and_one_table_per_layer():
