@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from model_utils import build, tokens
-from references import names, reference
+from references import having, names, reference
 from tupe_plugin.positional import registry
 from tupe_plugin.positional.base import INPUT
 from tupe_plugin.positional.record import VARIANTS
@@ -72,6 +72,13 @@ def test_where_each_signal_enters_and_the_scale_of_its_logits(variant):
     assert attention_cls.scale_for(VARIANTS[variant]) == ref.SCALE
     for layer in model(variant).encoder.sentence_encoder.layers:  # every layer's block, at the source's scale
         assert layer.self_attn.scaling == pytest.approx((ref.SCALE * DH) ** -0.5)
+
+
+@pytest.mark.parametrize("variant", having("against_source"))
+def test_initialisation_as_the_source_has_it(variant):
+    """The initialisation facts a reference file states about its encoding (``against_source``), at BERT-base
+    geometry, on the model as training builds it."""
+    reference(variant).against_source(encoder(variant))
 
 
 def test_words_as_roberta_and_tupe_build_them():

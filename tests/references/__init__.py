@@ -19,6 +19,7 @@ What a reference file declares (the constants are required, the functions option
 ``differentiable`` ``(positions, T) -> (H, T, T)``: the bias written the obvious way in torch, for its gradients
 ``position_map``   ``(model, T) -> (H, T, T)``: what ``tupe-pos-maps`` writes, or None where it must refuse
                    (a position signal that depends on content)
+``against_source`` ``(encoder)``: asserts its initialisation as its source has it, at BERT-base geometry
 =================  ================================================================================================
 """
 from __future__ import annotations
@@ -30,7 +31,7 @@ from typing import List
 
 import torch
 
-OPTIONAL = ("positional", "layer0_logits", "differentiable", "position_map")
+OPTIONAL = ("positional", "layer0_logits", "differentiable", "position_map", "against_source")
 
 
 def reference(name: str) -> ModuleType:
