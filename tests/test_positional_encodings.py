@@ -154,6 +154,13 @@ def test_sinusoidal_words_and_positions_stand_as_in_vaswani_at_initialisation(wi
     assert float(table.pow(2).mean().sqrt() / words.pow(2).mean().sqrt()) == pytest.approx(35.4, rel=0.15)
 
 
+# the variants besides sinusoidal whose checkpoints were written before the record had sinusoidal_scaled (2026-11-26):
+# a fixed list of that time (a later variant has no such record)
+BEFORE_SINUSOIDAL_SCALED = ["bert_a", "bert_r", "tupe_a", "tupe_r", "tupe_a_tie_cls", "bert_ad", "gaussian_prior",
+                            "learned_gaussian", "nope", "t5_rel", "alibi", "rope", "deberta_rel", "pam_concat",
+                            "pam_sequential", "pam_window"]
+
+
 def test_an_unscaled_sinusoidal_checkpoint_loads_as_trained_or_is_refused():
     """A record written before --sinusoidal-scaled existed decodes as the unscaled table it was trained with:
     loading it into today's sinusoidal arch is refused naming --no-sinusoidal-scaled, and with that flag it gives
@@ -162,9 +169,8 @@ def test_an_unscaled_sinusoidal_checkpoint_loads_as_trained_or_is_refused():
     old_record = VARIANTS["sinusoidal"].to_tensor()[: fields.index("sinusoidal_scaled")]
     old = PositionalVariant.from_tensor(old_record)
     assert old.sinusoidal_pe and not old.sinusoidal_scaled and old.name == "custom"
-    for name in VARIANTS:  # the same short record of every other variant decodes as itself
-        if name != "sinusoidal":
-            assert PositionalVariant.from_tensor(VARIANTS[name].to_tensor()[: len(old_record)]) == VARIANTS[name]
+    for name in BEFORE_SINUSOIDAL_SCALED:  # the same short record of every other variant of that time: itself
+        assert PositionalVariant.from_tensor(VARIANTS[name].to_tensor()[: len(old_record)]) == VARIANTS[name]
     trained = build("sinusoidal_tiny", seed=1, sinusoidal_scaled=False)
     state = trained.state_dict()
     state[VARIANT_KEY] = old_record
