@@ -4,7 +4,7 @@
 (``fairseq_cli.train.cli_main``, what the ``fairseq-train`` script calls) with ``sys.argv`` set to its command
 line, its log lines (fairseq's format) written to its ``log`` and its exit status (0, or 1 with the traceback in
 the log) to ``log + ".status"``. One import of torch and fairseq (8 s of CPU here) serves every run: the tests'
-loop over the registry trains 17 variants this way. Every run seeds itself (``--seed``), so a run's losses do not
+loop over the registry trains every registered variant this way. Every run seeds itself (``--seed``), so a run's losses do not
 depend on the runs before it.
 """
 from __future__ import annotations

@@ -1113,12 +1113,13 @@ def test_unknown_variant_is_refused_before_any_work(tmp_path, starts_process):
     assert p.returncode == 2 and "'bert-x' is not a registered variant" in p.stderr and "pam-window" in p.stderr
     assert not (tmp_path / "study").exists()  # nothing written, nothing prepared
     from study.plan import Plan, registry
+    from tupe_plugin.positional.registry import names as registered
 
     plan = Plan.from_environ({"OUT": str(tmp_path / "s2"), "PRESET": "tiny", "TASKS": "none",
                               "VARIANTS": "all tupe-r:1,2"})
     pre = [f"{v} {s}" for v, s in plan.pretrain_parts()]
     names = list(registry())
-    assert len(names) == 17 and pre[:5] == ["bert-a 1", "bert-r 1", "tupe-a 1", "tupe-r 1", "tupe-r 2"]
+    assert names == registered() and pre[:5] == ["bert-a 1", "bert-r 1", "tupe-a 1", "tupe-r 1", "tupe-r 2"]
     assert [x.split()[0] for x in pre] == [n for n in names for _ in range(2 if n == "tupe-r" else 1)]
 
 
