@@ -20,6 +20,7 @@ from .base import INPUT, InputEncoding, NoTerm, PositionalEncoding
 from .bert_ad import BertAd
 from .deberta import Deberta
 from .gaussian_prior import GaussianPrior
+from .kerple import Kerple
 from .learned_absolute import LearnedAbsolute
 from .learned_gaussian import LearnedGaussian
 from .pam import Pam
@@ -139,3 +140,5 @@ register("pam_sequential", "PAM sequential: learned |j-i| weights, then self-att
          attention_block="pam_sequential")
 register("pam_window", "PAM window: fixed 1/3 on i-1,i,i+1 || self-attention (L&S bert.py PAMBlock)",
          attention_block="pam_window")
+# Learned relative biases without flags of their own (recorded by encoding_id).
+register("kerple", "KERPLE log kernel -r1_h log(1 + r2_h |j-i|), r1, r2 learned (Chi et al. 2022)", encoding=Kerple)
