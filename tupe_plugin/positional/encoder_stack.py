@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .base import PositionalEncoding, PositionalTerm
+from .base import LAYER_BIAS, PositionalEncoding, PositionalTerm
 from .masks import attention_mask, compute_dtype
 
 # fairseq 0.12.3 utils.get_activation_fn: gelu in float32, gelu_accurate its tanh approximation
@@ -58,10 +58,11 @@ def check_padding(padding_mask: Tensor, left_padding_allowed: bool, what: str, f
 
 
 def layer_masks(term: PositionalTerm, padding_mask: Optional[Tensor], dtype: torch.dtype,
-                num_layers: int) -> List[Optional[Tensor]]:
-    """The additive mask of every layer index: one tensor shared by all layers, or one per layer for a per-layer
-    bias (L, H, T, T). Built once per forward, in the compute dtype."""
-    if term.bias is not None and term.bias.dim() == 4:
+                num_layers: int, per_layer: bool = False) -> List[Optional[Tensor]]:
+    """The additive mask of every layer index: one tensor shared by all layers, or, for an encoding that declares
+    a bias per layer (``enters == LAYER_BIAS``: ``per_layer``), one per layer of its (L, H, T, T) bias. Built once
+    per forward, in the compute dtype."""
+    if per_layer:
         return [attention_mask(b, padding_mask, dtype) for b in term.bias]
     return [attention_mask(term.bias, padding_mask, dtype)] * num_layers
 
@@ -99,7 +100,8 @@ def run_layers(x: Tensor, padding_mask: Optional[Tensor], positions: PositionalE
     term = positions(x.size(0))  # once per forward, shared by all layers
     # padded key columns get a large finite negative logit (masks.padding_value), not -inf: a sequence without a
     # real token gives finite rows, not NaN. Cast to the compute dtype here, once per forward, not in every layer
-    masks = layer_masks(term, padding_mask, compute_dtype(x), len(layer_index) if layer_index else len(layers))
+    masks = layer_masks(term, padding_mask, compute_dtype(x), len(layer_index) if layer_index else len(layers),
+                        per_layer=positions.enters == LAYER_BIAS)
     states = [x] if keep_states else []
     for i, layer in enumerate(layers):
         x = layer(x, masks[layer_index[id(layer)] if layer_index else i], term, padding_mask)
