@@ -520,8 +520,10 @@ def _floats(text: str) -> List[float]:
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m glue.collect", description=__doc__.split("\n")[0])
     p.add_argument("runs_dir", help="RUNS_DIR/TASK/lr{LR}_seed{SEED}/ (result.json or train.log)")
-    p.add_argument("--out-csv", help="summary CSV (default RUNS_DIR/glue_results.csv; + *_per_lr.csv)")
-    p.add_argument("--out-png", help="bar chart (default RUNS_DIR/glue_results.png)")
+    p.add_argument("--out-csv", help="summary CSV (default RUNS_DIR/glue_results.csv, rewritten on every collect; "
+                   "+ *_per_lr.csv); a file named here is a new file unless --force")
+    p.add_argument("--out-png", help="bar chart (default RUNS_DIR/glue_results.png); a new file unless --force")
+    p.add_argument("--force", action="store_true", help="overwrite an existing --out-csv or --out-png")
     p.add_argument("--row-name", "--variant-name", dest="row_name",  # --variant-name: its former name, still read
                    help="the table's row name for these runs, e.g. TUPE-R (default: RUNS_DIR's name)")
     p.add_argument("--expected-lrs", default=",".join(PAPER_LRS), help=f"LR grid (default the paper's {','.join(PAPER_LRS)})")
@@ -533,6 +535,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p.add_argument("--strict", action="store_true", help="exit 1 when anything is missing")
     args = p.parse_args(argv)
     need(args.runs_dir, "folder")  # missing, or a file: one line naming it, exit 1 (tupe_common.errors.exit_main)
+    for option, path in (("--out-csv", args.out_csv), ("--out-png", args.out_png)):
+        if path and os.path.exists(path) and not args.force:  # a file the user named: never replaced silently
+            p.error(f"{option} {path} exists; pass --force to overwrite it, or choose another file")
     for model in filter(None, args.compare.split(",")):
         if model not in TABLE1:
             p.error(f"--compare: unknown row {model!r}; choose from {', '.join(TABLE1)}")

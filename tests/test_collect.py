@@ -258,3 +258,21 @@ def test_published_rows_match_the_protocol_doc():
         assert row.steps == cells[1]
         found += 1
     assert found == 8
+
+
+def test_a_named_output_that_exists_is_refused_without_force(tmp_path, capsys):
+    """--out-csv/--out-png name the user's files: an existing one is kept (exit 2, nothing written) unless --force;
+    the default RUNS_DIR/glue_results.* are collect's own and rewritten on every collect."""
+    make_runs(tmp_path / "runs")
+    mine = tmp_path / "mine.csv"
+    mine.write_text("the user's own table\n")
+    with pytest.raises(SystemExit) as stop:
+        collect.main([str(tmp_path / "runs"), "--out-csv", str(mine), "--out-png", str(tmp_path / "c.png")])
+    assert stop.value.code == 2 and f"--out-csv {mine} exists; pass --force" in capsys.readouterr().err
+    assert mine.read_text() == "the user's own table\n" and not (tmp_path / "c.png").exists()
+    assert collect.main([str(tmp_path / "runs"), "--out-csv", str(mine), "--out-png", str(tmp_path / "c.png"),
+                         "--force"]) == 0
+    assert mine.read_text() != "the user's own table\n"  # replaced with --force
+    for _ in range(2):  # the defaults: rewritten
+        assert collect.main([str(tmp_path / "runs")]) == 0
+    assert (tmp_path / "runs" / "glue_results.csv").exists()
