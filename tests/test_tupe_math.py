@@ -52,7 +52,8 @@ def test_positional_term_equals_reference(variant):
 
 @pytest.mark.parametrize("variant", having("differentiable"))
 def test_positional_term_gradient_equals_obvious_reference(variant):
-    """The Toeplitz relative bias and the in-place [CLS] reset give the gradients of the obvious form."""
+    """The bias gives the gradients of the obvious torch form in its reference (``differentiable``): the Toeplitz
+    relative bias, the in-place [CLS] reset, KERPLE's softplus, ..."""
     model = build(f"{variant}_tiny", max_positions=48)
     pos, T = model.encoder.sentence_encoder.positions, 40
     upstream = torch.randn(pos.num_heads, T, T, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
