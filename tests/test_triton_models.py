@@ -14,13 +14,17 @@ import sys
 import pytest
 
 from conftest import PRETRAIN_ARGS, fairseq_train_in_one_process, run, train_losses
+from references import reference
+from tupe_plugin.positional.base import BIAS, LAYER_BIAS
+from tupe_plugin.positional.registry import VARIANTS
 
 pytestmark = pytest.mark.usefixtures("starts_process")  # every test here starts a process
 
 pytest.importorskip("triton", reason="triton is not installed (pip install -e '.[test]')")
 
-BIAS_VARIANTS = ["bert_r", "tupe_a", "tupe_r", "tupe_a_tie_cls", "t5_rel", "gaussian_prior", "learned_gaussian",
-                 "alibi", "deberta_rel"]
+# every variant whose encoding enters as a bias (shared or per layer, as its reference declares), and DeBERTa's
+# per-sequence bias from its own block
+BIAS_VARIANTS = [name for name in VARIANTS if reference(name).ENTERS in (BIAS, LAYER_BIAS)] + ["deberta_rel"]
 OTHERS = ["bert_a", "rope"]  # no bias: the kernel with bias None
 
 COMPARE = r"""
