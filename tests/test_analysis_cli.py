@@ -11,11 +11,13 @@ import pytest
 import torch
 
 from conftest import ROOT, command_in_process, encode_pieces, run, write_lines
-from test_tupe_math import layer0_reference_weights, reference_positional
+from references import layer0_reference_weights, reference
 from tupe_plugin.analysis import locality, softmax_rows, symmetry, symmetry_scaled
 
 BIN = Path(sys.executable).parent
 
+
+TUPE_R = reference("tupe_r")  # the session's `pretrained` model: tupe_roberta_tiny, TUPE-R (models/architectures.py)
 
 @pytest.fixture(scope="module")
 def hub(pretrained, lm_bin, spm_dir):
@@ -27,7 +29,7 @@ def hub(pretrained, lm_bin, spm_dir):
 def test_pos_maps_writes_the_models_positional_term(pretrained, hub, tmp_path, starts_process):
     p = run([str(BIN / "tupe-pos-maps"), str(pretrained / "checkpoint_last.pt"), "--out-dir", str(tmp_path), "--length", "20"])
     logits = np.load(tmp_path / "pos_logits.npy")
-    want = reference_positional(hub.model, 20).detach().numpy()  # loop reference over the loaded model
+    want = TUPE_R.positional(hub.model, 20).detach().numpy()  # loop reference over the loaded model
     assert logits.shape == (4, 20, 20)
     np.testing.assert_allclose(logits, want, atol=1e-5)
     assert np.all(logits[:, 0, :] == logits[:, 0, :1])  # [CLS] row is theta1
@@ -83,7 +85,7 @@ def test_attention_probs_equal_the_formula(hub):
     tokens = hub.encode("the cat happily saw the river .")
     probs = attention_probs(hub.model, tokens)
     assert probs.shape == (2, 4, len(tokens), len(tokens))
-    want = layer0_reference_weights(hub.model, tokens.unsqueeze(0))[0]
+    want = layer0_reference_weights(hub.model, "tupe_r", tokens.unsqueeze(0))[0]
     torch.testing.assert_close(probs[0].double(), want, atol=1e-5, rtol=1e-4)
     assert all(layer.self_attn.attention_path == "auto" for layer in hub.model.encoder.sentence_encoder.layers)
 
@@ -95,7 +97,7 @@ def test_locality_cli_tables(pretrained, lm_bin, spm_dir, hub, tmp_path, starts_
                         str(text), "--spm-model", str(spm_dir / "spm.model"), "--data", str(lm_bin), "--out-csv", str(out)])
     rows = list(csv.DictReader(out.open()))
     pos = [r for r in rows if r["source"] == "position" and r["head"] not in ("mean",)]
-    probs = softmax_rows(reference_positional(hub.model, 16).detach().numpy())
+    probs = softmax_rows(TUPE_R.positional(hub.model, 16).detach().numpy())
     for r in pos:
         h = int(r["head"])
         assert float(r["locality"]) == pytest.approx(locality(probs[h]), abs=1e-6)
