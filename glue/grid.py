@@ -247,6 +247,18 @@ def say(line: str) -> None:
     sys.stderr.write(f"{PROG}: {line}\n")
 
 
+def check_gpu_ids(setting: str, ids: Sequence[str], count) -> None:
+    """GPU_IDS given by hand must name CUDA devices this machine sees (``count()``: how many), else a UsageError
+    before any run (each run would fine-tune on the CPU, or fail, on an id that is not there)."""
+    if setting in ("auto", "none"):
+        return
+    visible = count()
+    bad = [g for g in ids if not g.isdigit() or int(g) >= visible]
+    if bad:
+        raise UsageError(f"GPU_IDS='{setting}' names {' '.join(bad)}, but this machine sees {visible} CUDA device(s)"
+                         f"{f' (0..{visible - 1})' if visible else ''}: set GPU_IDS=auto, or none to run on the CPU")
+
+
 def main_sh(argv: Sequence[str], environ: Mapping[str, str]) -> int:
     """``glue/grid.sh [--slurm | --list]``: the settings from ``environ``; exit 2 on a usage error, 1 when the
     checkpoint, a task's binaries or a run fail."""
@@ -317,6 +329,7 @@ def main_sh(argv: Sequence[str], environ: Mapping[str, str]) -> int:
     gpus = (" ".join(map(str, range(runner.cuda_device_count()))) if v["GPU_IDS"] == "auto"
             else "" if v["GPU_IDS"] == "none" else v["GPU_IDS"])
     try:
+        check_gpu_ids(v["GPU_IDS"], split_list(gpus), runner.cuda_device_count)
         n_jobs = (len(split_list(gpus)) or 1) if v["JOBS"] == "auto" else tunables.whole(v, "JOBS")
     except UsageError as e:
         say(f"error: {e}")

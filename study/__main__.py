@@ -95,6 +95,19 @@ def check_names(environ) -> None:
     check([s.name for s in SETTINGS], environ, "study.sh", prefixes=("FT_",), passed_on=c4_settings)
 
 
+def check_gpus(gpus: str) -> None:
+    """GPUS above the CUDA devices this machine sees is refused before any work (the pre-training would fail after
+    the C4 preparation, with pretrain.sh's line); ``--slurm`` prints jobs for other nodes and is not checked."""
+    if gpus == "auto" or not gpus.isdigit() or int(gpus) == 0:
+        return
+    from tupe_common.jobs import cuda_device_count
+
+    visible = cuda_device_count()
+    if int(gpus) > visible:
+        raise UsageError(f"GPUS={gpus} but this machine sees {visible} CUDA device(s): set GPUS=auto, or run on a "
+                         "node with the GPUs (study.sh --slurm prints the jobs for one)")
+
+
 def check_reportable(plan: Plan) -> None:
     """``--report`` needs a study that has run: OUT/settings.env (else UsageError, nothing written) and at least
     one finished pre-training (else PartFailed: a report of nothing is not "finished")."""
@@ -269,6 +282,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if mode != "part":
             shown = "\n".join(f"  {s.name}={plan.values[s.name]}" for s in SETTINGS)
             print(f"study.sh: settings (NAME=value)\n{shown}", file=sys.stderr)
+        if mode == "all" or mode == "part" and stage.name == "pretrain":
+            check_gpus(plan.values["GPUS"])
         if mode == "part":  # a wrong index or an empty study changes nothing: checked before settings.env is written
             parts = stage.parts(plan)
             if index >= len(parts):

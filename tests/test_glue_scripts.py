@@ -20,6 +20,7 @@ from conftest import BIN, ROOT, run
 from glue import collect
 from glue.finetune_helper import task_settings
 from glue.grid import PAPER_LRS, PAPER_SEEDS, PAPER_TASKS, jobs, main_sh
+from tupe_common.errors import UsageError
 from tupe_common.jobs import slurm_ranges
 
 FIXTURES = ROOT / "tests" / "data" / "glue"
@@ -315,6 +316,32 @@ def test_fp16_on_a_machine_without_cuda_is_one_line_before_any_run(pretrained, g
     assert err.splitlines()[-1] == ("finetune.sh: error: FP16=1 needs a GPU, but this machine sees no CUDA device: "
                                     "leave FP16 unset on CPU") and "Traceback" not in err
     assert not (tmp_path / "runs" / "RTE").exists() and not (tmp_path / "runs" / ".partial").exists()
+
+
+def test_gpu_ids_must_name_devices_this_machine_sees():
+    from glue.grid import check_gpu_ids
+
+    check_gpu_ids("auto", ["0", "1"], lambda: 0)  # auto and none are never refused
+    check_gpu_ids("none", [], lambda: 0)
+    check_gpu_ids("0 1", ["0", "1"], lambda: 2)
+    for setting, count, says in (("0 1", 1, "GPU_IDS='0 1' names 1, but this machine sees 1 CUDA device(s) (0..0)"),
+                                 ("0", 0, "GPU_IDS='0' names 0, but this machine sees 0 CUDA device(s): set"),
+                                 ("gpu0", 2, "GPU_IDS='gpu0' names gpu0")):
+        with pytest.raises(UsageError, match=re.escape(says)):
+            check_gpu_ids(setting, setting.split(), lambda n=count: n)
+
+
+def test_grid_with_gpu_ids_on_a_machine_without_them_runs_nothing(pretrained, glue_bin, tmp_path, capsys,
+                                                                  starts_process):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA device")
+    env = {"CHECKPOINT": str(pretrained / "checkpoint_last.pt"), "GLUE_BIN": str(glue_bin), "RUNS": str(tmp_path / "r"),
+           "TASKS": "RTE", "LRS": "1e-3", "SEEDS": "1", "GPU_IDS": "0", "PATH": os.environ["PATH"]}
+    assert main_sh([], env) == 2
+    assert "grid.sh: error: GPU_IDS='0' names 0, but this machine sees 0 CUDA device(s)" in capsys.readouterr().err
+    assert not (tmp_path / "r" / "RTE").exists()
 
 
 def test_grid_refuses_a_repeated_seed_lr_or_task(tmp_path, capsys):

@@ -129,8 +129,8 @@ def c4_folder(tmp_path_factory) -> Path:
 
 
 def study(tmp: Path, c4: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
-    return run([ROOT / "train_scripts" / "study.sh", *args], tmp, PRESET="tiny", VARIANTS="nope", GPUS="0",
-               C4_DIR=str(c4), TASKS="none", **env)
+    return run([ROOT / "train_scripts" / "study.sh", *args], tmp,
+               **{"PRESET": "tiny", "VARIANTS": "nope", "GPUS": "0", "C4_DIR": str(c4), "TASKS": "none", **env})
 
 
 @pytest.mark.usefixtures("starts_process")
@@ -191,3 +191,15 @@ def test_every_default_is_of_its_kind(module):
     table = loaded.TUNABLES if hasattr(loaded, "TUNABLES") else loaded.settings()
     assert any(t.kind for t in table)
     assert [t.name for t in table if not fits(t.kind, t.default)] == []
+
+
+@pytest.mark.usefixtures("starts_process")
+def test_study_with_gpus_on_a_machine_without_them_is_refused_before_any_work(tmp_path, c4_folder):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA device")
+    out = tmp_path / "s"
+    p = study(tmp_path, c4_folder, OUT=str(out), GPUS="1")
+    assert p.returncode == 2 and last(p).startswith("study.sh: error: GPUS=1 but this machine sees 0 CUDA device(s)")
+    assert not out.exists()  # no settings.env, no C4 preparation
