@@ -27,9 +27,12 @@ def tokens(batch: int, length: int, seed: int = 0, vocab: int = 40) -> torch.Ten
 
 
 # The one left-padding rule of the fairseq model and the exported one (positional/encoder_stack.check_padding):
-# variant -> whether a row with padding before real tokens is refused. Tested on both sides with these cases.
-LEFT_PADDING_REFUSED = {"tupe_r": True, "sinusoidal": True, "alibi": True, "rope": True, "pam_window": True,
-                        "deberta_rel": True, "bert_a": False, "nope": False}
+# variant -> whether a row with padding before real tokens is refused: where a token's position is its slot
+# (TUPE's absolute terms and [CLS] untie, sinusoids, a prior normalised per row); a term of j - i only, or
+# positions that count real tokens, run, and the real tokens' features equal the sequence's alone.
+LEFT_PADDING_REFUSED = {"tupe_r": True, "sinusoidal": True, "gaussian_prior": True, "alibi": False, "rope": False,
+                        "pam_window": False, "pam_concat": False, "deberta_rel": False, "t5_rel": False, "bert_r": False,
+                        "kerple": False, "learned_gaussian": False, "bert_a": False, "nope": False}
 PAD = 1  # fairseq's padding index in the test dictionary
 
 

@@ -25,3 +25,14 @@ def test_left_padding_follows_the_one_rule(variant):
         padded, _ = model(left_padded(x, 4), features_only=True)  # (B, T, C)
         alone, _ = model(x[:1, :8], features_only=True)
     torch.testing.assert_close(padded[0, 4:], alone[0], rtol=1e-5, atol=1e-5)
+
+
+def test_a_relative_bias_with_the_cls_untie_refuses_left_padding():
+    """T5's relative bias alone takes left padding (a term of j - i only), but with --untie-cls its [CLS] row and
+    column are position 0's, which left padding moves: the same bias class answers by its options."""
+    x = tokens(3, 12)
+    model = build("t5_rel_tiny", untie_cls=True)
+    model(x, features_only=True)
+    with pytest.raises(ValueError, match=r"left-padded input .*pad on the right"):
+        model(left_padded(x, 4), features_only=True)
+    build("t5_rel_tiny")(left_padded(x, 4), features_only=True)  # without the untie: runs

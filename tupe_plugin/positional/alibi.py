@@ -26,6 +26,7 @@ class Alibi(PositionalEncoding):
     """``--alibi``: an (H, T, T) bias that needs no gradient."""
 
     enters = BIAS
+    left_padding = True  # a function of j - i only: a row shifted by its left padding keeps its meaning
 
     selected_by = {"alibi": True}
 

@@ -105,6 +105,11 @@ class PositionalEncoding(nn.Module):
         """``score_scale`` for ``variant`` (an encoding whose scale depends on its options overrides this)."""
         return cls.score_scale
 
+    @classmethod
+    def left_padding_for(cls, variant: "PositionalVariant") -> bool:
+        """``left_padding`` for ``variant`` (an encoding whose answer depends on its options overrides this)."""
+        return cls.left_padding
+
     # --- what the rest of the model asks ---------------------------------------------------------------------
     @classmethod
     def attention_block(cls, variant: "PositionalVariant", embed_dim: int, num_heads: int, dropout: float,

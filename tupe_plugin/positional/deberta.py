@@ -55,6 +55,7 @@ class Deberta(PositionalEncoding):
     rows that T tokens use with the (T, T) row of query i, key j: ``delta(i, j) = clamp(i - j + k, 0, 2k - 1)``."""
 
     enters = BLOCK
+    left_padding = True  # a function of j - i only: a row shifted by its left padding keeps its meaning
     block = DisentangledSelfAttention
     score_scale = 3.0  # three terms: 1/sqrt(3 dh)
 

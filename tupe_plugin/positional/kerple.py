@@ -31,6 +31,7 @@ class Kerple(PositionalEncoding):
     """An (H, T, T) bias, shared by the batch and the layers, with two learned positive scalars per head."""
 
     enters = BIAS
+    left_padding = True  # a function of j - i only: a row shifted by its left padding keeps its meaning
 
     def __init__(self, variant, embed_dim: int, num_heads: int, max_positions: int, num_layers: int = 1):
         super().__init__(variant, embed_dim, num_heads, max_positions, num_layers)

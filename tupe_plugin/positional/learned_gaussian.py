@@ -26,6 +26,7 @@ class LearnedGaussian(PositionalEncoding):
     """``--distance-prior learned_gaussian``: an (L, H, T, T) bias, one matrix per layer."""
 
     enters = LAYER_BIAS
+    left_padding = True  # a function of j - i only: a row shifted by its left padding keeps its meaning
     selected_by = {"distance_prior": "learned_gaussian"}
 
     def __init__(self, variant, embed_dim: int, num_heads: int, max_positions: int, num_layers: int = 1):

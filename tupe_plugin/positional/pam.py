@@ -146,6 +146,7 @@ class Pam(PositionalEncoding):
     block holds its own position weights (learned) or applies the fixed band (window)."""
 
     enters = BLOCK
+    left_padding = True  # w[h, |j - i|], or the band i-1..i+1 (a padded key weighs 0): a shifted row keeps its meaning
 
     @classmethod
     def selected(cls, variant) -> bool:

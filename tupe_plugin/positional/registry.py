@@ -111,7 +111,7 @@ def untrained_beyond(variant: PositionalVariant, trained: int) -> Optional[str]:
 
 def left_padding_allowed(variant: PositionalVariant) -> bool:
     """Whether a left-padded row keeps its meaning in every encoding of ``variant``."""
-    return all(cls.left_padding for cls in encodings(variant) if cls is not None)
+    return all(cls.left_padding_for(variant) for cls in encodings(variant) if cls is not None)
 
 
 # TUPE's Table 1 (Ke et al. 2021)

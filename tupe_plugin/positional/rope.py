@@ -42,6 +42,7 @@ class Rope(PositionalEncoding):
     """``--attention-block rope``: the (cos, sin) tables, (T, dh) each, shared by all layers."""
 
     enters = ROTATION
+    left_padding = True  # a function of j - i only: a row shifted by its left padding keeps its meaning
     block = RotarySelfAttention
     selected_by = {"attention_block": "rope"}
 

@@ -83,8 +83,13 @@ class T5Relative(PositionalEncoding):
     unscaled; with ``--untie-cls`` the [CLS] row and column take their own buckets."""
 
     enters = BIAS
-
+    left_padding = True  # a function of j - i only: a row shifted by its left padding keeps its meaning
     selected_by = {"rel_pos": True, "untied_pos": False}  # with --untied-pos it is TUPE-R's (tupe.py)
+
+    @classmethod
+    def left_padding_for(cls, variant) -> bool:
+        """With ``--untie-cls`` the [CLS] row and column are those of position 0, which left padding moves."""
+        return not variant.untie_cls
 
     def __init__(self, variant, embed_dim: int, num_heads: int, max_positions: int, num_layers: int = 1):
         super().__init__(variant, embed_dim, num_heads, max_positions, num_layers)
