@@ -93,9 +93,17 @@ def check_settings(what: str, recorded: Optional[Dict[str, Any]], current: Dict[
 def outputs_done(record: str, settings: Dict[str, Any], outputs: List[str], what: str, force: bool) -> bool:
     """For a command that records its settings in the JSON file ``record`` (``{"settings": ...}``):
     True when every path of ``outputs`` exists and was made with these ``settings`` (skip the work);
-    False when there is nothing finished or ``force`` is set (do it); SettingsMismatch otherwise."""
+    False when there is nothing finished or ``force`` is set (do it); SettingsMismatch otherwise, and also
+    when an output exists without the record (a user's file, or a run cut short before its record): it is
+    never replaced silently."""
+    if force:
+        return False
     done = read_json(record)
-    if done is None or force:
+    if done is None:
+        there = [p for p in outputs if os.path.exists(p)]
+        if there:
+            raise SettingsMismatch(f"{there[0]} exists without its record {record} (a file this command did not "
+                                   "write, or a run cut short): pass --force to rewrite it, or move it away")
         return False
     check_settings(what, done.get("settings"), settings)
     return all(os.path.isfile(p) for p in outputs)
