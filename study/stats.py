@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -273,8 +273,3 @@ def holm(pvalues: Sequence[float]) -> List[float]:
         adjusted[i] = running
     return adjusted.tolist()
 
-
-def holm_by_key(pvalues: Dict[object, float]) -> Dict[object, float]:
-    """``holm`` over a dict's values, keyed as given."""
-    keys = list(pvalues)
-    return dict(zip(keys, holm([pvalues[k] for k in keys])))

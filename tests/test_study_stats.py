@@ -99,7 +99,7 @@ def test_holm_against_hand_adjusted_p_values():
     assert stats.holm([0.2]) == pytest.approx([0.2])
     assert stats.holm([0.01, 0.01, 0.5]) == pytest.approx([0.03, 0.03, 0.5])  # ties: 3 x .01, max(.03, 2 x .01)
     assert stats.holm([]) == []
-    assert stats.holm_by_key({"x": 0.04, "y": 0.001}) == pytest.approx({"x": 0.04, "y": 0.002})
+    assert stats.holm([0.04, 0.001]) == pytest.approx([0.04, 0.002])  # the smaller first: x 2, then max(0.002, 0.04)
     with pytest.raises(ValueError):
         stats.holm([0.1, math.nan])
 
