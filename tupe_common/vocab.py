@@ -8,7 +8,7 @@ so the check compares the pieces themselves. sentencepiece is imported only when
 from __future__ import annotations
 
 import os
-from typing import Any, List, Sequence
+from typing import Any, List, Optional, Sequence
 
 from tupe_common.io import need, utf8_lines
 
@@ -24,6 +24,11 @@ def load_spm(model_path: str) -> Any:
     except (RuntimeError, OSError) as e:
         raise ValueError(f"{model_path}: not a sentencepiece model ({str(e).strip().splitlines()[0]}); pass the "
                          "spm.model of preprocess step 2") from None
+
+
+def is_padding(symbol: str) -> bool:
+    """fairseq's ``madeupwordNNNN`` padding symbol, which may follow a dictionary's real symbols."""
+    return symbol.startswith("madeupword") and symbol[len("madeupword"):].isdigit()
 
 
 def dict_pieces(sp: Any) -> List[str]:
@@ -49,7 +54,7 @@ def check_dict(sp: Any, symbols: Sequence[str], dict_path: str, model_path: str)
     four specials not included); after them only fairseq's ``madeupwordNNNN`` padding may follow."""
     expected = dict_pieces(sp)
     head, tail = list(symbols[:len(expected)]), symbols[len(expected):]
-    extra = [s for s in tail if not (s.startswith("madeupword") and s[len("madeupword"):].isdigit())]
+    extra = [s for s in tail if not is_padding(s)]
     if head == expected and not extra:
         return
     bad = next((i for i, (a, b) in enumerate(zip(head, expected)) if a != b), min(len(head), len(expected)))
@@ -69,7 +74,7 @@ def check_same_dict(trained: str, given: str, what: str) -> None:
     dictionary of the same size from another sentencepiece model passes every shape check and gives wrong ids."""
     def words(path: str) -> List[str]:
         symbols = dict_symbols(path)
-        while symbols and symbols[-1].startswith("madeupword") and symbols[-1][len("madeupword"):].isdigit():
+        while symbols and is_padding(symbols[-1]):
             symbols.pop()
         return symbols
 
@@ -89,9 +94,13 @@ def check_pair(model_path: str, dict_path: str) -> None:
     check_dict(load_spm(model_path), dict_symbols(dict_path), dict_path, model_path)
 
 
+def dict_in(data: str) -> Optional[str]:
+    """The dict.txt of a fairseq data folder: DATA/dict.txt (pre-training) or DATA/input0/dict.txt (a GLUE task);
+    None when it has neither."""
+    return next((path for path in (os.path.join(data, "dict.txt"), os.path.join(data, "input0", "dict.txt"))
+                 if os.path.isfile(path)), None)
+
+
 def data_dict(data: str) -> str:
-    """The dict.txt of a fairseq data folder: DATA/dict.txt (pre-training) or DATA/input0/dict.txt (a GLUE task)."""
-    for path in (os.path.join(data, "dict.txt"), os.path.join(data, "input0", "dict.txt")):
-        if os.path.isfile(path):
-            return path
-    return need(os.path.join(data, "dict.txt"))
+    """:func:`dict_in`, or the OS error naming DATA/dict.txt when the folder has none."""
+    return dict_in(data) or need(os.path.join(data, "dict.txt"))

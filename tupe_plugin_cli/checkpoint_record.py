@@ -100,11 +100,9 @@ def data_dirs(state: Dict[str, Any]) -> List[str]:
 def find_dict(state: Dict[str, Any]) -> Optional[str]:
     """fairseq's dict.txt of the checkpoint's data (masked_lm: DATA/dict.txt, GLUE: DATA/input0/dict.txt), where
     this machine has it (None otherwise)."""
-    for d in data_dirs(state)[:1]:
-        for cand in (os.path.join(d, "dict.txt"), os.path.join(d, "input0", "dict.txt")):
-            if os.path.isfile(cand):
-                return cand
-    return None
+    from tupe_common.vocab import dict_in
+
+    return next((dict_in(d) for d in data_dirs(state)[:1]), None)
 
 
 def trained_dict(path: str) -> Optional[str]:
