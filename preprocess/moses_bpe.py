@@ -65,8 +65,10 @@ class FastBPE:
 
     @classmethod
     def from_file(cls, path: str) -> "FastBPE":
-        with open(path, encoding="utf-8") as f:
-            return cls(read_codes(f, path))
+        """The codes of ``path``; a missing file, a folder or a line that is not UTF-8 is named (tupe_common.io)."""
+        from tupe_common.io import utf8_lines
+
+        return cls(read_codes((line for _, line in utf8_lines(path)), path))
 
     def segment(self, word: str) -> List[str]:
         """One whitespace-free word -> its BPE units, e.g. ``lower`` -> ``['low@@', 'er']``."""
@@ -213,15 +215,11 @@ def main(argv: Sequence[str] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--bpe-codes", required=True, help="fastBPE codes of the release (lines 'a b count')")
     args = p.parse_args(argv)
-    from tupe_common.io import utf8_lines
-
-    try:  # missing, a folder or not UTF-8: one line naming it, exit 1
-        for _ in utf8_lines(args.bpe_codes):
-            pass
+    try:  # missing or a folder (OSError: exit_main's line), not UTF-8 or not codes: one line naming it, exit 1
+        tokenize = moses_bpe_tokenizer({"bpe_codes": args.bpe_codes})
     except ValueError as e:
         sys.stderr.write(f"moses_bpe: error: {e}\n")
         return 1
-    tokenize = moses_bpe_tokenizer({"bpe_codes": args.bpe_codes})
     for line in sys.stdin:
         sys.stdout.write(" ".join(tokenize(line.rstrip("\n"))) + "\n")
     return 0
