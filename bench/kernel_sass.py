@@ -44,7 +44,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tupe_plugin from this checkout
 
-from tupe_plugin.kernels import triton_attention  # noqa: E402
+from tupe_core.kernels import triton_attention  # noqa: E402
 
 SMS, SCHEDULERS, CLOCK_HZ = 132, 4, 1.755e9  # H100 SXM: SMs, warp schedulers per SM, a sustained clock
 CUDNN_LAYER_MS = 0.566  # cuDNN, one layer forward + backward, no bias, bf16, B32 H12 T512 D64 (docs/gpu.md)

@@ -44,7 +44,7 @@ TASK_FIELDS = ("tokens_per_sample", "sample_break_mode", "mask_prob", "leave_unm
 def untrained_beyond(variant, trained: int) -> Optional[str]:
     """Why a ``PositionalVariant``'s positions beyond the trained length ``trained`` (T) mean nothing, or None
     when they do: what its encodings declare (``PositionalEncoding.untrained_beyond``)."""
-    from tupe_plugin.positional.registry import untrained_beyond as declared
+    from tupe_core.registry import untrained_beyond as declared
 
     return declared(variant, trained)
 

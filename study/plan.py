@@ -42,7 +42,7 @@ def split_label(label: str) -> Tuple[str, str]:
 
 def registry() -> Dict[str, str]:
     """Every registered variant, in registry order, with its one-line description (dashes in the name)."""
-    from tupe_plugin_cli.registry import variant_about
+    from tupe_core.registry import about as variant_about
 
     return variant_about()
 
@@ -86,7 +86,7 @@ def check_generator(values: Mapping[str, str], variant: str) -> None:
     a divisor that does not divide the discriminator is refused here rather than after the data is prepared."""
     import argparse
 
-    from tupe_plugin_cli.checkpoint_record import SIZES, generator_divisor, generator_sizes
+    from tupe_core.facts import SIZES, generator_divisor, generator_sizes
 
     if values["SIZE"] not in SIZES:
         return  # pretrain.sh names the unknown size

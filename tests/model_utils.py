@@ -26,7 +26,7 @@ def tokens(batch: int, length: int, seed: int = 0, vocab: int = 40) -> torch.Ten
     return x
 
 
-# The one left-padding rule of the fairseq model and the exported one (positional/encoder_stack.check_padding):
+# The one left-padding rule of the fairseq model and the exported one (tupe_core/encoder_stack.check_padding):
 # variant -> whether a row with padding before real tokens is refused: where a token's position is its slot
 # (TUPE's absolute terms and [CLS] untie, sinusoids, a prior normalised per row); a term of j - i only, or
 # positions that count real tokens, run, and the real tokens' features equal the sequence's alone.

@@ -17,9 +17,9 @@ import torch
 
 from model_utils import build, tokens
 from references import having, names, reference
-from tupe_plugin.positional import registry
-from tupe_plugin.positional.base import INPUT
-from tupe_plugin.positional.record import VARIANTS
+from tupe_core import registry
+from tupe_core.base import INPUT
+from tupe_core.record import VARIANTS
 
 D, H, DH, P = 768, 12, 64, 512  # BERT-base width and heads, 512 positions
 INIT_STD = 0.02  # BERT's initializer_range; fairseq's init_bert_params; TUPE's, DeBERTa's
@@ -251,7 +251,7 @@ def roformer_rotate(x: torch.Tensor, t: int) -> torch.Tensor:
 def test_rope_angles_base_and_layout():
     """Base 10000 over the head size; our pair (m, m + dh/2) is RoFormer's (2m, 2m+1) after a fixed permutation of
     the head dimensions; every layer rotates q and k (not v); no PE at the input."""
-    from tupe_plugin.positional.rope import RotarySelfAttention, rotate
+    from tupe_core.rope import RotarySelfAttention, rotate
 
     enc = encoder("rope")
     cos, sin = enc.positions(P).rotary

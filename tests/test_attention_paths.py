@@ -15,13 +15,13 @@ from fairseq.modules.fairseq_dropout import FairseqDropout
 
 from model_utils import build, tokens
 from tupe_plugin.models import TupeRobertaModel
-from tupe_plugin.positional.registry import VARIANTS
-from tupe_plugin.positional import masks as masks_module
-from tupe_plugin.positional import attend as attend_module
-from tupe_plugin.positional.attend import Dropout, attend, choose_attention_path
-from tupe_plugin.positional.attention import SelfAttention
-from tupe_plugin.positional.masks import align_strides, attention_mask, padding_value
-from tupe_plugin.positional.base import PositionalTerm
+from tupe_core.registry import VARIANTS
+from tupe_core import masks as masks_module
+from tupe_core import attend as attend_module
+from tupe_core.attend import Dropout, attend, choose_attention_path
+from tupe_core.attention import SelfAttention
+from tupe_core.masks import align_strides, attention_mask, padding_value
+from tupe_core.base import PositionalTerm
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 from gpu_check.probes import sdpa_calls  # noqa: E402  (the SDPA spy the GPU check uses)
@@ -113,7 +113,7 @@ def test_choose_attention_path():
 def test_auto_keeps_sdpa_for_heads_wider_than_the_kernels_tiles(monkeypatch):
     """Heads wider than the Triton kernel's MAX_HEAD_DIM (its tiles) take SDPA, not a kernel that refuses them."""
     pytest.importorskip("triton")
-    from tupe_plugin.kernels import triton_attention
+    from tupe_core.kernels import triton_attention
 
     monkeypatch.setattr(triton_attention, "triton_available", lambda device: True)  # as on a GPU with Triton
     monkeypatch.setitem(attend_module._TRITON_FAILURE, ("cuda", torch.bfloat16), None)  # ... where it passed its check
@@ -128,7 +128,7 @@ def test_auto_keeps_sdpa_for_heads_wider_than_the_kernels_tiles(monkeypatch):
 def test_a_forwards_bias_is_laid_out_for_the_kernel_once_for_all_layers():
     """T5's permuted bias with T = 20 (rows not a multiple of 16): the mask copies it into the kernel's layout the
     first time a layer asks, and every later layer of the forward gets that same tensor."""
-    from tupe_plugin.kernels.triton_attention import kernel_layout
+    from tupe_core.kernels.triton_attention import kernel_layout
 
     H, T = 2, 20
     bias = torch.randn(T, T, H).permute(2, 0, 1)
@@ -143,7 +143,7 @@ def test_auto_keeps_sdpa_when_the_kernel_failed_its_first_use_check(monkeypatch)
     """On a GPU where our kernel fails its check (a compile error, a wrong result), auto takes SDPA and says why in
     its one log line; an explicit --tupe-attention triton still runs the kernel (and fails loudly)."""
     pytest.importorskip("triton")
-    from tupe_plugin.kernels import triton_attention
+    from tupe_core.kernels import triton_attention
 
     monkeypatch.setattr(triton_attention, "triton_available", lambda device: True)
     monkeypatch.setitem(attend_module._TRITON_FAILURE, ("cuda", torch.bfloat16), "CompilationError: out of resources")
@@ -417,13 +417,13 @@ def test_auto_says_its_path_once_per_process_and_reason(caplog, monkeypatch):
     monkeypatch.setattr(attend_module, "_SAID", set())
     model = build("tupe_r_tiny", attention_dropout=0.1, tupe_attention="auto")
     x = tokens(2, 12)
-    with caplog.at_level(logging.INFO, logger="tupe_plugin.positional.attend"):
+    with caplog.at_level(logging.INFO, logger="tupe_core.attend"):
         for _ in range(3):
             model.train()(x, features_only=True)
         with torch.no_grad():
             model.eval()(x, features_only=True)
             model.eval()(x, features_only=True)
-    said = [r.getMessage() for r in caplog.records if r.name == "tupe_plugin.positional.attend"]
+    said = [r.getMessage() for r in caplog.records if r.name == "tupe_core.attend"]
     assert said == ["--tupe-attention auto: explicit (CPU training with attention dropout)",
                     "--tupe-attention auto: sdpa (the default)"]
 
@@ -431,7 +431,7 @@ def test_auto_says_its_path_once_per_process_and_reason(caplog, monkeypatch):
 def test_the_path_table_says_what_each_path_does():
     """attend's paths are the rows of attend.PATHS: what a row declares (weights, dropout, fused) is what the path
     does, and --tupe-attention's choices are the table's names."""
-    from tupe_plugin.positional.attend import ATTENTION_PATHS, PATHS
+    from tupe_core.attend import ATTENTION_PATHS, PATHS
 
     torch.manual_seed(0)
     q, k, v = (torch.randn(2, 2, 5, 4, dtype=torch.float64) for _ in range(3))

@@ -19,7 +19,7 @@ import torch
 
 from conftest import PRETRAIN_ARGS, command_in_process, run, write_lines
 from tupe_plugin.models.checkpoint_checks import DictionaryMismatchError, check_dictionary
-from tupe_plugin.models.tupe_roberta import VARIANT_KEY
+from tupe_core.facts import VARIANT_KEY
 from tupe_plugin_cli.commands import COMMANDS, CONSOLE_SCRIPTS, NEEDS
 from tupe_plugin_cli.errors import OPTIONAL, last_error, run_command
 

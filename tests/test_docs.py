@@ -11,7 +11,7 @@ from conftest import ROOT
 from references import reference
 
 from tupe_plugin.models.variant_table import REGENERATE, TABLES, flag_difference, marked, regenerate
-from tupe_plugin.positional import VARIANTS, PositionalVariant
+from tupe_core import VARIANTS, PositionalVariant
 
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 TABLES_IN = {"README.md": ["summary"], "docs/positional_encodings.md": ["flags"]}

@@ -25,8 +25,8 @@ from model_utils import build, tokens
 from tupe_plugin import TupeRobertaModel
 from tupe_plugin.build_task import DictionaryTask, numbered_dictionary
 from tupe_plugin.criterions.electra import ElectraCriterion
-from tupe_plugin.models.architectures import SIZES
-from tupe_plugin.models.electra import GENERATOR_DIVISORS, ElectraModel, find_masked_positions, generator_sizes
+from tupe_core.facts import GENERATOR_DIVISORS, SIZES, generator_sizes
+from tupe_plugin.models.electra import ElectraModel, find_masked_positions
 
 PAD, MASK = 1, 43  # model_utils' dictionary: 4 specials + 40 words; the last word stands in for <mask>
 ELECTRA_ARGS = ["electra" if a == "masked_lm" else a for a in PRETRAIN_ARGS]  # --task and --criterion

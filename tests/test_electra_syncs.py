@@ -188,7 +188,7 @@ def test_cuda_electra_step_syncs_no_more_than_the_mlm_step(data):
 def test_the_shared_padding_check_still_refuses_left_padding(data):
     """The one padding check of both encoders keeps the encoder's rule: a left-padded batch of a variant whose
     positions count from column 0 is refused before the generator runs."""
-    from tupe_plugin.positional.encoder_stack import LeftPaddingError
+    from tupe_core.encoder_stack import LeftPaddingError
 
     task, model, criterion, _, batch = setup("electra", data, "tupe_r_tiny")
     pad = task.source_dictionary.pad()

@@ -12,10 +12,10 @@ from conftest import PRETRAIN_ARGS, ROOT, run, train_losses
 from model_utils import build, tokens
 
 from tupe_plugin.models import VariantMismatchError
-from tupe_plugin.models.tupe_roberta import VARIANT_KEY
-from tupe_plugin.positional import VARIANTS, PositionalVariant
-from tupe_plugin.positional import registry
-from tupe_plugin.positional.registry import encodings, record_id
+from tupe_core.facts import VARIANT_KEY
+from tupe_core import VARIANTS, PositionalVariant
+from tupe_core import registry
+from tupe_core.registry import encodings, record_id
 
 TOY = "toy_linear_bias"
 
@@ -87,6 +87,6 @@ def test_the_export_refuses_an_encoding_it_cannot_ship(tmp_path):
 
     model = build(f"{TOY}_tiny", max_positions=16)
     torch.save({"args": model.args, "model": model.state_dict()}, tmp_path / "toy.pt")
-    with pytest.raises(ExportError, match="LinearDistanceBias is defined outside tupe_plugin.*move its module"):
+    with pytest.raises(ExportError, match="LinearDistanceBias is defined outside tupe_core.*move its module"):
         export(str(tmp_path / "toy.pt"), str(tmp_path / "hf"))
     assert not (tmp_path / "hf").exists()

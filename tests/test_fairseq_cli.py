@@ -10,7 +10,7 @@ from typing import Dict, List
 import pytest
 
 from conftest import PRETRAIN_ARGS, ROOT, fairseq_train_in_one_process, run, train_losses
-from tupe_plugin.models import VARIANTS
+from tupe_core.registry import VARIANTS
 
 pytestmark = pytest.mark.usefixtures("starts_process")  # every test here starts a process
 

@@ -1,4 +1,4 @@
-"""``flex_biased_attention`` (tupe_plugin/kernels/flex_attention.py) against a float64 reference written here, on
+"""``flex_biased_attention`` (tupe_core/kernels/flex_attention.py) against a float64 reference written here, on
 CPU (eager FlexAttention; torch 2.13 has no backward for q, k, v there, so on CPU only the bias gets a
 gradient, and the q, k, v gradients are checked on CUDA, compiled): batch-shared, permuted and per-sequence
 biases, right padding, a sequence without real keys (zeros), and the refusal of attention dropout."""
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tupe_plugin.kernels.flex_attention import flex_biased_attention
+from tupe_core.kernels.flex_attention import flex_biased_attention
 
 SCALE = 0.3
 B, H, T, D = 2, 2, 20, 8

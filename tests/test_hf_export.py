@@ -24,8 +24,8 @@ from transformers import (  # noqa: E402
 
 from model_utils import LEFT_PADDING_REFUSED, build, left_padded, tokens  # noqa: E402
 from tupe_plugin.hf import export as hf_export  # noqa: E402
-from tupe_plugin.hf.remote import SHIPPED  # noqa: E402
-from tupe_plugin.positional.registry import VARIANTS  # noqa: E402
+from tupe_plugin.hf.remote import SHIPPED, exported_source  # noqa: E402
+from tupe_core.registry import VARIANTS  # noqa: E402
 
 HEAD = "sentence_classification_head"
 TOL = dict(rtol=0, atol=1e-5)
@@ -93,7 +93,7 @@ def assert_export_equals_fairseq(variant: str, tmp_path: Path, **args) -> dict:
 # import fail), as on a machine with transformers alone: argv = folder, inputs .pt, output .pt
 WITHOUT_PLUGIN = """
 import os, sys
-sys.modules.update(fairseq=None, tupe_plugin=None, tupe_plugin_cli=None, torchaudio=None)
+sys.modules.update(fairseq=None, tupe_core=None, tupe_plugin=None, tupe_plugin_cli=None, torchaudio=None)
 os.environ["HF_MODULES_CACHE"] = os.path.join(os.path.dirname(sys.argv[3]), "hf_modules")
 import torch
 from transformers import AutoModel
@@ -109,8 +109,13 @@ def test_the_export_runs_without_fairseq_and_tupe_plugin(tmp_path, starts_proces
     out = hf_export.export(str(ckpt), str(tmp_path / "hf"))
     shipped = sorted(p.name for p in out.glob("*.py"))
     assert shipped == sorted(["configuration_tupe.py", "modeling_tupe.py"] + [f"{n}.py" for n in SHIPPED])
-    for name, module in SHIPPED.items():  # the plugin's own files, not copies that could drift
+    for name, module in SHIPPED.items():  # tupe_core's own files, not copies that could drift
         assert (out / f"{name}.py").read_bytes() == Path(importlib.import_module(module).__file__).read_bytes()
+    for name in ("configuration_tupe.py", "modeling_tupe.py"):  # the model code, its core imports made relative
+        text = (out / name).read_text(encoding="utf-8")
+        assert text == exported_source(name) and not [line for line in text.splitlines() if "import tupe_core" in line
+                                                      or line.startswith("from tupe_core")]
+    assert "\nfrom .registry import build" in (out / "modeling_tupe.py").read_text(encoding="utf-8")
     x, mask = padded_batch()
     torch.save((x, mask), tmp_path / "in.pt")
     run([sys.executable, "-c", WITHOUT_PLUGIN, str(out), str(tmp_path / "in.pt"), str(tmp_path / "out.pt")],

@@ -50,7 +50,7 @@ def test_every_autotune_candidate_compiles_for_sm90_without_spills(starts_proces
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
     rows = list(csv.DictReader(io.StringIO(p.stdout)))
-    from tupe_plugin.kernels import triton_attention
+    from tupe_core.kernels import triton_attention
 
     sizes = {"forward": triton_attention.FORWARD_TILES, "dq": triton_attention.DQ_TILES,
              "dkdv": triton_attention.DKDV_TILES}

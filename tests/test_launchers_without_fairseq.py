@@ -1,21 +1,20 @@
 """The launchers (pretrain.sh, the study's plan, glue/finetune.sh before it starts fairseq-train,
 tupe-checkpoint-info) read the variant registry, a checkpoint's record and ELECTRA's generator sizes without
-importing fairseq (tupe_plugin_cli.registry and .checkpoint_record), and read the same as the plugin does."""
+importing fairseq (tupe_core's registry, tupe_plugin_cli.checkpoint_record), and read the same as the plugin does."""
 from __future__ import annotations
 
 import json
 import sys
 
 from conftest import run
+from tupe_core import record, registry as real
 from tupe_plugin.checkpoint_info import checkpoint_info, fairseq_args
-from tupe_plugin.positional import registry as real
-from tupe_plugin_cli.registry import positional_registry, variant_about, variant_names
 
 
 def test_a_fresh_process_reads_the_registry_without_fairseq(starts_process):
     code = ("import json, sys\n"
-            "from tupe_plugin_cli.registry import variant_about, variant_names\n"
-            "names, about = variant_names(), variant_about()\n"
+            "from tupe_core.registry import about, names\n"
+            "names, about = names(), about()\n"
             "loaded = sorted(m for m in ('fairseq', 'tupe_plugin', 'sklearn') if m in sys.modules)\n"
             "print(json.dumps([names, about, loaded]))")
     names, about, loaded = json.loads(run([sys.executable, "-c", code]).stdout)
@@ -24,10 +23,21 @@ def test_a_fresh_process_reads_the_registry_without_fairseq(starts_process):
     assert about == {n.replace("_", "-"): a for n, a in real.ABOUT.items()}
 
 
-def test_where_tupe_plugin_is_loaded_its_own_registry_is_read():
-    assert positional_registry() is real  # so a variant a --user-dir registered there is listed
-    assert variant_names() == real.names()
-    assert list(variant_about()) == variant_names()
+def test_the_launchers_and_the_plugin_read_one_registry():
+    """One copy of the core in a process: the plugin's model, the checkpoint reader and the launchers' names
+    read tupe_core's registry and record themselves (so a variant a --user-dir registered there is listed)."""
+    import sys
+
+    from tupe_plugin.models import architectures, tupe_roberta
+    from tupe_plugin_cli import checkpoint_record
+
+    assert architectures.VARIANTS is real.VARIANTS and checkpoint_record.names is real.names
+    assert tupe_roberta.PositionalVariant is checkpoint_record.PositionalVariant is record.PositionalVariant
+    copies = [name for name, module in list(sys.modules.items())  # a second copy of tupe_core's record module
+              if isinstance(vars(module).get("PositionalVariant"), type)
+              and vars(module)["PositionalVariant"] is not record.PositionalVariant]
+    assert copies == []
+    assert list(real.about()) == real.names() == [n.replace("_", "-") for n in real.ABOUT]
 
 
 def test_a_fresh_process_reads_a_checkpoints_record_without_fairseq(pretrained, starts_process):

@@ -1,25 +1,42 @@
-"""The import structure of tupe_plugin: no cycle between its modules, and no import from a lower layer to a
-higher one. Read from the source (ast), imports under ``if TYPE_CHECKING:`` excluded (they never run)."""
+"""The import structure of the project's packages: no cycle between their modules, and no import from a lower
+layer to a higher one. ``tupe_core`` (torch only) is the bottom: it imports nothing of the others, and fairseq
+and transformers never; the fairseq adapter ``tupe_plugin`` and the launchers' ``tupe_plugin_cli`` stand on it.
+
+Read from the source (ast): ``import`` and ``from ... import`` statements, and a module named by a string (a
+constant ``"tupe_plugin.hf.export"`` or ``"pkg.module:function"``, or an f-string that starts with one, e.g.
+``f"tupe_plugin.analysis.{name}"``: what ``importlib.import_module`` would load). Imports under
+``if TYPE_CHECKING:`` (they never run) and ``if __name__ == "__main__":`` (a module run as a program, e.g.
+``python -m tupe_plugin.hf.export``, dispatches to the commands' front door) are left out."""
 from __future__ import annotations
 
 import ast
+import json
+import re
+import sys
 from pathlib import Path
-from typing import Dict, List, Set
+from typing import Dict, List, Optional, Set
 
-from conftest import ROOT
+from conftest import ROOT, run
 
-PACKAGE = ROOT / "tupe_plugin"
-# Each part of tupe_plugin and its layer: a module may import its own part and lower layers only.
+PACKAGES = ("tupe_core", "tupe_common", "tupe_plugin_cli", "tupe_plugin")
+# Each part and its layer: a module may import its own part and lower layers only.
 LAYERS = {
-    "kernels": 0,  # the Triton/Flex attention kernels: torch and triton only
-    "positional": 1,  # every encoding and the plain-torch model code: shipped by tupe-export-hf as it is
-    "modules": 2,  # fairseq's side of the encoder and heads
-    "models": 3, "tasks": 3, "criterions": 3, "optim": 3,  # what --user-dir registers
-    "checkpoint_safety": 0, "quiet_warnings": 0, "clean_exit": 0, "build_task": 0,  # no tupe_plugin imports
-    "original_release": 4, "checkpoint_info": 4,  # reading checkpoints
-    "analysis": 5, "hf": 5, "convert_original": 5,  # the commands' code
-    "__init__": 6,  # importing the package registers everything
+    "tupe_core.kernels": 0,  # the Triton/Flex attention kernels: torch and triton only
+    "tupe_common": 0,  # standard library only
+    "tupe_core": 1,  # every encoding, the attention core, the encoder's forward, the model's facts: torch only
+    "tupe_plugin_cli": 2,  # the checkpoint reader and the commands' errors: no fairseq
+    "tupe_plugin.checkpoint_safety": 2, "tupe_plugin.quiet_warnings": 2, "tupe_plugin.clean_exit": 2,
+    "tupe_plugin.build_task": 2,  # no import of the rest of tupe_plugin
+    "tupe_plugin.modules": 3,  # fairseq's side of the encoder and heads
+    "tupe_plugin.models": 4, "tupe_plugin.tasks": 4, "tupe_plugin.criterions": 4, "tupe_plugin.optim": 4,
+    "tupe_plugin.original_release": 5, "tupe_plugin.checkpoint_info": 5,  # reading checkpoints
+    "tupe_plugin.analysis": 6, "tupe_plugin.hf": 6, "tupe_plugin.convert_original": 6,  # the commands' code
+    "tupe_plugin": 7,  # importing the package registers everything with fairseq
+    "tupe_plugin_cli.commands": 8,  # the console scripts' front door: runs a command's code, named by a string
 }
+# "pkg.module" or "pkg.module:function" (a bare package name is data: a logger's, the packages of a traceback)
+NAMED = re.compile(rf"^((?:{'|'.join(PACKAGES)})(?:\.\w+)+(?::\w+)?|(?:{'|'.join(PACKAGES)}):\w+)$")
+NAMED_PREFIX = re.compile(rf"^((?:{'|'.join(PACKAGES)})(?:\.\w+)*)\.$")  # f"pkg.module.{name}"
 
 
 def module_name(path: Path) -> str:
@@ -28,17 +45,34 @@ def module_name(path: Path) -> str:
 
 
 def part(module: str) -> str:
-    parts = module.split(".")
-    return parts[1] if len(parts) > 1 else "__init__"
+    """The part of the layering a module belongs to (the longest key of LAYERS it is, or is under)."""
+    keys = [k for k in LAYERS if module == k or module.startswith(k + ".")]
+    return max(keys, key=len)
 
 
-def imports(path: Path, modules: Set[str]) -> Set[str]:
-    """The tupe_plugin modules ``path`` imports (a name imported from a package counts as its module when it is one)."""
+def _skipped(tree: ast.AST) -> Set[int]:
+    """The nodes under ``if TYPE_CHECKING:`` and ``if __name__ == "__main__":``."""
+    def skips(test: ast.expr) -> bool:
+        return getattr(test, "id", "") == "TYPE_CHECKING" or (
+            isinstance(test, ast.Compare) and getattr(test.left, "id", "") == "__name__"
+            and any(getattr(c, "value", None) == "__main__" for c in test.comparators))
+    return {id(n) for node in ast.walk(tree) if isinstance(node, ast.If) and skips(node.test)
+            for b in node.body for n in ast.walk(b)}
+
+
+def _known(name: str, modules: Set[str]) -> str:
+    """``name``'s longest prefix that is one of ``modules`` ("" if none)."""
+    parts = name.split(".")
+    return next((".".join(parts[:i]) for i in range(len(parts), 0, -1) if ".".join(parts[:i]) in modules), "")
+
+
+def imports(path: Path, modules: Set[str], source: Optional[str] = None) -> Set[str]:
+    """The project modules ``path`` (or ``source`` read as that file) imports, by statement or by a string naming
+    them (a name imported from a package counts as its module when it is one)."""
     name = module_name(path)
     package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    skip = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If) and getattr(node.test, "id", "") ==
-            "TYPE_CHECKING" for b in node.body for n in ast.walk(b)}
+    tree = ast.parse(path.read_text(encoding="utf-8") if source is None else source)
+    skip = _skipped(tree)
     found = set()
     for node in ast.walk(tree):
         if id(node) in skip:
@@ -50,11 +84,17 @@ def imports(path: Path, modules: Set[str]) -> Set[str]:
                 found.add(f"{source}.{alias.name}" if f"{source}.{alias.name}" in modules else source)
         elif isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
-    return {m for m in found if m in modules and m != name}
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and NAMED.match(node.value):
+            found.add(_known(NAMED.match(node.value).group(1).split(":")[0], modules))
+        elif isinstance(node, ast.JoinedStr) and node.values and isinstance(node.values[0], ast.Constant):
+            prefix = NAMED_PREFIX.match(str(node.values[0].value))
+            if prefix:
+                found.add(_known(prefix.group(1), modules) or prefix.group(1))
+    return {m for m in found if m.split(".")[0] in PACKAGES and m != name}
 
 
 def graph() -> Dict[str, Set[str]]:
-    paths = {module_name(p): p for p in PACKAGE.rglob("*.py")}
+    paths = {module_name(p): p for package in PACKAGES for p in (ROOT / package).rglob("*.py")}
     return {name: imports(path, set(paths)) for name, path in paths.items()}
 
 
@@ -68,7 +108,7 @@ def cycles(g: Dict[str, Set[str]]) -> List[List[str]]:
     def visit(v: str) -> None:
         index[v] = low[v] = len(index)
         stack.append(v)
-        for w in g[v]:
+        for w in g.get(v, ()):
             if w not in index:
                 visit(w)
                 low[v] = min(low[v], low[w])
@@ -90,29 +130,59 @@ def cycles(g: Dict[str, Set[str]]) -> List[List[str]]:
     return found
 
 
-def test_the_reader_finds_imports_and_cycles():
-    """The checks can fail: a made-up cycle and the real edges the reader must see."""
+def test_the_reader_finds_imports_strings_and_cycles():
+    """The checks can fail: a made-up cycle, the real edges the reader must see, and imports by string."""
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     g = graph()
-    assert "tupe_plugin.positional.registry" in g["tupe_plugin.modules.encoder"]
-    assert "tupe_plugin.positional.record" in g["tupe_plugin.positional.registry"]
+    assert "tupe_core.registry" in g["tupe_plugin.modules.encoder"]
+    assert "tupe_core.record" in g["tupe_core.registry"]
+    assert "tupe_core.kernels" in g["tupe_core.attend"]  # `from . import kernels`, inside a function
+    assert "tupe_plugin.hf.export" in g["tupe_plugin_cli.commands"]  # "tupe_plugin.hf.export:run"
+    assert "tupe_plugin_cli.commands" not in g["tupe_plugin.hf.export"]  # under `if __name__ == "__main__":`
+    # what attend.py did before tupe_core (an import by an f-string), a command table's entry, a logger's name
+    source = ('import importlib\nimportlib.import_module(f"tupe_plugin.made_up.{name}")\n'
+              'X = "tupe_plugin.hf.export:run"\nlogging.getLogger("tupe_plugin")\n')
+    found = imports(ROOT / "tupe_core" / "made_up.py", set(g) | {"tupe_plugin.made_up"}, source)
+    assert found == {"tupe_plugin.made_up", "tupe_plugin.hf.export"}
 
 
-def test_no_import_cycle_inside_tupe_plugin():
+def test_no_import_cycle():
     assert cycles(graph()) == []
 
 
 def test_no_import_from_a_lower_layer_to_a_higher_one():
     g = graph()
-    assert set(map(part, g)) <= set(LAYERS), f"parts without a layer: {set(map(part, g)) - set(LAYERS)}"
+    assert all(part(m) for m in g), "every module has a part"
     upward = sorted(f"{a} -> {b}" for a, targets in g.items() for b in targets
                     if part(a) != part(b) and LAYERS[part(b)] > LAYERS[part(a)])
     assert upward == []
 
 
-def test_the_shipped_package_imports_nothing_of_tupe_plugin_but_itself():
-    """tupe-export-hf copies tupe_plugin/positional into a folder without tupe_plugin: single-dot imports only."""
+def test_tupe_core_imports_nothing_of_the_other_packages():
+    """Nor by a string; and its modules import one another package-relatively (single dot), so the export can
+    copy the ones its model code needs into a folder without tupe_core (tupe_plugin/hf/remote)."""
     g = graph()
-    outside = sorted(f"{a} -> {b}" for a, targets in g.items() if part(a) == "positional" for b in targets
-                     if part(b) != "positional")
+    outside = sorted(f"{a} -> {b}" for a, targets in g.items() if a.split(".")[0] == "tupe_core" for b in targets
+                     if b.split(".")[0] != "tupe_core")
     assert outside == []
+    absolute = []
+    for path in (ROOT / "tupe_core").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else [])
+            absolute += [f"{module_name(path)}: {n}" for n in names if n.split(".")[0] in PACKAGES]
+            if isinstance(node, ast.ImportFrom) and node.level > 1:
+                absolute.append(f"{module_name(path)}: {'.' * node.level}{node.module or ''}")
+    assert absolute == []
+
+
+def test_tupe_core_imports_without_fairseq_in_a_fresh_process(starts_process):
+    """Every module of tupe_core, kernels included, imported by a fresh interpreter: fairseq, transformers and
+    the other packages of the project stay unloaded."""
+    names = sorted(module_name(p) for p in (ROOT / "tupe_core").rglob("*.py"))
+    code = ("import importlib, json, sys\n"
+            f"for name in {names!r}:\n"
+            "    importlib.import_module(name)\n"
+            "print(json.dumps(sorted(m for m in ('fairseq', 'transformers', 'tupe_plugin', 'tupe_plugin_cli', "
+            "'tupe_common') if m in sys.modules)))")
+    assert json.loads(run([sys.executable, "-c", code], cwd=ROOT).stdout.splitlines()[-1]) == []

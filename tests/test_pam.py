@@ -17,11 +17,12 @@ from model_utils import build, tokens
 from tupe_plugin.analysis.attention_maps import attention_probs
 from tupe_plugin.analysis.checkpoint_maps import PositionWeights, load_checkpoint, positional_logits, positional_maps
 from tupe_plugin.analysis.locality_symmetry import locality
-from tupe_plugin.models import VARIANTS, VariantMismatchError
+from tupe_core.registry import VARIANTS
+from tupe_plugin.models import VariantMismatchError
 from tupe_plugin.models.tupe_roberta import TupeRobertaModel
-from tupe_plugin.positional.masks import attention_mask
-from tupe_plugin.positional.pam import PAM_MODES, PamSelfAttention, gaussian_distance_init, window_weights
-from tupe_plugin.positional.base import PositionalTerm
+from tupe_core.masks import attention_mask
+from tupe_core.pam import PAM_MODES, PamSelfAttention, gaussian_distance_init, window_weights
+from tupe_core.base import PositionalTerm
 
 D, H, P = 8, 2, 16  # width, heads, max positions
 NO_POS = PositionalTerm(None)  # PAM variants have no shared positional term

@@ -5,7 +5,7 @@ columns and the table read by index_select, the window as two shifted adds. Forw
 import pytest
 import torch
 
-from tupe_plugin.positional.pam import PamSelfAttention, distance_weights
+from tupe_core.pam import PamSelfAttention, distance_weights
 
 D, H, P = 12, 3, 16  # width, heads (dh = 4), max positions
 T, LENGTHS = 9, [9, 6, 2]

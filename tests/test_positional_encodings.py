@@ -16,17 +16,19 @@ from references import having, layer0_reference_weights, reference
 from references._shared import deberta_reference, paper_bucket
 from tupe_plugin.analysis.checkpoint_maps import ContentDependentPositions, load_checkpoint, positional_logits
 from tupe_plugin_cli.commands import checkpoint_info as checkpoint_info_main
-from tupe_plugin.models import VARIANTS, PositionalVariant, VariantMismatchError
-from tupe_plugin.models.tupe_roberta import VARIANT_KEY
-from tupe_plugin.positional.rope import rotate
-from tupe_plugin.positional.alibi import alibi_slopes
-from tupe_plugin.positional.registry import build as build_encodings
+from tupe_core.record import PositionalVariant
+from tupe_core.registry import VARIANTS
+from tupe_plugin.models import VariantMismatchError
+from tupe_core.facts import VARIANT_KEY
+from tupe_core.rope import rotate
+from tupe_core.alibi import alibi_slopes
+from tupe_core.registry import build as build_encodings
 
 
 def test_every_variant_round_trips_and_has_all_sizes():
     from fairseq.models import ARCH_MODEL_REGISTRY
 
-    from tupe_plugin.models.architectures import SIZE_FIELDS, SIZES
+    from tupe_core.facts import SIZE_FIELDS, SIZES
 
     assert list(SIZES) == ["base", "large", "tiny"] and all(set(s) <= set(SIZE_FIELDS) for s in SIZES.values())
     for name, v in VARIANTS.items():

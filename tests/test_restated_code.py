@@ -1,8 +1,8 @@
 """Code that restates fairseq's (fairseq 0.12.3) cannot drift from it unnoticed.
 
-``tupe_plugin/positional/encoder_stack.py`` restates fairseq's layer forward, layer loop and activations for
-the fairseq model and the exported one alike, ``positional/learned_absolute.py`` its learned positions, and the
-exported model (``hf/remote/modeling_tupe.py``, which cannot import fairseq) the embedding and the RoBERTa
+``tupe_core/encoder_stack.py`` restates fairseq's layer forward, layer loop and activations for the fairseq
+model and the exported one alike, ``tupe_core/learned_absolute.py`` its learned positions, and the exported
+model (``tupe_plugin/hf/remote/modeling_tupe.py``, which cannot import fairseq) the embedding and the RoBERTa
 heads. Two checks:
 the source of each fairseq original against the hash of the version restated (a new fairseq fails here,
 naming what to review), and the restated forwards against fairseq's own on the same weights and input.
@@ -20,26 +20,26 @@ from fairseq.models.transformer import TransformerConfig, TransformerEncoder
 from fairseq.modules.transformer_layer import TransformerEncoderLayerBase
 
 from model_utils import build, tokens
-from tupe_plugin.models.tupe_roberta import RECORD_BUFFER
-from tupe_plugin.positional.masks import attention_mask
-from tupe_plugin.positional.base import PositionalTerm
+from tupe_core.facts import RECORD_BUFFER
+from tupe_core.masks import attention_mask
+from tupe_core.base import PositionalTerm
 
 # fairseq object -> (sha256 prefix of its source in fairseq 0.12.3, where it is restated)
 RESTATED = {
     "fairseq.modules.transformer_layer:TransformerEncoderLayerBase.forward":
-        ("e2def0f25e8b4141", "positional/encoder_stack.py layer_forward (the fairseq and the exported layer)"),
+        ("e2def0f25e8b4141", "tupe_core/encoder_stack.py layer_forward (the fairseq and the exported layer)"),
     "fairseq.models.transformer.transformer_encoder:TransformerEncoderBase.forward_scriptable":
-        ("d14f4646ff38666d", "modules/encoder.py TupeTransformerEncoder.forward_scriptable, "
-                             "positional/encoder_stack.py run_layers, hf/remote/modeling_tupe.py TupeModel"),
+        ("d14f4646ff38666d", "tupe_plugin/modules/encoder.py TupeTransformerEncoder.forward_scriptable, "
+                             "tupe_core/encoder_stack.py run_layers, tupe_plugin/hf/remote/modeling_tupe.py TupeModel"),
     "fairseq.models.transformer.transformer_encoder:TransformerEncoderBase.forward_embedding":
-        ("66206302027e840d", "hf/remote/modeling_tupe.py TupeModel.forward"),
+        ("66206302027e840d", "tupe_plugin/hf/remote/modeling_tupe.py TupeModel.forward"),
     "fairseq.modules.learned_positional_embedding:LearnedPositionalEmbedding.forward":
-        ("e592a2918e1059e7", "positional/learned_absolute.py LearnedAbsolute.forward"),
-    "fairseq.utils:make_positions": ("1a3a7031a7045ed2", "positional/learned_absolute.py LearnedAbsolute.forward"),
-    "fairseq.utils:get_activation_fn": ("1b69db73ed66ee80", "positional/encoder_stack.py ACTIVATIONS"),
-    "fairseq.models.roberta.model:RobertaLMHead.forward": ("53ada5c83087a369", "hf/remote/modeling_tupe.py TupeLMHead"),
+        ("e592a2918e1059e7", "tupe_core/learned_absolute.py LearnedAbsolute.forward"),
+    "fairseq.utils:make_positions": ("1a3a7031a7045ed2", "tupe_core/learned_absolute.py LearnedAbsolute.forward"),
+    "fairseq.utils:get_activation_fn": ("1b69db73ed66ee80", "tupe_core/encoder_stack.py ACTIVATIONS"),
+    "fairseq.models.roberta.model:RobertaLMHead.forward": ("53ada5c83087a369", "tupe_plugin/hf/remote/modeling_tupe.py TupeLMHead"),
     "fairseq.models.roberta.model:RobertaClassificationHead.forward":
-        ("e9438fc5db13822a", "hf/remote/modeling_tupe.py TupeClassificationHead"),
+        ("e9438fc5db13822a", "tupe_plugin/hf/remote/modeling_tupe.py TupeClassificationHead"),
 }
 
 
@@ -51,7 +51,7 @@ def test_fairseq_originals_are_the_restated_version(name):
         obj = getattr(obj, part)
     digest = hashlib.sha256(inspect.getsource(obj).encode()).hexdigest()[:16]
     want, where = RESTATED[name]
-    assert digest == want, (f"fairseq's {qualname} is not the fairseq 0.12.3 source restated in tupe_plugin/{where}: "
+    assert digest == want, (f"fairseq's {qualname} is not the fairseq 0.12.3 source restated in {where}: "
                             "review the restatement against it, then update RESTATED")
 
 

@@ -1,5 +1,5 @@
-"""``rotate_qk`` (tupe_plugin/kernels/rotary.py), RoPE's rotation as a Triton kernel, against the plain-torch
-rotation of positional/rope.py in float64: q and k and their gradients, for views laid out as the model's
+"""``rotate_qk`` (tupe_core/kernels/rotary.py), RoPE's rotation as a Triton kernel, against the plain-torch
+rotation of tupe_core/rope.py in float64: q and k and their gradients, for views laid out as the model's
 (time-first projections permuted to (B, H, T, dh)), T not a multiple of the kernel's block, a head size whose half is
 not a power of two, and fp16. In Triton's interpreter on CPU, in a fresh process (triton reads TRITON_INTERPRET
 when it is first imported); on CUDA, the model's RoPE attention with the kernel equals it without."""
@@ -18,9 +18,9 @@ pytest.importorskip("triton", reason="triton is not installed (pip install -e '.
 
 COMPARE = r"""
 import json, sys, torch
-from tupe_plugin.kernels.rotary import rotate_qk
-from tupe_plugin.positional.rope import Rope, rotate
-from tupe_plugin.positional.registry import VARIANTS
+from tupe_core.kernels.rotary import rotate_qk
+from tupe_core.rope import Rope, rotate
+from tupe_core.registry import VARIANTS
 out = []
 for T, dh, dtype in ((20, 16, torch.float32), (7, 6, torch.float32), (33, 64, torch.float16)):
     B, H = 2, 3
@@ -57,7 +57,7 @@ def test_the_kernel_rotates_as_rope_and_its_backward_is_the_transpose(starts_pro
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (the model takes the kernel on CUDA only)")
 def test_cuda_rope_model_with_the_kernel_equals_the_plain_rotation(monkeypatch):
     from model_utils import build, tokens
-    from tupe_plugin.positional import rope
+    from tupe_core import rope
 
     x = tokens(3, 40).cuda()
     model = build("rope_tiny", max_positions=64, seed=1, dropout=0.0, attention_dropout=0.0).cuda()

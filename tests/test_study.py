@@ -304,13 +304,13 @@ def test_paired_bootstrap_against_exact_enumeration():
 def test_longer_inputs_say_which_variants_cannot_go_beyond_t():
     from references import reference
     from study.longer_inputs import untrained_beyond
-    from tupe_plugin.positional.registry import VARIANTS
+    from tupe_core.registry import VARIANTS
 
     for name, variant in VARIANTS.items():  # as each variant's reference declares (tests/references/<name>.py)
         why, want = untrained_beyond(variant, 128), reference(name).BEYOND
         assert why is None if want is None else (why is not None and want in why), (name, why)
     # DeBERTa's rows: which of the 2k rows T tokens reach, from the model's own index table
-    from tupe_plugin.positional.registry import build
+    from tupe_core.registry import build
 
     deberta = VARIANTS["deberta_rel"]
     for T in (128, 129, 512):
@@ -1113,7 +1113,7 @@ def test_unknown_variant_is_refused_before_any_work(tmp_path, starts_process):
     assert p.returncode == 2 and "'bert-x' is not a registered variant" in p.stderr and "pam-window" in p.stderr
     assert not (tmp_path / "study").exists()  # nothing written, nothing prepared
     from study.plan import Plan, registry
-    from tupe_plugin.positional.registry import names as registered
+    from tupe_core.registry import names as registered
 
     plan = Plan.from_environ({"OUT": str(tmp_path / "s2"), "PRESET": "tiny", "TASKS": "none",
                               "VARIANTS": "all tupe-r:1,2"})

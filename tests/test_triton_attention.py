@@ -1,4 +1,4 @@
-"""``biased_attention`` (tupe_plugin/kernels): our Triton kernels against a float64 reference written here
+"""``biased_attention`` (tupe_core/kernels): our Triton kernels against a float64 reference written here
 (matmul, + bias, padded keys at the padding value, softmax, dropout, matmul), in Triton's interpreter on CPU
 tensors: outputs, dq, dk, dv and the bias gradient; right padding, a sequence without a real key, T not a
 multiple of the block (16 in the interpreter), batch-shared, permuted, overlapping and per-sequence biases,
@@ -27,8 +27,8 @@ if not torch.cuda.is_available():
 from torch.utils import _pytree as pytree  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
-from tupe_plugin.kernels import triton_attention  # noqa: E402
-from tupe_plugin.kernels.triton_attention import (  # noqa: E402
+from tupe_core.kernels import triton_attention  # noqa: E402
+from tupe_core.kernels.triton_attention import (  # noqa: E402
     Blocks,
     biased_attention,
     draw_dropout_seed,

@@ -15,8 +15,8 @@ import pytest
 
 from conftest import PRETRAIN_ARGS, fairseq_train_in_one_process, run, train_losses
 from references import reference
-from tupe_plugin.positional.base import BIAS, LAYER_BIAS
-from tupe_plugin.positional.registry import VARIANTS
+from tupe_core.base import BIAS, LAYER_BIAS
+from tupe_core.registry import VARIANTS
 
 pytestmark = pytest.mark.usefixtures("starts_process")  # every test here starts a process
 

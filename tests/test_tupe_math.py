@@ -7,10 +7,11 @@ import torch
 from model_utils import build, tokens
 from references import having, layer0_reference_weights, reference
 from references._shared import paper_bucket
-from tupe_plugin.positional.masks import attention_mask
-from tupe_plugin.models import VARIANTS, VariantMismatchError
-from tupe_plugin.positional.t5_relative import relative_position_bucket
-from tupe_plugin.positional.t5_relative import relative_buckets
+from tupe_core.masks import attention_mask
+from tupe_core.registry import VARIANTS
+from tupe_plugin.models import VariantMismatchError
+from tupe_core.t5_relative import relative_position_bucket
+from tupe_core.t5_relative import relative_buckets
 
 ALL = list(VARIANTS)
 

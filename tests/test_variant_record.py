@@ -5,9 +5,10 @@ import torch
 
 from model_utils import build
 from tupe_plugin.checkpoint_info import info_from_state
-from tupe_plugin.models import VARIANTS, PositionalVariant
-from tupe_plugin.models.tupe_roberta import VARIANT_KEY
-from tupe_plugin.positional.record import ATTENTION_BLOCKS, NewerRecordError
+from tupe_core.record import PositionalVariant
+from tupe_core.registry import VARIANTS
+from tupe_core.facts import VARIANT_KEY
+from tupe_core.record import ATTENTION_BLOCKS, NewerRecordError
 
 
 def test_a_longer_record_of_a_newer_plugin_is_refused_naming_the_upgrade():

@@ -188,8 +188,8 @@ def plan(settings: Mapping[str, str], environ: Mapping[str, str] = os.environ, e
     effective = world * per_forward * int(v["UPDATE_FREQ"])
 
     if v["ARCH"] == "auto":
-        from tupe_plugin_cli.checkpoint_record import SIZES
-        from tupe_plugin_cli.registry import variant_names
+        from tupe_core.facts import SIZES
+        from tupe_core.registry import names as variant_names
 
         known = variant_names()
         if v["VARIANT"] not in known:

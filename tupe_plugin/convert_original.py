@@ -140,8 +140,8 @@ def convert(in_path: str, out_path: str, dict_path: Optional[str] = None, force:
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
     from omegaconf import OmegaConf
 
-    from .models.tupe_roberta import VARIANT_KEY
-    from .positional.t5_relative import relative_buckets
+    from tupe_core.facts import VARIANT_KEY
+    from tupe_core.t5_relative import relative_buckets
 
     args = plugin_args(cfg, out_dir)
     fs_cfg = convert_namespace_to_omegaconf(args)
@@ -200,7 +200,7 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.WARNING)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # hydra's deprecation chatter from fairseq's config conversion
-        for name in ("fairseq", "hydra", "tupe_plugin"):
+        for name in ("fairseq", "hydra", "tupe_core", "tupe_plugin"):
             logging.getLogger(name).setLevel(logging.ERROR)
         info = convert(args.input, args.output, args.dict, args.force, args.inert_global, args.drop_heads)
     print(f"wrote {info['out']}: arch {info['arch']} ({info['layers']} layers, width {info['embed_dim']}, "

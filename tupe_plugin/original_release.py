@@ -17,10 +17,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
+from tupe_core.facts import SIZES, VARIANT_KEY
 from tupe_plugin_cli.checkpoints import ORIGINAL_FIX, CheckpointError, load
-
-from .models.architectures import SIZES
-from .models.tupe_roberta import VARIANT_KEY
 
 ORIG = "decoder.sentence_encoder."
 NEW = "encoder.sentence_encoder."
@@ -34,7 +32,7 @@ ORIGINAL_SIZES = {
     "bert_base": (12, 768, 3072, 12),
     "bert_large": (24, 1024, 4096, 16),
 }
-# The plugin's sizes in the same order (models/architectures.py: SIZES).
+# The plugin's sizes in the same order (tupe_core/facts.py: SIZES).
 PLUGIN_SIZES = {name: tuple(s[f] for f in ("encoder_layers", "encoder_embed_dim", "encoder_ffn_embed_dim",
                                            "encoder_attention_heads")) for name, s in SIZES.items()}
 

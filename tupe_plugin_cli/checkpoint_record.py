@@ -2,8 +2,8 @@
 objective (``tupe-checkpoint-info``'s JSON, the model flags that rebuild it).
 
 ``tupe-checkpoint-info`` and the GLUE scripts (``glue/finetune_helper.py``, before fairseq-train starts in a
-process of its own) read these facts here for a torch import (~3 s), not torch and fairseq (~7.5 s). The
-state-dict keys the model writes are named here, once: ``tupe_plugin``'s model modules import them.
+process of its own) read these facts here for a torch import (~3 s), not torch and fairseq (~7.5 s): the record
+and the state-dict keys come from ``tupe_core`` (``record.py``, ``facts.py``), as in the model.
 """
 from __future__ import annotations
 
@@ -12,65 +12,12 @@ import json
 import os
 from typing import Any, Callable, Dict, List, Optional
 
+from tupe_core.facts import GENERATOR_SIZE_ARGS, SIZE_FIELDS, VARIANT_KEY, is_electra_state
+from tupe_core.record import PositionalVariant
+from tupe_core.registry import names
+
 from .checkpoints import CheckpointError, load
 from .errors import UsageError
-from .registry import positional_module, variant_names
-
-# The positional variant's checkpoint record (PositionalVariant.to_tensor) is a buffer of the positions
-# module. Its name "variant" is part of this state-dict key in every checkpoint written so far, so it stays;
-# in Python the record is ``model.variant_record`` and the decoded dataclass ``model.positional_variant``.
-RECORD_BUFFER = "variant"
-VARIANT_KEY = f"encoder.sentence_encoder.positions.{RECORD_BUFFER}"
-# The encoder fields a size sets, in the order the model flags print them, and the sizes of the archs
-# ``<variant>_<size>`` (models/architectures.py registers them).
-SIZE_FIELDS = ("encoder_layers", "encoder_embed_dim", "encoder_attention_heads", "encoder_ffn_embed_dim")
-
-
-def _size(layers: int, width: int, heads: int, ffn: int) -> Dict[str, int]:
-    return dict(zip(SIZE_FIELDS, (layers, width, heads, ffn)))
-
-
-SIZES: Dict[str, Dict[str, int]] = {
-    "base": _size(12, 768, 12, 3072),  # BERT-base (also fairseq's RoBERTa defaults)
-    "large": _size(24, 1024, 16, 4096),  # BERT-large
-    "tiny": _size(2, 64, 4, 128),  # tests and demos
-}
-# ELECTRA (models/electra.py): the parts of its state a fine-tuned model drops, and its generator's sizes.
-GENERATOR_KEYS = ("generator.", "discriminator_head.")
-GENERATOR_SIZE_ARGS = ("generator_layers", "generator_embed_dim", "generator_ffn_embed_dim",
-                       "generator_attention_heads")
-# ELECTRA's generator / discriminator width ratio per size of SIZES (paper Sec. 3.2 and Table 6; official
-# configure_pretraining.py): 1/3 at base, 1/4 at small and large (tiny: as small).
-GENERATOR_DIVISORS: Dict[str, int] = {"base": 3, "large": 4, "tiny": 4}
-
-
-def generator_divisor(args: Any, divisor: int) -> int:
-    """``divisor`` if given (> 0), else ELECTRA's default for the arch's size (``<variant>_<size>``)."""
-    if divisor > 0:
-        return divisor
-    arch = getattr(args, "arch", None) or getattr(args, "_name", None) or ""
-    size = arch.rsplit("_", 1)[-1]
-    if size not in GENERATOR_DIVISORS:
-        raise ValueError(f"--arch {arch}: no default generator size for it; pass --generator-size-divisor N "
-                         f"(ELECTRA: 3 at base, 4 at small/large)")
-    return GENERATOR_DIVISORS[size]
-
-
-def generator_sizes(args: Any, divisor: int) -> Dict[str, int]:
-    """Same depth; width, FFN and heads divided by ``divisor`` (at least one head)."""
-    width, ffn, heads = args.encoder_embed_dim, args.encoder_ffn_embed_dim, args.encoder_attention_heads
-    sizes = dict(generator_layers=args.encoder_layers, generator_embed_dim=width // divisor,
-                 generator_ffn_embed_dim=ffn // divisor, generator_attention_heads=max(1, heads // divisor))
-    if width % divisor or ffn % divisor or sizes["generator_embed_dim"] % sizes["generator_attention_heads"]:
-        raise ValueError(
-            f"--generator-size-divisor {divisor} does not divide the discriminator (width {width}, FFN {ffn}, "
-            f"{heads} heads) into whole generator sizes; pick a divisor of {width} and {ffn}"
-        )
-    return sizes
-
-
-def is_electra_state(state_dict: Dict[str, Any], prefix: str = "") -> bool:
-    return any(k.startswith(prefix + p) for k in state_dict for p in GENERATOR_KEYS)
 
 
 def objective_info(model_state: Dict[str, Any], get) -> Dict[str, Any]:
@@ -156,7 +103,7 @@ def info_from_state(state: Dict[str, Any], path: str) -> Dict[str, Any]:
             "(for the original TUPE release, run tupe-convert-original first)"
         )
     get = model_setting(state)
-    variant = positional_module("record").PositionalVariant.from_tensor(model_state[key])
+    variant = PositionalVariant.from_tensor(model_state[key])
     return {
         "arch": get("arch") or get("_name"),
         "variant": variant.name,
@@ -176,7 +123,7 @@ def fairseq_args(info: Dict[str, Any]) -> str:
 def run(args: argparse.Namespace) -> int:
     """``tupe-checkpoint-info``, on arguments parsed by ``tupe_plugin_cli.commands.checkpoint_info_parser``."""
     if args.list_variants:
-        print("\n".join(variant_names()))
+        print("\n".join(names()))
         return 0
     if args.checkpoint is None:
         raise UsageError("give a CHECKPOINT (or --list-variants)")

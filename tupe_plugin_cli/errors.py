@@ -33,7 +33,7 @@ USER_ERROR_NAMES = {"ValueError", "FileNotFoundError", "PermissionError", "IsADi
 # Packages of setup.py's optional extras, by import name (tests/test_cli_errors.py checks it against the
 # installed metadata), and this project's own top-level modules: a missing one of those is a bug.
 OPTIONAL = {"transformers": "hf", "safetensors": "hf", "accelerate": "hf", "huggingface_hub": "hf", "pyarrow": "hf"}
-OWN = {"tupe_plugin", "tupe_plugin_cli", "tupe_common", "preprocess", "glue", "study", "bench", "train_scripts"}
+OWN = {"tupe_core", "tupe_plugin", "tupe_plugin_cli", "tupe_common", "preprocess", "glue", "study", "bench", "train_scripts"}
 
 
 def debug() -> bool:
@@ -139,12 +139,12 @@ def _exceptions(log_text: str) -> List[Tuple[str, str, str]]:
 
 def last_error(log_text: str) -> Optional[str]:
     """The error a log ends with, as one ``error: ...`` line: the last exception raised by
-    ``tupe_plugin`` (fairseq's trainer re-raises ours as "Cannot load model parameters ..."), else
+    ``tupe_plugin`` or ``tupe_core`` (fairseq's trainer re-raises ours as "Cannot load model parameters ..."), else
     the log's final exception; None when the log holds no traceback."""
     found = _exceptions(log_text)
     if not found:
         return None
-    ours = [e for e in found if e[0].startswith("tupe_plugin")]
+    ours = [e for e in found if e[0].startswith(("tupe_plugin", "tupe_core"))]
     qualified, name, message = (ours or found)[-1]
     if ours or name in USER_ERROR_NAMES:
         return f"error: {message or name}"

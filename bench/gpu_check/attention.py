@@ -77,7 +77,7 @@ def attention_errors(r: Result, s: Settings) -> List[str]:
 def run(r: Result, s: Settings, args) -> None:
     from bench_attention import BIASES, attention_rows
 
-    from tupe_plugin.kernels.triton_attention import triton_available, tuned_choices
+    from tupe_core.kernels.triton_attention import triton_available, tuned_choices
 
     dtype, device = s.attention_dtype, torch.device(s.device)
     r.say(f"Triton runs here: {triton_available(device)}.\n")

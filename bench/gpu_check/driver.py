@@ -168,7 +168,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.wheels is None and not args.dry_run:
         args.wheels = str(ROOT / ".gpu-wheels")
     if args.section:  # the child, where fairseq and the plugin can be imported
-        from tupe_plugin.positional.registry import VARIANTS
+        from tupe_core.registry import VARIANTS
 
         unknown = sorted(set(args.variants) - set(VARIANTS))
         if unknown:

@@ -34,7 +34,7 @@ def run(r: Result, s: Settings, args) -> None:
     import fairseq
 
     import tupe_plugin
-    from tupe_plugin.positional.registry import VARIANTS
+    from tupe_core.registry import VARIANTS
 
     cuda = s.device == "cuda"
     name = card_name(s.device)

@@ -60,7 +60,7 @@ def masks_ok(seen) -> Tuple[bool, bool]:
 def attention_paths_taken():
     """The attention paths (``attend``'s ``attention_path``) of the plugin's blocks while open; fairseq's own
     RoBERTa takes none of them."""
-    from tupe_plugin.positional import attention
+    from tupe_core import attention
 
     seen: List[str] = []
     real = attention.attend
@@ -94,7 +94,7 @@ def forced_path(model, path: str):
 def masks_aligned_on(device: str):
     """The masks padded to SDPA's stride rule on ``device`` as on CUDA while open (the dry run's sdpa section on
     CPU, as tests/test_attention_paths.py does)."""
-    from tupe_plugin.positional import masks
+    from tupe_core import masks
 
     added = device not in masks.ALIGNED_DEVICES
     masks.ALIGNED_DEVICES.add(device)

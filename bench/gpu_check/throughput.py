@@ -57,7 +57,7 @@ def pretrain_command(s: Settings, arch: str, data: Path, save_dir: Path) -> Tupl
            "LOG_INTERVAL": str(s.throughput_log_interval), "SAVE_DIR": str(save_dir), "TENSORBOARD_DIR": "none"}
     extra = ["--no-save", "--disable-validation"]
     if arch.startswith("roberta_") and s.throughput_size != "base":  # fairseq's roberta has no tiny arch
-        from tupe_plugin.models.architectures import SIZES
+        from tupe_core.facts import SIZES
 
         extra += [f"--{k.replace('_', '-')}={v}" for k, v in SIZES[s.throughput_size].items()]
     return ["bash", str(ROOT / "train_scripts/pretrain.sh"), *extra], env

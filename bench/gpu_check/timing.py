@@ -22,7 +22,7 @@ from .sync import step_model
 def timing_variants(group: TimingGroup, requested: List[str]) -> List[str]:
     """The variants of one timing group: bert_a first (the plugin's reference on the same path), then those of the
     group (all: None) that were requested (default: the whole registry)."""
-    from tupe_plugin.positional.registry import VARIANTS
+    from tupe_core.registry import VARIANTS
 
     wanted = [v for v in (group.variants or VARIANTS) if v in requested and v != "bert_a"]
     return ["bert_a"] + wanted

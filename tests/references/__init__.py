@@ -5,7 +5,7 @@ encoding brings its file and no test changes (docs/extending.md).
 What a reference file declares (the constants are required, the functions optional):
 
 =================  ================================================================================================
-``ENTERS``         how the encoding at the attention enters (``tupe_plugin.positional.base``: BIAS, QK, ...)
+``ENTERS``         how the encoding at the attention enters (``tupe_core.base``: BIAS, QK, ...)
 ``INPUT``          the class name of the encoding added to the words, or None
 ``SCALE``          ``s`` of the content logits' ``(s dh)^-0.5``
 ``BEYOND``         None when positions beyond the trained length keep their meaning (the study's longer inputs);

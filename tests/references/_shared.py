@@ -9,7 +9,7 @@ from typing import Callable, Optional
 import torch
 import torch.nn.functional as F
 
-from tupe_plugin.positional.t5_relative import relative_position_bucket
+from tupe_core.t5_relative import relative_position_bucket
 
 
 def paper_bucket(delta: int) -> int:

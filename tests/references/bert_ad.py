@@ -1,7 +1,7 @@
 """BERT-Ad (TUPE Table 1, our reading): ``p U^Q`` added to q and ``p U^K`` to k in every layer, all four terms at
 (4 dh)^-0.5; no bias."""
 from references._shared import content
-from tupe_plugin.positional.base import QK
+from tupe_core.base import QK
 
 ENTERS, INPUT, SCALE = QK, None, 4  # four terms: 1/sqrt(4d)
 BEYOND = ""  # a learned row per position

@@ -3,7 +3,7 @@ signal depends on content, so there is no position-only map."""
 import math
 
 from references._shared import content, deberta_reference
-from tupe_plugin.positional.base import BLOCK
+from tupe_core.base import BLOCK
 
 ENTERS, INPUT, SCALE = BLOCK, None, 3  # DeBERTa: scale_factor = 1 + len(["c2p", "p2c"])
 BEYOND = "k = 128"  # distances past k share the clipped rows

@@ -4,7 +4,7 @@ import math
 import torch
 
 from references._shared import content_plus, positions
-from tupe_plugin.positional.base import BIAS
+from tupe_core.base import BIAS
 
 ENTERS, INPUT, SCALE = BIAS, None, 1  # L&S: 1/sqrt(dh)
 BEYOND = None  # a fixed function of the distance

@@ -5,7 +5,7 @@ import math
 import torch
 
 from references._shared import content_plus, positions
-from tupe_plugin.positional.base import BIAS
+from tupe_core.base import BIAS
 
 ENTERS, INPUT, SCALE = BIAS, None, 1
 BEYOND = None  # a function of the distance with two scalars per head: defined at every distance

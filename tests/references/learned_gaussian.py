@@ -1,6 +1,6 @@
 """The L&S learned prior (attenuated_l.py): ``w[l, h, |j - i|]``, one table per layer."""
 from references._shared import by_distance, content_plus, positions
-from tupe_plugin.positional.base import LAYER_BIAS
+from tupe_core.base import LAYER_BIAS
 
 ENTERS, INPUT, SCALE = LAYER_BIAS, None, 1  # L&S: 1/sqrt(dh)
 BEYOND = ""  # a learned weight per distance

@@ -2,7 +2,7 @@
 import torch
 
 from references._shared import content_plus, positions
-from tupe_plugin.positional.base import NONE
+from tupe_core.base import NONE
 
 ENTERS, INPUT, SCALE = NONE, None, 1
 BEYOND = None  # no positions at all

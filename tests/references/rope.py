@@ -1,7 +1,7 @@
 """RoPE (Su et al., RoFormer): q and k of every layer rotated by position (pairs m, m + dh/2), plain scale; its
 position signal depends on content, so there is no position-only map."""
 from references._shared import content, rope_reference
-from tupe_plugin.positional.base import ROTATION
+from tupe_core.base import ROTATION
 
 ENTERS, INPUT, SCALE = ROTATION, None, 1
 BEYOND = None  # a fixed function of the position

@@ -2,7 +2,7 @@
 import torch
 
 from references._shared import content_plus
-from tupe_plugin.positional.base import NONE
+from tupe_core.base import NONE
 
 ENTERS, INPUT, SCALE = NONE, "Sinusoidal", 1
 BEYOND = None  # a fixed function of the position

@@ -2,7 +2,7 @@
 from functools import partial
 
 from references._shared import content_plus, t5_bias, t5_bias_obvious
-from tupe_plugin.positional.base import BIAS
+from tupe_core.base import BIAS
 
 ENTERS, INPUT, SCALE = BIAS, None, 1
 BEYOND = None  # the buckets saturate at 128

@@ -2,7 +2,7 @@
 from functools import partial
 
 from references._shared import content_plus, untied_term, untied_term_obvious
-from tupe_plugin.positional.base import BIAS
+from tupe_core.base import BIAS
 
 ENTERS, INPUT, SCALE = BIAS, None, 2  # TUPE: scale factor 2
 BEYOND = ""  # a learned row per position

@@ -26,14 +26,14 @@ from typing import Any, Dict, Tuple
 import numpy as np
 import torch
 import torch.nn.functional as F
+from tupe_core.base import ContentDependentPositions, PositionMap
+from tupe_core.facts import VARIANT_KEY
+from tupe_core.record import PositionalVariant
+from tupe_core.registry import build
 from tupe_plugin_cli.errors import UsageError
 
 from .. import checkpoint_safety  # noqa: F401
 from ..checkpoint_info import info_from_state, load_checkpoint as read_checkpoint
-from ..models.tupe_roberta import VARIANT_KEY
-from ..positional.base import ContentDependentPositions, PositionMap
-from ..positional.record import PositionalVariant
-from ..positional.registry import build
 from .locality_symmetry import softmax_rows
 
 PREFIX = "encoder.sentence_encoder."

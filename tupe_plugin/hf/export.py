@@ -3,7 +3,7 @@
     tupe-export-hf CKPT OUT_DIR [--spm-model spm.model] [--dict dict.txt] [--head NAME] [--force]
 
 OUT_DIR gets ``config.json``, ``model.safetensors``, the model code (``configuration_tupe.py``,
-``modeling_tupe.py`` and the plugin's own plain-torch modules they import, ``remote.SHIPPED``; loaded with
+``modeling_tupe.py`` and the modules of ``tupe_core`` they import, ``remote.SHIPPED``; loaded with
 ``trust_remote_code=True``) and, with ``--spm-model``, the tokenizer (``tokenization_tupe.py``, ``spm.model``,
 fairseq's ``dict.txt``). ``AutoModel``, ``AutoModelForMaskedLM`` and ``AutoModelForSequenceClassification``
 load it; a fine-tuned checkpoint's classification head becomes the latter's head. The positional variant
@@ -12,7 +12,6 @@ is read from the checkpoint; every variant exports. See docs/hf_export.md.
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import os
 import shutil
@@ -24,21 +23,17 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 
 from tupe_common.io import atomic_dir, need
+from tupe_core.encoder_stack import ACTIVATIONS
+from tupe_core.facts import RECORD_BUFFER, VARIANT_KEY
+from tupe_core.record import PositionalVariant
+from tupe_core.registry import encodings
 from tupe_plugin_cli.checkpoint_record import data_dirs, find_dict
 from tupe_plugin_cli.errors import UsageError
 
 from ..checkpoint_info import info_from_state, load_checkpoint, model_config, model_setting
 from ..models.electra import discriminator_for_export
-from ..models.tupe_roberta import RECORD_BUFFER, VARIANT_KEY
-from ..positional.encoder_stack import ACTIVATIONS
-from ..positional.record import PositionalVariant
-from ..positional.registry import encodings
-from .remote import SHIPPED
+from .remote import CORE, MODEL_FILES, REMOTE, SHIPPED, exported_source
 
-SHIPPED_FROM = "tupe_plugin.positional."
-
-REMOTE = Path(__file__).resolve().parent / "remote"
-MODEL_FILES = ("configuration_tupe.py", "modeling_tupe.py")
 TOKENIZER_FILES = ("tokenization_tupe.py",)
 ENCODER = "encoder.sentence_encoder."
 LM_HEAD = "encoder.lm_head."
@@ -72,11 +67,11 @@ def build_config(state: Dict[str, Any], path: str, head: Optional[Tuple[str, int
     info = info_from_state(state, path)
     variant = PositionalVariant.from_tensor(state["model"][next(k for k in state["model"] if k.endswith(VARIANT_KEY))])
     get = model_setting(state)
-    outside = [cls for cls in encodings(variant) if cls is not None and not cls.__module__.startswith(SHIPPED_FROM)]
-    if outside:  # the folder gets tupe_plugin/positional only (remote.SHIPPED)
-        raise ExportError(f"{path}: its positional encoding {outside[0].__name__} is defined outside tupe_plugin "
-                          f"({outside[0].__module__}); the export ships tupe_plugin/positional only: move its "
-                          "module there (docs/extending.md)")
+    outside = [cls for cls in encodings(variant) if cls is not None and cls.__module__ not in SHIPPED.values()]
+    if outside:  # the folder gets the modules of tupe_core that the model code imports (remote.SHIPPED)
+        raise ExportError(f"{path}: its positional encoding {outside[0].__name__} is defined outside tupe_core "
+                          f"({outside[0].__module__}); the export ships tupe_core's modules only: move its "
+                          "module there and register it in tupe_core/registry.py (docs/extending.md)")
     acts = {k: get(k, d) for k, d in (("activation_fn", "gelu"), ("pooler_activation_fn", "tanh"))}
     for k, v in acts.items():
         if v not in ACTIVATIONS:
@@ -225,10 +220,10 @@ def export(checkpoint: str, out_dir: str, spm_model: Optional[str] = None, dict_
 
     with atomic_dir(out) as tmp_dir:  # replaces an empty OUT_DIR, or a full one with --force
         tmp = Path(tmp_dir)
-        for f in MODEL_FILES:
-            shutil.copyfile(REMOTE / f, tmp / f)
-        for name, module in SHIPPED.items():  # the plugin's own plain-torch modules, as siblings
-            shutil.copyfile(importlib.import_module(module).__file__, tmp / f"{name}.py")
+        for f in MODEL_FILES:  # its `from tupe_core.<name> import` lines made `from .<name> import`
+            (tmp / f).write_text(exported_source(f), encoding="utf-8")
+        for name in SHIPPED:  # the modules of tupe_core the model code imports, as they are, as siblings
+            shutil.copyfile(CORE / f"{name}.py", tmp / f"{name}.py")
         (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
         _check_loadable(config, tensors, checkpoint)
         save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})

@@ -1,6 +1,6 @@
 """Every ``--arch`` of the ``tupe_roberta`` model: ``<variant>_<size>`` for every variant of the registry
-(``positional/registry.py``: ``VARIANTS``, also those registered later; ``tupe-checkpoint-info --list-variants`` lists them) and every size of
-``SIZES`` below, plus ``tupe_roberta_base/_large/_tiny`` (= TUPE-R). So ``tupe_r_base``, ``bert_a_tiny``,
+(``tupe_core/registry.py``: ``VARIANTS``, also those registered later; ``tupe-checkpoint-info --list-variants`` lists them) and every size of
+``SIZES`` (``tupe_core/facts.py``), plus ``tupe_roberta_base/_large/_tiny`` (= TUPE-R). So ``tupe_r_base``, ``bert_a_tiny``,
 ``rope_large``, ... Any variant except ``nope`` is also reachable from ``tupe_roberta_base`` by its flags
 (``PositionalVariant.flags``), e.g. ``--input-pe --no-untied-pos --no-untie-cls --no-rel-pos`` is BERT-A.
 """
@@ -12,10 +12,9 @@ from fairseq.models import register_model_architecture
 from fairseq.models.roberta.model import base_architecture as roberta_base_architecture
 from fairseq.utils import safe_getattr
 
-from tupe_plugin_cli.checkpoint_record import SIZE_FIELDS, SIZES  # noqa: F401  (the sizes of the archs)
-
-from ..positional.record import PositionalVariant
-from ..positional.registry import VARIANTS, on_register
+from tupe_core.facts import SIZES
+from tupe_core.record import PositionalVariant
+from tupe_core.registry import VARIANTS, on_register
 
 
 def _set_defaults(args, values: Dict) -> None:

@@ -36,17 +36,12 @@ from fairseq.modules.transformer_sentence_encoder import init_bert_params
 from omegaconf import OmegaConf, open_dict
 from torch import Tensor, nn
 
-from tupe_plugin_cli.checkpoint_record import (  # noqa: F401  (ELECTRA's generator sizes; their import path here)
-    GENERATOR_DIVISORS,
-    generator_divisor,
-    generator_sizes,
-)
+from tupe_core.facts import generator_divisor, generator_sizes
+from tupe_core.record import PositionalVariant
 
 from ..modules.encoder import TupeTransformerEncoder
-from ..positional.record import PositionalVariant
 from .electra_checkpoint import (  # noqa: F401  (re-exported: their old import path, still used elsewhere)
     GENERATOR_KEYS,
-    GENERATOR_SIZE_ARGS,
     discriminator_for_export,
     is_electra_state,
     keep_discriminator,

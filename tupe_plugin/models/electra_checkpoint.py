@@ -16,12 +16,8 @@ from fairseq.models.roberta.model import RobertaLMHead
 from fairseq.modules.transformer_sentence_encoder import init_bert_params
 from torch import nn
 
-from tupe_plugin_cli.checkpoint_record import (  # noqa: F401  (the ELECTRA keys; their import path here)
-    GENERATOR_KEYS,
-    GENERATOR_SIZE_ARGS,
-    is_electra_state,
-    objective_info,
-)
+from tupe_core.facts import GENERATOR_KEYS, is_electra_state
+from tupe_plugin_cli.checkpoint_record import objective_info  # noqa: F401  (re-exported: its old import path)
 
 logger = logging.getLogger(__name__)
 

@@ -12,13 +12,13 @@ from fairseq.modules.transformer_sentence_encoder import init_bert_params
 from fairseq.utils import safe_getattr
 from omegaconf import OmegaConf
 
-from tupe_plugin_cli.checkpoint_record import RECORD_BUFFER, VARIANT_KEY  # noqa: F401  (the record's key)
+from tupe_core.attend import ATTENTION_PATHS
+from tupe_core.encoder_stack import DEFAULT_HEAD_STYLE
+from tupe_core.facts import RECORD_BUFFER, VARIANT_KEY
+from tupe_core.record import PositionalVariant
 
 from ..modules.classification_head import HEAD_STYLES, build_classification_head
 from ..modules.encoder import TupeTransformerEncoder
-from ..positional.attend import ATTENTION_PATHS
-from ..positional.encoder_stack import DEFAULT_HEAD_STYLE
-from ..positional.record import PositionalVariant
 from .batch_check import check_target_batch_size
 from .checkpoint_checks import check_dictionary
 from .electra_checkpoint import keep_discriminator
@@ -37,7 +37,7 @@ class TupeRobertaModel(RobertaModel):
     @staticmethod
     def add_args(parser):
         RobertaModel.add_args(parser)
-        for f in fields(PositionalVariant):  # one flag per record field (positional/record.py)
+        for f in fields(PositionalVariant):  # one flag per record field (tupe_core/record.py)
             if f.metadata["arch_only"]:
                 continue
             opt, help = "--" + f.name.replace("_", "-"), f.metadata["help"]

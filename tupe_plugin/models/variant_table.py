@@ -1,5 +1,5 @@
 """The Markdown tables of positional variants in README.md and docs/positional_encodings.md, made from the
-registry (``positional/registry.py``) so that no hand-written list of variants can drift from it.
+registry (``tupe_core/registry.py``) so that no hand-written list of variants can drift from it.
 
 A table sits between two marker lines, ``<!-- variants:NAME -->`` and ``<!-- /variants:NAME -->``.
 ``python -m tupe_plugin.models.variant_table FILE...`` rewrites the marked tables of the files in place
@@ -16,8 +16,8 @@ from typing import Callable, Dict, List
 
 from tupe_common.io import write_text
 
-from ..positional.record import PositionalVariant
-from ..positional.registry import ABOUT, VARIANTS
+from tupe_core.record import PositionalVariant
+from tupe_core.registry import ABOUT, VARIANTS
 
 REGENERATE = "python -m tupe_plugin.models.variant_table README.md docs/positional_encodings.md"
 DEFAULT_VARIANT = "tupe_r"  # what tupe_roberta_base is without flags (architectures.py)

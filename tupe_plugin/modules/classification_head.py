@@ -16,7 +16,7 @@ from fairseq.models.roberta.model import RobertaClassificationHead
 from fairseq.utils import safe_getattr
 from torch import Tensor, nn
 
-from ..positional.encoder_stack import DEFAULT_HEAD_STYLE
+from tupe_core.encoder_stack import DEFAULT_HEAD_STYLE
 
 
 class ReleaseClassificationHead(RobertaClassificationHead):

@@ -1,6 +1,6 @@
 """fairseq's Transformer encoder with the variant's positional encodings: the one at the input as
 ``embed_positions``, the one at the attention as ``positions`` (computed once per forward, fed to every layer).
-The forward itself is ``positional/encoder_stack.py``, shared with the exported model."""
+The forward itself is ``tupe_core/encoder_stack.py``, shared with the exported model."""
 from __future__ import annotations
 
 import logging
@@ -15,12 +15,12 @@ from fairseq.modules.quant_noise import quant_noise
 from fairseq.modules.transformer_layer import TransformerEncoderLayerBase
 from torch import Tensor, nn
 
-from ..positional.attend import Dropout
-from ..positional.attention import SelfAttention
-from ..positional.base import PositionalTerm
-from ..positional.encoder_stack import check_padding, layer_forward, run_layers
-from ..positional.record import PositionalVariant
-from ..positional.registry import build, encodings, left_padding_allowed
+from tupe_core.attend import Dropout
+from tupe_core.attention import SelfAttention
+from tupe_core.base import PositionalTerm
+from tupe_core.encoder_stack import check_padding, layer_forward, run_layers
+from tupe_core.record import PositionalVariant
+from tupe_core.registry import build, encodings, left_padding_allowed
 
 RIGHT_PADDING = "pad on the right, as fairseq's masked_lm and sentence_prediction tasks do (RightPadDataset)"
 logger = logging.getLogger(__name__)
@@ -59,7 +59,7 @@ class TupeEncoderLayer(TransformerEncoderLayerBase):
 
 
 class TupeTransformerEncoder(TransformerEncoder):
-    """The encoder of ``tupe_roberta``, built for one ``PositionalVariant`` (positional/record.py)."""
+    """The encoder of ``tupe_roberta``, built for one ``PositionalVariant`` (tupe_core/record.py)."""
 
     def __init__(self, args, dictionary, embed_tokens, variant: PositionalVariant):
         self.variant = variant  # read by build_encoder_layer during super().__init__
@@ -105,7 +105,7 @@ class TupeTransformerEncoder(TransformerEncoder):
     # Restates fairseq 0.12.3 (the ve-fairseq 0.12.3 wheel) TransformerEncoderBase.forward_scriptable;
     # tests/test_restated_code.py fails when fairseq's source changes, and compares the two on one input.
     # Changed: the left-padding rule (or the caller's ``has_pads``), and the layers run by
-    # positional/encoder_stack.run_layers (the positional term and the masks once per forward); fc_results stay empty.
+    # tupe_core/encoder_stack.run_layers (the positional term and the masks once per forward); fc_results stay empty.
     def forward_scriptable(
         self,
         src_tokens: Tensor,

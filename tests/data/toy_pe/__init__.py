@@ -2,7 +2,7 @@
 registry line. ``fairseq-train --user-dir tests/data/toy_pe --arch toy_linear_bias_tiny`` trains it
 (tests/test_extending.py)."""
 import tupe_plugin  # noqa: F401  (registers tupe_roberta and the built-in variants)
-from tupe_plugin.positional.registry import register
+from tupe_core.registry import register
 
 from .linear_bias import LinearDistanceBias
 

@@ -4,7 +4,7 @@ from typing import Dict
 import torch
 from torch import Tensor, nn
 
-from tupe_plugin.positional.base import BIAS, PositionalEncoding, PositionalTerm, check_length
+from tupe_core.base import BIAS, PositionalEncoding, PositionalTerm, check_length
 
 
 class LinearDistanceBias(PositionalEncoding):

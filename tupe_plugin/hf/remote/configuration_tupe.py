@@ -1,17 +1,17 @@
 """Configuration of a TUPE-family encoder exported from fairseq by ``tupe-export-hf``.
 
 Written by the tupe_plugin project (not copied from transformers). The positional fields say how
-positions enter the encoder: they are the fields of the checkpoint's ``PositionalVariant`` (``record.py``,
-shipped next to this file), one config entry per field, so a field added to the variant is exported with
+positions enter the encoder: they are the fields of the checkpoint's ``PositionalVariant`` (``tupe_core``'s
+``record.py``, shipped next to this file), one config entry per field, so a field added to the variant is exported with
 no change here. The math is described in ``docs/hf_export.md`` of tupe_plugin.
 """
 from dataclasses import fields
 
 from transformers import PretrainedConfig
 
-from .encoder_stack import DEFAULT_HEAD_STYLE
-from .record import PositionalVariant
-from .registry import VARIANTS
+from tupe_core.encoder_stack import DEFAULT_HEAD_STYLE
+from tupe_core.record import PositionalVariant
+from tupe_core.registry import VARIANTS
 
 
 class TupeConfig(PretrainedConfig):

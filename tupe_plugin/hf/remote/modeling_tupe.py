@@ -1,9 +1,9 @@
 """Every tupe_plugin positional variant as a ``transformers`` encoder (``tupe-export-hf``).
 
 Written by the tupe_plugin project (not copied from transformers). The positional encodings, the attention
-blocks and the encoder's forward are tupe_plugin's own modules, not a restatement: ``tupe-export-hf`` copies
-every module of ``tupe_plugin/positional`` (plain torch) next to this file, and the fairseq model runs the same
-``encoder_stack.py``. What this file restates is fairseq's (fairseq 0.12.3), which the exported folder cannot
+blocks and the encoder's forward are the project's own modules, not a restatement: ``tupe-export-hf`` copies
+the modules of ``tupe_core`` (plain torch) that this file imports next to it, with its ``from tupe_core.<name>``
+lines made package-relative (``from .<name>``), and the fairseq model runs the same ``encoder_stack.py``. What this file restates is fairseq's (fairseq 0.12.3), which the exported folder cannot
 import: the embedding and the heads of RoBERTa, with fairseq's parameter names, so that features and logits
 equal fairseq's. tupe_plugin's ``tests/test_hf_export.py`` checks that for every registered variant. Inputs
 must be right-padded, as fairseq's batches are. The math is in tupe_plugin's ``docs/hf_export.md``. Loaded with
@@ -20,11 +20,12 @@ from transformers import PreTrainedModel
 from transformers import initialization as init
 from transformers.modeling_outputs import BaseModelOutput, MaskedLMOutput, SequenceClassifierOutput
 
-from .attention import SelfAttention
-from .base import PositionalEncoding
+from tupe_core.attention import SelfAttention
+from tupe_core.base import PositionalEncoding
+from tupe_core.encoder_stack import ACTIVATIONS, HEAD_STYLES, check_padding, layer_forward, run_layers
+from tupe_core.registry import build, encodings, left_padding_allowed
+
 from .configuration_tupe import TupeConfig
-from .encoder_stack import ACTIVATIONS, HEAD_STYLES, check_padding, layer_forward, run_layers
-from .registry import build, encodings, left_padding_allowed
 
 RIGHT_PADDING = "pad on the right (tokenizer.padding_side = 'right', the tokenizer's default)"
 

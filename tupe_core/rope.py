@@ -23,7 +23,7 @@ def rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
 
 class RotarySelfAttention(SelfAttention):
     """``SelfAttention`` with q and k rotated by ``positions.rotary`` before the dot product: on CUDA by our Triton
-    kernel (``tupe_plugin/kernels/rotary.py``), elsewhere by ``rotate``."""
+    kernel (``kernels/rotary.py``), elsewhere by ``rotate``."""
 
     def __init__(self, embed_dim: int, num_heads: int, **kwargs):
         super().__init__(embed_dim, num_heads, **kwargs)

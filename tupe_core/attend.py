@@ -9,7 +9,6 @@ The fairseq layer swaps fairseq's ``FairseqDropout`` in for ``Dropout`` (``modul
 """
 from __future__ import annotations
 
-import importlib
 import logging
 from dataclasses import dataclass
 from typing import Callable, Dict, Optional, Set, Tuple
@@ -50,12 +49,14 @@ def check_attention_path(attention_path: str) -> str:
 
 
 def fused_kernels(name: str):
-    """The module of a fused kernel (``triton_attention``, ``flex_attention``), or None where it cannot be imported
-    (an exported model folder without tupe_plugin)."""
+    """The module of a fused kernel (``triton_attention``, ``flex_attention``, ``rotary``) of ``tupe_core.kernels``,
+    imported on first use; None where the package is absent (an exported model folder: tupe-export-hf ships the
+    modules its model code imports, not this package)."""
     try:
-        return importlib.import_module(f"tupe_plugin.kernels.{name}")
+        from . import kernels  # not `from .kernels import x`: transformers would look for kernels.py to copy
     except ImportError:
         return None
+    return getattr(kernels, name)
 
 
 def triton_runs(device: torch.device, head_dim: int = 0) -> bool:
@@ -117,7 +118,7 @@ class AttentionPath:
     run: Run
     dropout: bool  # applies attention dropout
     weights: bool  # returns the attention probabilities
-    fused: bool  # reads the bias and the key padding apart (masks.AttentionMask), from tupe_plugin.kernels
+    fused: bool  # reads the bias and the key padding apart (masks.AttentionMask), from tupe_core.kernels
 
 
 def _additive(q: Tensor, mask: Optional[AttentionMask]) -> Optional[Tensor]:
@@ -149,7 +150,8 @@ def _explicit(q: Tensor, k: Tensor, v: Tensor, mask: Optional[AttentionMask], sc
 def _kernels(name: str):
     kernels = fused_kernels(f"{name}_attention")
     if kernels is None:
-        raise RuntimeError(f"--tupe-attention {name} needs tupe_plugin's kernels (tupe_plugin.kernels)")
+        raise RuntimeError(f"--tupe-attention {name} needs tupe_core's kernels (tupe_core/kernels), which an "
+                           "exported model folder does not ship")
     return kernels
 
 

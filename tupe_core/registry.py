@@ -4,7 +4,7 @@ A variant is a name, a line on what it is, and its record (``record.PositionalVa
 on any ``tupe_roberta`` arch, stored in every checkpoint). Its encodings follow from the record: every encoding
 class declares which records it serves (``PositionalEncoding.selected``); a record has at most one encoding
 added to the words (``embed_positions``) and one at the attention (``positions``; ``NoTerm`` when none). The
-archs ``<name>_base/_large/_tiny`` (models/architectures.py), ``tupe-checkpoint-info --list-variants``,
+archs ``<name>_base/_large/_tiny`` (tupe_plugin/models/architectures.py), ``tupe-checkpoint-info --list-variants``,
 ``pretrain.sh VARIANT=<name-with-dashes>`` and the docs' tables all read ``VARIANTS``.
 
 A new encoding is one file with its class, one import and one ``register`` line here (``docs/extending.md``);
@@ -45,6 +45,11 @@ class UnknownEncodingError(ValueError):
 def names() -> List[str]:
     """The registered variants' names as every interface writes them (dashes: ``tupe-r``), in registry order."""
     return [name.replace("_", "-") for name in ABOUT]
+
+
+def about() -> Dict[str, str]:
+    """Registered variant (dashes, as :func:`names`) -> its one-line description, in registry order."""
+    return {name.replace("_", "-"): line for name, line in ABOUT.items()}
 
 
 def record_id(name: str) -> int:

@@ -1,6 +1,6 @@
 """``rotate_qk``: RoPE's rotation of q and k as one Triton kernel per tensor, forward and backward.
 
-The plain-torch rotation (``positional/rope.py``: ``x * cos + cat(-x2, x1) * sin``) is five elementwise kernels
+The plain-torch rotation (``rope.py``: ``x * cos + cat(-x2, x1) * sin``) is five elementwise kernels
 per tensor and keeps a copy of ``cat`` for its backward; here each tensor is read once and written once, in each
 direction. Dims ``m`` and ``m + dh/2`` form the pair rotated by angle ``t * theta_m`` (the GPT-NeoX layout), so
 with ``c = cos``, ``s = sin`` of the pair's angle:
@@ -87,10 +87,10 @@ class RotateQK(torch.autograd.Function):
 
 def rotate_qk(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor) -> Tuple[Tensor, Tensor]:
     """RoPE on q and k, (B, H, T, dh) each (dh even), by the (T, dh) tables whose halves are equal
-    (``positional/rope.py``'s ``rope_cos``/``rope_sin``). Returns them rotated, in their dtype."""
+    (``rope.py``'s ``rope_cos``/``rope_sin``). Returns them rotated, in their dtype."""
     if not available(q.device):
         raise RuntimeError("rotate_qk runs on CUDA, or under Triton's interpreter (TRITON_INTERPRET=1 before "
-                           "triton is imported); positional/rope.py rotates in plain torch elsewhere")
+                           "triton is imported); rope.py rotates in plain torch elsewhere")
     if q.size(-1) % 2 or cos.shape != (q.size(2), q.size(-1)):
         raise ValueError(f"q (B, H, T, dh) with dh even and tables (T, dh); got {tuple(q.shape)}, {tuple(cos.shape)}")
     return RotateQK.apply(q, k, cos, sin)

@@ -1,2 +1,0 @@
-"""Fused attention kernels (plain torch, triton and FlexAttention; no fairseq import): ``triton_attention``
-(``biased_attention``) and ``flex_attention`` (``flex_biased_attention``)."""
