@@ -1,4 +1,4 @@
-"""Every tupe_plugin positional variant as a ``transformers`` encoder (``tupe-export-hf``).
+"""Every positional variant of tupe_core as a ``transformers`` encoder (``tupe-export-hf``).
 
 Written by the tupe_plugin project (not copied from transformers). The positional encodings, the attention
 blocks and the encoder's forward are the project's own modules, not a restatement: ``tupe-export-hf`` copies
