@@ -1,7 +1,7 @@
 """Fine-tuning's logic: one GLUE task, one LR, one seed, the paper's protocol (``glue/finetune.sh`` is a thin entry
 point over :func:`main`; the study and ``glue/grid.py`` call :func:`finetune` as a function).
 
-    settings = resolve(environ)                        # every tunable: a non-empty environment value, else its default
+    settings = read(environ)                           # FinetuneConfig: every setting typed and checked
     status = finetune(settings, task, lr, seed)        # RUNS/TASK/lr{LR}_seed{SEED}/ with result.json, or skipped
 
 The run is made in RUNS/.partial/TASK/lr{LR}_seed{SEED}/ and renamed when complete. Its result.json records
@@ -12,52 +12,57 @@ RUNS/.unreadable/ and redone. Exit codes as every script's: 2 wrong usage or set
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import shlex
 import shutil
 import sys
 import time
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from dataclasses import dataclass
+from typing import ClassVar, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from tupe_common import tunables
 from tupe_common.errors import UsageError, exit_main, message
 from tupe_common.jobs import with_repo_path
 from tupe_common.process import run_logged
-from tupe_common.tunables import Say, Tunable, table
+from tupe_common.tunables import Say, Settings, setting
 
 PROG = "finetune.sh"
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-# NAME | kind (tupe_common.tunables.KINDS) | default | help
-TUNABLES: Tuple[Tunable, ...] = table("""
-CHECKPOINT |  |  | pre-trained checkpoint (.pt) (required)
-GLUE_BIN |  | glue-bin | folder with TASK-bin/ from python -m preprocess.glue_binarize
-RUNS |  | runs | output root: RUNS/TASK/lr{{LR}}_seed{{SEED}}/
-EPOCHS | auto/int1 | auto | epochs (auto: 5 for MNLI, QNLI, QQP; 10 otherwise)
-SENTENCES_PER_BATCH | int1 | 32 | sentences per batch of each process, at most (--batch-size; was BATCH); one process: per update
-MAX_TOKENS | int1 | 4400 | tokens per batch at most (--max-tokens)
-WARMUP_RATIO | frac | 0.06 | fraction of updates spent warming up (warmup_ratio scheduler)
-ADAM_BETAS |  | (0.9,0.999) | Adam betas
-ADAM_EPS | num+ | 1e-6 | Adam epsilon
-WEIGHT_DECAY | num0 | 0.01 | weight decay
-CLIP_NORM | num0 | 1.0 | gradient clipping
-DROPOUT | frac | 0.1 | dropout
-ATTENTION_DROPOUT | frac | 0.1 | attention dropout
-POOLER_DROPOUT | frac | 0.1 | dropout of the classification head (the official head: dense, tanh, dropout 0.1)
-VALID_PER_EPOCH | int1 | 2 | validations per epoch, evenly spaced, the last at the epoch's end (the original's --validate-interval-updates 2)
-KEEP_CHECKPOINTS | 0/1 | 0 | 1: keep checkpoint_best.pt of the run; 0: write no checkpoints
-FP16 | auto/0/1 | auto | 1: --fp16 with the original's loss-scale flags (auto: 1 on GPU, 0 on CPU)
-LOG_INTERVAL | int1 | 50 | log every N updates
-NUM_WORKERS | int0 | 1 | data loader workers
-METRIC_AVERAGING | dev_set/per_batch | dev_set | dev_set: metrics over the whole dev set (GLUE's definition); per_batch: the official code's mean of per-batch metrics
-TRUNCATE | 0/1 | 0 | 1: cut inputs longer than the model's positions (--shorten-method truncate); 0: an over-long input is an error
-QUIET | 0/1 | 0 | 1: fairseq's output only to train.log (glue/grid.sh sets it)
-EXTRA_ARGS |  |  | more fairseq-train arguments (split on spaces)
-""")
-DEFAULTS: Dict[str, str] = {t.name: t.default for t in TUNABLES}
-RENAMED = {"BATCH": "SENTENCES_PER_BATCH"}
+@dataclass(frozen=True)
+class FinetuneConfig(Settings):
+    """finetune.sh's settings (the paper's protocol as defaults: docs/glue_protocol.md)."""
+
+    RENAMED: ClassVar[Mapping[str, str]] = {"BATCH": "SENTENCES_PER_BATCH"}  # the old name works, with a warning
+
+    CHECKPOINT: str = setting('', 'pre-trained checkpoint (.pt) (required)')
+    GLUE_BIN: str = setting('glue-bin', 'folder with TASK-bin/ from python -m preprocess.glue_binarize')
+    RUNS: str = setting('runs', 'output root: RUNS/TASK/lr{LR}_seed{SEED}/')
+    EPOCHS: Optional[int] = setting('auto', 'epochs (auto: 5 for MNLI, QNLI, QQP; 10 otherwise)', 'auto/int1')
+    SENTENCES_PER_BATCH: int = setting('32', 'sentences per batch of each process, at most (--batch-size; was BATCH); one process: per update', 'int1')
+    MAX_TOKENS: int = setting('4400', 'tokens per batch at most (--max-tokens)', 'int1')
+    WARMUP_RATIO: float = setting('0.06', 'fraction of updates spent warming up (warmup_ratio scheduler)', 'frac')
+    ADAM_BETAS: str = setting('(0.9,0.999)', 'Adam betas')
+    ADAM_EPS: float = setting('1e-6', 'Adam epsilon', 'num+')
+    WEIGHT_DECAY: float = setting('0.01', 'weight decay', 'num0')
+    CLIP_NORM: float = setting('1.0', 'gradient clipping', 'num0')
+    DROPOUT: float = setting('0.1', 'dropout', 'frac')
+    ATTENTION_DROPOUT: float = setting('0.1', 'attention dropout', 'frac')
+    POOLER_DROPOUT: float = setting('0.1', 'dropout of the classification head (the official head: dense, tanh, dropout 0.1)', 'frac')
+    VALID_PER_EPOCH: int = setting('2', "validations per epoch, evenly spaced, the last at the epoch's end (the original's --validate-interval-updates 2)", 'int1')
+    KEEP_CHECKPOINTS: bool = setting('0', '1: keep checkpoint_best.pt of the run; 0: write no checkpoints', '0/1')
+    FP16: Optional[bool] = setting('auto', "1: --fp16 with the original's loss-scale flags (auto: 1 on GPU, 0 on CPU)", 'auto/0/1')
+    LOG_INTERVAL: int = setting('50', 'log every N updates', 'int1')
+    NUM_WORKERS: int = setting('1', 'data loader workers', 'int0')
+    METRIC_AVERAGING: str = setting('dev_set', "dev_set: metrics over the whole dev set (GLUE's definition); per_batch: the official code's mean of per-batch metrics", 'dev_set/per_batch')
+    TRUNCATE: bool = setting('0', "1: cut inputs longer than the model's positions (--shorten-method truncate); 0: an over-long input is an error", '0/1')
+    QUIET: bool = setting('0', "1: fairseq's output only to train.log (glue/grid.sh sets it)", '0/1')
+    EXTRA_ARGS: str = setting('', 'more fairseq-train arguments (split on spaces)')
+
+
 # The settings that leave a run's result as it is (where it goes, what it prints, what it keeps); every other
 # one is part of the run's inputs (CHECKPOINT and GLUE_BIN by their contents' fingerprints).
 NOT_INPUTS = frozenset({"CHECKPOINT", "GLUE_BIN", "RUNS", "QUIET", "LOG_INTERVAL", "NUM_WORKERS", "KEEP_CHECKPOINTS"})
@@ -66,9 +71,9 @@ def say_to_stderr(line: str) -> None:
     sys.stderr.write(f"{PROG}: {line}\n")
 
 
-def resolve(environ: Mapping[str, str], say: Say = say_to_stderr) -> Dict[str, str]:
-    """Every tunable's value (tupe_common.tunables.resolve): BATCH is SENTENCES_PER_BATCH's old name."""
-    return tunables.resolve(TUNABLES, environ, say, RENAMED)
+def read(environ: Mapping[str, str], say: Say = say_to_stderr) -> FinetuneConfig:
+    """The settings of ``environ``, each checked (UsageError naming it): BATCH is SENTENCES_PER_BATCH's old name."""
+    return FinetuneConfig.read(environ, say)
 
 
 class RunFailed(Exception):
@@ -84,14 +89,14 @@ def run_dirs(runs: str, task: str, lr: str, seed: str) -> Tuple[str, str]:
     return os.path.join(runs, task, name), os.path.join(runs, ".partial", task, name)
 
 
-def run_inputs(settings: Mapping[str, str], task: str, lr: str, seed: str) -> Dict[str, str]:
+def run_inputs(settings: FinetuneConfig, task: str, lr: str, seed: str) -> Dict[str, str]:
     """What makes a run's result: the task, LR and seed, the fingerprints (``tupe_common.io.file_fingerprint``) of
     the checkpoint and of the task's binaries, and every setting but ``NOT_INPUTS``. Raises OSError."""
     from tupe_common.io import file_fingerprint, folder_fingerprint
 
-    inputs = {"task": task, "lr": lr, "seed": seed, "checkpoint": file_fingerprint(settings["CHECKPOINT"]),
-              "data": folder_fingerprint(os.path.join(settings["GLUE_BIN"], f"{task}-bin"))}
-    inputs.update({name: settings[name] for name in DEFAULTS if name not in NOT_INPUTS})
+    inputs = {"task": task, "lr": lr, "seed": seed, "checkpoint": file_fingerprint(settings.CHECKPOINT),
+              "data": folder_fingerprint(os.path.join(settings.GLUE_BIN, f"{task}-bin"))}
+    inputs.update({name: value for name, value in settings.texts().items() if name not in NOT_INPUTS})
     return inputs
 
 
@@ -114,7 +119,7 @@ def other_inputs(result: str, inputs: Mapping[str, str], checkpoint: str) -> Opt
     return "; ".join(differ) or None
 
 
-def check_finished(settings: Mapping[str, str], task: str, final: str, say: Say) -> bool:
+def check_finished(settings: FinetuneConfig, task: str, final: str, say: Say) -> bool:
     """True when ``final`` holds a readable, complete result.json (whether its inputs match is the caller's to
     check: ``other_inputs``); an unreadable one is moved aside (False); a folder without one is refused."""
     from glue.finetune_helper import check_result
@@ -124,7 +129,7 @@ def check_finished(settings: Mapping[str, str], task: str, final: str, say: Say)
         why = check_result(task, result)
         if why is None:
             return True
-        aside = os.path.join(settings["RUNS"], ".unreadable", task,
+        aside = os.path.join(settings.RUNS, ".unreadable", task,
                              f"{os.path.basename(final)}.{time.strftime('%Y%m%d-%H%M%S')}")
         say(f"{task} {os.path.basename(final)}: unreadable result ({why}); moving the run to {aside} and redoing it")
         os.makedirs(os.path.dirname(aside), exist_ok=True)
@@ -134,107 +139,108 @@ def check_finished(settings: Mapping[str, str], task: str, final: str, say: Say)
     return False
 
 
-def fairseq_args(v: Mapping[str, str], task: str, lr: str, seed: str, facts: Mapping[str, str], save_dir: str) -> List[str]:
-    """fairseq-train's arguments (after ``python -m glue.fairseq_train --validations-per-epoch N``)."""
+def fairseq_args(c: FinetuneConfig, task: str, lr: str, seed: str, facts: Mapping[str, str],
+                 save_dir: str) -> List[str]:
+    """fairseq-train's arguments (after ``python -m glue.fairseq_train --validations-per-epoch N``); ``c`` with
+    EPOCHS and FP16 resolved."""
+    t = c.text
     args = [
-        os.path.join(v["GLUE_BIN"], f"{task}-bin"), "--user-dir", os.path.join(REPO, "tupe_plugin"),
+        os.path.join(c.GLUE_BIN, f"{task}-bin"), "--user-dir", os.path.join(REPO, "tupe_plugin"),
         *facts["MODEL_ARGS"].split(),
-        "--restore-file", v["CHECKPOINT"], "--reset-optimizer", "--reset-dataloader", "--reset-meters",
+        "--restore-file", c.CHECKPOINT, "--reset-optimizer", "--reset-dataloader", "--reset-meters",
         "--reset-lr-scheduler",
         "--task", "sentence_prediction", "--criterion", "glue_sentence_prediction",
-        "--metric-averaging", v["METRIC_AVERAGING"], "--num-classes", facts["NUM_CLASSES"],
+        "--metric-averaging", c.METRIC_AVERAGING, "--num-classes", facts["NUM_CLASSES"],
         "--init-token", "0", "--separator-token", "2",
-        "--batch-size", v["SENTENCES_PER_BATCH"], "--max-tokens", v["MAX_TOKENS"], "--required-batch-size-multiple", "1",
-        "--optimizer", "adam", "--adam-betas", v["ADAM_BETAS"], "--adam-eps", v["ADAM_EPS"],
-        "--weight-decay", v["WEIGHT_DECAY"], "--clip-norm", v["CLIP_NORM"], "--lr", lr,
-        "--lr-scheduler", "warmup_ratio", "--warmup-ratio", v["WARMUP_RATIO"],
-        "--max-epoch", v["EPOCHS"], "--dropout", v["DROPOUT"], "--attention-dropout", v["ATTENTION_DROPOUT"],
-        "--pooler-dropout", v["POOLER_DROPOUT"], "--seed", seed,
+        "--batch-size", t("SENTENCES_PER_BATCH"), "--max-tokens", t("MAX_TOKENS"), "--required-batch-size-multiple", "1",
+        "--optimizer", "adam", "--adam-betas", c.ADAM_BETAS, "--adam-eps", t("ADAM_EPS"),
+        "--weight-decay", t("WEIGHT_DECAY"), "--clip-norm", t("CLIP_NORM"), "--lr", lr,
+        "--lr-scheduler", "warmup_ratio", "--warmup-ratio", t("WARMUP_RATIO"),
+        "--max-epoch", t("EPOCHS"), "--dropout", t("DROPOUT"), "--attention-dropout", t("ATTENTION_DROPOUT"),
+        "--pooler-dropout", t("POOLER_DROPOUT"), "--seed", seed,
         "--valid-subset", facts["VALID_SUBSETS"], "--best-checkpoint-metric", facts["METRIC"],
         "--maximize-best-checkpoint-metric",
         "--save-dir", save_dir, "--no-epoch-checkpoints", "--no-last-checkpoints",
-        "--log-format", "simple", "--log-interval", v["LOG_INTERVAL"], "--num-workers", v["NUM_WORKERS"],
+        "--log-format", "simple", "--log-interval", t("LOG_INTERVAL"), "--num-workers", t("NUM_WORKERS"),
         "--data-buffer-size", "0",  # no prefetch thread: it can abort the exit with status 134 (tupe_plugin/clean_exit.py)
     ]
     if facts["REGRESSION"] == "1":
         args.append("--regression-target")
-    if v["TRUNCATE"] == "1":
+    if c.TRUNCATE:
         args += ["--shorten-method", "truncate"]
     if int(facts["CUDA_DEVICES"]) == 0:
         args.append("--cpu")
-    if v["FP16"] == "1":
+    if c.FP16:
         args += ["--fp16", "--fp16-init-scale", "4", "--threshold-loss-scale", "1", "--fp16-scale-window", "128"]
-    args += v["EXTRA_ARGS"].split()
+    args += c.EXTRA_ARGS.split()
     # glue.fairseq_train validates exactly VALID_PER_EPOCH times per epoch (docs/glue_protocol.md §4)
-    args += ["--keep-interval-updates", "1"] if v["KEEP_CHECKPOINTS"] == "1" else ["--no-save"]
+    args += ["--keep-interval-updates", "1"] if c.KEEP_CHECKPOINTS else ["--no-save"]
     return args
 
 
-def check_run_settings(settings: Mapping[str, str], lrs: Sequence[str], seeds: Sequence[str]) -> None:
-    """Refuse (UsageError, naming the setting) an LR that is not a positive number, a seed that is not a whole
-    number, and every setting that is not of its kind (:data:`TUNABLES`, tupe_common.tunables.check): before any run
-    (the grid checks all its LRs and seeds at once)."""
+def check_run_settings(lrs: Sequence[str], seeds: Sequence[str]) -> None:
+    """Refuse (UsageError, naming the setting) an LR that is not a positive number and a seed that is not a whole
+    number: before any run (the grid checks all its LRs and seeds at once; the settings are checked as they are
+    read, :class:`FinetuneConfig`)."""
     for lr in lrs:
         if not re.fullmatch(r"[0-9]*\.?[0-9]+([eE][-+]?[0-9]+)?", lr) or float(lr) <= 0:
             raise UsageError(f"LR must be a positive number like 2e-5, not '{lr}'")
     for seed in seeds:
         if not re.fullmatch(r"-?[0-9]+", seed):
             raise UsageError(f"SEED must be a whole number, not '{seed}'")
-    tunables.check(TUNABLES, settings)
 
 
-def finetune(settings: Mapping[str, str], task: str, lr: str, seed: str, say: Say = say_to_stderr,
+def finetune(settings: FinetuneConfig, task: str, lr: str, seed: str, say: Say = say_to_stderr,
              environ: Mapping[str, str] = os.environ) -> str:
     """Fine-tune one run (or skip it when finished): returns its folder. Raises UsageError (exit 2) or RunFailed."""
     from glue.finetune_helper import facts_of, write_result
 
-    check_run_settings(settings, [lr], [seed])
-    v = dict(settings)
-    final, partial = run_dirs(v["RUNS"], task, lr, seed)
-    finished = check_finished(v, task, final, say)
+    check_run_settings([lr], [seed])
+    c = settings
+    final, partial = run_dirs(c.RUNS, task, lr, seed)
+    finished = check_finished(c, task, final, say)
     if not finished:
-        say(tunables.shown(TUNABLES, v))
-    if not v["CHECKPOINT"]:
+        say(tunables.shown(c))
+    if not c.CHECKPOINT:
         raise UsageError("CHECKPOINT is required: the pre-trained checkpoint to fine-tune")
     from tupe_plugin_cli.checkpoints import CheckpointError, check_file
 
     try:  # missing, a folder, not a checkpoint: one line naming it (exit 1)
-        check_file(v["CHECKPOINT"])
+        check_file(c.CHECKPOINT)
     except CheckpointError as e:
         raise RunFailed(f"CHECKPOINT={e}") from None
-    data = os.path.join(v["GLUE_BIN"], f"{task}-bin")
+    data = os.path.join(c.GLUE_BIN, f"{task}-bin")
     if not os.path.isdir(data):
-        raise RunFailed(f"{data}: no such folder (GLUE_BIN={v['GLUE_BIN']})")
-    inputs = run_inputs(v, task, lr, seed)
+        raise RunFailed(f"{data}: no such folder (GLUE_BIN={c.GLUE_BIN})")
+    inputs = run_inputs(c, task, lr, seed)
     if finished:
-        differ = other_inputs(os.path.join(final, "result.json"), inputs, v["CHECKPOINT"])
+        differ = other_inputs(os.path.join(final, "result.json"), inputs, c.CHECKPOINT)
         if differ:
             raise UsageError(f"{final} was made with other inputs ({differ}): set RUNS to another folder, or move "
                              "that run away to redo it")
         say(f"{task} {os.path.basename(final)}: already done ({os.path.join(final, 'result.json')}), skipping")
         return final
-    facts = facts_of(task, v["CHECKPOINT"], v["GLUE_BIN"])
-    if v["EPOCHS"] == "auto":
-        v["EPOCHS"] = facts["TASK_EPOCHS"]
-    if v["FP16"] == "auto":
-        v["FP16"] = "1" if int(facts["CUDA_DEVICES"]) > 0 else "0"
-    elif v["FP16"] == "1" and int(facts["CUDA_DEVICES"]) == 0:  # fairseq would end in a CUDA traceback
+    facts = facts_of(task, c.CHECKPOINT, c.GLUE_BIN)
+    gpus = int(facts["CUDA_DEVICES"])
+    if c.FP16 and not gpus:  # fairseq would end in a CUDA traceback
         raise UsageError("FP16=1 needs a GPU, but this machine sees no CUDA device: leave FP16 unset on CPU")
+    c = dataclasses.replace(c, EPOCHS=facts["TASK_EPOCHS"] if c.EPOCHS is None else c.EPOCHS,
+                            FP16=gpus > 0 if c.FP16 is None else c.FP16)
     say(f"{task}: {facts['NUM_CLASSES']} class(es), metric {facts['METRIC']} on {facts['VALID_SUBSETS']}, "
-        f"{v['EPOCHS']} epochs; checkpoint variant {facts['CHECKPOINT_VARIANT']} ({facts['MODEL_ARGS']})")
+        f"{c.EPOCHS} epochs; checkpoint variant {facts['CHECKPOINT_VARIANT']} ({facts['MODEL_ARGS']})")
     if shutil.which("fairseq-train") is None:
         raise UsageError("fairseq-train not found (activate the virtual environment)")
 
     shutil.rmtree(partial, ignore_errors=True)  # an earlier attempt that did not finish: redo from scratch
     os.makedirs(partial)
-    cmd = [sys.executable, "-m", "glue.fairseq_train", "--validations-per-epoch", v["VALID_PER_EPOCH"],
-           *fairseq_args(v, task, lr, seed, facts, os.path.join(partial, "checkpoints"))]
+    cmd = [sys.executable, "-m", "glue.fairseq_train", "--validations-per-epoch", c.text("VALID_PER_EPOCH"),
+           *fairseq_args(c, task, lr, seed, facts, os.path.join(partial, "checkpoints"))]
     with open(os.path.join(partial, "command.txt"), "w", encoding="utf-8") as f:
         f.write(shlex.join(cmd) + "\n")
     say("command:\n" + shlex.join(cmd))
     log, done_file = os.path.join(partial, "train.log"), os.path.join(partial, "done.txt")
     env = {**with_repo_path(environ), "TUPE_DONE_FILE": done_file}
-    status = run_logged(cmd, log, env, echo=v["QUIET"] != "1")
+    status = run_logged(cmd, log, env, echo=not c.QUIET)
     status = finished_status(status, done_file, say)
     if os.path.exists(done_file):
         os.remove(done_file)
@@ -249,12 +255,12 @@ def finetune(settings: Mapping[str, str], task: str, lr: str, seed: str, say: Sa
                         f"{': ' + reason if reason else ''}; log {log}", status)
 
     best = write_result(task=task, lr=lr, seed=seed, metric=facts["METRIC"], subsets=facts["VALID_SUBSETS"], log=log,
-                        variant=facts["CHECKPOINT_VARIANT"], checkpoint=v["CHECKPOINT"],
+                        variant=facts["CHECKPOINT_VARIANT"], checkpoint=c.CHECKPOINT,
                         out=os.path.join(partial, "result.json"), inputs=inputs)
     with open(os.path.join(partial, "best.txt"), "w", encoding="utf-8") as f:
         f.write(best + "\n")
     checkpoints = os.path.join(partial, "checkpoints")
-    if v["KEEP_CHECKPOINTS"] == "1" and os.path.isdir(checkpoints):
+    if c.KEEP_CHECKPOINTS and os.path.isdir(checkpoints):
         for name in os.listdir(checkpoints):
             if name != "checkpoint_best.pt" and os.path.isfile(os.path.join(checkpoints, name)):
                 os.remove(os.path.join(checkpoints, name))
@@ -303,7 +309,7 @@ Environment (default, meaning):
 
 
 def usage() -> str:
-    return USAGE + tunables.usage_rows(TUNABLES)
+    return USAGE + tunables.usage_rows(FinetuneConfig.tunables())
 
 
 def main(argv: Optional[Sequence[str]] = None, environ: Mapping[str, str] = os.environ) -> int:
@@ -315,8 +321,8 @@ def main(argv: Optional[Sequence[str]] = None, environ: Mapping[str, str] = os.e
         sys.stderr.write(usage())
         return 2
     try:
-        tunables.check_names([*DEFAULTS, *RENAMED], environ, PROG)
-        finetune(resolve(environ), *args, environ=environ)
+        tunables.check_names(FinetuneConfig.names(), environ, PROG)
+        finetune(read(environ), *args, environ=environ)
     except UsageError as e:
         say_to_stderr(f"error: {e}")
         return 2

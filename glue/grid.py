@@ -17,15 +17,17 @@ Tasks: the registry ``glue.tasks`` (``--tasks auto``: the paper's 8 and the cust
 ``array``, ``run`` and ``check`` refuse (exit 1, a missing input) when a task to run has no
 ``GLUE_BIN/TASK-bin``; ``run`` stops starting runs when one exits 2 (a usage error, which every run would
 repeat). Local runs go through the project's one job runner (``tupe_common.jobs``). ``sh`` is all of
-``glue/grid.sh`` (a thin entry point): its settings (:data:`TUNABLES`) read from the environment, the checkpoint and
+``glue/grid.sh`` (a thin entry point): its settings (:class:`GridConfig`) read from the environment, the checkpoint and
 binaries checked before the first run, the runs, then the table (``glue.collect``).
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import os
 import sys
+from dataclasses import dataclass
 from typing import List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from glue.collect import read_result_json
@@ -34,23 +36,26 @@ from tupe_common import jobs as runner
 from tupe_common import tunables
 from tupe_common.errors import UsageError, exit_main, stdout_reader_left
 from tupe_common.log import get_logger
-from tupe_common.tunables import Tunable, table
+from tupe_common.tunables import Settings, setting
 
 FINETUNE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "finetune.sh")
 log = get_logger("grid")
 PROG = "grid.sh"
 
-# glue/grid.sh's settings. NAME | kind (tupe_common.tunables.KINDS) | default | help
-TUNABLES: Tuple[Tunable, ...] = table("""
-TASKS |  | auto | tasks (spaces or commas); auto: the paper's {tasks} and every custom task binarized in GLUE_BIN
-LRS |  | {lrs} | learning rates (default: the paper's)
-SEEDS |  | {seeds} | seeds (default: the paper's)
-RUNS |  | runs | output root (RUNS/TASK/lr{{LR}}_seed{{SEED}}/)
-GLUE_BIN |  | glue-bin | binaries of python -m preprocess.glue_binarize (TASK-bin/)
-JOBS | auto/int1 | auto | runs at a time, locally (auto: one per GPU, 1 on CPU)
-GPU_IDS |  | auto | GPUs for the local runs (auto: all visible; none on CPU)
-CHECKPOINT |  |  | pre-trained checkpoint (required; see glue/finetune.sh --help for the rest)
-""", tasks=" ".join(PAPER_TASKS), lrs=" ".join(PAPER_LRS), seeds=" ".join(PAPER_SEEDS))
+@dataclass(frozen=True)
+class GridConfig(Settings):
+    """glue/grid.sh's settings (every setting of glue/finetune.sh passes through to its runs)."""
+
+    TASKS: str = setting("auto", f"tasks (spaces or commas); auto: the paper's {' '.join(PAPER_TASKS)} and every "
+                         "custom task binarized in GLUE_BIN")
+    LRS: Tuple[float, ...] = setting(" ".join(PAPER_LRS), "learning rates (default: the paper's)", "[num+]")
+    SEEDS: Tuple[int, ...] = setting(" ".join(PAPER_SEEDS), "seeds (default: the paper's)", "[int]")
+    RUNS: str = setting("runs", "output root (RUNS/TASK/lr{LR}_seed{SEED}/)")
+    GLUE_BIN: str = setting("glue-bin", "binaries of python -m preprocess.glue_binarize (TASK-bin/)")
+    JOBS: Optional[int] = setting("auto", "runs at a time, locally (auto: one per GPU, 1 on CPU)", "auto/int1")
+    GPU_IDS: str = setting("auto", "GPUs for the local runs (auto: all visible; none on CPU)")
+    CHECKPOINT: str = setting("", "pre-trained checkpoint (required; see glue/finetune.sh --help for the rest)")
+
 
 USAGE = """The paper's GLUE grid: every task x LR x seed (by default the paper's {n_tasks} tasks, {n_lrs} LRs and {n_seeds}
 seeds: {n_runs} runs), one glue/finetune.sh run each, then the results table (python -m glue.collect RUNS).
@@ -135,21 +140,22 @@ def run_local(todo: List[Job], runs: str, n_slots: int, gpus: List[str], script:
 
 
 def runs_with_other_inputs(done: Sequence[Job], runs: str, environ: Mapping[str, str],
-                           grid_settings: Mapping[str, str]) -> Optional[str]:
+                           grid_settings: GridConfig) -> Optional[str]:
     """The error line when finished runs of the grid were made with other inputs than glue/finetune.sh would use
     now (``glue.finetune.run_inputs``: the checkpoint, the binaries, every setting that changes a result), else
     None: the grid would count them done and the table would mix them with new ones."""
     from glue import finetune
 
-    settings = finetune.resolve({**environ, "CHECKPOINT": grid_settings["CHECKPOINT"],
-                                 "GLUE_BIN": grid_settings["GLUE_BIN"], "RUNS": runs}, say=lambda line: None)
+    settings = finetune.read(environ, say=lambda line: None)
+    settings = dataclasses.replace(settings, CHECKPOINT=grid_settings.CHECKPOINT, GLUE_BIN=grid_settings.GLUE_BIN,
+                                   RUNS=runs)
     differ = []
     for job in done:
-        if not os.path.isdir(os.path.join(settings["GLUE_BIN"], f"{job.task}-bin")):
+        if not os.path.isdir(os.path.join(settings.GLUE_BIN, f"{job.task}-bin")):
             continue  # binaries removed after the run: its inputs cannot be compared (the table still reads it)
         result = os.path.join(runs, job.task, job.name, "result.json")
         why = finetune.other_inputs(result, finetune.run_inputs(settings, job.task, job.lr, job.seed),
-                                    settings["CHECKPOINT"])
+                                    settings.CHECKPOINT)
         if why:
             differ.append(f"{job.task} {job.name} ({why})")
     if not differ:
@@ -183,10 +189,10 @@ def grid_of(tasks: str, lrs: str, seeds: str, glue_bin: str) -> Tuple[List[str],
     lr_list, seed_list = split_list(lrs), split_list(seeds)
     if not (names and lr_list and seed_list):
         raise UsageError("TASKS, LRS and SEEDS (--tasks, --lrs, --seeds) must not be empty")
-    for setting, values in (("TASKS", names), ("LRS", lr_list), ("SEEDS", seed_list)):
+    for name, values in (("TASKS", names), ("LRS", lr_list), ("SEEDS", seed_list)):
         twice = sorted({x for x in values if values.count(x) > 1})
         if twice:  # one run folder each: a repeat would run twice into it
-            raise UsageError(f"{setting} lists {', '.join(twice)} more than once ({' '.join(values)})")
+            raise UsageError(f"{name} lists {', '.join(twice)} more than once ({' '.join(values)})")
     return names, lr_list, seed_list, jobs(names, lr_list, seed_list)
 
 
@@ -263,86 +269,77 @@ def main_sh(argv: Sequence[str], environ: Mapping[str, str]) -> int:
     """``glue/grid.sh [--slurm | --list]``: the settings from ``environ``; exit 2 on a usage error, 1 when the
     checkpoint, a task's binaries or a run fail."""
     if list(argv[:1]) in (["-h"], ["--help"]):
-        sys.stdout.write(USAGE + tunables.usage_rows(TUNABLES))
+        sys.stdout.write(USAGE + tunables.usage_rows(GridConfig.tunables()))
         return 0
     if len(argv) > 1 or argv and argv[0] not in ("--slurm", "--list"):
-        sys.stderr.write(USAGE + tunables.usage_rows(TUNABLES))
+        sys.stderr.write(USAGE + tunables.usage_rows(GridConfig.tunables()))
         return 2
     mode = argv[0][2:] if argv else "local"
     from glue import finetune
 
-    try:  # every variable of finetune.sh passes through
-        tunables.check_names([*(t.name for t in TUNABLES), *finetune.DEFAULTS, *finetune.RENAMED], environ, PROG)
+    try:  # every variable of finetune.sh passes through, and is checked before the first run
+        tunables.check_names([*GridConfig.names(), *finetune.FinetuneConfig.names()], environ, PROG)
+        c = GridConfig.read(environ, say)
+        say(tunables.shown(c))
+        tasks, lrs, seeds, grid = grid_of(c.TASKS, c.text("LRS"), c.text("SEEDS"), c.GLUE_BIN)
+        say(f"tasks: {' '.join(tasks)}")
+        finetune.check_run_settings(lrs, seeds)
+        finetune.read(environ, say=lambda line: None)
     except UsageError as e:
         say(f"error: {e}")
         return 2
-    v = tunables.resolve(TUNABLES, environ, say)
-    say(tunables.shown(TUNABLES, v))
-    try:
-        tunables.check(TUNABLES, v)
-        tasks, lrs, seeds, grid = grid_of(v["TASKS"], v["LRS"], v["SEEDS"], v["GLUE_BIN"])
-    except UsageError as e:
-        say(f"error: {e}")
-        return 2
-    say(f"tasks: {' '.join(tasks)}")
-
-    try:  # every LR and seed, and finetune.sh's settings, before the first run (not at the run that needs them)
-        finetune.check_run_settings(finetune.resolve(environ, say=lambda line: None), lrs, seeds)
-    except UsageError as e:
-        say(f"error: {e}")
-        return 2
-    todo = [j for j in grid if not j.done(v["RUNS"])]
+    todo = [j for j in grid if not j.done(c.RUNS)]
     python = environ.get("PYTHON") or "python"
     if mode == "list":
         print_list(grid, todo)
         return 0
     if mode == "slurm" and not todo:
-        print(f"all {len(grid)} runs are done; the table: {python} -m glue.collect {v['RUNS']}")
+        print(f"all {len(grid)} runs are done; the table: {python} -m glue.collect {c.RUNS}")
         return 0
-    if not v["CHECKPOINT"]:
+    if not c.CHECKPOINT:
         say("error: CHECKPOINT is required: the pre-trained checkpoint to fine-tune")
         return 2
     from tupe_common.errors import message
     from tupe_common.io import need
 
     try:  # missing, or a folder: one line naming it (its contents are each run's check, finetune.sh's)
-        need(v["CHECKPOINT"])
+        need(c.CHECKPOINT)
     except OSError as e:
         say(f"error: CHECKPOINT={message(e)}")
         return 1
-    missing = missing_binaries(todo, v["GLUE_BIN"], f"GLUE_BIN={v['GLUE_BIN']}")
+    missing = missing_binaries(todo, c.GLUE_BIN, f"GLUE_BIN={c.GLUE_BIN}")
     if missing:
         say(f"error: {missing}")
         return 1  # a missing input, as everywhere (docs/troubleshooting.md: exit codes)
-    made_otherwise = runs_with_other_inputs([j for j in grid if j not in todo], v["RUNS"], environ, v)
+    made_otherwise = runs_with_other_inputs([j for j in grid if j not in todo], c.RUNS, environ, c)
     if made_otherwise:
         say(f"error: {made_otherwise}")
         return 2
     if mode == "slurm":
-        settings = " ".join(f'{k}="{v[k]}"' for k in ("CHECKPOINT", "GLUE_BIN", "RUNS"))
+        settings = " ".join(f'{k}="{c.text(k)}"' for k in ("CHECKPOINT", "GLUE_BIN", "RUNS"))
         print(f"# {len(todo)} of {len(grid)} runs to do; submit from the repository root (add %N to the array to run N "
               "at a time):")
-        print(f'{settings} TASKS="{" ".join(tasks)}" LRS="{v["LRS"]}" SEEDS="{v["SEEDS"]}" sbatch '
+        print(f'{settings} TASKS="{" ".join(tasks)}" LRS="{" ".join(lrs)}" SEEDS="{" ".join(seeds)}" sbatch '
               f"--array={runner.slurm_ranges([j.index for j in todo])} glue/grid.sbatch")
-        print(f"# then: {python} -m glue.collect {v['RUNS']}")
+        print(f"# then: {python} -m glue.collect {c.RUNS}")
         return 0
-    gpus = (" ".join(map(str, range(runner.cuda_device_count()))) if v["GPU_IDS"] == "auto"
-            else "" if v["GPU_IDS"] == "none" else v["GPU_IDS"])
+    gpus = (" ".join(map(str, range(runner.cuda_device_count()))) if c.GPU_IDS == "auto"
+            else "" if c.GPU_IDS == "none" else c.GPU_IDS)
     try:
-        check_gpu_ids(v["GPU_IDS"], split_list(gpus), runner.cuda_device_count)
-        n_jobs = (len(split_list(gpus)) or 1) if v["JOBS"] == "auto" else tunables.whole(v, "JOBS")
+        check_gpu_ids(c.GPU_IDS, split_list(gpus), runner.cuda_device_count)
+        n_jobs = (len(split_list(gpus)) or 1) if c.JOBS is None else c.JOBS
     except UsageError as e:
         say(f"error: {e}")
         return 2
     say(f"local runs: JOBS={n_jobs} GPU_IDS='{gpus}'")
     announce(grid, todo, tasks, lrs, seeds, n_jobs)
-    env = {**environ, "CHECKPOINT": v["CHECKPOINT"], "GLUE_BIN": v["GLUE_BIN"]}
-    status = run_local(todo, v["RUNS"], n_jobs, split_list(gpus), FINETUNE, env)
+    env = {**environ, "CHECKPOINT": c.CHECKPOINT, "GLUE_BIN": c.GLUE_BIN}
+    status = run_local(todo, c.RUNS, n_jobs, split_list(gpus), FINETUNE, env)
     if status == 2:  # refused, or stopped at a usage error: no table
         return 2
     from glue import collect
 
-    collected = collect.main([v["RUNS"], "--expected-lrs", ",".join(lrs), "--expected-seeds", ",".join(seeds)])
+    collected = collect.main([c.RUNS, "--expected-lrs", ",".join(lrs), "--expected-seeds", ",".join(seeds)])
     return status or collected
 
 

@@ -90,7 +90,7 @@ def check_names(environ) -> None:
     def c4_settings():
         from preprocess.c4 import pipeline
 
-        return [t.name for t in pipeline.settings()]
+        return pipeline.config_class().names()
 
     check([s.name for s in SETTINGS], environ, "study.sh", prefixes=("FT_",), passed_on=c4_settings)
 

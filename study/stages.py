@@ -139,14 +139,14 @@ def run_pretrain(plan: Plan, label: str, seed: int) -> None:
     from preprocess.c4_data import DataError
     from train_scripts import pretrain
 
-    settings = {**pretrain.DEFAULTS, **{k: str(x) for k, x in dict(
+    settings = dict(
         DATA=data, VARIANT=name, OBJECTIVE=objective, GENERATOR_SIZE_DIVISOR=v["GENERATOR_SIZE_DIVISOR"],
         DISC_WEIGHT=v["DISC_WEIGHT"], SIZE=v["SIZE"], SAVE_DIR=out, TENSORBOARD_DIR=os.path.join(out, "tensorboard"),
         GPUS=v["GPUS"], SENTENCES_PER_UPDATE=v["BATCH_SIZE"], MAX_SENTENCES=v["MAX_SENTENCES"],
         TOKENS_PER_SAMPLE=v["TOKENS_PER_SAMPLE"], MAX_POSITIONS=plan.max_positions, TOTAL_UPDATES=v["TOTAL_UPDATES"],
         WARMUP=v["WARMUP"], LR=v["PRETRAIN_LR"], SEED=seed, SAVE_INTERVAL_UPDATES=interval, KEEP_INTERVAL_UPDATES=1,
         KEEP_PATTERN=-1, LOG_INTERVAL=max(interval // 2, 1), NUM_WORKERS=v["NUM_WORKERS"],
-        EXTRA_ARGS=f"{v['MODEL_ARGS']} {valid_args}").items()}}
+        EXTRA_ARGS=f"{v['MODEL_ARGS']} {valid_args}")
     log = os.path.join(out, "train.log")
     os.makedirs(out, exist_ok=True)
     with open(log, "a", encoding="utf-8") as f:  # what pretrain.sh says goes to the log, as its output did
@@ -154,7 +154,7 @@ def run_pretrain(plan: Plan, label: str, seed: int) -> None:
             f.write(f"{pretrain.PROG}: {line}\n")
 
         try:
-            run, cmd = pretrain.prepare(settings, os.environ, say=say)
+            run, cmd = pretrain.prepare(pretrain.PretrainConfig(**settings), os.environ, say=say)
         except (UsageError, DataError) as e:
             raise PartFailed(f"pre-training {label} seed {seed}: {e}") from None
         except pretrain.RecordRefused:
@@ -259,17 +259,16 @@ def run_finetune(plan: Plan, label: str, seed: int, task: str, lr: str, k: int) 
     # checkpoint is kept for its dev predictions and word-order sets, then removed
     from glue import finetune
 
-    settings = {**finetune.DEFAULTS, "CHECKPOINT": ckpt, "GLUE_BIN": tasks_bin(plan), "RUNS": runs,
-                "EPOCHS": v["FT_EPOCHS"], "SENTENCES_PER_BATCH": v["FT_BATCH"], "QUIET": "1",
-                "NUM_WORKERS": v["NUM_WORKERS"], "KEEP_CHECKPOINTS": "1",
-                "EXTRA_ARGS": f"{v['MODEL_ARGS']} {v['FT_EXTRA_ARGS']}"}
+    settings = dict(CHECKPOINT=ckpt, GLUE_BIN=tasks_bin(plan), RUNS=runs, EPOCHS=v["FT_EPOCHS"],
+                    SENTENCES_PER_BATCH=v["FT_BATCH"], QUIET="1", NUM_WORKERS=v["NUM_WORKERS"], KEEP_CHECKPOINTS="1",
+                    EXTRA_ARGS=f"{v['MODEL_ARGS']} {v['FT_EXTRA_ARGS']}")
     os.makedirs(os.path.dirname(log), exist_ok=True)
     with open(log, "a", encoding="utf-8") as f:  # what finetune.sh says: this run's notes (fairseq's: train.log)
         def say(line: str) -> None:
             f.write(f"{finetune.PROG}: {line}\n")
 
         try:
-            finetune.finetune(settings, task, lr, str(k), say=say, environ=child_env())
+            finetune.finetune(finetune.FinetuneConfig(**settings), task, lr, str(k), say=say, environ=child_env())
         except (UsageError, ValueError, OSError, finetune.RunFailed) as e:
             f.flush()
             sys.stderr.write(tail(log))

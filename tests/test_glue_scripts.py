@@ -287,9 +287,11 @@ def test_bad_lrs_seeds_and_batches_are_refused_before_any_run(tmp_path, capsys):
 
     env = {"RUNS": str(tmp_path / "runs"), "TASKS": "RTE", "LRS": "1e-3,abc", "SEEDS": "1", "GLUE_BIN": str(tmp_path)}
     assert main_sh(["--list"], env) == 2
-    assert capsys.readouterr().err.splitlines()[-1] == "grid.sh: error: LR must be a positive number like 2e-5, not 'abc'"
+    assert capsys.readouterr().err.splitlines()[-1] == ("grid.sh: error: LRS must be a list (spaces or commas) of which "
+                                                        "each is a number > 0, not 'abc' (in '1e-3,abc')")
     assert main_sh(["--list"], dict(env, LRS="1e-3", SEEDS="1 x")) == 2
-    assert "SEED must be a whole number, not 'x'" in capsys.readouterr().err
+    assert "SEEDS must be a list (spaces or commas) of which each is an integer, not 'x' (in '1 x')" in \
+        capsys.readouterr().err
     assert main_sh(["--list"], dict(env, LRS="1e-3", SENTENCES_PER_BATCH="0")) == 2
     assert "SENTENCES_PER_BATCH must be a positive whole number, not '0'" in capsys.readouterr().err
     for argv, extra, message in ((["RTE", "0", "1"], {}, "LR must be a positive number like 2e-5, not '0'"),

@@ -11,8 +11,8 @@ from train_scripts import pretrain
 from tupe_common.errors import UsageError
 
 
-def settings(**values: str) -> dict:
-    return {**pretrain.DEFAULTS, "DATA": "/data", "SIZE": "tiny", **values}
+def settings(**values: str) -> pretrain.PretrainConfig:
+    return pretrain.PretrainConfig(**{"DATA": "/data", "SIZE": "tiny", **values})
 
 
 @pytest.fixture(autouse=True)

@@ -1,19 +1,30 @@
-"""The settings of a script read from the environment (``train_scripts/pretrain.py``, ``glue/finetune.py``, ``glue/grid.py``,
-``preprocess/c4/pipeline.py``; the study reads its own table with :func:`whole` too).
+"""The settings of a script read from the environment, once, into a typed settings class (``PretrainConfig`` of
+``train_scripts/pretrain.py``, ``FinetuneConfig`` and ``GridConfig`` of ``glue/``, ``C4Config`` of
+``preprocess/c4/pipeline.py``): one mechanism for every entry point.
 
-A table is written as lines ``NAME | kind | default | help`` (``str.format`` fills ``{...}`` in the default and the
-help, so a default can come from the recipe); the kind says what a value may be (:data:`KINDS`: ``int1`` a whole
-number >= 1, ``auto/int1`` the word auto or one, ``mlm/electra`` one of the words, empty: any text), and
-:func:`check` refuses every value of another kind by name, before any work; a setting's value is its non-empty environment value, else its default; an
-old name still sets the new one, with a warning. ``--help`` lists the table (:func:`usage_rows`); a run prints every
-value beside its default (:func:`shown`); :func:`whole` reads a setting as a whole number or names it in a usage
-error; :func:`check_names` refuses a misspelt setting (``VARIENT=bert-a``) before any work, with "did you mean".
+A settings class is a frozen dataclass of :class:`Settings` whose fields are named as the environment variables
+(``TOTAL_UPDATES``), each declared with :func:`setting` (its default as the environment would write it, its help,
+its kind)::
+
+    @dataclass(frozen=True)
+    class PretrainConfig(Settings):
+        TOTAL_UPDATES: Optional[int] = setting("auto", "updates (auto: the recipe's)", "auto/int1")
+
+The kind says what a value may be (:data:`KINDS`: ``int1`` a whole number >= 1, ``auto/int1`` the word auto or
+one, ``mlm/electra`` one of the words, ``[num+]`` a list of numbers > 0, empty: any text) and what it becomes
+(:func:`parse`: an int, a :class:`Num`, a bool for ``0/1``, None for ``auto``, a tuple for a list, else the text).
+Every construction checks and converts every field, from text or from a value (so ``replace(config, GPUS=2)`` is
+checked too): a value of another kind is a UsageError naming the setting, before any work.
+``Config.read(environ)`` takes a setting's non-empty environment value, else its default (an old name still sets
+the new one, with a warning); ``--help`` lists :meth:`Settings.tunables`; a run prints :func:`shown`;
+:func:`check_names` refuses a misspelt setting (``VARIENT=bert-a``) before any work, with "did you mean".
 """
 from __future__ import annotations
 
+import dataclasses
 import re
-from dataclasses import dataclass
-from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from dataclasses import dataclass, field
+from typing import Any, Callable, ClassVar, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Type, TypeVar
 
 from tupe_common.errors import UsageError
 
@@ -56,35 +67,159 @@ KINDS: Dict[str, Tuple[Callable[[str], bool], str]] = {
 }
 
 
+def _element(kind: str) -> Optional[str]:
+    """The element kind of a list kind ``[num+]``; None for any other kind."""
+    return kind[1:-1] if kind.startswith("[") and kind.endswith("]") else None
+
+
+def items(text: str) -> List[str]:
+    """A list setting's elements: split on spaces and commas; ``none`` is the empty list."""
+    return [] if text.strip() == "none" else text.replace(",", " ").split()
+
+
 def fits(kind: str, value: str) -> bool:
-    """Whether ``value`` is of ``kind`` (empty: anything)."""
+    """Whether ``value`` is of ``kind`` (empty: anything; ``[k]``: a list of k)."""
+    element = _element(kind)
+    if element is not None:
+        return all(fits(element, x) for x in items(value))
     return not kind or any(KINDS[k][0](value) if k in KINDS else value == k for k in kind.split("/"))
 
 
 def describe(kind: str) -> str:
     """``kind`` in words: 'auto or a positive whole number', 'mlm or electra', 'one of auto, 0, 1'."""
+    element = _element(kind)
+    if element is not None:
+        return f"a list (spaces or commas) of which each is {describe(element)}"
     said = [KINDS[k][1] if k in KINDS else k for k in kind.split("/")]
     return f"one of {', '.join(said)}" if len(said) > 2 else " or ".join(said)
 
 
-def check(tunables: Sequence[Tunable], values: Mapping[str, str]) -> None:
-    """UsageError for the first value that is not of its tunable's kind, naming the setting and what it may be;
-    every choice, number and list is checked at once, before any work."""
-    for t in tunables:
-        if not fits(t.kind, values[t.name]):
-            raise UsageError(f"{t.name} must be {describe(t.kind)}, not '{values[t.name]}'")
+class Num(float):
+    """A number that keeps the text it was written as: ``Num("1e-4")`` is 0.0001 and prints as 1e-4 (commands
+    and records show the user's spelling, and a recorded run compares as it did)."""
+
+    text: str
+
+    def __new__(cls, text: str) -> "Num":
+        number = super().__new__(cls, float(text))
+        number.text = text
+        return number
+
+    def __str__(self) -> str:
+        return self.text
+
+    def __repr__(self) -> str:
+        return f"Num({self.text!r})"
+
+
+def parse(kind: str, value: str) -> Any:
+    """``value`` (of ``kind``, :func:`fits`) as what a program uses: None for ``auto``, a bool for a ``0/1``
+    choice, an int for the int kinds, a :class:`Num` for the number kinds, a tuple for a list, else the text."""
+    element = _element(kind)
+    if element is not None:
+        return tuple(parse(element, x) for x in items(value))
+    words = kind.split("/") if kind else []
+    if value == "auto" and "auto" in words:
+        return None
+    if {w for w in words if w != "auto"} == {"0", "1"}:
+        return value == "1"
+    for w in words:
+        if w in KINDS and KINDS[w][0](value):
+            return int(value) if w.startswith("int") else Num(value)
+    return value
+
+
+def text(value: Any) -> str:
+    """A parsed value as the environment writes it (:func:`parse` undone): auto, 1/0, a list joined by spaces."""
+    if value is None:
+        return "auto"
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, tuple):
+        return " ".join(text(x) for x in value)
+    return str(value)
+
+
+def setting(default: str, help: str, kind: str = "", **extra: Any) -> Any:
+    """A field of a :class:`Settings` class: ``default`` as the environment would write it (``{NAME}`` in the help
+    is written as is), ``kind`` what a value may be (:data:`KINDS`), ``extra`` what a script adds to the row."""
+    for word in (_element(kind) or kind).split("/") if kind else ():
+        if not re.fullmatch(r"[a-z_0-9+.\-]+", word):
+            raise ValueError(f"kind word {word!r} (of {kind!r})")
+    return field(default=default, metadata={"help": help, "kind": kind, **extra})
+
+
+S = TypeVar("S", bound="Settings")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """A script's settings, typed (module docstring). Subclasses set ``RENAMED`` (old name -> new name)."""
+
+    RENAMED: ClassVar[Mapping[str, str]] = {}
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            raw = value if isinstance(value, str) else text(value)
+            kind = f.metadata["kind"]
+            if not fits(kind, raw):
+                element = _element(kind)
+                bad = next((x for x in items(raw) if not fits(element, x)), raw) if element is not None else raw
+                raise UsageError(f"{f.name} must be {describe(kind)}, not '{bad}'"
+                                 + (f" (in '{raw}')" if bad != raw else ""))
+            object.__setattr__(self, f.name, parse(f.metadata["kind"], raw))
+
+    @classmethod
+    def tunables(cls) -> Tuple[Tunable, ...]:
+        """The rows of ``--help`` and of :func:`check_names`: name, default, help, kind, in declaration order."""
+        return tuple(Tunable(f.name, f.default, f.metadata["help"], f.metadata["kind"])
+                     for f in dataclasses.fields(cls))
+
+    @classmethod
+    def names(cls) -> List[str]:
+        """Every setting's name and every old name (what :func:`check_names` knows)."""
+        return [*(f.name for f in dataclasses.fields(cls)), *cls.RENAMED]
+
+    @classmethod
+    def read(cls: Type[S], environ: Mapping[str, str], say: Optional["Say"] = None, **values: Any) -> S:
+        """The settings of ``environ`` (a non-empty value, else the default; ``values`` given by the caller
+        instead), each checked and converted; an old name sets the new one, with a warning to ``say``."""
+        raw = resolve(cls.tunables(), environ, say or (lambda line: None), cls.RENAMED)
+        return cls(**{**raw, **values})
+
+    def text(self, name: str) -> str:
+        """Setting ``name`` as the environment writes it."""
+        return text(getattr(self, name))
+
+    def texts(self) -> Dict[str, str]:
+        """Every setting as the environment writes it (a child process's environment, a record)."""
+        return {f.name: self.text(f.name) for f in dataclasses.fields(self)}
 
 
 def table(text: str, **values: object) -> Tuple[Tunable, ...]:
-    """The tunables of ``text``'s ``NAME | kind | default | help`` lines (blank lines skipped)."""
+    """The tunables of ``text``'s ``NAME | kind | default | help`` lines (blank lines skipped; ``str.format`` fills
+    ``{...}`` in each part with ``values``)."""
     rows = []
     for line in text.strip().splitlines():
-        name, kind, default, help_ = (part.strip() for part in line.split("|", 3))
-        for word in kind.split("/") if kind else ():
-            if not re.fullmatch(r"[a-z_0-9+.\-]+", word):
-                raise ValueError(f"{name}: kind word {word!r} (table line {line!r})")
-        rows.append(Tunable(name, default.format(**values), help_.format(**values), kind))
+        name, kind, default, help_ = (part.strip().format(**values) for part in line.split("|", 3))
+        setting(default, help_, kind)  # checks the kind's words
+        rows.append(Tunable(name, default, help_, kind))
     return tuple(rows)
+
+
+def settings_class(name: str, rows: Sequence[Tunable], doc: str) -> Type[Settings]:
+    """A :class:`Settings` class made from table rows, for settings whose defaults are known only at run time (the
+    C4 pipeline's come from its steps' parsers, which import sentencepiece)."""
+    fields = [(t.name, Any, setting(t.default, t.help, t.kind)) for t in rows]
+    return dataclasses.make_dataclass(name, fields, bases=(Settings,), frozen=True, namespace={"__doc__": doc})
+
+
+def check(tunables: Sequence[Tunable], values: Mapping[str, str]) -> None:
+    """UsageError for the first value that is not of its tunable's kind, naming the setting and what it may be."""
+    for t in tunables:
+        if not fits(t.kind, values[t.name]):
+            raise UsageError(f"{t.name} must be {describe(t.kind)}, not '{values[t.name]}'")
 
 
 def resolve(tunables: Sequence[Tunable], environ: Mapping[str, str], say: Say,
@@ -118,10 +253,10 @@ def usage_rows(tunables: Sequence[Tunable]) -> str:
     return "".join(f"  {t.name:<22} {t.default or chr(34) * 2:<20} {t.help}\n" for t in tunables)
 
 
-def shown(tunables: Sequence[Tunable], values: Mapping[str, str]) -> str:
-    """``environment (NAME=value [default])`` and a line per tunable: what a run prints as it starts."""
+def shown(settings: Settings) -> str:
+    """``environment (NAME=value [default])`` and a line per setting: what a run prints as it starts."""
     return "environment (NAME=value [default])\n" + "\n".join(
-        f"  {f'{t.name}={values[t.name]}':<22} [{t.default}]" for t in tunables)
+        f"  {f'{t.name}={settings.text(t.name)}':<22} [{t.default}]" for t in settings.tunables())
 
 
 def edit_distance(a: str, b: str) -> int:

@@ -28,7 +28,7 @@ USAGE = {"run": "[NAME=value ...] python -m preprocess.c4 run [C4_DIR]   (or: pr
 
 def usage(command: str) -> str:
     return (f"{pipeline.__doc__}\nUsage: {USAGE[command]}\n\nEnvironment (default, meaning):\n"
-            + tunables.usage_rows(pipeline.settings()))
+            + tunables.usage_rows(pipeline.config_class().tunables()))
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -45,7 +45,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(usage(command))
         return 0
     try:
-        tunables.check_names([t.name for t in pipeline.settings()], os.environ, f"python -m preprocess.c4 {command}")
+        tunables.check_names(pipeline.config_class().names(), os.environ, f"python -m preprocess.c4 {command}")
         if command in ("run", "slurm"):
             if len(rest) > 1:
                 raise UsageError(f"{command} takes at most one argument, C4_DIR (not {' '.join(rest)})")

@@ -24,14 +24,15 @@ import io
 import os
 import shlex
 import sys
+import dataclasses
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, List, Mapping, Optional, Sequence, Type
 
 from tupe_common import tunables
 from tupe_common.errors import UsageError
 from tupe_common.jobs import Job, cores, run_jobs, stderr_say
 from tupe_common.io import need
-from tupe_common.tunables import Say, Tunable
+from tupe_common.tunables import Say, Settings
 
 STEPS = ("extract", "spm", "binarize", "layout")
 SAY = stderr_say("preprocess.c4")
@@ -49,10 +50,14 @@ def step_parser(step: str) -> argparse.ArgumentParser:
 
 
 @functools.lru_cache(maxsize=None)
-def settings() -> Tuple[Tunable, ...]:
-    """The settings of ``run`` and ``task`` (environment names, as run_all.sh always read them)."""
+def config_class() -> Type[Settings]:
+    """``C4Config``: the settings of ``run`` and ``task`` (environment names, as run_all.sh always read them); made
+    on first use, since the steps' defaults come from their parsers (which import sentencepiece)."""
     d = {step: step_parser(step) for step in ("extract", "spm", "binarize", "layout")}
-    return tunables.table("""
+    from preprocess.c4_layout import LINK_MODES  # the steps' own choices
+    from preprocess.c4_spm import MODEL_TYPES
+
+    rows = tunables.table("""
         C4_DIR |  | | folder of C4 files (or the argument of run)
         OUT_DIR |  | c4_prep | output root
         TEXT_DIR |  | OUT_DIR/text | step 1 output
@@ -67,7 +72,7 @@ def settings() -> Tuple[Tunable, ...]:
         MAX_WARNINGS | int0 | {max_warnings} | file:line warnings per skip reason (step 1)
         TEXT_EXT | .txt/.txt.gz | .txt | step 1 text files: .txt, or .txt.gz (gzip)
         VOCAB_SIZE | int1 | {vocab_size} | sentencepiece pieces (step 2)
-        MODEL_TYPE |  | {model_type} | sentencepiece model: bpe or unigram (step 2)
+        MODEL_TYPE | {model_types} | {model_type} | sentencepiece model: bpe or unigram (step 2)
         SPM_SAMPLE_SENTENCES | int1 | {sample_sentences} | lines sampled to train sentencepiece (step 2)
         SPM_MAX_FILES | int0 | {max_files} | sample from K evenly spaced text files (0: all) (step 2)
         CHARACTER_COVERAGE | num+ | {character_coverage} | sentencepiece --character_coverage (step 2)
@@ -77,7 +82,7 @@ def settings() -> Tuple[Tunable, ...]:
         TOKENS_PER_SAMPLE | int0 | {tokens_per_sample} | pre-training's --tokens-per-sample: longer lines are split to fit (step 3)
         WORKERS | auto/int0 | auto | encoding processes per task (auto: run: cores / JOBS; task: SLURM_CPUS_PER_TASK, else all) (step 3)
         CHUNK_BYTES | int1 | {chunk_bytes} | bytes of text per work item (step 3)
-        LINK_MODE |  | {link} | hardlink, symlink or copy (step 4)
+        LINK_MODE | {link_modes} | {link} | hardlink, symlink or copy (step 4)
         PROGRESS_SECONDS | num0 | 30 | progress line interval (0: off)
         FORCE | 0/1 | 0 | 1: redo finished outputs (needed after changing a setting; otherwise refused)
         JOBS | auto/int1 | auto | run: tasks of a step at a time (auto: all usable cores)
@@ -87,34 +92,28 @@ def settings() -> Tuple[Tunable, ...]:
         sample_sentences=d["spm"].get_default("sample_sentences"), max_files=d["spm"].get_default("max_files"),
         character_coverage=d["spm"].get_default("character_coverage"), seed=d["spm"].get_default("seed"),
         tokens_per_sample=d["binarize"].get_default("tokens_per_sample"),
-        chunk_bytes=d["binarize"].get_default("chunk_bytes"), link=d["layout"].get_default("link"))
+        chunk_bytes=d["binarize"].get_default("chunk_bytes"), link=d["layout"].get_default("link"),
+        model_types="/".join(MODEL_TYPES), link_modes="/".join(LINK_MODES))
+    return tunables.settings_class("C4Config", rows, config_class.__doc__)
 
 
-def resolve(environ: Mapping[str, str], say: Say, command: str) -> Dict[str, str]:
-    """Every setting's value; OUT_DIR/... defaults made from OUT_DIR; ``auto`` resolved for ``command``."""
-    v = tunables.resolve(settings(), environ, say)
-    for name in ("TEXT_DIR", "SPM_DIR", "BIN_DIR", "DATA_BIN"):
-        if v[name].startswith("OUT_DIR/") and not environ.get(name):
-            v[name] = os.path.join(v["OUT_DIR"], v[name][len("OUT_DIR/"):])
+def read(environ: Mapping[str, str], say: Say, command: str) -> Settings:
+    """The settings of ``environ`` (a ``C4Config``), each checked: OUT_DIR/... defaults made from OUT_DIR, ``auto``
+    resolved for ``command``."""
+    c = config_class().read(environ, say)
+    folders = {name: os.path.join(c.OUT_DIR, getattr(c, name)[len("OUT_DIR/"):]) for name in
+               ("TEXT_DIR", "SPM_DIR", "BIN_DIR", "DATA_BIN") if getattr(c, name).startswith("OUT_DIR/")
+               and not environ.get(name)}
+    c = dataclasses.replace(c, **folders)
     for name in ("OUT_DIR", "TEXT_DIR", "SPM_DIR", "BIN_DIR", "DATA_BIN"):
-        need(v[name], "out")  # a file where an output folder goes: one line naming it, before any step
-    tunables.check(settings(), v)  # every number and choice of its kind, before step 1
+        need(getattr(c, name), "out")  # a file where an output folder goes: one line naming it, before any step
+    if not set(c.STEPS) <= set("1234") or not c.STEPS:
+        raise UsageError(f"STEPS: the step numbers to run, e.g. 1234 or 34, not '{c.STEPS}'")
     slurm = environ.get("SLURM_CPUS_PER_TASK", "")
-    if v["JOBS"] == "auto":
-        v["JOBS"] = str(cores())
-    if v["WORKERS"] == "auto":
-        v["WORKERS"] = str(max(1, cores() // int(v["JOBS"]))) if command == "run" else (slurm or "0")
-    if v["SPM_THREADS"] == "auto":
-        v["SPM_THREADS"] = slurm or "0"
-    from preprocess.c4_layout import LINK_MODES  # the steps' own choices, checked before step 1 runs
-    from preprocess.c4_spm import MODEL_TYPES
-
-    for name, allowed in (("MODEL_TYPE", MODEL_TYPES), ("LINK_MODE", LINK_MODES)):
-        if v[name] not in allowed:
-            raise UsageError(f"{name} must be one of {', '.join(allowed)}, not '{v[name]}'")
-    if not set(v["STEPS"]) <= set("1234") or not v["STEPS"]:
-        raise UsageError(f"STEPS: the step numbers to run, e.g. 1234 or 34, not '{v['STEPS']}'")
-    return v
+    jobs = cores() if c.JOBS is None else c.JOBS
+    workers = (max(1, cores() // jobs) if command == "run" else int(slurm or "0")) if c.WORKERS is None else c.WORKERS
+    return dataclasses.replace(c, JOBS=jobs, WORKERS=workers,
+                               SPM_THREADS=int(slurm or "0") if c.SPM_THREADS is None else c.SPM_THREADS)
 
 
 def c4_name(path: str) -> str:
@@ -129,11 +128,11 @@ class Inputs:
     """The C4 files of C4_DIR and what each step makes of them."""
     train_json: List[str]
     valid_json: List[str]
-    v: Dict[str, str]
+    c: Any  # C4Config
 
     @classmethod
-    def of(cls, v: Dict[str, str]) -> "Inputs":
-        c4_dir = v["C4_DIR"]
+    def of(cls, c: Any) -> "Inputs":
+        c4_dir = c.C4_DIR
         if not c4_dir:
             raise UsageError("no C4_DIR given (the argument of run, or the environment)")
         need(c4_dir, "folder")  # missing, or a file: one line naming it, exit 1
@@ -141,24 +140,24 @@ class Inputs:
         def listed(glob: str) -> List[str]:
             return [os.path.join(c4_dir, f) for f in sorted(os.listdir(c4_dir)) if fnmatch.fnmatch(f, glob)]
 
-        train = listed(v["TRAIN_GLOB"])
-        if int(v["MAX_SHARDS"]):
-            train = train[: int(v["MAX_SHARDS"])]
-        valid = listed(v["VALID_GLOB"])
-        for files, glob in ((train, v["TRAIN_GLOB"]), (valid, v["VALID_GLOB"])):
+        train = listed(c.TRAIN_GLOB)
+        if c.MAX_SHARDS:
+            train = train[: c.MAX_SHARDS]
+        valid = listed(c.VALID_GLOB)
+        for files, glob in ((train, c.TRAIN_GLOB), (valid, c.VALID_GLOB)):
             if not files:
                 raise UsageError(f"no {glob} in {c4_dir}")
-        return cls(train, valid, v)
+        return cls(train, valid, c)
 
     def text(self, json_path: str) -> str:
-        return os.path.join(self.v["TEXT_DIR"], c4_name(json_path) + self.v["TEXT_EXT"])
+        return os.path.join(self.c.TEXT_DIR, c4_name(json_path) + self.c.TEXT_EXT)
 
     def binary(self, json_path: str) -> str:
-        return os.path.join(self.v["BIN_DIR"], c4_name(json_path))
+        return os.path.join(self.c.BIN_DIR, c4_name(json_path))
 
     @property
     def valid_binary(self) -> str:
-        return os.path.join(self.v["BIN_DIR"], "valid")
+        return os.path.join(self.c.BIN_DIR, "valid")
 
     def count(self, step: str) -> int:
         """The independent tasks of ``step``."""
@@ -166,26 +165,28 @@ class Inputs:
 
     def argv(self, step: str, i: int) -> List[str]:
         """The arguments of task ``i`` of ``step`` for its module's ``main``."""
-        v, n = self.v, len(self.train_json)
-        force = ["--force"] if v["FORCE"] == "1" else []
-        progress = ["--progress-seconds", v["PROGRESS_SECONDS"]]
-        spm_model, dict_txt = os.path.join(v["SPM_DIR"], "spm.model"), os.path.join(v["SPM_DIR"], "dict.txt")
+        c, t, n = self.c, self.c.text, len(self.train_json)
+        force = ["--force"] if c.FORCE else []
+        progress = ["--progress-seconds", t("PROGRESS_SECONDS")]
+        spm_model, dict_txt = os.path.join(c.SPM_DIR, "spm.model"), os.path.join(c.SPM_DIR, "dict.txt")
         if step == "extract":
-            src, docs = (self.train_json[i], v["MAX_DOCS"]) if i < n else (self.valid_json[i - n], v["VALID_MAX_DOCS"])
-            return [src, self.text(src), "--max-docs", docs, "--max-warnings", v["MAX_WARNINGS"], *progress, *force]
+            src, docs = (self.train_json[i], c.MAX_DOCS) if i < n else (self.valid_json[i - n], c.VALID_MAX_DOCS)
+            return [src, self.text(src), "--max-docs", str(docs), "--max-warnings", t("MAX_WARNINGS"), *progress,
+                    *force]
         if step == "spm":
-            hard = "--hard-vocab-limit" if v["HARD_VOCAB_LIMIT"] == "1" else "--no-hard-vocab-limit"
-            return [*map(self.text, self.train_json), "--out-dir", v["SPM_DIR"], "--vocab-size", v["VOCAB_SIZE"],
-                    "--model-type", v["MODEL_TYPE"], "--sample-sentences", v["SPM_SAMPLE_SENTENCES"], "--max-files",
-                    v["SPM_MAX_FILES"], "--character-coverage", v["CHARACTER_COVERAGE"], "--seed", v["SEED"],
-                    "--threads", v["SPM_THREADS"], hard, *progress, *force]
+            hard = "--hard-vocab-limit" if c.HARD_VOCAB_LIMIT else "--no-hard-vocab-limit"
+            return [*map(self.text, self.train_json), "--out-dir", c.SPM_DIR, "--vocab-size", t("VOCAB_SIZE"),
+                    "--model-type", c.MODEL_TYPE, "--sample-sentences", t("SPM_SAMPLE_SENTENCES"), "--max-files",
+                    t("SPM_MAX_FILES"), "--character-coverage", t("CHARACTER_COVERAGE"), "--seed", t("SEED"),
+                    "--threads", t("SPM_THREADS"), hard, *progress, *force]
         if step == "binarize":
             texts, out = ([self.text(self.train_json[i])], self.binary(self.train_json[i])) if i < n else (
                 [self.text(f) for f in self.valid_json], self.valid_binary)
-            return [*texts, "--out", out, "--spm-model", spm_model, "--dict", dict_txt, "--workers", v["WORKERS"],
-                    "--chunk-bytes", v["CHUNK_BYTES"], "--tokens-per-sample", v["TOKENS_PER_SAMPLE"], *progress, *force]
-        return [*map(self.binary, self.train_json), "--data-bin", v["DATA_BIN"], "--dict", dict_txt, "--valid",
-                self.valid_binary, "--link", v["LINK_MODE"]]
+            return [*texts, "--out", out, "--spm-model", spm_model, "--dict", dict_txt, "--workers", t("WORKERS"),
+                    "--chunk-bytes", t("CHUNK_BYTES"), "--tokens-per-sample", t("TOKENS_PER_SAMPLE"), *progress,
+                    *force]
+        return [*map(self.binary, self.train_json), "--data-bin", c.DATA_BIN, "--dict", dict_txt, "--valid",
+                self.valid_binary, "--link", c.LINK_MODE]
 
 
 def run_task(inputs: Inputs, step: str, i: int, say: Say) -> int:
@@ -201,8 +202,8 @@ def run_task(inputs: Inputs, step: str, i: int, say: Say) -> int:
             return e.code if isinstance(e.code, int) else 2
 
 
-def show(v: Mapping[str, str], prog: str) -> None:
-    sys.stderr.write(f"{prog}: " + tunables.shown(settings(), v) + "\n")
+def show(c: Settings, prog: str) -> None:
+    sys.stderr.write(f"{prog}: " + tunables.shown(c) + "\n")
 
 
 def run(environ: Mapping[str, str], c4_dir: Optional[str] = None, say: Say = SAY,
@@ -211,14 +212,14 @@ def run(environ: Mapping[str, str], c4_dir: Optional[str] = None, say: Say = SAY
     (processes: ``python -m preprocess.c4 task``), a one-task step in this process. Returns the exit status: a
     one-task step's own (2: other settings), 1 when a task of a many-task step failed."""
     env = dict(environ, **({"C4_DIR": c4_dir} if c4_dir else {}))
-    v = resolve(env, say, "run")
-    show(v, prog)
-    inputs = Inputs.of(v)
-    jobs = int(v["JOBS"])
+    c = read(env, say, "run")
+    show(c, prog)
+    inputs = Inputs.of(c)
+    jobs = c.JOBS
     say(f"{len(inputs.train_json)} train file(s), {len(inputs.valid_json)} validation file(s)")
-    child = dict(env, **v)  # the tasks resolve the same settings
+    child = dict(env, **c.texts())  # the tasks read the same settings
     for n, step in enumerate(STEPS, 1):
-        if str(n) not in v["STEPS"]:
+        if str(n) not in c.STEPS:
             continue
         count = inputs.count(step)
         say(f"== step {n}: {step} ({count} task(s), JOBS={jobs} at a time)")
@@ -237,9 +238,9 @@ def run(environ: Mapping[str, str], c4_dir: Optional[str] = None, say: Say = SAY
             say(f"error: step {step} failed for {len(failed)} of {count} task(s) (messages above); fix them and rerun: "
                 "finished tasks are skipped")
             return 1
-    if "4" in v["STEPS"]:
-        say(f"done. Train with: DATA={v['DATA_BIN']} train_scripts/pretrain.sh, or fairseq-train "
-            f"$(python -m preprocess.c4_data {v['DATA_BIN']}) ...")
+    if "4" in c.STEPS:
+        say(f"done. Train with: DATA={c.DATA_BIN} train_scripts/pretrain.sh, or fairseq-train "
+            f"$(python -m preprocess.c4_data {c.DATA_BIN}) ...")
     return 0
 
 
@@ -247,16 +248,16 @@ def slurm(environ: Mapping[str, str], c4_dir: Optional[str] = None, say: Say = S
     """The sbatch commands of ``preprocess/c4/slurm_array.sbatch`` for the steps STEPS, one array per step sized to
     its tasks, each step after the one before, with the settings that differ from their defaults exported."""
     env = dict(environ, **({"C4_DIR": c4_dir} if c4_dir else {}))
-    v = resolve(env, say, "task")
-    inputs = Inputs.of(v)
+    c = read(env, say, "task")
+    inputs = Inputs.of(c)
     lines = ["# Submit from the repository root, in one shell: sbatch passes these settings on to every task",
-             f"export C4_DIR={shlex.quote(os.path.abspath(v['C4_DIR']))}"]
-    lines += [f"export {t.name}={shlex.quote(env[t.name])}" for t in settings()
+             f"export C4_DIR={shlex.quote(os.path.abspath(c.C4_DIR))}"]
+    lines += [f"export {t.name}={shlex.quote(env[t.name])}" for t in c.tunables()
               if t.name not in ("C4_DIR", "JOBS", "STEPS") and env.get(t.name) and env[t.name] != t.default]
     lines.append("export VENV=${VENV:-$PWD/.venv}")
     previous = ""
     for n, step in enumerate(STEPS, 1):
-        if str(n) not in v["STEPS"]:
+        if str(n) not in c.STEPS:
             continue
         count = inputs.count(step)
         array = f"--array=0-{count - 1}" if count > 1 else "--array=0"
@@ -272,5 +273,4 @@ def task(environ: Mapping[str, str], step: str, index: str, say: Say = SAY) -> i
         raise UsageError(f"INDEX must be a task number 0, 1, ... (not '{index}')")
     if step not in STEPS:
         raise UsageError(f"STEP must be one of: {' '.join(STEPS)} (not '{step}')")
-    v = resolve(environ, say, "task")
-    return run_task(Inputs.of(v), step, int(index), say)
+    return run_task(Inputs.of(read(environ, say, "task")), step, int(index), say)

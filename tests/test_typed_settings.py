@@ -1,0 +1,114 @@
+"""Every entry point reads its environment once into a typed settings class (``tupe_common.tunables.Settings``):
+values of another kind refused by name when the class is built, from text or from a value; what a value becomes
+(an int, a number that keeps its spelling, a bool, None for auto, a tuple for a list); and every class's fields
+typed as its kinds say."""
+from __future__ import annotations
+
+import dataclasses
+import typing
+from dataclasses import dataclass
+from typing import Optional, Tuple
+
+import pytest
+
+from tupe_common.errors import UsageError
+from tupe_common.tunables import Num, Settings, parse, setting, text
+
+
+@pytest.mark.parametrize("kind, written, value, back", [
+    ("int1", "12", 12, "12"),
+    ("auto/int1", "auto", None, "auto"),
+    ("auto/int1", "3", 3, "3"),
+    ("num+", "1e-4", 0.0001, "1e-4"),
+    ("frac", "0.15", 0.15, "0.15"),
+    ("0/1", "1", True, "1"),
+    ("auto/0/1", "0", False, "0"),
+    ("auto/0/1", "auto", None, "auto"),
+    ("mlm/electra", "electra", "electra", "electra"),
+    ("", "anything at all", "anything at all", "anything at all"),
+    ("[num+]", "1e-5, 2e-5 3e-5", (1e-5, 2e-5, 3e-5), "1e-5 2e-5 3e-5"),
+    ("[int]", "1 2", (1, 2), "1 2"),
+    ("[int]", "none", (), ""),
+])
+def test_a_value_becomes_what_its_kind_says_and_is_written_back_as_it_was(kind, written, value, back):
+    parsed = parse(kind, written)
+    assert parsed == value and type(parsed) is type(value) or isinstance(parsed, Num) and parsed == value
+    assert text(parsed) == back
+
+
+def test_a_number_keeps_its_spelling():
+    lr = Num("1e-4")
+    assert lr == 0.0001 and lr * 2 == 0.0002 and f"{lr}" == "1e-4" and str(lr) == "1e-4"
+
+
+@dataclass(frozen=True)
+class Toy(Settings):
+    RENAMED = {"OLD_N": "N"}
+
+    N: int = setting("4", "a count", "int1")
+    RATE: Optional[float] = setting("auto", "a rate", "auto/num+")
+    FLAG: bool = setting("0", "a switch", "0/1")
+    LRS: Tuple[float, ...] = setting("1e-5 2e-5", "LRs", "[num+]")
+    NAME: str = setting("x", "free text")
+
+
+def test_a_settings_class_converts_and_checks_every_field_from_text_and_from_values():
+    toy = Toy()
+    assert (toy.N, toy.RATE, toy.FLAG, toy.LRS, toy.NAME) == (4, None, False, (1e-5, 2e-5), "x")
+    assert Toy(N="7", RATE="0.5", FLAG="1").N == 7 and Toy(RATE="0.5").RATE == 0.5 and Toy(FLAG="1").FLAG is True
+    assert dataclasses.replace(toy, N=9).N == 9  # a value of its kind passes as it is
+    for change, line in ((dict(N=0), "N must be a positive whole number, not '0'"),
+                         (dict(N="many"), "N must be a positive whole number, not 'many'"),
+                         (dict(RATE="-1"), "RATE must be auto or a number > 0, not '-1'"),
+                         (dict(FLAG="yes"), "FLAG must be 0 or 1, not 'yes'"),
+                         (dict(LRS="1e-3,abc"), "LRS must be a list (spaces or commas) of which each is a number > 0, "
+                                                "not 'abc' (in '1e-3,abc')")):
+        with pytest.raises(UsageError) as refused:
+            dataclasses.replace(toy, **change)
+        assert str(refused.value) == line
+
+
+def test_reading_takes_a_non_empty_environment_value_else_the_default_and_old_names_with_a_warning():
+    said = []
+    toy = Toy.read({"N": "", "RATE": "2", "OLD_N": "5", "UNRELATED": "1"}, said.append)
+    assert (toy.N, toy.RATE) == (5, 2.0)
+    assert said == ["warning: OLD_N is a deprecated name of N: set N=5 instead"]
+    assert Toy.names() == ["N", "RATE", "FLAG", "LRS", "NAME", "OLD_N"]
+    assert toy.texts() == {"N": "5", "RATE": "2", "FLAG": "0", "LRS": "1e-5 2e-5", "NAME": "x"}
+
+
+def classes():
+    from glue.finetune import FinetuneConfig
+    from glue.grid import GridConfig
+    from train_scripts.pretrain import PretrainConfig
+
+    return [PretrainConfig, FinetuneConfig, GridConfig]
+
+
+@pytest.mark.parametrize("cls", classes(), ids=lambda c: c.__name__)
+def test_every_field_is_typed_as_its_kind_makes_it(cls):
+    """The annotation says what the kind makes of the default and of every other value the kind takes: a field
+    annotated int holds an int, Optional[...] may hold None (auto), and a kind with auto is Optional."""
+    hints = typing.get_type_hints(cls)
+    wrong = []
+    for f in dataclasses.fields(cls):
+        hint, value, kind = hints[f.name], getattr(cls(), f.name), f.metadata["kind"]
+        allowed = typing.get_args(hint) if typing.get_origin(hint) is typing.Union else (hint,)
+        allowed = tuple(typing.get_origin(a) or a for a in allowed)
+        optional = type(None) in allowed
+        if not isinstance(value, allowed) or optional != ("auto" in kind.split("/")):
+            wrong.append((f.name, hint, value, kind))
+    assert wrong == []
+
+
+def test_pretraining_plans_from_typed_values_and_writes_them_as_given():
+    from train_scripts import pretrain
+
+    run = pretrain.plan(pretrain.PretrainConfig(DATA="/data", SIZE="tiny", GPUS="0", MAX_SENTENCES="8"), environ={})
+    c = run.config
+    assert (c.GPUS, c.NPROC_PER_NODE, c.UPDATE_FREQ, c.TOTAL_UPDATES, c.MAX_POSITIONS) == (0, 1, 32, 1000000, 512)
+    assert c.LR == 1e-4 and c.FP16 is False and c.ARCH == "tupe_r_tiny"
+    args = pretrain.fairseq_args(run)
+    assert args[args.index("--lr") + 1] == "1e-4" and args[args.index("--update-freq") + 1] == "32"
+    with pytest.raises(UsageError, match="^MAX_SENTENCES must be a positive whole number, not '0'$"):
+        pretrain.PretrainConfig(MAX_SENTENCES=0)
