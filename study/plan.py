@@ -6,13 +6,13 @@ before the data is prepared, not part by part afterwards.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
-from study.settings import resolve, whole_list, words
-from tupe_common.tunables import whole
+from study.settings import StudyConfig, read
 from tupe_common.errors import UsageError
 
 
@@ -81,25 +81,24 @@ def _entries(text: str) -> List[str]:
     return [e for token in text.split() for e in ([token] if ":" in token else token.split(","))]
 
 
-def check_generator(values: Mapping[str, str], variant: str) -> None:
+def check_generator(config: StudyConfig, variant: str) -> None:
     """ELECTRA's generator sizes (tupe_plugin.models.electra) from SIZE, MODEL_ARGS and GENERATOR_SIZE_DIVISOR:
     a divisor that does not divide the discriminator is refused here rather than after the data is prepared."""
     import argparse
 
     from tupe_core.facts import SIZES, generator_divisor, generator_sizes
 
-    if values["SIZE"] not in SIZES:
+    if config.SIZE not in SIZES:
         return  # pretrain.sh names the unknown size
-    args = argparse.Namespace(arch=f"{variant}_{values['SIZE']}".replace("-", "_"), **SIZES[values["SIZE"]])
-    flags = values["MODEL_ARGS"].split()
+    args = argparse.Namespace(arch=f"{variant}_{config.SIZE}".replace("-", "_"), **SIZES[config.SIZE])
+    flags = config.MODEL_ARGS.split()
     for flag, value in zip(flags, flags[1:]):  # the sizes MODEL_ARGS sets replace the arch's
         if flag.startswith("--encoder-") and value.isdigit():
             setattr(args, flag[2:].replace("-", "_"), int(value))
-    divisor = 0 if values["GENERATOR_SIZE_DIVISOR"] == "auto" else int(values["GENERATOR_SIZE_DIVISOR"])
     try:
-        generator_sizes(args, generator_divisor(args, divisor))
+        generator_sizes(args, generator_divisor(args, config.GENERATOR_SIZE_DIVISOR or 0))
     except ValueError as e:
-        raise UsageError(f"OBJECTIVES has electra, but GENERATOR_SIZE_DIVISOR={values['GENERATOR_SIZE_DIVISOR']}: "
+        raise UsageError(f"OBJECTIVES has electra, but GENERATOR_SIZE_DIVISOR={config.text('GENERATOR_SIZE_DIVISOR')}: "
                          f"{e}: set GENERATOR_SIZE_DIVISOR") from None
 
 
@@ -126,67 +125,70 @@ def check_out(out: str) -> None:
 
 @dataclass
 class Plan:
-    values: Dict[str, str]  # every setting (study.settings)
+    config: StudyConfig  # every setting, typed (study.settings)
     variants: List[Entry]
     tasks: List[str]
-    lrs: List[str]
-    seeds: List[int]
-    length_factors: List[int]
-    order_windows: List[int]
     about: Dict[str, str] = field(default_factory=dict)  # variant -> one-line description
+
+    @property
+    def lrs(self) -> List[str]:
+        """The fine-tuning LRs as written (they name the run folders: lr5e-4_seed1)."""
+        return [str(lr) for lr in self.config.LRS]
+
+    @property
+    def seeds(self) -> List[int]:
+        return list(self.config.SEEDS)
+
+    @property
+    def length_factors(self) -> List[int]:
+        return list(self.config.LENGTH_FACTORS)
+
+    @property
+    def order_windows(self) -> List[int]:
+        return list(self.config.ORDER_WINDOWS)
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str], known: Optional[Mapping[str, str]] = None) -> "Plan":
-        v = resolve(environ)
-        if not v["OUT"]:
+        c = read(environ)
+        if not c.OUT:
             raise UsageError("OUT is required: the study's folder")
-        check_out(v["OUT"])
-        if v["MODEL_ARGS"] == "none":
-            v["MODEL_ARGS"] = ""
-        n = {k: whole(v, k) for k in ("TOTAL_UPDATES", "VALID_POINTS", "PREP_JOBS", "LOC_LENGTH", "LOC_SENTENCES",
-                                      "TOKENS_PER_SAMPLE")}
-        whole(v, "VALID_STEPS", positive=False)
-        if whole(v, "WARMUP", positive=False) >= n["TOTAL_UPDATES"]:
-            raise UsageError(f"WARMUP={v['WARMUP']} must be a whole number below TOTAL_UPDATES={n['TOTAL_UPDATES']}")
-        if n["VALID_POINTS"] > n["TOTAL_UPDATES"]:
-            raise UsageError(f"VALID_POINTS={n['VALID_POINTS']} exceeds TOTAL_UPDATES={n['TOTAL_UPDATES']}")
-        if n["LOC_LENGTH"] > n["TOKENS_PER_SAMPLE"]:
-            raise UsageError(f"LOC_LENGTH={n['LOC_LENGTH']} exceeds the {n['TOKENS_PER_SAMPLE']} positions "
+        check_out(c.OUT)
+        if c.MODEL_ARGS == "none":
+            c = dataclasses.replace(c, MODEL_ARGS="")
+        if c.WARMUP >= c.TOTAL_UPDATES:
+            raise UsageError(f"WARMUP={c.WARMUP} must be a whole number below TOTAL_UPDATES={c.TOTAL_UPDATES}")
+        if c.VALID_POINTS > c.TOTAL_UPDATES:
+            raise UsageError(f"VALID_POINTS={c.VALID_POINTS} exceeds TOTAL_UPDATES={c.TOTAL_UPDATES}")
+        if c.LOC_LENGTH > c.TOKENS_PER_SAMPLE:
+            raise UsageError(f"LOC_LENGTH={c.LOC_LENGTH} exceeds the {c.TOKENS_PER_SAMPLE} positions "
                              "(TOKENS_PER_SAMPLE)")
-        factors = whole_list(v, "LENGTH_FACTORS")
-        if not factors or factors[0] != 1 or any(f < 1 for f in factors) or factors != sorted(set(factors)):
-            raise UsageError(f"LENGTH_FACTORS must start with 1 and increase (e.g. 1 2 4), not '{v['LENGTH_FACTORS']}'")
-        windows = whole_list(v, "ORDER_WINDOWS")
-        if any(w < 2 for w in windows):
-            raise UsageError(f"ORDER_WINDOWS are window sizes of at least 2 words, not '{v['ORDER_WINDOWS']}'")
-        pseeds = whole_list(v, "PRETRAIN_SEEDS")
-        if not pseeds:
+        factors = list(c.LENGTH_FACTORS)
+        if not factors or factors[0] != 1 or factors != sorted(set(factors)):
+            raise UsageError(f"LENGTH_FACTORS must start with 1 and increase (e.g. 1 2 4), not "
+                             f"'{c.text('LENGTH_FACTORS')}'")
+        if any(w < 2 for w in c.ORDER_WINDOWS):
+            raise UsageError(f"ORDER_WINDOWS are window sizes of at least 2 words, not '{c.text('ORDER_WINDOWS')}'")
+        if not c.PRETRAIN_SEEDS:
             raise UsageError("PRETRAIN_SEEDS must not be empty")
-        objectives = words(v, "OBJECTIVES")
-        bad = [o for o in objectives if o not in OBJECTIVES]
-        if not objectives or bad or len(set(objectives)) < len(objectives):
-            raise UsageError(f"OBJECTIVES: one or more of {' '.join(OBJECTIVES)}, each once, not '{v['OBJECTIVES']}'")
-        if v["GENERATOR_SIZE_DIVISOR"] != "auto":
-            whole(v, "GENERATOR_SIZE_DIVISOR")
-        if not re.fullmatch(r"[0-9]+(\.[0-9]+)?", v["DISC_WEIGHT"]):
-            raise UsageError(f"DISC_WEIGHT must be a number, not '{v['DISC_WEIGHT']}'")
+        if not c.OBJECTIVES or len(set(c.OBJECTIVES)) < len(c.OBJECTIVES):
+            raise UsageError(f"OBJECTIVES: one or more of {' '.join(OBJECTIVES)}, each once, not "
+                             f"'{c.text('OBJECTIVES')}'")
         known = registry() if known is None else known
-        variants = parse_variants(v["VARIANTS"], pseeds, known)
-        if "electra" in objectives:
-            check_generator(v, variants[0].name)
+        variants = parse_variants(c.VARIANTS, c.PRETRAIN_SEEDS, known)
+        if "electra" in c.OBJECTIVES:
+            check_generator(c, variants[0].name)
         # objective-major: the MLM entries in VARIANTS order, then the same variants with ELECTRA
-        entries = [Entry(e.name, e.seeds, o) for o in objectives for e in variants]
+        entries = [Entry(e.name, e.seeds, o) for o in c.OBJECTIVES for e in variants]
         from study.endpoints import parse_endpoints, parse_margin
 
-        parse_endpoints(v["ENDPOINTS"], {e.label: e.seeds for e in entries if e.objective == "mlm"})
-        parse_margin(v["EQUIVALENCE_BITS"])
-        return cls(v, entries, task_names(v["TASKS"], v["TASKS_DIR"]), words(v, "FT_LRS"), whole_list(v, "SEEDS"),
-                   factors, windows, {e.name: known[e.name] for e in variants})
+        parse_endpoints(c.ENDPOINTS, {e.label: e.seeds for e in entries if e.objective == "mlm"})
+        parse_margin(c.text("EQUIVALENCE_BITS"))
+        return cls(c, entries, task_names(c.TASKS, c.TASKS_DIR), {e.name: known[e.name] for e in variants})
 
     # ---- folders ------------------------------------------------------------------------------------------
     @property
     def out(self) -> str:
-        return self.values["OUT"]
+        return self.config.OUT
 
     def path(self, *parts: str) -> str:
         return os.path.join(self.out, *parts)
@@ -202,12 +204,12 @@ class Plan:
 
     @property
     def valid_interval(self) -> int:
-        return int(self.values["TOTAL_UPDATES"]) // int(self.values["VALID_POINTS"])
+        return self.config.TOTAL_UPDATES // self.config.VALID_POINTS
 
     @property
     def max_positions(self) -> int:
         """Positions every model is pre-trained with: room for the longest length of the longer-inputs stage."""
-        return int(self.values["TOKENS_PER_SAMPLE"]) * self.length_factors[-1]
+        return self.config.TOKENS_PER_SAMPLE * self.length_factors[-1]
 
     # ---- parts --------------------------------------------------------------------------------------------
     def pretrain_parts(self) -> List[Tuple[str, int]]:

@@ -1,94 +1,120 @@
-"""The study's settings, declared once: name, meaning, default (or "from the preset"), and whether a study
-records it (``OUT/settings.env``: a rerun with another value is refused, as it would compare variants
-trained under different settings).
+"""The study's settings, declared once (:class:`StudyConfig`, the mechanism of every entry point:
+``tupe_common.tunables``): name, meaning, default (or the preset's), kind, and whether a study records it
+(``OUT/settings.env``: a rerun with another value is refused, as it would compare variants trained under
+different settings).
 
 A preset (``train_scripts/study_presets/NAME.env``) sets every setting marked ``preset``; the environment
-overrides any value. ``--help`` lists this table; ``--slurm`` exports it; the checks below run before any
-work. Adding a setting is one ``Setting`` line here (and one line per preset when it is a preset's).
+overrides any value. ``--help`` lists this table; ``--slurm`` exports it; every value is checked by its kind
+when it is read, before any work. Adding a setting is one field here (and one line per preset when it is a
+preset's).
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 from dataclasses import dataclass
-from typing import Dict, List, Mapping, Optional, Tuple
+from typing import Any, ClassVar, Dict, List, Mapping, Optional, Tuple
 
 from tupe_common.errors import UsageError  # the project's one (study.plan, study.__main__ import it from here)
+from tupe_common.tunables import Say, Settings, fits, parse, setting
 
 PRESETS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "train_scripts",
                            "study_presets")
 
 
+def preset_setting(help: str, kind: str = "", **extra: Any) -> Any:
+    """A setting whose default is the preset's (every preset file sets it: :func:`read_preset`)."""
+    return setting("", help, kind, preset=True, **extra)
+
+
 @dataclass(frozen=True)
-class Setting:
-    name: str
-    meaning: str
-    default: Optional[str] = None  # None: from the preset
-    recorded: bool = False  # part of OUT/settings.env: a rerun with another value is refused
-    objective: str = ""  # recorded only once the study has models of this objective (OBJECTIVES)
+class StudyConfig(Settings):
+    """The study's settings, named as pre-training's and fine-tuning's where they are theirs (SENTENCES_PER_UPDATE,
+    LR, LRS, EPOCHS, SENTENCES_PER_BATCH, EXTRA_ARGS: passed on as they are). ``recorded``: part of OUT/settings.env
+    (a rerun with another value is refused); ``objective``: recorded only once the study has models of it."""
 
-    @property
-    def preset(self) -> bool:
-        return self.default is None
+    # old name -> new name: an old name still sets the new one (with a warning), and reads so in a recorded settings.env
+    RENAMED: ClassVar[Mapping[str, str]] = {"BATCH_SIZE": "SENTENCES_PER_UPDATE", "PRETRAIN_LR": "LR", "FT_LRS": "LRS",
+                                            "FT_EPOCHS": "EPOCHS", "FT_BATCH": "SENTENCES_PER_BATCH",
+                                            "FT_EXTRA_ARGS": "EXTRA_ARGS"}
+
+    PRESET: str = setting("cpu-small", "tiny, cpu-small, gpu-9min, gpu-small, base (train_scripts/study_presets/NAME.env) "
+                          "or a .env file", recorded=True)
+    OUT: str = setting("", "the study's folder (required)")
+    C4_DIR: str = setting("", "C4-format files c4-train.*.json.gz + c4-validation.00000-of-*.json.gz "
+                          "(python -m preprocess.text_to_c4)", recorded=True)
+    TASKS_DIR: str = setting("", "tasks in GLUE layout: TASKS_DIR/TASK/{train,dev}.tsv")
+    TASKS: str = setting("auto", "tasks to fine-tune (auto: every folder of TASKS_DIR with train.tsv and dev.tsv; none)")
+    VARIANTS: str = setting("bert-a bert-r tupe-a tupe-r", "registered variant names in report order (all: every one, "
+                            "in registry order; NAME:1,2: that variant's own pre-training seeds)")
+    OBJECTIVES: Tuple[str, ...] = setting("mlm", "pre-training objectives, each for every variant: mlm (RoBERTa masked "
+                                          "LM), electra (replaced-token detection; its runs are V+electra)",
+                                          "[mlm/electra]")
+    PRETRAIN_SEEDS: Tuple[int, ...] = setting("1", "pre-training seeds of every variant without its own (same data "
+                                              "order and masks per seed)", "[int0]")
+    ENDPOINTS: str = setting("none", "the confirmatory comparisons, declared before the study runs: MEASURE:A:B, the "
+                             "per-seed paired difference A - B of two MLM models (MEASURE: final_loss, loss_auc; "
+                             "study/endpoints.py), tested as one Holm family; everything else is exploratory (none: "
+                             "nothing declared)", recorded=True)
+    EQUIVALENCE_BITS: str = setting("none", "margin in bits, stated beforehand, within which a declared difference is "
+                                    "called equivalent (TOST at 5%); none: never (a difference not shown is 'not "
+                                    "resolved')", "none/num+", recorded=True)
+    SIZE: str = preset_setting("pretrain.sh SIZE (the arch is VARIANT_SIZE)", recorded=True)
+    MODEL_ARGS: str = preset_setting("fairseq size flags over the arch (--encoder-layers ...; none: the arch's)",
+                                     recorded=True)
+    VOCAB_SIZE: int = preset_setting("sentencepiece vocabulary", "int1", recorded=True)
+    MAX_SHARDS: int = preset_setting("train files of C4_DIR to use (0: all)", "int0", recorded=True)
+    MAX_DOCS: int = preset_setting("documents per train file (0: all)", "int0", recorded=True)
+    TOKENS_PER_SAMPLE: int = preset_setting("tokens per pre-training sequence: the length T", "int1", recorded=True)
+    SENTENCES_PER_UPDATE: int = preset_setting("sequences per pre-training update (pretrain.sh's; was BATCH_SIZE)",
+                                               "int1", recorded=True)
+    MAX_SENTENCES: int = preset_setting("sequences per forward (gradient accumulation makes up SENTENCES_PER_UPDATE)",
+                                        "int1")
+    TOTAL_UPDATES: int = preset_setting("pre-training budget per variant (updates)", "int1", recorded=True)
+    WARMUP: int = preset_setting("pre-training warmup updates", "int0", recorded=True)
+    LR: float = preset_setting("pre-training peak LR, then linear decay to 0 (pretrain.sh's; was PRETRAIN_LR)", "num+",
+                               recorded=True)
+    GENERATOR_SIZE_DIVISOR: Optional[int] = setting(
+        "auto", "electra: generator width, FFN and heads = the discriminator's / N (auto: pretrain.sh's, 3 at "
+        "SIZE=base, 4 otherwise; it must divide the MODEL_ARGS sizes)", "auto/int1", recorded=True, objective="electra")
+    DISC_WEIGHT: float = setting("50", "electra: weight of the discriminator's loss (pretrain.sh DISC_WEIGHT)", "num0",
+                                 recorded=True, objective="electra")
+    VALID_POINTS: int = preset_setting("validations per pre-training run (the loss curve; a checkpoint each)", "int1",
+                                       recorded=True)
+    VALID_STEPS: int = preset_setting("batches per validation (the same first batches every time; 0: the whole set)",
+                                      "int0", recorded=True)
+    LENGTH_FACTORS: Tuple[int, ...] = setting("1 2 4", "the longer-inputs stage: validation loss at these multiples "
+                                              "of T (the models get positions for the largest; 1: the stage is off)",
+                                              "[int1]", recorded=True)
+    LRS: Tuple[float, ...] = preset_setting("fine-tuning LRs (per task: median over seeds per LR, best LR; "
+                                            "glue/grid.sh's; was FT_LRS)", "[num+]", recorded=True)
+    EPOCHS: Optional[int] = preset_setting("fine-tuning epochs (auto: glue/finetune.sh's per task; was FT_EPOCHS)",
+                                           "auto/int1", recorded=True)
+    SENTENCES_PER_BATCH: int = preset_setting("fine-tuning batch size (glue/finetune.sh's; was FT_BATCH)", "int1",
+                                              recorded=True)
+    EXTRA_ARGS: str = setting("--shorten-method truncate", "more fairseq-train arguments for fine-tuning "
+                              "(glue/finetune.sh's; pre-training takes MODEL_ARGS; was FT_EXTRA_ARGS)", recorded=True)
+    SEEDS: Tuple[int, ...] = preset_setting("fine-tuning seeds", "[int]")
+    ORDER_WINDOWS: Tuple[int, ...] = setting("3 6", "the word-order stage: local shuffles in windows of these many "
+                                             "words (and a fully random one; none: the stage is off)", "[int1]",
+                                             recorded=True)
+    LOC_LENGTH: int = preset_setting("T of the position-only maps", "int1", recorded=True)
+    LOC_SENTENCES: int = preset_setting("held-out validation lines for the real attention maps", "int1", recorded=True)
+    MIN_GAP_BITS: float = preset_setting("warn unless every variant ends this many bits below the unigram baseline",
+                                         "num")
+    GPUS: Optional[int] = setting("auto", "GPUs for pre-training (auto: all visible; 0: CPU)", "auto/int0")
+    PREP_JOBS: int = setting(str(os.cpu_count() or 1), "C4 files preprocessed in parallel", "int1")
+    NUM_WORKERS: int = setting("1", "data loader workers (0: in the main process)", "int0")
+
+    def recorded(self) -> Dict[str, str]:
+        """NAME -> value of every recorded setting, in table order; an objective's settings only when OBJECTIVES
+        has it: the lines of OUT/settings.env."""
+        return {f.name: self.text(f.name) for f in dataclasses.fields(self) if f.metadata.get("recorded")
+                and (not f.metadata.get("objective") or f.metadata["objective"] in self.OBJECTIVES)}
 
 
-SETTINGS: Tuple[Setting, ...] = (
-    Setting("PRESET", "tiny, cpu-small, gpu-9min, gpu-small, base (train_scripts/study_presets/NAME.env) or a "
-            ".env file",
-            "cpu-small", recorded=True),
-    Setting("OUT", "the study's folder (required)", ""),
-    Setting("C4_DIR", "C4-format files c4-train.*.json.gz + c4-validation.00000-of-*.json.gz "
-            "(python -m preprocess.text_to_c4)", "", recorded=True),
-    Setting("TASKS_DIR", "tasks in GLUE layout: TASKS_DIR/TASK/{train,dev}.tsv", ""),
-    Setting("TASKS", "tasks to fine-tune (auto: every folder of TASKS_DIR with train.tsv and dev.tsv; none)", "auto"),
-    Setting("VARIANTS", "registered variant names in report order (all: every one, in registry order; "
-            "NAME:1,2: that variant's own pre-training seeds)", "bert-a bert-r tupe-a tupe-r"),
-    Setting("OBJECTIVES", "pre-training objectives, each for every variant: mlm (RoBERTa masked LM), electra "
-            "(replaced-token detection; its runs are V+electra)", "mlm"),
-    Setting("PRETRAIN_SEEDS", "pre-training seeds of every variant without its own (same data order and "
-            "masks per seed)", "1"),
-    Setting("ENDPOINTS", "the confirmatory comparisons, declared before the study runs: MEASURE:A:B, the per-seed "
-            "paired difference A - B of two MLM models (MEASURE: final_loss, loss_auc; study/endpoints.py), tested as "
-            "one Holm family; everything else is exploratory (none: nothing declared)", "none", recorded=True),
-    Setting("EQUIVALENCE_BITS", "margin in bits, stated beforehand, within which a declared difference is called "
-            "equivalent (TOST at 5%); none: never (a difference not shown is 'not resolved')", "none", recorded=True),
-    Setting("SIZE", "pretrain.sh SIZE (the arch is VARIANT_SIZE)", recorded=True),
-    Setting("MODEL_ARGS", "fairseq size flags over the arch (--encoder-layers ...; none: the arch's)", recorded=True),
-    Setting("VOCAB_SIZE", "sentencepiece vocabulary", recorded=True),
-    Setting("MAX_SHARDS", "train files of C4_DIR to use (0: all)", recorded=True),
-    Setting("MAX_DOCS", "documents per train file (0: all)", recorded=True),
-    Setting("TOKENS_PER_SAMPLE", "tokens per pre-training sequence: the length T", recorded=True),
-    Setting("BATCH_SIZE", "sequences per pre-training update (pretrain.sh's SENTENCES_PER_UPDATE)", recorded=True),
-    Setting("MAX_SENTENCES", "sequences per forward (gradient accumulation makes up BATCH_SIZE)"),
-    Setting("TOTAL_UPDATES", "pre-training budget per variant (updates)", recorded=True),
-    Setting("WARMUP", "pre-training warmup updates", recorded=True),
-    Setting("PRETRAIN_LR", "pre-training peak LR (then linear decay to 0)", recorded=True),
-    Setting("GENERATOR_SIZE_DIVISOR", "electra: generator width, FFN and heads = the discriminator's / N (auto: "
-            "pretrain.sh's, 3 at SIZE=base, 4 otherwise; it must divide the MODEL_ARGS sizes)", "auto", recorded=True,
-            objective="electra"),
-    Setting("DISC_WEIGHT", "electra: weight of the discriminator's loss (pretrain.sh DISC_WEIGHT)", "50", recorded=True,
-            objective="electra"),
-    Setting("VALID_POINTS", "validations per pre-training run (the loss curve; a checkpoint each)", recorded=True),
-    Setting("VALID_STEPS", "batches per validation (the same first batches every time; 0: the whole set)",
-            recorded=True),
-    Setting("LENGTH_FACTORS", "the longer-inputs stage: validation loss at these multiples of T (the models get "
-            "positions for the largest; 1: the stage is off)", "1 2 4", recorded=True),
-    Setting("FT_LRS", "fine-tuning LRs (per task: median over seeds per LR, best LR)", recorded=True),
-    Setting("FT_EPOCHS", "fine-tuning epochs (auto: glue/finetune.sh's per task)", recorded=True),
-    Setting("FT_BATCH", "fine-tuning batch size", recorded=True),
-    Setting("FT_EXTRA_ARGS", "more fairseq-train arguments for fine-tuning", "--shorten-method truncate",
-            recorded=True),
-    Setting("SEEDS", "fine-tuning seeds"),
-    Setting("ORDER_WINDOWS", "the word-order stage: local shuffles in windows of these many words (and a fully "
-            "random one; none: the stage is off)", "3 6", recorded=True),
-    Setting("LOC_LENGTH", "T of the position-only maps", recorded=True),
-    Setting("LOC_SENTENCES", "held-out validation lines for the real attention maps", recorded=True),
-    Setting("MIN_GAP_BITS", "warn unless every variant ends this many bits below the unigram baseline"),
-    Setting("GPUS", "GPUs for pre-training (auto: all visible; 0: CPU)", "auto"),
-    Setting("PREP_JOBS", "C4 files preprocessed in parallel", str(os.cpu_count() or 1)),
-    Setting("NUM_WORKERS", "data loader workers (0: in the main process)", "1"),
-)
-BY_NAME: Dict[str, Setting] = {s.name: s for s in SETTINGS}
+FIELDS: Dict[str, Any] = {f.name: f for f in dataclasses.fields(StudyConfig)}
 
 
 def preset_path(preset: str) -> str:
@@ -103,44 +129,54 @@ def preset_path(preset: str) -> str:
 
 
 def read_preset(path: str) -> Dict[str, str]:
-    """NAME=value lines of a preset; every preset setting must be there, and nothing else."""
+    """NAME=value lines of a preset; every preset setting must be there, and nothing else (an old name is read as
+    its new one)."""
     values: Dict[str, str] = {}
+    preset_names = [n for n, f in FIELDS.items() if f.metadata.get("preset")]
     with open(path, encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):
             m = re.match(r"^([A-Z_0-9]+)=(.*)$", line.rstrip("\n"))
             if m:
-                if m.group(1) not in BY_NAME or not BY_NAME[m.group(1)].preset:
+                name = StudyConfig.RENAMED.get(m.group(1), m.group(1))
+                if name not in preset_names:
                     raise UsageError(f"{path}:{lineno}: {m.group(1)} is not a preset setting "
-                                     f"(a preset sets: {' '.join(s.name for s in SETTINGS if s.preset)})")
-                values[m.group(1)] = m.group(2)
-    lacking = [s.name for s in SETTINGS if s.preset and s.name not in values]
+                                     f"(a preset sets: {' '.join(preset_names)})")
+                values[name] = m.group(2)
+    lacking = [n for n in preset_names if n not in values]
     if lacking:
-        raise UsageError(f"{path}: no line {lacking[0]}=... (every preset sets: "
-                         f"{' '.join(s.name for s in SETTINGS if s.preset)})")
+        raise UsageError(f"{path}: no line {lacking[0]}=... (every preset sets: {' '.join(preset_names)})")
     return values
 
 
 def defaults(environ: Mapping[str, str]) -> Dict[str, str]:
     """Every setting's default: its own, or the preset's (PRESET from the environment)."""
-    preset = read_preset(preset_path(environ.get("PRESET") or BY_NAME["PRESET"].default))
-    return {s.name: preset[s.name] if s.preset else s.default for s in SETTINGS}
+    preset = read_preset(preset_path(environ.get("PRESET") or FIELDS["PRESET"].default))
+    return {n: preset[n] if f.metadata.get("preset") else f.default for n, f in FIELDS.items()}
 
 
-def resolve(environ: Mapping[str, str]) -> Dict[str, str]:
-    """Every setting's value: a non-empty environment value, else its default."""
-    return {name: environ.get(name) or default for name, default in defaults(environ).items()}
+def read(environ: Mapping[str, str], say: Optional[Say] = None) -> StudyConfig:
+    """The settings of ``environ``: a non-empty environment value, else the preset's or the setting's default
+    (an old name sets the new one, with a warning to ``say``), each checked (UsageError naming it)."""
+    return StudyConfig.read(environ, say, defaults(environ))
 
 
-def recorded_text(values: Mapping[str, str]) -> str:
-    """The OUT/settings.env text: NAME=value of every recorded setting, in table order; an objective's
-    settings only when OBJECTIVES has it."""
-    objectives = words(values, "OBJECTIVES")
-    return "".join(f"{s.name}={values[s.name]}\n" for s in SETTINGS
-                   if s.recorded and (not s.objective or s.objective in objectives))
+def recorded_text(config: StudyConfig) -> str:
+    """The OUT/settings.env text: NAME=value of every recorded setting (:meth:`StudyConfig.recorded`)."""
+    return "".join(f"{name}={value}\n" for name, value in config.recorded().items())
 
 
 def _lines(text: str) -> Dict[str, str]:
-    return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+    """NAME=value lines; an old name (a study recorded before the renaming) read as its new one."""
+    pairs = (line.split("=", 1) for line in text.splitlines() if "=" in line)
+    return {StudyConfig.RENAMED.get(name, name): value for name, value in pairs}
+
+
+def _same(name: str, a: str, b: str) -> bool:
+    """Two written values of setting ``name`` mean the same (``5e-4,1e-3`` and ``5e-4 1e-3``; 1e-3 and 0.001)."""
+    kind = FIELDS[name].metadata["kind"] if name in FIELDS else ""
+    if a == b or not (fits(kind, a) and fits(kind, b)):
+        return a == b
+    return parse(kind, a) == parse(kind, b)
 
 
 def changed_settings(recorded: str, now: str) -> List[str]:
@@ -150,10 +186,10 @@ def changed_settings(recorded: str, now: str) -> List[str]:
     old, new = _lines(recorded), _lines(now)
     out = []
     for name, value in new.items():
-        if name not in old and BY_NAME[name].objective:
+        if name not in old and FIELDS[name].metadata.get("objective"):
             continue
-        before = old[name] if name in old else BY_NAME[name].default
-        if before != value:
+        before = old[name] if name in old else FIELDS[name].default
+        if not _same(name, before, value):
             out += ([f"< {name}={old[name]}"] if name in old else []) + [f"> {name}={value}"]
     return out
 
@@ -164,19 +200,3 @@ def merged_text(recorded: str, now: str) -> str:
     old = _lines(recorded)
     added = "".join(f"{n}={v}\n" for n, v in _lines(now).items() if n not in old)
     return recorded + ("\n" if recorded and not recorded.endswith("\n") and added else "") + added
-
-
-# ---- values as numbers and lists ------------------------------------------------------------------------
-
-
-def words(values: Mapping[str, str], name: str) -> List[str]:
-    v = values[name]
-    return [] if v == "none" else v.replace(",", " ").split()
-
-
-def whole_list(values: Mapping[str, str], name: str) -> List[int]:
-    out = words(values, name)
-    bad = [x for x in out if not re.fullmatch(r"[0-9]+", x)]
-    if bad:
-        raise UsageError(f"{name} are whole numbers, not '{bad[0]}'")
-    return [int(x) for x in out]

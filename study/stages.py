@@ -6,7 +6,7 @@ exists, so a rerun skips it) and how a part runs. Adding a stage is one function
     pretrain  every variant x objective x its seeds (train_scripts/pretrain.sh) -> OUT/pretrain/V/seedS/
     locality  position-only and real attention maps (tupe-locality)     -> OUT/locality/V/seedS.csv
     longer    validation MLM loss at T, 2T, 4T (study.longer_inputs; MLM models only) -> OUT/longer/V/seedS.json
-    finetune  every model x task x FT_LRS x SEEDS (glue/finetune.sh), with its dev predictions
+    finetune  every model x task x LRS x SEEDS (glue/finetune.sh), with its dev predictions
               -> OUT/finetune/V/seedS/TASK/lr{LR}_seed{K}/{result,predictions}.json
     order     each fine-tuned model on its dev set with the word order perturbed (study.dev_eval) -> order.json
     report    OUT/report.md, study.csv, differences.csv, overview.png (study.report)
@@ -67,22 +67,22 @@ def prep_done(plan: Plan) -> bool:
 
 
 def run_prep(plan: Plan) -> None:
-    v = plan.values
-    if not v["C4_DIR"]:
+    c = plan.config
+    if not c.C4_DIR:
         raise PartFailed("C4_DIR is required: C4-format files (see python -m preprocess.text_to_c4)")
     # TOKENS_PER_SAMPLE: the binarizer splits lines longer than one pre-training block (fairseq would drop them)
     from preprocess.c4 import pipeline
 
-    env = child_env(OUT_DIR=plan.path("c4"), VOCAB_SIZE=v["VOCAB_SIZE"], MAX_SHARDS=v["MAX_SHARDS"],
-                    MAX_DOCS=v["MAX_DOCS"], JOBS=v["PREP_JOBS"], TOKENS_PER_SAMPLE=v["TOKENS_PER_SAMPLE"])
+    env = child_env(OUT_DIR=plan.path("c4"), **{name: c.text(name) for name in (
+        "VOCAB_SIZE", "MAX_SHARDS", "MAX_DOCS", "TOKENS_PER_SAMPLE")}, JOBS=c.text("PREP_JOBS"))
     try:
-        failed = pipeline.run(env, v["C4_DIR"], say=note, prog="study.sh prep")
+        failed = pipeline.run(env, c.C4_DIR, say=note, prog="study.sh prep")
     except UsageError as e:
         raise PartFailed(f"the C4 preprocessing refused its settings: {e}") from e
     if failed:
         raise PartFailed("the C4 preprocessing failed (messages above)")
     if plan.tasks:
-        cmd = [sys.executable, "-m", "preprocess.glue_binarize", "--glue-dir", v["TASKS_DIR"], "--tasks",
+        cmd = [sys.executable, "-m", "preprocess.glue_binarize", "--glue-dir", c.TASKS_DIR, "--tasks",
                ",".join(plan.tasks), "--spm-model", os.path.join(spm_dir(plan), "spm.model"), "--dict",
                os.path.join(spm_dir(plan), "dict.txt"), "--out-dir", tasks_bin(plan)]
         if subprocess.run(cmd, env=child_env()).returncode:
@@ -99,7 +99,7 @@ def write_heldout(plan: Plan) -> None:
     files = sorted(glob.glob(plan.path("c4", "text", "c4-validation.*")))
     if not files:
         raise PartFailed(f"no validation text {plan.path('c4', 'text', 'c4-validation.*')} for the held-out lines")
-    want, lines = int(plan.values["LOC_SENTENCES"]), []
+    want, lines = plan.config.LOC_SENTENCES, []
     for path in files:
         with (gzip.open(path, "rt", encoding="utf-8") if path.endswith(".gz") else open(path, encoding="utf-8")) as f:
             lines += [line for line in f if line.strip()][: want - len(lines)]
@@ -124,29 +124,28 @@ def pretrain_done(plan: Plan, label: str, seed: int) -> bool:
 
 
 def run_pretrain(plan: Plan, label: str, seed: int) -> None:
-    v, out = plan.values, plan.pretrain_dir(label, seed)
+    c, out = plan.config, plan.pretrain_dir(label, seed)
     name, objective = split_label(label)
     if not prep_done(plan):
         raise PartFailed("prep is not finished: run --part prep first")
     interval = plan.valid_interval
     valid_args = f"--log-format json --validate-interval-updates {interval}"  # json lines: what the report reads
-    if int(v["VALID_STEPS"]) > 0:
-        valid_args += f" --max-valid-steps {v['VALID_STEPS']}"
+    if c.VALID_STEPS > 0:
+        valid_args += f" --max-valid-steps {c.VALID_STEPS}"
     data = ":".join(read_data_path(plan.path("c4", "data-bin")))
-    note(f"pre-training {label} seed {seed} ({objective}, {v['TOTAL_UPDATES']} updates, {plan.max_positions} positions) "
+    note(f"pre-training {label} seed {seed} ({objective}, {c.TOTAL_UPDATES} updates, {plan.max_positions} positions) "
          f"-> {out} (log: {out}/train.log)")
     # fairseq validates (and saves) every VALID_INTERVAL updates; the positions leave room for the longer inputs
     from preprocess.c4_data import DataError
     from train_scripts import pretrain
 
-    settings = dict(
-        DATA=data, VARIANT=name, OBJECTIVE=objective, GENERATOR_SIZE_DIVISOR=v["GENERATOR_SIZE_DIVISOR"],
-        DISC_WEIGHT=v["DISC_WEIGHT"], SIZE=v["SIZE"], SAVE_DIR=out, TENSORBOARD_DIR=os.path.join(out, "tensorboard"),
-        GPUS=v["GPUS"], SENTENCES_PER_UPDATE=v["BATCH_SIZE"], MAX_SENTENCES=v["MAX_SENTENCES"],
-        TOKENS_PER_SAMPLE=v["TOKENS_PER_SAMPLE"], MAX_POSITIONS=plan.max_positions, TOTAL_UPDATES=v["TOTAL_UPDATES"],
-        WARMUP=v["WARMUP"], LR=v["PRETRAIN_LR"], SEED=seed, SAVE_INTERVAL_UPDATES=interval, KEEP_INTERVAL_UPDATES=1,
-        KEEP_PATTERN=-1, LOG_INTERVAL=max(interval // 2, 1), NUM_WORKERS=v["NUM_WORKERS"],
-        EXTRA_ARGS=f"{v['MODEL_ARGS']} {valid_args}")
+    settings = dict(  # the study's settings of the same name are pretrain.sh's
+        {name: getattr(c, name) for name in ("GENERATOR_SIZE_DIVISOR", "DISC_WEIGHT", "SIZE", "GPUS",
+                                             "SENTENCES_PER_UPDATE", "MAX_SENTENCES", "TOKENS_PER_SAMPLE",
+                                             "TOTAL_UPDATES", "WARMUP", "LR", "NUM_WORKERS")},
+        DATA=data, VARIANT=name, OBJECTIVE=objective, SAVE_DIR=out, TENSORBOARD_DIR=os.path.join(out, "tensorboard"),
+        MAX_POSITIONS=plan.max_positions, SEED=seed, SAVE_INTERVAL_UPDATES=interval, KEEP_INTERVAL_UPDATES=1,
+        KEEP_PATTERN=-1, LOG_INTERVAL=max(interval // 2, 1), EXTRA_ARGS=f"{c.MODEL_ARGS} {valid_args}")
     log = os.path.join(out, "train.log")
     os.makedirs(out, exist_ok=True)
     with open(log, "a", encoding="utf-8") as f:  # what pretrain.sh says goes to the log, as its output did
@@ -188,9 +187,9 @@ def locality_done(plan: Plan, label: str, seed: int) -> bool:
 def run_locality(plan: Plan, label: str, seed: int) -> None:
     ckpt, csv = checkpoint_of(plan, label, seed), locality_csv(plan, label, seed)
     note(f"locality/symmetry of {label} seed {seed} -> {csv}")
-    argv = [ckpt, "--length", plan.values["LOC_LENGTH"], "--text", heldout(plan), "--spm-model",
+    argv = [ckpt, "--length", plan.config.text("LOC_LENGTH"), "--text", heldout(plan), "--spm-model",
             os.path.join(spm_dir(plan), "spm.model"), "--data", spm_dir(plan), "--max-sentences",
-            plan.values["LOC_SENTENCES"], "--out-csv", csv]
+            plan.config.text("LOC_SENTENCES"), "--out-csv", csv]
     log = csv[:-len(".csv")] + ".log"
     from tupe_plugin_cli.commands import dispatch
 
@@ -223,7 +222,7 @@ def run_longer(plan: Plan, label: str, seed: int) -> None:
 
     ckpt, out = checkpoint_of(plan, label, seed), longer_json(plan, label, seed)
     data = read_data_path(plan.path("c4", "data-bin"))[0]  # fairseq reads the valid split from the first shard
-    T = int(plan.values["TOKENS_PER_SAMPLE"])
+    T = plan.config.TOKENS_PER_SAMPLE
     note(f"longer inputs of {label} seed {seed}: MLM loss at {', '.join(f'{f}T' for f in plan.length_factors)} "
          f"-> {out}")
     measure(ckpt, data, [T * f for f in plan.length_factors], out)
@@ -251,7 +250,7 @@ def predictor(plan: Plan, task: str, model: str):
 def run_finetune(plan: Plan, label: str, seed: int, task: str, lr: str, k: int) -> None:
     from study.dev_eval import write_order, write_predictions
 
-    v, ckpt = plan.values, checkpoint_of(plan, label, seed)
+    c, ckpt = plan.config, checkpoint_of(plan, label, seed)
     runs = plan.path("finetune", label, f"seed{seed}")
     run_dir = plan.finetune_dir(label, seed, task, lr, k)
     log = os.path.join(runs, ".logs", f"{task}_lr{lr}_seed{k}.out")
@@ -259,9 +258,9 @@ def run_finetune(plan: Plan, label: str, seed: int, task: str, lr: str, k: int) 
     # checkpoint is kept for its dev predictions and word-order sets, then removed
     from glue import finetune
 
-    settings = dict(CHECKPOINT=ckpt, GLUE_BIN=tasks_bin(plan), RUNS=runs, EPOCHS=v["FT_EPOCHS"],
-                    SENTENCES_PER_BATCH=v["FT_BATCH"], QUIET="1", NUM_WORKERS=v["NUM_WORKERS"], KEEP_CHECKPOINTS="1",
-                    EXTRA_ARGS=f"{v['MODEL_ARGS']} {v['FT_EXTRA_ARGS']}")
+    settings = dict(  # the study's settings of the same name are finetune.sh's
+        CHECKPOINT=ckpt, GLUE_BIN=tasks_bin(plan), RUNS=runs, EPOCHS=c.EPOCHS, SENTENCES_PER_BATCH=c.SENTENCES_PER_BATCH,
+        QUIET=True, NUM_WORKERS=c.NUM_WORKERS, KEEP_CHECKPOINTS=True, EXTRA_ARGS=f"{c.MODEL_ARGS} {c.EXTRA_ARGS}")
     os.makedirs(os.path.dirname(log), exist_ok=True)
     with open(log, "a", encoding="utf-8") as f:  # what finetune.sh says: this run's notes (fairseq's: train.log)
         def say(line: str) -> None:
@@ -281,9 +280,9 @@ def run_finetune(plan: Plan, label: str, seed: int, task: str, lr: str, k: int) 
         raise PartFailed(f"{run_dir}: finished without its checkpoint (an older run?): its dev predictions cannot "
                          "be written; move the folder away to redo the run")
     loaded = predictor(plan, task, model)
-    write_predictions(loaded, task, v["TASKS_DIR"], os.path.join(run_dir, "predictions.json"))
+    write_predictions(loaded, task, c.TASKS_DIR, os.path.join(run_dir, "predictions.json"))
     if plan.order_windows:  # the order stage's part, with the model already loaded (a process start saved)
-        write_order(loaded, task, v["TASKS_DIR"], plan.order_windows, os.path.join(run_dir, "order.json"))
+        write_order(loaded, task, c.TASKS_DIR, plan.order_windows, os.path.join(run_dir, "order.json"))
     shutil.rmtree(os.path.dirname(model))
 
 
@@ -304,7 +303,7 @@ def run_order(plan: Plan, label: str, seed: int, task: str, lr: str, k: int) -> 
     model = finetuned_checkpoint(run_dir)
     if not os.path.isfile(model):
         raise PartFailed(f"{model}: the fine-tuned checkpoint is gone; move {run_dir} away to redo the run")
-    write_order(predictor(plan, task, model), task, plan.values["TASKS_DIR"], plan.order_windows,
+    write_order(predictor(plan, task, model), task, plan.config.TASKS_DIR, plan.order_windows,
                 os.path.join(run_dir, "order.json"))
     shutil.rmtree(os.path.dirname(model))  # measured: the checkpoint is not needed any more
 
@@ -315,11 +314,11 @@ def run_order(plan: Plan, label: str, seed: int, task: str, lr: str, k: int) -> 
 def run_report(plan: Plan) -> None:
     from study.report import main as report
 
-    v = plan.values
-    argv = [plan.out, "--variants", plan.variants_text(), "--total-updates", v["TOTAL_UPDATES"],
-            "--min-gap-bits", v["MIN_GAP_BITS"], "--endpoints", v["ENDPOINTS"],
-            "--equivalence-bits", v["EQUIVALENCE_BITS"],
-            "--title", f"Study: PRESET={v['PRESET']}, {v['TOTAL_UPDATES']} updates, {plan.models_text()}"]
+    c = plan.config
+    argv = [plan.out, "--variants", plan.variants_text(), "--total-updates", c.text("TOTAL_UPDATES"),
+            "--min-gap-bits", c.text("MIN_GAP_BITS"), "--endpoints", c.ENDPOINTS,
+            "--equivalence-bits", c.text("EQUIVALENCE_BITS"),
+            "--title", f"Study: PRESET={c.PRESET}, {c.TOTAL_UPDATES} updates, {plan.models_text()}"]
     if plan.tasks and plan.lrs and plan.seeds:  # the report names every model seed that lacks some run
         argv += ["--finetune-grid", ":".join(",".join(map(str, x)) for x in (plan.tasks, plan.lrs, plan.seeds))]
     elif not plan.tasks:  # TASKS=none: a pre-training study, no fine-tuning run is missing

@@ -346,7 +346,7 @@ def test_gpu_9min_plans_35m_tokens_per_model_within_its_checks():
     from study.settings import preset_path, read_preset
 
     p = read_preset(preset_path("gpu-9min"))
-    updates, batch = int(p["TOTAL_UPDATES"]), int(p["BATCH_SIZE"])
+    updates, batch = int(p["TOTAL_UPDATES"]), int(p["SENTENCES_PER_UPDATE"])
     assert batch % int(p["MAX_SENTENCES"]) == 0 and updates % int(p["VALID_POINTS"]) == 0
     assert updates % (4 * (updates // int(p["VALID_POINTS"]))) == 0 and int(p["WARMUP"]) < updates
     assert 34e6 <= updates * batch * MEAN_BLOCK_NPM <= 36e6  # about 35M tokens per model

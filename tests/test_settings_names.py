@@ -66,12 +66,12 @@ EVERYDAY = ("PATH HOME USER SHELL LANG TERM PWD OLDPWD HOSTNAME LOGNAME MAIL TMP
 def every_table() -> Dict[str, list]:
     from glue import finetune, grid
     from preprocess.c4 import pipeline
-    from study.settings import SETTINGS
+    from study.settings import StudyConfig
     from train_scripts import pretrain
 
     return {"pretrain.sh": pretrain.PretrainConfig.names(), "finetune.sh": finetune.FinetuneConfig.names(),
             "grid.sh": [*grid.GridConfig.names(), *finetune.FinetuneConfig.names()],
-            "c4": pipeline.config_class().names(), "study.sh": [s.name for s in SETTINGS]}
+            "c4": pipeline.config_class().names(), "study.sh": StudyConfig.names()}
 
 
 @pytest.mark.parametrize("prog", ["pretrain.sh", "finetune.sh", "grid.sh", "c4", "study.sh"])
@@ -171,12 +171,13 @@ def test_study_report_needs_a_study_that_has_run(tmp_path, c4_folder):
     ("auto/0/1", ["auto", "0", "1"], ["2", "yes"], "one of auto, 0, 1"),
 ])
 def test_kinds_accept_and_refuse_by_a_written_out_list(kind, good, bad, said):
-    from tupe_common.tunables import Tunable, check, describe, fits
+    from tupe_common.tunables import Tunable, describe, fits, settings_class
 
     assert all(fits(kind, v) for v in good) and not any(fits(kind, v) for v in bad)
     assert describe(kind) == said
+    one = settings_class("One", [Tunable("X", good[0], "", kind)], "a setting X")
     with pytest.raises(ValueError, match=rf"^X must be {re.escape(said)}, not '{re.escape(bad[0])}'$"):
-        check([Tunable("X", good[0], "", kind)], {"X": bad[0]})
+        one(X=bad[0])
 
 
 def every_settings_table() -> Dict[str, tuple]:

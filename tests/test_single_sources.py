@@ -42,7 +42,7 @@ def test_the_paper_grid_is_the_protocols_and_the_base_presets():
     row = re.search(r"^\| learning rate \| grid \{([^}]*)\} \|$", protocol, re.M)
     assert row and [x.strip() for x in row.group(1).split(",")] == list(PAPER_LRS)
     base = env_file(PRESETS / "base.env")  # "the TUPE paper's setting"
-    assert base["FT_LRS"].split() == list(PAPER_LRS) and base["SEEDS"].split() == list(PAPER_SEEDS)
+    assert base["LRS"].split() == list(PAPER_LRS) and base["SEEDS"].split() == list(PAPER_SEEDS)
 
 
 def test_grid_sh_defaults_to_the_one_grid(starts_process):
@@ -69,14 +69,14 @@ def test_the_hydra_configs_write_the_recipe(config, objective):
 
 def test_the_base_preset_is_the_recipe():
     base = env_file(PRESETS / "base.env")
-    settings = [s for s in MLM if s.preset]
-    assert {s.preset for s in settings} == {"TOKENS_PER_SAMPLE", "BATCH_SIZE", "MAX_SENTENCES", "TOTAL_UPDATES",
-                                            "WARMUP", "PRETRAIN_LR"}
-    assert {s.preset: base[s.preset] for s in settings if not same(base[s.preset], s.value)} == {}
-    from study.settings import BY_NAME
+    settings = [s for s in MLM if s.study]
+    assert {s.name for s in settings} == {"TOKENS_PER_SAMPLE", "SENTENCES_PER_UPDATE", "MAX_SENTENCES",
+                                          "TOTAL_UPDATES", "WARMUP", "LR"}
+    assert {s.name: base[s.name] for s in settings if not same(base[s.name], s.value)} == {}
+    from study.settings import FIELDS
 
-    (disc,) = [s for s in ELECTRA_CHANGES if s.preset]
-    assert BY_NAME[disc.preset].default == disc.value  # the study's default DISC_WEIGHT, a setting of every preset
+    (disc,) = [s for s in ELECTRA_CHANGES if s.study]
+    assert FIELDS[disc.name].default == disc.value  # the study's default DISC_WEIGHT, a setting of every preset
 
 
 def test_pretrain_sh_takes_every_default_from_the_recipe(starts_process):

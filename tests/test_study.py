@@ -674,9 +674,12 @@ def test_objectives_are_entries_with_their_own_folders(tmp_path):
     # cpu-small's 128-wide encoder with ELECTRA-Base's 1/3 generator: refused before anything is prepared
     with pytest.raises(UsageError, match="GENERATOR_SIZE_DIVISOR=auto: --generator-size-divisor 3 does not divide"):
         Plan.from_environ(dict(env, GENERATOR_SIZE_DIVISOR=""))
-    for bad in ("mlm bert", "electra electra"):
-        with pytest.raises(UsageError, match="OBJECTIVES: one or more of mlm electra"):
+    for bad, line in (("mlm bert", "OBJECTIVES must be a list (spaces or commas) of which each is mlm or electra, not "
+                                   "'bert' (in 'mlm bert')"),
+                      ("electra electra", "OBJECTIVES: one or more of mlm electra, each once, not 'electra electra'")):
+        with pytest.raises(UsageError) as refused:
             Plan.from_environ(dict(env, OBJECTIVES=bad))
+        assert str(refused.value) == line
     with pytest.raises(UsageError, match="chosen for every variant with OBJECTIVES"):
         Plan.from_environ(dict(env, VARIANTS="bert-a tupe-r+electra:1"))
 
@@ -684,17 +687,19 @@ def test_objectives_are_entries_with_their_own_folders(tmp_path):
 def test_electra_settings_are_recorded_once_the_study_has_electra_models():
     """An MLM study records no ELECTRA setting, so adding ELECTRA later may pick its generator; from then on
     the ELECTRA settings are the study's like any other."""
-    from study.settings import changed_settings, merged_text, recorded_text, resolve
+    from dataclasses import replace
 
-    mlm = resolve({"PRESET": "cpu-small", "OUT": "x"})
-    both = dict(mlm, OBJECTIVES="mlm electra", GENERATOR_SIZE_DIVISOR="4")
+    from study.settings import changed_settings, merged_text, read, recorded_text
+
+    mlm = read({"PRESET": "cpu-small", "OUT": "x"})
+    both = replace(mlm, OBJECTIVES="mlm electra", GENERATOR_SIZE_DIVISOR="4")
     assert "GENERATOR_SIZE_DIVISOR" not in recorded_text(mlm) and "DISC_WEIGHT" not in recorded_text(mlm)
     assert "GENERATOR_SIZE_DIVISOR=4\nDISC_WEIGHT=50\n" in recorded_text(both)
     old = recorded_text(mlm)
     assert changed_settings(old, recorded_text(both)) == []  # the MLM study never used them
     merged = merged_text(old, recorded_text(both))
     assert merged == old + "GENERATOR_SIZE_DIVISOR=4\nDISC_WEIGHT=50\n"
-    assert changed_settings(merged, recorded_text(dict(both, GENERATOR_SIZE_DIVISOR="2"))) == [
+    assert changed_settings(merged, recorded_text(replace(both, GENERATOR_SIZE_DIVISOR=2))) == [
         "< GENERATOR_SIZE_DIVISOR=4", "> GENERATOR_SIZE_DIVISOR=2"]
     assert changed_settings(merged, recorded_text(mlm)) == [] and merged_text(merged, recorded_text(mlm)) == merged
 
@@ -703,13 +708,37 @@ def test_a_setting_no_longer_read_does_not_refuse_an_older_study():
     """A settings.env written when a setting existed that no stage reads any more (LONGER_TOKENS: the
     longer-inputs stage re-runs pre-training's own validation since 31948e2) resumes and reports: the setting
     is no longer recorded, and the older line is kept as it was written."""
-    from study.settings import changed_settings, merged_text, recorded_text, resolve
+    from study.settings import changed_settings, merged_text, read, recorded_text
 
-    now = recorded_text(resolve({"PRESET": "cpu-small", "OUT": "x"}))
+    now = recorded_text(read({"PRESET": "cpu-small", "OUT": "x"}))
     assert "LONGER_TOKENS" not in now
     older = now.replace("LENGTH_FACTORS=1 2 4\n", "LENGTH_FACTORS=1 2 4\nLONGER_TOKENS=65536\n")
     assert older != now
     assert changed_settings(older, now) == [] and merged_text(older, now) == older
+
+
+def test_a_study_recorded_under_the_old_names_resumes_and_the_old_names_still_set_the_new_ones():
+    """The study's settings are named as pretrain.sh's and finetune.sh's (SENTENCES_PER_UPDATE, LR, LRS, EPOCHS,
+    SENTENCES_PER_BATCH, EXTRA_ARGS; they were BATCH_SIZE, PRETRAIN_LR, FT_*): a settings.env written under the old
+    names reads as the new ones (the same values resume; another value is refused by its new name), a list written
+    with commas is the same list, and an old name in the environment still sets the new one, with a warning."""
+    from study.settings import changed_settings, read, recorded_text
+
+    now = recorded_text(read({"PRESET": "cpu-small", "OUT": "x"}))
+    assert "\nSENTENCES_PER_UPDATE=32\n" in now and "\nLR=1e-3\n" in now and "\nLRS=5e-4\n" in now
+    older = (now.replace("SENTENCES_PER_UPDATE=", "BATCH_SIZE=").replace("\nLR=", "\nPRETRAIN_LR=")
+             .replace("LRS=", "FT_LRS=").replace("\nEPOCHS=", "\nFT_EPOCHS=")
+             .replace("SENTENCES_PER_BATCH=", "FT_BATCH=").replace("EXTRA_ARGS=", "FT_EXTRA_ARGS="))
+    assert "BATCH_SIZE=32" in older and "\nLR=" not in older
+    assert changed_settings(older, now) == []
+    said = []
+    config = read({"PRESET": "cpu-small", "OUT": "x", "PRETRAIN_LR": "2e-3", "FT_LRS": "5e-4,1e-3"}, said.append)
+    assert str(config.LR) == "2e-3" and [str(x) for x in config.LRS] == ["5e-4", "1e-3"]
+    assert said == ["warning: PRETRAIN_LR is a deprecated name of LR: set LR=2e-3 instead",
+                    "warning: FT_LRS is a deprecated name of LRS: set LRS=5e-4,1e-3 instead"]
+    assert changed_settings(older, recorded_text(config)) == ["< LR=1e-3", "> LR=2e-3", "< LRS=5e-4", "> LRS=5e-4 1e-3"]
+    assert changed_settings(older.replace("FT_LRS=5e-4", "FT_LRS=5e-4,1e-3"), recorded_text(config))[:2] == [
+        "< LR=1e-3", "> LR=2e-3"]  # the LRs written with a comma are the same list
 
 
 def test_word_order_check_covers_nope_with_every_objective():
@@ -1141,10 +1170,10 @@ def read_preset(path: Path) -> Dict[str, str]:
 @pytest.mark.parametrize("name", ["tiny", "cpu-small", "gpu-small", "base"])
 def test_presets_are_complete_and_consistent(name):
     p = read_preset(PRESETS / f"{name}.env")
-    from study.settings import SETTINGS, read_preset as checked
+    from study.settings import FIELDS, read_preset as checked
 
-    assert set(p) == {s.name for s in SETTINGS if s.preset} == set(checked(str(PRESETS / f"{name}.env")))
-    assert int(p["BATCH_SIZE"]) % int(p["MAX_SENTENCES"]) == 0  # pretrain.sh's update-freq must divide
+    assert set(p) == {n for n, f in FIELDS.items() if f.metadata.get("preset")} == set(checked(str(PRESETS / f"{name}.env")))
+    assert int(p["SENTENCES_PER_UPDATE"]) % int(p["MAX_SENTENCES"]) == 0  # pretrain.sh's update-freq must divide
     assert int(p["TOTAL_UPDATES"]) % int(p["VALID_POINTS"]) == 0  # validations at exact fractions of the budget
     assert int(p["TOTAL_UPDATES"]) % (4 * (int(p["TOTAL_UPDATES"]) // int(p["VALID_POINTS"]))) == 0  # and at 25%
     assert int(p["LOC_LENGTH"]) <= int(p["TOKENS_PER_SAMPLE"]) and int(p["WARMUP"]) < int(p["TOTAL_UPDATES"])

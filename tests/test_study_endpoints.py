@@ -11,7 +11,7 @@ import pytest
 from study import report as sr
 from study.endpoints import (Endpoint, curve_auc, logged_resolution, parse_endpoints, parse_margin, family_tests,
                              tost_p)
-from study.settings import UsageError, changed_settings, recorded_text, resolve
+from study.settings import UsageError, changed_settings, read, recorded_text
 from study_logs import write_valid_log
 
 TUPE_QUESTION = "final_loss:tupe-r:bert-a loss_auc:tupe-r:bert-a"
@@ -56,10 +56,10 @@ def test_endpoints_are_recorded_and_a_changed_declaration_is_refused_on_resume(t
     for name, value in (("ENDPOINTS", "final_loss:tupe-r:bert-a"), ("EQUIVALENCE_BITS", "0.1")):
         with pytest.raises(UsageError, match=f"< {name}=.*\n> {name}={value}"):
             check_settings(Plan.from_environ(dict(env, **{name: value})))
-    older = recorded_text(resolve({"PRESET": "cpu-small", "OUT": "x"})).replace("ENDPOINTS=none\n", "").replace(
+    older = recorded_text(read({"PRESET": "cpu-small", "OUT": "x"})).replace("ENDPOINTS=none\n", "").replace(
         "EQUIVALENCE_BITS=none\n", "")
-    assert changed_settings(older, recorded_text(resolve({"PRESET": "cpu-small", "OUT": "x"}))) == []
-    assert changed_settings(older, recorded_text(resolve(env))) == [f"> ENDPOINTS={TUPE_QUESTION}",
+    assert changed_settings(older, recorded_text(read({"PRESET": "cpu-small", "OUT": "x"}))) == []
+    assert changed_settings(older, recorded_text(read(env))) == [f"> ENDPOINTS={TUPE_QUESTION}",
                                                                   "> EQUIVALENCE_BITS=0.05"]
     with pytest.raises(UsageError, match="share 2 or more"):  # refused before anything is prepared
         Plan.from_environ(dict(env, OUT=str(tmp_path / "other"), PRETRAIN_SEEDS="11"))
@@ -163,7 +163,7 @@ def test_mlm_validation_loss_is_logged_with_4_decimals():
     from fairseq import metrics
     from fairseq.criterions.masked_lm import MaskedLmLoss
 
-    from train_scripts.pretrain import Run
+    from train_scripts.pretrain import PretrainConfig, Run
     from tupe_plugin.criterions.masked_lm_4dp import MaskedLm4dpLoss
 
     logs = [{"loss": torch.tensor(6.1), "sample_size": 2}, {"loss": torch.tensor(4.0), "sample_size": 1}]
@@ -176,8 +176,8 @@ def test_mlm_validation_loss_is_logged_with_4_decimals():
     assert logged["fairseq"]["loss"] == round(exact, 3) == 4.857
     assert logged["4dp"]["loss"] == round(exact, 4) == 4.8571
     assert logged["4dp"]["ppl"] == pytest.approx(logged["fairseq"]["ppl"], rel=1e-6)  # the rest as fairseq's
-    assert Run({}, "masked_lm", "cpu", 1, 1, []).criterion == "masked_lm_4dp"
-    assert Run({}, "electra", "cpu", 1, 1, []).criterion == "electra"
+    assert Run(PretrainConfig(), "masked_lm", "cpu", 1, 1, "none", []).criterion == "masked_lm_4dp"
+    assert Run(PretrainConfig(), "electra", "cpu", 1, 1, "none", []).criterion == "electra"
 
 
 def test_overview_draws_the_declared_comparisons_and_the_seed_bands(tmp_path):

@@ -23,18 +23,18 @@ class Setting:
     name: str  # pretrain.sh's variable (tunable)
     value: str  # its default, as pretrain.sh writes it
     yaml: str = ""  # its dotted key in the hydra configs ("" when they do not set it)
-    preset: str = ""  # its name in the study's presets ("" when the study does not set it)
+    study: bool = False  # a setting of the study too, of the same name (a line of every preset, or its default)
 
 
 MLM: Tuple[Setting, ...] = (
-    Setting("TOKENS_PER_SAMPLE", "512", "task.tokens_per_sample", "TOKENS_PER_SAMPLE"),
+    Setting("TOKENS_PER_SAMPLE", "512", "task.tokens_per_sample", study=True),
     Setting("SAMPLE_BREAK_MODE", "complete", "task.sample_break_mode"),  # FULL-SENTENCES
     Setting("MASK_PROB", "0.15", "task.mask_prob"),
-    Setting("SENTENCES_PER_UPDATE", "256", "model.target_batch_size", "BATCH_SIZE"),
-    Setting("MAX_SENTENCES", "16", "dataset.batch_size", "MAX_SENTENCES"),
-    Setting("TOTAL_UPDATES", "1000000", "optimization.max_update", "TOTAL_UPDATES"),
-    Setting("WARMUP", "10000", "lr_scheduler.warmup_updates", "WARMUP"),
-    Setting("LR", "1e-4", "optimization.lr", "PRETRAIN_LR"),
+    Setting("SENTENCES_PER_UPDATE", "256", "model.target_batch_size", study=True),
+    Setting("MAX_SENTENCES", "16", "dataset.batch_size", study=True),
+    Setting("TOTAL_UPDATES", "1000000", "optimization.max_update", study=True),
+    Setting("WARMUP", "10000", "lr_scheduler.warmup_updates", study=True),
+    Setting("LR", "1e-4", "optimization.lr", study=True),
     Setting("END_LR", "0", "lr_scheduler.end_learning_rate"),
     Setting("ADAM_BETAS", "(0.9,0.999)", "optimizer.adam_betas"),
     Setting("ADAM_EPS", "1e-6", "optimizer.adam_eps"),
@@ -54,7 +54,7 @@ MLM: Tuple[Setting, ...] = (
 ELECTRA_CHANGES: Tuple[Setting, ...] = (
     Setting("TOTAL_UPDATES", "766000", "optimization.max_update"),
     Setting("LR", "2e-4", "optimization.lr"),
-    Setting("DISC_WEIGHT", "50", "criterion.disc_weight", "DISC_WEIGHT"),
+    Setting("DISC_WEIGHT", "50", "criterion.disc_weight", study=True),
     Setting("GENERATOR_SIZE_DIVISOR", "0", "task.generator_size_divisor"),
 )
 

@@ -1,6 +1,6 @@
 """The settings of a script read from the environment, once, into a typed settings class (``PretrainConfig`` of
 ``train_scripts/pretrain.py``, ``FinetuneConfig`` and ``GridConfig`` of ``glue/``, ``C4Config`` of
-``preprocess/c4/pipeline.py``): one mechanism for every entry point.
+``preprocess/c4/pipeline.py``, ``StudyConfig`` of ``study/settings.py``): one mechanism for every entry point.
 
 A settings class is a frozen dataclass of :class:`Settings` whose fields are named as the environment variables
 (``TOTAL_UPDATES``), each declared with :func:`setting` (its default as the environment would write it, its help,
@@ -182,10 +182,13 @@ class Settings:
         return [*(f.name for f in dataclasses.fields(cls)), *cls.RENAMED]
 
     @classmethod
-    def read(cls: Type[S], environ: Mapping[str, str], say: Optional["Say"] = None, **values: Any) -> S:
-        """The settings of ``environ`` (a non-empty value, else the default; ``values`` given by the caller
-        instead), each checked and converted; an old name sets the new one, with a warning to ``say``."""
-        raw = resolve(cls.tunables(), environ, say or (lambda line: None), cls.RENAMED)
+    def read(cls: Type[S], environ: Mapping[str, str], say: Optional["Say"] = None,
+             defaults: Optional[Mapping[str, str]] = None, **values: Any) -> S:
+        """The settings of ``environ`` (a non-empty value, else the default, or its value in ``defaults``;
+        ``values`` given by the caller instead), each checked and converted; an old name sets the new one, with a
+        warning to ``say``."""
+        rows = [dataclasses.replace(t, default=(defaults or {}).get(t.name, t.default)) for t in cls.tunables()]
+        raw = resolve(rows, environ, say or (lambda line: None), cls.RENAMED)
         return cls(**{**raw, **values})
 
     def text(self, name: str) -> str:
@@ -215,13 +218,6 @@ def settings_class(name: str, rows: Sequence[Tunable], doc: str) -> Type[Setting
     return dataclasses.make_dataclass(name, fields, bases=(Settings,), frozen=True, namespace={"__doc__": doc})
 
 
-def check(tunables: Sequence[Tunable], values: Mapping[str, str]) -> None:
-    """UsageError for the first value that is not of its tunable's kind, naming the setting and what it may be."""
-    for t in tunables:
-        if not fits(t.kind, values[t.name]):
-            raise UsageError(f"{t.name} must be {describe(t.kind)}, not '{values[t.name]}'")
-
-
 def resolve(tunables: Sequence[Tunable], environ: Mapping[str, str], say: Say,
             renamed: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
     """Every tunable's value: a non-empty environment value, else its default. ``renamed``: old name -> new name
@@ -237,15 +233,6 @@ def resolve(tunables: Sequence[Tunable], environ: Mapping[str, str], say: Say,
             values[new] = environ[old]
             say(f"warning: {old} is a deprecated name of {new}: set {new}={environ[old]} instead")
     return values
-
-
-def whole(values: Mapping[str, str], name: str, positive: bool = True) -> int:
-    """The setting ``name`` as a whole number (a positive one unless ``positive`` is False), else a UsageError
-    naming it."""
-    v = values[name]
-    if not re.fullmatch(r"[0-9]+", v) or (positive and int(v) == 0):
-        raise UsageError(f"{name} must be a {'positive ' if positive else ''}whole number, not '{v}'")
-    return int(v)
 
 
 def usage_rows(tunables: Sequence[Tunable]) -> str:
