@@ -96,3 +96,25 @@ def test_finetuning_refuses_binaries_of_another_dictionary_of_the_same_size(pret
     assert last.startswith(f"finetune.sh: error: {bins / 'RTE-bin' / 'input0' / 'dict.txt'} is not the dictionary "
                            f"{pretrained / 'checkpoint_last.pt'} was trained with ({trained}: line "), last
     assert not (tmp_path / "runs" / "RTE").exists()
+
+
+def test_a_dictionary_and_its_model_have_one_identity_and_another_model_another(spm_dir, other_spm, tmp_path):
+    """The identity is the SHA-256 of the symbols in id order (a plain reference below: the dict.txt's first words),
+    fairseq's madeupword padding not counted, and the same computed from the sentencepiece model."""
+    import hashlib
+
+    from tupe_common.vocab import check_identity, dict_identity, identity, load_spm, spm_identity
+
+    lines = (spm_dir / "dict.txt").read_text(encoding="utf-8").splitlines()
+    plain = "vocab-" + hashlib.sha256("\n".join(line.split(" ")[0] for line in lines).encode()).hexdigest()[:16]
+    padded = tmp_path / "dict.txt"
+    padded.write_text("\n".join(lines + ["madeupword0000 0", "madeupword0001 0"]) + "\n", encoding="utf-8")
+    ours = dict_identity(str(spm_dir / "dict.txt"))
+    assert ours == plain == dict_identity(str(padded)) == spm_identity(load_spm(str(spm_dir / "spm.model")))
+    assert spm_identity(load_spm(str(other_spm))) != ours and identity(["a", "b"]) != identity(["b", "a"])
+    check_identity(ours, str(padded), "ckpt.pt")
+    with pytest.raises(ValueError) as refused:
+        check_identity(identity(["a", "b"]), str(padded), "ckpt.pt")
+    assert str(refused.value) == (f"{padded} is not the dictionary ckpt.pt was trained with (its vocabulary {ours}, the "
+                                  f"checkpoint's {identity(['a', 'b'])}); binarize with the dict.txt and spm.model of "
+                                  "its pre-training")

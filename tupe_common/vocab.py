@@ -72,13 +72,7 @@ def check_same_dict(trained: str, given: str, what: str) -> None:
     """``given`` lists the symbols of ``trained`` (the dict.txt a checkpoint was trained with) in the same order
     (fairseq's ``madeupword`` padding aside), else a ValueError naming both and the first line that differs: a
     dictionary of the same size from another sentencepiece model passes every shape check and gives wrong ids."""
-    def words(path: str) -> List[str]:
-        symbols = dict_symbols(path)
-        while symbols and is_padding(symbols[-1]):
-            symbols.pop()
-        return symbols
-
-    a, b = words(trained), words(given)
+    a, b = real_symbols(dict_symbols(trained)), real_symbols(dict_symbols(given))
     if a == b:
         return
     i = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
@@ -86,6 +80,42 @@ def check_same_dict(trained: str, given: str, what: str) -> None:
              else f"{len(b)} symbols where it has {len(a)}")
     raise ValueError(f"{given} is not the dictionary {what} was trained with ({trained}: {where}); binarize with "
                      "that dict.txt and its spm.model")
+
+
+def real_symbols(symbols: Sequence[str]) -> List[str]:
+    """``symbols`` without fairseq's ``madeupwordNNNN`` padding at the end."""
+    out = list(symbols)
+    while out and is_padding(out[-1]):
+        out.pop()
+    return out
+
+
+def identity(symbols: Sequence[str]) -> str:
+    """The vocabulary's identity: ``vocab-`` and 16 hex digits of the SHA-256 of its symbols in id order (fairseq's
+    specials and padding not counted). A dict.txt and the sentencepiece model it was written for have the same one
+    (:func:`dict_identity`, :func:`spm_identity`); a checkpoint records the identity of its training dictionary."""
+    import hashlib
+
+    return "vocab-" + hashlib.sha256("\n".join(real_symbols(symbols)).encode("utf-8")).hexdigest()[:16]
+
+
+def dict_identity(dict_path: str) -> str:
+    """:func:`identity` of a fairseq ``dict.txt``."""
+    return identity(dict_symbols(dict_path))
+
+
+def spm_identity(sp: Any) -> str:
+    """:func:`identity` of a sentencepiece model (the dict.txt written for it has the same)."""
+    return identity(dict_pieces(sp))
+
+
+def check_identity(recorded: str, dict_path: str, what: str) -> None:
+    """``dict_path`` is the dictionary whose identity ``what`` (a checkpoint) recorded, else a ValueError naming
+    both: the check that needs neither the training data nor the sentencepiece model on this machine."""
+    found = dict_identity(dict_path)
+    if found != recorded:
+        raise ValueError(f"{dict_path} is not the dictionary {what} was trained with (its vocabulary {found}, the "
+                         f"checkpoint's {recorded}); binarize with the dict.txt and spm.model of its pre-training")
 
 
 def check_pair(model_path: str, dict_path: str) -> None:
