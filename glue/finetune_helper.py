@@ -52,8 +52,9 @@ def label_count(bin_dir: str) -> Optional[int]:
 def facts_of(task: str, checkpoint: str, glue_bin: str) -> Dict[str, str]:
     """What a fine-tuning of ``task`` from ``checkpoint`` needs to know: the task's settings, the checkpoint's
     model flags (MODEL_ARGS) and variant, and the CUDA devices. ValueError names a wrong file, and binaries whose
-    dictionary is not the one the checkpoint was trained with (where this machine has that one)."""
-    from tupe_common.vocab import check_same_dict
+    dictionary is not the one the checkpoint was trained with (by the identity the checkpoint recorded, else by
+    the pre-training data's dict.txt where this machine has it)."""
+    from tupe_common.vocab import check_identity, check_same_dict
     from tupe_plugin_cli.checkpoint_record import checkpoint_info, fairseq_args, trained_dict
 
     bin_dir = os.path.join(glue_bin, f"{task}-bin")
@@ -64,9 +65,13 @@ def facts_of(task: str, checkpoint: str, glue_bin: str) -> Dict[str, str]:
     if out["REGRESSION"] == "0" and n is not None and n != int(out["NUM_CLASSES"]):
         raise ValueError(f"{bin_dir}/label/dict.txt has {n} labels, but {task} has {out['NUM_CLASSES']} classes")
     info = checkpoint_info(checkpoint)
-    trained = trained_dict(checkpoint)  # the pre-training data's dict.txt, where this machine has it
-    if trained:
-        check_same_dict(trained, os.path.join(bin_dir, "input0", "dict.txt"), checkpoint)
+    given = os.path.join(bin_dir, "input0", "dict.txt")
+    if info.get("vocab_identity"):
+        check_identity(info["vocab_identity"], given, checkpoint)
+    else:  # a checkpoint from before identities: the pre-training data's dict.txt, where this machine has it
+        trained = trained_dict(checkpoint)
+        if trained:
+            check_same_dict(trained, given, checkpoint)
     out["MODEL_ARGS"] = fairseq_args(info)
     out["CHECKPOINT_VARIANT"] = info["variant"]
     import torch

@@ -1,7 +1,8 @@
 """A sentencepiece model and a dict.txt that do not belong together are refused wherever a command combines them
 (``tupe_common.vocab.check_pair``): the HF export (its tokenizer would give wrong ids), the analysis commands
-(``tupe-locality --text``, ``tupe-probe``, the study's dev predictions, through ``load_hub``) and the binarizers;
-fine-tuning refuses binaries made with another dictionary than the checkpoint's (``check_same_dict``).
+(``tupe-locality --text``, ``tupe-probe``, the study's dev predictions, through ``load_hub``) and the binarizers.
+A checkpoint records its dictionary's identity (``tupe_common.vocab.identity``); fine-tuning, the analysis commands
+and the export compare a dict.txt with it, also where the training data is not on the machine.
 A model of the same size from another training is the case that matters: every shape agrees, only the ids differ.
 """
 from __future__ import annotations
@@ -75,13 +76,39 @@ def test_locality_on_text_refuses_a_mismatched_model_before_writing(pretrained, 
     assert not csv.exists()
 
 
+def rewritten(checkpoint: Path, out: Path, identity: bool = True, data: bool = True) -> Path:
+    """A copy of ``checkpoint`` without the vocabulary identity it recorded (one from before identities), or whose
+    training data is not on this machine (another cluster's checkpoint)."""
+    import torch
+
+    state = torch.load(checkpoint, map_location="cpu", weights_only=False)
+    if not identity:
+        del state["cfg"]["model"].vocab_identity
+    if not data:
+        state["cfg"]["task"]["data"] = state["cfg"]["model"].data = "/elsewhere/data-bin"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(state, out)
+    return out
+
+
 @pytest.mark.usefixtures("starts_process")
-def test_finetuning_refuses_binaries_of_another_dictionary_of_the_same_size(pretrained, other_spm, tmp_path, capsys):
+@pytest.mark.parametrize("case", ["recorded", "recorded, data elsewhere", "older checkpoint"])
+def test_finetuning_refuses_binaries_of_another_dictionary_of_the_same_size(pretrained, lm_bin, other_spm, tmp_path,
+                                                                           capsys, case):
+    """The checkpoint records its dictionary's identity, and fine-tuning compares the binaries' dict.txt with it,
+    also where the pre-training data is not on this machine; a checkpoint from before identities is compared with
+    its pre-training data's dict.txt (where the machine has it)."""
     from glue import finetune
     from preprocess import glue_binarize
     from preprocess.spm_dict import load_spm, write_fairseq_dict
-    from tupe_plugin_cli.checkpoint_record import trained_dict
+    from tupe_common.vocab import dict_identity
+    from tupe_plugin_cli.checkpoint_record import checkpoint_info, trained_dict
 
+    original = pretrained / "checkpoint_last.pt"
+    recorded = checkpoint_info(str(original))["vocab_identity"]
+    assert recorded == dict_identity(str(lm_bin / "dict.txt"))  # recorded at pre-training
+    checkpoint = rewritten(original, tmp_path / "ckpt" / "checkpoint.pt", identity=case != "older checkpoint",
+                           data=case != "recorded, data elsewhere")
     other_dict = tmp_path / "dict.txt"
     write_fairseq_dict(load_spm(str(other_spm)), str(other_dict))
     bins = tmp_path / "glue-bin"
@@ -89,13 +116,50 @@ def test_finetuning_refuses_binaries_of_another_dictionary_of_the_same_size(pret
                                str(other_spm), "--dict", str(other_dict), "--out-dir", str(bins)]) == 0
     capsys.readouterr()
     env = {"RUNS": str(tmp_path / "runs"), "GLUE_BIN": str(bins), "PATH": os.environ["PATH"],
-           "CHECKPOINT": str(pretrained / "checkpoint_last.pt")}
+           "CHECKPOINT": str(checkpoint)}
     assert finetune.main(["RTE", "1e-3", "1"], environ=env) == 1
     last = capsys.readouterr().err.strip().splitlines()[-1]
-    trained = trained_dict(str(pretrained / "checkpoint_last.pt"))
-    assert last.startswith(f"finetune.sh: error: {bins / 'RTE-bin' / 'input0' / 'dict.txt'} is not the dictionary "
-                           f"{pretrained / 'checkpoint_last.pt'} was trained with ({trained}: line "), last
+    given = bins / "RTE-bin" / "input0" / "dict.txt"
+    if case == "older checkpoint":
+        assert last.startswith(f"finetune.sh: error: {given} is not the dictionary {checkpoint} was trained with "
+                               f"({trained_dict(str(original))}: line "), last
+    else:
+        assert last == (f"finetune.sh: error: {given} is not the dictionary {checkpoint} was trained with (its "
+                        f"vocabulary {dict_identity(str(other_dict))}, the checkpoint's {recorded}); binarize with the "
+                        "dict.txt and spm.model of its pre-training")
     assert not (tmp_path / "runs" / "RTE").exists()
+
+
+@pytest.mark.usefixtures("starts_process")
+def test_the_analysis_and_the_export_compare_the_dictionary_with_the_checkpoints(pretrained, lm_bin, spm_dir,
+                                                                                other_spm, tmp_path):
+    """tupe-locality with a data folder of another dictionary (no sentencepiece model given: only the identity can
+    tell) is refused before it writes; the export records the identity in config.json, and refuses a --dict of
+    another vocabulary."""
+    import json
+
+    from preprocess.spm_dict import load_spm, write_fairseq_dict
+    from tupe_common.vocab import dict_identity
+
+    other = tmp_path / "other-data"
+    other.mkdir()
+    write_fairseq_dict(load_spm(str(other_spm)), str(other / "dict.txt"))
+    text = write_lines(tmp_path / "text.txt", lm_lines(5, seed=3))
+    csv = tmp_path / "loc.csv"
+    ckpt = pretrained / "checkpoint_last.pt"
+    p = command_in_process([BIN / "tupe-locality", ckpt, "--length", "8", "--text", text, "--data", other,
+                            "--out-csv", csv], check=False)
+    assert p.returncode == 1 and "is not the dictionary" in p.stderr.strip().splitlines()[-1], p.stderr[-2000:]
+    assert not csv.exists()
+    spm_model = spm_dir / "spm.model"  # lm_bin's dict.txt is this model's
+    out = tmp_path / "hf"
+    p = command_in_process([BIN / "tupe-export-hf", ckpt, out, "--spm-model", other_spm, "--dict", other / "dict.txt"],
+                           check=False)
+    assert p.returncode == 1 and "is not the dictionary" in p.stderr.strip().splitlines()[-1], p.stderr[-2000:]
+    assert not out.exists()
+    p = command_in_process([BIN / "tupe-export-hf", ckpt, out, "--spm-model", spm_model, "--dict", lm_bin / "dict.txt"])
+    config = json.loads((out / "config.json").read_text())
+    assert config["vocab_identity"] == dict_identity(str(lm_bin / "dict.txt"))
 
 
 def test_a_dictionary_and_its_model_have_one_identity_and_another_model_another(spm_dir, other_spm, tmp_path):

@@ -109,6 +109,15 @@ def spm_identity(sp: Any) -> str:
     return identity(dict_pieces(sp))
 
 
+def dictionary_identity(symbols: Sequence[str], nspecial: int) -> str:
+    """:func:`identity` of a loaded fairseq dictionary's ``symbols``: its ``nspecial`` specials first and the
+    ``<mask>`` a masked-LM or sentence-prediction task adds last are not the dict.txt's."""
+    words = list(symbols[nspecial:])
+    if words and words[-1] == "<mask>":
+        words.pop()
+    return identity(words)
+
+
 def check_identity(recorded: str, dict_path: str, what: str) -> None:
     """``dict_path`` is the dictionary whose identity ``what`` (a checkpoint) recorded, else a ValueError naming
     both: the check that needs neither the training data nor the sentencepiece model on this machine."""

@@ -111,6 +111,7 @@ def info_from_state(state: Dict[str, Any], path: str) -> Dict[str, Any]:
         "max_positions": get("max_positions"),
         **{field: get(field) for field in SIZE_FIELDS},
         **objective_info(model_state, get),  # mlm, or electra and its generator's sizes
+        "vocab_identity": get("vocab_identity"),  # its dictionary's (tupe_common.vocab.identity); None before 2026-12
     }
 
 

@@ -14,12 +14,14 @@ def load_hub(checkpoint: str, data_dir: str = "", spm_model: str = "", objective
              head: bool = False):
     """The fairseq hub interface (eval mode) of ``checkpoint``; ``data_dir`` holds dict.txt. The checkpoint is
     checked first (``checkpoint_info``: a tupe_roberta checkpoint, of ``objective``, fine-tuned if ``head``),
-    then that ``spm_model`` and the dict.txt belong together (``tupe_common.vocab.check_pair``: a ValueError
-    naming both, where the model would read wrong ids)."""
-    from tupe_common.vocab import check_pair, data_dict
+    then that the dict.txt is the checkpoint's (the identity it recorded) and that ``spm_model`` and the dict.txt
+    belong together (``tupe_common.vocab``: a ValueError naming both, where the model would read wrong ids)."""
+    from tupe_common.vocab import check_identity, check_pair, data_dict
 
-    checkpoint_info(checkpoint, objective=objective, head=head)
+    info = checkpoint_info(checkpoint, objective=objective, head=head)
     ckpt_dir, ckpt_file = os.path.split(os.path.abspath(checkpoint))
+    if info.get("vocab_identity"):
+        check_identity(info["vocab_identity"], data_dict(data_dir or ckpt_dir), checkpoint)
     if spm_model:
         check_pair(spm_model, data_dict(data_dir or ckpt_dir))
     kwargs = {"sentencepiece_model": spm_model} if spm_model else {"bpe": None}

@@ -90,6 +90,7 @@ def build_config(state: Dict[str, Any], path: str, head: Optional[Tuple[str, int
         "attention_probs_dropout_prob": float(get("attention_dropout", 0.0)),
         "activation_dropout": float(get("activation_dropout", 0.0)),
         "max_position_embeddings": int(info["max_positions"]),
+        **({"vocab_identity": info["vocab_identity"]} if info.get("vocab_identity") else {}),  # tupe_common.vocab
         "layer_norm_eps": 1e-5,  # fairseq's LayerNorm
         "normalize_before": bool(get("encoder_normalize_before", False)),
         "layernorm_embedding": ENCODER + "layernorm_embedding.weight" in state["model"],
@@ -211,12 +212,15 @@ def export(checkpoint: str, out_dir: str, spm_model: Optional[str] = None, dict_
         dict_path = dict_path or find_dict(state)
         if dict_path is None:
             raise ExportError(f"{checkpoint}: cannot find the data's dict.txt; pass --dict DATA/dict.txt")
-        from tupe_common.vocab import check_pair
+        from tupe_common.vocab import check_identity, check_pair, dict_identity
 
         try:  # a tokenizer of another model would give wrong ids: refused before anything is written
+            if config.get("vocab_identity"):
+                check_identity(config["vocab_identity"], dict_path, checkpoint)
             check_pair(spm_model, dict_path)
         except ValueError as e:
             raise ExportError(str(e)) from None
+        config["vocab_identity"] = dict_identity(dict_path)  # the tokenizer's, the checkpoint's where it recorded one
 
     with atomic_dir(out) as tmp_dir:  # replaces an empty OUT_DIR, or a full one with --force
         tmp = Path(tmp_dir)

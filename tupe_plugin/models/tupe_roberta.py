@@ -26,6 +26,15 @@ from .electra_checkpoint import keep_discriminator
 logger = logging.getLogger(__name__)
 
 
+def vocab_identity(task) -> str:
+    """The identity of the task's dictionary (``tupe_common.vocab.identity``): what fine-tuning, the analysis
+    commands and the export compare a dict.txt with when the training data is not on the machine."""
+    from tupe_common.vocab import dictionary_identity
+
+    dictionary = task.source_dictionary
+    return dictionary_identity(dictionary.symbols, dictionary.nspecial)
+
+
 class VariantMismatchError(ValueError):
     """A checkpoint of one positional variant loaded into a model of another."""
 
@@ -77,6 +86,7 @@ class TupeRobertaModel(RobertaModel):
             args.max_positions = safe_getattr(args, "tokens_per_sample") or task.max_positions()
         tupe_roberta_base_architecture(args)
         args.max_source_positions = args.max_positions  # input PE (BERT-A/R) sized like the TUPE table
+        args.vocab_identity = vocab_identity(task)  # the checkpoint records its dictionary (tupe_common.vocab)
         variant = PositionalVariant.from_args(args)
         variant.validate()
         args.no_token_positional_embeddings = True  # the variant's input encoding is the encoder's own
