@@ -28,7 +28,7 @@ from tupe_common.tunables import Num, Settings, parse, setting, text
     ("", "anything at all", "anything at all", "anything at all"),
     ("[num+]", "1e-5, 2e-5 3e-5", (1e-5, 2e-5, 3e-5), "1e-5 2e-5 3e-5"),
     ("[int]", "1 2", (1, 2), "1 2"),
-    ("[int]", "none", (), ""),
+    ("[int]", "none", (), "none"),
 ])
 def test_a_value_becomes_what_its_kind_says_and_is_written_back_as_it_was(kind, written, value, back):
     parsed = parse(kind, written)
@@ -36,9 +36,25 @@ def test_a_value_becomes_what_its_kind_says_and_is_written_back_as_it_was(kind, 
     assert text(parsed) == back
 
 
-def test_a_number_keeps_its_spelling():
+def test_a_number_keeps_its_spelling_also_copied_and_pickled():
+    import copy
+    import pickle
+
     lr = Num("1e-4")
     assert lr == 0.0001 and lr * 2 == 0.0002 and f"{lr}" == "1e-4" and str(lr) == "1e-4"
+    for again in (copy.deepcopy(lr), pickle.loads(pickle.dumps(lr))):
+        assert type(again) is Num and again == lr and str(again) == "1e-4"
+
+
+def test_an_empty_list_is_written_as_none_so_that_a_child_reads_it_back_and_not_the_default():
+    """The study exports its settings to SLURM jobs and the C4 pipeline to its tasks as text: ORDER_WINDOWS=none
+    (the stage off) written as an empty value would read back as the default, 3 6."""
+    from study.settings import StudyConfig, read
+
+    off = read({"PRESET": "tiny", "OUT": "x", "ORDER_WINDOWS": "none"})
+    assert off.ORDER_WINDOWS == () and off.text("ORDER_WINDOWS") == "none"
+    assert read({"PRESET": "tiny", "OUT": "x", **off.texts()}) == off
+    assert StudyConfig.read({**off.texts(), "ORDER_WINDOWS": off.text("ORDER_WINDOWS")}).ORDER_WINDOWS == ()
 
 
 @dataclass(frozen=True)

@@ -111,6 +111,9 @@ class Num(float):
     def __repr__(self) -> str:
         return f"Num({self.text!r})"
 
+    def __reduce__(self) -> Tuple[type, Tuple[str]]:  # a copy or a pickle keeps the spelling
+        return Num, (self.text,)
+
 
 def parse(kind: str, value: str) -> Any:
     """``value`` (of ``kind``, :func:`fits`) as what a program uses: None for ``auto``, a bool for a ``0/1``
@@ -130,13 +133,14 @@ def parse(kind: str, value: str) -> Any:
 
 
 def text(value: Any) -> str:
-    """A parsed value as the environment writes it (:func:`parse` undone): auto, 1/0, a list joined by spaces."""
+    """A parsed value as the environment writes it (:func:`parse` undone): auto, 1/0, a list joined by spaces (an
+    empty one as ``none``: an empty value would read as the default)."""
     if value is None:
         return "auto"
     if isinstance(value, bool):
         return "1" if value else "0"
     if isinstance(value, tuple):
-        return " ".join(text(x) for x in value)
+        return " ".join(text(x) for x in value) or "none"  # an empty list: what reads back as one (not the default)
     return str(value)
 
 
