@@ -48,7 +48,7 @@ def diagonals(s: Tensor, lead: int) -> Tensor:
 
 def shifted_logits(attn, q: Tensor, k: Tensor, positions, max_rel_pos: int) -> Tensor:
     """The (B, H, T, T) c2p + p2c logits of ``DisentangledSelfAttention.positional_qk`` by relative shift."""
-    rel = positions.rel_embeddings  # rows lo .. lo + R - 1 of the 2k-row table
+    rel = positions.payload.embeddings  # rows lo .. lo + R - 1 of the 2k-row table
     R, H, dh = rel.size(0), attn.num_heads, attn.head_dim
     B, _, T, _ = q.shape
     lo = max(0, max_rel_pos - T + 1)

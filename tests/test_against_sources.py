@@ -142,7 +142,7 @@ def test_tupe_positional_term_and_content_stand_1_to_1_at_initialisation():
 def test_bert_ad_position_terms_stand_1_to_1_with_the_word_terms():
     content, _ = layer0_content("bert_ad")
     with torch.no_grad():
-        term = encoder("bert_ad").positions(128)
+        term = encoder("bert_ad").positions(128).payload
         pp = term.query @ term.key.transpose(1, 2) * encoder("bert_ad").layers[0].self_attn.scaling
     assert std(pp) / std(content) == pytest.approx(1.0, rel=0.1)
 
@@ -254,7 +254,7 @@ def test_rope_angles_base_and_layout():
     from tupe_core.rope import RotarySelfAttention, rotate
 
     enc = encoder("rope")
-    cos, sin = enc.positions(P).rotary
+    cos, sin = enc.positions(P).payload
     assert cos.shape == (P, DH)
     for t in (0, 1, 7, 100, 511):
         for m in (0, 1, 15, 31):
@@ -281,10 +281,10 @@ def test_deberta_is_v1s_block_with_k_128():
     assert k == 128
     rel = enc.positions.rel_embeddings.weight
     assert rel.shape == (2 * k, D) and std(rel) == pytest.approx(INIT_STD, rel=0.03)
-    term = enc.positions(P)
-    torch.testing.assert_close(term.rel_embeddings, rel)  # used as stored: no LayerNorm, no dropout
+    term = enc.positions(P).payload
+    torch.testing.assert_close(term.embeddings, rel)  # used as stored: no LayerNorm, no dropout
     i, j = torch.meshgrid(torch.arange(P), torch.arange(P), indexing="ij")
-    assert torch.equal(term.rel_index, (i - j + k).clamp(0, 2 * k - 1))
+    assert torch.equal(term.index, (i - j + k).clamp(0, 2 * k - 1))
     for layer in enc.layers:
         attn = layer.self_attn
         assert attn.pos_key_proj.bias is None and attn.pos_query_proj.bias is not None
@@ -299,6 +299,6 @@ def test_deberta_relative_terms_are_2_percent_of_the_content_term_at_initialisat
     attn, term = encoder("deberta_rel").layers[0].self_attn, encoder("deberta_rel").positions(128)
     assert std(content) == pytest.approx(CONTENT_STD[3], rel=0.1)
     with torch.no_grad():
-        k_r = attn.pos_key_proj(term.rel_embeddings).view(-1, H, DH).permute(1, 2, 0)  # (H, dh, R)
+        k_r = attn.pos_key_proj(term.payload.embeddings).view(-1, H, DH).permute(1, 2, 0)  # (H, dh, R)
         c2p = torch.einsum("bhtd,hdr->bhtr", q, k_r) * attn.scaling
     assert std(c2p) / std(content) == pytest.approx(INIT_STD, rel=0.25)

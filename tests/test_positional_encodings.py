@@ -219,7 +219,7 @@ def test_rope_logits_depend_on_relative_position_only():
     g = torch.Generator().manual_seed(0)
     q, k = torch.randn(16, generator=g, dtype=torch.float64), torch.randn(16, generator=g, dtype=torch.float64)
     model = build("rope_tiny", max_positions=64)
-    cos, sin = model.encoder.sentence_encoder.positions(40).rotary
+    cos, sin = model.encoder.sentence_encoder.positions(40).payload
 
     def logit(t, s):
         return float(rotate(q, cos[t].double(), sin[t].double()) @ rotate(k, cos[s].double(), sin[s].double()))
@@ -235,8 +235,9 @@ def test_deberta_clips_at_k_and_equals_the_formula_with_large_relative_terms():
     with torch.no_grad():
         enc.positions.rel_embeddings.weight.normal_()  # make c2p/p2c as large as the content term
     term = enc.positions(12)
-    assert term.rel_embeddings.shape == (8, 64)  # 2k rows
-    assert int(term.rel_index[11, 0]) == 7 and int(term.rel_index[0, 11]) == 0 and int(term.rel_index[3, 3]) == 4
+    assert term.payload.embeddings.shape == (8, 64)  # 2k rows
+    index = term.payload.index
+    assert int(index[11, 0]) == 7 and int(index[0, 11]) == 0 and int(index[3, 3]) == 4
     x = tokens(2, 12)
     with torch.no_grad():
         emb, _ = enc.forward_embedding(x)

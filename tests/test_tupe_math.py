@@ -90,7 +90,7 @@ def test_bert_a_has_no_positional_term_and_bert_ad_returns_qk():
         assert build(name).encoder.sentence_encoder.embed_positions is None  # no input PE
     ad = build("bert_ad_tiny")
     term = ad.encoder.sentence_encoder.positions(8)
-    assert term.bias is None and term.query.shape == (4, 8, 16) and term.key.shape == (4, 8, 16)
+    assert term.bias is None and term.payload.query.shape == (4, 8, 16) and term.payload.key.shape == (4, 8, 16)
 
 
 @pytest.mark.parametrize("variant", having("layer0_logits"))

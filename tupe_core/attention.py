@@ -1,12 +1,12 @@
 """The base attention block of every layer, ``SelfAttention``: multi-head self-attention whose logits get an
 additive, batch-shared bias (TUPE, T5, ALiBi, the priors; or none). An encoding with its own block subclasses
-it and changes how positions enter q, k and the mask (``positional_qk``): ``rope.py``, ``deberta.py``,
-``pam.py``; each encoding's ``attention_block`` builds the block of every layer. Formulas:
+it and changes how positions enter q, k and the mask (``positional_qk``, reading its encoding's
+``PositionalTerm.payload``): ``bert_ad.py``, ``rope.py``, ``deberta.py``, ``pam.py``; each encoding's ``attention_block`` builds the block of every layer. Formulas:
 ``docs/positional_encodings.md``.
 """
 from __future__ import annotations
 
-from typing import Dict, NamedTuple, Optional, Tuple
+from typing import Any, Dict, NamedTuple, Optional, Tuple
 
 import torch
 from torch import Tensor, nn
@@ -16,15 +16,16 @@ from .masks import AttentionMask
 
 
 class PositionalTerm(NamedTuple):
-    """What every layer's block receives from the encoding at the attention, once per forward; each block reads
-    the fields it uses."""
+    """What every layer's block receives from the encoding at the attention, once per forward.
 
-    bias: Optional[Tensor]  # (H, T, T) content-free logits, (L, H, T, T) if per layer, or None
-    query: Optional[Tensor] = None  # (H, T, dh) positional query added to the content query (BERT-Ad)
-    key: Optional[Tensor] = None  # (H, T, dh) positional key added to the content key (BERT-Ad)
-    rotary: Optional[Tuple[Tensor, Tensor]] = None  # RoPE (cos, sin), each (T, dh)
-    rel_embeddings: Optional[Tensor] = None  # DeBERTa: (R, d) rows of the shared relative table in use
-    rel_index: Optional[Tensor] = None  # DeBERTa: (T, T) row of rel_embeddings for query i, key j
+    ``bias``: the content-free logits that the attention core adds (the mask of every layer is built from it):
+    (H, T, T) shared by the batch, (B, H, T, T) per sequence, (L, H, T, T) one per layer for an encoding that
+    declares ``enters == LAYER_BIAS``, or None. ``payload``: whatever the encoding's own attention block reads
+    (RoPE's ``Rotation``, DeBERTa's ``RelativeRows``, BERT-Ad's ``PositionQK``: a small NamedTuple defined in the
+    encoding's module), or None; only that block reads it, so a new kind of payload needs no edit here."""
+
+    bias: Optional[Tensor]
+    payload: Any = None
 
 
 class SelfAttention(nn.Module):
@@ -109,8 +110,7 @@ class SelfAttention(nn.Module):
     def positional_qk(
         self, q: Tensor, k: Tensor, mask: Optional[AttentionMask], positions: PositionalTerm
     ) -> Tuple[Tensor, Tensor, Optional[AttentionMask]]:
-        """q, k: (B, H, T, dh). BERT-Ad adds the (H, T, dh) position q/k; others pass through."""
-        if positions.query is not None:
-            q, k = q + positions.query.unsqueeze(0), k + positions.key.unsqueeze(0)
+        """q, k: (B, H, T, dh); how positions enter q, k and the mask, from ``positions.payload`` (an encoding's own
+        block overrides this: ``bert_ad.py``, ``rope.py``, ``deberta.py``). Here: nothing, they pass through."""
         return q, k, mask
 

@@ -2,13 +2,30 @@
 ``[ww + w pU^K + pU^Q w + pU^Q pU^K] / sqrt(4 dh)``: every layer adds the position q/k to its content q/k."""
 from __future__ import annotations
 
-from typing import Dict, Optional
+from typing import Dict, NamedTuple, Optional
 
 import torch
 from torch import Tensor
 
-from .base import QK, PositionMap, PositionalTerm, check_length
+from .attention import SelfAttention
+from .base import QK, PositionalTerm, PositionMap, check_length
 from .tupe import Tupe
+
+
+class PositionQK(NamedTuple):
+    """BERT-Ad's payload: the position query and key, (H, T, dh) each, added to every layer's content q and k."""
+
+    query: Tensor
+    key: Tensor
+
+
+class PositionQKSelfAttention(SelfAttention):
+    """``SelfAttention`` with the position q/k of ``PositionQK`` added to the content q/k (no parameters of its own:
+    the state-dict keys are the plain block's)."""
+
+    def positional_qk(self, q, k, mask, positions):
+        pos = positions.payload  # PositionQK, (H, T, dh) each
+        return q + pos.query.unsqueeze(0), k + pos.key.unsqueeze(0), mask
 
 
 class BertAd(Tupe):
@@ -16,16 +33,17 @@ class BertAd(Tupe):
 
     enters = QK
     score_scale = 4.0  # four terms: 1/sqrt(4 dh)
+    block = PositionQKSelfAttention
 
     selected_by = {"untied_pos": True, "pos_mixed_terms": True}
 
     def forward(self, seq_len: int) -> PositionalTerm:
         check_length(seq_len, self.max_positions)
         q, k = self.position_qk(seq_len)
-        return PositionalTerm(None, query=q[:, 1:], key=k[:, 1:])
+        return PositionalTerm(None, PositionQK(q[:, 1:], k[:, 1:]))
 
     def content_free_map(self, seq_len: int, encoder_state: Dict[str, Tensor]) -> Optional[PositionMap]:
         """The position-position term of every layer, ``(p_i U^Q)(p_j U^K)^T / sqrt(4 dh)``."""
         with torch.no_grad():
-            term = self(seq_len)
-            return PositionMap(term.query @ term.key.transpose(1, 2) * self.scaling)
+            pos = self(seq_len).payload
+            return PositionMap(pos.query @ pos.key.transpose(1, 2) * self.scaling)

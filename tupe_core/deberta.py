@@ -2,7 +2,7 @@
 added to the content logits by an attention block of its own, from relative embeddings shared by all layers."""
 from __future__ import annotations
 
-from typing import Dict, Optional
+from typing import Dict, NamedTuple, Optional
 
 import torch
 from torch import Tensor, nn
@@ -11,6 +11,13 @@ from .attention import SelfAttention
 from .base import BLOCK, ContentDependentPositions, PositionalEncoding, PositionalTerm, PositionMap, check_length
 from .masks import AttentionMask
 from .take_columns import TakeColumns
+
+
+class RelativeRows(NamedTuple):
+    """DeBERTa's payload: the rows of the shared relative table that T tokens use, and which row each pair reads."""
+
+    embeddings: Tensor  # (R, d) rows lo .. lo + R - 1 of the (2k, d) relative embeddings
+    index: Tensor  # (T, T): the row of ``embeddings`` for query i, key j
 
 
 class DisentangledSelfAttention(SelfAttention):
@@ -27,7 +34,7 @@ class DisentangledSelfAttention(SelfAttention):
         self.pos_query_proj = nn.Linear(embed_dim, embed_dim)
 
     def positional_qk(self, q, k, mask, positions):
-        rel, index = positions.rel_embeddings, positions.rel_index  # (R, d), (T, T)
+        rel, index = positions.payload  # RelativeRows: (R, d), (T, T)
         R, H, dh = rel.size(0), self.num_heads, self.head_dim
         B, _, T, _ = q.shape
         # the scale goes on the (H, dh, R) projections, not on a (B, H, T, T) sum
@@ -74,8 +81,7 @@ class Deberta(PositionalEncoding):
         check_length(seq_len, self.max_positions)
         T, k = seq_len, self.k
         lo, hi = max(0, k - T + 1), min(2 * k, k + T)  # the rows that T tokens can use
-        return PositionalTerm(None, rel_embeddings=self.rel_embeddings.weight[lo:hi],
-                              rel_index=self.rel_index[:T, :T] - lo)
+        return PositionalTerm(None, RelativeRows(self.rel_embeddings.weight[lo:hi], self.rel_index[:T, :T] - lo))
 
     @classmethod
     def untrained_beyond(cls, variant, trained: int) -> Optional[str]:

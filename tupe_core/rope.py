@@ -2,7 +2,7 @@
 usual ``(dh)^-0.5`` scaled dot product (a rotation keeps norms, so the scale of the logits is BERT's)."""
 from __future__ import annotations
 
-from typing import Dict, Optional
+from typing import Dict, NamedTuple, Optional
 
 import torch
 from torch import Tensor
@@ -21,8 +21,15 @@ def rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     return x * cos.to(x.dtype) + rotated * sin.to(x.dtype)
 
 
+class Rotation(NamedTuple):
+    """RoPE's payload: the cos and sin of every token's angles, (T, dh) each, shared by all layers."""
+
+    cos: Tensor
+    sin: Tensor
+
+
 class RotarySelfAttention(SelfAttention):
-    """``SelfAttention`` with q and k rotated by ``positions.rotary`` before the dot product: on CUDA by our Triton
+    """``SelfAttention`` with q and k rotated by ``positions.payload`` (``Rotation``) before the dot product: on CUDA by our Triton
     kernel (``kernels/rotary.py``), elsewhere by ``rotate``."""
 
     def __init__(self, embed_dim: int, num_heads: int, **kwargs):
@@ -31,7 +38,7 @@ class RotarySelfAttention(SelfAttention):
             raise ValueError(f"RoPE needs an even head size, got {self.head_dim} (embed_dim / heads)")
 
     def positional_qk(self, q, k, mask, positions):
-        cos, sin = positions.rotary  # (T, dh) each
+        cos, sin = positions.payload  # Rotation: (T, dh) each
         kernel = fused_kernels("rotary") if q.is_cuda else None
         if kernel is not None and kernel.available(q.device):  # one read and one write per tensor, each way
             return (*kernel.rotate_qk(q, k, cos, sin), mask)
@@ -55,7 +62,7 @@ class Rope(PositionalEncoding):
 
     def forward(self, seq_len: int) -> PositionalTerm:
         check_length(seq_len, self.max_positions)
-        return PositionalTerm(None, rotary=(self.rope_cos[:seq_len], self.rope_sin[:seq_len]))
+        return PositionalTerm(None, Rotation(self.rope_cos[:seq_len], self.rope_sin[:seq_len]))
 
     def content_free_map(self, seq_len: int, encoder_state: Dict[str, Tensor]) -> Optional[PositionMap]:
         raise ContentDependentPositions("RoPE rotates the content q and k by position, so its positional effect "

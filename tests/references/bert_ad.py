@@ -11,4 +11,4 @@ positional = None
 
 
 def layer0_logits(model, attn, term, q, k, h):
-    return content(q + term.query[h].double(), k + term.key[h].double(), SCALE)
+    return content(q + term.payload.query[h].double(), k + term.payload.key[h].double(), SCALE)
