@@ -209,7 +209,8 @@ def test_position_maps_are_the_exact_pam_weights(mode, tmp_path):
     path = tmp_path / "checkpoint.pt"
     save_checkpoint(model, path)
     T = 10
-    values, probs = positional_maps(str(path), T)
+    values, probs, per_layer = positional_maps(str(path), T)
+    assert per_layer is (mode != "window")  # declared by the encoding, not read from the shape
     if mode == "window":
         want = [[[1 / 3 if abs(i - j) <= 1 else 0.0 for j in range(T)] for i in range(T)]]
     else:

@@ -50,11 +50,13 @@ class ContentDependentPositions(ValueError):
 
 
 class PositionMap(NamedTuple):
-    """An encoding's content-free map: ``values`` (H, T, T) or (L, H, T, T); ``weights`` says whether they are
-    attention weights used as they are (PAM) rather than logits that a softmax turns into weights."""
+    """An encoding's content-free map, as the encoding declares it: ``values`` (H, T, T), or (L, H, T, T) one map per
+    layer when ``per_layer``; ``weights`` says whether they are attention weights used as they are (PAM) rather than
+    logits that a softmax turns into weights. The analysis reads these two flags, not the shape."""
 
     values: Tensor
     weights: bool = False
+    per_layer: bool = False
 
 
 def check_length(seq_len: int, max_positions: int) -> None:
@@ -128,10 +130,11 @@ class PositionalEncoding(nn.Module):
     def content_free_map(self, seq_len: int, encoder_state: Dict[str, Tensor]) -> Optional[PositionMap]:
         """The position-only map of a model whose ``positions`` this is (its state loaded), or None when it adds
         nothing at the attention. ``encoder_state``: the encoder's state dict (keys relative to the encoder),
-        for encodings whose positions live in the layers. Default: the (H, T, T) bias of ``forward``."""
+        for encodings whose positions live in the layers. Default: the bias of ``forward``, (H, T, T), or one per
+        layer where the encoding declares ``enters == LAYER_BIAS``."""
         with torch.no_grad():
             bias = self(seq_len).bias
-        return None if bias is None else PositionMap(bias)
+        return None if bias is None else PositionMap(bias, per_layer=self.enters == LAYER_BIAS)
 
     def initial_values(self) -> Dict[str, Tensor]:
         """The tensors that start at fixed values, by attribute name: the fixed tables and the parameters that do

@@ -175,4 +175,5 @@ class Pam(PositionalEncoding):
         if self.mode == "window":
             return PositionMap(window_weights(seq_len, dtype=torch.float64)[None], weights=True)
         tables = [encoder_state[f"layers.{i}.self_attn.pos_weight"] for i in range(self.num_layers)]
-        return PositionMap(torch.stack([distance_weights(t.double(), seq_len) for t in tables]), weights=True)
+        return PositionMap(torch.stack([distance_weights(t.double(), seq_len) for t in tables]), weights=True,
+                           per_layer=True)

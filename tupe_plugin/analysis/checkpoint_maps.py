@@ -21,7 +21,7 @@ Works from the state dict alone (no dictionary, no data), on CPU, for base and l
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Tuple
+from typing import Any, Dict, NamedTuple, Tuple
 
 import numpy as np
 import torch
@@ -75,7 +75,7 @@ def content_free_map(sd: Dict[str, torch.Tensor], info: Dict[str, Any], seq_len:
                                   if k.startswith("embed_positions.")})
         with torch.no_grad():
             logits = logits + _input_pe_term(sd, at_input.rows(seq_len), H)
-    return PositionMap(logits)
+    return PositionMap(logits, per_layer=found is not None and found.per_layer)
 
 
 def positional_logits(sd: Dict[str, torch.Tensor], info: Dict[str, Any], seq_len: int) -> np.ndarray:
@@ -102,12 +102,21 @@ def _input_pe_term(sd: Dict[str, torch.Tensor], p: torch.Tensor, H: int) -> torc
     return q @ k.transpose(1, 2) * (d // H) ** -0.5
 
 
-def positional_maps(path: str, seq_len: int) -> Tuple[np.ndarray, np.ndarray]:
-    """``(values, probs)``: the content-free map as the model uses it and the attention it amounts to.
-    Logit variants: ``(logits, softmax_rows(logits))``; PAM: ``(weights, weights)``, the exact weights the
-    layers apply to their values, (L, H, T, T) learned (one table per layer) or (1, T, T) for ``pam_window``
-    (rows are not normalised: docs/positional_encodings.md, section PAM)."""
+class PositionMaps(NamedTuple):
+    """A checkpoint's content-free map as the model uses it (``values``), the attention it amounts to (``probs``),
+    and whether there is one map per layer (``per_layer``: what the encoding declares, ``PositionMap.per_layer``)."""
+
+    values: np.ndarray  # (H, T, T), or (L, H, T, T) per layer
+    probs: np.ndarray
+    per_layer: bool
+
+
+def positional_maps(path: str, seq_len: int) -> PositionMaps:
+    """The content-free map as the model uses it and the attention it amounts to. Logit variants: ``logits,
+    softmax_rows(logits)``; PAM: the exact weights the layers apply to their values, twice, (L, H, T, T) learned (one
+    table per layer) or (1, T, T) for ``pam_window`` (rows are not normalised: docs/positional_encodings.md, section
+    PAM)."""
     sd, info = load_checkpoint(path)
     found = content_free_map(sd, info, seq_len)
     values = found.values.double().numpy()
-    return (values, values) if found.weights else (values, softmax_rows(values))
+    return PositionMaps(values, values if found.weights else softmax_rows(values), found.per_layer)

@@ -30,9 +30,9 @@ log = get_logger("tupe-locality")
 
 
 def position_rows(checkpoint: str, length: int) -> List[Dict]:
-    probs = positional_maps(checkpoint, length)[1]  # (H, T, T) or (L, H, T, T); PAM: the weights themselves
-    per_layer = probs.ndim == 4  # a learned prior or PAM table per layer
-    probs = probs if per_layer else probs[None]  # (L|1, H, T, T)
+    maps = positional_maps(checkpoint, length)  # PAM: the weights themselves
+    per_layer = maps.per_layer  # declared by the encoding: a learned prior or PAM table per layer
+    probs = maps.probs if per_layer else maps.probs[None]  # (L|1, H, T, T)
     values = {name: fn(probs) for name, fn in METRICS.items()}  # each (L|1, H)
     rows = [{"source": "position", "layer": layer if per_layer else "all", "head": h,
              **{k: float(v[layer, h]) for k, v in values.items()}}

@@ -77,9 +77,9 @@ def run(args: argparse.Namespace) -> int:
     if there and not args.force:
         raise UsageError(f"--out-dir {args.out_dir} already holds {', '.join(there)}; pass --force to overwrite "
                          "them, or choose another folder")
-    logits, probs = positional_maps(args.checkpoint, args.length)  # PAM: the weights, no softmax
+    logits, probs, per_layer = positional_maps(args.checkpoint, args.length)  # PAM: the weights, no softmax
     os.makedirs(args.out_dir, exist_ok=True)
-    if logits.ndim == 4:  # one map per layer (learned prior, PAM): plot layer-major, head-minor
+    if per_layer:  # one map per layer (learned prior, PAM; the encoding declares it): plot layer-major, head-minor
         logits, probs = (a.reshape(-1, *a.shape[-2:]) for a in (logits, probs))
     save_npy(os.path.join(args.out_dir, "pos_logits.npy"), logits)
     save_npy(os.path.join(args.out_dir, "pos_probs.npy"), probs)
