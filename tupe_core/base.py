@@ -16,6 +16,9 @@ the Hugging Face export read these declarations instead of branching on flags:
 ``content_free_map``   its position-only map for the analysis (logits, weights, or ``ContentDependentPositions``)
 ``attention_block``    the attention block of every layer
 ``selected_by``        which checkpoint records (``record.PositionalVariant``) build it: field -> value
+``reads``              the record's other fields it reads (its settings: ``validate`` refuses one set without it)
+``combines``           whether it is defined together with another encoding (TUPE's Table 1), else it is the only
+                       position signal of its variant
 ``fixed_tables``       its non-persistent buffers, computed from its options (``self.options``) and sizes
 =====================  ========================================================================================
 
@@ -25,15 +28,14 @@ with the tokens) or ``positions`` (every other kind: called once per forward wit
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Dict, NamedTuple, Optional
+from dataclasses import fields
+from typing import Dict, NamedTuple, Optional, Tuple
 
 import torch
 from torch import Tensor, nn
 
 from .attention import PositionalTerm, SelfAttention
-
-if TYPE_CHECKING:
-    from .record import PositionalVariant
+from .record import PositionalVariant
 
 __all__ = ["PositionalEncoding", "InputEncoding", "NoTerm", "PositionalTerm", "PositionMap",
            "ContentDependentPositions", "check_length"]
@@ -80,6 +82,12 @@ class PositionalEncoding(nn.Module):
     left_padding: bool = False
     # the record's fields that select it (built-in encodings have flags of their own: {"alibi": True})
     selected_by: Dict[str, object] = {}
+    # the record's other fields it reads, its settings ("untie_cls", "rel_pos_bins"): PositionalVariant.validate
+    # refuses a flag set away from its default that no encoding of the variant reads
+    reads: Tuple[str, ...] = ()
+    # whether it is defined together with another encoding (TUPE's Table 1: an input PE, an attention term); an
+    # encoding that does not combine is the only position signal of its variant (validate refuses others beside it)
+    combines: bool = False
     # an encoding registered without a flag of its own (registry.register(..., encoding=Cls)) is recorded by
     # this number, set by the registry from the variant's name
     record_id: int = 0
@@ -101,6 +109,16 @@ class PositionalEncoding(nn.Module):
         if cls.selected_by:
             return all(getattr(variant, field) == value for field, value in cls.selected_by.items())
         return cls.record_id != 0 and variant.encoding_id == cls.record_id
+
+    @classmethod
+    def switches(cls) -> Tuple[str, ...]:
+        """The record's fields that switch it on, as a refusal names them: those of ``selected_by`` away from their
+        defaults (``--alibi``), or ``encoding_id`` for an encoding registered without flags. An encoding that
+        overrides ``selected`` overrides this too."""
+        if not cls.selected_by:
+            return ("encoding_id",)
+        defaults = {f.name: f.default for f in fields(PositionalVariant)}
+        return tuple(name for name, value in cls.selected_by.items() if value != defaults[name])
 
     @classmethod
     def scale_for(cls, variant: "PositionalVariant") -> float:

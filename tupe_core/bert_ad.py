@@ -36,6 +36,7 @@ class BertAd(Tupe):
     block = PositionQKSelfAttention
 
     selected_by = {"untied_pos": True, "pos_mixed_terms": True}
+    reads = ()  # defined without the [CLS] untie and the relative bias (TUPE Table 1)
 
     def forward(self, seq_len: int) -> PositionalTerm:
         check_length(seq_len, self.max_positions)

@@ -67,6 +67,7 @@ class Deberta(PositionalEncoding):
     score_scale = 3.0  # three terms: 1/sqrt(3 dh)
 
     selected_by = {"attention_block": "deberta"}
+    reads = ("max_rel_pos",)
 
     def __init__(self, variant, embed_dim: int, num_heads: int, max_positions: int, num_layers: int = 1):
         super().__init__(variant, embed_dim, num_heads, max_positions, num_layers)

@@ -22,6 +22,7 @@ class LearnedAbsolute(InputEncoding):
 
     left_padding = True  # positions count real tokens only
     selected_by = {"input_pe": True}
+    combines = True  # BERT-R: with T5's relative bias (TUPE Table 1)
 
     def __init__(self, variant, embed_dim: int, num_heads: int, max_positions: int, num_layers: int = 1,
                  padding_idx: int = 1):

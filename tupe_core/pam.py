@@ -153,6 +153,10 @@ class Pam(PositionalEncoding):
         return variant.attention_block.startswith("pam_")
 
     @classmethod
+    def switches(cls):
+        return ("attention_block",)
+
+    @classmethod
     def attention_block(cls, variant, embed_dim, num_heads, dropout, attention_path, max_positions):
         mode = variant.attention_block[len("pam_"):]  # "pam_concat" -> "concat"
         return PamSelfAttention(embed_dim, num_heads, mode=mode, max_positions=max_positions, dropout=dropout,

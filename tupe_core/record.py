@@ -13,7 +13,7 @@ written by a newer plugin: it is refused (``NewerRecordError``), not truncated i
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
@@ -30,11 +30,12 @@ class NewerRecordError(ValueError):
 
 
 def _opt(help: str, choices: Tuple[str, ...] = (), arch_only: bool = False,
-         legacy: Optional[Callable[[Dict[str, Any]], Any]] = None):
+         legacy: Optional[Callable[[Dict[str, Any]], Any]] = None, called: str = ""):
     """Field metadata: the flag's help, a string field's choices, ``arch_only`` (no flag: set by the variant's
-    own archs only, so no flag combination reaches it by accident) and ``legacy``: the value a record written
-    before the field existed decodes to, from the fields it has (default: the field's default)."""
-    return {"help": help, "choices": choices, "arch_only": arch_only, "legacy": legacy}
+    own archs only, so no flag combination reaches it by accident), ``legacy``: the value a record written
+    before the field existed decodes to, from the fields it has (default: the field's default), and ``called``:
+    how a refusal names a field that has no flag."""
+    return {"help": help, "choices": choices, "arch_only": arch_only, "legacy": legacy, "called": called}
 
 
 @dataclass(frozen=True)
@@ -71,7 +72,8 @@ class PositionalVariant:
         "(--no-sinusoidal-scaled: the unscaled table of checkpoints written before 2026-11-26)",
         legacy=lambda values: not values.get("sinusoidal_pe", False)))
     # an encoding registered without flags of its own (registry.register(..., encoding=Cls)): its record number
-    encoding_id: int = field(default=0, metadata=_opt("the record number of a flagless encoding", arch_only=True))
+    encoding_id: int = field(default=0, metadata=_opt("the record number of a flagless encoding", arch_only=True,
+                                                      called="a registered encoding without flags"))
 
     @property
     def name(self) -> str:
@@ -97,46 +99,63 @@ class PositionalVariant:
         return f"--arch {self.name}_base" if self.name != "custom" else ""
 
     def validate(self) -> None:
-        """Refuse combinations that are not a variant, naming the flags to change."""
+        """Refuse combinations that are not a variant, naming the flags to change. The checks are derived from what
+        the registered encodings declare (``ENCODINGS``, filled by registry.py; ``base.PositionalEncoding``): which
+        fields switch each one on (``switches``), which fields it reads (``selected_by`` and ``reads``) and whether
+        it is defined together with another encoding (``combines``), so a new encoding adds no line here:
+
+        * a choice that is not one of its field's;
+        * a position signal that is its variant's only one (an encoding that does not combine), beside another;
+        * no signal at all (outside the NoPE arch), or one in the NoPE arch;
+        * a flag set away from its default that no encoding of the variant reads (e.g. --untie-cls without a
+          term to reset, --no-sinusoidal-scaled without --sinusoidal-pe).
+        """
         for f in fields(self):
             choices = f.metadata["choices"]
             if choices and getattr(self, f.name) not in choices:
                 raise ValueError(f"--{f.name.replace('_', '-')} must be one of {choices}, got {getattr(self, f.name)!r}")
-        if self.pos_mixed_terms and not self.untied_pos:
-            raise ValueError("--pos-mixed-terms (BERT-Ad) needs --untied-pos (the U^Q/U^K projections)")
-        if self.pos_mixed_terms and (self.untie_cls or self.rel_pos):
-            raise ValueError("--pos-mixed-terms (BERT-Ad) is defined without --untie-cls/--rel-pos")
-        if self.untie_cls and not (self.untied_pos or self.rel_pos):
-            raise ValueError("--untie-cls needs a positional term to reset: --untied-pos or --rel-pos")
-        if not self.sinusoidal_scaled and not self.sinusoidal_pe:
-            raise ValueError("--no-sinusoidal-scaled is a setting of --sinusoidal-pe; drop it or add --sinusoidal-pe")
-        if self.input_pe and self.sinusoidal_pe:
-            raise ValueError("--input-pe (learned) and --sinusoidal-pe (fixed) are two input PEs: pick one")
-        table1 = {"--input-pe": self.input_pe, "--untied-pos": self.untied_pos, "--rel-pos": self.rel_pos}
-        alone = {  # position signals that are the only one of their variant
-            "--distance-prior": self.distance_prior != "none",
-            "--sinusoidal-pe": self.sinusoidal_pe,
-            "--alibi": self.alibi,
-            "--attention-block": self.attention_block != "standard",
-            "a registered encoding without flags": self.encoding_id != 0,
-        }
-        active = [flag for flag, on in alone.items() if on]
-        others = [flag for flag, on in table1.items() if on] + active[1:]
-        if active and others:  # one encoding at the attention (registry.encodings): these are not defined together
-            raise ValueError(
-                f"{active[0]} cannot be combined with {', '.join(others)} (it is the only position signal of its "
-                "variant): add --no-input-pe --no-untied-pos "
-                "--no-untie-cls --no-rel-pos and leave --distance-prior none, --no-sinusoidal-pe, --no-alibi, "
-                "--attention-block standard for the others"
-            )
-        has_position = any(table1.values()) or bool(active)
-        if self.no_position and has_position:
+        signal = {name for cls in ENCODINGS for name in cls.switches()}
+        alone = {name for cls in ENCODINGS if not cls.combines for name in cls.switches()}
+        on = [f.name for f in fields(self) if f.name in signal and getattr(self, f.name) != f.default]
+        only = [name for name in on if name in alone]
+        if only and len(on) > 1:  # one encoding at the attention (registry.encodings): these are not defined together
+            others = [name for name in on if name != only[0]]
+            defaults = ", ".join(self._flag(f.name, default=True) for f in fields(self)
+                                 if f.name in signal and f.name != only[0] and not f.metadata["arch_only"])
+            raise ValueError(f"{self._flag(only[0])} cannot be combined with {', '.join(map(self._flag, others))} "
+                             f"(it is the only position signal of its variant): leave the others at their defaults "
+                             f"({defaults})")
+        if self.no_position and on:
             raise ValueError("the NoPE arch (nope_*) takes no positional flags; drop them or use another --arch")
-        if not has_position and not self.no_position:
+        if not on and not self.no_position:
             raise ValueError(
                 "this variant has no position information at all; the NoPE ablation is its own arch: "
                 "--arch nope_base (or nope_large/nope_tiny); see docs/positional_encodings.md"
             )
+        chosen = [cls for cls in ENCODINGS if cls.selected(self)]
+        read = {name for cls in chosen for name in (*cls.selected_by, *cls.reads)}
+        for f in fields(self):  # a flag no encoding of this variant reads
+            value = getattr(self, f.name)
+            if f.type != "bool" or f.metadata["arch_only"] or value == f.default or f.name in read:
+                continue
+            readers = [cls for cls in ENCODINGS if f.name in cls.reads or cls.selected_by.get(f.name, not value) == value]
+            ways = " or ".join(f"{flags} ({cls.__name__})" if flags else cls.__name__ for cls in readers
+                               for flags in [" ".join(self._flag(s, on=True) for s in cls.switches() if s != f.name)])
+            what = (f"not of this variant's {', '.join(cls.__name__ for cls in chosen)}: drop it" if chosen
+                    else "which this variant does not have: drop it, or add what it is a setting of")
+            raise ValueError(f"{self._flag(f.name)} is a setting of {ways}, {what}")
+
+    def _flag(self, name: str, default: bool = False, on: bool = False) -> str:
+        """How a refusal names field ``name``: its flag with this record's value (``--no-x`` for False, ``--x v`` for
+        a value), with its default (``default``), or as the flag that switches it on (``on``)."""
+        f = next(f for f in fields(self) if f.name == name)
+        if f.metadata["called"]:
+            return f.metadata["called"]
+        opt = "--" + name.replace("_", "-")
+        value = f.default if default else getattr(self, name)
+        if f.type != "bool":
+            return opt if on or not default else f"{opt} {value}"
+        return opt if (value if not on else True) else "--no-" + opt[2:]
 
     def to_tensor(self) -> torch.Tensor:
         values = [
@@ -178,3 +197,6 @@ class PositionalVariant:
 
 # The registered variants by name, in registration order: filled by registry.register (registry.py)
 VARIANTS: Dict[str, PositionalVariant] = {}
+# Every encoding class a record can select (base.PositionalEncoding subclasses), in the registry's order: filled by
+# registry.py; ``validate`` reads their declarations
+ENCODINGS: List[type] = []

@@ -24,16 +24,17 @@ from .kerple import Kerple
 from .learned_absolute import LearnedAbsolute
 from .learned_gaussian import LearnedGaussian
 from .pam import Pam
-from .record import VARIANTS, PositionalVariant
+from .record import ENCODINGS, VARIANTS, PositionalVariant
 from .rope import Rope
 from .sinusoidal import Sinusoidal
 from .t5_relative import T5Relative
 from .tupe import Tupe
 
-# every encoding class a record can select; register(..., encoding=Cls) appends
-ENCODINGS: List[Type[PositionalEncoding]] = [
+# every encoding class a record can select (the list of record.py, which validate reads); register(..., encoding=Cls)
+# appends
+ENCODINGS.extend([
     LearnedAbsolute, Sinusoidal, Tupe, BertAd, T5Relative, GaussianPrior, LearnedGaussian, Alibi, Rope, Deberta, Pam,
-]
+])
 ABOUT: Dict[str, str] = {}  # name -> what it is and its source (docs/positional_encodings.md has the math)
 _ON_REGISTER: List[Callable[[str], None]] = []  # e.g. models/architectures.py: the archs of a new variant
 

@@ -31,6 +31,7 @@ class Sinusoidal(InputEncoding):
     """``--sinusoidal-pe``: token ``i`` (0 = [CLS]) gets row ``i``. No parameters, nothing in the state dict."""
 
     selected_by = {"sinusoidal_pe": True}
+    reads = ("sinusoidal_scaled",)
 
     def fixed_tables(self) -> Dict[str, Tensor]:
         table = sinusoidal_table(self.max_positions, self.embed_dim)

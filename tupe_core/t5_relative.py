@@ -85,6 +85,8 @@ class T5Relative(PositionalEncoding):
     enters = BIAS
     left_padding = True  # a function of j - i only: a row shifted by its left padding keeps its meaning
     selected_by = {"rel_pos": True, "untied_pos": False}  # with --untied-pos it is TUPE-R's (tupe.py)
+    reads = ("untie_cls", "rel_pos_bins", "max_rel_pos")
+    combines = True  # BERT-R: with BERT-A's input PE (TUPE Table 1)
 
     @classmethod
     def left_padding_for(cls, variant) -> bool:

@@ -29,6 +29,8 @@ class Tupe(PositionalEncoding):
     score_scale = 2.0  # the paper's 1/sqrt(2d), per head: content and positional terms alike
 
     selected_by = {"untied_pos": True, "pos_mixed_terms": False}
+    reads = ("untie_cls", "rel_pos", "rel_pos_bins", "max_rel_pos")
+    combines = True  # TUPE's Table 1
 
     def __init__(self, variant, embed_dim: int, num_heads: int, max_positions: int, num_layers: int = 1):
         super().__init__(variant, embed_dim, num_heads, max_positions, num_layers)
