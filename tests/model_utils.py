@@ -7,6 +7,7 @@ import torch
 from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
 
 import tupe_plugin  # noqa: F401  (registers the archs)
+from tupe_core.registry import VARIANTS
 from tupe_plugin.build_task import DictionaryTask, numbered_dictionary
 
 
@@ -26,13 +27,13 @@ def tokens(batch: int, length: int, seed: int = 0, vocab: int = 40) -> torch.Ten
     return x
 
 
-# The one left-padding rule of the fairseq model and the exported one (tupe_core/encoder_stack.check_padding):
-# variant -> whether a row with padding before real tokens is refused: where a token's position is its slot
-# (TUPE's absolute terms and [CLS] untie, sinusoids, a prior normalised per row); a term of j - i only, or
-# positions that count real tokens, run, and the real tokens' features equal the sequence's alone.
-LEFT_PADDING_REFUSED = {"tupe_r": True, "sinusoidal": True, "gaussian_prior": True, "alibi": False, "rope": False,
-                        "pam_window": False, "pam_concat": False, "deberta_rel": False, "t5_rel": False, "bert_r": False,
-                        "kerple": False, "learned_gaussian": False, "bert_a": False, "nope": False}
+# The one left-padding rule of the fairseq model and the exported one (tupe_core/encoder_stack.check_padding), read
+# from each encoding's declaration (left_padding): a term of j - i only, or positions that count real tokens, runs
+# as it is (AS_IS); a term of positions (TUPE's absolute terms and [CLS] untie, sinusoids, a prior normalised per
+# row) gets each token's position (POSITIONS); either way the real tokens' features equal the sequence's alone.
+# Every registered variant takes left-padded input; an encoding that declares REFUSED is refused
+# (test_left_padding.py's own toy declaration).
+LEFT_PADDED = list(VARIANTS)
 PAD = 1  # fairseq's padding index in the test dictionary
 
 

@@ -185,11 +185,17 @@ def test_cuda_electra_step_syncs_no_more_than_the_mlm_step(data):
     assert not Counter(electra.sites) - Counter(mlm.sites), (electra, mlm)
 
 
-def test_the_shared_padding_check_still_refuses_left_padding(data):
-    """The one padding check of both encoders keeps the encoder's rule: a left-padded batch of a variant whose
-    positions count from column 0 is refused before the generator runs."""
+@pytest.mark.parametrize("refused", [True, False])
+def test_the_shared_padding_check_keeps_the_left_padding_rule(data, monkeypatch, refused):
+    """The one padding check of both encoders keeps the encoder's rule: a left-padded batch of a variant with an
+    encoding that declares it cannot take left padding is refused before the generator runs; TUPE-R itself reads
+    each token's position, so the batch runs, both encoders with the positions of the one check."""
+    from tupe_core.base import REFUSED
     from tupe_core.encoder_stack import LeftPaddingError
+    from tupe_core.tupe import Tupe
 
+    if refused:
+        monkeypatch.setattr(Tupe, "left_padding", REFUSED)
     task, model, criterion, _, batch = setup("electra", data, "tupe_r_tiny")
     pad = task.source_dictionary.pad()
     tokens, target = batch["net_input"]["src_tokens"], batch["target"]
@@ -200,9 +206,18 @@ def test_the_shared_padding_check_still_refuses_left_padding(data):
     del sample["masked_positions"]
     calls = []
     model.generator.register_forward_pre_hook(lambda *_: calls.append(1))
-    with pytest.raises(LeftPaddingError, match="left-padded input"):
+    if refused:
+        with pytest.raises(LeftPaddingError, match="left-padded input"):
+            criterion(model, sample)
+        assert not calls
+    else:
+        seen = []  # the position_ids each encoder's attention term gets
+        for encoder in (model.generator.sentence_encoder, model.encoder.sentence_encoder):
+            encoder.positions.register_forward_pre_hook(lambda _, args: seen.append(args[1:]))
         criterion(model, sample)
-    assert not calls
+        assert calls == [1] and len(seen) == 2 and seen[0][0] is seen[1][0]  # one check, its positions twice
+        assert torch.equal(seen[0][0], left["src_tokens"].ne(pad).cumsum(1).sub(1).clamp(min=0))
+        calls.clear()
     criterion(model, batch)  # the right-padded batch runs
     assert calls == [1]
 

@@ -22,7 +22,7 @@ from transformers import (  # noqa: E402
     AutoTokenizer,
 )
 
-from model_utils import LEFT_PADDING_REFUSED, build, left_padded, tokens  # noqa: E402
+from model_utils import LEFT_PADDED, build, left_padded, tokens  # noqa: E402
 from tupe_plugin.hf import export as hf_export  # noqa: E402
 from tupe_plugin.hf.remote import SHIPPED, exported_source  # noqa: E402
 from tupe_core.registry import VARIANTS  # noqa: E402
@@ -126,25 +126,25 @@ def test_the_export_runs_without_fairseq_and_tupe_plugin(tmp_path, starts_proces
     torch.testing.assert_close(torch.load(tmp_path / "out.pt")[keep], feats[keep], **TOL)
 
 
-@pytest.mark.parametrize("variant", list(LEFT_PADDING_REFUSED))
+@pytest.mark.parametrize("variant", LEFT_PADDED)
 def test_left_padding_follows_the_one_rule(variant, tmp_path):
-    """The cases of tests/test_left_padding.py: refused where fairseq's model refuses it, and where it runs
-    the real tokens' features equal fairseq's on the same left-padded batch; the classifier, which reads [CLS]
-    from column 0, refuses a row that starts with padding for every variant."""
+    """The cases of tests/test_left_padding.py: the real tokens' features equal fairseq's on the same left-padded
+    batch (each token's position passed in where the variant reads positions); the classifier, which reads [CLS]
+    from column 0, refuses a row that starts with padding for every variant; where an encoding declares it cannot
+    take left padding (REFUSED), the export refuses it with the fairseq model's words."""
     ckpt, fairseq_model = tiny_checkpoint(tmp_path, variant)
     model = load(AutoModel, hf_export.export(str(ckpt), str(tmp_path / "hf")))
     x, mask = padded_batch()
     left = left_padded(x, 4)
     with torch.no_grad():
         model(input_ids=x, attention_mask=mask)  # right padding: fine
-        if LEFT_PADDING_REFUSED[variant]:
-            with pytest.raises(ValueError, match=r"left-padded input \(batch rows \[0\] have padding before real "
-                                                 r"tokens\).*padding_side = 'right'"):
-                model(input_ids=left, attention_mask=left.ne(1).long())
-        else:
-            got = model(input_ids=left, attention_mask=left.ne(1).long()).last_hidden_state
-            want, _ = fairseq_model(left, features_only=True)
-            torch.testing.assert_close(got[0, 4:], want[0, 4:], **TOL)
+        got = model(input_ids=left, attention_mask=left.ne(1).long()).last_hidden_state
+        want, _ = fairseq_model(left, features_only=True)
+        torch.testing.assert_close(got[0, 4:], want[0, 4:], **TOL)
+        model.left_padding = "refused"  # what the model reads from a refusing encoding's declaration at init
+        with pytest.raises(ValueError, match=r"left-padded input \(batch rows \[0\] have padding before real "
+                                             r"tokens\).*padding_side = 'right'"):
+            model(input_ids=left, attention_mask=left.ne(1).long())
         classifier = load(AutoModelForSequenceClassification, tmp_path / "hf")
         with pytest.raises(ValueError, match="rows that start with padding.*column 0"):
             classifier(input_ids=left, attention_mask=left.ne(1).long())

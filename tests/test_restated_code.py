@@ -32,7 +32,8 @@ RESTATED = {
         ("d14f4646ff38666d", "tupe_plugin/modules/encoder.py TupeTransformerEncoder.forward_scriptable, "
                              "tupe_core/encoder_stack.py run_layers, tupe_plugin/hf/remote/modeling_tupe.py TupeModel"),
     "fairseq.models.transformer.transformer_encoder:TransformerEncoderBase.forward_embedding":
-        ("66206302027e840d", "tupe_plugin/hf/remote/modeling_tupe.py TupeModel.forward"),
+        ("66206302027e840d", "tupe_plugin/modules/encoder.py TupeTransformerEncoder.forward_embedding, "
+                             "tupe_plugin/hf/remote/modeling_tupe.py TupeModel.forward"),
     "fairseq.modules.learned_positional_embedding:LearnedPositionalEmbedding.forward":
         ("e592a2918e1059e7", "tupe_core/learned_absolute.py LearnedAbsolute.forward"),
     "fairseq.utils:make_positions": ("1a3a7031a7045ed2", "tupe_core/learned_absolute.py LearnedAbsolute.forward"),

@@ -7,7 +7,7 @@ from typing import Dict, List
 import torch
 from torch import Tensor
 
-from .base import BIAS, PositionalEncoding, PositionalTerm, check_length
+from .base import AS_IS, BIAS, PositionalEncoding, PositionalTerm, check_length
 
 
 def alibi_slopes(num_heads: int) -> List[float]:
@@ -26,7 +26,7 @@ class Alibi(PositionalEncoding):
     """``--alibi``: an (H, T, T) bias that needs no gradient."""
 
     enters = BIAS
-    left_padding = True  # a function of j - i only: a row shifted by its left padding keeps its meaning
+    left_padding = AS_IS  # a function of j - i only: a row shifted by its left padding keeps its meaning
 
     selected_by = {"alibi": True}
 

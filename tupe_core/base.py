@@ -11,7 +11,8 @@ the Hugging Face export read these declarations instead of branching on flags:
                        added to the content q/k), ``ROTATION`` (q/k rotated), ``BLOCK`` (its own attention
                        block), ``NONE``
 ``score_scale``        content logits are scaled by ``(score_scale * head_dim) ** -0.5``
-``left_padding``       whether a left-padded row keeps its meaning (else the encoder refuses it)
+``left_padding``       what a left-padded row needs: nothing (``AS_IS``: a term of j - i only), each token's
+                       position (``POSITIONS``: ``forward`` takes ``position_ids``), or it is refused (``REFUSED``)
 ``untrained_beyond``   why positions beyond the trained length mean nothing (or None)
 ``content_free_map``   its position-only map for the analysis (logits, weights, or ``ContentDependentPositions``)
 ``attention_block``    the attention block of every layer
@@ -32,19 +33,27 @@ from dataclasses import fields
 from typing import Dict, NamedTuple, Optional, Tuple
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .attention import PositionalTerm, SelfAttention
 from .record import PositionalVariant
 
 __all__ = ["PositionalEncoding", "InputEncoding", "NoTerm", "PositionalTerm", "PositionMap",
-           "ContentDependentPositions", "check_length"]
+           "ContentDependentPositions", "check_length", "token_positions", "at_positions",
+           "AS_IS", "POSITIONS", "REFUSED"]
 
 # fairseq's init_bert_params draws every embedding and projection from N(0, 0.02)
 BERT_INIT_STD = 0.02
 
 INPUT, BIAS, LAYER_BIAS, QK, ROTATION, BLOCK, NONE = "input", "bias", "layer_bias", "qk", "rotation", "block", "none"
 ENTERS = (INPUT, BIAS, LAYER_BIAS, QK, ROTATION, BLOCK, NONE)
+
+# ``left_padding``: what a row with padding before its real tokens needs from an encoding
+AS_IS = "as_is"  # nothing: its terms depend on j - i only (or it counts real tokens itself), so a shifted row keeps them
+POSITIONS = "positions"  # each token's position: the encoder passes ``position_ids`` (B, T) when a batch is left-padded
+REFUSED = "refused"  # the math does not allow it: the encoder refuses left-padded input, naming the variant
+LEFT_PADDING = (AS_IS, POSITIONS, REFUSED)
 
 
 class ContentDependentPositions(ValueError):
@@ -79,7 +88,7 @@ class PositionalEncoding(nn.Module):
     enters: str = NONE
     block = SelfAttention  # the attention block of every layer (a subclass where the encoding has its own)
     score_scale: float = 1.0
-    left_padding: bool = False
+    left_padding: str = REFUSED  # AS_IS, POSITIONS or REFUSED (above)
     # the record's fields that select it (built-in encodings have flags of their own: {"alibi": True})
     selected_by: Dict[str, object] = {}
     # the record's other fields it reads, its settings ("untie_cls", "rel_pos_bins"): PositionalVariant.validate
@@ -126,9 +135,14 @@ class PositionalEncoding(nn.Module):
         return cls.score_scale
 
     @classmethod
-    def left_padding_for(cls, variant: "PositionalVariant") -> bool:
+    def left_padding_for(cls, variant: "PositionalVariant") -> str:
         """``left_padding`` for ``variant`` (an encoding whose answer depends on its options overrides this)."""
         return cls.left_padding
+
+    @property
+    def reads_positions(self) -> bool:
+        """Whether this encoding takes ``position_ids`` in a left-padded batch (``left_padding == POSITIONS``)."""
+        return self.left_padding_for(self.options) == POSITIONS
 
     # --- what the rest of the model asks ---------------------------------------------------------------------
     @classmethod
@@ -165,6 +179,9 @@ class PositionalEncoding(nn.Module):
         return {}
 
     def forward(self, seq_len: int) -> PositionalTerm:
+        """The term of every layer for ``seq_len`` tokens at positions 0..T-1. An encoding that declares
+        ``left_padding = POSITIONS`` takes ``position_ids`` too ((B, T), each token's position, given only when the
+        batch has left padding) and returns the terms of those positions (``at_positions``)."""
         check_length(seq_len, self.max_positions)
         return PositionalTerm(None)
 
@@ -184,13 +201,33 @@ class InputEncoding(PositionalEncoding):
         """(T, d): what tokens 0..T-1 of a sequence without padding get added."""
         raise NotImplementedError
 
-    def forward(self, src_tokens: Tensor) -> Tensor:  # (B, T) -> broadcastable to (B, T, d)
+    def forward(self, src_tokens: Tensor, position_ids: Optional[Tensor] = None) -> Tensor:
+        """(B, T) -> broadcastable to (B, T, d): ``rows``, or with ``position_ids`` (B, T) (a left-padded batch,
+        ``left_padding = POSITIONS``) the row of each token's position."""
         check_length(src_tokens.size(1), self.max_positions)
-        return self.rows(src_tokens.size(1)).unsqueeze(0)
+        rows = self.rows(src_tokens.size(1))
+        return rows.unsqueeze(0) if position_ids is None else F.embedding(position_ids, rows)
 
 
 class NoTerm(PositionalEncoding):
     """Nothing at the attention: the ``positions`` of a variant whose positions are all at the input (BERT-A,
     sinusoidal) or that has none (NoPE). Left padding is harmless to it."""
 
-    left_padding = True  # the registry's fallback: no selected_by, never chosen by a flag
+    left_padding = AS_IS  # the registry's fallback: no selected_by, never chosen by a flag
+
+
+def token_positions(padding_mask: Tensor) -> Tensor:
+    """(B, T) each token's position in its sequence, from the (B, T) padding mask (True at pads): real tokens count
+    0, 1, ... after any left padding; pads get 0 before the first real token and the last position after it (their
+    rows and columns are masked)."""
+    return (torch.cumsum(~padding_mask, dim=1) - 1).clamp(min=0)
+
+
+def at_positions(bias: Tensor, position_ids: Tensor) -> Tensor:
+    """A (G, T, T) term of positions 0..T-1 (G heads, or 1) read at each sequence's ``position_ids`` (B, T):
+    (B, G, T, T) with ``[b, g, i, j] = bias[g, pos[b, i], pos[b, j]]``, one gather (its backward an index_add
+    into the shared term). The per-sequence bias of a left-padded batch, for a term built from positions."""
+    G, T, _ = bias.shape
+    B = position_ids.size(0)
+    index = (position_ids[:, :, None] * T + position_ids[:, None, :]).reshape(-1)  # (B T T)
+    return bias.reshape(G, T * T).index_select(1, index).view(G, B, T, T).transpose(0, 1)

@@ -13,7 +13,8 @@ from .tupe import Tupe
 
 
 class PositionQK(NamedTuple):
-    """BERT-Ad's payload: the position query and key, (H, T, dh) each, added to every layer's content q and k."""
+    """BERT-Ad's payload: the position query and key, (H, T, dh) each ((B, H, T, dh) in a left-padded batch: each
+    sequence's at its tokens' positions), added to every layer's content q and k."""
 
     query: Tensor
     key: Tensor
@@ -24,8 +25,8 @@ class PositionQKSelfAttention(SelfAttention):
     the state-dict keys are the plain block's)."""
 
     def positional_qk(self, q, k, mask, positions):
-        pos = positions.payload  # PositionQK, (H, T, dh) each
-        return q + pos.query.unsqueeze(0), k + pos.key.unsqueeze(0), mask
+        pos = positions.payload  # PositionQK, (H, T, dh) or (B, H, T, dh) each: both broadcast to q's (B, H, T, dh)
+        return q + pos.query, k + pos.key, mask
 
 
 class BertAd(Tupe):
@@ -38,10 +39,13 @@ class BertAd(Tupe):
     selected_by = {"untied_pos": True, "pos_mixed_terms": True}
     reads = ()  # defined without the [CLS] untie and the relative bias (TUPE Table 1)
 
-    def forward(self, seq_len: int) -> PositionalTerm:
+    def forward(self, seq_len: int, position_ids: Optional[Tensor] = None) -> PositionalTerm:
         check_length(seq_len, self.max_positions)
         q, k = self.position_qk(seq_len)
-        return PositionalTerm(None, PositionQK(q[:, 1:], k[:, 1:]))
+        q, k = q[:, 1:], k[:, 1:]  # (H, T, dh): token i <-> table row i + 1
+        if position_ids is not None:  # a left-padded batch: (B, H, T, dh), each token's position (left_padding)
+            q, k = (x[:, position_ids].transpose(0, 1) for x in (q, k))
+        return PositionalTerm(None, PositionQK(q, k))
 
     def content_free_map(self, seq_len: int, encoder_state: Dict[str, Tensor]) -> Optional[PositionMap]:
         """The position-position term of every layer, ``(p_i U^Q)(p_j U^K)^T / sqrt(4 dh)``."""

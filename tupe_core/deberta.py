@@ -8,7 +8,7 @@ import torch
 from torch import Tensor, nn
 
 from .attention import SelfAttention
-from .base import BLOCK, ContentDependentPositions, PositionalEncoding, PositionalTerm, PositionMap, check_length
+from .base import AS_IS, BLOCK, ContentDependentPositions, PositionalEncoding, PositionalTerm, PositionMap, check_length
 from .masks import AttentionMask
 from .take_columns import TakeColumns
 
@@ -62,7 +62,7 @@ class Deberta(PositionalEncoding):
     rows that T tokens use with the (T, T) row of query i, key j: ``delta(i, j) = clamp(i - j + k, 0, 2k - 1)``."""
 
     enters = BLOCK
-    left_padding = True  # a function of j - i only: a row shifted by its left padding keeps its meaning
+    left_padding = AS_IS  # a function of j - i only: a row shifted by its left padding keeps its meaning
     block = DisentangledSelfAttention
     score_scale = 3.0  # three terms: 1/sqrt(3 dh)
 

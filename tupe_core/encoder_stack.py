@@ -12,13 +12,13 @@ forward) and the ``PositionalTerm`` go to every attention block instead of key_p
 from __future__ import annotations
 
 import math
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .base import LAYER_BIAS, PositionalEncoding, PositionalTerm
+from .base import AS_IS, LAYER_BIAS, REFUSED, PositionalEncoding, PositionalTerm, token_positions
 from .masks import attention_mask, compute_dtype
 
 # fairseq 0.12.3 utils.get_activation_fn: gelu in float32, gelu_accurate its tanh approximation
@@ -40,21 +40,47 @@ class LeftPaddingError(ValueError):
     """A row with a real token after a pad, for a variant whose positions count from column 0."""
 
 
-def check_padding(padding_mask: Tensor, left_padding_allowed: bool, what: str, fix: str) -> bool:
-    """Whether the (B, T) batch (True at padding) has pads, in one host sync. Refuses a row with a real token
-    after a pad (left padding) unless every encoding of the variant allows it (``left_padding_allowed``): token
-    i gets position i, so left padding would silently shift every position. ``what`` names the variant, ``fix``
-    says how to pad on the right in the caller's terms."""
-    if left_padding_allowed:
-        return bool(padding_mask.any())
+class Padding(NamedTuple):
+    """A batch's padding as the encoder's forward needs it, read once (``check_padding``): whether it has pads, and
+    each token's position (B, T) where the batch is left-padded and the variant reads positions, else None."""
+
+    has_pads: bool
+    position_ids: Optional[Tensor] = None
+
+
+def check_padding(padding_mask: Tensor, left_padding: str, what: str, fix: str) -> Padding:
+    """The (B, T) batch's padding (True at pads), in one host sync, by the variant's declaration
+    (``registry.left_padding``): ``AS_IS``, only whether it has pads; ``POSITIONS``, also whether a row has a real
+    token after a pad (left padding), and then every token's position (``token_positions``) for the encodings that
+    read it; ``REFUSED``, such a row is refused (token i gets position i, so left padding would silently shift every
+    position). A right-padded batch gets no positions: its forward is the one without them. ``what`` names the
+    variant, ``fix`` says how to pad on the right in the caller's terms."""
+    if left_padding == AS_IS:
+        return Padding(bool(padding_mask.any()))
     shifted = (padding_mask[:, :-1] & ~padding_mask[:, 1:]).any(dim=1)  # (B,): a real token right after a pad
     any_pad, any_left = torch.stack([padding_mask.any(), shifted.any()]).tolist()
-    if any_left:
+    if any_left and left_padding == REFUSED:
         rows = shifted.nonzero().flatten().tolist()
         raise LeftPaddingError(
             f"left-padded input (batch rows {rows[:5]} have padding before real tokens): {what} gives token i "
             f"position i, so left padding would silently shift every position; {fix}")
-    return any_pad
+    return Padding(any_pad, token_positions(padding_mask) if any_left else None)
+
+
+def positional_term(positions: PositionalEncoding, seq_len: int, position_ids: Optional[Tensor]) -> PositionalTerm:
+    """The term of this forward: with each token's position where the batch is left-padded and the encoding reads
+    them (``left_padding == POSITIONS``), else of positions 0..T-1."""
+    if position_ids is not None and positions.reads_positions:
+        return positions(seq_len, position_ids)
+    return positions(seq_len)
+
+
+def input_positions(embed_positions: nn.Module, src_tokens: Tensor, position_ids: Optional[Tensor]) -> Tensor:
+    """What the encoding at the input adds to the words: with each token's position where the batch is left-padded
+    and the encoding reads them, else as fairseq calls it (the tokens alone)."""
+    if position_ids is not None and embed_positions.reads_positions:
+        return embed_positions(src_tokens, position_ids)
+    return embed_positions(src_tokens)
 
 
 def layer_masks(term: PositionalTerm, padding_mask: Optional[Tensor], dtype: torch.dtype,
@@ -91,13 +117,14 @@ def layer_forward(layer: nn.Module, x: Tensor, mask: Optional[Tensor], positions
 
 
 def run_layers(x: Tensor, padding_mask: Optional[Tensor], positions: PositionalEncoding, layers: Sequence[nn.Module],
-               layer_index: Optional[Dict[int, int]] = None, keep_states: bool = False
-               ) -> Tuple[Tensor, List[Tensor]]:
+               layer_index: Optional[Dict[int, int]] = None, keep_states: bool = False,
+               position_ids: Optional[Tensor] = None) -> Tuple[Tensor, List[Tensor]]:
     """x (T, B, C) through ``layers`` with the positional term computed once and the masks built once.
     ``padding_mask``: (B, T) True at padding, or None when the batch has none; ``layer_index``: id(layer) -> its
-    index in the full stack (with layerdrop only some layers run; each gets its own index's mask).
+    index in the full stack (with layerdrop only some layers run; each gets its own index's mask);
+    ``position_ids``: (B, T) each token's position in a left-padded batch (``check_padding``), else None.
     Returns x and, with ``keep_states``, [x before the first layer, after each layer]."""
-    term = positions(x.size(0))  # once per forward, shared by all layers
+    term = positional_term(positions, x.size(0), position_ids)  # once per forward, shared by all layers
     # padded key columns get a large finite negative logit (masks.padding_value), not -inf: a sequence without a
     # real token gives finite rows, not NaN. Cast to the compute dtype here, once per forward, not in every layer
     masks = layer_masks(term, padding_mask, compute_dtype(x), len(layer_index) if layer_index else len(layers),

@@ -6,18 +6,19 @@ prior of a sequence does not depend on the padding of its batch.
 """
 from __future__ import annotations
 
-from typing import Dict
+from typing import Dict, Optional
 
 import torch
 from torch import Tensor
 
-from .base import BIAS, PositionalEncoding, PositionalTerm, check_length
+from .base import BIAS, POSITIONS, PositionalEncoding, PositionalTerm, at_positions, check_length
 
 
 class GaussianPrior(PositionalEncoding):
     """``--distance-prior gaussian``: one fixed (H, T, T) bias, the same for every head."""
 
     enters = BIAS
+    left_padding = POSITIONS  # rows normalised over all P keys: row i depends on i, not on j - i alone
     selected_by = {"distance_prior": "gaussian"}
 
     def fixed_tables(self) -> Dict[str, Tensor]:
@@ -25,7 +26,11 @@ class GaussianPrior(PositionalEncoding):
         distance = (idx[None, :] - idx[:, None]).abs().double()  # (P, P)
         return {"gaussian_prior": torch.softmax(-0.5 * distance**2, dim=-1).float()}  # rows normalised once
 
-    def forward(self, seq_len: int) -> PositionalTerm:
+    def forward(self, seq_len: int, position_ids: Optional[Tensor] = None) -> PositionalTerm:
+        """(H, T, T); with ``position_ids`` (a left-padded batch) (B, H, T, T) at each token's position."""
         check_length(seq_len, self.max_positions)
-        T = seq_len
-        return PositionalTerm(self.gaussian_prior[:T, :T].expand(self.num_heads, T, T))
+        T, H = seq_len, self.num_heads
+        prior = self.gaussian_prior[:T, :T]
+        if position_ids is not None:
+            return PositionalTerm(at_positions(prior[None], position_ids).expand(-1, H, T, T))
+        return PositionalTerm(prior.expand(H, T, T))

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .base import BIAS, PositionalEncoding, PositionalTerm, check_length
+from .base import AS_IS, BIAS, PositionalEncoding, PositionalTerm, check_length
 
 SMALLEST_START = 0.01  # the authors' eps: no r starts below it
 
@@ -31,7 +31,7 @@ class Kerple(PositionalEncoding):
     """An (H, T, T) bias, shared by the batch and the layers, with two learned positive scalars per head."""
 
     enters = BIAS
-    left_padding = True  # a function of j - i only: a row shifted by its left padding keeps its meaning
+    left_padding = AS_IS  # a function of j - i only: a row shifted by its left padding keeps its meaning
 
     def __init__(self, variant, embed_dim: int, num_heads: int, max_positions: int, num_layers: int = 1):
         super().__init__(variant, embed_dim, num_heads, max_positions, num_layers)

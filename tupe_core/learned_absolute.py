@@ -14,13 +14,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .base import BERT_INIT_STD, InputEncoding, check_length
+from .base import AS_IS, BERT_INIT_STD, InputEncoding, check_length
 
 
 class LearnedAbsolute(InputEncoding):
     """``--input-pe``: ``x_i = w_i + p_{pos(i)}``, ``p`` learned (N(0, 0.02) at first, the pad row zero)."""
 
-    left_padding = True  # positions count real tokens only
+    left_padding = AS_IS  # positions count real tokens only (it reads them from the tokens, as fairseq)
     selected_by = {"input_pe": True}
     combines = True  # BERT-R: with T5's relative bias (TUPE Table 1)
 
@@ -35,7 +35,7 @@ class LearnedAbsolute(InputEncoding):
     def rows(self, seq_len: int) -> Tensor:
         return self.weight[self.padding_idx + 1: self.padding_idx + 1 + seq_len]
 
-    def forward(self, src_tokens: Tensor) -> Tensor:  # (B, T) -> (B, T, d)
+    def forward(self, src_tokens: Tensor, position_ids: Optional[Tensor] = None) -> Tensor:  # (B, T) -> (B, T, d)
         check_length(src_tokens.size(1), self.max_positions)
         real = src_tokens.ne(self.padding_idx).int()
         positions = (torch.cumsum(real, dim=1).type_as(real) * real).long() + self.padding_idx  # make_positions

@@ -11,7 +11,7 @@ from typing import Dict, Optional
 import torch
 from torch import Tensor, nn
 
-from .base import LAYER_BIAS, PositionalEncoding, PositionalTerm, check_length
+from .base import AS_IS, LAYER_BIAS, PositionalEncoding, PositionalTerm, check_length
 
 
 def gaussian_by_distance(max_positions: int) -> Tensor:
@@ -26,7 +26,7 @@ class LearnedGaussian(PositionalEncoding):
     """``--distance-prior learned_gaussian``: an (L, H, T, T) bias, one matrix per layer."""
 
     enters = LAYER_BIAS
-    left_padding = True  # a function of j - i only: a row shifted by its left padding keeps its meaning
+    left_padding = AS_IS  # a function of j - i only: a row shifted by its left padding keeps its meaning
     selected_by = {"distance_prior": "learned_gaussian"}
 
     def __init__(self, variant, embed_dim: int, num_heads: int, max_positions: int, num_layers: int = 1):

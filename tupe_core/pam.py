@@ -27,7 +27,7 @@ from torch import Tensor, nn
 
 from .attend import Dropout
 from .attention import SelfAttention
-from .base import BLOCK, PositionalEncoding, PositionalTerm, PositionMap, check_length
+from .base import AS_IS, BLOCK, PositionalEncoding, PositionalTerm, PositionMap, check_length
 from .learned_gaussian import gaussian_by_distance
 
 PAM_MODES = ("concat", "sequential", "window")
@@ -146,7 +146,7 @@ class Pam(PositionalEncoding):
     block holds its own position weights (learned) or applies the fixed band (window)."""
 
     enters = BLOCK
-    left_padding = True  # w[h, |j - i|], or the band i-1..i+1 (a padded key weighs 0): a shifted row keeps its meaning
+    left_padding = AS_IS  # w[h, |j - i|], or the band i-1..i+1 (a padded key weighs 0): a shifted row keeps its meaning
 
     @classmethod
     def selected(cls, variant) -> bool:

@@ -16,7 +16,7 @@ import zlib
 from typing import Callable, Dict, List, Optional, Tuple, Type
 
 from .alibi import Alibi
-from .base import INPUT, InputEncoding, NoTerm, PositionalEncoding
+from .base import AS_IS, INPUT, POSITIONS, REFUSED, InputEncoding, NoTerm, PositionalEncoding
 from .bert_ad import BertAd
 from .deberta import Deberta
 from .gaussian_prior import GaussianPrior
@@ -115,9 +115,13 @@ def untrained_beyond(variant: PositionalVariant, trained: int) -> Optional[str]:
     return next((r for r in reasons if r), None)
 
 
-def left_padding_allowed(variant: PositionalVariant) -> bool:
-    """Whether a left-padded row keeps its meaning in every encoding of ``variant``."""
-    return all(cls.left_padding_for(variant) for cls in encodings(variant) if cls is not None)
+def left_padding(variant: PositionalVariant) -> str:
+    """What a left-padded row of ``variant`` needs, from its encodings' declarations (``left_padding_for``):
+    ``REFUSED`` if one refuses it, else ``POSITIONS`` if one reads each token's position, else ``AS_IS``. A
+    declaration of True/False (before the three values) reads as AS_IS/REFUSED."""
+    answers = {({True: AS_IS, False: REFUSED}.get(a, a) if isinstance(a, bool) else a)
+               for a in (cls.left_padding_for(variant) for cls in encodings(variant) if cls is not None)}
+    return REFUSED if REFUSED in answers else POSITIONS if POSITIONS in answers else AS_IS
 
 
 # TUPE's Table 1 (Ke et al. 2021)

@@ -9,7 +9,7 @@ from torch import Tensor
 
 from .attend import fused_kernels
 from .attention import SelfAttention
-from .base import ROTATION, ContentDependentPositions, PositionalEncoding, PositionalTerm, PositionMap, check_length
+from .base import AS_IS, ROTATION, ContentDependentPositions, PositionalEncoding, PositionalTerm, PositionMap, check_length
 
 
 def rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
@@ -49,7 +49,7 @@ class Rope(PositionalEncoding):
     """``--attention-block rope``: the (cos, sin) tables, (T, dh) each, shared by all layers."""
 
     enters = ROTATION
-    left_padding = True  # a function of j - i only: a row shifted by its left padding keeps its meaning
+    left_padding = AS_IS  # a function of j - i only: a row shifted by its left padding keeps its meaning
     block = RotarySelfAttention
     selected_by = {"attention_block": "rope"}
 

@@ -14,7 +14,7 @@ from typing import Dict
 import torch
 from torch import Tensor
 
-from .base import BERT_INIT_STD, InputEncoding
+from .base import BERT_INIT_STD, POSITIONS, InputEncoding
 
 
 def sinusoidal_table(num_positions: int, dim: int, base: float = 10000.0) -> Tensor:
@@ -28,8 +28,10 @@ def sinusoidal_table(num_positions: int, dim: int, base: float = 10000.0) -> Ten
 
 
 class Sinusoidal(InputEncoding):
-    """``--sinusoidal-pe``: token ``i`` (0 = [CLS]) gets row ``i``. No parameters, nothing in the state dict."""
+    """``--sinusoidal-pe``: token ``i`` (0 = [CLS]) gets row ``i``, in a left-padded batch the row of its position
+    (``InputEncoding.forward``). No parameters, nothing in the state dict."""
 
+    left_padding = POSITIONS
     selected_by = {"sinusoidal_pe": True}
     reads = ("sinusoidal_scaled",)
 

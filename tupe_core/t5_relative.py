@@ -7,12 +7,12 @@ the [CLS] untie, column 0 uses the extra bucket 32 and row 0 the never-used buck
 from __future__ import annotations
 
 import math
-from typing import Dict, Tuple
+from typing import Dict, Optional, Tuple
 
 import torch
 from torch import Tensor, nn
 
-from .base import BIAS, PositionalEncoding, PositionalTerm, check_length
+from .base import AS_IS, BIAS, POSITIONS, PositionalEncoding, PositionalTerm, at_positions, check_length
 
 
 def relative_position_bucket(
@@ -83,15 +83,16 @@ class T5Relative(PositionalEncoding):
     unscaled; with ``--untie-cls`` the [CLS] row and column take their own buckets."""
 
     enters = BIAS
-    left_padding = True  # a function of j - i only: a row shifted by its left padding keeps its meaning
+    left_padding = AS_IS  # a function of j - i only: a row shifted by its left padding keeps its meaning
     selected_by = {"rel_pos": True, "untied_pos": False}  # with --untied-pos it is TUPE-R's (tupe.py)
     reads = ("untie_cls", "rel_pos_bins", "max_rel_pos")
     combines = True  # BERT-R: with BERT-A's input PE (TUPE Table 1)
 
     @classmethod
-    def left_padding_for(cls, variant) -> bool:
-        """With ``--untie-cls`` the [CLS] row and column are those of position 0, which left padding moves."""
-        return not variant.untie_cls
+    def left_padding_for(cls, variant) -> str:
+        """With ``--untie-cls`` the [CLS] row and column are those of position 0, which left padding moves: it reads
+        each token's position."""
+        return POSITIONS if variant.untie_cls else AS_IS
 
     def __init__(self, variant, embed_dim: int, num_heads: int, max_positions: int, num_layers: int = 1):
         super().__init__(variant, embed_dim, num_heads, max_positions, num_layers)
@@ -101,9 +102,10 @@ class T5Relative(PositionalEncoding):
     def fixed_tables(self) -> Dict[str, Tensor]:
         return bucket_tables(self.options, self.max_positions)
 
-    def forward(self, seq_len: int) -> PositionalTerm:
+    def forward(self, seq_len: int, position_ids: Optional[Tensor] = None) -> PositionalTerm:
+        """(H, T, T); with ``position_ids`` (a left-padded batch, ``--untie-cls``) (B, H, T, T) at those positions."""
         check_length(seq_len, self.max_positions)
         bias = relative_bias(self.relative_attention_bias, self.rp_bucket_by_distance, seq_len)  # (H, T, T), a copy
         if self.untie_cls:
             bias = reset_cls(bias, *cls_values(self.relative_attention_bias, self.bins))
-        return PositionalTerm(bias)
+        return PositionalTerm(bias if position_ids is None else at_positions(bias, position_ids))

@@ -18,7 +18,7 @@ from typing import Dict, Optional, Tuple
 import torch
 from torch import Tensor, nn
 
-from .base import BIAS, PositionalEncoding, PositionalTerm, check_length
+from .base import BIAS, POSITIONS, PositionalEncoding, PositionalTerm, at_positions, check_length
 from .t5_relative import bucket_tables, cls_values, relative_bias, reset_cls
 
 
@@ -27,6 +27,8 @@ class Tupe(PositionalEncoding):
 
     enters = BIAS
     score_scale = 2.0  # the paper's 1/sqrt(2d), per head: content and positional terms alike
+    # absolute positions and the [CLS] untie: a left-padded batch gets the term of each token's position, per sequence
+    left_padding = POSITIONS
 
     selected_by = {"untied_pos": True, "pos_mixed_terms": False}
     reads = ("untie_cls", "rel_pos", "rel_pos_bins", "max_rel_pos")
@@ -55,7 +57,9 @@ class Tupe(PositionalEncoding):
         k = self.pos_k_linear(p).view(T + 1, H, dh).transpose(0, 1)  # (H, T+1, dh)
         return q, k
 
-    def forward(self, seq_len: int) -> PositionalTerm:
+    def forward(self, seq_len: int, position_ids: Optional[Tensor] = None) -> PositionalTerm:
+        """(H, T, T), shared by the batch; with ``position_ids`` (a left-padded batch) (B, H, T, T), each sequence's
+        term at its tokens' positions (``at_positions``): a per-sequence bias, made only for such a batch."""
         check_length(seq_len, self.max_positions)
         q, k = self.position_qk(seq_len)
         abs_term = torch.bmm(q * self.scaling, k.transpose(1, 2))  # (H, T+1, T+1)
@@ -70,7 +74,7 @@ class Tupe(PositionalEncoding):
                 cls_row, cls_col = cls_row + row, cls_col + col
         if self.untie_cls:
             bias = reset_cls(bias, cls_row, cls_col)
-        return PositionalTerm(bias)
+        return PositionalTerm(bias if position_ids is None else at_positions(bias, position_ids))
 
     @classmethod
     def untrained_beyond(cls, variant, trained: int) -> Optional[str]:

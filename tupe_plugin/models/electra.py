@@ -36,6 +36,7 @@ from fairseq.modules.transformer_sentence_encoder import init_bert_params
 from omegaconf import OmegaConf, open_dict
 from torch import Tensor, nn
 
+from tupe_core.encoder_stack import Padding
 from tupe_core.facts import generator_divisor, generator_sizes
 from tupe_core.record import PositionalVariant
 
@@ -91,8 +92,9 @@ class GeneratorTransformerEncoder(TupeTransformerEncoder):
         if self.layer_norm is not None:  # fairseq sizes the final (pre-LN) norm by the embedding width
             self.layer_norm = LayerNorm(width)
 
-    def forward_embedding(self, src_tokens: Tensor, token_embedding: Optional[Tensor] = None):
-        x, embed = super().forward_embedding(src_tokens, token_embedding)  # (B, T, embedding width)
+    def forward_embedding(self, src_tokens: Tensor, token_embedding: Optional[Tensor] = None,
+                          position_ids: Optional[Tensor] = None):
+        x, embed = super().forward_embedding(src_tokens, token_embedding, position_ids)  # (B, T, embedding width)
         return (x if self.embed_projection is None else self.embed_projection(x)), embed
 
 
@@ -113,8 +115,8 @@ class Generator(nn.Module):
         self.sentence_encoder = GeneratorTransformerEncoder(args, dictionary, shared, variant)
         self.lm_head = GeneratorLMHead(args.encoder_embed_dim, shared.embed_tokens, args.activation_fn)
 
-    def forward(self, src_tokens: Tensor, masked_positions: Tensor, has_pads: Optional[bool] = None) -> Tensor:
-        features = self.sentence_encoder(src_tokens, has_pads=has_pads)["encoder_out"][0].transpose(0, 1)  # (B, T, G)
+    def forward(self, src_tokens: Tensor, masked_positions: Tensor, padding: Optional[Padding] = None) -> Tensor:
+        features = self.sentence_encoder(src_tokens, padding=padding)["encoder_out"][0].transpose(0, 1)  # (B, T, G)
         # one gather of the M masked rows by their flat indices; RobertaLMHead's own selection is
         # features[bool mask], whose size the host would wait for (nonzero), in forward and backward
         features = features.reshape(-1, features.size(-1)).index_select(0, masked_positions)  # (M, G)
@@ -177,8 +179,8 @@ class ElectraModel(TupeRobertaModel):
         # the samples replace real tokens and are never <pad>, so both encoders see one padding layout: one host
         # wait for it (and the left-padding check), not one per encoder
         encoder = self.encoder.sentence_encoder
-        has_pads = encoder.has_padding(src_tokens.eq(padding_idx))
-        gen_logits = self.generator(src_tokens, masked_positions, has_pads)  # (M, V)
+        padding = encoder.has_padding(src_tokens.eq(padding_idx))  # and each token's position, if left-padded
+        gen_logits = self.generator(src_tokens, masked_positions, padding)  # (M, V)
         with torch.no_grad():
             probs = torch.softmax(gen_logits, dim=-1, dtype=torch.float32)  # (M, V)
             # never <pad>: in the discriminator's input it would read as padding (no token), and the encoder
@@ -189,7 +191,7 @@ class ElectraModel(TupeRobertaModel):
             masked = targets.ne(padding_idx)
             replaced = masked & corrupted.ne(targets)  # a sample equal to the original counts as original
         # RobertaEncoder.extract_features, with the known padding
-        features = encoder(corrupted, has_pads=has_pads)["encoder_out"][0].transpose(0, 1)  # (B, T, D)
+        features = encoder(corrupted, padding=padding)["encoder_out"][0].transpose(0, 1)  # (B, T, D)
         return ElectraOutput(gen_logits, sampled, self.discriminator_head(features), replaced, masked,
                              masked_positions)
 

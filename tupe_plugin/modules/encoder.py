@@ -18,9 +18,9 @@ from torch import Tensor, nn
 from tupe_core.attend import Dropout
 from tupe_core.attention import SelfAttention
 from tupe_core.base import PositionalTerm
-from tupe_core.encoder_stack import check_padding, layer_forward, run_layers
+from tupe_core.encoder_stack import Padding, check_padding, input_positions, layer_forward, run_layers
 from tupe_core.record import PositionalVariant
-from tupe_core.registry import build, encodings, left_padding_allowed
+from tupe_core.registry import build, encodings, left_padding
 
 RIGHT_PADDING = "pad on the right, as fairseq's masked_lm and sentence_prediction tasks do (RightPadDataset)"
 logger = logging.getLogger(__name__)
@@ -67,7 +67,7 @@ class TupeTransformerEncoder(TransformerEncoder):
         self.embed_positions, self.positions = build(
             variant, args.encoder_embed_dim, args.encoder_attention_heads, args.max_positions, args.encoder_layers,
             padding_idx=self.padding_idx)
-        self.left_padding_allowed = left_padding_allowed(variant)
+        self.left_padding = left_padding(variant)  # AS_IS, POSITIONS or REFUSED (tupe_core/base.py)
         self.layers_compiled = False  # --compile-layers: at the first forward in training mode
 
     def build_encoder_layer(self, cfg):
@@ -86,25 +86,42 @@ class TupeTransformerEncoder(TransformerEncoder):
             layer.compile()
         self.layers_compiled = True
 
-    def has_padding(self, padding_mask: Tensor) -> bool:
-        """Whether the (B, T) padding mask (True at pads) has any (one host wait on a GPU); refuses left padding
-        where the variant counts positions from column 0."""
-        return check_padding(padding_mask, self.left_padding_allowed,
-                             f"positional variant '{self.variant.name}'", RIGHT_PADDING)
+    def has_padding(self, padding_mask: Tensor) -> Padding:
+        """The (B, T) padding mask's ``Padding`` (True at pads; one host wait on a GPU): whether it has any, and each
+        token's position where the batch is left-padded and the variant reads positions; refuses left padding where
+        an encoding of the variant declares it cannot take it."""
+        return check_padding(padding_mask, self.left_padding, f"positional variant '{self.variant.name}'",
+                             RIGHT_PADDING)
 
     def forward(self, src_tokens: Tensor, src_lengths: Optional[Tensor] = None, return_all_hiddens: bool = False,
-                token_embeddings: Optional[Tensor] = None, has_pads: Optional[bool] = None):
-        """fairseq's forward; ``has_pads``: :meth:`has_padding` of this batch's padding, when the caller knows
+                token_embeddings: Optional[Tensor] = None, padding: Optional[Padding] = None):
+        """fairseq's forward; ``padding``: :meth:`has_padding` of this batch's padding, when the caller knows
         it already (ELECTRA's two encoders read one batch layout: one host wait instead of two)."""
         if self.training and not self.layers_compiled and getattr(self.args, "compile_layers", False):
             self.compile_layers()
             logger.info(f"--compile-layers: the {len(self.layers)} layers of a {self.args.encoder_embed_dim}-wide "
                         "encoder are torch.compile'd (the first steps compile)")
-        return self.forward_scriptable(src_tokens, src_lengths, return_all_hiddens, token_embeddings, has_pads)
+        return self.forward_scriptable(src_tokens, src_lengths, return_all_hiddens, token_embeddings, padding)
+
+    # Restates fairseq 0.12.3 (the ve-fairseq 0.12.3 wheel) TransformerEncoderBase.forward_embedding; the test as
+    # below. Changed: the encoding at the input gets each token's position in a left-padded batch (position_ids).
+    def forward_embedding(self, src_tokens: Tensor, token_embedding: Optional[Tensor] = None,
+                          position_ids: Optional[Tensor] = None):
+        if token_embedding is None:
+            token_embedding = self.embed_tokens(src_tokens)
+        x = embed = self.embed_scale * token_embedding
+        if self.embed_positions is not None:
+            x = embed + input_positions(self.embed_positions, src_tokens, position_ids)
+        if self.layernorm_embedding is not None:
+            x = self.layernorm_embedding(x)
+        x = self.dropout_module(x)
+        if self.quant_noise is not None:
+            x = self.quant_noise(x)
+        return x, embed
 
     # Restates fairseq 0.12.3 (the ve-fairseq 0.12.3 wheel) TransformerEncoderBase.forward_scriptable;
     # tests/test_restated_code.py fails when fairseq's source changes, and compares the two on one input.
-    # Changed: the left-padding rule (or the caller's ``has_pads``), and the layers run by
+    # Changed: the left-padding rule (or the caller's ``padding``), and the layers run by
     # tupe_core/encoder_stack.run_layers (the positional term and the masks once per forward); fc_results stay empty.
     def forward_scriptable(
         self,
@@ -112,17 +129,18 @@ class TupeTransformerEncoder(TransformerEncoder):
         src_lengths: Optional[Tensor] = None,
         return_all_hiddens: bool = False,
         token_embeddings: Optional[Tensor] = None,
-        has_pads: Optional[bool] = None,
+        padding: Optional[Padding] = None,
     ):
         padding_mask = src_tokens.eq(self.padding_idx)  # (B, T)
-        if has_pads is None:
-            has_pads = self.has_padding(padding_mask)
-        x, encoder_embedding = self.forward_embedding(src_tokens, token_embeddings)  # (B, T, C)
-        if has_pads:
+        if padding is None:
+            padding = self.has_padding(padding_mask)
+        x, encoder_embedding = self.forward_embedding(src_tokens, token_embeddings, padding.position_ids)  # (B, T, C)
+        if padding.has_pads:
             x = x * (1 - padding_mask.unsqueeze(-1).type_as(x))
         x = x.transpose(0, 1)  # (T, B, C)
-        x, encoder_states = run_layers(x, padding_mask if has_pads else None, self.positions, self.layers,
-                                       self._layer_index(), keep_states=return_all_hiddens)
+        x, encoder_states = run_layers(x, padding_mask if padding.has_pads else None, self.positions, self.layers,
+                                       self._layer_index(), keep_states=return_all_hiddens,
+                                       position_ids=padding.position_ids)
         if self.layer_norm is not None:
             x = self.layer_norm(x)
 

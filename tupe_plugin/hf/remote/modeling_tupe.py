@@ -5,8 +5,9 @@ blocks and the encoder's forward are the project's own modules, not a restatemen
 the modules of ``tupe_core`` (plain torch) that this file imports next to it, with its ``from tupe_core.<name>``
 lines made package-relative (``from .<name>``), and the fairseq model runs the same ``encoder_stack.py``. What this file restates is fairseq's (fairseq 0.12.3), which the exported folder cannot
 import: the embedding and the heads of RoBERTa, with fairseq's parameter names, so that features and logits
-equal fairseq's. tupe_plugin's ``tests/test_hf_export.py`` checks that for every registered variant. Inputs
-must be right-padded, as fairseq's batches are. The math is in tupe_plugin's ``docs/hf_export.md``. Loaded with
+equal fairseq's. tupe_plugin's ``tests/test_hf_export.py`` checks that for every registered variant. Left-padded
+input follows fairseq's rule (each token's position passed in where a variant reads positions); the classifier
+refuses a row that starts with padding. The math is in tupe_plugin's ``docs/hf_export.md``. Loaded with
 ``trust_remote_code=True``.
 """
 from __future__ import annotations
@@ -22,8 +23,8 @@ from transformers.modeling_outputs import BaseModelOutput, MaskedLMOutput, Seque
 
 from tupe_core.attention import SelfAttention
 from tupe_core.base import PositionalEncoding
-from tupe_core.encoder_stack import ACTIVATIONS, HEAD_STYLES, check_padding, layer_forward, run_layers
-from tupe_core.registry import build, encodings, left_padding_allowed
+from tupe_core.encoder_stack import ACTIVATIONS, HEAD_STYLES, check_padding, input_positions, layer_forward, run_layers
+from tupe_core.registry import build, encodings, left_padding
 
 from .configuration_tupe import TupeConfig
 
@@ -86,7 +87,7 @@ class TupeModel(TupePreTrainedModel):
         self.embed_positions, self.positions = build(
             variant, d, config.num_attention_heads, config.max_position_embeddings, config.num_hidden_layers,
             padding_idx=pad)
-        self.left_padding_allowed = left_padding_allowed(variant)
+        self.left_padding = left_padding(variant)  # AS_IS, POSITIONS or REFUSED (tupe_core/base.py)
         self.layernorm_embedding = nn.LayerNorm(d, eps=config.layer_norm_eps) if config.layernorm_embedding else None
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
         self.layers = nn.ModuleList(TupeLayer(config) for _ in range(config.num_hidden_layers))
@@ -110,21 +111,22 @@ class TupeModel(TupePreTrainedModel):
         if attention_mask is None:
             attention_mask = input_ids.ne(self.padding_idx).long()
         pad = ~attention_mask.bool()  # (B, T), True at padding
-        has_pads = check_padding(pad, self.left_padding_allowed,
-                                 f"this model (positional variant '{self.config.tupe_variant}')", RIGHT_PADDING)
+        padding = check_padding(pad, self.left_padding, f"this model (positional variant '{self.config.tupe_variant}')",
+                                RIGHT_PADDING)
         # fairseq 0.12.3 TransformerEncoderBase.forward_embedding and the padding zeroed by forward_scriptable
         x = self.embed_scale * self.embed_tokens(input_ids)  # (B, T, C)
         if self.embed_positions is not None:  # reads padding from the tokens, as fairseq: pad where the mask says
-            x = x + self.embed_positions(input_ids.masked_fill(pad, self.padding_idx))
+            x = x + input_positions(self.embed_positions, input_ids.masked_fill(pad, self.padding_idx),
+                                    padding.position_ids)
         if self.layernorm_embedding is not None:
             x = self.layernorm_embedding(x)
         x = self.dropout(x)
-        if has_pads:
+        if padding.has_pads:
             x = x * (~pad).unsqueeze(-1).type_as(x)
         x = x.transpose(0, 1)  # (T, B, C), as fairseq's layers
 
-        x, hidden_states = run_layers(x, pad if has_pads else None, self.positions, self.layers,
-                                      keep_states=output_hidden_states)
+        x, hidden_states = run_layers(x, pad if padding.has_pads else None, self.positions, self.layers,
+                                      keep_states=output_hidden_states, position_ids=padding.position_ids)
         if self.layer_norm is not None:
             x = self.layer_norm(x)
         out = BaseModelOutput(
