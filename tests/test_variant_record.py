@@ -1,5 +1,6 @@
 """A variant record written by a newer plugin is refused, naming the upgrade: never read as a wrong model (one
-field more, or a choice this version does not know)."""
+field more, or a choice this version does not know); a record that is not a variant is refused by what the
+encodings declare (validate)."""
 import pytest
 import torch
 
@@ -32,3 +33,28 @@ def test_a_choice_appended_by_a_newer_plugin_is_refused_not_wrapped():
     record[list(PositionalVariant.__dataclass_fields__).index("attention_block")] = -1  # no wrap to the last
     with pytest.raises(NewerRecordError):
         PositionalVariant.from_tensor(record)
+
+
+@pytest.mark.parametrize("flags, named", [
+    (dict(untie_cls=True, input_pe=True), "--untie-cls is a setting of --untied-pos (Tupe) or --rel-pos (T5Relative), "
+                                          "not of this variant's LearnedAbsolute: drop it"),
+    (dict(pos_mixed_terms=True, rel_pos=True), "--pos-mixed-terms is a setting of --untied-pos (BertAd), not of this "
+                                               "variant's T5Relative: drop it"),
+    (dict(untied_pos=True, pos_mixed_terms=True, untie_cls=True), "--untie-cls is a setting of --untied-pos (Tupe) or "
+                                                                  "--rel-pos (T5Relative), not of this variant's BertAd"),
+    (dict(input_pe=True, sinusoidal_pe=True), "--sinusoidal-pe cannot be combined with --input-pe (it is the only "
+                                              "position signal of its variant)"),
+    (dict(alibi=True, encoding_id=VARIANTS["kerple"].encoding_id), "--alibi cannot be combined with a registered "
+                                                                   "encoding without flags"),
+    (dict(no_position=True, alibi=True), "the NoPE arch (nope_*) takes no positional flags"),
+    (dict(), "this variant has no position information at all"),
+])
+def test_validate_refuses_by_the_encodings_declarations(flags, named):
+    """validate's refusals come from what the encodings declare (reads, combines, switches), not from a list of
+    flags in record.py: a setting no encoding of the variant reads, an only signal beside another, no signal."""
+    import re
+
+    with pytest.raises(ValueError, match=re.escape(named)):
+        PositionalVariant(**flags).validate()
+    for variant in VARIANTS.values():  # every registered variant passes its own checks
+        variant.validate()
