@@ -233,14 +233,17 @@ def plugin_imports(path: Path) -> set:
     return names
 
 
-def test_the_checkpoint_surgery_imports_neither_model_module_and_keeps_its_old_path():
-    from tupe_plugin.models import electra, electra_checkpoint
+def test_the_checkpoint_surgery_imports_neither_model_module_and_nothing_re_exports_it():
+    """The surgery is read where it is defined: the model module does not hand its names on under a second path
+    (issue 51: names re-exported with no importer)."""
+    from tupe_plugin.models import electra
 
     source = ROOT / "tupe_plugin/models/electra_checkpoint.py"
     assert not plugin_imports(source) & {"tupe_plugin.models.tupe_roberta", "tupe_plugin.models.electra"}
     assert "tupe_plugin.models.tupe_roberta" in plugin_imports(ROOT / "tupe_plugin/models/electra.py")  # the check reads imports
-    for name in ("keep_discriminator", "is_electra_state", "objective_info", "discriminator_for_export", "GENERATOR_KEYS"):
-        assert getattr(electra, name) is getattr(electra_checkpoint, name)
+    for name in ("is_electra_state", "objective_info", "discriminator_for_export", "GENERATOR_KEYS"):
+        assert not hasattr(electra, name)
+    assert electra.ElectraModel.keep_discriminator is not None  # the method, not the function, is the model's
 
 
 # ---- real CLIs ---------------------------------------------------------------------------------------

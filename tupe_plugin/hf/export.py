@@ -31,7 +31,7 @@ from tupe_plugin_cli.checkpoint_record import data_dirs, find_dict
 from tupe_plugin_cli.errors import UsageError
 
 from ..checkpoint_info import info_from_state, load_checkpoint, model_config, model_setting
-from ..models.electra import discriminator_for_export
+from ..models.electra_checkpoint import discriminator_for_export
 from .remote import CORE, MODEL_FILES, REMOTE, SHIPPED, exported_source
 
 TOKENIZER_FILES = ("tokenization_tupe.py",)

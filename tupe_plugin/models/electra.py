@@ -41,13 +41,6 @@ from tupe_core.facts import generator_divisor, generator_sizes
 from tupe_core.record import PositionalVariant
 
 from ..modules.encoder import TupeTransformerEncoder
-from .electra_checkpoint import (  # noqa: F401  (re-exported: their old import path, still used elsewhere)
-    GENERATOR_KEYS,
-    discriminator_for_export,
-    is_electra_state,
-    keep_discriminator,
-    objective_info,
-)
 from .tupe_roberta import TupeRobertaModel
 
 logger = logging.getLogger(__name__)

@@ -17,7 +17,6 @@ from fairseq.modules.transformer_sentence_encoder import init_bert_params
 from torch import nn
 
 from tupe_core.facts import GENERATOR_KEYS, is_electra_state
-from tupe_plugin_cli.checkpoint_record import objective_info  # noqa: F401  (re-exported: its old import path)
 
 logger = logging.getLogger(__name__)
 
