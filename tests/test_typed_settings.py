@@ -128,3 +128,15 @@ def test_pretraining_plans_from_typed_values_and_writes_them_as_given():
     assert args[args.index("--lr") + 1] == "1e-4" and args[args.index("--update-freq") + 1] == "32"
     with pytest.raises(UsageError, match="^MAX_SENTENCES must be a positive whole number, not '0'$"):
         pretrain.PretrainConfig(MAX_SENTENCES=0)
+
+
+def test_a_pretraining_records_the_settings_that_define_it_and_mlm_runs_no_electra_setting():
+    """SAVE_DIR/settings.json's names (a rerun with other values is refused): the recipe's, and ELECTRA's three only
+    for ELECTRA runs, so an MLM run's record is as it was before ELECTRA existed."""
+    from train_scripts.pretrain import PretrainConfig, recorded_names
+
+    mlm = ["ARCH", "TOKENS_PER_SAMPLE", "MAX_POSITIONS", "SAMPLE_BREAK_MODE", "MASK_PROB", "TOTAL_UPDATES", "WARMUP",
+           "LR", "END_LR", "ADAM_BETAS", "ADAM_EPS", "WEIGHT_DECAY", "CLIP_NORM", "DROPOUT", "ATTENTION_DROPOUT", "SEED"]
+    assert sorted(recorded_names(PretrainConfig())) == sorted(mlm)
+    assert sorted(recorded_names(PretrainConfig(OBJECTIVE="electra"))) == sorted(
+        mlm + ["OBJECTIVE", "GENERATOR_SIZE_DIVISOR", "DISC_WEIGHT"])

@@ -35,14 +35,16 @@ MLM, ELECTRA = recipe("mlm"), recipe("electra")
 
 @dataclass(frozen=True)
 class PretrainConfig(Settings):
-    """pretrain.sh's settings: every default from the recipe where it has one (:mod:`tupe_common.pretrain_recipe`)."""
+    """pretrain.sh's settings: every default from the recipe where it has one (:mod:`tupe_common.pretrain_recipe`).
+    ``recorded``: it defines the run (SAVE_DIR/settings.json: a rerun into SAVE_DIR with another value is refused);
+    ``objective``: recorded for that objective's runs only (MLM runs keep their record as before)."""
 
     RENAMED: ClassVar[Mapping[str, str]] = {"BATCH_SIZE": "SENTENCES_PER_UPDATE"}  # the old name works, with a warning
 
     VARIANT: str = setting('tupe-r', "positional variant: a name of 'tupe-checkpoint-info --list-variants' (tupe-r, bert-a, rope, alibi, ...; tupe_r is read as tupe-r)")
-    OBJECTIVE: str = setting('mlm', 'mlm (RoBERTa masked LM) or electra (replaced-token detection, ELECTRA-Base defaults: docs/electra.md)', 'mlm/electra')
+    OBJECTIVE: str = setting('mlm', 'mlm (RoBERTa masked LM) or electra (replaced-token detection, ELECTRA-Base defaults: docs/electra.md)', 'mlm/electra', recorded=True, objective="electra")
     SIZE: str = setting('base', 'base, large or tiny (tests)')
-    ARCH: str = setting('auto', 'fairseq --arch (auto: VARIANT_SIZE, e.g. tupe_r_base)')
+    ARCH: str = setting('auto', 'fairseq --arch (auto: VARIANT_SIZE, e.g. tupe_r_base)', recorded=True)
     DATA: str = setting('', 'fairseq data dir(s), colon-separated, or a folder with data_path.txt (required)')
     SAVE_DIR: str = setting('auto', 'checkpoints; reruns resume from its checkpoint_last.pt (auto: checkpoints/ARCH, electra: checkpoints/ARCH_electra)')
     TENSORBOARD_DIR: str = setting('auto', 'TensorBoard logs (auto: SAVE_DIR/tensorboard; none: off)')
@@ -56,23 +58,23 @@ class PretrainConfig(Settings):
     SENTENCES_PER_UPDATE: int = setting(MLM["SENTENCES_PER_UPDATE"].value, 'target sentences per update = NNODES x NPROC_PER_NODE x MAX_SENTENCES x UPDATE_FREQ (was BATCH_SIZE)', 'int1')
     MAX_SENTENCES: int = setting(MLM["MAX_SENTENCES"].value, 'sentences per process per forward (--batch-size)', 'int1')
     UPDATE_FREQ: Optional[int] = setting('auto', 'gradient accumulation (auto: SENTENCES_PER_UPDATE / (processes x MAX_SENTENCES))', 'auto/int1')
-    TOKENS_PER_SAMPLE: int = setting(MLM["TOKENS_PER_SAMPLE"].value, 'tokens per sequence', 'int1')
-    MAX_POSITIONS: Optional[int] = setting('auto', 'learned positions (auto: TOKENS_PER_SAMPLE)', 'auto/int1')
-    SAMPLE_BREAK_MODE: str = setting(MLM["SAMPLE_BREAK_MODE"].value, 'masked_lm packing: complete = FULL-SENTENCES', 'none/complete/complete_doc/eos')
-    MASK_PROB: float = setting(MLM["MASK_PROB"].value, 'masking probability (mlm: 80/10/10 mask/random/same; electra: 85/15 mask/same)', 'frac')
-    GENERATOR_SIZE_DIVISOR: Optional[int] = setting('auto', "electra: generator width, FFN, heads = the discriminator's / N (auto or 0: 3 at base, 4 otherwise)", 'auto/int0')
-    DISC_WEIGHT: float = setting(ELECTRA["DISC_WEIGHT"].value, "electra: weight of the discriminator's loss", 'num0')
-    TOTAL_UPDATES: Optional[int] = setting('auto', f'updates, LR schedule length and stop (auto: {MLM["TOTAL_UPDATES"].value}; electra {ELECTRA["TOTAL_UPDATES"].value}, ELECTRA-Base)', 'auto/int1')
-    WARMUP: int = setting(MLM["WARMUP"].value, 'linear warmup updates', 'int0')
-    LR: Optional[float] = setting('auto', f'peak learning rate, then linear decay to END_LR (auto: {MLM["LR"].value}; electra {ELECTRA["LR"].value}, ELECTRA-Base)', 'auto/num+')
-    END_LR: float = setting(MLM["END_LR"].value, 'learning rate at TOTAL_UPDATES', 'num0')
-    ADAM_BETAS: str = setting(MLM["ADAM_BETAS"].value, 'Adam betas')
-    ADAM_EPS: float = setting(MLM["ADAM_EPS"].value, 'Adam epsilon', 'num+')
-    WEIGHT_DECAY: float = setting(MLM["WEIGHT_DECAY"].value, 'weight decay', 'num0')
-    CLIP_NORM: float = setting(MLM["CLIP_NORM"].value, 'gradient clipping', 'num0')
-    DROPOUT: float = setting(MLM["DROPOUT"].value, 'dropout', 'frac')
-    ATTENTION_DROPOUT: float = setting(MLM["ATTENTION_DROPOUT"].value, 'attention dropout', 'frac')
-    SEED: int = setting(MLM["SEED"].value, 'random seed', 'int0')
+    TOKENS_PER_SAMPLE: int = setting(MLM["TOKENS_PER_SAMPLE"].value, 'tokens per sequence', 'int1', recorded=True)
+    MAX_POSITIONS: Optional[int] = setting('auto', 'learned positions (auto: TOKENS_PER_SAMPLE)', 'auto/int1', recorded=True)
+    SAMPLE_BREAK_MODE: str = setting(MLM["SAMPLE_BREAK_MODE"].value, 'masked_lm packing: complete = FULL-SENTENCES', 'none/complete/complete_doc/eos', recorded=True)
+    MASK_PROB: float = setting(MLM["MASK_PROB"].value, 'masking probability (mlm: 80/10/10 mask/random/same; electra: 85/15 mask/same)', 'frac', recorded=True)
+    GENERATOR_SIZE_DIVISOR: Optional[int] = setting('auto', "electra: generator width, FFN, heads = the discriminator's / N (auto or 0: 3 at base, 4 otherwise)", 'auto/int0', recorded=True, objective="electra")
+    DISC_WEIGHT: float = setting(ELECTRA["DISC_WEIGHT"].value, "electra: weight of the discriminator's loss", 'num0', recorded=True, objective="electra")
+    TOTAL_UPDATES: Optional[int] = setting('auto', f'updates, LR schedule length and stop (auto: {MLM["TOTAL_UPDATES"].value}; electra {ELECTRA["TOTAL_UPDATES"].value}, ELECTRA-Base)', 'auto/int1', recorded=True)
+    WARMUP: int = setting(MLM["WARMUP"].value, 'linear warmup updates', 'int0', recorded=True)
+    LR: Optional[float] = setting('auto', f'peak learning rate, then linear decay to END_LR (auto: {MLM["LR"].value}; electra {ELECTRA["LR"].value}, ELECTRA-Base)', 'auto/num+', recorded=True)
+    END_LR: float = setting(MLM["END_LR"].value, 'learning rate at TOTAL_UPDATES', 'num0', recorded=True)
+    ADAM_BETAS: str = setting(MLM["ADAM_BETAS"].value, 'Adam betas', recorded=True)
+    ADAM_EPS: float = setting(MLM["ADAM_EPS"].value, 'Adam epsilon', 'num+', recorded=True)
+    WEIGHT_DECAY: float = setting(MLM["WEIGHT_DECAY"].value, 'weight decay', 'num0', recorded=True)
+    CLIP_NORM: float = setting(MLM["CLIP_NORM"].value, 'gradient clipping', 'num0', recorded=True)
+    DROPOUT: float = setting(MLM["DROPOUT"].value, 'dropout', 'frac', recorded=True)
+    ATTENTION_DROPOUT: float = setting(MLM["ATTENTION_DROPOUT"].value, 'attention dropout', 'frac', recorded=True)
+    SEED: int = setting(MLM["SEED"].value, 'random seed', 'int0', recorded=True)
     FP16: Optional[bool] = setting('auto', '1: --fp16 (auto: 1 on GPU unless BF16=1, 0 on CPU)', 'auto/0/1')
     BF16: bool = setting('0', '1: --bf16 instead of --fp16 (GPUs with bfloat16: A100, H100; no loss scaling)', '0/1')
     SAVE_INTERVAL_UPDATES: int = setting(MLM["SAVE_INTERVAL_UPDATES"].value, 'checkpoint (and validate) every N updates', 'int1')
@@ -87,12 +89,6 @@ class PretrainConfig(Settings):
     EXTRA_ARGS: str = setting('', 'more fairseq-train arguments (split on spaces); script arguments are appended too')
     DRY_RUN: bool = setting('0', '1: print the settings and the command, do not train', '0/1')
 
-
-# the settings that define a run: a rerun into the same SAVE_DIR with others is refused
-RECORDED = ("ARCH", "TOKENS_PER_SAMPLE", "MAX_POSITIONS", "SAMPLE_BREAK_MODE", "MASK_PROB", "LR", "END_LR", "WARMUP",
-            "TOTAL_UPDATES", "ADAM_BETAS", "ADAM_EPS", "WEIGHT_DECAY", "CLIP_NORM", "DROPOUT", "ATTENTION_DROPOUT",
-            "SEED")
-RECORDED_ELECTRA = ("OBJECTIVE", "GENERATOR_SIZE_DIVISOR", "DISC_WEIGHT")  # MLM runs keep their record as before
 
 
 def say_to_stderr(line: str) -> None:
@@ -295,6 +291,12 @@ def launch_environment(run: Run) -> Dict[str, str]:
             "MASTER_PORT": str(run.config.MASTER_PORT), "PYTHONPATH": with_repo_path(os.environ)["PYTHONPATH"]}
 
 
+def recorded_names(config: PretrainConfig) -> List[str]:
+    """The settings that define a run (``recorded``), an objective's for its runs only."""
+    return [f.name for f in dataclasses.fields(config) if f.metadata.get("recorded")
+            and f.metadata.get("objective", config.OBJECTIVE) == config.OBJECTIVE]
+
+
 def record(run: Run) -> int:
     """SAVE_DIR/settings.json: the settings that define the run (a rerun with others is refused unless
     ON_SETTINGS_CHANGE=continue), and a damaged checkpoint_last.pt replaced (train_scripts/check_resume.py).
@@ -302,8 +304,7 @@ def record(run: Run) -> int:
     from train_scripts.check_resume import main as check_resume
 
     c = run.config
-    names = RECORDED + (RECORDED_ELECTRA if run.task == "electra" else ())
-    args = [c.SAVE_DIR, *[f"--setting={n}={c.text(n)}" for n in names],
+    args = [c.SAVE_DIR, *[f"--setting={n}={c.text(n)}" for n in recorded_names(c)],
             f"--setting=EFFECTIVE_BATCH_SIZE={run.effective}",
             "--dict", os.path.join(c.DATA.split(":")[0], "dict.txt"), "--on-change", c.ON_SETTINGS_CHANGE]
     os.makedirs(c.SAVE_DIR, exist_ok=True)
