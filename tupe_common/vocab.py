@@ -118,13 +118,15 @@ def dictionary_identity(symbols: Sequence[str], nspecial: int) -> str:
     return identity(words)
 
 
-def check_identity(recorded: str, dict_path: str, what: str) -> None:
+def check_identity(recorded: str, dict_path: str, what: str) -> str:
     """``dict_path`` is the dictionary whose identity ``what`` (a checkpoint) recorded, else a ValueError naming
-    both: the check that needs neither the training data nor the sentencepiece model on this machine."""
+    both: the check that needs neither the training data nor the sentencepiece model on this machine. Returns the
+    identity."""
     found = dict_identity(dict_path)
     if found != recorded:
         raise ValueError(f"{dict_path} is not the dictionary {what} was trained with (its vocabulary {found}, the "
                          f"checkpoint's {recorded}); binarize with the dict.txt and spm.model of its pre-training")
+    return found
 
 
 def check_pair(model_path: str, dict_path: str) -> None:

@@ -215,12 +215,12 @@ def export(checkpoint: str, out_dir: str, spm_model: Optional[str] = None, dict_
         from tupe_common.vocab import check_identity, check_pair, dict_identity
 
         try:  # a tokenizer of another model would give wrong ids: refused before anything is written
-            if config.get("vocab_identity"):
-                check_identity(config["vocab_identity"], dict_path, checkpoint)
+            recorded = config.get("vocab_identity")  # the tokenizer's is the checkpoint's where it recorded one
+            config["vocab_identity"] = (check_identity(recorded, dict_path, checkpoint) if recorded
+                                        else dict_identity(dict_path))
             check_pair(spm_model, dict_path)
         except ValueError as e:
             raise ExportError(str(e)) from None
-        config["vocab_identity"] = dict_identity(dict_path)  # the tokenizer's, the checkpoint's where it recorded one
 
     with atomic_dir(out) as tmp_dir:  # replaces an empty OUT_DIR, or a full one with --force
         tmp = Path(tmp_dir)
