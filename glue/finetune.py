@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import re
 import shlex
 import shutil
 import sys
@@ -180,13 +179,13 @@ def fairseq_args(c: FinetuneConfig, task: str, lr: str, seed: str, facts: Mappin
 
 def check_run_settings(lrs: Sequence[str], seeds: Sequence[str]) -> None:
     """Refuse (UsageError, naming the setting) an LR that is not a positive number and a seed that is not a whole
-    number: before any run (the grid checks all its LRs and seeds at once; the settings are checked as they are
-    read, :class:`FinetuneConfig`)."""
+    number, as the settings' kinds do (``num+``, ``int``): for the arguments of finetune.sh and of callers, which
+    are not read through :class:`FinetuneConfig`."""
     for lr in lrs:
-        if not re.fullmatch(r"[0-9]*\.?[0-9]+([eE][-+]?[0-9]+)?", lr) or float(lr) <= 0:
+        if not tunables.fits("num+", lr):
             raise UsageError(f"LR must be a positive number like 2e-5, not '{lr}'")
     for seed in seeds:
-        if not re.fullmatch(r"-?[0-9]+", seed):
+        if not tunables.fits("int", seed):
             raise UsageError(f"SEED must be a whole number, not '{seed}'")
 
 

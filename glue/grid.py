@@ -283,7 +283,6 @@ def main_sh(argv: Sequence[str], environ: Mapping[str, str]) -> int:
         say(tunables.shown(c))
         tasks, lrs, seeds, grid = grid_of(c.TASKS, c.text("LRS"), c.text("SEEDS"), c.GLUE_BIN)
         say(f"tasks: {' '.join(tasks)}")
-        finetune.check_run_settings(lrs, seeds)
         finetune.read(environ, say=lambda line: None)
     except UsageError as e:
         say(f"error: {e}")

@@ -36,6 +36,29 @@ def test_a_value_becomes_what_its_kind_says_and_is_written_back_as_it_was(kind, 
     assert text(parsed) == back
 
 
+@pytest.mark.parametrize("written", ["1_0", "+1e-3", " 1e-3", "1e-3 ", "inf", "nan", "1e999", "0x10", "1e", "."])
+def test_a_number_is_what_a_command_line_and_a_run_folder_name_can_carry(written):
+    """Python's float takes these, so a check by float() alone let LR=1_0 through to run folder lr1_0 (the grid
+    then checked once more with its own pattern); the number kinds refuse them, and finetune.sh's LR argument is
+    checked by the same kind."""
+    from glue.finetune import check_run_settings
+    from tupe_common.tunables import fits
+
+    assert not fits("num", written) and not fits("num+", written)
+    assert written != written.strip() or not fits("[num+]", f"1e-3,{written}")  # a list splits at spaces
+    with pytest.raises(UsageError, match="LR must be a positive number"):
+        check_run_settings([written], ["1"])
+
+
+@pytest.mark.parametrize("written", ["2e-5", "0.5", ".5", "5.", "1E+3", "3"])
+def test_decimal_numbers_fit(written):
+    from glue.finetune import check_run_settings
+    from tupe_common.tunables import fits
+
+    assert fits("num+", written) and fits("num", "-" + written)
+    check_run_settings([written], ["-1"])  # no error: a positive LR, a whole seed
+
+
 def test_a_number_keeps_its_spelling_also_copied_and_pickled():
     import copy
     import pickle

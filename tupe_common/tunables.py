@@ -40,11 +40,12 @@ class Tunable:
 
 
 def _number(text: str) -> Optional[float]:
-    try:
-        value = float(text)
-    except ValueError:
+    """A number as written in decimal (``2e-5``, ``.5``, ``-1``): not nan, inf, ``1_0`` or spaces, which Python's
+    float would take but no command line or run folder name should carry."""
+    if not re.fullmatch(r"-?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?", text):
         return None
-    return value if value == value and abs(value) != float("inf") else None  # no nan, no inf
+    value = float(text)
+    return value if abs(value) != float("inf") else None  # 1e999
 
 
 def _whole(text: str) -> Optional[int]:
