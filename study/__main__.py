@@ -31,7 +31,7 @@ from typing import List, Optional, Sequence, Tuple
 from study.plan import Plan
 from study.settings import FIELDS, StudyConfig, UsageError, changed_settings, defaults, merged_text, recorded_text
 from study.stages import BY_NAME, STAGES, PartFailed, Stage, needs_done, note
-from tupe_common.errors import stdout_reader_left
+from tupe_common.errors import exit_main
 from tupe_common.jobs import Job, run_jobs, slurm_ranges, visible_gpus
 from tupe_plugin_cli.checkpoints import CheckpointError
 
@@ -308,16 +308,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except PartFailed as e:
         print(f"study.sh: error: {e}", file=sys.stderr)
         return 1
-    except (FileNotFoundError, NotADirectoryError, IsADirectoryError, FileExistsError) as e:  # a path of the wrong kind
-        from tupe_common.errors import message
-
-        print(f"study.sh: error: {message(e)}", file=sys.stderr)
-        return 1
 
 
-if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except BrokenPipeError:  # `study.sh --list | head`: the reader is gone, nothing left to say
-        stdout_reader_left()
-        sys.exit(0)
+if __name__ == "__main__":  # a path of the wrong kind: one line, exit 1; `--list | head`: quiet, 141; Ctrl-C: 130
+    exit_main(main, "study.sh")

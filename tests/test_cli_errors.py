@@ -26,6 +26,7 @@ from tupe_plugin_cli.errors import OPTIONAL, last_error, run_command
 pytestmark = pytest.mark.usefixtures("starts_process")  # its tests start processes (real CLIs, scripts)
 
 BIN = Path(sys.executable).parent
+ROOT = Path(__file__).resolve().parents[1]
 CONSOLE = [script.partition("=")[0] for script in CONSOLE_SCRIPTS]
 
 
@@ -45,10 +46,13 @@ def test_help_answers_at_once_without_info_lines(command):
     assert min(times) < 1.0, times
 
 
-def test_a_reader_that_leaves_early_ends_the_command_quietly():
-    """``tupe-checkpoint-info --list-variants | head -1``: the pipe closed before the command writes."""
-    p = subprocess.Popen([str(BIN / "tupe-checkpoint-info"), "--list-variants"], stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
+@pytest.mark.parametrize("command", [[str(BIN / "tupe-checkpoint-info"), "--list-variants"],
+                                     [str(ROOT / "train_scripts" / "study.sh"), "--help"]], ids=["console", "study.sh"])
+def test_a_reader_that_leaves_early_ends_the_command_quietly(command):
+    """``tupe-checkpoint-info --list-variants | head -1``: the pipe closed before the command writes. study.sh
+    (its own ``__main__``) said 0 here, as if it had written everything."""
+    p = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env={**os.environ, "PATH": f"{BIN}:{os.environ.get('PATH', '')}"})
     p.stdout.close()  # long before the command has started (~3 s): its first write fails
     err = p.stderr.read()
     assert p.wait(timeout=120) == 141 and err == ""  # 128 + SIGPIPE, as a shell reports `head` ending a tool
@@ -111,7 +115,6 @@ def test_pos_maps_length_beyond_the_checkpoint_is_the_last_line(pretrained, tmp_
 
 
 # ------------------------------------------------------------------------------------------ exit codes
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_usage_errors_exit_2_and_bad_data_exits_1(tmp_path, capsys):
