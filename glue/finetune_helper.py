@@ -42,11 +42,12 @@ def task_settings(task: str, num_classes: Optional[int] = None, custom: bool = F
 
 
 def label_count(bin_dir: str) -> Optional[int]:
+    """The labels of a classification task's binaries (fairseq's ``madeupwordNNNN`` padding not counted); None for a
+    regression task, which has no label dictionary. A ValueError names a label/dict.txt that is not a dictionary."""
+    from tupe_common.vocab import dict_symbols, real_symbols
+
     path = os.path.join(bin_dir, "label", "dict.txt")
-    if not os.path.isfile(path):
-        return None
-    with open(path, encoding="utf-8") as f:
-        return sum(1 for line in f if line.strip() and not line.startswith("madeupword"))
+    return len(real_symbols(dict_symbols(path))) if os.path.isfile(path) else None
 
 
 def facts_of(task: str, checkpoint: str, glue_bin: str) -> Dict[str, str]:

@@ -208,6 +208,21 @@ def test_label_binaries_equal_fairseq_preprocess(glue_out, tmp_path, starts_proc
         assert filecmp.cmp(os.path.join(ours, name), dest / name, shallow=False), name
 
 
+def test_label_count_is_the_distinct_training_labels(glue_out, tmp_path):
+    """What fine-tuning sets --num-classes from: the distinct labels of train.tsv (a plain count here), None for
+    STS-B; fairseq's madeupwordNNNN padding is not a label, a label that only starts so is."""
+    from glue.finetune_helper import label_count
+
+    out, _ = glue_out
+    for task, files in RAW.items():
+        col = files["train.tsv"][3]
+        want = None if task == "STS-B" else len({r[col - 1] for r in raw_rows(task, "train.tsv")})
+        assert label_count(os.path.join(out, f"{task}-bin")) == want, task
+    (tmp_path / "label").mkdir()
+    (tmp_path / "label" / "dict.txt").write_text("madeupwords 5\nneutral 3\nmadeupword0000 0\nmadeupword0001 0\n")
+    assert label_count(str(tmp_path)) == 2
+
+
 def test_stsb_regression_targets_are_floats(glue_out):
     out, _ = glue_out
     for fname, split in (("train.tsv", "train"), ("dev.tsv", "valid")):
