@@ -14,8 +14,8 @@ a difference is measured at the level of the pre-training seeds the two models s
     (``study.stats.paired_bootstrap``): at best "dev set only", a statement about these two checkpoints;
   - 2 or more: a t-interval at the seed level whose variance adds the two noises: the per-seed differences'
     (the pre-training seeds', with the fine-tuning runs inside them) and the dev set's, which every seed
-    shares and their spread cannot show (``study.stats.dev_set_se``), Satterthwaite's degrees of freedom (n - 1
-    when the dev set adds nothing).
+    shares and their spread cannot show (``study.stats.dev_set_se``): the two parts' half-widths added in quadrature,
+    the seeds' at t with n - 1 degrees of freedom, the dev set's at the normal (``study.stats.t_test``).
 """
 from __future__ import annotations
 

@@ -252,10 +252,11 @@ def _interval_lines(intervals: List[Interval], noise: Optional[Dict[str, Tuple[f
          f"- **1 seed**: {PAIRED_BOOTSTRAP} over the dev examples and the fine-tuning runs (95% percentile interval). "
          "It says at most that the dev set tells these two checkpoints apart (**dev set only**), not that another "
          "pre-training would agree: it cannot see the pre-training seed's noise.",
-         f"- **2 seeds or more**: {T_TEST}: the 95% t-interval (n - 1 degrees of freedom) of the mean over seeds, "
-         "its variance the sum of the per-seed differences' (s^2 / n) and the dev set's (every seed is scored on "
-         "the same dev examples, so their spread cannot show that noise; its standard error from the per-example "
-         "differences).", "",
+         f"- **2 seeds or more**: {T_TEST}: the 95% interval of the mean over seeds, two half-widths added in "
+         "quadrature: the per-seed differences' (t with n - 1 degrees of freedom x s / sqrt(n)) and the dev set's "
+         "(the normal's 1.96 x its standard error from the per-example differences; every seed is scored on the "
+         "same dev examples, so their spread cannot show that noise). It covers at least 95% whatever the share "
+         "of the two; p is where its edge reaches 0.", "",
          f"**{m} comparisons** ({pairs} pairs of models, each on every column and the average); {excluded} intervals "
          f"exclude 0, where about {m * 0.05:.3g} would by chance alone if no two models differed and every interval "
          f"saw all the noise; {one_seed} of them rest on one pre-training seed and cannot see the seeds' noise, so "
