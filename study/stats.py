@@ -199,24 +199,29 @@ def t_cdf(t: float, df: float) -> float:
     return 1 - half if t > 0 else half
 
 
+def _crossing(below: Callable[[float], bool], high: Optional[float] = None) -> float:
+    """The x >= 0 where ``below(x)`` (True up to it, False after) turns False, by bisection to 13 digits; without
+    ``high``, the bracket doubles from 1 until ``below`` is False."""
+    low = 0.0
+    if high is None:
+        high = 1.0
+        while below(high):
+            low, high = high, 2 * high
+    for _ in range(200):
+        mid = (low + high) / 2
+        low, high = (mid, high) if below(mid) else (low, mid)
+        if high - low <= 1e-13 * max(1.0, high):
+            break
+    return (low + high) / 2
+
+
 def t_quantile(q: float, df: float) -> float:
     """The t with P(T <= t) = q (0 < q < 1), by bisection on ``t_cdf`` (monotone)."""
     if not 0 < q < 1:
         raise ValueError(f"t_quantile needs 0 < q < 1, got {q}")
     if q < 0.5:
         return -t_quantile(1 - q, df)
-    low, high = 0.0, 1.0
-    while t_cdf(high, df) < q:
-        low, high = high, 2 * high
-    for _ in range(200):
-        mid = (low + high) / 2
-        if t_cdf(mid, df) < q:
-            low = mid
-        else:
-            high = mid
-        if high - low <= 1e-13 * max(1.0, high):
-            break
-    return (low + high) / 2
+    return _crossing(lambda t: t_cdf(t, df) < q)
 
 
 @dataclass(frozen=True)
@@ -237,18 +242,7 @@ def normal_two_sided_crit(alpha: float) -> float:
         return 0.0
     if alpha <= 0:
         return math.inf
-    low, high = 0.0, 1.0
-    while math.erfc(high / math.sqrt(2)) > alpha:
-        low, high = high, 2 * high
-    for _ in range(200):
-        mid = (low + high) / 2
-        if math.erfc(mid / math.sqrt(2)) > alpha:
-            low = mid
-        else:
-            high = mid
-        if high - low <= 1e-13 * high:
-            break
-    return (low + high) / 2
+    return _crossing(lambda z: math.erfc(z / math.sqrt(2)) > alpha)
 
 
 def t_test(values: Sequence[float], level: float = 0.95, sd_floor: float = 0.0, extra_se: float = 0.0) -> TTest:
@@ -280,15 +274,11 @@ def t_test(values: Sequence[float], level: float = 0.95, sd_floor: float = 0.0, 
         p = t_two_sided_p(mean / seeds_se, df)
     elif seeds_se == 0:
         p = math.erfc(abs(mean) / extra_se / math.sqrt(2))
-    else:  # the t-quantile c at which the half-width sqrt((c seeds_se)^2 + (z(p(c)) extra_se)^2) equals |mean|
-        low, high = 0.0, abs(mean) / seeds_se  # the half-width grows with c; at high it is >= |mean| already
-        for _ in range(200):
-            mid = (low + high) / 2
-            width = math.hypot(mid * seeds_se, normal_two_sided_crit(t_two_sided_p(mid, df)) * extra_se)
-            low, high = (mid, high) if width < abs(mean) else (low, mid)
-            if high - low <= 1e-12 * max(high, 1e-300):
-                break
-        p = t_two_sided_p((low + high) / 2, df)
+    else:  # the t-quantile c at which the half-width sqrt((c seeds_se)^2 + (z(p(c)) extra_se)^2) equals |mean|;
+        # it grows with c, and at c = |mean| / seeds_se it is >= |mean| already
+        c = _crossing(lambda c: math.hypot(c * seeds_se, normal_two_sided_crit(t_two_sided_p(c, df)) * extra_se)
+                      < abs(mean), high=abs(mean) / seeds_se)
+        p = t_two_sided_p(c, df)
     return TTest(n, mean, mean - half, mean + half, p, sd)
 
 
