@@ -51,8 +51,9 @@ def test_help_answers_at_once_without_info_lines(command):
 def test_a_reader_that_leaves_early_ends_the_command_quietly(command):
     """``tupe-checkpoint-info --list-variants | head -1``: the pipe closed before the command writes. study.sh
     (its own ``__main__``) said 0 here, as if it had written everything."""
-    p = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         env={**os.environ, "PATH": f"{BIN}:{os.environ.get('PATH', '')}"})
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}  # a user's default: stdout buffered,
+    p = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,  # so the broken pipe
+                         env={**env, "PATH": f"{BIN}:{os.environ.get('PATH', '')}"})  # shows at the flush (was 120)
     p.stdout.close()  # long before the command has started (~3 s): its first write fails
     err = p.stderr.read()
     assert p.wait(timeout=120) == 141 and err == ""  # 128 + SIGPIPE, as a shell reports `head` ending a tool

@@ -43,6 +43,7 @@ def exit_main(main: Callable[[], int], prog: str) -> NoReturn:
     exit 1; TUPE_DEBUG=1 shows its traceback."""
     try:
         code = main()
+        sys.stdout.flush()  # buffered output (stdout a pipe) meets a reader that left here, not in Python's exit
     except KeyboardInterrupt:
         sys.stdout.flush()
         sys.stderr.write(f"\n{prog}: interrupted; rerun to resume\n")

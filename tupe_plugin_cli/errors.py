@@ -95,7 +95,9 @@ def error_line(error: BaseException) -> str:
 def run_command(run: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
     """``run(args)``, with any exception reported as the last line (see ``error_line``)."""
     try:
-        return run(args)
+        code = run(args)
+        sys.stdout.flush()  # buffered output (stdout a pipe) meets a reader that left here, not in Python's exit
+        return code
     except KeyboardInterrupt:
         code, line = 130, "error: interrupted"
     except BrokenPipeError:  # the reader of the output left (``| head``): stop quietly, as a Unix tool does
