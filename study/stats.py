@@ -254,9 +254,9 @@ def t_test(values: Sequence[float], level: float = 0.95, sd_floor: float = 0.0, 
     seeds). The interval adds the two parts' half-widths in quadrature, each at its own distribution:
     mean +- sqrt((t_{n-1} s / sqrt(n))^2 + (z extra_se)^2). That is exact when either part is 0, and covers at
     least the level in between (simulated for 2-10 seeds and every share of the two, 40,000 studies each:
-    94.9-98.8% at 95%; the test suite checks it). A t with Satterthwaite's degrees of freedom, tried before, covered 88-92% at 2 seeds: two
-    seeds that agree by chance made it trust the known part. p is the 1 - level at which the interval's edge
-    reaches 0, so that p <= 0.05 exactly when the 95% interval excludes 0.
+    94.9-98.8% at 95%; the test suite checks it). A t with Satterthwaite's degrees of freedom, tried before,
+    covered 88-92% at 2 seeds: two seeds that agree by chance made it trust the known part. p is the 1 - level at
+    which the interval's edge reaches 0, so that p <= 0.05 exactly when the 95% interval excludes 0.
 
     ``sd_floor``: s is taken as at least this. Values read from a log that keeps d decimals carry a rounding
     error of up to half a step each, so a spread below the step (10^-d) is not measured: with the floor at the
