@@ -28,6 +28,37 @@ from corpus import labelled, lm_lines  # noqa: E402
 from warm_python import WarmPython  # noqa: E402
 
 
+def setting_tables() -> Dict[str, list]:
+    """Each script's settings tables (the classes of the variables it reads from the environment)."""
+    from glue import finetune, grid
+    from preprocess.c4 import pipeline
+    from study.settings import StudyConfig
+    from train_scripts import pretrain
+
+    return {"pretrain.sh": [pretrain.PretrainConfig], "finetune.sh": [finetune.FinetuneConfig],
+            "grid.sh": [grid.GridConfig, finetune.FinetuneConfig], "c4": [pipeline.config_class()],
+            "study.sh": [StudyConfig]}
+
+
+def setting_names(script: str) -> List[str]:
+    """The names of a script's settings (``setting_tables``)."""
+    return [name for table in setting_tables()[script] for name in table.names()]
+
+
+def drop_script_settings(environ: Dict[str, str]) -> List[str]:
+    """Remove from ``environ`` every script setting in it; returns their names. The scripts read their settings
+    from the environment, and the tests' processes inherit this one's: a setting exported in the caller's shell
+    (a study's OUT, VARIANTS, ...) changed what the tests' scripts ran, and 55 tests failed. Each test sets the
+    settings it means."""
+    names = sorted({name for script in setting_tables() for name in setting_names(script)} & set(environ))
+    for name in names:
+        del environ[name]
+    return names
+
+
+DROPPED_SETTINGS = drop_script_settings(os.environ)
+
+
 # ---- the `slow` marker: the tests that start a process -------------------------------------------------------
 # A test or fixture that starts a process (a real fairseq CLI, a script, python -c) requests the fixture
 # `starts_process` (which is `run`), in its signature or, for a module of such tests, with
