@@ -179,9 +179,19 @@ def _f(x: Optional[float], nd: int = 3) -> str:
     return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{nd}f}"
 
 
-def write_csv_atomic(path: str, rows: List[Dict]) -> None:
-    """Every key of every row as a column; floats to 6 significant digits, None as an empty cell."""
-    keys = list(dict.fromkeys(k for r in rows for k in r))
+DIFFERENCE_COLUMNS = ("a", "b", "task", "difference", "low", "high", "runs", "examples", "pretrain_seeds", "method",
+                      "p", "dev_se", "interval", "seed_noise", "beyond_seed_noise", "by_pretrain_seed")
+ENDPOINT_COLUMNS = ("measure", "a", "b", "seeds", "mean", "sd", "low", "high", "p", "p_holm", "family_size",
+                    "resolution", "margin", "p_tost", "verdict", "by_pretrain_seed")
+ORDER_COLUMNS = ("variant", "task", "perturbation", "mean_drop", "spread", "runs", "changed", "examples")
+
+
+def write_csv_atomic(path: str, rows: List[Dict], columns: Sequence[str] = ()) -> None:
+    """``columns`` (the header even of a table with no rows, which a CSV reader such as pandas refuses when the
+    file is empty), then any other key of the rows; floats to 6 significant digits, None as an empty cell."""
+    keys = list(dict.fromkeys([*columns, *(k for r in rows for k in r)]))
+    if columns and len(keys) > len(columns):
+        raise ValueError(f"{path}: columns {keys[len(columns):]} are not in the table's declared columns")
     cells = [{k: ("" if r.get(k) is None else f"{r[k]:.6g}" if isinstance(r[k], float) else r[k]) for k in keys}
              for r in rows]
     write_csv(path, cells, fieldnames=keys)
@@ -617,7 +627,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                          args.endpoints, resolution)
     write_csv_atomic(os.path.join(args.out, "study.csv"), rows)
     write_csv_atomic(os.path.join(args.out, "correlation.csv"),
-                     [{k: c[k] for k in CORRELATION_COLUMNS} for c in corr])
+                     [{k: c[k] for k in CORRELATION_COLUMNS} for c in corr], CORRELATION_COLUMNS)
     noise = seed_noise(study, columns)
     write_csv_atomic(os.path.join(args.out, "differences.csv"),
                      [{"a": iv.a, "b": iv.b, "task": iv.column, "difference": iv.diff, "low": iv.low, "high": iv.high,
@@ -626,7 +636,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                        "seed_noise": noise[iv.column][0] if iv.column in noise else None,
                        "beyond_seed_noise": beyond_noise(iv.diff, iv.column, noise),
                        "by_pretrain_seed": " ".join(f"{s}:{d:.4f}" for s, d in sorted(iv.by_seed.items()))}
-                      for iv in intervals])
+                      for iv in intervals], DIFFERENCE_COLUMNS)
     write_csv_atomic(os.path.join(args.out, "endpoints.csv"),
                      [{"measure": r.endpoint.measure, "a": r.endpoint.a, "b": r.endpoint.b, "seeds": len(r.diffs),
                        "mean": r.test.mean if r.test else None, "sd": r.test.sd if r.test else None,
@@ -634,11 +644,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                        "p": r.test.p if r.test else None, "p_holm": r.p_holm, "family_size": len(endpoints),
                        "resolution": r.resolution, "margin": r.margin, "p_tost": r.p_tost, "verdict": r.verdict,
                        "by_pretrain_seed": " ".join(f"{s}:{d:.6f}" for s, d in r.diffs.items())}
-                      for r in endpoints])
+                      for r in endpoints], ENDPOINT_COLUMNS)
     write_csv_atomic(os.path.join(args.out, "order.csv"),
                      [{"variant": d.variant, "task": d.column, "perturbation": d.perturbation, "mean_drop": d.mean,
                        "spread": d.spread, "runs": len(d.drops), "changed": d.changed, "examples": d.examples}
-                      for d in drops])
+                      for d in drops], ORDER_COLUMNS)
     write_text(os.path.join(args.out, "report.md"), md)
     from study.figure import overview
 

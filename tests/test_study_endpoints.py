@@ -154,6 +154,11 @@ def test_report_tests_the_declared_family_and_labels_the_rest_exploratory(tmp_pa
         write_valid_log(md_none, "bert-a", seed, (9.9, 9.0))
     assert sr.main([str(md_none), "--variants", "tupe-r bert-a", "--pretrain-seeds", "1 2", "--total-updates", "100"]) == 0
     assert "(`ENDPOINTS=none`): every difference below is exploratory" in (md_none / "report.md").read_text()
+    # nothing declared and no fine-tuning: the empty tables keep their header (an empty file is not a CSV table)
+    for name, first in (("endpoints.csv", "measure,a,b,seeds"), ("differences.csv", "a,b,task,difference"),
+                        ("order.csv", "variant,task,perturbation")):
+        lines = (md_none / name).read_text().splitlines()
+        assert len(lines) == 1 and lines[0].startswith(first + ","), (name, lines)
 
 
 def test_mlm_validation_loss_is_logged_with_4_decimals():
