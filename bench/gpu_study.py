@@ -571,13 +571,9 @@ def pretrain_facts(log: Path) -> Dict[str, float]:
 
 def timings(out: Path) -> Dict[Tuple[str, str], float]:
     """(stage, arguments) -> seconds, from OUT/timings.tsv (the last line of a part wins)."""
-    path, found = out / "timings.tsv", {}
-    if path.is_file():
-        for line in path.read_text(encoding="utf-8").splitlines():
-            cols = line.split("\t")
-            if len(cols) >= 3:
-                found[(cols[0], cols[1])] = float(cols[2])
-    return found
+    from study.timings import part_times
+
+    return {(t.stage, t.part): float(t.seconds) for t in part_times(str(out))}
 
 
 def read_calls(out: Path) -> List[Dict[str, str]]:

@@ -31,6 +31,7 @@ from typing import List, Optional, Sequence, Tuple
 from study.plan import Plan
 from study.settings import FIELDS, StudyConfig, UsageError, changed_settings, defaults, merged_text, recorded_text
 from study.stages import BY_NAME, STAGES, PartFailed, Stage, needs_done, note
+from study.timings import code_version, timing_line
 from tupe_common.errors import exit_main
 from tupe_common.jobs import Job, run_jobs, slurm_ranges, visible_gpus
 from tupe_plugin_cli.checkpoints import CheckpointError
@@ -131,7 +132,7 @@ def run_part(plan: Plan, stage: Stage, part: Tuple, skip_done: bool = True) -> N
     if skip_done and not stage.always and stage.done(plan, *part):
         note(f"{stage.name} {part_label(part)}: done, skipping")
         return
-    start = time.monotonic()
+    start, code = time.monotonic(), "" if stage.always else code_version()  # the code as the part starts
     try:
         stage.run(plan, *part)
     except CheckpointError as e:  # a checkpoint cut short by a kill, or of the wrong kind: the part fails, named
@@ -139,11 +140,8 @@ def run_part(plan: Plan, stage: Stage, part: Tuple, skip_done: bool = True) -> N
     seconds = round(time.monotonic() - start)
     note(f"{stage.name} {part_label(part)}: finished in {seconds} s")
     if not stage.always:
-        from study.runs import STAMP  # the reader's format (numpy with it: not at start-up)
-
         with open(plan.path("timings.tsv"), "a", encoding="utf-8") as f:
-            stamp = datetime.now(timezone.utc).strftime(STAMP)
-            f.write(f"{stage.name}\t{part_label(part)}\t{seconds}\t{stamp}\t{machine()}\n")
+            f.write(timing_line(stage.name, part_label(part), seconds, datetime.now(timezone.utc), machine(), code))
 
 
 def list_parts(plan: Plan) -> None:

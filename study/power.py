@@ -95,12 +95,9 @@ def pilot_values(pilot: str, models: Sequence[str]) -> Tuple[Dict[str, Dict[str,
 
 def pretrain_seconds(pilot: str) -> List[int]:
     """The pilot's pre-training part times (its ``timings.tsv``), or [] when it has none."""
-    path = os.path.join(pilot, "timings.tsv") if os.path.isdir(pilot) else ""
-    if not os.path.isfile(path):
-        return []
-    with open(path, encoding="utf-8") as f:
-        return [int(fields[2]) for fields in (line.rstrip("\n").split("\t") for line in f)
-                if len(fields) == 5 and fields[0] == "pretrain" and fields[2].isdigit()]
+    from study.timings import part_times
+
+    return [t.seconds for t in part_times(pilot) if t.stage == "pretrain"] if os.path.isdir(pilot) else []
 
 
 def plan_text(endpoints: Sequence[Endpoint], values: Mapping[str, Mapping[str, Mapping[int, float]]], source: str,

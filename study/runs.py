@@ -18,12 +18,13 @@ import json
 import os
 import re
 import statistics
+from collections import Counter
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from study.timings import part_times
 from tupe_common.glue_selection import select_columns
 from tupe_common.mmap_index import token_dtype
 
@@ -35,7 +36,6 @@ _JSON_VALID = re.compile(r"\| valid \| (\{.*\})\s*$")
 _SIMPLE_VALID = re.compile(r"valid on 'valid' subset \| (.*)$")
 
 
-STAMP = "%Y-%m-%dT%H:%M:%SZ"  # the UTC dates of OUT/timings.tsv (written by study.__main__.run_part)
 ELECTRA_KEYS = ("gen_loss", "disc_loss", "gen_acc", "disc_acc", "disc_recall", "replace_rate")  # tupe_plugin/criterions/electra.py
 
 
@@ -322,29 +322,21 @@ def load_study(out: str, variants: Sequence[Tuple[str, Sequence[int]]], problems
 
 
 def run_section(out: str) -> List[str]:
-    """The settings (``OUT/settings.env``) and the wall time per stage and machine (``OUT/timings.tsv``,
-    one line per finished part: stage, part, seconds, date, machine) as Markdown lines."""
+    """The settings (``OUT/settings.env``), the wall time per stage, and the machines and code that ran the parts
+    (``OUT/timings.tsv``, study.timings) as Markdown lines."""
     lines = ["## Run", ""]
     settings = os.path.join(out, "settings.env")
     if os.path.isfile(settings):
         with open(settings, encoding="utf-8") as f:
             lines += ["Settings (`settings.env`):", "", "```", f.read().rstrip("\n"), "```", ""]
-    timings = os.path.join(out, "timings.tsv")
-    if not os.path.isfile(timings):
+    times = part_times(out)
+    if not times:
         return lines + ["No timings recorded.", ""]
     per_stage: Dict[str, List[Tuple[int, float]]] = {}  # stage -> (seconds, end as a POSIX time)
-    machines: Dict[str, int] = {}
-    with open(timings, encoding="utf-8") as f:
-        for line in f:
-            fields = line.rstrip("\n").split("\t")
-            if len(fields) != 5 or not fields[2].isdigit():
-                continue
-            try:
-                end = datetime.strptime(fields[3], STAMP).replace(tzinfo=timezone.utc).timestamp()
-            except ValueError:
-                continue
-            per_stage.setdefault(fields[0], []).append((int(fields[2]), end))
-            machines[fields[4]] = machines.get(fields[4], 0) + 1
+    for t in times:
+        per_stage.setdefault(t.stage, []).append((t.seconds, t.end))
+    machines = Counter(t.machine for t in times)
+    codes = Counter(t.code for t in times)
 
     def span(parts: List[Tuple[int, float]]) -> float:  # first start to last end, minutes
         return (max(e for _, e in parts) - min(e - s for s, e in parts)) / 60
@@ -356,5 +348,10 @@ def run_section(out: str) -> List[str]:
               "Machines (parts run there): " + "; ".join(f"{m} ({n})" for m, n in machines.items()) + ". "
               "Time in parts is the sum of the parts' own times (a rerun adds only what it did); elapsed runs from "
               "the first part's start to the last one's end, so parts run at once (`--lanes`, SLURM) count once, "
-              "and any pause between runs counts too.", ""]
-    return lines
+              "and any pause between runs counts too.", "",
+              "Code (parts run with it): " + "; ".join(f"{f'`{c}`' if c else 'not recorded'} ({n})"
+                                                       for c, n in codes.items()) + "."]
+    if len([c for c in codes if c]) > 1:
+        lines[-1] += (" **The parts ran with more than one version of the code**: a seed can draw another initial "
+                      "model under another version (docs/study.md, \"Seeds and commits\").")
+    return lines + [""]

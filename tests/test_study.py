@@ -425,8 +425,49 @@ def test_report_on_a_made_up_study(tmp_path, capsys):
     # time in parts (60 + 600 + 540 s) and elapsed: pretrain 00:01-00:12, all 23:59-00:12
     assert "| pretrain | 2 | 19.0 | 11.0 |" in md and "| **all** | 3 | **20.0** | **13.0** |" in md
     assert "TOTAL_UPDATES=100" in md and "host, 2 cores (3)" in md
+    assert "Code (parts run with it): not recorded (3)." in md  # lines written before the code column
     assert (out / "overview.png").read_bytes()[:4] == b"\x89PNG"
     assert "did not end 1 bit(s) below" in capsys.readouterr().err
+
+
+def test_run_section_names_the_code_that_ran_each_part(tmp_path):
+    """timings.tsv's sixth column, the commit that ran a part: counted per commit in the report's Run section, with a
+    warning when the parts ran with more than one (a seed can draw another model); a line cut short is skipped."""
+    from study.timings import part_times
+
+    stamp = "2026-01-01T00:10:00Z"
+    (tmp_path / "timings.tsv").write_text(f"pretrain\tA 1\t600\t{stamp}\thost\tabc1234\n"
+                                          f"pretrain\tA 2\t600\t{stamp}\thost\tabc1234\n"
+                                          f"pretrain\tB 1\t540\t{stamp}\thost\n"
+                                          f"finetune\tA 1\t60\t{stamp}\thost\tdef5678-dirty\n"
+                                          "finetune\tB 1\t6")
+    times = part_times(str(tmp_path))
+    assert [(t.part, t.code) for t in times] == [("A 1", "abc1234"), ("A 2", "abc1234"), ("B 1", ""),
+                                                 ("A 1", "def5678-dirty")]
+    text = "\n".join(runs.run_section(str(tmp_path)))
+    assert "Code (parts run with it): `abc1234` (2); not recorded (1); `def5678-dirty` (1)." in text
+    assert "**The parts ran with more than one version of the code**" in text
+    (tmp_path / "timings.tsv").write_text(f"pretrain\tA 1\t600\t{stamp}\thost\tabc1234\n"
+                                          f"pretrain\tB 1\t540\t{stamp}\thost\n")
+    text = "\n".join(runs.run_section(str(tmp_path)))
+    assert "`abc1234` (1); not recorded (1)." in text and "more than one version" not in text
+
+
+def test_code_version_is_the_checkouts_commit_and_says_dirty(tmp_path, starts_process):
+    from study.timings import code_version
+
+    assert code_version(str(tmp_path)) == "unknown"  # not a checkout
+    git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    (tmp_path / "a.py").write_text("x = 1\n")
+    subprocess.run([*git, "add", "a.py"], check=True)
+    subprocess.run([*git, "commit", "-qm", "one"], check=True)
+    head = subprocess.run([*git, "rev-parse", "--short=7", "HEAD"], capture_output=True, text=True).stdout.strip()
+    assert code_version(str(tmp_path)) == head
+    (tmp_path / "new.txt").write_text("untracked\n")  # untracked files are not the code
+    assert code_version(str(tmp_path)) == head
+    (tmp_path / "a.py").write_text("x = 2\n")
+    assert code_version(str(tmp_path)) == f"{head}-dirty"
 
 
 def test_report_downstream_differences_with_bootstrap_intervals(tmp_path):
@@ -900,6 +941,7 @@ def tiny_study(corpus, tmp_path_factory, starts_process) -> SimpleNamespace:
         rows=list(csv.DictReader((out / "study.csv").open())),
         curve=runs.parse_valid_curve(str(out / "pretrain" / "nope" / "seed1" / "train.log")),
         timed=[line.split("\t")[:2] for line in (out / "timings.tsv").read_text().splitlines()],
+        codes={line.split("\t")[5] for line in (out / "timings.tsv").read_text().splitlines()},
         order_csv=list(csv.DictReader((out / "order.csv").open())),
         part_logs={str(path.relative_to(out)): path.read_text() for path in logs},
         run_dir=out / "finetune" / "nope" / "seed1" / "SST-2" / "lr1e-3_seed1")
@@ -911,6 +953,14 @@ def test_tiny_study_csv_holds_the_pretraining_curve(tiny_study):
     assert row["variant"] == "nope" and sorted(curve) == [2, 4]  # a validation every TOTAL_UPDATES / VALID_POINTS
     assert float(row["final_valid_loss"]) == pytest.approx(curve[4], abs=1e-4)
     assert float(row["loss_at_50pct"]) == pytest.approx(curve[2], abs=1e-4)
+
+
+def test_tiny_study_records_the_code_that_ran_each_part(tiny_study):
+    from study.timings import code_version
+
+    code = code_version()
+    assert tiny_study.codes == {code} and (code == "unknown" or re.fullmatch(r"\S*[0-9a-f]{7}(-dirty)?", code))
+    assert f"Code (parts run with it): `{code}` ({len(tiny_study.timed)})." in tiny_study.md
 
 
 def test_tiny_study_csv_holds_every_stages_measure(tiny_study):
