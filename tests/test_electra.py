@@ -380,7 +380,8 @@ def by_update(log: str) -> Dict[int, Dict[str, float]]:
 def test_killed_electra_run_resumes_with_the_same_losses(lm_bin, tmp_path, starts_process):
     script = str(ROOT / "train_scripts/pretrain.sh")
     whole = subprocess.run([script], cwd=ROOT, capture_output=True, text=True, timeout=300,
-                           env=pretrain_env(lm_bin, tmp_path / "whole", EXTRA_ARGS="--max-update 12"))
+                           env=pretrain_env(lm_bin, tmp_path / "whole", EXTRA_ARGS="--max-update 12",
+                                            KEEP_INTERVAL_UPDATES="3"))  # keeps the checkpoints at 4, 8, 12
     assert whole.returncode == 0, whole.stderr[-4000:]
     assert "--task electra --criterion electra" in whole.stderr
     first = tmp_path / "first.log"
@@ -406,6 +407,12 @@ def test_killed_electra_run_resumes_with_the_same_losses(lm_bin, tmp_path, start
     for u in got:
         for key in ("loss", "gen_loss", "disc_loss", "replace_rate"):
             assert math.isclose(got[u][key], want[u][key], abs_tol=1e-3), (u, key, got[u], want[u])
+    # bit for bit (docs/study.md, "Seeds and commits"): the resumed run's parameters at n + 4 are the whole run's
+    (same_update,) = (tmp_path / "whole").glob(f"checkpoint_*_{n + 4}.pt")
+    whole_model = torch.load(same_update, map_location="cpu", weights_only=False)["model"]
+    resumed = torch.load(tmp_path / "killed" / "checkpoint_last.pt", map_location="cpu", weights_only=False)["model"]
+    assert sorted(whole_model) == sorted(resumed)
+    assert [k for k in whole_model if not torch.equal(whole_model[k], resumed[k])] == []
 
 
 # ---- HF export of the discriminator --------------------------------------------------------------------
