@@ -47,6 +47,8 @@ def test_bf16_reaches_every_rank_through_the_launcher():
     run = pretrain.plan(settings(BF16="1", GPUS="2"), environ={})
     assert run.launcher == "torchrun" and "--bf16" in pretrain.command(run)
     assert pretrain.launch_environment(run)["FAIRSEQ_TRAIN"] == f"{sys.executable} -m train_scripts.fairseq_train"
+    # fairseq logs to stdout: unbuffered, so a killed run keeps the lines of the checkpoints it saved
+    assert pretrain.launch_environment(run)["PYTHONUNBUFFERED"] == "1"
 
 
 @pytest.mark.parametrize("values, message", [

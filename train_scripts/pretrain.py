@@ -286,9 +286,12 @@ def command(run: Run) -> List[str]:
 
 
 def launch_environment(run: Run) -> Dict[str, str]:
-    """What the launched processes read besides their arguments (fairseq_rank.sh)."""
+    """What the launched processes read besides their arguments (fairseq_rank.sh). PYTHONUNBUFFERED: fairseq logs
+    to stdout, which a file or pipe block-buffers; a killed run then lost its last validations' lines although their
+    checkpoints were saved, so a resume never logged them again."""
     return {"FAIRSEQ_TRAIN": shlex.join(fairseq_train(run)), "MASTER_ADDR": run.config.MASTER_ADDR,
-            "MASTER_PORT": str(run.config.MASTER_PORT), "PYTHONPATH": with_repo_path(os.environ)["PYTHONPATH"]}
+            "MASTER_PORT": str(run.config.MASTER_PORT), "PYTHONPATH": with_repo_path(os.environ)["PYTHONPATH"],
+            "PYTHONUNBUFFERED": "1"}
 
 
 def recorded_names(config: PretrainConfig) -> List[str]:
