@@ -97,7 +97,7 @@ def pretrain_seconds(pilot: str) -> List[int]:
     """The pilot's pre-training part times (its ``timings.tsv``), or [] when it has none."""
     from study.timings import part_times
 
-    return [t.seconds for t in part_times(pilot) if t.stage == "pretrain"] if os.path.isdir(pilot) else []
+    return [t.seconds for t in part_times(pilot) if t.stage == "pretrain"]  # a CSV pilot: no such file, []
 
 
 def plan_text(endpoints: Sequence[Endpoint], values: Mapping[str, Mapping[str, Mapping[int, float]]], source: str,
