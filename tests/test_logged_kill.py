@@ -35,7 +35,9 @@ def test_lines_written_before_a_kill_of_both_processes_are_in_the_log(tmp_path):
         while not saved.exists():
             assert job.poll() is None and time.time() < deadline
             time.sleep(0.05)
-        time.sleep(0.5)  # the parent has read what the child wrote
+        deadline = time.time() + 10  # for the parent to read the lines: they reach the file then, or never (old code)
+        while len(log.read_text().splitlines()) < 5 and time.time() < deadline:
+            time.sleep(0.05)
     finally:
         os.killpg(job.pid, signal.SIGKILL)  # the session's end: both at once
         job.wait()
