@@ -213,8 +213,10 @@ class Plan:
 
     # ---- parts --------------------------------------------------------------------------------------------
     def pretrain_parts(self) -> List[Tuple[str, int]]:
-        """(entry label, pre-training seed) of every model; the stages' first argument is the label."""
-        return [(e.label, s) for e in self.variants for s in e.seeds]
+        """(entry label, pre-training seed) of every model, the stages' first argument the label. Seed by seed:
+        every entry's first seed comes before any second, so a study cut short leaves complete pairs."""
+        most = max((len(e.seeds) for e in self.variants), default=0)
+        return [(e.label, e.seeds[i]) for i in range(most) for e in self.variants if i < len(e.seeds)]
 
     def finetune_parts(self) -> List[Tuple[str, int, str, str, int]]:
         """Fine-tuning seed first: every model's first seed comes before any second, so a report on an
