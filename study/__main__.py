@@ -6,6 +6,9 @@
     study.sh --part STAGE [INDEX] one part (what train_scripts/study.sbatch runs on SLURM)
     study.sh --slurm              the sbatch commands for the parts still to do, with their dependencies
     study.sh --report             only the report, from what is finished
+    study.sh --archive DEST       the files the report reads (logs' validation lines, fine-tuning results,
+                                  locality, timings, settings; no checkpoint or data) into the new folder DEST,
+                                  small enough to publish; `python -m study.archive DEST` renders it again
     study.sh --plan PILOT         the seeds each declared comparison (ENDPOINTS) needs for 80% and 90% power,
                                   from a pilot study's folder or study.csv, and the pre-training time (study.power)
     study.sh --lanes N            as study.sh, but up to N parts at once, each a process with cores/N
@@ -37,7 +40,7 @@ from tupe_common.jobs import Job, run_jobs, slurm_ranges, visible_gpus
 from tupe_plugin_cli.checkpoints import CheckpointError
 
 USAGE = ("Usage: [NAME=value ...] study.sh [--lanes N] [--stages S1,S2] | --list | --slurm | --report | "
-         "--part STAGE [INDEX] | --plan PILOT")
+         "--part STAGE [INDEX] | --archive DEST | --plan PILOT")
 
 
 def help_text(environ) -> str:
@@ -232,6 +235,22 @@ def plan_power(pilot: str) -> int:
     return 0
 
 
+def write_archive(plan: Plan, dest: str) -> int:
+    """``--archive DEST``: the study's evidence into DEST (study.archive)."""
+    from study.archive import archive
+    from study.report import unigram_baseline
+    from study.stages import report_argv
+
+    try:
+        unigram: Optional[float] = unigram_baseline(plan.out)
+    except (OSError, ValueError) as e:
+        unigram = None
+        note(f"archive: the unigram baseline is not recorded ({e}); its report will say so")
+    kept = archive(plan.out, dest, report_argv(plan), unigram)
+    note(f"archive: wrote {dest} ({', '.join(kept)}); render it again with: python -m study.archive {dest}")
+    return 0
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     try:
@@ -239,7 +258,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             print(help_text(os.environ))
             return 0
         check_names(os.environ)
-        mode, stage, index, lanes, only = "all", None, 0, 1, None
+        mode, stage, index, lanes, only, dest = "all", None, 0, 1, None, ""
         if args[:1] == ["--lanes"]:
             if len(args) < 2 or not args[1].isdigit() or int(args[1]) < 1 or args[2:3] not in ([], ["--stages"]):
                 raise UsageError(f"--lanes N: a whole number >= 1, then nothing or --stages, not '{' '.join(args[1:])}'")
@@ -261,6 +280,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             mode = "slurm"
         elif args[:1] == ["--report"] and len(args) == 1:
             mode, stage = "part", BY_NAME["report"]
+        elif args[:1] == ["--archive"]:
+            if len(args) != 2 or os.path.lexists(args[1]):
+                raise UsageError("--archive DEST: one folder that does not exist yet, and nothing after it"
+                                 + (f" ({args[1]} exists; an archive is never overwritten)" if len(args) == 2 else ""))
+            mode, dest = "archive", args[1]
         elif args[:1] == ["--part"] and len(args) in (2, 3):
             mode = "part"
             if args[1] not in BY_NAME:
@@ -287,6 +311,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 raise UsageError(f"{stage.name} has {len(parts)} part(s) (0..{len(parts) - 1}), not index {index}")
             if stage.name == "report":
                 check_reportable(plan)
+        if mode == "archive":
+            check_reportable(plan)
+            check_settings(plan)
+            return write_archive(plan, dest)
         check_settings(plan)
         n_ft = len(plan.finetune_parts())
         note(f"{plan.models_text()}, {len(plan.pretrain_parts())} pre-training run(s) of "

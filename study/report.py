@@ -549,6 +549,12 @@ def report_markdown(rows: List[Dict], columns: List[str], variants: List[Variant
 # ---- the command ------------------------------------------------------------------------------------------
 
 
+def unigram_baseline(out: str, data: Optional[str] = None) -> float:
+    """The entropy (bits) of the training tokens of ``data`` (a fairseq data path or a folder with data_path.txt;
+    default OUT/c4/data-bin): the MLM loss of a model that ignores context."""
+    return entropy_bits(token_counts(":".join(read_data_path(data or os.path.join(out, "c4", "data-bin")))))
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     p = argparse.ArgumentParser(prog="python -m study.report", description=__doc__.split("\n\n")[0])
     p.add_argument("out", help="the study folder (OUT of train_scripts/study.sh)")
@@ -558,6 +564,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--total-updates", type=int, required=True, help="pre-training budget in updates")
     p.add_argument("--data", help="fairseq data path a:b:c or a folder with data_path.txt (unigram baseline; "
                                   "default OUT/c4/data-bin)")
+    p.add_argument("--unigram-bits", type=float, help="the unigram baseline in bits, instead of computing it from "
+                   "--data (an archive of the study keeps it, not the data: study.archive)")
     p.add_argument("--min-gap-bits", type=float, default=1.0,
                    help="warn unless every variant ends this many bits below the unigram baseline (default 1)")
     p.add_argument("--resamples", type=int, default=2000, help="bootstrap resamples (default 2000)")
@@ -592,12 +600,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         except ValueError:
             p.error(f"--finetune-grid {args.finetune_grid!r}: write TASK,TASK:LR,LR:SEED,SEED")
     problems: List[str] = []
-    try:
-        unigram: Optional[float] = entropy_bits(token_counts(":".join(read_data_path(
-            args.data or os.path.join(args.out, "c4", "data-bin")))))
-    except (OSError, ValueError) as e:
-        unigram = None
-        problems.append(f"unigram baseline not computed: {e}")
+    unigram: Optional[float] = args.unigram_bits
+    if unigram is None:
+        try:
+            unigram = unigram_baseline(args.out, args.data)
+        except (OSError, ValueError) as e:
+            problems.append(f"unigram baseline not computed: {e}")
     study = load_study(args.out, variants, problems, grid)
     columns = sorted({c for v in study for s in v.seeds for c in s.tasks})
     drops = order_drops(study, problems)

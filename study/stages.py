@@ -311,11 +311,10 @@ def run_order(plan: Plan, label: str, seed: int, task: str, lr: str, k: int) -> 
 # ---- report -------------------------------------------------------------------------------------------------
 
 
-def run_report(plan: Plan) -> None:
-    from study.report import main as report
-
+def report_argv(plan: Plan) -> List[str]:
+    """The arguments of ``python -m study.report`` after the study's folder (study.archive records them)."""
     c = plan.config
-    argv = [plan.out, "--variants", plan.variants_text(), "--total-updates", c.text("TOTAL_UPDATES"),
+    argv = ["--variants", plan.variants_text(), "--total-updates", c.text("TOTAL_UPDATES"),
             "--min-gap-bits", c.text("MIN_GAP_BITS"), "--endpoints", c.ENDPOINTS,
             "--equivalence-bits", c.text("EQUIVALENCE_BITS"),
             "--title", f"Study: PRESET={c.PRESET}, {c.TOTAL_UPDATES} updates, {plan.models_text()}"]
@@ -323,7 +322,13 @@ def run_report(plan: Plan) -> None:
         argv += ["--finetune-grid", ":".join(",".join(map(str, x)) for x in (plan.tasks, plan.lrs, plan.seeds))]
     elif not plan.tasks:  # TASKS=none: a pre-training study, no fine-tuning run is missing
         argv += ["--finetune-grid", "none"]
-    if report(argv):
+    return argv
+
+
+def run_report(plan: Plan) -> None:
+    from study.report import main as report
+
+    if report([plan.out] + report_argv(plan)):
         raise PartFailed("the report failed")
 
 

@@ -15,6 +15,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Dict, List
@@ -1079,6 +1080,40 @@ def test_tiny_study_second_variant_adds_only_its_parts_on_slurm(tiny_study):
     assert "prep=" not in slurm and "--array=1 train_scripts/study.sbatch pretrain" in slurm
     assert "--array=1 train_scripts/study.sbatch finetune" in slurm and "study.sbatch report" in slurm
     assert "--dependency=afterok:$finetune --array=1 train_scripts/study.sbatch order" in slurm
+
+
+def test_tiny_study_archive_renders_the_same_report_without_checkpoints_or_data(tiny_study, tmp_path):
+    """--archive keeps what the report reads (the logs' validation lines, the runs' results, predictions and word-order
+    sets, locality, longer inputs, timings, settings) and no checkpoint or data; `python -m study.archive` renders the
+    same report, CSVs and all, from it alone. An existing DEST is refused, exit 2, untouched."""
+    out, dest = tiny_study.out, tmp_path / "evidence"
+    study(out, "--report", **tiny_study.env)  # the original's report as the archive will render it
+    original = {n: (out / n).read_text() for n in ("report.md", "study.csv", "differences.csv", "endpoints.csv",
+                                                   "order.csv", "correlation.csv")}
+    p = study(out, "--archive", str(dest), **tiny_study.env)
+    assert f"render it again with: python -m study.archive {dest}" in p.stderr
+    kept = sorted(str(f.relative_to(dest)) for f in dest.rglob("*") if f.is_file())
+    run = "finetune/nope/seed1/SST-2/lr1e-3_seed1"
+    assert kept == sorted(["locality/nope/seed1.csv", "longer/nope/seed1.json", f"{run}/order.json",
+                    f"{run}/predictions.json", f"{run}/result.json", "pretrain/nope/seed1/pretrain.done",
+                    "pretrain/nope/seed1/train.log", "report.json", "settings.env", "timings.tsv"])
+    log = (dest / "pretrain" / "nope" / "seed1" / "train.log").read_text().splitlines()
+    assert len(log) == 2 and all("valid" in line for line in log)  # the two validations, nothing else
+    assert runs.parse_valid_curve(str(dest / "pretrain" / "nope" / "seed1" / "train.log")) == tiny_study.curve
+    assert "--unigram-bits" in json.loads((dest / "report.json").read_text())["argv"]
+    # nothing but the archive: the original study is moved away while it renders
+    hidden = out.with_name("hidden")
+    out.rename(hidden)
+    try:
+        r = subprocess.run([sys.executable, "-m", "study.archive", str(dest)], cwd=ROOT, capture_output=True,
+                           text=True, timeout=300)
+    finally:
+        hidden.rename(out)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert {n: (dest / n).read_text() for n in original} == original
+    again = study(out, "--archive", str(dest), check=False, **tiny_study.env)
+    assert again.returncode == 2 and "exists; an archive is never overwritten" in again.stderr
+    assert (dest / "report.md").read_text() == original["report.md"]
 
 
 @pytest.fixture(scope="module")
