@@ -26,7 +26,8 @@ from study.endpoints import (LEVEL as FAMILY_LEVEL, MEASURES as ENDPOINT_MEASURE
                              parse_endpoints, parse_margin, family_tests)
 from study.longer_inputs import NOT_FOR_ELECTRA
 from study.plan import split_label
-from study.runs import ELECTRA_KEYS, Variant, load_study, loss_at, parse_variants, run_section, token_counts
+from study.runs import (ELECTRA_KEYS, Variant, curve_holes, load_study, loss_at, parse_variants, run_section,
+                        token_counts)
 from tupe_common.errors import UsageError, exit_main
 from tupe_common.io import read_data_path, write_csv, write_text
 from study.stats import entropy_bits, pearson, spearman, spearman_p
@@ -564,6 +565,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--total-updates", type=int, required=True, help="pre-training budget in updates")
     p.add_argument("--data", help="fairseq data path a:b:c or a folder with data_path.txt (unigram baseline; "
                                   "default OUT/c4/data-bin)")
+    p.add_argument("--valid-interval", type=int, default=0,
+                   help="updates between validations (study.sh: TOTAL_UPDATES / VALID_POINTS): a curve that lacks one "
+                        "is named among the report's problems (default 0: not checked)")
     p.add_argument("--unigram-bits", type=float, help="the unigram baseline in bits, instead of computing it from "
                    "--data (an archive of the study keeps it, not the data: study.archive)")
     p.add_argument("--min-gap-bits", type=float, default=1.0,
@@ -607,6 +611,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         except (OSError, ValueError) as e:
             problems.append(f"unigram baseline not computed: {e}")
     study = load_study(args.out, variants, problems, grid)
+    for model in study:
+        for run in model.seeds:
+            holes = curve_holes(run.curve or run.electra.get(ELECTRA_KEYS[0], {}), args.valid_interval,
+                                args.total_updates)
+            if holes:
+                problems.append(f"{model.name} seed {run.seed}: no validation logged at update(s) "
+                                f"{', '.join(map(str, holes))}, so its curve points there are read from the nearest "
+                                "validation (a resumed run's log lost the lines before its kill, before 24674e3)")
     columns = sorted({c for v in study for s in v.seeds for c in s.tasks})
     drops = order_drops(study, problems)
     rows = [variant_row(v, columns, args.total_updates, unigram, drops) for v in study]

@@ -80,6 +80,14 @@ def parse_valid_curve(log_path: str) -> Dict[int, float]:
     return parse_valid_curves(log_path)["loss"]
 
 
+def curve_holes(curve: Dict[int, float], interval: int, total_updates: int) -> List[int]:
+    """The updates, every ``interval`` up to the curve's last (at most ``total_updates``), with no validation: a
+    resumed run's log lost the lines before its kill (fixed in ``24674e3``), or a run validated on another grid."""
+    if not curve or interval <= 0:
+        return []
+    return [u for u in range(interval, min(max(curve), total_updates) + 1, interval) if u not in curve]
+
+
 def loss_at(curve: Dict[int, float], update: int) -> Tuple[Optional[float], Optional[int]]:
     """The validation loss at the validation nearest to ``update`` (ties: the earlier), and its update."""
     if not curve:

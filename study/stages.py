@@ -315,6 +315,7 @@ def report_argv(plan: Plan) -> List[str]:
     """The arguments of ``python -m study.report`` after the study's folder (study.archive records them)."""
     c = plan.config
     argv = ["--variants", plan.variants_text(), "--total-updates", c.text("TOTAL_UPDATES"),
+            "--valid-interval", str(plan.valid_interval),
             "--min-gap-bits", c.text("MIN_GAP_BITS"), "--endpoints", c.ENDPOINTS,
             "--equivalence-bits", c.text("EQUIVALENCE_BITS"),
             "--title", f"Study: PRESET={c.PRESET}, {c.TOTAL_UPDATES} updates, {plan.models_text()}"]

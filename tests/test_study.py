@@ -564,6 +564,27 @@ def test_report_lists_what_is_missing(tmp_path):
     assert corr["locality (position-only)"]["n"] == "1"  # only A has both values
 
 
+def test_report_names_a_curve_with_a_hole(tmp_path):
+    """A validation missing from a log (a line lost at a kill) is named with its update; a complete curve, and an
+    epoch's extra validation off the grid, are not; an unfinished curve is checked up to its last validation."""
+    from study.runs import curve_holes
+
+    assert curve_holes({25: 3.0, 50: 2.0, 75: 1.2, 100: 0.9}, 25, 100) == []
+    assert curve_holes({25: 3.0, 31: 2.9, 50: 2.0, 100: 0.9}, 25, 100) == [75]
+    assert curve_holes({25: 3.0, 75: 1.2}, 25, 100) == [50]  # unfinished: up to update 75
+    assert curve_holes({25: 3.0}, 0, 100) == []  # no interval given: not checked
+    out = tmp_path / "study"
+    make_study(out)
+    log = out / "pretrain" / "B" / "seed1" / "train.log"
+    log.write_text("".join(line + "\n" for line in log.read_text().splitlines() if '"50"' not in line))
+    argv = [str(out), "--variants", "A B C", "--total-updates", "100", "--resamples", "200"]
+    assert sr.main(argv + ["--valid-interval", "25"]) == 0
+    md = (out / "report.md").read_text()
+    assert "B seed 1: no validation logged at update(s) 50, so its curve points there are read from the nearest" in md
+    assert "A seed 1: no validation" not in md and "C seed 1: no validation" not in md
+    assert sr.main(argv) == 0 and "no validation logged" not in (out / "report.md").read_text()  # not checked
+
+
 def test_a_study_that_fine_tunes_nothing_misses_no_fine_tuning_run(tmp_path):
     """TASKS=none (the GPU study's default): the report stage passes --finetune-grid none, and no model seed is named
     for lacking a fine-tuning run; without it, every one is."""
