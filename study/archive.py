@@ -86,6 +86,7 @@ def render(dest: str) -> int:
     """Render the report of the archive ``dest`` again, with its recorded arguments (study.report's exit status)."""
     from study.report import main as report
 
+    need(dest, "folder")
     need(os.path.join(dest, "report.json"))
     with open(os.path.join(dest, "report.json"), encoding="utf-8") as f:
         try:

@@ -83,6 +83,7 @@ ENTRIES: List[Entry] = [
     m("glue.collect", "{P}", kind="folder"),
     m("glue.tasks", "list", "--tasks-dir", "{P}", kind="folder"),
     m("study.report", "{P}", "--variants", "bert-a", "--total-updates", "10", kind="folder"),
+    m("study.archive", "{P}", kind="folder"),
     m("train_scripts.check_resume", "{P}", kind="out"),
     m("glue.finetune_helper", "settings", "RTE", "{P}", "{T}", kind="file"),
     script("glue/finetune.sh", "file", "SST-2", "1e-5", "1", CHECKPOINT="{P}", GLUE_BIN="{T}", RUNS="{T}/runs"),
