@@ -1293,3 +1293,22 @@ def test_help_lists_the_preset_values_and_a_bad_preset_is_named(starts_process):
     assert re.search(r"TOTAL_UPDATES\s+50000\s", out.stdout) and "PRETRAIN_SEEDS" in out.stdout
     bad = subprocess.run([str(STUDY), "--help"], env=dict(env, PRESET="huge"), capture_output=True, text=True)
     assert bad.returncode == 2 and "PRESET=huge" in bad.stderr and "cpu-small" in bad.stderr
+
+
+@pytest.mark.parametrize("folder", sorted(p.parent.parent.name for p in (ROOT / "docs" / "results").glob("*/evidence/report.json")))
+def test_published_evidence_renders_its_declared_comparisons(folder, tmp_path):
+    """Every publication's evidence/ (study.sh --archive) renders with today's report, and its declared comparisons
+    come out as published: a change of their math fails here, and the publication is rendered again from it."""
+    from study.archive import render
+
+    published = ROOT / "docs" / "results" / folder
+    copy = tmp_path / "evidence"
+    shutil.copytree(published / "evidence", copy)
+    assert render(str(copy)) == 0
+    new = list(csv.DictReader((copy / "endpoints.csv").open()))
+    old = list(csv.DictReader((published / "endpoints.csv").open()))
+    assert [(r["measure"], r["verdict"], r["by_pretrain_seed"]) for r in new] == \
+           [(r["measure"], r["verdict"], r["by_pretrain_seed"]) for r in old]
+    for a, b in zip(new, old):
+        for key in ("mean", "sd", "low", "high", "p_holm"):
+            assert float(a[key]) == pytest.approx(float(b[key]), rel=1e-5), (a["measure"], key)
