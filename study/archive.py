@@ -23,7 +23,7 @@ import shutil
 import sys
 from typing import List, Optional, Sequence
 
-from study.runs import _JSON_VALID, _SIMPLE_VALID
+from study.runs import is_validation_line
 from tupe_common.io import atomic_dir, need, write_json
 
 FINETUNE_FILES = ("result.json", "predictions.json", "order.json")
@@ -32,7 +32,7 @@ FINETUNE_FILES = ("result.json", "predictions.json", "order.json")
 def _valid_lines(src: str, dst: str) -> int:
     """Copy the validation lines of the fairseq log ``src`` to ``dst``; their number."""
     with open(src, encoding="utf-8", errors="replace") as f:
-        lines = [line for line in f if _JSON_VALID.search(line) or _SIMPLE_VALID.search(line)]
+        lines = [line for line in f if is_validation_line(line)]
     with open(dst, "w", encoding="utf-8") as f:
         f.writelines(lines)
     return len(lines)

@@ -39,6 +39,11 @@ _SIMPLE_VALID = re.compile(r"valid on 'valid' subset \| (.*)$")
 ELECTRA_KEYS = ("gen_loss", "disc_loss", "gen_acc", "disc_acc", "disc_recall", "replace_rate")  # tupe_plugin/criterions/electra.py
 
 
+def is_validation_line(line: str) -> bool:
+    """Whether a line of a fairseq log (json or simple format) is a validation of subset ``valid``."""
+    return bool(_JSON_VALID.search(line) or _SIMPLE_VALID.search(line))
+
+
 def parse_valid_curves(log_path: str, keys: Sequence[str] = ("loss",)) -> Dict[str, Dict[int, float]]:
     """{key: {num_updates: value}} of subset ``valid`` in a fairseq log (json or simple format), for each of
     ``keys`` (``loss``; ELECTRA's ``gen_loss``, ``disc_loss``, ...).
