@@ -265,8 +265,11 @@ def test_ctrl_c_ends_a_run_with_one_line_exit_130_and_nothing_a_rerun_trusts(pre
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_") and k not in TINY}
     env.update(PATH=f"{BIN}:{os.environ.get('PATH', '')}", PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1",
                **run_env(pretrained, glue_bin, tmp_path, EPOCHS="500", QUIET="1"))
+    # SIGINT's default action, as under a terminal: a caller started in the background by a shell without job
+    # control (CI launched with `( ... & )`) passes SIGINT on ignored, and the run would train to its end
     p = subprocess.Popen([str(FINETUNE), "RTE", "1e-3", "1"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True, start_new_session=True)
+                         stderr=subprocess.PIPE, text=True, start_new_session=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     log = tmp_path / ".partial" / "RTE" / "lr1e-3_seed1" / "train.log"
     deadline = time.time() + 240
     while time.time() < deadline and not (log.exists() and "| epoch 002" in log.read_text(errors="replace")):
