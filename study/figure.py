@@ -41,7 +41,9 @@ def _pyplot():
 # all differ in the pair, so a grey print tells them apart); a pre-training seed's: the markers' fill.
 LINE_STYLES = ["-", "--", ":", "-."]
 MARKERS = ["o", "s", "^", "D", "v", "P", "X", "p", "<"]
-SEED_FILLS = ["full", "none", "left", "bottom", "right", "top"]  # filled, open, then half-filled
+# (fill style, colour of the other half): filled, open, half-filled with the other half open, then with it black
+SEED_FILLS = [("full", "none"), ("none", "none"), ("left", "none"), ("bottom", "none"), ("right", "none"),
+              ("top", "none"), ("left", "black"), ("bottom", "black"), ("right", "black"), ("top", "black")]
 MARKS_PER_CURVE = 6  # markers along a curve (the validations are ~20 points: one on each would cover the lines)
 
 
@@ -50,8 +52,9 @@ def variant_style(i: int) -> Tuple[str, str]:
     return LINE_STYLES[i % len(LINE_STYLES)], MARKERS[i % len(MARKERS)]
 
 
-def seed_fills(variants: Sequence[Variant]) -> Dict[int, str]:
-    """{pre-training seed: marker fill} over the seeds of the study, in order."""
+def seed_fills(variants: Sequence[Variant]) -> Dict[int, Tuple[str, str]]:
+    """{pre-training seed: (marker fill style, colour of the unfilled half)} over the seeds of the study, in
+    order; they repeat after len(SEED_FILLS) seeds, which the key's title then says."""
     seeds = sorted({s.seed for v in variants for s in v.seeds})
     return {seed: SEED_FILLS[k % len(SEED_FILLS)] for k, seed in enumerate(seeds)}
 
@@ -305,7 +308,8 @@ def overview_figure(variants: Sequence[Variant], rows: Sequence[Dict], columns: 
             if s.curve:
                 xs = list(s.curve)
                 every = max(1, len(xs) // MARKS_PER_CURVE)
-                ax.plot(xs, list(s.curve.values()), linestyle=style, marker=marker, fillstyle=fills[s.seed],
+                ax.plot(xs, list(s.curve.values()), linestyle=style, marker=marker, fillstyle=fills[s.seed][0],
+                        markerfacecoloralt=fills[s.seed][1],
                         markevery=(i % every, every), markersize=4, markeredgewidth=0.8, color=color,
                         linewidth=1.2, gid=v.name)
                 drawn = True
@@ -332,9 +336,11 @@ def overview_figure(variants: Sequence[Variant], rows: Sequence[Dict], columns: 
     if len(seeds_drawn) > 1:  # the key for the seeds, in the top right corner (the curves start top left)
         if handles:
             ax.add_artist(legend)  # a second legend replaces the first unless the first is kept as an artist
-        ax.legend(handles=[Line2D([], [], linestyle="none", marker="o", markersize=5, color="black",
-                                  fillstyle=fills[seed], label=f"seed {seed}") for seed in seeds_drawn],
-                  title="pre-training seed", title_fontsize=7, fontsize=7, loc="upper right", frameon=True,
+        ax.legend(handles=[Line2D([], [], linestyle="none", marker="o", markersize=5, color="tab:blue",
+                                  fillstyle=fills[seed][0], markerfacecoloralt=fills[seed][1], label=f"seed {seed}")
+                           for seed in seeds_drawn],
+                  title="pre-training seed" + (f" (fills repeat after {len(SEED_FILLS)})" if len(
+                      seeds_drawn) > len(SEED_FILLS) else ""), title_fontsize=7, fontsize=7, loc="upper right", frameon=True,
                   framealpha=0.9)
 
     labels = point_labels([r["variant"] for r in rows])  # the table's names and the scatter points' labels

@@ -112,6 +112,32 @@ def test_overview_numbers_the_points_of_a_study_with_many_variants():
         plt.close(fig)
 
 
+def test_ten_pre_training_seeds_get_ten_marker_looks_and_the_key_says_when_they_repeat():
+    """The published 10-seed run's shape: every seed of a variant its own (fill, other half) look, the key the
+    same looks in the same order; with 12 seeds the looks repeat after 10 and the key's title says so."""
+    from matplotlib.legend import Legend
+
+    plt = figure._pyplot()
+    for n_seeds in (10, 12):
+        seeds = list(range(21, 21 + n_seeds))
+        variants = [runs.Variant(name, seeds=[runs.SeedRun(s, {u: 10.0 - s / 100 - u / 100 for u in range(10, 130, 10)},
+                                                           {}, {}) for s in seeds]) for name in ("bert-a", "tupe-r")]
+        rows = [{"variant": v.name, "objective": "mlm", "final_valid_loss": 8.0 + i} for i, v in enumerate(variants)]
+        fig = figure.overview_figure(variants, rows, [], [], None)
+        curves = fig.axes[0]
+        looks = [(ln.get_fillstyle(), ln.get_markerfacecoloralt()) for ln in curves.get_lines()
+                 if ln.get_gid() == "tupe-r"]
+        assert len(looks) == n_seeds and len(set(looks[:10])) == 10  # ten seeds, ten looks
+        assert looks[10:] == looks[:n_seeds - 10]
+        key = next(c for c in curves.get_children() if isinstance(c, Legend)
+                   and c.get_title().get_text().startswith("pre-training seed"))
+        assert [t.get_text() for t in key.get_texts()] == [f"seed {s}" for s in seeds]
+        assert [(h.get_fillstyle(), h.get_markerfacecoloralt()) for h in key.legend_handles] == looks
+        assert key.get_title().get_text() == ("pre-training seed (fills repeat after 10)" if n_seeds > 10
+                                              else "pre-training seed")
+        plt.close(fig)
+
+
 def test_overview_survives_grey_print_and_shades_each_column_by_its_own_values():
     """17 variants, two with three pre-training seeds (the published run's shape): no two variants share their
     (line style, marker), every seed of a variant its own marker fill, and a key names each seed with its fill;
@@ -146,6 +172,8 @@ def test_overview_survives_grey_print_and_shades_each_column_by_its_own_values()
     key = next(lg for lg in legends if lg.get_title().get_text() == "pre-training seed")
     assert [t.get_text() for t in key.get_texts()] == ["seed 1", "seed 2", "seed 3"]
     assert [h.get_fillstyle() for h in key.legend_handles] == fills
+    assert [h.get_markerfacecoloralt() for h in key.legend_handles] == [
+        ln.get_markerfacecoloralt() for ln in by_variant["variant3"]]
     names_legend = next(lg for lg in legends if lg is not key)
     assert [t.get_text() for t in names_legend.get_texts()][:17] == names
 
