@@ -137,11 +137,12 @@ def run_part(plan: Plan, stage: Stage, part: Tuple, skip_done: bool = True) -> N
         return
     start, code = time.monotonic(), "" if stage.always else code_version()  # the code as the part starts
     try:
-        stage.run(plan, *part)
+        earlier = stage.run(plan, *part) or 0  # a resumed pre-training: its earlier sittings' seconds
     except CheckpointError as e:  # a checkpoint cut short by a kill, or of the wrong kind: the part fails, named
         raise PartFailed(str(e)) from e
-    seconds = round(time.monotonic() - start)
-    note(f"{stage.name} {part_label(part)}: finished in {seconds} s")
+    seconds = round(time.monotonic() - start) + earlier
+    note(f"{stage.name} {part_label(part)}: finished in {seconds} s"
+         + (f" ({earlier} s of them in earlier sittings, from its log)" if earlier else ""))
     if not stage.always:
         with open(plan.path("timings.tsv"), "a", encoding="utf-8") as f:
             f.write(timing_line(stage.name, part_label(part), seconds, datetime.now(timezone.utc), machine(), code))

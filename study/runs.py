@@ -359,7 +359,8 @@ def run_section(out: str) -> List[str]:
     lines += [f"| {stage} | {len(v)} | {sum(s for s, _ in v) / 60:.1f} | {span(v):.1f} |" for stage, v in per_stage.items()]
     lines += [f"| **all** | {len(every)} | **{sum(s for s, _ in every) / 60:.1f}** | **{span(every):.1f}** |", "",
               "Machines (parts run there): " + "; ".join(f"{m} ({n})" for m, n in machines.items()) + ". "
-              "Time in parts is the sum of the parts' own times (a rerun adds only what it did); elapsed runs from "
+              "Time in parts is the sum of the parts' own times (a rerun adds only what it did; a pre-training "
+              "resumed from its checkpoint adds its earlier sittings too, from its log); elapsed runs from "
               "the first part's start to the last one's end, so parts run at once (`--lanes`, SLURM) count once, "
               "and any pause between runs counts too.", "",
               "Code (parts run with it): " + "; ".join(f"{f'`{c}`' if c else 'not recorded'} ({n})"

@@ -18,9 +18,10 @@ import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
-from typing import Callable, List, Tuple
+from typing import Callable, List, Optional, Tuple
 
 from study.plan import Plan, split_label
+from study.timings import logged_seconds
 from tupe_common.errors import UsageError
 from tupe_common.io import read_data_path
 from tupe_common.jobs import stderr_say, with_repo_path
@@ -123,7 +124,9 @@ def pretrain_done(plan: Plan, label: str, seed: int) -> bool:
     return os.path.isfile(os.path.join(plan.pretrain_dir(label, seed), "pretrain.done"))
 
 
-def run_pretrain(plan: Plan, label: str, seed: int) -> None:
+def run_pretrain(plan: Plan, label: str, seed: int) -> int:
+    """Pre-trains, resuming from the checkpoint of an earlier sitting; returns that sitting's seconds (from the
+    log), which the part's time includes (study.timings)."""
     c, out = plan.config, plan.pretrain_dir(label, seed)
     name, objective = split_label(label)
     if not prep_done(plan):
@@ -147,6 +150,7 @@ def run_pretrain(plan: Plan, label: str, seed: int) -> None:
         MAX_POSITIONS=plan.max_positions, SEED=seed, SAVE_INTERVAL_UPDATES=interval, KEEP_INTERVAL_UPDATES=1,
         KEEP_PATTERN=-1, LOG_INTERVAL=max(interval // 2, 1), EXTRA_ARGS=f"{c.MODEL_ARGS} {valid_args}")
     log = os.path.join(out, "train.log")
+    earlier = logged_seconds(log)  # before this sitting's lines
     os.makedirs(out, exist_ok=True)
     with open(log, "a", encoding="utf-8") as f:  # what pretrain.sh says goes to the log, as its output did
         def say(line: str) -> None:
@@ -164,6 +168,7 @@ def run_pretrain(plan: Plan, label: str, seed: int) -> None:
 
     with open(os.path.join(out, "pretrain.done"), "w", encoding="utf-8") as f:
         f.write(datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ") + "\n")
+    return earlier
 
 
 def checkpoint_of(plan: Plan, label: str, seed: int) -> str:
@@ -341,7 +346,7 @@ class Stage:
     name: str
     parts: Callable[[Plan], List[Tuple]]
     done: Callable[..., bool]  # done(plan, *part)
-    run: Callable[..., None]  # run(plan, *part)
+    run: Callable[..., Optional[int]]  # run(plan, *part): None, or the seconds of earlier sittings it resumed
     after: str = ""  # the stage whose parts this one needs (SLURM: --dependency=afterok)
     always: bool = False  # rerun even when done (the report is rewritten from what is finished)
 

@@ -4,11 +4,14 @@ Columns, tab-separated: stage, part (its arguments), seconds, UTC end (``STAMP``
 commit of the checkout that ran the part (``git describe --always --dirty``), so that a report says which code
 trained its models: a seed can draw another initial model under other code (docs/study.md, "Seeds and
 commits"). Lines written before that column existed have five columns; their code reads as "".
+A pre-training resumed from its checkpoint counts its earlier sittings too (``logged_seconds`` of its log): their
+work is kept, so they are part of what the part took. A part that starts again from scratch counts its last sitting.
 Plain Python: the GPU study reads it before its machine has numpy (bench/gpu_study.py).
 """
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from datetime import datetime, timezone
 from typing import List, NamedTuple
@@ -59,3 +62,33 @@ def part_times(out: str) -> List[PartTime]:
                 continue
             found.append(PartTime(fields[0], fields[1], int(fields[2]), end, fields[4], (fields[5:] or [""])[0]))
     return found
+
+
+LOG_TIME = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\b")  # fairseq's log line: "2026-12-02 15:48:54 | INFO | ..."
+
+
+def logged_seconds(log: str) -> int:
+    """The seconds a log's timestamped lines span, summed over each run of consecutive timestamped lines: the
+    sittings of a pre-training, each opened by its launcher's untimed settings lines, so the time between a kill
+    and the restart is not counted (an untimed warning inside a sitting leaves out only the seconds between its
+    neighbours). The seconds before a sitting's first line (Python's start) are not in the log. 0 without the file."""
+    if not os.path.isfile(log):
+        return 0
+    total, first, last = 0.0, None, None
+    with open(log, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            m = LOG_TIME.match(line)
+            if not m:
+                if first is not None:
+                    total += last - first
+                first = last = None
+                continue
+            try:
+                t = datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S").timestamp()
+            except ValueError:
+                continue
+            first = t if first is None else first
+            last = t
+    if first is not None:
+        total += last - first
+    return round(total)

@@ -482,6 +482,27 @@ def test_run_section_names_the_code_that_ran_each_part(tmp_path):
     assert "`abc1234` (1); not recorded (1)." in text and "more than one version" not in text
 
 
+def test_logged_seconds_sum_each_sitting_and_leave_out_the_time_between_them(tmp_path):
+    """A pre-training's log over two sittings (a kill after 150 s, the restart 3 hours later, 200 s more), its
+    launcher's untimed settings lines opening each and an untimed warning inside the second: the sittings' own
+    seconds, as a plain sum of last - first over each run of timed lines computes them, not the hours between."""
+    from study.timings import logged_seconds
+
+    log = tmp_path / "train.log"
+    assert logged_seconds(str(log)) == 0  # no log: a first sitting
+    log.write_text("pretrain.sh: environment (NAME=value [default])\n  VARIANT=bert-a [tupe-r]\n"
+                   "2026-12-02 15:23:32 | INFO | fairseq_cli.train | {'_name': None}\n"
+                   "2026-12-02 15:24:02 | INFO | train_inner | {\"num_updates\": \"30\"}\n"
+                   "2026-12-02 15:26:02 | INFO | valid | {\"valid_loss\": \"9.0\"}\n"
+                   "pretrain.sh: environment (NAME=value [default])\n"
+                   "2026-12-02 18:26:02 | INFO | fairseq.trainer | Loaded checkpoint (epoch 3 @ 780 updates)\n"
+                   "2026-12-02 18:27:42 | INFO | train_inner | {\"num_updates\": \"810\"}\n"
+                   "/x/torch/nn/functional.py:5: UserWarning: a warning inside the sitting\n"
+                   "2026-12-02 18:27:42 | INFO | train_inner | {\"num_updates\": \"840\"}\n"
+                   "2026-12-02 18:29:22 | INFO | fairseq_cli.train | done training in 200.0 seconds\n")
+    assert logged_seconds(str(log)) == (15 * 60 + 26 * 60 + 2 - (15 * 60 + 23 * 60 + 32)) + 100 + 100 == 350
+
+
 def test_code_version_is_the_checkouts_commit_and_says_dirty(tmp_path, starts_process):
     from study.timings import code_version
 
@@ -1171,12 +1192,18 @@ def with_electra(tiny_study) -> SimpleNamespace:
     does), in two lanes (each part its own process): only nope+electra's parts run."""
     out = tiny_study.out
     timed_before = len((out / "timings.tsv").read_text().splitlines())
+    seed_dir = out / "pretrain" / "nope+electra" / "seed1"  # a first sitting of 100 s that a kill ended early
+    seed_dir.mkdir(parents=True)
+    (seed_dir / "train.log").write_text("pretrain.sh: environment (NAME=value [default])\n"
+                                        "2026-12-01 10:00:00 | INFO | fairseq_cli.train | a sitting a kill ended\n"
+                                        "2026-12-01 10:01:40 | INFO | fairseq.trainer | before its first checkpoint\n")
     lanes = study(out, "--lanes", "2", **dict(tiny_study.env, OBJECTIVES="mlm electra"))
     log = out / "pretrain" / "nope+electra" / "seed1" / "train.log"
     return SimpleNamespace(
         out=out, stderr=lanes.stderr, md=(out / "report.md").read_text(),
         rows={r["variant"]: r for r in csv.DictReader((out / "study.csv").open())},
         timed=[line.split("\t")[:2] for line in (out / "timings.tsv").read_text().splitlines()][timed_before:],
+        seconds=[int(line.split("\t")[2]) for line in (out / "timings.tsv").read_text().splitlines()][timed_before:],
         order_csv=list(csv.DictReader((out / "order.csv").open())),
         curves=runs.parse_valid_curves(str(log), runs.ELECTRA_KEYS),
         settings=(out / "settings.env").read_text())
@@ -1188,6 +1215,10 @@ def test_electra_runs_only_its_own_parts_in_two_lanes(with_electra):
     assert "study.sh: finetune nope+electra 1 SST-2 1e-3 1: finished" in lane_log
     timed = with_electra.timed  # pre-training, then its locality and fine-tuning at once in two lanes
     assert timed[0] == ["pretrain", "nope+electra 1"]
+    # its first sitting's 100 s (from its log) count in the part's time, and its note says so
+    assert with_electra.seconds[0] >= 100
+    lane_log = (with_electra.out / "lanes" / "pretrain-1.log").read_text()  # lanes are named by the part's index
+    assert f"pretrain nope+electra 1: finished in {with_electra.seconds[0]} s (100 s of them in earlier sittings" in lane_log
     assert sorted(timed[1:]) == [["finetune", "nope+electra 1 SST-2 1e-3 1"], ["locality", "nope+electra 1"]]
     assert not (with_electra.out / "longer" / "nope+electra").exists()  # an MLM loss: not for ELECTRA
 
