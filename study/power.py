@@ -76,21 +76,27 @@ def pilot_values(pilot: str, models: Sequence[str]) -> Tuple[Dict[str, Dict[str,
                     out["final_loss"][row["variant"]] = {int(s): float(x) for s, x in
                                                          (p.split(":") for p in row["final_valid_loss_by_seed"].split())}
         return out, f"{pilot} (final losses per seed; no curves, so no loss_auc)"
+    curves: Dict[Tuple[str, int], Dict[int, float]] = {}
     for model in models:
         folder = os.path.join(pilot, "pretrain", model)
         if not os.path.isdir(folder):
             continue
         for name in sorted(os.listdir(folder)):
             log = os.path.join(folder, name, "train.log")
-            if not (name.startswith("seed") and name[4:].isdigit() and os.path.isfile(log)):
-                continue
-            curve = parse_valid_curve(log)
-            if curve:
-                out["final_loss"].setdefault(model, {})[int(name[4:])] = curve[max(curve)]
-                auc = curve_auc(curve)
-                if auc is not None:
-                    out["loss_auc"].setdefault(model, {})[int(name[4:])] = auc
-    return out, f"{pilot}/pretrain/*/seed*/train.log"
+            if name.startswith("seed") and name[4:].isdigit() and os.path.isfile(log):
+                curve = parse_valid_curve(log)
+                if curve:
+                    curves[model, int(name[4:])] = curve
+    budget = max((max(c) for c in curves.values()), default=0)  # the pilot's last update: every finished run's
+    for (model, seed), curve in curves.items():
+        if max(curve) == budget:  # a run that stopped earlier (a kill, still running) has no final loss yet
+            out["final_loss"].setdefault(model, {})[seed] = curve[budget]
+            auc = curve_auc(curve)
+            if auc is not None:
+                out["loss_auc"].setdefault(model, {})[seed] = auc
+    unfinished = sorted(f"{model} seed {seed}" for (model, seed), c in curves.items() if max(c) < budget)
+    return out, f"{pilot}/pretrain/*/seed*/train.log" + (
+        f" (left out, unfinished before update {budget}: {', '.join(unfinished)})" if unfinished else "")
 
 
 def pretrain_seconds(pilot: str) -> List[int]:

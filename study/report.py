@@ -350,11 +350,12 @@ def _longer_lines(study: List[Variant], rows: List[Dict]) -> List[str]:
 
 def weak_variants(rows: Sequence[Dict], unigram: Optional[float], min_gap: float) -> List[str]:
     """The MLM models that did not end ``min_gap`` bits below the unigram baseline (ELECTRA's losses are
-    other quantities: the baseline says nothing about them)."""
+    other quantities: the baseline says nothing about them). A model with no finished pre-training is not one of
+    them: it is missing, and the report's problems name it."""
     if unigram is None:
         return []
     return [r["variant"] for r in rows if r["objective"] == "mlm"
-            and (r["below_unigram_bits"] is None or r["below_unigram_bits"] < min_gap)]
+            and r["below_unigram_bits"] is not None and r["below_unigram_bits"] < min_gap]
 
 
 def untrained_discriminators(rows: Sequence[Dict]) -> List[str]:
@@ -613,6 +614,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     study = load_study(args.out, variants, problems, grid)
     for model in study:
         for run in model.seeds:
+            logged = run.curve or run.electra.get(ELECTRA_KEYS[0], {})
+            if logged and max(logged) < args.total_updates:  # still running, or stopped: its last loss is no final
+                problems.append(f"{model.name} seed {run.seed}: pre-training unfinished (last validation at update "
+                                f"{max(logged)} of {args.total_updates}): its losses are left out until it finishes")
+                run.curve, run.electra = {}, {}
+                continue
             holes = curve_holes(run.curve or run.electra.get(ELECTRA_KEYS[0], {}), args.valid_interval,
                                 args.total_updates)
             if holes:

@@ -634,6 +634,27 @@ def test_report_names_a_curve_with_a_hole(tmp_path):
     assert sr.main(argv) == 0 and "no validation logged" not in (out / "report.md").read_text()  # not checked
 
 
+def test_an_unfinished_pre_training_is_named_and_left_out_and_a_missing_one_is_not_called_unfit(tmp_path):
+    """A report made while the study runs: C's pre-training has validated to update 50 of 100 (its last loss is no
+    final loss: left out, named with its update), D's has not started (missing, named as such, not "not fit"); B,
+    finished 0.5 bits below the unigram baseline, is the only model the warning calls not fit for purpose."""
+    out = tmp_path / "study"
+    make_study(out)
+    log = out / "pretrain" / "C" / "seed1" / "train.log"
+    log.write_text("".join(line + "\n" for line in log.read_text().splitlines() if '"75"' not in line and '"100"' not in line))
+    assert sr.main([str(out), "--variants", "A B C D", "--total-updates", "100", "--resamples", "200",
+                    "--min-gap-bits", "1"]) == 0
+    md = (out / "report.md").read_text()
+    problems = md.split("## Missing parts and problems")[1]
+    assert "C seed 1: pre-training unfinished (last validation at update 50 of 100): its losses are left out" in problems
+    assert "pretrain/D/seed1/train.log: no validation loss (pre-training missing or unfinished)" in problems
+    rows = {r["variant"]: r for r in csv.DictReader((out / "study.csv").open())}
+    assert rows["C"]["final_valid_loss"] == "" and rows["D"]["final_valid_loss"] == ""
+    assert float(rows["A"]["final_valid_loss"]) == pytest.approx(0.9)
+    warning = next(line for line in md.splitlines() if "WARNING: not fit for purpose" in line)
+    assert "** B did not end at least 1 bit(s) below" in warning  # B alone: not C, not D
+
+
 def test_a_study_that_fine_tunes_nothing_misses_no_fine_tuning_run(tmp_path):
     """TASKS=none (the GPU study's default): the report stage passes --finetune-grid none, and no model seed is named
     for lacking a fine-tuning run; without it, every one is."""

@@ -51,8 +51,10 @@ def test_plan_from_a_pilot_folder_and_from_a_published_csv(tmp_path):
     from study.endpoints import parse_endpoints
 
     endpoints = parse_endpoints(TUPE_QUESTION, {"tupe-r": [11, 12], "bert-a": [11, 12]})
+    write_valid_log(pilot, "tupe-r", 4, (9.8,))  # still running: validated at update 50 of 100, no final loss
     values, source = pilot_values(str(pilot), ["tupe-r", "bert-a"])
     assert values["final_loss"]["tupe-r"] == {1: 8.2, 2: 8.7, 3: 7.9}
+    assert 4 not in values["loss_auc"]["tupe-r"] and "(left out, unfinished before update 100: tupe-r seed 4)" in source
     assert values["loss_auc"]["bert-a"] == pytest.approx({1: 9.45, 2: 9.25, 3: 9.6})
     assert pretrain_seconds(str(pilot)) == [600, 660, 720, 780, 840, 900]
     text = plan_text(endpoints, values, source, pretrain_seconds(str(pilot)), models=2, seeds=6)
