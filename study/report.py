@@ -620,8 +620,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                                 f"{max(logged)} of {args.total_updates}): its losses are left out until it finishes")
                 run.curve, run.electra = {}, {}
                 continue
-            holes = curve_holes(run.curve or run.electra.get(ELECTRA_KEYS[0], {}), args.valid_interval,
-                                args.total_updates)
+            holes = curve_holes(logged, args.valid_interval, args.total_updates)
             if holes:
                 problems.append(f"{model.name} seed {run.seed}: no validation logged at update(s) "
                                 f"{', '.join(map(str, holes))}, so its curve points there are read from the nearest "
