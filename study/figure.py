@@ -197,6 +197,23 @@ MIN_POINTS = 5  # a correlation panel draws its points from this many variants o
 NOISE_OF = {"final_valid_loss": "final_valid_loss_spread", "downstream_avg": "downstream_avg_seed_spread"}
 
 
+def fit_text_in_cells(fig, table, fill: float = 0.92) -> None:
+    """Shrink the table's text, as drawn, until each text fits its cell (at most `fill` of its width and height):
+    the header row to one shared size (that of its tightest cell), every other cell on its own."""
+    fig.canvas.draw()  # lays out the table, so that cells and texts have their drawn extents
+    renderer = fig.canvas.get_renderer()
+
+    def room(cell) -> float:
+        box, text = cell.get_window_extent(renderer), cell.get_text().get_window_extent(renderer)
+        return min(1.0, fill * box.width / max(text.width, 1e-9), fill * box.height / max(text.height, 1e-9))
+
+    cells = table.get_celld()
+    header = min(room(cell) for (i, _), cell in cells.items() if i == 0)
+    for (i, _), cell in cells.items():
+        scale = header if i == 0 else room(cell)
+        cell.get_text().set_fontsize(cell.get_text().get_fontsize() * scale)
+
+
 def relative_luminance(grey: float) -> float:
     """WCAG's relative luminance of an sRGB grey (0 black .. 1 white)."""
     return grey / 12.92 if grey <= 0.04045 else ((grey + 0.055) / 1.055) ** 2.4
@@ -374,14 +391,14 @@ def overview_figure(variants: Sequence[Variant], rows: Sequence[Dict], columns: 
         for (i, j), cell in table.get_celld().items():
             if i == 0:
                 cell.set_height(cell.get_height() * header_rows)  # four-line headers; the bbox rescales the rest
-                longest = max(len(line) for line in cell.get_text().get_text().split("\n"))
-                cell.get_text().set_fontsize(min(8.0, 8.0 * 6.5 / max(longest, 1)))  # ~6.5 characters fit at 8 pt
+                cell.get_text().set_fontsize(8.0)
             elif j == 0:
                 cell.get_text().set_horizontalalignment("left")
                 cell.PAD = 0.03
             elif shades[i - 1][j - 1] is not None:  # black or white, whichever reads better on this grey
                 cell.get_text().set_color(str(text_grey(SHADE_DARKEST + (SHADE_LIGHTEST - SHADE_DARKEST)
                                                         * shades[i - 1][j - 1])))
+        fit_text_in_cells(fig, table)
 
     if endpoints:
         width = 4 // min(len(endpoints), 4)

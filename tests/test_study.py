@@ -198,6 +198,31 @@ def test_overview_survives_grey_print_and_shades_each_column_by_its_own_values()
     plt.close(fig)
 
 
+def test_every_table_text_fits_inside_its_cell_as_drawn():
+    """The published 18-variant shape, two task columns with long names and a column "within noise": every text
+    of the table, header and body, lies inside its cell once drawn (before, "tweets-sentiment" and "512 tokens"
+    ran into their neighbours), and the header row shares one font size."""
+    names = ["tupe-a-tie-cls", "learned-gaussian", "gaussian-prior", "pam-sequential"] + [f"v{i}" for i in range(14)]
+    rows = [{"variant": v, "objective": "mlm", "final_valid_loss": 8.0 + i / 10, "final_valid_loss_spread": 5.0,
+             "loss_len128": 8.5, "loss_len512": 9.0 + i / 10, "tweets-sentiment_median": 60.0 + i,
+             "uci-sentiment_median": 70.0 + i, "downstream_avg": 65.0 + i, "order_drop_random": 0.1 * i,
+             "loc_pos": i / 18, "sym_pos": 1 - i / 18} for i, v in enumerate(names)]
+    plt = figure._pyplot()
+    fig = figure.overview_figure([], rows, ["tweets-sentiment", "uci-sentiment"], [], 9.9,
+                                 unfit=["learned-gaussian", "gaussian-prior"])
+    table = next(c for c in fig.axes[1].get_children() if type(c).__name__ == "Table")
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    cells = table.get_celld()
+    assert "within" in cells[0, 1].get_text().get_text()  # the loss column: its spread is within seed noise
+    for (i, j), cell in cells.items():
+        box, text = cell.get_window_extent(renderer), cell.get_text().get_window_extent(renderer)
+        assert box.x0 <= text.x0 and text.x1 <= box.x1 and box.y0 <= text.y0 and text.y1 <= box.y1, \
+            (i, j, cell.get_text().get_text())
+    assert len({cell.get_text().get_fontsize() for (i, _), cell in cells.items() if i == 0}) == 1
+    plt.close(fig)
+
+
 def test_column_shades_span_each_columns_own_ranks():
     """0 for a column's best rank, 1 for its worst, linear between; ties share; a column of one value (or one
     tie) is mid-grey; no value, no shade."""
