@@ -39,7 +39,7 @@ class StudyConfig(Settings):
                                             "FT_EPOCHS": "EPOCHS", "FT_BATCH": "SENTENCES_PER_BATCH",
                                             "FT_EXTRA_ARGS": "EXTRA_ARGS"}
 
-    PRESET: str = setting("cpu-small", "tiny, cpu-small, gpu-9min, gpu-small, base (train_scripts/study_presets/NAME.env) "
+    PRESET: str = setting("cpu-small", "tiny, cpu-small, cpu-small-long, gpu-9min, gpu-small, base (train_scripts/study_presets/NAME.env) "
                           "or a .env file", recorded=True)
     OUT: str = setting("", "the study's folder (required)")
     C4_DIR: str = setting("", "C4-format files c4-train.*.json.gz + c4-validation.00000-of-*.json.gz "
@@ -53,6 +53,16 @@ class StudyConfig(Settings):
                                           "[mlm/electra]")
     PRETRAIN_SEEDS: Tuple[int, ...] = setting("1", "pre-training seeds of every variant without its own (same data "
                                               "order and masks per seed)", "[int0]")
+    LR_GRID: Tuple[float, ...] = setting("none", "the learning-rate sweep: pre-training peak LRs each variant is "
+                                         "trained with on SWEEP_SEEDS before the confirmation; each variant then "
+                                         "pre-trains at the LR that LR_RULE chooses (docs/study.md; none: no sweep, "
+                                         "every variant at LR)", "[num+]", recorded=True)
+    SWEEP_SEEDS: Tuple[int, ...] = setting("none", "pre-training seeds of the LR sweep (LR_GRID), none of them a "
+                                           "confirmation seed", "[int0]", recorded=True)
+    LR_RULE: str = setting("lowest-mean-final", "how the sweep chooses each variant's LR (the only rule: the lowest "
+                           "mean final validation loss over SWEEP_SEEDS, ties to the smaller LR, a diverged or NaN run "
+                           "the worst; a best LR at the grid's edge widens the grid once by its ratio there)",
+                           "lowest-mean-final", recorded=True)
     ENDPOINTS: str = setting("none", "the confirmatory comparisons, declared before the study runs: MEASURE:A:B, the "
                              "per-seed paired difference A - B of two MLM models (MEASURE: final_loss, loss_auc; "
                              "study/endpoints.py), tested as one Holm family; everything else is exploratory (none: "
