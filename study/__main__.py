@@ -33,7 +33,7 @@ from typing import List, Optional, Sequence, Tuple
 
 from study.plan import Plan
 from study.settings import FIELDS, StudyConfig, UsageError, changed_settings, defaults, merged_text, recorded_text
-from study.stages import BY_NAME, STAGES, PartFailed, Stage, needs_done, note
+from study.stages import BY_NAME, STAGES, PartFailed, Stage, declare_choice, needs_done, note
 from study.timings import code_version, timing_line
 from tupe_common.errors import exit_main
 from tupe_common.jobs import Job, run_jobs, slurm_ranges, visible_gpus
@@ -165,7 +165,8 @@ def slurm(plan: Plan) -> None:
         todo = [i for i, part in enumerate(stage.parts(plan)) if not stage.done(plan, *part)]
         if not todo:
             continue
-        dep = f"--dependency=afterok:${stage.after} " if stage.after in job_of else ""
+        after = stage.needs_all if stage.needs_all in job_of else stage.after
+        dep = f"--dependency=afterok:${after} " if after in job_of else ""
         array = "" if stage.name == "prep" else f"--array={slurm_ranges(todo)} "
         print(f"{stage.name}=$(sbatch --parsable {dep}{array}train_scripts/study.sbatch {stage.name})")
         job_of[stage.name] = True
@@ -194,18 +195,31 @@ def run_all(plan: Plan, lanes: int = 1, only: Optional[Sequence[str]] = None) ->
     """Every stage's parts not yet done (``only``: those stages' parts), then the report; exit status."""
     failed: List[str] = []
     stages = [stage for stage in STAGES[:-1] if only is None or stage.name in only]
-    in_lanes = [stage for stage in stages if lanes > 1 and stage.name != "prep"]
-    for stage in stages:
-        if stage in in_lanes:
-            continue
-        for part in stage.parts(plan):
-            try:
-                run_part(plan, stage, part)
-            except PartFailed as e:
-                note(f"error: {e}")
-                failed.append(f"{stage.name} {part_label(part)}")
-                if stage.name == "prep":
-                    return 1
+    # the sweep before the lanes of the rest: the confirmation needs all of it, and its widened LRs appear only
+    # once the declared grid's runs have ended, so it runs in rounds until no part is left (or a round fails)
+    rounds = [stage for stage in stages if stage.name == "prep" or stage.name == "sweep" or lanes == 1]
+    in_lanes = [stage for stage in stages if stage not in rounds]
+    for stage in rounds:
+        while True:
+            todo = [part for part in stage.parts(plan) if not stage.done(plan, *part)]
+            if not todo:
+                break
+            before = len(failed)
+            if lanes > 1 and stage.name != "prep":
+                failed += run_stages_in_lanes(plan, [stage], lanes)
+            else:
+                for part in todo:
+                    try:
+                        run_part(plan, stage, part)
+                    except PartFailed as e:
+                        note(f"error: {e}")
+                        failed.append(f"{stage.name} {part_label(part)}")
+                        if stage.name == "prep":
+                            return 1
+            if len(failed) > before or stage.name != "sweep":
+                break
+        if stage.name == "sweep" and plan.config.LR_GRID and not failed and BY_NAME["pretrain"] in stages:
+            declare_choice(plan)  # once, here, before the confirmation's parts (in lanes) read it
     if in_lanes:
         failed += run_stages_in_lanes(plan, in_lanes, lanes)
     run_part(plan, BY_NAME["report"], ())

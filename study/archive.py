@@ -8,6 +8,7 @@ What DEST holds (the layout of a study folder, ``study.runs``)::
 
     settings.env, timings.tsv                      as in the study
     pretrain/V/seedS/train.log, pretrain.done      the log's validation lines only (the curves the report reads)
+    sweep/V/lr{LR}/seedS/train.log, pretrain.done  likewise, for the LR sweep (study.sweep)
     finetune/V/seedS/TASK/lr{LR}_seed{K}/          result.json, predictions.json, order.json
     locality/V/seedS.csv, longer/V/seedS.json      as in the study
     report.json                                    the report's arguments, the unigram baseline among them (the
@@ -60,7 +61,7 @@ def archive(out: str, dest: str, report_argv: Sequence[str], unigram_bits: Optio
         for root, _dirs, files in sorted(os.walk(out)):
             rel = os.path.relpath(root, out)
             top = rel.split(os.sep)[0]
-            if top == "pretrain" and "train.log" in files:
+            if top in ("pretrain", "sweep") and "train.log" in files:
                 os.makedirs(os.path.join(tmp, rel), exist_ok=True)
                 counts["validation lines"] += _valid_lines(os.path.join(root, "train.log"),
                                                            os.path.join(tmp, rel, "train.log"))

@@ -10,10 +10,13 @@ import dataclasses
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from study.settings import StudyConfig, read
 from tupe_common.errors import UsageError
+
+if TYPE_CHECKING:
+    from study.sweep import Choice
 
 
 OBJECTIVES = ("mlm", "electra")  # pretrain.sh's OBJECTIVE values
@@ -173,6 +176,12 @@ class Plan:
         if not c.OBJECTIVES or len(set(c.OBJECTIVES)) < len(c.OBJECTIVES):
             raise UsageError(f"OBJECTIVES: one or more of {' '.join(OBJECTIVES)}, each once, not "
                              f"'{c.text('OBJECTIVES')}'")
+        if c.LR_GRID or c.SWEEP_SEEDS:
+            if len(c.LR_GRID) < 2 or not c.SWEEP_SEEDS:
+                raise UsageError(f"LR_GRID='{c.text('LR_GRID')}' SWEEP_SEEDS='{c.text('SWEEP_SEEDS')}': a sweep needs "
+                                 "two or more LRs and one or more sweep seeds (or neither: every variant at LR)")
+            if c.OBJECTIVES != ("mlm",):
+                raise UsageError("LR_GRID sweeps MLM models only: set OBJECTIVES=mlm, or LR_GRID=none")
         known = registry() if known is None else known
         variants = parse_variants(c.VARIANTS, c.PRETRAIN_SEEDS, known)
         if "electra" in c.OBJECTIVES:
@@ -217,6 +226,22 @@ class Plan:
         every entry's first seed comes before any second, so a study cut short leaves complete pairs."""
         most = max((len(e.seeds) for e in self.variants), default=0)
         return [(e.label, e.seeds[i]) for i in range(most) for e in self.variants if i < len(e.seeds)]
+
+    def sweep_choices(self) -> List["Choice"]:
+        """Every MLM model's LR sweep as far as it has run (``study.sweep``); [] without LR_GRID."""
+        from study.sweep import choices
+
+        if not self.config.LR_GRID:
+            return []
+        labels = [e.label for e in self.variants if e.objective == "mlm"]
+        return choices(self.out, labels, [float(x) for x in self.config.LR_GRID], list(self.config.SWEEP_SEEDS),
+                       self.config.TOTAL_UPDATES)
+
+    def sweep_parts(self) -> List[Tuple[str, str, int]]:
+        """(label, LR, sweep seed) of every sweep run (the widened LRs once the declared grid's runs are done)."""
+        from study.sweep import parts
+
+        return parts(self.sweep_choices(), list(self.config.SWEEP_SEEDS))
 
     def finetune_parts(self) -> List[Tuple[str, int, str, str, int]]:
         """Fine-tuning seed first: every model's first seed comes before any second, so a report on an

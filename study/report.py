@@ -454,7 +454,11 @@ def report_markdown(rows: List[Dict], columns: List[str], variants: List[Variant
                     unigram: Optional[float], min_gap: float, corr: List[Dict], loss_pairs: List[Paired],
                     intervals: List[Interval], drops: List[OrderDrop], problems: List[str], title: str,
                     run: Sequence[str] = (), gen_pairs: Sequence[Paired] = (),
-                    endpoints: Sequence[EndpointResult] = (), declared: str = "none", resolution: float = 0.0) -> str:
+                    endpoints: Sequence[EndpointResult] = (), declared: str = "none", resolution: float = 0.0,
+                    sections: Optional[Dict[str, List[str]]] = None) -> str:
+    """The report's text; ``sections``: lines of the sections other modules render, by where they go ("sweep" after
+    the variants, "flatness" after the pre-training table)."""
+    sections = sections or {}
     mlm = [r for r in rows if r["objective"] == "mlm"]
     n_seeds = max((len(v.seeds) for v in variants if v.objective == "mlm"), default=0)
     noise = seed_noise(variants, columns)
@@ -474,7 +478,8 @@ def report_markdown(rows: List[Dict], columns: List[str], variants: List[Variant
     L += ["## Variants", "", "| variant | what it is | objective | pre-training seeds |", "|---|---|---|---|"]
     L += [f"| {v.name} | {_cell(v.about) or '—'} | {v.objective} | {', '.join(str(s.seed) for s in v.seeds)} |"
           for v in variants]
-    L += ["", "## Declared comparisons (confirmatory)", ""] + _endpoint_lines(endpoints, declared, total_updates)
+    L += [""] + sections.get("sweep", [])
+    L += ["## Declared comparisons (confirmatory)", ""] + _endpoint_lines(endpoints, declared, total_updates)
     L += ["## Pre-training: validation MLM loss (bits)", "",
           f"Unigram baseline (entropy of the training tokens, what a model ignoring context scores): "
           f"**{_f(unigram)} bits**. Budget: {total_updates} updates; the same data order, masks and seed for "
@@ -492,6 +497,7 @@ def report_markdown(rows: List[Dict], columns: List[str], variants: List[Variant
               "variants have.", ""]
     else:
         L += ["", f"Pre-training seeds per variant: {n_seeds}. Losses are means over them.", ""]
+    L += sections.get("flatness", [])
     L += ["### Differences paired by pre-training seed (final validation loss, row minus column variant; exploratory)",
           ""]
     L += _paired_lines(loss_pairs, n_seeds, "loss", resolution)
@@ -551,6 +557,38 @@ def report_markdown(rows: List[Dict], columns: List[str], variants: List[Variant
 # ---- the command ------------------------------------------------------------------------------------------
 
 
+def sweep_section(out: str, labels: Sequence[str], total_updates: int, declared: Sequence, finished: Dict) -> List[str]:
+    """The LR sweep (study.sweep) of a study whose settings.env declares one: [] otherwise."""
+    from study import sweep
+    from tupe_common.tunables import items
+
+    path = os.path.join(out, "settings.env")
+    if not os.path.isfile(path):
+        return []
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    values = dict(line.split("=", 1) for line in text.splitlines() if "=" in line and not line.startswith("#"))
+    grid, seeds = items(values.get("LR_GRID", "none")), items(values.get("SWEEP_SEEDS", "none"))
+    if not grid or not seeds:
+        return []
+    choices = sweep.choices(out, labels, [float(x) for x in grid], [int(s) for s in seeds], total_updates)
+    pairs = [(e.a, e.b) for e in declared if e.measure == "final_loss"]
+    n = min((len({s.seed for s in finished.get(a, [])} | {s.seed for s in finished.get(b, [])}) for a, b in pairs),
+            default=0)
+    return sweep.sweep_lines(choices, sweep.read_declared(text), [int(s) for s in seeds],
+                             sweep.power_lines(choices, pairs, n, max(len(declared), 1)))
+
+
+def flatness_section(finished: Dict, declared: Sequence, warmup: int, total_updates: int) -> List[str]:
+    """Has each MLM model's drop ended (study.flatness)?"""
+    from study.flatness import flatness, flatness_lines, gaps_of
+
+    curves = {m: [s.curve for s in ss] for m, ss in finished.items() if ss}
+    finals = {m: [s.final for s in ss if s.final is not None] for m, ss in finished.items()}
+    pairs = [(e.a, e.b) for e in declared if e.measure == "final_loss"]
+    return flatness_lines(flatness(curves, gaps_of(finals, pairs), warmup, total_updates), warmup, total_updates)
+
+
 def unigram_baseline(out: str, data: Optional[str] = None) -> float:
     """The entropy (bits) of the training tokens of ``data`` (a fairseq data path or a folder with data_path.txt;
     default OUT/c4/data-bin): the MLM loss of a model that ignores context."""
@@ -581,6 +619,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--endpoints", default="none", help="the declared comparisons, MEASURE:A:B ... "
                    "(study/endpoints.py; default none: everything exploratory)")
     p.add_argument("--equivalence-bits", default="none", help="the declared equivalence margin in bits (default none)")
+    p.add_argument("--warmup", type=int, default=0, help="pre-training warmup updates (the LR schedule that the "
+                   "flatness check weighs the loss changes by; default 0)")
     p.add_argument("--title", default="Study report")
     args = p.parse_args(argv)
     from tupe_common.io import need
@@ -648,9 +688,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     measured = {"final_loss": {n: {s.seed: s.final for s in ss} for n, ss in finished.items()},
                 "loss_auc": {n: {s.seed: curve_auc(s.curve) for s in ss} for n, ss in finished.items()}}
     endpoints = family_tests(declared, measured, resolution, margin)
+    sections = {"sweep": sweep_section(args.out, [v.name for v in mlm], args.total_updates, declared, finished),
+                "flatness": flatness_section(finished, declared, args.warmup, args.total_updates)}
     md = report_markdown(rows, columns, study, args.total_updates, unigram, args.min_gap_bits, corr, loss_pairs,
                          intervals, drops, problems, args.title, run_section(args.out), gen_pairs, endpoints,
-                         args.endpoints, resolution)
+                         args.endpoints, resolution, sections)
     write_csv_atomic(os.path.join(args.out, "study.csv"), rows)
     write_csv_atomic(os.path.join(args.out, "correlation.csv"),
                      [{k: c[k] for k in CORRELATION_COLUMNS} for c in corr], CORRELATION_COLUMNS)

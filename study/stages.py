@@ -3,7 +3,9 @@ the full run iterate over. A stage is its name, its parts (argument tuples), whe
 exists, so a rerun skips it) and how a part runs. Adding a stage is one function set and one table row.
 
     prep      C4-format text -> sentencepiece + shards; the tasks binarized with that vocabulary; held-out lines
-    pretrain  every variant x objective x its seeds (train_scripts/pretrain.sh) -> OUT/pretrain/V/seedS/
+    sweep     with LR_GRID: every MLM model x LR x SWEEP_SEEDS (study.sweep) -> OUT/sweep/V/lr{LR}/seedS/
+    pretrain  every variant x objective x its seeds (train_scripts/pretrain.sh), at the sweep's declared LR when
+              there is a sweep -> OUT/pretrain/V/seedS/
     locality  position-only and real attention maps (tupe-locality)     -> OUT/locality/V/seedS.csv
     longer    validation MLM loss at T, 2T, 4T (study.longer_inputs; MLM models only) -> OUT/longer/V/seedS.json
     finetune  every model x task x LRS x SEEDS (glue/finetune.sh), with its dev predictions
@@ -18,7 +20,7 @@ import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
-from typing import Callable, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 from study.plan import Plan, split_label
 from study.timings import logged_seconds
@@ -125,9 +127,16 @@ def pretrain_done(plan: Plan, label: str, seed: int) -> bool:
 
 
 def run_pretrain(plan: Plan, label: str, seed: int) -> int:
-    """Pre-trains, resuming from the checkpoint of an earlier sitting; returns that sitting's seconds (from the
-    log), which the part's time includes (study.timings)."""
-    c, out = plan.config, plan.pretrain_dir(label, seed)
+    """Pre-trains one confirmation model (at its LR: the sweep's declared choice, or LR), resuming from the
+    checkpoint of an earlier sitting; returns that sitting's seconds (from the log), which the part's time includes
+    (study.timings)."""
+    lr = declare_choice(plan)[label] if plan.config.LR_GRID else plan.config.LR
+    return pretrain_into(plan, label, seed, plan.pretrain_dir(label, seed), lr)
+
+
+def pretrain_into(plan: Plan, label: str, seed: int, out: str, lr: float) -> int:
+    """Pre-trains ``label`` with ``seed`` at peak LR ``lr`` into ``out`` (a confirmation or a sweep run)."""
+    c = plan.config
     name, objective = split_label(label)
     if not prep_done(plan):
         raise PartFailed("prep is not finished: run --part prep first")
@@ -136,8 +145,8 @@ def run_pretrain(plan: Plan, label: str, seed: int) -> int:
     if c.VALID_STEPS > 0:
         valid_args += f" --max-valid-steps {c.VALID_STEPS}"
     data = ":".join(read_data_path(plan.path("c4", "data-bin")))
-    note(f"pre-training {label} seed {seed} ({objective}, {c.TOTAL_UPDATES} updates, {plan.max_positions} positions) "
-         f"-> {out} (log: {out}/train.log)")
+    note(f"pre-training {label} seed {seed} ({objective}, {c.TOTAL_UPDATES} updates, LR {lr}, {plan.max_positions} "
+         f"positions) -> {out} (log: {out}/train.log)")
     # fairseq validates (and saves) every VALID_INTERVAL updates; the positions leave room for the longer inputs
     from preprocess.c4_data import DataError
     from train_scripts import pretrain
@@ -145,8 +154,8 @@ def run_pretrain(plan: Plan, label: str, seed: int) -> int:
     settings = dict(  # the study's settings of the same name are pretrain.sh's
         {name: getattr(c, name) for name in ("GENERATOR_SIZE_DIVISOR", "DISC_WEIGHT", "SIZE", "GPUS",
                                              "SENTENCES_PER_UPDATE", "MAX_SENTENCES", "TOKENS_PER_SAMPLE",
-                                             "TOTAL_UPDATES", "WARMUP", "LR", "NUM_WORKERS")},
-        DATA=data, VARIANT=name, OBJECTIVE=objective, SAVE_DIR=out, TENSORBOARD_DIR=os.path.join(out, "tensorboard"),
+                                             "TOTAL_UPDATES", "WARMUP", "NUM_WORKERS")},
+        LR=lr, DATA=data, VARIANT=name, OBJECTIVE=objective, SAVE_DIR=out, TENSORBOARD_DIR=os.path.join(out, "tensorboard"),
         MAX_POSITIONS=plan.max_positions, SEED=seed, SAVE_INTERVAL_UPDATES=interval, KEEP_INTERVAL_UPDATES=1,
         KEEP_PATTERN=-1, LOG_INTERVAL=max(interval // 2, 1), EXTRA_ARGS=f"{c.MODEL_ARGS} {valid_args}")
     log = os.path.join(out, "train.log")
@@ -169,6 +178,72 @@ def run_pretrain(plan: Plan, label: str, seed: int) -> int:
     with open(os.path.join(out, "pretrain.done"), "w", encoding="utf-8") as f:
         f.write(datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ") + "\n")
     return earlier
+
+
+# ---- sweep: each MLM model at every LR of LR_GRID on SWEEP_SEEDS (study.sweep) ------------------------------------
+
+
+def sweep_done(plan: Plan, label: str, lr: str, seed: int) -> bool:
+    from study.sweep import sweep_dir
+
+    return os.path.isfile(os.path.join(sweep_dir(plan.out, label, float(lr), seed), "pretrain.done"))
+
+
+def run_sweep(plan: Plan, label: str, lr: str, seed: int) -> int:
+    from study.sweep import sweep_dir
+
+    return pretrain_into(plan, label, seed, sweep_dir(plan.out, label, float(lr), seed), float(lr))
+
+
+def updates_to_target(plan: Plan, chosen: Dict[str, float], sweep: List) -> Optional[float]:
+    """The resolved target of an ``updates_to@halfway:A:B`` endpoint: halfway from the unigram baseline to B's mean
+    final loss over the sweep seeds at B's chosen LR (study.endpoints.halfway_target); None without such an endpoint."""
+    from study.endpoints import parse_endpoints
+
+    endpoints = parse_endpoints(plan.config.ENDPOINTS, {e.label: e.seeds for e in plan.variants
+                                                        if e.objective == "mlm"})
+    rules = [e for e in endpoints if getattr(e, "target", "") == "halfway"]
+    if not rules:
+        return None
+    from study.endpoints import halfway_target
+    from study.report import unigram_baseline
+
+    b = next(c for c in sweep if c.label == rules[0].b)
+    return halfway_target(unigram_baseline(plan.out), list(b.finals[chosen[b.label]].values()))
+
+
+def declare_choice(plan: Plan) -> Dict[str, float]:
+    """Each MLM model's LR from the finished sweep, declared in settings.env (the second declaration: the chosen LRs
+    and the resolved updates_to target, dated, with the commit) by the first confirmation pre-training; a later one
+    checks that the sweep still gives the declared choice (UsageError naming both otherwise)."""
+    from study import sweep
+    from study.timings import code_version
+    from tupe_common.io import write_text
+
+    state = plan.sweep_choices()
+    todo = [p for p in sweep.parts(state, list(plan.config.SWEEP_SEEDS)) if not sweep_done(plan, *p)]
+    if todo:
+        raise PartFailed(f"the LR sweep is not finished ({len(todo)} run(s) to do, e.g. sweep {' '.join(map(str, todo[0]))}"
+                         "): a confirmation pre-training starts once every model's LR is chosen (run the sweep stage "
+                         "first; study.sh --list shows its parts)")
+    chosen = {c.label: c.chosen for c in state}
+    target = updates_to_target(plan, chosen, state)
+    path = plan.path("settings.env")
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    recorded = sweep.read_declared(text)
+    if not recorded:
+        write_text(path, text + ("" if text.endswith("\n") else "\n")
+                   + sweep.second_declaration(chosen, target, code_version()))
+        note(f"second declaration in {path}: CHOSEN_LRS={sweep.chosen_text(chosen)}"
+             + ("" if target is None else f", UPDATES_TO_TARGET={target:.4f}"))
+        return chosen
+    diff = sweep.differences(recorded, chosen, target)
+    if diff:
+        raise UsageError(f"{path} (line: declared <, the sweep now >) declares another choice than the sweep gives:\n"
+                         + "\n".join(diff) + "\nThe confirmation runs at the LRs declared before it started: restore "
+                         "the sweep's runs as they were, or start a new study (another OUT).")
+    return sweep.parse_chosen(recorded["CHOSEN_LRS"])
 
 
 def checkpoint_of(plan: Plan, label: str, seed: int) -> str:
@@ -321,7 +396,7 @@ def report_argv(plan: Plan) -> List[str]:
     c = plan.config
     argv = ["--variants", plan.variants_text(), "--total-updates", c.text("TOTAL_UPDATES"),
             "--valid-interval", str(plan.valid_interval),
-            "--min-gap-bits", c.text("MIN_GAP_BITS"), "--endpoints", c.ENDPOINTS,
+            "--warmup", c.text("WARMUP"), "--min-gap-bits", c.text("MIN_GAP_BITS"), "--endpoints", c.ENDPOINTS,
             "--equivalence-bits", c.text("EQUIVALENCE_BITS"),
             "--title", f"Study: PRESET={c.PRESET}, {c.TOTAL_UPDATES} updates, {plan.models_text()}"]
     if plan.tasks and plan.lrs and plan.seeds:  # the report names every model seed that lacks some run
@@ -349,11 +424,13 @@ class Stage:
     run: Callable[..., Optional[int]]  # run(plan, *part): None, or the seconds of earlier sittings it resumed
     after: str = ""  # the stage whose parts this one needs (SLURM: --dependency=afterok)
     always: bool = False  # rerun even when done (the report is rewritten from what is finished)
+    needs_all: str = ""  # a stage every part of which must have ended first (the confirmation needs the whole sweep)
 
 
 STAGES: Tuple[Stage, ...] = (
     Stage("prep", lambda plan: [()], prep_done, run_prep),
-    Stage("pretrain", Plan.pretrain_parts, pretrain_done, run_pretrain, after="prep"),
+    Stage("sweep", Plan.sweep_parts, sweep_done, run_sweep, after="prep"),
+    Stage("pretrain", Plan.pretrain_parts, pretrain_done, run_pretrain, after="prep", needs_all="sweep"),
     Stage("locality", Plan.pretrain_parts, locality_done, run_locality, after="pretrain"),
     Stage("longer", longer_parts, longer_done, run_longer, after="pretrain"),
     Stage("finetune", Plan.finetune_parts, finetune_done, run_finetune, after="pretrain"),
@@ -367,6 +444,9 @@ def needs_done(plan: Plan, stage: Stage) -> Callable[[Tuple], bool]:
     """For a part of ``stage``: whether the part of ``stage.after`` that it needs has ended, the one whose
     arguments begin its own (a model's locality, longer inputs and fine-tuning need its pre-training; a run's
     word order needs the run)."""
+    if stage.needs_all:  # the whole stage, as it stands when asked (a sweep's widened LRs appear as it runs)
+        whole = BY_NAME[stage.needs_all]
+        return lambda part: all(whole.done(plan, *p) for p in whole.parts(plan))
     before = BY_NAME.get(stage.after)
     first = before.parts(plan)[:1] if before else []
     if not before or not first:

@@ -1232,6 +1232,40 @@ def test_tiny_study_archive_renders_the_same_report_without_checkpoints_or_data(
     assert (dest / "report.md").read_text() == original["report.md"]
 
 
+def test_lr_sweep_chooses_declares_and_refuses_another_choice(tiny_study, tmp_path):
+    """LR_GRID on a sweep seed, through study.sh on the tiny study's prepared data: every model at each LR, the grid
+    widened once at its edge (a 2-LR grid always has its best on an edge), the choice declared in settings.env by
+    the confirmation (dated, with the commit) before it pre-trains at that LR, the sweep in the report and the
+    archive; a sweep whose runs now give another choice is refused (exit 2)."""
+    out = tmp_path / "study"
+    (out / "locality").mkdir(parents=True)
+    shutil.copytree(tiny_study.out / "c4", out / "c4")  # prep done: the tiny study's data and held-out lines
+    shutil.copy(tiny_study.out / "locality" / "heldout.txt", out / "locality" / "heldout.txt")
+    env = dict(tiny_study.env, TASKS="none", LR_GRID="1e-3 0.004", SWEEP_SEEDS="7", PRETRAIN_SEEDS="1",
+               TOTAL_UPDATES="3", WARMUP="1", VALID_POINTS="1", LENGTH_FACTORS="1")
+    p = study(out, "--stages", "sweep,pretrain", **env)
+    swept = sorted(d.name for d in (out / "sweep" / "nope").iterdir())
+    finals = {lr: runs.parse_valid_curve(str(out / "sweep" / "nope" / lr / "seed7" / "train.log"))[3] for lr in swept}
+    best = min(("lr1e-3", "lr4e-3"), key=lambda lr: (finals[lr], lr != "lr1e-3"))
+    widened = "lr0.016" if best == "lr4e-3" else "lr2.5e-4"  # tupe_common.numbers.short
+    assert sorted(swept) == sorted(["lr1e-3", "lr4e-3", widened])  # one step beyond the best edge, at the ratio 4
+    chosen = min(finals, key=lambda lr: (finals[lr], float(lr[2:])))[2:]
+    settings = (out / "settings.env").read_text()
+    assert re.search(r"^# second declaration, \S+Z, commit \S+: chosen", settings, re.M)
+    assert f"CHOSEN_LRS=nope:{chosen}\n" in settings and settings.index("CHOSEN_LRS") > settings.index("LR_GRID")
+    assert f"LR {chosen}," in p.stderr.split("pre-training nope seed 1 (mlm")[1].split("\n")[0]
+    assert json.loads((out / "pretrain" / "nope" / "seed1" / "settings.json").read_text())["LR"] == chosen
+    md = (out / "report.md").read_text()
+    assert f"| **{chosen}**" in md.split("## Learning-rate sweep")[1] and f"`CHOSEN_LRS=nope:{chosen}`" in md
+    dest = tmp_path / "evidence"
+    study(out, "--archive", str(dest), **env)
+    assert (dest / "sweep" / "nope" / widened / "seed7" / "train.log").is_file()
+    other = next(lr for lr in swept if lr[2:] != chosen)[2:]  # a declaration the sweep's runs do not give
+    (out / "settings.env").write_text(settings.replace(f"CHOSEN_LRS=nope:{chosen}", f"CHOSEN_LRS=nope:{other}"))
+    again = study(out, "--stages", "sweep,pretrain", check=False, **env)
+    assert again.returncode == 2 and f"< CHOSEN_LRS=nope:{other}\n> CHOSEN_LRS=nope:{chosen}" in again.stderr
+
+
 @pytest.fixture(scope="module")
 def with_electra(tiny_study) -> SimpleNamespace:
     """ELECTRA beside it (OBJECTIVES is not a recorded setting: adding an objective adds models, as a variant
