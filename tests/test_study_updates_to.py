@@ -4,12 +4,16 @@ order-statistic interval of the median against its binomial coverage, one Holm f
 measures, the grammar, and the report's table and CSV. In-process; scipy only as a second reference."""
 from __future__ import annotations
 
+import csv
 import itertools
 import math
 from fractions import Fraction
+from pathlib import Path
+from typing import Mapping
 
 import pytest
 
+from study import report as sr
 from study.endpoints import (Endpoint, EndpointResult, family_tests, halfway_target, parse_endpoints, updates_to,
                              updates_to_values)
 from study.stats import SignTest, holm, median_interval, sign_test_p
@@ -213,3 +217,90 @@ def test_parse_round_trips_and_refusals():
 def test_endpoint_result_defaults_keep_the_t_test_path():
     r = EndpointResult(Endpoint("final_loss", "a", "b"), {}, None, 0.001, None)
     assert r.censored == {} and r.ties == 0 and r.verdict == "not tested (fewer than 2 seeds)"
+
+
+# ---------------------------------------------------------------------------------------------- the report
+
+
+def write_curve(out: Path, model: str, seed: int, curve: Mapping[int, float]) -> None:
+    """OUT/pretrain/MODEL/seedSEED/train.log with one validation line per point of ``curve``."""
+    d = out / "pretrain" / model / f"seed{seed}"
+    d.mkdir(parents=True)
+    (d / "train.log").write_text("".join(f'x | INFO | valid | {{"valid_loss": "{loss}", "valid_num_updates": "{u}"}}\n'
+                                         for u, loss in curve.items()))
+
+
+def test_report_tables_csv_and_halfway_target(tmp_path):
+    """Six seeds, 240 updates. tupe-r crosses 9.0 at 150 (9.4 at 120, 8.6 at 180) and bert-a at 210 (9.2 at 180,
+    8.8 at 240), but bert-a's seed 6 ends at 9.1: censored at 240, -90 c. All six tupe-r first: p = 2 / 64. At 8.5
+    bert-a never gets there: censored on every seed, the warning. halfway (9.5 passed in): 110 against 150. Holm
+    over the 3 tested (the halfway one not, without its target): final_loss's tiny p, then 2 / 64 twice."""
+    out = tmp_path / "study"
+    for s in range(1, 7):
+        write_curve(out, "tupe-r", s, {60: 10.0, 120: 9.4, 180: 8.6, 240: round(8.2 - 0.01 * s, 2)})
+        write_curve(out, "bert-a", s, {60: 10.2, 120: 9.8, 180: 9.2, 240: 9.1 if s == 6 else 8.8})
+    declared = ("final_loss:tupe-r:bert-a updates_to@9.0:tupe-r:bert-a updates_to@8.5:tupe-r:bert-a "
+                "updates_to@halfway:tupe-r:bert-a")
+    argv = [str(out), "--variants", "tupe-r bert-a", "--pretrain-seeds", "1 2 3 4 5 6", "--total-updates", "240",
+            "--endpoints", declared, "--unigram-bits", "10.5"]
+    assert sr.main(argv) == 0
+    md = (out / "report.md").read_text()
+    assert "**one Holm family of 4**" in md and "Those of updates_to by a sign test, below." in md
+    assert "| updates_to@9.0: tupe-r - bert-a | 9.0 | -60.0 | -60.0 | -60.0 | -60.0 | -60.0 | -90.0 c | -60.0 | " \
+           "[-90.0, -60.0] (96.9%) | 6 / 0 / 0 | 0 / 1 | 0.031 |" in md
+    assert "| updates_to@halfway: tupe-r - bert-a | halfway (not resolved yet) | — |" in md
+    assert "not tested (target not resolved yet)" in md
+    for words in ("censored at the budget", "sign test", "order-statistic interval", "No TOST",
+                  "**WARNING: updates_to@8.5: tupe-r - bert-a.** bert-a never reached the target on 6 of 6 seeds"):
+        assert words in md, words
+    rows = {(r["measure"], r["target"]): r for r in csv.DictReader((out / "endpoints.csv").open())}
+    assert list(next(iter(rows.values())))[-len(sr.UPDATES_TO_COLUMNS):] == list(sr.UPDATES_TO_COLUMNS)
+    nine = rows["updates_to", "9.0"]
+    assert (nine["a_first"], nine["b_first"], nine["ties"], nine["censored_a"], nine["censored_b"]) == \
+           ("6", "0", "0", "0", "1")
+    assert nine["method"] == "sign test" and nine["mean"] == nine["sd"] == nine["margin"] == ""
+    assert float(nine["median"]) == -60.0 and float(nine["coverage"]) == pytest.approx(62 / 64)
+    assert float(nine["p"]) == pytest.approx(2 / 64) and nine["censored_by_pretrain_seed"] == "6:b"
+    assert float(nine["p_holm"]) == pytest.approx(4 / 64) and nine["verdict"] == "not resolved"
+    assert rows["updates_to", "8.5"]["censored_b"] == "6" and "warning" in rows["updates_to", "8.5"]["verdict"]
+    assert rows["final_loss", ""]["method"] == "t-test" and rows["final_loss", ""]["family_size"] == "4"
+    assert rows["updates_to", "halfway"]["p"] == "" and rows["updates_to", "halfway"]["target_bits"] == ""
+
+    assert sr.main(argv + ["--updates-to-target", "9.5"]) == 0
+    rows = {(r["measure"], r["target"]): r for r in csv.DictReader((out / "endpoints.csv").open())}
+    half = rows["updates_to", "halfway"]
+    assert float(half["target_bits"]) == 9.5 and half["by_pretrain_seed"] == " ".join(f"{s}:-40.000000"
+                                                                                       for s in range(1, 7))
+    assert "| updates_to@halfway: tupe-r - bert-a | halfway = 9.5000 |" in (out / "report.md").read_text()
+    with pytest.raises(SystemExit):
+        sr.main(argv + ["--updates-to-target", "-1"])
+
+
+def test_report_without_updates_to_keeps_the_published_columns(tmp_path):
+    out = tmp_path / "study"
+    for s in (1, 2):
+        write_curve(out, "tupe-r", s, {50: 9.6, 100: 8.4 + 0.1 * s})
+        write_curve(out, "bert-a", s, {50: 9.9, 100: 9.0})
+    assert sr.main([str(out), "--variants", "tupe-r bert-a", "--pretrain-seeds", "1 2", "--total-updates", "100",
+                    "--endpoints", "final_loss:tupe-r:bert-a", "--unigram-bits", "10"]) == 0
+    assert (out / "endpoints.csv").read_text().splitlines()[0] == ",".join(sr.ENDPOINT_COLUMNS)
+    md = (out / "report.md").read_text()
+    assert "updates_to@" not in md and "`updates_to`" not in md and "sign test" not in md
+
+
+def test_figure_panel_draws_the_median_censored_seeds_and_no_interval_below_6_seeds():
+    from study import figure
+
+    a = {s: (100.0, False) for s in (1, 2, 3)}
+    b = {1: (150.0, False), 2: (240.0, True), 3: (130.0, False)}
+    [r] = family_tests([Endpoint("updates_to", "a", "b", "9.0")], values_of(a, b), resolution=0.001, margin=0.05)
+    plt = figure._pyplot()
+    fig = plt.figure()
+    ax = fig.add_subplot()
+    figure.endpoint_panel(ax, r)
+    assert ax.get_title() == ("updates_to@9.0: a - b (updates)\nmedian -50.0 [-inf, +inf], Holm p 0.25: not resolved")
+    hollow = [c for c in ax.collections if len(c.get_offsets()) == 1 and tuple(c.get_facecolor()[0]) == (1, 1, 1, 1)]
+    assert [tuple(c.get_offsets()[0]) for c in hollow] == [(1.0, -140.0)]  # seed 2, censored b: a bound
+    assert not ax.patches  # no margin band: the margin is in bits
+    assert "no 95% interval" in " ".join(t.get_text() for t in ax.get_legend().get_texts())
+    plt.close(fig)
