@@ -304,3 +304,13 @@ def test_figure_panel_draws_the_median_censored_seeds_and_no_interval_below_6_se
     assert not ax.patches  # no margin band: the margin is in bits
     assert "no 95% interval" in " ".join(t.get_text() for t in ax.get_legend().get_texts())
     plt.close(fig)
+
+
+def test_plan_says_the_t_test_plan_does_not_apply_to_updates_to():
+    from study.power import plan_text
+
+    fin = {"a": {1: 8.4, 2: 8.6, 3: 8.5}, "b": {1: 9.0, 2: 9.1, 3: 9.0}}
+    text = plan_text([Endpoint("final_loss", "a", "b"), Endpoint("updates_to", "a", "b", "9.0")],
+                     {"final_loss": fin}, "pilot", [], 2, 6)
+    assert "updates_to@9.0: a - b | — | — | — | — | — | — | — | — (a sign test over seeds" in text
+    assert "final_loss: a - b | 3 | -0.6000, -0.5000, -0.5000 |" in text
