@@ -265,27 +265,38 @@ BAND_HATCHES = ["////", "\\\\", "xxxx", "...."]  # a seed band's hatch per varia
 
 def endpoint_panel(ax, result) -> None:
     """One declared comparison: each seed's paired difference (a point, numbered by its seed), their mean with its
-    95% t-interval, 0, and the declared equivalence margin as a hatched band; the title gives the Holm p of the
-    family and the verdict, as the report's text does."""
+    95% t-interval (updates_to: their median with its order-statistic interval, censored seeds hollow), 0, and the
+    declared equivalence margin as a hatched band (not for updates_to, counted in updates); the title gives the Holm
+    p of the family and the verdict, as the report's text does."""
     e = result.endpoint
     seeds = sorted(result.diffs)
     xs = list(range(len(seeds)))
+    t = result.test
+    counted = e.measure == "updates_to"
+    unit, digits = ("updates", ".1f") if counted else ("bits", ".4f")
     ax.axhline(0, color="black", linewidth=0.8)
-    if result.margin is not None:
+    if result.margin is not None and not counted:
         ax.axhspan(-result.margin, result.margin, facecolor="none", edgecolor="0.55", hatch="////", linewidth=0,
                    label=f"±{result.margin:g} bits (declared margin)")
     ax.scatter(xs, [result.diffs[s] for s in seeds], s=18, color="black", zorder=3, label="one pre-training seed")
-    t = result.test
+    if result.censored:
+        ax.scatter([x for x, s in zip(xs, seeds) if s in result.censored],
+                   [result.diffs[s] for s in seeds if s in result.censored], s=40, facecolors="white",
+                   edgecolors="black", zorder=4, label="censored at the budget (a bound)")
     if t is not None:
         x = len(seeds) + 0.5
-        ax.errorbar([x], [t.mean], yerr=[[t.mean - t.low], [t.high - t.mean]], fmt="D", color="black", capsize=4,
-                    markersize=5, zorder=3, label="mean, 95% t-interval")
-        xs_ticks, labels = xs + [x], [str(s) for s in seeds] + ["mean"]
-        title = (f"{e.measure}: {e.a} - {e.b} (bits)\nmean {t.mean:+.4f} [{t.low:+.4f}, {t.high:+.4f}], "
-                 f"Holm p {result.p_holm:.3g}: {result.verdict}")
+        name = "median" if counted else "mean"
+        finite = not (math.isinf(t.low) or math.isinf(t.high))
+        ax.errorbar([x], [t.center], yerr=[[t.center - t.low], [t.high - t.center]] if finite else None, fmt="D",
+                    color="black", capsize=4, markersize=5, zorder=3,
+                    label=(f"median, order-statistic interval ({100 * t.coverage:.1f}%)" if finite else
+                           "median (no 95% interval: too few seeds)") if counted else "mean, 95% t-interval")
+        xs_ticks, labels = xs + [x], [str(s) for s in seeds] + [name]
+        title = (f"{e.key}: {e.a} - {e.b} ({unit})\n{name} {t.center:+{digits}} [{t.low:+{digits}}, "
+                 f"{t.high:+{digits}}], Holm p {result.p_holm:.3g}: {result.verdict}")
     else:
         xs_ticks, labels = xs, [str(s) for s in seeds]
-        title = f"{e.measure}: {e.a} - {e.b} (bits)\n{result.verdict}"
+        title = f"{e.key}: {e.a} - {e.b} ({unit})\n{result.verdict}"
     ax.set_xticks(xs_ticks)
     ax.set_xticklabels(labels, fontsize=7)
     ax.set_xlabel("pre-training seed", fontsize=8)

@@ -190,7 +190,11 @@ class Plan:
         entries = [Entry(e.name, e.seeds, o) for o in c.OBJECTIVES for e in variants]
         from study.endpoints import parse_endpoints, parse_margin
 
-        parse_endpoints(c.ENDPOINTS, {e.label: e.seeds for e in entries if e.objective == "mlm"})
+        declared = parse_endpoints(c.ENDPOINTS, {e.label: e.seeds for e in entries if e.objective == "mlm"})
+        if any(e.target == "halfway" for e in declared) and not c.LR_GRID:
+            raise UsageError("ENDPOINTS: updates_to@halfway takes its target from the LR sweep (B's mean final loss "
+                             "at its chosen LR): set LR_GRID and SWEEP_SEEDS, or give the target in bits "
+                             "(updates_to@9.0:A:B)")
         parse_margin(c.text("EQUIVALENCE_BITS"))
         return cls(c, entries, task_names(c.TASKS, c.TASKS_DIR), {e.name: known[e.name] for e in variants})
 

@@ -18,7 +18,7 @@ import os
 import statistics
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
-from study.endpoints import Endpoint, curve_auc
+from study.endpoints import UPDATES_TO, Endpoint, curve_auc
 from study.stats import t_quantile
 
 MAX_SEEDS = 100  # beyond this the plan says "more than 100"
@@ -117,6 +117,10 @@ def plan_text(endpoints: Sequence[Endpoint], values: Mapping[str, Mapping[str, M
          "comparison | pilot seeds | per-seed differences | mean | SD | d = |mean|/SD | seeds for 80% | seeds for 90% "
          f"| power with {seeds} seeds"]
     for e in endpoints:
+        if e.measure == UPDATES_TO:
+            L.append(f"{e.label} | — | — | — | — | — | — | — | — (a sign test over seeds: this t-test plan does not "
+                     "apply to it)")
+            continue
         a, b = values.get(e.measure, {}).get(e.a, {}), values.get(e.measure, {}).get(e.b, {})
         diffs = [a[s] - b[s] for s in sorted(set(a) & set(b))]
         if len(diffs) < 2:

@@ -22,8 +22,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from study.compare import (AVERAGE, PAIRED_BOOTSTRAP, T_TEST, Interval, OrderDrop, Paired, bootstrap_pairs, order_drops,
                            paired_differences)
-from study.endpoints import (LEVEL as FAMILY_LEVEL, MEASURES as ENDPOINT_MEASURES, EndpointResult, curve_auc, logged_resolution,
-                             parse_endpoints, parse_margin, family_tests)
+from study.endpoints import (LEVEL as FAMILY_LEVEL, MEASURES as ENDPOINT_MEASURES, UPDATES_TO, EndpointResult, curve_auc,
+                             logged_resolution, parse_endpoints, parse_margin, family_tests, updates_to_values)
 from study.longer_inputs import NOT_FOR_ELECTRA
 from study.plan import split_label
 from study.runs import (ELECTRA_KEYS, Variant, curve_holes, load_study, loss_at, parse_variants, run_section,
@@ -184,6 +184,9 @@ DIFFERENCE_COLUMNS = ("a", "b", "task", "difference", "low", "high", "runs", "ex
                       "p", "dev_se", "interval", "seed_noise", "beyond_seed_noise", "by_pretrain_seed")
 ENDPOINT_COLUMNS = ("measure", "a", "b", "seeds", "mean", "sd", "low", "high", "p", "p_holm", "family_size",
                     "resolution", "margin", "p_tost", "verdict", "by_pretrain_seed")
+# after those, only in a study that declares an updates_to endpoint (a published endpoints.csv keeps its columns)
+UPDATES_TO_COLUMNS = ("target", "target_bits", "method", "median", "coverage", "a_first", "b_first", "ties", "censored_a", "censored_b",
+                      "censored_by_pretrain_seed")
 ORDER_COLUMNS = ("variant", "task", "perturbation", "mean_drop", "spread", "runs", "changed", "examples")
 
 
@@ -399,25 +402,34 @@ def _electra_lines(variants: List[Variant], rows: List[Dict], gen_pairs: List[Pa
 
 
 def _endpoint_lines(results: Sequence[EndpointResult], declared: str, total_updates: int) -> List[str]:
-    """The declared comparisons: one Holm family, its size stated, each with its per-seed differences."""
+    """The declared comparisons: one Holm family, its size stated, each with its per-seed differences; the t-tested
+    measures in one table, updates_to (``_updates_to_lines``) in its own."""
     if not results:
         return ["No comparison was declared before the study ran (`ENDPOINTS=none`): every difference below is "
                 "exploratory.", ""]
-    seeds = sorted({s for r in results for s in r.diffs})
+    t_rows = [r for r in results if r.endpoint.measure != UPDATES_TO]
+    u_rows = [r for r in results if r.endpoint.measure == UPDATES_TO]
+    seeds = sorted({s for r in t_rows for s in r.diffs})
     margin = results[0].margin
+    t_text = (f"t-tested over those seeds (n - 1 degrees of freedom, 95% t-interval of the mean); the spread is the "
+              f"standard deviation of the per-seed differences, floored at the logging step "
+              f"({results[0].resolution:g} bits) in the test, since a spread below it is not measured.")
+    if u_rows:
+        t_text = ("those of a loss (" + ", ".join(sorted({r.endpoint.measure for r in t_rows})) + ") " + t_text
+                  + " Those of updates_to by a sign test, below." if t_rows else "each by a sign test, below.")
+    measures = {k: v for k, v in ENDPOINT_MEASURES.items() if k != UPDATES_TO or u_rows}
     L = [f"Declared before the study ran (`ENDPOINTS={declared}`, recorded in `settings.env`; "
          f"`EQUIVALENCE_BITS={'none' if margin is None else f'{margin:g}'}`). These {len(results)} comparison(s) are "
          f"**one Holm family of {len(results)}**, and the only confirmatory tests of this report; every other "
          "difference in it is exploratory, whatever its interval. Each is the per-pre-training-seed paired "
          "difference a - b (the same data order and masks per seed), over the seeds whose pre-training finished "
-         f"all {total_updates} updates, t-tested over those seeds (n - 1 degrees of freedom, 95% t-interval of the "
-         f"mean); the spread is the standard deviation of the per-seed differences, floored at the logging step "
-         f"({results[0].resolution:g} bits) in the test, since a spread below it is not measured.", "",
-         "Measures: " + "; ".join(f"`{k}`: {v}" for k, v in ENDPOINT_MEASURES.items()) + ".", "",
-         "| declared comparison | " + "".join(f"seed {s} | " for s in seeds)
-         + "mean | SD over seeds | 95% t-interval | p | Holm p (family) | TOST p | verdict |",
-         "|" + "---|" * (len(seeds) + 8)]
-    for r in results:
+         f"all {total_updates} updates, {t_text}", "",
+         "Measures: " + "; ".join(f"`{k}`: {v}" for k, v in measures.items()) + ".", ""]
+    if t_rows:
+        L += ["| declared comparison | " + "".join(f"seed {s} | " for s in seeds)
+              + "mean | SD over seeds | 95% t-interval | p | Holm p (family) | TOST p | verdict |",
+              "|" + "---|" * (len(seeds) + 8)]
+    for r in t_rows:
         t = r.test
         cells = "".join("— | " if s not in r.diffs else f"{r.diffs[s]:+.4f} | " for s in seeds)
         if t is None:
@@ -425,9 +437,62 @@ def _endpoint_lines(results: Sequence[EndpointResult], declared: str, total_upda
             continue
         L.append(f"| {r.endpoint.label} | {cells}{t.mean:+.4f} | {t.sd:.4f} | [{t.low:+.4f}, {t.high:+.4f}] | "
                  f"{_p(t.p)} | {_p(r.p_holm)} | {_p(r.p_tost)} | **{r.verdict}** |")
-    L += ["", f"A difference is shown when its Holm-adjusted p is at most {FAMILY_LEVEL:g}; it is called equivalent only "
-          "when the two one-sided tests against the declared margin both reject at 5% (TOST), and otherwise it is "
-          "**not resolved**: neither shown nor excluded.", ""]
+    if t_rows:
+        L += ["", f"A difference is shown when its Holm-adjusted p is at most {FAMILY_LEVEL:g}; it is called equivalent "
+              "only when the two one-sided tests against the declared margin both reject at 5% (TOST), and otherwise "
+              "it is **not resolved**: neither shown nor excluded.", ""]
+    return L + (_updates_to_lines(u_rows, total_updates) if u_rows else [])
+
+
+def _updates(x: float) -> str:
+    """A number of updates (or a difference of them) for a table; an open interval end as ±∞."""
+    return ("+∞" if x > 0 else "−∞") if math.isinf(x) else f"{x:+.1f}"
+
+
+def _target_text(r: EndpointResult) -> str:
+    bits = r.target_bits
+    if r.endpoint.target == "halfway":
+        return "halfway (not resolved yet)" if bits is None else f"halfway = {bits:.4f}"
+    return r.endpoint.target
+
+
+def _updates_to_lines(results: Sequence[EndpointResult], total_updates: int) -> List[str]:
+    """The updates_to comparisons: per-seed differences in updates (``c``: censored), the median with its
+    order-statistic interval, the sign test's counts and p, the Holm p of the whole family."""
+    seeds = sorted({s for r in results for s in r.diffs})
+    L = [f"`updates_to@TARGET`: per seed, the update at which each model's validation loss first reaches TARGET bits, "
+         "interpolated linearly between the two validations around its first crossing (a curve already at or below "
+         "it at its first validation counts from that validation's update). A model that never reaches it within "
+         f"the {total_updates} updates is **censored at the budget**: its value is {total_updates}, its true update "
+         "later, so a difference with a censored side (`c`) is a bound, not a measurement. Each comparison is tested "
+         "by the exact two-sided **sign test** over the seeds (binomial, 1/2): a difference of 0 and a seed where "
+         "both models are censored are ties, dropped and counted; a seed with one side censored counts with its "
+         "known sign (the censored model is later). Its interval is the sign test's own, the distribution-free "
+         "**order-statistic interval** of the median difference: the order statistics (k, n + 1 - k) of the n "
+         "measured differences (every seed but the both-censored ones) for the largest k with 2 P(X < k) <= 0.05, "
+         "at its exact coverage (at least 95%; below 6 seeds none exists: (−∞, +∞)); an end that is a censored "
+         "difference is a bound too. No TOST: the declared margin is in bits. Its Holm p is that of the whole "
+         "family above; a difference is shown when it is at most "
+         f"{FAMILY_LEVEL:g}.", "",
+         "| declared comparison | target (bits) | " + "".join(f"seed {s} | " for s in seeds)
+         + "median | order-statistic interval (coverage) | a first / b first / ties | censored a / b | sign test p | "
+           "Holm p (family) | verdict |", "|" + "---|" * (len(seeds) + 9)]
+    for r in results:
+        cells = "".join("— | " if s not in r.diffs else f"{_updates(r.diffs[s])}{' c' if s in r.censored else ''} | "
+                        for s in seeds)
+        t = r.test
+        if t is None:
+            L.append(f"| {r.endpoint.label} | {_target_text(r)} | {cells}— | — | — | — | — | — | {r.verdict} |")
+            continue
+        L.append(f"| {r.endpoint.label} | {_target_text(r)} | {cells}{_updates(t.center)} | "
+                 f"[{_updates(t.low)}, {_updates(t.high)}] ({100 * t.coverage:.1f}%) | "
+                 f"{t.negative} / {t.positive} / {r.ties} | {r.censored_count('a')} / {r.censored_count('b')} | "
+                 f"{_p(t.p)} | {_p(r.p_holm)} | **{r.verdict}** |")
+    L.append("")
+    warned = [r for r in results if r.censoring_warning]
+    L += [f"> **WARNING: {r.endpoint.label}.** {r.censoring_warning}. A model censored on most seeds turns the "
+          "comparison into whether it got below the target by the end at all: declare a target both models reach."
+          for r in warned] + ([""] if warned else [])
     return L
 
 
@@ -589,6 +654,27 @@ def flatness_section(finished: Dict, declared: Sequence, warmup: int, total_upda
     return flatness_lines(flatness(curves, gaps_of(finals, pairs), warmup, total_updates), warmup, total_updates)
 
 
+def endpoint_row(r: EndpointResult, family_size: int, counting: bool) -> Dict:
+    """One row of endpoints.csv. ``counting`` (a study with an updates_to endpoint): UPDATES_TO_COLUMNS too; an
+    updates_to row leaves mean, sd, resolution and margin empty (low, high and p: its order-statistic interval and
+    sign test)."""
+    t, sign = r.test, r.endpoint.measure == UPDATES_TO
+    row = {"measure": r.endpoint.measure, "a": r.endpoint.a, "b": r.endpoint.b, "seeds": len(r.diffs),
+           "mean": t.mean if t and not sign else None, "sd": t.sd if t and not sign else None,
+           "low": t.low if t else None, "high": t.high if t else None, "p": t.p if t else None, "p_holm": r.p_holm,
+           "family_size": family_size, "resolution": None if sign else r.resolution,
+           "margin": None if sign else r.margin, "p_tost": r.p_tost, "verdict": r.verdict,
+           "by_pretrain_seed": " ".join(f"{s}:{d:.6f}" for s, d in r.diffs.items())}
+    if counting:
+        row.update(target=r.endpoint.target or None, target_bits=r.target_bits, method=t.method if t else None)
+        if sign and t:
+            row.update(median=t.center, coverage=t.coverage, a_first=t.negative, b_first=t.positive, ties=r.ties,
+                       censored_a=r.censored_count("a"), censored_b=r.censored_count("b"),
+                       censored_by_pretrain_seed=" ".join(f"{s}:{c}" for s, c in sorted(r.censored.items())))
+    return row
+
+
+
 def unigram_baseline(out: str, data: Optional[str] = None) -> float:
     """The entropy (bits) of the training tokens of ``data`` (a fairseq data path or a folder with data_path.txt;
     default OUT/c4/data-bin): the MLM loss of a model that ignores context."""
@@ -616,8 +702,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                    help="the fine-tuning runs every model should have, e.g. SST-2,RTE:1e-5,2e-5:1,2,3; "
                         "the report names each model seed that lacks some (default: only those with none); none: the "
                         "study fine-tunes nothing (TASKS=none), so no run is missing")
-    p.add_argument("--endpoints", default="none", help="the declared comparisons, MEASURE:A:B ... "
-                   "(study/endpoints.py; default none: everything exploratory)")
+    p.add_argument("--endpoints", default="none", help="the declared comparisons, MEASURE:A:B or "
+                   "updates_to@TARGET:A:B ... (study/endpoints.py; default none: everything exploratory)")
+    p.add_argument("--updates-to-target", type=float, metavar="BITS",
+                   help="the resolved target of updates_to@halfway endpoints, in bits (study.endpoints.halfway_target); "
+                        "without it they are not tested")
     p.add_argument("--equivalence-bits", default="none", help="the declared equivalence margin in bits (default none)")
     p.add_argument("--warmup", type=int, default=0, help="pre-training warmup updates (the LR schedule that the "
                    "flatness check weighs the loss changes by; default 0)")
@@ -684,10 +773,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         margin = parse_margin(args.equivalence_bits)
     except UsageError as e:
         p.error(str(e))
+    halfway = args.updates_to_target
+    if halfway is not None and not (halfway > 0 and math.isfinite(halfway)):
+        p.error(f"--updates-to-target {halfway:g}: give the resolved target, a positive number of bits")
     finished = {v.name: [s for s in v.seeds if s.curve and max(s.curve) >= args.total_updates] for v in mlm}
     measured = {"final_loss": {n: {s.seed: s.final for s in ss} for n, ss in finished.items()},
-                "loss_auc": {n: {s.seed: curve_auc(s.curve) for s in ss} for n, ss in finished.items()}}
-    endpoints = family_tests(declared, measured, resolution, margin)
+                "loss_auc": {n: {s.seed: curve_auc(s.curve) for s in ss} for n, ss in finished.items()},
+                **updates_to_values(declared, {n: {s.seed: s.curve for s in ss} for n, ss in finished.items()},
+                                    args.total_updates, halfway)}
+    endpoints = family_tests(declared, measured, resolution, margin, halfway)
     sections = {"sweep": sweep_section(args.out, [v.name for v in mlm], args.total_updates, declared, finished),
                 "flatness": flatness_section(finished, declared, args.warmup, args.total_updates)}
     md = report_markdown(rows, columns, study, args.total_updates, unigram, args.min_gap_bits, corr, loss_pairs,
@@ -705,14 +799,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                        "beyond_seed_noise": beyond_noise(iv.diff, iv.column, noise),
                        "by_pretrain_seed": " ".join(f"{s}:{d:.4f}" for s, d in sorted(iv.by_seed.items()))}
                       for iv in intervals], DIFFERENCE_COLUMNS)
-    write_csv_atomic(os.path.join(args.out, "endpoints.csv"),
-                     [{"measure": r.endpoint.measure, "a": r.endpoint.a, "b": r.endpoint.b, "seeds": len(r.diffs),
-                       "mean": r.test.mean if r.test else None, "sd": r.test.sd if r.test else None,
-                       "low": r.test.low if r.test else None, "high": r.test.high if r.test else None,
-                       "p": r.test.p if r.test else None, "p_holm": r.p_holm, "family_size": len(endpoints),
-                       "resolution": r.resolution, "margin": r.margin, "p_tost": r.p_tost, "verdict": r.verdict,
-                       "by_pretrain_seed": " ".join(f"{s}:{d:.6f}" for s, d in r.diffs.items())}
-                      for r in endpoints], ENDPOINT_COLUMNS)
+    counting = any(e.measure == UPDATES_TO for e in declared)
+    write_csv_atomic(os.path.join(args.out, "endpoints.csv"), [endpoint_row(r, len(endpoints), counting)
+                                                               for r in endpoints],
+                     ENDPOINT_COLUMNS + (UPDATES_TO_COLUMNS if counting else ()))
     write_csv_atomic(os.path.join(args.out, "order.csv"),
                      [{"variant": d.variant, "task": d.column, "perturbation": d.perturbation, "mean_drop": d.mean,
                        "spread": d.spread, "runs": len(d.drops), "changed": d.changed, "examples": d.examples}

@@ -64,8 +64,8 @@ class StudyConfig(Settings):
                            "the worst; a best LR at the grid's edge widens the grid once by its ratio there)",
                            "lowest-mean-final", recorded=True)
     ENDPOINTS: str = setting("none", "the confirmatory comparisons, declared before the study runs: MEASURE:A:B, the "
-                             "per-seed paired difference A - B of two MLM models (MEASURE: final_loss, loss_auc; "
-                             "study/endpoints.py), tested as one Holm family; everything else is exploratory (none: "
+                             "per-seed paired difference A - B of two MLM models (MEASURE: final_loss, loss_auc, "
+                             "updates_to@TARGET with TARGET bits or halfway; study/endpoints.py), tested as one Holm family; everything else is exploratory (none: "
                              "nothing declared)", recorded=True)
     EQUIVALENCE_BITS: str = setting("none", "margin in bits, stated beforehand, within which a declared difference is "
                                     "called equivalent (TOST at 5%); none: never (a difference not shown is 'not "

@@ -212,6 +212,17 @@ def updates_to_target(plan: Plan, chosen: Dict[str, float], sweep: List) -> Opti
     return halfway_target(unigram_baseline(plan.out), list(b.finals[chosen[b.label]].values()))
 
 
+def read_second_declaration(plan: Plan) -> Dict[str, str]:
+    """The sweep's declaration in settings.env (CHOSEN_LRS, UPDATES_TO_TARGET); empty before it is written."""
+    from study.sweep import read_declared
+
+    path = plan.path("settings.env")
+    if not os.path.isfile(path):
+        return {}
+    with open(path, encoding="utf-8") as f:
+        return read_declared(f.read())
+
+
 def declare_choice(plan: Plan) -> Dict[str, float]:
     """Each MLM model's LR from the finished sweep, declared in settings.env (the second declaration: the chosen LRs
     and the resolved updates_to target, dated, with the commit) by the first confirmation pre-training; a later one
@@ -231,7 +242,7 @@ def declare_choice(plan: Plan) -> Dict[str, float]:
     path = plan.path("settings.env")
     with open(path, encoding="utf-8") as f:
         text = f.read()
-    recorded = sweep.read_declared(text)
+    recorded = read_second_declaration(plan)
     if not recorded:
         write_text(path, text + ("" if text.endswith("\n") else "\n")
                    + sweep.second_declaration(chosen, target, code_version()))
@@ -399,6 +410,9 @@ def report_argv(plan: Plan) -> List[str]:
             "--warmup", c.text("WARMUP"), "--min-gap-bits", c.text("MIN_GAP_BITS"), "--endpoints", c.ENDPOINTS,
             "--equivalence-bits", c.text("EQUIVALENCE_BITS"),
             "--title", f"Study: PRESET={c.PRESET}, {c.TOTAL_UPDATES} updates, {plan.models_text()}"]
+    declared = read_second_declaration(plan)
+    if declared.get("UPDATES_TO_TARGET"):  # an updates_to@halfway endpoint's target, as the sweep declared it
+        argv += ["--updates-to-target", declared["UPDATES_TO_TARGET"]]
     if plan.tasks and plan.lrs and plan.seeds:  # the report names every model seed that lacks some run
         argv += ["--finetune-grid", ":".join(",".join(map(str, x)) for x in (plan.tasks, plan.lrs, plan.seeds))]
     elif not plan.tasks:  # TASKS=none: a pre-training study, no fine-tuning run is missing

@@ -1,6 +1,7 @@
 """Plain statistics for the study's report (numpy, float64): correlations, ranks, entropy, the paired bootstrap
 of a difference between two models and the dev set's standard error, Student's t (written out here: the study
-needs no scipy) and Holm's correction for a family of comparisons."""
+needs no scipy), Holm's correction for a family of comparisons, and the exact sign test with the order-statistic
+interval of a median."""
 from __future__ import annotations
 
 import math
@@ -233,6 +234,12 @@ class TTest:
     high: float
     p: float
     sd: float = math.nan  # the values' standard deviation (n - 1), before any floor
+    method = "t-test"
+
+    @property
+    def center(self) -> float:
+        """The estimate the interval is around: the mean (a ``SignTest``'s is its median)."""
+        return self.mean
 
 
 def normal_two_sided_crit(alpha: float) -> float:
@@ -297,3 +304,49 @@ def holm(pvalues: Sequence[float]) -> List[float]:
         adjusted[i] = running
     return adjusted.tolist()
 
+
+
+# ---- the sign test and the order-statistic interval of a median ----------------------------------------------
+
+
+def binomial_half_cdf(k: int, n: int) -> float:
+    """P(X <= k) for X ~ Binomial(n, 1/2), from exact integer counts (math.comb): sum_{i <= k} C(n, i) / 2^n."""
+    if k < 0:
+        return 0.0
+    return sum(math.comb(n, i) for i in range(min(k, n) + 1)) / 2 ** n
+
+
+def sign_test_p(positive: int, negative: int) -> float:
+    """The exact two-sided sign test of "a difference is as likely positive as negative", from the counts of positive
+    and negative differences (ties already dropped): min(1, 2 P(X <= min(positive, negative))), X ~ Binomial(n, 1/2),
+    n = positive + negative; 1 when n = 0."""
+    return min(1.0, 2 * binomial_half_cdf(min(positive, negative), positive + negative))
+
+
+def median_interval(values: Sequence[float], level: float = 0.95) -> Tuple[float, float, float]:
+    """The distribution-free interval of the median from order statistics (the sign test's): (x_(k), x_(n+1-k), its
+    exact coverage 1 - 2 P(X < k)) with the largest k such that 2 P(X < k) <= 1 - level, X ~ Binomial(n, 1/2), so
+    that the coverage is at least ``level``. With too few values for any such k (n < 6 at 95%): (-inf, +inf, 1.0)."""
+    x = sorted(values)
+    n = len(x)
+    k = 0
+    while k < n // 2 + 1 and 2 * binomial_half_cdf(k, n) <= 1 - level:  # 2 P(X < k + 1) <= 1 - level: k + 1 fits
+        k += 1
+    if k == 0:
+        return -math.inf, math.inf, 1.0
+    return x[k - 1], x[n - k], 1 - 2 * binomial_half_cdf(k - 1, n)
+
+
+@dataclass(frozen=True)
+class SignTest:
+    """An exact two-sided sign test over ``positive`` + ``negative`` differences (ties dropped), with the median
+    ``center`` of the differences and its order-statistic interval [low, high] of exact ``coverage``."""
+    n: int  # the differences the median and its interval are taken over (ties included)
+    center: float
+    low: float
+    high: float
+    coverage: float
+    p: float
+    positive: int
+    negative: int
+    method: str = "sign test"

@@ -148,3 +148,41 @@ def test_report_section_reads_the_sweep_from_its_folders(tmp_path):
     (out / "settings.env").write_text("LR_GRID=0.001 3e-3\nSWEEP_SEEDS=7\nCHOSEN_LRS=bert-a:1e-3\n")
     assert "**this differs from what the sweep gives now (bert-a:3e-3)**" in "\n".join(
         sweep_section(str(out), ["bert-a"], 4, [], {}))
+
+
+def test_declaration_resolves_the_halfway_target_from_the_sweep(tmp_path, starts_process):
+    """declare_choice on a finished sweep (two models, two LRs, one seed; made-up logs) and real training binaries
+    (slow: the declaration names the commit, from git):
+    CHOSEN_LRS and UPDATES_TO_TARGET = (unigram + B's final loss at its chosen LR) / 2 written once, the report's
+    arguments carry the target, and a second call reads the declaration back."""
+    import numpy as np
+
+    from study import stages
+    from study.plan import Plan
+    from study.stats import entropy_bits
+    from test_study import write_bin
+
+    out = tmp_path / "study"
+    tokens = [[4, 5, 6, 7], [4, 4, 5, 8, 9]]
+    write_bin(out / "c4" / "data-bin" / "shard0" / "train", tokens)
+    (out / "c4" / "data-bin" / "data_path.txt").write_text(str(out / "c4" / "data-bin" / "shard0") + "\n")
+    for label, losses in (("bert-a", (9.0, 8.5)), ("tupe-r", (8.0, 8.2))):
+        for lr, loss in zip(("1e-3", "3e-3"), losses):
+            write_sweep_run(out, label, lr, 7, loss)
+    for label, lr in (("bert-a", "9e-3"), ("tupe-r", "3.33e-4")):  # each widened once: both chose an edge
+        write_sweep_run(out, label, lr, 7, 8.9)
+    (out / "settings.env").write_text("PRESET=tiny\n")
+    env = {"OUT": str(out), "PRESET": "tiny", "VARIANTS": "bert-a tupe-r", "PRETRAIN_SEEDS": "1 2", "TASKS": "none",
+           "LR_GRID": "1e-3 3e-3", "SWEEP_SEEDS": "7", "TOTAL_UPDATES": "4",
+           "ENDPOINTS": "final_loss:tupe-r:bert-a updates_to@halfway:tupe-r:bert-a"}
+    plan = Plan.from_environ(env)
+    assert stages.declare_choice(plan) == {"bert-a": 3e-3, "tupe-r": 1e-3}
+    counts = np.bincount(np.concatenate(tokens))
+    target = (entropy_bits(counts[counts > 0]) + 8.5) / 2
+    text = (out / "settings.env").read_text()
+    assert "CHOSEN_LRS=bert-a:3e-3 tupe-r:1e-3\n" in text and f"UPDATES_TO_TARGET={target:.4f}\n" in text
+    argv = stages.report_argv(plan)
+    assert argv[argv.index("--updates-to-target") + 1] == f"{target:.4f}"
+    assert stages.declare_choice(plan) == {"bert-a": 3e-3, "tupe-r": 1e-3} and (out / "settings.env").read_text() == text
+    with pytest.raises(Exception, match="updates_to@halfway takes its target from the LR sweep"):
+        Plan.from_environ(dict(env, LR_GRID="none", SWEEP_SEEDS="none"))
