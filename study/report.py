@@ -31,6 +31,7 @@ from study.runs import (ELECTRA_KEYS, Variant, curve_holes, load_study, loss_at,
 from tupe_common.errors import UsageError, exit_main
 from tupe_common.io import read_data_path, write_csv, write_text
 from study.stats import entropy_bits, pearson, spearman, spearman_p
+from study.valid_se import section_lines as valid_se_lines, small_split_problem
 
 FRACTIONS = (0.25, 0.5, 0.75, 1.0)
 NOPE_TOLERANCE = 1.0  # points: nope's drop on a shuffle must be within this of 0 (it cannot see word order)
@@ -454,7 +455,8 @@ def report_markdown(rows: List[Dict], columns: List[str], variants: List[Variant
                     unigram: Optional[float], min_gap: float, corr: List[Dict], loss_pairs: List[Paired],
                     intervals: List[Interval], drops: List[OrderDrop], problems: List[str], title: str,
                     run: Sequence[str] = (), gen_pairs: Sequence[Paired] = (),
-                    endpoints: Sequence[EndpointResult] = (), declared: str = "none", resolution: float = 0.0) -> str:
+                    endpoints: Sequence[EndpointResult] = (), declared: str = "none", resolution: float = 0.0,
+                    valid_se: Sequence[str] = ()) -> str:
     mlm = [r for r in rows if r["objective"] == "mlm"]
     n_seeds = max((len(v.seeds) for v in variants if v.objective == "mlm"), default=0)
     noise = seed_noise(variants, columns)
@@ -494,7 +496,7 @@ def report_markdown(rows: List[Dict], columns: List[str], variants: List[Variant
         L += ["", f"Pre-training seeds per variant: {n_seeds}. Losses are means over them.", ""]
     L += ["### Differences paired by pre-training seed (final validation loss, row minus column variant; exploratory)",
           ""]
-    L += _paired_lines(loss_pairs, n_seeds, "loss", resolution)
+    L += _paired_lines(loss_pairs, n_seeds, "loss", resolution) + list(valid_se)  # study.valid_se: none without its data
     L += _electra_lines(variants, rows, list(gen_pairs), resolution)
     L += ["## Longer inputs", ""] + _longer_lines(variants, rows)
     L += ["## Fine-tuning: median over seeds at the chosen LR (spread = max - min)", ""]
@@ -648,9 +650,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     measured = {"final_loss": {n: {s.seed: s.final for s in ss} for n, ss in finished.items()},
                 "loss_auc": {n: {s.seed: curve_auc(s.curve) for s in ss} for n, ss in finished.items()}}
     endpoints = family_tests(declared, measured, resolution, margin)
+    problems += [x for x in [small_split_problem(args.out)] if x]
     md = report_markdown(rows, columns, study, args.total_updates, unigram, args.min_gap_bits, corr, loss_pairs,
                          intervals, drops, problems, args.title, run_section(args.out), gen_pairs, endpoints,
-                         args.endpoints, resolution)
+                         args.endpoints, resolution, valid_se_lines(args.out, mlm, declared, margin))
     write_csv_atomic(os.path.join(args.out, "study.csv"), rows)
     write_csv_atomic(os.path.join(args.out, "correlation.csv"),
                      [{k: c[k] for k in CORRELATION_COLUMNS} for c in corr], CORRELATION_COLUMNS)
