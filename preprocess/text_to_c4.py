@@ -17,8 +17,10 @@ Outputs in ``--out-dir``: ``c4-train.NNNNN-of-NNNNN.json.gz`` (``--shards`` file
 ``c4-validation.00000-of-00001.json.gz``, records ``{"text", "timestamp", "url"}`` as C4's (``url`` is
 ``FILE#N``, the N-th document of that input). The documents are shuffled with ``--seed``; the first
 ``--valid-fraction`` of them (at least one when there are two or more) are held out for validation,
-the rest are dealt into the train shards in contiguous runs. The same inputs, options and seed give
-byte-identical files. ``text_to_c4.json`` records the settings and counts: a rerun with the same
+the rest are dealt into the train shards in contiguous runs. ``--valid-seed`` draws the held-out documents
+with a seed of their own (the first of another shuffle; the train documents keep ``--seed``'s order without
+them); by default it is ``--seed``, which is the draw above, so corpora made before it existed are made again
+byte for byte. The same inputs, options and seeds give byte-identical files. ``text_to_c4.json`` records the settings and counts: a rerun with the same
 settings skips, with other settings refuses (exit 2) unless ``--force``. Files are written under a
 temporary name and renamed. All documents are held in memory (fine for corpora of a few GB).
 """
@@ -130,15 +132,22 @@ def write_shard(path: str, docs: Sequence[Doc]) -> None:
             f.write((json.dumps({"text": text, "timestamp": "", "url": url}, ensure_ascii=False) + "\n").encode())
 
 
-def split_docs(docs: List[Doc], valid_fraction: float, shards: int, seed: int) -> Tuple[List[Doc], List[List[Doc]]]:
-    """Shuffle (seeded), hold out the validation documents, deal the rest into contiguous shards."""
+def split_docs(docs: List[Doc], valid_fraction: float, shards: int, seed: int,
+               valid_seed: Optional[int] = None) -> Tuple[List[Doc], List[List[Doc]]]:
+    """Shuffle (``seed``), hold out the validation documents (the first of a shuffle with ``valid_seed``, by default
+    ``seed``'s own), deal the rest into contiguous shards in ``seed``'s order."""
     order = list(range(len(docs)))
     random.Random(seed).shuffle(order)
     n_valid = int(round(valid_fraction * len(docs)))
     if valid_fraction > 0 and len(docs) >= 2:
         n_valid = min(max(n_valid, 1), len(docs) - 1)
-    valid = [docs[i] for i in order[:n_valid]]
-    train = [docs[i] for i in order[n_valid:]]
+    drawn = order
+    if valid_seed is not None and valid_seed != seed:
+        drawn = list(range(len(docs)))
+        random.Random(valid_seed).shuffle(drawn)
+    held = set(drawn[:n_valid])
+    valid = [docs[i] for i in drawn[:n_valid]]
+    train = [docs[i] for i in order if i not in held]  # with valid_seed == seed: order[n_valid:]
     bounds = [len(train) * k // shards for k in range(shards + 1)]
     return valid, [train[bounds[k]:bounds[k + 1]] for k in range(shards)]
 
@@ -159,6 +168,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--shards", type=int, default=1, help="number of train files")
     ap.add_argument("--valid-fraction", type=float, default=0.01, help="documents held out for validation")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--valid-seed", type=int, help="draw the held-out documents with this seed (default: --seed, "
+                    "the draw of corpora made before this option)")
     ap.add_argument("--max-warnings", type=int, default=5, help="file:line warnings per skip reason")
     ap.add_argument("--force", action="store_true", help="rewrite outputs made with other settings")
     args = ap.parse_args(argv)
@@ -172,6 +183,8 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     settings = {k: getattr(args, k) for k in ("doc_split", "doc_regex", "fallback_encoding", "text_field", "keep_lines", "min_chars",
                                               "shards", "valid_fraction", "seed")}
+    if args.valid_seed is not None and args.valid_seed != args.seed:  # recorded only when it changes the draw, so
+        settings["valid_seed"] = args.valid_seed  # an earlier corpus's record still matches (its rerun skips)
     settings["inputs"] = [{"name": os.path.basename(p), "bytes": os.path.getsize(p)} for p in args.inputs]
     names = [f"c4-train.{k:05d}-of-{args.shards:05d}.json.gz" for k in range(args.shards)]
     names.append("c4-validation.00000-of-00001.json.gz")
@@ -192,7 +205,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     if not docs:
         log.error(f"no usable document in {', '.join(args.inputs)} (skipped: {stats['skipped']})")
         return 1
-    valid, shards = split_docs(docs, args.valid_fraction, args.shards, args.seed)
+    valid, shards = split_docs(docs, args.valid_fraction, args.shards, args.seed, args.valid_seed)
     if any(not s for s in shards):
         log.error(f"{len(docs) - len(valid)} train documents cannot fill --shards {args.shards}: use fewer shards")
         return 2

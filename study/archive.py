@@ -7,10 +7,11 @@ publish, from which a later version of the report can be rendered again (new rul
 What DEST holds (the layout of a study folder, ``study.runs``)::
 
     settings.env, timings.tsv                      as in the study
+    c4/valid_blocks.json                           the held-out split's size (study.valid_se)
     pretrain/V/seedS/train.log, pretrain.done      the log's validation lines only (the curves the report reads)
     sweep/V/lr{LR}/seedS/train.log, pretrain.done  likewise, for the LR sweep (study.sweep)
     finetune/V/seedS/TASK/lr{LR}_seed{K}/          result.json, predictions.json, order.json
-    locality/V/seedS.csv, longer/V/seedS.json      as in the study
+    locality/V/seedS.csv, longer/V/seedS.json      as in the study (and longer/V/seedS.blocks.json)
     report.json                                    the report's arguments, the unigram baseline among them (the
                                                    training data, which gives it, is not kept)
 
@@ -55,7 +56,7 @@ def archive(out: str, dest: str, report_argv: Sequence[str], unigram_bits: Optio
     counts = {"pre-training logs": 0, "validation lines": 0, "fine-tuning files": 0, "locality and longer-input "
               "files": 0}
     with atomic_dir(dest) as tmp:
-        for name in ("settings.env", "timings.tsv"):
+        for name in ("settings.env", "timings.tsv", os.path.join("c4", "valid_blocks.json")):
             if os.path.isfile(os.path.join(out, name)):
                 _copy(os.path.join(out, name), os.path.join(tmp, name))
         for root, _dirs, files in sorted(os.walk(out)):

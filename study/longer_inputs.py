@@ -120,22 +120,44 @@ def pretraining_validation(cfg, task, max_positions: int) -> Validation:
 
 
 def _target_losses(model, src, target, pad):
-    """Cross-entropy (nats) of each target and its column: fairseq 0.12.3 criterions/masked_lm.py, unsummed."""
+    """Cross-entropy (nats) of each target and its (row, column): fairseq 0.12.3 criterions/masked_lm.py, unsummed."""
     import torch.nn.functional as F
 
     masked = target.ne(pad)
     logits = model(src, masked_tokens=masked)[0]
-    return F.cross_entropy(logits.float(), target[masked], reduction="none"), masked.nonzero()[:, 1]
+    return F.cross_entropy(logits.float(), target[masked], reduction="none"), masked.nonzero()
 
 
-def loss_at_t(model, val: Validation, pad: int, device) -> Tuple[float, float]:
-    """(all targets, the masked <s> alone): summed cross-entropy in nats over fairseq's own batches."""
+@dataclass
+class PerBlock:
+    """The validation at T block by block: each scored block's index in the split (ascending), its summed
+    cross-entropy (nats) and its targets."""
+    block: np.ndarray
+    nats: np.ndarray
+    masked: np.ndarray
+
+
+def loss_at_t(model, val: Validation, pad: int, device) -> Tuple[float, float, PerBlock]:
+    """(all targets, the masked <s> alone): summed cross-entropy in nats over fairseq's own batches; and the
+    same per block."""
     total = bos = 0.0
+    ids, nats, counts = [], [], []
     for b in val.batches:
-        ce, column = _target_losses(model, b["net_input"]["src_tokens"].to(device), b["target"].to(device), pad)
+        ce, where = _target_losses(model, b["net_input"]["src_tokens"].to(device), b["target"].to(device), pad)
         total += float(ce.sum())
-        bos += float(ce[column == 0].sum())  # right-padded rows: column 0 is each block's <s>
-    return total, bos
+        bos += float(ce[where[:, 1] == 0].sum())  # right-padded rows: column 0 is each block's <s>
+        rows, row = len(b["id"]), where[:, 0].cpu().numpy()
+        ids.append(b["id"].numpy())
+        nats.append(np.bincount(row, weights=ce.double().cpu().numpy(), minlength=rows))
+        counts.append(np.bincount(row, minlength=rows))
+    order = np.argsort(np.concatenate(ids), kind="stable")  # the split's order: the same for every model of a seed
+    per = PerBlock(np.concatenate(ids)[order], np.concatenate(nats)[order], np.concatenate(counts)[order])
+    return total, bos, per
+
+
+def blocks_path(out: str) -> str:
+    """Where ``measure`` writes the per-block record beside its JSON ``out`` (study.valid_se reads it)."""
+    return out[:-len(".json")] + ".blocks.json" if out.endswith(".json") else out + ".blocks.json"
 
 
 def longer_blocks(val: Validation, slices: np.ndarray, bos: int, pad: int) -> List[Tuple[np.ndarray, np.ndarray]]:
@@ -171,7 +193,10 @@ def measure(checkpoint: str, shard: str, lengths: Sequence[int], out: str, token
     ``masked``: the targets, of which ``masked_bos`` are a T block's <s>; ``blocks``: {L: blocks run};
     ``valid_batches``: fairseq's batches at T; ``task``: the checkpoint's masking and packing settings;
     ``logged_valid_loss``: the validation loss fairseq logged at the checkpoint (None without one) and
-    ``difference_from_logged``: the loss at T minus it."""
+    ``difference_from_logged``: the loss at T minus it. Beside ``out`` (``blocks_path``): the scoring at T block by
+    block, ``block`` (index in the split), ``bits`` (summed loss in bits) and ``masked`` (targets), in block
+    order, for the validation loss's own standard error (study.valid_se); ``per_block_total_bits`` in the record
+    is their loss (the sum of ``bits`` over the sum of ``masked``), the loss at T up to float rounding."""
     import torch
 
     from tupe_plugin.analysis.attention_maps import load_hub
@@ -193,7 +218,7 @@ def measure(checkpoint: str, shard: str, lengths: Sequence[int], out: str, token
     bits = 1 / max(masked, 1) / math.log(2)
     blocks = {str(T): sum(len(b["id"]) for b in val.batches)}
     with torch.no_grad():
-        at_t, bos_at_t = loss_at_t(model, val, d.pad(), device)
+        at_t, bos_at_t, per_block = loss_at_t(model, val, d.pad(), device)
         result: Dict[str, Optional[float]] = {str(T): at_t * bits}
         for length in lengths[1:]:
             if reason is None and length > positions:
@@ -216,7 +241,12 @@ def measure(checkpoint: str, shard: str, lengths: Sequence[int], out: str, token
               "valid_batches": len(val.batches), "task": {k: _plain(cfg.task.get(k)) for k in TASK_FIELDS},
               "logged_valid_loss": logged,
               "difference_from_logged": None if logged is None else result[str(T)] - logged}
+    bits_per_block = per_block.nats / math.log(2)
+    assert int(per_block.masked.sum()) == masked, "a target missing in the per-block sums"
+    record["per_block_total_bits"] = float(bits_per_block.sum()) / max(masked, 1)
     os.makedirs(os.path.dirname(out), exist_ok=True)
+    write_json(blocks_path(out), {"block": per_block.block.tolist(), "bits": [round(float(x), 6) for x in bits_per_block],
+                                  "masked": per_block.masked.tolist()})
     write_json(out, record)
     return record
 

@@ -31,6 +31,7 @@ from study.runs import (ELECTRA_KEYS, Variant, curve_holes, load_study, loss_at,
 from tupe_common.errors import UsageError, exit_main
 from tupe_common.io import read_data_path, write_csv, write_text
 from study.stats import entropy_bits, pearson, spearman, spearman_p
+from study.valid_se import section_lines as valid_se_lines, small_split_problem
 
 FRACTIONS = (0.25, 0.5, 0.75, 1.0)
 NOPE_TOLERANCE = 1.0  # points: nope's drop on a shuffle must be within this of 0 (it cannot see word order)
@@ -522,7 +523,8 @@ def report_markdown(rows: List[Dict], columns: List[str], variants: List[Variant
                     endpoints: Sequence[EndpointResult] = (), declared: str = "none", resolution: float = 0.0,
                     sections: Optional[Dict[str, List[str]]] = None) -> str:
     """The report's text; ``sections``: lines of the sections other modules render, by where they go ("sweep" after
-    the variants, "flatness" after the pre-training table)."""
+    the variants, "flatness" after the pre-training table, "valid_se" after its
+    paired differences)."""
     sections = sections or {}
     mlm = [r for r in rows if r["objective"] == "mlm"]
     n_seeds = max((len(v.seeds) for v in variants if v.objective == "mlm"), default=0)
@@ -565,7 +567,7 @@ def report_markdown(rows: List[Dict], columns: List[str], variants: List[Variant
     L += sections.get("flatness", [])
     L += ["### Differences paired by pre-training seed (final validation loss, row minus column variant; exploratory)",
           ""]
-    L += _paired_lines(loss_pairs, n_seeds, "loss", resolution)
+    L += _paired_lines(loss_pairs, n_seeds, "loss", resolution) + sections.get("valid_se", [])  # none without its data
     L += _electra_lines(variants, rows, list(gen_pairs), resolution)
     L += ["## Longer inputs", ""] + _longer_lines(variants, rows)
     L += ["## Fine-tuning: median over seeds at the chosen LR (spread = max - min)", ""]
@@ -782,7 +784,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 **updates_to_values(declared, {n: {s.seed: s.curve for s in ss} for n, ss in finished.items()},
                                     args.total_updates, halfway)}
     endpoints = family_tests(declared, measured, resolution, margin, halfway)
-    sections = {"sweep": sweep_section(args.out, [v.name for v in mlm], args.total_updates, declared, finished),
+    problems += [x for x in [small_split_problem(args.out)] if x]
+    sections = {"valid_se": valid_se_lines(args.out, mlm, declared, margin),
+                "sweep": sweep_section(args.out, [v.name for v in mlm], args.total_updates, declared, finished),
                 "flatness": flatness_section(finished, declared, args.warmup, args.total_updates)}
     md = report_markdown(rows, columns, study, args.total_updates, unigram, args.min_gap_bits, corr, loss_pairs,
                          intervals, drops, problems, args.title, run_section(args.out), gen_pairs, endpoints,

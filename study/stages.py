@@ -92,6 +92,10 @@ def run_prep(plan: Plan) -> None:
             raise PartFailed("binarizing the tasks failed (messages above)")
     if not os.path.isfile(heldout(plan)):
         write_heldout(plan)
+    from study.valid_se import VALID_BLOCKS, write_valid_blocks
+
+    if not os.path.isfile(plan.path("c4", VALID_BLOCKS)):  # the split pre-training validates on, counted
+        write_valid_blocks(plan.path("c4"), read_data_path(plan.path("c4", "data-bin"))[0], c.TOKENS_PER_SAMPLE)
 
 
 def write_heldout(plan: Plan) -> None:
@@ -119,6 +123,9 @@ def write_heldout(plan: Plan) -> None:
 # ---- pretrain -----------------------------------------------------------------------------------------------
 
 
+NEVER_EPOCHS = 1_000_000  # an epoch interval no pre-training reaches
+
+
 # A part's first argument is the model's label (plan.Entry.label): its variant, or V+electra for ELECTRA.
 
 
@@ -141,7 +148,10 @@ def pretrain_into(plan: Plan, label: str, seed: int, out: str, lr: float) -> int
     if not prep_done(plan):
         raise PartFailed("prep is not finished: run --part prep first")
     interval = plan.valid_interval
-    valid_args = f"--log-format json --validate-interval-updates {interval}"  # json lines: what the report reads
+    # json lines: what the report reads; no validation or save at an epoch's end (fairseq_cli/train.py
+    # validate_and_save: epoch % --validate-interval / --save-interval), only every `interval` updates and the last
+    valid_args = (f"--log-format json --validate-interval-updates {interval} --validate-interval {NEVER_EPOCHS} "
+                  f"--save-interval {NEVER_EPOCHS}")
     if c.VALID_STEPS > 0:
         valid_args += f" --max-valid-steps {c.VALID_STEPS}"
     data = ":".join(read_data_path(plan.path("c4", "data-bin")))

@@ -58,12 +58,19 @@ def test_loss_at_t_is_the_logged_validation_loss(alibi_run, measured):
     assert all(abs(measured["lengths"][str(L)] - at_t) < 1.0 for L in (2 * T, 4 * T))
     assert 0 < measured["masked_bos"] < measured["masked"]
     assert json.loads((alibi_run / "longer" / "seed1.json").read_text()) == measured
+    # block by block (study.valid_se): the scored blocks in the split's order, summing back to the logged loss
+    per = json.loads((alibi_run / "longer" / "seed1.blocks.json").read_text())
+    assert per["block"] == sorted(per["block"]) and len(per["block"]) == 12 and sum(per["masked"]) == measured["masked"]
+    assert sum(per["bits"]) / sum(per["masked"]) == pytest.approx(at_t, abs=1e-5)
+    assert measured["per_block_total_bits"] == pytest.approx(at_t, abs=1e-5)  # summed in another order
+    assert abs(measured["per_block_total_bits"] - logged) < 0.002
 
 
 def test_longer_blocks_are_whole_sentences_carrying_the_masks_of_t(alibi_run, lm_bin):
     from fairseq.data import data_utils
 
     from study.longer_inputs import block_slices, longer_blocks, masked_lm_task, pretraining_validation
+    from study.valid_se import count_blocks
     from tupe_plugin.analysis.attention_maps import load_hub
 
     hub = load_hub(str(alibi_run / "checkpoint_last.pt"), str(lm_bin))
@@ -77,6 +84,9 @@ def test_longer_blocks_are_whole_sentences_carrying_the_masks_of_t(alibi_run, lm
 
     # at T: the stream holds exactly what fairseq's batches fed the model (epoch 1's masks), and some is masked
     slices_t = block_slices(masked_lm_task(cfg, d, T))
+    counted = count_blocks(str(lm_bin), T)  # what the study's prep writes to OUT/c4/valid_blocks.json
+    assert counted["blocks"] == len(slices_t) and counted["tokens"] == n and counted["sentences"] == len(sentences)
+    assert counted["masked_estimate"] == round(0.15 * (n + len(slices_t)))
     for b in val.batches:
         for row, i in enumerate(b["id"].tolist()):
             s, e = slices_t[i]

@@ -1069,6 +1069,12 @@ def test_tiny_study_csv_holds_the_pretraining_curve(tiny_study):
     (row,) = tiny_study.rows
     curve = tiny_study.curve
     assert row["variant"] == "nope" and sorted(curve) == [2, 4]  # a validation every TOTAL_UPDATES / VALID_POINTS
+    # every validation of the log on that grid, once, and no end-of-epoch validation or save configured (study.stages
+    # run_pretrain; the tiny study's epoch is longer than its 4 updates, so the flags are checked in its config)
+    log = (tiny_study.out / "pretrain" / "nope" / "seed1" / "train.log").read_text()
+    updates = [int(u) for u in re.findall(r'"valid_num_updates": "(\d+)"', log)]
+    assert updates == [2, 4]
+    assert "'validate_interval': 1000000" in log and "'save_interval': 1000000" in log
     assert float(row["final_valid_loss"]) == pytest.approx(curve[4], abs=1e-4)
     assert float(row["loss_at_50pct"]) == pytest.approx(curve[2], abs=1e-4)
 
@@ -1144,6 +1150,21 @@ def test_tiny_study_longer_inputs_at_t_are_the_logged_validation(tiny_study):
     assert all(0 < x < 20 for x in longer["lengths"].values())
     assert longer["lengths"]["64"] == pytest.approx(curve[4], abs=0.002) and longer["logged_valid_loss"] == curve[4]
     assert float(tiny_study.rows[0]["loss_len256"]) == pytest.approx(longer["lengths"]["256"], rel=1e-5)
+    # block by block (study.valid_se): every block of the split, summing back to the logged loss
+    per = json.loads((tiny_study.out / "longer" / "nope" / "seed1.blocks.json").read_text())
+    counted = json.loads((tiny_study.out / "c4" / "valid_blocks.json").read_text())  # prep counted the same split
+    # fairseq's batch_by_size with --required-batch-size-multiple 8 drops the last blocks short of a multiple of 8
+    # (the longest): the whole split is validated but for those, and the stage scores what the validation scored
+    assert len(per["block"]) == longer["blocks"]["64"] == counted["blocks"] - counted["blocks"] % 8
+    assert per["block"] == sorted(per["block"]) and max(per["block"]) < counted["blocks"]
+    assert sum(per["masked"]) == longer["masked"] and counted["tokens"] > longer["tokens"]
+    assert sum(per["bits"]) / sum(per["masked"]) == pytest.approx(curve[4], abs=0.002)
+    assert longer["per_block_total_bits"] == pytest.approx(longer["lengths"]["64"], abs=1e-5)
+    md = tiny_study.md
+    assert f"scored on {len(per['block']):,} blocks of the held-out split" in md and "| nope | 1 |" in md
+    problems = md.split("## Missing parts and problems")[1]
+    assert f"the held-out split holds {counted['blocks']:,} blocks of 64 tokens" in problems  # VALID_STEPS=0, small
+    assert "--valid-fraction 0.14" in problems
 
 
 def test_tiny_study_list_says_every_part_is_done(tiny_study):
@@ -1210,7 +1231,8 @@ def test_tiny_study_archive_renders_the_same_report_without_checkpoints_or_data(
     assert f"render it again with: python -m study.archive {dest}" in p.stderr
     kept = sorted(str(f.relative_to(dest)) for f in dest.rglob("*") if f.is_file())
     run = "finetune/nope/seed1/SST-2/lr1e-3_seed1"
-    assert kept == sorted(["locality/nope/seed1.csv", "longer/nope/seed1.json", f"{run}/order.json",
+    assert kept == sorted(["c4/valid_blocks.json", "locality/nope/seed1.csv", "longer/nope/seed1.json",
+                    "longer/nope/seed1.blocks.json", f"{run}/order.json",
                     f"{run}/predictions.json", f"{run}/result.json", "pretrain/nope/seed1/pretrain.done",
                     "pretrain/nope/seed1/train.log", "report.json", "settings.env", "timings.tsv"])
     log = (dest / "pretrain" / "nope" / "seed1" / "train.log").read_text().splitlines()

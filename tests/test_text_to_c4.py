@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 import random
 from pathlib import Path
@@ -83,6 +84,40 @@ def test_shards_and_held_out_fraction_are_deterministic(tmp_path):
     assert sorted(urls) == sorted(f"many.jsonl#{i}" for i in range(1, 104))  # every document exactly once
     assert text_to_c4.main([*args[:-1], "8", "--out-dir", str(tmp_path / "c")]) == 0  # another seed
     assert {d["url"] for d in read_c4(tmp_path / "c" / names[-1])} != {d["url"] for d in parts[-1]}
+
+
+# sha256 (first 16 hex) of each output of the corpus above (seed 7), as text_to_c4 wrote it before --valid-seed
+BEFORE_VALID_SEED = {"c4-train.00000-of-00004.json.gz": "2b63336ed36e166c", "c4-train.00001-of-00004.json.gz":
+                     "6829a1de06678c76", "c4-train.00002-of-00004.json.gz": "f206996d5703af98",
+                     "c4-train.00003-of-00004.json.gz": "eae926ccb8c04cbd",
+                     "c4-validation.00000-of-00001.json.gz": "fb88ac92ff12bdf6", "text_to_c4.json": "392648b7f806d696"}
+
+
+def test_valid_seed_draws_its_own_held_out_documents_and_its_default_is_the_old_draw(tmp_path):
+    """Without --valid-seed (or with it equal to --seed) the files and the record are byte for byte those made before
+    the option, so existing corpora are reproduced and their reruns skip; another --valid-seed holds out other
+    documents, as many, every document still exactly once, the train documents in --seed's order."""
+    rng = random.Random(0)
+    src = tmp_path / "many.jsonl"
+    src.write_text("".join(json.dumps({"text": f"document {i} " + "word " * rng.randint(1, 9)}) + "\n"
+                           for i in range(103)))
+    args = [str(src), "--shards", "4", "--valid-fraction", "0.1", "--seed", "7"]
+    for name, extra in (("old", []), ("same", ["--valid-seed", "7"])):
+        assert text_to_c4.main([*args, *extra, "--out-dir", str(tmp_path / name)]) == 0
+        assert {n: hashlib.sha256((tmp_path / name / n).read_bytes()).hexdigest()[:16]
+                for n in BEFORE_VALID_SEED} == BEFORE_VALID_SEED
+    assert text_to_c4.main([*args, "--valid-seed", "3", "--out-dir", str(tmp_path / "new")]) == 0
+    names = sorted(n for n in BEFORE_VALID_SEED if n.endswith(".gz"))
+    old, new = ([d["url"] for d in read_c4(tmp_path / f / names[-1])] for f in ("old", "new"))
+    assert len(new) == len(old) == 10 and set(new) != set(old)
+    train = [d["url"] for n in names[:-1] for d in read_c4(tmp_path / "new" / n)]
+    old_train = [d["url"] for n in names[:-1] for d in read_c4(tmp_path / "old" / n)]
+    assert sorted(train + new) == sorted(f"many.jsonl#{i}" for i in range(1, 104))
+    order = [u for u in old + old_train if u not in new]  # --seed's shuffle without the held-out documents
+    assert train == order
+    record = json.loads((tmp_path / "new" / "text_to_c4.json").read_text())["settings"]
+    assert record["valid_seed"] == 3 and "valid_seed" not in \
+        json.loads((tmp_path / "old" / "text_to_c4.json").read_text())["settings"]
 
 
 def test_rerun_skips_refuses_other_settings_and_step1_reads_it(tmp_path, inputs, capsys):
