@@ -32,7 +32,8 @@ from datetime import datetime, timezone
 from typing import List, Optional, Sequence, Tuple
 
 from study.plan import Plan
-from study.settings import FIELDS, StudyConfig, UsageError, changed_settings, defaults, merged_text, recorded_text
+from study.settings import (FIELDS, StudyConfig, UsageError, changed_settings, declared_comment, defaults, merged_text,
+                            recorded_text, refusal)
 from study.stages import BY_NAME, STAGES, PartFailed, Stage, needs_done, note
 from study.timings import code_version, timing_line
 from tupe_common.errors import exit_main
@@ -67,7 +68,9 @@ def machine() -> str:
 
 
 def check_settings(plan: Plan) -> None:
-    """The recorded settings of OUT (written by the first run); a run with others is refused."""
+    """The recorded settings of OUT, the study's declaration: written by the first run, before any part, under a
+    first line saying when and at which commit (``# declared ...``); a run whose settings mean otherwise is
+    refused (study.settings.changed_settings)."""
     now, path = recorded_text(plan.config), plan.path("settings.env")
     os.makedirs(plan.out, exist_ok=True)
     from tupe_common.io import write_text
@@ -77,12 +80,12 @@ def check_settings(plan: Plan) -> None:
             recorded = f.read()
         diff = changed_settings(recorded, now)
         if diff:
-            raise UsageError(f"{path} (line: recorded <, now >) differs from this run's settings:\n" + "\n".join(diff)
-                             + "\nA study compares variants under one setting: use another OUT, or set these back.")
+            raise refusal(path, diff, "this run's settings", "a study compares its variants under the one design it "
+                          "declared: use another OUT, or set these back")
         if merged_text(recorded, now) != recorded:  # e.g. the first run with ELECTRA records its settings
             write_text(path, merged_text(recorded, now))
     else:
-        write_text(path, now)
+        write_text(path, declared_comment(datetime.now(timezone.utc), code_version()) + now)
 
 
 def check_names(environ) -> None:
