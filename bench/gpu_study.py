@@ -23,10 +23,13 @@ seeds to it (docs/study.md, "The study on one GPU").
 The settings are the study's, from the environment as for ``study.sh``, with these defaults: ``VARIANTS=bert-a
 tupe-r``, ``OBJECTIVES=mlm``, ``TASKS=none`` (no fine-tuning; ``TASKS=auto`` fine-tunes on the data's tasks),
 ``ENDPOINTS="final_loss:tupe-r:bert-a loss_auc:tupe-r:bert-a"`` and ``EQUIVALENCE_BITS=0.05`` when both models are
-in the study (``none`` otherwise), ``GENERATOR_SIZE_DIVISOR=4`` (for ``OBJECTIVES="mlm electra"``). ENDPOINTS is
-recorded in ``OUT/settings.env`` by the first call, before its first pre-training starts, and a later call that
-changes it is refused. The preset is the one the data was prepared for (gpu-9min; ``PRESET`` of the environment is
-ignored); ``PRETRAIN_SEEDS`` of the environment is ignored too (``--seeds``). A part still running when the budget
+in the study (``none`` otherwise), ``GENERATOR_SIZE_DIVISOR=4`` (for ``OBJECTIVES="mlm electra"``). The design
+(VARIANTS, ENDPOINTS and the rest of the study's recorded settings) is recorded in ``OUT/settings.env`` by the first
+call, before its first pre-training starts, and a later call that changes it is refused. The design is sequential
+in its seeds: ``PRETRAIN_SEEDS`` of the environment is ignored (``--seeds``), and each call rewrites the recorded
+``PRETRAIN_SEEDS`` line itself to the seeds so far (the finished ones and its own), under a comment line saying so;
+every other recorded line stays as declared. The preset is the one the data was prepared for (gpu-9min; ``PRESET``
+of the environment is ignored). A part still running when the budget
 less ``--reserve-s`` (25 s) is spent is stopped, and the report is written from what finished (its "Missing parts"
 name the rest; the next call redoes a stopped seed). ``--dry-run`` runs the same on CPU (``GPUS=0``) at the size
 of the data's preset (the tests: ``tiny``). ``--report-to DIR`` copies the study folder into DIR without its
@@ -63,7 +66,7 @@ from typing import Dict, List, Optional, Sequence, Tuple  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from study.settings import StudyConfig, UsageError, changed_settings, read, recorded_text  # noqa: E402
+from study.settings import StudyConfig, UsageError, changed_settings, read, recorded_text, refusal  # noqa: E402
 from tupe_common.tunables import items  # noqa: E402
 from tupe_common.jobs import cores  # noqa: E402
 
@@ -164,7 +167,10 @@ def model_labels(env: Dict[str, str]) -> List[str]:
     if ":" in env["VARIANTS"]:
         raise UsageError(f"VARIANTS={env['VARIANTS']}: this command chooses the pre-training seeds (--seeds); name "
                          "the variants without seeds")
-    names = list(dict.fromkeys(n.replace("_", "-") for n in items(env["VARIANTS"])))
+    names = [n.replace("_", "-") for n in items(env["VARIANTS"])]
+    twice = [n for i, n in enumerate(names) if n in names[:i]]
+    if twice:  # refused before any work, as the study's plan would after the install
+        raise UsageError(f"VARIANTS={env['VARIANTS']}: {twice[0]} is named twice; name each variant once")
     if "all" in names:
         from study.plan import parse_variants, registry
 
@@ -189,6 +195,35 @@ def call_seeds(finished: Sequence[int], n: int) -> List[int]:
             seeds.append(s)
         s += 1
     return seeds
+
+
+SEQUENTIAL = ("# PRETRAIN_SEEDS: the seeds so far of a sequential design: each call of bench/gpu_study.py adds its "
+              "--seeds and rewrites the next line; every other line is declared once, and a call that changes one is "
+              "refused\n")
+
+
+def seeds_recorded(text: str, seeds: str) -> str:
+    """The settings.env ``text`` with its PRETRAIN_SEEDS line set to ``seeds`` (the seeds so far: the finished ones
+    and this call's), under the SEQUENTIAL comment; unchanged without such a line (a study recorded before
+    PRETRAIN_SEEDS was: it is not compared)."""
+    lines = text.splitlines(keepends=True)
+    at = next((i for i, line in enumerate(lines) if line.startswith("PRETRAIN_SEEDS=")), None)
+    if at is None:
+        return text
+    lines[at] = f"PRETRAIN_SEEDS={seeds}\n"
+    if at == 0 or lines[at - 1] != SEQUENTIAL:
+        lines.insert(at, SEQUENTIAL)
+    return "".join(lines)
+
+
+def record_seeds(path: Path, seeds: str) -> None:
+    """``path`` (OUT/settings.env), where it exists, with this call's seeds so far (:func:`seeds_recorded`)."""
+    from tupe_common.io import write_text
+
+    if path.is_file():
+        text = path.read_text(encoding="utf-8")
+        if seeds_recorded(text, seeds) != text:
+            write_text(path, seeds_recorded(text, seeds))
 
 
 def settings_env(manifest: dict, data: Path, out: Path, dry_run: bool, seeds_per_call: int
@@ -226,11 +261,12 @@ def settings_env(manifest: dict, data: Path, out: Path, dry_run: bool, seeds_per
                          "gpu-study-data with these settings, or leave them to the data's preset")
     recorded = out / "settings.env"
     if recorded.is_file():
-        diff = changed_settings(recorded.read_text(encoding="utf-8"), recorded_text(config))
+        # the seeds so far are this call's to record (SEQUENTIAL); every other line is compared by its meaning
+        diff = changed_settings(seeds_recorded(recorded.read_text(encoding="utf-8"), env["PRETRAIN_SEEDS"]),
+                                recorded_text(config))
         if diff:
-            raise UsageError(f"{recorded} (line: recorded <, now >) differs from this call's settings:\n"
-                             + "\n".join(diff) + "\nA call adds seeds to the study it was started as: use another "
-                             "--out, or set these back.")
+            raise refusal(str(recorded), diff, "this call's settings", "a call adds seeds to the study it was "
+                          "started as: use another --out, or set these back")
     return env, finished, seeds
 
 
@@ -286,16 +322,19 @@ def stop(p: subprocess.Popen) -> None:
 def plan_parts(env: Dict[str, str], after: Sequence[str]) -> Tuple[List[str], List[Tuple[int, str]], Dict[str, int]]:
     """The study's plan from ``env``, in this process (what ``study.sh --list`` prints): every model's label and seed
     ("bert-a 1"), the pre-trainings still to do (index, label) and the number of parts still to do of each stage of
-    ``after``. ``OUT/settings.env`` is written (or checked) here, as the study's first part would: the declared
-    comparisons are recorded before the first pre-training starts, and the pre-trainings then start at once without
-    two writers of it. A usage error exits 2."""
+    ``after``. ``OUT/settings.env`` is written (or checked) here, as the study's first part would, its PRETRAIN_SEEDS
+    line this call's seeds so far (:func:`record_seeds`): the design is recorded before the first pre-training
+    starts, and the pre-trainings then start at once without two writers of it. A usage error exits 2."""
     from study.__main__ import check_settings, part_label
     from study.plan import Plan
     from study.stages import BY_NAME
 
     try:
         plan = Plan.from_environ(env)
+        recorded = Path(plan.path("settings.env"))
+        record_seeds(recorded, env["PRETRAIN_SEEDS"])  # a later call: its seeds so far, before the check
         check_settings(plan)
+        record_seeds(recorded, env["PRETRAIN_SEEDS"])  # the first call: the line just written, under its comment
     except UsageError as e:
         print(f"gpu_study: error: {e}", file=sys.stderr)
         raise SystemExit(2) from None

@@ -32,7 +32,8 @@ from datetime import datetime, timezone
 from typing import List, Optional, Sequence, Tuple
 
 from study.plan import Plan
-from study.settings import FIELDS, StudyConfig, UsageError, changed_settings, defaults, merged_text, recorded_text
+from study.settings import (FIELDS, StudyConfig, UsageError, changed_settings, declared_comment, defaults, merged_text,
+                            recorded_text, refusal)
 from study.stages import BY_NAME, STAGES, PartFailed, Stage, declare_choice, needs_done, note
 from study.timings import code_version, timing_line
 from tupe_common.errors import exit_main
@@ -67,7 +68,9 @@ def machine() -> str:
 
 
 def check_settings(plan: Plan) -> None:
-    """The recorded settings of OUT (written by the first run); a run with others is refused."""
+    """The recorded settings of OUT, the study's declaration: written by the first run, before any part, under a
+    first line saying when and at which commit (``# declared ...``); a run whose settings mean otherwise is
+    refused (study.settings.changed_settings)."""
     now, path = recorded_text(plan.config), plan.path("settings.env")
     os.makedirs(plan.out, exist_ok=True)
     from tupe_common.io import write_text
@@ -77,12 +80,12 @@ def check_settings(plan: Plan) -> None:
             recorded = f.read()
         diff = changed_settings(recorded, now)
         if diff:
-            raise UsageError(f"{path} (line: recorded <, now >) differs from this run's settings:\n" + "\n".join(diff)
-                             + "\nA study compares variants under one setting: use another OUT, or set these back.")
+            raise refusal(path, diff, "this run's settings", "a study compares its variants under the one design it "
+                          "declared: use another OUT, or set these back")
         if merged_text(recorded, now) != recorded:  # e.g. the first run with ELECTRA records its settings
             write_text(path, merged_text(recorded, now))
     else:
-        write_text(path, now)
+        write_text(path, declared_comment(datetime.now(timezone.utc), code_version()) + now)
 
 
 def check_names(environ) -> None:
@@ -232,21 +235,41 @@ def run_all(plan: Plan, lanes: int = 1, only: Optional[Sequence[str]] = None) ->
 
 def plan_power(pilot: str) -> int:
     """--plan PILOT: the declared comparisons' seeds for 80% / 90% power from the pilot, and the pre-training time.
-    Writes nothing (OUT is not needed)."""
+    It needs ENDPOINTS alone: the models are the endpoints' (VARIANTS' when it is set), and the power with the
+    study's seeds is given only when they are declared (PRETRAIN_SEEDS or VARIANTS set), else per seed count.
+    Writes nothing (OUT, TASKS are not needed)."""
     from study.endpoints import parse_endpoints
+    from study.plan import check_once, parse_variants, registry
     from study.power import pilot_values, plan_text, pretrain_seconds
+    from study.settings import read
 
     if not os.path.exists(pilot):
         raise UsageError(f"--plan {pilot}: no such study folder or study.csv")
-    plan = Plan.from_environ(dict(os.environ, OUT=os.environ.get("OUT") or "runs/plan"))
-    mlm = [e for e in plan.variants if e.objective == "mlm"]
-    endpoints = parse_endpoints(plan.config.ENDPOINTS, {e.label: e.seeds for e in mlm})
-    if not endpoints:
+    c = read(os.environ)
+    if c.ENDPOINTS.strip() in ("", "none"):
         raise UsageError("--plan needs ENDPOINTS: the comparisons to plan for (e.g. "
                          "ENDPOINTS=\"final_loss:tupe-r:bert-a loss_auc:tupe-r:bert-a\")")
-    values, source = pilot_values(pilot, sorted({m for e in endpoints for m in (e.a, e.b)}))
-    seeds = min(len(set(plan.entry(e.a).seeds) & set(plan.entry(e.b).seeds)) for e in endpoints)
-    print(plan_text(endpoints, values, source, pretrain_seconds(pilot), len(plan.variants), seeds), end="")
+    known = registry()
+    seeds_set = bool(os.environ.get("PRETRAIN_SEEDS") or os.environ.get("VARIANTS"))
+    if os.environ.get("PRETRAIN_SEEDS"):
+        check_once(f"PRETRAIN_SEEDS='{c.text('PRETRAIN_SEEDS')}'", c.PRETRAIN_SEEDS, "seed")
+    if os.environ.get("VARIANTS"):
+        variants = parse_variants(c.VARIANTS, c.PRETRAIN_SEEDS, known)
+        seeds = {e.name: e.seeds for e in variants}
+        models = len(variants) * len(c.OBJECTIVES)
+    else:  # the endpoints' models, each with PRETRAIN_SEEDS, or (not declared) with any 2 seeds for the checks
+        names = dict.fromkeys(n.replace("_", "-") for entry in c.ENDPOINTS.split() for n in entry.split(":")[1:3])
+        seeds = {n: tuple(c.PRETRAIN_SEEDS) if seeds_set else (1, 2) for n in names}
+        models = 0
+    endpoints = parse_endpoints(c.ENDPOINTS, seeds)
+    unknown = [n for n in dict.fromkeys(m for e in endpoints for m in (e.a, e.b)) if n not in known]
+    if unknown:
+        raise UsageError(f"ENDPOINTS: '{unknown[0]}' is not a registered variant; the registered ones, in registry "
+                         f"order: {' '.join(known)}")
+    used = sorted({m for e in endpoints for m in (e.a, e.b)})
+    values, source = pilot_values(pilot, used)
+    n_seeds = min(len(set(seeds[e.a]) & set(seeds[e.b])) for e in endpoints) if seeds_set else None
+    print(plan_text(endpoints, values, source, pretrain_seconds(pilot), models or len(used), n_seeds), end="")
     return 0
 
 

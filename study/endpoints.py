@@ -119,6 +119,7 @@ def parse_endpoints(text: str, seeds: Mapping[str, Sequence[int]]) -> List[Endpo
         if any(_same(e, f) for f in out):
             raise UsageError(f"ENDPOINTS entry '{entry}' is given twice")
         out.append(e)
+    refuse_repeated_questions(text.split(), out)
     return out
 
 
@@ -153,6 +154,20 @@ def updates_to(curve: Mapping[int, float], target: float, budget: int) -> Tuple[
             return u0 + (l0 - target) / (l0 - loss) * (u - u0), False
         before = (u, loss)
     return float(budget), True
+
+
+def refuse_repeated_questions(entries: Sequence[str], endpoints: Sequence[Endpoint]) -> None:
+    """One question asked twice in one declaration is a UsageError naming both entries: ``final_loss:tupe-r:bert-a``
+    and ``final_loss:bert-a:tupe-r`` are one two-sided test of the same pair on the same measure (its p-value is the
+    same), so the family would count it twice and Holm's correction would be wrong. ``entries``: the written
+    entries, one per endpoint."""
+    asked: Dict[tuple, str] = {}  # (measure, target, {A, B}) -> the entry that asked it
+    for entry, e in zip(entries, endpoints):
+        question = (e.measure, e.target_bits(-1.0), frozenset((e.a, e.b)))
+        if question in asked:
+            raise UsageError(f"ENDPOINTS entries '{asked[question]}' and '{entry}' ask one question ({e.measure} of "
+                             f"{e.a} against {e.b}, a two-sided test either way round): declare it once")
+        asked[question] = entry
 
 
 def parse_margin(text: str) -> Optional[float]:

@@ -50,12 +50,13 @@ def registry() -> Dict[str, str]:
     return variant_about()
 
 
-def parse_variants(text: str, default_seeds: Sequence[int], known: Mapping[str, str]) -> List[Entry]:
-    """VARIANTS -> entries in report order. ``all`` is every registered variant in registry order; an entry
-    NAME:S1,S2 gives a variant its own seeds (also after ``all``: ``all bert-a:1,2,3`` keeps bert-a in its
-    registry place). A name that is not registered is a UsageError naming the registered ones."""
-    order: List[str] = []
-    seeds: Dict[str, Tuple[int, ...]] = {}
+def variant_entries(text: str) -> List[Tuple[str, Optional[Tuple[int, ...]]]]:
+    """VARIANTS as written -> its entries (name with dashes, its own seeds or None), in the order given; ``all`` is
+    the entry ``("all", None)``. A malformed entry, a name given twice (``tupe-r tupe_r``, ``bert-a bert-a:1,2``:
+    one variant is one entry, with its seeds) or a seed given twice in one entry (``bert-a:1,1``) is a UsageError.
+    A name is not checked against the registry here (:func:`parse_variants`)."""
+    out: List[Tuple[str, Optional[Tuple[int, ...]]]] = []
+    given: Dict[str, str] = {}  # name -> the entry that gave it
     for entry in text.replace(",", " ").split() if ":" not in text else _entries(text):
         m = re.fullmatch(r"([a-z0-9_-]+)(?::([0-9]+(?:,[0-9]+)*))?", entry)
         if not m and "+" in entry:
@@ -64,6 +65,25 @@ def parse_variants(text: str, default_seeds: Sequence[int], known: Mapping[str, 
         if not m:
             raise UsageError(f"VARIANTS entry '{entry}': write NAME or NAME:SEED,SEED (e.g. bert-a:1,2), or all")
         name = m.group(1).replace("_", "-")
+        if name in given:
+            raise UsageError(f"VARIANTS entries '{given[name]}' and '{entry}' name {name} twice: name each variant "
+                             "once (with its own seeds, NAME:1,2, if it has them)")
+        given[name] = entry
+        seeds = tuple(int(s) for s in m.group(2).split(",")) if m.group(2) else None
+        if seeds is not None:
+            check_once(f"VARIANTS entry '{entry}'", seeds, "seed")
+        out.append((name, seeds))
+    return out
+
+
+def parse_variants(text: str, default_seeds: Sequence[int], known: Mapping[str, str]) -> List[Entry]:
+    """VARIANTS -> entries in report order. ``all`` is every registered variant in registry order; an entry
+    NAME:S1,S2 gives a variant its own seeds (also after ``all``: ``all bert-a:1,2,3`` keeps bert-a in its
+    registry place). A name that is not registered is a UsageError naming the registered ones; so is a name or a
+    seed given twice (:func:`variant_entries`)."""
+    order: List[str] = []
+    seeds: Dict[str, Tuple[int, ...]] = {}
+    for name, own in variant_entries(text):
         if name == "all":
             order += [n for n in known if n not in order]
             continue
@@ -72,8 +92,8 @@ def parse_variants(text: str, default_seeds: Sequence[int], known: Mapping[str, 
                              f"registry order: {' '.join(known)} (or all)")
         if name not in order:
             order.append(name)
-        if m.group(2):
-            seeds[name] = tuple(int(s) for s in m.group(2).split(","))
+        if own:
+            seeds[name] = own
     if not order:
         raise UsageError("VARIANTS must not be empty")
     return [Entry(n, seeds.get(n, tuple(default_seeds))) for n in order]
@@ -82,6 +102,34 @@ def parse_variants(text: str, default_seeds: Sequence[int], known: Mapping[str, 
 def _entries(text: str) -> List[str]:
     """Space-separated entries; names without seeds may also be separated by commas."""
     return [e for token in text.split() for e in ([token] if ":" in token else token.split(","))]
+
+
+def check_once(what: str, values: Sequence, noun: str) -> None:
+    """Each value of a declared list once, by value (``1e-3`` and ``0.001`` are one LR): a repeat is a UsageError
+    naming both spellings. A repeated seed would train one model twice under two names, a repeated LR sweep one
+    point twice; neither is what a declaration means."""
+    seen: Dict[float, str] = {}
+    for v in values:
+        if float(v) in seen:
+            same = f"{noun} {v} is given twice" if str(v) == seen[float(v)] else \
+                f"{seen[float(v)]} and {v} are one {noun} ({float(v):g}), given twice"
+            raise UsageError(f"{what}: {same}; give each {noun} once")
+        seen[float(v)] = str(v)
+
+
+def check_design(c: StudyConfig, variants: Sequence[Entry]) -> None:
+    """The declared lists, each value once (:func:`check_once`), and the sweep's seeds apart from the
+    confirmation's: a sweep seed that is also a confirmation seed would choose the LR on the very runs that
+    then test it."""
+    check_once(f"PRETRAIN_SEEDS='{c.text('PRETRAIN_SEEDS')}'", c.PRETRAIN_SEEDS, "seed")
+    check_once(f"SWEEP_SEEDS='{c.text('SWEEP_SEEDS')}'", c.SWEEP_SEEDS, "seed")
+    check_once(f"LR_GRID='{c.text('LR_GRID')}'", c.LR_GRID, "LR")
+    confirmation = set(c.PRETRAIN_SEEDS) | {s for e in variants for s in e.seeds}
+    shared = sorted(set(c.SWEEP_SEEDS) & confirmation)
+    if shared:
+        raise UsageError(f"SWEEP_SEEDS='{c.text('SWEEP_SEEDS')}' shares seed(s) {' '.join(map(str, shared))} with the "
+                         "confirmation seeds (PRETRAIN_SEEDS and the variants' own): the sweep chooses each LR on "
+                         "seeds of its own, so that the confirmation tests it on fresh ones")
 
 
 def check_generator(config: StudyConfig, variant: str) -> None:
@@ -184,6 +232,7 @@ class Plan:
                 raise UsageError("LR_GRID sweeps MLM models only: set OBJECTIVES=mlm, or LR_GRID=none")
         known = registry() if known is None else known
         variants = parse_variants(c.VARIANTS, c.PRETRAIN_SEEDS, known)
+        check_design(c, variants)
         if "electra" in c.OBJECTIVES:
             check_generator(c, variants[0].name)
         # objective-major: the MLM entries in VARIANTS order, then the same variants with ELECTRA

@@ -22,6 +22,7 @@ from study.endpoints import UPDATES_TO, Endpoint, curve_auc
 from study.stats import t_quantile
 
 MAX_SEEDS = 100  # beyond this the plan says "more than 100"
+SEED_COUNTS = (3, 6, 10)  # the power shown when the study's seeds are not declared yet
 
 
 def _normal_sf(x: float) -> float:
@@ -107,15 +108,20 @@ def pretrain_seconds(pilot: str) -> List[int]:
 
 
 def plan_text(endpoints: Sequence[Endpoint], values: Mapping[str, Mapping[str, Mapping[int, float]]], source: str,
-              seconds: Sequence[int], models: int, seeds: int, lanes: int = 2) -> str:
-    """The plan: per declared comparison the pilot's per-seed differences, d, and the seeds for 80% and 90% power;
-    then the pre-training time of ``models`` x ``seeds`` at the pilot's pace."""
+              seconds: Sequence[int], models: int, seeds: Optional[int], lanes: int = 2) -> str:
+    """The plan: per declared comparison the pilot's per-seed differences, d, and the seeds for 80% and 90% power,
+    and the power with the study's ``seeds`` (None, no seeds declared: with each of SEED_COUNTS seeds); then the
+    pre-training time of ``models`` x ``seeds`` (per seed when None) at the pilot's pace."""
     m = len(endpoints)
     alpha = 0.05 / m
+    counts = [seeds] if seeds is not None else list(SEED_COUNTS)
     L = [f"Pilot: {source}.", f"Declared family: {m} comparison(s); power at the first Holm step, alpha = 0.05 / {m} "
-         f"= {alpha:.4g} (two-sided paired t-test over pre-training seeds).", "",
-         "comparison | pilot seeds | per-seed differences | mean | SD | d = |mean|/SD | seeds for 80% | seeds for 90% "
-         f"| power with {seeds} seeds"]
+         f"= {alpha:.4g} (two-sided paired t-test over pre-training seeds)."]
+    if seeds is None:
+        L.append(f"No seeds declared (PRETRAIN_SEEDS and VARIANTS unset): the power is given per seed count, with "
+                 f"{', '.join(map(str, counts))} seeds.")
+    L += ["", "comparison | pilot seeds | per-seed differences | mean | SD | d = |mean|/SD | seeds for 80% | seeds for "
+          f"90% | power with {' / '.join(map(str, counts))} seeds"]
     for e in endpoints:
         if e.measure == UPDATES_TO:
             L.append(f"{e.label} | — | — | — | — | — | — | — | — (a sign test over seeds: this t-test plan does not "
@@ -129,11 +135,17 @@ def plan_text(endpoints: Sequence[Endpoint], values: Mapping[str, Mapping[str, M
         mean, sd = statistics.mean(diffs), statistics.stdev(diffs)
         d = abs(mean) / sd if sd > 0 else math.inf
         need = ["—" if math.isinf(d) else str(seeds_needed(d, p, alpha) or f"more than {MAX_SEEDS}") for p in (0.8, 0.9)]
-        now = "—" if math.isinf(d) or seeds < 2 else f"{paired_t_power(d, seeds, alpha):.2f}"
+        now = " / ".join("—" if math.isinf(d) or n < 2 else f"{paired_t_power(d, n, alpha):.2f}" for n in counts)
         L.append(f"{e.label} | {len(diffs)} | {', '.join(f'{x:+.4f}' for x in diffs)} | {mean:+.4f} | {sd:.4f} | "
                  f"{d:.2f} | {need[0]} | {need[1]} | {now}")
     L.append("")
-    if seconds:
+    if seconds and seeds is None:
+        each = statistics.mean(seconds)
+        total = models * each
+        L.append(f"Pre-training: {models} model(s) at about {each / 60:.1f} min per run (the pilot's mean over "
+                 f"{len(seconds)} part(s)): {total / 3600:.1f} h of part time per seed, about {total / lanes / 3600:.1f} "
+                 f"h with --lanes {lanes} (on the pilot's machine, as busy as it was).")
+    elif seconds:
         each = statistics.mean(seconds)
         total = models * seeds * each
         L.append(f"Pre-training: {models} model(s) x {seeds} seed(s) = {models * seeds} runs of about {each / 60:.1f} "

@@ -13,8 +13,10 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import sys
 from dataclasses import dataclass
-from typing import Any, ClassVar, Dict, List, Mapping, Optional, Tuple
+from datetime import datetime, timezone
+from typing import Any, Callable, ClassVar, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from tupe_common.errors import UsageError  # the project's one (study.plan, study.__main__ import it from here)
 from tupe_common.tunables import Say, Settings, fits, parse, setting
@@ -32,7 +34,9 @@ def preset_setting(help: str, kind: str = "", **extra: Any) -> Any:
 class StudyConfig(Settings):
     """The study's settings, named as pre-training's and fine-tuning's where they are theirs (SENTENCES_PER_UPDATE,
     LR, LRS, EPOCHS, SENTENCES_PER_BATCH, EXTRA_ARGS: passed on as they are). ``recorded``: part of OUT/settings.env
-    (a rerun with another value is refused); ``objective``: recorded only once the study has models of it."""
+    (a rerun with another value is refused); ``objective``: recorded only once the study has models of it;
+    ``skip_unrecorded``: recorded since the declaration became the whole design (VARIANTS, PRETRAIN_SEEDS): a
+    settings.env written before lacks its line, and such an older study is neither compared on it nor given it."""
 
     # old name -> new name: an old name still sets the new one (with a warning), and reads so in a recorded settings.env
     RENAMED: ClassVar[Mapping[str, str]] = {"BATCH_SIZE": "SENTENCES_PER_UPDATE", "PRETRAIN_LR": "LR", "FT_LRS": "LRS",
@@ -47,12 +51,14 @@ class StudyConfig(Settings):
     TASKS_DIR: str = setting("", "tasks in GLUE layout: TASKS_DIR/TASK/{train,dev}.tsv")
     TASKS: str = setting("auto", "tasks to fine-tune (auto: every folder of TASKS_DIR with train.tsv and dev.tsv; none)")
     VARIANTS: str = setting("bert-a bert-r tupe-a tupe-r", "registered variant names in report order (all: every one, "
-                            "in registry order; NAME:1,2: that variant's own pre-training seeds)")
+                            "in registry order; NAME:1,2: that variant's own pre-training seeds)", recorded=True,
+                            skip_unrecorded=True)
     OBJECTIVES: Tuple[str, ...] = setting("mlm", "pre-training objectives, each for every variant: mlm (RoBERTa masked "
                                           "LM), electra (replaced-token detection; its runs are V+electra)",
                                           "[mlm/electra]")
     PRETRAIN_SEEDS: Tuple[int, ...] = setting("1", "pre-training seeds of every variant without its own (same data "
-                                              "order and masks per seed)", "[int0]")
+                                              "order and masks per seed)", "[int0]", recorded=True,
+                                              skip_unrecorded=True)
     LR_GRID: Tuple[float, ...] = setting("none", "the learning-rate sweep: pre-training peak LRs each variant is "
                                          "trained with on SWEEP_SEEDS before the confirmation; each variant then "
                                          "pre-trains at the LR that LR_RULE chooses (docs/study.md; none: no sweep, "
@@ -175,28 +181,98 @@ def recorded_text(config: StudyConfig) -> str:
     return "".join(f"{name}={value}\n" for name, value in config.recorded().items())
 
 
+def declared_comment(when: datetime, commit: str) -> str:
+    """The first line of a settings.env, written once with it: when the declaration was made and at which commit
+    of this code (``study.timings.code_version``), so that a publication can say what was declared before what."""
+    return f"# declared {when.astimezone(timezone.utc):%Y-%m-%dT%H:%M:%SZ} at commit {commit}\n"
+
+
 def _lines(text: str) -> Dict[str, str]:
-    """NAME=value lines; an old name (a study recorded before the renaming) read as its new one."""
-    pairs = (line.split("=", 1) for line in text.splitlines() if "=" in line)
+    """NAME=value lines; an old name (a study recorded before the renaming) read as its new one. A comment line
+    (``#``: the declared-at line, a note) is not a setting."""
+    pairs = (line.split("=", 1) for line in text.splitlines() if "=" in line and not line.lstrip().startswith("#"))
     return {StudyConfig.RENAMED.get(name, name): value for name, value in pairs}
 
 
-def _same(name: str, a: str, b: str) -> bool:
-    """Two written values of setting ``name`` mean the same (``5e-4,1e-3`` and ``5e-4 1e-3``; 1e-3 and 0.001)."""
+def _sorted_values(kind: str) -> Callable[[str], Any]:
+    """A list setting whose order means nothing: its values, sorted (``2 1`` is ``1 2``; ``1e-3 3e-4`` is
+    ``3e-4 0.001``). A repeated value is refused when the study reads it (study.plan), so a sorted tuple is its set."""
+    return lambda text: tuple(sorted(parse(kind, text)))
+
+
+def _variants_meaning(text: str) -> Any:
+    """VARIANTS: the set of (variant, its own seeds as a set, or None: PRETRAIN_SEEDS'), names with dashes.
+    Its order is the report's order of display only: the same variants with the same seeds are one design, so
+    ``tupe-r bert-a`` resumes a study declared as ``bert-a tupe-r``. ``all`` stays the word (what it names
+    depends on the registry of the day), and a variant without its own seeds is not resolved against
+    PRETRAIN_SEEDS here (that is its own setting, compared on its own)."""
+    from study.plan import variant_entries  # study.plan imports this module
+
+    return frozenset((name, None if seeds is None else tuple(sorted(seeds))) for name, seeds in variant_entries(text))
+
+
+def _endpoints_meaning(text: str) -> Any:
+    """ENDPOINTS: the set of (measure, A, B), model names with dashes (``tupe_r`` is ``tupe-r``), in any order
+    (one Holm family; the order is the report's display only). A:B and B:A stay apart: one question (refused as a
+    repeat within one declaration, study.endpoints), but the report's signs and intervals follow its direction."""
+    if text.strip() in ("", "none"):
+        return frozenset()
+    entries = [entry.split(":") for entry in text.split()]
+    if any(len(parts) != 3 for parts in entries):
+        raise ValueError(text)
+    def measure(m: str) -> str:  # a target in bits by value: updates_to@9 is updates_to@9.0
+        name, at, target = m.partition("@")
+        return f"{name}@{float(target)!r}" if at and fits("num", target) else m
+
+    return frozenset((measure(m), a.replace("_", "-"), b.replace("_", "-")) for m, a, b in entries)
+
+
+# setting -> its canonical value, where more than its kind's parse (below): the settings whose written order or
+# spelling says nothing of the design. Every other setting means its kind's parse (5e-4,1e-3 is 5e-4 1e-3; 1e-3 is
+# 0.001), or its text when it is not of its kind.
+MEANINGS: Dict[str, Callable[[str], Any]] = {
+    "VARIANTS": _variants_meaning,
+    "PRETRAIN_SEEDS": _sorted_values("[int0]"),
+    "SWEEP_SEEDS": _sorted_values("[int0]"),
+    "LR_GRID": _sorted_values("[num+]"),
+    "ENDPOINTS": _endpoints_meaning,
+}
+
+
+def canonical(name: str, text: str) -> Any:
+    """What the written value ``text`` of setting ``name`` means: one value per meaning, so that two spellings of
+    one declaration compare equal (:func:`_same`). A text that is not of the setting's kind, or not parsed, means
+    itself."""
     kind = FIELDS[name].metadata["kind"] if name in FIELDS else ""
-    if a == b or not (fits(kind, a) and fits(kind, b)):
-        return a == b
-    return parse(kind, a) == parse(kind, b)
+    if not fits(kind, text):
+        return text
+    try:
+        return MEANINGS[name](text) if name in MEANINGS else parse(kind, text)
+    except (ValueError, UsageError):
+        return text
+
+
+def _same(name: str, a: str, b: str) -> bool:
+    """Two written values of setting ``name`` mean the same (:func:`canonical`)."""
+    return a == b or canonical(name, a) == canonical(name, b)
+
+
+def _not_compared(name: str, old: Mapping[str, str]) -> bool:
+    """A setting a recorded settings.env lacks, and does not need: an objective's (the study had no models of
+    it) or one recorded only since (``skip_unrecorded``: the older study never declared it)."""
+    meta = FIELDS[name].metadata if name in FIELDS else {}
+    return name not in old and bool(meta.get("objective") or meta.get("skip_unrecorded"))
 
 
 def changed_settings(recorded: str, now: str) -> List[str]:
-    """Lines that differ between a recorded settings.env and this run's ('< old', '> new'); a setting that
-    an older study did not record is compared only when the new value is not its default, except an
-    objective's setting: a study without that objective's models never used it."""
+    """Lines that differ in meaning between a recorded settings.env and this run's ('< old', '> new'); a setting
+    that an older study did not record is compared only when the new value is not its default, except an
+    objective's setting (a study without that objective's models never used it) and VARIANTS and PRETRAIN_SEEDS
+    (recorded since 2026-12: an older study's design was never declared)."""
     old, new = _lines(recorded), _lines(now)
     out = []
     for name, value in new.items():
-        if name not in old and FIELDS[name].metadata.get("objective"):
+        if _not_compared(name, old):
             continue
         before = old[name] if name in old else FIELDS[name].default
         if not _same(name, before, value):
@@ -204,9 +280,21 @@ def changed_settings(recorded: str, now: str) -> List[str]:
     return out
 
 
+def refusal(path: str, diff: Sequence[str], what: str, advice: str) -> UsageError:
+    """The refusal of a run whose settings differ in meaning from those recorded in ``path``: the differing lines
+    (``diff``, :func:`changed_settings`) are written to stderr here, and the error, to raise, is one line naming the
+    settings, so that the command's last line is its ``error:`` line."""
+    sys.stderr.write("".join(f"{line}\n" for line in diff))
+    sys.stderr.flush()
+    names = ", ".join(dict.fromkeys(line[2:].split("=", 1)[0] for line in diff))
+    return UsageError(f"{path} differs from {what} in {names} (the lines above: recorded <, now >); {advice}")
+
+
 def merged_text(recorded: str, now: str) -> str:
-    """settings.env after a run that ``changed_settings`` accepted: the recorded text, then this run's lines
-    that were not recorded yet (an objective's settings, once it has models)."""
+    """settings.env after a run that ``changed_settings`` accepted: the recorded text as it was (its comment lines
+    too), then this run's lines that were not recorded yet (an objective's settings, once it has models); an older
+    study is not given VARIANTS or PRETRAIN_SEEDS after the fact (it did not declare them before it ran)."""
     old = _lines(recorded)
-    added = "".join(f"{n}={v}\n" for n, v in _lines(now).items() if n not in old)
+    added = "".join(f"{n}={v}\n" for n, v in _lines(now).items()
+                    if n not in old and not (n in FIELDS and FIELDS[n].metadata.get("skip_unrecorded")))
     return recorded + ("\n" if recorded and not recorded.endswith("\n") and added else "") + added

@@ -261,9 +261,10 @@ def declare_choice(plan: Plan) -> Dict[str, float]:
         return chosen
     diff = sweep.differences(recorded, chosen, target)
     if diff:
-        raise UsageError(f"{path} (line: declared <, the sweep now >) declares another choice than the sweep gives:\n"
-                         + "\n".join(diff) + "\nThe confirmation runs at the LRs declared before it started: restore "
-                         "the sweep's runs as they were, or start a new study (another OUT).")
+        from study.settings import refusal
+
+        raise refusal(path, diff, "what the LR sweep gives now", "the confirmation runs at the LRs declared before it "
+                      "started: restore the sweep's runs as they were, or start a new study (another OUT)")
     return sweep.parse_chosen(recorded["CHOSEN_LRS"])
 
 

@@ -177,6 +177,8 @@ def test_the_first_call_declares_the_endpoints_and_tests_them_over_its_two_seeds
     settings = (d / "study" / "settings.env").read_text()
     assert "ENDPOINTS=final_loss:tupe-r:bert-a loss_auc:tupe-r:bert-a\n" in settings
     assert "EQUIVALENCE_BITS=0.05\n" in settings
+    assert settings.startswith("# declared ") and "\nVARIANTS=bert-a tupe-r\n" in settings
+    assert f"{gpu_study.SEQUENTIAL}PRETRAIN_SEEDS=1 2\n" in settings  # the seeds so far, rewritten by each call
     for model in ("bert-a", "tupe-r"):
         assert sorted(final_losses(d / "study", model)) == [1, 2]
     rows = {r["measure"]: r for r in csv.DictReader(open(d / "study" / "endpoints.csv"))}
@@ -220,6 +222,9 @@ def test_the_second_call_adds_the_next_seed_and_keeps_the_earlier_ones(dry):
     d = [a[s] - b[s] for s in (1, 2, 3)]
     assert float(rows["final_loss"]["mean"]) == pytest.approx(sum(d) / 3, abs=1e-6)
     assert "seeds finished before: 1, 2; this call: 3;" in p.stdout
+    settings = (back / "settings.env").read_text()  # the seeds line grew; the rest is as the first call declared it
+    assert settings == (dry["d"] / "study" / "settings.env").read_text().replace("PRETRAIN_SEEDS=1 2\n",
+                                                                                  "PRETRAIN_SEEDS=1 2 3\n")
     md = (back / "report.md").read_text()
     declared = md.split("## Declared comparisons (confirmatory)")[1].split("\n## ")[0]
     assert "| seed 1 | seed 2 | seed 3 |" in declared and "one Holm family of 2" in declared

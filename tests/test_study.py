@@ -1111,7 +1111,9 @@ def test_tiny_study_runs_each_part_once_in_stage_order(tiny_study):
 
 def test_tiny_study_records_its_settings_and_passes_no_deprecated_one(tiny_study):
     assert "differs from this run" not in tiny_study.log  # the first run records the settings
-    assert (tiny_study.out / "settings.env").read_text().startswith("PRESET=tiny\n")
+    first, rest = (tiny_study.out / "settings.env").read_text().split("\n", 1)  # the declared-at line, then the lines
+    assert re.fullmatch(r"# declared \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ at commit ([0-9a-f]{7,}(-dirty)?|unknown)", first)
+    assert rest.startswith("PRESET=tiny\n") and "\nVARIANTS=nope\nPRETRAIN_SEEDS=1\n" in rest
     assert len(tiny_study.part_logs) == 2  # pre-training's log and the fine-tuning run's
     deprecated = {name: line for name, text in tiny_study.part_logs.items() for line in text.splitlines()
                   if "is a deprecated name of" in line}
@@ -1213,7 +1215,17 @@ def test_tiny_study_lost_word_order_sets_say_how_to_redo_them(tiny_study):
 
 
 def test_tiny_study_second_variant_adds_only_its_parts_on_slurm(tiny_study):
-    slurm = study(tiny_study.out, "--slurm", **dict(tiny_study.env, VARIANTS="nope bert-a")).stdout
+    """A study declared with two variants of which one has run: --slurm lists only the other's parts. VARIANTS is
+    recorded (a second variant cannot join a study after it ran: refused), so the declaration is edited here."""
+    settings = tiny_study.out / "settings.env"
+    recorded = settings.read_text()
+    refused = study(tiny_study.out, "--slurm", check=False, **dict(tiny_study.env, VARIANTS="nope bert-a"))
+    assert refused.returncode == 2 and "< VARIANTS=nope\n> VARIANTS=nope bert-a" in refused.stderr
+    settings.write_text(recorded.replace("\nVARIANTS=nope\n", "\nVARIANTS=nope bert-a\n"))
+    try:
+        slurm = study(tiny_study.out, "--slurm", **dict(tiny_study.env, VARIANTS="nope bert-a")).stdout
+    finally:
+        settings.write_text(recorded)
     assert "prep=" not in slurm and "--array=1 train_scripts/study.sbatch pretrain" in slurm
     assert "--array=1 train_scripts/study.sbatch finetune" in slurm and "study.sbatch report" in slurm
     assert "--dependency=afterok:$finetune --array=1 train_scripts/study.sbatch order" in slurm
@@ -1383,14 +1395,16 @@ def test_an_out_folder_of_python_source_is_refused(starts_process):
 
 def test_variants_in_the_registrys_spelling_are_read_with_dashes():
     """VARIANTS=tupe_r (the registry's, the arch's spelling) is tupe-r: the study's folders, parts and report
-    name a variant as pretrain.sh's VARIANT does; a name known in neither spelling is refused."""
+    name a variant as pretrain.sh's VARIANT does (so both spellings at once name it twice: refused); a name known
+    in neither spelling is refused."""
     from study.plan import UsageError, parse_variants, registry
 
     known = registry()
     assert "tupe-r" in known and "tupe_r" not in known
     entries = parse_variants("tupe_r learned_gaussian:1,2 bert-a", [1], known)
     assert [(e.name, e.seeds) for e in entries] == [("tupe-r", (1,)), ("learned-gaussian", (1, 2)), ("bert-a", (1,))]
-    assert parse_variants("tupe_r tupe-r", [1], known) == parse_variants("tupe-r", [1], known)
+    with pytest.raises(UsageError, match="entries 'tupe_r' and 'tupe-r' name tupe-r twice"):  # one variant, twice
+        parse_variants("tupe_r tupe-r", [1], known)
     with pytest.raises(UsageError, match="'tupe-x' is not a registered variant"):
         parse_variants("tupe_x", [1], known)
 
