@@ -203,17 +203,19 @@ def run_all(plan: Plan, lanes: int = 1, only: Optional[Sequence[str]] = None) ->
     rounds = [stage for stage in stages if stage.name == "prep" or stage.name == "sweep" or lanes == 1]
     in_lanes = [stage for stage in stages if stage not in rounds]
     for stage in rounds:
-        while True:
-            todo = [part for part in stage.parts(plan) if not stage.done(plan, *part)]
-            if not todo:
+        ran: List[Tuple] = []
+        while True:  # one pass; the sweep again while new parts (its widened LRs) appear
+            parts = [part for part in stage.parts(plan) if part not in ran]
+            if not parts:
                 break
+            ran += parts
             before = len(failed)
             if lanes > 1 and stage.name != "prep":
                 failed += run_stages_in_lanes(plan, [stage], lanes)
             else:
-                for part in todo:
+                for part in parts:
                     try:
-                        run_part(plan, stage, part)
+                        run_part(plan, stage, part)  # a done part: noted and skipped
                     except PartFailed as e:
                         note(f"error: {e}")
                         failed.append(f"{stage.name} {part_label(part)}")

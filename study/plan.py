@@ -228,8 +228,6 @@ class Plan:
             if len(c.LR_GRID) < 2 or not c.SWEEP_SEEDS:
                 raise UsageError(f"LR_GRID='{c.text('LR_GRID')}' SWEEP_SEEDS='{c.text('SWEEP_SEEDS')}': a sweep needs "
                                  "two or more LRs and one or more sweep seeds (or neither: every variant at LR)")
-            if c.OBJECTIVES != ("mlm",):
-                raise UsageError("LR_GRID sweeps MLM models only: set OBJECTIVES=mlm, or LR_GRID=none")
         known = registry() if known is None else known
         variants = parse_variants(c.VARIANTS, c.PRETRAIN_SEEDS, known)
         check_design(c, variants)

@@ -137,7 +137,7 @@ def run_pretrain(plan: Plan, label: str, seed: int) -> int:
     """Pre-trains one confirmation model (at its LR: the sweep's declared choice, or LR), resuming from the
     checkpoint of an earlier sitting; returns that sitting's seconds (from the log), which the part's time includes
     (study.timings)."""
-    lr = declare_choice(plan)[label] if plan.config.LR_GRID else plan.config.LR
+    lr = declare_choice(plan).get(label, plan.config.LR) if plan.config.LR_GRID else plan.config.LR  # ELECTRA: LR
     return pretrain_into(plan, label, seed, plan.pretrain_dir(label, seed), lr)
 
 

@@ -31,7 +31,7 @@ import numpy as np
 
 VALID_BLOCKS = "valid_blocks.json"
 MIN_BLOCKS = 5000  # below it, VALID_STEPS=0 validates on a split too small for differences of a few hundredths
-LARGER_SPLIT = ("python -m preprocess.text_to_c4 ... --valid-fraction 0.14 (docs/datasets.md: the larger held-out "
+LARGER_SPLIT = ("python -m preprocess.text_to_c4 ... --valid-fraction 0.15 (docs/datasets.md: the larger held-out "
                 "split)")
 
 

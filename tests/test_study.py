@@ -1166,7 +1166,7 @@ def test_tiny_study_longer_inputs_at_t_are_the_logged_validation(tiny_study):
     assert f"scored on {len(per['block']):,} blocks of the held-out split" in md and "| nope | 1 |" in md
     problems = md.split("## Missing parts and problems")[1]
     assert f"the held-out split holds {counted['blocks']:,} blocks of 64 tokens" in problems  # VALID_STEPS=0, small
-    assert "--valid-fraction 0.14" in problems
+    assert "--valid-fraction 0.15" in problems
 
 
 def test_tiny_study_list_says_every_part_is_done(tiny_study):
@@ -1199,7 +1199,7 @@ def test_tiny_study_stages_runs_only_the_stages_named_then_the_report(tiny_study
     assert not re.search(r"(pretrain|finetune|order|longer) .*(done, skipping|finished)", p.stderr), p.stderr
     for bad in (["--stages", "report"], ["--lanes", "2", "--stages"], ["--stages", "locality", "--list"]):
         q = study(out, *bad, check=False, **tiny_study.env)
-        assert q.returncode == 2 and "study.sh: error: --stages S1,S2: stages of prep, pretrain," in q.stderr, (bad, q.stderr)
+        assert q.returncode == 2 and "study.sh: error: --stages S1,S2: stages of prep, sweep, pretrain," in q.stderr, (bad, q.stderr)
 
 
 def test_tiny_study_lost_word_order_sets_say_how_to_redo_them(tiny_study):

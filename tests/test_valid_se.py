@@ -77,7 +77,7 @@ def test_a_small_split_validated_whole_is_a_problem_with_its_count_and_fix(tmp_p
         assert line is None
         return
     assert "759 blocks of 128 tokens (82,612 tokens, about 12,506 masked), fewer than 5,000" in line
-    assert "VALID_STEPS=0" in line and "--valid-fraction 0.14" in line
+    assert "VALID_STEPS=0" in line and "--valid-fraction 0.15" in line
     assert valid_se.small_split_problem(str(tmp_path / "elsewhere")) is None  # nothing recorded: nothing said
 
 
