@@ -92,7 +92,8 @@ def symmetry(m: Any, *, dtype: Any = np.float64) -> Result:
 
     ``dtype`` is the precision of the deltas and of their scaling, cut-off included. The official code
     keeps the input's dtype, so pass ``dtype=np.float32`` to get what it returns for a float32 array or
-    tensor (e.g. 0.8925 instead of 0.7848 for the float32 ``cal_pos_att`` sinusoidal matrix, n=16).
+    tensor (e.g. 0.86-0.89 instead of 0.7848 for the float32 ``cal_pos_att`` sinusoidal matrix, n=16: the
+    float32 value follows the CPU's round-off of the matrix, which the cut-off magnifies).
     The official code raises ``ZeroDivisionError`` for ``n < 3`` (no row has neighbours on both sides);
     here the value is ``nan``, so batches of mixed content still work.
     """
