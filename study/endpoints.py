@@ -333,10 +333,22 @@ def family_tests(endpoints: Sequence[Endpoint], values: Mapping[str, Mapping[str
         if test is not None and margin is not None:
             r.p_tost = tost_p(list(diffs.values()), margin, resolution)
         out.append(r)
-    tested = [r for r in out if r.test is not None]
-    for r, adjusted in zip(tested, holm([r.test.p for r in tested])):
-        r.p_holm = adjusted
-    return out
+    return adjust_family(out)
+
+
+def adjust_family(results: List[EndpointResult]) -> List[EndpointResult]:
+    """Holm's correction over the declared family, whole: an endpoint not tested (too few seeds, an unresolved
+    target) counts with p = 1, so the family is never smaller than declared; its own adjusted p stays NaN (the
+    report names it "not tested"). The TOST p-values are adjusted across the same family (an endpoint with no
+    TOST, e.g. updates_to, counts with p = 1), so "equivalent" is a family-wise claim as "shown" is."""
+    tests = [r.test.p if r.test is not None else 1.0 for r in results]
+    for r, adjusted in zip(results, holm(tests)):
+        r.p_holm = adjusted if r.test is not None else math.nan
+    tost = [r.p_tost if not math.isnan(r.p_tost) else 1.0 for r in results]
+    for r, adjusted in zip(results, holm(tost) if results else []):
+        if not math.isnan(r.p_tost):
+            r.p_tost = adjusted
+    return results
 
 
 def interval_text(t: TTest) -> str:

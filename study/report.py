@@ -428,7 +428,7 @@ def _endpoint_lines(results: Sequence[EndpointResult], declared: str, total_upda
          "Measures: " + "; ".join(f"`{k}`: {v}" for k, v in measures.items()) + ".", ""]
     if t_rows:
         L += ["| declared comparison | " + "".join(f"seed {s} | " for s in seeds)
-              + "mean | SD over seeds | 95% t-interval | p | Holm p (family) | TOST p | verdict |",
+              + "mean | SD over seeds | 95% t-interval | p | Holm p (family) | TOST p (Holm) | verdict |",
               "|" + "---|" * (len(seeds) + 8)]
     for r in t_rows:
         t = r.test
@@ -440,8 +440,9 @@ def _endpoint_lines(results: Sequence[EndpointResult], declared: str, total_upda
                  f"{_p(t.p)} | {_p(r.p_holm)} | {_p(r.p_tost)} | **{r.verdict}** |")
     if t_rows:
         L += ["", f"A difference is shown when its Holm-adjusted p is at most {FAMILY_LEVEL:g}; it is called equivalent "
-              "only when the two one-sided tests against the declared margin both reject at 5% (TOST), and otherwise "
-              "it is **not resolved**: neither shown nor excluded.", ""]
+              "only when the two one-sided tests against the declared margin both reject (TOST), their p adjusted by "
+              f"Holm across the same family, at {FAMILY_LEVEL:g}; otherwise it is **not resolved**: neither shown nor "
+              "excluded. The family is the declared one, whole: a comparison not tested counts in it with p = 1.", ""]
     return L + (_updates_to_lines(u_rows, total_updates) if u_rows else [])
 
 
@@ -746,6 +747,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     for model in study:
         for run in model.seeds:
             logged = run.curve or run.electra.get(ELECTRA_KEYS[0], {})
+            diverged = [u for u, x in sorted(logged.items()) if not math.isfinite(x)]
+            if diverged:  # a NaN or infinite loss: named, left out, and the report goes on
+                problems.append(f"{model.name} seed {run.seed}: validation loss {logged[diverged[0]]} at update "
+                                f"{diverged[0]} (diverged): its losses are left out of every table and test")
+                run.curve, run.electra = {}, {}
+                continue
             if logged and max(logged) < args.total_updates:  # still running, or stopped: its last loss is no final
                 problems.append(f"{model.name} seed {run.seed}: pre-training unfinished (last validation at update "
                                 f"{max(logged)} of {args.total_updates}): its losses are left out until it finishes")

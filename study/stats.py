@@ -252,6 +252,9 @@ def normal_two_sided_crit(alpha: float) -> float:
     return _crossing(lambda z: math.erfc(z / math.sqrt(2)) > alpha)
 
 
+RESIDUE = 1e-12  # relative: a standard deviation this small beside the values is floating-point residue, not spread
+
+
 def t_test(values: Sequence[float], level: float = 0.95, sd_floor: float = 0.0, extra_se: float = 0.0) -> TTest:
     """Student's one-sample t-test of "the mean is 0" over n >= 2 values (here: one difference per pre-training
     seed), n - 1 degrees of freedom; the interval is mean +- t_{(1 + level) / 2, n - 1} se, se = s / sqrt(n).
@@ -267,12 +270,16 @@ def t_test(values: Sequence[float], level: float = 0.95, sd_floor: float = 0.0, 
 
     ``sd_floor``: s is taken as at least this. Values read from a log that keeps d decimals carry a rounding
     error of up to half a step each, so a spread below the step (10^-d) is not measured: with the floor at the
-    step, differences that agree to the last logged decimal are not made significant by their spread alone."""
+    step, differences that agree to the last logged decimal are not made significant by their spread alone. A
+    spread within floating-point residue of the values (``RESIDUE``: ``[-0.2] * 3`` has s = 3.4e-17) is no spread.
+    """
     x = np.asarray(values, dtype=np.float64)
     n = len(x)
     if n < 2:
         raise ValueError(f"a t-test needs 2 or more values, got {n}")
     mean, sd = float(x.mean()), float(x.std(ddof=1))
+    if sd <= RESIDUE * float(np.abs(x).max()):  # equal values whose mean left rounding residue: no spread at all
+        sd = 0.0
     seeds_se, df = max(sd, sd_floor) / math.sqrt(n), n - 1
     if seeds_se == 0 and extra_se == 0:  # every value the same and no floor: no spread to test against
         return TTest(n, mean, mean, mean, 1.0 if mean == 0 else 0.0, sd)

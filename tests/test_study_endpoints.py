@@ -267,3 +267,41 @@ def test_figure_text_contrast_noise_columns_small_correlations_and_unfit_marks()
                                    f"(p {corr[0]['spearman_p']:.2f}, unadjusted)")
     assert len(scatter.collections[0].get_offsets()) == 5
     plt.close(fig)
+
+
+def test_holm_family_is_the_declared_one_and_tost_is_adjusted_across_it():
+    """An untested endpoint (one shared seed) still counts in the Holm family (p = 1), and TOST p-values are
+    Holm-adjusted across the same family: against a plain Holm computation written here."""
+    import math
+
+    from study.endpoints import Endpoint, family_tests, tost_p
+
+    def plain_holm(ps):
+        order = sorted(range(len(ps)), key=lambda i: ps[i])
+        out, running = [0.0] * len(ps), 0.0
+        for rank, i in enumerate(order):
+            running = max(running, min(1.0, (len(ps) - rank) * ps[i]))
+            out[i] = running
+        return out
+
+    declared = [Endpoint("final_loss", "a", "b"), Endpoint("loss_auc", "a", "b"), Endpoint("final_loss", "a", "c")]
+    values = {"final_loss": {"a": {1: 8.00, 2: 8.01, 3: 8.02}, "b": {1: 8.01, 2: 8.03, 3: 8.02}, "c": {1: 9.0}},
+              "loss_auc": {"a": {1: 9.0, 2: 9.1, 3: 9.05}, "b": {1: 9.2, 2: 9.25, 3: 9.3}}}
+    r = family_tests(declared, values, resolution=0.0001, margin=0.05)
+    assert r[2].test is None and math.isnan(r[2].p_holm) and r[2].verdict.startswith("not tested")
+    assert [r[0].p_holm, r[1].p_holm] == pytest.approx(plain_holm([r[0].test.p, r[1].test.p, 1.0])[:2])
+    raw = [tost_p([8.00 - 8.01, 8.01 - 8.03, 0.0], 0.05, 0.0001), tost_p([-0.2, -0.15, -0.25], 0.05, 0.0001), 1.0]
+    assert [r[0].p_tost, r[1].p_tost] == pytest.approx(plain_holm(raw)[:2])
+    assert r[0].p_tost > raw[0]  # adjusted: larger than the one-endpoint TOST p
+
+
+def test_zero_spread_within_floating_point_residue_is_no_spread():
+    from study.stats import t_test
+
+    residue = t_test([-0.2] * 3)  # numpy's sd is 3.4e-17 here: it was taken as spread, p 1e-32
+    assert residue.sd == 0.0 and residue.low == residue.high == pytest.approx(-0.2)
+    floored = t_test([-0.2] * 3, sd_floor=1e-4)  # the logged resolution: p from the floor alone
+    t = 0.2 / (1e-4 / 3 ** 0.5)
+    from study.stats import t_two_sided_p
+
+    assert floored.p == pytest.approx(t_two_sided_p(t, 2), rel=1e-9)

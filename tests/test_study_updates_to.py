@@ -171,7 +171,7 @@ def test_one_holm_family_with_a_final_loss_endpoint():
     assert results[0].verdict == "a lower than b"
 
 
-def test_halfway_not_resolved_yet_is_not_tested_and_leaves_the_family():
+def test_halfway_not_resolved_yet_is_not_tested_and_still_counts_in_the_family():
     declared = [Endpoint("final_loss", "a", "b"), Endpoint("updates_to", "a", "b", "halfway")]
     fin = {"a": {1: 8.4, 2: 8.5, 3: 8.45}, "b": {1: 9.0, 2: 9.1, 3: 9.0}}
     curves = {"a": {s: {60: 9.5, 120: 8.5} for s in (1, 2, 3)}, "b": {s: {60: 9.9, 120: 9.0} for s in (1, 2, 3)}}
@@ -179,7 +179,8 @@ def test_halfway_not_resolved_yet_is_not_tested_and_leaves_the_family():
     assert "updates_to@halfway" not in values
     results = family_tests(declared, values, resolution=0.001)
     assert results[1].test is None and results[1].verdict == "not tested (target not resolved yet)"
-    assert results[0].p_holm == pytest.approx(results[0].test.p)  # a family of the one tested comparison
+    # the declared family is whole: the untested comparison counts with p = 1, so Holm doubles the smaller p
+    assert results[0].p_holm == pytest.approx(min(1.0, 2 * results[0].test.p)) and math.isnan(results[1].p_holm)
     values = dict(updates_to_values(declared, curves, 120, halfway=9.0), final_loss=fin)
     assert values["updates_to@halfway"]["a"][1] == (90.0, False) and values["updates_to@halfway"]["b"][1] == (120.0, False)
     results = family_tests(declared, values, resolution=0.001, halfway=9.0)
@@ -234,7 +235,8 @@ def test_report_tables_csv_and_halfway_target(tmp_path):
     """Six seeds, 240 updates. tupe-r crosses 9.0 at 150 (9.4 at 120, 8.6 at 180) and bert-a at 210 (9.2 at 180,
     8.8 at 240), but bert-a's seed 6 ends at 9.1: censored at 240, -90 c. All six tupe-r first: p = 2 / 64. At 8.5
     bert-a never gets there: censored on every seed, the warning. halfway (9.5 passed in): 110 against 150. Holm
-    over the 3 tested (the halfway one not, without its target): final_loss's tiny p, then 2 / 64 twice."""
+    over the declared 4 (the halfway one untested, without its target, counting with p = 1): final_loss's tiny p,
+    then 3 x 2 / 64 twice."""
     out = tmp_path / "study"
     for s in range(1, 7):
         write_curve(out, "tupe-r", s, {60: 10.0, 120: 9.4, 180: 8.6, 240: round(8.2 - 0.01 * s, 2)})
@@ -261,7 +263,7 @@ def test_report_tables_csv_and_halfway_target(tmp_path):
     assert nine["method"] == "sign test" and nine["mean"] == nine["sd"] == nine["margin"] == ""
     assert float(nine["median"]) == -60.0 and float(nine["coverage"]) == pytest.approx(62 / 64)
     assert float(nine["p"]) == pytest.approx(2 / 64) and nine["censored_by_pretrain_seed"] == "6:b"
-    assert float(nine["p_holm"]) == pytest.approx(4 / 64) and nine["verdict"] == "not resolved"
+    assert float(nine["p_holm"]) == pytest.approx(6 / 64) and nine["verdict"] == "not resolved"
     assert rows["updates_to", "8.5"]["censored_b"] == "6" and "warning" in rows["updates_to", "8.5"]["verdict"]
     assert rows["final_loss", ""]["method"] == "t-test" and rows["final_loss", ""]["family_size"] == "4"
     assert rows["updates_to", "halfway"]["p"] == "" and rows["updates_to", "halfway"]["target_bits"] == ""
@@ -314,3 +316,19 @@ def test_plan_says_the_t_test_plan_does_not_apply_to_updates_to():
                      {"final_loss": fin}, "pilot", [], 2, 6)
     assert "updates_to@9.0: a - b | — | — | — | — | — | — | — | — (a sign test over seeds" in text
     assert "final_loss: a - b | 3 | -0.6000, -0.5000, -0.5000 |" in text
+
+
+def test_a_diverged_run_is_named_and_the_report_goes_on(tmp_path):
+    """A NaN validation loss (a diverged run) used to stop the report (Holm has no p for it); now the run is named
+    among the problems with its update, left out, and the declared test goes on over the other seeds."""
+    out = tmp_path / "study"
+    for s in (1, 2, 3):
+        write_curve(out, "tupe-r", s, {60: 9.5, 120: 8.0 + 0.1 * s})
+        write_curve(out, "bert-a", s, {60: 9.6, 120: "nan" if s == 2 else 8.6 + 0.05 * s})
+    argv = [str(out), "--variants", "tupe-r bert-a", "--pretrain-seeds", "1 2 3", "--total-updates", "120",
+            "--endpoints", "final_loss:tupe-r:bert-a", "--unigram-bits", "10.5"]
+    assert sr.main(argv) == 0
+    md = (out / "report.md").read_text()
+    assert "- bert-a seed 2: validation loss nan at update 120 (diverged): its losses are left out" in md
+    (row,) = list(csv.DictReader((out / "endpoints.csv").open()))
+    assert row["seeds"] == "2" and row["by_pretrain_seed"].split() == ["1:-0.550000", "3:-0.450000"]
