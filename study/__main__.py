@@ -8,7 +8,8 @@
     study.sh --report             only the report, from what is finished
     study.sh --archive DEST       the files the report reads (logs' validation lines, fine-tuning results,
                                   locality, timings, settings; no checkpoint or data) into the new folder DEST,
-                                  small enough to publish; `python -m study.archive DEST` renders it again
+                                  small enough to publish, with a manifest of their SHA-256; `python -m
+                                  study.archive DEST` verifies it and renders it again
     study.sh --plan PILOT         the seeds each declared comparison (ENDPOINTS) needs for 80% and 90% power,
                                   from a pilot study's folder or study.csv, and the pre-training time (study.power)
     study.sh --lanes N            as study.sh, but up to N parts at once, each a process with cores/N

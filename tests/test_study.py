@@ -1246,7 +1246,12 @@ def test_tiny_study_archive_renders_the_same_report_without_checkpoints_or_data(
     assert kept == sorted(["c4/valid_blocks.json", "locality/nope/seed1.csv", "longer/nope/seed1.json",
                     "longer/nope/seed1.blocks.json", f"{run}/order.json",
                     f"{run}/predictions.json", f"{run}/result.json", "pretrain/nope/seed1/pretrain.done",
-                    "pretrain/nope/seed1/train.log", "report.json", "settings.env", "timings.tsv"])
+                    "pretrain/nope/seed1/train.log", "report.json", "settings.env", "timings.tsv", "manifest.json"])
+    manifest = json.loads((dest / "manifest.json").read_text())  # every other file, and the declaration with its commit
+    assert sorted(manifest["sha256"]) == [f for f in kept if f != "manifest.json"]
+    settings_lines = (dest / "settings.env").read_text().splitlines()
+    assert manifest["declaration"]["settings.env"] == settings_lines and settings_lines[0].startswith("# declared ")
+    assert manifest["declaration"]["commit"] and settings_lines[0].endswith(f"at commit {manifest['declaration']['commit']}")
     log = (dest / "pretrain" / "nope" / "seed1" / "train.log").read_text().splitlines()
     assert len(log) == 2 and all("valid" in line for line in log)  # the two validations, nothing else
     assert runs.parse_valid_curve(str(dest / "pretrain" / "nope" / "seed1" / "train.log")) == tiny_study.curve
@@ -1472,13 +1477,15 @@ def test_help_lists_the_preset_values_and_a_bad_preset_is_named(starts_process):
 
 @pytest.mark.parametrize("folder", sorted(p.parent.parent.name for p in (ROOT / "docs" / "results").glob("*/evidence/report.json")))
 def test_published_evidence_renders_its_declared_comparisons(folder, tmp_path):
-    """Every publication's evidence/ (study.sh --archive) renders with today's report, and its declared comparisons
-    come out as published: a change of their math fails here, and the publication is rendered again from it."""
-    from study.archive import render
+    """Every publication's evidence/ (study.sh --archive) agrees with its manifest, renders with today's report, and
+    its declared comparisons come out as published, endpoints.csv byte for byte: a change of their math (or of the
+    file's columns) fails here, and the publication is rendered again from it."""
+    from study.archive import render, verify
 
     published = ROOT / "docs" / "results" / folder
     copy = tmp_path / "evidence"
     shutil.copytree(published / "evidence", copy)
+    assert (copy / "manifest.json").is_file() and verify(str(copy)) is None
     assert render(str(copy)) == 0
     new = list(csv.DictReader((copy / "endpoints.csv").open()))
     old = list(csv.DictReader((published / "endpoints.csv").open()))
@@ -1487,3 +1494,184 @@ def test_published_evidence_renders_its_declared_comparisons(folder, tmp_path):
     for a, b in zip(new, old):
         for key in ("mean", "sd", "low", "high", "p_holm"):
             assert float(a[key]) == pytest.approx(float(b[key]), rel=1e-5), (a["measure"], key)
+    assert (copy / "endpoints.csv").read_bytes() == (published / "endpoints.csv").read_bytes(), \
+        "same comparisons, another file: a column or its format changed since the publication"
+
+
+# An archive from the published evidence, in-process (study.archive.archive reads the evidence as it reads a study:
+# the logs are validation lines already), with a declaration as a new study writes it.
+PUBLISHED = ROOT / "docs" / "results" / "2026-12-02_cpu-small_seeds10" / "evidence"
+DECLARED_LINE = "# declared 2026-12-01T09:00:00Z at commit abc1234\n"
+SEEDS10 = ",".join(map(str, range(21, 31)))
+
+
+def _archive_of_published(tmp_path: Path, settings_extra: str = "") -> Path:
+    from study.archive import archive
+
+    study_dir, dest = tmp_path / "study", tmp_path / "evidence"
+    shutil.copytree(PUBLISHED, study_dir)
+    (study_dir / "manifest.json").unlink()  # not part of a study: archive() writes its own
+    settings = study_dir / "settings.env"
+    settings.write_text(DECLARED_LINE + settings.read_text() + settings_extra)
+    argv = json.loads((PUBLISHED / "report.json").read_text())["argv"]
+    kept = archive(str(study_dir), str(dest), argv, None)
+    assert kept[-1] == f"a manifest of {sum(f.is_file() for f in dest.rglob('*')) - 1} files"  # all but itself
+    return dest
+
+
+def test_archive_writes_a_manifest_of_every_evidence_file_and_the_declaration(tmp_path):
+    """manifest.json: the SHA-256 of every other file of the archive (relative paths, sorted) and the declaration
+    (settings.env's lines, its declared line among them, and the commit recorded there); it verifies."""
+    import hashlib
+
+    from study.archive import verify
+
+    dest = _archive_of_published(tmp_path)
+    manifest = json.loads((dest / "manifest.json").read_text())
+    files = sorted(str(f.relative_to(dest)) for f in dest.rglob("*") if f.is_file() and f.name != "manifest.json")
+    assert list(manifest["sha256"]) == files and "report.json" in files and "settings.env" in files
+    assert all(manifest["sha256"][f] == hashlib.sha256((dest / f).read_bytes()).hexdigest() for f in files)
+    declaration = manifest["declaration"]
+    assert declaration["settings.env"] == (dest / "settings.env").read_text().splitlines()
+    assert declaration["settings.env"][0] == DECLARED_LINE.strip()
+    assert (declaration["declared"], declaration["commit"]) == ("2026-12-01T09:00:00Z", "abc1234")
+    assert "with the archive" in manifest["written"]
+    assert verify(str(dest)) is None
+    (dest / "report.md").write_text("a render's output\n")  # rewritten by each render: not evidence, not extra
+    assert verify(str(dest)) is None
+
+
+@pytest.mark.parametrize("change, named, what", [
+    ("byte", "pretrain/tupe-r/seed23/train.log", "differs from manifest.json"),
+    ("missing", "locality/bert-a/seed25.csv", "missing (listed in manifest.json)"),
+    ("extra", "longer/bert-a/seed31.json", "not in manifest.json (an extra file)"),
+    ("settings", "settings.env", "differs from manifest.json"),
+])
+def test_archive_refuses_a_file_that_differs_is_missing_or_extra(tmp_path, capsys, change, named, what):
+    """One changed byte, a missing file or an extra one: `python -m study.archive` refuses before it renders, with
+    one error line naming the file (exit 1), and writes no report."""
+    from study.archive import main
+
+    dest = _archive_of_published(tmp_path)
+    path = dest / named
+    if change in ("byte", "settings"):
+        data = bytearray(path.read_bytes())
+        i = data.index(b"8.") if change == "byte" else data.index(b"WARMUP=100") + 7
+        data[i] = ord("7") if data[i] != ord("7") else ord("6")  # one digit of a loss, or WARMUP=100 -> 700
+        path.write_bytes(bytes(data))
+    elif change == "missing":
+        path.unlink()
+    else:
+        shutil.copy(dest / "longer" / "bert-a" / "seed30.json", path)
+    capsys.readouterr()
+    assert main([str(dest)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("study.archive: error: ") and f"{dest}/{named}: {what}" in err[0]
+    assert not (dest / "report.md").exists()
+
+
+ARGV10 = ["--variants", f"bert-a:{SEEDS10} tupe-r:{SEEDS10}", "--total-updates", "1200", "--valid-interval", "60",
+          "--warmup", "100", "--min-gap-bits", "1", "--endpoints", "final_loss:tupe-r:bert-a loss_auc:tupe-r:bert-a",
+          "--equivalence-bits", "0.05", "--updates-to-target", "9.1234", "--title", "t", "--finetune-grid", "none"]
+SETTINGS10 = (DECLARED_LINE + "ENDPOINTS=final_loss:tupe-r:bert-a loss_auc:tupe-r:bert-a\nEQUIVALENCE_BITS=0.05\n"
+              "TOTAL_UPDATES=1200\nWARMUP=100\nVALID_POINTS=20\nVARIANTS=bert-a tupe-r\n"
+              f"PRETRAIN_SEEDS={SEEDS10.replace(',', ' ')}\n# second declaration, 2026-12-01T10:00:00Z, commit "
+              "abc1234: chosen\nCHOSEN_LRS=bert-a:1e-3 tupe-r:1e-3\nUPDATES_TO_TARGET=9.1234\n")
+
+
+def _with(argv, option, value):
+    argv = list(argv)
+    if value is None:
+        i = argv.index(option)
+        return argv[:i] + argv[i + 2:]
+    argv[argv.index(option) + 1] = value
+    return argv
+
+
+@pytest.mark.parametrize("option, value, setting_line, named", [
+    ("--endpoints", "final_loss:tupe-r:bert-a", None, "ENDPOINTS"),  # the issue's: a Holm family of 1, not 2
+    ("--endpoints", None, None, "ENDPOINTS"),  # the report's default (none) against a declaration
+    ("--endpoints", "final_loss:bert-a:tupe-r loss_auc:tupe-r:bert-a", None, "ENDPOINTS"),  # A:B is not B:A
+    ("--equivalence-bits", "0.1", None, "EQUIVALENCE_BITS"),
+    ("--equivalence-bits", None, None, "EQUIVALENCE_BITS"),
+    ("--total-updates", "2400", None, "TOTAL_UPDATES"),
+    ("--valid-interval", "120", None, "TOTAL_UPDATES/VALID_POINTS"),
+    ("--warmup", "0", None, "WARMUP"),
+    ("--updates-to-target", "9.5", None, "UPDATES_TO_TARGET"),
+    ("--updates-to-target", None, None, "UPDATES_TO_TARGET"),
+    ("--variants", f"bert-a:{SEEDS10} tupe-r:21,22", None, "VARIANTS/PRETRAIN_SEEDS"),
+    ("--variants", f"bert-a:{SEEDS10} tupe-a:{SEEDS10}", None, "VARIANTS/PRETRAIN_SEEDS"),
+    ("--variants", f"bert-a:{SEEDS10}", None, "VARIANTS/PRETRAIN_SEEDS"),
+    (None, None, "VARIANTS=bert-a tupe-r:21,22", "VARIANTS/PRETRAIN_SEEDS"),  # a variant's own seeds declared
+])
+def test_report_arguments_contradicting_settings_env_are_named(option, value, setting_line, named):
+    """Each setting the report's arguments state is compared by meaning with settings.env's: the contradiction is
+    named, with both values."""
+    from study.archive import contradictions
+
+    argv = _with(ARGV10, option, value) if option else ARGV10
+    settings = SETTINGS10 if setting_line is None else re.sub(
+        rf"^{setting_line.split('=')[0]}=.*$", setting_line, SETTINGS10, flags=re.M)
+    (found,) = contradictions(argv, settings)
+    assert found[0] == named
+    assert found[1].startswith(option or "--variants") and (value is None or value in found[1])
+    assert found[2].startswith(named.split("/")[0] + "=")
+
+
+def test_report_arguments_agreeing_with_settings_env_in_another_spelling_are_accepted():
+    """The same declaration written otherwise: endpoints in another order, with underscores, a margin as 5e-2,
+    variants and seeds in another order, the seeds as PRETRAIN_SEEDS' rather than the variants' own."""
+    from study.archive import contradictions
+
+    assert contradictions(ARGV10, SETTINGS10) == []
+    argv = _with(_with(_with(ARGV10, "--endpoints", "loss_auc:tupe_r:bert_a  final_loss:tupe-r:bert-a"),
+                       "--equivalence-bits", "5e-2"),
+                 "--variants", f"tupe-r:{','.join(map(str, range(30, 20, -1)))} bert-a:{SEEDS10}")
+    assert contradictions(argv, SETTINGS10) == []
+    own = SETTINGS10.replace("VARIANTS=bert-a tupe-r", f"VARIANTS=tupe-r bert-a:{SEEDS10}")
+    assert contradictions(_with(ARGV10, "--updates-to-target", "9.12340"), own) == []
+    # an older study's settings.env (no VARIANTS, PRETRAIN_SEEDS, second declaration) and report.json (no --warmup)
+    old = "".join(line + "\n" for line in SETTINGS10.splitlines()[1:6])
+    assert contradictions(_with(_with(ARGV10, "--warmup", None), "--updates-to-target", None), old) == []
+
+
+def test_archive_refuses_a_report_json_that_contradicts_settings_env(tmp_path, capsys):
+    """The issue's case: report.json edited to declare one comparison where settings.env declares two (a Holm family
+    of 1 instead of 2). Its manifest written again over the edit (as one who edits both would), the archive still
+    refuses, in one error line naming the setting and both values; in another order the declaration renders."""
+    from study.archive import main, write_manifest
+
+    dest = _archive_of_published(tmp_path)
+    report_json = dest / "report.json"
+    argv = json.loads(report_json.read_text())["argv"]
+    report_json.write_text(json.dumps({"argv": _with(argv, "--endpoints", "final_loss:tupe-r:bert-a")}))
+    (dest / "manifest.json").unlink()
+    write_manifest(str(dest), "again, over the edit")
+    capsys.readouterr()
+    assert main([str(dest)]) == 1
+    (err,) = capsys.readouterr().err.strip().splitlines()
+    assert err.startswith("study.archive: error: ") and "contradicts" in err and "in ENDPOINTS" in err
+    assert "--endpoints final_loss:tupe-r:bert-a against ENDPOINTS=final_loss:tupe-r:bert-a loss_auc:tupe-r:bert-a" \
+        in err
+    assert not (dest / "report.md").exists()
+    report_json.write_text(json.dumps({"argv": _with(argv, "--endpoints", "loss_auc:tupe-r:bert-a "
+                                                                          "final_loss:tupe-r:bert-a")}))
+    (dest / "manifest.json").unlink()
+    write_manifest(str(dest), "again, in another order")
+    assert main([str(dest)]) == 0
+    assert "Holm family of 2" in (dest / "report.md").read_text()
+
+
+def test_archive_without_a_manifest_renders_with_a_warning(tmp_path, capsys):
+    """An archive written before manifests renders as before, with one warning line that it cannot be verified."""
+    from study.archive import main
+
+    copy = tmp_path / "evidence"
+    shutil.copytree(PUBLISHED, copy)
+    (copy / "manifest.json").unlink()
+    capsys.readouterr()
+    assert main([str(copy)]) == 0
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
+    assert warnings == [f"study.archive: warning: {copy} has no manifest.json (archived before manifests, "
+                        "2026-12-06): its files cannot be verified; rendering it as it is"]
+    assert (copy / "endpoints.csv").read_bytes() == (PUBLISHED.parent / "endpoints.csv").read_bytes()
