@@ -647,6 +647,19 @@ def sweep_section(out: str, labels: Sequence[str], total_updates: int, declared:
                              sweep.power_lines(choices, pairs, n, max(len(declared), 1)))
 
 
+def recorded_warmup(out: str, given: Optional[int]) -> int:
+    """``--warmup``, else the study's recorded WARMUP (an archive written before the report took --warmup), else 0."""
+    if given is not None:
+        return given
+    path = os.path.join(out, "settings.env")
+    if os.path.isfile(path):
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("WARMUP=") and line[7:].strip().isdigit():
+                    return int(line[7:])
+    return 0
+
+
 def flatness_section(finished: Dict, declared: Sequence, warmup: int, total_updates: int) -> List[str]:
     """Has each MLM model's drop ended (study.flatness)?"""
     from study.flatness import flatness, flatness_lines, gaps_of
@@ -711,8 +724,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                    help="the resolved target of updates_to@halfway endpoints, in bits (study.endpoints.halfway_target); "
                         "without it they are not tested")
     p.add_argument("--equivalence-bits", default="none", help="the declared equivalence margin in bits (default none)")
-    p.add_argument("--warmup", type=int, default=0, help="pre-training warmup updates (the LR schedule that the "
-                   "flatness check weighs the loss changes by; default 0)")
+    p.add_argument("--warmup", type=int, help="pre-training warmup updates (the LR schedule that the flatness check "
+                   "weighs the loss changes by; default: WARMUP of OUT/settings.env, else 0)")
     p.add_argument("--title", default="Study report")
     args = p.parse_args(argv)
     from tupe_common.io import need
@@ -794,7 +807,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     problems += [x for x in [small_split_problem(args.out)] if x]
     sections = {"valid_se": valid_se_lines(args.out, mlm, declared, margin),
                 "sweep": sweep_section(args.out, [v.name for v in mlm], args.total_updates, declared, finished),
-                "flatness": flatness_section(finished, declared, args.warmup, args.total_updates)}
+                "flatness": flatness_section(finished, declared, recorded_warmup(args.out, args.warmup),
+                                             args.total_updates)}
     md = report_markdown(rows, columns, study, args.total_updates, unigram, args.min_gap_bits, corr, loss_pairs,
                          intervals, drops, problems, args.title, run_section(args.out), gen_pairs, endpoints,
                          args.endpoints, resolution, sections)
