@@ -25,6 +25,7 @@ from study.compare import (AVERAGE, PAIRED_BOOTSTRAP, T_TEST, Interval, OrderDro
 from study.endpoints import (LEVEL as FAMILY_LEVEL, MEASURES as ENDPOINT_MEASURES, UPDATES_TO, EndpointResult, curve_auc,
                              logged_resolution, parse_endpoints, parse_margin, family_tests, updates_to_values)
 from study.longer_inputs import NOT_FOR_ELECTRA
+from study.noise import DRAWS, span_tests
 from study.plan import split_label
 from study.runs import (ELECTRA_KEYS, Variant, curve_holes, load_study, loss_at, parse_variants, run_section,
                         token_counts)
@@ -497,23 +498,24 @@ def _updates_to_lines(results: Sequence[EndpointResult], total_updates: int) -> 
     return L
 
 
-def _within_noise_lines(rows: Sequence[Dict], columns: Sequence[str], noise: Dict[str, Tuple[float, str]]) -> List[str]:
-    """Which columns of the fine-tuning table span more than the seed noise across the models (an order of the models
-    may be read there) and which do not."""
+def _within_noise_lines(variants: Sequence[Variant], columns: Sequence[str],
+                        noise: Dict[str, Tuple[float, str]]) -> List[str]:
+    """Which columns of the fine-tuning table span more than the seed noise across the models (``study.noise``: an
+    order of the models may be read there) and which do not."""
     if not noise:
         return ["No model has two or more pre-training seeds with fine-tuning results: the seed noise is not measured, "
                 "so no order of the models in this table can be told from it."]
-    cells = []
-    for col, key in [(c, f"{c}_median") for c in columns] + [(AVERAGE, "downstream_avg")]:
-        values = [r[key] for r in rows if r.get(key) is not None]
-        if col not in noise or len(values) < 2:
-            continue
-        span = max(values) - min(values)
-        cells.append(f"{col}: the models span {span:.2f} against a seed noise of {noise[col][0]:.2f} ("
-                     + ("**beyond it**: an order may be read" if span > noise[col][0] else "**within it**: read no "
-                        "order of the models") + ")")
-    return ["Ranks only beyond the seed noise (the largest spread of one model over its own pre-training seeds): "
-            + "; ".join(cells) + "."] if cells else []
+    keys = {f"{c}_median": c for c in columns} | {"downstream_avg": AVERAGE}
+    cells = [f"{keys[k]}: the models span {t.span:.2f}, models with no difference more than {t.limit:.2f} in 5% of "
+             f"simulated studies (seed SD {t.sd:.2f}, {t.df} df; p {t.p:.3f}: "
+             + ("**beyond the noise**: an order may be read" if t.beyond else "**within the noise**: read no order "
+                "of the models") + ")" for k, t in span_tests(variants, list(keys), columns).items()]
+    return ["Ranks only beyond the seed noise. Per column the span (max - min) of the models' scores (the mean over "
+            "a model's pre-training seeds of its per-seed score) is set against the spans of simulated studies with "
+            "no difference between the models, each model with its own number of seeds and every per-seed score "
+            "drawn from one normal whose SD is the pooled within-model SD of the models with two or more seeds "
+            f"(re-estimated in each simulated study; {DRAWS:,} studies, fixed seed): beyond it when p <= 0.05, a rule "
+            "that fires in at most 5% of studies with no difference: " + "; ".join(cells) + "."] if cells else []
 
 
 def report_markdown(rows: List[Dict], columns: List[str], variants: List[Variant], total_updates: int,
@@ -592,7 +594,7 @@ def report_markdown(rows: List[Dict], columns: List[str], variants: List[Variant
                   "cannot see: " + ", ".join(f"{r['variant']} {r['downstream_avg_seed_spread']:.2f}" for r in several)
                   + " points. A difference from one shared pre-training seed that is not larger than these can "
                   "come from the pre-training seed alone."]
-        L += [""] + _within_noise_lines(rows, columns, noise)
+        L += [""] + _within_noise_lines(variants, columns, noise)
         L += ["", "### Downstream differences (exploratory), at the level of the pre-training seeds", ""] + _interval_lines(intervals, noise)
     else:
         L += ["No fine-tuning results.", ""]
