@@ -429,9 +429,10 @@ def overview_figure(variants: Sequence[Variant], rows: Sequence[Dict], columns: 
             ax.set_yticks([])
             continue
         pts = scatter_with_far_out(ax, pts)
-        rho, p = c["spearman"], c.get("spearman_p", math.nan)
-        # the report's p for a correlation: the permutation p, unadjusted (exploratory; its one family is declared)
-        stat = "—" if math.isnan(rho) else f"{rho:.2f}" + ("" if math.isnan(p) else f" (p {p:.2f}, unadjusted)")
+        rho, p, p_holm = c["spearman"], c.get("spearman_p", math.nan), c.get("p_holm", math.nan)
+        # the report's p for a correlation: the permutation p, unadjusted, and Holm's over every correlation it computes
+        stat = "—" if math.isnan(rho) else f"{rho:.2f}" + ("" if math.isnan(p) else f" (p {p:.2f}, unadjusted" + (
+            ")" if math.isnan(p_holm) else f"; Holm {p_holm:.2f})"))
         ax.set_title(f"{c['measure']}\nn = {c['n']}, Spearman {stat}", fontsize=8)
         ax.set_xlabel(c["measure"].split(" (")[0], fontsize=8)
         if k == 0:

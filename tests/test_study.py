@@ -475,6 +475,12 @@ def test_report_on_a_made_up_study(tmp_path, capsys):
     # symmetry: ranks [2, 1, 3] vs downstream ranks [3, 1, 2] -> rho = 0.5
     assert float(corr["symmetry (position-only)"]["spearman"]) == pytest.approx(0.5)
     assert float(loc_pos["spearman_p"]) == pytest.approx(2 / 6)  # n = 3: |rho| = 1 in 2 of the 3! pairings
+    # Holm over every correlation with a p, the two columns appended at the end of the file
+    assert next(csv.reader((out / "correlation.csv").open()))[-2:] == ["p_holm", "family_size"]
+    tested = [r for r in corr.values() if r["spearman_p"] and not math.isnan(float(r["spearman_p"]))]
+    ps = [float(r["spearman_p"]) for r in tested]
+    assert ps and [float(r["p_holm"]) for r in tested] == pytest.approx(stats.holm(ps))
+    assert {r["family_size"] for r in corr.values()} == {str(len(ps))}
 
     md = (out / "report.md").read_text()
     assert "WARNING: not fit for purpose" in md and "B did not end at least 1 bit" in md  # only B

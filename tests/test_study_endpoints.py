@@ -284,3 +284,7 @@ def test_figure_text_contrast_noise_columns_small_correlations_and_unfit_marks()
                                    f"(p {corr[0]['spearman_p']:.2f}, unadjusted)")
     assert len(scatter.collections[0].get_offsets()) == 5
     plt.close(fig)
+    corr = sr.correlation_family(corr)  # as the report passes them: with Holm's p over its correlations
+    fig = figure.overview_figure([], rows, [], corr, None, ())
+    assert fig.axes[2].get_title().endswith(f"(p {corr[0]['spearman_p']:.2f}, unadjusted; Holm {corr[0]['p_holm']:.2f})")
+    plt.close(fig)

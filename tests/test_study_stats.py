@@ -443,8 +443,8 @@ def test_report_counts_its_comparisons_and_labels_them_exploratory(tmp_path):
 
 
 def test_correlations_are_unadjusted_and_given_without_the_weak_variants():
-    """Exploratory: Spearman's permutation p as computed, no Holm over the four measures (the report's one family
-    is its declared comparisons)."""
+    """Spearman's permutation p as computed, unadjusted (``correlation_family`` adds Holm over them all: below);
+    the old column ``spearman_p_holm`` (Holm over the four measures of an objective) stays gone."""
     from study import report, stats
 
     values = {"a": (0.1, 0.9, 0.2, 0.5, 70.0), "b": (0.3, 0.7, 0.1, 0.6, 72.0), "c": (0.2, 0.8, 0.4, 0.1, 71.0),
@@ -461,3 +461,30 @@ def test_correlations_are_unadjusted_and_given_without_the_weak_variants():
     ys = [values[n][4] for n in "abcd"]
     assert without[0]["spearman"] == pytest.approx(stats.spearman(xs, ys))
     assert without[0]["spearman_p"] == pytest.approx(stats.spearman_p(xs, ys))
+
+
+def test_every_correlation_is_in_one_holm_family():
+    """Every correlation the report computes (4 measures, with and without the unfit variant: 8 looks) is one Holm
+    family: its adjusted p beside the unadjusted one, as a plain Holm over the 8 gives it; a correlation without a p
+    (too few variants) is not in the family. The published run's two p's below 0.05 (0.034 and 0.046 of 8) are not
+    below 0.05 after it."""
+    from study import report
+
+    rng = np.random.default_rng(2)
+    rows = [{"variant": f"v{i}", "objective": "mlm", **{k: float(rng.random()) for k, _ in report.MEASURES},
+             "downstream_avg": 70.0 + float(rng.random())} for i in range(9)]
+    corr = report.correlation_family(report.correlations(rows) + report.correlations(rows, ["v0", "v1"]))
+    ps = [c["spearman_p"] for c in corr]
+    assert len(corr) == 8 and all(c["family_size"] == 8 for c in corr)
+    assert [c["p_holm"] for c in corr] == pytest.approx(plain_holm(ps))
+    assert list(report.CORRELATION_COLUMNS[-2:]) == ["p_holm", "family_size"]  # appended: old readers keep theirs
+    published = [0.0656967, 0.110394, 0.374731, 0.60272, 0.0464477, 0.0341983, 0.679366, 0.923054]
+    fake = [{"measure": str(p), "spearman_p": p} for p in published]
+    adjusted = [c["p_holm"] for c in report.correlation_family(fake)]
+    assert adjusted == pytest.approx(plain_holm(published)) and min(adjusted) > 0.05
+    assert min(adjusted) == pytest.approx(8 * 0.0341983)
+    assert report._correlation_family_lines(report.correlation_family(fake))[0].endswith("below 0.05 after it: none.")
+    assert report._correlation_family_lines(report.correlation_family(fake[:1] + [{"measure": "x", "spearman_p": 0.001}])
+                                            )[0].endswith("below 0.05 after it: x.")
+    few = report.correlation_family([{"measure": "x", "spearman_p": math.nan}, {"measure": "y", "spearman_p": 0.01}])
+    assert math.isnan(few[0]["p_holm"]) and few[1]["p_holm"] == pytest.approx(0.01) and few[1]["family_size"] == 1
