@@ -11,11 +11,15 @@ a difference is measured at the level of the pre-training seeds the two models s
   differences (``study.stats.t_test``) where two or more seeds are shared, the spread floored at the logging step.
 * Downstream scores, paired by (pre-training seed, fine-tuning seed), each run at its model's chosen LR:
   - 1 shared pre-training seed: the paired bootstrap over the dev examples and the runs
-    (``study.stats.paired_bootstrap``): at best "dev set only", a statement about these two checkpoints;
+    (``study.stats.paired_bootstrap``): at best "dev set only", a statement about these two checkpoints; its p is
+    the percentile interval's own (``study.stats.bootstrap_p``);
   - 2 or more: a t-interval at the seed level whose variance adds the two noises: the per-seed differences'
     (the pre-training seeds', with the fine-tuning runs inside them) and the dev set's, which every seed
     shares and their spread cannot show (``study.stats.dev_set_se``): the two parts' half-widths added in quadrature,
-    the seeds' at t with n - 1 degrees of freedom, the dev set's at the normal (``study.stats.t_test``).
+    the seeds' at t with n - 1 degrees of freedom, the dev set's at the normal (``study.stats.t_test``), and the
+    p where that interval's edge reaches 0.
+
+Either way a difference's interval and p come from one method: p <= 0.05 exactly when its 95% interval excludes 0.
 """
 from __future__ import annotations
 
@@ -190,8 +194,7 @@ def _tested(va: str, vb: str, column: str, parts: List[_Column], resamples: int,
     runs, examples = min(len(c.keys) for c in parts), sum(c.examples for c in parts)
     if len(seeds) < 2:
         low, high = percentile_interval(flat)
-        return Interval(va, vb, column, diff, low, high, by_seed, runs, examples, PAIRED_BOOTSTRAP,
-                        bootstrap_p(flat, diff))
+        return Interval(va, vb, column, diff, low, high, by_seed, runs, examples, PAIRED_BOOTSTRAP, bootstrap_p(flat))
     # each column's dev set is its own sample: their variances add, and the average divides by the columns
     dev_var = 0.0
     for c in parts:

@@ -5,9 +5,9 @@ grey print loses), each pre-training seed its own marker fill, with a key for th
 several seeds, a hatched band from its lowest to its highest seed (the seed noise the differences are read
 against); the unigram baseline a thick grey line. Top right, a variant x measure table whose every column is titled with what it holds: each cell
 holds the value, its shade the variant's rank among the variants with a value in that column (darkest = best,
-the end the header's arrow names; lightest = worst of that column), unless the column spans no more than one
-variant's seeds do (``within_noise``: unshaded); text black or white, whichever contrasts more with the grey;
-unfit variants marked. Bottom, locality and symmetry against the
+the end the header's arrow names; lightest = worst of that column), unless its span is not beyond the seed noise
+(``study.noise``; ``noise_headers``: unshaded, within the noise or the noise not measured); text black or white,
+whichever contrasts more with the grey; unfit variants marked. Bottom, locality and symmetry against the
 downstream average from ``MIN_POINTS`` variants on, one point per variant (the MLM models when a study has ELECTRA ones too: a correlation across
 objectives would mix the objective in), with n, the rank correlation and its p-value in each title; a far-out
 downstream average (a variant fine-tuned to chance) is a triangle at the edge, its value in its label. A study
@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from study.noise import span_tests
 from study.runs import Variant
 from tupe_common.io import atomic_path
 from study.stats import average_ranks
@@ -193,8 +194,6 @@ def column_shades(ranks: Sequence[Sequence[Optional[float]]]) -> List[List[Optio
 
 SHADE_DARKEST, SHADE_LIGHTEST = 0.25, 0.95  # the part of the grey scale the table uses
 MIN_POINTS = 5  # a correlation panel draws its points from this many variants on (fewer: a description at most)
-# a column's seed noise: the spread the report measures across a variant's seeds (or runs), per column
-NOISE_OF = {"final_valid_loss": "final_valid_loss_spread", "downstream_avg": "downstream_avg_seed_spread"}
 
 
 def fit_text_in_cells(fig, table, fill: float = 0.92) -> None:
@@ -231,13 +230,13 @@ def text_grey(background: float) -> float:
     return 0.0 if contrast(0.0, background) >= contrast(1.0, background) else 1.0
 
 
-def within_noise(rows: Sequence[Dict], key: str) -> bool:
-    """A column whose values across variants span no more than the largest spread one variant shows across its own
-    seeds (or fine-tuning runs, for a task's median): its ranks would be read into noise."""
-    spread_key = NOISE_OF.get(key) or (key[:-len("_median")] + "_spread" if key.endswith("_median") else None)
-    noise = [r[spread_key] for r in rows if spread_key and r.get(spread_key) is not None]
-    values = [r[key] for r in rows if r.get(key) is not None]
-    return bool(noise) and len(values) > 1 and max(values) - min(values) <= max(noise)
+def noise_headers(variants: Sequence[Variant], keys: Sequence[str], columns: Sequence[str]) -> List[Optional[str]]:
+    """Per column, None where its ranks may be read (its span is beyond the seed noise: ``study.noise``), else what
+    its header adds: "within noise", or "noise not measured" (no variant has two or more seeds with a value there,
+    or fewer than two variants have one)."""
+    tests = span_tests(variants, keys, columns)
+    return [None if k in tests and tests[k].beyond else "within\nnoise" if k in tests else "noise not\nmeasured"
+            for k in keys]
 
 
 def overview(path: str, variants: Sequence[Variant], rows: Sequence[Dict], columns: Sequence[str],
@@ -374,13 +373,14 @@ def overview_figure(variants: Sequence[Variant], rows: Sequence[Dict], columns: 
     labels = point_labels([r["variant"] for r in rows])  # the table's names and the scatter points' labels
     ax = fig.add_subplot(grid[0, 2:])
     keys = measures(rows, columns)
-    noisy = [within_noise(rows, k) for k, _, _ in keys]
-    keys = [(k, h + "\nwithin\nnoise" if n else h, hi) for (k, h, hi), n in zip(keys, noisy)]
+    noisy = noise_headers(variants, [k for k, _, _ in keys], columns)
+    keys = [(k, h if n is None else f"{h}\n{n}", hi) for (k, h, hi), n in zip(keys, noisy)]
     ranks = rank_table(rows, keys)
     shades = [[None if n else sh for sh, n in zip(line, noisy)] for line in column_shades(ranks)]
     ax.axis("off")
     ax.set_title("Variant x measure (shade: rank within its column, darkest = best; arrow: the\n"
-                 "better end; unshaded: the column spans no more than one variant's seeds do)", fontsize=9)
+                 "better end; unshaded: no order beyond the seed noise, p > 0.05 against simulated\n"
+                 "studies with no difference, or the noise not measured: no variant with 2+ seeds)", fontsize=9)
     if keys and rows:
         n = len(rows)
         cmap = plt.get_cmap("Greys_r")
@@ -429,9 +429,10 @@ def overview_figure(variants: Sequence[Variant], rows: Sequence[Dict], columns: 
             ax.set_yticks([])
             continue
         pts = scatter_with_far_out(ax, pts)
-        rho, p = c["spearman"], c.get("spearman_p", math.nan)
-        # the report's p for a correlation: the permutation p, unadjusted (exploratory; its one family is declared)
-        stat = "—" if math.isnan(rho) else f"{rho:.2f}" + ("" if math.isnan(p) else f" (p {p:.2f}, unadjusted)")
+        rho, p, p_holm = c["spearman"], c.get("spearman_p", math.nan), c.get("p_holm", math.nan)
+        # the report's p for a correlation: the permutation p, unadjusted, and Holm's over every correlation it computes
+        stat = "—" if math.isnan(rho) else f"{rho:.2f}" + ("" if math.isnan(p) else f" (p {p:.2f}, unadjusted" + (
+            ")" if math.isnan(p_holm) else f"; Holm {p_holm:.2f})"))
         ax.set_title(f"{c['measure']}\nn = {c['n']}, Spearman {stat}", fontsize=8)
         ax.set_xlabel(c["measure"].split(" (")[0], fontsize=8)
         if k == 0:

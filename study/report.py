@@ -25,12 +25,13 @@ from study.compare import (AVERAGE, PAIRED_BOOTSTRAP, T_TEST, Interval, OrderDro
 from study.endpoints import (LEVEL as FAMILY_LEVEL, MEASURES as ENDPOINT_MEASURES, UPDATES_TO, EndpointResult, curve_auc,
                              logged_resolution, parse_endpoints, parse_margin, family_tests, updates_to_values)
 from study.longer_inputs import NOT_FOR_ELECTRA
+from study.noise import DRAWS, span_tests
 from study.plan import split_label
 from study.runs import (ELECTRA_KEYS, Variant, curve_holes, load_study, loss_at, parse_variants, run_section,
                         token_counts)
 from tupe_common.errors import UsageError, exit_main
 from tupe_common.io import read_data_path, write_csv, write_text
-from study.stats import entropy_bits, pearson, spearman, spearman_p
+from study.stats import entropy_bits, holm, pearson, spearman, spearman_p
 from study.valid_se import section_lines as valid_se_lines, small_split_problem
 
 FRACTIONS = (0.25, 0.5, 0.75, 1.0)
@@ -142,8 +143,7 @@ def correlations(rows: Sequence[Dict], without: Sequence[str] = ()) -> List[Dict
     """Spearman and Pearson of each locality/symmetry column with the downstream average, across the
     variants that have both values (less those named in ``without``); n is stated. Per objective (MLM first):
     across objectives the downstream average moves with the objective, which would masquerade as a property of
-    the encoding. Exploratory: the permutation p is unadjusted (the report's one family is its declared
-    comparisons)."""
+    the encoding. Exploratory: the permutation p is unadjusted (``correlation_family`` adds Holm over them all)."""
     out = []
     objectives = sorted({r["objective"] for r in rows}, key=lambda o: o != "mlm") or ["mlm"]
     for objective in objectives:
@@ -163,13 +163,33 @@ def correlations(rows: Sequence[Dict], without: Sequence[str] = ()) -> List[Dict
     return out
 
 
-CORRELATION_COLUMNS = ("measure", "objective", "without", "n", "spearman", "spearman_p", "pearson")
+def correlation_family(corr: Sequence[Dict]) -> List[Dict]:
+    """The correlations with ``p_holm``: Holm over every one the report computes that has a p (one family of
+    ``family_size``: the measures of every objective, with and without the unfit variants); nan without a p."""
+    looks = [i for i, c in enumerate(corr) if not math.isnan(c["spearman_p"])]
+    adjusted = dict(zip(looks, holm([corr[i]["spearman_p"] for i in looks])))
+    return [{**c, "p_holm": adjusted.get(i, math.nan), "family_size": len(looks)} for i, c in enumerate(corr)]
+
+
+CORRELATION_COLUMNS = ("measure", "objective", "without", "n", "spearman", "spearman_p", "pearson", "p_holm",
+                       "family_size")
 
 
 def _correlation_table(corr: Sequence[Dict]) -> List[str]:
-    L = ["| measure | n variants | Spearman | p (permutation) | Pearson |", "|---|---|---|---|---|"]
-    return L + [f"| {c['measure']} | {c['n']} | {_f(c['spearman'])} | {_f(c['spearman_p'])} | {_f(c['pearson'])} |"
-                for c in corr]
+    L = ["| measure | n variants | Spearman | p (permutation) | Holm p (all correlations) | Pearson |",
+         "|---|---|---|---|---|---|"]
+    return L + [f"| {c['measure']} | {c['n']} | {_f(c['spearman'])} | {_f(c['spearman_p'])} | {_f(c['p_holm'])} | "
+                f"{_f(c['pearson'])} |" for c in corr]
+
+
+def _correlation_family_lines(corr: Sequence[Dict]) -> List[str]:
+    """Which correlations survive Holm over the report's family of them (none without a p)."""
+    if not corr or not corr[0]["family_size"]:
+        return []
+    survive = [c["measure"] for c in corr if c["p_holm"] <= 0.05]
+    return [f"Holm p: adjusted over every correlation this report computes, one family of {corr[0]['family_size']} "
+            "(each measure of each objective, with and without the unfit variants); below 0.05 after it: "
+            + ("; ".join(survive) if survive else "none") + "."]
 
 
 def _cell(text: str) -> str:
@@ -498,23 +518,24 @@ def _updates_to_lines(results: Sequence[EndpointResult], total_updates: int) -> 
     return L
 
 
-def _within_noise_lines(rows: Sequence[Dict], columns: Sequence[str], noise: Dict[str, Tuple[float, str]]) -> List[str]:
-    """Which columns of the fine-tuning table span more than the seed noise across the models (an order of the models
-    may be read there) and which do not."""
+def _within_noise_lines(variants: Sequence[Variant], columns: Sequence[str],
+                        noise: Dict[str, Tuple[float, str]]) -> List[str]:
+    """Which columns of the fine-tuning table span more than the seed noise across the models (``study.noise``: an
+    order of the models may be read there) and which do not."""
     if not noise:
         return ["No model has two or more pre-training seeds with fine-tuning results: the seed noise is not measured, "
                 "so no order of the models in this table can be told from it."]
-    cells = []
-    for col, key in [(c, f"{c}_median") for c in columns] + [(AVERAGE, "downstream_avg")]:
-        values = [r[key] for r in rows if r.get(key) is not None]
-        if col not in noise or len(values) < 2:
-            continue
-        span = max(values) - min(values)
-        cells.append(f"{col}: the models span {span:.2f} against a seed noise of {noise[col][0]:.2f} ("
-                     + ("**beyond it**: an order may be read" if span > noise[col][0] else "**within it**: read no "
-                        "order of the models") + ")")
-    return ["Ranks only beyond the seed noise (the largest spread of one model over its own pre-training seeds): "
-            + "; ".join(cells) + "."] if cells else []
+    keys = {f"{c}_median": c for c in columns} | {"downstream_avg": AVERAGE}
+    cells = [f"{keys[k]}: the models span {t.span:.2f}, models with no difference more than {t.limit:.2f} in 5% of "
+             f"simulated studies (seed SD {t.sd:.2f}, {t.df} df; p {t.p:.3f}: "
+             + ("**beyond the noise**: an order may be read" if t.beyond else "**within the noise**: read no order "
+                "of the models") + ")" for k, t in span_tests(variants, list(keys), columns).items()]
+    return ["Ranks only beyond the seed noise. Per column the span (max - min) of the models' scores (the mean over "
+            "a model's pre-training seeds of its per-seed score) is set against the spans of simulated studies with "
+            "no difference between the models, each model with its own number of seeds and every per-seed score "
+            "drawn from one normal whose SD is the pooled within-model SD of the models with two or more seeds "
+            f"(re-estimated in each simulated study; {DRAWS:,} studies, fixed seed): beyond it when p <= 0.05, a rule "
+            "that fires in at most 5% of studies with no difference: " + "; ".join(cells) + "."] if cells else []
 
 
 def report_markdown(rows: List[Dict], columns: List[str], variants: List[Variant], total_updates: int,
@@ -593,7 +614,7 @@ def report_markdown(rows: List[Dict], columns: List[str], variants: List[Variant
                   "cannot see: " + ", ".join(f"{r['variant']} {r['downstream_avg_seed_spread']:.2f}" for r in several)
                   + " points. A difference from one shared pre-training seed that is not larger than these can "
                   "come from the pre-training seed alone."]
-        L += [""] + _within_noise_lines(rows, columns, noise)
+        L += [""] + _within_noise_lines(variants, columns, noise)
         L += ["", "### Downstream differences (exploratory), at the level of the pre-training seeds", ""] + _interval_lines(intervals, noise)
     else:
         L += ["No fine-tuning results.", ""]
@@ -613,10 +634,10 @@ def report_markdown(rows: List[Dict], columns: List[str], variants: List[Variant
     L += ["", "`—`: undefined (fewer than 2 variants with both values, or one side constant; p needs 3). p: the "
           "share of the pairings of the downstream averages with the variants whose |rho| reaches the observed "
           "one (exact up to n = 7, else 20,000 random pairings), two-sided; it treats each variant's values as "
-          "exact, so the dev-set and seed noise of the averages comes on top. Exploratory: p is not adjusted for "
-          "the four measures (the report's one family is its declared comparisons). With a handful of variants a "
-          "correlation is a description, not evidence: at n = 4 even |rho| = 1 has p = 1/12.", "",
-          "## Missing parts and problems", ""]
+          "exact, so the dev-set and seed noise of the averages comes on top. Exploratory, outside the declared "
+          "comparisons' family: the unadjusted p beside its Holm-adjusted one. With a handful of variants a "
+          "correlation is a description, not evidence: at n = 4 even |rho| = 1 has p = 1/12."]
+    L += _correlation_family_lines(corr) + ["", "## Missing parts and problems", ""]
     L += [f"- {p}" for p in problems] or ["- none"]
     L += [""] + list(run)
     return "\n".join(L).rstrip("\n") + "\n"
@@ -780,7 +801,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     drops = order_drops(study, problems)
     rows = [variant_row(v, columns, args.total_updates, unigram, drops) for v in study]
     weak = weak_variants(rows, unigram, args.min_gap_bits)
-    corr = correlations(rows) + (correlations(rows, weak) if weak else [])
+    corr = correlation_family(correlations(rows) + (correlations(rows, weak) if weak else []))
     mlm = [v for v in study if v.objective == "mlm"]
     resolution = logged_resolution([x for v in study for s in v.seeds
                                     for x in list(s.curve.values()) + list(s.electra.get("gen_loss", {}).values())])

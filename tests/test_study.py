@@ -14,6 +14,7 @@ import math
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -28,6 +29,7 @@ from corpus import study_inputs
 from study import compare, figure, runs
 from study import report as sr
 from study import stats
+from study.noise import span_test
 
 STUDY = ROOT / "train_scripts" / "study.sh"
 
@@ -138,7 +140,7 @@ def test_ten_pre_training_seeds_get_ten_marker_looks_and_the_key_says_when_they_
         plt.close(fig)
 
 
-def test_overview_survives_grey_print_and_shades_each_column_by_its_own_values():
+def test_overview_survives_grey_print_and_shades_each_column_by_its_own_values(monkeypatch):
     """17 variants, two with three pre-training seeds (the published run's shape): no two variants share their
     (line style, marker), every seed of a variant its own marker fill, and a key names each seed with its fill;
     every table column has a title, the order-drop one says which shuffle; in each column the best value is the
@@ -156,6 +158,8 @@ def test_overview_survives_grey_print_and_shades_each_column_by_its_own_values()
                      "order_drop_random": 0.1 * i, "loc_pos": i / 17})
     assert len({figure.variant_style(i) for i in range(36)}) == 36  # 4 line styles x 9 markers, coprime
     plt = figure._pyplot()
+    # every column's ranks readable: which columns are (study.noise) is test_study_noise's and the figure test's
+    monkeypatch.setattr(figure, "noise_headers", lambda variants, keys, columns: [None] * len(keys))
     fig = figure.overview_figure(variants, rows, [], [], 9.9)
     curves = fig.axes[0]
     by_variant: Dict[str, list] = {}
@@ -199,7 +203,7 @@ def test_overview_survives_grey_print_and_shades_each_column_by_its_own_values()
 
 
 def test_every_table_text_fits_inside_its_cell_as_drawn():
-    """The published 18-variant shape, two task columns with long names and a column "within noise": every text
+    """The published 18-variant shape, two task columns with long names and the header "noise not measured": every text
     of the table, header and body, lies inside its cell once drawn (before, "tweets-sentiment" and "512 tokens"
     ran into their neighbours), and the header row shares one font size."""
     names = ["tupe-a-tie-cls", "learned-gaussian", "gaussian-prior", "pam-sequential"] + [f"v{i}" for i in range(14)]
@@ -214,7 +218,7 @@ def test_every_table_text_fits_inside_its_cell_as_drawn():
     fig.canvas.draw()
     renderer = fig.canvas.get_renderer()
     cells = table.get_celld()
-    assert "within" in cells[0, 1].get_text().get_text()  # the loss column: its spread is within seed noise
+    assert cells[0, 1].get_text().get_text().endswith("noise not\nmeasured")  # no variants: no seed noise
     for (i, j), cell in cells.items():
         box, text = cell.get_window_extent(renderer), cell.get_text().get_window_extent(renderer)
         assert box.x0 <= text.x0 and text.x1 <= box.x1 and box.y0 <= text.y0 and text.y1 <= box.y1, \
@@ -471,6 +475,12 @@ def test_report_on_a_made_up_study(tmp_path, capsys):
     # symmetry: ranks [2, 1, 3] vs downstream ranks [3, 1, 2] -> rho = 0.5
     assert float(corr["symmetry (position-only)"]["spearman"]) == pytest.approx(0.5)
     assert float(loc_pos["spearman_p"]) == pytest.approx(2 / 6)  # n = 3: |rho| = 1 in 2 of the 3! pairings
+    # Holm over every correlation with a p, the two columns appended at the end of the file
+    assert next(csv.reader((out / "correlation.csv").open()))[-2:] == ["p_holm", "family_size"]
+    tested = [r for r in corr.values() if r["spearman_p"] and not math.isnan(float(r["spearman_p"]))]
+    ps = [float(r["spearman_p"]) for r in tested]
+    assert ps and [float(r["p_holm"]) for r in tested] == pytest.approx(stats.holm(ps))
+    assert {r["family_size"] for r in corr.values()} == {str(len(ps))}
 
     md = (out / "report.md").read_text()
     assert "WARNING: not fit for purpose" in md and "B did not end at least 1 bit" in md  # only B
@@ -568,7 +578,8 @@ def test_seed_noise_stands_beside_every_downstream_difference(tmp_path):
     """A has a second pre-training seed whose SST runs score 60, 62, 64 (median 62; seed 1's median is 82): the
     study's seed noise on SST is 20 points, the largest spread of one model over its own seeds.
     A - B (+12, one shared seed: the dev set tells them apart) is within it, and so is the span of the models'
-    medians (4 points): no order is read. With seed 2 at 80, 81, 83 (median 81: noise 1), A - B is beyond it."""
+    medians (4 points): no order is read. With seed 2 at 80, 81, 83 (median 81: noise 1), A - B is beyond it; the
+    models' span is still within the noise: a seed SD from one model's two seeds (1 df) says little."""
     out = tmp_path / "study"
     make_study(out)
     d = out / "pretrain" / "A" / "seed2"
@@ -589,9 +600,11 @@ def test_seed_noise_stands_beside_every_downstream_difference(tmp_path):
         assert row.endswith(f"| {noise:.2f} | {'beyond' if beyond == 'True' else 'within'} |"), row
         assert f"SST {noise:.2f} (A, 2 seeds)" in md
         rows = {r["variant"]: r for r in csv.DictReader((out / "study.csv").open())}
-        span = max(float(r["SST_median"]) for r in rows.values()) - min(float(r["SST_median"]) for r in rows.values())
-        verdict = "**beyond it**: an order may be read" if span > noise else "**within it**: read no order"
-        assert f"SST: the models span {span:.2f} against a seed noise of {noise:.2f} ({verdict}" in md
+        t = span_test([[82.0, float(statistics.median(scores))]] + [[float(rows[v]["SST_median"])] for v in "BC"])
+        assert t.sd == pytest.approx(abs(82.0 - statistics.median(scores)) / math.sqrt(2)) and t.df == 1
+        verdict = "**beyond the noise**: an order may be read" if t.beyond else "**within the noise**: read no order"
+        assert f"SST: the models span {t.span:.2f}, models with no difference more than {t.limit:.2f} in 5%" in md
+        assert f"p {t.p:.3f}: {verdict}" in md and not t.beyond  # 1 df: a seed SD measured on 2 seeds says little
 
 
 def test_without_several_seeds_the_seed_noise_is_said_to_be_unmeasured(tmp_path):

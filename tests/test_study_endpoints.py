@@ -227,8 +227,9 @@ def test_overview_draws_the_declared_comparisons_and_the_seed_bands(tmp_path):
 
 def test_figure_text_contrast_noise_columns_small_correlations_and_unfit_marks():
     """Issue 50's print rules: every table cell's text reads at 4.5:1 or more on its grey (WCAG's contrast, by its
-    formula here); a column whose values across variants span no more than one variant's seeds do is not shaded
-    by rank and says so; a correlation of fewer than 5 variants is not drawn; an unfit variant is marked."""
+    formula here); a column whose span across variants is not beyond the seed noise (``study.noise``: within what
+    models with no difference reach in 5% of simulated studies, or the noise not measured) is not shaded by rank and
+    says so; a correlation of fewer than 5 variants is not drawn; an unfit variant is marked."""
     from study import figure
 
     def luminance(g):
@@ -241,22 +242,38 @@ def test_figure_text_contrast_noise_columns_small_correlations_and_unfit_marks()
         assert (hi + 0.05) / (lo + 0.05) >= 4.5, grey
     assert figure.text_grey(0.6) == 0.0  # white on 60% grey was 2.5:1; black is 6.6:1
 
-    rows = [{"variant": v, "objective": "mlm", "final_valid_loss": x, "final_valid_loss_spread": sp,
-             "downstream_avg": d, "loc_pos": lp} for v, x, sp, d, lp in
-            (("bert-a", 8.80, 0.07, 70.0, 0.1), ("tupe-r", 8.06, 0.86, 71.2, 0.2), ("nope", 8.90, None, 69.0, 0.3))]
-    assert figure.within_noise(rows, "final_valid_loss")  # 8.06..8.90 = 0.84, within tupe-r's 0.86 over seeds
-    assert not figure.within_noise(rows, "loc_pos")  # no spread measured for it
+    from study.runs import SeedRun, Variant
+
+    def study(finals):
+        variants = [Variant(v, seeds=[SeedRun(k, {100: x}, {}, {}) for k, x in enumerate(xs, 1)])
+                    for v, xs in finals.items()]
+        rows = [{"variant": v.name, "objective": "mlm", "final_valid_loss": sum(xs) / len(xs), "downstream_avg": d,
+                 "loc_pos": lp} for v, xs, d, lp in zip(variants, finals.values(), (70.0, 71.2, 69.0), (0.1, 0.2, 0.3))]
+        return variants, rows
+
+    # 8.06..8.90 = 0.84, within tupe-r's seeds (8.49 - 7.63): p > 0.05 against simulated studies with no difference
+    variants, rows = study({"bert-a": [8.77, 8.84], "tupe-r": [7.63, 8.49], "nope": [8.90]})
+    assert figure.noise_headers(variants, ["final_valid_loss", "loc_pos"], []) == ["within\nnoise",
+                                                                                   "noise not\nmeasured"]
     corr = [{"measure": "locality (position-only)", "key": "loc_pos", "objective": "mlm", "n": 3,
              "spearman": 1.0, "spearman_p": 0.33}]
     plt = figure._pyplot()
-    fig = figure.overview_figure([], rows, [], corr, None, (), unfit=["nope"])
+    fig = figure.overview_figure(variants, rows, [], corr, None, (), unfit=["nope"])
     table = next(c for c in fig.axes[1].get_children() if type(c).__name__ == "Table")
     cells = table.get_celld()
     assert cells[0, 1].get_text().get_text().endswith("within\nnoise")
-    assert all(tuple(cells[i, 1].get_facecolor()) == (1, 1, 1, 1) for i in (1, 2, 3))  # not shaded
+    assert cells[0, 3].get_text().get_text().endswith("noise not\nmeasured")  # loc_pos: one seed each
+    assert all(tuple(cells[i, j].get_facecolor()) == (1, 1, 1, 1) for i in (1, 2, 3) for j in (1, 3))  # not shaded
     assert [cells[i, 0].get_text().get_text() for i in (1, 2, 3)] == ["bert-a", "tupe-r", "nope (unfit)"]
     scatter = fig.axes[2]
     assert "not drawn (fewer than 5)" in scatter.get_title() and not scatter.collections
+    plt.close(fig)
+    # seeds that agree to 0.01 bits: the span of 0.84 is far beyond their noise, and the ranks are shaded
+    variants, rows = study({"bert-a": [8.80, 8.81], "tupe-r": [8.06, 8.07], "nope": [8.90]})
+    assert figure.noise_headers(variants, ["final_valid_loss"], []) == [None]
+    fig = figure.overview_figure(variants, rows, [], corr, None, ())
+    cells = next(c for c in fig.axes[1].get_children() if type(c).__name__ == "Table").get_celld()
+    assert len({tuple(cells[i, 1].get_facecolor()) for i in (1, 2, 3)} - {(1, 1, 1, 1)}) == 3
     plt.close(fig)
     # from 5 variants on the points are drawn, the title with the report's own (unadjusted) p of that correlation
     rows = [{"variant": f"v{i}", "objective": "mlm", "downstream_avg": 60.0 + i, "loc_pos": 0.1 * i} for i in range(5)]
@@ -266,6 +283,10 @@ def test_figure_text_contrast_noise_columns_small_correlations_and_unfit_marks()
     assert scatter.get_title() == (f"locality (position-only)\nn = 5, Spearman {corr[0]['spearman']:.2f} "
                                    f"(p {corr[0]['spearman_p']:.2f}, unadjusted)")
     assert len(scatter.collections[0].get_offsets()) == 5
+    plt.close(fig)
+    corr = sr.correlation_family(corr)  # as the report passes them: with Holm's p over its correlations
+    fig = figure.overview_figure([], rows, [], corr, None, ())
+    assert fig.axes[2].get_title().endswith(f"(p {corr[0]['spearman_p']:.2f}, unadjusted; Holm {corr[0]['p_holm']:.2f})")
     plt.close(fig)
 
 

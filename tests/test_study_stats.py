@@ -107,13 +107,68 @@ def test_holm_against_hand_adjusted_p_values():
 # ------------------------------------------------------------------------------------- the bootstraps
 
 
-def test_bootstrap_p_from_the_standard_error():
-    rng = np.random.default_rng(0)
-    draws = rng.normal(0.0, 1.0, 200000)
-    assert stats.bootstrap_p(draws, 2.0) == pytest.approx(math.erfc(2 / math.sqrt(2)), abs=1e-3)  # 0.0455
-    assert stats.bootstrap_p(draws, 0.0) == pytest.approx(1.0)
-    assert stats.bootstrap_p(np.zeros(10), 0.0) == 1.0 and stats.bootstrap_p(np.zeros(10), 1.0) == 0.0
-    assert stats.bootstrap_p(draws, 40.0) < 1e-300 or stats.bootstrap_p(draws, 40.0) == 0.0  # no floor at 1/resamples
+def excludes(low: float, high: float) -> bool:
+    return low > 0 or high < 0
+
+
+def test_bootstrap_p_is_the_percentile_intervals_own():
+    """p <= alpha exactly when the 1 - alpha percentile interval excludes 0, at every count of resamples on the
+    smaller side of 0, B = 1,999 and 2,000 (where (B + 1) alpha / 2 is and is not whole), ties at 0 counted on both
+    sides; a distribution that is all 0 has p = 1, one all on one side p = 2 / (B + 1)."""
+    for resamples in (1999, 2000):
+        for below in list(range(40, 61)) + [0, 1, 500, 1000]:
+            for at_zero in (0, 1):
+                x = np.concatenate([-np.arange(1.0, below + 1), np.zeros(at_zero),
+                                    np.arange(1.0, resamples - below - at_zero + 1)])
+                p = stats.bootstrap_p(x)
+                assert p == pytest.approx(min(1.0, 2 * (min(below, resamples - below - at_zero) + at_zero + 1)
+                                              / (resamples + 1)))
+                for level in (0.95, 0.9, 0.99):
+                    assert (p <= 1 - level) == excludes(*stats.percentile_interval(x, level)), (resamples, below, level)
+    assert stats.bootstrap_p(np.zeros(2000)) == 1.0 and not excludes(*stats.percentile_interval(np.zeros(2000)))
+    assert stats.bootstrap_p(np.full(2000, 3.0)) == pytest.approx(2 / 2001)
+    assert stats.percentile_interval(np.ones(30)) == (-math.inf, math.inf) and stats.bootstrap_p(np.ones(30)) > 0.05
+    assert stats.percentile_interval(np.arange(2000.0)) == (49.0, 1950.0)  # the 50th smallest and largest
+
+
+def _column(name, a, b, seeds, flat):
+    keys = [(s, 1) for s in seeds]
+    by_seed = {s: float(a[i].mean() - b[i].mean()) for i, s in enumerate(seeds)}
+    return compare._Column(name, keys, a, b, None, None, np.asarray(flat, dtype=np.float64), by_seed, a.shape[1])
+
+
+def test_every_difference_gives_p_and_interval_from_one_method():
+    """For both methods of study.compare (the paired bootstrap with one shared pre-training seed, the seed-level t
+    with the dev set's variance with two or more) and the average over two columns: p <= 0.05 exactly when the
+    95% interval excludes 0, on made-up data from clear differences to none, with 0 at the bootstrap interval's
+    edge, and with seeds that agree exactly (no spread) or a dev set with no variance."""
+    rng = np.random.default_rng(5)
+    checked = 0
+    for shift in (0.0, 0.3, 1.0, 3.0, 10.0):
+        for seeds in ([1], [1, 2], [1, 2, 3], [1, 2, 3, 4, 5, 6]):
+            n = len(seeds)
+            a = rng.normal(70 + shift, 5, (n, 50))
+            b = rng.normal(70, 5, (n, 50)) + rng.normal(0, 2, (n, 1))  # a pre-training seed moves all its scores
+            flat = stats.paired_bootstrap(a, b, resamples=400, seed=n)
+            parts = [_column("x", a, b, seeds, flat), _column("y", b + shift, b, seeds, flat + shift)]
+            for cols in ([parts[0]], parts):
+                iv = compare._tested("A", "B", "x", cols, 200, 0)
+                assert iv.method == (compare.PAIRED_BOOTSTRAP if n == 1 else compare.T_TEST)
+                assert (iv.p <= 0.05) == iv.excludes_zero, (shift, n, iv)
+                checked += 1
+    # the edges: 0 at the 50th smallest of 2,000 resamples or just past it; seeds without spread; no dev noise
+    for below in (49, 50):
+        x = np.concatenate([-np.ones(below), np.ones(2000 - below)])
+        iv = compare._tested("A", "B", "x", [_column("x", np.ones((1, 4)), np.zeros((1, 4)), [1], x)], 200, 0)
+        assert iv.excludes_zero == (below < 50) == (iv.p <= 0.05), below
+    same = np.tile(np.array([1.0, 0.0, 1.0, 1.0]), (3, 1))
+    for a, b in ((same, same * 0), (same, same), (same + np.arange(3)[:, None], same)):
+        iv = compare._tested("A", "B", "x", [_column("x", a, b, [1, 2, 3], np.zeros(10))], 200, 0)
+        assert (iv.p <= 0.05) == iv.excludes_zero, (a, b, iv)
+    for values, extra in (([0.5, 0.5], 0.0), ([0.0, 0.0], 0.0), ([1.0, 1.1], 0.0), ([0.2, 0.2], 0.1), ([0.1, 0.4], 0.3)):
+        t = stats.t_test(values, extra_se=extra)
+        assert (t.p <= 0.05) == excludes(t.low, t.high), (values, extra, t)
+    assert checked == 40
 
 
 def test_zero_spread_below_the_logging_step_is_not_significant():
@@ -388,8 +443,8 @@ def test_report_counts_its_comparisons_and_labels_them_exploratory(tmp_path):
 
 
 def test_correlations_are_unadjusted_and_given_without_the_weak_variants():
-    """Exploratory: Spearman's permutation p as computed, no Holm over the four measures (the report's one family
-    is its declared comparisons)."""
+    """Spearman's permutation p as computed, unadjusted (``correlation_family`` adds Holm over them all: below);
+    the old column ``spearman_p_holm`` (Holm over the four measures of an objective) stays gone."""
     from study import report, stats
 
     values = {"a": (0.1, 0.9, 0.2, 0.5, 70.0), "b": (0.3, 0.7, 0.1, 0.6, 72.0), "c": (0.2, 0.8, 0.4, 0.1, 71.0),
@@ -406,3 +461,30 @@ def test_correlations_are_unadjusted_and_given_without_the_weak_variants():
     ys = [values[n][4] for n in "abcd"]
     assert without[0]["spearman"] == pytest.approx(stats.spearman(xs, ys))
     assert without[0]["spearman_p"] == pytest.approx(stats.spearman_p(xs, ys))
+
+
+def test_every_correlation_is_in_one_holm_family():
+    """Every correlation the report computes (4 measures, with and without the unfit variant: 8 looks) is one Holm
+    family: its adjusted p beside the unadjusted one, as a plain Holm over the 8 gives it; a correlation without a p
+    (too few variants) is not in the family. The published run's two p's below 0.05 (0.034 and 0.046 of 8) are not
+    below 0.05 after it."""
+    from study import report
+
+    rng = np.random.default_rng(2)
+    rows = [{"variant": f"v{i}", "objective": "mlm", **{k: float(rng.random()) for k, _ in report.MEASURES},
+             "downstream_avg": 70.0 + float(rng.random())} for i in range(9)]
+    corr = report.correlation_family(report.correlations(rows) + report.correlations(rows, ["v0", "v1"]))
+    ps = [c["spearman_p"] for c in corr]
+    assert len(corr) == 8 and all(c["family_size"] == 8 for c in corr)
+    assert [c["p_holm"] for c in corr] == pytest.approx(plain_holm(ps))
+    assert list(report.CORRELATION_COLUMNS[-2:]) == ["p_holm", "family_size"]  # appended: old readers keep theirs
+    published = [0.0656967, 0.110394, 0.374731, 0.60272, 0.0464477, 0.0341983, 0.679366, 0.923054]
+    fake = [{"measure": str(p), "spearman_p": p} for p in published]
+    adjusted = [c["p_holm"] for c in report.correlation_family(fake)]
+    assert adjusted == pytest.approx(plain_holm(published)) and min(adjusted) > 0.05
+    assert min(adjusted) == pytest.approx(8 * 0.0341983)
+    assert report._correlation_family_lines(report.correlation_family(fake))[0].endswith("below 0.05 after it: none.")
+    assert report._correlation_family_lines(report.correlation_family(fake[:1] + [{"measure": "x", "spearman_p": 0.001}])
+                                            )[0].endswith("below 0.05 after it: x.")
+    few = report.correlation_family([{"measure": "x", "spearman_p": math.nan}, {"measure": "y", "spearman_p": 0.01}])
+    assert math.isnan(few[0]["p_holm"]) and few[1]["p_holm"] == pytest.approx(0.01) and few[1]["family_size"] == 1
