@@ -9,6 +9,7 @@ shrank ("flattened by the LR decay": more budget could still lower it); below ha
 """
 from __future__ import annotations
 
+import os
 import statistics
 from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
@@ -119,3 +120,25 @@ def flatness_lines(rows: Sequence[Flatness], warmup: int, total: int) -> List[st
                if falling else f"No model is still falling by the rule above; the differences are still differences "
                f"by {total} updates, under this schedule."), ""]
     return L
+
+
+def recorded_warmup(out: str, given: Optional[int]) -> int:
+    """``--warmup``, else the study's recorded WARMUP (an archive written before the report took --warmup), else 0."""
+    if given is not None:
+        return given
+    path = os.path.join(out, "settings.env")
+    if os.path.isfile(path):
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("WARMUP=") and line[7:].strip().isdigit():
+                    return int(line[7:])
+    return 0
+
+
+def report_section(finished: Mapping[str, Sequence], declared: Sequence, warmup: int, total_updates: int) -> List[str]:
+    """The report's section: each MLM model's finished seeds (runs with ``curve`` and ``final``), read against the
+    declared final-loss pairs' gaps."""
+    curves = {m: [s.curve for s in ss] for m, ss in finished.items() if ss}
+    finals = {m: [s.final for s in ss if s.final is not None] for m, ss in finished.items()}
+    pairs = [(e.a, e.b) for e in declared if e.measure == "final_loss"]
+    return flatness_lines(flatness(curves, gaps_of(finals, pairs), warmup, total_updates), warmup, total_updates)

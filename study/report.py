@@ -22,8 +22,10 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from study.compare import (AVERAGE, PAIRED_BOOTSTRAP, T_TEST, Interval, OrderDrop, Paired, bootstrap_pairs, order_drops,
                            paired_differences)
-from study.endpoints import (LEVEL as FAMILY_LEVEL, MEASURES as ENDPOINT_MEASURES, UPDATES_TO, EndpointResult, curve_auc,
-                             logged_resolution, parse_endpoints, parse_margin, family_tests, updates_to_values)
+from study import flatness, sweep
+from study.endpoint_report import declared_tests, endpoint_lines, write_endpoints_csv
+from study.endpoints import EndpointResult, logged_resolution, parse_endpoints, parse_margin
+from study.markdown import fmt as _f, fmt_p as _p
 from study.longer_inputs import NOT_FOR_ELECTRA
 from study.noise import DRAWS, span_tests
 from study.plan import split_label
@@ -197,17 +199,8 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
-def _f(x: Optional[float], nd: int = 3) -> str:
-    return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{nd}f}"
-
-
 DIFFERENCE_COLUMNS = ("a", "b", "task", "difference", "low", "high", "runs", "examples", "pretrain_seeds", "method",
                       "p", "dev_se", "interval", "seed_noise", "beyond_seed_noise", "by_pretrain_seed")
-ENDPOINT_COLUMNS = ("measure", "a", "b", "seeds", "mean", "sd", "low", "high", "p", "p_holm", "family_size",
-                    "resolution", "margin", "p_tost", "verdict", "by_pretrain_seed")
-# after those, only in a study that declares an updates_to endpoint (a published endpoints.csv keeps its columns)
-UPDATES_TO_COLUMNS = ("target", "target_bits", "method", "median", "coverage", "a_first", "b_first", "ties", "censored_a", "censored_b",
-                      "censored_by_pretrain_seed")
 ORDER_COLUMNS = ("variant", "task", "perturbation", "mean_drop", "spread", "runs", "changed", "examples")
 
 
@@ -223,13 +216,6 @@ def write_csv_atomic(path: str, rows: List[Dict], columns: Sequence[str] = ()) -
 
 
 # ---- Markdown ---------------------------------------------------------------------------------------------
-
-
-def _p(x: Optional[float]) -> str:
-    """A p-value for a table: 3 decimals, or 2 significant digits below 0.001."""
-    if x is None or math.isnan(x):
-        return "—"
-    return f"{x:.3f}" if x >= 0.001 else f"{x:.1e}"
 
 
 def _paired_lines(pairs: List[Paired], n_seeds: int, what: str, resolution: float) -> List[str]:
@@ -422,102 +408,6 @@ def _electra_lines(variants: List[Variant], rows: List[Dict], gen_pairs: List[Pa
     return L
 
 
-def _endpoint_lines(results: Sequence[EndpointResult], declared: str, total_updates: int) -> List[str]:
-    """The declared comparisons: one Holm family, its size stated, each with its per-seed differences; the t-tested
-    measures in one table, updates_to (``_updates_to_lines``) in its own."""
-    if not results:
-        return ["No comparison was declared before the study ran (`ENDPOINTS=none`): every difference below is "
-                "exploratory.", ""]
-    t_rows = [r for r in results if r.endpoint.measure != UPDATES_TO]
-    u_rows = [r for r in results if r.endpoint.measure == UPDATES_TO]
-    seeds = sorted({s for r in t_rows for s in r.diffs})
-    margin = results[0].margin
-    t_text = (f"t-tested over those seeds (n - 1 degrees of freedom, 95% t-interval of the mean); the spread is the "
-              f"standard deviation of the per-seed differences, floored at the logging step "
-              f"({results[0].resolution:g} bits) in the test, since a spread below it is not measured.")
-    if u_rows:
-        t_text = ("those of a loss (" + ", ".join(sorted({r.endpoint.measure for r in t_rows})) + ") " + t_text
-                  + " Those of updates_to by a sign test, below." if t_rows else "each by a sign test, below.")
-    measures = {k: v for k, v in ENDPOINT_MEASURES.items() if k != UPDATES_TO or u_rows}
-    L = [f"Declared before the study ran (`ENDPOINTS={declared}`, recorded in `settings.env`; "
-         f"`EQUIVALENCE_BITS={'none' if margin is None else f'{margin:g}'}`). These {len(results)} comparison(s) are "
-         f"**one Holm family of {len(results)}**, and the only confirmatory tests of this report; every other "
-         "difference in it is exploratory, whatever its interval. Each is the per-pre-training-seed paired "
-         "difference a - b (the same data order and masks per seed), over the seeds whose pre-training finished "
-         f"all {total_updates} updates, {t_text}", "",
-         "Measures: " + "; ".join(f"`{k}`: {v}" for k, v in measures.items()) + ".", ""]
-    if t_rows:
-        L += ["| declared comparison | " + "".join(f"seed {s} | " for s in seeds)
-              + "mean | SD over seeds | 95% t-interval | p | Holm p (family) | TOST p (Holm) | verdict |",
-              "|" + "---|" * (len(seeds) + 8)]
-    for r in t_rows:
-        t = r.test
-        cells = "".join("— | " if s not in r.diffs else f"{r.diffs[s]:+.4f} | " for s in seeds)
-        if t is None:
-            L.append(f"| {r.endpoint.label} | {cells}— | — | — | — | — | — | {r.verdict} |")
-            continue
-        L.append(f"| {r.endpoint.label} | {cells}{t.mean:+.4f} | {t.sd:.4f} | [{t.low:+.4f}, {t.high:+.4f}] | "
-                 f"{_p(t.p)} | {_p(r.p_holm)} | {_p(r.p_tost)} | **{r.verdict}** |")
-    if t_rows:
-        L += ["", f"A difference is shown when its Holm-adjusted p is at most {FAMILY_LEVEL:g}; it is called equivalent "
-              "only when the two one-sided tests against the declared margin both reject (TOST), their p adjusted by "
-              f"Holm across the same family, at {FAMILY_LEVEL:g}; otherwise it is **not resolved**: neither shown nor "
-              "excluded. The family is the declared one, whole: a comparison not tested counts in it with p = 1.", ""]
-    return L + (_updates_to_lines(u_rows, total_updates) if u_rows else [])
-
-
-def _updates(x: float) -> str:
-    """A number of updates (or a difference of them) for a table; an open interval end as ±∞."""
-    return ("+∞" if x > 0 else "−∞") if math.isinf(x) else f"{x:+.1f}"
-
-
-def _target_text(r: EndpointResult) -> str:
-    bits = r.target_bits
-    if r.endpoint.target == "halfway":
-        return "halfway (not resolved yet)" if bits is None else f"halfway = {bits:.4f}"
-    return r.endpoint.target
-
-
-def _updates_to_lines(results: Sequence[EndpointResult], total_updates: int) -> List[str]:
-    """The updates_to comparisons: per-seed differences in updates (``c``: censored), the median with its
-    order-statistic interval, the sign test's counts and p, the Holm p of the whole family."""
-    seeds = sorted({s for r in results for s in r.diffs})
-    L = [f"`updates_to@TARGET`: per seed, the update at which each model's validation loss first reaches TARGET bits, "
-         "interpolated linearly between the two validations around its first crossing (a curve already at or below "
-         "it at its first validation counts from that validation's update). A model that never reaches it within "
-         f"the {total_updates} updates is **censored at the budget**: its value is {total_updates}, its true update "
-         "later, so a difference with a censored side (`c`) is a bound, not a measurement. Each comparison is tested "
-         "by the exact two-sided **sign test** over the seeds (binomial, 1/2): a difference of 0 and a seed where "
-         "both models are censored are ties, dropped and counted; a seed with one side censored counts with its "
-         "known sign (the censored model is later). Its interval is the sign test's own, the distribution-free "
-         "**order-statistic interval** of the median difference: the order statistics (k, n + 1 - k) of the n "
-         "measured differences (every seed but the both-censored ones) for the largest k with 2 P(X < k) <= 0.05, "
-         "at its exact coverage (at least 95%; below 6 seeds none exists: (−∞, +∞)); an end that is a censored "
-         "difference is a bound too. No TOST: the declared margin is in bits. Its Holm p is that of the whole "
-         "family above; a difference is shown when it is at most "
-         f"{FAMILY_LEVEL:g}.", "",
-         "| declared comparison | target (bits) | " + "".join(f"seed {s} | " for s in seeds)
-         + "median | order-statistic interval (coverage) | a first / b first / ties | censored a / b | sign test p | "
-           "Holm p (family) | verdict |", "|" + "---|" * (len(seeds) + 9)]
-    for r in results:
-        cells = "".join("— | " if s not in r.diffs else f"{_updates(r.diffs[s])}{' c' if s in r.censored else ''} | "
-                        for s in seeds)
-        t = r.test
-        if t is None:
-            L.append(f"| {r.endpoint.label} | {_target_text(r)} | {cells}— | — | — | — | — | — | {r.verdict} |")
-            continue
-        L.append(f"| {r.endpoint.label} | {_target_text(r)} | {cells}{_updates(t.center)} | "
-                 f"[{_updates(t.low)}, {_updates(t.high)}] ({100 * t.coverage:.1f}%) | "
-                 f"{t.negative} / {t.positive} / {r.ties} | {r.censored_count('a')} / {r.censored_count('b')} | "
-                 f"{_p(t.p)} | {_p(r.p_holm)} | **{r.verdict}** |")
-    L.append("")
-    warned = [r for r in results if r.censoring_warning]
-    L += [f"> **WARNING: {r.endpoint.label}.** {r.censoring_warning}. A model censored on most seeds turns the "
-          "comparison into whether it got below the target by the end at all: declare a target both models reach."
-          for r in warned] + ([""] if warned else [])
-    return L
-
-
 def _within_noise_lines(variants: Sequence[Variant], columns: Sequence[str],
                         noise: Dict[str, Tuple[float, str]]) -> List[str]:
     """Which columns of the fine-tuning table span more than the seed noise across the models (``study.noise``: an
@@ -568,7 +458,7 @@ def report_markdown(rows: List[Dict], columns: List[str], variants: List[Variant
     L += [f"| {v.name} | {_cell(v.about) or '—'} | {v.objective} | {', '.join(str(s.seed) for s in v.seeds)} |"
           for v in variants]
     L += [""] + sections.get("sweep", [])
-    L += ["## Declared comparisons (confirmatory)", ""] + _endpoint_lines(endpoints, declared, total_updates)
+    L += ["## Declared comparisons (confirmatory)", ""] + endpoint_lines(endpoints, declared, total_updates)
     L += ["## Pre-training: validation MLM loss (bits)", "",
           f"Unigram baseline (entropy of the training tokens, what a model ignoring context scores): "
           f"**{_f(unigram)} bits**. Budget: {total_updates} updates; the same data order, masks and seed for "
@@ -646,79 +536,62 @@ def report_markdown(rows: List[Dict], columns: List[str], variants: List[Variant
 # ---- the command ------------------------------------------------------------------------------------------
 
 
-def sweep_section(out: str, labels: Sequence[str], total_updates: int, declared: Sequence, finished: Dict) -> List[str]:
-    """The LR sweep (study.sweep) of a study whose settings.env declares one: [] otherwise."""
-    from study import sweep
-    from tupe_common.tunables import items
-
-    path = os.path.join(out, "settings.env")
-    if not os.path.isfile(path):
-        return []
-    with open(path, encoding="utf-8") as f:
-        text = f.read()
-    values = dict(line.split("=", 1) for line in text.splitlines() if "=" in line and not line.startswith("#"))
-    grid, seeds = items(values.get("LR_GRID", "none")), items(values.get("SWEEP_SEEDS", "none"))
-    if not grid or not seeds:
-        return []
-    choices = sweep.choices(out, labels, [float(x) for x in grid], [int(s) for s in seeds], total_updates)
-    pairs = [(e.a, e.b) for e in declared if e.measure == "final_loss"]
-    n = min((len({s.seed for s in finished.get(a, [])} | {s.seed for s in finished.get(b, [])}) for a, b in pairs),
-            default=0)
-    return sweep.sweep_lines(choices, sweep.read_declared(text), [int(s) for s in seeds],
-                             sweep.power_lines(choices, pairs, n, max(len(declared), 1)))
-
-
-def recorded_warmup(out: str, given: Optional[int]) -> int:
-    """``--warmup``, else the study's recorded WARMUP (an archive written before the report took --warmup), else 0."""
-    if given is not None:
-        return given
-    path = os.path.join(out, "settings.env")
-    if os.path.isfile(path):
-        with open(path, encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("WARMUP=") and line[7:].strip().isdigit():
-                    return int(line[7:])
-    return 0
-
-
-def flatness_section(finished: Dict, declared: Sequence, warmup: int, total_updates: int) -> List[str]:
-    """Has each MLM model's drop ended (study.flatness)?"""
-    from study.flatness import flatness, flatness_lines, gaps_of
-
-    curves = {m: [s.curve for s in ss] for m, ss in finished.items() if ss}
-    finals = {m: [s.final for s in ss if s.final is not None] for m, ss in finished.items()}
-    pairs = [(e.a, e.b) for e in declared if e.measure == "final_loss"]
-    return flatness_lines(flatness(curves, gaps_of(finals, pairs), warmup, total_updates), warmup, total_updates)
-
-
-def endpoint_row(r: EndpointResult, family_size: int, counting: bool) -> Dict:
-    """One row of endpoints.csv. ``counting`` (a study with an updates_to endpoint): UPDATES_TO_COLUMNS too; an
-    updates_to row leaves mean, sd, resolution and margin empty (low, high and p: its order-statistic interval and
-    sign test)."""
-    t, sign = r.test, r.endpoint.measure == UPDATES_TO
-    row = {"measure": r.endpoint.measure, "a": r.endpoint.a, "b": r.endpoint.b, "seeds": len(r.diffs),
-           "mean": t.mean if t and not sign else None, "sd": t.sd if t and not sign else None,
-           "low": t.low if t else None, "high": t.high if t else None, "p": t.p if t else None, "p_holm": r.p_holm,
-           "family_size": family_size, "resolution": None if sign else r.resolution,
-           "margin": None if sign else r.margin, "p_tost": r.p_tost, "verdict": r.verdict,
-           "by_pretrain_seed": " ".join(f"{s}:{d:.6f}" for s, d in r.diffs.items())}
-    if counting:
-        row.update(target=r.endpoint.target or None, target_bits=r.target_bits, method=t.method if t else None)
-        if sign and t:
-            row.update(median=t.center, coverage=t.coverage, a_first=t.negative, b_first=t.positive, ties=r.ties,
-                       censored_a=r.censored_count("a"), censored_b=r.censored_count("b"),
-                       censored_by_pretrain_seed=" ".join(f"{s}:{c}" for s, c in sorted(r.censored.items())))
-    return row
-
-
-
 def unigram_baseline(out: str, data: Optional[str] = None) -> float:
     """The entropy (bits) of the training tokens of ``data`` (a fairseq data path or a folder with data_path.txt;
     default OUT/c4/data-bin): the MLM loss of a model that ignores context."""
     return entropy_bits(token_counts(":".join(read_data_path(data or os.path.join(out, "c4", "data-bin")))))
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def leave_out_unfit_curves(study: Sequence[Variant], total_updates: int, valid_interval: int,
+                           problems: List[str]) -> None:
+    """Name among ``problems``, and leave out, each pre-training whose losses cannot be read as final: a NaN or
+    infinite loss (diverged), a last validation before the budget (unfinished); name the holes of a curve."""
+    for model in study:
+        for run in model.seeds:
+            logged = run.curve or run.electra.get(ELECTRA_KEYS[0], {})
+            diverged = [u for u, x in sorted(logged.items()) if not math.isfinite(x)]
+            if diverged:  # a NaN or infinite loss: named, left out, and the report goes on
+                problems.append(f"{model.name} seed {run.seed}: validation loss {logged[diverged[0]]} at update "
+                                f"{diverged[0]} (diverged): its losses are left out of every table and test")
+                run.curve, run.electra = {}, {}
+                continue
+            if logged and max(logged) < total_updates:  # still running, or stopped: its last loss is no final
+                problems.append(f"{model.name} seed {run.seed}: pre-training unfinished (last validation at update "
+                                f"{max(logged)} of {total_updates}): its losses are left out until it finishes")
+                run.curve, run.electra = {}, {}
+                continue
+            holes = curve_holes(logged, valid_interval, total_updates)
+            if holes:
+                problems.append(f"{model.name} seed {run.seed}: no validation logged at update(s) "
+                                f"{', '.join(map(str, holes))}, so its curve points there are read from the nearest "
+                                "validation (a resumed run's log lost the lines before its kill, before 24674e3)")
+
+
+def write_tables(out: str, rows: List[Dict], corr: List[Dict], study: Sequence[Variant], columns: Sequence[str],
+                 intervals: Sequence[Interval], endpoints: Sequence[EndpointResult], declared: Sequence,
+                 drops: Sequence[OrderDrop]) -> None:
+    """study.csv, correlation.csv, differences.csv, endpoints.csv and order.csv into ``out``."""
+    write_csv_atomic(os.path.join(out, "study.csv"), rows)
+    write_csv_atomic(os.path.join(out, "correlation.csv"),
+                     [{k: c[k] for k in CORRELATION_COLUMNS} for c in corr], CORRELATION_COLUMNS)
+    noise = seed_noise(study, columns)
+    write_csv_atomic(os.path.join(out, "differences.csv"),
+                     [{"a": iv.a, "b": iv.b, "task": iv.column, "difference": iv.diff, "low": iv.low, "high": iv.high,
+                       "runs": iv.runs, "examples": iv.examples, "pretrain_seeds": iv.seeds, "method": iv.method,
+                       "p": iv.p, "dev_se": iv.dev_se, "interval": iv.verdict,
+                       "seed_noise": noise[iv.column][0] if iv.column in noise else None,
+                       "beyond_seed_noise": beyond_noise(iv.diff, iv.column, noise),
+                       "by_pretrain_seed": " ".join(f"{s}:{d:.4f}" for s, d in sorted(iv.by_seed.items()))}
+                      for iv in intervals], DIFFERENCE_COLUMNS)
+    write_endpoints_csv(os.path.join(out, "endpoints.csv"), endpoints, declared)
+    write_csv_atomic(os.path.join(out, "order.csv"),
+                     [{"variant": d.variant, "task": d.column, "perturbation": d.perturbation, "mean_drop": d.mean,
+                       "spread": d.spread, "runs": len(d.drops), "changed": d.changed, "examples": d.examples}
+                      for d in drops], ORDER_COLUMNS)
+
+
+def parser() -> argparse.ArgumentParser:
+    """The command's arguments (study.stages.report_argv writes them; an archive's report.json keeps them)."""
     p = argparse.ArgumentParser(prog="python -m study.report", description=__doc__.split("\n\n")[0])
     p.add_argument("out", help="the study folder (OUT of train_scripts/study.sh)")
     p.add_argument("--variants", required=True, help="model labels in report order, space-separated (a variant, "
@@ -748,6 +621,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--warmup", type=int, help="pre-training warmup updates (the LR schedule that the flatness check "
                    "weighs the loss changes by; default: WARMUP of OUT/settings.env, else 0)")
     p.add_argument("--title", default="Study report")
+    return p
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    p = parser()
     args = p.parse_args(argv)
     from tupe_common.io import need
 
@@ -778,25 +656,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         except (OSError, ValueError) as e:
             problems.append(f"unigram baseline not computed: {e}")
     study = load_study(args.out, variants, problems, grid)
-    for model in study:
-        for run in model.seeds:
-            logged = run.curve or run.electra.get(ELECTRA_KEYS[0], {})
-            diverged = [u for u, x in sorted(logged.items()) if not math.isfinite(x)]
-            if diverged:  # a NaN or infinite loss: named, left out, and the report goes on
-                problems.append(f"{model.name} seed {run.seed}: validation loss {logged[diverged[0]]} at update "
-                                f"{diverged[0]} (diverged): its losses are left out of every table and test")
-                run.curve, run.electra = {}, {}
-                continue
-            if logged and max(logged) < args.total_updates:  # still running, or stopped: its last loss is no final
-                problems.append(f"{model.name} seed {run.seed}: pre-training unfinished (last validation at update "
-                                f"{max(logged)} of {args.total_updates}): its losses are left out until it finishes")
-                run.curve, run.electra = {}, {}
-                continue
-            holes = curve_holes(logged, args.valid_interval, args.total_updates)
-            if holes:
-                problems.append(f"{model.name} seed {run.seed}: no validation logged at update(s) "
-                                f"{', '.join(map(str, holes))}, so its curve points there are read from the nearest "
-                                "validation (a resumed run's log lost the lines before its kill, before 24674e3)")
+    leave_out_unfit_curves(study, args.total_updates, args.valid_interval, problems)
     columns = sorted({c for v in study for s in v.seeds for c in s.tasks})
     drops = order_drops(study, problems)
     rows = [variant_row(v, columns, args.total_updates, unigram, drops) for v in study]
@@ -820,39 +680,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if halfway is not None and not (halfway > 0 and math.isfinite(halfway)):
         p.error(f"--updates-to-target {halfway:g}: give the resolved target, a positive number of bits")
     finished = {v.name: [s for s in v.seeds if s.curve and max(s.curve) >= args.total_updates] for v in mlm}
-    measured = {"final_loss": {n: {s.seed: s.final for s in ss} for n, ss in finished.items()},
-                "loss_auc": {n: {s.seed: curve_auc(s.curve) for s in ss} for n, ss in finished.items()},
-                **updates_to_values(declared, {n: {s.seed: s.curve for s in ss} for n, ss in finished.items()},
-                                    args.total_updates, halfway)}
-    endpoints = family_tests(declared, measured, resolution, margin, halfway)
+    endpoints = declared_tests(declared, finished, args.total_updates, resolution, margin, halfway)
     problems += [x for x in [small_split_problem(args.out)] if x]
     sections = {"valid_se": valid_se_lines(args.out, mlm, declared, margin),
-                "sweep": sweep_section(args.out, [v.name for v in mlm], args.total_updates, declared, finished),
-                "flatness": flatness_section(finished, declared, recorded_warmup(args.out, args.warmup),
-                                             args.total_updates)}
+                "sweep": sweep.report_section(args.out, [v.name for v in mlm], args.total_updates, declared, finished),
+                "flatness": flatness.report_section(finished, declared, flatness.recorded_warmup(args.out, args.warmup),
+                                                    args.total_updates)}
     md = report_markdown(rows, columns, study, args.total_updates, unigram, args.min_gap_bits, corr, loss_pairs,
                          intervals, drops, problems, args.title, run_section(args.out), gen_pairs, endpoints,
                          args.endpoints, resolution, sections)
-    write_csv_atomic(os.path.join(args.out, "study.csv"), rows)
-    write_csv_atomic(os.path.join(args.out, "correlation.csv"),
-                     [{k: c[k] for k in CORRELATION_COLUMNS} for c in corr], CORRELATION_COLUMNS)
-    noise = seed_noise(study, columns)
-    write_csv_atomic(os.path.join(args.out, "differences.csv"),
-                     [{"a": iv.a, "b": iv.b, "task": iv.column, "difference": iv.diff, "low": iv.low, "high": iv.high,
-                       "runs": iv.runs, "examples": iv.examples, "pretrain_seeds": iv.seeds, "method": iv.method,
-                       "p": iv.p, "dev_se": iv.dev_se, "interval": iv.verdict,
-                       "seed_noise": noise[iv.column][0] if iv.column in noise else None,
-                       "beyond_seed_noise": beyond_noise(iv.diff, iv.column, noise),
-                       "by_pretrain_seed": " ".join(f"{s}:{d:.4f}" for s, d in sorted(iv.by_seed.items()))}
-                      for iv in intervals], DIFFERENCE_COLUMNS)
-    counting = any(e.measure == UPDATES_TO for e in declared)
-    write_csv_atomic(os.path.join(args.out, "endpoints.csv"), [endpoint_row(r, len(endpoints), counting)
-                                                               for r in endpoints],
-                     ENDPOINT_COLUMNS + (UPDATES_TO_COLUMNS if counting else ()))
-    write_csv_atomic(os.path.join(args.out, "order.csv"),
-                     [{"variant": d.variant, "task": d.column, "perturbation": d.perturbation, "mean_drop": d.mean,
-                       "spread": d.spread, "runs": len(d.drops), "changed": d.changed, "examples": d.examples}
-                      for d in drops], ORDER_COLUMNS)
+    write_tables(args.out, rows, corr, study, columns, intervals, endpoints, declared, drops)
     write_text(os.path.join(args.out, "report.md"), md)
     from study.figure import overview
 

@@ -265,3 +265,26 @@ def power_lines(study_choices: Sequence[Choice], pairs: Sequence[Tuple[str, str]
                  f"{', '.join(f'{x:+.4f}' for x in diffs)}, d = {d:.2f}, power {power} with the {n_confirm} "
                  f"confirmation seeds at alpha = 0.05 / {family}. From {len(diffs)} seeds, d is a rough guide.")
     return L + ([""] if L else [])
+
+
+def report_section(out: str, labels: Sequence[str], total_updates: int, declared: Sequence,
+                   finished: Mapping[str, Sequence]) -> List[str]:
+    """The report's section for a study whose settings.env declares a sweep ([] otherwise): the sweep read from
+    OUT/sweep, the second declaration, and the power check at the declared number of confirmation seeds."""
+    from tupe_common.tunables import items
+
+    path = os.path.join(out, "settings.env")
+    if not os.path.isfile(path):
+        return []
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    values = dict(line.split("=", 1) for line in text.splitlines() if "=" in line and not line.startswith("#"))
+    grid, seeds = items(values.get("LR_GRID", "none")), [int(s) for s in items(values.get("SWEEP_SEEDS", "none"))]
+    if not grid or not seeds:
+        return []
+    study_choices = choices(out, labels, [float(x) for x in grid], seeds, total_updates)
+    pairs = [(e.a, e.b) for e in declared if e.measure == "final_loss"]
+    confirm = len(items(values.get("PRETRAIN_SEEDS", ""))) or min(
+        (len({s.seed for s in finished.get(a, [])} & {s.seed for s in finished.get(b, [])}) for a, b in pairs), default=0)
+    return sweep_lines(study_choices, read_declared(text), seeds,
+                       power_lines(study_choices, pairs, confirm, max(len(declared), 1)))

@@ -135,7 +135,7 @@ def write_sweep_run(out: Path, label: str, lr: str, seed: int, loss: float, tota
 
 
 def test_report_section_reads_the_sweep_from_its_folders(tmp_path):
-    from study.report import sweep_section
+    from study.sweep import report_section as sweep_section
 
     out = tmp_path / "study"
     for lr, loss in (("1e-3", 9.0), ("3e-3", 8.0), ("9e-3", 8.5)):

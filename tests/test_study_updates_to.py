@@ -13,6 +13,7 @@ from typing import Mapping
 
 import pytest
 
+from study import endpoint_report
 from study import report as sr
 from study.endpoints import (Endpoint, EndpointResult, family_tests, halfway_target, parse_endpoints, updates_to,
                              updates_to_values)
@@ -256,7 +257,7 @@ def test_report_tables_csv_and_halfway_target(tmp_path):
                   "**WARNING: updates_to@8.5: tupe-r - bert-a.** bert-a never reached the target on 6 of 6 seeds"):
         assert words in md, words
     rows = {(r["measure"], r["target"]): r for r in csv.DictReader((out / "endpoints.csv").open())}
-    assert list(next(iter(rows.values())))[-len(sr.UPDATES_TO_COLUMNS):] == list(sr.UPDATES_TO_COLUMNS)
+    assert list(next(iter(rows.values())))[-len(endpoint_report.UPDATES_TO_COLUMNS):] == list(endpoint_report.UPDATES_TO_COLUMNS)
     nine = rows["updates_to", "9.0"]
     assert (nine["a_first"], nine["b_first"], nine["ties"], nine["censored_a"], nine["censored_b"]) == \
            ("6", "0", "0", "0", "1")
@@ -285,7 +286,7 @@ def test_report_without_updates_to_keeps_the_published_columns(tmp_path):
         write_curve(out, "bert-a", s, {50: 9.9, 100: 9.0})
     assert sr.main([str(out), "--variants", "tupe-r bert-a", "--pretrain-seeds", "1 2", "--total-updates", "100",
                     "--endpoints", "final_loss:tupe-r:bert-a", "--unigram-bits", "10"]) == 0
-    assert (out / "endpoints.csv").read_text().splitlines()[0] == ",".join(sr.ENDPOINT_COLUMNS)
+    assert (out / "endpoints.csv").read_text().splitlines()[0] == ",".join(endpoint_report.ENDPOINT_COLUMNS)
     md = (out / "report.md").read_text()
     assert "updates_to@" not in md and "`updates_to`" not in md and "sign test" not in md
 
