@@ -187,6 +187,7 @@ class RunLock:
             tokens.pop(self.token, None)
             _set_inherited(tokens)
         remove_if_mine(self.path, self.token)
+        _remove_empty(held["made"])
 
 
 _LOCK = threading.Lock()
@@ -293,12 +294,34 @@ def hold(path: str, prog: str, setting: str = "", say: Optional[Say] = None) -> 
     if say is None:
         def say(line: str) -> None:
             sys.stderr.write(f"{prog}: {line}\n")
-    os.makedirs(os.path.dirname(path), exist_ok=True)
     with _LOCK:
         held = _HELD.get(path)
         if held is not None:
             held["depth"] += 1
             return RunLock(path, held["token"], owned=True)
+    made, folder = [], os.path.dirname(path)  # the folders made for the lock: removed with it if left empty
+    while not os.path.isdir(folder) and folder != os.path.dirname(folder):
+        made.append(folder)
+        folder = os.path.dirname(folder)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    try:
+        return _hold(path, prog, setting, say, made)
+    except BaseException:
+        _remove_empty(made)
+        raise
+
+
+def _remove_empty(folders) -> None:
+    """Remove ``folders`` (innermost first) that are empty: a refused or finished run that wrote nothing else
+    leaves nothing."""
+    for folder in folders:
+        try:
+            os.rmdir(folder)
+        except OSError:
+            return
+
+
+def _hold(path: str, prog: str, setting: str, say: Say, made) -> RunLock:
     for _ in range(5):
         token = uuid.uuid4().hex
         record = {"pid": os.getpid(), "host": host(), "pid_start": start_ticks(os.getpid()),
@@ -307,7 +330,7 @@ def hold(path: str, prog: str, setting: str = "", say: Optional[Say] = None) -> 
         if _create(path, record):
             global _thread
             with _LOCK:
-                _HELD[path] = {"token": token, "depth": 1}
+                _HELD[path] = {"token": token, "depth": 1, "made": made}
                 tokens = _inherited()
                 tokens[token] = path
                 _set_inherited(tokens)
