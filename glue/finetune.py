@@ -88,6 +88,12 @@ def run_dirs(runs: str, task: str, lr: str, seed: str) -> Tuple[str, str]:
     return os.path.join(runs, task, name), os.path.join(runs, ".partial", task, name)
 
 
+def run_lock(runs: str, task: str, lr: str, seed: str) -> str:
+    """The run's lock (tupe_common.lock): beside its folder under .partial (the folder itself is made afresh,
+    then renamed), RUNS/.partial/TASK/lr{LR}_seed{SEED}.lock."""
+    return run_dirs(runs, task, lr, seed)[1] + ".lock"
+
+
 def run_inputs(settings: FinetuneConfig, task: str, lr: str, seed: str) -> Dict[str, str]:
     """What makes a run's result: the task, LR and seed, the fingerprints (``tupe_common.io.file_fingerprint``) of
     the checkpoint and of the task's binaries, and every setting but ``NOT_INPUTS``. Raises OSError."""
@@ -191,10 +197,19 @@ def check_run_settings(lrs: Sequence[str], seeds: Sequence[str]) -> None:
 
 def finetune(settings: FinetuneConfig, task: str, lr: str, seed: str, say: Say = say_to_stderr,
              environ: Mapping[str, str] = os.environ) -> str:
-    """Fine-tune one run (or skip it when finished): returns its folder. Raises UsageError (exit 2) or RunFailed."""
-    from glue.finetune_helper import facts_of, write_result
+    """Fine-tune one run (or skip it when finished) holding its lock (``run_lock``: another run into the same
+    folder is refused, tupe_common.lock.LockHeld): returns its folder. Raises UsageError (exit 2) or RunFailed."""
+    from tupe_common.lock import hold
 
     check_run_settings([lr], [seed])
+    with hold(run_lock(settings.RUNS, task, lr, seed), PROG, "RUNS", say):
+        return finetune_locked(settings, task, lr, seed, say, environ)
+
+
+def finetune_locked(settings: FinetuneConfig, task: str, lr: str, seed: str, say: Say,
+                    environ: Mapping[str, str]) -> str:
+    from glue.finetune_helper import facts_of, write_result
+
     c = settings
     final, partial = run_dirs(c.RUNS, task, lr, seed)
     finished = check_finished(c, task, final, say)

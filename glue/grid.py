@@ -330,15 +330,23 @@ def main_sh(argv: Sequence[str], environ: Mapping[str, str]) -> int:
     except UsageError as e:
         say(f"error: {e}")
         return 2
-    say(f"local runs: JOBS={n_jobs} GPU_IDS='{gpus}'")
-    announce(grid, todo, tasks, lrs, seeds, n_jobs)
-    env = {**environ, "CHECKPOINT": c.CHECKPOINT, "GLUE_BIN": c.GLUE_BIN}
-    status = run_local(todo, c.RUNS, n_jobs, split_list(gpus), FINETUNE, env)
-    if status == 2:  # refused, or stopped at a usage error: no table
-        return 2
-    from glue import collect
+    from tupe_common.lock import LockHeld, folder_lock, hold
 
-    collected = collect.main([c.RUNS, "--expected-lrs", ",".join(lrs), "--expected-seeds", ",".join(seeds)])
+    try:  # one grid per RUNS (tupe_common.lock; each run also holds its own: finetune.run_lock)
+        grid_lock = hold(folder_lock(c.RUNS), PROG, "RUNS", say)
+    except LockHeld as e:
+        say(f"error: {e}")
+        return 2
+    with grid_lock:
+        say(f"local runs: JOBS={n_jobs} GPU_IDS='{gpus}'")
+        announce(grid, todo, tasks, lrs, seeds, n_jobs)
+        env = {**environ, "CHECKPOINT": c.CHECKPOINT, "GLUE_BIN": c.GLUE_BIN}
+        status = run_local(todo, c.RUNS, n_jobs, split_list(gpus), FINETUNE, env)
+        if status == 2:  # refused, or stopped at a usage error: no table
+            return 2
+        from glue import collect
+
+        collected = collect.main([c.RUNS, "--expected-lrs", ",".join(lrs), "--expected-seeds", ",".join(seeds)])
     return status or collected
 
 

@@ -24,6 +24,7 @@ Exit status: 0 done; 1 a part failed (the message names its log); 2 a usage erro
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import shlex
@@ -35,10 +36,12 @@ from typing import List, Optional, Sequence, Tuple
 from study.plan import Plan
 from study.settings import (FIELDS, StudyConfig, UsageError, changed_settings, declared_comment, defaults, merged_text,
                             recorded_text, refusal)
+from study.locks import hold_part, hold_study
 from study.stages import BY_NAME, STAGES, PartFailed, Stage, declare_choice, needs_done, note
 from study.timings import code_version, timing_line
 from tupe_common.errors import exit_main
 from tupe_common.jobs import Job, run_jobs, slurm_ranges, visible_gpus
+from tupe_common.lock import LockHeld
 from tupe_plugin_cli.checkpoints import CheckpointError
 
 RESUME_PARTS = ("rerun the same command to resume (finished parts are skipped; a pre-training resumes from its "
@@ -139,6 +142,16 @@ def part_label(part: Tuple) -> str:
 
 
 def run_part(plan: Plan, stage: Stage, part: Tuple, skip_done: bool = True) -> None:
+    """One part, holding the lock of the folder it writes (study.locks; the report takes none)."""
+    lock = None if stage.always else hold_part(plan, stage.name, part)  # LockHeld: another run is writing it
+    try:
+        run_part_locked(plan, stage, part, skip_done)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def run_part_locked(plan: Plan, stage: Stage, part: Tuple, skip_done: bool) -> None:
     if skip_done and not stage.always and stage.done(plan, *part):
         note(f"{stage.name} {part_label(part)}: done, skipping")
         return
@@ -220,7 +233,7 @@ def run_all(plan: Plan, lanes: int = 1, only: Optional[Sequence[str]] = None) ->
                 for part in parts:
                     try:
                         run_part(plan, stage, part)  # a done part: noted and skipped
-                    except PartFailed as e:
+                    except (PartFailed, LockHeld) as e:  # LockHeld: another run writes the part's folder
                         note(f"error: {e}")
                         failed.append(f"{stage.name} {part_label(part)}")
                         if stage.name == "prep":
@@ -359,19 +372,21 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             check_reportable(plan)
             check_settings(plan)
             return write_archive(plan, dest)
-        check_settings(plan)
-        n_ft = len(plan.finetune_parts())
-        note(f"{plan.models_text()}, {len(plan.pretrain_parts())} pre-training run(s) of "
-             f"{plan.config.TOTAL_UPDATES} updates (validation every {plan.valid_interval}); {n_ft} fine-tuning "
-             f"run(s) ({len(plan.tasks)} task(s): {' '.join(plan.tasks) or 'none'} x {len(plan.lrs)} LR(s) x "
-             f"{len(plan.seeds)} seed(s) per model)")
-        if mode == "slurm":
-            slurm(plan)
-            return 0
-        if mode == "part":
-            run_part(plan, stage, parts[index])
-            return 0
-        return run_all(plan, lanes, only)
+        # one whole study per OUT (study.locks), taken before settings.env is written; its parts hold their own
+        with hold_study(plan) if mode == "all" else contextlib.nullcontext():
+            check_settings(plan)
+            n_ft = len(plan.finetune_parts())
+            note(f"{plan.models_text()}, {len(plan.pretrain_parts())} pre-training run(s) of "
+                 f"{plan.config.TOTAL_UPDATES} updates (validation every {plan.valid_interval}); {n_ft} fine-tuning "
+                 f"run(s) ({len(plan.tasks)} task(s): {' '.join(plan.tasks) or 'none'} x {len(plan.lrs)} LR(s) x "
+                 f"{len(plan.seeds)} seed(s) per model)")
+            if mode == "slurm":
+                slurm(plan)
+                return 0
+            if mode == "part":
+                run_part(plan, stage, parts[index])
+                return 0
+            return run_all(plan, lanes, only)
     except UsageError as e:
         print(f"study.sh: error: {e}", file=sys.stderr)
         return 2

@@ -26,6 +26,7 @@ from study.timings import logged_seconds
 from tupe_common.errors import UsageError
 from tupe_common.io import read_data_path
 from tupe_common.jobs import stderr_say, with_repo_path
+from tupe_common.lock import LockHeld
 from tupe_common.process import call_logged, run_logged
 from tupe_common.process import run as process_run
 
@@ -177,16 +178,19 @@ def pretrain_into(plan: Plan, label: str, seed: int, out: str, lr: float) -> int
 
         try:
             run, cmd = pretrain.prepare(pretrain.PretrainConfig(**settings), os.environ, say=say)
+        except LockHeld:  # another run pre-trains into `out`: refused as pretrain.sh refuses it (exit 2)
+            raise
         except (UsageError, DataError) as e:
             raise PartFailed(f"pre-training {label} seed {seed}: {e}") from None
         except pretrain.RecordRefused:
             raise PartFailed(f"pre-training {label} seed {seed}: {out} cannot be resumed (the reason above)") from None
-    if run_logged(cmd, log, child_env(**pretrain.launch_environment(run)), append=True):
-        raise PartFailed(f"pre-training {label} seed {seed} failed; log {log}")
-    from datetime import datetime, timezone
+    with run.lock:  # SAVE_DIR's, as pretrain.sh's (pretrain.save_dir_lock): held by this process until the end
+        if run_logged(cmd, log, child_env(**pretrain.launch_environment(run)), append=True):
+            raise PartFailed(f"pre-training {label} seed {seed} failed; log {log}")
+        from datetime import datetime, timezone
 
-    with open(os.path.join(out, "pretrain.done"), "w", encoding="utf-8") as f:
-        f.write(datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ") + "\n")
+        with open(os.path.join(out, "pretrain.done"), "w", encoding="utf-8") as f:
+            f.write(datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ") + "\n")
     return earlier
 
 

@@ -229,6 +229,56 @@ def test_finished_run_is_skipped(rte_run, pretrained, glue_bin, runs, starts_pro
     assert (run_dir / "result.json").stat().st_mtime_ns == before
 
 
+def test_one_run_per_folder_and_readers_beside_a_live_lock(rte_run, pretrained, glue_bin, runs, tmp_path, capsys,
+                                                           starts_process):
+    """Two finetune.sh of one run at once: the second exits 2 at once, naming the first's pid and host, and the
+    first finishes alone, its lock gone (as rte_run's). glue.collect reads RUNS beside live locks (RUNS's: a grid's;
+    a run's), and grid.sh on a RUNS another grid holds is refused, exit 2, before any run (tupe_common/lock.py)."""
+    import time
+
+    from glue.finetune import run_lock
+    from tupe_common import lock
+
+    assert not list(runs.rglob("*.lock")) and rte_run[0].is_dir()  # the finished run left no lock
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_") and k not in TINY and k != lock.ENV}
+    env.update(PATH=f"{BIN}:{os.environ.get('PATH', '')}", PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1",
+               **run_env(pretrained, glue_bin, tmp_path, EPOCHS="1", QUIET="1", EXTRA_ARGS="--max-update 2"))
+    path = Path(run_lock(str(tmp_path), "RTE", "1e-3", "1"))
+    first = subprocess.Popen([str(FINETUNE), "RTE", "1e-3", "1"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 120
+        while not path.exists() and time.time() < deadline:
+            assert first.poll() is None, first.communicate()
+            time.sleep(0.05)
+        second = subprocess.run([str(FINETUNE), "RTE", "1e-3", "1"], cwd=ROOT, env=env, capture_output=True,
+                                text=True, timeout=120)
+        out, err = first.communicate(timeout=300)
+    finally:
+        if first.poll() is None:
+            first.kill()
+    last = second.stderr.strip().splitlines()[-1]
+    assert second.returncode == 2 and last.startswith(
+        f"finetune.sh: error: {tmp_path}/.partial/RTE is in use by another run (pid {first.pid} on {lock.host()}, "), last
+    assert first.returncode == 0, err[-3000:]
+    assert (tmp_path / "RTE" / "lr1e-3_seed1" / "result.json").is_file() and not path.exists()
+
+    live = {"pid": 1, "host": lock.host(), "started": "2026-01-01T00:00:00Z", "token": "t"}  # pid 1: a live holder
+    for planted in (runs / lock.LOCK_NAME, Path(run_lock(str(runs), "RTE", "1e-3", "1"))):
+        planted.parent.mkdir(parents=True, exist_ok=True)
+        planted.write_text(json.dumps(live))
+    try:
+        assert collect.main([str(runs)]) == 0 and "RTE" in capsys.readouterr().out
+        env = run_env(pretrained, glue_bin, runs, TASKS="RTE", LRS="1e-3 2e-3", SEEDS="1", GPU_IDS="none")
+        assert main_sh([], env) == 2
+        assert f"grid.sh: error: {runs} is in use by another run (pid 1 on {lock.host()}" in \
+            capsys.readouterr().err.strip().splitlines()[-1]
+        assert not (runs / "RTE" / "lr2e-3_seed1").exists() and not (runs / ".grid_logs").exists()
+    finally:
+        for planted in (runs / lock.LOCK_NAME, Path(run_lock(str(runs), "RTE", "1e-3", "1"))):
+            planted.unlink()
+
+
 def test_a_rerun_with_other_inputs_is_refused_not_skipped(rte_run, pretrained, glue_bin, runs, tmp_path,
                                                          starts_process):
     """The finished RTE run again with another checkpoint or other EPOCHS: refused (exit 2), naming what differs,

@@ -1189,6 +1189,37 @@ def test_tiny_study_list_says_every_part_is_done(tiny_study):
     assert all(line.endswith("\tdone") for line in listing), listing
 
 
+def test_tiny_study_one_run_per_folder_and_readers_beside_a_live_lock(tiny_study, monkeypatch, capsys):
+    """The study left no lock (OUT's, its parts', the C4 OUT_DIR's). With live locks planted (pid 1 on this host) on
+    OUT and on the pre-training's folder (pretrain.sh's SAVE_DIR lock: the study's route takes the same file),
+    --list reads beside them (the report, --archive and --plan take none either); a whole study.sh on OUT and
+    --part pretrain 0 are refused at once, exit 2, naming the holder (tupe_common/lock.py). study.sh's function in
+    this process (the shell file runs in the tests above)."""
+    from study.__main__ import main
+    from tupe_common import lock
+    from train_scripts.pretrain import save_dir_lock
+
+    out = tiny_study.out
+    assert not list(out.rglob("*.lock")) and not list(out.rglob(".run.lock*"))
+    for name, value in dict(OUT=str(out), PRESET="tiny", VARIANTS="nope", GPUS="0", NUM_WORKERS="0", PREP_JOBS="1",
+                            HARD_VOCAB_LIMIT="0", VOCAB_SIZE="300", **tiny_study.env).items():
+        monkeypatch.setenv(name, value)
+    live = json.dumps({"pid": 1, "host": lock.host(), "started": "2026-01-01T00:00:00Z", "token": "t"})
+    planted = [out / lock.LOCK_NAME, Path(save_dir_lock(str(out / "pretrain" / "nope" / "seed1")))]
+    for path in planted:
+        path.write_text(live)
+    try:
+        assert main(["--list"]) == 0
+        assert all(line.endswith("\tdone") for line in capsys.readouterr().out.splitlines())
+        for args, folder in (([], out), (["--part", "pretrain", "0"], out / "pretrain" / "nope" / "seed1")):
+            assert main(args) == 2, args
+            last = capsys.readouterr().err.strip().splitlines()[-1]
+            assert last.startswith(f"study.sh: error: {folder} is in use by another run (pid 1 on {lock.host()}, "), last
+    finally:
+        for path in planted:
+            path.unlink()
+
+
 def test_tiny_study_rerun_runs_nothing_again(tiny_study):
     out = tiny_study.out
     checkpoint, timings = out / "pretrain" / "nope" / "seed1" / "checkpoint_last.pt", out / "timings.tsv"

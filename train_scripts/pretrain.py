@@ -24,6 +24,7 @@ from typing import ClassVar, Dict, List, Mapping, Optional, Sequence, Tuple
 from tupe_common import tunables
 from tupe_common.errors import UsageError, exit_main
 from tupe_common.jobs import cuda_device_count, with_repo_path
+from tupe_common.lock import RunLock, folder_lock, handed_to_exec, hold
 from tupe_common.pretrain_recipe import recipe
 from tupe_common.tunables import Say, Settings, setting
 
@@ -114,6 +115,7 @@ class Run:
     launcher: str  # none, torchrun, srun or rank (started by a launcher itself)
     extra: List[str]
     environ: Mapping[str, str] = field(default_factory=lambda: os.environ)  # where the command will run (its PATH)
+    lock: Optional[RunLock] = None  # SAVE_DIR's (prepare takes it unless DRY_RUN=1; the caller releases it)
 
     @property
     def criterion(self) -> str:
@@ -329,21 +331,34 @@ def show(run: Run, say: Say) -> None:
 
 def prepare(config: PretrainConfig, environ: Mapping[str, str] = os.environ, extra: Sequence[str] = (),
             say: Say = say_to_stderr) -> Tuple[Run, List[str]]:
-    """Everything before training: the run planned and its data checked, the settings and the command said
-    (``say``), and, unless DRY_RUN=1, SAVE_DIR's record written. Returns the run and its command.
-    Raises UsageError (exit 2), DataError (1) or RecordRefused (its status)."""
+    """Everything before training: the run planned, SAVE_DIR's lock taken (unless DRY_RUN=1: ``run.lock``, which
+    the caller releases, or hands to the exec), its data checked, the settings and the command said (``say``), and,
+    unless DRY_RUN=1, SAVE_DIR's record written. Returns the run and its command. Raises UsageError (exit 2; a
+    SAVE_DIR another run holds: tupe_common.lock.LockHeld), DataError (1) or RecordRefused (its status), with the
+    lock released."""
     run = plan(config, environ, extra)
     if not config.DRY_RUN:
         check_devices(run, cuda_device_count())
-    check_data(run)
-    show(run, say)
-    cmd = command(run)
-    say("command:\n" + shlex.join(cmd))
-    if not config.DRY_RUN:
-        status = record(run)
-        if status:
-            raise RecordRefused(status)
+        run.lock = hold(save_dir_lock(run.config.SAVE_DIR), PROG, "SAVE_DIR", say)
+    try:
+        check_data(run)
+        show(run, say)
+        cmd = command(run)
+        say("command:\n" + shlex.join(cmd))
+        if not config.DRY_RUN:
+            status = record(run)
+            if status:
+                raise RecordRefused(status)
+    except BaseException:
+        if run.lock:
+            run.lock.release()
+        raise
     return run, cmd
+
+
+def save_dir_lock(save_dir: str) -> str:
+    """The one lock of a pre-training into ``save_dir``, whichever route started it (pretrain.sh, the study)."""
+    return folder_lock(save_dir)
 
 
 def finished_updates(run: Run) -> Optional[int]:
@@ -426,15 +441,19 @@ def main(argv: Optional[Sequence[str]] = None, environ: Mapping[str, str] = os.e
     if run.config.DRY_RUN:
         say_to_stderr("DRY_RUN=1: not starting")
         return 0
-    done = finished_updates(run)
-    if done is not None:  # fairseq-train would resume, take one more update and save the checkpoint again
-        say_to_stderr(f"{os.path.join(run.config.SAVE_DIR, 'checkpoint_last.pt')} is at {done} of TOTAL_UPDATES="
-                      f"{run.config.TOTAL_UPDATES} updates: the run is finished, nothing to do (raise TOTAL_UPDATES to "
-                      "train further)")
-        return 0
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os.execvpe(cmd[0], cmd, {**environ, **launch_environment(run)})
+    try:
+        done = finished_updates(run)
+        if done is not None:  # fairseq-train would resume, take one more update and save the checkpoint again
+            say_to_stderr(f"{os.path.join(run.config.SAVE_DIR, 'checkpoint_last.pt')} is at {done} of TOTAL_UPDATES="
+                          f"{run.config.TOTAL_UPDATES} updates: the run is finished, nothing to do (raise "
+                          "TOTAL_UPDATES to train further)")
+            return 0
+        sys.stdout.flush()
+        sys.stderr.flush()
+        # the pid, and so SAVE_DIR's lock, stays; fairseq-train's plugin keeps it (tupe_plugin/run_lock.py)
+        os.execvpe(cmd[0], cmd, handed_to_exec(run.lock, {**environ, **launch_environment(run)}))
+    finally:
+        run.lock.release()  # reached only when no exec happened
 
 
 if __name__ == "__main__":

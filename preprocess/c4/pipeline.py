@@ -213,6 +213,14 @@ def run(environ: Mapping[str, str], c4_dir: Optional[str] = None, say: Say = SAY
     one-task step's own (2: other settings), 1 when a task of a many-task step failed."""
     env = dict(environ, **({"C4_DIR": c4_dir} if c4_dir else {}))
     c = read(env, say, "run")
+    from tupe_common.lock import folder_lock, hold
+
+    with hold(folder_lock(c.OUT_DIR), prog, "OUT_DIR", say):  # one run per OUT_DIR (its tasks take none)
+        return run_steps(c, env, say, prog)
+
+
+def run_steps(c: Settings, env: Mapping[str, str], say: Say, prog: str) -> int:
+    """``run``'s work, with OUT_DIR's lock held."""
     show(c, prog)
     inputs = Inputs.of(c)
     jobs = c.JOBS

@@ -1,0 +1,154 @@
+"""One run per folder (tupe_common/lock.py): the lock's rules in this process (fast), then two real pretrain.sh
+into one SAVE_DIR at once (the second refused at once, exit 2, one line naming the holder's pid and host; the first
+finishes alone; no lock left after it). Fine-tuning's: tests/test_glue_scripts.py; the study's: tests/test_study.py."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import BIN, ROOT
+from tupe_common import lock
+
+
+def dead_pid() -> int:
+    """A pid no process has: above the kernel's largest."""
+    with open("/proc/sys/kernel/pid_max", encoding="utf-8") as f:
+        return int(f.read()) + 1
+
+
+def plant(path: Path, **record) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"started": "2026-01-01T00:00:00Z", "token": "planted", **record}))
+
+
+# ---- the rules, in this process ---------------------------------------------------------------------------------
+
+
+def test_a_process_never_refuses_itself_and_release_removes_the_lock(tmp_path):
+    path = tmp_path / lock.LOCK_NAME
+    outer = lock.hold(str(path), "test")
+    record = json.loads(path.read_text())
+    assert record["pid"] == os.getpid() and record["host"] == lock.host() and record["started"].endswith("Z")
+    assert json.loads(os.environ[lock.ENV])[record["token"]] == str(path)  # what its children inherit
+    with lock.hold(str(path), "test"):  # the study's part, then pre-training into the same folder
+        pass
+    assert path.exists()  # the inner release leaves the outer's lock
+    outer.release()
+    assert not path.exists() and record["token"] not in os.environ.get(lock.ENV, "")
+
+
+def test_a_child_of_the_holder_is_let_through(tmp_path, monkeypatch):
+    path = tmp_path / lock.LOCK_NAME
+    plant(path, pid=1, host=lock.host())  # pid 1 runs: a live holder
+    monkeypatch.setenv(lock.ENV, json.dumps({"planted": str(path)}))  # its token, as a child of it inherits
+    held = lock.hold(str(path), "test")
+    held.release()
+    assert path.exists()  # the holder's, not the child's, to remove
+
+
+def test_a_live_holder_refuses_and_a_gone_one_is_taken_over_with_a_line(tmp_path):
+    path, said = tmp_path / lock.LOCK_NAME, []
+    plant(path, pid=1, host=lock.host())
+    with pytest.raises(lock.LockHeld, match=rf"is in use by another run \(pid 1 on {lock.host()}, .*lock {path}\): "
+                                            "wait for it to end or stop it, or use another SAVE_DIR; if that run"):
+        lock.hold(str(path), "test", "SAVE_DIR", said.append)
+    gone = dead_pid()
+    plant(path, pid=gone, host=lock.host())
+    lock.hold(str(path), "test", say=said.append).release()
+    assert said == [f"taking over {path}: the run that held it (pid {gone} on {lock.host()}, started "
+                    f"2026-01-01T00:00:00Z, heartbeat 0 s ago) is gone: pid {gone} is not running on this host"]
+    assert not path.exists()
+
+
+def test_another_hosts_lock_is_judged_by_its_heartbeat(tmp_path):
+    """A pid of another host cannot be checked: its lock holds while its heartbeat is fresh, and is taken over
+    once it is older than STALE_S (10 minutes)."""
+    path, said = tmp_path / lock.LOCK_NAME, []
+    plant(path, pid=os.getpid(), host="another-node")  # the same pid on another host is another process
+    with pytest.raises(lock.LockHeld, match=f"pid {os.getpid()} on another-node"):
+        lock.hold(str(path), "test", say=said.append)
+    old = time.time() - lock.STALE_S - 60
+    os.utime(path, (old, old))
+    lock.hold(str(path), "test", say=said.append).release()
+    assert len(said) == 1 and "is gone: its heartbeat is 11 minutes old, over the 10 minutes of a live run" in said[0]
+
+
+def test_the_heartbeat_thread_touches_the_lock(tmp_path):
+    path = tmp_path / lock.LOCK_NAME
+    with lock.hold(str(path), "test") as held:
+        old = time.time() - 100
+        os.utime(path, (old, old))
+        lock.keep_alive(lambda: {held.token: held.path}, every=0.05)
+        deadline = time.time() + 5
+        while path.stat().st_mtime < old + 50 and time.time() < deadline:
+            time.sleep(0.05)
+        assert path.stat().st_mtime > old + 50
+
+
+# ---- real runs ----------------------------------------------------------------------------------------------------
+
+
+def env_of(**settings: str) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_") and k != lock.ENV}
+    env.update(PATH=f"{BIN}:{os.environ.get('PATH', '')}", PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", **settings)
+    return env
+
+
+def wait_for(path: Path, p: subprocess.Popen, timeout: float = 120) -> dict:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        assert p.poll() is None, p.communicate()
+        if path.exists():
+            record = lock.read_record(str(path))
+            if record:
+                return record
+        time.sleep(0.05)
+    raise AssertionError(f"no {path} after {timeout} s")
+
+
+def test_two_pretrainings_into_one_save_dir(lm_bin, tmp_path, starts_process):
+    """The second pretrain.sh into a SAVE_DIR the first is training into exits 2 at once, naming the first's pid and
+    host; the lock is the first's pid across its exec into fairseq-train, whose plugin keeps its heartbeat and removes
+    it at the end; the first finishes alone (one event file per TensorBoard folder). A lock a dead pid left is taken
+    over with a line."""
+    from test_train_scripts import PRETRAIN, TINY
+
+    save = tmp_path / "ck"
+    path = save / lock.LOCK_NAME
+    plant(path, pid=dead_pid(), host=lock.host())  # a run killed with SIGKILL left it
+    env = env_of(**TINY, DATA=str(lm_bin), SAVE_DIR=str(save), TOTAL_UPDATES="6", TUPE_RUN_LOCK_HEARTBEAT_S="0.2")
+    first = subprocess.Popen([str(PRETRAIN)], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True)
+    try:
+        record = {}
+        deadline = time.time() + 120
+        while not record.get("exec") and time.time() < deadline:  # pretrain.py handed it to fairseq-train
+            record = wait_for(path, first)
+            time.sleep(0.05)
+        assert record["pid"] == first.pid and record["host"] == lock.host() and record["exec"], record
+        started = time.time()
+        second = subprocess.run([str(PRETRAIN)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+        took = time.time() - started
+        last = second.stderr.strip().splitlines()[-1]
+        assert second.returncode == 2, second.stderr[-2000:]
+        assert last.startswith(f"pretrain.sh: error: {save} is in use by another run (pid {first.pid} on "
+                               f"{lock.host()}, started ") and f"lock {path}" in last and "SAVE_DIR" in last, last
+        assert took < 30, took  # before any data check or training
+        if first.poll() is None:  # the exec'd fairseq-train keeps the heartbeat going (every 0.2 s here)
+            beat = path.stat().st_mtime
+            time.sleep(1)
+            assert first.poll() is not None or path.stat().st_mtime > beat
+        out, err = first.communicate(timeout=300)
+    finally:
+        if first.poll() is None:
+            first.kill()
+    assert first.returncode == 0, err[-3000:]
+    assert f"taking over {path}: the run that held it (pid {dead_pid()} on {lock.host()}" in err
+    for folder in ("train", "valid"):
+        assert len(list((save / "tensorboard" / folder).glob("events.out.tfevents.*"))) == 1
+    assert not path.exists() and not list(save.glob(".run.lock*"))  # released at the end
