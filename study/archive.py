@@ -225,7 +225,6 @@ def contradictions(argv: Sequence[str], settings_text: str) -> List[Tuple[str, s
     side (the report's default, and an older study's that recorded no such line). The report's other arguments
     (--title, --min-gap-bits, --finetune-grid, --unigram-bits) are not settings of the declaration."""
     from study.settings import _lines, canonical
-    from study.sweep import read_declared
 
     opts, env = _options(argv), _lines(settings_text)
     out: List[Tuple[str, str, str]] = []
@@ -247,7 +246,7 @@ def contradictions(argv: Sequence[str], settings_text: str) -> List[Tuple[str, s
         if canonical("TOTAL_UPDATES", opts["--valid-interval"]) != canonical("TOTAL_UPDATES", every):
             out.append(("TOTAL_UPDATES/VALID_POINTS", f"--valid-interval {opts['--valid-interval']}",
                         f"TOTAL_UPDATES={env['TOTAL_UPDATES']} / VALID_POINTS={env['VALID_POINTS']} = {every}"))
-    target, declared = opts.get("--updates-to-target"), read_declared(settings_text).get("UPDATES_TO_TARGET")
+    target, declared = opts.get("--updates-to-target"), env.get("UPDATES_TO_TARGET")
     if target is not None or declared is not None:
         try:
             same = target is not None and declared is not None and abs(float(target) - float(declared)) <= 5e-5

@@ -77,15 +77,9 @@ def _target_error(measure: str, target: Optional[str]) -> Optional[str]:
     if target is None:
         return f"{UPDATES_TO} needs a target: write {UPDATES_TO}@BITS:A:B (e.g. {UPDATES_TO}@9.0:tupe-r:bert-a) or " \
                f"{UPDATES_TO}@{HALFWAY}:A:B"
-    if target == HALFWAY:
+    if target == HALFWAY or positive_bits(target) is not None:
         return None
-    try:
-        bits = float(target)
-    except ValueError:
-        bits = -1.0
-    if not bits > 0 or math.isinf(bits):
-        return f"the target must be a positive number of bits or {HALFWAY}, not '{target}'"
-    return None
+    return f"the target must be a positive number of bits or {HALFWAY}, not '{target}'"
 
 
 def parse_endpoints(text: str, seeds: Mapping[str, Sequence[int]]) -> List[Endpoint]:
@@ -174,13 +168,20 @@ def parse_margin(text: str) -> Optional[float]:
     """EQUIVALENCE_BITS -> the margin in bits (``none``: no equivalence is ever concluded)."""
     if text.strip() in ("", "none"):
         return None
-    try:
-        margin = float(text)
-    except ValueError:
-        margin = -1.0
-    if not margin > 0 or math.isinf(margin):
+    margin = positive_bits(text)
+    if margin is None:
         raise UsageError(f"EQUIVALENCE_BITS must be a positive number of bits or none, not '{text}'")
     return margin
+
+
+def positive_bits(text: str) -> Optional[float]:
+    """``text`` as a positive, finite number of bits (an updates_to target, the equivalence margin); None if it is
+    not one (not a number, 0 or less, NaN, infinite)."""
+    try:
+        bits = float(text)
+    except ValueError:
+        return None
+    return bits if bits > 0 and not math.isinf(bits) else None
 
 
 def curve_auc(curve: Mapping[int, float]) -> Optional[float]:

@@ -9,7 +9,6 @@ shrank ("flattened by the LR decay": more budget could still lower it); below ha
 """
 from __future__ import annotations
 
-import os
 import statistics
 from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
@@ -124,15 +123,12 @@ def flatness_lines(rows: Sequence[Flatness], warmup: int, total: int) -> List[st
 
 def recorded_warmup(out: str, given: Optional[int]) -> int:
     """``--warmup``, else the study's recorded WARMUP (an archive written before the report took --warmup), else 0."""
+    from study.settings import read_recorded
+
     if given is not None:
         return given
-    path = os.path.join(out, "settings.env")
-    if os.path.isfile(path):
-        with open(path, encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("WARMUP=") and line[7:].strip().isdigit():
-                    return int(line[7:])
-    return 0
+    warmup = read_recorded(out).get("WARMUP", "")
+    return int(warmup) if warmup.strip().isdigit() else 0
 
 
 def report_section(finished: Mapping[str, Sequence], declared: Sequence, warmup: int, total_updates: int) -> List[str]:

@@ -194,6 +194,16 @@ def _lines(text: str) -> Dict[str, str]:
     return {StudyConfig.RENAMED.get(name, name): value for name, value in pairs}
 
 
+def read_recorded(out: str) -> Dict[str, str]:
+    """NAME=value of the study's OUT/settings.env (:func:`_lines`: comments left out, old names read as new), the
+    sweep's second declaration among them; {} when the study has none."""
+    path = os.path.join(out, "settings.env")
+    if not os.path.isfile(path):
+        return {}
+    with open(path, encoding="utf-8") as f:
+        return _lines(f.read())
+
+
 def _sorted_values(kind: str) -> Callable[[str], Any]:
     """A list setting whose order means nothing: its values, sorted (``2 1`` is ``1 2``; ``1e-3 3e-4`` is
     ``3e-4 0.001``). A repeated value is refused when the study reads it (study.plan), so a sorted tuple is its set."""

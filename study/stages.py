@@ -228,13 +228,10 @@ def updates_to_target(plan: Plan, chosen: Dict[str, float], sweep: List) -> Opti
 
 def read_second_declaration(plan: Plan) -> Dict[str, str]:
     """The sweep's declaration in settings.env (CHOSEN_LRS, UPDATES_TO_TARGET); empty before it is written."""
+    from study.settings import read_recorded
     from study.sweep import read_declared
 
-    path = plan.path("settings.env")
-    if not os.path.isfile(path):
-        return {}
-    with open(path, encoding="utf-8") as f:
-        return read_declared(f.read())
+    return read_declared(read_recorded(plan.out))
 
 
 def declare_choice(plan: Plan) -> Dict[str, float]:

@@ -142,14 +142,10 @@ def parts(choices_: Sequence[Choice], seeds: Sequence[int]) -> List[Tuple[str, s
 # ---- the second declaration ------------------------------------------------------------------------------------
 
 
-def read_declared(settings_text: str) -> Dict[str, str]:
-    """The second declaration's lines of a settings.env text (empty when the sweep has not been declared yet)."""
-    out = {}
-    for line in settings_text.splitlines():
-        name, eq, value = line.partition("=")
-        if eq and name in SECOND_DECLARATION:
-            out[name] = value
-    return out
+def read_declared(recorded: Mapping[str, str]) -> Dict[str, str]:
+    """The second declaration among a settings.env's values (``study.settings.read_recorded``): empty when the sweep
+    has not been declared yet."""
+    return {name: recorded[name] for name in SECOND_DECLARATION if name in recorded}
 
 
 def chosen_text(chosen: Mapping[str, float]) -> str:
@@ -271,14 +267,10 @@ def report_section(out: str, labels: Sequence[str], total_updates: int, declared
                    finished: Mapping[str, Sequence]) -> List[str]:
     """The report's section for a study whose settings.env declares a sweep ([] otherwise): the sweep read from
     OUT/sweep, the second declaration, and the power check at the declared number of confirmation seeds."""
+    from study.settings import read_recorded
     from tupe_common.tunables import items
 
-    path = os.path.join(out, "settings.env")
-    if not os.path.isfile(path):
-        return []
-    with open(path, encoding="utf-8") as f:
-        text = f.read()
-    values = dict(line.split("=", 1) for line in text.splitlines() if "=" in line and not line.startswith("#"))
+    values = read_recorded(out)
     grid, seeds = items(values.get("LR_GRID", "none")), [int(s) for s in items(values.get("SWEEP_SEEDS", "none"))]
     if not grid or not seeds:
         return []
@@ -286,5 +278,5 @@ def report_section(out: str, labels: Sequence[str], total_updates: int, declared
     pairs = [(e.a, e.b) for e in declared if e.measure == "final_loss"]
     confirm = len(items(values.get("PRETRAIN_SEEDS", ""))) or min(
         (len({s.seed for s in finished.get(a, [])} & {s.seed for s in finished.get(b, [])}) for a, b in pairs), default=0)
-    return sweep_lines(study_choices, read_declared(text), seeds,
+    return sweep_lines(study_choices, read_declared(values), seeds,
                        power_lines(study_choices, pairs, confirm, max(len(declared), 1)))

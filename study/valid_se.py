@@ -76,12 +76,10 @@ def _read(path: str) -> Optional[dict]:
 
 def _valid_steps(out: str) -> Optional[int]:
     """VALID_STEPS as the study recorded it (OUT/settings.env), or None."""
-    try:
-        with open(os.path.join(out, "settings.env"), encoding="utf-8") as f:
-            values = dict(line.rstrip("\n").split("=", 1) for line in f if "=" in line)
-        return int(values["VALID_STEPS"])
-    except (OSError, KeyError, ValueError):
-        return None
+    from study.settings import read_recorded
+
+    steps = read_recorded(out).get("VALID_STEPS", "")
+    return int(steps) if steps.strip().isdigit() else None
 
 
 def small_split_problem(out: str) -> Optional[str]:

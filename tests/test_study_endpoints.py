@@ -292,18 +292,11 @@ def test_figure_text_contrast_noise_columns_small_correlations_and_unfit_marks()
 
 def test_holm_family_is_the_declared_one_and_tost_is_adjusted_across_it():
     """An untested endpoint (one shared seed) still counts in the Holm family (p = 1), and TOST p-values are
-    Holm-adjusted across the same family: against a plain Holm computation written here."""
+    Holm-adjusted across the same family: against the plain Holm computation of test_study_stats."""
     import math
 
     from study.endpoints import Endpoint, family_tests, tost_p
-
-    def plain_holm(ps):
-        order = sorted(range(len(ps)), key=lambda i: ps[i])
-        out, running = [0.0] * len(ps), 0.0
-        for rank, i in enumerate(order):
-            running = max(running, min(1.0, (len(ps) - rank) * ps[i]))
-            out[i] = running
-        return out
+    from test_study_stats import plain_holm
 
     declared = [Endpoint("final_loss", "a", "b"), Endpoint("loss_auc", "a", "b"), Endpoint("final_loss", "a", "c")]
     values = {"final_loss": {"a": {1: 8.00, 2: 8.01, 3: 8.02}, "b": {1: 8.01, 2: 8.03, 3: 8.02}, "c": {1: 9.0}},

@@ -74,7 +74,9 @@ def test_second_declaration_round_trips_and_is_compared_by_value():
     text = sweep.second_declaration({"bert-a": 1e-3, "tupe-r": 3e-3}, 9.12345, "abc1234",
                                     datetime(2026, 12, 6, 8, 0, tzinfo=timezone.utc))
     assert text.startswith("# second declaration, 2026-12-06T08:00:00Z, commit abc1234:")
-    declared = sweep.read_declared("PRESET=cpu-small\n" + text)
+    from study.settings import _lines
+
+    declared = sweep.read_declared(_lines("PRESET=cpu-small\n" + text))
     assert declared == {"CHOSEN_LRS": "bert-a:1e-3 tupe-r:3e-3", "UPDATES_TO_TARGET": "9.1235"}
     assert sweep.differences(declared, {"bert-a": 0.001, "tupe-r": 0.003}, 9.12349) == []  # the same, other spelling
     assert sweep.differences(declared, {"bert-a": 1e-3, "tupe-r": 1e-3}, 9.1235) == [
