@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import ClassVar, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from tupe_common import tunables
-from tupe_common.errors import UsageError, exit_main, message
+from tupe_common.errors import RESUME_RUNS, UsageError, exit_main, message
 from tupe_common.jobs import with_repo_path
 from tupe_common.process import run_logged
 from tupe_common.tunables import Say, Settings, setting
@@ -347,4 +347,4 @@ def main(argv: Optional[Sequence[str]] = None, environ: Mapping[str, str] = os.e
 
 
 if __name__ == "__main__":
-    exit_main(main, "finetune.sh")
+    exit_main(main, "finetune.sh", RESUME_RUNS)

@@ -34,7 +34,7 @@ from glue.collect import read_result_json
 from glue.tasks import PAPER_LRS, PAPER_SEEDS, PAPER_TASKS, TASKS, custom_bin_names, get_task
 from tupe_common import jobs as runner
 from tupe_common import tunables
-from tupe_common.errors import UsageError, exit_main, stdout_reader_left
+from tupe_common.errors import RESUME_RUNS, UsageError, exit_main, stdout_reader_left
 from tupe_common.log import get_logger
 from tupe_common.tunables import Settings, setting
 
@@ -352,7 +352,7 @@ def main_sh(argv: Sequence[str], environ: Mapping[str, str]) -> int:
 
 if __name__ == "__main__":
     try:
-        exit_main(main, "grid.sh")
+        exit_main(main, "grid.sh", RESUME_RUNS)
     except BrokenPipeError:  # `grid.sh --list | head`: the reader is gone
         stdout_reader_left()
         sys.exit(141)

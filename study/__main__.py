@@ -44,6 +44,9 @@ from tupe_common.jobs import Job, run_jobs, slurm_ranges, visible_gpus
 from tupe_common.lock import LockHeld
 from tupe_plugin_cli.checkpoints import CheckpointError
 
+RESUME_PARTS = ("rerun the same command to resume (finished parts are skipped; a pre-training resumes from its "
+                "checkpoint_last.pt)")
+
 USAGE = ("Usage: [NAME=value ...] study.sh [--lanes N] [--stages S1,S2] | --list | --slurm | --report | "
          "--part STAGE [INDEX] | --archive DEST | --plan PILOT")
 
@@ -393,4 +396,4 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 if __name__ == "__main__":  # a path of the wrong kind: one line, exit 1; `--list | head`: quiet, 141; Ctrl-C: 130
-    exit_main(main, "study.sh")
+    exit_main(main, "study.sh", RESUME_PARTS)

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Tuple
@@ -29,6 +28,7 @@ from tupe_common.io import read_data_path
 from tupe_common.jobs import stderr_say, with_repo_path
 from tupe_common.lock import LockHeld
 from tupe_common.process import call_logged, run_logged
+from tupe_common.process import run as process_run
 
 
 class PartFailed(Exception):
@@ -89,7 +89,7 @@ def run_prep(plan: Plan) -> None:
         cmd = [sys.executable, "-m", "preprocess.glue_binarize", "--glue-dir", c.TASKS_DIR, "--tasks",
                ",".join(plan.tasks), "--spm-model", os.path.join(spm_dir(plan), "spm.model"), "--dict",
                os.path.join(spm_dir(plan), "dict.txt"), "--out-dir", tasks_bin(plan)]
-        if subprocess.run(cmd, env=child_env()).returncode:
+        if process_run(cmd, env=child_env()):
             raise PartFailed("binarizing the tasks failed (messages above)")
     if not os.path.isfile(heldout(plan)):
         write_heldout(plan)

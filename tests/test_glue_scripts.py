@@ -10,13 +10,14 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 from pathlib import Path
 from typing import Dict, List
 
 import pytest
 
-from conftest import BIN, ROOT, run
+from conftest import BIN, ROOT, run, train_losses
 from glue import collect
 from glue.finetune_helper import task_settings
 from glue.grid import PAPER_LRS, PAPER_SEEDS, PAPER_TASKS, jobs, main_sh
@@ -309,7 +310,6 @@ def test_ctrl_c_ends_a_run_with_one_line_exit_130_and_nothing_a_rerun_trusts(pre
                                                                            starts_process):
     """Ctrl-C (SIGINT to the terminal's process group: finetune.sh and its fairseq-train) while it trains: one
     line, exit 130, no traceback of ours, no finished-looking run folder (only .partial/, which a rerun redoes)."""
-    import signal
     import time
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_") and k not in TINY}
@@ -328,9 +328,49 @@ def test_ctrl_c_ends_a_run_with_one_line_exit_130_and_nothing_a_rerun_trusts(pre
     os.killpg(p.pid, signal.SIGINT)
     out, err = p.communicate(timeout=120)
     assert p.returncode == 130, err[-2000:]
-    assert err.rstrip().splitlines()[-1] == "finetune.sh: interrupted; rerun to resume"
+    assert err.rstrip().splitlines()[-1] == ("finetune.sh: error: stopped by SIGINT; rerun the same command to resume "
+                                             "(finished runs are skipped)")
     assert "Traceback" not in err
     assert not (tmp_path / "RTE" / "lr1e-3_seed1").exists() and log.exists()
+    # fairseq-train (its own process group) had the signal passed on: it finished its update and ended, no traceback
+    text = log.read_text()
+    assert "KeyboardInterrupt" not in text and "Traceback" not in text
+    assert re.search(r"fairseq-train: error: stopped by SIGINT after update \d+; this run saves no checkpoint", text)
+
+
+def test_sigterm_stops_the_grid_and_its_runs_and_the_rerun_matches_an_uninterrupted_run(rte_run, pretrained, glue_bin,
+                                                                                        tmp_path, starts_process):
+    """SIGTERM to grid.sh alone (kill PID) while its run trains: grid.sh -> finetune.sh -> fairseq-train all end,
+    each saying so, exit 143, no finished-looking run; the same command then trains the run as an uninterrupted one
+    (rte_run: the same settings), loss for loss."""
+    from process_tree import assert_gone, start, tree, wait_for
+
+    runs = tmp_path / "runs"
+    settings = run_env(pretrained, glue_bin, runs, TASKS="RTE", LRS="1e-3", SEEDS="1", JOBS="1")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_") and k not in TINY}
+    env.update(PATH=f"{BIN}:{os.environ.get('PATH', '')}", PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", **settings)
+    p = start([GRID], env, cwd=ROOT)
+    log = runs / ".partial" / "RTE" / "lr1e-3_seed1" / "train.log"
+    wait_for(lambda: p.poll() is not None or len(train_losses(log.read_text() if log.exists() else "")) >= 2, 240,
+             "no update logged")
+    assert p.poll() is None, p.communicate()
+    procs = tree(p.pid)
+    assert any("glue.fairseq_train" in " ".join(c.cmdline()) for c in procs), [c.cmdline() for c in procs]
+    p.send_signal(signal.SIGTERM)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 143, err[-3000:]
+    resume = "rerun the same command to resume (finished runs are skipped)"
+    assert err.rstrip().splitlines()[-1] == f"grid.sh: error: stopped by SIGTERM; {resume}"
+    assert "Traceback" not in err and "failed" not in err
+    assert_gone(procs)
+    assert not (runs / "RTE" / "lr1e-3_seed1").exists() and sh([GRID, "--list"], **settings).stdout == "0\tRTE\t1e-3\t1\ttodo\n"
+    run_out = (runs / ".grid_logs" / "RTE" / "lr1e-3_seed1.out").read_text()
+    assert run_out.rstrip().splitlines()[-1] == f"finetune.sh: error: stopped by SIGTERM; {resume}"
+    assert re.search(r"fairseq-train: error: stopped by SIGTERM after update \d+", log.read_text())
+    q = sh([GRID], **settings)
+    assert "RTE lr1e-3_seed1: finished" in q.stderr
+    done = (runs / "RTE" / "lr1e-3_seed1" / "train.log").read_text()
+    assert train_losses(done) == train_losses((rte_run[0] / "train.log").read_text()) != []
 
 
 def test_bad_lrs_seeds_and_batches_are_refused_before_any_run(tmp_path, capsys):

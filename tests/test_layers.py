@@ -26,7 +26,7 @@ LAYERS = {
     "tupe_core": 1,  # every encoding, the attention core, the encoder's forward, the model's facts: torch only
     "tupe_plugin_cli": 2,  # the checkpoint reader and the commands' errors: no fairseq
     "tupe_plugin.checkpoint_safety": 2, "tupe_plugin.quiet_warnings": 2, "tupe_plugin.clean_exit": 2,
-    "tupe_plugin.run_lock": 2,  # a run's lock: no import of the model
+    "tupe_plugin.graceful_stop": 2, "tupe_plugin.run_lock": 2,  # a run's stop and its lock: no import of the model
     "tupe_plugin.build_task": 2,  # no import of the rest of tupe_plugin
     "tupe_plugin.modules": 3,  # fairseq's side of the encoder and heads
     "tupe_plugin.models": 4, "tupe_plugin.tasks": 4, "tupe_plugin.criterions": 4, "tupe_plugin.optim": 4,

@@ -1719,3 +1719,45 @@ def test_archive_without_a_manifest_renders_with_a_warning(tmp_path, capsys):
     assert warnings == [f"study.archive: warning: {copy} has no manifest.json (archived before manifests, "
                         "2026-12-06): its files cannot be verified; rendering it as it is"]
     assert (copy / "endpoints.csv").read_bytes() == (PUBLISHED.parent / "endpoints.csv").read_bytes()
+
+
+def test_sigterm_stops_the_lanes_and_their_runs_and_the_rerun_matches_the_study(tiny_study, tmp_path):
+    """study.sh --lanes 2 (a lane: python -m study --part, whose fine-tuning runs fairseq-train) stopped by SIGTERM
+    while its fine-tuning runs: exit 143, one line, no process of the tree left, no finished-looking run; the same
+    command then fine-tunes the run as the uninterrupted study did (the same validations and result)."""
+    import signal
+
+    from process_tree import assert_gone, start, tree, wait_for
+
+    out = tmp_path / "study"
+    shutil.copytree(tiny_study.out, out)
+    run_dir = out / tiny_study.run_dir.relative_to(tiny_study.out)
+    shutil.rmtree(run_dir)  # the fine-tuning part is to do again
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    env.update(PATH=f"{BIN}:{os.environ.get('PATH', '')}", PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", OUT=str(out),
+               PRESET="tiny", VARIANTS="nope", GPUS="0", NUM_WORKERS="0", PREP_JOBS="1", HARD_VOCAB_LIMIT="0",
+               VOCAB_SIZE="300", **tiny_study.env)
+    p = start([STUDY, "--lanes", "2", "--stages", "finetune"], env, cwd=ROOT)
+    training = lambda: any("glue.fairseq_train" in " ".join(c.cmdline()) for c in tree(p.pid))  # noqa: E731
+    wait_for(lambda: p.poll() is not None or training(), 240, "fine-tuning did not start")  # a few updates: stop now
+    assert p.poll() is None, p.communicate()
+    procs = tree(p.pid)
+    p.send_signal(signal.SIGTERM)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 143, err[-3000:]
+    assert err.rstrip().splitlines()[-1] == ("study.sh: error: stopped by SIGTERM; rerun the same command to resume "
+                                             "(finished parts are skipped; a pre-training resumes from its "
+                                             "checkpoint_last.pt)")
+    assert "Traceback" not in err
+    assert_gone(procs)
+    assert not run_dir.exists()
+    lane_log = next((out / "lanes").glob("finetune-*.log")).read_text()
+    assert lane_log.rstrip().splitlines()[-1].startswith("study.sh: error: stopped by SIGTERM;")
+    again = subprocess.run([str(STUDY), "--lanes", "2", "--stages", "finetune"], cwd=ROOT, env=env,
+                           capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    result = lambda d: json.loads((d / "result.json").read_text())["best_valid"]  # noqa: E731
+    assert result(run_dir) == result(tiny_study.run_dir)  # unrounded scores at the best validation
+    valid = lambda d: [re.sub(r" \| (wps|wpb|bsz) [0-9.]+", "", line)  # noqa: E731  (the speed is no result)
+                       for line in re.findall(r"valid on .*", (d / "train.log").read_text())]
+    assert valid(run_dir) == valid(tiny_study.run_dir) != []

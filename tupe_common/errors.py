@@ -8,18 +8,18 @@ the user's to fix.
 ``stdout_reader_left()``: what a command does when the reader of its output leaves (``... | head``: a
 BrokenPipeError) before it stops quietly, as a Unix tool does.
 
-``exit_main(main, prog)``: a long command's ``python -m`` entry; Ctrl-C ends it with one line and exit 130.
+``exit_main(main, prog)``: a long command's ``python -m`` entry; a stop (SIGTERM, Ctrl-C's SIGINT, SIGHUP) ends it,
+and every process it started, with one line and exit 128 + the signal's number (143, 130, 129).
 ``message(error)``: an exception's text for an ``error:`` line, an OS error's as the path and what was wrong
 with it (not ``[Errno 21] Is a directory: 'x'``).
 """
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import sys
 from typing import Callable, NoReturn
-
-INTERRUPTED = 130  # the exit status of a command Ctrl-C stopped: 128 + SIGINT, as a shell reports it
-
 
 class UsageError(ValueError):
     """A wrong option value or setting (a --length beyond the checkpoint, an OUTPUT that exists without
@@ -35,19 +35,38 @@ def stdout_reader_left() -> None:
         pass
 
 
-def exit_main(main: Callable[[], int], prog: str) -> NoReturn:
-    """``sys.exit(main())``, where Ctrl-C (a KeyboardInterrupt) ends the command with the one line ``PROG:
-    interrupted; rerun to resume`` and exit 130, not a traceback: every output is written under a partial name
-    and renamed when complete, so what finished is kept and a rerun redoes only what was under way. An OS error
-    that ``main`` left (a path missing or of the wrong kind) is one ``PROG: error:`` line (:func:`message`) and
-    exit 1; TUPE_DEBUG=1 shows its traceback."""
+RESUME = "rerun the same command to resume (finished outputs are kept)"
+RESUME_RUNS = "rerun the same command to resume (finished runs are skipped)"  # the commands that run many runs
+
+
+def stopped_line(prog: str, signal_name: str, resume: str = RESUME) -> str:
+    """The last line of a command a signal stopped."""
+    return f"{prog}: error: stopped by {signal_name}; {resume}"
+
+
+def exit_main(main: Callable[[], int], prog: str, resume: str = RESUME) -> NoReturn:
+    """``sys.exit(main())``, where a stop ends the command with the one line ``PROG: error: stopped by SIGTERM;
+    RESUME`` and exit 128 + the signal's number, not a traceback: SIGTERM, SIGINT (Ctrl-C) and SIGHUP are passed on
+    to every process the command started, which then has ``tupe_common.process.GRACE_S`` seconds to end before what
+    is left of it is killed (``tupe_common.process``); every output is written under a partial name and renamed when
+    complete, so what finished is kept and a rerun redoes only what was under way. An OS error that ``main`` left
+    (a path missing or of the wrong kind) is one ``PROG: error:`` line (:func:`message`) and exit 1; TUPE_DEBUG=1
+    shows its traceback."""
+    from tupe_common import process
+
+    process.install_stop_handlers()
     try:
         code = main()
         sys.stdout.flush()  # buffered output (stdout a pipe) meets a reader that left here, not in Python's exit
-    except KeyboardInterrupt:
-        sys.stdout.flush()
-        sys.stderr.write(f"\n{prog}: interrupted; rerun to resume\n")
-        code = INTERRUPTED
+    except (process.Stopped, KeyboardInterrupt) as e:  # KeyboardInterrupt: a SIGINT before the handlers were set
+        stopped = e if isinstance(e, process.Stopped) else process.Stopped(signal.SIGINT)
+        if not isinstance(e, process.Stopped):  # the handler passes its signal on as it comes
+            process.signal_children(stopped.signum)
+        process.end_children()
+        with contextlib.suppress(OSError, ValueError):
+            sys.stdout.flush()
+        sys.stderr.write(stopped_line(prog, stopped.name, resume) + "\n")
+        code = stopped.status
     except BrokenPipeError:  # `... | head`: the reader left; quiet, as a tool that SIGPIPE ended
         stdout_reader_left()
         code = 141

@@ -6,7 +6,9 @@ may start (``ready``: what it needs has ended) and when it has nothing left to d
 :func:`run_jobs` runs them ``lanes`` at a time: a free lane takes the first job that is ready, so no job waits
 for a whole stage. Lane k runs on GPU ``gpus[k % len(gpus)]`` (``CUDA_VISIBLE_DEVICES``) when GPUs are given;
 each job gets cores/lanes CPU threads unless the environment sets ``OMP_NUM_THREADS``. A job that exits 2 (a
-usage error: every other job would repeat it) can stop the run: nothing new starts, the running jobs end.
+usage error: every other job would repeat it) can stop the run: nothing new starts, the running jobs end. A stop
+of this process (``tupe_common.process.Stopped``: SIGTERM, SIGINT, SIGHUP) reaches every running job's process
+group; nothing new starts, and the stop is raised once the jobs ended (or were killed after the grace period).
 :func:`slurm_ranges` writes the indices still to do as a SLURM ``--array``.
 """
 from __future__ import annotations
@@ -21,6 +23,8 @@ from collections import Counter, defaultdict
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Mapping, Optional, Sequence
+
+from tupe_common import process
 
 Say = Callable[[str], None]
 
@@ -134,10 +138,13 @@ def run_jobs(jobs: Sequence[Job], lanes: int, env: Mapping[str, str], say: Say, 
         if job.log:
             os.makedirs(os.path.dirname(job.log) or ".", exist_ok=True)
             with open(job.log, "a", encoding="utf-8") as f:
-                rc = subprocess.run(job.cmd, stdout=f, stderr=subprocess.STDOUT, env=job_env).returncode
+                rc = process.run(job.cmd, stdout=f, stderr=subprocess.STDOUT, env=job_env)
         else:
-            rc = subprocess.run(job.cmd, stdout=subprocess.DEVNULL, env=job_env).returncode
+            rc = process.run(job.cmd, stdout=subprocess.DEVNULL, env=job_env)
         seconds = time.monotonic() - start
+        if process.stopping() is not None:
+            say(f"{job.label}: stopped (exit {rc})" + (f", log {job.log}" if job.log else ""))
+            return rc
         with lock:
             took[job.group].append(seconds)
             count = progress(len(took[job.group]), total[job.group], took[job.group], lanes)
@@ -148,38 +155,42 @@ def run_jobs(jobs: Sequence[Job], lanes: int, env: Mapping[str, str], say: Say, 
 
     pending, running, free = list(range(len(jobs))), {}, list(range(lanes))
     with ThreadPoolExecutor(max_workers=lanes) as pool:
-        while pending or running:
-            for i in list(pending):
-                if len(running) == lanes or ran.usage_error:
-                    break
-                if jobs[i].done():
-                    pending.remove(i)
-                    with lock:
-                        total[jobs[i].group] -= 1
-                elif jobs[i].ready():
-                    pending.remove(i)
-                    lane = free.pop(0)
-                    running[pool.submit(one, jobs[i], lane)] = (i, lane)
-            if ran.usage_error and pending:
-                say(f"error: {ran.usage_error.label} failed with a usage error (exit 2): the other jobs would fail "
-                    f"the same way, so {len(pending)} job(s) are not started; fix the setting and rerun")
-                failed.update(pending)
-                pending = []
-            if not running:
-                if pending:  # what the rest needs failed
-                    for i in pending:
-                        say(f"error: {jobs[i].label}: not started: a job it needs did not finish")
+        try:
+            while pending or running:
+                for i in list(pending):
+                    if len(running) == lanes or ran.usage_error:
+                        break
+                    if jobs[i].done():
+                        pending.remove(i)
+                        with lock:
+                            total[jobs[i].group] -= 1
+                    elif jobs[i].ready():
+                        pending.remove(i)
+                        lane = free.pop(0)
+                        running[pool.submit(one, jobs[i], lane)] = (i, lane)
+                if ran.usage_error and pending:
+                    say(f"error: {ran.usage_error.label} failed with a usage error (exit 2): the other jobs would fail "
+                        f"the same way, so {len(pending)} job(s) are not started; fix the setting and rerun")
                     failed.update(pending)
-                break
-            ended, _ = wait(running, return_when=FIRST_COMPLETED)
-            for future in ended:
-                i, lane = running.pop(future)
-                free.append(lane)
-                free.sort()
-                rc = future.result()
-                if rc:
-                    failed.add(i)
-                    if rc == 2 and stop_on_usage_error and not ran.usage_error:
-                        ran.usage_error = jobs[i]
+                    pending = []
+                if not running:
+                    if pending:  # what the rest needs failed
+                        for i in pending:
+                            say(f"error: {jobs[i].label}: not started: a job it needs did not finish")
+                        failed.update(pending)
+                    break
+                ended, _ = wait(running, return_when=FIRST_COMPLETED)
+                for future in ended:
+                    i, lane = running.pop(future)
+                    free.append(lane)
+                    free.sort()
+                    rc = future.result()
+                    if rc:
+                        failed.add(i)
+                        if rc == 2 and stop_on_usage_error and not ran.usage_error:
+                            ran.usage_error = jobs[i]
+        except BaseException:  # a stop (or a bug): no job outlives the runner; the pool's threads end with their jobs
+            process.end_children()
+            raise
     ran.failed = [jobs[i].label for i in sorted(failed)]
     return ran

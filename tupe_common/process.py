@@ -1,14 +1,185 @@
 """A command run with its output in a log file: ``run_logged`` (a process: the study's parts, ``glue/finetune.py``'s
 runs) or ``call_logged`` (a command's function in this process: the study's locality part, one process start
-of torch and fairseq, ~7 s of CPU, fewer)."""
+of torch and fairseq, ~7 s of CPU, fewer); and the one clean stop of every command that runs processes.
+
+A stop (SIGTERM from ``scancel``, a time limit, a pre-emption or ``kill``; SIGINT from Ctrl-C; SIGHUP from a closed
+terminal) of a command that :func:`install_stop_handlers` prepared (``tupe_common.errors.exit_main`` does it for
+every ``python -m`` entry point): the signal is passed on at once to every child process started here
+(:func:`start`, :func:`run`, :func:`run_logged`, ``tupe_common.jobs.run_jobs``), each in its own process group, so the
+group (the child's own children: data loaders, a ``torchrun``'s ranks) gets it too; :class:`Stopped` is raised in
+the main thread; the children have :data:`GRACE_S` seconds to end (a pre-training saves its checkpoint), then what
+is left of their trees is killed (:func:`end_children`). ``exit_main`` ends the command with one line
+``PROG: error: stopped by SIGTERM; rerun the same command to resume ...`` and exit 128 + the signal's number
+(143, 130, 129). Each child is a command that does the same for its own children (the study's lanes, the grid's
+runs), so the whole tree stops, each layer with its own line in its log."""
 from __future__ import annotations
 
 import contextlib
 import logging
 import os
+import signal
 import subprocess
 import sys
-from typing import Callable, Mapping, Sequence
+import threading
+import time
+from typing import Callable, Dict, List, Mapping, Optional, Sequence
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+# Seconds a child has to end after the signal is passed on: above the 20 s a pre-training takes to finish its
+# update and save (tupe_plugin/graceful_stop.py), below SLURM's default KillWait (30 s). TUPE_STOP_GRACE_S changes it.
+GRACE_S = 25.0
+_WAIT_STEP_S = 0.05
+
+
+class Stopped(BaseException):
+    """A stop signal reached this process (raised in the main thread by the handler of
+    :func:`install_stop_handlers`). A BaseException, as KeyboardInterrupt: no ``except Exception`` takes it for a
+    failed run."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+    @property
+    def name(self) -> str:
+        return signal.Signals(self.signum).name
+
+    @property
+    def status(self) -> int:
+        """The exit status a shell reports for a command this signal ended: 128 + its number."""
+        return 128 + self.signum
+
+
+_children: Dict[int, subprocess.Popen] = {}  # pid -> the live children started here
+_lock = threading.RLock()  # re-entered by the handler when the signal comes while this thread holds it
+_stopping: Optional[int] = None  # the signal that stops this process, once one came
+_owner: Optional[int] = None  # the pid that installed the handlers (a forked worker acts as if it had none)
+
+
+def stopping() -> Optional[int]:
+    """The signal stopping this process (None while none came)."""
+    return _stopping
+
+
+def grace_s() -> float:
+    try:
+        return max(0.0, float(os.environ.get("TUPE_STOP_GRACE_S", GRACE_S)))
+    except ValueError:
+        return GRACE_S
+
+
+def _handle(signum: int, frame) -> None:
+    global _stopping
+    if os.getpid() != _owner:  # a forked worker (multiprocessing) that inherited the handler: end as by default
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+        return
+    if _stopping is not None:  # a second signal (a terminal's and SLURM's both reach us): already stopping
+        return
+    _stopping = signum
+    signal_children(signum)
+    raise Stopped(signum)
+
+
+def install_stop_handlers() -> None:
+    """SIGTERM, SIGINT and SIGHUP raise :class:`Stopped` in the main thread after passing the signal on to the
+    children; a signal that this process was started with ignored (``nohup``, a background job's SIGINT) stays
+    ignored. Only from the main thread (elsewhere: nothing)."""
+    global _owner
+    if threading.current_thread() is not threading.main_thread():
+        return
+    _owner = os.getpid()
+    for sig in STOP_SIGNALS:
+        if signal.getsignal(sig) != signal.SIG_IGN:
+            signal.signal(sig, _handle)
+
+
+def _tree(pid: int) -> List[int]:
+    """``pid``'s descendants (psutil; none without it)."""
+    try:
+        import psutil
+
+        return [c.pid for c in psutil.Process(pid).children(recursive=True)]
+    except Exception:  # psutil missing, or the process gone
+        return []
+
+
+def _send(pid: int, sig: int, group: bool = True) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        if group:
+            os.killpg(pid, sig)  # a child started here leads its own process group
+        else:
+            os.kill(pid, sig)
+
+
+_trees: Dict[int, set] = {}  # a child's pid -> its descendants when the stop came (an orphan of them is still killed)
+
+
+def signal_children(signum: int) -> None:
+    """Send ``signum`` to the process group of every child started here (its tree noted first)."""
+    with _lock:
+        children = list(_children.values())
+    for p in children:
+        _trees.setdefault(p.pid, set()).update(_tree(p.pid))
+        _send(p.pid, signum)
+
+
+def end_children(grace: Optional[float] = None) -> None:
+    """After :func:`signal_children`: wait up to ``grace`` seconds (:func:`grace_s`) for every child started here to
+    end, then SIGKILL what is left of each child's tree (its process group and its descendants, also those in
+    groups of their own)."""
+    with _lock:
+        children = list(_children.values())
+    for p in children:
+        _trees.setdefault(p.pid, set()).update(_tree(p.pid))
+    deadline = time.monotonic() + (grace_s() if grace is None else grace)
+    while any(p.poll() is None for p in children) and time.monotonic() < deadline:
+        time.sleep(_WAIT_STEP_S)
+    for p in children:
+        tree = _trees.pop(p.pid, set()) | set(_tree(p.pid))
+        # the group outlives its leader (a shell's background job): Linux reuses no pid still naming a group
+        _send(p.pid, signal.SIGKILL)
+        for pid in tree:  # a grandchild in a group of its own (a nested runner's child), orphaned or not
+            _send(pid, signal.SIGKILL, group=False)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            p.wait(5)
+
+
+def start(cmd: Sequence[str], **popen_args) -> subprocess.Popen:
+    """``subprocess.Popen(cmd, **popen_args)`` in a process group of its own, registered to be stopped with this
+    process; raises :class:`Stopped` instead once a stop came (a lane about to start its next job)."""
+    if _stopping is not None:
+        raise Stopped(_stopping)
+    p = subprocess.Popen(list(cmd), start_new_session=True, **popen_args)
+    with _lock:
+        _children[p.pid] = p
+    if _stopping is not None:  # the signal came while it started (a lane's thread): it was not among those signalled
+        _send(p.pid, _stopping)
+    return p
+
+
+def _forget(p: subprocess.Popen) -> None:
+    with _lock:
+        _children.pop(p.pid, None)
+
+
+def wait(p: subprocess.Popen) -> int:
+    """``p``'s exit status as a shell reports it (128 + N when signal N ended it), once it ended and was forgotten; on
+    a stop (:class:`Stopped` in this thread) the children are ended first (:func:`end_children`)."""
+    try:
+        status = p.wait()
+    except BaseException:
+        end_children()
+        raise
+    finally:
+        if p.poll() is not None:
+            _forget(p)
+    return 128 - status if status < 0 else status
+
+
+def run(cmd: Sequence[str], **popen_args) -> int:
+    """:func:`start`, then :func:`wait`: ``subprocess.run(cmd).returncode`` that stops with this process."""
+    return wait(start(cmd, **popen_args))
 
 
 def run_logged(cmd: Sequence[str], log: str, env: Mapping[str, str], echo: bool = True, append: bool = False) -> int:
@@ -16,32 +187,27 @@ def run_logged(cmd: Sequence[str], log: str, env: Mapping[str, str], echo: bool 
     the shell reports it (128 + N when signal N ended it: an abort at exit is 134). Each line is in the log as soon
     as the child writes it (a Python child unbuffered, the log line-buffered): a run killed with both processes
     (a session's or a job's end) keeps every line written before, such as the validations of the checkpoints a
-    resume starts from, which block buffers lost (up to 4 of a study's pre-training validations)."""
+    resume starts from, which block buffers lost (up to 4 of a study's pre-training validations). A stop of this
+    process (:class:`Stopped`) reaches the child, whose last lines (a pre-training's saved checkpoint) still go to
+    the log while it ends."""
     os.makedirs(os.path.dirname(log) or ".", exist_ok=True)
     with open(log, "a" if append else "w", encoding="utf-8", buffering=1) as f:
-        p = subprocess.Popen(list(cmd), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                             env=dict(env, PYTHONUNBUFFERED="1"), text=True, errors="replace")
-        try:
+        p = start(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=dict(env, PYTHONUNBUFFERED="1"),
+                  text=True, errors="replace")
+
+        def copy() -> None:
             for line in p.stdout:
                 f.write(line)
                 if echo:
                     sys.stderr.write(line)
-            status = p.wait()
-        except KeyboardInterrupt:  # Ctrl-C reached us (a terminal's reaches the child too): never leave it running
-            stop(p)
-            raise
-    return 128 - status if status < 0 else status
 
-
-def stop(p: subprocess.Popen, grace_s: float = 10.0) -> None:
-    """End the process ``p``: SIGTERM, then SIGKILL if it is still there after ``grace_s``."""
-    if p.poll() is None:
-        p.terminate()
+        pump = threading.Thread(target=copy, daemon=True)  # the main thread waits: a signal's handler runs there
+        pump.start()
         try:
-            p.wait(grace_s)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
+            status = wait(p)
+        finally:
+            pump.join(grace_s() + 10)  # the pipe's end, once every holder of it (the child's tree) ended
+    return status
 
 
 def call_logged(command: Callable[[], int], log: str, append: bool = False) -> int:

@@ -17,7 +17,8 @@ default argument), but fairseq runs its collectives on the cached group: its thr
 The hook is registered when ``tupe_plugin`` is imported (``--user-dir``). It acts only on a normal end
 (no uncaught exception: after a failure, destroying an NCCL group can hang on peers still inside a
 collective) and only in the main process (not in data-loader workers). On a normal end it also writes
-one line to the file named by ``TUPE_DONE_FILE`` when that is set: ``train_scripts/fairseq_rank.sh`` and
+one line to the file named by ``TUPE_DONE_FILE`` when that is set (not when a signal stopped the run:
+``tupe_plugin.graceful_stop``): ``train_scripts/fairseq_rank.sh`` and
 ``glue/finetune.sh`` read it to count an abort at exit (status 134) after a finished run as done, with a
 warning, in case another thread (e.g. fairseq's ``--data-buffer-size`` prefetcher) aborts the exit.
 """
@@ -63,8 +64,10 @@ def at_exit() -> None:
     if multiprocessing.parent_process() is not None or not ended_normally():
         return
     destroy_process_groups()
+    from . import graceful_stop
+
     done_file = os.environ.get(DONE_FILE_ENV)
-    if done_file:
+    if done_file and graceful_stop.stopped_by is None:  # a run a signal stopped (and saved) has not finished
         record_done(done_file)
 
 

@@ -21,6 +21,8 @@ from preprocess.c4 import pipeline
 from tupe_common import tunables
 from tupe_common.errors import UsageError, exit_main
 
+RESUME_TASKS = "rerun the same command to resume (finished tasks are skipped)"
+
 USAGE = {"run": "[NAME=value ...] python -m preprocess.c4 run [C4_DIR]   (or: preprocess/c4/run_all.sh [C4_DIR])",
          "task": "[NAME=value ...] python -m preprocess.c4 task STEP INDEX   (STEP: " + " ".join(pipeline.STEPS) + ")",
          "slurm": "[NAME=value ...] python -m preprocess.c4 slurm [C4_DIR]"}
@@ -62,4 +64,4 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    exit_main(main, "preprocess.c4")
+    exit_main(main, "preprocess.c4", RESUME_TASKS)

@@ -1,0 +1,45 @@
+"""A test's view of a command's process tree, for the clean-stop tests (issue 62): start a command as a terminal
+would (its own session, SIGINT at its default), wait for what it writes, and check that nothing of its tree is left."""
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+from typing import Callable, List
+
+import psutil
+
+
+def start(argv: List[str], env, **kwargs) -> subprocess.Popen:
+    """``argv`` in a session of its own, SIGINT at its default action (a caller in the background would pass it on
+    ignored), its stdout and stderr piped."""
+    return subprocess.Popen([str(a) for a in argv], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL), **kwargs)
+
+
+def wait_for(condition: Callable[[], object], timeout: float, what: str) -> None:
+    deadline = time.time() + timeout
+    while not condition():
+        assert time.time() < deadline, what
+        time.sleep(0.1)
+
+
+def tree(pid: int) -> List[psutil.Process]:
+    """``pid``'s descendants now."""
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+
+
+def assert_gone(procs: List[psutil.Process]) -> None:
+    """No process of ``procs`` is left (a zombie whose parent has not reaped it yet counts as gone)."""
+    left = []
+    for p in procs:
+        try:
+            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                left.append(f"{p.pid} {p.cmdline()}")
+        except psutil.NoSuchProcess:
+            pass
+    assert not left, left

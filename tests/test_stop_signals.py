@@ -1,0 +1,112 @@
+"""Every stop is clean (issue 62): SIGTERM, SIGINT and SIGHUP on a command that runs processes
+(``tupe_common.errors.exit_main`` with ``tupe_common.process``) stop its whole process tree, end with one line
+saying what stopped it and how to resume, and exit 128 + the signal's number; the long entry points (finetune.sh,
+study.sh --lanes, pretrain.sh) are walked through the same stop with real runs."""
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT
+from process_tree import assert_gone, start, tree, wait_for
+
+pytestmark = pytest.mark.usefixtures("starts_process")  # every test here starts a process
+
+# A runner of two jobs (tupe_common.jobs.run_jobs), each a shell with a grandchild; the second job ignores SIGTERM,
+# so only the grace period's SIGKILL ends it.
+RUNNER = """
+import sys
+from tupe_common.errors import exit_main, RESUME_RUNS
+from tupe_common.jobs import Job, run_jobs, stderr_say
+
+def main():
+    jobs = [Job("polite", ["bash", "-c", "sleep 300 & wait"], sys.argv[1] + "/polite.log"),
+            Job("stubborn", ["bash", "-c", "trap '' TERM INT HUP; sleep 300 & sleep 300"], sys.argv[1] + "/stubborn.log")]
+    run_jobs(jobs, 2, {"PATH": "/usr/bin:/bin"}, stderr_say("runner"))
+    return 0
+
+exit_main(main, "runner", RESUME_RUNS)
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
+def test_a_stop_ends_every_job_and_its_children_with_one_line(tmp_path, sig):
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TUPE_STOP_GRACE_S="1")
+    p = start([sys.executable, "-c", RUNNER, str(tmp_path)], env)
+    wait_for(lambda: len([c for c in tree(p.pid) if c.name() == "sleep"]) == 3, 30, "the jobs did not start")
+    procs = tree(p.pid)
+    started = time.monotonic()
+    p.send_signal(sig)  # the runner alone (kill PID): it passes the signal on
+    out, err = p.communicate(timeout=30)
+    assert time.monotonic() - started < 10
+    name = signal.Signals(sig).name
+    assert p.returncode == 128 + sig, err
+    assert err.splitlines()[-1] == (f"runner: error: stopped by {name}; rerun the same command to resume (finished "
+                                    "runs are skipped)")
+    assert "Traceback" not in err and "failed" not in err
+    assert_gone(procs)
+
+
+# ---- pre-training in one process: pretrain.sh execs fairseq-train, whose plugin stops it (tupe_plugin/graceful_stop.py)
+
+BIN = Path(sys.executable).parent
+TINY = {"SIZE": "tiny", "TOKENS_PER_SAMPLE": "64", "GPUS": "0", "MAX_SENTENCES": "8", "SENTENCES_PER_UPDATE": "8",
+        "WARMUP": "5", "LR": "2e-3", "LOG_INTERVAL": "1", "NUM_WORKERS": "0", "SEED": "1", "TENSORBOARD_DIR": "none",
+        "SAVE_INTERVAL_UPDATES": "1000", "TOTAL_UPDATES": "1000"}
+LAUNCHER_VARS = ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "LAUNCHER", "NNODES",
+                 "NPROC_PER_NODE", "VENV", "DRY_RUN", "EXTRA_ARGS", "SAVE_DIR", "DATA", "TUPE_DONE_FILE")
+
+
+def script_env(**overrides: str) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARS and not k.startswith(("SLURM_", "TORCHELASTIC_"))}
+    env.update(PATH=f"{BIN}:{env.get('PATH', '')}", PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", **overrides)
+    return env
+
+
+def logged_updates(text: str) -> list:
+    return [int(u) for u in re.findall(r"train_inner \|.*?num_updates=(\d+)", text)]
+
+
+def test_sigterm_saves_the_update_it_finished_and_the_rerun_resumes_from_it(lm_bin, tmp_path):
+    """pretrain.sh (fairseq-train in one process) stopped by SIGTERM after its first updates: exit 143 within 20 s,
+    checkpoint_last.pt at the update its last line names, and the same command resumes from it."""
+    import torch
+
+    save = tmp_path / "ckpt"
+    env = script_env(**TINY, DATA=str(lm_bin), SAVE_DIR=str(save))
+    p = start([str(ROOT / "train_scripts" / "pretrain.sh")], env, cwd=ROOT)
+    out = []
+    reader = threading.Thread(target=lambda: out.extend(p.stdout), daemon=True)  # fairseq logs on stdout
+    reader.start()
+    wait_for(lambda: len(logged_updates("".join(out))) >= 2 or p.poll() is not None, 120, "no update logged")
+    assert p.poll() is None, p.stderr.read()[-3000:]
+    stopped_at = time.monotonic()
+    p.send_signal(signal.SIGTERM)
+    err = p.stderr.read()
+    p.wait(30)
+    took = time.monotonic() - stopped_at
+    reader.join(10)
+    assert p.returncode == 143 and took < 20, (p.returncode, took, err[-3000:])
+    last = err.rstrip().splitlines()[-1]
+    m = re.fullmatch(rf"fairseq-train: error: stopped by SIGTERM after update (\d+): saved {save}/checkpoint_last.pt "
+                     r"at update \1; rerun the same command to resume from it", last)
+    assert m, last
+    n = int(m.group(1))
+    assert "Traceback" not in err and "done training" not in "".join(out)
+    state = torch.load(save / "checkpoint_last.pt", map_location="cpu", weights_only=False)
+    assert state["optimizer_history"][-1]["num_updates"] == n
+    # the rerun (the same command, told to stop 2 updates later) resumes from it
+    again = subprocess.run([str(ROOT / "train_scripts" / "pretrain.sh")], cwd=ROOT, capture_output=True, text=True,
+                           env=dict(env, EXTRA_ARGS=f"--max-update {n + 2}"), timeout=180)
+    log = again.stdout + again.stderr
+    assert again.returncode == 0, log[-3000:]
+    assert re.search(rf"Loaded checkpoint \S+checkpoint_last.pt \(epoch \d+ @ {n} updates\)", log), log[-3000:]
+    assert logged_updates(log) == [n + 1, n + 2]

@@ -1,0 +1,156 @@
+"""A clean stop of a one-process ``fairseq-train`` (``pretrain.sh`` execs it; so do the study's pre-trainings):
+SIGTERM (``scancel``, a time limit, a pre-emption, ``kill``) or SIGINT (Ctrl-C) lets the update under way finish,
+saves ``checkpoint_last.pt`` at it, and exits 143 / 130 with one line naming the update and how to resume::
+
+    fairseq-train: error: stopped by SIGTERM after update 7: saved ckpt/checkpoint_last.pt at update 7; rerun the
+    same command to resume from it
+
+The hook into fairseq's loop is the least it offers: the handler only notes the signal; ``fairseq_cli.train``'s
+``should_stop_early`` (looked up by ``validate_and_save`` after every update) then answers "stop", so fairseq's own
+stop path saves the checkpoint (``checkpoint_utils.save_checkpoint``: ``checkpoint_last.pt`` with the data position,
+as ``--max-update`` or ``--stop-time-hours`` would), and ``validate_and_save`` returns into our wrapper, which says
+the line and raises ``SystemExit`` (no "done training", no ``TUPE_DONE_FILE`` record: ``tupe_plugin.clean_exit``).
+A signal during the save itself is honoured by saving once more when the save had already been decided.
+A signal before the first update (loading data, building the model) stops at once: nothing was written.
+A run is stopped so only in one process: with several (``torchrun``, fairseq's own spawn) the ranks could not agree
+on the update to stop at, so the signal keeps its default there (torchrun passes it on and the ranks end; they
+resume from the last checkpoint saved). ``--no-save`` runs (fine-tuning) stop the same way, saving nothing.
+Installed when ``tupe_plugin`` is imported by a training entry point (``--user-dir``), and at the first epoch of any
+other caller of ``fairseq_cli.train``.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import threading
+from typing import Dict, Optional
+
+SIGNALS = (signal.SIGTERM, signal.SIGINT)
+PROG = "fairseq-train"
+TRAINING_ENTRIES = ("train_scripts.fairseq_train", "glue.fairseq_train", "fairseq_cli.train", "fairseq_cli.hydra_train")
+logger = logging.getLogger("tupe_plugin.graceful_stop")
+
+stopped_by: Optional[int] = None  # the signal that stops this run, once one came
+_in_loop = False  # the training loop has begun: a stop waits for the update under way
+_forced_at: Optional[int] = None  # the update at which should_stop_early answered "stop" for the signal
+_owner: Optional[int] = None
+_previous: Dict[int, object] = {}
+
+
+def _several_processes() -> bool:
+    dist = sys.modules.get("torch.distributed")
+    return bool(dist is not None and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1)
+
+
+def _say(line: str) -> None:
+    sys.stdout.flush()
+    sys.stderr.write(f"{PROG}: {line}\n")
+    sys.stderr.flush()
+
+
+def _handle(signum: int, frame) -> None:
+    global stopped_by
+    if os.getpid() != _owner or _several_processes():  # a data-loader worker, or a rank of several: as before
+        previous = _previous.get(signum, signal.SIG_DFL)
+        if callable(previous):
+            return previous(signum, frame)
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+        return
+    if stopped_by is not None:  # a second signal (a terminal's and a runner's): already stopping
+        return
+    stopped_by = signum
+    name = signal.Signals(signum).name
+    if not _in_loop:
+        _say(f"error: stopped by {name} before the first update; nothing was saved by this run: rerun the same "
+             "command to start it (or resume from an earlier checkpoint_last.pt)")
+        raise SystemExit(128 + signum)
+    _say(f"{name}: stopping after the update under way, then saving checkpoint_last.pt")
+
+
+def install() -> None:
+    """The handlers of SIGTERM and SIGINT in this (main) process; once."""
+    global _owner
+    if _owner == os.getpid() or threading.current_thread() is not threading.main_thread():
+        return
+    _owner = os.getpid()
+    for sig in SIGNALS:
+        previous = signal.getsignal(sig)
+        if previous == signal.SIG_IGN:  # nohup, a background job's SIGINT: stays ignored
+            continue
+        _previous[sig] = previous
+        signal.signal(sig, _handle)
+
+
+def _training_entry() -> bool:
+    main = sys.modules.get("__main__")
+    name = getattr(getattr(main, "__spec__", None), "name", "") or ""
+    return (os.path.basename(sys.argv[0] if sys.argv else "") in ("fairseq-train", "fairseq-hydra-train")
+            or name in TRAINING_ENTRIES)
+
+
+def stop_line(signum: int, updates: int, saved: Optional[str]) -> str:
+    name = signal.Signals(signum).name
+    if saved is None:
+        return (f"error: stopped by {name} after update {updates}; this run saves no checkpoint (--no-save): "
+                "rerun the same command to run it again")
+    return (f"error: stopped by {name} after update {updates}: saved {saved} at update {updates}; rerun the same "
+            "command to resume from it")
+
+
+def hook(train_cli) -> None:
+    """Wrap ``train_cli`` (``fairseq_cli.train``)'s ``train``, ``should_stop_early`` and ``validate_and_save``; once."""
+    if getattr(train_cli.validate_and_save, "graceful_stop", False):
+        return
+    train, should_stop_early, validate_and_save = (train_cli.train, train_cli.should_stop_early,
+                                                   train_cli.validate_and_save)
+
+    def train_epoch(cfg, trainer, task, epoch_itr):
+        global _in_loop
+        install()
+        _in_loop = True
+        return train(cfg, trainer, task, epoch_itr)
+
+    def stop_early(cfg, valid_loss):
+        global _forced_at
+        if stopped_by is not None and _in_loop:
+            _forced_at = _updates
+            return True
+        return should_stop_early(cfg, valid_loss)
+
+    def validate_then_save(cfg, trainer, task, epoch_itr, valid_subsets, end_of_epoch):
+        global _updates
+        _updates = trainer.get_num_updates()
+        result = validate_and_save(cfg, trainer, task, epoch_itr, valid_subsets, end_of_epoch)
+        if stopped_by is None:
+            return result
+        from fairseq import checkpoint_utils
+
+        if _forced_at != _updates:  # the signal came after the stop was decided: fairseq did not save for it
+            checkpoint_utils.save_checkpoint(cfg.checkpoint, trainer, epoch_itr, None)
+        saved = None if cfg.checkpoint.no_save else os.path.join(cfg.checkpoint.save_dir, "checkpoint_last.pt")
+        if cfg.checkpoint.no_last_checkpoints and saved:
+            saved = f"a checkpoint (--no-last-checkpoints) in {cfg.checkpoint.save_dir}"
+        _say(stop_line(stopped_by, _updates, saved))
+        raise SystemExit(128 + stopped_by)
+
+    validate_then_save.graceful_stop = True
+    # should_stop_early keeps its state on the function it finds by name (fairseq's own `best`, `num_runs`): on ours
+    train_cli.train, train_cli.should_stop_early, train_cli.validate_and_save = (train_epoch, stop_early,
+                                                                                 validate_then_save)
+
+
+_updates = 0
+
+
+def install_if_training() -> None:
+    """At import (``--user-dir``): hook ``fairseq_cli.train`` when it is loaded, and install the handlers at once
+    when this process is a training entry point (a Ctrl-C while it loads data is one line too)."""
+    train_cli = sys.modules.get("fairseq_cli.train")
+    if train_cli is None or not hasattr(train_cli, "validate_and_save"):
+        return
+    hook(train_cli)
+    if _training_entry():
+        install()
