@@ -28,6 +28,7 @@ setup(
         "numpy>=1.24",
         "matplotlib>=3.7",
         "sacremoses>=0.1",  # Moses tokenisation for the original TUPE release's vocabulary
+        "psutil>=5.9",  # a stop's process trees (tupe_common.process): signals reach only the processes noted
     ],
     extras_require={
         # ruff, shellcheck: make lint; triton: tupe_core/kernels' tests in its interpreter on CPU (CUDA torch ships its own)

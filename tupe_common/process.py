@@ -22,7 +22,10 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Callable, Dict, List, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Dict, Mapping, Optional, Sequence
+
+if TYPE_CHECKING:
+    import psutil
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 # Seconds a child has to end after the signal is passed on: above the 20 s a pre-training takes to finish its
@@ -94,25 +97,35 @@ def install_stop_handlers() -> None:
             signal.signal(sig, _handle)
 
 
-def _tree(pid: int) -> List[int]:
-    """``pid``'s descendants (psutil; none without it)."""
+def _tree(pid: int) -> Dict[int, "psutil.Process"]:
+    """``pid``'s descendants now, as psutil handles: a handle signals only the process it was made for (psutil
+    checks the pid's start time), never another that took a freed pid (``pid_max`` is 32768 on many machines)."""
+    import psutil
+
     try:
-        import psutil
-
-        return [c.pid for c in psutil.Process(pid).children(recursive=True)]
-    except Exception:  # psutil missing, or the process gone
-        return []
+        return {c.pid: c for c in psutil.Process(pid).children(recursive=True)}
+    except psutil.Error:  # the process gone
+        return {}
 
 
-def _send(pid: int, sig: int, group: bool = True) -> None:
+def _send(pid: int, sig: int) -> None:
+    """``sig`` to the process group that the child ``pid`` leads (the child's own children: data loaders, ranks)."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
-        if group:
-            os.killpg(pid, sig)  # a child started here leads its own process group
-        else:
-            os.kill(pid, sig)
+        os.killpg(pid, sig)
 
 
-_trees: Dict[int, set] = {}  # a child's pid -> its descendants when the stop came (an orphan of them is still killed)
+def _kill(proc: "psutil.Process") -> None:
+    import psutil
+
+    with contextlib.suppress(psutil.Error):  # ended, or its pid now another process's: left alone
+        proc.kill()
+
+
+_trees: Dict[int, Dict[int, "psutil.Process"]] = {}  # a child's pid -> its descendants noted since the stop came
+
+
+def _note(p: subprocess.Popen) -> None:
+    _trees.setdefault(p.pid, {}).update(_tree(p.pid))
 
 
 def signal_children(signum: int) -> None:
@@ -120,29 +133,41 @@ def signal_children(signum: int) -> None:
     with _lock:
         children = list(_children.values())
     for p in children:
-        _trees.setdefault(p.pid, set()).update(_tree(p.pid))
+        _note(p)
         _send(p.pid, signum)
 
 
 def end_children(grace: Optional[float] = None) -> None:
     """After :func:`signal_children`: wait up to ``grace`` seconds (:func:`grace_s`) for every child started here to
-    end, then SIGKILL what is left of each child's tree (its process group and its descendants, also those in
-    groups of their own)."""
+    end, then SIGKILL what is left of each child's tree: the processes noted in it (also those in groups of their
+    own, orphaned or not), and its process group while the group is provably still the child's (its leader not yet
+    reaped, or a noted member still in it), so a freed pid is never signalled."""
     with _lock:
         children = list(_children.values())
     for p in children:
-        _trees.setdefault(p.pid, set()).update(_tree(p.pid))
+        _note(p)
     deadline = time.monotonic() + (grace_s() if grace is None else grace)
     while any(p.poll() is None for p in children) and time.monotonic() < deadline:
         time.sleep(_WAIT_STEP_S)
     for p in children:
-        tree = _trees.pop(p.pid, set()) | set(_tree(p.pid))
-        # the group outlives its leader (a shell's background job): Linux reuses no pid still naming a group
-        _send(p.pid, signal.SIGKILL)
-        for pid in tree:  # a grandchild in a group of its own (a nested runner's child), orphaned or not
-            _send(pid, signal.SIGKILL, group=False)
+        if p.returncode is None:
+            _note(p)
+        noted = _trees.pop(p.pid, {})
+        if p.returncode is None or any(_in_group(proc, p.pid) for proc in noted.values()):
+            _send(p.pid, signal.SIGKILL)
+        for proc in noted.values():
+            _kill(proc)
         with contextlib.suppress(subprocess.TimeoutExpired):
             p.wait(5)
+
+
+def _in_group(proc: "psutil.Process", pgid: int) -> bool:
+    import psutil
+
+    try:
+        return proc.is_running() and os.getpgid(proc.pid) == pgid
+    except (psutil.Error, ProcessLookupError):
+        return False
 
 
 def start(cmd: Sequence[str], **popen_args) -> subprocess.Popen:
