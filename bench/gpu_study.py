@@ -69,6 +69,8 @@ sys.path.insert(0, str(ROOT))
 from study.settings import StudyConfig, UsageError, changed_settings, read, recorded_text, refusal  # noqa: E402
 from tupe_common.tunables import items  # noqa: E402
 from tupe_common.jobs import cores  # noqa: E402
+from tupe_common import process  # noqa: E402
+from tupe_common.errors import RESUME_RUNS, exit_main  # noqa: E402
 
 DEFAULTS = {"VARIANTS": "bert-a tupe-r", "OBJECTIVES": "mlm", "GENERATOR_SIZE_DIVISOR": "4", "TASKS": "none"}
 # TUPE's claim, declared for every study this command starts with both models: TUPE-R ends lower (final_loss) and
@@ -298,11 +300,12 @@ def child_env(env: Dict[str, str], site: Optional[Path], **more: str) -> Dict[st
 
 
 def study(args: List[str], env: Dict[str, str], log: Path) -> subprocess.Popen:
-    """``python -m study ARGS`` in its own process group (stopped as a whole), its output in ``log``."""
+    """``python -m study ARGS`` in its own process group (stopped as a whole, also by a signal to this command:
+    ``tupe_common.process``), its output in ``log``."""
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "a", encoding="utf-8") as f:
-        return subprocess.Popen([sys.executable, "-m", "study", *args], cwd=ROOT, env=env, stdout=f,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+        return process.start([sys.executable, "-m", "study", *args], cwd=ROOT, env=env, stdout=f,
+                             stderr=subprocess.STDOUT)
 
 
 def stop(p: subprocess.Popen) -> None:
@@ -829,4 +832,4 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_main(main, "gpu_study", RESUME_RUNS)

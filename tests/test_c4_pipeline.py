@@ -384,6 +384,39 @@ def test_sigkill_mid_run_then_rerun(tmp_path, spm_dir, texts, reference_bin, sta
     assert sorted(p.name for p in prefix.parent.iterdir()) == ["train0.bin", "train0.done", "train0.idx"]
 
 
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_stop_mid_run_ends_the_pool_with_one_line_and_the_rerun_gives_the_same_bytes(
+        tmp_path, spm_dir, texts, reference_bin, starts_process, sig):
+    """SIGTERM (scancel, kill) or SIGINT (Ctrl-C) to the binarizer alone: its pool ends with it, exit 128 + N, one
+    line saying what stopped it and how it resumes, nothing that looks finished; the rerun gives the bytes of an
+    uninterrupted run."""
+    from process_tree import assert_gone, start, tree
+
+    prefix = tmp_path / "bin" / "train0"
+    cmd = [str(c) for c in binarize(spm_dir, prefix, texts["train0"], workers=2, chunk=20000)]
+    proc = start(cmd, env(C4_BINARIZE_TEST_SLEEP="1.0"), cwd=REPO)
+    partial = Path(f"{prefix}.bin.partial")
+    deadline = time.time() + 60
+    while not (partial.exists() and partial.stat().st_size > 40_000):
+        assert proc.poll() is None and time.time() < deadline, proc.communicate()
+        time.sleep(0.05)
+    workers = tree(proc.pid)
+    assert len(workers) >= 2  # the pool
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 128 + sig, err
+    name = signal.Signals(sig).name
+    assert err.rstrip().splitlines()[-1] == (f"preprocess.c4: error: stopped by {name}; rerun the same command to "
+                                             "resume (finished tasks are skipped)")
+    assert "Traceback" not in err
+    assert_gone(workers)
+    assert not any(Path(f"{prefix}.{ext}").exists() for ext in ("bin", "idx", "done"))
+    assert not looks_complete_to_fairseq(prefix)
+    run(cmd)
+    assert same_bytes(str(prefix), reference_bin)
+    assert sorted(p.name for p in prefix.parent.iterdir()) == ["train0.bin", "train0.done", "train0.idx"]
+
+
 def test_sigkill_between_renames_then_rerun(tmp_path, spm_dir, texts, reference_bin, starts_process):
     from fairseq.data import Dictionary, data_utils
 

@@ -12,6 +12,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -316,6 +317,29 @@ def test_a_part_past_the_budget_is_stopped_and_left_out_of_the_copy(data, tmp_pa
     assert left == [], "processes of the stopped study are still running"
     assert (tmp_path / "back" / "budget.md").read_text() == budget
     assert "1 2\t4\t" in (tmp_path / "back" / "gpu_calls.tsv").read_text()  # the call is recorded, exit 1
+
+
+def test_sigterm_stops_every_pre_training_and_says_so_in_one_line(data, tmp_path):
+    """SIGTERM to the command behind make gpu-study alone (kill PID) while its pre-trainings run: every process of
+    its tree ends (the study parts and their fairseq-train, each in a process group of its own), exit 143, and the
+    last line says what stopped it and how it resumes."""
+    from process_tree import assert_gone, start, tree, wait_for
+
+    carry, _ = data
+    out = tmp_path / "study"
+    p = start([sys.executable, "bench/gpu_study.py", "--out", out, "--data", carry, "--seeds", "2", *DRY],
+              environment(**dict(TINY, TOTAL_UPDATES="100000")), cwd=ROOT)
+    wait_for(lambda: p.poll() is not None or sum("fairseq-train" in " ".join(c.cmdline()) for c in tree(p.pid)) >= 2,
+             240, "the pre-trainings did not start")
+    assert p.poll() is None, p.communicate()
+    procs = tree(p.pid)
+    p.send_signal(signal.SIGTERM)
+    _, err = p.communicate(timeout=90)
+    assert p.returncode == 143, err[-3000:]
+    assert err.rstrip().splitlines()[-1] == ("gpu_study: error: stopped by SIGTERM; rerun the same command to resume "
+                                             "(finished runs are skipped)")
+    assert "Traceback" not in err
+    assert_gone(procs)
 
 
 def test_data_prepared_for_other_settings_is_refused_before_any_work(data, tmp_path):

@@ -22,7 +22,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import TYPE_CHECKING, Callable, Dict, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Dict, List, Mapping, Optional, Sequence
 
 if TYPE_CHECKING:
     import psutil
@@ -125,14 +125,22 @@ _trees: Dict[int, Dict[int, "psutil.Process"]] = {}  # a child's pid -> its desc
 
 
 def _note(p: subprocess.Popen) -> None:
-    _trees.setdefault(p.pid, {}).update(_tree(p.pid))
+    """Add ``p``'s descendants now to those noted, while ``p`` is not reaped (a reaped child's pid may be another's)."""
+    if p.returncode is None:
+        _trees.setdefault(p.pid, {}).update(_tree(p.pid))
+
+
+def _live() -> List[subprocess.Popen]:
+    """The children started here that were not reaped; the reaped ones are forgotten."""
+    with _lock:
+        for pid in [pid for pid, p in _children.items() if p.returncode is not None]:
+            del _children[pid]
+        return list(_children.values())
 
 
 def signal_children(signum: int) -> None:
     """Send ``signum`` to the process group of every child started here (its tree noted first)."""
-    with _lock:
-        children = list(_children.values())
-    for p in children:
+    for p in _live():
         _note(p)
         _send(p.pid, signum)
 
@@ -142,16 +150,14 @@ def end_children(grace: Optional[float] = None) -> None:
     end, then SIGKILL what is left of each child's tree: the processes noted in it (also those in groups of their
     own, orphaned or not), and its process group while the group is provably still the child's (its leader not yet
     reaped, or a noted member still in it), so a freed pid is never signalled."""
-    with _lock:
-        children = list(_children.values())
+    children = _live()
     for p in children:
         _note(p)
     deadline = time.monotonic() + (grace_s() if grace is None else grace)
     while any(p.poll() is None for p in children) and time.monotonic() < deadline:
         time.sleep(_WAIT_STEP_S)
     for p in children:
-        if p.returncode is None:
-            _note(p)
+        _note(p)
         noted = _trees.pop(p.pid, {})
         if p.returncode is None or any(_in_group(proc, p.pid) for proc in noted.values()):
             _send(p.pid, signal.SIGKILL)
