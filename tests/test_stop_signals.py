@@ -110,3 +110,44 @@ def test_sigterm_saves_the_update_it_finished_and_the_rerun_resumes_from_it(lm_b
     assert again.returncode == 0, log[-3000:]
     assert re.search(rf"Loaded checkpoint \S+checkpoint_last.pt \(epoch \d+ @ {n} updates\)", log), log[-3000:]
     assert logged_updates(log) == [n + 1, n + 2]
+
+
+def test_sigterm_with_several_processes_names_the_checkpoint_the_rerun_resumes_from(lm_bin, tmp_path):
+    """pretrain.sh with 2 processes (torchrun), SIGTERM to every process of the job as scancel sends it, after a few
+    checkpoints: the ranks end as they are (no agreed update to finish), rank 0 says once at which update and from
+    which checkpoint a rerun resumes, no process is left, and the saved checkpoint holds that update."""
+    import torch
+
+    save = tmp_path / "ckpt"
+    env = script_env(**dict(TINY, SAVE_INTERVAL_UPDATES="3", MAX_SENTENCES="4"), DATA=str(lm_bin), SAVE_DIR=str(save),
+                     NPROC_PER_NODE="2", MASTER_PORT=str(free_port()))
+    p = start([str(ROOT / "train_scripts" / "pretrain.sh")], env, cwd=ROOT)
+    out = []
+    reader = threading.Thread(target=lambda: out.extend(p.stdout), daemon=True)
+    reader.start()
+    wait_for(lambda: p.poll() is not None or re.search(r"Saved checkpoint \S+ \(epoch \d+ @ ([6-9]|\d\d+) updates",
+                                                       "".join(out)), 180, "no checkpoint saved")
+    assert p.poll() is None, p.stderr.read()[-3000:]
+    procs = tree(p.pid)
+    os.killpg(p.pid, signal.SIGTERM)  # scancel: every process of the job
+    err = p.stderr.read()
+    p.wait(60)
+    reader.join(10)
+    assert p.returncode != 0
+    said = re.findall(r"fairseq-train: error: stopped by SIGTERM at update (\d+) \(several processes end as they "
+                      rf"are\): rerun the same command to resume from {save}/checkpoint_last.pt at update (\d+)",
+                      err + "".join(out))
+    assert len(said) == 1, err[-3000:]
+    reached, resume = map(int, said[0])
+    assert resume <= reached and resume % 3 == 0
+    assert_gone(procs)
+    state = torch.load(save / "checkpoint_last.pt", map_location="cpu", weights_only=False)
+    assert state["optimizer_history"][-1]["num_updates"] == resume
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

@@ -14,7 +14,11 @@ A signal during the save itself is honoured by saving once more when the save ha
 A signal before the first update (loading data, building the model) stops at once: nothing was written.
 A run is stopped so only in one process: with several (``torchrun``, fairseq's own spawn) the ranks could not agree
 on the update to stop at, so the signal keeps its default there (torchrun passes it on and the ranks end; they
-resume from the last checkpoint saved). ``--no-save`` runs (fine-tuning) stop the same way, saving nothing.
+resume from the last checkpoint saved), after rank 0's one line naming the update it reached and the checkpoint a
+rerun resumes from::
+
+    fairseq-train: error: stopped by SIGTERM at update 12 (several processes end as they are): rerun the same
+    command to resume from ckpt/checkpoint_last.pt at update 10 ``--no-save`` runs (fine-tuning) stop the same way, saving nothing.
 Installed when ``tupe_plugin`` is imported by a training entry point (``--user-dir``), and at the first epoch of any
 other caller of ``fairseq_cli.train``.
 """
@@ -25,7 +29,7 @@ import os
 import signal
 import sys
 import threading
-from typing import Dict, Optional
+from typing import Dict, Optional, Tuple
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
 PROG = "fairseq-train"
@@ -53,6 +57,8 @@ def _say(line: str) -> None:
 def _handle(signum: int, frame) -> None:
     global stopped_by
     if os.getpid() != _owner or _several_processes():  # a data-loader worker, or a rank of several: as before
+        if os.getpid() == _owner and _in_loop and stopped_by is None:
+            _say_several(signum)
         previous = _previous.get(signum, signal.SIG_DFL)
         if callable(previous):
             return previous(signum, frame)
@@ -68,6 +74,24 @@ def _handle(signum: int, frame) -> None:
              "command to start it (or resume from an earlier checkpoint_last.pt)")
         raise SystemExit(128 + signum)
     _say(f"{name}: stopping after the update under way, then saving checkpoint_last.pt")
+
+
+def _say_several(signum: int) -> None:
+    """Rank 0 of several names the update at which the stop found it and the checkpoint a rerun resumes from; the
+    ranks then end as they are (they could not agree on an update to finish)."""
+    global stopped_by
+    stopped_by = signum  # said once: a runner (torchrun, srun) may pass the same signal on again
+    import torch.distributed as dist
+
+    if dist.get_rank() != 0:
+        return
+    name = signal.Signals(signum).name
+    if _saved is None:
+        _say(f"error: stopped by {name} at update {_updates} (several processes end as they are); no checkpoint was "
+             "saved by this run yet: rerun the same command to start it (or resume from an earlier checkpoint_last.pt)")
+    else:
+        _say(f"error: stopped by {name} at update {_updates} (several processes end as they are): rerun the same "
+             f"command to resume from {_saved[0]} at update {_saved[1]}")
 
 
 def install() -> None:
@@ -108,23 +132,30 @@ def hook(train_cli) -> None:
                                                    train_cli.validate_and_save)
 
     def train_epoch(cfg, trainer, task, epoch_itr):
-        global _in_loop
+        global _in_loop, _saved
         install()
+        last = _last_checkpoint(cfg)
+        if _saved is None and last and os.path.exists(last):  # a resumed run: what it loaded
+            _saved = (last, trainer.get_num_updates())
         _in_loop = True
         return train(cfg, trainer, task, epoch_itr)
 
     def stop_early(cfg, valid_loss):
         global _forced_at
-        if stopped_by is not None and _in_loop:
+        if stopped_by is not None and _in_loop and not _several_processes():
             _forced_at = _updates
             return True
         return should_stop_early(cfg, valid_loss)
 
     def validate_then_save(cfg, trainer, task, epoch_itr, valid_subsets, end_of_epoch):
-        global _updates
+        global _updates, _saved
         _updates = trainer.get_num_updates()
+        last = _last_checkpoint(cfg)
+        before = _mtime(last)
         result = validate_and_save(cfg, trainer, task, epoch_itr, valid_subsets, end_of_epoch)
-        if stopped_by is None:
+        if last and _mtime(last) != before:  # fairseq saved this update's checkpoint
+            _saved = (last, _updates)
+        if stopped_by is None or _several_processes():
             return result
         from fairseq import checkpoint_utils
 
@@ -143,6 +174,20 @@ def hook(train_cli) -> None:
 
 
 _updates = 0
+_saved: Optional[Tuple[str, int]] = None  # checkpoint_last.pt and the update it holds, once saved or loaded
+
+
+def _last_checkpoint(cfg) -> Optional[str]:
+    if cfg.checkpoint.no_save or cfg.checkpoint.no_last_checkpoints:
+        return None
+    return os.path.join(cfg.checkpoint.save_dir, f"checkpoint_last{cfg.checkpoint.checkpoint_suffix}.pt")
+
+
+def _mtime(path: Optional[str]) -> Optional[int]:
+    try:
+        return os.stat(path).st_mtime_ns if path else None
+    except OSError:
+        return None
 
 
 def install_if_training() -> None:
