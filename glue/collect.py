@@ -6,7 +6,8 @@ Run layout (one folder per task, one sub-folder per learning rate and seed)::
     RUNS_DIR/TASK/lr{LR}_seed{SEED}/train.log            # or a fairseq log (train.log / hydra_train.log)
 
 ``TASK`` is the GLUE folder name (CoLA, SST-2, MRPC, STS-B, QQP, MNLI, QNLI, RTE, WNLI); ``LR`` is
-any float spelling (``2e-5``, ``2e-05``, ``0.00002``). ``result.json``::
+any float spelling (``2e-5``, ``2e-05``, ``0.00002``), read by value: two folders of one LR and seed
+(``lr1e-3_seed1``, ``lr0.001_seed1``) are one run twice, a problem, and neither is counted. ``result.json``::
 
     {"task": "MNLI", "lr": 2e-05, "seed": 1, "metric": "accuracy",
      "best_valid": {"valid": 84.9, "valid1": 85.1}, "checkpoint_variant": "tupe_r"}
@@ -37,13 +38,15 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from glue.finetune import RUN_FOLDER
 from glue.published import COLUMNS, COMPARE, SOURCE, TABLE1
 from glue.tasks import (METRIC, PAPER_LRS, PAPER_SEEDS, TASKS, GlueTask, custom_task, get_task,  # noqa: F401 (METRIC)
                         table_columns)
-from tupe_common.errors import exit_main
+from tupe_common.errors import UsageError, exit_main
 from tupe_common.glue_selection import column_lr
 from tupe_common.io import atomic_open, atomic_path, need
 from tupe_common.log import get_logger
+from tupe_common.numbers import by_value, check_once, short
 
 log = get_logger("collect")
 
@@ -64,7 +67,6 @@ def task_columns(task: GlueTask) -> Tuple[Column, ...]:
 TABLE_COLUMNS: Tuple[Column, ...] = tuple(Column(c.name, t.name, c.subset, t.metric, c.lr_from)
                                           for t, c in table_columns(COLUMNS))
 EXTRA_COLUMNS: Tuple[Column, ...] = task_columns(TASKS["WNLI"])  # shown per LR when present, never averaged
-RUN_DIR_RE = re.compile(r"^lr(?P<lr>[0-9.]+(?:[eE][-+]?[0-9]+)?)_seed(?P<seed>-?\d+)$")
 LOG_NAMES = ("train.log", "hydra_train.log")
 
 
@@ -222,7 +224,7 @@ def custom_task_dirs(runs_dir: str) -> List[str]:
         path = os.path.join(runs_dir, name)
         if name in TASKS or name.startswith(".") or not os.path.isdir(path):
             continue
-        if any(RUN_DIR_RE.match(sub) for sub in os.listdir(path)):
+        if by_value(RUN_FOLDER, os.listdir(path)):
             names.append(name)
     return names
 
@@ -257,6 +259,26 @@ def mixed_checkpoints(runs: Sequence["Run"]) -> Optional[str]:
             "one model; collect each checkpoint's runs from their own RUNS folder")
 
 
+def run_folders(task_dir: str, problems: List[str]) -> List[Tuple[float, int, str]]:
+    """(LR, seed, folder) of each run folder in ``task_dir``, by value (``glue.finetune.RUN_FOLDER``); a folder of
+    another name, and two folders of one run (``lr1e-3_seed1`` and ``lr0.001_seed1``: neither counted, so that no
+    seed counts twice), are ``problems``."""
+    folders = [name for name in os.listdir(task_dir) if os.path.isdir(os.path.join(task_dir, name))]
+    runs = {values: names for values, names in by_value(RUN_FOLDER, folders).items() if values[1].is_integer()}
+    named = {name for names in runs.values() for name in names}
+    problems += [f"{os.path.join(task_dir, name)}: not a run folder name (expected lr{{LR}}_seed{{SEED}}), ignored"
+                 for name in sorted(set(folders) - named)]
+    found = []
+    for (lr, seed), names in runs.items():
+        paths = [os.path.join(task_dir, name) for name in names]
+        if len(paths) > 1:
+            problems.append(f"{' and '.join(paths)} are one run (LR {short(lr)}, seed {int(seed)}) spelt twice: "
+                            "neither counted; move all but one away")
+        else:
+            found.append((lr, int(seed), paths[0]))
+    return found
+
+
 def collect_runs(runs_dir: str, tasks: Sequence[str]) -> Tuple[List[Run], List[str]]:
     """All readable runs of ``tasks`` under ``runs_dir``, and a list of problems found."""
     runs, problems = [], []
@@ -265,20 +287,13 @@ def collect_runs(runs_dir: str, tasks: Sequence[str]) -> Tuple[List[Run], List[s
         if not os.path.isdir(task_dir):
             continue
         metric = get_task(task, custom=True).metric
-        for name in sorted(os.listdir(task_dir)):
-            path = os.path.join(task_dir, name)
-            if not os.path.isdir(path):
-                continue
-            m = RUN_DIR_RE.match(name)
-            if not m:
-                problems.append(f"{path}: not a run folder name (expected lr{{LR}}_seed{{SEED}}), ignored")
-                continue
+        for lr, seed, path in run_folders(task_dir, problems):
             try:
                 scores = read_run(task, path, metric)
             except ValueError as e:
                 problems.append(str(e))
                 continue
-            runs.append(Run(task, float(m.group("lr")), int(m.group("seed")), path, scores))
+            runs.append(Run(task, lr, seed, path, scores))
     return runs, problems
 
 
@@ -538,6 +553,12 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     for option, path in (("--out-csv", args.out_csv), ("--out-png", args.out_png)):
         if path and os.path.exists(path) and not args.force:  # a file the user named: never replaced silently
             p.error(f"{option} {path} exists; pass --force to overwrite it, or choose another file")
+    for option, listed, noun in (("--expected-lrs", args.expected_lrs, "LR"),
+                                 ("--expected-seeds", args.expected_seeds or "", "seed")):
+        try:  # by value: 1e-3 and 0.001 are one LR
+            check_once(f"{option} {listed}", [x.strip() for x in listed.split(",") if x.strip()], noun)
+        except UsageError as e:
+            p.error(str(e))
     for model in filter(None, args.compare.split(",")):
         if model not in TABLE1:
             p.error(f"--compare: unknown row {model!r}; choose from {', '.join(TABLE1)}")

@@ -4,6 +4,8 @@ point over :func:`main`; the study and ``glue/grid.py`` call :func:`finetune` as
     settings = read(environ)                           # FinetuneConfig: every setting typed and checked
     status = finetune(settings, task, lr, seed)        # RUNS/TASK/lr{LR}_seed{SEED}/ with result.json, or skipped
 
+LR and SEED are named by value (``run_name``): a new folder takes their short spelling (``lr1e-3_seed1`` for 0.001),
+and a finished folder spelt otherwise with the same values (``lr0.001_seed1``) is this run.
 The run is made in RUNS/.partial/TASK/lr{LR}_seed{SEED}/ and renamed when complete. Its result.json records
 what made it (``run_inputs``: the checkpoint's and the task binaries' fingerprints and every setting that changes
 the result); a rerun skips a finished run only when they match, and refuses one made with other inputs, naming
@@ -24,6 +26,7 @@ from typing import ClassVar, Dict, List, Mapping, Optional, Sequence, Tuple
 from tupe_common import tunables
 from tupe_common.errors import RESUME_RUNS, UsageError, exit_main, message
 from tupe_common.jobs import with_repo_path
+from tupe_common.numbers import named, same_number
 from tupe_common.process import run_logged
 from tupe_common.tunables import Say, Settings, setting
 
@@ -83,8 +86,18 @@ class RunFailed(Exception):
         self.status = 2 if status == 2 else 1
 
 
+RUN_FOLDER = "lr{}_seed{}"  # a run's folder under RUNS/TASK/ (tupe_common.numbers.named: one per LR and seed value)
+
+
+def run_name(runs: str, task: str, lr: str, seed: str) -> str:
+    """The run's folder name: the finished one of the same LR and seed values however it is spelt
+    (``lr0.001_seed1`` for 1e-3; ``lr5e-4_seed1`` as typed before), else the one short spelling (``lr1e-3_seed1``)."""
+    return named(os.path.join(runs, task), RUN_FOLDER, float(lr), int(seed))
+
+
 def run_dirs(runs: str, task: str, lr: str, seed: str) -> Tuple[str, str]:
-    name = f"lr{lr}_seed{seed}"
+    """The run's folder and the one it is made in (``run_name`` in RUNS/TASK/ and RUNS/.partial/TASK/)."""
+    name = run_name(runs, task, lr, seed)
     return os.path.join(runs, task, name), os.path.join(runs, ".partial", task, name)
 
 
@@ -106,8 +119,8 @@ def run_inputs(settings: FinetuneConfig, task: str, lr: str, seed: str) -> Dict[
 
 
 def other_inputs(result: str, inputs: Mapping[str, str], checkpoint: str) -> Optional[str]:
-    """None when the finished run of ``result`` (a readable result.json) was made with ``inputs``, else what
-    differs, in one phrase. A run from before runs recorded their inputs has only its checkpoint's path to compare
+    """None when the finished run of ``result`` (a readable result.json) was made with ``inputs`` (numbers by
+    value), else what differs, in one phrase. A run from before runs recorded their inputs has only its checkpoint's path to compare
     (``checkpoint``: the current one)."""
     from tupe_common.io import read_json
 
@@ -120,7 +133,7 @@ def other_inputs(result: str, inputs: Mapping[str, str], checkpoint: str) -> Opt
         return None
     names = {"checkpoint": "CHECKPOINT (fingerprint)", "data": "the task's binaries (fingerprint)"}
     differ = [f"{names.get(k, k)} {recorded.get(k, 'unrecorded')} -> {v}" for k, v in inputs.items()
-              if str(recorded.get(k)) != str(v)]
+              if not same_number(str(recorded.get(k)), str(v))]  # LR 0.001 recorded is 1e-3
     return "; ".join(differ) or None
 
 
@@ -202,7 +215,7 @@ def finetune(settings: FinetuneConfig, task: str, lr: str, seed: str, say: Say =
     from tupe_common.lock import hold
 
     check_run_settings([lr], [seed])
-    with hold(run_lock(settings.RUNS, task, lr, seed), PROG, "RUNS", say):
+    with hold(run_lock(settings.RUNS, task, lr, seed), PROG, "RUNS", say):  # one lock per value: the name's
         return finetune_locked(settings, task, lr, seed, say, environ)
 
 
@@ -265,7 +278,7 @@ def finetune_locked(settings: FinetuneConfig, task: str, lr: str, seed: str, say
         from tupe_plugin_cli.errors import last_error
 
         reason = (last_error(text) or "").removeprefix("error: ")  # our plugin's error (wrong variant, ...) last
-        raise RunFailed(f"{task} lr{lr}_seed{seed}: fairseq-train failed (exit {status})"
+        raise RunFailed(f"{task} {os.path.basename(final)}: fairseq-train failed (exit {status})"
                         f"{': ' + reason if reason else ''}; log {log}", status)
 
     best = write_result(task=task, lr=lr, seed=seed, metric=facts["METRIC"], subsets=facts["VALID_SUBSETS"], log=log,
@@ -282,7 +295,7 @@ def finetune_locked(settings: FinetuneConfig, task: str, lr: str, seed: str, say
         shutil.rmtree(checkpoints, ignore_errors=True)
     os.makedirs(os.path.dirname(final), exist_ok=True)
     os.rename(partial, final)  # fails rather than nest if another copy of this run finished meanwhile
-    say(f"{task} lr{lr}_seed{seed} done: {best}  -> {os.path.join(final, 'result.json')}")
+    say(f"{task} {os.path.basename(final)} done: {best}  -> {os.path.join(final, 'result.json')}")
     return final
 
 
@@ -309,7 +322,9 @@ Examples (from the repository root):
 
 Output: RUNS/TASK/lr{LR}_seed{SEED}/ with train.log (the fairseq log), command.txt and result.json (unrounded
 scores at the best validation, the format python -m glue.collect reads; docs/glue_protocol.md §8). The run is made
-in RUNS/.partial/TASK/lr{LR}_seed{SEED}/ and renamed when complete. result.json records the run's inputs (the
+in RUNS/.partial/TASK/lr{LR}_seed{SEED}/ and renamed when complete. LR and SEED name it by value: a new folder
+takes their short spelling (lr1e-3_seed1 for 0.001), and a finished one spelt otherwise with the same values
+(lr0.001_seed1) is the same run. result.json records the run's inputs (the
 checkpoint's and the binaries' fingerprints, every setting that changes the result): a finished run is skipped
 when they match and refused (exit 2, naming what differs) when they do not; an incomplete one is redone from
 scratch, and one whose result.json cannot be read (empty, corrupt) is moved to RUNS/.unreadable/ and redone.

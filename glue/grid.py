@@ -3,7 +3,9 @@
 Job ``i`` is the i-th (task, lr, seed) with seeds varying fastest, then LRs, then tasks, so a SLURM
 array index and a local run agree on what ``i`` is as long as TASKS, LRS and SEEDS are the same.
 A job is done when ``RUNS/TASK/lr{LR}_seed{SEED}/result.json`` can be read and scores every valid
-subset of the task (``glue/finetune.sh`` writes it last); an empty or corrupt one is a job to redo.
+subset of the task (``glue/finetune.sh`` writes it last); an empty or corrupt one is a job to redo. The folder is
+found by value (``glue.finetune.run_name``: ``lr0.001_seed1`` is the job of LR 1e-3), and a list holding one value
+twice (``LRS="1e-3 0.001"``) is refused.
 Tasks: the registry ``glue.tasks`` (``--tasks auto``: the paper's 8 and the custom tasks of ``--glue-bin``).
 
     python -m glue.grid list  [--tasks ...] [--lrs ...] [--seeds ...] [--runs RUNS]   # index, job, status
@@ -31,11 +33,13 @@ from dataclasses import dataclass
 from typing import List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from glue.collect import read_result_json
+from glue.finetune import run_name
 from glue.tasks import PAPER_LRS, PAPER_SEEDS, PAPER_TASKS, TASKS, custom_bin_names, get_task
 from tupe_common import jobs as runner
 from tupe_common import tunables
 from tupe_common.errors import RESUME_RUNS, UsageError, exit_main, stdout_reader_left
 from tupe_common.log import get_logger
+from tupe_common.numbers import check_once
 from tupe_common.tunables import Settings, setting
 
 FINETUNE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "finetune.sh")
@@ -87,13 +91,13 @@ class Job(NamedTuple):
     lr: str
     seed: str
 
-    @property
-    def name(self) -> str:
-        return f"lr{self.lr}_seed{self.seed}"
+    def name(self, runs: str) -> str:
+        """The run's folder name in RUNS/TASK/ (``glue.finetune.run_name``: by value, ``lr1e-3_seed1`` for 0.001)."""
+        return run_name(runs, self.task, self.lr, self.seed)
 
     def done(self, runs: str) -> bool:
         """A readable ``result.json`` with a score for every valid subset of the task."""
-        path = os.path.join(runs, self.task, self.name, "result.json")
+        path = os.path.join(runs, self.task, self.name(runs), "result.json")
         if not os.path.isfile(path):
             return False
         spec = get_task(self.task, custom=True)
@@ -128,8 +132,8 @@ def run_local(todo: List[Job], runs: str, n_slots: int, gpus: List[str], script:
     run that exits 2 (a usage error: the same for every run) stops the grid: no new run starts, the running ones
     finish, and the grid exits 2."""
     env = dict(environ, QUIET="1", RUNS=runs)
-    todo_jobs = [runner.Job(f"{j.task} {j.name}", [script, j.task, j.lr, j.seed],
-                            os.path.join(runs, ".grid_logs", j.task, f"{j.name}.out")) for j in todo]
+    todo_jobs = [runner.Job(f"{j.task} {j.name(runs)}", [script, j.task, j.lr, j.seed],
+                            os.path.join(runs, ".grid_logs", j.task, f"{j.name(runs)}.out")) for j in todo]
     ran = runner.run_jobs(todo_jobs, n_slots, env, say=log.info, gpus=gpus, stop_on_usage_error=True)
     if ran.usage_error:
         return 2
@@ -153,11 +157,11 @@ def runs_with_other_inputs(done: Sequence[Job], runs: str, environ: Mapping[str,
     for job in done:
         if not os.path.isdir(os.path.join(settings.GLUE_BIN, f"{job.task}-bin")):
             continue  # binaries removed after the run: its inputs cannot be compared (the table still reads it)
-        result = os.path.join(runs, job.task, job.name, "result.json")
+        result = os.path.join(runs, job.task, job.name(runs), "result.json")
         why = finetune.other_inputs(result, finetune.run_inputs(settings, job.task, job.lr, job.seed),
                                     settings.CHECKPOINT)
         if why:
-            differ.append(f"{job.task} {job.name} ({why})")
+            differ.append(f"{job.task} {job.name(runs)} ({why})")
     if not differ:
         return None
     return (f"{len(differ)} finished run(s) in {runs} were made with other inputs: {differ[0]}"
@@ -179,7 +183,8 @@ def announce(grid: Sequence[Job], todo: Sequence[Job], tasks: Sequence[str], lrs
 
 def grid_of(tasks: str, lrs: str, seeds: str, glue_bin: str) -> Tuple[List[str], List[str], List[str], List[Job]]:
     """The tasks, LRs and seeds of a grid's settings (spaces or commas; tasks ``auto``: the paper's and the custom
-    tasks binarized in ``glue_bin``) and its jobs; a UsageError names an unknown task or an empty list."""
+    tasks binarized in ``glue_bin``) and its jobs; a UsageError names an unknown task, an empty list or a value
+    given twice (numbers by value: ``LRS="1e-3 0.001"``)."""
     custom = custom_bin_names(glue_bin)
     names = list(PAPER_TASKS) + custom if tasks.strip() == "auto" else split_list(tasks)
     unknown = [t for t in names if t not in TASKS and t not in custom]
@@ -189,10 +194,8 @@ def grid_of(tasks: str, lrs: str, seeds: str, glue_bin: str) -> Tuple[List[str],
     lr_list, seed_list = split_list(lrs), split_list(seeds)
     if not (names and lr_list and seed_list):
         raise UsageError("TASKS, LRS and SEEDS (--tasks, --lrs, --seeds) must not be empty")
-    for name, values in (("TASKS", names), ("LRS", lr_list), ("SEEDS", seed_list)):
-        twice = sorted({x for x in values if values.count(x) > 1})
-        if twice:  # one run folder each: a repeat would run twice into it
-            raise UsageError(f"{name} lists {', '.join(twice)} more than once ({' '.join(values)})")
+    for name, values, noun in (("TASKS", names, "task"), ("LRS", lr_list, "LR"), ("SEEDS", seed_list, "seed")):
+        check_once(f"{name}='{' '.join(values)}'", values, noun)  # one run folder each, by value (1e-3 is 0.001)
     return names, lr_list, seed_list, jobs(names, lr_list, seed_list)
 
 
@@ -219,6 +222,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = p.parse_args(argv)
     try:
         tasks, lrs, seeds, grid = grid_of(args.tasks, args.lrs, args.seeds, args.glue_bin)
+        todo = [j for j in grid if not j.done(args.runs)] if args.command not in ("tasks", "job") else []
     except UsageError as e:
         p.error(str(e))
     if args.command == "tasks":
@@ -230,7 +234,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         job = grid[args.index]
         print(job.task, job.lr, job.seed)
         return 0
-    todo = [j for j in grid if not j.done(args.runs)]
     if args.command == "list":
         print_list(grid, todo)
         return 0
@@ -284,10 +287,10 @@ def main_sh(argv: Sequence[str], environ: Mapping[str, str]) -> int:
         tasks, lrs, seeds, grid = grid_of(c.TASKS, c.text("LRS"), c.text("SEEDS"), c.GLUE_BIN)
         say(f"tasks: {' '.join(tasks)}")
         finetune.read(environ, say=lambda line: None)
+        todo = [j for j in grid if not j.done(c.RUNS)]  # a run in two folders (lr1e-3_seed1, lr0.001_seed1) refused
     except UsageError as e:
         say(f"error: {e}")
         return 2
-    todo = [j for j in grid if not j.done(c.RUNS)]
     python = environ.get("PYTHON") or "python"
     if mode == "list":
         print_list(grid, todo)

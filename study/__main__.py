@@ -258,9 +258,10 @@ def plan_power(pilot: str) -> int:
     study's seeds is given only when they are declared (PRETRAIN_SEEDS or VARIANTS set), else per seed count.
     Writes nothing (OUT, TASKS are not needed)."""
     from study.endpoints import parse_endpoints
-    from study.plan import check_once, parse_variants, registry
+    from study.plan import parse_variants, registry
     from study.power import pilot_values, plan_text, pretrain_seconds
     from study.settings import read
+    from tupe_common.numbers import check_once
 
     if not os.path.exists(pilot):
         raise UsageError(f"--plan {pilot}: no such study folder or study.csv")

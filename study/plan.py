@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from study.settings import StudyConfig, read
 from tupe_common.errors import UsageError
+from tupe_common.numbers import check_once
 
 if TYPE_CHECKING:
     from study.sweep import Choice
@@ -104,26 +105,16 @@ def _entries(text: str) -> List[str]:
     return [e for token in text.split() for e in ([token] if ":" in token else token.split(","))]
 
 
-def check_once(what: str, values: Sequence, noun: str) -> None:
-    """Each value of a declared list once, by value (``1e-3`` and ``0.001`` are one LR): a repeat is a UsageError
-    naming both spellings. A repeated seed would train one model twice under two names, a repeated LR sweep one
-    point twice; neither is what a declaration means."""
-    seen: Dict[float, str] = {}
-    for v in values:
-        if float(v) in seen:
-            same = f"{noun} {v} is given twice" if str(v) == seen[float(v)] else \
-                f"{seen[float(v)]} and {v} are one {noun} ({float(v):g}), given twice"
-            raise UsageError(f"{what}: {same}; give each {noun} once")
-        seen[float(v)] = str(v)
-
-
 def check_design(c: StudyConfig, variants: Sequence[Entry]) -> None:
-    """The declared lists, each value once (:func:`check_once`), and the sweep's seeds apart from the
+    """The declared lists, each value once (``tupe_common.numbers.check_once``: by value, so 1e-3 and 0.001 are one
+    LR), and the sweep's seeds apart from the
     confirmation's: a sweep seed that is also a confirmation seed would choose the LR on the very runs that
     then test it."""
     check_once(f"PRETRAIN_SEEDS='{c.text('PRETRAIN_SEEDS')}'", c.PRETRAIN_SEEDS, "seed")
     check_once(f"SWEEP_SEEDS='{c.text('SWEEP_SEEDS')}'", c.SWEEP_SEEDS, "seed")
     check_once(f"LR_GRID='{c.text('LR_GRID')}'", c.LR_GRID, "LR")
+    check_once(f"LRS='{c.text('LRS')}'", c.LRS, "LR")
+    check_once(f"SEEDS='{c.text('SEEDS')}'", c.SEEDS, "seed")
     confirmation = set(c.PRETRAIN_SEEDS) | {s for e in variants for s in e.seeds}
     shared = sorted(set(c.SWEEP_SEEDS) & confirmation)
     if shared:
@@ -162,7 +153,9 @@ def task_names(tasks: str, tasks_dir: str) -> List[str]:
         if not found:
             raise UsageError(f"TASKS_DIR={tasks_dir} has no TASK/train.tsv + TASK/dev.tsv")
         return found
-    return [] if tasks == "none" else tasks.replace(",", " ").split()
+    names = [] if tasks == "none" else tasks.replace(",", " ").split()
+    check_once(f"TASKS='{tasks}'", names, "task")  # one run folder each
+    return names
 
 
 def check_out(out: str) -> None:
@@ -183,7 +176,7 @@ class Plan:
 
     @property
     def lrs(self) -> List[str]:
-        """The fine-tuning LRs as written (they name the run folders: lr5e-4_seed1)."""
+        """The fine-tuning LRs as written (the run folders name them by value: ``finetune_dir``)."""
         return [str(lr) for lr in self.config.LRS]
 
     @property
@@ -260,7 +253,12 @@ class Plan:
         return self.path("pretrain", label, f"seed{seed}")
 
     def finetune_dir(self, label: str, seed: int, task: str, lr: str, k: int) -> str:
-        return self.path("finetune", label, f"seed{seed}", task, f"lr{lr}_seed{k}")
+        """A fine-tuning run's folder (``glue.finetune.run_name``: ``lr5e-4_seed1`` as typed before, else the LR's
+        short spelling)."""
+        from glue.finetune import run_name
+
+        runs = self.path("finetune", label, f"seed{seed}")
+        return os.path.join(runs, task, run_name(runs, task, lr, str(k)))
 
     @property
     def valid_interval(self) -> int:

@@ -173,29 +173,16 @@ def pick_columns(runs: Sequence[Run]) -> Dict[str, Pick]:
 
 
 def read_finetune_dir(root: str, problems: List[str]) -> List[Run]:
-    """Every finished run under ``root/TASK/lr{LR}_seed{K}/`` (glue.collect's reader)."""
-    from glue.collect import RUN_DIR_RE, read_run
-    from glue.tasks import get_task
+    """Every finished run under ``root/TASK/lr{LR}_seed{K}/`` (glue.collect's reader: by value, no run counted
+    twice)."""
+    from glue.collect import collect_runs
 
-    runs: List[Run] = []
     if not os.path.isdir(root):
-        return runs
-    for task in sorted(os.listdir(root)):
-        task_dir = os.path.join(root, task)
-        if task.startswith(".") or not os.path.isdir(task_dir):
-            continue
-        for name in sorted(os.listdir(task_dir)):
-            m = RUN_DIR_RE.match(name)
-            if not m:
-                continue
-            path = os.path.join(task_dir, name)
-            try:
-                scores = read_run(task, path, get_task(task, custom=True).metric)
-            except ValueError as e:
-                problems.append(str(e))
-                continue
-            runs.append((task, float(m.group("lr")), int(m.group("seed")), scores, path))
-    return runs
+        return []
+    tasks = [t for t in sorted(os.listdir(root)) if not t.startswith(".") and os.path.isdir(os.path.join(root, t))]
+    runs, found = collect_runs(root, tasks)
+    problems += found
+    return [(r.task, r.lr, r.seed, r.scores, r.path) for r in runs]
 
 
 def read_json(path: str) -> Optional[dict]:

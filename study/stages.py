@@ -356,7 +356,7 @@ def run_finetune(plan: Plan, label: str, seed: int, task: str, lr: str, k: int) 
     c, ckpt = plan.config, checkpoint_of(plan, label, seed)
     runs = plan.path("finetune", label, f"seed{seed}")
     run_dir = plan.finetune_dir(label, seed, task, lr, k)
-    log = os.path.join(runs, ".logs", f"{task}_lr{lr}_seed{k}.out")
+    log = os.path.join(runs, ".logs", f"{task}_{os.path.basename(run_dir)}.out")
     # the size flags are not in tupe-checkpoint-info --fairseq-args: pass them as at pre-training; the best
     # checkpoint is kept for its dev predictions and word-order sets, then removed
     from glue import finetune
@@ -377,7 +377,7 @@ def run_finetune(plan: Plan, label: str, seed: int, task: str, lr: str, k: int) 
             raise PartFailed(f"fine-tuning failed: {e}; log {log}") from None
     best = os.path.join(run_dir, "best.txt")
     if os.path.isfile(best):
-        note(f"{task} lr{lr}_seed{k}: {open(best, encoding='utf-8').read().strip()}")
+        note(f"{task} {os.path.basename(run_dir)}: {open(best, encoding='utf-8').read().strip()}")
     model = finetuned_checkpoint(run_dir)
     if not os.path.isfile(model):
         raise PartFailed(f"{run_dir}: finished without its checkpoint (an older run?): its dev predictions cannot "

@@ -27,7 +27,7 @@ from datetime import datetime, timezone
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from tupe_common.errors import UsageError
-from tupe_common.numbers import short
+from tupe_common.numbers import named, short
 
 SECOND_DECLARATION = ("CHOSEN_LRS", "UPDATES_TO_TARGET")  # the settings.env lines the sweep writes, not settings
 
@@ -108,7 +108,9 @@ def choose(label: str, grid: Sequence[float], seeds: Sequence[int],
 
 
 def sweep_dir(out: str, label: str, lr: float, seed: int) -> str:
-    return os.path.join(out, "sweep", label, f"lr{short(lr)}", f"seed{seed}")
+    """A sweep run's folder: OUT/sweep/V/lr{LR}/seedS/, the LR by value (``tupe_common.numbers.named``)."""
+    parent = os.path.join(out, "sweep", label)
+    return os.path.join(parent, named(parent, "lr{}", lr), f"seed{seed}")
 
 
 def logged_final(out: str, label: str, lr: float, seed: int, total_updates: int) -> Tuple[bool, Optional[float]]:

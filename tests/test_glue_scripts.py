@@ -227,6 +227,8 @@ def test_finished_run_is_skipped(rte_run, pretrained, glue_bin, runs, starts_pro
     p = sh([FINETUNE, "RTE", "1e-3", "1"], **run_env(pretrained, glue_bin, runs))
     assert "already done" in p.stderr and "skipping" in p.stderr
     assert (run_dir / "result.json").stat().st_mtime_ns == before
+    q = sh([FINETUNE, "RTE", "0.001", "1"], **run_env(pretrained, glue_bin, runs))  # one value, one run
+    assert "RTE lr1e-3_seed1: already done" in q.stderr and not (runs / "RTE" / "lr0.001_seed1").exists()
 
 
 def test_one_run_per_folder_and_readers_beside_a_live_lock(rte_run, pretrained, glue_bin, runs, tmp_path, capsys,
@@ -442,9 +444,15 @@ def test_grid_with_gpu_ids_on_a_machine_without_them_runs_nothing(pretrained, gl
 def test_grid_refuses_a_repeated_seed_lr_or_task(tmp_path, capsys):
     env = {"RUNS": str(tmp_path / "runs"), "TASKS": "RTE", "LRS": "1e-3", "SEEDS": "1 2 1", "GLUE_BIN": str(tmp_path)}
     assert main_sh(["--list"], env) == 2
-    assert capsys.readouterr().err.splitlines()[-1] == "grid.sh: error: SEEDS lists 1 more than once (1 2 1)"
+    assert capsys.readouterr().err.splitlines()[-1] == ("grid.sh: error: SEEDS='1 2 1': seed 1 is given twice; give "
+                                                        "each seed once")
     assert main_sh(["--list"], dict(env, SEEDS="1", LRS="1e-3,1e-3")) == 2
-    assert "LRS lists 1e-3 more than once" in capsys.readouterr().err
+    assert "LRS='1e-3 1e-3': LR 1e-3 is given twice" in capsys.readouterr().err
+    assert main_sh(["--list"], dict(env, SEEDS="1", LRS="1e-3 0.001")) == 2  # two spellings of one LR: one run
+    assert "LRS='1e-3 0.001': 1e-3 and 0.001 are one LR (1e-3), given twice; give each LR once" in \
+        capsys.readouterr().err
+    assert main_sh(["--list"], dict(env, TASKS="RTE,RTE")) == 2
+    assert "TASKS='RTE RTE': task RTE is given twice" in capsys.readouterr().err
 
 
 def test_finetune_stsb_regression_reports_pearson_and_keeps_the_best_checkpoint(pretrained, glue_bin, runs, starts_process):

@@ -53,7 +53,10 @@ def declare(env, **changed) -> None:
     ("VARIANTS", "bert-a:11,12 tupe-r:11,11,12", "VARIANTS entry 'tupe-r:11,11,12': seed 11 is given twice"),
     ("VARIANTS", "bert-a tupe-r bert-a", "VARIANTS entries 'bert-a' and 'bert-a' name bert-a twice"),
     ("VARIANTS", "bert-a tupe-r bert_a:11,12", "VARIANTS entries 'bert-a' and 'bert_a:11,12' name bert-a twice"),
-    ("LR_GRID", "1e-3 3e-4 0.001", "LR_GRID='1e-3 3e-4 0.001': 1e-3 and 0.001 are one LR \\(0.001\\), given twice"),
+    ("LR_GRID", "1e-3 3e-4 0.001", "LR_GRID='1e-3 3e-4 0.001': 1e-3 and 0.001 are one LR \\(1e-3\\), given twice"),
+    ("LRS", "5e-4 0.0005", "LRS='5e-4 0.0005': 5e-4 and 0.0005 are one LR \\(5e-4\\), given twice"),  # one run folder
+    ("SEEDS", "1 2 1", "SEEDS='1 2 1': seed 1 is given twice"),
+    ("TASKS", "RTE MRPC RTE", "TASKS='RTE MRPC RTE': task RTE is given twice"),
     ("SWEEP_SEEDS", "1 12", "SWEEP_SEEDS='1 12' shares seed\\(s\\) 12 with the confirmation seeds"),
     ("VARIANTS", "bert-a tupe-r:2,11,12,13", "SWEEP_SEEDS='1 2' shares seed\\(s\\) 2 with the confirmation seeds"),
 ])

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Type, TypeVar
 
 from tupe_common.errors import UsageError
+from tupe_common.numbers import number
 
 Say = Callable[[str], None]
 
@@ -37,15 +38,6 @@ class Tunable:
     default: str
     help: str
     kind: str = ""  # what a value may be: alternatives joined by "/", each a word of KINDS or a literal word
-
-
-def _number(text: str) -> Optional[float]:
-    """A number as written in decimal (``2e-5``, ``.5``, ``-1``): not nan, inf, ``1_0`` or spaces, which Python's
-    float would take but no command line or run folder name should carry."""
-    if not re.fullmatch(r"-?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?", text):
-        return None
-    value = float(text)
-    return value if abs(value) != float("inf") else None  # 1e999
 
 
 def _whole(text: str) -> Optional[int]:
@@ -61,10 +53,10 @@ KINDS: Dict[str, Tuple[Callable[[str], bool], str]] = {
     "int": (lambda v: _whole(v) is not None, "an integer"),
     "int0": (lambda v: _at_least(_whole(v), 0), "a whole number"),
     "int1": (lambda v: _at_least(_whole(v), 1), "a positive whole number"),
-    "num": (lambda v: _number(v) is not None, "a number"),
-    "num0": (lambda v: _at_least(_number(v), 0), "a number >= 0"),
-    "num+": (lambda v: _at_least(_number(v), 0) and _number(v) != 0, "a number > 0"),
-    "frac": (lambda v: _at_least(_number(v), 0) and _number(v) < 1, "a fraction in [0, 1)"),
+    "num": (lambda v: number(v) is not None, "a number"),
+    "num0": (lambda v: _at_least(number(v), 0), "a number >= 0"),
+    "num+": (lambda v: _at_least(number(v), 0) and number(v) != 0, "a number > 0"),
+    "frac": (lambda v: _at_least(number(v), 0) and number(v) < 1, "a fraction in [0, 1)"),
 }
 
 
