@@ -43,8 +43,8 @@ class FinetuneConfig(Settings):
     CHECKPOINT: str = setting('', 'pre-trained checkpoint (.pt) (required)')
     GLUE_BIN: str = setting('glue-bin', 'folder with TASK-bin/ from python -m preprocess.glue_binarize')
     RUNS: str = setting('runs', 'output root: RUNS/TASK/lr{LR}_seed{SEED}/')
-    EPOCHS: Optional[int] = setting('auto', 'epochs (auto: 5 for MNLI, QNLI, QQP; 10 otherwise)', 'auto/int1')
-    SENTENCES_PER_BATCH: int = setting('32', 'sentences per batch of each process, at most (--batch-size; was BATCH); one process: per update', 'int1')
+    EPOCHS: Optional[int] = setting('auto', 'epochs (auto: 5 for MNLI, QNLI, QQP; 10 otherwise)', 'auto/int1', others=('MAX_EPOCH', 'NUM_TRAIN_EPOCHS'))
+    SENTENCES_PER_BATCH: int = setting('32', 'sentences per batch of each process, at most (--batch-size; was BATCH); one process: per update', 'int1', others=('BATCH_SIZE', 'MAX_SENTENCES'))
     MAX_TOKENS: int = setting('4400', 'tokens per batch at most (--max-tokens)', 'int1')
     WARMUP_RATIO: float = setting('0.06', 'fraction of updates spent warming up (warmup_ratio scheduler)', 'frac')
     ADAM_BETAS: str = setting('(0.9,0.999)', 'Adam betas')
@@ -266,7 +266,7 @@ def finetune_locked(settings: FinetuneConfig, task: str, lr: str, seed: str, say
         f.write(shlex.join(cmd) + "\n")
     say("command:\n" + shlex.join(cmd))
     log, done_file = os.path.join(partial, "train.log"), os.path.join(partial, "done.txt")
-    env = {**with_repo_path(environ), "TUPE_DONE_FILE": done_file}
+    env = {**with_repo_path(tunables.child_environ(environ, FinetuneConfig.names())), "TUPE_DONE_FILE": done_file}
     status = run_logged(cmd, log, env, echo=not c.QUIET)
     status = finished_status(status, done_file, say)
     if os.path.exists(done_file):
@@ -350,7 +350,7 @@ def main(argv: Optional[Sequence[str]] = None, environ: Mapping[str, str] = os.e
         sys.stderr.write(usage())
         return 2
     try:
-        tunables.check_names(FinetuneConfig.names(), environ, PROG)
+        tunables.check_names(FinetuneConfig.names(), environ, PROG, others=FinetuneConfig.others())
         finetune(read(environ), *args, environ=environ)
     except UsageError as e:
         say_to_stderr(f"error: {e}")

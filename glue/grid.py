@@ -128,10 +128,14 @@ def missing_binaries(todo: Sequence[Job], glue_bin: str, named: str) -> Optional
 def run_local(todo: List[Job], runs: str, n_slots: int, gpus: List[str], script: str,
               environ: Mapping[str, str] = os.environ) -> int:
     """Run ``script TASK LR SEED`` for each job with tupe_common.jobs' runner, ``n_slots`` at a time, slot k on GPU
-    gpus[k % len], each run's output in RUNS/.grid_logs/TASK/NAME.out, in ``environ`` (finetune.sh's settings). A
+    gpus[k % len], each run's output in RUNS/.grid_logs/TASK/NAME.out, in ``environ`` (finetune.sh's settings;
+    grid.sh's own left out: tupe_common.tunables.child_environ). A
     run that exits 2 (a usage error: the same for every run) stops the grid: no new run starts, the running ones
     finish, and the grid exits 2."""
-    env = dict(environ, QUIET="1", RUNS=runs)
+    from glue import finetune
+
+    env = dict(tunables.child_environ(environ, GridConfig.names(), finetune.FinetuneConfig.names()), QUIET="1",
+               RUNS=runs)
     todo_jobs = [runner.Job(f"{j.task} {j.name(runs)}", [script, j.task, j.lr, j.seed],
                             os.path.join(runs, ".grid_logs", j.task, f"{j.name(runs)}.out")) for j in todo]
     ran = runner.run_jobs(todo_jobs, n_slots, env, say=log.info, gpus=gpus, stop_on_usage_error=True)
@@ -281,7 +285,8 @@ def main_sh(argv: Sequence[str], environ: Mapping[str, str]) -> int:
     from glue import finetune
 
     try:  # every variable of finetune.sh passes through, and is checked before the first run
-        tunables.check_names([*GridConfig.names(), *finetune.FinetuneConfig.names()], environ, PROG)
+        tunables.check_names([*GridConfig.names(), *finetune.FinetuneConfig.names()], environ, PROG,
+                             others={**GridConfig.others(), **finetune.FinetuneConfig.others()})
         c = GridConfig.read(environ, say)
         say(tunables.shown(c))
         tasks, lrs, seeds, grid = grid_of(c.TASKS, c.text("LRS"), c.text("SEEDS"), c.GLUE_BIN)

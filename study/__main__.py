@@ -105,7 +105,8 @@ def check_names(environ) -> None:
 
         return pipeline.config_class().names()
 
-    check(StudyConfig.names(), environ, "study.sh", prefixes=("FT_",), passed_on=c4_settings)
+    check(StudyConfig.names(), environ, "study.sh", prefixes=("FT_",), passed_on=c4_settings,
+          others=StudyConfig.others())
 
 
 def check_gpus(gpus: Optional[int]) -> None:

@@ -123,6 +123,20 @@ class StudyConfig(Settings):
     PREP_JOBS: int = setting(str(os.cpu_count() or 1), "C4 files preprocessed in parallel", "int1")
     NUM_WORKERS: int = setting("1", "data loader workers (0: in the main process)", "int0")
 
+    @classmethod
+    def others(cls) -> Dict[str, str]:
+        """Other trainers' names of the study's settings: those of pretrain.sh's, finetune.sh's and grid.sh's
+        settings that the study has by the same name (passed on as they are), except a name one of those scripts
+        reads itself (finetune.sh's MAX_TOKENS is pre-training's fairseq name of MAX_SENTENCES)."""
+        from glue.finetune import FinetuneConfig
+        from glue.grid import GridConfig
+        from train_scripts.pretrain import PretrainConfig
+
+        scripts = (PretrainConfig, FinetuneConfig, GridConfig)
+        theirs = {name for script in scripts for name in script.names()}
+        return {other: name for script in scripts for other, name in script.others().items()
+                if name in FIELDS and other not in theirs}
+
     def recorded(self) -> Dict[str, str]:
         """NAME -> value of every recorded setting, in table order; an objective's settings only when OBJECTIVES
         has it: the lines of OUT/settings.env."""

@@ -19,9 +19,10 @@ import os
 import shutil
 import sys
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
 from study.plan import Plan, split_label
+from study.settings import StudyConfig
 from study.timings import logged_seconds
 from tupe_common.errors import UsageError
 from tupe_common.io import read_data_path
@@ -29,6 +30,7 @@ from tupe_common.jobs import stderr_say, with_repo_path
 from tupe_common.lock import LockHeld
 from tupe_common.process import call_logged, run_logged
 from tupe_common.process import run as process_run
+from tupe_common.tunables import child_environ
 
 
 class PartFailed(Exception):
@@ -43,8 +45,11 @@ def tail(path: str, n: int = 20) -> str:
         return "".join(f.readlines()[-n:])
 
 
-def child_env(**more: object) -> dict:
-    env = with_repo_path(os.environ)
+def child_env(child: Iterable[str] = (), **more: object) -> dict:
+    """The environment of a command the study starts: this one without the study's settings that the command does
+    not declare (``child``: its settings' names; tupe_common.tunables.child_environ), the repository on PYTHONPATH,
+    and ``more``."""
+    env = with_repo_path(child_environ(os.environ, StudyConfig.names(), child))
     env.setdefault("PYTHON", sys.executable)
     env.update({k: str(v) for k, v in more.items()})
     return env
@@ -77,7 +82,7 @@ def run_prep(plan: Plan) -> None:
     # TOKENS_PER_SAMPLE: the binarizer splits lines longer than one pre-training block (fairseq would drop them)
     from preprocess.c4 import pipeline
 
-    env = child_env(OUT_DIR=plan.path("c4"), **{name: c.text(name) for name in (
+    env = child_env(pipeline.config_class().names(), OUT_DIR=plan.path("c4"), **{name: c.text(name) for name in (
         "VOCAB_SIZE", "MAX_SHARDS", "MAX_DOCS", "TOKENS_PER_SAMPLE")}, JOBS=c.text("PREP_JOBS"))
     try:
         failed = pipeline.run(env, c.C4_DIR, say=note, prog="study.sh prep")

@@ -1,4 +1,5 @@
-"""train_scripts/pretrain.py in process: the precision settings (BF16, FP16) and the command they give."""
+"""train_scripts/pretrain.py in process: the precision settings (BF16, FP16) and the command they give; VARIANT and
+ARCH (agreeing, registered, recorded), END_LR at most LR."""
 from __future__ import annotations
 
 import os
@@ -68,3 +69,70 @@ def test_gpu_settings_this_machine_cannot_run_are_one_line_before_any_work():
         pretrain.check_devices(pretrain.plan(settings(GPUS="0", FP16="1"), environ={}), visible=0)
     with pytest.raises(UsageError, match=r"^BF16=1 needs a GPU"):
         pretrain.check_devices(pretrain.plan(settings(GPUS="0", BF16="1"), environ={}), visible=0)
+
+
+def test_an_arch_that_is_not_registered_is_refused_with_the_closest_names():
+    """An ARCH typo failed inside fairseq 40 s in, after SAVE_DIR/settings.json was written: plan() refuses it."""
+    with pytest.raises(UsageError, match=r"^ARCH=tupe_r_tyni is not a registered architecture \(the closest: "
+                                         r"tupe_r_tiny.*\); ARCH is VARIANT_SIZE"):
+        pretrain.plan(settings(ARCH="tupe_r_tyni", GPUS="0"), environ={})
+    with pytest.raises(UsageError, match=r"^ARCH=xyz is not a registered architecture; "):
+        pretrain.plan(settings(ARCH="xyz", GPUS="0"), environ={})
+
+
+@pytest.mark.parametrize("values, variant, arch", [
+    ({}, "tupe-r", "tupe_r_tiny"),
+    ({"VARIANT": "bert_a"}, "bert-a", "bert_a_tiny"),
+    ({"ARCH": "bert_a_base"}, "bert-a", "bert_a_base"),  # VARIANT=auto: the arch's
+    ({"ARCH": "tupe_roberta_large"}, "tupe-r", "tupe_roberta_large"),
+    ({"ARCH": "bert_a_tiny", "VARIANT": "bert-a"}, "bert-a", "bert_a_tiny"),
+])
+def test_variant_and_arch_agree_and_the_variant_is_the_archs(values, variant, arch):
+    c = pretrain.plan(settings(GPUS="0", **values), environ={}).config
+    assert (c.VARIANT, c.ARCH) == (variant, arch)
+
+
+def test_a_variant_other_than_the_archs_is_refused():
+    """VARIANT=bert-a ARCH=tupe_r_tiny printed bert-a and trained TUPE-R."""
+    with pytest.raises(UsageError, match=r"^ARCH=tupe_r_tiny is of variant tupe-r, not VARIANT=bert-a: set only one"):
+        pretrain.plan(settings(ARCH="tupe_r_tiny", VARIANT="bert-a", GPUS="0"), environ={})
+
+
+def test_archs_without_fairseq_are_the_plugins_registered_archs():
+    from fairseq.models import ARCH_MODEL_REGISTRY
+
+    import tupe_plugin  # noqa: F401  (registers the archs)
+    from tupe_core.registry import archs
+
+    registered = {a for a, model in ARCH_MODEL_REGISTRY.items() if model is ARCH_MODEL_REGISTRY["tupe_r_base"]}
+    assert set(archs()) == registered
+
+
+def test_an_end_lr_above_the_peak_is_refused():
+    """END_LR=1 above LR=1e-4 was accepted: the schedule climbed."""
+    with pytest.raises(UsageError, match=r"^END_LR=1 is above LR=1e-4: the learning rate decays linearly"):
+        pretrain.plan(settings(END_LR="1", GPUS="0"), environ={})
+    with pytest.raises(UsageError, match=r"^END_LR=5e-4 is above LR=2e-4"):  # ELECTRA's LR (auto)
+        pretrain.plan(settings(END_LR="5e-4", OBJECTIVE="electra", GPUS="0"), environ={})
+    assert pretrain.plan(settings(END_LR="1e-4", GPUS="0"), environ={}).config.END_LR == 1e-4  # constant: allowed
+
+
+def test_a_record_without_the_variant_resumes_and_gets_it(tmp_path):
+    """VARIANT is recorded since 2026-12: an older SAVE_DIR/settings.json lacks it and still resumes (a changed
+    value of a setting it has is still refused)."""
+    import json
+
+    import torch
+
+    from train_scripts.check_resume import main as check_resume
+
+    torch.save({"optimizer_history": [{"num_updates": 5}]}, tmp_path / "checkpoint_last.pt")
+    (tmp_path / "settings.json").write_text(json.dumps({"ARCH": "bert_a_tiny", "LR": "1e-4"}))
+    assert check_resume([str(tmp_path), "--setting=ARCH=bert_a_tiny", "--setting=LR=1e-4",
+                         "--added-setting=VARIANT=bert-a"]) == 0
+    assert json.loads((tmp_path / "settings.json").read_text()) == {"ARCH": "bert_a_tiny", "LR": "1e-4",
+                                                                   "VARIANT": "bert-a"}
+    assert check_resume([str(tmp_path), "--setting=ARCH=bert_a_tiny", "--setting=LR=1e-4",
+                         "--added-setting=VARIANT=tupe-r"]) == 2  # recorded now: compared
+    assert check_resume([str(tmp_path), "--setting=ARCH=bert_a_tiny", "--setting=LR=2e-4",
+                         "--added-setting=VARIANT=bert-a"]) == 2

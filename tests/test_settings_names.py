@@ -1,5 +1,7 @@
 """Settings are checked by name before any work: a misspelt variable (``VARIENT=bert-a``) is refused with "did you
-mean", where it used to leave the default in place and train it (``tupe_common.tunables.check_names``); and the
+mean", and another trainer's name of one (``MAX_UPDATE``, fairseq's) naming ours, where either used to leave the
+default in place and train it (``tupe_common.tunables.check_names``); a child process gets none of its parent's
+settings that it does not declare (``child_environ``), so none is taken for a misspelling of its own; and the
 study's usage errors change nothing (``--part STAGE N`` beyond its parts, ``--report`` of a study that has not run).
 """
 from __future__ import annotations
@@ -12,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from conftest import BIN, ROOT, drop_script_settings, setting_names, setting_tables
-from tupe_common.tunables import edit_distance, misspelt, nearest
+from tupe_common.errors import UsageError
+from tupe_common.tunables import check_names, child_environ, edit_distance, misspelt, nearest
 
 
 def plain_distance(a: str, b: str) -> int:
@@ -83,6 +86,61 @@ def test_an_everyday_environment_is_not_taken_for_misspelt_settings(prog):
         assert misspelt(known, {name: "1" for name in setting_names("grid.sh")}) == []
 
 
+def others(script: str) -> dict:
+    """Another trainer's name -> the setting it names, of every table of ``script`` (``setting(others=...)``)."""
+    return {other: name for table in setting_tables()[script] for other, name in table.others().items()}
+
+
+@pytest.mark.parametrize("prog", ["pretrain.sh", "finetune.sh", "grid.sh", "study.sh"])
+def test_other_trainers_names_are_none_of_the_scripts_own_and_none_an_everyday_variable(prog):
+    names, theirs = set(setting_names(prog)), others(prog)
+    assert theirs and set(theirs.values()) <= names
+    assert not set(theirs) & names and not set(theirs) & set(EVERYDAY)
+    # one meaning each: a name that two tables declare names the same setting in both
+    pairs = [(o, n) for table in setting_tables()[prog] for o, n in table.others().items()]
+    assert len(pairs) == len(set(theirs))
+
+
+def test_another_trainers_name_is_refused_naming_ours_and_a_passed_on_or_own_name_is_not():
+    from train_scripts.pretrain import PretrainConfig
+
+    known, theirs = PretrainConfig.names(), PretrainConfig.others()
+    assert {theirs["MAX_UPDATE"], theirs["LEARNING_RATE"], theirs["WARMUP_UPDATES"], theirs["MAX_TOKENS"]} == {
+        "TOTAL_UPDATES", "LR", "WARMUP", "MAX_SENTENCES"}
+    for name, ours in (("MAX_UPDATE", "TOTAL_UPDATES"), ("LEARNING_RATE", "LR"), ("WARMUP_UPDATES", "WARMUP")):
+        with pytest.raises(UsageError, match=rf"^{name} is another trainer's name \(fairseq's or Hugging Face's\): "
+                                             rf"use {ours}, pretrain.sh's \(pretrain.sh --help"):
+            check_names(known, {name: "10", "PATH": "/bin"}, "pretrain.sh", others=theirs)
+    check_names(known, {"MAX_UPDATE": ""}, "pretrain.sh", others=theirs)  # empty: not set
+    check_names(known, {"MAX_UPDATE": "10"}, "pretrain.sh", passed_on=lambda: ["MAX_UPDATE"], others=theirs)
+    check_names(["MAX_UPDATE"], {"MAX_UPDATE": "10"}, "x.sh", others=theirs)  # a script's own name
+
+
+def test_a_child_gets_the_parents_environment_less_the_parents_settings_it_does_not_declare():
+    environ = {"SEEDS": "1", "OUT": "o", "VOCAB_SIZE": "300", "PATH": "/bin", "OMP_NUM_THREADS": "1",
+               "CUDA_VISIBLE_DEVICES": "0", "NCCL_DEBUG": "INFO", "SLURM_JOB_ID": "7", "HF_HOME": "/h", "X": "y"}
+    child = child_environ(environ, parent=["SEEDS", "OUT", "VOCAB_SIZE", "FT_LRS"], child=["VOCAB_SIZE", "SEED"])
+    assert child == {k: v for k, v in environ.items() if k not in ("SEEDS", "OUT")}
+
+
+def test_every_study_setting_in_the_environment_reaches_no_child_as_a_misspelling(monkeypatch):
+    """SEEDS=1 study.sh failed at the C4 step: the study handed its environment to python -m preprocess.c4 task,
+    whose name check took SEEDS for a misspelt SEED. Each child of the study now gets the study's settings it
+    declares only (the C4 step: C4_DIR, VOCAB_SIZE, ...; fine-tuning's fairseq-train: none)."""
+    from preprocess.c4 import pipeline
+    from study import stages
+    from study.settings import StudyConfig
+
+    for name in StudyConfig.names():
+        monkeypatch.setenv(name, "1")
+    c4 = pipeline.config_class().names()
+    env = stages.child_env(c4)
+    assert misspelt(c4, env) == []
+    assert {n for n in StudyConfig.names() if n in env} == set(StudyConfig.names()) & set(c4)
+    assert not set(StudyConfig.names()) & set(stages.child_env())
+    assert stages.child_env(c4, JOBS=2)["JOBS"] == "2" and "PATH" in env
+
+
 def run(cmd, tmp: Path, **env: str) -> subprocess.CompletedProcess:
     full = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "TUPE_"))}
     full.update(PATH=f"{BIN}:{full.get('PATH', '')}", OMP_NUM_THREADS="1", **env)
@@ -104,8 +162,16 @@ def last(p: subprocess.CompletedProcess) -> str:
     (["python", "-m", "preprocess.c4", "run", "x"], {"VOCABSIZE": "100"}, "did you mean VOCAB_SIZE?"),
     (["train_scripts/study.sh"], {"VARIANT": "bert-a", "OUT": "o"}, "did you mean VARIANTS?"),
     (["train_scripts/study.sh"], {"FT_SEED": "2", "OUT": "o"}, "FT_SEED is not a setting of study.sh: no setting"),
+    (["train_scripts/pretrain.sh"], {"MAX_UPDATE": "10", "DATA": "x"},
+     "MAX_UPDATE is another trainer's name (fairseq's or Hugging Face's): use TOTAL_UPDATES, pretrain.sh's"),
+    (["train_scripts/pretrain.sh"], {"LEARNING_RATE": "1e-3", "DATA": "x"}, "LEARNING_RATE is another trainer's name"),
+    (["train_scripts/pretrain.sh"], {"WARMUP_UPDATES": "10", "DATA": "x"}, "use WARMUP, pretrain.sh's"),
+    (["glue/finetune.sh", "RTE", "1e-5", "1"], {"MAX_EPOCH": "3", "CHECKPOINT": "x"}, "use EPOCHS, finetune.sh's"),
+    (["glue/grid.sh"], {"BATCH_SIZE": "16", "CHECKPOINT": "x"}, "use SENTENCES_PER_BATCH, grid.sh's"),
+    (["train_scripts/study.sh"], {"MAX_UPDATE": "10", "OUT": "o"}, "use TOTAL_UPDATES, study.sh's"),
 ], ids=["pretrain-VARIENT", "pretrain-TOTAL_UPDATE", "finetune-EPOCH", "grid-SEED", "grid-DROPOUTS", "c4-VOCABSIZE",
-        "study-VARIANT", "study-FT_SEED"])
+        "study-VARIANT", "study-FT_SEED", "pretrain-MAX_UPDATE", "pretrain-LEARNING_RATE", "pretrain-WARMUP_UPDATES",
+        "finetune-MAX_EPOCH", "grid-BATCH_SIZE", "study-MAX_UPDATE"])
 def test_a_misspelt_setting_is_refused_before_any_work(cmd, env, says, tmp_path):
     if cmd[0] == "python":
         import sys

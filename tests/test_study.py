@@ -1060,11 +1060,23 @@ def corpus(tmp_path_factory) -> Dict[str, Path]:
 # what the scenarios read right after their run, so a scenario that runs the study again changes none of it.
 
 
+def every_setting(**given: str) -> Dict[str, str]:
+    """Every setting that study.sh --help lists, at the tiny preset's or its own default (an empty one as --slurm
+    exports it, none), then ``given``; less those that ``study`` sets. So each one is in the environment of the
+    study and of what it starts: SEEDS=1 study.sh failed at the C4 step (the study handed SEEDS to python -m
+    preprocess.c4 task, which took it for a misspelt SEED)."""
+    from study.settings import defaults
+
+    helper = ("OUT", "PRESET", "VARIANTS", "GPUS", "NUM_WORKERS", "VOCAB_SIZE")
+    return {**{n: v or "none" for n, v in defaults({"PRESET": "tiny"}).items() if n not in helper}, **given}
+
+
 @pytest.fixture(scope="module")
 def tiny_study(corpus, tmp_path_factory, starts_process) -> SimpleNamespace:
-    """nope (blind to word order) through every stage with the tiny preset (4 updates, validations at 2 and 4)."""
+    """nope (blind to word order) through every stage with the tiny preset (4 updates, validations at 2 and 4), with
+    every setting in the environment (``every_setting``), the C4 step's tasks in 2 processes (PREP_JOBS=2)."""
     out = tmp_path_factory.mktemp("tiny_study") / "study"
-    env = dict(corpus, TOTAL_UPDATES="4", VALID_POINTS="2")
+    env = every_setting(**corpus, TOTAL_UPDATES="4", VALID_POINTS="2", PREP_JOBS="2")
     p = study(out, **env)
     logs = [out / "pretrain" / "nope" / "seed1" / "train.log", *sorted((out / "finetune").rglob(".logs/*.out"))]
     return SimpleNamespace(
@@ -1201,8 +1213,8 @@ def test_tiny_study_one_run_per_folder_and_readers_beside_a_live_lock(tiny_study
 
     out = tiny_study.out
     assert not list(out.rglob("*.lock")) and not list(out.rglob(".run.lock*"))
-    for name, value in dict(OUT=str(out), PRESET="tiny", VARIANTS="nope", GPUS="0", NUM_WORKERS="0", PREP_JOBS="1",
-                            HARD_VOCAB_LIMIT="0", VOCAB_SIZE="300", **tiny_study.env).items():
+    for name, value in {**dict(OUT=str(out), PRESET="tiny", VARIANTS="nope", GPUS="0", NUM_WORKERS="0",
+                               HARD_VOCAB_LIMIT="0", VOCAB_SIZE="300"), **tiny_study.env}.items():
         monkeypatch.setenv(name, value)
     live = json.dumps({"pid": 1, "host": lock.host(), "started": "2026-01-01T00:00:00Z", "token": "t"})
     planted = [out / lock.LOCK_NAME, Path(save_dir_lock(str(out / "pretrain" / "nope" / "seed1")))]

@@ -92,7 +92,7 @@ def test_dry_run_prints_settings_batch_and_the_paper_command(lm_bin, tmp_path):
     save = tmp_path / "ckpt"
     p = dry_run(DATA=str(lm_bin), GPUS="0", NPROC_PER_NODE="2", SAVE_DIR=str(save))
     err = p.stderr
-    assert re.search(r"^  VARIANT=tupe-r +\[tupe-r\]$", err, re.M)  # each variable with its default
+    assert re.search(r"^  VARIANT=tupe-r +\[auto\]$", err, re.M)  # each variable with its default
     assert re.search(r"^  UPDATE_FREQ=8 +\[auto\]$", err, re.M)
     assert "effective batch size: 256 = 2 process(es) x MAX_SENTENCES 16 x UPDATE_FREQ 8" in err
     cmd = err.split("pretrain.sh: command:\n")[1].splitlines()[0]
@@ -128,8 +128,22 @@ def test_dry_run_prints_settings_batch_and_the_paper_command(lm_bin, tmp_path):
 def test_a_variant_in_the_registrys_spelling_is_read_with_dashes(lm_bin):
     """VARIANT=learned_gaussian (the registry's, the arch's spelling) is learned-gaussian, as every interface writes it."""
     err = dry_run(DATA=str(lm_bin), GPUS="0", VARIANT="learned_gaussian", SIZE="tiny").stderr
-    assert re.search(r"^  VARIANT=learned-gaussian +\[tupe-r\]$", err, re.M)
+    assert re.search(r"^  VARIANT=learned-gaussian +\[auto\]$", err, re.M)
     assert "--arch learned_gaussian_tiny " in err.split("pretrain.sh: command:\n")[1]
+
+
+def test_an_arch_alone_sets_the_variant_said_and_recorded(lm_bin):
+    err = dry_run(DATA=str(lm_bin), GPUS="0", ARCH="bert_a_tiny").stderr
+    assert re.search(r"^  VARIANT=bert-a +\[auto\]$", err, re.M) and "--arch bert_a_tiny " in err
+
+
+def test_an_arch_typo_is_one_line_before_anything_is_written(lm_bin, tmp_path):
+    """It failed inside fairseq 40 s in, after SAVE_DIR/settings.json was written."""
+    save = tmp_path / "ckpt"
+    p = sh([PRETRAIN], check=False, DATA=str(lm_bin), GPUS="0", ARCH="tupe_r_tyni", SAVE_DIR=str(save))
+    assert p.returncode == 2 and p.stderr.strip().splitlines()[-1].startswith(
+        "pretrain.sh: error: ARCH=tupe_r_tyni is not a registered architecture (the closest: tupe_r_tiny"), p.stderr
+    assert "Traceback" not in p.stderr and not save.exists()
 
 
 def test_the_old_name_batch_size_still_sets_the_batch_with_a_warning(lm_bin):
@@ -148,6 +162,9 @@ def test_the_old_name_batch_size_still_sets_the_batch_with_a_warning(lm_bin):
     ({"SAMPLE_BREAK_MODE": "docs"}, "SAMPLE_BREAK_MODE must be one of none, complete, complete_doc, eos, not 'docs'"),
     ({"LR": "0"}, "LR must be auto or a number > 0, not '0'"),
     ({"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0"}, "started under a launcher with WORLD_SIZE=2, but"),
+    ({"ARCH": "tupe_r_tiny", "VARIANT": "bert-a"}, "ARCH=tupe_r_tiny is of variant tupe-r, not VARIANT=bert-a"),
+    ({"ARCH": "bert_a_tyni"}, "ARCH=bert_a_tyni is not a registered architecture (the closest: bert_a_tiny"),
+    ({"END_LR": "1"}, "END_LR=1 is above LR=1e-4"),
 ])
 def test_bad_settings_are_refused(lm_bin, env, message):
     p = dry_run(check=False, **{"DATA": str(lm_bin), "GPUS": "0", **env})

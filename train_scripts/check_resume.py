@@ -14,9 +14,12 @@ resubmission then dies loading it. This check, run by ``pretrain.sh`` before eac
 
 * with ``--setting NAME=VALUE`` (and ``--dict``, whose SHA-256 is recorded too): the settings are kept
   in ``SAVE_DIR/settings.json``; when SAVE_DIR holds checkpoints of a run with other settings, exit 2
-  naming each difference (``--on-change continue`` accepts them and records the new ones).
+  naming each difference (``--on-change continue`` accepts them and records the new ones);
+  ``--added-setting NAME=VALUE``: one recorded since a later version, so a record without it (an older run)
+  is not compared on it, and gets it.
 
-    python train_scripts/check_resume.py SAVE_DIR [--dry-run] [--setting NAME=VALUE ...] [--dict DICT]
+    python train_scripts/check_resume.py SAVE_DIR [--dry-run] [--setting NAME=VALUE ...] [--added-setting ...]
+        [--dict DICT]
 """
 from __future__ import annotations
 
@@ -64,6 +67,8 @@ def main(argv=None) -> int:
     p.add_argument("save_dir")
     p.add_argument("--dry-run", action="store_true", help="report only, change nothing")
     p.add_argument("--setting", action="append", default=[], metavar="NAME=VALUE", help="a setting of the run")
+    p.add_argument("--added-setting", action="append", default=[], metavar="NAME=VALUE",
+                   help="a setting recorded since a later version: a record without it is not compared on it")
     p.add_argument("--dict", help="the training dictionary (its SHA-256 is a setting)")
     p.add_argument("--on-change", choices=("refuse", "continue"), default="refuse",
                    help="checkpoints of a run with other settings: refuse (exit 2) or continue with the new ones")
@@ -72,15 +77,17 @@ def main(argv=None) -> int:
     need(args.save_dir, "out")  # a file where SAVE_DIR should be: one line naming it, exit 1
     last = os.path.join(args.save_dir, LAST)
     others = candidates(args.save_dir) if os.path.isdir(args.save_dir) else []
-    if args.setting or args.dict:
-        settings = dict(s.split("=", 1) for s in args.setting)
+    if args.setting or args.added_setting or args.dict:
+        added = dict(s.split("=", 1) for s in args.added_setting)
+        settings = {**dict(s.split("=", 1) for s in args.setting), **added}
         if args.dict:
             settings["DICTIONARY_SHA256"] = file_hash(args.dict)
         record = os.path.join(args.save_dir, SETTINGS)
         old = read_json(record)
         if old is not None and (os.path.exists(last) or others):
             diff = [f"{k}: {old.get(k)!r} in the run, {settings.get(k)!r} now"
-                    for k in sorted(set(old) | set(settings)) if old.get(k) != settings.get(k)]
+                    for k in sorted(set(old) | set(settings)) if old.get(k) != settings.get(k)
+                    and not (k in added and k not in old)]
             if diff and args.on_change == "refuse":
                 log.error(f"{args.save_dir} holds a run with other settings ({'; '.join(diff)}). Start fresh "
                           "with another SAVE_DIR (or remove this one), or continue this run with the new "

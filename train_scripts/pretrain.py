@@ -42,13 +42,13 @@ class PretrainConfig(Settings):
 
     RENAMED: ClassVar[Mapping[str, str]] = {"BATCH_SIZE": "SENTENCES_PER_UPDATE"}  # the old name works, with a warning
 
-    VARIANT: str = setting('tupe-r', "positional variant: a name of 'tupe-checkpoint-info --list-variants' (tupe-r, bert-a, rope, alibi, ...; tupe_r is read as tupe-r)")
+    VARIANT: str = setting('auto', "positional variant: a name of 'tupe-checkpoint-info --list-variants' (tupe-r, bert-a, rope, alibi, ...; tupe_r is read as tupe-r; auto: ARCH's, else tupe-r)", recorded=True, skip_unrecorded=True)
     OBJECTIVE: str = setting('mlm', 'mlm (RoBERTa masked LM) or electra (replaced-token detection, ELECTRA-Base defaults: docs/electra.md)', 'mlm/electra', recorded=True, objective="electra")
     SIZE: str = setting('base', 'base, large or tiny (tests)')
-    ARCH: str = setting('auto', 'fairseq --arch (auto: VARIANT_SIZE, e.g. tupe_r_base)', recorded=True)
+    ARCH: str = setting('auto', "fairseq --arch, a registered one: VARIANT_SIZE (auto), or tupe_roberta_SIZE (TUPE-R); with VARIANT, of that variant", recorded=True)
     DATA: str = setting('', 'fairseq data dir(s), colon-separated, or a folder with data_path.txt (required)')
     SAVE_DIR: str = setting('auto', 'checkpoints; reruns resume from its checkpoint_last.pt (auto: checkpoints/ARCH, electra: checkpoints/ARCH_electra)')
-    TENSORBOARD_DIR: str = setting('auto', 'TensorBoard logs (auto: SAVE_DIR/tensorboard; none: off)')
+    TENSORBOARD_DIR: str = setting('auto', 'TensorBoard logs (auto: SAVE_DIR/tensorboard; none: off)', others=('TENSORBOARD_LOGDIR',))
     GPUS: Optional[int] = setting('auto', 'GPUs per node (auto: all CUDA devices visible; 0: CPU)', 'auto/int0')
     NPROC_PER_NODE: Optional[int] = setting('auto', 'processes per node (auto: GPUS, or 1 on CPU; >1 on CPU uses gloo)', 'auto/int1')
     NNODES: int = setting('1', 'nodes (default: SLURM_NNODES, else 1)', 'int1')
@@ -57,22 +57,22 @@ class PretrainConfig(Settings):
     MASTER_PORT: Optional[int] = setting('auto', 'rendezvous port (auto: free port on one node; from SLURM_JOB_ID under SLURM)', 'auto/int1')
     LAUNCHER: Optional[str] = setting('auto', 'auto, none (1 process), torchrun or srun (pretrain.sbatch sets srun)', 'auto/none/torchrun/srun')
     SENTENCES_PER_UPDATE: int = setting(MLM["SENTENCES_PER_UPDATE"].value, 'target sentences per update = NNODES x NPROC_PER_NODE x MAX_SENTENCES x UPDATE_FREQ (was BATCH_SIZE)', 'int1')
-    MAX_SENTENCES: int = setting(MLM["MAX_SENTENCES"].value, 'sentences per process per forward (--batch-size)', 'int1')
-    UPDATE_FREQ: Optional[int] = setting('auto', 'gradient accumulation (auto: SENTENCES_PER_UPDATE / (processes x MAX_SENTENCES))', 'auto/int1')
+    MAX_SENTENCES: int = setting(MLM["MAX_SENTENCES"].value, 'sentences per process per forward (--batch-size)', 'int1', others=('MAX_TOKENS',))
+    UPDATE_FREQ: Optional[int] = setting('auto', 'gradient accumulation (auto: SENTENCES_PER_UPDATE / (processes x MAX_SENTENCES))', 'auto/int1', others=('GRADIENT_ACCUMULATION_STEPS',))
     TOKENS_PER_SAMPLE: int = setting(MLM["TOKENS_PER_SAMPLE"].value, 'tokens per sequence', 'int1', recorded=True)
     MAX_POSITIONS: Optional[int] = setting('auto', 'learned positions (auto: TOKENS_PER_SAMPLE)', 'auto/int1', recorded=True)
     SAMPLE_BREAK_MODE: str = setting(MLM["SAMPLE_BREAK_MODE"].value, 'masked_lm packing: complete = FULL-SENTENCES', 'none/complete/complete_doc/eos', recorded=True)
     MASK_PROB: float = setting(MLM["MASK_PROB"].value, 'masking probability (mlm: 80/10/10 mask/random/same; electra: 85/15 mask/same)', 'frac', recorded=True)
     GENERATOR_SIZE_DIVISOR: Optional[int] = setting('auto', "electra: generator width, FFN, heads = the discriminator's / N (auto or 0: 3 at base, 4 otherwise)", 'auto/int0', recorded=True, objective="electra")
     DISC_WEIGHT: float = setting(ELECTRA["DISC_WEIGHT"].value, "electra: weight of the discriminator's loss", 'num0', recorded=True, objective="electra")
-    TOTAL_UPDATES: Optional[int] = setting('auto', f'updates, LR schedule length and stop (auto: {MLM["TOTAL_UPDATES"].value}; electra {ELECTRA["TOTAL_UPDATES"].value}, ELECTRA-Base)', 'auto/int1', recorded=True)
-    WARMUP: int = setting(MLM["WARMUP"].value, 'linear warmup updates', 'int0', recorded=True)
-    LR: Optional[float] = setting('auto', f'peak learning rate, then linear decay to END_LR (auto: {MLM["LR"].value}; electra {ELECTRA["LR"].value}, ELECTRA-Base)', 'auto/num+', recorded=True)
-    END_LR: float = setting(MLM["END_LR"].value, 'learning rate at TOTAL_UPDATES', 'num0', recorded=True)
+    TOTAL_UPDATES: Optional[int] = setting('auto', f'updates, LR schedule length and stop (auto: {MLM["TOTAL_UPDATES"].value}; electra {ELECTRA["TOTAL_UPDATES"].value}, ELECTRA-Base)', 'auto/int1', recorded=True, others=('MAX_UPDATE', 'TOTAL_NUM_UPDATE', 'MAX_STEPS'))
+    WARMUP: int = setting(MLM["WARMUP"].value, 'linear warmup updates', 'int0', recorded=True, others=('WARMUP_UPDATES', 'WARMUP_STEPS'))
+    LR: Optional[float] = setting('auto', f'peak learning rate, then linear decay to END_LR (auto: {MLM["LR"].value}; electra {ELECTRA["LR"].value}, ELECTRA-Base)', 'auto/num+', recorded=True, others=('LEARNING_RATE',))
+    END_LR: float = setting(MLM["END_LR"].value, 'learning rate at TOTAL_UPDATES, at most LR', 'num0', recorded=True, others=('END_LEARNING_RATE',))
     ADAM_BETAS: str = setting(MLM["ADAM_BETAS"].value, 'Adam betas', recorded=True)
-    ADAM_EPS: float = setting(MLM["ADAM_EPS"].value, 'Adam epsilon', 'num+', recorded=True)
+    ADAM_EPS: float = setting(MLM["ADAM_EPS"].value, 'Adam epsilon', 'num+', recorded=True, others=('ADAM_EPSILON',))
     WEIGHT_DECAY: float = setting(MLM["WEIGHT_DECAY"].value, 'weight decay', 'num0', recorded=True)
-    CLIP_NORM: float = setting(MLM["CLIP_NORM"].value, 'gradient clipping', 'num0', recorded=True)
+    CLIP_NORM: float = setting(MLM["CLIP_NORM"].value, 'gradient clipping', 'num0', recorded=True, others=('MAX_GRAD_NORM',))
     DROPOUT: float = setting(MLM["DROPOUT"].value, 'dropout', 'frac', recorded=True)
     ATTENTION_DROPOUT: float = setting(MLM["ATTENTION_DROPOUT"].value, 'attention dropout', 'frac', recorded=True)
     SEED: int = setting(MLM["SEED"].value, 'random seed', 'int0', recorded=True)
@@ -80,7 +80,7 @@ class PretrainConfig(Settings):
     BF16: bool = setting('0', '1: --bf16 instead of --fp16 (GPUs with bfloat16: A100, H100; no loss scaling)', '0/1')
     SAVE_INTERVAL_UPDATES: int = setting(MLM["SAVE_INTERVAL_UPDATES"].value, 'checkpoint (and validate) every N updates', 'int1')
     KEEP_INTERVAL_UPDATES: int = setting(MLM["KEEP_INTERVAL_UPDATES"].value, 'keep the last N interval checkpoints', 'int')
-    KEEP_PATTERN: int = setting(MLM["KEEP_PATTERN"].value, 'also keep every checkpoint at a multiple of N updates (-1: none)', 'int')
+    KEEP_PATTERN: int = setting(MLM["KEEP_PATTERN"].value, 'also keep every checkpoint at a multiple of N updates (-1: none)', 'int', others=('KEEP_INTERVAL_UPDATES_PATTERN',))
     LOG_INTERVAL: int = setting(MLM["LOG_INTERVAL"].value, 'log every N updates', 'int1')
     NUM_WORKERS: int = setting('1', 'data loader workers per process', 'int0')
     DATA_BUFFER_SIZE: int = setting('0', 'fairseq --data-buffer-size; >0 starts a prefetch thread that can abort the exit (status 134) at --max-update mid-epoch', 'int0')
@@ -164,18 +164,7 @@ def plan(config: PretrainConfig, environ: Mapping[str, str] = os.environ, extra:
                              "set UPDATE_FREQ")
         update_freq = c.SENTENCES_PER_UPDATE // per_update
 
-    variant, arch = c.VARIANT.replace("_", "-"), c.ARCH  # the registry's (and the archs') underscores read as dashes
-    if arch == "auto":
-        from tupe_core.facts import SIZES
-        from tupe_core.registry import names as variant_names
-
-        known = variant_names()
-        if variant not in known:
-            raise UsageError(f"VARIANT must be one of {' '.join(known)}, not '{c.VARIANT}'")
-        if c.SIZE not in SIZES:
-            *first, last = SIZES
-            raise UsageError(f"SIZE must be {', '.join(first)} or {last}, not '{c.SIZE}'")
-        arch = f"{variant.replace('-', '_')}_{c.SIZE}"
+    variant, arch = variant_and_arch(c)
     fp16 = (device == "gpu" and not c.BF16) if c.FP16 is None else c.FP16
     if fp16 and c.BF16:
         raise UsageError("FP16=1 and BF16=1: choose one")
@@ -197,8 +186,42 @@ def plan(config: PretrainConfig, environ: Mapping[str, str] = os.environ, extra:
         SAVE_DIR=save_dir,
         TENSORBOARD_DIR=os.path.join(save_dir, "tensorboard") if c.TENSORBOARD_DIR == "auto" else c.TENSORBOARD_DIR,
         LAUNCHER=None if launcher == "rank" else launcher)
+    if resolved.END_LR > resolved.LR:
+        raise UsageError(f"END_LR={resolved.text('END_LR')} is above LR={resolved.text('LR')}: the learning rate "
+                         "decays linearly from LR after the warmup to END_LR at TOTAL_UPDATES, so it would climb; set "
+                         "END_LR at most LR (default 0)")
     effective = world * c.MAX_SENTENCES * update_freq
     return Run(resolved, task, device, world, effective, launcher, [*c.EXTRA_ARGS.split(), *extra], environ)
+
+
+def variant_and_arch(c: PretrainConfig) -> Tuple[str, str]:
+    """VARIANT and ARCH of ``c``, agreeing (UsageError otherwise, before anything is written): ARCH=auto is
+    VARIANT_SIZE (VARIANT=auto: tupe-r); a given ARCH must be registered (the closest names are said) and is of
+    VARIANT, which auto takes from it. The registry's underscores read as dashes (tupe_r: tupe-r)."""
+    from tupe_core.facts import SIZES
+    from tupe_core.registry import archs, names
+
+    variant = "tupe-r" if c.VARIANT == "auto" else c.VARIANT.replace("_", "-")
+    if c.ARCH == "auto":
+        if variant not in names():
+            raise UsageError(f"VARIANT must be one of {' '.join(names())}, not '{c.VARIANT}'")
+        if c.SIZE not in SIZES:
+            *first, last = SIZES
+            raise UsageError(f"SIZE must be {', '.join(first)} or {last}, not '{c.SIZE}'")
+        return variant, f"{variant.replace('-', '_')}_{c.SIZE}"
+    registered = archs()
+    if c.ARCH not in registered:
+        import difflib
+
+        close = difflib.get_close_matches(c.ARCH, registered, n=3, cutoff=0.6)
+        raise UsageError(f"ARCH={c.ARCH} is not a registered architecture"
+                         + (f" (the closest: {', '.join(close)})" if close else "")
+                         + "; ARCH is VARIANT_SIZE (ARCH=auto makes it), VARIANT a name of 'tupe-checkpoint-info "
+                         f"--list-variants', SIZE one of {', '.join(SIZES)}")
+    if c.VARIANT != "auto" and variant != registered[c.ARCH]:
+        raise UsageError(f"ARCH={c.ARCH} is of variant {registered[c.ARCH]}, not VARIANT={c.VARIANT}: set only one of "
+                         "them (VARIANT alone trains VARIANT_SIZE)")
+    return registered[c.ARCH], c.ARCH
 
 
 def first_slurm_node(environ: Mapping[str, str]) -> Optional[str]:
@@ -302,14 +325,20 @@ def recorded_names(config: PretrainConfig) -> List[str]:
             and f.metadata.get("objective", config.OBJECTIVE) == config.OBJECTIVE]
 
 
+def added_names() -> List[str]:
+    """The recorded settings that a record written before them lacks (``skip_unrecorded``: VARIANT); such an older
+    run resumes, and its record gets them."""
+    return [f.name for f in dataclasses.fields(PretrainConfig) if f.metadata.get("skip_unrecorded")]
+
+
 def record(run: Run) -> int:
     """SAVE_DIR/settings.json: the settings that define the run (a rerun with others is refused unless
     ON_SETTINGS_CHANGE=continue), and a damaged checkpoint_last.pt replaced (train_scripts/check_resume.py).
     Returns its exit status (0 go on, 2 refused, 1 nothing intact to resume)."""
     from train_scripts.check_resume import main as check_resume
 
-    c = run.config
-    args = [c.SAVE_DIR, *[f"--setting={n}={c.text(n)}" for n in recorded_names(c)],
+    c, added = run.config, set(added_names())
+    args = [c.SAVE_DIR, *[f"--{'added-' if n in added else ''}setting={n}={c.text(n)}" for n in recorded_names(c)],
             f"--setting=EFFECTIVE_BATCH_SIZE={run.effective}",
             "--dict", os.path.join(c.DATA.split(":")[0], "dict.txt"), "--on-change", c.ON_SETTINGS_CHANGE]
     os.makedirs(c.SAVE_DIR, exist_ok=True)
@@ -428,7 +457,7 @@ def main(argv: Optional[Sequence[str]] = None, environ: Mapping[str, str] = os.e
         sys.stdout.write(usage())
         return 0
     try:
-        tunables.check_names(PretrainConfig.names(), environ, PROG)
+        tunables.check_names(PretrainConfig.names(), environ, PROG, others=PretrainConfig.others())
         run, cmd = prepare(read(environ), environ, args)
     except UsageError as e:
         say_to_stderr(f"error: {e}")
@@ -451,7 +480,8 @@ def main(argv: Optional[Sequence[str]] = None, environ: Mapping[str, str] = os.e
         sys.stdout.flush()
         sys.stderr.flush()
         # the pid, and so SAVE_DIR's lock, stays; fairseq-train's plugin keeps it (tupe_plugin/run_lock.py)
-        os.execvpe(cmd[0], cmd, handed_to_exec(run.lock, {**environ, **launch_environment(run)}))
+        child = tunables.child_environ(environ, PretrainConfig.names())  # fairseq reads none of pretrain.sh's
+        os.execvpe(cmd[0], cmd, handed_to_exec(run.lock, {**child, **launch_environment(run)}))
     finally:
         run.lock.release()  # reached only when no exec happened
 

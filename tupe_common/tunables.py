@@ -17,7 +17,10 @@ Every construction checks and converts every field, from text or from a value (s
 checked too): a value of another kind is a UsageError naming the setting, before any work.
 ``Config.read(environ)`` takes a setting's non-empty environment value, else its default (an old name still sets
 the new one, with a warning); ``--help`` lists :meth:`Settings.tunables`; a run prints :func:`shown`;
-:func:`check_names` refuses a misspelt setting (``VARIENT=bert-a``) before any work, with "did you mean".
+:func:`check_names` refuses a misspelt setting (``VARIENT=bert-a``) before any work, with "did you mean", and
+another trainer's name of one (``MAX_UPDATE``: fairseq's, declared beside the setting as ``others=``), naming
+ours; :func:`child_environ` is the environment a child process gets (no setting of the parent's taken for the
+child's).
 """
 from __future__ import annotations
 
@@ -137,13 +140,15 @@ def text(value: Any) -> str:
     return str(value)
 
 
-def setting(default: str, help: str, kind: str = "", **extra: Any) -> Any:
+def setting(default: str, help: str, kind: str = "", others: Sequence[str] = (), **extra: Any) -> Any:
     """A field of a :class:`Settings` class: ``default`` as the environment would write it (``{NAME}`` in the help
-    is written as is), ``kind`` what a value may be (:data:`KINDS`), ``extra`` what a script adds to the row."""
+    is written as is), ``kind`` what a value may be (:data:`KINDS`), ``others`` other trainers' names of it as
+    environment variables (fairseq's ``MAX_UPDATE`` for ``--max-update``, Hugging Face's ``MAX_STEPS``), which
+    :func:`check_names` refuses naming this one, ``extra`` what a script adds to the row."""
     for word in (_element(kind) or kind).split("/") if kind else ():
         if not re.fullmatch(r"[a-z_0-9+.\-]+", word):
             raise ValueError(f"kind word {word!r} (of {kind!r})")
-    return field(default=default, metadata={"help": help, "kind": kind, **extra})
+    return field(default=default, metadata={"help": help, "kind": kind, "others": tuple(others), **extra})
 
 
 S = TypeVar("S", bound="Settings")
@@ -177,6 +182,11 @@ class Settings:
     def names(cls) -> List[str]:
         """Every setting's name and every old name (what :func:`check_names` knows)."""
         return [*(f.name for f in dataclasses.fields(cls)), *cls.RENAMED]
+
+    @classmethod
+    def others(cls) -> Dict[str, str]:
+        """Another trainer's name -> the setting it names here (each setting's ``others``: :func:`setting`)."""
+        return {other: f.name for f in dataclasses.fields(cls) for other in f.metadata.get("others", ())}
 
     @classmethod
     def read(cls: Type[S], environ: Mapping[str, str], say: Optional["Say"] = None,
@@ -285,12 +295,31 @@ def misspelt(known: Iterable[str], environ: Mapping[str, str], prefixes: Sequenc
 
 
 def check_names(known: Iterable[str], environ: Mapping[str, str], prog: str, prefixes: Sequence[str] = (),
-                passed_on: Callable[[], Iterable[str]] = tuple) -> None:
-    """UsageError for the first misspelt setting of ``environ`` (:func:`misspelt`), so ``VARIENT=bert-a`` does not
+                passed_on: Callable[[], Iterable[str]] = tuple, others: Optional[Mapping[str, str]] = None) -> None:
+    """UsageError for the first setting of ``environ`` given by another trainer's name (``others``: that name ->
+    ours), so ``MAX_UPDATE=10`` does not leave TOTAL_UPDATES at its default: 'MAX_UPDATE is another trainer's name
+    ...: use TOTAL_UPDATES ...'; then for the first misspelt one (:func:`misspelt`), so ``VARIENT=bert-a`` does not
     train the default variant: 'VARIENT is not a setting of pretrain.sh: did you mean VARIANT? ...'."""
+    known, others = set(known), others or {}
+    theirs = sorted(n for n in environ if n in others and n not in known and environ[n] != "")
+    theirs = sorted(set(theirs) - set(passed_on())) if theirs else []
+    if theirs:
+        name = theirs[0]
+        raise UsageError(f"{name} is another trainer's name (fairseq's or Hugging Face's): use {others[name]}, "
+                         f"{prog}'s ({prog} --help says what it means; unset {name} if it is meant for another "
+                         "program)")
     bad = misspelt(known, environ, prefixes, passed_on)
     if bad:
         name, meant = bad[0]
         guess = f"did you mean {meant}?" if meant else f"no setting of {prog} is called that"
         raise UsageError(f"{name} is not a setting of {prog}: {guess} ({prog} --help lists them; unset {name} if "
                          "it is meant for another program)")
+
+
+def child_environ(environ: Mapping[str, str], parent: Iterable[str], child: Iterable[str] = ()) -> Dict[str, str]:
+    """The environment of a child process: ``environ`` without the parent's settings (``parent``: its names, old
+    ones included) that the child does not declare (``child``), so that a parent's setting is never read by the
+    child, nor taken for a misspelling of one of its own (the study's SEEDS for the C4 step's SEED). Everything
+    else passes as it is (PATH, OMP_*, CUDA_*, NCCL_*, SLURM_*, HF_*, ...): not an allow-list."""
+    dropped = set(parent) - set(child)
+    return {name: value for name, value in environ.items() if name not in dropped}

@@ -48,6 +48,16 @@ def names() -> List[str]:
     return [name.replace("_", "-") for name in ABOUT]
 
 
+def archs() -> Dict[str, str]:
+    """Every ``--arch`` of the ``tupe_roberta`` model -> its variant (as :func:`names`): ``<name>_<size>`` of every
+    registered variant and size of ``facts.SIZES``, and ``tupe_roberta_<size>`` (TUPE-R), as
+    ``tupe_plugin/models/architectures.py`` registers them with fairseq (here without importing it)."""
+    from .facts import SIZES
+
+    return {**{f"tupe_roberta_{size}": "tupe-r" for size in SIZES},
+            **{f"{name}_{size}": name.replace("_", "-") for name in ABOUT for size in SIZES}}
+
+
 def about() -> Dict[str, str]:
     """Registered variant (dashes, as :func:`names`) -> its one-line description, in registry order."""
     return {name.replace("_", "-"): line for name, line in ABOUT.items()}
