@@ -45,6 +45,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tupe_plugin from this checkout
 
 from tupe_core.kernels import triton_attention  # noqa: E402
+from tupe_common.tunables import arg_type  # noqa: E402
 
 SMS, SCHEDULERS, CLOCK_HZ = 132, 4, 1.755e9  # H100 SXM: SMs, warp schedulers per SM, a sustained clock
 CUDNN_LAYER_MS = 0.566  # cuDNN, one layer forward + backward, no bias, bf16, B32 H12 T512 D64 (docs/gpu.md)
@@ -210,11 +211,11 @@ def dropout_ratios(table: List[Row]) -> Dict[Tuple[str, str, bool], float]:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python bench/kernel_sass.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("--csv", action="store_true", help="print CSV rows instead of the table")
     parser.add_argument("--candidates", action="store_true",
                         help="compile each kernel's autotune list instead (dropout 0.1, shared learned bias, padding)")
-    parser.add_argument("--shape", nargs=4, type=int, metavar=("B", "H", "T", "D"),
+    parser.add_argument("--shape", nargs=4, type=arg_type("int1"), metavar=("B", "H", "T", "D"),
                         default=[BASE[k] for k in "BHTD"], help="batch, heads, length, head dim (default: %(default)s)")
     parser.add_argument("--bias", nargs="+", choices=BIAS_KINDS, default=list(BIAS_KINDS),
                         help="bias kinds to compile (default: all)")

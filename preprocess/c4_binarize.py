@@ -18,7 +18,8 @@ and fsync'ed, ``.bin`` is renamed first and ``.idx`` last (fairseq needs both, s
 renames leaves no loadable dataset), then ``PREFIX.done`` (JSON: input names/sizes, dict and model
 hashes, output sizes) is written. A shard counts as finished only with a ``.done`` that matches the
 inputs and the outputs; otherwise a rerun deletes ``.done``, ``.idx``, ``.bin`` (in that order) and
-redoes it. A ``PREFIX.lock`` (flock) stops two runs on the same prefix.
+redoes it. An error (a full disk among them: one line naming ``PREFIX.bin``) removes both partial
+files. A ``PREFIX.lock`` (flock) stops two runs on the same prefix.
 
 Test hooks (environment): ``C4_BINARIZE_TEST_SLEEP`` seconds to sleep after each chunk;
 ``C4_BINARIZE_TEST_KILL=after_bin_rename`` SIGKILLs the process between the two renames.
@@ -41,7 +42,7 @@ import sentencepiece as spm
 
 from preprocess.c4_common import Progress, SettingsMismatch, check_settings, open_binary
 from tupe_common.errors import exit_main
-from tupe_common.io import atomic_open, file_hash, read_json, fsync_dir, fsync_file, remove_if_exists
+from tupe_common.io import atomic_open, file_hash, read_json, fsync_dir, fsync_file, raise_if_full, remove_if_exists
 from tupe_common.jobs import cores
 from tupe_common.log import get_logger
 from tupe_common.mmap_index import token_dtype_for, write_index
@@ -285,6 +286,11 @@ def _run(inputs: Sequence[str], prefix: str, model: str, dict_path: str, workers
             os.fsync(out.fileno())
         write_index(idx_tmp, dtype, sizes)
         fsync_file(idx_tmp)
+    except BaseException as e:  # a full disk among them: the shard's partial files would keep its space
+        for p in (bin_tmp, idx_tmp):
+            remove_if_exists(p)
+        raise_if_full(e, prefix + ".bin")
+        raise
     finally:
         if pool is not None:
             pool.terminate()

@@ -20,6 +20,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from study.endpoints import UPDATES_TO, Endpoint, curve_auc
 from study.stats import t_quantile
+from tupe_common.errors import UsageError
 
 MAX_SEEDS = 100  # beyond this the plan says "more than 100"
 SEED_COUNTS = (3, 6, 10)  # the power shown when the study's seeds are not declared yet
@@ -64,6 +65,18 @@ def seeds_needed(effect: float, power: float, alpha: float) -> Optional[int]:
     return None
 
 
+LOSSES = "final_valid_loss_by_seed"  # a study.csv's per-seed final losses: "1:8.8430 2:8.7720"
+CSV_COLUMNS = ("variant", LOSSES)  # what --plan reads of a study.csv
+
+
+def seed_losses(cell: str, where: str) -> Dict[int, float]:
+    """{seed: loss} of a ``final_valid_loss_by_seed`` cell; anything else a UsageError naming ``where``."""
+    try:
+        return {int(seed): float(loss) for seed, loss in (p.split(":") for p in cell.split())}
+    except ValueError:
+        raise UsageError(f"{where}: {LOSSES} is '{cell}', not SEED:LOSS pairs (e.g. '1:8.8430 2:8.7720')") from None
+
+
 def pilot_values(pilot: str, models: Sequence[str]) -> Tuple[Dict[str, Dict[str, Dict[int, float]]], str]:
     """{measure: {model: {seed: value}}} from a pilot: a study folder (each model's pre-training logs, every seed
     whose log has a validation; final_loss and loss_auc) or a study.csv (final_loss only); and what was read."""
@@ -72,10 +85,15 @@ def pilot_values(pilot: str, models: Sequence[str]) -> Tuple[Dict[str, Dict[str,
     out: Dict[str, Dict[str, Dict[int, float]]] = {"final_loss": {}, "loss_auc": {}}
     if os.path.isfile(pilot):
         with open(pilot, encoding="utf-8", newline="") as f:
-            for row in csv.DictReader(f):
-                if row.get("variant") in models and row.get("final_valid_loss_by_seed"):
-                    out["final_loss"][row["variant"]] = {int(s): float(x) for s, x in
-                                                         (p.split(":") for p in row["final_valid_loss_by_seed"].split())}
+            rows = csv.DictReader(f)
+            missing = [c for c in CSV_COLUMNS if c not in (rows.fieldnames or [])]
+            if missing:
+                raise UsageError(f"--plan {pilot}: no column '{missing[0]}' (its columns: "
+                                 f"{', '.join(rows.fieldnames or []) or 'none'}); give a study's study.csv (the "
+                                 "report's, with per-seed final losses) or the study's folder")
+            for line, row in enumerate(rows, 2):
+                if row["variant"] in models and row[LOSSES]:
+                    out["final_loss"][row["variant"]] = seed_losses(row[LOSSES], f"--plan {pilot}: line {line}")
         return out, f"{pilot} (final losses per seed; no curves, so no loss_auc)"
     curves: Dict[Tuple[str, int], Dict[int, float]] = {}
     for model in models:

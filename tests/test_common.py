@@ -3,8 +3,10 @@ that only write files through them), a failed write leaves the old output and no
 read ``PROG: message`` on stderr."""
 from __future__ import annotations
 
+import errno
 import hashlib
 import io
+import json
 import os
 import subprocess
 import sys
@@ -12,7 +14,8 @@ import sys
 import pytest
 
 from conftest import ROOT, run
-from tupe_common.io import atomic_dir, atomic_open, atomic_path, file_hash, write_json
+from tupe_common.errors import exit_main, message
+from tupe_common.io import DiskFullError, atomic_dir, atomic_open, atomic_path, file_hash, write_json
 from tupe_common.log import setup_logging
 
 # Modules that write files or print progress and have no reason to load torch or fairseq to do it.
@@ -67,6 +70,73 @@ def test_atomic_dir_replaces_a_folder_whole_and_leaves_it_on_error(tmp_path):
             write_json(os.path.join(tmp, "o.json"), {"v": 3})
             raise ValueError("bad input")
     assert os.listdir(out) == ["n.json"] and sorted(os.listdir(tmp_path)) == ["task-bin"]
+
+
+def full(code: int = errno.ENOSPC) -> None:
+    """A write on a full disk (or quota), as the OS reports it: no path in the error."""
+    raise OSError(code, os.strerror(code))
+
+
+@pytest.mark.parametrize("code, words", [(errno.ENOSPC, "no space left on its disk"),
+                                         (errno.EDQUOT, "the disk quota is used up")])
+def test_a_full_disk_names_the_file_being_written_and_removes_only_its_partial(tmp_path, code, words):
+    out = tmp_path / "a.json"
+    write_json(out, {"v": 1})  # an earlier, finished output
+    with pytest.raises(DiskFullError) as caught:
+        with atomic_open(out) as f:
+            f.write("half")
+            full(code)
+    line = message(caught.value)
+    assert line.startswith(f"{out}: {words} while writing it") and "free space" in line and "[Errno" not in line
+    assert os.listdir(tmp_path) == ["a.json"] and json.loads(out.read_text()) == {"v": 1}
+
+
+def test_a_full_disk_in_a_folder_names_the_folder_whatever_the_writer_says(tmp_path):
+    """shutil.copyfile's error names the source file; a file written atomically inside names itself; a library's
+    (safetensors) is no OSError: the line names the folder being written, and the earlier one is kept whole."""
+    out, source = tmp_path / "model", tmp_path / "spm.model"
+    source.write_text("x")
+    with atomic_dir(out) as tmp:
+        write_json(os.path.join(tmp, "config.json"), {"v": 1})
+
+    def copy(tmp: str) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(source), None, os.path.join(tmp, "spm.model"))
+
+    def inner(tmp: str) -> None:
+        with atomic_open(os.path.join(tmp, "big.json")):
+            full()
+
+    def library(tmp: str) -> None:
+        raise RuntimeError('Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: "No space '
+                           'left on device" })')
+
+    for fail in (copy, inner, library):
+        with pytest.raises(DiskFullError) as caught:
+            with atomic_dir(out) as tmp:
+                fail(tmp)
+        assert str(caught.value).startswith(f"{out}: no space left on its disk while writing it"), fail
+        assert sorted(os.listdir(tmp_path)) == ["model", "spm.model"] and os.listdir(out) == ["config.json"]
+    with pytest.raises(RuntimeError, match="unrelated"):  # any other error is left as it is
+        with atomic_dir(out):
+            raise RuntimeError("unrelated")
+
+
+def test_a_full_disk_is_one_error_line_of_a_long_command(tmp_path, capsys):
+    out = tmp_path / "x.txt"
+
+    def main() -> int:
+        with atomic_open(out) as f:
+            f.write("half")
+            full()
+        return 0
+
+    with pytest.raises(SystemExit) as exited:
+        exit_main(main, "prog")
+    err = capsys.readouterr().err
+    assert exited.value.code == 1 and err == (f"prog: error: {out}: no space left on its disk while writing it (the "
+                                              "half-written file is removed); free space there, or write to a "
+                                              "folder on another disk\n")
+    assert os.listdir(tmp_path) == []
 
 
 def test_file_hash_is_the_digest_of_the_bytes(tmp_path):

@@ -124,6 +124,29 @@ def test_without_cuda_it_says_so_in_one_line_and_exits_1(tmp_path):
     assert len(p.stderr.strip().splitlines()) == 1 and "no CUDA device" in p.stderr
 
 
+@pytest.mark.parametrize("bad, line", [
+    (["--out", "{file}"], "--out: {file}: is not a folder (it, or a folder above it, is a file), where a folder is "
+                          "expected"),
+    (["--out", "{file}/report"], "--out: {file}: is not a folder (it, or a folder above it, is a file), where a "
+                                 "folder is expected"),
+    (["--out", "{dir}", "--steps", "0"], "argument --steps: '0' is not a positive whole number"),
+    (["--out", "{dir}", "--warmup", "-1"], "argument --warmup: '-1' is not a whole number"),
+    (["--out", "{dir}", "--budget-s", "0"], "argument --budget-s: '0' is not a number > 0"),
+    (["--out", "{dir}", "--peak-tflops", "abc"], "argument --peak-tflops: 'abc' is not a number > 0"),
+])
+def test_a_bad_argument_is_one_usage_line_before_any_work(bad, line, tmp_path, capsys):
+    """argparse's one line and exit 2, nothing written (--out on a file was a FileExistsError's traceback)."""
+    from gpu_check.driver import main
+
+    (tmp_path / "a_file").write_text("mine")
+    names = {"file": tmp_path / "a_file", "dir": tmp_path / "out"}
+    with pytest.raises(SystemExit) as exited:
+        main([a.format(**names) for a in bad] + ["--dry-run"])
+    assert exited.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == "python bench/gpu_check: error: " + line.format(**names)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file"] and (tmp_path / "a_file").read_text() == "mine"
+
+
 PEAK = 2.0  # TFLOP/s given to the dry run, so that it computes MFU
 VARIANTS = ("deberta_rel",)  # more FLOPs than RoBERTa (bert_a, the reference, comes with every timing group)
 

@@ -334,3 +334,44 @@ def test_a_head_the_checkpoint_lacks_or_an_ambiguous_head_is_a_usage_error():
     with pytest.raises(UsageError, match="several classification heads"):
         pick_head(state, "ckpt.pt", None)
     assert pick_head(state, "ckpt.pt", "rte")[0] == "rte"
+
+
+def test_a_full_disk_is_one_line_naming_out_dir_and_keeps_the_earlier_export(tmp_path, monkeypatch, capsys):
+    """A full disk while copying the model code (shutil's error names the file copied from) or writing the weights
+    (safetensors' error is no OSError): one line naming OUT_DIR, exit 1, not called a bug; OUT_DIR.partial is
+    removed and the earlier export is kept."""
+    import argparse
+    import errno
+    import os
+    import shutil
+
+    import safetensors.torch
+
+    from tupe_plugin_cli.errors import run_command
+
+    ckpt, _ = tiny_checkpoint(tmp_path, "tupe_r")
+    out = tmp_path / "export"
+    hf_export.export(str(ckpt), str(out))
+    before = sorted(p.name for p in out.iterdir())
+    copy = shutil.copyfile
+
+    def copy_to_a_full_disk(src, dst, **kwargs):  # as shutil says it: the source file named, the target second
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(src), None, str(dst))
+
+    def save_to_a_full_disk(*args, **kwargs):
+        copy(ckpt, args[1])  # half written
+        raise RuntimeError('Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: "No space '
+                           'left on device" })')
+
+    args = argparse.Namespace(checkpoint=str(ckpt), out_dir=str(out), spm_model=None, dict_path=None, head=None,
+                              force=True)
+    for name, module, fake in (("copyfile", shutil, copy_to_a_full_disk),
+                               ("save_file", safetensors.torch, save_to_a_full_disk)):
+        with monkeypatch.context() as m:
+            m.setattr(module, name, fake)
+            assert run_command(hf_export.run, args) == 1
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: {out}: no space left on its disk while writing it") and "bug" not in err, err
+        assert len(err.splitlines()) == 1 and "free space there" in err and "hf/remote" not in err
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["export", "tupe_r.pt"]
+        assert sorted(p.name for p in out.iterdir()) == before

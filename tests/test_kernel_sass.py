@@ -62,3 +62,17 @@ def test_every_autotune_candidate_compiles_for_sm90_without_spills(starts_proces
     for r in rows:  # the programs per SM the bias-gradient grouping assumes are what fits
         if r["kernel"] == "dkdv":
             assert int(r["blocks_per_sm"]) == per_sm[r["tiles"]], r
+
+
+@pytest.mark.parametrize("shape", [("0", "0", "0", "0"), ("32", "12", "-1", "64"), ("32", "x", "128", "64")])
+def test_a_shape_that_is_not_positive_is_a_usage_line(shape, capsys):
+    """argparse's one line and exit 2, before any compilation (a zero was a ZeroDivisionError's traceback)."""
+    sys.path.insert(0, str(REPO / "bench"))
+    import kernel_sass
+
+    with pytest.raises(SystemExit) as exited:
+        kernel_sass.main(["--shape", *shape])
+    bad = next(x for x in shape if x not in ("32", "12", "128", "64"))
+    assert exited.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (f"python bench/kernel_sass.py: error: argument --shape: {bad!r} "
+                                                         "is not a positive whole number")

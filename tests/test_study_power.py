@@ -94,3 +94,28 @@ def test_plan_command_needs_declared_endpoints(tmp_path, monkeypatch, capsys):
     out = capsys.readouterr().out
     assert "Declared family: 1 comparison(s)" in out and "final_loss: tupe-r - bert-a | 2 | -0.8000, -0.2000" in out
     assert main(["--plan", str(tmp_path / "missing")]) == 2
+
+
+@pytest.mark.parametrize("header, row, said", [
+    ("variant,objective,final_valid_loss", "{v},mlm,8.8", "no column 'final_valid_loss_by_seed' (its columns: variant, "
+                                                            "objective, final_valid_loss)"),
+    ("model,final_valid_loss_by_seed", "{v},1:8.8 2:8.7", "no column 'variant' (its columns: model, "
+                                                          "final_valid_loss_by_seed)"),
+    ("variant,final_valid_loss_by_seed", "{v},1=8.8 2:8.7", "line 2: final_valid_loss_by_seed is '1=8.8 2:8.7', not "
+                                                            "SEED:LOSS pairs"),
+])
+def test_plan_names_what_a_csv_lacks(tmp_path, monkeypatch, capsys, header, row, said):
+    """A CSV without the columns --plan reads (it planned from no pilot values, silently), or with a cell it cannot
+    read (a ValueError's traceback): one line naming the column, exit 2."""
+    from study.__main__ import main
+
+    csv_file = tmp_path / "study.csv"
+    csv_file.write_text("\n".join([header, row.format(v="bert-a"), row.format(v="tupe-r")]) + "\n")
+    monkeypatch.setenv("ENDPOINTS", "final_loss:tupe-r:bert-a")
+    monkeypatch.setenv("TASKS", "none")
+    for name in ("VARIANTS", "PRETRAIN_SEEDS"):
+        monkeypatch.delenv(name, raising=False)
+    assert main(["--plan", str(csv_file)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"study.sh: error: --plan {csv_file}: {said}"), err
+    assert len(err.splitlines()) == 1

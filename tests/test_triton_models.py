@@ -14,6 +14,7 @@ import sys
 import pytest
 
 from conftest import PRETRAIN_ARGS, fairseq_train_in_one_process, run, train_losses
+from tupe_plugin_cli.errors import last_error
 from references import reference
 from tupe_core.base import BIAS, LAYER_BIAS
 from tupe_core.registry import VARIANTS
@@ -83,3 +84,18 @@ def test_fairseq_train_on_triton_logs_the_explicit_paths_losses(lm_bin, tmp_path
         triton, explicit = train_losses(logs[f"{variant}.triton"]), train_losses(logs[f"{variant}.explicit"])
         assert len(triton) == 2, variant
         assert triton == pytest.approx(explicit, abs=2e-3), variant
+
+
+def test_triton_without_cuda_or_the_interpreter_is_refused_at_model_build(lm_bin, tmp_path):
+    """No CUDA device, TRITON_INTERPRET unset: fairseq-train stops at the model's build with one error line that says
+    why and what to pass instead, before any step (it was a traceback from the kernel's launch at the first one)."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["CUDA_VISIBLE_DEVICES"] = ""
+    args = [str(lm_bin), *PRETRAIN_ARGS, "--arch", "tupe_r_tiny", "--encoder-layers", "1", "--max-update", "2",
+            "--disable-validation", "--no-save", "--tupe-attention", "triton"]
+    log = fairseq_train_in_one_process({"triton": args}, tmp_path, failing=["triton"], env=env)["triton"]
+    assert last_error(log) == (
+        "error: --tupe-attention triton: our Triton kernel cannot run here (no CUDA device (or --cpu), and not in "
+        "Triton's interpreter: TRITON_INTERPRET=1 is not set); it runs on a CUDA device, or on the CPU in Triton's "
+        "interpreter (TRITON_INTERPRET=1, slow: for tests). Use --tupe-attention auto (triton where it runs) or sdpa")
+    assert "train_inner" not in log and "num. shared model params" not in log

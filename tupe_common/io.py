@@ -3,7 +3,8 @@
 Every writer puts the data under ``PATH.partial`` in the same folder, flushes and fsyncs it, then
 renames it onto ``PATH`` (``os.replace`` is atomic on POSIX), so a reader never sees half a file and a
 killed writer leaves only a ``.partial`` that the next run overwrites. On an exception the temporary
-file is removed and ``PATH`` is untouched. A folder is written the same way (:func:`atomic_dir`).
+file is removed and ``PATH`` is untouched. A folder is written the same way (:func:`atomic_dir`). A full disk (or
+quota) while writing is a :class:`DiskFullError` naming ``PATH``; only the temporary is removed, never a finished file.
 Inputs are checked before any work (:func:`need`, :func:`utf8_lines`). Paths may be ``str`` or ``pathlib.Path``. Standard library only (cheap to import: no torch, no fairseq).
 """
 from __future__ import annotations
@@ -19,6 +20,32 @@ from typing import IO, Any, Dict, Iterator, List, Optional, Sequence, Tuple, Uni
 
 PARTIAL = ".partial"
 PathLike = Union[str, "os.PathLike[str]"]
+FULL = {errno.ENOSPC: "no space left on its disk", errno.EDQUOT: "the disk quota is used up"}  # errno -> the line's words
+
+
+class DiskFullError(OSError):
+    """Writing ``filename`` stopped on a full disk or quota (errno ENOSPC or EDQUOT): its one line names the path
+    being written and the fix; what was half written is removed by the writer that raises it."""
+
+    def __str__(self) -> str:
+        return (f"{self.filename}: {FULL[self.errno]} while writing it (the half-written file is removed); free space "
+                "there, or write to a folder on another disk")
+
+
+def full_disk(error: BaseException) -> Optional[int]:
+    """ENOSPC or EDQUOT when ``error`` reports a full disk or quota, else None: an OSError by its errno; a library's
+    own error (safetensors, torch's zip writer) by the OS's words for it in its text."""
+    if isinstance(error, OSError):
+        return error.errno if error.errno in FULL else None
+    return next((code for code in FULL if os.strerror(code) in str(error)), None)
+
+
+def raise_if_full(error: BaseException, path: PathLike) -> None:
+    """Raise :class:`DiskFullError` naming ``path`` (the file or folder being written) when ``error`` is a full
+    disk's (:func:`full_disk`); else nothing, and the caller re-raises ``error``."""
+    code = full_disk(error)
+    if code is not None:
+        raise DiskFullError(code, os.strerror(code), os.fspath(path)) from error
 
 
 def remove_if_exists(path: PathLike) -> None:
@@ -62,7 +89,8 @@ def fsync_dir(path: PathLike) -> None:
 
 @contextlib.contextmanager
 def atomic_path(path: PathLike, suffix: str = PARTIAL, fsync: bool = True) -> Iterator[str]:
-    """Yield a temporary path beside ``path``; on success rename it onto ``path``, on error delete it.
+    """Yield a temporary path beside ``path``; on success rename it onto ``path``, on error delete it (a full
+    disk: a :class:`DiskFullError` naming ``path``).
 
     For writers that want a file name (``torch.save``, ``plt.savefig``, a subprocess)::
 
@@ -79,8 +107,9 @@ def atomic_path(path: PathLike, suffix: str = PARTIAL, fsync: bool = True) -> It
         if fsync:
             fsync_file(tmp)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         remove_if_exists(tmp)
+        raise_if_full(e, path)
         raise
     if fsync:
         fsync_dir(folder)
@@ -105,7 +134,7 @@ def atomic_dir(path: PathLike) -> Iterator[str]:
     ``path.old``, the new folder renamed onto ``path``, then the old one deleted (a folder cannot be
     renamed onto a non-empty one), so ``path`` is never half written: it is the old folder, absent for
     an instant, or the complete new one. On an exception ``path.partial`` is deleted and ``path`` is
-    untouched.
+    untouched (a full disk: a :class:`DiskFullError` naming ``path``).
     """
     path = os.fspath(path)
     tmp, old = path + PARTIAL, path + ".old"
@@ -113,8 +142,9 @@ def atomic_dir(path: PathLike) -> Iterator[str]:
     os.makedirs(tmp)
     try:
         yield tmp
-    except BaseException:
+    except BaseException as e:
         remove_tree(tmp)
+        raise_if_full(e, path)
         raise
     if os.path.lexists(path):
         remove_tree(old)

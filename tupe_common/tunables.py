@@ -24,6 +24,7 @@ child's).
 """
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import re
 from dataclasses import dataclass, field
@@ -126,6 +127,18 @@ def parse(kind: str, value: str) -> Any:
         if w in KINDS and KINDS[w][0](value):
             return int(value) if w.startswith("int") else Num(value)
     return value
+
+
+def arg_type(kind: str) -> Callable[[str], Any]:
+    """argparse's ``type=`` for an option of ``kind`` (``int1``, ``num+``, ...): the value :func:`parse` gives, or
+    argparse's one usage line (exit 2): ``argument --steps: '0' is not a positive whole number``."""
+
+    def convert(value: str) -> Any:
+        if not fits(kind, value):
+            raise argparse.ArgumentTypeError(f"{value!r} is not {describe(kind)}")
+        return parse(kind, value)
+
+    return convert
 
 
 def text(value: Any) -> str:

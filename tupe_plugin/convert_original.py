@@ -26,7 +26,7 @@ from typing import Dict, Optional, Sequence, Tuple
 
 import torch
 
-from tupe_common.io import atomic_path, file_hash
+from tupe_common.io import atomic_open, atomic_path, file_hash
 
 from .build_task import DictionaryTask, numbered_dictionary
 from .original_release import (  # noqa: F401  (ConversionError and convert's parts are this module's API too)
@@ -182,8 +182,9 @@ def convert(in_path: str, out_path: str, dict_path: Optional[str] = None, force:
         },
     }
     os.makedirs(out_dir, exist_ok=True)
-    with atomic_path(out_path) as tmp:
-        torch.save(checkpoint, tmp)
+    # a file object: a full disk is then Python's OSError (ENOSPC), where torch's own writer says "file write failed"
+    with atomic_open(out_path, "wb") as f:
+        torch.save(checkpoint, f)
     copied = _copy_dict(dict_path, out_dir) if copy_dict else None
     if dict_path is not None and not copy_dict:
         copied = os.path.join(out_dir, "dict.txt")

@@ -141,12 +141,12 @@ def _exceptions(log_text: str) -> List[Tuple[str, str, str]]:
 
 def last_error(log_text: str) -> Optional[str]:
     """The error a log ends with, as one ``error: ...`` line: the last exception raised by
-    ``tupe_plugin`` or ``tupe_core`` (fairseq's trainer re-raises ours as "Cannot load model parameters ..."), else
-    the log's final exception; None when the log holds no traceback."""
+    ``tupe_plugin``, ``tupe_core`` or ``tupe_common`` (fairseq's trainer re-raises ours as "Cannot load model
+    parameters ..."), else the log's final exception; None when the log holds no traceback."""
     found = _exceptions(log_text)
     if not found:
         return None
-    ours = [e for e in found if e[0].startswith(("tupe_plugin", "tupe_core"))]
+    ours = [e for e in found if e[0].startswith(("tupe_plugin", "tupe_core", "tupe_common"))]
     qualified, name, message = (ours or found)[-1]
     if ours or name in USER_ERROR_NAMES:
         return f"error: {message or name}"

@@ -19,6 +19,9 @@ from .environment import card_name
 from .report import Result, result_path, write_report
 from .sections import BY_NAME, NAMES, QUICK_SECTIONS
 from .settings import ROOT, settings
+from tupe_common.errors import message  # noqa: E402  (the checkout is on sys.path once .settings is imported)
+from tupe_common.io import need  # noqa: E402
+from tupe_common.tunables import arg_type  # noqa: E402
 
 PACKAGE = Path(__file__).resolve().parent  # run as `python bench/gpu_check` (__main__.py), by the driver too
 BUDGET_S = 540  # inside a borrowed GPU machine's 10-minute command limit (docs/gpu.md: each section's share)
@@ -71,7 +74,7 @@ def child_command(args, group: List[str], deadline: float, log: Path) -> List[st
     cmd += ["--dry-run"] if args.dry_run else []
     cmd += ["--quick"] if args.quick else []
     cmd += [f"--{k}={v}" for k, v in (("peak-tflops", args.peak_tflops), ("steps", args.steps),
-                                      ("warmup", args.warmup)) if v]
+                                      ("warmup", args.warmup)) if v is not None]
     return cmd
 
 
@@ -153,17 +156,21 @@ def main(argv: Optional[List[str]] = None) -> int:
                     f"training's padding, {QUICK_BUDGET_S} s")
     ap.add_argument("--sections", nargs="+", choices=NAMES, help="default: all (--quick: its four)")
     ap.add_argument("--variants", nargs="+", default=[], metavar="VARIANT", help="registry names (default: all)")
-    ap.add_argument("--budget-s", type=float,
+    ap.add_argument("--budget-s", type=arg_type("num+"),
                     help=f"the whole check's time (default {BUDGET_S}; --quick {QUICK_BUDGET_S}; dry run {DRY_RUN_BUDGET_S})")
-    ap.add_argument("--peak-tflops", type=float, help="the card's peak dense bf16 TFLOP/s, if its name is not known")
-    ap.add_argument("--steps", type=int, help="timed steps per model (default 8, dry run 2)")
-    ap.add_argument("--warmup", type=int, help="warm-up steps per model (default 2, dry run 1)")
+    ap.add_argument("--peak-tflops", type=arg_type("num+"), help="the card's peak dense bf16 TFLOP/s, if its name is not known")
+    ap.add_argument("--steps", type=arg_type("int1"), help="timed steps per model (default 8, dry run 2)")
+    ap.add_argument("--warmup", type=arg_type("int0"), help="warm-up steps per model (default 2, dry run 1)")
     ap.add_argument("--process-per-section", action="store_true",
                     help="a dry run's sections each in its own process, as on a GPU (default: one process for all)")
     for hidden in ("--section", "--install-log"):  # the child's
         ap.add_argument(hidden, help=argparse.SUPPRESS)
     ap.add_argument("--deadline", type=float, default=float("inf"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    try:  # a file where the report's folder (or one above it) would be: argparse's one line, before any work
+        need(args.out, "out")
+    except OSError as e:
+        ap.error(f"--out: {message(e)}")
     args.sections = args.sections or list(QUICK_SECTIONS if args.quick else NAMES)
     if args.wheels is None and not args.dry_run:
         args.wheels = str(ROOT / ".gpu-wheels")

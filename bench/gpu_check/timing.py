@@ -33,7 +33,8 @@ def run(r: Result, s: Settings, args) -> None:
 
     name = card_name(s.device)
     peak = peak_tflops(name, args.peak_tflops)
-    warmup, steps = args.warmup or s.warmup, args.steps or s.steps
+    warmup = s.warmup if args.warmup is None else args.warmup  # --warmup 0: none
+    steps = args.steps or s.steps
     r.say(f"{s.timing_size} size, bf16 weights (as fairseq's bf16 training converts the model; Adam here keeps no fp32 master "
           f"copy), {s.tokens} tokens per step, training mode with RoBERTa's dropouts, `--tupe-attention auto` (the "
           f"path column: what it took); {warmup} warm-up and {steps} timed steps per model, alternating RoBERTa / "

@@ -12,7 +12,8 @@ from fairseq.modules.transformer_sentence_encoder import init_bert_params
 from fairseq.utils import safe_getattr
 from omegaconf import OmegaConf
 
-from tupe_core.attend import ATTENTION_PATHS
+from tupe_common.errors import UsageError
+from tupe_core.attend import ATTENTION_PATHS, fused_kernels, triton_runs
 from tupe_core.encoder_stack import DEFAULT_HEAD_STYLE
 from tupe_core.facts import RECORD_BUFFER, VARIANT_KEY
 from tupe_core.record import PositionalVariant
@@ -37,6 +38,24 @@ def vocab_identity(task) -> str:
 
 class VariantMismatchError(ValueError):
     """A checkpoint of one positional variant loaded into a model of another."""
+
+
+def check_attention_path_runs(args) -> None:
+    """Refuse ``--tupe-attention triton`` at model build, before any data is read or step taken, where our kernel
+    cannot run on the device fairseq trains on (CUDA unless ``--cpu``): triton is not installed, or there is neither
+    a CUDA device nor Triton's interpreter (``TRITON_INTERPRET=1``, as the tests run it). Else the first step fails
+    inside the kernel's launch, as a traceback."""
+    if args.tupe_attention != "triton":
+        return
+    device = torch.device("cuda" if torch.cuda.is_available() and not safe_getattr(args, "cpu", False) else "cpu")
+    if triton_runs(device):
+        return
+    kernels = fused_kernels("triton_attention")
+    why = ("triton is not installed: pip install triton" if kernels is None or kernels.triton is None else
+           "no CUDA device (or --cpu), and not in Triton's interpreter: TRITON_INTERPRET=1 is not set")
+    raise UsageError(f"--tupe-attention triton: our Triton kernel cannot run here ({why}); it runs on a CUDA device, "
+                     "or on the CPU in Triton's interpreter (TRITON_INTERPRET=1, slow: for tests). Use "
+                     "--tupe-attention auto (triton where it runs) or sdpa")
 
 
 @register_model("tupe_roberta")
@@ -89,6 +108,7 @@ class TupeRobertaModel(RobertaModel):
         args.vocab_identity = vocab_identity(task)  # the checkpoint records its dictionary (tupe_common.vocab)
         variant = PositionalVariant.from_args(args)
         variant.validate()
+        check_attention_path_runs(args)
         args.no_token_positional_embeddings = True  # the variant's input encoding is the encoder's own
         logger.info(f"positional variant: {variant.name} ({variant.flags()})")
         encoder = TupeRobertaEncoder(args, task.source_dictionary)
