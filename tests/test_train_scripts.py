@@ -12,6 +12,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import threading
 import time
 from typing import Dict, List
 
@@ -368,3 +369,36 @@ def test_a_save_dir_belongs_to_its_settings_and_mid_epoch_stops_exit_cleanly(lm_
     assert "is at 3 of TOTAL_UPDATES=3 updates: the run is finished, nothing to do" in p.stderr
     assert "done training" not in p.stderr + p.stdout
     assert (tmp_path / "ck0" / "checkpoint_last.pt").read_bytes() == before
+
+
+def test_data_loader_workers_of_past_epochs_do_not_pile_up(lm_bin, tmp_path):
+    """NUM_WORKERS=1 on sharded data (a new dataset every epoch, as the C4 pipeline's data-bin): fairseq's persistent
+    workers of each past epoch stayed alive (one more process per epoch: 5 at epoch 4) until the plugin collected
+    the past epochs' data loaders at each epoch's start; now at most the train and the valid loader's workers (and
+    one starting) run beside fairseq-train."""
+    import psutil
+
+    data = tmp_path / "data-bin"
+    for shard in ("shard0", "shard1"):
+        (data / shard).mkdir(parents=True)
+        for f in lm_bin.iterdir():
+            (data / shard / f.name).symlink_to(f)
+    env = script_env(**dict(TINY, MAX_SENTENCES="64", SENTENCES_PER_UPDATE="64", NUM_WORKERS="1", TOTAL_UPDATES="100"),
+                     DATA=f"{data / 'shard0'}:{data / 'shard1'}", SAVE_DIR=str(tmp_path / "ckpt"),
+                     EXTRA_ARGS="--max-epoch 4 --no-save")
+    p = subprocess.Popen([str(PRETRAIN)], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    most = 0
+    reader = threading.Thread(target=lambda: out.append(p.stdout.read()), daemon=True)
+    out: list = []
+    reader.start()
+    while p.poll() is None:
+        try:
+            most = max(most, len(psutil.Process(p.pid).children()))
+        except psutil.Error:
+            pass
+        time.sleep(0.05)
+    reader.join(10)
+    log = "".join(out)
+    assert p.returncode == 0, log[-3000:]
+    assert re.search(r"epoch 004 \| loss", log), log[-3000:]
+    assert 1 <= most <= 3, most
