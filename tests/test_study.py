@@ -1746,9 +1746,9 @@ def test_sigterm_stops_the_lanes_and_their_runs_and_the_rerun_matches_the_study(
     run_dir = out / tiny_study.run_dir.relative_to(tiny_study.out)
     shutil.rmtree(run_dir)  # the fine-tuning part is to do again
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
-    env.update(PATH=f"{BIN}:{os.environ.get('PATH', '')}", PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", OUT=str(out),
-               PRESET="tiny", VARIANTS="nope", GPUS="0", NUM_WORKERS="0", PREP_JOBS="1", HARD_VOCAB_LIMIT="0",
-               VOCAB_SIZE="300", **tiny_study.env)
+    env.update(dict(dict(PATH=f"{BIN}:{os.environ.get('PATH', '')}", PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1",
+                         OUT=str(out), PRESET="tiny", VARIANTS="nope", GPUS="0", NUM_WORKERS="0", PREP_JOBS="1",
+                         HARD_VOCAB_LIMIT="0", VOCAB_SIZE="300"), **tiny_study.env))
     p = start([STUDY, "--lanes", "2", "--stages", "finetune"], env, cwd=ROOT)
     training = lambda: any("glue.fairseq_train" in " ".join(c.cmdline()) for c in tree(p.pid))  # noqa: E731
     wait_for(lambda: p.poll() is not None or training(), 240, "fine-tuning did not start")  # a few updates: stop now

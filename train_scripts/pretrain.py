@@ -194,10 +194,14 @@ def plan(config: PretrainConfig, environ: Mapping[str, str] = os.environ, extra:
     return Run(resolved, task, device, world, effective, launcher, [*c.EXTRA_ARGS.split(), *extra], environ)
 
 
+FAIRSEQ_ARCH = "fairseq"  # the VARIANT recorded for an ARCH of fairseq's own (roberta_base)
+
+
 def variant_and_arch(c: PretrainConfig) -> Tuple[str, str]:
     """VARIANT and ARCH of ``c``, agreeing (UsageError otherwise, before anything is written): ARCH=auto is
     VARIANT_SIZE (VARIANT=auto: tupe-r); a given ARCH must be registered (the closest names are said) and is of
-    VARIANT, which auto takes from it. The registry's underscores read as dashes (tupe_r: tupe-r)."""
+    VARIANT, which auto takes from it; fairseq's own archs (roberta_base) are taken as they are, with VARIANT
+:data:`FAIRSEQ_ARCH`. The registry's underscores read as dashes (tupe_r: tupe-r)."""
     from tupe_core.facts import SIZES
     from tupe_core.registry import archs, names
 
@@ -213,7 +217,14 @@ def variant_and_arch(c: PretrainConfig) -> Tuple[str, str]:
     if c.ARCH not in registered:
         import difflib
 
-        close = difflib.get_close_matches(c.ARCH, registered, n=3, cutoff=0.6)
+        from fairseq.models import ARCH_MODEL_REGISTRY  # fairseq's own archs (roberta_base: a baseline of bench/)
+
+        if c.ARCH in ARCH_MODEL_REGISTRY:
+            if c.VARIANT != "auto":
+                raise UsageError(f"ARCH={c.ARCH} is fairseq's own architecture, of no positional variant of ours: "
+                                 f"leave VARIANT unset (it is {c.VARIANT})")
+            return FAIRSEQ_ARCH, c.ARCH
+        close = difflib.get_close_matches(c.ARCH, [*registered, *ARCH_MODEL_REGISTRY], n=3, cutoff=0.6)
         raise UsageError(f"ARCH={c.ARCH} is not a registered architecture"
                          + (f" (the closest: {', '.join(close)})" if close else "")
                          + "; ARCH is VARIANT_SIZE (ARCH=auto makes it), VARIANT a name of 'tupe-checkpoint-info "
