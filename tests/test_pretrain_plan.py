@@ -92,6 +92,16 @@ def test_variant_and_arch_agree_and_the_variant_is_the_archs(values, variant, ar
     assert (c.VARIANT, c.ARCH) == (variant, arch)
 
 
+def test_fairseqs_own_arch_is_taken_as_it_is_without_a_variant():
+    """ARCH=roberta_base (bench/gpu_check's baseline) is fairseq's: trained as fairseq defines it, VARIANT recorded as
+    fairseq; a VARIANT beside it is refused (it would name a positional encoding the model does not have)."""
+    c = pretrain.plan(settings(ARCH="roberta_base", GPUS="0"), environ={}).config
+    assert (c.VARIANT, c.ARCH) == ("fairseq", "roberta_base")
+    with pytest.raises(UsageError, match=r"^ARCH=roberta_base is fairseq's own architecture, of no positional variant "
+                                         r"of ours: leave VARIANT unset \(it is bert-a\)"):
+        pretrain.plan(settings(ARCH="roberta_base", VARIANT="bert-a", GPUS="0"), environ={})
+
+
 def test_a_variant_other_than_the_archs_is_refused():
     """VARIANT=bert-a ARCH=tupe_r_tiny printed bert-a and trained TUPE-R."""
     with pytest.raises(UsageError, match=r"^ARCH=tupe_r_tiny is of variant tupe-r, not VARIANT=bert-a: set only one"):
