@@ -55,6 +55,22 @@ def test_a_stop_ends_every_job_and_its_children_with_one_line(tmp_path, sig):
     assert_gone(procs)
 
 
+def test_the_orphans_of_a_child_reaped_during_the_stop_are_ended_too():
+    """A child that ends at the signal and is reaped (its lane's wait) before the stop ends the children: what it
+    left behind (a background job that ignores SIGINT outlives its shell) was forgotten with it and kept running
+    (one full-suite run's SIGINT case); the tree noted at the signal is ended still."""
+    from tupe_common import process
+
+    p = process.start(["bash", "-c", "sleep 300 & wait"], stdout=subprocess.DEVNULL)
+    wait_for(lambda: [c for c in tree(p.pid) if c.name() == "sleep"], 10, "the job did not start")
+    orphan = tree(p.pid)
+    process.signal_children(signal.SIGINT)  # the shell ends; its background sleep ignores SIGINT
+    assert process.wait(p) == 128 + signal.SIGINT  # reaped and forgotten, as a lane's thread does
+    assert any(c.is_running() for c in orphan)
+    process.end_children(grace=0.2)
+    assert_gone(orphan)
+
+
 # ---- pre-training in one process: pretrain.sh execs fairseq-train, whose plugin stops it (tupe_plugin/graceful_stop.py)
 
 BIN = Path(sys.executable).parent

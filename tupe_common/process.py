@@ -148,23 +148,44 @@ def signal_children(signum: int) -> None:
 def end_children(grace: Optional[float] = None) -> None:
     """After :func:`signal_children`: wait up to ``grace`` seconds (:func:`grace_s`) for every child started here to
     end, then SIGKILL what is left of each child's tree: the processes noted in it (also those in groups of their
-    own, orphaned or not), and its process group while the group is provably still the child's (its leader not yet
-    reaped, or a noted member still in it), so a freed pid is never signalled."""
+    own, orphaned or not, and those of a child that ended and was reaped meanwhile: a background job that ignores
+    SIGINT outlives its shell), and its process group while the group is provably still the child's (its leader
+    not yet reaped, or a noted member still in it), so a freed pid is never signalled."""
     children = _live()
     for p in children:
         _note(p)
     deadline = time.monotonic() + (grace_s() if grace is None else grace)
     while any(p.poll() is None for p in children) and time.monotonic() < deadline:
         time.sleep(_WAIT_STEP_S)
+    unreaped = set()
     for p in children:
         _note(p)
-        noted = _trees.pop(p.pid, {})
-        if p.returncode is None or any(_in_group(proc, p.pid) for proc in noted.values()):
-            _send(p.pid, signal.SIGKILL)
+        if p.returncode is None:
+            unreaped.add(p.pid)
+    killed = []
+    for pgid, noted in list(_trees.items()):
+        if pgid in unreaped or any(_in_group(proc, pgid) for proc in noted.values()):
+            _send(pgid, signal.SIGKILL)
         for proc in noted.values():
             _kill(proc)
+        killed += noted.values()
+        del _trees[pgid]
+    for p in children:
         with contextlib.suppress(subprocess.TimeoutExpired):
             p.wait(5)
+    deadline = time.monotonic() + 5  # SIGKILL takes effect a moment later: gone before the caller's last line
+    while any(map(_alive, killed)) and time.monotonic() < deadline:
+        time.sleep(_WAIT_STEP_S)
+
+
+def _alive(proc: "psutil.Process") -> bool:
+    """Running and not a zombie (an orphan's zombie waits for a reaper that may never come)."""
+    import psutil
+
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 def _in_group(proc: "psutil.Process", pgid: int) -> bool:
