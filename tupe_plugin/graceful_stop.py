@@ -29,6 +29,7 @@ import gc
 import logging
 import os
 import signal
+import socket
 import sys
 import threading
 from typing import Dict, Optional, Tuple
@@ -59,7 +60,7 @@ def _say(line: str) -> None:
 def _handle(signum: int, frame) -> None:
     global stopped_by
     if os.getpid() != _owner or _several_processes():  # a data-loader worker, or a rank of several: as before
-        if os.getpid() == _owner and _in_loop and stopped_by is None:
+        if os.getpid() == _owner and _in_loop:
             _say_several(signum)
         previous = _previous.get(signum, signal.SIG_DFL)
         if callable(previous):
@@ -79,10 +80,15 @@ def _handle(signum: int, frame) -> None:
 
 
 def _say_several(signum: int) -> None:
-    """Rank 0 of several names the update at which the stop found it and the checkpoint a rerun resumes from; the
-    ranks then end as they are (they could not agree on an update to finish)."""
-    global stopped_by
-    stopped_by = signum  # said once: a runner (torchrun, srun) may pass the same signal on again
+    """Rank 0 of several names the update at which the stop found it and the checkpoint a rerun resumes from, once
+    (a runner, torchrun or srun, passes the same signal on again); the ranks then end as they are (they could not
+    agree on an update to finish)."""
+    global stopped_by, _said
+    with _said_lock:
+        if _said:
+            return
+        _said = True
+    stopped_by = signum
     import torch.distributed as dist
 
     if dist.get_rank() != 0:
@@ -94,6 +100,38 @@ def _say_several(signum: int) -> None:
     else:
         _say(f"error: stopped by {name} at update {_updates} (several processes end as they are): rerun the same "
              f"command to resume from {_saved[0]} at update {_saved[1]}")
+
+
+_said = False
+_said_lock = threading.Lock()
+_wakeup: Optional[Tuple[socket.socket, socket.socket]] = None
+
+
+def _watch_signals() -> None:
+    """With several processes: a thread that hears a stop signal at once, through Python's wakeup fd (written by the
+    C-level handler as the signal comes), and says the line. The main thread runs Python's handler only between
+    bytecodes, so one waiting inside a collective (its peer already ended by the same signal) would never say it.
+    Once per process; not where another wakeup fd is set."""
+    global _wakeup
+    if _wakeup is not None or threading.current_thread() is not threading.main_thread():
+        return
+    r, w = socket.socketpair()
+    w.setblocking(False)
+    previous = signal.set_wakeup_fd(w.fileno(), warn_on_full_buffer=False)
+    if previous != -1:  # someone else's: put it back, no watch
+        signal.set_wakeup_fd(previous)
+        r.close()
+        w.close()
+        return
+    _wakeup = (r, w)
+
+    def listen() -> None:
+        while True:
+            for signum in r.recv(64):
+                if signum in SIGNALS and _in_loop:
+                    _say_several(signum)
+
+    threading.Thread(target=listen, name="tupe-stop-watch", daemon=True).start()
 
 
 def install() -> None:
@@ -140,6 +178,8 @@ def hook(train_cli) -> None:
         if _saved is None and last and os.path.exists(last):  # a resumed run: what it loaded
             _saved = (last, trainer.get_num_updates())
         _in_loop = True
+        if _several_processes():
+            _watch_signals()
         # The past epochs' data loaders sit in reference cycles, and with NUM_WORKERS > 0 each keeps its persistent
         # worker processes (fairseq's default) until Python's rare full collection: with sharded data (a new
         # dataset every epoch, as the C4 pipeline's data-bin) they piled up, one set per epoch, each up to the
