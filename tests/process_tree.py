@@ -5,7 +5,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import time
-from typing import Callable, List
+from typing import Callable, List, Optional
 
 import psutil
 
@@ -43,3 +43,18 @@ def assert_gone(procs: List[psutil.Process]) -> None:
         except psutil.NoSuchProcess:
             pass
     assert not left, left
+
+
+def stop_cleanly(p: subprocess.Popen, sig: int, last_line: str, timeout: float,
+                 procs: Optional[List[psutil.Process]] = None) -> str:
+    """Send ``sig`` to ``p`` alone (kill PID) and check the clean stop: exit 128 + the signal's number, ``last_line``
+    last on stderr, no traceback, and no process of ``procs`` (default: ``p``'s tree before the signal) left.
+    Returns stderr."""
+    procs = tree(p.pid) if procs is None else procs
+    p.send_signal(sig)
+    _, err = p.communicate(timeout=timeout)
+    assert p.returncode == 128 + sig, err[-3000:]
+    assert err.rstrip().splitlines()[-1] == last_line
+    assert "Traceback" not in err
+    assert_gone(procs)
+    return err

@@ -1739,7 +1739,7 @@ def test_sigterm_stops_the_lanes_and_their_runs_and_the_rerun_matches_the_study(
     command then fine-tunes the run as the uninterrupted study did (the same validations and result)."""
     import signal
 
-    from process_tree import assert_gone, start, tree, wait_for
+    from process_tree import start, stop_cleanly, tree, wait_for
 
     out = tmp_path / "study"
     shutil.copytree(tiny_study.out, out)
@@ -1753,15 +1753,8 @@ def test_sigterm_stops_the_lanes_and_their_runs_and_the_rerun_matches_the_study(
     training = lambda: any("glue.fairseq_train" in " ".join(c.cmdline()) for c in tree(p.pid))  # noqa: E731
     wait_for(lambda: p.poll() is not None or training(), 240, "fine-tuning did not start")  # a few updates: stop now
     assert p.poll() is None, p.communicate()
-    procs = tree(p.pid)
-    p.send_signal(signal.SIGTERM)
-    _, err = p.communicate(timeout=60)
-    assert p.returncode == 143, err[-3000:]
-    assert err.rstrip().splitlines()[-1] == ("study.sh: error: stopped by SIGTERM; rerun the same command to resume "
-                                             "(finished parts are skipped; a pre-training resumes from its "
-                                             "checkpoint_last.pt)")
-    assert "Traceback" not in err
-    assert_gone(procs)
+    stop_cleanly(p, signal.SIGTERM, "study.sh: error: stopped by SIGTERM; rerun the same command to resume (finished "
+                 "parts are skipped; a pre-training resumes from its checkpoint_last.pt)", timeout=60)
     assert not run_dir.exists()
     lane_log = next((out / "lanes").glob("finetune-*.log")).read_text()
     assert lane_log.rstrip().splitlines()[-1].startswith("study.sh: error: stopped by SIGTERM;")
