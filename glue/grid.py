@@ -136,8 +136,9 @@ def run_local(todo: List[Job], runs: str, n_slots: int, gpus: List[str], script:
 
     env = dict(tunables.child_environ(environ, GridConfig.names(), finetune.FinetuneConfig.names()), QUIET="1",
                RUNS=runs)
-    todo_jobs = [runner.Job(f"{j.task} {j.name(runs)}", [script, j.task, j.lr, j.seed],
-                            os.path.join(runs, ".grid_logs", j.task, f"{j.name(runs)}.out")) for j in todo]
+    names = [j.name(runs) for j in todo]  # each a look into RUNS/TASK/: once
+    todo_jobs = [runner.Job(f"{j.task} {name}", [script, j.task, j.lr, j.seed],
+                            os.path.join(runs, ".grid_logs", j.task, f"{name}.out")) for j, name in zip(todo, names)]
     ran = runner.run_jobs(todo_jobs, n_slots, env, say=log.info, gpus=gpus, stop_on_usage_error=True)
     if ran.usage_error:
         return 2
@@ -161,11 +162,11 @@ def runs_with_other_inputs(done: Sequence[Job], runs: str, environ: Mapping[str,
     for job in done:
         if not os.path.isdir(os.path.join(settings.GLUE_BIN, f"{job.task}-bin")):
             continue  # binaries removed after the run: its inputs cannot be compared (the table still reads it)
-        result = os.path.join(runs, job.task, job.name(runs), "result.json")
-        why = finetune.other_inputs(result, finetune.run_inputs(settings, job.task, job.lr, job.seed),
-                                    settings.CHECKPOINT)
+        name = job.name(runs)
+        why = finetune.other_inputs(os.path.join(runs, job.task, name, "result.json"),
+                                    finetune.run_inputs(settings, job.task, job.lr, job.seed), settings.CHECKPOINT)
         if why:
-            differ.append(f"{job.task} {job.name(runs)} ({why})")
+            differ.append(f"{job.task} {name} ({why})")
     if not differ:
         return None
     return (f"{len(differ)} finished run(s) in {runs} were made with other inputs: {differ[0]}"

@@ -201,7 +201,7 @@ def variant_and_arch(c: PretrainConfig) -> Tuple[str, str]:
     """VARIANT and ARCH of ``c``, agreeing (UsageError otherwise, before anything is written): ARCH=auto is
     VARIANT_SIZE (VARIANT=auto: tupe-r); a given ARCH must be registered (the closest names are said) and is of
     VARIANT, which auto takes from it; fairseq's own archs (roberta_base) are taken as they are, with VARIANT
-:data:`FAIRSEQ_ARCH`. The registry's underscores read as dashes (tupe_r: tupe-r)."""
+    :data:`FAIRSEQ_ARCH`. The registry's underscores read as dashes (tupe_r: tupe-r)."""
     from tupe_core.facts import SIZES
     from tupe_core.registry import archs, names
 

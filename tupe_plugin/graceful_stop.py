@@ -18,7 +18,9 @@ resume from the last checkpoint saved), after rank 0's one line naming the updat
 rerun resumes from::
 
     fairseq-train: error: stopped by SIGTERM at update 12 (several processes end as they are): rerun the same
-    command to resume from ckpt/checkpoint_last.pt at update 10 ``--no-save`` runs (fine-tuning) stop the same way, saving nothing.
+    command to resume from ckpt/checkpoint_last.pt at update 10
+
+``--no-save`` runs (fine-tuning) stop the same way, saving nothing.
 The same per-epoch wrapper ends the past epochs' data-loader workers (a garbage collection; see ``hook``).
 Installed when ``tupe_plugin`` is imported by a training entry point (``--user-dir``), and at the first epoch of any
 other caller of ``fairseq_cli.train``.
@@ -49,6 +51,11 @@ _previous: Dict[int, object] = {}
 def _several_processes() -> bool:
     dist = sys.modules.get("torch.distributed")
     return bool(dist is not None and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1)
+
+
+def _rank0_of_several() -> bool:
+    """The process that says a several-process stop's line (and so follows its checkpoints)."""
+    return _several_processes() and sys.modules["torch.distributed"].get_rank() == 0
 
 
 def _say(line: str) -> None:
@@ -83,15 +90,12 @@ def _say_several(signum: int) -> None:
     """Rank 0 of several names the update at which the stop found it and the checkpoint a rerun resumes from, once
     (a runner, torchrun or srun, passes the same signal on again); the ranks then end as they are (they could not
     agree on an update to finish)."""
-    global stopped_by, _said
-    with _said_lock:
-        if _said:
+    global stopped_by
+    with _said_lock:  # the handler and the watching thread may both come
+        if stopped_by is not None:
             return
-        _said = True
-    stopped_by = signum
-    import torch.distributed as dist
-
-    if dist.get_rank() != 0:
+        stopped_by = signum
+    if not _rank0_of_several():
         return
     name = signal.Signals(signum).name
     if _saved is None:
@@ -102,7 +106,6 @@ def _say_several(signum: int) -> None:
              f"command to resume from {_saved[0]} at update {_saved[1]}")
 
 
-_said = False
 _said_lock = threading.Lock()
 _wakeup: Optional[Tuple[socket.socket, socket.socket]] = None
 
@@ -198,7 +201,7 @@ def hook(train_cli) -> None:
     def validate_then_save(cfg, trainer, task, epoch_itr, valid_subsets, end_of_epoch):
         global _updates, _saved
         _updates = trainer.get_num_updates()
-        last = _last_checkpoint(cfg)
+        last = _last_checkpoint(cfg) if _rank0_of_several() else None  # only its line names the checkpoint
         before = _mtime(last)
         result = validate_and_save(cfg, trainer, task, epoch_itr, valid_subsets, end_of_epoch)
         if last and _mtime(last) != before:  # fairseq saved this update's checkpoint
