@@ -19,9 +19,6 @@ class PublishedRow:
     scores: Tuple[float, ...]  # in COLUMNS order, 0-100 scale
     avg: float
 
-    def as_dict(self) -> Dict[str, float]:
-        return dict(zip(COLUMNS, self.scores))
-
 
 TABLE1: Dict[str, PublishedRow] = {
     r.model: r

@@ -351,6 +351,3 @@ def adjust_family(results: List[EndpointResult]) -> List[EndpointResult]:
             r.p_tost = adjusted
     return results
 
-
-def interval_text(t: TTest) -> str:
-    return f"[{t.low:+.4f}, {t.high:+.4f}]"

@@ -1,5 +1,5 @@
 """tupe-export-hf: the transformers model equals fairseq's (features, MLM logits, classifier logits) for
-every registered variant, runs without fairseq and tupe_plugin, refuses left padding, the tokenizer gives
+every registered variant, runs without fairseq and tupe_plugin, takes left padding by the one rule, the tokenizer gives
 glue_binarize's ids, and a transformers Trainer fine-tunes it."""
 from __future__ import annotations
 

@@ -127,10 +127,8 @@ def untrained_beyond(variant: PositionalVariant, trained: int) -> Optional[str]:
 
 def left_padding(variant: PositionalVariant) -> str:
     """What a left-padded row of ``variant`` needs, from its encodings' declarations (``left_padding_for``):
-    ``REFUSED`` if one refuses it, else ``POSITIONS`` if one reads each token's position, else ``AS_IS``. A
-    declaration of True/False (before the three values) reads as AS_IS/REFUSED."""
-    answers = {({True: AS_IS, False: REFUSED}.get(a, a) if isinstance(a, bool) else a)
-               for a in (cls.left_padding_for(variant) for cls in encodings(variant) if cls is not None)}
+    ``REFUSED`` if one refuses it, else ``POSITIONS`` if one reads each token's position, else ``AS_IS``."""
+    answers = {cls.left_padding_for(variant) for cls in encodings(variant) if cls is not None}
     return REFUSED if REFUSED in answers else POSITIONS if POSITIONS in answers else AS_IS
 
 
