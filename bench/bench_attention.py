@@ -38,7 +38,9 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tupe_plugin from this checkout
 
-PATHS = ("sdpa", "explicit", "triton", "flex")
+from tupe_core.attend import PATHS as ATTENTION_PATHS  # noqa: E402
+
+PATHS = tuple(ATTENTION_PATHS)  # the values of --tupe-attention but auto: what attend() below runs for each
 BIASES = ("none", "fixed", "learned", "permuted", "offset", "per_sequence")  # the module docstring says what each is
 PADDINGS = (False, True)
 
@@ -72,7 +74,7 @@ def attend(path: str, q, k, v, bias, padding, scale: float, dropout_p: float):
         from tupe_core.kernels.flex_attention import flex_biased_attention
 
         return flex_biased_attention(q, k, v, bias, padding, scale, dropout_p)
-    raise ValueError(path)
+    raise ValueError(f"bench_attention has no runner for the attention path {path!r} (tupe_core.attend.PATHS)")
 
 
 def forward_backward(path: str, q, k, v, bias, padding, grad_out, scale: float, dropout_p: float) -> None:
