@@ -3,7 +3,7 @@ per-head reference written here."""
 import torch
 
 from model_utils import build
-from tupe_plugin.analysis.checkpoint_maps import positional_logits
+from tupe_plugin.analysis.checkpoint_maps import content_free_map
 
 
 def test_bert_ad_checkpoint_map_is_the_scaled_position_position_term():
@@ -13,7 +13,9 @@ def test_bert_ad_checkpoint_map_is_the_scaled_position_position_term():
     args = model.args
     info = {"encoder_embed_dim": args.encoder_embed_dim, "encoder_attention_heads": args.encoder_attention_heads,
             "max_positions": args.max_positions, "encoder_layers": args.encoder_layers}
-    got = positional_logits(sd, info, T)
+    found = content_free_map(sd, info, T)
+    assert not found.weights
+    got = found.values.double().numpy()
     pos = model.encoder.sentence_encoder.positions
     d, H = args.encoder_embed_dim, args.encoder_attention_heads
     dh = d // H

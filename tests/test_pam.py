@@ -15,7 +15,7 @@ import torch
 from conftest import BIN, PRETRAIN_ARGS, ROOT, command_in_process, run
 from model_utils import build, tokens
 from tupe_plugin.analysis.attention_maps import attention_probs
-from tupe_plugin.analysis.checkpoint_maps import PositionWeights, load_checkpoint, positional_logits, positional_maps
+from tupe_plugin.analysis.checkpoint_maps import content_free_map, load_checkpoint, positional_maps
 from tupe_plugin.analysis.locality_symmetry import locality
 from tupe_core.registry import VARIANTS
 from tupe_plugin.models import VariantMismatchError
@@ -218,8 +218,7 @@ def test_position_maps_are_the_exact_pam_weights(mode, tmp_path):
                  for h in range(H_TINY)] for layer in layers]
     np.testing.assert_allclose(values, np.array(want), rtol=0, atol=1e-7)
     assert probs is values or np.array_equal(probs, values)  # used as weights: no softmax
-    with pytest.raises(PositionWeights, match="positional_maps"):
-        positional_logits(*load_checkpoint(str(path)), T)
+    assert content_free_map(*load_checkpoint(str(path)), T).weights  # weights, so tupe-locality takes no softmax
 
 
 # ---- through the real CLIs: pre-train a PAM model, load, map and fine-tune its checkpoint ----

@@ -14,7 +14,7 @@ import torch
 from model_utils import build, tokens
 from references import having, layer0_reference_weights, reference
 from references._shared import deberta_reference, paper_bucket
-from tupe_plugin.analysis.checkpoint_maps import ContentDependentPositions, load_checkpoint, positional_logits
+from tupe_plugin.analysis.checkpoint_maps import ContentDependentPositions, content_free_map, load_checkpoint
 from tupe_plugin_cli.commands import checkpoint_info as checkpoint_info_main
 from tupe_core.record import PositionalVariant
 from tupe_core.registry import VARIANTS
@@ -289,10 +289,11 @@ def test_position_maps_equal_the_references(variant, tmp_path):
     want = reference(variant).position_map(model, T)
     if want is None:
         with pytest.raises(ContentDependentPositions, match="depends on content.*tupe-locality"):
-            positional_logits(*load_checkpoint(str(path)), T)
+            content_free_map(*load_checkpoint(str(path)), T)
         return
-    got = positional_logits(*load_checkpoint(str(path)), T)
-    np.testing.assert_allclose(got, want.numpy(), atol=1e-5)
+    found = content_free_map(*load_checkpoint(str(path)), T)
+    assert not found.weights  # logits: tupe-locality takes their softmax
+    np.testing.assert_allclose(found.values.double().numpy(), want.numpy(), atol=1e-5)
 
 
 def test_layerdrop_gives_each_running_layer_its_own_prior():

@@ -167,15 +167,15 @@ def test_a_dictionary_and_its_model_have_one_identity_and_another_model_another(
     fairseq's madeupword padding not counted, and the same computed from the sentencepiece model."""
     import hashlib
 
-    from tupe_common.vocab import check_identity, dict_identity, identity, load_spm, spm_identity
+    from tupe_common.vocab import check_identity, dict_identity, dict_pieces, identity, load_spm
 
     lines = (spm_dir / "dict.txt").read_text(encoding="utf-8").splitlines()
     plain = "vocab-" + hashlib.sha256("\n".join(line.split(" ")[0] for line in lines).encode()).hexdigest()[:16]
     padded = tmp_path / "dict.txt"
     padded.write_text("\n".join(lines + ["madeupword0000 0", "madeupword0001 0"]) + "\n", encoding="utf-8")
     ours = dict_identity(str(spm_dir / "dict.txt"))
-    assert ours == plain == dict_identity(str(padded)) == spm_identity(load_spm(str(spm_dir / "spm.model")))
-    assert spm_identity(load_spm(str(other_spm))) != ours and identity(["a", "b"]) != identity(["b", "a"])
+    assert ours == plain == dict_identity(str(padded)) == identity(dict_pieces(load_spm(str(spm_dir / "spm.model"))))
+    assert identity(dict_pieces(load_spm(str(other_spm)))) != ours and identity(["a", "b"]) != identity(["b", "a"])
     check_identity(ours, str(padded), "ckpt.pt")
     with pytest.raises(ValueError) as refused:
         check_identity(identity(["a", "b"]), str(padded), "ckpt.pt")

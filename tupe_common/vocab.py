@@ -93,7 +93,7 @@ def real_symbols(symbols: Sequence[str]) -> List[str]:
 def identity(symbols: Sequence[str]) -> str:
     """The vocabulary's identity: ``vocab-`` and 16 hex digits of the SHA-256 of its symbols in id order (fairseq's
     specials and padding not counted). A dict.txt and the sentencepiece model it was written for have the same one
-    (:func:`dict_identity`, :func:`spm_identity`); a checkpoint records the identity of its training dictionary."""
+    (:func:`dict_identity`, and ``identity(dict_pieces(sp))``); a checkpoint records the identity of its training dictionary."""
     import hashlib
 
     return "vocab-" + hashlib.sha256("\n".join(real_symbols(symbols)).encode("utf-8")).hexdigest()[:16]
@@ -102,11 +102,6 @@ def identity(symbols: Sequence[str]) -> str:
 def dict_identity(dict_path: str) -> str:
     """:func:`identity` of a fairseq ``dict.txt``."""
     return identity(dict_symbols(dict_path))
-
-
-def spm_identity(sp: Any) -> str:
-    """:func:`identity` of a sentencepiece model (the dict.txt written for it has the same)."""
-    return identity(dict_pieces(sp))
 
 
 def dictionary_identity(symbols: Sequence[str], nspecial: int) -> str:

@@ -13,7 +13,7 @@ position-position term of its rows.
 * t5_rel, alibi: the bias itself, exactly (shared by all layers); nope: zeros (no positional preference).
 * pam_concat, pam_sequential, pam_window: no logits but position-only attention *weights*, used by the
   model directly (no softmax): ``positional_maps`` returns them exactly, per layer and head for the learned
-  ones, the fixed window band for ``pam_window`` (``positional_logits`` refuses them).
+  ones, the fixed window band for ``pam_window`` (``PositionMap.weights`` says which).
 * rope, deberta_rel: none. Their positional effect depends on content (rotated q/k; c2p/p2c terms), so
   ``ContentDependentPositions`` is raised: only real attention maps (``tupe-locality --text``) describe them.
 
@@ -37,10 +37,6 @@ from ..checkpoint_info import info_from_state, load_checkpoint as read_checkpoin
 from .locality_symmetry import softmax_rows
 
 PREFIX = "encoder.sentence_encoder."
-
-
-class PositionWeights(ValueError):
-    """The variant's content-free map is a matrix of attention weights (PAM), not logits."""
 
 
 def load_checkpoint(path: str) -> Tuple[Dict[str, torch.Tensor], Dict[str, Any]]:
@@ -76,19 +72,6 @@ def content_free_map(sd: Dict[str, torch.Tensor], info: Dict[str, Any], seq_len:
         with torch.no_grad():
             logits = logits + _input_pe_term(sd, at_input.rows(seq_len), H)
     return PositionMap(logits, per_layer=found is not None and found.per_layer)
-
-
-def positional_logits(sd: Dict[str, torch.Tensor], info: Dict[str, Any], seq_len: int) -> np.ndarray:
-    """(H, T, T) content-free logits of a checkpoint read by :func:`load_checkpoint` ((L, H, T, T) for a
-    learned per-layer distance prior); row i = query token i."""
-    found = content_free_map(sd, info, seq_len)
-    if found.weights:
-        variant = PositionalVariant.from_tensor(sd[VARIANT_KEY])
-        raise PositionWeights(
-            f"positional variant '{variant.name}' has position-only attention weights, not logits (no softmax): "
-            "read them with checkpoint_maps.positional_maps"
-        )
-    return found.values.double().numpy()
 
 
 def _input_pe_term(sd: Dict[str, torch.Tensor], p: torch.Tensor, H: int) -> torch.Tensor:
