@@ -105,7 +105,7 @@ def test_choose_attention_path():
     # a learned bias: triton where it runs (CUDA, half precision), today's paths elsewhere
     assert choose_attention_path(cpu, True, 0.1, torch.bfloat16, learned_bias=True)[0] == "explicit"
     assert choose_attention_path(cuda, True, 0.1, torch.float32, learned_bias=True)[0] == "sdpa"  # fp32: IEEE
-    trusted = attend_module.triton_runs(cuda) and attend_module.triton_failure(cuda, torch.bfloat16) is None
+    trusted = attend_module.triton_runs(cuda) and attend_module.triton_failure(cuda, torch.bfloat16, dropout=True) is None
     want = "triton" if trusted else "sdpa"
     assert choose_attention_path(cuda, True, 0.1, torch.bfloat16, learned_bias=True)[0] == want
 
@@ -116,7 +116,8 @@ def test_auto_keeps_sdpa_for_heads_wider_than_the_kernels_tiles(monkeypatch):
     from tupe_core.kernels import triton_attention
 
     monkeypatch.setattr(triton_attention, "triton_available", lambda device: True)  # as on a GPU with Triton
-    monkeypatch.setitem(attend_module._TRITON_FAILURE, ("cuda", torch.bfloat16), None)  # ... where it passed its check
+    config = attend_module.triton_config("cuda", torch.bfloat16, per_sequence=False, dropout=True)
+    monkeypatch.setitem(attend_module._TRITON_FAILURE, config, None)  # ... where it passed its check
     cuda, widest = torch.device("cuda"), triton_attention.MAX_HEAD_DIM
     assert choose_attention_path(cuda, True, 0.1, torch.bfloat16, True, head_dim=widest)[0] == "triton"
     assert choose_attention_path(cuda, True, 0.1, torch.bfloat16, True, head_dim=widest + 1) == ("sdpa", "the default")
@@ -146,9 +147,16 @@ def test_auto_keeps_sdpa_when_the_kernel_failed_its_first_use_check(monkeypatch)
     from tupe_core.kernels import triton_attention
 
     monkeypatch.setattr(triton_attention, "triton_available", lambda device: True)
-    monkeypatch.setitem(attend_module._TRITON_FAILURE, ("cuda", torch.bfloat16), "CompilationError: out of resources")
+    config = attend_module.triton_config("cuda", torch.bfloat16, per_sequence=False, dropout=True)
+    monkeypatch.setitem(attend_module._TRITON_FAILURE, config, "its first-use check failed (CompilationError: out of "
+                        "resources)")
     path, why = choose_attention_path(torch.device("cuda"), True, 0.1, torch.bfloat16, learned_bias=True)
-    assert path == "sdpa" and why.endswith("first-use check, so SDPA: CompilationError: out of resources")
+    assert path == "sdpa" and why == ("not our Triton kernel for cuda bfloat16, shared bias, dropout on: its "
+                                      "first-use check failed (CompilationError: out of resources)")
+    # the other configurations are checked apart: without dropout, this one is not known to fail
+    monkeypatch.setitem(attend_module._TRITON_FAILURE, attend_module.triton_config("cuda", torch.bfloat16, False, False),
+                        None)
+    assert choose_attention_path(torch.device("cuda"), True, 0.0, torch.bfloat16, learned_bias=True)[0] == "triton"
 
 
 def test_block_path_per_forward_and_bad_names():

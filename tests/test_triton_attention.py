@@ -242,10 +242,10 @@ def test_first_use_check_passes_the_kernel_and_catches_a_wrong_or_failing_one():
     by its error, in one line (what auto then logs before keeping SDPA)."""
     assert triton_attention.self_check("cpu", torch.float32) is None
 
-    def transposed_bias(q, k, v, bias, pad, scale, p):
-        return biased_attention(q, k, v, bias.transpose(-1, -2), pad, scale, p)
+    def transposed_bias(q, k, v, bias, pad, scale, p, **options):
+        return biased_attention(q, k, v, bias.transpose(-1, -2), pad, scale, p, **options)
 
-    def failing(*args):
+    def failing(*args, **options):
         raise RuntimeError("PassManager::run failed\nmore lines")
 
     assert triton_attention.self_check("cpu", torch.float32, transposed_bias).startswith("its output differs from")
