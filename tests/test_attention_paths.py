@@ -105,7 +105,7 @@ def test_choose_attention_path():
     # a learned bias: triton where it runs (CUDA, half precision), today's paths elsewhere
     assert choose_attention_path(cpu, True, 0.1, torch.bfloat16, learned_bias=True)[0] == "explicit"
     assert choose_attention_path(cuda, True, 0.1, torch.float32, learned_bias=True)[0] == "sdpa"  # fp32: IEEE
-    trusted = attend_module.triton_runs(cuda) and attend_module.triton_failure(cuda, torch.bfloat16) is None
+    trusted = attend_module.triton_runs(cuda) and attend_module.triton_failure(cuda, torch.bfloat16, dropout=True) is None
     want = "triton" if trusted else "sdpa"
     assert choose_attention_path(cuda, True, 0.1, torch.bfloat16, learned_bias=True)[0] == want
 
@@ -116,7 +116,8 @@ def test_auto_keeps_sdpa_for_heads_wider_than_the_kernels_tiles(monkeypatch):
     from tupe_core.kernels import triton_attention
 
     monkeypatch.setattr(triton_attention, "triton_available", lambda device: True)  # as on a GPU with Triton
-    monkeypatch.setitem(attend_module._TRITON_FAILURE, ("cuda", torch.bfloat16), None)  # ... where it passed its check
+    config = attend_module.triton_config("cuda", torch.bfloat16, per_sequence=False, dropout=True)
+    monkeypatch.setitem(attend_module._TRITON_FAILURE, config, None)  # ... where it passed its check
     cuda, widest = torch.device("cuda"), triton_attention.MAX_HEAD_DIM
     assert choose_attention_path(cuda, True, 0.1, torch.bfloat16, True, head_dim=widest)[0] == "triton"
     assert choose_attention_path(cuda, True, 0.1, torch.bfloat16, True, head_dim=widest + 1) == ("sdpa", "the default")
@@ -146,9 +147,16 @@ def test_auto_keeps_sdpa_when_the_kernel_failed_its_first_use_check(monkeypatch)
     from tupe_core.kernels import triton_attention
 
     monkeypatch.setattr(triton_attention, "triton_available", lambda device: True)
-    monkeypatch.setitem(attend_module._TRITON_FAILURE, ("cuda", torch.bfloat16), "CompilationError: out of resources")
+    config = attend_module.triton_config("cuda", torch.bfloat16, per_sequence=False, dropout=True)
+    monkeypatch.setitem(attend_module._TRITON_FAILURE, config, "its first-use check failed (CompilationError: out of "
+                        "resources)")
     path, why = choose_attention_path(torch.device("cuda"), True, 0.1, torch.bfloat16, learned_bias=True)
-    assert path == "sdpa" and why.endswith("first-use check, so SDPA: CompilationError: out of resources")
+    assert path == "sdpa" and why == ("not our Triton kernel for cuda bfloat16, shared bias, dropout on: its "
+                                      "first-use check failed (CompilationError: out of resources)")
+    # the other configurations are checked apart: without dropout, this one is not known to fail
+    monkeypatch.setitem(attend_module._TRITON_FAILURE, attend_module.triton_config("cuda", torch.bfloat16, False, False),
+                        None)
+    assert choose_attention_path(torch.device("cuda"), True, 0.0, torch.bfloat16, learned_bias=True)[0] == "triton"
 
 
 def test_block_path_per_forward_and_bad_names():
@@ -450,3 +458,104 @@ def test_the_path_table_says_what_each_path_does():
     assert {name for name, path in PATHS.items() if path.fused} == {"triton", "flex"}  # the kernels' paths
     with pytest.raises(ValueError, match=r"attention path must be one of \('sdpa', 'explicit', 'triton', 'flex'\)"):
         attend(q, k, v, None, 0.5, Dropout(0.0), "cudnn")
+
+
+# --- auto's fallback from our Triton kernel to SDPA at run time (fake kernels; no Triton needed) -------------
+
+
+@pytest.fixture
+def fresh_switches(monkeypatch):
+    """This process's record of auto's Triton configurations, empty for the test (and restored after)."""
+    pytest.importorskip("triton")
+    monkeypatch.setattr(attend_module, "_TRITON_FAILURE", {})
+    monkeypatch.setattr(attend_module, "_FINITE_SEEN", set())
+    return attend_module._TRITON_FAILURE
+
+
+def attention_inputs(nan: bool = False):
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 2, 6, 4, generator=g) for _ in range(3))
+    if nan:
+        q[0, 0, 0, 0] = float("nan")
+    pad = torch.zeros(2, 6, dtype=torch.bool)
+    pad[1, 4:] = True
+    return q, k, v, attention_mask(torch.randn(2, 6, 6, generator=g, requires_grad=True), pad, torch.float32)
+
+
+def test_auto_recomputes_a_failing_kernel_call_on_sdpa_and_records_the_switch(fresh_switches, monkeypatch, caplog,
+                                                                              tmp_path):
+    """A kernel that raises at run time (as a compile, tune or launch error would): auto's call is computed again on
+    SDPA (equal to SDPA's output without dropout), the configuration is switched for the process with one warning
+    line, later calls go to SDPA without trying the kernel; an explicit triton still raises. The switch travels in
+    the model's state dict: a fresh process state loading it takes SDPA for that configuration at once."""
+    from tupe_core.kernels import triton_attention
+
+    calls = []
+
+    def raising(*args, **kwargs):
+        calls.append(1)
+        raise RuntimeError("triton.runtime.errors.OutOfResources: shared memory\nmore lines")
+
+    monkeypatch.setattr(triton_attention, "biased_attention", raising)
+    q, k, v, mask = attention_inputs()
+    want, _ = attend(q, k, v, mask, SCALE, Dropout(0.0), "sdpa")
+    with caplog.at_level(logging.INFO, logger="tupe_core.attend"):
+        for _ in range(3):
+            got, weights = attend(q, k, v, mask, SCALE, Dropout(0.0), "triton", fall_back=True)
+            assert torch.equal(got, want) and weights is None
+    assert len(calls) == 1
+    config = attend_module.triton_config("cpu", torch.float32, per_sequence=False, dropout=False)
+    why = "it failed at run time (RuntimeError: triton.runtime.errors.OutOfResources: shared memory); this call ran again on SDPA"
+    assert fresh_switches == {config: why}
+    assert [r.getMessage() for r in caplog.records] == [
+        f"--tupe-attention auto: SDPA from now on for cpu float32, shared bias, dropout off: {why}"]
+    with pytest.raises(RuntimeError, match="OutOfResources"):
+        attend(q, k, v, mask, SCALE, Dropout(0.0), "triton")
+
+    dropout = Dropout(0.1).train()  # dropout on: another configuration, its recomputation's mask drawn anew
+    attend(q, k, v, mask, SCALE, dropout, "triton", fall_back=True)
+    assert fresh_switches[attend_module.triton_config("cpu", torch.float32, False, True)].endswith(
+        "this call ran again on SDPA (its dropout mask drawn anew)")
+
+    model = build("tupe_r_tiny")
+    state = model.state_dict()
+    record = attend_module.fallback_record()
+    assert [entry["why"] for entry in record] == [why, fresh_switches[attend_module.triton_config(
+        "cpu", torch.float32, False, True)]]
+    monkeypatch.setattr(attend_module, "_TRITON_FAILURE", {})  # as a new process that resumes from the checkpoint
+    assert "attention_fallback" not in build("tupe_r_tiny").state_dict()  # nothing switched, nothing recorded
+    fresh = build("tupe_r_tiny")
+    fresh.load_state_dict(state)  # fairseq's load (upgrade_state_dict_named takes the record)
+    assert attend_module._TRITON_FAILURE[config] == f"the checkpoint recorded: {why}"
+    calls.clear()
+    assert torch.equal(attend(q, k, v, mask, SCALE, Dropout(0.0), "triton", fall_back=True)[0], want)
+    assert calls == []  # SDPA at once
+    assert [e["why"] for e in attend_module.fallback_record()][0] == f"the checkpoint recorded: {why}"
+
+
+def test_auto_switches_on_a_non_finite_kernel_output_only_where_sdpas_is_finite(fresh_switches, monkeypatch):
+    """A kernel that returns NaN where SDPA on the same inputs is finite: the call is SDPA's, the configuration
+    switched. Inputs that make SDPA's output NaN too are not the kernel's fault: no switch."""
+    from tupe_core.kernels import triton_attention
+
+    monkeypatch.setattr(triton_attention, "biased_attention", lambda q, *args, **kwargs: torch.full_like(q, float("nan")))
+    q, k, v, mask = attention_inputs(nan=True)
+    got, _ = attend(q, k, v, mask, SCALE, Dropout(0.0), "triton", fall_back=True)
+    assert got.isnan().all() and fresh_switches == {}
+    q, k, v, mask = attention_inputs()
+    got, _ = attend(q, k, v, mask, SCALE, Dropout(0.0), "triton", fall_back=True)
+    assert torch.equal(got, attend(q, k, v, mask, SCALE, Dropout(0.0), "sdpa")[0])
+    assert list(fresh_switches.values()) == ["its output was not finite where SDPA's is; this call ran again on SDPA"]
+
+
+def test_data_parallel_ranks_take_every_switch_any_of_them_made(fresh_switches):
+    """What the ranks all-reduce at each update (tupe_roberta.agree_on_fallbacks): one flag per configuration auto can
+    take the kernel for; after the max, a rank that saw no failure switches too, and its choice then says why."""
+    rank0 = attend_module.fallback_flags(torch.device("cpu"))
+    attend_module.switch_to_sdpa(attend_module.triton_config("cuda", torch.bfloat16, True, True), "it failed")
+    rank1 = attend_module.fallback_flags(torch.device("cpu"))
+    assert rank0.tolist() == [0] * 8 and rank1.sum() == 1
+    fresh_switches.clear()  # rank 0's view
+    attend_module.take_fallback_flags(torch.maximum(rank0, rank1))
+    (config, why), = fresh_switches.items()
+    assert str(config) == "cuda bfloat16, per-sequence bias, dropout on" and why.startswith("another data-parallel")

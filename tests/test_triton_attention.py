@@ -242,14 +242,122 @@ def test_first_use_check_passes_the_kernel_and_catches_a_wrong_or_failing_one():
     by its error, in one line (what auto then logs before keeping SDPA)."""
     assert triton_attention.self_check("cpu", torch.float32) is None
 
-    def transposed_bias(q, k, v, bias, pad, scale, p):
-        return biased_attention(q, k, v, bias.transpose(-1, -2), pad, scale, p)
+    def transposed_bias(q, k, v, bias, pad, scale, p, **options):
+        return biased_attention(q, k, v, bias.transpose(-1, -2), pad, scale, p, **options)
 
-    def failing(*args):
+    def failing(*args, **options):
         raise RuntimeError("PassManager::run failed\nmore lines")
 
     assert triton_attention.self_check("cpu", torch.float32, transposed_bias).startswith("its output differs from")
     assert triton_attention.self_check("cpu", torch.float32, failing) == "RuntimeError: PassManager::run failed"
+
+
+# the training call the check copies: 4 sequences of 3 heads, T = 48 (a ragged key block of 64), head dim 16
+TRAINING_Q = torch.zeros(4, 3, 48, 16)
+
+
+def training_like(per_sequence: bool):
+    return TRAINING_Q, torch.zeros((4, 3, 48, 48) if per_sequence else (3, 48, 48))
+
+
+@interpreted
+@pytest.mark.parametrize("per_sequence", [False, True], ids=["shared", "per_sequence"])
+@pytest.mark.parametrize("dropout_p", [0.0, 0.1], ids=["no_dropout", "dropout"])
+def test_first_use_check_runs_the_configuration_training_runs(per_sequence, dropout_p, monkeypatch):
+    """The check of each (bias kind, dropout) configuration passes our kernel, at the training call's T and head dim,
+    its shared bias's gradient summed 2 sequences a dK/dV program (a last group of one); a kernel wrong only in that
+    configuration's part fails it: dropout drawn from another seed than the one the reference re-draws, or the
+    per-sequence biases handed to the wrong sequences."""
+    launched = []
+    real_backward = triton_attention.backward_launches
+
+    def spy(*args, **kwargs):
+        launches, grads = real_backward(*args, **kwargs)
+        launched.append((launches[1].grid, launches[1].args[-1]))  # the dK/dV grid and its sequences per program
+        return launches, grads
+
+    monkeypatch.setattr(triton_attention, "backward_launches", spy)
+    check = dict(per_sequence=per_sequence, dropout_p=dropout_p, like=training_like(per_sequence))
+    assert triton_attention.self_check("cpu", torch.float32, **check) is None
+    (grid, per_program), = launched
+    # T 48: one key block; 2 heads; the 3 sequences in 2 groups (2 + 1), or one program each for a per-sequence bias
+    assert grid == (1, 2, 3 if per_sequence else 2) and per_program == (1 if per_sequence else 2)
+
+    def other_seed(*args, **options):
+        draw_dropout_seed()  # the kernel draws the next seed, not the one the check re-draws for its reference
+        return biased_attention(*args, **options)
+
+    def sequences_swapped(q, k, v, bias, pad, scale, p, **options):
+        return biased_attention(q, k, v, bias.flip(0), pad, scale, p, **options)
+
+    if dropout_p and not per_sequence:
+        assert triton_attention.self_check("cpu", torch.float32, other_seed, **check).startswith("its output differs")
+    if per_sequence and not dropout_p:
+        assert triton_attention.self_check("cpu", torch.float32, sequences_swapped, **check).startswith(
+            "its output differs")
+
+
+@interpreted
+def test_first_use_check_takes_the_tiles_the_tuner_chose_for_the_training_call(monkeypatch):
+    """The check first asks the tuner for the tiles at the training call's full shape (so that the tuner, which keeps
+    one choice per T, never tunes at the check's small batch), then runs with the tiles it gave; a tuner that
+    raises fails the check, in one line."""
+    asked, chosen = [], replace(triton_attention.INTERPRETER_BLOCKS, forward_m=32, dq_m=32, dkdv_m=32)
+    ran_with = []
+    real_forward = triton_attention.forward_launch
+
+    def tuner(q, k, v, bias, pad, scale, dropout_p, bias_grad):
+        asked.append((tuple(q.shape), tuple(bias.shape), pad is not None, bias_grad))
+        return chosen
+
+    def forward(q, k, v, bias, pad, scale, dropout_p, seed, blocks):
+        ran_with.append(blocks)
+        return real_forward(q, k, v, bias, pad, scale, dropout_p, seed, blocks)
+
+    monkeypatch.setattr(triton_attention, "tuned_blocks", tuner)
+    monkeypatch.setattr(triton_attention, "forward_launch", forward)
+    assert triton_attention.self_check("cpu", torch.float32, like=training_like(False)) is None
+    assert asked == [((4, 3, 48, 16), (3, 48, 48), True, True), ((3, 2, 48, 16), (2, 48, 48), True, True)]
+    assert ran_with == [chosen]
+
+    def raising_tuner(*args):
+        raise RuntimeError("autotune: no candidate compiled\nmore")
+
+    monkeypatch.setattr(triton_attention, "tuned_blocks", raising_tuner)
+    assert triton_attention.self_check("cpu", torch.float32, like=training_like(False)) == (
+        "RuntimeError: autotune: no candidate compiled")
+
+
+@interpreted
+def test_a_configuration_whose_check_fails_runs_on_sdpa_with_the_reason(monkeypatch):
+    """auto's kernel call for a configuration that failed its check (a kernel reading the bias transposed) is never
+    made: the call runs on SDPA; a configuration that passed runs the kernel (the real one here)."""
+    from tupe_core import attend as attend_module
+    from tupe_core.attend import Dropout, attend, triton_failure
+    from tupe_core.masks import attention_mask
+
+    monkeypatch.setattr(attend_module, "_TRITON_FAILURE", {})
+    monkeypatch.setattr(attend_module, "_FINITE_SEEN", set())
+    calls = []
+
+    def transposed_bias(q, k, v, bias, pad, scale, p, **options):
+        calls.append(q.shape)
+        return biased_attention(q, k, v, bias.transpose(-1, -2), pad, scale, p, **options)
+
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 48, 16, generator=g) for _ in range(3))
+    mask = attention_mask(torch.randn(3, 48, 48, generator=g, requires_grad=True), None, torch.float32)
+    want, _ = attend(q, k, v, mask, SCALE, Dropout(0.0), "sdpa")
+    kernel, _ = attend(q, k, v, mask, SCALE, Dropout(0.0), "triton")
+    assert not torch.equal(kernel, want)  # the kernel's sums differ from SDPA's in their last bits
+    monkeypatch.setattr(triton_attention, "biased_attention", transposed_bias)
+    why = triton_failure(torch.device("cpu"), torch.float32, like=(q, mask.bias))
+    assert why.startswith("its first-use check failed (its output differs from the same math in fp32 torch by")
+    calls.clear()
+    got, _ = attend(q, k, v, mask, SCALE, Dropout(0.0), "triton", fall_back=True)
+    assert calls == [] and torch.equal(got, want)
+    with pytest.raises(AssertionError):  # an explicit --tupe-attention triton runs the kernel: here a wrong one
+        torch.testing.assert_close(attend(q, k, v, mask, SCALE, Dropout(0.0), "triton")[0], want)
 
 
 @interpreted

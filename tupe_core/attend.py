@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Callable, Dict, Optional, Set, Tuple
+from typing import Callable, Dict, List, Optional, Set, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -36,7 +36,32 @@ class Dropout(nn.Module):
 OLD_PATH_NAMES = {"reference": "explicit"}  # older args (checkpoints, scripts) still load
 logger = logging.getLogger(__name__)
 _SAID: Set[Tuple[str, str]] = set()  # (path, why) already logged by this process
-_TRITON_FAILURE: Dict[Tuple[str, torch.dtype], Optional[str]] = {}  # (device, dtype) -> triton_failure's answer
+
+
+@dataclass(frozen=True)
+class TritonConfig:
+    """What ``auto`` checks our Triton kernel for, and switches to SDPA: the device's type (every data-parallel
+    rank names it alike), the compute dtype, the bias kind and whether attention dropout is on."""
+
+    device: str  # "cuda"
+    dtype: str  # "bfloat16", "float16"
+    bias: str  # "shared" (H, T, T) or "per-sequence" (B, H, T, T)
+    dropout: bool
+
+    def __str__(self) -> str:
+        return f"{self.device} {self.dtype}, {self.bias} bias, dropout {'on' if self.dropout else 'off'}"
+
+
+def triton_config(device: torch.device, dtype: torch.dtype, per_sequence: bool, dropout: bool) -> TritonConfig:
+    return TritonConfig(torch.device(device).type, str(dtype).replace("torch.", ""),
+                        "per-sequence" if per_sequence else "shared", bool(dropout))
+
+
+# Every configuration ``auto`` can take the kernel for, in one order: the flags the data-parallel ranks agree on.
+AUTO_CONFIGS = tuple(TritonConfig("cuda", dtype, bias, dropout) for dtype in ("float16", "bfloat16")
+                     for bias in ("shared", "per-sequence") for dropout in (False, True))
+_TRITON_FAILURE: Dict[TritonConfig, Optional[str]] = {}  # config -> why it runs on SDPA (None: the kernel's checked)
+_FINITE_SEEN: Set[Tuple] = set()  # (config, B, T, padded): the kernel's output was finite there once
 
 
 def check_attention_path(attention_path: str) -> str:
@@ -67,36 +92,80 @@ def triton_runs(device: torch.device, head_dim: int = 0) -> bool:
 
 
 @torch.compiler.disable  # the check runs eagerly, once, also inside a compiled layer's first forward
-def triton_failure(device: torch.device, dtype: torch.dtype) -> Optional[str]:
-    """Why our Triton kernel is not trusted on ``device`` in ``dtype``: its first-use check
-    (``triton_attention.self_check``: a tiny batch against the same math in torch), run once per process,
-    device and dtype; None when it passed."""
-    key = (str(device), dtype)
-    if key not in _TRITON_FAILURE:
-        _TRITON_FAILURE[key] = fused_kernels("triton_attention").self_check(device, dtype)
-    return _TRITON_FAILURE[key]
+def triton_failure(device: torch.device, dtype: torch.dtype, per_sequence: bool = False, dropout: bool = False,
+                   like: Optional[Tuple[Tensor, Tensor]] = None) -> Optional[str]:
+    """Why our Triton kernel does not run for this configuration (``TritonConfig``): its first-use check failed
+    (``triton_attention.self_check``, run once per process and configuration, as training runs it: ``like`` is the
+    training call's (q, bias)), or it failed at run time (``triton_or_sdpa``), here or on another rank, or a
+    checkpoint recorded so (``take_fallback_record``); None when it passed its check."""
+    config = triton_config(device, dtype, per_sequence, dropout)
+    if config not in _TRITON_FAILURE:
+        kernels = fused_kernels("triton_attention")
+        failure = kernels.self_check(device, dtype, per_sequence=per_sequence,
+                                     dropout_p=kernels.CHECK_DROPOUT if dropout else 0.0, like=like)
+        _TRITON_FAILURE[config] = None if failure is None else f"its first-use check failed ({failure})"
+    return _TRITON_FAILURE[config]
 
 
 def choose_attention_path(device: torch.device, training: bool, dropout: float, dtype: torch.dtype = torch.float32,
-                          learned_bias: bool = False, head_dim: int = 64) -> Tuple[str, str]:
+                          learned_bias: bool = False, head_dim: int = 64, per_sequence: bool = False,
+                          like: Optional[Tuple[Tensor, Tensor]] = None) -> Tuple[str, str]:
     """What ``--tupe-attention auto`` takes for one forward, and why:
 
     * a bias that needs a gradient, fp16/bf16, Triton runs with heads of ``head_dim``: ``triton`` (SDPA would
       take its memory-efficient kernel, 3.4x its cuDNN time without a bias on an H100; docs/gpu.md), once the
-      kernel passed its first-use check on this device and dtype (``triton_failure``; else ``sdpa``, and why);
+      kernel passed its first-use check for this configuration (device, dtype, ``per_sequence`` bias or shared,
+      dropout on or off; ``triton_failure``, ``like``: this call's (q, bias)) and has not failed since (else
+      ``sdpa``, and why);
     * CPU, training with attention dropout: ``explicit`` (SDPA's fused CPU kernel has no dropout, so SDPA runs
       its unfused math path: the same ops plus a check for fully masked rows);
     * else ``sdpa`` (cuDNN/flash without a bias; fp32 keeps SDPA, whose fp32 matmuls are IEEE where Triton's
       dot products would run in TF32)."""
     if (learned_bias and dtype in (torch.float16, torch.bfloat16) and device.type == "cuda"
             and triton_runs(device, head_dim)):
-        failure = triton_failure(device, dtype)
+        on = training and dropout > 0
+        failure = triton_failure(device, dtype, per_sequence, on, like)
         if failure is None:
             return "triton", "a learned positional bias in half precision on CUDA"
-        return "sdpa", f"our Triton kernel failed its first-use check, so SDPA: {failure}"
+        return "sdpa", f"not our Triton kernel for {triton_config(device, dtype, per_sequence, on)}: {failure}"
     if device.type == "cpu" and training and dropout > 0:
         return "explicit", "CPU training with attention dropout"
     return "sdpa", "the default"
+
+
+def switch_to_sdpa(config: TritonConfig, why: str) -> None:
+    """Take SDPA for ``config`` for the rest of the process (``auto`` only), and say so once."""
+    if _TRITON_FAILURE.get(config) is None:
+        _TRITON_FAILURE[config] = why
+        logger.warning(f"--tupe-attention auto: SDPA from now on for {config}: {why}")
+
+
+def fallback_record() -> List[Dict[str, object]]:
+    """The configurations this process runs on SDPA although ``auto`` would take our kernel, and why: what a
+    checkpoint records (``tupe_plugin``'s model) so that a resumed run takes the same path."""
+    return [dict(vars(config), why=why) for config, why in sorted(_TRITON_FAILURE.items(), key=lambda kv: str(kv[0]))
+            if why is not None]
+
+
+def take_fallback_record(record: List[Dict[str, object]], source: str) -> None:
+    """Switch to SDPA every configuration of ``record`` (``fallback_record``'s), recorded by ``source``."""
+    for entry in record:
+        entry = dict(entry)
+        why = entry.pop("why")
+        switch_to_sdpa(TritonConfig(**entry), f"{source} recorded: {why}")
+
+
+def fallback_flags(device: torch.device) -> Tensor:
+    """(len(AUTO_CONFIGS),) int32 on ``device``: 1 where this process runs that configuration on SDPA (what the
+    data-parallel ranks reduce by max to agree: ``take_fallback_flags``)."""
+    return torch.tensor([_TRITON_FAILURE.get(c) is not None for c in AUTO_CONFIGS], dtype=torch.int32, device=device)
+
+
+def take_fallback_flags(flags: Tensor) -> None:
+    """Switch to SDPA every configuration flagged (by max over the ranks of ``fallback_flags``)."""
+    for config, flag in zip(AUTO_CONFIGS, flags.tolist()):
+        if flag:
+            switch_to_sdpa(config, "another data-parallel process switched it (its log says why)")
 
 
 def say_once(path: str, why: str) -> None:
@@ -162,6 +231,39 @@ def _triton(q: Tensor, k: Tensor, v: Tensor, mask: Optional[AttentionMask], scal
     return kernels.biased_attention(q, k, v, bias, pad, scaling, p), None
 
 
+@torch.compiler.disable  # eager: a failure is caught here, not inside a compiled graph
+def triton_or_sdpa(q: Tensor, k: Tensor, v: Tensor, mask: Optional[AttentionMask], scaling: float, p: float,
+                   dropout: nn.Module) -> Tuple[Tensor, Optional[Tensor]]:
+    """``auto``'s triton path: our kernel, unless it raises (compile, tune, launch) or, the first time a
+    configuration meets a (batch, length, padding), gives a non-finite output where SDPA on the same inputs is
+    finite; then SDPA computes this call again (with dropout, a mask drawn anew) and takes the configuration for
+    the rest of the process (``switch_to_sdpa``). A failure inside the backward is not caught here."""
+    per_sequence = mask is not None and mask.bias is not None and mask.bias.dim() == 4
+    config = triton_config(q.device, q.dtype, per_sequence, p > 0)
+    if _TRITON_FAILURE.get(config) is not None:
+        return _sdpa(q, k, v, mask, scaling, p, dropout)
+    shape = (config, q.size(0), q.size(2), mask is not None and mask.key_padding is not None)
+    try:
+        out, _ = _triton(q, k, v, mask, scaling, p, dropout)
+    except Exception as error:  # noqa: BLE001  (whatever the compiler, the tuner or the launch raises)
+        why = fused_kernels("triton_attention").one_line(error)
+    else:
+        if shape in _FINITE_SEEN:  # one host sync per new shape only
+            return out, None
+        if torch.isfinite(out).all():
+            _FINITE_SEEN.add(shape)
+            return out, None
+        sdpa_out, _ = _sdpa(q, k, v, mask, scaling, p, dropout)
+        if not torch.isfinite(sdpa_out).all():
+            return out, None  # not the kernel's doing: SDPA's is not finite either
+        switch_to_sdpa(config, "its output was not finite where SDPA's is; this call ran again on SDPA"
+                       + (" (its dropout mask drawn anew)" if p > 0 else ""))
+        return sdpa_out, None
+    switch_to_sdpa(config, f"it failed at run time ({why}); this call ran again on SDPA"
+                   + (" (its dropout mask drawn anew)" if p > 0 else ""))
+    return _sdpa(q, k, v, mask, scaling, p, dropout)
+
+
 def _flex(q: Tensor, k: Tensor, v: Tensor, mask: Optional[AttentionMask], scaling: float, p: float,
           dropout: nn.Module) -> Tuple[Tensor, Optional[Tensor]]:
     bias, pad = (None, None) if mask is None else (mask.bias, mask.key_padding)
@@ -180,7 +282,7 @@ FUSED = tuple(name for name, path in PATHS.items() if path.fused)
 
 def attend(
     q: Tensor, k: Tensor, v: Tensor, mask: Optional[AttentionMask], scaling: float, dropout: nn.Module,
-    attention_path: str,
+    attention_path: str, fall_back: bool = False,
 ) -> Tuple[Tensor, Optional[Tensor]]:
     """``dropout(softmax(q k^T * scaling + bias + padding)) v``, the one attention core of every block.
 
@@ -191,10 +293,13 @@ def attend(
     and the padding apart, dropout inside, the bias gradient summed over the batch inside), ``flex``
     (FlexAttention, the bias a score_mod; no dropout): these return (out, None). ``explicit``: the plain ops,
     returns (out, the (B, H, T, T) probabilities before dropout); under fp16/bf16 the softmax runs in float32 and
-    its result goes back to the compute dtype.
+    its result goes back to the compute dtype. ``fall_back`` (``auto``'s choice): ``triton`` falls back to SDPA
+    where the kernel fails (``triton_or_sdpa``); an explicit ``--tupe-attention triton`` fails loudly.
     """
     path = PATHS.get(attention_path)
     if path is None:
         raise ValueError(f"attention path must be one of {tuple(PATHS)}, got {attention_path!r}")
     p = dropout.p if dropout.training or dropout.apply_during_inference else 0.0
+    if fall_back and attention_path == "triton":
+        return triton_or_sdpa(q, k, v, mask, scaling, p, dropout)
     return path.run(q, k, v, mask, scaling, p, dropout)

@@ -74,14 +74,16 @@ class SelfAttention(nn.Module):
 
     def forward_path(self, x: Tensor, mask: Optional[AttentionMask] = None, need_weights: bool = False) -> str:
         """The attention path of this forward: ``explicit`` when the weights are asked for, else
-        ``attention_path``; ``auto`` decided from x's device and dtype, training mode, the attention dropout and
-        whether the mask's bias needs a gradient (said in the log once)."""
+        ``attention_path``; ``auto`` decided from x's (q's: (B, H, T, dh)) device and dtype, training mode, the
+        attention dropout and whether the mask's bias needs a gradient (said in the log once)."""
         if need_weights or self.attention_path == "explicit":
             return "explicit"
         if self.attention_path != "auto":
             return self.attention_path
-        path, why = choose_attention_path(x.device, self.training, self.dropout_module.p, x.dtype,
-                                          mask is not None and mask.learned_bias, self.head_dim)
+        learned = mask is not None and mask.learned_bias
+        path, why = choose_attention_path(x.device, self.training, self.dropout_module.p, x.dtype, learned,
+                                          self.head_dim, learned and mask.bias.dim() == 4,
+                                          (x, mask.bias) if learned else None)
         say_once(path, why)
         return path
 
@@ -103,7 +105,7 @@ class SelfAttention(nn.Module):
         path = self.forward_path(q, mask, need_weights)
         if not torch.compiler.is_compiling():  # what this forward took (benchmarks read it); no side effect in a graph
             self.last_path = path
-        out, weights = attend(q, k, v, mask, self.scaling, self.dropout_module, path)
+        out, weights = attend(q, k, v, mask, self.scaling, self.dropout_module, path, self.attention_path == "auto")
         out = out.permute(2, 0, 1, 3).reshape(T, B, C)
         return self.out_proj(out), weights
 

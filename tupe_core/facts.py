@@ -12,6 +12,9 @@ from typing import Any, Dict
 # in Python the record is ``model.variant_record`` and the decoded dataclass ``model.positional_variant``.
 RECORD_BUFFER = "variant"
 VARIANT_KEY = f"encoder.sentence_encoder.positions.{RECORD_BUFFER}"
+# A model's state dict holds this key (JSON as uint8) only where --tupe-attention auto switched a configuration of
+# our Triton kernel to SDPA in the run that saved it (attend.fallback_record): a resumed run starts so.
+ATTENTION_FALLBACK_KEY = "attention_fallback"
 # The encoder fields a size sets, in the order the model flags print them, and the sizes of the archs
 # ``<variant>_<size>`` (tupe_plugin/models/architectures.py registers them).
 SIZE_FIELDS = ("encoder_layers", "encoder_embed_dim", "encoder_attention_heads", "encoder_ffn_embed_dim")

@@ -220,11 +220,12 @@ def multiprocessors(device: torch.device) -> int:
 
 
 def backward_launches(q, k, v, bias, pad, out, dout, row_max, row_sum, keep, scale: float, dropout_p: float,
-                      bias_grad: bool, blocks: Blocks, sms: Optional[int] = None):
+                      bias_grad: bool, blocks: Blocks, sms: Optional[int] = None, group_size: Optional[int] = None):
     """The backward's two launches (dQ, then dK/dV, which reads the dQ kernel's Delta) and their outputs: dq, dk,
     dv in their input's dtype and the bias gradient: a shared bias's fp32 group sums (G, H, T, T)
     (``_sum_groups`` adds them), a per-sequence bias's (B, H, T, T) in its own dtype, or None. ``sms``: the SMs
-    the dK/dV grid is sized for (default: the device's)."""
+    the dK/dV grid is sized for (default: the device's); ``group_size``: the sequences a shared bias's dK/dV
+    program sums, instead of ``sequences_per_program``'s (the first-use check groups its small batch so)."""
     B, H, T, D = q.shape
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     delta = torch.empty_like(row_max)  # (B * H, T) fp32, written by the dQ kernel
@@ -247,7 +248,9 @@ def backward_launches(q, k, v, bias, pad, out, dout, row_max, row_sum, keep, sca
     key_blocks = triton.cdiv(T, blocks.dkdv_n)
     shared = bias_grad and bias.dim() == 3
     sms = multiprocessors(q.device) if sms is None else sms
-    per_program = sequences_per_program(B, key_blocks * H, sms, blocks.dkdv_per_sm) if shared else 1
+    per_program = 1
+    if shared:
+        per_program = group_size or sequences_per_program(B, key_blocks * H, sms, blocks.dkdv_per_sm)
     groups = triton.cdiv(B, per_program)
     dbias = None
     if bias_grad:  # fp32 group sums, or the per-sequence gradient in the bias's dtype; every entry is written
@@ -363,12 +366,12 @@ class BiasedAttention(torch.autograd.Function):
     """``biased_attention`` as an autograd function; ``seed`` is the dropout seed (``draw_dropout_seed``)."""
 
     @staticmethod
-    def forward(ctx, q, k, v, bias, pad, scale, dropout_p, seed):
+    def forward(ctx, q, k, v, bias, pad, scale, dropout_p, seed, group_size):
         blocks = tuned_blocks(q, k, v, bias, pad, scale, dropout_p, bias is not None and bias.requires_grad)
         launch, (out, row_max, row_sum, keep) = forward_launch(q, k, v, bias, pad, scale, dropout_p, seed, blocks)
         launch()
         ctx.save_for_backward(q, k, v, bias, pad, out, row_max, row_sum, keep)
-        ctx.scale, ctx.dropout_p, ctx.blocks = scale, dropout_p, blocks
+        ctx.scale, ctx.dropout_p, ctx.blocks, ctx.group_size = scale, dropout_p, blocks, group_size
         return out
 
     @staticmethod
@@ -376,13 +379,14 @@ class BiasedAttention(torch.autograd.Function):
         q, k, v, bias, pad, out, row_max, row_sum, keep = ctx.saved_tensors
         bias_grad = bias is not None and ctx.needs_input_grad[3]
         launches, (dq, dk, dv, dbias) = backward_launches(
-            q, k, v, bias, pad, out, dout, row_max, row_sum, keep, ctx.scale, ctx.dropout_p, bias_grad, ctx.blocks)
+            q, k, v, bias, pad, out, dout, row_max, row_sum, keep, ctx.scale, ctx.dropout_p, bias_grad, ctx.blocks,
+            group_size=ctx.group_size)
         for launch in launches:
             launch()
         dbias = _sum_groups(dbias, bias)
         if dbias is not None:
             dbias = dbias.to(bias.dtype)
-        return dq, dk, dv, dbias, None, None, None, None
+        return dq, dk, dv, dbias, None, None, None, None, None
 
 
 def draw_dropout_seed() -> int:
@@ -393,7 +397,7 @@ def draw_dropout_seed() -> int:
 
 def biased_attention(
     q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], key_padding_mask: Optional[Tensor], scale: float,
-    dropout_p: float, training: bool = True,
+    dropout_p: float, training: bool = True, group_size: Optional[int] = None,
 ) -> Tensor:
     """``dropout(softmax(q k^T * scale + bias + padding)) v``, fused; differentiable in q, k, v and bias.
 
@@ -403,13 +407,15 @@ def biased_attention(
     layout (``kernel_layout``), else copied into it first. key_padding_mask: (B, T) bool, True at padding, or
     None. Dropout (``dropout_p`` when ``training``) drops each probability with probability ``dropout_p``
     rounded to 1/256 (``effective_dropout``) and scales the kept ones by 1 / (1 - that), as F.dropout; its seed
-    comes from torch's default generator. Returns (B, H, T, D) in q's dtype, with q's strides.
+    comes from torch's default generator. ``group_size``: the sequences one dK/dV program sums for a shared bias's
+    gradient (default: ``sequences_per_program``'s, from the batch and the device). Returns (B, H, T, D) in q's
+    dtype, with q's strides.
     """
     _check(q, k, v, bias, key_padding_mask, dropout_p)
     p = float(dropout_p) if training else 0.0
     seed = draw_dropout_seed() if dropout_threshold(p) else 0
     pad = None if key_padding_mask is None else key_padding_mask.view(torch.uint8)  # the kernels read bytes
-    return BiasedAttention.apply(q, k, v, kernel_layout(bias), pad, float(scale), p, seed)
+    return BiasedAttention.apply(q, k, v, kernel_layout(bias), pad, float(scale), p, seed, group_size)
 
 
 def unpack_keep(keep: Tensor, B: int, H: int, T: int) -> Tensor:
@@ -437,33 +443,68 @@ def dropout_keep_mask(seed: int, B: int, H: int, T: int, dropout_p: float, devic
 # The first-use check's tolerance on max |x - ref| / max |ref| (ref: the same ops in fp32): a few roundings of
 # the dtype (bf16 keeps 8 mantissa bits, fp16 11); fp32 runs the products in TF32 on CUDA.
 CHECK_TOLERANCE = {torch.bfloat16: 3e-2, torch.float16: 5e-3, torch.float32: 2e-3}
+CHECK_DROPOUT = 0.1  # the check's dropout where its configuration has dropout (RoBERTa's attention dropout)
+CHECK_SEQUENCES, CHECK_HEADS, CHECK_GROUP = 3, 2, 2  # its batch: dK/dV sums 2 sequences a program, then 1
+CHECK_SHAPE = (80, 64)  # (T, head dim) without a training call to copy: a ragged key block of 64
 
 
-def self_check(device, dtype: torch.dtype, attention=None) -> Optional[str]:
-    """Run ``attention`` (``biased_attention``) once on a tiny batch (2 sequences, one right-padded, T = 80: a
-    ragged key block; 2 heads of 64; a learned (H, T, T) bias) against the same math in fp32 torch ops, forward and
-    backward. None when the output and the four gradients agree within ``CHECK_TOLERANCE``, else the reason in
-    one line (an exception, or what differs by how much). ``--tupe-attention auto`` runs it before it first trusts
-    the kernel in a process (``attend.triton_failure``)."""
+def one_line(error: BaseException) -> str:
+    """An exception as one line: its type and its message's first line."""
+    return f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}".strip()
+
+
+def self_check(device, dtype: torch.dtype, attention=None, per_sequence: bool = False, dropout_p: float = 0.0,
+               like: Optional[Tuple[Tensor, Tensor]] = None) -> Optional[str]:
+    """Run ``attention`` (default ``biased_attention``) once as training runs it, against the same math in fp32 torch
+    ops, forward and the four gradients; None when they agree within ``CHECK_TOLERANCE``, else why, in one line
+    (an exception, or what differs by how much). ``--tupe-attention auto`` runs it before it first takes the kernel
+    for a configuration (``attend.triton_failure``).
+
+    The configuration: a learned bias, (H, T, T) shared or (B, H, T, T) per sequence (``per_sequence``), and
+    ``dropout_p`` (0, or ``CHECK_DROPOUT``: the reference applies the kernel's own keep mask, drawn again from the
+    same seed by ``dropout_keep_mask``). ``like``: the training call's (q, bias); the check takes its T and head
+    dim, and first asks the tuner for the tiles at that call's full shape (``tuned_blocks``, which keeps its choice
+    per T, not per batch), so that the check's small batch runs the tiles training will. The batch:
+    ``CHECK_SEQUENCES`` sequences of ``CHECK_HEADS`` heads, the first right-padded from 3/4 of T, a shared bias's
+    gradient summed ``CHECK_GROUP`` sequences a dK/dV program (the grouped loop, and a last group of one). The
+    fp32 reference holds a few (3, 2, T, T) tensors: under 1 GiB up to T = 2048."""
     attention = biased_attention if attention is None else attention
+    T, D = CHECK_SHAPE if like is None else like[0].shape[2:]
+    B, H = CHECK_SEQUENCES, CHECK_HEADS
     g = torch.Generator().manual_seed(0)
-    B, H, T, D = 2, 2, 80, 64
-    leaves = [torch.randn(B, H, T, D, generator=g) for _ in range(3)] + [torch.randn(H, T, T, generator=g)]
+    leaves = [torch.randn(B, H, T, D, generator=g) for _ in range(3)]
+    leaves.append(torch.randn((B, H, T, T) if per_sequence else (H, T, T), generator=g))
     dout, pad = torch.randn(B, H, T, D, generator=g), torch.zeros(B, T, dtype=torch.bool)
-    pad[0, 60:] = True
-    with torch.enable_grad(), torch.autocast(torch.device(device).type, enabled=False):
+    pad[0, 3 * T // 4:] = True
+    keep = None
+    with torch.enable_grad(), torch.autocast(torch.device(device).type, enabled=False), \
+            torch.random.fork_rng(devices=[]):  # the check draws dropout seeds: training's draws stay as they were
         try:
+            if like is not None:  # the tiles for the training call's shape, with the check's padding (kept)
+                q_like, bias_like = like
+                tuned_blocks(q_like, q_like, q_like, kernel_layout(bias_like.detach()),
+                             torch.zeros(q_like.shape[0], T, dtype=torch.uint8, device=device), 0.125, dropout_p, True)
             inputs = [x.to(device, dtype).requires_grad_() for x in leaves]
             dout, pad = dout.to(device, dtype), pad.to(device)
-            out = attention(*inputs, pad, 0.125, 0.0)
+            if dropout_threshold(dropout_p):  # the seed biased_attention draws next, and the mask it gives
+                torch.manual_seed(0)
+                keep = dropout_keep_mask(draw_dropout_seed(), B, H, T, dropout_p, device)
+                kept = keep.float().mean().item()
+                if abs(kept - (1 - effective_dropout(dropout_p))) > 0.02:
+                    return f"its dropout keeps {kept:.3f} of the weights, not {1 - effective_dropout(dropout_p):.3f}"
+            torch.manual_seed(0)
+            out = attention(*inputs, pad, 0.125, dropout_p, group_size=CHECK_GROUP)
             got = [out, *torch.autograd.grad(out, inputs, dout)]
-        except Exception as error:  # whatever the compiler or the launch raises: the caller keeps SDPA
-            return f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}".strip()
+        except Exception as error:  # whatever the compiler, the tuner or the launch raises: the caller keeps SDPA
+            return one_line(error)
         ref_inputs = [x.detach().float().requires_grad_() for x in inputs]
         q, k, v, bias = ref_inputs
-        logits = torch.matmul(q * 0.125, k.transpose(-1, -2)) + bias
+        logits = torch.matmul(q * 0.125, k.transpose(-1, -2)) + bias  # (B, H, T, T)
         logits = logits.masked_fill(pad[:, None, None, :], torch.finfo(torch.float32).min / 2)
-        ref_out = torch.matmul(torch.softmax(logits, dim=-1), v)
+        weights = torch.softmax(logits, dim=-1)
+        if keep is not None:  # the kernel's own mask; kept weights scaled by 1 / (1 - p rounded to 1/256)
+            weights = weights * keep / (1 - effective_dropout(dropout_p))
+        ref_out = torch.matmul(weights, v)
         expected = [ref_out, *torch.autograd.grad(ref_out, ref_inputs, dout.float())]
     for name, x, ref in zip(("output", "dq", "dk", "dv", "dbias"), got, expected):
         error = ((x.float() - ref).abs().max() / ref.abs().max()).item()

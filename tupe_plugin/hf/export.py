@@ -24,7 +24,7 @@ import torch
 
 from tupe_common.io import atomic_dir, need
 from tupe_core.encoder_stack import ACTIVATIONS
-from tupe_core.facts import RECORD_BUFFER, VARIANT_KEY
+from tupe_core.facts import ATTENTION_FALLBACK_KEY, RECORD_BUFFER, VARIANT_KEY
 from tupe_core.record import PositionalVariant
 from tupe_core.registry import encodings
 from tupe_plugin_cli.checkpoint_record import data_dirs, find_dict
@@ -37,7 +37,8 @@ from .remote import CORE, MODEL_FILES, REMOTE, SHIPPED, exported_source
 TOKENIZER_FILES = ("tokenization_tupe.py",)
 ENCODER = "encoder.sentence_encoder."
 LM_HEAD = "encoder.lm_head."
-DROPPED = (ENCODER + "positions." + RECORD_BUFFER, ENCODER + "version")  # recorded in config.json instead
+DROPPED = (ENCODER + "positions." + RECORD_BUFFER, ENCODER + "version",  # recorded in config.json instead
+           ATTENTION_FALLBACK_KEY)  # a training run's record of its attention path, not a weight
 
 
 class ExportError(ValueError):

@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import argparse
+import json
 import logging
+import sys
 from dataclasses import fields
 
 import torch
@@ -13,9 +15,10 @@ from fairseq.utils import safe_getattr
 from omegaconf import OmegaConf
 
 from tupe_common.errors import UsageError
+from tupe_core import attend
 from tupe_core.attend import ATTENTION_PATHS, fused_kernels, triton_runs
 from tupe_core.encoder_stack import DEFAULT_HEAD_STYLE
-from tupe_core.facts import RECORD_BUFFER, VARIANT_KEY
+from tupe_core.facts import ATTENTION_FALLBACK_KEY, RECORD_BUFFER, VARIANT_KEY
 from tupe_core.record import PositionalVariant
 
 from ..modules.classification_head import HEAD_STYLES, build_classification_head
@@ -58,9 +61,41 @@ def check_attention_path_runs(args) -> None:
                      "--tupe-attention auto (triton where it runs) or sdpa")
 
 
+def _add_fallback_record(module, state_dict, prefix, local_metadata) -> None:
+    """State-dict hook: where ``--tupe-attention auto`` switched a configuration of our Triton kernel to SDPA in
+    this process, the state dict records which and why (``ATTENTION_FALLBACK_KEY``, JSON as uint8)."""
+    record = attend.fallback_record()
+    if record:
+        state_dict[prefix + ATTENTION_FALLBACK_KEY] = torch.tensor(list(json.dumps(record).encode()), dtype=torch.uint8)
+
+
+def agree_on_fallbacks(device: torch.device) -> None:
+    """With several data-parallel processes: every configuration that one of them switched to SDPA is switched in
+    all (a max over the ranks' ``attend.fallback_flags``); one process needs no collective."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is None or not dist.is_available() or not dist.is_initialized() or dist.get_world_size() == 1:
+        return
+    flags = attend.fallback_flags(device)
+    dist.all_reduce(flags, op=dist.ReduceOp.MAX)
+    attend.take_fallback_flags(flags)
+
+
 @register_model("tupe_roberta")
 class TupeRobertaModel(RobertaModel):
     """RoBERTa whose encoder takes the TUPE positional term; archs in ``architectures.py``."""
+
+    def __init__(self, args, encoder):
+        super().__init__(args, encoder)
+        self._register_state_dict_hook(_add_fallback_record)
+        self._agreed_at = None  # the update at which the ranks last agreed on the attention path
+
+    def set_num_updates(self, num_updates):
+        """fairseq calls it on every rank before each step: at each new update, the ranks agree on the
+        configurations ``auto`` runs on SDPA (``agree_on_fallbacks``), so that they all take the same path."""
+        super().set_num_updates(num_updates)
+        if num_updates != self._agreed_at:
+            self._agreed_at = num_updates
+            agree_on_fallbacks(next(self.parameters()).device)
 
     @staticmethod
     def add_args(parser):
@@ -133,6 +168,9 @@ class TupeRobertaModel(RobertaModel):
 
     def upgrade_state_dict_named(self, state_dict, name):
         super().upgrade_state_dict_named(state_dict, name)
+        record = state_dict.pop((name + "." if name else "") + ATTENTION_FALLBACK_KEY, None)
+        if record is not None:  # a run that resumes from it (or fine-tunes it) starts on the same path
+            attend.take_fallback_record(json.loads(bytes(record.tolist()).decode()), "the checkpoint")
         self.keep_discriminator(state_dict, name)
         check_dictionary(state_dict, name, self.encoder.sentence_encoder.embed_tokens.num_embeddings, self.args)
         key = (name + "." if name else "") + VARIANT_KEY
