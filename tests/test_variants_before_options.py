@@ -1,0 +1,61 @@
+"""Every registered variant builds, records, exports, runs and trains as it did when
+``tests/data/variants_before_options.pt`` was written (``tests/make_variant_fixtures.py``): the guard of the
+refactor that gives each encoding its own options. Exact: the refactor changes no number."""
+from __future__ import annotations
+
+from dataclasses import asdict
+
+import pytest
+import torch
+
+from conftest import ROOT
+from make_variant_fixtures import padded_batch, training_losses
+from model_utils import build
+from tupe_core.facts import VARIANT_KEY
+
+FIXTURE = ROOT / "tests" / "data" / "variants_before_options.pt"
+
+
+@pytest.fixture(scope="module")
+def before():
+    return torch.load(FIXTURE, map_location="cpu", weights_only=False)
+
+
+def variants():
+    return list(torch.load(FIXTURE, map_location="cpu", weights_only=False)["variants"])
+
+
+def test_the_fixture_holds_every_registered_variant(before):
+    from tupe_core.registry import VARIANTS
+
+    assert list(before["variants"]) == list(VARIANTS) and len(VARIANTS) == 18
+
+
+@pytest.mark.parametrize("name", variants())
+def test_a_variant_builds_the_same_parameters_runs_and_trains_the_same(name, before):
+    old = before["variants"][name]
+    model = build(f"{name}_tiny", max_positions=before["max_positions"], seed=0, **before["sizes"])
+    state = model.state_dict()
+    assert list(state) == list(old["state"])  # the same names, in the same order
+    for key, value in old["state"].items():
+        assert torch.equal(state[key], value), key
+    assert torch.equal(state[VARIANT_KEY], old["record"]) and model.positional_variant.name == name
+    assert asdict(model.positional_variant) == old["hf_config"]  # the HF export's config keys and values
+    assert torch.equal(before["tokens"], padded_batch())
+    with torch.no_grad():
+        features, _ = model(before["tokens"], features_only=True)
+    assert torch.equal(features, old["features"])
+    assert training_losses(model) == old["losses"]
+
+
+@pytest.mark.parametrize("name", ["tupe_r", "deberta_rel", "pam_window", "kerple"])
+def test_a_checkpoint_written_before_loads_strictly_with_the_same_features(name, before):
+    """A model of another seed takes the old state strictly and gives its features: the record and every
+    parameter name are read as written."""
+    old = before["variants"][name]
+    model = build(f"{name}_tiny", max_positions=before["max_positions"], seed=1, **before["sizes"])
+    model.load_state_dict(old["state"])
+    assert model.positional_variant.name == name
+    with torch.no_grad():
+        features, _ = model(before["tokens"], features_only=True)
+    assert torch.equal(features, old["features"])
