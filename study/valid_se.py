@@ -21,13 +21,13 @@ the same way with e_i = (bits_A,i - R_A masked_A,i) / M_A - (bits_B,i - R_B mask
 """
 from __future__ import annotations
 
-import json
 import math
 import os
 import statistics
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
+from tupe_common.io import read_json
 
 VALID_BLOCKS = "valid_blocks.json"
 MIN_BLOCKS = 5000  # below it, VALID_STEPS=0 validates on a split too small for differences of a few hundredths
@@ -66,14 +66,6 @@ def write_valid_blocks(c4_dir: str, data_dir: str, tokens_per_sample: int) -> di
     return record
 
 
-def _read(path: str) -> Optional[dict]:
-    try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return None
-
-
 def _valid_steps(out: str) -> Optional[int]:
     """VALID_STEPS as the study recorded it (OUT/settings.env), or None."""
     from study.settings import read_recorded
@@ -85,7 +77,7 @@ def _valid_steps(out: str) -> Optional[int]:
 def small_split_problem(out: str) -> Optional[str]:
     """The report's problem line when the study validates on the whole split (VALID_STEPS=0) and the split holds
     fewer than MIN_BLOCKS blocks (OUT/c4/valid_blocks.json); None otherwise, or when either is not recorded."""
-    record = _read(os.path.join(out, "c4", VALID_BLOCKS))
+    record = read_json(os.path.join(out, "c4", VALID_BLOCKS))
     if record is None or _valid_steps(out) != 0 or record["blocks"] >= MIN_BLOCKS:
         return None
     return (f"the held-out split holds {record['blocks']:,} blocks of {record['tokens_per_sample']} tokens "
@@ -134,7 +126,7 @@ def read_blocks(out: str, models) -> Dict[str, Dict[int, dict]]:
     found: Dict[str, Dict[int, dict]] = {}
     for v in models:
         for s in v.seeds:
-            record = _read(blocks_json(out, v.name, s.seed))
+            record = read_json(blocks_json(out, v.name, s.seed))
             if record is not None:
                 found.setdefault(v.name, {})[s.seed] = record
     return found
