@@ -428,6 +428,61 @@ def _within_noise_lines(variants: Sequence[Variant], columns: Sequence[str],
             "that fires in at most 5% of studies with no difference: " + "; ".join(cells) + "."] if cells else []
 
 
+def _finetune_lines(rows: List[Dict], columns: List[str], variants: List[Variant], intervals: List[Interval],
+                   noise: Dict[str, Tuple[float, str]]) -> List[str]:
+    """The fine-tuning section: the table of medians, how to read it, the seed noise and the differences."""
+    L = ["## Fine-tuning: median over seeds at the chosen LR (spread = max - min)", ""]
+    if columns:
+        several = [r for r in rows if r["downstream_avg_seed_spread"] is not None]
+        extra = " | average by pre-training seed" if several else ""
+        L += ["| variant | " + " | ".join(columns) + f" | average{extra} |", "|" + "---|" * (len(columns) + 2 + bool(several))]
+        for r in rows:
+            by_seed = ""
+            if several:
+                by_seed = " | —" if r["downstream_avg_seed_spread"] is None else " | " + ", ".join(
+                    f"{seed}: {float(x):.2f}" for seed, x in (p.split(":") for p in r["downstream_avg_by_seed"].split())
+                ) + f" (spread {r['downstream_avg_seed_spread']:.2f})"
+            L.append(f"| {r['variant']} | " + " | ".join(
+                f"{_f(r[f'{c}_median'], 2)} ± {_f(r[f'{c}_spread'], 2)}" for c in columns)
+                + f" | {_f(r['downstream_avg'], 2)}{by_seed} |")
+        L += ["", "Per model, per LR the median over the fine-tuning seeds, the LR with the best median (MNLI-mm at "
+              "MNLI-m's LR), as `glue.collect`; `± x`: the spread of those seeds' scores (pooled over pre-training "
+              "seeds); the average is the mean of the task medians (per pre-training seed, then the mean over them)."]
+        if several:
+            L += ["The spread of the average over pre-training seeds is what a comparison on one pre-training seed "
+                  "cannot see: " + ", ".join(f"{r['variant']} {r['downstream_avg_seed_spread']:.2f}" for r in several)
+                  + " points. A difference from one shared pre-training seed that is not larger than these can "
+                  "come from the pre-training seed alone."]
+        L += [""] + _within_noise_lines(variants, columns, noise)
+        L += ["", "### Downstream differences (exploratory), at the level of the pre-training seeds", ""] + _interval_lines(intervals, noise)
+    else:
+        L += ["No fine-tuning results.", ""]
+    return L
+
+
+def _locality_lines(rows: List[Dict], corr: List[Dict]) -> List[str]:
+    """The locality and symmetry section: the table, the correlations with and without the unfit variants."""
+    L = ["## Locality and symmetry (Chen et al. 2023) vs the downstream average", "",
+          "| variant | locality (pos) | symmetry (pos) | locality (attn) | symmetry (attn) | downstream avg |",
+          "|---|---|---|---|---|---|"]
+    for r in rows:
+        L.append(f"| {r['variant']} | {_f(r['loc_pos'])} | {_f(r['sym_pos'])} | {_f(r['loc_attn'])} | "
+                 f"{_f(r['sym_attn'])} | {_f(r['downstream_avg'], 2)} |")
+    L += [""] + _correlation_table([c for c in corr if not c["without"]])
+    corr_without = [c for c in corr if c["without"]]
+    if corr_without:
+        L += ["", f"Without the variants that failed their own sanity check ({corr_without[0]['without']}: less than "
+              "the preset's gap below the unigram baseline, above), whose downstream averages say little about "
+              "their encoding:", ""] + _correlation_table(corr_without)
+    L += ["", "`—`: undefined (fewer than 2 variants with both values, or one side constant; p needs 3). p: the "
+          "share of the pairings of the downstream averages with the variants whose |rho| reaches the observed "
+          "one (exact up to n = 7, else 20,000 random pairings), two-sided; it treats each variant's values as "
+          "exact, so the dev-set and seed noise of the averages comes on top. Exploratory, outside the declared "
+          "comparisons' family: the unadjusted p beside its Holm-adjusted one. With a handful of variants a "
+          "correlation is a description, not evidence: at n = 4 even |rho| = 1 has p = 1/12."]
+    return L
+
+
 def report_markdown(rows: List[Dict], columns: List[str], variants: List[Variant], total_updates: int,
                     unigram: Optional[float], min_gap: float, corr: List[Dict], loss_pairs: List[Paired],
                     intervals: List[Interval], drops: List[OrderDrop], problems: List[str], title: str,
@@ -482,51 +537,9 @@ def report_markdown(rows: List[Dict], columns: List[str], variants: List[Variant
     L += _paired_lines(loss_pairs, n_seeds, "loss", resolution) + sections.get("valid_se", [])  # none without its data
     L += _electra_lines(variants, rows, list(gen_pairs), resolution)
     L += ["## Longer inputs", ""] + _longer_lines(variants, rows)
-    L += ["## Fine-tuning: median over seeds at the chosen LR (spread = max - min)", ""]
-    if columns:
-        several = [r for r in rows if r["downstream_avg_seed_spread"] is not None]
-        extra = " | average by pre-training seed" if several else ""
-        L += ["| variant | " + " | ".join(columns) + f" | average{extra} |", "|" + "---|" * (len(columns) + 2 + bool(several))]
-        for r in rows:
-            by_seed = ""
-            if several:
-                by_seed = " | —" if r["downstream_avg_seed_spread"] is None else " | " + ", ".join(
-                    f"{seed}: {float(x):.2f}" for seed, x in (p.split(":") for p in r["downstream_avg_by_seed"].split())
-                ) + f" (spread {r['downstream_avg_seed_spread']:.2f})"
-            L.append(f"| {r['variant']} | " + " | ".join(
-                f"{_f(r[f'{c}_median'], 2)} ± {_f(r[f'{c}_spread'], 2)}" for c in columns)
-                + f" | {_f(r['downstream_avg'], 2)}{by_seed} |")
-        L += ["", "Per model, per LR the median over the fine-tuning seeds, the LR with the best median (MNLI-mm at "
-              "MNLI-m's LR), as `glue.collect`; `± x`: the spread of those seeds' scores (pooled over pre-training "
-              "seeds); the average is the mean of the task medians (per pre-training seed, then the mean over them)."]
-        if several:
-            L += ["The spread of the average over pre-training seeds is what a comparison on one pre-training seed "
-                  "cannot see: " + ", ".join(f"{r['variant']} {r['downstream_avg_seed_spread']:.2f}" for r in several)
-                  + " points. A difference from one shared pre-training seed that is not larger than these can "
-                  "come from the pre-training seed alone."]
-        L += [""] + _within_noise_lines(variants, columns, noise)
-        L += ["", "### Downstream differences (exploratory), at the level of the pre-training seeds", ""] + _interval_lines(intervals, noise)
-    else:
-        L += ["No fine-tuning results.", ""]
+    L += _finetune_lines(rows, columns, variants, intervals, noise)
     L += ["## Word-order sensitivity", ""] + _order_lines(drops)
-    L += ["## Locality and symmetry (Chen et al. 2023) vs the downstream average", "",
-          "| variant | locality (pos) | symmetry (pos) | locality (attn) | symmetry (attn) | downstream avg |",
-          "|---|---|---|---|---|---|"]
-    for r in rows:
-        L.append(f"| {r['variant']} | {_f(r['loc_pos'])} | {_f(r['sym_pos'])} | {_f(r['loc_attn'])} | "
-                 f"{_f(r['sym_attn'])} | {_f(r['downstream_avg'], 2)} |")
-    L += [""] + _correlation_table([c for c in corr if not c["without"]])
-    corr_without = [c for c in corr if c["without"]]
-    if corr_without:
-        L += ["", f"Without the variants that failed their own sanity check ({corr_without[0]['without']}: less than "
-              "the preset's gap below the unigram baseline, above), whose downstream averages say little about "
-              "their encoding:", ""] + _correlation_table(corr_without)
-    L += ["", "`—`: undefined (fewer than 2 variants with both values, or one side constant; p needs 3). p: the "
-          "share of the pairings of the downstream averages with the variants whose |rho| reaches the observed "
-          "one (exact up to n = 7, else 20,000 random pairings), two-sided; it treats each variant's values as "
-          "exact, so the dev-set and seed noise of the averages comes on top. Exploratory, outside the declared "
-          "comparisons' family: the unadjusted p beside its Holm-adjusted one. With a handful of variants a "
-          "correlation is a description, not evidence: at n = 4 even |rho| = 1 has p = 1/12."]
+    L += _locality_lines(rows, corr)
     L += _correlation_family_lines(corr) + ["", "## Missing parts and problems", ""]
     L += [f"- {p}" for p in problems] or ["- none"]
     L += [""] + list(run)
