@@ -155,7 +155,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--quick", action="store_true",
                     help=f"the short check (make gpu-check QUICK=1): sections {' '.join(QUICK_SECTIONS)}, T=512 with "
                     f"training's padding, {QUICK_BUDGET_S} s")
-    ap.add_argument("--sections", nargs="+", choices=NAMES, help="default: all (--quick: its four)")
+    ap.add_argument("--sections", nargs="+", choices=NAMES, help="default: all (--quick: its five)")
     ap.add_argument("--variants", nargs="+", default=[], metavar="VARIANT", help="registry names (default: all)")
     ap.add_argument("--budget-s", type=arg_type("num+"),
                     help=f"the whole check's time (default {BUDGET_S}; --quick {QUICK_BUDGET_S}; dry run {DRY_RUN_BUDGET_S})")
