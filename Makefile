@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test test-fast lint bench clean-demo study gpu-wheels gpu-check gpu-study-data gpu-study
+.PHONY: install demo test test-fast lint bench clean-demo study gpu-wheels gpu-check gpu-study-data gpu-study triton-toolchain
 
 $(STAMP): setup.py constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -44,6 +44,16 @@ bench: $(STAMP)
 # [PRESET=cpu-small VARIANTS="bert-a bert-r tupe-a tupe-r"]; see train_scripts/study.sh --help.
 study: $(STAMP)
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" train_scripts/study.sh
+
+# The second Triton toolchain (docs/gpu.md, "The kernels' compiled code"): the Triton a GPU machine's torch brings,
+# its version in bench/triton_toolchain.txt (its one place), installed without dependencies into its own ignored
+# folder, which bench/kernel_sass.py puts on PYTHONPATH to compile the kernels with it too (temporary name, then rename).
+SECOND_TRITON := $(shell sed -n '/^[0-9]/p' bench/triton_toolchain.txt)
+TOOLCHAIN_DIR := .toolchains/triton-$(SECOND_TRITON)
+triton-toolchain:
+	test -f $(TOOLCHAIN_DIR)/triton/__init__.py || { rm -rf $(TOOLCHAIN_DIR).tmp && \
+		$(PY) -m pip install -q --no-deps --target $(TOOLCHAIN_DIR).tmp triton==$(SECOND_TRITON) && \
+		mv $(TOOLCHAIN_DIR).tmp $(TOOLCHAIN_DIR); }
 
 # The GPU kit (docs/gpu.md). gpu-wheels, here with network: the wheels a GPU machine without network lacks, for
 # its Python (never torch), into WHEEL_DIR. gpu-check, there: installs them offline into GPU_SITE with that

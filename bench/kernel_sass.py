@@ -30,13 +30,22 @@ each layout a model passes, through ``kernel_layout``), compiles each for sm_90,
     python bench/kernel_sass.py --csv      # kernel,dropout,bias,padding,registers,...,realistic_ms rows
     python bench/kernel_sass.py --candidates   # each kernel's autotune list (triton_attention.*_TILES)
 
-Needs only triton (and torch); nothing runs on a device. Not a test: tests/test_kernel_sass.py checks the
-dropout budget, the registers and the realistic layer time it reports.
+Two toolchains: the table is compiled with this environment's Triton (the newest) and, once ``make
+triton-toolchain`` has installed it, with the second Triton toolchain (``SECOND_TRITON``: the Triton a GPU
+machine's torch brings, its version in ``bench/triton_toolchain.txt``), this same script in a subprocess whose
+PYTHONPATH puts that folder first; both run at once, and the report shows each toolchain's table and the two
+side by side (``--toolchain`` picks one). A kernel that spills under either fails: the script names it and exits
+1 (``--candidates``: this environment's Triton only).
+
+Needs only triton (and torch); nothing runs on a device. tests/test_kernel_sass.py checks the dropout budget,
+the registers and the realistic layer time it reports, and the second toolchain's table when it is installed.
 """
 from __future__ import annotations
 
 import argparse
 import collections
+import csv
+import io
 import math
 import os
 import re
@@ -45,11 +54,12 @@ import sys
 import tempfile
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tupe_plugin from this checkout
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # tupe_plugin from this checkout
 
 from tupe_core.kernels import triton_attention  # noqa: E402
 from tupe_common.tunables import arg_type  # noqa: E402
@@ -73,6 +83,9 @@ H100 = Card()
 # SDPA, one layer forward + backward, no bias, dropout 0.1, bf16, B32 H12 T512 D64, measured on an H100
 # (docs/benchmarks.md; which of cuDNN's or flash's kernel ran is not recorded: docs/gpu.md)
 SDPA_LAYER_MS = 0.566
+# The target of a biased layer: SDPA's with a bias that needs no gradient, dropout 0.1, bf16, base shape, H100
+# (docs/benchmarks.md: 0.738 ms); tests/test_kernel_sass.py and the GPU check's verdict section judge by it
+TARGET_LAYER_MS = 0.74
 CALIBRATION = dict(dropout=0.1, bias="none", padding=False)  # our kernels' configuration that SDPA_LAYER_MS matches
 REGISTERS_PER_SM, SHARED_PER_SM, WARPS_PER_SM = 65536, 227 * 1024, 64
 PHILOX_MULTIPLIERS = ("-0x2daee0ad", "-0x326172a9")  # 0xD2511F53, 0xCD9E8D57 as SASS prints them
@@ -84,7 +97,9 @@ BASE = dict(B=32, H=12, T=512, D=64)
 BIAS_KINDS = ("none", "shared", "per_sequence", "t5", "tupe_a")
 COLUMNS = ("kernel", "dropout", "bias", "padding", "registers", "spill_bytes", "shared_bytes", "blocks_per_sm",
            "instr_per_step", "philox_per_weight", "issue_ms", "outside_ms", "memory_ms", "memory_hbm_ms", "floor_ms",
-           "realistic_ms")
+           "realistic_ms", "triton")
+TOOLCHAIN_FILE = ROOT / "bench" / "triton_toolchain.txt"  # the second toolchain's version, its one place
+TOOLCHAINS = ROOT / ".toolchains"  # make triton-toolchain installs into .toolchains/triton-<version> (ignored by git)
 
 
 @dataclass
@@ -105,6 +120,14 @@ class Row:
     memory_hbm_ms: float
     floor_ms: float
     realistic_ms: Optional[float] = None
+    triton: str = ""  # the version of the Triton that compiled it
+
+
+def _from_csv(line: Dict[str, str]) -> Row:
+    """A row of ``--csv``'s output (another process's) back as a Row."""
+    types = {"kernel": str, "bias": str, "triton": str, "padding": lambda v: v == "True", "dropout": float,
+             "philox_per_weight": float}
+    return Row(**{k: None if v == "" else types.get(k, float if k.endswith("_ms") else int)(v) for k, v in line.items()})
 
 
 def compile_sm90(launch: "triton_attention.Launch"):
@@ -316,12 +339,54 @@ def realistic_factor(card: Card = H100) -> float:
     return SDPA_LAYER_MS / layer_rows(**CALIBRATION, card=card)[-1].floor_ms
 
 
-def rows(shape: Dict[str, int] = BASE, bias_kinds=BIAS_KINDS, paddings=(False, True), card: Card = H100
-         ) -> List[Row]:
+def rows(shape: Dict[str, int] = BASE, bias_kinds=BIAS_KINDS, paddings=(False, True), card: Card = H100,
+         dropouts=(0.0, 0.1)) -> List[Row]:
+    import triton
+
     factor = realistic_factor(card)
-    table = [row for dropout in (0.0, 0.1) for bias in bias_kinds for padding in paddings
+    table = [row for dropout in dropouts for bias in bias_kinds for padding in paddings
              for row in layer_rows(dropout, bias, padding, shape, card)]
-    return [_rounded(replace(r, realistic_ms=r.floor_ms * factor)) for r in table]
+    return [_rounded(replace(r, realistic_ms=r.floor_ms * factor, triton=triton.__version__)) for r in table]
+
+
+def second_triton() -> Tuple[str, Path]:
+    """The second Triton toolchain: (its version, from ``TOOLCHAIN_FILE``; the folder make triton-toolchain
+    installs it into)."""
+    lines = [x.strip() for x in TOOLCHAIN_FILE.read_text(encoding="utf-8").splitlines()]
+    version = next(x for x in lines if x and not x.startswith("#"))
+    return version, TOOLCHAINS / f"triton-{version}"
+
+
+def second_triton_installed() -> bool:
+    return (second_triton()[1] / "triton" / "__init__.py").is_file()
+
+
+def start_csv(argv: Sequence[str], with_second_triton: bool = False) -> subprocess.Popen:
+    """This script with ``--csv --toolchain this`` and ``argv`` in a subprocess (stdout and stderr piped), with
+    the second Triton toolchain first on its PYTHONPATH when asked (this environment's Triton otherwise); read
+    its rows with ``csv_rows``."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}  # compile, never interpret
+    if with_second_triton:
+        env["PYTHONPATH"] = os.pathsep.join([str(second_triton()[1])] + (
+            [env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    return subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--csv", "--toolchain", "this", *argv],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def csv_rows(process: subprocess.Popen, timeout: float = 900) -> List[Row]:
+    """The rows a ``start_csv`` process printed; RuntimeError with its stderr's end if it could not compile (a
+    spill alone, its exit status 1, still gives its rows)."""
+    out, err = process.communicate(timeout=timeout)
+    found = [_from_csv(line) for line in csv.DictReader(io.StringIO(out))]
+    if process.returncode not in (0, 1) or not found:
+        raise RuntimeError(f"kernel_sass in a subprocess: exit status {process.returncode}: {err.strip()[-2000:]}")
+    return found
+
+
+def spills(table: Sequence[Row]) -> List[str]:
+    """Each kernel of ``table`` that spills, named with its toolchain and configuration."""
+    return [f"triton {r.triton}: {r.kernel} dropout={r.dropout:g} bias={r.bias}{' padded' if r.padding else ''} "
+            f"({r.spill_bytes} bytes)" for r in table if r.spill_bytes]
 
 
 def _rounded(row: Row) -> Row:
@@ -350,7 +415,42 @@ def dropout_ratios(table: List[Row]) -> Dict[Tuple[str, str, bool], float]:
     """instr/step with dropout 0.1 over the same kernel without dropout, per (kernel, bias, padding)."""
     plain = {(r.kernel, r.bias, r.padding): r.instr_per_step for r in table if r.dropout == 0 and r.instr_per_step}
     return {(r.kernel, r.bias, r.padding): r.instr_per_step / plain[(r.kernel, r.bias, r.padding)]
-            for r in table if r.dropout > 0 and r.instr_per_step}
+            for r in table if r.dropout > 0 and r.instr_per_step and (r.kernel, r.bias, r.padding) in plain}
+
+
+def print_table(table: List[Row], shape: Dict[str, int], where: str) -> None:
+    factor = table[0].realistic_ms / table[0].floor_ms if table and table[0].floor_ms else realistic_factor()
+    print(f"triton {table[0].triton if table else '?'} ({where}): sm_90, bf16, B{shape['B']} H{shape['H']} "
+          f"T{shape['T']} D{shape['D']}; realistic = floor x {factor:.2f} (SDPA's measured {SDPA_LAYER_MS} ms / our "
+          "no-bias floor, base shape)")
+    header = ("kernel", "drop", "bias", "pad", "regs", "spill", "smem", "blk/SM", "instr/step", "philox/w",
+              "issue ms", "outside ms", "memory ms", "mem HBM ms", "floor ms", "realistic")
+    print("  ".join(f"{h:>10}" for h in header))
+    for r in table:
+        print("  ".join(f"{'' if c is None else c!s:>10}" for c in list(asdict(r).values())[:len(header)]))
+    by_kernel = collections.defaultdict(list)
+    for (kernel, _, _), ratio in dropout_ratios(table).items():
+        by_kernel[kernel].append(ratio)
+    if by_kernel:
+        print("\ninstr/step with dropout 0.1 / without:")
+    for kernel, values in by_kernel.items():
+        print(f"  {kernel}: {min(values):.3f} - {max(values):.3f}")
+
+
+def print_side_by_side(first: List[Row], second: List[Row]) -> None:
+    """The two toolchains' rows of each (kernel, dropout, bias, padding) on one line."""
+    a, b = first[0].triton, second[0].triton
+    other = {(r.kernel, r.dropout, r.bias, r.padding): r for r in second}
+    facts = ("registers", "spill_bytes", "instr_per_step", "realistic_ms")
+    print(f"\nSide by side: triton {a} | triton {b}")
+    print("  ".join(f"{h:>10}" for h in ("kernel", "drop", "bias", "pad"))
+          + "".join(f"  {h:>21}" for h in ("regs", "spill", "instr/step", "realistic ms")))
+    for r in first:
+        s = other.get((r.kernel, r.dropout, r.bias, r.padding))
+        cells = [f"{'' if getattr(r, f) is None else getattr(r, f)!s} | "
+                 f"{'' if s is None or getattr(s, f) is None else getattr(s, f)!s}" for f in facts]
+        print("  ".join(f"{c!s:>10}" for c in (r.kernel, r.dropout, r.bias, r.padding))
+              + "".join(f"  {c:>21}" for c in cells))
 
 
 def main(argv=None) -> int:
@@ -364,6 +464,11 @@ def main(argv=None) -> int:
                         help="bias kinds to compile (default: all)")
     parser.add_argument("--padding", nargs="+", type=int, choices=(0, 1), default=[0, 1],
                         help="without (0) and/or with (1) key padding (default: both)")
+    parser.add_argument("--dropout", nargs="+", type=float, choices=(0.0, 0.1), default=[0.0, 0.1],
+                        help="attention dropout 0 and/or 0.1 (default: both)")
+    parser.add_argument("--toolchain", choices=("both", "this", "second"), default="both",
+                        help="compile with this environment's Triton, the second Triton toolchain (make "
+                        "triton-toolchain), or both (default; this one alone while the second is not installed)")
     args = parser.parse_args(argv)
     os.environ.pop("TRITON_INTERPRET", None)
     try:
@@ -378,28 +483,49 @@ def main(argv=None) -> int:
         print(",".join(columns) if args.csv else "  ".join(f"{c:>14}" for c in columns))
         for row in found:
             print(",".join(str(row[c]) for c in columns) if args.csv else "  ".join(f"{row[c]!s:>14}" for c in columns))
-        return 0
-    table = rows(shape, args.bias, [bool(p) for p in args.padding])
+        spilled = [f"{r['kernel']} {r['tiles']} ({r['spill_bytes']} bytes)" for r in found if r["spill_bytes"]]
+        if spilled:
+            print(f"kernel_sass: FAILED: a kernel spills: {'; '.join(spilled)}", file=sys.stderr)
+        return 1 if spilled else 0
+    version, folder = second_triton()
+    second = None
+    if args.toolchain != "this":
+        if second_triton_installed():
+            second = start_csv(["--shape", *map(str, args.shape), "--bias", *args.bias, "--padding",
+                                *map(str, args.padding), "--dropout", *map(str, args.dropout)], with_second_triton=True)
+        elif args.toolchain == "second":
+            print(f"error: the second Triton toolchain (triton {version}) is not installed in {folder}: run `make "
+                  "triton-toolchain`", file=sys.stderr)
+            return 1
+        else:
+            print(f"kernel_sass: the second Triton toolchain (triton {version}) is not installed: `make "
+                  "triton-toolchain` installs it; this environment's Triton only", file=sys.stderr)
+    tables = []  # this environment's first, then the second toolchain's
+    if args.toolchain != "second":
+        tables.append(rows(shape, args.bias, [bool(p) for p in args.padding], dropouts=tuple(args.dropout)))
+    broken = None
+    if second is not None:
+        try:
+            tables.append(csv_rows(second))
+        except RuntimeError as e:
+            broken = f"the second Triton toolchain (triton {version}) did not compile the kernels: {e}"
     if args.csv:
         print(",".join(COLUMNS))
-        for row in table:
+        for row in (r for table in tables for r in table):
             print(",".join("" if v is None else str(v) for v in asdict(row).values()))
-        return 0
-    print(f"sm_90, bf16, B{shape['B']} H{shape['H']} T{shape['T']} D{shape['D']}; realistic = floor x "
-          f"{realistic_factor():.2f} (SDPA's measured {SDPA_LAYER_MS} ms / our no-bias floor, base shape)")
-    header = ("kernel", "drop", "bias", "pad", "regs", "spill", "smem", "blk/SM", "instr/step", "philox/w",
-              "issue ms", "outside ms", "memory ms", "mem HBM ms", "floor ms", "realistic")
-    print("  ".join(f"{h:>10}" for h in header))
-    for r in table:
-        print("  ".join(f"{'' if c is None else c!s:>10}" for c in asdict(r).values()))
-    print("\ninstr/step with dropout 0.1 / without:")
-    by_kernel = collections.defaultdict(list)
-    for (kernel, _, _), ratio in dropout_ratios(table).items():
-        by_kernel[kernel].append(ratio)
-    for kernel, values in by_kernel.items():
-        print(f"  {kernel}: {min(values):.3f} - {max(values):.3f}")
-    return 0
-
+    else:
+        for table, where in zip(tables, ["this environment"] * (args.toolchain != "second") + [
+                f"the second toolchain, {folder.relative_to(ROOT)}"]):
+            print_table(table, shape, where)
+            print()
+        if len(tables) == 2:
+            print_side_by_side(*tables)
+    spilled = spills([r for table in tables for r in table])
+    if spilled:
+        print(f"kernel_sass: FAILED: a kernel spills: {'; '.join(spilled)}", file=sys.stderr)
+    if broken:
+        print(f"kernel_sass: FAILED: {broken}", file=sys.stderr)
+    return 1 if spilled or broken else 0
 
 if __name__ == "__main__":
     sys.exit(main())

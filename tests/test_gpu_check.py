@@ -24,7 +24,8 @@ import gpu_wheels  # noqa: E402
 from gpu_check.attention import ERROR_COLUMNS  # noqa: E402
 from gpu_check.cuda_tests import pytest_counts  # noqa: E402
 from gpu_check.environment import peak_tflops  # noqa: E402
-from gpu_check.sections import NAMES, QUICK_SECTIONS  # noqa: E402
+from gpu_check.driver import QUICK_BUDGET_S  # noqa: E402
+from gpu_check.sections import BY_NAME, NAMES, QUICK_SECTIONS, SECTION_RESERVE_S, quick_estimate_s  # noqa: E402
 from gpu_check.settings import QUICK_VARIANTS, settings  # noqa: E402
 from gpu_check.sync import SYNC_STEPS  # noqa: E402
 from gpu_check.throughput import pretrain_command, throughput_log_facts, write_token_data  # noqa: E402
@@ -186,7 +187,8 @@ def numbers(rows, section: str, **match) -> dict:
 def test_dry_run_passes_every_section_and_reports_each(dry_run):
     p, report, rows = dry_run
     assert p.returncode == 0, report
-    assert NAMES == ("environment", "cuda_tests", "sdpa", "attention", "train", "throughput", "sync", "timing")
+    assert NAMES == ("environment", "cuda_tests", "sdpa", "attention", "verdict", "train", "throughput", "sync",
+                     "timing")
     for name in NAMES:
         assert f"| {name} | ok |" in report and f"## {name}" in report
     assert "Loss falls, overflow skips counted" in report
@@ -232,11 +234,11 @@ def test_dry_run_attention_times_every_path_and_checks_triton_against_float64(dr
             assert 0 < errors["explicit"][f"{column}_rel_error"] < 1e-5
 
 
-def test_quick_check_runs_its_four_sections_on_trainings_batches(tmp_path):
-    """--quick (make gpu-check QUICK=1): environment, attention, throughput and timing only; the attention table at
-    one length with training's padding in every bias layout (and the unpadded SDPA baseline its ratios divide
-    by), no FlexAttention; pretrain.sh's wps of RoBERTa and TUPE-R; the step ratios of the quick variants and of
-    TUPE-R at twice the length."""
+def test_quick_check_runs_its_five_sections_on_trainings_batches(tmp_path):
+    """--quick (make gpu-check QUICK=1): environment, attention, verdict, throughput and timing only; the attention
+    table at one length with training's padding in every bias layout (and the unpadded SDPA baseline its ratios
+    divide by), no FlexAttention; the verdict of TUPE-R's and DeBERTa's layers; pretrain.sh's wps of RoBERTa and
+    TUPE-R; the step ratios of the quick variants and of TUPE-R at twice the length."""
     p = cli("bench/gpu_check", "--out", str(tmp_path), "--dry-run", "--quick", timeout=1200)
     report = (tmp_path / "report.md").read_text(encoding="utf-8")
     assert p.returncode == 0, report
@@ -260,6 +262,20 @@ def test_quick_check_runs_its_four_sections_on_trainings_batches(tmp_path):
     length = quick.timing[0].length
     assert {v for v, setting in timing if setting == f"T={length} mlm"} == set(QUICK_VARIANTS)
     assert {v for v, setting in timing if setting == f"T={2 * length} mlm"} == {"bert_a", "tupe_r"}
+    import kernel_sass
+    import triton
+
+    assert values(rows, "environment")["triton"] == triton.__version__
+    estimate = {r.bias: r for r in kernel_sass.rows(bias_kinds=("shared", "per_sequence"), paddings=(True,),
+                                                    dropouts=(0.1,)) if r.kernel == "layer"}  # Triton's cache: fast
+    for name, kind in (("TUPE-R", "shared"), ("DeBERTa", "per_sequence")):  # measured in Triton's interpreter here
+        found = numbers(rows, "verdict", subject=name)
+        assert found["triton_ms"] > 0 and found["target_ms"] == kernel_sass.TARGET_LAYER_MS
+        assert found["realistic_ms"] == estimate[kind].realistic_ms and found["floor_ms"] == estimate[kind].floor_ms
+        assert values(rows, "verdict", subject=name)["tiles"].startswith("untuned: forward ")  # tuned on CUDA only
+    assert values(rows, "verdict", subject="triton") == {"version": triton.__version__, "self_check": "passed"}
+    assert values(rows, "verdict", subject="baseline")["sdpa_backend"] in ("math", "flash (CPU)")
+    assert "## verdict" in report and "| TUPE-R (learned bias) | " in report
 
 
 def test_dry_run_throughput_reads_fairseqs_wps_from_pretrain_sh(dry_run):
@@ -332,7 +348,69 @@ def test_a_failing_section_is_in_the_report_and_the_exit_status(tmp_path):
     assert (tmp_path / "gpu_check.csv").is_file()
 
 
+def test_the_quick_check_fits_its_budget_with_the_verdict():
+    """The quick sections' estimated seconds on an H100 (``Section.quick_s``, docs/gpu.md) and the driver's reserve
+    per section's process fit --quick's 240 s; the verdict runs before throughput and timing, which the budget cuts
+    first (timing takes what is left)."""
+    assert QUICK_SECTIONS == ("environment", "attention", "verdict", "throughput", "timing")
+    assert all(BY_NAME[name].quick_s > 0 for name in QUICK_SECTIONS)
+    assert quick_estimate_s() == sum(BY_NAME[n].quick_s for n in QUICK_SECTIONS) + len(QUICK_SECTIONS) * SECTION_RESERVE_S
+    assert quick_estimate_s() <= QUICK_BUDGET_S == 240
+    before_verdict = sum(BY_NAME[n].quick_s + SECTION_RESERVE_S for n in QUICK_SECTIONS[:QUICK_SECTIONS.index("verdict")])
+    assert before_verdict + BY_NAME["verdict"].limit_s <= QUICK_BUDGET_S  # its whole limit, even at the estimates
+
+
 # --- the parts the report is made of -------------------------------------------------------------------------------
+
+
+def _findings(**changed):
+    from gpu_check.verdict import Estimate, Findings
+
+    found = Findings(device="cuda:0", dtype="bfloat16", shape="B32 H12 T512 D64", triton="3.6.0", self_check=None,
+                     baseline_ms=0.5, baseline_backend="flash", backends_alone={"CUDNN_ATTENTION": "no (x)",
+                                                                                "FLASH_ATTENTION": "runs"},
+                     layer_ms={"TUPE-R": 0.8, "DeBERTa": 0.7}, sdpa_ms={"TUPE-R": 1.9, "DeBERTa": 2.0},
+                     tiles={"TUPE-R": "tuned: forward 64x64 w4", "DeBERTa": "tuned: forward 128x64 w8"},
+                     estimates={"TUPE-R": Estimate(0.4, 0.872), "DeBERTa": Estimate(0.5, 1.09)},
+                     estimate_shape="B32 H12 T512 D64")
+    for k, v in changed.items():
+        setattr(found, k, v)
+    return found
+
+
+def test_the_verdict_judges_each_layer_against_the_target_and_the_estimate():
+    """Measured numbers injected into the verdict's report: TUPE-R 0.8 ms misses 0.74 and the estimate 0.872 holds
+    it; DeBERTa 0.7 meets both; the recalibrated factor is SDPA's baseline over the no-bias floor the estimate's
+    factor implies (0.566 / 2.18 = 0.2596 ms)."""
+    from gpu_check.verdict import lines
+    from kernel_sass import SDPA_LAYER_MS
+
+    said, records, failures = lines(_findings())
+    text = "\n".join(said)
+    assert "| TUPE-R (learned bias) | 0.800 | misses (+0.060 ms, +8%) | 0.872 | meets (-0.072 ms, -8%) | 0.400 | 2.00 | " \
+           "1.900 | tuned: forward 64x64 w4 |" in text
+    assert "| DeBERTa (per_sequence bias) | 0.700 | meets (-0.040 ms, -5%) | 1.090 | meets (-0.390 ms, -36%) | 0.500 | " \
+           "1.40 |" in text
+    factor = 0.872 / 0.4
+    assert f"this card's factor is {0.5 / (SDPA_LAYER_MS / factor):.2f}" in text
+    assert "0.500 ms on **flash**" in text and "CUDNN_ATTENTION: no (x), FLASH_ATTENTION: runs" in text
+    assert "Triton 3.6.0; the kernel's first-use self-check on cuda:0 in bfloat16: **passed**." in text
+    by = {(subject, metric): value for subject, _, metrics in records for metric, value in metrics.items()}
+    assert by[("TUPE-R", "meets_target")] is False and by[("DeBERTa", "meets_target")] is True
+    assert by[("recalibration", "recalibrated_factor")] == pytest.approx(0.5 * factor / SDPA_LAYER_MS)
+    assert by[("baseline", "alone_flash_attention")] == "runs" and failures == []
+
+
+def test_the_verdict_fails_on_a_failed_self_check_a_missing_time_or_estimate():
+    from gpu_check.verdict import lines
+
+    said, _, failures = lines(_findings(self_check="its dq differs by 0.5", layer_ms={"TUPE-R": None, "DeBERTa": 0.7},
+                                        estimates={}, estimate_error="RuntimeError: no ptxas"))
+    text = "\n".join(said)
+    assert "**failed**: its dq differs by 0.5" in text and "(RuntimeError: no ptxas)" in text
+    assert "| TUPE-R (learned bias) | n/a | n/a | n/a | n/a | n/a | n/a |" in text and "Recalibration" not in text
+    assert failures == ["TUPE-R: the Triton path gave no time", "the Triton self-check failed: its dq differs by 0.5",
+                        "no realistic estimate: RuntimeError: no ptxas"]
 
 
 def test_pytest_summary_and_fairseq_log_are_read():

@@ -9,6 +9,10 @@ padding): dropout 0.1 adds at most 222 / 112 / 158 instructions per step to the 
 Every tile of the autotune lists compiles without spilling and leaves 8 registers of the 255. TUPE-R's layer
 (dropout 0.1, base shape) has a realistic time of at most 0.74 ms (SDPA's with a bias that needs no gradient).
 
+Two toolchains: the same table compiled with the second Triton toolchain (the Triton a GPU machine's torch brings,
+``make triton-toolchain``), in a subprocess beside this environment's compile, when it is installed; its tests skip
+and say so otherwise. A kernel that spills under either fails (the script's exit status 1).
+
 The table is compiled once per module, at the base shape (B32 H12 T512 D64: the times need it; compiling takes
 the same time at any shape): 27 distinct kernels (T5's and TUPE-A's views reach the kernels in the shared bias's
 layout, so Triton's cache answers them). With an empty Triton cache on 2 busy cores this module took 76 s (42 s
@@ -31,22 +35,57 @@ BIASED = ("shared", "per_sequence", "t5", "tupe_a")
 OVERHEAD = {"forward": 222, "dq": 112, "dkdv": 158}  # instructions per step that dropout 0.1 may add
 TUPE_R_RATIO = {"forward": 1.35, "dq": 1.25, "dkdv": 1.25}
 REGISTER_MARGIN = 8
-TARGET_LAYER_MS = 0.74  # SDPA, a bias that needs no gradient, dropout 0.1, H100 (docs/benchmarks.md: 0.738)
+
+
+sys.path.insert(0, str(REPO / "bench"))
+import kernel_sass  # noqa: E402
+
+SECOND, SECOND_FOLDER = kernel_sass.second_triton()
+TARGET_LAYER_MS = kernel_sass.TARGET_LAYER_MS  # SDPA, a bias that needs no gradient, dropout 0.1, H100
+NOT_INSTALLED = (f"the second Triton toolchain (triton {SECOND}) is not installed in {SECOND_FOLDER}: `make "
+                 "triton-toolchain` installs it")
+
+
+def _run(*args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    return subprocess.run([sys.executable, str(REPO / "bench" / "kernel_sass.py"), "--csv", *args], env=env,
+                          capture_output=True, text=True, timeout=900)
 
 
 def _bench(*args: str):
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    p = subprocess.run([sys.executable, str(REPO / "bench" / "kernel_sass.py"), "--csv", *args], env=env,
-                       capture_output=True, text=True, timeout=600)
+    p = _run(*args)
     assert p.returncode == 0, p.stderr[-3000:]
     return list(csv.DictReader(io.StringIO(p.stdout)))
 
 
-@pytest.fixture(scope="module")
-def table(starts_process):
-    """(kernel, dropout, bias, padding) -> the bench's row, every biased configuration at the base shape."""
-    found = _bench("--bias", *BIASED, "--padding", "0", "1")
+def _keyed(found):
     return {(r["kernel"], float(r["dropout"]), r["bias"], r["padding"] == "True"): r for r in found}
+
+
+@pytest.fixture(scope="module")
+def compiled(starts_process):
+    """The script's run over every biased configuration at the base shape: with this environment's Triton and,
+    when installed, the second toolchain (both at once); its exit status, stderr and rows."""
+    p = _run("--bias", *BIASED, "--padding", "0", "1")
+    return p.returncode, p.stderr, list(csv.DictReader(io.StringIO(p.stdout)))
+
+
+@pytest.fixture(scope="module")
+def table(compiled):
+    """(kernel, dropout, bias, padding) -> the row this environment's Triton compiled."""
+    import triton
+
+    _, stderr, found = compiled
+    assert found, stderr[-3000:]
+    return _keyed(r for r in found if r["triton"] == triton.__version__)
+
+
+@pytest.fixture(scope="module")
+def second_table(compiled):
+    """The same rows compiled by the second Triton toolchain; the test skips when it is not installed."""
+    if not kernel_sass.second_triton_installed():
+        pytest.skip(NOT_INSTALLED)
+    return _keyed(r for r in compiled[2] if r["triton"] == SECOND)
 
 
 def _steps(table, kernel, dropout, bias, padding) -> int:
@@ -86,6 +125,35 @@ def test_tupe_r_layer_is_realistically_within_the_target(table):
                                    f"{r['issue_ms']}, outside {r['outside_ms']}, memory {r['memory_ms']} ms")
 
 
+def test_the_second_toolchain_compiles_the_same_table_and_a_spill_fails_the_script(compiled, table, second_table):
+    """Every row again from the second toolchain, and the exit status 1 exactly when a kernel spills under either,
+    each such kernel named with its toolchain."""
+    returncode, stderr, found = compiled
+    assert second_table.keys() == table.keys() and {r["triton"] for r in found} == {table[k]["triton"] for k in table} | {SECOND}
+    spilled = [(r["triton"], k) for rows in (table, second_table) for k, r in rows.items() if k[0] != "layer"
+               and int(r["spill_bytes"])]
+    assert returncode == (1 if spilled else 0), stderr[-3000:]
+    for version, (kernel, dropout, bias, padding) in spilled:
+        assert f"triton {version}: {kernel} dropout={dropout:g} bias={bias}{' padded' if padding else ''} (" in stderr
+
+
+@pytest.mark.xfail(strict=True, reason="dK/dV spills 8 bytes with dropout 0.1 under the second toolchain (triton "
+                                       "3.6.0) today, at 255 registers (docs/gpu.md)")
+def test_no_kernel_spills_under_the_second_toolchain(second_table):
+    spilled = {k: int(r["spill_bytes"]) for k, r in second_table.items() if k[0] != "layer" and int(r["spill_bytes"])}
+    assert not spilled, f"triton {SECOND} spills: {spilled}"
+
+
+def test_the_make_target_and_the_script_read_one_version(starts_process):
+    """`make triton-toolchain` installs the version of bench/triton_toolchain.txt where the script looks for it."""
+    p = subprocess.run(["make", "-n", "triton-toolchain"], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert f"triton=={SECOND} " in p.stdout and f"mv {SECOND_FOLDER.relative_to(REPO)}.tmp {SECOND_FOLDER.relative_to(REPO)}" in p.stdout
+    assert kernel_sass.spills([kernel_sass.Row("dkdv", 0.1, "shared", True, 255, 8, 0, 2, 700, 0.0, *[0.0] * 5,
+                                               triton=SECOND)]) == [
+        f"triton {SECOND}: dkdv dropout=0.1 bias=shared padded (8 bytes)"]
+
+
 @pytest.fixture(scope="module")
 def candidates(starts_process):
     return _bench("--candidates")
@@ -116,9 +184,6 @@ def test_every_autotune_candidate_leaves_a_register_margin(candidates):
 @pytest.mark.parametrize("shape", [("0", "0", "0", "0"), ("32", "12", "-1", "64"), ("32", "x", "128", "64")])
 def test_a_shape_that_is_not_positive_is_a_usage_line(shape, capsys):
     """argparse's one line and exit 2, before any compilation (a zero was a ZeroDivisionError's traceback)."""
-    sys.path.insert(0, str(REPO / "bench"))
-    import kernel_sass
-
     with pytest.raises(SystemExit) as exited:
         kernel_sass.main(["--shape", *shape])
     bad = next(x for x in shape if x not in ("32", "12", "128", "64"))

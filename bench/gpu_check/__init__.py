@@ -11,6 +11,9 @@ of one is reported, the others run):
   float64; the SDPA kernels taken; the masks SDPA gets and a sequence of padding only.
 - ``attention``: one attention layer's core on every path (``sdpa``, ``explicit``, ``triton``, ``flex``) x bias x
   dropout x padding, timed, after the Triton path's errors against float64.
+- ``verdict``: TUPE-R's shared and DeBERTa's per-sequence bias (padded, dropout 0.1) on the Triton kernel against
+  0.74 ms and ``bench/kernel_sass.py``'s realistic estimate, with the SDPA baseline's backend, the Triton version,
+  the tiles and the self-check.
 - ``train``: a short real pre-training of ``tupe_r_base`` in fp16 (``fairseq-train``) and bf16
   (``fairseq-hydra-train``): the loss falls, overflow skips are counted.
 - ``throughput``: ``train_scripts/pretrain.sh`` itself on one GPU for RoBERTa, BERT-A and TUPE-R: fairseq's ``wps``
@@ -21,7 +24,7 @@ of one is reported, the others run):
 
 The whole check keeps to ``--budget-s`` (540 s, inside a borrowed machine's 10-minute command limit; docs/gpu.md
 gives each section's share); each section gets at most its ``limit_s`` and what is left. ``--quick`` (``make
-gpu-check QUICK=1``): environment, attention (T=512 with training's padding, no FlexAttention), throughput (RoBERTa
+gpu-check QUICK=1``): environment, attention (T=512 with training's padding, no FlexAttention), verdict, throughput (RoBERTa
 and TUPE-R) and timing (a few variants at T=512, TUPE-R at 1024) within 240 s, so that one short GPU loan also
 holds the GPU study. On a machine without CUDA it says so in one line and exits 1. ``--dry-run`` runs the same
 sections on CPU at tiny size (``settings.DRY_RUN``; one thread per process, the Triton kernels in Triton's

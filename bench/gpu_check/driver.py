@@ -17,7 +17,7 @@ import torch
 
 from .environment import card_name
 from .report import Result, result_path, write_report
-from .sections import BY_NAME, NAMES, QUICK_SECTIONS
+from .sections import BY_NAME, NAMES, QUICK_SECTIONS, SECTION_RESERVE_S
 from .settings import ROOT, settings
 from tupe_common.errors import message  # noqa: E402  (the checkout is on sys.path once .settings is imported)
 from tupe_common.io import need  # noqa: E402
@@ -101,7 +101,7 @@ def drive(args) -> int:
     for group in groups:
         t0 = time.time()
         per_section = DRY_RUN_LIMIT_S if args.dry_run else max(BY_NAME[n].limit_s for n in group)
-        limit = min(per_section * len(group), deadline - t0 - 15)
+        limit = min(per_section * len(group), deadline - t0 - SECTION_RESERVE_S)
         if limit < 20:
             for name in group:
                 done[name] = {"status": "failed", "lines": ["**failed**: not run, the time budget was spent"], "rows": []}
@@ -111,7 +111,8 @@ def drive(args) -> int:
             result_path(out, name).unlink(missing_ok=True)
         cmd = child_command(args, group, t0 + limit - 20, log)
         try:
-            interpreted = args.dry_run and "attention" in group  # Triton's interpreter on CPU, set before triton loads
+            # Triton's interpreter on CPU for the sections that run the kernel, set before triton loads
+            interpreted = args.dry_run and bool({"attention", "verdict"} & set(group))
             p = subprocess.run(cmd, capture_output=True, text=True, timeout=limit,
                                env=dict(env, TRITON_INTERPRET="1") if interpreted else env)
             crash = f"exit status {p.returncode}: {p.stderr[-2500:]}" if p.returncode else ""
@@ -154,7 +155,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--quick", action="store_true",
                     help=f"the short check (make gpu-check QUICK=1): sections {' '.join(QUICK_SECTIONS)}, T=512 with "
                     f"training's padding, {QUICK_BUDGET_S} s")
-    ap.add_argument("--sections", nargs="+", choices=NAMES, help="default: all (--quick: its four)")
+    ap.add_argument("--sections", nargs="+", choices=NAMES, help="default: all (--quick: its five)")
     ap.add_argument("--variants", nargs="+", default=[], metavar="VARIANT", help="registry names (default: all)")
     ap.add_argument("--budget-s", type=arg_type("num+"),
                     help=f"the whole check's time (default {BUDGET_S}; --quick {QUICK_BUDGET_S}; dry run {DRY_RUN_BUDGET_S})")

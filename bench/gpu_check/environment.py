@@ -1,4 +1,4 @@
-"""The environment section: versions (Python, torch, CUDA, cuDNN, fairseq), where fairseq and the plugin come
+"""The environment section: versions (Python, torch, CUDA, cuDNN, Triton, fairseq), where fairseq and the plugin come
 from, the card and its peak bf16 rate, and what the install from the wheel folder said."""
 from __future__ import annotations
 
@@ -30,6 +30,15 @@ def peak_tflops(name: str, override: Optional[float]) -> Optional[float]:
     return next((peak for key, peak in PEAK_BF16_TFLOPS if key in name), None)
 
 
+def triton_version() -> str:
+    """The Triton the machine's torch brings (bench/triton_toolchain.txt names it for bench/kernel_sass.py)."""
+    try:
+        import triton
+    except ImportError:
+        return "not installed"
+    return triton.__version__
+
+
 def run(r: Result, s: Settings, args) -> None:
     import fairseq
 
@@ -41,7 +50,7 @@ def run(r: Result, s: Settings, args) -> None:
     peak = peak_tflops(name, args.peak_tflops)
     facts = {
         "python": platform.python_version(), "torch": torch.__version__, "cuda": torch.version.cuda or "none",
-        "cudnn": str(torch.backends.cudnn.version()) if cuda else "none", "device": name,
+        "cudnn": str(torch.backends.cudnn.version()) if cuda else "none", "triton": triton_version(), "device": name,
         "capability": ".".join(map(str, torch.cuda.get_device_capability())) if cuda else "none",
         "fairseq": fairseq.__version__, "fairseq_from": str(Path(fairseq.__file__).parent.parent),
         "tupe_plugin_from": str(Path(tupe_plugin.__file__).parent.parent), "variants": str(len(VARIANTS)),
