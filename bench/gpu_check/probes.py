@@ -65,9 +65,9 @@ def attention_paths_taken():
     seen: List[str] = []
     real = attention.attend
 
-    def spy(q, k, v, mask, scaling, dropout, attention_path):
+    def spy(q, k, v, mask, scaling, dropout, attention_path, *rest, **options):
         seen.append(attention_path)
-        return real(q, k, v, mask, scaling, dropout, attention_path)
+        return real(q, k, v, mask, scaling, dropout, attention_path, *rest, **options)
 
     attention.attend = spy
     try:

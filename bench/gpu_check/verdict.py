@@ -108,8 +108,8 @@ def lines(f: Findings) -> Tuple[List[str], List[Tuple[str, str, Dict]], List[str
     alone = ", ".join(f"{name}: {said}" for name, said in f.backends_alone.items()) or "not tried"
     out.append(f"\nSDPA baseline (no bias, no padding, dropout {DROPOUT:g}): {ms(f.baseline_ms)} ms on **"
                f"{f.baseline_backend}** (the ATen op the profiler saw); each fused kernel alone: {alone}.")
-    out.append(f"\nTriton {f.triton}; the kernel's first-use self-check on {f.device} in {f.dtype}: "
-               + ("**passed**." if f.self_check is None else f"**failed**: {f.self_check}"))
+    out.append(f"\nTriton {f.triton}; the kernel's first-use check of both configurations (dropout on, this shape) "
+               f"on {f.device} in {f.dtype}: " + ("**passed**." if f.self_check is None else f"**failed**: {f.self_check}"))
     records.append(("baseline", f"bias=none dropout={DROPOUT:g}", dict(
         sdpa_ms=f.baseline_ms, sdpa_backend=f.baseline_backend,
         **{f"alone_{name.lower()}": said for name, said in f.backends_alone.items()})))
@@ -121,11 +121,22 @@ def lines(f: Findings) -> Tuple[List[str], List[Tuple[str, str, Dict]], List[str
     return out, records, failures
 
 
-def self_check_result(device: torch.device, dtype: torch.dtype) -> Optional[str]:
-    """The kernel's first-use self-check as ``auto`` runs it (None: passed), in this one place."""
+def self_check_result(device: torch.device, dtype: torch.dtype, batch: int, heads: int, length: int,
+                      head_dim: int) -> Optional[str]:
+    """The kernel's first-use check as ``auto`` runs it before training takes the kernel, for each configuration
+    (its bias kind, dropout on, training's shape: the tiles tuned for it): None when every one passed, else why,
+    per configuration."""
     from tupe_core.attend import triton_failure
 
-    return triton_failure(device, dtype)
+    q = torch.randn(batch, heads, length, head_dim, device=device, dtype=dtype)
+    failures = []
+    for name, (bias, _) in CONFIGURATIONS.items():
+        per_sequence = bias == "per_sequence"
+        like = torch.randn(*(batch,) * per_sequence, heads, length, length, device=device, dtype=dtype)
+        failure = triton_failure(device, dtype, per_sequence=per_sequence, dropout=True, like=(q, like))
+        if failure is not None:
+            failures.append(f"{name}: {failure}")
+    return "; ".join(failures) or None
 
 
 def backends_alone(device, dtype, s: Settings, batch: int) -> Dict[str, str]:
@@ -174,8 +185,8 @@ def run(r: Result, s: Settings, args) -> None:
         version = triton.__version__
     except ImportError:
         version = "not installed"
-    check = self_check_result(device, dtype)
     batch = max(1, s.attention_tokens // length)
+    check = self_check_result(device, dtype, batch, s.attention_heads, length, s.attention_head_dim)
     rows = attention_rows(device, dtype, [length], s.attention_heads, s.attention_head_dim, s.attention_tokens,
                           ("sdpa", "triton"), [bias for bias, _ in CONFIGURATIONS.values()], (DROPOUT,),
                           s.attention_warmup, s.attention_iters, (True,))
