@@ -69,7 +69,7 @@ sys.path.insert(0, str(ROOT))
 from study.settings import StudyConfig, UsageError, changed_settings, read, recorded_text, refusal  # noqa: E402
 from tupe_common.tunables import items  # noqa: E402
 from tupe_common.jobs import cores  # noqa: E402
-from tupe_common import process  # noqa: E402
+from tupe_common import fairseq_log, process  # noqa: E402
 from tupe_common.errors import RESUME_RUNS, exit_main  # noqa: E402
 
 DEFAULTS = {"VARIANTS": "bert-a tupe-r", "OBJECTIVES": "mlm", "GENERATOR_SIZE_DIVISOR": "4", "TASKS": "none"}
@@ -348,15 +348,12 @@ def plan_parts(env: Dict[str, str], after: Sequence[str]) -> Tuple[List[str], Li
     return [part_label(part) for part in parts], todo, rest
 
 
-_UPDATES = re.compile(r'"(?:train_)?num_updates": "?(\d+)')
-
-
 def updates_so_far(log: Path) -> int:
-    """The last update count a fairseq json log has printed (0 before its first line)."""
+    """The last update count a fairseq log's training lines have printed (0 before its first one)."""
     if not log.is_file():
         return 0
-    found = _UPDATES.findall(log.read_text(encoding="utf-8", errors="replace"))
-    return int(found[-1]) if found else 0
+    found = [s.update for s in fairseq_log.statistics(log) if not s.validation and s.update is not None]
+    return found[-1] if found else 0
 
 
 def train_log(out: Path, label: str) -> Path:
@@ -455,31 +452,23 @@ def report_seconds(log_text: str) -> float:
 # ---- 6: the time: loss against updates and GPU seconds ---------------------------------------------------------
 
 
-_STAMPED = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) \| ")
-_JSON_VALID = re.compile(r"\| valid \| (\{.*\})\s*$")
-_START = "| fairseq_cli.train | {"  # the configuration fairseq-train logs once at its start
-
-
 def log_times(log: Path) -> Tuple[Optional[float], Optional[float], Dict[int, Tuple[float, float]]]:
     """From a pre-training's fairseq log (its own clock, in seconds since the epoch): the start of its last
     fairseq-train (the configuration line), its last logged line, and {update: (validation loss, time)} of the
     validations that run logged. (None, None, {}) before fairseq has started."""
     start = last = None
     valid: Dict[int, Tuple[float, float]] = {}
-    text = log.read_text(encoding="utf-8", errors="replace") if log.is_file() else ""
-    for line in text.splitlines():
-        m = _STAMPED.match(line)
-        if not m:
+    for line in fairseq_log.lines(log) if log.is_file() else ():
+        t = fairseq_log.stamp(line)
+        if t is None:
             continue
-        t = datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S").timestamp()
         last = t
-        if _START in line:
+        if fairseq_log.START in line:
             start, valid = t, {}  # a resumed run: its own validations from here
             continue
-        v = _JSON_VALID.search(line)
-        if v:
-            stats = json.loads(v.group(1))
-            valid[int(float(stats["valid_num_updates"]))] = (float(stats["valid_loss"]), t)
+        stats = fairseq_log.stats_of(line)
+        if stats is not None and stats.kind == "valid" and stats.update is not None and "loss" in stats.values:
+            valid[stats.update] = (float(stats.values["loss"]), t)  # type: ignore[arg-type]
     return start, last, valid
 
 
@@ -589,25 +578,16 @@ def write_loss_seconds(out: Path, rows: Sequence[Dict[str, object]]) -> None:
 # ---- 6: the budget ------------------------------------------------------------------------------------------------
 
 
-_JSON = re.compile(r"\| (train_inner|train|valid) \| (\{.*\})\s*$")
-
-
 def pretrain_facts(log: Path) -> Dict[str, float]:
     """From a pre-training's fairseq json log: updates, tokens (each epoch's mean tokens per update, fairseq's
     ``wpb``, times its updates) and the median of fairseq's own tokens per second over the logged intervals."""
     updates, tokens, wps = 0, 0.0, []
-    text = log.read_text(encoding="utf-8", errors="replace") if log.is_file() else ""
-    for line in text.splitlines():
-        m = _JSON.search(line)
-        if not m:
-            continue
-        stats = json.loads(m.group(2))
-        if m.group(1) == "train_inner" and "wps" in stats:
-            wps.append(float(stats["wps"]))
-        elif m.group(1) == "train" and "train_num_updates" in stats:
-            now = int(float(stats["train_num_updates"]))
-            tokens += float(stats["train_wpb"]) * (now - updates)  # a resumed run starts from its checkpoint's count
-            updates = now
+    for stats in fairseq_log.statistics(log) if log.is_file() else ():
+        if stats.kind == "train_inner" and "wps" in stats.values:
+            wps.append(float(stats.values["wps"]))  # type: ignore[arg-type]
+        elif stats.kind == "train" and stats.update is not None:
+            tokens += float(stats.values["wpb"]) * (stats.update - updates)  # type: ignore[arg-type]  # a resumed run starts from its checkpoint's count
+            updates = stats.update
     return {"updates": updates, "tokens": tokens, "wps": statistics.median(wps) if wps else 0.0}
 
 

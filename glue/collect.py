@@ -33,7 +33,6 @@ import csv
 import json
 import math
 import os
-import re
 import statistics
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -42,6 +41,7 @@ from glue.finetune import RUN_FOLDER
 from glue.published import COLUMNS, COMPARE, SOURCE, TABLE1
 from glue.tasks import (METRIC, PAPER_LRS, PAPER_SEEDS, TASKS, GlueTask, custom_task, get_task,  # noqa: F401 (METRIC)
                         table_columns)
+from tupe_common import fairseq_log
 from tupe_common.errors import UsageError, exit_main
 from tupe_common.glue_selection import column_lr
 from tupe_common.io import atomic_open, atomic_path, need
@@ -83,10 +83,6 @@ class Run:
 # Reading runs
 # --------------------------------------------------------------------------------------------
 
-_SIMPLE_RE = re.compile(r"valid[ _]on '([^']+)' subset \| (.*)$")
-_JSON_RE = re.compile(r"(?:\| (\S+) \||\]\[(\S+)\]\[\w+\] -) (\{.*\})\s*$")
-
-
 def _as_float(value) -> Optional[float]:
     try:
         x = float(value)
@@ -111,26 +107,9 @@ def parse_validations(path: str, metric: str) -> List[Validation]:
         if x is not None:
             found.append(Validation(subset, None if n is None else int(n), x))
 
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for line in f:
-            m = _SIMPLE_RE.search(line)
-            if m:
-                pairs = (kv.strip().split(" ", 1) for kv in m.group(2).split(" | "))
-                stats = {kv[0]: kv[1] for kv in pairs if len(kv) == 2}
-                if metric in stats:
-                    seen(m.group(1), stats[metric], stats.get("num_updates"))
-                continue
-            m = _JSON_RE.search(line)
-            if m:
-                subset = m.group(1) or m.group(2)
-                if subset.startswith("train"):
-                    continue
-                try:
-                    stats = json.loads(m.group(3))
-                except json.JSONDecodeError:
-                    continue
-                if f"{subset}_{metric}" in stats:
-                    seen(subset, stats[f"{subset}_{metric}"], stats.get(f"{subset}_num_updates"))
+    for stats in fairseq_log.statistics(path):
+        if not stats.kind.startswith("train") and metric in stats.values:
+            seen(stats.kind, stats.values[metric], stats.values.get("num_updates"))
     return found
 
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 import csv
 import json
 import os
-import re
 import statistics
 from collections import Counter
 from dataclasses import dataclass, field
@@ -25,6 +24,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from study.timings import part_times
+from tupe_common import fairseq_log
 from tupe_common.glue_selection import select_columns
 from tupe_common.mmap_index import token_dtype
 
@@ -32,51 +32,30 @@ from tupe_common.mmap_index import token_dtype
 # Pre-training: validation curve and unigram baseline
 # --------------------------------------------------------------------------------------------
 
-_JSON_VALID = re.compile(r"\| valid \| (\{.*\})\s*$")
-_SIMPLE_VALID = re.compile(r"valid on 'valid' subset \| (.*)$")
-
-
 ELECTRA_KEYS = ("gen_loss", "disc_loss", "gen_acc", "disc_acc", "disc_recall", "replace_rate")  # tupe_plugin/criterions/electra.py
 
 
 def is_validation_line(line: str) -> bool:
     """Whether a line of a fairseq log (json or simple format) is a validation of subset ``valid``."""
-    return bool(_JSON_VALID.search(line) or _SIMPLE_VALID.search(line))
+    return fairseq_log.kind_of(line) == "valid"
 
 
 def parse_valid_curves(log_path: str, keys: Sequence[str] = ("loss",)) -> Dict[str, Dict[int, float]]:
     """{key: {num_updates: value}} of subset ``valid`` in a fairseq log (json or simple format), for each of
-    ``keys`` (``loss``; ELECTRA's ``gen_loss``, ``disc_loss``, ...).
+    ``keys`` (``loss``; ELECTRA's ``gen_loss``, ``disc_loss``, ...); a value that is not finite is kept (the report
+    names its run).
 
     A resumed run repeats a validation in the same log: the last line for an update count wins.
     """
     curves: Dict[str, Dict[int, float]] = {k: {} for k in keys}
-    with open(log_path, encoding="utf-8", errors="replace") as f:
-        for line in f:
-            m = _JSON_VALID.search(line)
-            if m:
-                try:
-                    raw = json.loads(m.group(1))
-                    stats = {k[len("valid_"):]: v for k, v in raw.items() if k.startswith("valid_")}
-                    update = raw["valid_num_updates"]
-                except (json.JSONDecodeError, KeyError, AttributeError):
-                    continue
-            else:
-                m = _SIMPLE_VALID.search(line)
-                if not m:
-                    continue
-                pairs = (kv.strip().split(" ", 1) for kv in m.group(1).split(" | "))
-                stats = {kv[0]: kv[1] for kv in pairs if len(kv) == 2}
-                update = stats.get("num_updates")
+    for stats in fairseq_log.statistics(log_path):
+        if stats.kind != "valid" or stats.update is None:
+            continue
+        for k in keys:
             try:
-                u = int(float(update))
-            except (TypeError, ValueError):
+                curves[k][stats.update] = float(stats.values[k])  # type: ignore[arg-type]
+            except (KeyError, TypeError, ValueError):
                 continue
-            for k in keys:
-                try:
-                    curves[k][u] = float(stats[k])
-                except (KeyError, ValueError):
-                    continue
     return {k: dict(sorted(c.items())) for k, c in curves.items()}
 
 

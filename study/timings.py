@@ -11,10 +11,11 @@ Plain Python: the GPU study reads it before its machine has numpy (bench/gpu_stu
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 from datetime import datetime, timezone
 from typing import List, NamedTuple
+
+from tupe_common import fairseq_log
 
 STAMP = "%Y-%m-%dT%H:%M:%SZ"
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -64,9 +65,6 @@ def part_times(out: str) -> List[PartTime]:
     return found
 
 
-LOG_TIME = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\b")  # fairseq's log line: "2026-12-02 15:48:54 | INFO | ..."
-
-
 def logged_seconds(log: str) -> int:
     """The seconds a log's timestamped lines span, summed over each run of consecutive timestamped lines: the
     sittings of a pre-training, each opened by its launcher's untimed settings lines, so the time between a kill
@@ -75,20 +73,15 @@ def logged_seconds(log: str) -> int:
     if not os.path.isfile(log):
         return 0
     total, first, last = 0.0, None, None
-    with open(log, encoding="utf-8", errors="replace") as f:
-        for line in f:
-            m = LOG_TIME.match(line)
-            if not m:
-                if first is not None:
-                    total += last - first
-                first = last = None
-                continue
-            try:
-                t = datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S").timestamp()
-            except ValueError:
-                continue
-            first = t if first is None else first
-            last = t
+    for line in fairseq_log.lines(log):
+        t = fairseq_log.stamp(line)
+        if t is None:
+            if first is not None:
+                total += last - first
+            first = last = None
+            continue
+        first = t if first is None else first
+        last = t
     if first is not None:
         total += last - first
     return round(total)
