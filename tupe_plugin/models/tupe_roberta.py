@@ -17,11 +17,11 @@ from omegaconf import OmegaConf
 from tupe_common.errors import UsageError
 from tupe_core import attend
 from tupe_core.attend import ATTENTION_PATHS, fused_kernels, triton_runs
-from tupe_core.encoder_stack import DEFAULT_HEAD_STYLE
+from tupe_core.encoder_stack import DEFAULT_HEAD_STYLE, HEAD_STYLES
 from tupe_core.facts import ATTENTION_FALLBACK_KEY, RECORD_BUFFER, VARIANT_KEY
 from tupe_core.record import PositionalVariant
 
-from ..modules.classification_head import HEAD_STYLES, build_classification_head
+from ..modules.classification_head import build_classification_head
 from ..modules.encoder import TupeTransformerEncoder
 from .batch_check import check_target_batch_size
 from .checkpoint_checks import check_dictionary

@@ -16,7 +16,7 @@ from fairseq.models.roberta.model import RobertaClassificationHead
 from fairseq.utils import safe_getattr
 from torch import Tensor, nn
 
-from tupe_core.encoder_stack import DEFAULT_HEAD_STYLE
+from tupe_core.encoder_stack import DEFAULT_HEAD_STYLE, HEAD_STYLES
 
 
 class ReleaseClassificationHead(RobertaClassificationHead):
@@ -28,10 +28,9 @@ class ReleaseClassificationHead(RobertaClassificationHead):
         return self.out_proj(self.dropout(x))  # (B, classes)
 
 
-HEAD_STYLES: Dict[str, Type[RobertaClassificationHead]] = {
-    "release": ReleaseClassificationHead,
-    "roberta": RobertaClassificationHead,
-}
+# the fairseq class of each of tupe_core's HEAD_STYLES (the exported model's heads are the same two styles)
+HEAD_CLASSES: Dict[str, Type[RobertaClassificationHead]] = dict(zip(HEAD_STYLES, (ReleaseClassificationHead,
+                                                                                 RobertaClassificationHead)))
 
 
 def head_style(args) -> str:
@@ -44,7 +43,7 @@ def head_style(args) -> str:
 
 def build_classification_head(args, num_classes: int, inner_dim: int = None) -> nn.Module:
     """The head of ``args``' style with the constructor arguments fairseq's RoBERTa uses."""
-    return HEAD_STYLES[head_style(args)](
+    return HEAD_CLASSES[head_style(args)](
         input_dim=args.encoder_embed_dim,
         inner_dim=inner_dim or args.encoder_embed_dim,
         num_classes=num_classes,
