@@ -4,6 +4,7 @@ saying what stopped it and how to resume, and exit 128 + the signal's number; th
 study.sh --lanes, pretrain.sh) are walked through the same stop with real runs."""
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -129,9 +130,11 @@ def test_sigterm_saves_the_update_it_finished_and_the_rerun_resumes_from_it(lm_b
 
 
 def test_sigterm_with_several_processes_names_the_checkpoint_the_rerun_resumes_from(lm_bin, tmp_path):
-    """pretrain.sh with 2 processes (torchrun), SIGTERM to every process of the job as scancel sends it, after a few
-    checkpoints: the ranks end as they are (no agreed update to finish), rank 0 says once at which update and from
-    which checkpoint a rerun resumes, no process is left, and the saved checkpoint holds that update."""
+    """pretrain.sh with 2 processes (torchrun, which pretrain.py starts and waits for), SIGTERM to every process of
+    the job as scancel sends it, after a few checkpoints: the ranks end as they are (no agreed update to finish),
+    rank 0 says once at which update and from which checkpoint a rerun resumes, torchrun prints no traceback of the
+    signal, pretrain.sh's last line names that checkpoint, exit 143, no process is left, SAVE_DIR's lock is
+    released, and the saved checkpoint holds that update."""
     import torch
 
     save = tmp_path / "ckpt"
@@ -145,18 +148,25 @@ def test_sigterm_with_several_processes_names_the_checkpoint_the_rerun_resumes_f
                                                        "".join(out)), 180, "no checkpoint saved")
     assert p.poll() is None, p.stderr.read()[-3000:]
     procs = tree(p.pid)
-    os.killpg(p.pid, signal.SIGTERM)  # scancel: every process of the job
+    assert any("train_scripts.torchrun" in " ".join(c.cmdline()) for c in procs)  # a child, not exec'd
+    for pid in [p.pid] + [c.pid for c in procs]:  # scancel: every process of the job
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
     err = p.stderr.read()
     p.wait(60)
     reader.join(10)
-    assert p.returncode != 0
     said = re.findall(r"fairseq-train: error: stopped by SIGTERM at update (\d+) \(several processes end as they "
                       rf"are\): rerun the same command to resume from {save}/checkpoint_last.pt at update (\d+)",
                       err + "".join(out))
     assert len(said) == 1, err[-3000:]
     reached, resume = map(int, said[0])
     assert resume <= reached and resume % 3 == 0
+    assert p.returncode == 143, err[-3000:]
+    assert "Traceback" not in err + "".join(out), err[-3000:]
+    assert err.rstrip().splitlines()[-1] == (f"pretrain.sh: error: stopped by SIGTERM; rerun the same command to "
+                                             f"resume from {save}/checkpoint_last.pt at update {resume}")
     assert_gone(procs)
+    assert not (save / ".run.lock").exists()  # its holder, alive to the end, released it
     state = torch.load(save / "checkpoint_last.pt", map_location="cpu", weights_only=False)
     assert state["optimizer_history"][-1]["num_updates"] == resume
 

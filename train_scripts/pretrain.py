@@ -24,7 +24,7 @@ from typing import ClassVar, Dict, List, Mapping, Optional, Sequence, Tuple
 from tupe_common import tunables
 from tupe_common.errors import UsageError, exit_main
 from tupe_common.jobs import cuda_device_count, with_repo_path
-from tupe_common.lock import RunLock, folder_lock, handed_to_exec, hold
+from tupe_common.lock import RunLock, folder_lock, handed_to_children, handed_to_exec, hold
 from tupe_common.pretrain_recipe import recipe
 from tupe_common.tunables import Say, Settings, setting
 
@@ -457,9 +457,62 @@ def usage() -> str:
             f"Environment (default, meaning):\n{tunables.usage_rows(PretrainConfig.tunables())}")
 
 
+def supervise(run: Run, cmd: List[str], environ: Dict[str, str]) -> int:
+    """Run torchrun's command as a child (``train_scripts/torchrun.py``: torch's torchrun, whose stop is its exit
+    status, not a traceback) and wait for it: its exit status. A stop (SIGTERM from scancel or kill, Ctrl-C's SIGINT)
+    is passed on to torchrun, which ends the ranks (rank 0 says at which update, tupe_plugin/graceful_stop.py);
+    once they ended, the last line says what stopped the run and the checkpoint the rerun resumes from, and the
+    exit status is 128 + the signal's number (``tupe_common.process``). This process stays the holder of SAVE_DIR's
+    lock (its heartbeat thread lives on) and releases it at the end, a stop's included."""
+    from tupe_common import process
+
+    argv = [sys.executable, "-m", "train_scripts.torchrun", *cmd[1:]]
+    try:
+        return process.run(argv, env=environ, preexec_fn=_ends_with_parent())
+    except process.Stopped as stop:  # the ranks and torchrun ended (or were killed after the grace)
+        sys.stdout.flush()
+        say_to_stderr(f"error: stopped by {stop.name}; {resume_from(run)}")
+        return stop.status
+
+
+def resume_from(run: Run) -> str:
+    """How a rerun of a stopped run resumes: from checkpoint_last.pt at its update, when there is one."""
+    from train_scripts.check_resume import LAST, num_updates
+
+    path = os.path.join(run.config.SAVE_DIR, LAST)
+    if not os.path.isfile(path):
+        return "no checkpoint was saved yet: rerun the same command to start the run again"
+    done = num_updates(path)
+    if done is None:  # a save cut short: check_resume.py takes the newest intact checkpoint
+        return f"rerun the same command to resume from the newest intact checkpoint in {run.config.SAVE_DIR}"
+    return f"rerun the same command to resume from {path} at update {done}"
+
+
+def _ends_with_parent():
+    """A ``preexec_fn``: the child gets SIGTERM when this process dies (Linux's PR_SET_PDEATHSIG), so a ``kill -9``
+    of pretrain.sh leaves no torchrun training on without the holder of its lock. Elsewhere: None."""
+    import ctypes
+    import ctypes.util
+    import signal
+
+    try:
+        prctl = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def set_death_signal() -> None:
+        prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # the parent died before the call
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return set_death_signal
+
+
 def main(argv: Optional[Sequence[str]] = None, environ: Mapping[str, str] = os.environ) -> int:
     """pretrain.sh: settings from the environment, arguments appended to fairseq-train's; replaces this process
-    with the command (so the launcher's signals reach it)."""
+    with the command (fairseq-train, srun: so the launcher's signals reach it), or, for torchrun, runs it as a child
+    and waits (:func:`supervise`)."""
     from preprocess.c4_data import DataError
     from preprocess.c4_data import log as data_log
 
@@ -490,11 +543,14 @@ def main(argv: Optional[Sequence[str]] = None, environ: Mapping[str, str] = os.e
             return 0
         sys.stdout.flush()
         sys.stderr.flush()
+        child = {**tunables.child_environ(environ, PretrainConfig.names()),  # fairseq reads none of pretrain.sh's
+                 **launch_environment(run)}
+        if run.launcher == "torchrun":
+            return supervise(run, cmd, handed_to_children(run.lock, child))
         # the pid, and so SAVE_DIR's lock, stays; fairseq-train's plugin keeps it (tupe_plugin/run_lock.py)
-        child = tunables.child_environ(environ, PretrainConfig.names())  # fairseq reads none of pretrain.sh's
-        os.execvpe(cmd[0], cmd, handed_to_exec(run.lock, {**child, **launch_environment(run)}))
+        os.execvpe(cmd[0], cmd, handed_to_exec(run.lock, child))
     finally:
-        run.lock.release()  # reached only when no exec happened
+        run.lock.release()  # reached when no exec happened: torchrun's run ended, or nothing to do
 
 
 if __name__ == "__main__":
