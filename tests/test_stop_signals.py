@@ -56,6 +56,34 @@ def test_a_stop_ends_every_job_and_its_children_with_one_line(tmp_path, sig):
     assert_gone(procs)
 
 
+# A process forked after the stop handlers were installed (a multiprocessing pool's worker) busy in C code that never
+# looks at Python's signal flags: here a sum over 10**12 ones, as a worker blocked in the task queue's sem_wait is
+# when the signal came just before the wait (the C4 binarizer's pool then hung in Pool.terminate()'s join).
+FORKED_CHILD = """
+import itertools, os, signal, sys, time
+from tupe_common import process
+process.install_stop_handlers()
+r, w = os.pipe()
+pid = os.fork()
+if pid == 0:
+    os.write(w, b"x")
+    sum(itertools.repeat(1, 10 ** 12))
+    os._exit(0)
+os.read(r, 1)
+os.kill(pid, signal.SIGTERM)
+_, status = os.waitpid(pid, 0)
+print(os.WIFSIGNALED(status) and os.WTERMSIG(status))
+"""
+
+
+def test_a_forked_child_ends_on_the_signal_even_inside_c_code():
+    """The stop signals have their default action back in a forked child: SIGTERM ends it at once, also while it
+    runs C code (a Python handler would wait for that code to return: here hours)."""
+    p = subprocess.run([sys.executable, "-c", FORKED_CHILD], capture_output=True, text=True, timeout=60,
+                       env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert p.returncode == 0 and p.stdout.strip() == str(int(signal.SIGTERM)), (p.stdout, p.stderr)
+
+
 def test_the_orphans_of_a_child_reaped_during_the_stop_are_ended_too():
     """A child that ends at the signal and is reaped (its lane's wait) before the stop ends the children: what it
     left behind (a background job that ignores SIGINT outlives its shell) was forgotten with it and kept running
