@@ -44,7 +44,7 @@ class PretrainConfig(Settings):
 
     VARIANT: str = setting('auto', "positional variant: a name of 'tupe-checkpoint-info --list-variants' (tupe-r, bert-a, rope, alibi, ...; tupe_r is read as tupe-r; auto: ARCH's, else tupe-r)", recorded=True, skip_unrecorded=True)
     OBJECTIVE: str = setting('mlm', 'mlm (RoBERTa masked LM) or electra (replaced-token detection, ELECTRA-Base defaults: docs/electra.md)', 'mlm/electra', recorded=True, objective="electra")
-    SIZE: str = setting('base', 'base, large or tiny (tests)')
+    SIZE: str = setting('auto', "base, large or tiny (tests); auto: ARCH's size, else base")
     ARCH: str = setting('auto', "fairseq --arch, a registered one: VARIANT_SIZE (auto), or tupe_roberta_SIZE (TUPE-R); with VARIANT, of that variant", recorded=True)
     DATA: str = setting('', 'fairseq data dir(s), colon-separated, or a folder with data_path.txt (required)')
     SAVE_DIR: str = setting('auto', 'checkpoints; reruns resume from its checkpoint_last.pt (auto: checkpoints/ARCH, electra: checkpoints/ARCH_electra)')
@@ -175,7 +175,7 @@ def plan(config: PretrainConfig, environ: Mapping[str, str] = os.environ, extra:
         if c.SAVE_DIR == "auto" else c.SAVE_DIR
     save_dir = os.path.realpath(save_dir)  # every rank and every resubmission writes the same place
     resolved = dataclasses.replace(
-        c, VARIANT=variant, ARCH=arch, GPUS=n_gpus, NPROC_PER_NODE=nproc, UPDATE_FREQ=update_freq, MASTER_PORT=port,
+        c, VARIANT=variant, ARCH=arch, SIZE=arch_size(arch) or c.SIZE, GPUS=n_gpus, NPROC_PER_NODE=nproc, UPDATE_FREQ=update_freq, MASTER_PORT=port,
         MASTER_ADDR=(first_slurm_node(environ) or "127.0.0.1") if c.MASTER_ADDR == "auto" else c.MASTER_ADDR,
         LR=defaults["LR"].value if c.LR is None else c.LR,
         TOTAL_UPDATES=defaults["TOTAL_UPDATES"].value if c.TOTAL_UPDATES is None else c.TOTAL_UPDATES,
@@ -199,20 +199,20 @@ FAIRSEQ_ARCH = "fairseq"  # the VARIANT recorded for an ARCH of fairseq's own (r
 
 def variant_and_arch(c: PretrainConfig) -> Tuple[str, str]:
     """VARIANT and ARCH of ``c``, agreeing (UsageError otherwise, before anything is written): ARCH=auto is
-    VARIANT_SIZE (VARIANT=auto: tupe-r); a given ARCH must be registered (the closest names are said) and is of
-    VARIANT, which auto takes from it; fairseq's own archs (roberta_base) are taken as they are, with VARIANT
-    :data:`FAIRSEQ_ARCH`. The registry's underscores read as dashes (tupe_r: tupe-r)."""
+    VARIANT_SIZE (VARIANT=auto: tupe-r; SIZE=auto: base); a given ARCH must be registered (the closest names are
+    said) and is of VARIANT and of SIZE, which auto takes from it; fairseq's own archs (roberta_base) are taken as
+    they are, with VARIANT :data:`FAIRSEQ_ARCH`. The registry's underscores read as dashes (tupe_r: tupe-r)."""
     from tupe_core.facts import SIZES
     from tupe_core.registry import archs, names
 
     variant = "tupe-r" if c.VARIANT == "auto" else c.VARIANT.replace("_", "-")
+    if c.SIZE != "auto" and c.SIZE not in SIZES:
+        *first, last = SIZES
+        raise UsageError(f"SIZE must be {', '.join(first)} or {last}, not '{c.SIZE}'")
     if c.ARCH == "auto":
         if variant not in names():
             raise UsageError(f"VARIANT must be one of {' '.join(names())}, not '{c.VARIANT}'")
-        if c.SIZE not in SIZES:
-            *first, last = SIZES
-            raise UsageError(f"SIZE must be {', '.join(first)} or {last}, not '{c.SIZE}'")
-        return variant, f"{variant.replace('-', '_')}_{c.SIZE}"
+        return variant, f"{variant.replace('-', '_')}_{'base' if c.SIZE == 'auto' else c.SIZE}"
     registered = archs()
     if c.ARCH not in registered:
         import difflib
@@ -223,6 +223,7 @@ def variant_and_arch(c: PretrainConfig) -> Tuple[str, str]:
             if c.VARIANT != "auto":
                 raise UsageError(f"ARCH={c.ARCH} is fairseq's own architecture, of no positional variant of ours: "
                                  f"leave VARIANT unset (it is {c.VARIANT})")
+            check_size(c)
             return FAIRSEQ_ARCH, c.ARCH
         close = difflib.get_close_matches(c.ARCH, [*registered, *ARCH_MODEL_REGISTRY], n=3, cutoff=0.6)
         raise UsageError(f"ARCH={c.ARCH} is not a registered architecture"
@@ -232,7 +233,25 @@ def variant_and_arch(c: PretrainConfig) -> Tuple[str, str]:
     if c.VARIANT != "auto" and variant != registered[c.ARCH]:
         raise UsageError(f"ARCH={c.ARCH} is of variant {registered[c.ARCH]}, not VARIANT={c.VARIANT}: set only one of "
                          "them (VARIANT alone trains VARIANT_SIZE)")
+    check_size(c)
     return registered[c.ARCH], c.ARCH
+
+
+def arch_size(arch: str) -> Optional[str]:
+    """The size an arch's name ends with (VARIANT_SIZE, tupe_roberta_SIZE, fairseq's roberta_SIZE), or None."""
+    from tupe_core.facts import SIZES
+
+    size = arch.rsplit("_", 1)[-1]
+    return size if size in SIZES else None
+
+
+def check_size(c: PretrainConfig) -> None:
+    """A SIZE beside a given ARCH is ARCH's (it was silently ignored): UsageError otherwise."""
+    size = arch_size(c.ARCH)
+    if c.SIZE != "auto" and size != c.SIZE:
+        of = f"of size {size}" if size else "of no size of ours"
+        raise UsageError(f"ARCH={c.ARCH} is {of}, not SIZE={c.SIZE}: set only one of them (SIZE alone trains "
+                         "VARIANT_SIZE)")
 
 
 def first_slurm_node(environ: Mapping[str, str]) -> Optional[str]:
