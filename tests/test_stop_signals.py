@@ -84,13 +84,30 @@ def test_a_forked_child_ends_on_the_signal_even_inside_c_code():
     assert p.returncode == 0 and p.stdout.strip() == str(int(signal.SIGTERM)), (p.stdout, p.stderr)
 
 
+def test_the_torchrun_that_pretrain_waits_for_ends_when_pretrain_is_killed():
+    """pretrain.sh holds SAVE_DIR's lock while its torchrun runs: a kill -9 of pretrain.sh must not leave torchrun
+    training on (train_scripts/torchrun.py asks Linux for SIGTERM at its parent's death)."""
+    child = ("from train_scripts.torchrun import end_with_parent; end_with_parent(); import sys, time; "
+             "print('ready', flush=True); time.sleep(120)")
+    parent = start(["bash", "-c", f'TUPE_TORCHRUN_PARENT=$$ {sys.executable} -c "{child}" & wait'],
+                   dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert parent.stdout.readline().strip() == "ready"
+    (torchrun,) = tree(parent.pid)
+    parent.kill()
+    parent.wait(10)
+    wait_for(lambda: not torchrun.is_running() or torchrun.status() == "zombie", 10, "the child outlived its parent")
+
+
 def test_the_orphans_of_a_child_reaped_during_the_stop_are_ended_too():
     """A child that ends at the signal and is reaped (its lane's wait) before the stop ends the children: what it
     left behind (a background job that ignores SIGINT outlives its shell) was forgotten with it and kept running
     (one full-suite run's SIGINT case); the tree noted at the signal is ended still."""
     from tupe_common import process
 
-    p = process.start(["bash", "-c", "sleep 300 & wait"], stdout=subprocess.DEVNULL)
+    # SIGINT at its default in the shell: a test run started in the background (`make test &`, nohup) has it ignored,
+    # which the shell would keep, and it then waited for its sleep's 300 s
+    p = process.start(["bash", "-c", "sleep 300 & wait"], stdout=subprocess.DEVNULL,
+                      preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     wait_for(lambda: [c for c in tree(p.pid) if c.name() == "sleep"], 10, "the job did not start")
     orphan = tree(p.pid)
     process.signal_children(signal.SIGINT)  # the shell ends; its background sleep ignores SIGINT

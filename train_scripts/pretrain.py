@@ -27,6 +27,7 @@ from tupe_common.jobs import cuda_device_count, with_repo_path
 from tupe_common.lock import RunLock, folder_lock, handed_to_children, handed_to_exec, hold
 from tupe_common.pretrain_recipe import recipe
 from tupe_common.tunables import Say, Settings, setting
+from train_scripts.torchrun import PARENT
 
 PROG = "pretrain.sh"
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -487,7 +488,7 @@ def supervise(run: Run, cmd: List[str], environ: Dict[str, str]) -> int:
 
     argv = [sys.executable, "-m", "train_scripts.torchrun", *cmd[1:]]
     try:
-        return process.run(argv, env=environ, preexec_fn=_ends_with_parent())
+        return process.run(argv, env={**environ, PARENT: str(os.getpid())})
     except process.Stopped as stop:  # the ranks and torchrun ended (or were killed after the grace)
         sys.stdout.flush()
         say_to_stderr(f"error: stopped by {stop.name}; {resume_from(run)}")
@@ -505,27 +506,6 @@ def resume_from(run: Run) -> str:
     if done is None:  # a save cut short: check_resume.py takes the newest intact checkpoint
         return f"rerun the same command to resume from the newest intact checkpoint in {run.config.SAVE_DIR}"
     return f"rerun the same command to resume from {path} at update {done}"
-
-
-def _ends_with_parent():
-    """A ``preexec_fn``: the child gets SIGTERM when this process dies (Linux's PR_SET_PDEATHSIG), so a ``kill -9``
-    of pretrain.sh leaves no torchrun training on without the holder of its lock. Elsewhere: None."""
-    import ctypes
-    import ctypes.util
-    import signal
-
-    try:
-        prctl = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    parent = os.getpid()
-
-    def set_death_signal() -> None:
-        prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-        if os.getppid() != parent:  # the parent died before the call
-            os.kill(os.getpid(), signal.SIGTERM)
-
-    return set_death_signal
 
 
 def main(argv: Optional[Sequence[str]] = None, environ: Mapping[str, str] = os.environ) -> int:
