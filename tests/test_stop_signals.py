@@ -139,16 +139,43 @@ def logged_updates(text: str) -> list:
 
 def test_sigterm_saves_the_update_it_finished_and_the_rerun_resumes_from_it(lm_bin, tmp_path):
     """pretrain.sh (fairseq-train in one process) stopped by SIGTERM after its first updates: exit 143 within 20 s,
-    checkpoint_last.pt at the update its last line names, and the same command resumes from it."""
+    checkpoint_last.pt at the update its last line names, and the same command resumes from it.
+
+    While it trains, SAVE_DIR's lock (one pre-training for both checks; it was test_run_lock's own run): the lock a
+    killed run left (a dead pid) is taken over with a line; the lock is the first's pid across its exec into
+    fairseq-train, whose plugin keeps its heartbeat; a second pretrain.sh into the same SAVE_DIR exits 2 at once
+    naming the first's pid and host, and writes nothing (one event file per TensorBoard folder); the lock is
+    removed at the stopped run's end and at the rerun's normal end."""
     import torch
 
+    from test_run_lock import dead_pid, plant
+    from tupe_common import lock
+
     save = tmp_path / "ckpt"
-    env = script_env(**TINY, DATA=str(lm_bin), SAVE_DIR=str(save))
+    path = save / lock.LOCK_NAME
+    plant(path, pid=dead_pid(), host=lock.host())  # a run killed with SIGKILL left it
+    env = script_env(**dict(TINY, TENSORBOARD_DIR="auto"), DATA=str(lm_bin), SAVE_DIR=str(save),
+                     TUPE_RUN_LOCK_HEARTBEAT_S="0.2")  # TensorBoard on: the refused run must write no event file
+    env.pop(lock.ENV, None)
     p = start([str(ROOT / "train_scripts" / "pretrain.sh")], env, cwd=ROOT)
     out = []
     reader = threading.Thread(target=lambda: out.extend(p.stdout), daemon=True)  # fairseq logs on stdout
     reader.start()
     wait_for(lambda: len(logged_updates("".join(out))) >= 2 or p.poll() is not None, 120, "no update logged")
+    assert p.poll() is None, p.stderr.read()[-3000:]
+    record = lock.read_record(str(path)) or {}
+    assert record.get("pid") == p.pid and record.get("host") == lock.host() and record.get("exec"), record
+    started = time.monotonic()
+    second = subprocess.run([str(ROOT / "train_scripts" / "pretrain.sh")], cwd=ROOT, env=env, capture_output=True,
+                            text=True, timeout=120)
+    took = time.monotonic() - started
+    refused = second.stderr.strip().splitlines()[-1]
+    assert second.returncode == 2, second.stderr[-2000:]
+    assert refused.startswith(f"pretrain.sh: error: {save} is in use by another run (pid {p.pid} on {lock.host()}, "
+                              "started ") and f"lock {path}" in refused and "SAVE_DIR" in refused, refused
+    assert took < 30, took  # before any data check or training
+    beat = path.stat().st_mtime
+    wait_for(lambda: path.stat().st_mtime > beat, 10, "the exec'd fairseq-train keeps no heartbeat (every 0.2 s here)")
     assert p.poll() is None, p.stderr.read()[-3000:]
     stopped_at = time.monotonic()
     p.send_signal(signal.SIGTERM)
@@ -163,6 +190,10 @@ def test_sigterm_saves_the_update_it_finished_and_the_rerun_resumes_from_it(lm_b
     assert m, last
     n = int(m.group(1))
     assert "Traceback" not in err and "done training" not in "".join(out)
+    assert f"taking over {path}: the run that held it (pid {dead_pid()} on {lock.host()}" in err
+    folders = list((save / "tensorboard").iterdir())  # train_inner, valid: one event file each, none of the second's
+    assert folders and all(len(list(d.glob("events.out.tfevents.*"))) == 1 for d in folders), folders
+    assert not path.exists() and not list(save.glob(".run.lock*"))  # removed by its stopped holder
     state = torch.load(save / "checkpoint_last.pt", map_location="cpu", weights_only=False)
     assert state["optimizer_history"][-1]["num_updates"] == n
     # the rerun (the same command, told to stop 2 updates later) resumes from it
@@ -172,6 +203,7 @@ def test_sigterm_saves_the_update_it_finished_and_the_rerun_resumes_from_it(lm_b
     assert again.returncode == 0, log[-3000:]
     assert re.search(rf"Loaded checkpoint \S+checkpoint_last.pt \(epoch \d+ @ {n} updates\)", log), log[-3000:]
     assert logged_updates(log) == [n + 1, n + 2]
+    assert not path.exists() and not list(save.glob(".run.lock*"))  # released at the normal end
 
 
 def test_sigterm_with_several_processes_names_the_checkpoint_the_rerun_resumes_from(lm_bin, tmp_path):
