@@ -46,7 +46,7 @@ from tupe_common.errors import UsageError, exit_main
 from tupe_common.glue_selection import column_lr
 from tupe_common.io import atomic_open, atomic_path, need
 from tupe_common.log import get_logger
-from tupe_common.numbers import by_value, check_once, short
+from tupe_common.numbers import by_value, check_once, short, spelling
 
 log = get_logger("collect")
 
@@ -326,16 +326,16 @@ def summarize(runs: Sequence[Run], columns: Sequence[Column], expected_lrs: Sequ
         if not res.by_lr:
             res.missing.append(f"{col.name}: no runs")
         for lr in sorted(set(res.by_lr) - set(expected_lrs)):
-            problems.append(f"{col.name} lr {lr:g}: not in the expected LR grid (included in the table)")
+            problems.append(f"{col.name} lr {spelling(lr)}: not in the expected LR grid (included in the table)")
         for lr in expected_lrs:
             have = sorted(seed for seed, _ in res.by_lr.get(lr, []))
             if res.by_lr and not have:
-                res.missing.append(f"{col.name} lr {lr:g}: no runs")
+                res.missing.append(f"{col.name} lr {spelling(lr)}: no runs")
             elif have and expected_seeds and not set(expected_seeds) <= set(have):
                 lack = ", ".join(str(s) for s in expected_seeds if s not in have)
-                res.missing.append(f"{col.name} lr {lr:g}: {len(have)} seeds, missing seed(s) {lack}")
+                res.missing.append(f"{col.name} lr {spelling(lr)}: {len(have)} seeds, missing seed(s) {lack}")
             elif have and len(have) < n_seeds:
-                res.missing.append(f"{col.name} lr {lr:g}: {len(have)}/{n_seeds} seeds")
+                res.missing.append(f"{col.name} lr {spelling(lr)}: {len(have)}/{n_seeds} seeds")
         results.append(res)
     by_name = {r.column.name: r for r in results}
     for res in results:
@@ -343,7 +343,7 @@ def summarize(runs: Sequence[Run], columns: Sequence[Column], expected_lrs: Sequ
             res.lr_chosen_by = by_name[res.column.lr_from]
             if res.by_lr and res.best_lr is None and res.lr_chosen_by.best_lr is not None:
                 res.missing.append(f"{res.column.name}: no runs at {res.column.lr_from}'s best lr "
-                                   f"{res.lr_chosen_by.best_lr:g}")
+                                   f"{spelling(res.lr_chosen_by.best_lr)}")
     return results
 
 
@@ -366,7 +366,7 @@ def _fmt(x: Optional[float]) -> str:
 def _lr(res: ColumnResult) -> str:
     if res.best_lr is None:
         return "—"
-    return f"{res.best_lr:g}" + (f" ({res.lr_chosen_by.column.name}'s)" if res.lr_chosen_by else "")
+    return spelling(res.best_lr) + (f" ({res.lr_chosen_by.column.name}'s)" if res.lr_chosen_by else "")
 
 
 def _cell(res: ColumnResult) -> str:
@@ -393,7 +393,7 @@ def markdown(name: str, results: Sequence[ColumnResult], extra: Sequence[ColumnR
     lrs = sorted({lr for r in detail for lr in r.by_lr})
     if detail:
         lines += ["### Per learning rate: median over seeds (number of seeds)", "",
-                  "| Column | metric | " + " | ".join(f"lr {lr:g}" for lr in lrs) + " | best LR | best |",
+                  "| Column | metric | " + " | ".join(f"lr {spelling(lr)}" for lr in lrs) + " | best LR | best |",
                   "|" + "---|" * (len(lrs) + 4)]
         for r in detail:
             cells = [f"{r.median(lr):.2f} ({len(r.by_lr[lr])})" if lr in r.by_lr else "—" for lr in lrs]
@@ -426,7 +426,7 @@ def write_csv(path: str, name: str, results: Sequence[ColumnResult], compare: Se
         for r in results:
             for lr in sorted(r.by_lr):
                 seeds, scores = zip(*r.by_lr[lr])
-                w.writerow([r.column.name, r.column.task, r.column.subset, r.column.metric, f"{lr:g}",
+                w.writerow([r.column.name, r.column.task, r.column.subset, r.column.metric, spelling(lr),
                             len(seeds), f"{r.median(lr):.4f}", "yes" if lr == r.best_lr else "no",
                             " ".join(map(str, seeds)), " ".join(f"{s!r}" for s in scores)])
     return detail

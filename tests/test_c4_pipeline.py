@@ -411,6 +411,60 @@ def test_a_stop_mid_run_ends_the_pool_with_one_line_and_the_rerun_gives_the_same
     assert sorted(p.name for p in prefix.parent.iterdir()) == ["train0.bin", "train0.done", "train0.idx"]
 
 
+# The binarizer as `python -m preprocess.c4 ARGS`, its writes to a PREFIX.bin.partial failing once FULL_AFTER bytes
+# were written, as the OS reports a write on a full disk (ENOSPC, no path in the error: tests/test_common.py's `full`)
+FULL_DISK = """
+import errno, os, runpy, sys
+import preprocess.c4_binarize as binarizer
+
+class FullDisk:
+    def __init__(self, f):
+        self.f, self.written = f, 0
+    def write(self, data):
+        self.written += len(data)
+        if self.written > int(os.environ["FULL_AFTER"]):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return self.f.write(data)
+    def __getattr__(self, name):
+        return getattr(self.f, name)
+    def __enter__(self):
+        return self
+    def __exit__(self, *exc):
+        self.f.close()
+
+def full_open(path, mode="r", *args, **kwargs):
+    f = open(path, mode, *args, **kwargs)
+    return FullDisk(f) if str(path).endswith(".bin.partial") else f
+
+binarizer.open = full_open  # the module's `open`, before the builtin
+sys.argv[0] = "preprocess.c4"
+runpy.run_module("preprocess.c4", run_name="__main__", alter_sys=True)
+"""
+
+
+def test_a_full_disk_while_binarizing_is_one_line_and_the_rerun_gives_the_same_bytes(tmp_path, spm_dir, texts,
+                                                                                      reference_bin, starts_process):
+    """ENOSPC in the middle of a shard (2 workers): one error line naming the shard being written, exit 1, only
+    that shard's files removed (an earlier finished shard in the folder is kept byte for byte), nothing that looks
+    finished; the rerun once space is back gives the bytes of an uninterrupted run."""
+    out = tmp_path / "bin"
+    run(binarize(spm_dir, out / "train1", texts["train1"]))  # an earlier, finished shard
+    kept = {f.name: f.read_bytes() for f in out.iterdir()}
+    prefix = out / "train0"
+    cmd = [str(c) for c in binarize(spm_dir, prefix, texts["train0"], workers=2, chunk=20000)]
+    p = subprocess.run([sys.executable, "-c", FULL_DISK, *cmd[3:]], capture_output=True, text=True, cwd=REPO,
+                       env=env(FULL_AFTER="100000"), timeout=120)
+    assert p.returncode == 1, p.stderr[-3000:]
+    assert p.stderr.rstrip().splitlines()[-1] == (
+        f"preprocess.c4: error: {prefix}.bin: no space left on its disk while writing it (the half-written file is "
+        "removed); free space there, or write to a folder on another disk")
+    assert p.stderr.count("error:") == 1 and "Traceback" not in p.stderr
+    assert {f.name: f.read_bytes() for f in out.iterdir()} == kept  # train0's partial files and lock gone, train1 kept
+    run(cmd)
+    assert same_bytes(str(prefix), reference_bin)
+    assert sorted(f.name for f in out.iterdir()) == sorted([*kept, "train0.bin", "train0.done", "train0.idx"])
+
+
 def test_sigkill_between_renames_then_rerun(tmp_path, spm_dir, texts, reference_bin, starts_process):
     from fairseq.data import Dictionary, data_utils
 

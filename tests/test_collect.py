@@ -103,6 +103,12 @@ def test_full_grid_matches_hand_computation(tmp_path, capsys):
     assert "- none: every column has its full grid" in stdout
     for model in ("BERT-A", "BERT-R", "TUPE-A", "TUPE-R"):
         assert our_row(stdout, f"{model} (published)")[-1] == f"{TABLE1[model].avg:.2f}"
+    # every LR spelt as the run folders spell it (lr2e-5_seed1: tupe_common.numbers.spelling), not 2e-05
+    lines = stdout.splitlines()
+    header = lines.index(next(line for line in lines if line.startswith("| Column | metric |")))
+    cells = [[cell.strip() for cell in line.strip("|").split("|")] for line in lines[header:header + 11]]
+    assert cells[0][2:-2] == [f"lr {lr}" for lr in LRS]
+    assert {row[-2].split(" (")[0] for row in cells[2:]} <= set(LRS)  # each column's best LR
 
     with open(out_csv) as f:
         rows = list(csv.DictReader(f))
@@ -115,7 +121,7 @@ def test_full_grid_matches_hand_computation(tmp_path, capsys):
 
     with open(tmp_path / "t_per_lr.csv") as f:
         detail = list(csv.DictReader(f))
-    assert len(detail) == 9 * len(LRS)
+    assert len(detail) == 9 * len(LRS) and {r["lr"] for r in detail} == set(LRS)
     m_medians = {lr: statistics.median(v) for lr, v in truth["MNLI-m"].items()}
     for c, by_lr in truth.items():
         medians = {lr: statistics.median(v) for lr, v in by_lr.items()}
@@ -135,7 +141,7 @@ def test_even_seed_count_median_is_mean_of_middle_two(tmp_path, capsys):
     collect.main([str(tmp_path / "runs"), "--expected-lrs", "1e-5", "--seeds", "4",
                   "--out-csv", str(tmp_path / "a.csv"), "--out-png", str(tmp_path / "a.png")])
     stdout = capsys.readouterr().out
-    assert "| RTE | accuracy | 70.50 (4) | 1e-05 | 70.50 |" in stdout
+    assert "| RTE | accuracy | 70.50 (4) | 1e-5 | 70.50 |" in stdout  # as its folders lr1e-5_seed*
 
 
 def test_missing_runs_are_reported_not_averaged(tmp_path, capsys):
@@ -156,8 +162,8 @@ def test_missing_runs_are_reported_not_averaged(tmp_path, capsys):
     assert row[COLUMNS.index("RTE")].endswith("*") and row[COLUMNS.index("MRPC")].endswith("*")
     assert not row[COLUMNS.index("QNLI")].endswith("*")
     assert "- QQP: no runs" in stdout
-    assert "- RTE lr 3e-05: 4 seeds, missing seed(s) 3" in stdout
-    assert "- MRPC lr 5e-05: no runs" in stdout
+    assert "- RTE lr 3e-5: 4 seeds, missing seed(s) 3" in stdout
+    assert "- MRPC lr 5e-5: no runs" in stdout
     assert re.search(r"lr2e-5_seed9/train\.log: no validation line with 'mcc'.*--report-mcc", stdout)
     assert "notes: not a run folder name" in stdout
     with open(tmp_path / "m.csv") as f:

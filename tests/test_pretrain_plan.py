@@ -3,6 +3,7 @@ ARCH (agreeing, registered, recorded), END_LR at most LR."""
 from __future__ import annotations
 
 import os
+import re
 import sys
 
 import pytest
@@ -13,7 +14,8 @@ from tupe_common.errors import UsageError
 
 
 def settings(**values: str) -> pretrain.PretrainConfig:
-    return pretrain.PretrainConfig(**{"DATA": "/data", "SIZE": "tiny", **values})
+    """Tiny, unless an ARCH says the size."""
+    return pretrain.PretrainConfig(**{"DATA": "/data", **({} if "ARCH" in values else {"SIZE": "tiny"}), **values})
 
 
 @pytest.fixture(autouse=True)
@@ -100,6 +102,24 @@ def test_fairseqs_own_arch_is_taken_as_it_is_without_a_variant():
     with pytest.raises(UsageError, match=r"^ARCH=roberta_base is fairseq's own architecture, of no positional variant "
                                          r"of ours: leave VARIANT unset \(it is bert-a\)"):
         pretrain.plan(settings(ARCH="roberta_base", VARIANT="bert-a", GPUS="0"), environ={})
+
+
+@pytest.mark.parametrize("values, size", [({}, "base"), ({"SIZE": "large"}, "large"), ({"ARCH": "bert_a_tiny"}, "tiny"),
+                                          ({"ARCH": "bert_a_tiny", "SIZE": "tiny"}, "tiny")])
+def test_size_is_the_archs_and_is_said_resolved(values, size):
+    c = pretrain.plan(pretrain.PretrainConfig(DATA="/data", GPUS="0", **values), environ={}).config
+    assert c.SIZE == size and c.ARCH.endswith(f"_{size}")
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"ARCH": "bert_a_large", "SIZE": "base"}, "ARCH=bert_a_large is of size large, not SIZE=base: set only one"),
+    ({"ARCH": "roberta_base", "SIZE": "tiny"}, "ARCH=roberta_base is of size base, not SIZE=tiny: set only one"),
+    ({"ARCH": "roberta_prenorm", "SIZE": "base"}, "ARCH=roberta_prenorm is of no size of ours, not SIZE=base"),
+])
+def test_a_size_other_than_the_archs_is_refused(values, message):
+    """SIZE=base ARCH=bert_a_large printed SIZE=base and trained the large model."""
+    with pytest.raises(UsageError, match="^" + re.escape(message)):
+        pretrain.plan(pretrain.PretrainConfig(DATA="/data", GPUS="0", **values), environ={})
 
 
 def test_a_variant_other_than_the_archs_is_refused():

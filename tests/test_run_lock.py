@@ -1,17 +1,16 @@
-"""One run per folder (tupe_common/lock.py): the lock's rules in this process (fast), then two real pretrain.sh
-into one SAVE_DIR at once (the second refused at once, exit 2, one line naming the holder's pid and host; the first
-finishes alone; no lock left after it). Fine-tuning's: tests/test_glue_scripts.py; the study's: tests/test_study.py."""
+"""One run per folder (tupe_common/lock.py): the lock's rules in this process (fast). Two real pretrain.sh into one
+SAVE_DIR at once (the second refused at once, exit 2, one line naming the holder's pid and host; no lock left after
+the first): tests/test_stop_signals.py, on the pre-training its one-process stop test runs. Fine-tuning's:
+tests/test_glue_scripts.py; the study's: tests/test_study.py."""
 from __future__ import annotations
 
 import json
 import os
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
-from conftest import BIN, ROOT
 from tupe_common import lock
 
 
@@ -90,68 +89,7 @@ def test_the_heartbeat_thread_touches_the_lock(tmp_path):
         assert path.stat().st_mtime > old + 50
 
 
-# ---- real runs ----------------------------------------------------------------------------------------------------
-
-
-def env_of(**settings: str) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_") and k != lock.ENV}
-    env.update(PATH=f"{BIN}:{os.environ.get('PATH', '')}", PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", **settings)
-    return env
-
-
-def wait_for(path: Path, p: subprocess.Popen, timeout: float = 120) -> dict:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        assert p.poll() is None, p.communicate()
-        if path.exists():
-            record = lock.read_record(str(path))
-            if record:
-                return record
-        time.sleep(0.05)
-    raise AssertionError(f"no {path} after {timeout} s")
-
-
-def test_two_pretrainings_into_one_save_dir(lm_bin, tmp_path, starts_process):
-    """The second pretrain.sh into a SAVE_DIR the first is training into exits 2 at once, naming the first's pid and
-    host; the lock is the first's pid across its exec into fairseq-train, whose plugin keeps its heartbeat and removes
-    it at the end; the first finishes alone (one event file per TensorBoard folder). A lock a dead pid left is taken
-    over with a line."""
-    from test_train_scripts import PRETRAIN, TINY
-
-    save = tmp_path / "ck"
-    path = save / lock.LOCK_NAME
-    plant(path, pid=dead_pid(), host=lock.host())  # a run killed with SIGKILL left it
-    env = env_of(**TINY, DATA=str(lm_bin), SAVE_DIR=str(save), TOTAL_UPDATES="6", TUPE_RUN_LOCK_HEARTBEAT_S="0.2")
-    first = subprocess.Popen([str(PRETRAIN)], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             text=True)
-    try:
-        record = {}
-        deadline = time.time() + 120
-        while not record.get("exec") and time.time() < deadline:  # pretrain.py handed it to fairseq-train
-            record = wait_for(path, first)
-            time.sleep(0.05)
-        assert record["pid"] == first.pid and record["host"] == lock.host() and record["exec"], record
-        started = time.time()
-        second = subprocess.run([str(PRETRAIN)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
-        took = time.time() - started
-        last = second.stderr.strip().splitlines()[-1]
-        assert second.returncode == 2, second.stderr[-2000:]
-        assert last.startswith(f"pretrain.sh: error: {save} is in use by another run (pid {first.pid} on "
-                               f"{lock.host()}, started ") and f"lock {path}" in last and "SAVE_DIR" in last, last
-        assert took < 30, took  # before any data check or training
-        if first.poll() is None:  # the exec'd fairseq-train keeps the heartbeat going (every 0.2 s here)
-            try:
-                beat = path.stat().st_mtime
-                time.sleep(1)
-                assert first.poll() is not None or path.stat().st_mtime > beat
-            except FileNotFoundError:  # the run ended, releasing the lock, in between: its release is checked below
-                pass
-        out, err = first.communicate(timeout=300)
-    finally:
-        if first.poll() is None:
-            first.kill()
-    assert first.returncode == 0, err[-3000:]
-    assert f"taking over {path}: the run that held it (pid {dead_pid()} on {lock.host()}" in err
-    for folder in ("train", "valid"):
-        assert len(list((save / "tensorboard" / folder).glob("events.out.tfevents.*"))) == 1
-    assert not path.exists() and not list(save.glob(".run.lock*"))  # released at the end
+# Two pretrain.sh into one SAVE_DIR (the second refused while the first trains, the lock kept across the exec into
+# fairseq-train, its heartbeat, a dead pid's lock taken over, the lock removed at the end): with the one-process stop
+# in tests/test_stop_signals.py, test_sigterm_saves_the_update_it_finished_and_the_rerun_resumes_from_it (one
+# pre-training for both).

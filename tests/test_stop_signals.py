@@ -4,6 +4,7 @@ saying what stopped it and how to resume, and exit 128 + the signal's number; th
 study.sh --lanes, pretrain.sh) are walked through the same stop with real runs."""
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -55,13 +56,58 @@ def test_a_stop_ends_every_job_and_its_children_with_one_line(tmp_path, sig):
     assert_gone(procs)
 
 
+# A process forked after the stop handlers were installed (a multiprocessing pool's worker) busy in C code that never
+# looks at Python's signal flags: here a sum over 10**12 ones, as a worker blocked in the task queue's sem_wait is
+# when the signal came just before the wait (the C4 binarizer's pool then hung in Pool.terminate()'s join).
+FORKED_CHILD = """
+import itertools, os, signal, sys, time
+from tupe_common import process
+process.install_stop_handlers()
+r, w = os.pipe()
+pid = os.fork()
+if pid == 0:
+    os.write(w, b"x")
+    sum(itertools.repeat(1, 10 ** 12))
+    os._exit(0)
+os.read(r, 1)
+os.kill(pid, signal.SIGTERM)
+_, status = os.waitpid(pid, 0)
+print(os.WIFSIGNALED(status) and os.WTERMSIG(status))
+"""
+
+
+def test_a_forked_child_ends_on_the_signal_even_inside_c_code():
+    """The stop signals have their default action back in a forked child: SIGTERM ends it at once, also while it
+    runs C code (a Python handler would wait for that code to return: here hours)."""
+    p = subprocess.run([sys.executable, "-c", FORKED_CHILD], capture_output=True, text=True, timeout=60,
+                       env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert p.returncode == 0 and p.stdout.strip() == str(int(signal.SIGTERM)), (p.stdout, p.stderr)
+
+
+def test_the_torchrun_that_pretrain_waits_for_ends_when_pretrain_is_killed():
+    """pretrain.sh holds SAVE_DIR's lock while its torchrun runs: a kill -9 of pretrain.sh must not leave torchrun
+    training on (train_scripts/torchrun.py asks Linux for SIGTERM at its parent's death)."""
+    child = ("from train_scripts.torchrun import end_with_parent; end_with_parent(); import sys, time; "
+             "print('ready', flush=True); time.sleep(120)")
+    parent = start(["bash", "-c", f'TUPE_TORCHRUN_PARENT=$$ {sys.executable} -c "{child}" & wait'],
+                   dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert parent.stdout.readline().strip() == "ready"
+    (torchrun,) = tree(parent.pid)
+    parent.kill()
+    parent.wait(10)
+    wait_for(lambda: not torchrun.is_running() or torchrun.status() == "zombie", 10, "the child outlived its parent")
+
+
 def test_the_orphans_of_a_child_reaped_during_the_stop_are_ended_too():
     """A child that ends at the signal and is reaped (its lane's wait) before the stop ends the children: what it
     left behind (a background job that ignores SIGINT outlives its shell) was forgotten with it and kept running
     (one full-suite run's SIGINT case); the tree noted at the signal is ended still."""
     from tupe_common import process
 
-    p = process.start(["bash", "-c", "sleep 300 & wait"], stdout=subprocess.DEVNULL)
+    # SIGINT at its default in the shell: a test run started in the background (`make test &`, nohup) has it ignored,
+    # which the shell would keep, and it then waited for its sleep's 300 s
+    p = process.start(["bash", "-c", "sleep 300 & wait"], stdout=subprocess.DEVNULL,
+                      preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     wait_for(lambda: [c for c in tree(p.pid) if c.name() == "sleep"], 10, "the job did not start")
     orphan = tree(p.pid)
     process.signal_children(signal.SIGINT)  # the shell ends; its background sleep ignores SIGINT
@@ -93,16 +139,43 @@ def logged_updates(text: str) -> list:
 
 def test_sigterm_saves_the_update_it_finished_and_the_rerun_resumes_from_it(lm_bin, tmp_path):
     """pretrain.sh (fairseq-train in one process) stopped by SIGTERM after its first updates: exit 143 within 20 s,
-    checkpoint_last.pt at the update its last line names, and the same command resumes from it."""
+    checkpoint_last.pt at the update its last line names, and the same command resumes from it.
+
+    While it trains, SAVE_DIR's lock (one pre-training for both checks; it was test_run_lock's own run): the lock a
+    killed run left (a dead pid) is taken over with a line; the lock is the first's pid across its exec into
+    fairseq-train, whose plugin keeps its heartbeat; a second pretrain.sh into the same SAVE_DIR exits 2 at once
+    naming the first's pid and host, and writes nothing (one event file per TensorBoard folder); the lock is
+    removed at the stopped run's end and at the rerun's normal end."""
     import torch
 
+    from test_run_lock import dead_pid, plant
+    from tupe_common import lock
+
     save = tmp_path / "ckpt"
-    env = script_env(**TINY, DATA=str(lm_bin), SAVE_DIR=str(save))
+    path = save / lock.LOCK_NAME
+    plant(path, pid=dead_pid(), host=lock.host())  # a run killed with SIGKILL left it
+    env = script_env(**dict(TINY, TENSORBOARD_DIR="auto"), DATA=str(lm_bin), SAVE_DIR=str(save),
+                     TUPE_RUN_LOCK_HEARTBEAT_S="0.2")  # TensorBoard on: the refused run must write no event file
+    env.pop(lock.ENV, None)
     p = start([str(ROOT / "train_scripts" / "pretrain.sh")], env, cwd=ROOT)
     out = []
     reader = threading.Thread(target=lambda: out.extend(p.stdout), daemon=True)  # fairseq logs on stdout
     reader.start()
     wait_for(lambda: len(logged_updates("".join(out))) >= 2 or p.poll() is not None, 120, "no update logged")
+    assert p.poll() is None, p.stderr.read()[-3000:]
+    record = lock.read_record(str(path)) or {}
+    assert record.get("pid") == p.pid and record.get("host") == lock.host() and record.get("exec"), record
+    started = time.monotonic()
+    second = subprocess.run([str(ROOT / "train_scripts" / "pretrain.sh")], cwd=ROOT, env=env, capture_output=True,
+                            text=True, timeout=120)
+    took = time.monotonic() - started
+    refused = second.stderr.strip().splitlines()[-1]
+    assert second.returncode == 2, second.stderr[-2000:]
+    assert refused.startswith(f"pretrain.sh: error: {save} is in use by another run (pid {p.pid} on {lock.host()}, "
+                              "started ") and f"lock {path}" in refused and "SAVE_DIR" in refused, refused
+    assert took < 30, took  # before any data check or training
+    beat = path.stat().st_mtime
+    wait_for(lambda: path.stat().st_mtime > beat, 10, "the exec'd fairseq-train keeps no heartbeat (every 0.2 s here)")
     assert p.poll() is None, p.stderr.read()[-3000:]
     stopped_at = time.monotonic()
     p.send_signal(signal.SIGTERM)
@@ -117,6 +190,10 @@ def test_sigterm_saves_the_update_it_finished_and_the_rerun_resumes_from_it(lm_b
     assert m, last
     n = int(m.group(1))
     assert "Traceback" not in err and "done training" not in "".join(out)
+    assert f"taking over {path}: the run that held it (pid {dead_pid()} on {lock.host()}" in err
+    folders = list((save / "tensorboard").iterdir())  # train_inner, valid: one event file each, none of the second's
+    assert folders and all(len(list(d.glob("events.out.tfevents.*"))) == 1 for d in folders), folders
+    assert not path.exists() and not list(save.glob(".run.lock*"))  # removed by its stopped holder
     state = torch.load(save / "checkpoint_last.pt", map_location="cpu", weights_only=False)
     assert state["optimizer_history"][-1]["num_updates"] == n
     # the rerun (the same command, told to stop 2 updates later) resumes from it
@@ -126,12 +203,15 @@ def test_sigterm_saves_the_update_it_finished_and_the_rerun_resumes_from_it(lm_b
     assert again.returncode == 0, log[-3000:]
     assert re.search(rf"Loaded checkpoint \S+checkpoint_last.pt \(epoch \d+ @ {n} updates\)", log), log[-3000:]
     assert logged_updates(log) == [n + 1, n + 2]
+    assert not path.exists() and not list(save.glob(".run.lock*"))  # released at the normal end
 
 
 def test_sigterm_with_several_processes_names_the_checkpoint_the_rerun_resumes_from(lm_bin, tmp_path):
-    """pretrain.sh with 2 processes (torchrun), SIGTERM to every process of the job as scancel sends it, after a few
-    checkpoints: the ranks end as they are (no agreed update to finish), rank 0 says once at which update and from
-    which checkpoint a rerun resumes, no process is left, and the saved checkpoint holds that update."""
+    """pretrain.sh with 2 processes (torchrun, which pretrain.py starts and waits for), SIGTERM to every process of
+    the job as scancel sends it, after a few checkpoints: the ranks end as they are (no agreed update to finish),
+    rank 0 says once at which update and from which checkpoint a rerun resumes, torchrun prints no traceback of the
+    signal, pretrain.sh's last line names that checkpoint, exit 143, no process is left, SAVE_DIR's lock is
+    released, and the saved checkpoint holds that update."""
     import torch
 
     save = tmp_path / "ckpt"
@@ -145,18 +225,25 @@ def test_sigterm_with_several_processes_names_the_checkpoint_the_rerun_resumes_f
                                                        "".join(out)), 180, "no checkpoint saved")
     assert p.poll() is None, p.stderr.read()[-3000:]
     procs = tree(p.pid)
-    os.killpg(p.pid, signal.SIGTERM)  # scancel: every process of the job
+    assert any("train_scripts.torchrun" in " ".join(c.cmdline()) for c in procs)  # a child, not exec'd
+    for pid in [p.pid] + [c.pid for c in procs]:  # scancel: every process of the job
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
     err = p.stderr.read()
     p.wait(60)
     reader.join(10)
-    assert p.returncode != 0
     said = re.findall(r"fairseq-train: error: stopped by SIGTERM at update (\d+) \(several processes end as they "
                       rf"are\): rerun the same command to resume from {save}/checkpoint_last.pt at update (\d+)",
                       err + "".join(out))
     assert len(said) == 1, err[-3000:]
     reached, resume = map(int, said[0])
     assert resume <= reached and resume % 3 == 0
+    assert p.returncode == 143, err[-3000:]
+    assert "Traceback" not in err + "".join(out), err[-3000:]
+    assert err.rstrip().splitlines()[-1] == (f"pretrain.sh: error: stopped by SIGTERM; rerun the same command to "
+                                             f"resume from {save}/checkpoint_last.pt at update {resume}")
     assert_gone(procs)
+    assert not (save / ".run.lock").exists()  # its holder, alive to the end, released it
     state = torch.load(save / "checkpoint_last.pt", map_location="cpu", weights_only=False)
     assert state["optimizer_history"][-1]["num_updates"] == resume
 

@@ -164,6 +164,7 @@ def test_the_old_name_batch_size_still_sets_the_batch_with_a_warning(lm_bin):
     ({"LR": "0"}, "LR must be auto or a number > 0, not '0'"),
     ({"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0"}, "started under a launcher with WORLD_SIZE=2, but"),
     ({"ARCH": "tupe_r_tiny", "VARIANT": "bert-a"}, "ARCH=tupe_r_tiny is of variant tupe-r, not VARIANT=bert-a"),
+    ({"ARCH": "bert_a_large", "SIZE": "base"}, "ARCH=bert_a_large is of size large, not SIZE=base"),
     ({"ARCH": "bert_a_tyni"}, "ARCH=bert_a_tyni is not a registered architecture (the closest: bert_a_tiny"),
     ({"END_LR": "1"}, "END_LR=1 is above LR=1e-4"),
 ])

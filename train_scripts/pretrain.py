@@ -24,9 +24,10 @@ from typing import ClassVar, Dict, List, Mapping, Optional, Sequence, Tuple
 from tupe_common import tunables
 from tupe_common.errors import UsageError, exit_main
 from tupe_common.jobs import cuda_device_count, with_repo_path
-from tupe_common.lock import RunLock, folder_lock, handed_to_exec, hold
+from tupe_common.lock import RunLock, folder_lock, handed_to_children, handed_to_exec, hold
 from tupe_common.pretrain_recipe import recipe
 from tupe_common.tunables import Say, Settings, setting
+from train_scripts.torchrun import PARENT
 
 PROG = "pretrain.sh"
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -44,7 +45,7 @@ class PretrainConfig(Settings):
 
     VARIANT: str = setting('auto', "positional variant: a name of 'tupe-checkpoint-info --list-variants' (tupe-r, bert-a, rope, alibi, ...; tupe_r is read as tupe-r; auto: ARCH's, else tupe-r)", recorded=True, skip_unrecorded=True)
     OBJECTIVE: str = setting('mlm', 'mlm (RoBERTa masked LM) or electra (replaced-token detection, ELECTRA-Base defaults: docs/electra.md)', 'mlm/electra', recorded=True, objective="electra")
-    SIZE: str = setting('base', 'base, large or tiny (tests)')
+    SIZE: str = setting('auto', "base, large or tiny (tests); auto: ARCH's size, else base")
     ARCH: str = setting('auto', "fairseq --arch, a registered one: VARIANT_SIZE (auto), or tupe_roberta_SIZE (TUPE-R); with VARIANT, of that variant", recorded=True)
     DATA: str = setting('', 'fairseq data dir(s), colon-separated, or a folder with data_path.txt (required)')
     SAVE_DIR: str = setting('auto', 'checkpoints; reruns resume from its checkpoint_last.pt (auto: checkpoints/ARCH, electra: checkpoints/ARCH_electra)')
@@ -175,7 +176,7 @@ def plan(config: PretrainConfig, environ: Mapping[str, str] = os.environ, extra:
         if c.SAVE_DIR == "auto" else c.SAVE_DIR
     save_dir = os.path.realpath(save_dir)  # every rank and every resubmission writes the same place
     resolved = dataclasses.replace(
-        c, VARIANT=variant, ARCH=arch, GPUS=n_gpus, NPROC_PER_NODE=nproc, UPDATE_FREQ=update_freq, MASTER_PORT=port,
+        c, VARIANT=variant, ARCH=arch, SIZE=arch_size(arch) or c.SIZE, GPUS=n_gpus, NPROC_PER_NODE=nproc, UPDATE_FREQ=update_freq, MASTER_PORT=port,
         MASTER_ADDR=(first_slurm_node(environ) or "127.0.0.1") if c.MASTER_ADDR == "auto" else c.MASTER_ADDR,
         LR=defaults["LR"].value if c.LR is None else c.LR,
         TOTAL_UPDATES=defaults["TOTAL_UPDATES"].value if c.TOTAL_UPDATES is None else c.TOTAL_UPDATES,
@@ -199,20 +200,20 @@ FAIRSEQ_ARCH = "fairseq"  # the VARIANT recorded for an ARCH of fairseq's own (r
 
 def variant_and_arch(c: PretrainConfig) -> Tuple[str, str]:
     """VARIANT and ARCH of ``c``, agreeing (UsageError otherwise, before anything is written): ARCH=auto is
-    VARIANT_SIZE (VARIANT=auto: tupe-r); a given ARCH must be registered (the closest names are said) and is of
-    VARIANT, which auto takes from it; fairseq's own archs (roberta_base) are taken as they are, with VARIANT
-    :data:`FAIRSEQ_ARCH`. The registry's underscores read as dashes (tupe_r: tupe-r)."""
+    VARIANT_SIZE (VARIANT=auto: tupe-r; SIZE=auto: base); a given ARCH must be registered (the closest names are
+    said) and is of VARIANT and of SIZE, which auto takes from it; fairseq's own archs (roberta_base) are taken as
+    they are, with VARIANT :data:`FAIRSEQ_ARCH`. The registry's underscores read as dashes (tupe_r: tupe-r)."""
     from tupe_core.facts import SIZES
     from tupe_core.registry import archs, names
 
     variant = "tupe-r" if c.VARIANT == "auto" else c.VARIANT.replace("_", "-")
+    if c.SIZE != "auto" and c.SIZE not in SIZES:
+        *first, last = SIZES
+        raise UsageError(f"SIZE must be {', '.join(first)} or {last}, not '{c.SIZE}'")
     if c.ARCH == "auto":
         if variant not in names():
             raise UsageError(f"VARIANT must be one of {' '.join(names())}, not '{c.VARIANT}'")
-        if c.SIZE not in SIZES:
-            *first, last = SIZES
-            raise UsageError(f"SIZE must be {', '.join(first)} or {last}, not '{c.SIZE}'")
-        return variant, f"{variant.replace('-', '_')}_{c.SIZE}"
+        return variant, f"{variant.replace('-', '_')}_{'base' if c.SIZE == 'auto' else c.SIZE}"
     registered = archs()
     if c.ARCH not in registered:
         import difflib
@@ -223,6 +224,7 @@ def variant_and_arch(c: PretrainConfig) -> Tuple[str, str]:
             if c.VARIANT != "auto":
                 raise UsageError(f"ARCH={c.ARCH} is fairseq's own architecture, of no positional variant of ours: "
                                  f"leave VARIANT unset (it is {c.VARIANT})")
+            check_size(c)
             return FAIRSEQ_ARCH, c.ARCH
         close = difflib.get_close_matches(c.ARCH, [*registered, *ARCH_MODEL_REGISTRY], n=3, cutoff=0.6)
         raise UsageError(f"ARCH={c.ARCH} is not a registered architecture"
@@ -232,7 +234,25 @@ def variant_and_arch(c: PretrainConfig) -> Tuple[str, str]:
     if c.VARIANT != "auto" and variant != registered[c.ARCH]:
         raise UsageError(f"ARCH={c.ARCH} is of variant {registered[c.ARCH]}, not VARIANT={c.VARIANT}: set only one of "
                          "them (VARIANT alone trains VARIANT_SIZE)")
+    check_size(c)
     return registered[c.ARCH], c.ARCH
+
+
+def arch_size(arch: str) -> Optional[str]:
+    """The size an arch's name ends with (VARIANT_SIZE, tupe_roberta_SIZE, fairseq's roberta_SIZE), or None."""
+    from tupe_core.facts import SIZES
+
+    size = arch.rsplit("_", 1)[-1]
+    return size if size in SIZES else None
+
+
+def check_size(c: PretrainConfig) -> None:
+    """A SIZE beside a given ARCH is ARCH's (it was silently ignored): UsageError otherwise."""
+    size = arch_size(c.ARCH)
+    if c.SIZE != "auto" and size != c.SIZE:
+        of = f"of size {size}" if size else "of no size of ours"
+        raise UsageError(f"ARCH={c.ARCH} is {of}, not SIZE={c.SIZE}: set only one of them (SIZE alone trains "
+                         "VARIANT_SIZE)")
 
 
 def first_slurm_node(environ: Mapping[str, str]) -> Optional[str]:
@@ -457,9 +477,41 @@ def usage() -> str:
             f"Environment (default, meaning):\n{tunables.usage_rows(PretrainConfig.tunables())}")
 
 
+def supervise(run: Run, cmd: List[str], environ: Dict[str, str]) -> int:
+    """Run torchrun's command as a child (``train_scripts/torchrun.py``: torch's torchrun, whose stop is its exit
+    status, not a traceback) and wait for it: its exit status. A stop (SIGTERM from scancel or kill, Ctrl-C's SIGINT)
+    is passed on to torchrun, which ends the ranks (rank 0 says at which update, tupe_plugin/graceful_stop.py);
+    once they ended, the last line says what stopped the run and the checkpoint the rerun resumes from, and the
+    exit status is 128 + the signal's number (``tupe_common.process``). This process stays the holder of SAVE_DIR's
+    lock (its heartbeat thread lives on) and releases it at the end, a stop's included."""
+    from tupe_common import process
+
+    argv = [sys.executable, "-m", "train_scripts.torchrun", *cmd[1:]]
+    try:
+        return process.run(argv, env={**environ, PARENT: str(os.getpid())})
+    except process.Stopped as stop:  # the ranks and torchrun ended (or were killed after the grace)
+        sys.stdout.flush()
+        say_to_stderr(f"error: stopped by {stop.name}; {resume_from(run)}")
+        return stop.status
+
+
+def resume_from(run: Run) -> str:
+    """How a rerun of a stopped run resumes: from checkpoint_last.pt at its update, when there is one."""
+    from train_scripts.check_resume import LAST, num_updates
+
+    path = os.path.join(run.config.SAVE_DIR, LAST)
+    if not os.path.isfile(path):
+        return "no checkpoint was saved yet: rerun the same command to start the run again"
+    done = num_updates(path)
+    if done is None:  # a save cut short: check_resume.py takes the newest intact checkpoint
+        return f"rerun the same command to resume from the newest intact checkpoint in {run.config.SAVE_DIR}"
+    return f"rerun the same command to resume from {path} at update {done}"
+
+
 def main(argv: Optional[Sequence[str]] = None, environ: Mapping[str, str] = os.environ) -> int:
     """pretrain.sh: settings from the environment, arguments appended to fairseq-train's; replaces this process
-    with the command (so the launcher's signals reach it)."""
+    with the command (fairseq-train, srun: so the launcher's signals reach it), or, for torchrun, runs it as a child
+    and waits (:func:`supervise`)."""
     from preprocess.c4_data import DataError
     from preprocess.c4_data import log as data_log
 
@@ -490,11 +542,14 @@ def main(argv: Optional[Sequence[str]] = None, environ: Mapping[str, str] = os.e
             return 0
         sys.stdout.flush()
         sys.stderr.flush()
+        child = {**tunables.child_environ(environ, PretrainConfig.names()),  # fairseq reads none of pretrain.sh's
+                 **launch_environment(run)}
+        if run.launcher == "torchrun":
+            return supervise(run, cmd, handed_to_children(run.lock, child))
         # the pid, and so SAVE_DIR's lock, stays; fairseq-train's plugin keeps it (tupe_plugin/run_lock.py)
-        child = tunables.child_environ(environ, PretrainConfig.names())  # fairseq reads none of pretrain.sh's
-        os.execvpe(cmd[0], cmd, handed_to_exec(run.lock, {**child, **launch_environment(run)}))
+        os.execvpe(cmd[0], cmd, handed_to_exec(run.lock, child))
     finally:
-        run.lock.release()  # reached only when no exec happened
+        run.lock.release()  # reached when no exec happened: torchrun's run ended, or nothing to do
 
 
 if __name__ == "__main__":

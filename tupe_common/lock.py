@@ -29,10 +29,12 @@ study part starts) is part of the holder's run and is let through too. Release r
 and on a clean stop (an exception, Ctrl-C: the ``with`` block ends); a killed holder leaves it, and the next run
 takes it over by the rules above.
 
-``pretrain.sh`` replaces itself with fairseq-train (``exec``): the pid, and so the lock, stays the same, but the
-thread does not survive. :func:`handed_to_exec` marks the record so, and passes the token in the environment;
+``pretrain.sh`` replaces itself with fairseq-train, or srun (``exec``): the pid, and so the lock, stays the same, but
+the thread does not survive. :func:`handed_to_exec` marks the record so, and passes the token in the environment;
 the plugin (``tupe_plugin/run_lock.py``, imported by every fairseq-train of ``--user-dir tupe_plugin``) then
-keeps the heartbeat going and removes the lock when the run ends. Readers (``study.sh --report``, ``--archive``,
+keeps the heartbeat going and removes the lock when the run ends. With torchrun, ``pretrain.sh`` stays the holder:
+it starts torchrun as a child (:func:`handed_to_children`: the token, no ``exec`` mark), waits for it and releases
+the lock at its end, a stop's included. Readers (``study.sh --report``, ``--archive``,
 ``--list``, ``--plan``, ``glue.collect``) take no lock and work beside one. Standard library only.
 """
 from __future__ import annotations
@@ -372,6 +374,12 @@ def handed_to_exec(lock: RunLock, environ: Dict[str, str]) -> Dict[str, str]:
             json.dump(record, f)
             f.write("\n")
         os.replace(tmp, lock.path)
+    return handed_to_children(lock, environ)
+
+
+def handed_to_children(lock: RunLock, environ: Dict[str, str]) -> Dict[str, str]:
+    """``environ`` with the token of ``lock`` (``TUPE_RUN_LOCKS``): the processes its holder starts are part of its
+    run (never refused by it; their plugin touches its heartbeat too). The holder, alive, releases it."""
     tokens = dict(_inherited())
     tokens[lock.token] = lock.path
     return {**environ, ENV: json.dumps(tokens)}

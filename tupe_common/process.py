@@ -73,7 +73,7 @@ def grace_s() -> float:
 
 def _handle(signum: int, frame) -> None:
     global _stopping
-    if os.getpid() != _owner:  # a forked worker (multiprocessing) that inherited the handler: end as by default
+    if os.getpid() != _owner:  # a forked child that kept the handler (_default_in_fork not run): end as by default
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
         return
@@ -87,14 +87,36 @@ def _handle(signum: int, frame) -> None:
 def install_stop_handlers() -> None:
     """SIGTERM, SIGINT and SIGHUP raise :class:`Stopped` in the main thread after passing the signal on to the
     children; a signal that this process was started with ignored (``nohup``, a background job's SIGINT) stays
-    ignored. Only from the main thread (elsewhere: nothing)."""
-    global _owner
+    ignored. Only from the main thread (elsewhere: nothing). A process forked from this one (a multiprocessing
+    pool's worker) starts with the default action of these signals back (:func:`_default_in_fork`)."""
+    global _owner, _fork_hook
     if threading.current_thread() is not threading.main_thread():
         return
     _owner = os.getpid()
     for sig in STOP_SIGNALS:
         if signal.getsignal(sig) != signal.SIG_IGN:
             signal.signal(sig, _handle)
+    if not _fork_hook:
+        os.register_at_fork(after_in_child=_default_in_fork)
+        _fork_hook = True
+
+
+_fork_hook = False
+
+
+def _default_in_fork() -> None:
+    """In a forked child: the stop signals that :func:`_handle` takes get their default action back, so the signal
+    ends the child in the kernel, whatever it is doing. A Python handler runs only when the child's main thread
+    runs Python code: a pool worker waiting in C for the task queue's lock (``sem_wait``) when ``Pool.terminate()``
+    sends it SIGTERM lost it, under load, when the signal came just before the wait or as the wait woke and slept
+    again (the C handler only notes it; no EINTR reaches Python), and the pool's ``join`` then waited for ever:
+    a stopped C4 binarize hung instead of ending (tests/test_c4_pipeline.py)."""
+    if os.getpid() == _owner:
+        return
+    for sig in STOP_SIGNALS:
+        with contextlib.suppress(ValueError, OSError):  # never an error in a child about to exec (subprocess)
+            if signal.getsignal(sig) is _handle:
+                signal.signal(sig, signal.SIG_DFL)
 
 
 def _tree(pid: int) -> Dict[int, "psutil.Process"]:
