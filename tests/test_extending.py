@@ -13,9 +13,9 @@ from model_utils import build, tokens
 
 from tupe_plugin.models import VariantMismatchError
 from tupe_core.facts import VARIANT_KEY
-from tupe_core import VARIANTS, PositionalVariant
+from tupe_core import VARIANTS
 from tupe_core import registry
-from tupe_core.registry import encodings, record_id
+from tupe_core.registry import encodings, from_record
 
 TOY = "toy_linear_bias"
 
@@ -33,16 +33,16 @@ def toy_pe():
         sys.path.remove(str(ROOT / "tests" / "data"))
         VARIANTS.pop(TOY, None)
         registry.ABOUT.pop(TOY, None)
-        registry.ENCODINGS[:] = [cls for cls in registry.ENCODINGS if cls.__module__ != "toy_pe.linear_bias"]
+        registry.ENCODINGS.pop("toy_linear_distance", None)
 
 
 def test_the_toy_is_registered_with_its_archs_and_record(toy_pe):
     from fairseq.models import ARCH_MODEL_REGISTRY
 
     variant = VARIANTS[TOY]
-    assert variant.encoding_id == record_id(TOY) != 0 and variant.name == TOY
+    assert variant.names() == ("toy_linear_distance",) and variant.name == TOY
     assert encodings(variant)[1] is toy_pe.LinearDistanceBias
-    assert PositionalVariant.from_tensor(variant.to_tensor()) == variant
+    assert from_record(variant.to_tensor()) == variant
     assert {f"{TOY}_{size}" for size in ("base", "large", "tiny")} <= set(ARCH_MODEL_REGISTRY)
 
 
@@ -76,7 +76,7 @@ def test_fairseq_train_trains_the_toy_from_its_user_dir(lm_bin, tmp_path, starts
     assert len(losses) >= 3 and losses[-1] < losses[0]
     state = torch.load(tmp_path / "ckpt" / "checkpoint_last.pt", map_location="cpu", weights_only=False)
     record = state["model"][VARIANT_KEY]
-    assert PositionalVariant.from_tensor(record) == VARIANTS[TOY]
+    assert from_record(record) == VARIANTS[TOY]
     slope = state["model"]["encoder.sentence_encoder.positions.slope"]
     assert not torch.allclose(slope, torch.full_like(slope, 0.5))  # trained: the bias has its gradient
 

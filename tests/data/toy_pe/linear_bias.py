@@ -9,9 +9,10 @@ from tupe_core.base import BIAS, PositionalEncoding, PositionalTerm, check_lengt
 
 class LinearDistanceBias(PositionalEncoding):
     enters = BIAS
+    name = "toy_linear_distance"  # its name in the checkpoint record; no options, no flags: its arch selects it
 
-    def __init__(self, variant, embed_dim: int, num_heads: int, max_positions: int, num_layers: int = 1):
-        super().__init__(variant, embed_dim, num_heads, max_positions, num_layers)
+    def __init__(self, options, embed_dim: int, num_heads: int, max_positions: int, num_layers: int = 1):
+        super().__init__(options, embed_dim, num_heads, max_positions, num_layers)
         self.slope = nn.Parameter(torch.full((num_heads,), 0.5))
 
     def fixed_tables(self) -> Dict[str, Tensor]:
