@@ -53,6 +53,19 @@ def test_a_variant_builds_the_same_parameters_runs_and_trains_the_same(name, bef
     assert training_losses(model) == old["losses"]
 
 
+def test_an_old_hf_config_loads_as_its_variant(before):
+    """An export written before (one config key per field of the old record) gives the same variant, and the config
+    it writes now holds the record's entries."""
+    pytest.importorskip("transformers")
+    from tupe_plugin.hf.remote.configuration_tupe import TupeConfig
+
+    for name, old in before["variants"].items():
+        config = TupeConfig(tupe_variant=name, **old["hf_config"])
+        assert config.positional_variant == VARIANTS[name], name
+        assert config.to_dict()["positional_encodings"] == VARIANTS[name].entries()
+        assert not set(old["hf_config"]) & set(config.to_dict())
+
+
 @pytest.mark.parametrize("name", ["tupe_r", "deberta_rel", "pam_window", "kerple"])
 def test_a_checkpoint_written_before_loads_strictly_with_the_same_features(name, before):
     """A model of another seed takes the old state strictly and gives its features: the record and every
