@@ -3,7 +3,8 @@ layer, ``PositionalTerm``, is the attention core's: ``attention.py``).
 
 An encoding is one ``nn.Module`` that owns its parameters and fixed tables and *declares* what the rest of the
 model asks of it (x-transformers' habit), so the encoder, the attention blocks, the analysis, the study and
-the Hugging Face export read these declarations instead of branching on flags:
+the Hugging Face export read these declarations instead of branching on flags; its options are its own
+(``Options``), given to its ``__init__`` and to the classmethods below:
 
 =====================  ========================================================================================
 ``enters``             how its signal enters: ``INPUT`` (added to the word embeddings), ``BIAS`` (an (H, T, T)
