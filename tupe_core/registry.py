@@ -20,9 +20,6 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Type
 
 import torch
 
-from .legacy_record import ENCODING_IDS, entries as legacy_entries, fields_from_config, fields_from_tensor
-from .variant_flags import ARCH_ONLY, chosen, declared, full, validate as validate_flags, words
-from .variant_flags import flag_values as variant_flag_values
 from .alibi import Alibi
 from .base import AS_IS, INPUT, POSITIONS, REFUSED, InputEncoding, NoTerm, PositionalEncoding
 from .bert_ad import BertAd
@@ -31,6 +28,7 @@ from .gaussian_prior import GaussianPrior
 from .kerple import Kerple
 from .learned_absolute import LearnedAbsolute
 from .learned_gaussian import LearnedGaussian
+from .legacy_record import ENCODING_IDS, entries as legacy_entries, fields_from_config, fields_from_tensor
 from .options import Flag
 from .pam import Pam
 from .record import UPGRADE, NewerRecordError, PositionalVariant, record_entries
@@ -38,6 +36,8 @@ from .rope import Rope
 from .sinusoidal import Sinusoidal
 from .t5_relative import T5Relative
 from .tupe import Tupe
+from .variant_flags import ARCH_ONLY, chosen, declared, full, validate as validate_flags, words
+from .variant_flags import flag_values as variant_flag_values
 
 # every encoding a variant can have, by its record name, in the order the flags and refusals list them;
 # register(..., encoding=Cls) adds one
@@ -109,7 +109,7 @@ def from_args(args) -> PositionalVariant:
 def flag_values(variant: PositionalVariant) -> Dict[str, Any]:
     """Every flag's value (and the arch-only values) that select ``variant``: what its archs set."""
     return variant_flag_values([(ENCODINGS[name], options) for name, options in variant.encodings],
-                                     list(ENCODINGS.values()))
+                               list(ENCODINGS.values()))
 
 
 def flags_of(variant: PositionalVariant) -> str:
@@ -179,7 +179,7 @@ def register(name: str, about: str, encoding: Optional[Type[PositionalEncoding]]
     VARIANTS[name], ABOUT[name] = replace(variant, name=name), about
     for callback in _ON_REGISTER:
         callback(name)
-    return variant
+    return VARIANTS[name]
 
 
 def on_register(callback: Callable[[str], None]) -> None:
@@ -188,11 +188,6 @@ def on_register(callback: Callable[[str], None]) -> None:
 
 
 # --- records ------------------------------------------------------------------------------------------------------
-def to_record(variant: PositionalVariant) -> torch.Tensor:
-    """The checkpoint record of ``variant`` (record.py): its JSON as a uint8 tensor."""
-    return variant.to_tensor()
-
-
 def from_entries(entries: List[Dict[str, Any]]) -> PositionalVariant:
     """The variant of a record's JSON entries (``{"encoding": name, **options}``); an encoding or an option this
     version does not know is refused (``NewerRecordError``)."""

@@ -86,7 +86,7 @@ def validate(values: Mapping[str, Any], encodings: Sequence[type]) -> None:
     only = [name for name in on if name in alone]
     if only and len(on) > 1:  # one encoding at the attention: these are not defined together
         others = [name for name in on if name != only[0]]
-        left = ", ".join(flag(name, default=True) for name in dict.fromkeys(signal) if name != only[0] and name in table)
+        left = ", ".join(flag(name, default=True) for name in table if name in signal and name != only[0])
         raise ValueError(f"{flag(only[0])} cannot be combined with {', '.join(map(flag, others))} (it is the only "
                          f"position signal of its variant): leave the others at their defaults ({left})")
     if values["no_position"] and on:
