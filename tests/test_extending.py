@@ -14,7 +14,7 @@ from model_utils import build, tokens
 from tupe_plugin.models import VariantMismatchError
 from tupe_core.facts import VARIANT_KEY
 from tupe_core import VARIANTS
-from tupe_core import registry
+from tupe_core import legacy_record, registry
 from tupe_core.registry import encodings, from_record
 
 TOY = "toy_linear_bias"
@@ -43,6 +43,9 @@ def test_the_toy_is_registered_with_its_archs_and_record(toy_pe):
     assert variant.names() == ("toy_linear_distance",) and variant.name == TOY
     assert encodings(variant)[1] is toy_pe.LinearDistanceBias
     assert from_record(variant.to_tensor()) == variant
+    # its checkpoints written before the JSON record: an integer record naming it by a checksum of the variant's name
+    old = torch.tensor([0, 0, 0, 0, 0, 32, 128, 0, 0, 0, 0, 0, 1, legacy_record.encoding_id(TOY)])
+    assert from_record(old) == variant
     assert {f"{TOY}_{size}" for size in ("base", "large", "tiny")} <= set(ARCH_MODEL_REGISTRY)
 
 

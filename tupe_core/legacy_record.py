@@ -9,6 +9,7 @@ only in JSON records.
 """
 from __future__ import annotations
 
+import zlib
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from .record import UPGRADE, NewerRecordError
@@ -30,8 +31,14 @@ FIELDS: Tuple[Tuple[str, Any, Tuple[str, ...]], ...] = (
     ("sinusoidal_scaled", True, ()),
     ("encoding_id", 0, ()),
 )
-# the record number of a variant of an encoding without flags: crc32 of its variant's name (the old registry's rule)
-ENCODING_IDS: Dict[int, str] = {1668552508: "kerple"}
+def encoding_id(variant_name: str) -> int:
+    """The old record number of the encoding of a variant registered without flags: a checksum of the variant's
+    name (the old registry's rule)."""
+    return zlib.crc32(variant_name.encode("utf-8")) & 0x7FFFFFFF or 1
+
+
+# the old record numbers of the built-in encodings without flags -> their encodings' names
+ENCODING_IDS: Dict[int, str] = {encoding_id("kerple"): "kerple"}
 # the old fields of every variant registered when this table was frozen, those away from their defaults (an old
 # HF config without a field takes its variant's value)
 VARIANT_FIELDS: Dict[str, Dict[str, Any]] = {
@@ -96,10 +103,12 @@ def fields_from_config(config: Mapping[str, Any], variant_name: Optional[str]) -
     return values
 
 
-def entries(values: Mapping[str, Any]) -> List[Tuple[str, Dict[str, Any]]]:
+def entries(values: Mapping[str, Any], encoding_ids: Mapping[int, str] = ENCODING_IDS
+            ) -> List[Tuple[str, Dict[str, Any]]]:
     """The (encoding name, options) entries of the old field values, input encoding first; () for NoPE. The fields
     an encoding did not read are dropped. A combination the old validate refused decodes as it reads (the registry
-    refuses it)."""
+    refuses it). ``encoding_ids``: old record number -> encoding name (the registry adds those of the variants a
+    plugin registered without flags)."""
     v = dict(values)
     out: List[Tuple[str, Dict[str, Any]]] = []
     buckets = {"untie_cls": v["untie_cls"], "rel_pos_bins": v["rel_pos_bins"], "max_rel_pos": v["max_rel_pos"]}
@@ -125,11 +134,11 @@ def entries(values: Mapping[str, Any]) -> List[Tuple[str, Dict[str, Any]]]:
     elif block.startswith("pam_"):
         out.append(("pam", {"mode": block[len("pam_"):]}))
     if v["encoding_id"]:
-        name = ENCODING_IDS.get(v["encoding_id"])
+        name = encoding_ids.get(v["encoding_id"])
         if name is None:
             raise NewerRecordError(
-                f"the checkpoint's positional encoding #{v['encoding_id']} is not known to this tupe_plugin: it was "
-                "registered by a plugin (--user-dir) before records named their encodings; it cannot be read")
+                f"the checkpoint's positional encoding #{v['encoding_id']} is not registered in this process: import "
+                "the plugin that registers it (--user-dir), as when it was trained")
         out.append((name, {}))
     inputs = [e for e in out if e[0] in ("learned_absolute", "sinusoidal")]
     return inputs + [e for e in out if e not in inputs]

@@ -28,7 +28,7 @@ from .gaussian_prior import GaussianPrior
 from .kerple import Kerple
 from .learned_absolute import LearnedAbsolute
 from .learned_gaussian import LearnedGaussian
-from .legacy_record import ENCODING_IDS, entries as legacy_entries, fields_from_config, fields_from_tensor
+from .legacy_record import ENCODING_IDS, encoding_id, entries as legacy_entries, fields_from_config, fields_from_tensor
 from .options import Flag
 from .pam import Pam
 from .record import UPGRADE, NewerRecordError, PositionalVariant, record_entries
@@ -102,8 +102,18 @@ def from_args(args) -> PositionalVariant:
     values = {name: getattr(args, name) for name in names if getattr(args, name, None) is not None}
     old_id = getattr(args, "encoding_id", 0)
     if old_id and not values.get("arch_encodings"):
-        values["arch_encodings"] = (ENCODING_IDS.get(old_id, f"#{old_id}"),)
+        values["arch_encodings"] = (_old_encoding_ids().get(old_id, f"#{old_id}"),)
     return from_flags(values)
+
+
+def _old_encoding_ids() -> Dict[int, str]:
+    """Old record number -> encoding, for the records written before records named their encodings: the built-in
+    ones (legacy_record.py) and those of the variants registered now with an encoding no flag selects (a plugin's:
+    the number was a checksum of the variant's name)."""
+    by_plugins = {encoding_id(name): variant.names()[-1] for name, variant in VARIANTS.items()
+                  if variant.encodings and not (ENCODINGS[variant.names()[-1]].selected_by
+                                                or ENCODINGS[variant.names()[-1]].flags)}
+    return {**by_plugins, **ENCODING_IDS}
 
 
 def flag_values(variant: PositionalVariant) -> Dict[str, Any]:
@@ -225,7 +235,7 @@ def from_record(record: torch.Tensor) -> PositionalVariant:
     entries = record_entries(record)
     if entries is None:
         entries = [{"encoding": name, **options}
-                   for name, options in legacy_entries(fields_from_tensor(record))]
+                   for name, options in legacy_entries(fields_from_tensor(record), _old_encoding_ids())]
     return from_entries(entries)
 
 
@@ -235,7 +245,7 @@ def from_config(config: Mapping[str, Any], variant_name_: Optional[str] = None) 
     if config.get("positional_encodings") is not None:
         return from_entries(list(config["positional_encodings"]))
     old = fields_from_config(config, variant_name_)
-    return from_entries([{"encoding": name, **options} for name, options in legacy_entries(old)])
+    return from_entries([{"encoding": name, **options} for name, options in legacy_entries(old, _old_encoding_ids())])
 
 
 # --- what a variant is built from ---------------------------------------------------------------------------------
