@@ -87,7 +87,7 @@ def bench_length(T: int, args) -> str:
     """One line: both paths on the first layer of ``deberta_rel_<size>`` at length T."""
     model = build(f"deberta_rel_{args.size}", args.size, T, args.device)
     enc = model.encoder.sentence_encoder
-    attn, k_max = enc.layers[0].self_attn, model.positional_variant.max_rel_pos
+    attn, k_max = enc.layers[0].self_attn, model.positional_variant.options("deberta").max_rel_pos
     B, H, dh = max(1, args.tokens // T), attn.num_heads, attn.head_dim
     g = torch.Generator().manual_seed(0)
     q, k = (torch.randn(B, H, T, dh, generator=g).to(args.device).requires_grad_() for _ in range(2))

@@ -3,8 +3,8 @@ exports and trains it, the guard of the refactor that gives each encoding its ow
 list of (encoding, options); docs/extending.md). Deterministic on CPU.
 
 Per variant (tiny sizes, ``SIZES``): the state dict built from seed 0 (its names, shapes and values: the refactor
-must build the same parameters), the checkpoint's variant record as written today (``VARIANT_KEY``), the fields the
-HF export writes into config.json, the features of a padded batch, and the first 20 losses of a plain MLM loop
+must build the same parameters), the checkpoint's variant record as written today (``VARIANT_KEY``), the keys the
+HF export writes into config.json for the variant, the features of a padded batch, and the first 20 losses of a plain MLM loop
 (Adam, dropout on, seed 0).
 
     python tests/make_variant_fixtures.py [OUT]     # default: tests/data/variants_before_options.pt
@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from dataclasses import asdict
 from typing import Dict, List
 
 import torch
@@ -78,7 +77,10 @@ def variant_fixture(name: str) -> Dict:
     state = {k: v.clone() for k, v in model.state_dict().items()}
     with torch.no_grad():
         features, _ = model(padded_batch(), features_only=True)
-    return {"state": state, "record": state[VARIANT_KEY].clone(), "hf_config": asdict(model.positional_variant),
+    # hf_config: the variant's keys of the HF export's config.json (one key per field before the JSON record; since,
+    # positional_encodings): tests/test_variants_before_options.py decodes either
+    hf_config = {"positional_encodings": model.positional_variant.entries()}
+    return {"state": state, "record": state[VARIANT_KEY].clone(), "hf_config": hf_config,
             "features": features, "losses": training_losses(model)}
 
 

@@ -19,7 +19,7 @@ from model_utils import build, tokens
 from references import having, names, reference
 from tupe_core import registry
 from tupe_core.base import INPUT
-from tupe_core.record import VARIANTS
+from tupe_core.registry import VARIANTS
 
 D, H, DH, P = 768, 12, 64, 512  # BERT-base width and heads, 512 positions
 INIT_STD = 0.02  # BERT's initializer_range; fairseq's init_bert_params; TUPE's, DeBERTa's
@@ -69,7 +69,7 @@ def test_where_each_signal_enters_and_the_scale_of_its_logits(variant):
     assert (input_cls.__name__ if input_cls else None) == ref.INPUT
     if input_cls is not None:
         assert input_cls.enters == INPUT
-    assert attention_cls.scale_for(VARIANTS[variant]) == ref.SCALE
+    assert attention_cls.scale_for(registry.options_of(VARIANTS[variant], attention_cls)) == ref.SCALE
     for layer in model(variant).encoder.sentence_encoder.layers:  # every layer's block, at the source's scale
         assert layer.self_attn.scaling == pytest.approx((ref.SCALE * DH) ** -0.5)
 
@@ -277,7 +277,7 @@ def test_deberta_is_v1s_block_with_k_128():
     """v1 (ae38d6f): rel_embeddings = Embedding(2k, d), shared, no LayerNorm on it (v2's norm_rel_ebd); per layer
     pos_proj without bias (K^r) and pos_q_proj with bias (Q^r); init N(0, 0.02); c2p index clamp(i - j + k)."""
     enc = encoder("deberta_rel")
-    k = VARIANTS["deberta_rel"].max_rel_pos
+    k = VARIANTS["deberta_rel"].options("deberta").max_rel_pos
     assert k == 128
     rel = enc.positions.rel_embeddings.weight
     assert rel.shape == (2 * k, D) and std(rel) == pytest.approx(INIT_STD, rel=0.03)

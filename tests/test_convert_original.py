@@ -281,7 +281,7 @@ def test_converted_checkpoint_records_variant_and_config(converted):
         f"--encoder-attention-heads {H} --encoder-ffn-embed-dim ")  # the sizes: a resized arch rebuilds as trained
     assert " --no-input-pe --untied-pos --untie-cls --rel-pos " in fairseq_args(info)
     state = torch.load(dest, map_location="cpu")  # weights_only, plugin allowlist
-    assert all(v.dtype in (torch.float32, torch.int64) for v in state["model"].values())
+    assert all(v.dtype in (torch.float32, torch.int64, torch.uint8) for v in state["model"].values())  # uint8: the record
     assert state["extra_state"]["tupe_convert_original"]["source_num_updates"] == 1000000
     model_args = vars(state["cfg"]["model"])  # the Namespace fairseq-train would parse (legacy-args model)
     assert model_args["classification_head_style"] == "release"  # the release's GLUE head

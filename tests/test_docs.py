@@ -11,7 +11,8 @@ from conftest import ROOT
 from references import reference
 
 from tupe_plugin.models.variant_table import REGENERATE, TABLES, flag_difference, marked, regenerate
-from tupe_core import VARIANTS, PositionalVariant
+from tupe_core import VARIANTS
+from tupe_core.registry import flag_values, from_flags
 
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 TABLES_IN = {"README.md": ["summary"], "docs/positional_encodings.md": ["flags"]}
@@ -39,7 +40,7 @@ def test_flag_difference_rebuilds_the_variant_on_the_default_arch():
         if reference(name).ARCH_ONLY:  # tests/references/<name>.py: no flag combination reaches it
             assert cell.startswith(f"only `--arch {name}_*`"), name
             continue
-        values = dict(vars(base))
+        values = flag_values(base)
         tokens = cell.strip("`").split() if cell.startswith("`") else []
         for i, token in enumerate(tokens):
             if not token.startswith("--"):
@@ -51,7 +52,7 @@ def test_flag_difference_rebuilds_the_variant_on_the_default_arch():
                 values[token[5:].replace("-", "_")] = False
             else:
                 values[token[2:].replace("-", "_")] = True
-        assert PositionalVariant(**values) == variant, name
+        assert from_flags(values) == variant, name
 
 
 def test_overview_table_of_positional_encodings_lists_the_registry():

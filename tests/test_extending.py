@@ -13,9 +13,9 @@ from model_utils import build, tokens
 
 from tupe_plugin.models import VariantMismatchError
 from tupe_core.facts import VARIANT_KEY
-from tupe_core import VARIANTS, PositionalVariant
-from tupe_core import registry
-from tupe_core.registry import encodings, record_id
+from tupe_core import VARIANTS
+from tupe_core import legacy_record, registry
+from tupe_core.registry import encodings, from_record
 
 TOY = "toy_linear_bias"
 
@@ -33,16 +33,19 @@ def toy_pe():
         sys.path.remove(str(ROOT / "tests" / "data"))
         VARIANTS.pop(TOY, None)
         registry.ABOUT.pop(TOY, None)
-        registry.ENCODINGS[:] = [cls for cls in registry.ENCODINGS if cls.__module__ != "toy_pe.linear_bias"]
+        registry.ENCODINGS.pop("toy_linear_distance", None)
 
 
 def test_the_toy_is_registered_with_its_archs_and_record(toy_pe):
     from fairseq.models import ARCH_MODEL_REGISTRY
 
     variant = VARIANTS[TOY]
-    assert variant.encoding_id == record_id(TOY) != 0 and variant.name == TOY
+    assert variant.names() == ("toy_linear_distance",) and variant.name == TOY
     assert encodings(variant)[1] is toy_pe.LinearDistanceBias
-    assert PositionalVariant.from_tensor(variant.to_tensor()) == variant
+    assert from_record(variant.to_tensor()) == variant
+    # its checkpoints written before the JSON record: an integer record naming it by a checksum of the variant's name
+    old = torch.tensor([0, 0, 0, 0, 0, 32, 128, 0, 0, 0, 0, 0, 1, legacy_record.encoding_id(TOY)])
+    assert from_record(old) == variant
     assert {f"{TOY}_{size}" for size in ("base", "large", "tiny")} <= set(ARCH_MODEL_REGISTRY)
 
 
@@ -68,17 +71,32 @@ def test_the_toy_bias_reaches_every_layer_and_loads_only_as_itself():
     assert "flags" not in str(err.value)  # no flag combination reaches it: the hint names its arch only
 
 
+def test_the_toy_declares_its_option_its_flag_and_its_check():
+    """One option in the toy's module (docs/extending.md): its flag, its check, its place in the record, and a
+    checkpoint of another value refused as another variant."""
+    assert registry.flags()["toy_initial_slope"].default == 0.5
+    model = build(f"{TOY}_tiny", max_positions=16, toy_initial_slope=0.25)
+    variant = model.positional_variant
+    assert variant.name == "custom" and variant.options("toy_linear_distance").toy_initial_slope == 0.25
+    assert variant.entries() == [{"encoding": "toy_linear_distance", "toy_initial_slope": 0.25}]
+    torch.testing.assert_close(model.encoder.sentence_encoder.positions.slope, torch.full((4,), 0.25))
+    with pytest.raises(VariantMismatchError, match="'custom'"):
+        build(f"{TOY}_tiny", max_positions=16).load_state_dict(model.state_dict())
+    with pytest.raises(ValueError, match="--toy-initial-slope must be positive, got -1"):
+        build(f"{TOY}_tiny", toy_initial_slope=-1.0)
+
+
 def test_fairseq_train_trains_the_toy_from_its_user_dir(lm_bin, tmp_path, starts_process):
     args = [a if a != "tupe_plugin" else str(ROOT / "tests" / "data" / "toy_pe") for a in PRETRAIN_ARGS]
     p = run(["fairseq-train", str(lm_bin), *args, "--arch", f"{TOY}_tiny", "--max-update", "20",
-             "--save-dir", str(tmp_path / "ckpt")])
+             "--toy-initial-slope", "0.25", "--save-dir", str(tmp_path / "ckpt")])
     losses = train_losses(p.stdout + p.stderr)
     assert len(losses) >= 3 and losses[-1] < losses[0]
     state = torch.load(tmp_path / "ckpt" / "checkpoint_last.pt", map_location="cpu", weights_only=False)
     record = state["model"][VARIANT_KEY]
-    assert PositionalVariant.from_tensor(record) == VARIANTS[TOY]
+    assert from_record(record).entries() == [{"encoding": "toy_linear_distance", "toy_initial_slope": 0.25}]
     slope = state["model"]["encoder.sentence_encoder.positions.slope"]
-    assert not torch.allclose(slope, torch.full_like(slope, 0.5))  # trained: the bias has its gradient
+    assert not torch.allclose(slope, torch.full_like(slope, 0.25))  # trained: the bias has its gradient
 
 
 def test_the_export_refuses_an_encoding_it_cannot_ship(tmp_path):

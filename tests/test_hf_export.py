@@ -61,7 +61,8 @@ def test_every_variant_equals_fairseq(variant, tmp_path):
 
 def test_a_flag_combination_that_is_no_registered_variant_exports_too(tmp_path):
     config = assert_export_equals_fairseq("tupe_r", tmp_path, untie_cls=False)  # TUPE-R without the [CLS] reset
-    assert config["tupe_variant"] == "custom" and config["untied_pos"] and config["rel_pos"] and not config["untie_cls"]
+    assert config["tupe_variant"] == "custom" and config["positional_encodings"] == [
+        {"encoding": "tupe", "untie_cls": False, "rel_pos": True, "rel_pos_bins": 32, "max_rel_pos": 128}]
 
 
 def assert_export_equals_fairseq(variant: str, tmp_path: Path, **args) -> dict:
@@ -192,7 +193,7 @@ def test_a_checkpoint_with_a_hydra_config_exports_the_same(tmp_path):
                 "model": model.state_dict()}, hydra_ckpt)
     a = json.loads((hf_export.export(str(ckpt), str(tmp_path / "a")) / "config.json").read_text())
     b = json.loads((hf_export.export(str(hydra_ckpt), str(tmp_path / "b")) / "config.json").read_text())
-    assert a == b and b["input_pe"] is True and b["num_hidden_layers"] == 2
+    assert a == b and b["positional_encodings"] == [{"encoding": "learned_absolute"}] and b["num_hidden_layers"] == 2
 
 
 def test_cli_refuses_a_non_empty_out_dir_in_one_line(tmp_path, starts_process):

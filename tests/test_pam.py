@@ -174,7 +174,7 @@ def test_errors_name_the_fix():
 def test_registered_variant_builds_pam_layers_without_input_pe(mode):
     model = build(f"pam_{mode}_tiny", max_positions=32)
     enc = model.encoder.sentence_encoder
-    assert VARIANTS[f"pam_{mode}"].attention_block == f"pam_{mode}"
+    assert VARIANTS[f"pam_{mode}"].options("pam").mode == mode
     assert enc.embed_positions is None  # no PE at the input
     assert all(isinstance(layer.self_attn, PamSelfAttention) and layer.self_attn.mode == mode for layer in enc.layers)
     tables = [k for k in model.state_dict() if k.endswith("self_attn.pos_weight")]

@@ -3,7 +3,6 @@ formulas against loop references written from docs/positional_encodings.md (test
 variant), checkpoint records (including records of the old, shorter layout), refusals, maps, and LayerDrop with
 per-layer priors."""
 import argparse
-import dataclasses
 import math
 import re
 
@@ -16,8 +15,8 @@ from references import having, layer0_reference_weights, reference
 from references._shared import deberta_reference, paper_bucket
 from tupe_plugin.analysis.checkpoint_maps import ContentDependentPositions, content_free_map, load_checkpoint
 from tupe_plugin_cli.commands import checkpoint_info as checkpoint_info_main
-from tupe_core.record import PositionalVariant
-from tupe_core.registry import VARIANTS
+from tupe_core import legacy_record
+from tupe_core.registry import VARIANTS, flag_values, flags_of, from_flags, from_record
 from tupe_plugin.models import VariantMismatchError
 from tupe_core.facts import VARIANT_KEY
 from tupe_core.rope import rotate
@@ -32,7 +31,7 @@ def test_every_variant_round_trips_and_has_all_sizes():
 
     assert list(SIZES) == ["base", "large", "tiny"] and all(set(s) <= set(SIZE_FIELDS) for s in SIZES.values())
     for name, v in VARIANTS.items():
-        assert PositionalVariant.from_tensor(v.to_tensor()) == v and v.name == name
+        assert from_record(v.to_tensor()) == v and v.name == name
         for size in SIZES:
             assert ARCH_MODEL_REGISTRY[f"{name}_{size}"].__name__ == "TupeRobertaModel"
     tiny = build("bert_a_tiny").args
@@ -50,7 +49,7 @@ def test_every_variant_round_trips_and_has_all_sizes():
 ])
 def test_old_shorter_records_decode_with_defaults_and_load(record, name):
     old = torch.tensor(record, dtype=torch.long)
-    assert PositionalVariant.from_tensor(old) == VARIANTS[name]
+    assert from_record(old) == VARIANTS[name]
     src = build(f"{name}_tiny", seed=1)
     state = src.state_dict()
     state[VARIANT_KEY] = old
@@ -71,7 +70,7 @@ def test_every_variant_refuses_to_load_as_another_and_names_flags_and_arch(saved
     if reference(saved).ARCH_ONLY:
         assert "flags" not in msg  # only the arch reaches it (NoPE, an encoding without flags of its own)
     else:
-        assert VARIANTS[saved].flags() in msg
+        assert flags_of(VARIANTS[saved]) in msg
 
 
 def test_nope_only_through_its_arch():
@@ -98,11 +97,12 @@ def test_nope_only_through_its_arch():
 ])
 def test_terms_that_do_not_combine_are_refused_by_their_flags(flags, named):
     """One encoding at the attention: a signal that is its variant's only one, added to another, is refused when
-    the model or the encodings are built, naming the flags, instead of one replacing the other."""
+    the model is built or the registry reads the flags, naming the flags, instead of one replacing the other (a
+    variant made otherwise is checked by its encodings: tests/test_variant_record.py)."""
     with pytest.raises(ValueError, match=re.escape(named)):
         build("tupe_r_tiny", **flags)
     with pytest.raises(ValueError, match=re.escape(named)):
-        build_encodings(dataclasses.replace(VARIANTS["tupe_r"], **flags), 64, 4, 16, 1)
+        from_flags({**flag_values(VARIANTS["tupe_r"]), **flags})
 
 
 def test_the_tupe_term_is_the_sum_of_its_parts():
@@ -167,12 +167,16 @@ def test_an_unscaled_sinusoidal_checkpoint_loads_as_trained_or_is_refused():
     """A record written before --sinusoidal-scaled existed decodes as the unscaled table it was trained with:
     loading it into today's sinusoidal arch is refused naming --no-sinusoidal-scaled, and with that flag it gives
     the old model's outputs. Older records of other variants still decode as their registered variant."""
-    fields = list(PositionalVariant.__dataclass_fields__)
-    old_record = VARIANTS["sinusoidal"].to_tensor()[: fields.index("sinusoidal_scaled")]
-    old = PositionalVariant.from_tensor(old_record)
-    assert old.sinusoidal_pe and not old.sinusoidal_scaled and old.name == "custom"
+    def record_before(name):  # the integer record of a variant written before --sinusoidal-scaled existed
+        values = {**{n: d for n, d, _ in legacy_record.FIELDS}, **legacy_record.VARIANT_FIELDS[name]}
+        return torch.tensor([c.index(values[n]) if c else int(values[n]) for n, _, c in legacy_record.FIELDS
+                             ][: legacy_record.NAMES.index("sinusoidal_scaled")])
+
+    old_record = record_before("sinusoidal")
+    old = from_record(old_record)
+    assert old.names() == ("sinusoidal",) and not old.options("sinusoidal").sinusoidal_scaled and old.name == "custom"
     for name in BEFORE_SINUSOIDAL_SCALED:  # the same short record of every other variant of that time: itself
-        assert PositionalVariant.from_tensor(VARIANTS[name].to_tensor()[: len(old_record)]) == VARIANTS[name]
+        assert from_record(record_before(name)) == VARIANTS[name]
     trained = build("sinusoidal_tiny", seed=1, sinusoidal_scaled=False)
     state = trained.state_dict()
     state[VARIANT_KEY] = old_record

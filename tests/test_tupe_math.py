@@ -24,10 +24,10 @@ def test_bucket_ids_match_paper_table(delta):
 
 
 def test_bucket_16_unused_and_cls_buckets():
-    bkt = relative_buckets(VARIANTS["tupe_r"], 64)
+    bkt = relative_buckets(VARIANTS["tupe_r"].options("tupe"), 64)
     assert (bkt[0, :] == 16).all() and (bkt[1:, 0] == 32).all()
     assert not (bkt[1:, 1:] == 16).any() and not (bkt[1:, 1:] == 32).any()
-    plain = relative_buckets(VARIANTS["bert_r"], 64)
+    plain = relative_buckets(VARIANTS["bert_r"].options("t5_relative"), 64)
     assert plain[0, 0] == 0 and plain[3, 0] == paper_bucket(-3) and plain[0, 5] == paper_bucket(5)
     # the model reads one bucket per distance, not a (P, P) table
     positions = build("tupe_r_tiny", max_positions=64).encoder.sentence_encoder.positions

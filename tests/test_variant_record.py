@@ -1,21 +1,55 @@
-"""A variant record written by a newer plugin is refused, naming the upgrade: never read as a wrong model (one
-field more, or a choice this version does not know); a record that is not a variant is refused by what the
-encodings declare (validate)."""
+"""A variant record written by a newer plugin is refused, naming the upgrade: never read as a wrong model (an
+encoding or an option this version does not know; in an old integer record, one field more or a choice the frozen
+table does not have); flags that are not a variant are refused by what the encodings declare."""
+import json
+
 import pytest
 import torch
 
 from model_utils import build
 from tupe_plugin.checkpoint_info import info_from_state
-from tupe_core.record import PositionalVariant
-from tupe_core.registry import VARIANTS
+from tupe_core import legacy_record
+from tupe_core.registry import VARIANTS, from_flags, from_record
 from tupe_core.facts import VARIANT_KEY
-from tupe_core.record import ATTENTION_BLOCKS, NewerRecordError
+from tupe_core import registry
+from tupe_core.record import NewerRecordError, PositionalVariant
+
+
+def json_record(entries) -> torch.Tensor:
+    return torch.tensor(list(json.dumps(entries).encode()), dtype=torch.uint8)
+
+
+def old_record(name: str) -> torch.Tensor:
+    """The integer record the plugin wrote for registered variant ``name`` before the JSON record."""
+    values = {**{n: d for n, d, _ in legacy_record.FIELDS}, **legacy_record.VARIANT_FIELDS[name]}
+    return torch.tensor([c.index(values[n]) if c else int(values[n]) for n, _, c in legacy_record.FIELDS])
+
+
+def test_a_record_holds_its_encodings_and_their_options_as_json():
+    record = VARIANTS["tupe_r"].to_tensor()
+    assert record.dtype == torch.uint8 and json.loads(bytes(record.tolist())) == [
+        {"encoding": "tupe", "untie_cls": True, "rel_pos": True, "rel_pos_bins": 32, "max_rel_pos": 128}]
+    assert json.loads(bytes(VARIANTS["nope"].to_tensor().tolist())) == []
+    for name, variant in VARIANTS.items():  # every registered variant, and its old integer record: itself
+        assert from_record(variant.to_tensor()) == from_record(old_record(name)) == variant, name
+
+
+@pytest.mark.parametrize("entries, named", [
+    ([{"encoding": "fire", "mlp_width": 32}], r"encoding 'fire' is not registered in this process.*newer.*upgrade"),
+    ([{"encoding": "rope", "rope_scaling": "yarn"}], r"'rope' has options \['rope_scaling'\].*newer.*upgrade"),
+    ([{"encoding": "pam", "mode": "mixture"}], r"'pam': Pam's mode must be one of .*newer tupe_plugin"),
+])
+def test_an_encoding_or_option_of_a_newer_plugin_is_refused_naming_the_upgrade(entries, named):
+    with pytest.raises(NewerRecordError, match=named):
+        from_record(json_record(entries))
 
 
 def test_a_longer_record_of_a_newer_plugin_is_refused_naming_the_upgrade():
-    newer = torch.cat([VARIANTS["tupe_r"].to_tensor(), torch.tensor([0])])  # one field this version lacks
+    newer = torch.cat([old_record("tupe_r"), torch.tensor([0])])  # one field the frozen table lacks
     with pytest.raises(NewerRecordError, match=r"has 15 fields but this tupe_plugin knows 14.*newer.*upgrade"):
-        PositionalVariant.from_tensor(newer)
+        from_record(newer)
+    newer = json_record([{"encoding": "tupe", "untie_cls": True, "rel_pos": True, "rel_pos_bins": 32,
+                          "max_rel_pos": 128, "rope_in_tupe": True}])
     model = build("tupe_r_tiny")
     state = model.state_dict()
     state[VARIANT_KEY] = newer
@@ -25,14 +59,14 @@ def test_a_longer_record_of_a_newer_plugin_is_refused_naming_the_upgrade():
         info_from_state({"model": state, "cfg": {"model": {"arch": "tupe_r_tiny"}}}, "ckpt.pt")
 
 
-def test_a_choice_appended_by_a_newer_plugin_is_refused_not_wrapped():
-    record = VARIANTS["rope"].to_tensor()
-    record[list(PositionalVariant.__dataclass_fields__).index("attention_block")] = len(ATTENTION_BLOCKS)
+def test_a_choice_beyond_the_old_table_is_refused_not_wrapped():
+    record = old_record("rope")
+    record[legacy_record.NAMES.index("attention_block")] = 6
     with pytest.raises(NewerRecordError, match=r"--attention-block choice #6.*newer tupe_plugin"):
-        PositionalVariant.from_tensor(record)
-    record[list(PositionalVariant.__dataclass_fields__).index("attention_block")] = -1  # no wrap to the last
+        from_record(record)
+    record[legacy_record.NAMES.index("attention_block")] = -1  # no wrap to the last
     with pytest.raises(NewerRecordError):
-        PositionalVariant.from_tensor(record)
+        from_record(record)
 
 
 @pytest.mark.parametrize("flags, named", [
@@ -44,17 +78,28 @@ def test_a_choice_appended_by_a_newer_plugin_is_refused_not_wrapped():
                                                                   "--rel-pos (T5Relative), not of this variant's BertAd"),
     (dict(input_pe=True, sinusoidal_pe=True), "--sinusoidal-pe cannot be combined with --input-pe (it is the only "
                                               "position signal of its variant)"),
-    (dict(alibi=True, encoding_id=VARIANTS["kerple"].encoding_id), "--alibi cannot be combined with a registered "
-                                                                   "encoding without flags"),
+    (dict(alibi=True, arch_encodings=("kerple",)), "--alibi cannot be combined with a registered encoding without "
+                                                   "flags"),
     (dict(no_position=True, alibi=True), "the NoPE arch (nope_*) takes no positional flags"),
     (dict(), "this variant has no position information at all"),
 ])
 def test_validate_refuses_by_the_encodings_declarations(flags, named):
-    """validate's refusals come from what the encodings declare (reads, combines, switches), not from a list of
-    flags in record.py: a setting no encoding of the variant reads, an only signal beside another, no signal."""
+    """The refusals of flags come from what the encodings declare (their options' flags, combines, selected_by), not
+    from a list of flags: a setting no encoding of the variant reads, an only signal beside another, no signal."""
     import re
 
     with pytest.raises(ValueError, match=re.escape(named)):
-        PositionalVariant(**flags).validate()
+        from_flags(flags)
     for variant in VARIANTS.values():  # every registered variant passes its own checks
-        variant.validate()
+        assert from_flags(registry.flag_values(variant)) == variant
+
+
+def test_a_variant_is_checked_by_its_encodings_whatever_made_it():
+    """The rules between encodings hold for a variant from a record too: at most one encoding at the input and one
+    at the attention, and none beside an encoding that is its variant's only signal."""
+    alibi, rope = VARIANTS["alibi"].encodings[0], VARIANTS["rope"].encodings[0]
+    with pytest.raises(ValueError, match="Alibi is the only position signal of its variant: it cannot be combined "
+                                         "with LearnedAbsolute"):
+        registry.check(PositionalVariant((VARIANTS["bert_a"].encodings[0], alibi)))
+    with pytest.raises(ValueError, match="at most one encoding at the input, then one at the attention"):
+        registry.check(PositionalVariant((rope, alibi)))

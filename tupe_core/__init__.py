@@ -4,8 +4,10 @@ model's facts, in plain torch (no fairseq, no transformers, nothing of ``tupe_pl
 * ``base.py``: ``PositionalEncoding`` (what an encoding declares) and ``PositionalTerm``;
 * one file per encoding: ``learned_absolute``, ``sinusoidal``, ``tupe``, ``bert_ad``, ``t5_relative``,
   ``gaussian_prior``, ``learned_gaussian``, ``alibi``, ``kerple``, ``rope``, ``deberta``, ``pam``;
-* ``record.py`` (the checkpoint record of a variant) and ``registry.py`` (the variants, and which encodings a
-  record builds);
+* ``options.py`` (what an encoding's options and flags are), ``record.py`` (a variant: (encoding, its options)
+  per encoding, and its JSON checkpoint record), ``legacy_record.py`` (frozen: records written before),
+  ``variant_flags.py`` (the flags of the encodings and the variant they select) and ``registry.py`` (the
+  encodings and variants, and records and flags made variants);
 * the attention core every block uses (``attention.py``, ``attend.py`` and its table of paths ``PATHS``,
   ``masks.py``, ``take_columns.py``) and the encoder's forward shared by the fairseq model and the exported one
   (``encoder_stack.py``);

@@ -8,6 +8,7 @@ import torch
 from torch import Tensor
 
 from .base import AS_IS, BIAS, PositionalEncoding, PositionalTerm, check_length
+from .options import Flag
 
 
 def alibi_slopes(num_heads: int) -> List[float]:
@@ -28,6 +29,8 @@ class Alibi(PositionalEncoding):
     enters = BIAS
     left_padding = AS_IS  # a function of j - i only: a row shifted by its left padding keeps its meaning
 
+    name = "alibi"
+    flags = (Flag("alibi", False, "ALiBi: add -m_h |j-i| to the logits (bidirectional)"),)
     selected_by = {"alibi": True}
 
     def fixed_tables(self) -> Dict[str, Tensor]:

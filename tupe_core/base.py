@@ -3,7 +3,8 @@ layer, ``PositionalTerm``, is the attention core's: ``attention.py``).
 
 An encoding is one ``nn.Module`` that owns its parameters and fixed tables and *declares* what the rest of the
 model asks of it (x-transformers' habit), so the encoder, the attention blocks, the analysis, the study and
-the Hugging Face export read these declarations instead of branching on flags:
+the Hugging Face export read these declarations instead of branching on flags; its options are its own
+(``Options``), given to its ``__init__`` and to the classmethods below:
 
 =====================  ========================================================================================
 ``enters``             how its signal enters: ``INPUT`` (added to the word embeddings), ``BIAS`` (an (H, T, T)
@@ -16,10 +17,13 @@ the Hugging Face export read these declarations instead of branching on flags:
 ``untrained_beyond``   why positions beyond the trained length mean nothing (or None)
 ``content_free_map``   its position-only map for the analysis (logits, weights, or ``ContentDependentPositions``)
 ``attention_block``    the attention block of every layer
-``selected_by``        which checkpoint records (``record.PositionalVariant``) build it: field -> value
-``reads``              the record's other fields it reads (its settings: ``validate`` refuses one set without it)
+``name``               its name in the checkpoint record (``record.py``): never changes once written
+``Options``            its options, a frozen dataclass (``options.py``: each field made by ``option`` is a ``--flag``
+                       of the same name); ``validate`` checks them; ``self.options`` holds them
+``flags``              the flags that select it, declared here (``--alibi``), besides its options' own
+``selected_by``        the flag values that select it (none: only its arch does, as KERPLE's)
 ``combines``           whether it is defined together with another encoding (TUPE's Table 1), else it is the only
-                       position signal of its variant
+                       position signal of its variant (the registry refuses company beside it)
 ``fixed_tables``       its non-persistent buffers, computed from its options (``self.options``) and sizes
 =====================  ========================================================================================
 
@@ -29,15 +33,14 @@ with the tokens) or ``positions`` (every other kind: called once per forward wit
 """
 from __future__ import annotations
 
-from dataclasses import fields
-from typing import Dict, NamedTuple, Optional, Tuple
+from typing import Any, Dict, Mapping, NamedTuple, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .attention import PositionalTerm, SelfAttention
-from .record import PositionalVariant
+from .options import Flag, NoOptions, choices, option_flags
 
 __all__ = ["PositionalEncoding", "InputEncoding", "NoTerm", "PositionalTerm", "PositionMap",
            "ContentDependentPositions", "check_length", "token_positions", "at_positions",
@@ -54,6 +57,12 @@ AS_IS = "as_is"  # nothing: its terms depend on j - i only (or it counts real to
 POSITIONS = "positions"  # each token's position: the encoder passes ``position_ids`` (B, T) when a batch is left-padded
 REFUSED = "refused"  # the math does not allow it: the encoder refuses left-padded input, naming the variant
 LEFT_PADDING = (AS_IS, POSITIONS, REFUSED)
+
+# The flags that select one of several encodings by value (their choices: the default and the encodings' values)
+ATTENTION_BLOCK = Flag("attention_block", "standard",
+                       "attention of every layer: standard, rope (rotary q/k), deberta (c2p + p2c), pam_* (PAM blocks)")
+DISTANCE_PRIOR = Flag("distance_prior", "none", "L&S paper: add a fixed (gaussian) or learned per-layer "
+                                                "(learned_gaussian) distance prior")
 
 
 class ContentDependentPositions(ValueError):
@@ -82,61 +91,81 @@ def check_length(seq_len: int, max_positions: int) -> None:
 
 class PositionalEncoding(nn.Module):
     """One positional encoding (see the module docstring for the declarations). A subclass sets ``enters`` and
-    overrides what differs; its ``__init__`` takes ``(variant, embed_dim, num_heads, max_positions, num_layers)``
-    and reads its options from the variant record."""
+    overrides what differs; its ``__init__`` takes ``(options, embed_dim, num_heads, max_positions, num_layers)``,
+    ``options`` its own ``Options``."""
 
     enters: str = NONE
     block = SelfAttention  # the attention block of every layer (a subclass where the encoding has its own)
     score_scale: float = 1.0
     left_padding: str = REFUSED  # AS_IS, POSITIONS or REFUSED (above)
-    # the record's fields that select it (built-in encodings have flags of their own: {"alibi": True})
+    name: str = ""  # its name in the checkpoint record
+    Options: type = NoOptions  # its options (options.py)
+    # the flags that select it, declared here, and their values that select it ({"alibi": True}); a flag of another
+    # encoding or a selecting flag of base.py may appear in selected_by without being declared here
+    flags: Tuple[Flag, ...] = ()
     selected_by: Dict[str, object] = {}
-    # the record's other fields it reads, its settings ("untie_cls", "rel_pos_bins"): PositionalVariant.validate
-    # refuses a flag set away from its default that no encoding of the variant reads
-    reads: Tuple[str, ...] = ()
     # whether it is defined together with another encoding (TUPE's Table 1: an input PE, an attention term); an
-    # encoding that does not combine is the only position signal of its variant (validate refuses others beside it)
+    # encoding that does not combine is the only position signal of its variant (the registry refuses others beside it)
     combines: bool = False
-    # an encoding registered without a flag of its own (registry.register(..., encoding=Cls)) is recorded by
-    # this number, set by the registry from the variant's name
-    record_id: int = 0
 
-    def __init__(self, variant: "PositionalVariant", embed_dim: int, num_heads: int, max_positions: int,
-                 num_layers: int = 1):
+    def __init__(self, options: Any, embed_dim: int, num_heads: int, max_positions: int, num_layers: int = 1):
         super().__init__()
-        self.options = variant  # the checkpoint record: the options its fixed tables and parameters read
+        self.options = options  # its Options: what its fixed tables and parameters read
         self.embed_dim, self.num_heads, self.max_positions = embed_dim, num_heads, max_positions
         self.head_dim, self.num_layers = embed_dim // num_heads, num_layers
         for name, table in self.fixed_tables().items():
             self.register_buffer(name, table, persistent=False)
 
-    # --- which records build it -----------------------------------------------------------------------------
+    # --- its options and flags -------------------------------------------------------------------------------
     @classmethod
-    def selected(cls, variant: "PositionalVariant") -> bool:
-        """Whether ``variant`` has this encoding: every field of ``selected_by`` has its value (a flagless
-        encoding: the record id)."""
-        if cls.selected_by:
-            return all(getattr(variant, field) == value for field, value in cls.selected_by.items())
-        return cls.record_id != 0 and variant.encoding_id == cls.record_id
+    def option_flags(cls) -> Tuple[Flag, ...]:
+        """The flags of its options (the fields of ``Options`` made by ``option``)."""
+        return option_flags(cls.Options)
 
     @classmethod
-    def switches(cls) -> Tuple[str, ...]:
-        """The record's fields that switch it on, as a refusal names them: those of ``selected_by`` away from their
-        defaults (``--alibi``), or ``encoding_id`` for an encoding registered without flags. An encoding that
-        overrides ``selected`` overrides this too."""
-        if not cls.selected_by:
-            return ("encoding_id",)
-        defaults = {f.name: f.default for f in fields(PositionalVariant)}
+    def validate(cls, options: Any) -> None:
+        """Refuse options that are not this encoding's (a choice it does not have); an encoding with rules of its
+        own between options overrides this (and calls it)."""
+        flagged = {flag.name for flag in cls.option_flags()}
+        for name, allowed in choices(cls.Options).items():
+            if getattr(options, name) not in allowed:
+                called = f"--{name.replace('_', '-')}" if name in flagged else f"{cls.__name__}'s {name}"
+                raise ValueError(f"{called} must be one of {allowed}, got {getattr(options, name)!r}")
+
+    @classmethod
+    def selects(cls, flags: Mapping[str, Any]) -> bool:
+        """Whether the flag values ``flags`` select it: every flag of ``selected_by`` has its value."""
+        return bool(cls.selected_by) and all(flags[name] == value for name, value in cls.selected_by.items())
+
+    @classmethod
+    def options_from_flags(cls, flags: Mapping[str, Any]) -> Any:
+        """Its options from the flag values ``flags`` (each option flag's value)."""
+        return cls.Options(**{f.name: flags[f.name] for f in cls.option_flags()})
+
+    @classmethod
+    def to_flags(cls, options: Any) -> Dict[str, Any]:
+        """The flag values that select it with ``options`` (the inverse of ``selects`` and ``options_from_flags``)."""
+        return {**cls.selected_by, **{f.name: getattr(options, f.name) for f in cls.option_flags()}}
+
+    @classmethod
+    def selected_values(cls, flag: str) -> Tuple[Any, ...]:
+        """The values of the selecting flag ``flag`` that select it (a choice of ``--attention-block``)."""
+        return (cls.selected_by[flag],) if flag in cls.selected_by else ()
+
+    @classmethod
+    def switches(cls, defaults: Mapping[str, Any]) -> Tuple[str, ...]:
+        """The flags that switch it on, as a refusal names them: those of ``selected_by`` away from their defaults
+        (``--alibi``). An encoding that overrides ``selects`` overrides this too."""
         return tuple(name for name, value in cls.selected_by.items() if value != defaults[name])
 
     @classmethod
-    def scale_for(cls, variant: "PositionalVariant") -> float:
-        """``score_scale`` for ``variant`` (an encoding whose scale depends on its options overrides this)."""
+    def scale_for(cls, options: Any) -> float:
+        """``score_scale`` for ``options`` (an encoding whose scale depends on its options overrides this)."""
         return cls.score_scale
 
     @classmethod
-    def left_padding_for(cls, variant: "PositionalVariant") -> str:
-        """``left_padding`` for ``variant`` (an encoding whose answer depends on its options overrides this)."""
+    def left_padding_for(cls, options: Any) -> str:
+        """``left_padding`` for ``options`` (an encoding whose answer depends on its options overrides this)."""
         return cls.left_padding
 
     @property
@@ -146,16 +175,16 @@ class PositionalEncoding(nn.Module):
 
     # --- what the rest of the model asks ---------------------------------------------------------------------
     @classmethod
-    def attention_block(cls, variant: "PositionalVariant", embed_dim: int, num_heads: int, dropout: float,
+    def attention_block(cls, options: Any, embed_dim: int, num_heads: int, dropout: float,
                         attention_path: str, max_positions: int) -> SelfAttention:
         """The attention block of every layer: ``block`` (the plain ``SelfAttention`` unless the encoding has its
         own) at this encoding's scale."""
-        return cls.block(embed_dim, num_heads, dropout=dropout, scale_factor=cls.scale_for(variant),
+        return cls.block(embed_dim, num_heads, dropout=dropout, scale_factor=cls.scale_for(options),
                              attention_path=attention_path)
 
     @classmethod
-    def untrained_beyond(cls, variant: "PositionalVariant", trained: int) -> Optional[str]:
-        """Why this encoding's positions beyond the trained length ``trained`` mean nothing in ``variant``, or None
+    def untrained_beyond(cls, options: Any, trained: int) -> Optional[str]:
+        """Why this encoding's positions beyond the trained length ``trained`` mean nothing with ``options``, or None
         when they do (fixed functions of position or distance, buckets that saturate, or no positions at all)."""
         return None
 
@@ -192,10 +221,10 @@ class InputEncoding(PositionalEncoding):
 
     enters = INPUT
 
-    def __init__(self, variant: "PositionalVariant", embed_dim: int, num_heads: int, max_positions: int,
+    def __init__(self, options: Any, embed_dim: int, num_heads: int, max_positions: int,
                  num_layers: int = 1, padding_idx: int = 1):
         self.padding_idx = padding_idx  # before the base's __init__: fixed tables may read it
-        super().__init__(variant, embed_dim, num_heads, max_positions, num_layers)
+        super().__init__(options, embed_dim, num_heads, max_positions, num_layers)
 
     def rows(self, seq_len: int) -> Tensor:
         """(T, d): what tokens 0..T-1 of a sequence without padding get added."""
@@ -214,6 +243,7 @@ class NoTerm(PositionalEncoding):
     sinusoidal) or that has none (NoPE). Left padding is harmless to it."""
 
     left_padding = AS_IS  # the registry's fallback: no selected_by, never chosen by a flag
+    name = "none"
 
 
 def token_positions(padding_mask: Tensor) -> Tensor:

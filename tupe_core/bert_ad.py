@@ -2,13 +2,14 @@
 ``[ww + w pU^K + pU^Q w + pU^Q pU^K] / sqrt(4 dh)``: every layer adds the position q/k to its content q/k."""
 from __future__ import annotations
 
-from typing import Dict, NamedTuple, Optional
+from typing import Dict, NamedTuple, Optional, Tuple
 
 import torch
 from torch import Tensor
 
 from .attention import SelfAttention
 from .base import QK, PositionalTerm, PositionMap, check_length
+from .options import Flag, NoOptions
 from .tupe import Tupe
 
 
@@ -36,8 +37,14 @@ class BertAd(Tupe):
     score_scale = 4.0  # four terms: 1/sqrt(4 dh)
     block = PositionQKSelfAttention
 
+    name = "bert_ad"
+    Options = NoOptions  # defined without the [CLS] untie and the relative bias (TUPE Table 1)
+    flags = (Flag("pos_mixed_terms", False, "BERT-Ad: keep word-position terms"),)
     selected_by = {"untied_pos": True, "pos_mixed_terms": True}
-    reads = ()  # defined without the [CLS] untie and the relative bias (TUPE Table 1)
+
+    @classmethod
+    def cls_and_relative(cls, options) -> Tuple[bool, bool, int]:
+        return False, False, 0
 
     def forward(self, seq_len: int, position_ids: Optional[Tensor] = None) -> PositionalTerm:
         check_length(seq_len, self.max_positions)

@@ -2,14 +2,16 @@
 added to the content logits by an attention block of its own, from relative embeddings shared by all layers."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Dict, NamedTuple, Optional
 
 import torch
 from torch import Tensor, nn
 
 from .attention import SelfAttention
-from .base import AS_IS, BLOCK, ContentDependentPositions, PositionalEncoding, PositionalTerm, PositionMap, check_length
+from .base import AS_IS, ATTENTION_BLOCK, BLOCK, ContentDependentPositions, PositionalEncoding, PositionalTerm, PositionMap, check_length
 from .masks import AttentionMask
+from .options import option
 from .take_columns import TakeColumns
 
 
@@ -57,6 +59,11 @@ class DisentangledSelfAttention(SelfAttention):
         return q, k, AttentionMask(bias, None if mask is None else mask.key_padding, q.dtype, owned=True)
 
 
+@dataclass(frozen=True)
+class DebertaOptions:
+    max_rel_pos: int = option(128, "max relative distance of the T5 buckets, and DeBERTa's clip k (128)")
+
+
 class Deberta(PositionalEncoding):
     """``--attention-block deberta``: the (2k, d) relative embeddings shared by all layers and, per forward, the
     rows that T tokens use with the (T, T) row of query i, key j: ``delta(i, j) = clamp(i - j + k, 0, 2k - 1)``."""
@@ -66,12 +73,14 @@ class Deberta(PositionalEncoding):
     block = DisentangledSelfAttention
     score_scale = 3.0  # three terms: 1/sqrt(3 dh)
 
+    name = "deberta"
+    Options = DebertaOptions
+    flags = (ATTENTION_BLOCK,)
     selected_by = {"attention_block": "deberta"}
-    reads = ("max_rel_pos",)
 
-    def __init__(self, variant, embed_dim: int, num_heads: int, max_positions: int, num_layers: int = 1):
-        super().__init__(variant, embed_dim, num_heads, max_positions, num_layers)
-        self.k = variant.max_rel_pos
+    def __init__(self, options, embed_dim: int, num_heads: int, max_positions: int, num_layers: int = 1):
+        super().__init__(options, embed_dim, num_heads, max_positions, num_layers)
+        self.k = options.max_rel_pos
         self.rel_embeddings = nn.Embedding(2 * self.k, embed_dim)  # shared by all layers
 
     def fixed_tables(self) -> Dict[str, Tensor]:
@@ -85,8 +94,8 @@ class Deberta(PositionalEncoding):
         return PositionalTerm(None, RelativeRows(self.rel_embeddings.weight[lo:hi], self.rel_index[:T, :T] - lo))
 
     @classmethod
-    def untrained_beyond(cls, variant, trained: int) -> Optional[str]:
-        k = variant.max_rel_pos
+    def untrained_beyond(cls, options, trained: int) -> Optional[str]:
+        k = options.max_rel_pos
         if trained > k:
             return None  # every row was trained; beyond, the clamp saturates, as T5's buckets
         # row i - j + k of 2k, clamped: T tokens reach rows k - T + 1 .. k + T - 1, so row 0 (every key k or more

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Any, Dict
 
-# The positional variant's checkpoint record (PositionalVariant.to_tensor) is a buffer of the positions
-# module. Its name "variant" is part of this state-dict key in every checkpoint written so far, so it stays;
+# The positional variant's checkpoint record (record.py: JSON as uint8; before 2026-12 an integer tensor) is a
+# buffer of the positions module. Its name "variant" is part of this state-dict key in every checkpoint written so far, so it stays;
 # in Python the record is ``model.variant_record`` and the decoded dataclass ``model.positional_variant``.
 RECORD_BUFFER = "variant"
 VARIANT_KEY = f"encoder.sentence_encoder.positions.{RECORD_BUFFER}"

@@ -11,7 +11,7 @@ from typing import Dict, Optional
 import torch
 from torch import Tensor
 
-from .base import BIAS, POSITIONS, PositionalEncoding, PositionalTerm, at_positions, check_length
+from .base import BIAS, DISTANCE_PRIOR, POSITIONS, PositionalEncoding, PositionalTerm, at_positions, check_length
 
 
 class GaussianPrior(PositionalEncoding):
@@ -19,6 +19,8 @@ class GaussianPrior(PositionalEncoding):
 
     enters = BIAS
     left_padding = POSITIONS  # rows normalised over all P keys: row i depends on i, not on j - i alone
+    name = "gaussian_prior"
+    flags = (DISTANCE_PRIOR,)
     selected_by = {"distance_prior": "gaussian"}
 
     def fixed_tables(self) -> Dict[str, Tensor]:

@@ -32,9 +32,10 @@ class Kerple(PositionalEncoding):
 
     enters = BIAS
     left_padding = AS_IS  # a function of j - i only: a row shifted by its left padding keeps its meaning
+    name = "kerple"  # no flags, no options: only its arch selects it
 
-    def __init__(self, variant, embed_dim: int, num_heads: int, max_positions: int, num_layers: int = 1):
-        super().__init__(variant, embed_dim, num_heads, max_positions, num_layers)
+    def __init__(self, options, embed_dim: int, num_heads: int, max_positions: int, num_layers: int = 1):
+        super().__init__(options, embed_dim, num_heads, max_positions, num_layers)
         r1 = (2 * torch.rand(num_heads)).clamp(min=SMALLEST_START)  # the authors' draws
         r2 = torch.rand(num_heads).clamp(min=SMALLEST_START)
         self.r1_free = nn.Parameter(softplus_inverse(r1))  # r1 = softplus(r1_free), (H,)

@@ -15,18 +15,21 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .base import AS_IS, BERT_INIT_STD, InputEncoding, check_length
+from .options import Flag
 
 
 class LearnedAbsolute(InputEncoding):
     """``--input-pe``: ``x_i = w_i + p_{pos(i)}``, ``p`` learned (N(0, 0.02) at first, the pad row zero)."""
 
     left_padding = AS_IS  # positions count real tokens only (it reads them from the tokens, as fairseq)
+    name = "learned_absolute"
+    flags = (Flag("input_pe", False, "add learned absolute PE to word embeddings (BERT)"),)
     selected_by = {"input_pe": True}
     combines = True  # BERT-R: with T5's relative bias (TUPE Table 1)
 
-    def __init__(self, variant, embed_dim: int, num_heads: int, max_positions: int, num_layers: int = 1,
+    def __init__(self, options, embed_dim: int, num_heads: int, max_positions: int, num_layers: int = 1,
                  padding_idx: int = 1):
-        super().__init__(variant, embed_dim, num_heads, max_positions, num_layers, padding_idx)
+        super().__init__(options, embed_dim, num_heads, max_positions, num_layers, padding_idx)
         self.weight = nn.Parameter(torch.empty(max_positions + padding_idx + 1, embed_dim))
         with torch.no_grad():  # as fairseq's init_bert_params initialises its LearnedPositionalEmbedding
             nn.init.normal_(self.weight, mean=0.0, std=BERT_INIT_STD)
@@ -42,5 +45,5 @@ class LearnedAbsolute(InputEncoding):
         return F.embedding(positions, self.weight, self.padding_idx)
 
     @classmethod
-    def untrained_beyond(cls, variant, trained: int) -> Optional[str]:
+    def untrained_beyond(cls, options, trained: int) -> Optional[str]:
         return "learned absolute position embeddings: the rows past T were never trained"

@@ -11,7 +11,7 @@ from typing import Dict, Optional
 import torch
 from torch import Tensor, nn
 
-from .base import AS_IS, LAYER_BIAS, PositionalEncoding, PositionalTerm, check_length
+from .base import AS_IS, DISTANCE_PRIOR, LAYER_BIAS, PositionalEncoding, PositionalTerm, check_length
 
 
 def gaussian_by_distance(max_positions: int) -> Tensor:
@@ -27,10 +27,12 @@ class LearnedGaussian(PositionalEncoding):
 
     enters = LAYER_BIAS
     left_padding = AS_IS  # a function of j - i only: a row shifted by its left padding keeps its meaning
+    name = "learned_gaussian"
+    flags = (DISTANCE_PRIOR,)
     selected_by = {"distance_prior": "learned_gaussian"}
 
-    def __init__(self, variant, embed_dim: int, num_heads: int, max_positions: int, num_layers: int = 1):
-        super().__init__(variant, embed_dim, num_heads, max_positions, num_layers)
+    def __init__(self, options, embed_dim: int, num_heads: int, max_positions: int, num_layers: int = 1):
+        super().__init__(options, embed_dim, num_heads, max_positions, num_layers)
         self.distance_bias = nn.Parameter(self.initial_values()["distance_bias"])  # (L, H, P)
 
     def fixed_tables(self) -> Dict[str, Tensor]:
@@ -46,5 +48,5 @@ class LearnedGaussian(PositionalEncoding):
         return PositionalTerm(self.distance_bias[:, :, self.distance[:seq_len, :seq_len]])  # (L, H, T, T)
 
     @classmethod
-    def untrained_beyond(cls, variant, trained: int) -> Optional[str]:
+    def untrained_beyond(cls, options, trained: int) -> Optional[str]:
         return "a learned weight per distance |j-i|: the distances of T and more were never trained"

@@ -20,15 +20,17 @@ Cost over a plain attention block, inherent to the math: ``concat`` adds a d x d
 """
 from __future__ import annotations
 
-from typing import Dict, Optional, Tuple
+from dataclasses import dataclass
+from typing import Any, Dict, Mapping, Optional, Tuple
 
 import torch
 from torch import Tensor, nn
 
 from .attend import Dropout
 from .attention import SelfAttention
-from .base import AS_IS, BLOCK, PositionalEncoding, PositionalTerm, PositionMap, check_length
+from .base import AS_IS, ATTENTION_BLOCK, BLOCK, PositionalEncoding, PositionalTerm, PositionMap, check_length
 from .learned_gaussian import gaussian_by_distance
+from .options import option
 
 PAM_MODES = ("concat", "sequential", "window")
 
@@ -141,6 +143,11 @@ class PamSelfAttention(SelfAttention):
         return self.merge(torch.cat([h, p], dim=-1)), weights
 
 
+@dataclass(frozen=True)
+class PamOptions:
+    mode: str = option("concat", "the PAM system (set by --attention-block pam_<mode>)", PAM_MODES, flag=False)
+
+
 class Pam(PositionalEncoding):
     """``--attention-block pam_concat / pam_sequential / pam_window``: nothing at ``positions``; every layer's
     block holds its own position weights (learned) or applies the fixed band (window)."""
@@ -148,27 +155,43 @@ class Pam(PositionalEncoding):
     enters = BLOCK
     left_padding = AS_IS  # w[h, |j - i|], or the band i-1..i+1 (a padded key weighs 0): a shifted row keeps its meaning
 
+    name = "pam"
+    Options = PamOptions
+    flags = (ATTENTION_BLOCK,)
+
+    # --attention-block pam_<mode> selects it with that mode
     @classmethod
-    def selected(cls, variant) -> bool:
-        return variant.attention_block.startswith("pam_")
+    def selects(cls, flags: Mapping[str, Any]) -> bool:
+        return flags["attention_block"] in cls.selected_values("attention_block")
 
     @classmethod
-    def switches(cls):
+    def options_from_flags(cls, flags: Mapping[str, Any]) -> PamOptions:
+        return PamOptions(mode=flags["attention_block"][len("pam_"):])  # "pam_concat" -> "concat"
+
+    @classmethod
+    def to_flags(cls, options: PamOptions) -> Dict[str, Any]:
+        return {"attention_block": f"pam_{options.mode}"}
+
+    @classmethod
+    def selected_values(cls, flag: str) -> Tuple[Any, ...]:
+        return tuple(f"pam_{mode}" for mode in PAM_MODES) if flag == "attention_block" else ()
+
+    @classmethod
+    def switches(cls, defaults: Mapping[str, Any]) -> Tuple[str, ...]:
         return ("attention_block",)
 
     @classmethod
-    def attention_block(cls, variant, embed_dim, num_heads, dropout, attention_path, max_positions):
-        mode = variant.attention_block[len("pam_"):]  # "pam_concat" -> "concat"
-        return PamSelfAttention(embed_dim, num_heads, mode=mode, max_positions=max_positions, dropout=dropout,
-                                scale_factor=cls.scale_for(variant), attention_path=attention_path)
+    def attention_block(cls, options, embed_dim, num_heads, dropout, attention_path, max_positions):
+        return PamSelfAttention(embed_dim, num_heads, mode=options.mode, max_positions=max_positions, dropout=dropout,
+                                scale_factor=cls.scale_for(options), attention_path=attention_path)
 
-    def __init__(self, variant, embed_dim: int, num_heads: int, max_positions: int, num_layers: int = 1):
-        super().__init__(variant, embed_dim, num_heads, max_positions, num_layers)
-        self.mode = variant.attention_block[len("pam_"):]
+    def __init__(self, options, embed_dim: int, num_heads: int, max_positions: int, num_layers: int = 1):
+        super().__init__(options, embed_dim, num_heads, max_positions, num_layers)
+        self.mode = options.mode
 
     @classmethod
-    def untrained_beyond(cls, variant, trained: int) -> Optional[str]:
-        if variant.attention_block == "pam_window":
+    def untrained_beyond(cls, options, trained: int) -> Optional[str]:
+        if options.mode == "window":
             return None
         return "learned position-only weights per distance |j-i|: the distances of T and more were never trained"
 

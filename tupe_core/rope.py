@@ -9,7 +9,7 @@ from torch import Tensor
 
 from .attend import fused_kernels
 from .attention import SelfAttention
-from .base import AS_IS, ROTATION, ContentDependentPositions, PositionalEncoding, PositionalTerm, PositionMap, check_length
+from .base import AS_IS, ATTENTION_BLOCK, ROTATION, ContentDependentPositions, PositionalEncoding, PositionalTerm, PositionMap, check_length
 
 
 def rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
@@ -51,6 +51,8 @@ class Rope(PositionalEncoding):
     enters = ROTATION
     left_padding = AS_IS  # a function of j - i only: a row shifted by its left padding keeps its meaning
     block = RotarySelfAttention
+    name = "rope"
+    flags = (ATTENTION_BLOCK,)
     selected_by = {"attention_block": "rope"}
 
     def fixed_tables(self) -> Dict[str, Tensor]:

@@ -9,12 +9,14 @@ initialisation, Vaswani's ratio at every width, and the embedding LayerNorm remo
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Dict
 
 import torch
 from torch import Tensor
 
 from .base import BERT_INIT_STD, POSITIONS, InputEncoding
+from .options import Flag, option
 
 
 def sinusoidal_table(num_positions: int, dim: int, base: float = 10000.0) -> Tensor:
@@ -27,13 +29,24 @@ def sinusoidal_table(num_positions: int, dim: int, base: float = 10000.0) -> Ten
     return table.float()
 
 
+@dataclass(frozen=True)
+class SinusoidalOptions:
+    # Records before this option hold an unscaled sinusoidal table (positions 35:1 over words at the embedding
+    # LayerNorm): they decode as --no-sinusoidal-scaled (legacy_record.py), so such a checkpoint loads as it was trained.
+    sinusoidal_scaled: bool = option(True, "with --sinusoidal-pe: the table times the word embeddings' init std 0.02, "
+                                           "Vaswani's word:position ratio (--no-sinusoidal-scaled: the unscaled table "
+                                           "of checkpoints written before 2026-11-26)")
+
+
 class Sinusoidal(InputEncoding):
     """``--sinusoidal-pe``: token ``i`` (0 = [CLS]) gets row ``i``, in a left-padded batch the row of its position
     (``InputEncoding.forward``). No parameters, nothing in the state dict."""
 
     left_padding = POSITIONS
+    name = "sinusoidal"
+    Options = SinusoidalOptions
+    flags = (Flag("sinusoidal_pe", False, "add fixed sin/cos PE to word embeddings (Vaswani)"),)
     selected_by = {"sinusoidal_pe": True}
-    reads = ("sinusoidal_scaled",)
 
     def fixed_tables(self) -> Dict[str, Tensor]:
         table = sinusoidal_table(self.max_positions, self.embed_dim)

@@ -7,12 +7,14 @@ the [CLS] untie, column 0 uses the extra bucket 32 and row 0 the never-used buck
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Dict, Optional, Tuple
 
 import torch
 from torch import Tensor, nn
 
 from .base import AS_IS, BIAS, POSITIONS, PositionalEncoding, PositionalTerm, at_positions, check_length
+from .options import Flag, option
 
 
 def relative_position_bucket(
@@ -32,14 +34,30 @@ def relative_position_bucket(
     return bucket + torch.where(n < max_exact, n, large)
 
 
-def relative_buckets(variant, max_positions: int) -> Tensor:
+REL_POS_HELP = "add the T5-bucketed relative bias (TUPE-R, t5_rel)"
+UNTIE_CLS_HELP = "reset [CLS] row/column to per-head thetas"
+BINS_HELP = "relative buckets (32)"
+MAX_REL_POS_HELP = "max relative distance of the T5 buckets, and DeBERTa's clip k (128)"
+
+
+@dataclass(frozen=True)
+class RelativeOptions:
+    """T5's bias alone (``t5_rel``) or beside BERT-A's input PE (BERT-R)."""
+
+    untie_cls: bool = option(False, UNTIE_CLS_HELP)
+    rel_pos_bins: int = option(32, BINS_HELP)
+    max_rel_pos: int = option(128, MAX_REL_POS_HELP)
+
+
+def relative_buckets(options, max_positions: int) -> Tensor:
     """(P, P) bucket of query i, key j, with the [CLS] buckets of ``untie_cls``: the table the original TUPE
-    release stores (``rp_bucket``; the converter compares it). The model reads the 2P - 1 distances only."""
+    release stores (``rp_bucket``; the converter compares it). The model reads the 2P - 1 distances only.
+    ``options``: T5's or TUPE's (``rel_pos_bins``, ``max_rel_pos``, ``untie_cls``)."""
     idx = torch.arange(max_positions)
-    bucket = relative_position_bucket(idx[None, :] - idx[:, None], variant.rel_pos_bins, variant.max_rel_pos)
-    if variant.untie_cls:
-        bucket[:, 0] = variant.rel_pos_bins  # others -> [CLS]: the extra bucket
-        bucket[0, :] = variant.rel_pos_bins // 2  # [CLS] -> all: the bucket no pair uses
+    bucket = relative_position_bucket(idx[None, :] - idx[:, None], options.rel_pos_bins, options.max_rel_pos)
+    if options.untie_cls:
+        bucket[:, 0] = options.rel_pos_bins  # others -> [CLS]: the extra bucket
+        bucket[0, :] = options.rel_pos_bins // 2  # [CLS] -> all: the bucket no pair uses
     return bucket
 
 
@@ -59,9 +77,9 @@ def relative_bias(table: nn.Embedding, by_distance_bucket: Tensor, seq_len: int)
     return by_distance.t().unfold(-1, T, 1).flip(1)
 
 
-def bucket_tables(variant, max_positions: int) -> Dict[str, Tensor]:
+def bucket_tables(options, max_positions: int) -> Dict[str, Tensor]:
     """The fixed table of T5's bias (and TUPE-R's): the bucket of every distance, by its buffer name."""
-    return {"rp_bucket_by_distance": bucket_by_distance(variant.rel_pos_bins, variant.max_rel_pos, max_positions)}
+    return {"rp_bucket_by_distance": bucket_by_distance(options.rel_pos_bins, options.max_rel_pos, max_positions)}
 
 
 def cls_values(table: nn.Embedding, bins: int) -> Tuple[Tensor, Tensor]:
@@ -84,19 +102,21 @@ class T5Relative(PositionalEncoding):
 
     enters = BIAS
     left_padding = AS_IS  # a function of j - i only: a row shifted by its left padding keeps its meaning
+    name = "t5_relative"
+    Options = RelativeOptions
+    flags = (Flag("rel_pos", False, REL_POS_HELP),)
     selected_by = {"rel_pos": True, "untied_pos": False}  # with --untied-pos it is TUPE-R's (tupe.py)
-    reads = ("untie_cls", "rel_pos_bins", "max_rel_pos")
     combines = True  # BERT-R: with BERT-A's input PE (TUPE Table 1)
 
     @classmethod
-    def left_padding_for(cls, variant) -> str:
+    def left_padding_for(cls, options) -> str:
         """With ``--untie-cls`` the [CLS] row and column are those of position 0, which left padding moves: it reads
         each token's position."""
-        return POSITIONS if variant.untie_cls else AS_IS
+        return POSITIONS if options.untie_cls else AS_IS
 
-    def __init__(self, variant, embed_dim: int, num_heads: int, max_positions: int, num_layers: int = 1):
-        super().__init__(variant, embed_dim, num_heads, max_positions, num_layers)
-        self.bins, self.untie_cls = variant.rel_pos_bins, variant.untie_cls
+    def __init__(self, options, embed_dim: int, num_heads: int, max_positions: int, num_layers: int = 1):
+        super().__init__(options, embed_dim, num_heads, max_positions, num_layers)
+        self.bins, self.untie_cls = options.rel_pos_bins, options.untie_cls
         self.relative_attention_bias = nn.Embedding(self.bins + 1, num_heads)
 
     def fixed_tables(self) -> Dict[str, Tensor]:

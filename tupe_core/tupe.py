@@ -13,13 +13,26 @@ computed once per forward from a position table of its own and shared by all lay
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Dict, Optional, Tuple
 
 import torch
 from torch import Tensor, nn
 
 from .base import BIAS, POSITIONS, PositionalEncoding, PositionalTerm, at_positions, check_length
-from .t5_relative import bucket_tables, cls_values, relative_bias, reset_cls
+from .options import Flag, option
+from .t5_relative import (BINS_HELP, MAX_REL_POS_HELP, REL_POS_HELP, UNTIE_CLS_HELP, bucket_tables, cls_values,
+                          relative_bias, reset_cls)
+
+UNTIED_POS = Flag("untied_pos", False, "TUPE untied absolute term with U^Q/U^K")
+
+
+@dataclass(frozen=True)
+class TupeOptions:
+    untie_cls: bool = option(False, UNTIE_CLS_HELP)
+    rel_pos: bool = option(False, REL_POS_HELP)  # TUPE-R: T5's relative bias added in this module (Eq. 11)
+    rel_pos_bins: int = option(32, BINS_HELP)
+    max_rel_pos: int = option(128, MAX_REL_POS_HELP)
 
 
 class Tupe(PositionalEncoding):
@@ -30,15 +43,16 @@ class Tupe(PositionalEncoding):
     # absolute positions and the [CLS] untie: a left-padded batch gets the term of each token's position, per sequence
     left_padding = POSITIONS
 
+    name = "tupe"
+    Options = TupeOptions
+    flags = (UNTIED_POS,)
     selected_by = {"untied_pos": True, "pos_mixed_terms": False}
-    reads = ("untie_cls", "rel_pos", "rel_pos_bins", "max_rel_pos")
     combines = True  # TUPE's Table 1
 
-    def __init__(self, variant, embed_dim: int, num_heads: int, max_positions: int, num_layers: int = 1):
-        super().__init__(variant, embed_dim, num_heads, max_positions, num_layers)
-        self.untie_cls, self.rel_pos = variant.untie_cls, variant.rel_pos
-        self.bins = variant.rel_pos_bins
-        self.scaling = (self.head_dim * self.scale_for(variant)) ** -0.5
+    def __init__(self, options, embed_dim: int, num_heads: int, max_positions: int, num_layers: int = 1):
+        super().__init__(options, embed_dim, num_heads, max_positions, num_layers)
+        self.untie_cls, self.rel_pos, self.bins = self.cls_and_relative(options)
+        self.scaling = (self.head_dim * self.scale_for(options)) ** -0.5
         self.pos = nn.Embedding(max_positions + 1, embed_dim)
         self.pos_ln = nn.LayerNorm(embed_dim)
         self.pos_q_linear = nn.Linear(embed_dim, embed_dim)
@@ -46,8 +60,13 @@ class Tupe(PositionalEncoding):
         if self.rel_pos:  # TUPE-R: T5's table, in this module (its state-dict key in every checkpoint)
             self.relative_attention_bias = nn.Embedding(self.bins + 1, num_heads)
 
+    @classmethod
+    def cls_and_relative(cls, options) -> Tuple[bool, bool, int]:
+        """(``untie_cls``, ``rel_pos``, ``rel_pos_bins``) of ``options`` (BertAd: neither, its options are none)."""
+        return options.untie_cls, options.rel_pos, options.rel_pos_bins
+
     def fixed_tables(self) -> Dict[str, Tensor]:
-        return bucket_tables(self.options, self.max_positions) if self.options.rel_pos else {}
+        return bucket_tables(self.options, self.max_positions) if self.cls_and_relative(self.options)[1] else {}
 
     def position_qk(self, seq_len: int) -> Tuple[Tensor, Tensor]:
         """(H, T+1, dh) each: ``LN(p) U^Q`` and ``LN(p) U^K`` of table rows 0..T (row i + 1 is token i)."""
@@ -77,5 +96,5 @@ class Tupe(PositionalEncoding):
         return PositionalTerm(bias if position_ids is None else at_positions(bias, position_ids))
 
     @classmethod
-    def untrained_beyond(cls, variant, trained: int) -> Optional[str]:
+    def untrained_beyond(cls, options, trained: int) -> Optional[str]:
         return "learned absolute positions (the untied positional term): the rows past T were never trained"

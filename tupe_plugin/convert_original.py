@@ -146,8 +146,8 @@ def convert(in_path: str, out_path: str, dict_path: Optional[str] = None, force:
     args = plugin_args(cfg, out_dir)
     fs_cfg = convert_namespace_to_omegaconf(args)
     model = build_plugin_model(fs_cfg.model, build_dictionary(cfg, dict_path), heads)
-    variant = model.positional_variant
-    check_buckets(relative_buckets(variant, fs_cfg.model.max_positions) if variant.rel_pos else None, model_state)
+    tupe = model.positional_variant.options("tupe")  # the release's TUPE-A or TUPE-R
+    check_buckets(relative_buckets(tupe, fs_cfg.model.max_positions) if tupe.rel_pos else None, model_state)
     new_state[VARIANT_KEY] = model.variant_record.clone()
     new_state[NEW + "version"] = model.encoder.sentence_encoder.version.clone()
     expected = model.state_dict()

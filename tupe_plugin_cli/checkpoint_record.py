@@ -13,8 +13,8 @@ import os
 from typing import Any, Callable, Dict, List, Optional
 
 from tupe_core.facts import GENERATOR_SIZE_ARGS, SIZE_FIELDS, VARIANT_KEY, is_electra_state
-from tupe_core.record import PositionalVariant
-from tupe_core.registry import names
+from tupe_core.record import PositionalVariant  # noqa: F401  (the one record class: tests compare)
+from tupe_core.registry import flags_of, from_record, names
 
 from .checkpoints import CheckpointError, load
 from .errors import UsageError
@@ -103,11 +103,11 @@ def info_from_state(state: Dict[str, Any], path: str) -> Dict[str, Any]:
             "(for the original TUPE release, run tupe-convert-original first)"
         )
     get = model_setting(state)
-    variant = PositionalVariant.from_tensor(model_state[key])
+    variant = from_record(model_state[key])
     return {
         "arch": get("arch") or get("_name"),
         "variant": variant.name,
-        "variant_flags": variant.flags(),
+        "variant_flags": flags_of(variant),
         "max_positions": get("max_positions"),
         **{field: get(field) for field in SIZE_FIELDS},
         **objective_info(model_state, get),  # mlm, or electra and its generator's sizes

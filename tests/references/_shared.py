@@ -145,7 +145,7 @@ def deberta_reference(model, attn, q, k, h, T):
     """c2p + p2c of head h for one layer: q_i . K^r[delta(i,j)] + k_j . Q^r[delta(i,j)],
     delta(i,j) = clamp(i - j + k, 0, 2k - 1) (p2c indexed as the official DeBERTa code; the paper's
     Eq. 4 writes delta(j,i): docs/positional_encodings.md); (B, T, T), unscaled."""
-    kk = model.positional_variant.max_rel_pos
+    kk = model.positional_variant.options("deberta").max_rel_pos
     rel = positions(model).rel_embeddings.weight.double()  # (2k, d)
     s = slice(h * attn.head_dim, (h + 1) * attn.head_dim)
     k_r = (rel @ attn.pos_key_proj.weight.double().T)[:, s]

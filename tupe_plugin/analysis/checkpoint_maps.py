@@ -28,8 +28,7 @@ import torch
 import torch.nn.functional as F
 from tupe_core.base import ContentDependentPositions, PositionMap
 from tupe_core.facts import VARIANT_KEY
-from tupe_core.record import PositionalVariant
-from tupe_core.registry import build
+from tupe_core.registry import build, from_record
 from tupe_plugin_cli.errors import UsageError
 
 from .. import checkpoint_safety  # noqa: F401
@@ -48,7 +47,7 @@ def load_checkpoint(path: str) -> Tuple[Dict[str, torch.Tensor], Dict[str, Any]]
 def content_free_map(sd: Dict[str, torch.Tensor], info: Dict[str, Any], seq_len: int) -> PositionMap:
     """The checkpoint's content-free map: the encoding at the attention's own, plus layer 1's position-position
     term of the rows an encoding at the input adds (logits only)."""
-    variant = PositionalVariant.from_tensor(sd[VARIANT_KEY])
+    variant = from_record(sd[VARIANT_KEY])
     if seq_len > info["max_positions"]:
         raise UsageError(f"--length {seq_len} exceeds the checkpoint's {info['max_positions']} positions")
     d, H = info["encoder_embed_dim"], info["encoder_attention_heads"]

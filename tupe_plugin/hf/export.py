@@ -16,7 +16,6 @@ import json
 import os
 import shutil
 import sys
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -25,8 +24,7 @@ import torch
 from tupe_common.io import atomic_dir, need
 from tupe_core.encoder_stack import ACTIVATIONS
 from tupe_core.facts import ATTENTION_FALLBACK_KEY, RECORD_BUFFER, VARIANT_KEY
-from tupe_core.record import PositionalVariant
-from tupe_core.registry import encodings
+from tupe_core.registry import encodings, from_record
 from tupe_plugin_cli.checkpoint_record import data_dirs, find_dict
 from tupe_plugin_cli.errors import UsageError
 
@@ -66,7 +64,7 @@ def _label_names(state: Dict[str, Any], n: int) -> Optional[List[str]]:
 def build_config(state: Dict[str, Any], path: str, head: Optional[Tuple[str, int]]) -> Dict[str, Any]:
     """config.json values of the checkpoint (head: name and number of labels of the exported head)."""
     info = info_from_state(state, path)
-    variant = PositionalVariant.from_tensor(state["model"][next(k for k in state["model"] if k.endswith(VARIANT_KEY))])
+    variant = from_record(state["model"][next(k for k in state["model"] if k.endswith(VARIANT_KEY))])
     get = model_setting(state)
     outside = [cls for cls in encodings(variant) if cls is not None and cls.__module__ not in SHIPPED.values()]
     if outside:  # the folder gets the modules of tupe_core that the model code imports (remote.SHIPPED)
@@ -97,7 +95,7 @@ def build_config(state: Dict[str, Any], path: str, head: Optional[Tuple[str, int
         "layernorm_embedding": ENCODER + "layernorm_embedding.weight" in state["model"],
         "embed_scale": 1.0 if get("no_scale_embedding", True) else d**0.5,
         "tupe_variant": info["variant"],
-        **asdict(variant),  # every PositionalVariant field (configuration_tupe.py reads them back)
+        "positional_encodings": variant.entries(),  # the variant record (configuration_tupe.py reads it back)
         "lm_head_act": acts["activation_fn"],
         "classifier_act": acts["pooler_activation_fn"],
         "classifier_dropout": float(get("pooler_dropout", 0.0)),

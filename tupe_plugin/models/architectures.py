@@ -2,7 +2,7 @@
 (``tupe_core/registry.py``: ``VARIANTS``, also those registered later; ``tupe-checkpoint-info --list-variants`` lists them) and every size of
 ``SIZES`` (``tupe_core/facts.py``), plus ``tupe_roberta_base/_large/_tiny`` (= TUPE-R). So ``tupe_r_base``, ``bert_a_tiny``,
 ``rope_large``, ... Any variant except ``nope`` is also reachable from ``tupe_roberta_base`` by its flags
-(``PositionalVariant.flags``), e.g. ``--input-pe --no-untied-pos --no-untie-cls --no-rel-pos`` is BERT-A.
+(``registry.flags_of``), e.g. ``--input-pe --no-untied-pos --no-untie-cls --no-rel-pos`` is BERT-A.
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from fairseq.utils import safe_getattr
 
 from tupe_core.facts import SIZES
 from tupe_core.record import PositionalVariant
-from tupe_core.registry import VARIANTS, on_register
+from tupe_core.registry import VARIANTS, flag_values, on_register
 
 
 def _set_defaults(args, values: Dict) -> None:
@@ -23,7 +23,7 @@ def _set_defaults(args, values: Dict) -> None:
 
 
 def _set_variant_defaults(args, variant: PositionalVariant) -> None:
-    _set_defaults(args, vars(variant))
+    _set_defaults(args, flag_values(variant))  # its flags, and the arch-only no_position and arch_encodings
 
 
 @register_model_architecture("tupe_roberta", "tupe_roberta_base")

@@ -5,7 +5,6 @@ import argparse
 import json
 import logging
 import sys
-from dataclasses import fields
 
 import torch
 from fairseq.models import register_model
@@ -20,6 +19,7 @@ from tupe_core.attend import ATTENTION_PATHS, fused_kernels, triton_runs
 from tupe_core.encoder_stack import DEFAULT_HEAD_STYLE, HEAD_STYLES
 from tupe_core.facts import ATTENTION_FALLBACK_KEY, RECORD_BUFFER, VARIANT_KEY
 from tupe_core.record import PositionalVariant
+from tupe_core.registry import arch_only, flags, flags_of, from_args, from_record
 
 from ..modules.classification_head import build_classification_head
 from ..modules.encoder import TupeTransformerEncoder
@@ -100,16 +100,13 @@ class TupeRobertaModel(RobertaModel):
     @staticmethod
     def add_args(parser):
         RobertaModel.add_args(parser)
-        for f in fields(PositionalVariant):  # one flag per record field (tupe_core/record.py)
-            if f.metadata["arch_only"]:
-                continue
-            opt, help = "--" + f.name.replace("_", "-"), f.metadata["help"]
-            if f.metadata["choices"]:
-                parser.add_argument(opt, choices=list(f.metadata["choices"]), help=help)
-            elif f.type == "bool":
-                parser.add_argument(opt, action=argparse.BooleanOptionalAction, help=help)
+        for flag in flags().values():  # the flags the encodings declare (tupe_core/registry.py)
+            if flag.choices:
+                parser.add_argument(flag.option, choices=list(flag.choices), help=flag.help)
+            elif isinstance(flag.default, bool):
+                parser.add_argument(flag.option, action=argparse.BooleanOptionalAction, help=flag.help)
             else:
-                parser.add_argument(opt, type=int, metavar="N", help=help)
+                parser.add_argument(flag.option, type=type(flag.default), metavar="N", help=flag.help)
         parser.add_argument(
             "--tupe-attention", choices=list(ATTENTION_PATHS),
             help="attention path, same math: sdpa (F.scaled_dot_product_attention), explicit (matmul, softmax, "
@@ -141,11 +138,10 @@ class TupeRobertaModel(RobertaModel):
         tupe_roberta_base_architecture(args)
         args.max_source_positions = args.max_positions  # input PE (BERT-A/R) sized like the TUPE table
         args.vocab_identity = vocab_identity(task)  # the checkpoint records its dictionary (tupe_common.vocab)
-        variant = PositionalVariant.from_args(args)
-        variant.validate()
+        variant = from_args(args)  # refused here, naming the flags, where they are not a variant
         check_attention_path_runs(args)
         args.no_token_positional_embeddings = True  # the variant's input encoding is the encoder's own
-        logger.info(f"positional variant: {variant.name} ({variant.flags()})")
+        logger.info(f"positional variant: {variant.name} ({flags_of(variant)})")
         encoder = TupeRobertaEncoder(args, task.source_dictionary)
         if OmegaConf.is_config(args):
             OmegaConf.set_struct(args, True)
@@ -164,7 +160,7 @@ class TupeRobertaModel(RobertaModel):
     @property
     def positional_variant(self) -> PositionalVariant:
         """This model's positional variant, decoded from its record."""
-        return PositionalVariant.from_tensor(self.variant_record)
+        return from_record(self.variant_record)
 
     def upgrade_state_dict_named(self, state_dict, name):
         super().upgrade_state_dict_named(state_dict, name)
@@ -180,12 +176,11 @@ class TupeRobertaModel(RobertaModel):
             state_dict[key] = self.variant_record.clone()
             return
         self._check_max_positions(state_dict, name)
-        saved = PositionalVariant.from_tensor(state_dict[key])
+        saved = from_record(state_dict[key])
         if saved != current:
             hint = f"{saved.arch_hint()} (or _large/_tiny)" if saved.name != "custom" else ""
-            if not any(getattr(saved, f.name) != f.default for f in fields(saved) if f.metadata["arch_only"]):
-                # NoPE and an encoding without flags of its own (encoding_id) are reached by their arch only
-                hint += (" or " if hint else "") + f"the flags: {saved.flags()}"
+            if not arch_only(saved):  # NoPE and an encoding without flags of its own are reached by their arch only
+                hint += (" or " if hint else "") + f"the flags: {flags_of(saved)}"
             raise VariantMismatchError(
                 f"the checkpoint was trained as positional variant '{saved.name}' but this model is "
                 f"'{current.name}' (--arch {safe_getattr(self.args, 'arch', '?')}). Use {hint}"
@@ -227,7 +222,7 @@ class TupeRobertaEncoder(RobertaEncoder):
     """RoBERTa's encoder (LM head, embeddings) around the TUPE transformer."""
 
     def build_encoder(self, args, dictionary, embed_tokens):
-        variant = PositionalVariant.from_args(args)
+        variant = from_args(args)
         encoder = TupeTransformerEncoder(args, dictionary, embed_tokens, variant)
         encoder.apply(init_bert_params)
         # travels in every state dict, so a checkpoint says which variant it is

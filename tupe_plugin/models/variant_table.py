@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import re
 import sys
-from dataclasses import fields
 from typing import Callable, Dict, List
 
 from tupe_common.io import write_text
 
 from tupe_core.record import PositionalVariant
-from tupe_core.registry import ABOUT, VARIANTS
+from tupe_core.registry import ABOUT, VARIANTS, arch_only, flags_of
 
 REGENERATE = "python -m tupe_plugin.models.variant_table README.md docs/positional_encodings.md"
 DEFAULT_VARIANT = "tupe_r"  # what tupe_roberta_base is without flags (architectures.py)
@@ -36,14 +35,13 @@ def summary_table() -> str:
 
 
 def _field_flags(variant: PositionalVariant) -> List[str]:
-    """``variant.flags()`` cut into one flag (with its value) per field, in field order."""
-    return re.split(r" (?=--)", variant.flags())
+    """``flags_of(variant)`` cut into one flag (with its value) per flag, in the flags' order."""
+    return re.split(r" (?=--)", flags_of(variant))
 
 
 def flag_difference(variant: PositionalVariant, base: PositionalVariant) -> str:
-    """The flags that turn ``base`` into ``variant`` on the same arch; arch-only fields cannot be flags."""
-    arch_only = [f.name for f in fields(PositionalVariant) if f.metadata["arch_only"]]
-    if any(getattr(variant, name) != getattr(base, name) for name in arch_only):
+    """The flags that turn ``base`` into ``variant`` on the same arch; what only an arch sets cannot be flags."""
+    if arch_only(variant) or arch_only(base):
         return f"only `--arch {variant.name}_*` (no flag combination reaches it)"
     changed = [new for new, old in zip(_field_flags(variant), _field_flags(base)) if new != old]
     return f"`{' '.join(changed)}`" if changed else "(the defaults)"

@@ -20,7 +20,7 @@ from tupe_core.attention import SelfAttention
 from tupe_core.base import PositionalTerm
 from tupe_core.encoder_stack import Padding, check_padding, input_positions, layer_forward, run_layers
 from tupe_core.record import PositionalVariant
-from tupe_core.registry import build, encodings, left_padding
+from tupe_core.registry import attention_block, build, left_padding
 
 RIGHT_PADDING = "pad on the right, as fairseq's masked_lm and sentence_prediction tasks do (RightPadDataset)"
 logger = logging.getLogger(__name__)
@@ -48,9 +48,8 @@ class TupeEncoderLayer(TransformerEncoderLayerBase):
 
     def build_self_attention(self, embed_dim: int, cfg: TransformerConfig) -> SelfAttention:
         """The variant's block with fairseq's dropout and quant-noise."""
-        _, attention_encoding = encodings(self.variant)
-        block = attention_encoding.attention_block(self.variant, embed_dim, cfg.encoder.attention_heads,
-                                                   cfg.attention_dropout, self.attention_path, self.max_positions)
+        block = attention_block(self.variant, embed_dim, cfg.encoder.attention_heads, cfg.attention_dropout,
+                                self.attention_path, self.max_positions)
         return fairseq_block(block, self.quant_noise, self.quant_noise_block_size)
 
     def forward(self, x: Tensor, mask: Optional[Tensor], positions: PositionalTerm,

@@ -1,17 +1,17 @@
 """Configuration of a TUPE-family encoder exported from fairseq by ``tupe-export-hf``.
 
-Written by the tupe_plugin project (not copied from transformers). The positional fields say how
-positions enter the encoder: they are the fields of the checkpoint's ``PositionalVariant`` (``tupe_core``'s
-``record.py``, shipped next to this file), one config entry per field, so a field added to the variant is exported with
-no change here. The math is described in ``docs/hf_export.md`` of tupe_plugin.
+Written by the tupe_plugin project (not copied from transformers). ``positional_encodings`` says how positions
+enter the encoder: the checkpoint's variant record (``tupe_core``'s ``record.py``, shipped next to this file), a list
+with one entry per encoding, ``{"encoding": name, **its options}``, so an encoding or an option added to the plugin is
+exported with no change here. A config written before it (one key per field of the old record) is read through the
+frozen ``legacy_record.py``. The math is described in ``docs/hf_export.md`` of tupe_plugin.
 """
-from dataclasses import fields
-
 from transformers import PretrainedConfig
 
 from tupe_core.encoder_stack import DEFAULT_HEAD_STYLE
+from tupe_core.legacy_record import NAMES as OLD_FIELDS
 from tupe_core.record import PositionalVariant
-from tupe_core.registry import VARIANTS
+from tupe_core.registry import from_config
 
 
 class TupeConfig(PretrainedConfig):
@@ -34,6 +34,7 @@ class TupeConfig(PretrainedConfig):
         layernorm_embedding: bool = True,
         embed_scale: float = 1.0,
         tupe_variant: str = "tupe_r",  # the variant's registered name ("custom" if none), for people
+        positional_encodings: list = None,  # the variant record's entries (None: an older export's keys, or tupe_r)
         # heads
         lm_head_act: str = "gelu",
         classifier_act: str = "tanh",
@@ -46,16 +47,11 @@ class TupeConfig(PretrainedConfig):
         mask_token_id: int = None,
         **kwargs,
     ):
-        # one entry per PositionalVariant field (the export writes all); one that is absent (an export of an
-        # older plugin) takes the field's legacy value where it has one, else the value of the registered
-        # variant tupe_variant names, else the field's default
-        base = VARIANTS.get(tupe_variant) or PositionalVariant()
-        values = {}
-        for f in fields(PositionalVariant):
-            legacy = f.metadata["legacy"]
-            absent = legacy(values) if legacy is not None else getattr(base, f.name)
-            values[f.name] = kwargs.pop(f.name, absent)
-            setattr(self, f.name, values[f.name])
+        # an export written before positional_encodings: one key per field of the old record (a key it lacks takes
+        # the field's legacy value, else the value of the variant tupe_variant names, else the field's default)
+        old = {name: kwargs.pop(name) for name in OLD_FIELDS if name in kwargs}
+        variant = from_config({"positional_encodings": positional_encodings, **old}, tupe_variant)
+        self.positional_encodings = variant.entries()
         kwargs.pop("attn_scale_factor", None)  # written by older exports; derived from the variant
         kwargs.setdefault("tie_word_embeddings", False)  # the LM head reads embed_tokens itself
         super().__init__(pad_token_id=pad_token_id, bos_token_id=bos_token_id, eos_token_id=eos_token_id, **kwargs)
@@ -83,5 +79,5 @@ class TupeConfig(PretrainedConfig):
 
     @property
     def positional_variant(self) -> PositionalVariant:
-        """The checkpoint's ``PositionalVariant``, from this config's fields."""
-        return PositionalVariant(**{f.name: getattr(self, f.name) for f in fields(PositionalVariant)})
+        """The checkpoint's ``PositionalVariant``, from ``positional_encodings``."""
+        return from_config({"positional_encodings": self.positional_encodings})

@@ -24,7 +24,7 @@ from transformers.modeling_outputs import BaseModelOutput, MaskedLMOutput, Seque
 from tupe_core.attention import SelfAttention
 from tupe_core.base import PositionalEncoding
 from tupe_core.encoder_stack import ACTIVATIONS, HEAD_STYLES, check_padding, input_positions, layer_forward, run_layers
-from tupe_core.registry import build, encodings, left_padding
+from tupe_core.registry import build, attention_block, left_padding
 
 from .configuration_tupe import TupeConfig
 
@@ -39,10 +39,8 @@ class TupeLayer(nn.Module):
         super().__init__()
         d, eps, variant = config.hidden_size, config.layer_norm_eps, config.positional_variant
         self.normalize_before = config.normalize_before
-        _, attention_encoding = encodings(variant)
-        self.self_attn = attention_encoding.attention_block(variant, d, config.num_attention_heads,
-                                                            config.attention_probs_dropout_prob, "auto",
-                                                            config.max_position_embeddings)
+        self.self_attn = attention_block(variant, d, config.num_attention_heads, config.attention_probs_dropout_prob,
+                                         "auto", config.max_position_embeddings)
         self.self_attn_layer_norm = nn.LayerNorm(d, eps=eps)
         self.fc1, self.fc2 = nn.Linear(d, config.intermediate_size), nn.Linear(config.intermediate_size, d)
         self.final_layer_norm = nn.LayerNorm(d, eps=eps)
