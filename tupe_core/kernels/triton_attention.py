@@ -79,8 +79,13 @@ class Blocks:
     dkdv_m: int  # query rows per step of a dK/dV program's loop
     dkdv_n: int  # keys per dK/dV program
     dkdv_warps: int
-    num_stages: int = 2
+    num_stages: int = 2  # software pipeline stages of every kernel's loop, but the dK/dV kernel's with dropout
     dkdv_per_sm: int = 2  # dK/dV programs that fit one SM (its registers; bench/kernel_sass.py): sizes the groups
+    # The dK/dV kernel's stages with dropout. Not pipelined: with 2 stages it holds the next step's bias tile in
+    # registers and its dK, dV products in flight across the step's end, and at 255 registers it spilled under the
+    # Triton of a GPU machine's torch (3.6, 3.7; bench/kernel_sass.py, docs/gpu.md). Its step already waits on an
+    # unpipelined load (the keep mask, 2 bytes a group: too narrow for an asynchronous copy).
+    dkdv_dropout_stages: int = 1
 
     def __post_init__(self):
         # dropout is drawn and stored in whole groups of 16 queries x 64 keys (attention_kernels._draw_keep)
@@ -92,7 +97,7 @@ class Blocks:
 # CUDA, head dim <= 64 (BERT/RoBERTa base and large), half precision: the default tiles, and each kernel's
 # autotune list for Hopper (``tuned_blocks``): (query rows, keys, warps[, dK/dV programs per SM]). Every member
 # compiles for sm_90 without spilling (bench/kernel_sass.py, bf16, shared learned bias, padding, dropout 0.1);
-# 3 pipeline stages were larger and spilled in dK/dV, so 2.
+# 3 pipeline stages were larger and spilled in dK/dV, so 2 (1 in dK/dV with dropout: ``Blocks.dkdv_dropout_stages``).
 HALF_BLOCKS = Blocks(forward_m=128, forward_n=64, forward_warps=8, dq_m=128, dq_n=64, dq_warps=8,
                      dkdv_m=32, dkdv_n=64, dkdv_warps=4)
 FORWARD_TILES = ((128, 64, 8), (64, 64, 4), (128, 128, 8))
@@ -262,7 +267,7 @@ def backward_launches(q, k, v, bias, pad, out, dout, row_max, row_sum, keep, sca
          *bias_strides, *pad_strides, *((0, 0, 0) if dbias is None else dbias.stride()[:3]),
          B, H, T, D, scale * LOG2E, inv_keep, per_program),
         dict(flags, BIAS_GRAD=bias_grad, BLOCK_M=blocks.dkdv_m, BLOCK_N=blocks.dkdv_n),
-        blocks.dkdv_warps, blocks.num_stages)
+        blocks.dkdv_warps, blocks.dkdv_dropout_stages if threshold else blocks.num_stages)
     return [dq_launch, dkdv_launch], (dq, dk, dv, dbias)
 
 
