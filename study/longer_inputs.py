@@ -22,6 +22,10 @@ A variant that keeps a learned parameter per position or per distance has never 
 its loss there measures random initial values, not the encoding. ``untrained_beyond`` says which and why;
 such a variant is measured at T only and the report gives the reason instead of a number. An ELECTRA model
 is not measured at all (``NOT_FOR_ELECTRA`` says why).
+
+A RoPE model can be measured with a RoPE scaling (``rope_scaling``: linear, ntk or yarn; tupe_core/rope.py), set at
+evaluation only: at each length L beyond T the rotation is rescaled by ``s = L / T`` (YaRN's ramp reading T), at T it
+is the trained one. The record says which (``rope_scaling``); the model's parameters and record are untouched.
 """
 from __future__ import annotations
 
@@ -47,6 +51,24 @@ def untrained_beyond(variant, trained: int) -> Optional[str]:
     from tupe_core.registry import untrained_beyond as declared
 
     return declared(variant, trained)
+
+
+def rescale_rope(model, rope_scaling: str, length: int, trained: int) -> None:
+    """Set ``model``'s RoPE scaling for inputs of ``length`` tokens, trained at ``trained`` (T): ``rope_scaling`` with
+    the factor ``length / T``; at T (or with ``none``) the rotation stays as the model was trained."""
+    from dataclasses import replace
+
+    from tupe_core.rope import SCALINGS, Rope
+
+    if rope_scaling not in SCALINGS:
+        raise ValueError(f"rope_scaling must be one of {SCALINGS}, got {rope_scaling!r}")
+    positions = model.encoder.sentence_encoder.positions
+    if not isinstance(positions, Rope):
+        raise ValueError(f"rope_scaling {rope_scaling!r} applies to a RoPE model; this one is "
+                         f"{model.positional_variant.name}")
+    if rope_scaling != "none" and length > trained:
+        positions.rescale(replace(positions.options, rope_scaling=rope_scaling, rope_scaling_factor=length / trained,
+                                  rope_scaling_length=trained if rope_scaling == "yarn" else 0))
 
 
 def masked_lm_task(cfg, dictionary, tokens_per_sample: int):
@@ -185,7 +207,8 @@ def loss_of_blocks(model, blocks: List[Tuple[np.ndarray, np.ndarray]], length: i
     return total
 
 
-def measure(checkpoint: str, shard: str, lengths: Sequence[int], out: str, tokens_per_batch: int = 8192) -> dict:
+def measure(checkpoint: str, shard: str, lengths: Sequence[int], out: str, tokens_per_batch: int = 8192,
+            rope_scaling: Optional[str] = None) -> dict:
     """Write (and return) the record of a pre-trained checkpoint (``lengths[0]``: its own T):
 
     ``lengths``: {L: bits, or None where not measured}; ``not_beyond``: why not, or None; ``variant``,
@@ -196,7 +219,8 @@ def measure(checkpoint: str, shard: str, lengths: Sequence[int], out: str, token
     ``difference_from_logged``: the loss at T minus it. Beside ``out`` (``blocks_path``): the scoring at T block by
     block, ``block`` (index in the split), ``bits`` (summed loss in bits) and ``masked`` (targets), in block
     order, for the validation loss's own standard error (study.valid_se); ``per_block_total_bits`` in the record
-    is their loss (the sum of ``bits`` over the sum of ``masked``), the loss at T up to float rounding."""
+    is their loss (the sum of ``bits`` over the sum of ``masked``), the loss at T up to float rounding.
+    ``rope_scaling`` (a RoPE model only): the scaling beyond T (``rescale_rope``), recorded as ``rope_scaling``."""
     import torch
 
     from tupe_plugin.analysis.attention_maps import load_hub
@@ -211,6 +235,8 @@ def measure(checkpoint: str, shard: str, lengths: Sequence[int], out: str, token
     positions = int(model.max_positions())
     variant = model.positional_variant
     reason = untrained_beyond(variant, T)
+    if rope_scaling is not None:
+        rescale_rope(model, rope_scaling, T, T)  # refuses a model that is not RoPE before any work
 
     val = pretraining_validation(cfg, masked_lm_task(cfg, d, T), positions)
     masked = int((val.targets != d.pad()).sum()) + val.bos_targets
@@ -233,13 +259,15 @@ def measure(checkpoint: str, shard: str, lengths: Sequence[int], out: str, token
                                  f"T (--shorten-method {cfg.task.shorten_method}?)")
             pairs = longer_blocks(val, slices, d.bos(), d.pad())
             blocks[str(length)] = len(pairs)
+            if rope_scaling is not None:
+                rescale_rope(model, rope_scaling, length, T)
             # a masked <s> of T has no counterpart here: its loss at T stands in, so every length has the same targets
             result[str(length)] = (loss_of_blocks(model, pairs, length, d.pad(), device, tokens_per_batch) + bos_at_t) * bits
     logged = logged_valid_loss(checkpoint, cfg)
     record = {"variant": variant.name, "positions": positions, "lengths": result, "not_beyond": reason,
               "tokens": val.text_tokens, "masked": masked, "masked_bos": val.bos_targets, "blocks": blocks,
               "valid_batches": len(val.batches), "task": {k: _plain(cfg.task.get(k)) for k in TASK_FIELDS},
-              "logged_valid_loss": logged,
+              "logged_valid_loss": logged, "rope_scaling": rope_scaling,
               "difference_from_logged": None if logged is None else result[str(T)] - logged}
     bits_per_block = per_block.nats / math.log(2)
     assert int(per_block.masked.sum()) == masked, "a target missing in the per-block sums"

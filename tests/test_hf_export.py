@@ -65,6 +65,16 @@ def test_a_flag_combination_that_is_no_registered_variant_exports_too(tmp_path):
         {"encoding": "tupe", "untie_cls": False, "rel_pos": True, "rel_pos_bins": 32, "max_rel_pos": 128}]
 
 
+@pytest.mark.parametrize("scaling", ["linear", "yarn"])
+def test_rope_with_scaling_exports_its_options_and_equals_fairseq(scaling, tmp_path):
+    """RoPE's scaling options reach the config (its entry of positional_encodings) and the exported model's tables."""
+    length = 16 if scaling == "yarn" else 0
+    config = assert_export_equals_fairseq("rope", tmp_path, rope_scaling=scaling, rope_scaling_factor=2.0,
+                                          rope_scaling_length=length)
+    assert config["positional_encodings"] == [{"encoding": "rope", "rope_scaling": scaling, "rope_scaling_factor": 2.0,
+                                               "rope_scaling_length": length}]
+
+
 def assert_export_equals_fairseq(variant: str, tmp_path: Path, **args) -> dict:
     """Exports ``{variant}_tiny`` (with ``args``) and checks the three transformers models against fairseq's;
     returns the exported config."""

@@ -35,6 +35,7 @@ SEED_1 = {
     "pam_sequential": -23.87490248816046,
     "pam_window": -9.29146827513464,
     "kerple": -15.906994211160193,
+    "fire": -15.392087932552718,  # since it was registered
 }
 # Before dd8220e (measured at a4c97f5, its parent): the same draws for every other variant.
 BEFORE_DD8220E = {"bert_a": -30.882790219469825, "bert_r": -33.533951852797735}

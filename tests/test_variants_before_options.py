@@ -27,10 +27,14 @@ def variants():
     return list(torch.load(FIXTURE, map_location="cpu", weights_only=False)["variants"])
 
 
+# registered after the fixture was written, with their options from the start: nothing of theirs to guard
+REGISTERED_AFTER = ["fire"]
+
+
 def test_the_fixture_holds_every_registered_variant(before):
     from tupe_core.registry import VARIANTS
 
-    assert list(before["variants"]) == list(VARIANTS) and len(VARIANTS) == 18
+    assert list(before["variants"]) + REGISTERED_AFTER == list(VARIANTS) and len(before["variants"]) == 18
 
 
 @pytest.mark.parametrize("name", variants())

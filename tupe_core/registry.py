@@ -24,6 +24,7 @@ from .alibi import Alibi
 from .base import AS_IS, INPUT, POSITIONS, REFUSED, InputEncoding, NoTerm, PositionalEncoding
 from .bert_ad import BertAd
 from .deberta import Deberta
+from .fire import Fire
 from .gaussian_prior import GaussianPrior
 from .kerple import Kerple
 from .learned_absolute import LearnedAbsolute
@@ -321,3 +322,5 @@ register("pam_window", "PAM window: fixed 1/3 on i-1,i,i+1 || self-attention (L&
          attention_block="pam_window")
 # Learned relative biases without flags of their own (their archs select them).
 register("kerple", "KERPLE log kernel -r1_h log(1 + r2_h |j-i|), r1, r2 learned (Chi et al. 2022)", encoding=Kerple)
+register("fire", "FIRE f(psi(|i-j|) / psi(max(L, i))), a learned MLP, two-sided (Li et al. 2024)", encoding=Fire,
+         fire=True)
