@@ -394,7 +394,7 @@ def test_the_verdict_judges_each_layer_against_the_target_and_the_estimate():
     factor = 0.872 / 0.4
     assert f"this card's factor is {0.5 / (SDPA_LAYER_MS / factor):.2f}" in text
     assert "0.500 ms on **flash**" in text and "CUDNN_ATTENTION: no (x), FLASH_ATTENTION: runs" in text
-    assert "Triton 3.6.0; the kernel's first-use self-check on cuda:0 in bfloat16: **passed**." in text
+    assert "Triton 3.6.0; the kernel's first-use check of both configurations (dropout on, this shape) on cuda:0 in bfloat16: **passed**." in text
     by = {(subject, metric): value for subject, _, metrics in records for metric, value in metrics.items()}
     assert by[("TUPE-R", "meets_target")] is False and by[("DeBERTa", "meets_target")] is True
     assert by[("recalibration", "recalibrated_factor")] == pytest.approx(0.5 * factor / SDPA_LAYER_MS)
