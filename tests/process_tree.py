@@ -33,6 +33,18 @@ def tree(pid: int) -> List[psutil.Process]:
         return []
 
 
+def command_lines(procs: List[psutil.Process]) -> List[str]:
+    """The command line of each process of ``procs`` still running (one that ended, or a zombie not yet reaped,
+    has none: reading it would raise)."""
+    found = []
+    for p in procs:
+        try:
+            found.append(" ".join(p.cmdline()))
+        except (psutil.NoSuchProcess, psutil.AccessDenied):  # ZombieProcess is a NoSuchProcess
+            continue
+    return found
+
+
 def assert_gone(procs: List[psutil.Process]) -> None:
     """No process of ``procs`` is left (a zombie whose parent has not reaped it yet counts as gone)."""
     left = []

@@ -345,7 +345,7 @@ def test_sigterm_stops_the_grid_and_its_runs_and_the_rerun_matches_an_uninterrup
     """SIGTERM to grid.sh alone (kill PID) while its run trains: grid.sh -> finetune.sh -> fairseq-train all end,
     each saying so, exit 143, no finished-looking run; the same command then trains the run as an uninterrupted one
     (rte_run: the same settings), loss for loss."""
-    from process_tree import start, stop_cleanly, tree, wait_for
+    from process_tree import command_lines, start, stop_cleanly, tree, wait_for
 
     runs = tmp_path / "runs"
     settings = run_env(pretrained, glue_bin, runs, TASKS="RTE", LRS="1e-3", SEEDS="1", JOBS="1")
@@ -357,7 +357,7 @@ def test_sigterm_stops_the_grid_and_its_runs_and_the_rerun_matches_an_uninterrup
              "no update logged")
     assert p.poll() is None, p.communicate()
     procs = tree(p.pid)
-    assert any("glue.fairseq_train" in " ".join(c.cmdline()) for c in procs), [c.cmdline() for c in procs]
+    assert any("glue.fairseq_train" in c for c in command_lines(procs)), command_lines(procs)
     resume = "rerun the same command to resume (finished runs are skipped)"
     err = stop_cleanly(p, signal.SIGTERM, f"grid.sh: error: stopped by SIGTERM; {resume}", timeout=60, procs=procs)
     assert "failed" not in err

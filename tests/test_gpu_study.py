@@ -323,13 +323,13 @@ def test_sigterm_stops_every_pre_training_and_says_so_in_one_line(data, tmp_path
     """SIGTERM to the command behind make gpu-study alone (kill PID) while its pre-trainings run: every process of
     its tree ends (the study parts and their fairseq-train, each in a process group of its own), exit 143, and the
     last line says what stopped it and how it resumes."""
-    from process_tree import start, stop_cleanly, tree, wait_for
+    from process_tree import command_lines, start, stop_cleanly, tree, wait_for
 
     carry, _ = data
     out = tmp_path / "study"
     p = start([sys.executable, "bench/gpu_study.py", "--out", out, "--data", carry, "--seeds", "2", *DRY],
               environment(**dict(TINY, TOTAL_UPDATES="100000")), cwd=ROOT)
-    wait_for(lambda: p.poll() is not None or sum("fairseq-train" in " ".join(c.cmdline()) for c in tree(p.pid)) >= 2,
+    wait_for(lambda: p.poll() is not None or sum("fairseq-train" in c for c in command_lines(tree(p.pid))) >= 2,
              240, "the pre-trainings did not start")
     assert p.poll() is None, p.communicate()
     stop_cleanly(p, signal.SIGTERM, "gpu_study: error: stopped by SIGTERM; rerun the same command to resume (finished "

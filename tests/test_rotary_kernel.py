@@ -20,12 +20,11 @@ COMPARE = r"""
 import json, sys, torch
 from tupe_core.kernels.rotary import rotate_qk
 from tupe_core.rope import Rope, rotate
-from tupe_core.registry import VARIANTS
 out = []
 for T, dh, dtype in ((20, 16, torch.float32), (7, 6, torch.float32), (33, 64, torch.float16)):
     B, H = 2, 3
     g = torch.Generator().manual_seed(T)
-    tables = Rope(VARIANTS["rope"], H * dh, H, 40)
+    tables = Rope(Rope.Options(), H * dh, H, 40)
     cos, sin = tables.rope_cos[:T], tables.rope_sin[:T]
     # as the model makes them: (T, B, H * dh) projections viewed as (B, H, T, dh)
     q0, k0 = (torch.randn(T, B, H * dh, generator=g).view(T, B, H, dh).permute(1, 2, 0, 3) for _ in range(2))

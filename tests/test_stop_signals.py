@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT
-from process_tree import assert_gone, start, tree, wait_for
+from process_tree import assert_gone, command_lines, start, tree, wait_for
 
 pytestmark = pytest.mark.usefixtures("starts_process")  # every test here starts a process
 
@@ -225,7 +225,7 @@ def test_sigterm_with_several_processes_names_the_checkpoint_the_rerun_resumes_f
                                                        "".join(out)), 180, "no checkpoint saved")
     assert p.poll() is None, p.stderr.read()[-3000:]
     procs = tree(p.pid)
-    assert any("train_scripts.torchrun" in " ".join(c.cmdline()) for c in procs)  # a child, not exec'd
+    assert any("train_scripts.torchrun" in c for c in command_lines(procs))  # a child, not exec'd
     for pid in [p.pid] + [c.pid for c in procs]:  # scancel: every process of the job
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)

@@ -1739,7 +1739,7 @@ def test_sigterm_stops_the_lanes_and_their_runs_and_the_rerun_matches_the_study(
     command then fine-tunes the run as the uninterrupted study did (the same validations and result)."""
     import signal
 
-    from process_tree import start, stop_cleanly, tree, wait_for
+    from process_tree import command_lines, start, stop_cleanly, tree, wait_for
 
     out = tmp_path / "study"
     shutil.copytree(tiny_study.out, out)
@@ -1750,7 +1750,7 @@ def test_sigterm_stops_the_lanes_and_their_runs_and_the_rerun_matches_the_study(
                          OUT=str(out), PRESET="tiny", VARIANTS="nope", GPUS="0", NUM_WORKERS="0", PREP_JOBS="1",
                          HARD_VOCAB_LIMIT="0", VOCAB_SIZE="300"), **tiny_study.env))
     p = start([STUDY, "--lanes", "2", "--stages", "finetune"], env, cwd=ROOT)
-    training = lambda: any("glue.fairseq_train" in " ".join(c.cmdline()) for c in tree(p.pid))  # noqa: E731
+    training = lambda: any("glue.fairseq_train" in c for c in command_lines(tree(p.pid)))  # noqa: E731
     wait_for(lambda: p.poll() is not None or training(), 240, "fine-tuning did not start")  # a few updates: stop now
     assert p.poll() is None, p.communicate()
     stop_cleanly(p, signal.SIGTERM, "study.sh: error: stopped by SIGTERM; rerun the same command to resume (finished "
