@@ -305,19 +305,9 @@ def endpoint_panel(ax, result) -> None:
     ax.legend(fontsize=6.5, loc="best", frameon=True, framealpha=0.9)
 
 
-def overview_figure(variants: Sequence[Variant], rows: Sequence[Dict], columns: Sequence[str],
-                    corr: Sequence[Dict], unigram: Optional[float], endpoints: Sequence = (), unfit: Sequence[str] = ()):
-    """Loss curves, the variant x measure table shaded by rank, the declared comparisons (when a study declared
-    some), and each locality/symmetry measure against the downstream average (when some variant has one)."""
-    plt = _pyplot()
-    fig = plt.figure(figsize=(11.7, 8.3))
-    scatters = any(r.get(c["key"]) is not None and r.get("downstream_avg") is not None
-                   and r["objective"] == c["objective"] for c in corr[:4] for r in rows)  # a panel, drawn or not
-    lower = (["endpoints"] if endpoints else []) + (["scatters"] if scatters or not endpoints else [])
-    grid = fig.add_gridspec(1 + len(lower), 4, height_ratios=[1.25] + [1] * len(lower), hspace=0.45 + 0.1 * (
-        len(lower) - 1), wspace=0.35, left=0.07, right=0.98, top=0.95, bottom=0.07)
-
-    ax = fig.add_subplot(grid[0, :2])
+def _curves_panel(plt, ax, variants: Sequence[Variant], unigram: Optional[float]) -> None:
+    """The loss curves: each variant its line style and marker, each seed its marker fill, the seeds' band, the
+    unigram baseline, and the keys for both."""
     colors = plt.get_cmap("tab10").colors  # ten hues, none a lighter copy of another (they cycle past 10)
     fills = seed_fills(variants)
     from matplotlib.lines import Line2D
@@ -370,8 +360,11 @@ def overview_figure(variants: Sequence[Variant], rows: Sequence[Dict], columns: 
                       seeds_drawn) > len(SEED_FILLS) else ""), title_fontsize=7, fontsize=7, loc="upper right", frameon=True,
                   framealpha=0.9)
 
-    labels = point_labels([r["variant"] for r in rows])  # the table's names and the scatter points' labels
-    ax = fig.add_subplot(grid[0, 2:])
+
+
+def _table_panel(plt, fig, ax, variants: Sequence[Variant], rows: Sequence[Dict], columns: Sequence[str],
+                 labels: Sequence[str], unfit: Sequence[str]) -> None:
+    """The variant x measure table, each column shaded by rank unless its span is within the seed noise."""
     keys = measures(rows, columns)
     noisy = noise_headers(variants, [k for k, _, _ in keys], columns)
     keys = [(k, h if n is None else f"{h}\n{n}", hi) for (k, h, hi), n in zip(keys, noisy)]
@@ -411,6 +404,47 @@ def overview_figure(variants: Sequence[Variant], rows: Sequence[Dict], columns: 
                                                         * shades[i - 1][j - 1])))
         fit_text_in_cells(fig, table)
 
+
+def _scatter_panel(ax, c: Dict, k: int, rows: Sequence[Dict], labels: Sequence[str]) -> None:
+    """One locality or symmetry measure against the downstream average (``c``: its correlation row)."""
+    pts = [(r[c["key"]], r["downstream_avg"], label) for r, label in zip(rows, labels)
+           if r["objective"] == c["objective"] and r.get(c["key"]) is not None
+           and r.get("downstream_avg") is not None]
+    if len(pts) < MIN_POINTS:  # two or three points draw a line through anything: say so instead
+        ax.set_title(f"{c['measure']}\nn = {len(pts)}: not drawn (fewer than {MIN_POINTS})", fontsize=8)
+        ax.set_xticks([])
+        ax.set_yticks([])
+        return
+    pts = scatter_with_far_out(ax, pts)
+    rho, p, p_holm = c["spearman"], c.get("spearman_p", math.nan), c.get("p_holm", math.nan)
+    # the report's p for a correlation: the permutation p, unadjusted, and Holm's over every correlation it computes
+    stat = "—" if math.isnan(rho) else f"{rho:.2f}" + ("" if math.isnan(p) else f" (p {p:.2f}, unadjusted" + (
+        ")" if math.isnan(p_holm) else f"; Holm {p_holm:.2f})"))
+    ax.set_title(f"{c['measure']}\nn = {c['n']}, Spearman {stat}", fontsize=8)
+    ax.set_xlabel(c["measure"].split(" (")[0], fontsize=8)
+    if k == 0:
+        ax.set_ylabel("downstream average", fontsize=8)
+    ax.tick_params(labelsize=7)
+    ax.ticklabel_format(useOffset=False)
+    place_labels(ax, pts)  # after the limits and ticks are set: it measures where the names fall
+
+
+def overview_figure(variants: Sequence[Variant], rows: Sequence[Dict], columns: Sequence[str],
+                    corr: Sequence[Dict], unigram: Optional[float], endpoints: Sequence = (), unfit: Sequence[str] = ()):
+    """Loss curves, the variant x measure table shaded by rank, the declared comparisons (when a study declared
+    some), and each locality/symmetry measure against the downstream average (when some variant has one)."""
+    plt = _pyplot()
+    fig = plt.figure(figsize=(11.7, 8.3))
+    scatters = any(r.get(c["key"]) is not None and r.get("downstream_avg") is not None
+                   and r["objective"] == c["objective"] for c in corr[:4] for r in rows)  # a panel, drawn or not
+    lower = (["endpoints"] if endpoints else []) + (["scatters"] if scatters or not endpoints else [])
+    grid = fig.add_gridspec(1 + len(lower), 4, height_ratios=[1.25] + [1] * len(lower), hspace=0.45 + 0.1 * (
+        len(lower) - 1), wspace=0.35, left=0.07, right=0.98, top=0.95, bottom=0.07)
+
+    _curves_panel(plt, fig.add_subplot(grid[0, :2]), variants, unigram)
+    labels = point_labels([r["variant"] for r in rows])  # the table's names and the scatter points' labels
+    _table_panel(plt, fig, fig.add_subplot(grid[0, 2:]), variants, rows, columns, labels, unfit)
+
     if endpoints:
         width = 4 // min(len(endpoints), 4)
         for k, result in enumerate(endpoints[:4]):
@@ -419,25 +453,5 @@ def overview_figure(variants: Sequence[Variant], rows: Sequence[Dict], columns: 
         return fig
     row = lower.index("scatters") + 1
     for k, c in enumerate(corr[:4]):  # one objective's (MLM's when there are MLM models: report.correlations)
-        ax = fig.add_subplot(grid[row, k])
-        pts = [(r[c["key"]], r["downstream_avg"], label) for r, label in zip(rows, labels)
-               if r["objective"] == c["objective"] and r.get(c["key"]) is not None
-               and r.get("downstream_avg") is not None]
-        if len(pts) < MIN_POINTS:  # two or three points draw a line through anything: say so instead
-            ax.set_title(f"{c['measure']}\nn = {len(pts)}: not drawn (fewer than {MIN_POINTS})", fontsize=8)
-            ax.set_xticks([])
-            ax.set_yticks([])
-            continue
-        pts = scatter_with_far_out(ax, pts)
-        rho, p, p_holm = c["spearman"], c.get("spearman_p", math.nan), c.get("p_holm", math.nan)
-        # the report's p for a correlation: the permutation p, unadjusted, and Holm's over every correlation it computes
-        stat = "—" if math.isnan(rho) else f"{rho:.2f}" + ("" if math.isnan(p) else f" (p {p:.2f}, unadjusted" + (
-            ")" if math.isnan(p_holm) else f"; Holm {p_holm:.2f})"))
-        ax.set_title(f"{c['measure']}\nn = {c['n']}, Spearman {stat}", fontsize=8)
-        ax.set_xlabel(c["measure"].split(" (")[0], fontsize=8)
-        if k == 0:
-            ax.set_ylabel("downstream average", fontsize=8)
-        ax.tick_params(labelsize=7)
-        ax.ticklabel_format(useOffset=False)
-        place_labels(ax, pts)  # after the limits and ticks are set: it measures where the names fall
+        _scatter_panel(fig.add_subplot(grid[row, k]), c, k, rows, labels)
     return fig
