@@ -258,7 +258,7 @@ class Plan:
         from glue.finetune import run_name
 
         runs = self.path("finetune", label, f"seed{seed}")
-        return os.path.join(runs, task, run_name(runs, task, lr, str(k)))
+        return os.path.join(runs, task, run_name(runs, task, float(lr), k))
 
     @property
     def valid_interval(self) -> int:
