@@ -220,7 +220,7 @@ def check_run_settings(lrs: Sequence[str], seeds: Sequence[str]) -> None:
 
 
 def run_values(lr: str, seed: str) -> Tuple[float, int]:
-    """The LR and seed of a command line (finetune.sh's, the grid's), checked as :func:`check_run_settings` does:
+    """The LR and seed of finetune.sh's command line, checked as :func:`check_run_settings` does:
     the LR a ``tunables.Num`` (its value, and the spelling the command and the record keep), the seed an int."""
     check_run_settings([lr], [seed])
     return tunables.Num(lr), int(seed)
