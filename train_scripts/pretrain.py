@@ -406,14 +406,15 @@ def record(run: Run) -> int:
     """SAVE_DIR/settings.json: the settings that define the run (a rerun with others is refused unless
     ON_SETTINGS_CHANGE=continue), and a damaged checkpoint_last.pt replaced (train_scripts/check_resume.py).
     Returns its exit status (0 go on, 2 refused, 1 nothing intact to resume)."""
-    from train_scripts.check_resume import main as check_resume
+    from train_scripts.check_resume import RunRecord, check
 
     c, added = run.config, set(added_names())
-    args = [c.SAVE_DIR, *[f"--{'added-' if n in added else ''}setting={n}={c.text(n)}" for n in recorded_names(c)],
-            f"--setting=EFFECTIVE_BATCH_SIZE={run.effective}",
-            "--dict", os.path.join(c.DATA.split(":")[0], "dict.txt"), "--on-change", c.ON_SETTINGS_CHANGE]
+    names = recorded_names(c)
+    settings = {**{n: c.text(n) for n in names if n not in added}, "EFFECTIVE_BATCH_SIZE": str(run.effective)}
+    kept = RunRecord(settings, {n: c.text(n) for n in names if n in added},
+                     dictionary=os.path.join(c.DATA.split(":")[0], "dict.txt"))
     os.makedirs(c.SAVE_DIR, exist_ok=True)
-    return check_resume(args)
+    return check(c.SAVE_DIR, kept, on_change=c.ON_SETTINGS_CHANGE)
 
 
 def show(run: Run, say: Say) -> None:
