@@ -110,7 +110,7 @@ def build(arch: str, size: str, length: int, device: str, **overrides):
     from tupe_plugin.build_task import DictionaryTask, numbered_dictionary
     from tupe_core.facts import SIZES
 
-    args = argparse.Namespace(arch=arch, max_positions=length, tokens_per_sample=length, **{**SIZES[size], **overrides})
+    args = argparse.Namespace(arch=arch, max_positions=length, tokens_per_sample=length, **{**SIZES[size].args(), **overrides})
     ARCH_CONFIG_REGISTRY[arch](args)
     torch.manual_seed(0)
     task = DictionaryTask(numbered_dictionary(VOCAB), length)

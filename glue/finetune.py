@@ -2,10 +2,12 @@
 point over :func:`main`; the study and ``glue/grid.py`` call :func:`finetune` as a function).
 
     settings = read(environ)                           # FinetuneConfig: every setting typed and checked
+    lr, seed = run_values("2e-5", "1")                 # the command line's LR and SEED: a positive number, a whole one
     status = finetune(settings, task, lr, seed)        # RUNS/TASK/lr{LR}_seed{SEED}/ with result.json, or skipped
 
-LR and SEED are named by value (``run_name``): a new folder takes their short spelling (``lr1e-3_seed1`` for 0.001),
-and a finished folder spelt otherwise with the same values (``lr0.001_seed1``) is this run.
+LR and SEED are numbers (a float, an int), named by value (``run_name``): a new folder takes their short spelling
+(``lr1e-3_seed1`` for 0.001), and a finished folder spelt otherwise with the same values (``lr0.001_seed1``) is this
+run. An LR read from text (:func:`run_values`: a ``tunables.Num``) keeps its spelling in the command and the record.
 The run is made in RUNS/.partial/TASK/lr{LR}_seed{SEED}/ and renamed when complete. Its result.json records
 what made it (``run_inputs``: the checkpoint's and the task binaries' fingerprints and every setting that changes
 the result); a rerun skips a finished run only when they match, and refuses one made with other inputs, naming
@@ -21,14 +23,17 @@ import shutil
 import sys
 import time
 from dataclasses import dataclass
-from typing import ClassVar, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, ClassVar, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from tupe_common import tunables
 from tupe_common.errors import RESUME_RUNS, UsageError, exit_main, message
 from tupe_common.jobs import with_repo_path
-from tupe_common.numbers import named, same_number
+from tupe_common.numbers import named, same_number, spelling
 from tupe_common.process import run_logged
 from tupe_common.tunables import Say, Settings, setting
+
+if TYPE_CHECKING:
+    from glue.finetune_helper import FinetuneFacts
 
 PROG = "finetune.sh"
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -89,30 +94,36 @@ class RunFailed(Exception):
 RUN_FOLDER = "lr{}_seed{}"  # a run's folder under RUNS/TASK/ (tupe_common.numbers.named: one per LR and seed value)
 
 
-def run_name(runs: str, task: str, lr: str, seed: str) -> str:
+def run_name(runs: str, task: str, lr: float, seed: int) -> str:
     """The run's folder name: the finished one of the same LR and seed values however it is spelt
     (``lr0.001_seed1`` for 1e-3; ``lr5e-4_seed1`` as typed before), else the one short spelling (``lr1e-3_seed1``)."""
-    return named(os.path.join(runs, task), RUN_FOLDER, float(lr), int(seed))
+    return named(os.path.join(runs, task), RUN_FOLDER, float(lr), seed)
 
 
-def run_dirs(runs: str, task: str, lr: str, seed: str) -> Tuple[str, str]:
+def run_dirs(runs: str, task: str, lr: float, seed: int) -> Tuple[str, str]:
     """The run's folder and the one it is made in (``run_name`` in RUNS/TASK/ and RUNS/.partial/TASK/)."""
     name = run_name(runs, task, lr, seed)
     return os.path.join(runs, task, name), os.path.join(runs, ".partial", task, name)
 
 
-def run_lock(runs: str, task: str, lr: str, seed: str) -> str:
+def run_lock(runs: str, task: str, lr: float, seed: int) -> str:
     """The run's lock (tupe_common.lock): beside its folder under .partial (the folder itself is made afresh,
     then renamed), RUNS/.partial/TASK/lr{LR}_seed{SEED}.lock."""
     return run_dirs(runs, task, lr, seed)[1] + ".lock"
 
 
-def run_inputs(settings: FinetuneConfig, task: str, lr: str, seed: str) -> Dict[str, str]:
-    """What makes a run's result: the task, LR and seed, the fingerprints (``tupe_common.io.file_fingerprint``) of
+def spelt(value: float) -> str:
+    """An LR or a seed as a command line and a record write it: an LR read from text (a ``tunables.Num``) as it
+    was typed, another number in its one spelling (``tupe_common.numbers.spelling``)."""
+    return str(value) if isinstance(value, (tunables.Num, int)) else spelling(value)
+
+
+def run_inputs(settings: FinetuneConfig, task: str, lr: float, seed: int) -> Dict[str, str]:
+    """What makes a run's result: the task, LR and seed (:func:`spelt`), the fingerprints (``tupe_common.io.file_fingerprint``) of
     the checkpoint and of the task's binaries, and every setting but ``NOT_INPUTS``. Raises OSError."""
     from tupe_common.io import file_fingerprint, folder_fingerprint
 
-    inputs = {"task": task, "lr": lr, "seed": seed, "checkpoint": file_fingerprint(settings.CHECKPOINT),
+    inputs = {"task": task, "lr": spelt(lr), "seed": spelt(seed), "checkpoint": file_fingerprint(settings.CHECKPOINT),
               "data": folder_fingerprint(os.path.join(settings.GLUE_BIN, f"{task}-bin"))}
     inputs.update({name: value for name, value in settings.texts().items() if name not in NOT_INPUTS})
     return inputs
@@ -157,36 +168,36 @@ def check_finished(settings: FinetuneConfig, task: str, final: str, say: Say) ->
     return False
 
 
-def fairseq_args(c: FinetuneConfig, task: str, lr: str, seed: str, facts: Mapping[str, str],
+def fairseq_args(c: FinetuneConfig, task: str, lr: float, seed: int, facts: "FinetuneFacts",
                  save_dir: str) -> List[str]:
     """fairseq-train's arguments (after ``python -m glue.fairseq_train --validations-per-epoch N``); ``c`` with
     EPOCHS and FP16 resolved."""
     t = c.text
     args = [
         os.path.join(c.GLUE_BIN, f"{task}-bin"), "--user-dir", os.path.join(REPO, "tupe_plugin"),
-        *facts["MODEL_ARGS"].split(),
+        *facts.model_args,
         "--restore-file", c.CHECKPOINT, "--reset-optimizer", "--reset-dataloader", "--reset-meters",
         "--reset-lr-scheduler",
         "--task", "sentence_prediction", "--criterion", "glue_sentence_prediction",
-        "--metric-averaging", c.METRIC_AVERAGING, "--num-classes", facts["NUM_CLASSES"],
+        "--metric-averaging", c.METRIC_AVERAGING, "--num-classes", str(facts.task.num_classes),
         "--init-token", "0", "--separator-token", "2",
         "--batch-size", t("SENTENCES_PER_BATCH"), "--max-tokens", t("MAX_TOKENS"), "--required-batch-size-multiple", "1",
         "--optimizer", "adam", "--adam-betas", c.ADAM_BETAS, "--adam-eps", t("ADAM_EPS"),
-        "--weight-decay", t("WEIGHT_DECAY"), "--clip-norm", t("CLIP_NORM"), "--lr", lr,
+        "--weight-decay", t("WEIGHT_DECAY"), "--clip-norm", t("CLIP_NORM"), "--lr", spelt(lr),
         "--lr-scheduler", "warmup_ratio", "--warmup-ratio", t("WARMUP_RATIO"),
         "--max-epoch", t("EPOCHS"), "--dropout", t("DROPOUT"), "--attention-dropout", t("ATTENTION_DROPOUT"),
-        "--pooler-dropout", t("POOLER_DROPOUT"), "--seed", seed,
-        "--valid-subset", facts["VALID_SUBSETS"], "--best-checkpoint-metric", facts["METRIC"],
+        "--pooler-dropout", t("POOLER_DROPOUT"), "--seed", spelt(seed),
+        "--valid-subset", ",".join(facts.task.valid_subsets), "--best-checkpoint-metric", facts.task.metric,
         "--maximize-best-checkpoint-metric",
         "--save-dir", save_dir, "--no-epoch-checkpoints", "--no-last-checkpoints",
         "--log-format", "simple", "--log-interval", t("LOG_INTERVAL"), "--num-workers", t("NUM_WORKERS"),
         "--data-buffer-size", "0",  # no prefetch thread: it can abort the exit with status 134 (tupe_plugin/clean_exit.py)
     ]
-    if facts["REGRESSION"] == "1":
+    if facts.task.regression:
         args.append("--regression-target")
     if c.TRUNCATE:
         args += ["--shorten-method", "truncate"]
-    if int(facts["CUDA_DEVICES"]) == 0:
+    if facts.cuda_devices == 0:
         args.append("--cpu")
     if c.FP16:
         args += ["--fp16", "--fp16-init-scale", "4", "--threshold-loss-scale", "1", "--fp16-scale-window", "128"]
@@ -208,18 +219,28 @@ def check_run_settings(lrs: Sequence[str], seeds: Sequence[str]) -> None:
             raise UsageError(f"SEED must be a whole number, not '{seed}'")
 
 
-def finetune(settings: FinetuneConfig, task: str, lr: str, seed: str, say: Say = say_to_stderr,
+def run_values(lr: str, seed: str) -> Tuple[float, int]:
+    """The LR and seed of finetune.sh's command line, checked as :func:`check_run_settings` does:
+    the LR a ``tunables.Num`` (its value, and the spelling the command and the record keep), the seed an int."""
+    check_run_settings([lr], [seed])
+    return tunables.Num(lr), int(seed)
+
+
+def finetune(settings: FinetuneConfig, task: str, lr: float, seed: int, say: Say = say_to_stderr,
              environ: Mapping[str, str] = os.environ) -> str:
     """Fine-tune one run (or skip it when finished) holding its lock (``run_lock``: another run into the same
     folder is refused, tupe_common.lock.LockHeld): returns its folder. Raises UsageError (exit 2) or RunFailed."""
     from tupe_common.lock import hold
 
-    check_run_settings([lr], [seed])
+    if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not 0 < lr < float("inf"):
+        raise UsageError(f"LR must be a positive number like 2e-5, not '{lr}'")
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise UsageError(f"SEED must be a whole number, not '{seed}'")
     with hold(run_lock(settings.RUNS, task, lr, seed), PROG, "RUNS", say):  # one lock per value: the name's
         return finetune_locked(settings, task, lr, seed, say, environ)
 
 
-def finetune_locked(settings: FinetuneConfig, task: str, lr: str, seed: str, say: Say,
+def finetune_locked(settings: FinetuneConfig, task: str, lr: float, seed: int, say: Say,
                     environ: Mapping[str, str]) -> str:
     from glue.finetune_helper import facts_of, write_result
 
@@ -248,13 +269,14 @@ def finetune_locked(settings: FinetuneConfig, task: str, lr: str, seed: str, say
         say(f"{task} {os.path.basename(final)}: already done ({os.path.join(final, 'result.json')}), skipping")
         return final
     facts = facts_of(task, c.CHECKPOINT, c.GLUE_BIN)
-    gpus = int(facts["CUDA_DEVICES"])
+    gpus = facts.cuda_devices
     if c.FP16 and not gpus:  # fairseq would end in a CUDA traceback
         raise UsageError("FP16=1 needs a GPU, but this machine sees no CUDA device: leave FP16 unset on CPU")
-    c = dataclasses.replace(c, EPOCHS=facts["TASK_EPOCHS"] if c.EPOCHS is None else c.EPOCHS,
+    c = dataclasses.replace(c, EPOCHS=facts.task.epochs if c.EPOCHS is None else c.EPOCHS,
                             FP16=gpus > 0 if c.FP16 is None else c.FP16)
-    say(f"{task}: {facts['NUM_CLASSES']} class(es), metric {facts['METRIC']} on {facts['VALID_SUBSETS']}, "
-        f"{c.EPOCHS} epochs; checkpoint variant {facts['CHECKPOINT_VARIANT']} ({facts['MODEL_ARGS']})")
+    t = facts.task
+    say(f"{task}: {t.num_classes} class(es), metric {t.metric} on {','.join(t.valid_subsets)}, "
+        f"{c.EPOCHS} epochs; checkpoint variant {facts.checkpoint_variant} ({' '.join(facts.model_args)})")
     if shutil.which("fairseq-train") is None:
         raise UsageError("fairseq-train not found (activate the virtual environment)")
 
@@ -281,8 +303,8 @@ def finetune_locked(settings: FinetuneConfig, task: str, lr: str, seed: str, say
         raise RunFailed(f"{task} {os.path.basename(final)}: fairseq-train failed (exit {status})"
                         f"{': ' + reason if reason else ''}; log {log}", status)
 
-    best = write_result(task=task, lr=lr, seed=seed, metric=facts["METRIC"], subsets=facts["VALID_SUBSETS"], log=log,
-                        variant=facts["CHECKPOINT_VARIANT"], checkpoint=c.CHECKPOINT,
+    best = write_result(task=task, lr=lr, seed=seed, metric=t.metric, subsets=t.valid_subsets, log=log,
+                        variant=facts.checkpoint_variant, checkpoint=c.CHECKPOINT,
                         out=os.path.join(partial, "result.json"), inputs=inputs)
     with open(os.path.join(partial, "best.txt"), "w", encoding="utf-8") as f:
         f.write(best + "\n")
@@ -351,7 +373,8 @@ def main(argv: Optional[Sequence[str]] = None, environ: Mapping[str, str] = os.e
         return 2
     try:
         tunables.check_names(FinetuneConfig.names(), environ, PROG, others=FinetuneConfig.others())
-        finetune(read(environ), *args, environ=environ)
+        task, lr, seed = args
+        finetune(read(environ), task, *run_values(lr, seed), environ=environ)
     except UsageError as e:
         say_to_stderr(f"error: {e}")
         return 2

@@ -40,7 +40,7 @@ from tupe_common import tunables
 from tupe_common.errors import RESUME_RUNS, UsageError, exit_main, stdout_reader_left
 from tupe_common.log import get_logger
 from tupe_common.numbers import check_once
-from tupe_common.tunables import Settings, setting
+from tupe_common.tunables import Num, Settings, setting
 
 FINETUNE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "finetune.sh")
 log = get_logger("grid")
@@ -93,7 +93,7 @@ class Job(NamedTuple):
 
     def name(self, runs: str) -> str:
         """The run's folder name in RUNS/TASK/ (``glue.finetune.run_name``: by value, ``lr1e-3_seed1`` for 0.001)."""
-        return run_name(runs, self.task, self.lr, self.seed)
+        return run_name(runs, self.task, float(self.lr), int(self.seed))
 
     def done(self, runs: str) -> bool:
         """A readable ``result.json`` with a score for every valid subset of the task."""
@@ -164,7 +164,7 @@ def runs_with_other_inputs(done: Sequence[Job], runs: str, environ: Mapping[str,
             continue  # binaries removed after the run: its inputs cannot be compared (the table still reads it)
         name = job.name(runs)
         why = finetune.other_inputs(os.path.join(runs, job.task, name, "result.json"),
-                                    finetune.run_inputs(settings, job.task, job.lr, job.seed), settings.CHECKPOINT)
+                                    finetune.run_inputs(settings, job.task, Num(job.lr), int(job.seed)), settings.CHECKPOINT)
         if why:
             differ.append(f"{job.task} {name} ({why})")
     if not differ:

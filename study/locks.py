@@ -39,7 +39,7 @@ def part_lock(plan: Plan, stage: str, part: Tuple) -> Optional[str]:
         from glue.finetune import run_lock
 
         label, seed, task, lr, k = part
-        return run_lock(plan.path("finetune", label, f"seed{seed}"), task, lr, str(k))
+        return run_lock(plan.path("finetune", label, f"seed{seed}"), task, float(lr), k)
     if stage == "locality":
         return stages.locality_csv(plan, *part) + ".lock"
     if stage == "longer":

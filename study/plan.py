@@ -132,11 +132,8 @@ def check_generator(config: StudyConfig, variant: str) -> None:
 
     if config.SIZE not in SIZES:
         return  # pretrain.sh names the unknown size
-    args = argparse.Namespace(arch=f"{variant}_{config.SIZE}".replace("-", "_"), **SIZES[config.SIZE])
-    flags = config.MODEL_ARGS.split()
-    for flag, value in zip(flags, flags[1:]):  # the sizes MODEL_ARGS sets replace the arch's
-        if flag.startswith("--encoder-") and value.isdigit():
-            setattr(args, flag[2:].replace("-", "_"), int(value))
+    size, _ = SIZES[config.SIZE].with_flags(config.MODEL_ARGS.split())  # the sizes MODEL_ARGS sets replace the arch's
+    args = argparse.Namespace(arch=f"{variant}_{config.SIZE}".replace("-", "_"), **size.args())
     try:
         generator_sizes(args, generator_divisor(args, config.GENERATOR_SIZE_DIVISOR or 0))
     except ValueError as e:
@@ -258,7 +255,7 @@ class Plan:
         from glue.finetune import run_name
 
         runs = self.path("finetune", label, f"seed{seed}")
-        return os.path.join(runs, task, run_name(runs, task, lr, str(k)))
+        return os.path.join(runs, task, run_name(runs, task, float(lr), k))
 
     @property
     def valid_interval(self) -> int:

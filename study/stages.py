@@ -30,7 +30,7 @@ from tupe_common.jobs import stderr_say, with_repo_path
 from tupe_common.lock import LockHeld
 from tupe_common.process import call_logged, run_logged
 from tupe_common.process import run as process_run
-from tupe_common.tunables import child_environ
+from tupe_common.tunables import Num, child_environ
 
 
 class PartFailed(Exception):
@@ -375,7 +375,7 @@ def run_finetune(plan: Plan, label: str, seed: int, task: str, lr: str, k: int) 
             f.write(f"{finetune.PROG}: {line}\n")
 
         try:
-            finetune.finetune(finetune.FinetuneConfig(**settings), task, lr, str(k), say=say, environ=child_env())
+            finetune.finetune(finetune.FinetuneConfig(**settings), task, Num(lr), k, say=say, environ=child_env())
         except (UsageError, ValueError, OSError, finetune.RunFailed) as e:
             f.flush()
             sys.stderr.write(tail(log))

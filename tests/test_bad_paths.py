@@ -85,7 +85,6 @@ ENTRIES: List[Entry] = [
     m("study.report", "{P}", "--variants", "bert-a", "--total-updates", "10", kind="folder"),
     m("study.archive", "{P}", kind="folder"),
     m("train_scripts.check_resume", "{P}", kind="out"),
-    m("glue.finetune_helper", "settings", "RTE", "{P}", "{T}", kind="file"),
     script("glue/finetune.sh", "file", "SST-2", "1e-5", "1", CHECKPOINT="{P}", GLUE_BIN="{T}", RUNS="{T}/runs"),
     script("glue/grid.sh", "file", CHECKPOINT="{P}", GLUE_BIN="{T}", RUNS="{T}/runs", TASKS="SST-2"),
     script("train_scripts/pretrain.sh", "folder", DATA="{P}", GPUS="0"),

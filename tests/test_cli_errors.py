@@ -120,8 +120,9 @@ def test_pos_maps_length_beyond_the_checkpoint_is_the_last_line(pretrained, tmp_
 
 def test_usage_errors_exit_2_and_bad_data_exits_1(tmp_path, capsys):
     """The convention of every command (README, "Exit codes"), where a command had it the other way round."""
-    from glue import finetune_helper
+    from glue.finetune_helper import facts_of
     from preprocess import c4_spm
+    from tupe_common.errors import UsageError
     from tupe_plugin_cli.commands import checkpoint_info
 
     assert checkpoint_info([]) == 2 and last_line_of(capsys) == "error: give a CHECKPOINT (or --list-variants)"
@@ -132,9 +133,11 @@ def test_usage_errors_exit_2_and_bad_data_exits_1(tmp_path, capsys):
             write_lines(bins / f"{task}-bin" / sub / "dict.txt", lines)
     junk = tmp_path / "junk.pt"
     junk.write_text("not a checkpoint\n")
-    assert finetune_helper.main(["settings", "RTE", str(junk), str(bins)]) == 1  # a bad checkpoint: data
-    assert finetune_helper.main(["settings", "Notes", str(junk), str(bins)]) == 2  # no such task: usage
-    assert "unknown task 'Notes'" in capsys.readouterr().err
+    with pytest.raises(ValueError) as bad_checkpoint:  # a bad checkpoint: data (exit 1 where a command says it)
+        facts_of("RTE", str(junk), str(bins))
+    assert not isinstance(bad_checkpoint.value, UsageError)
+    with pytest.raises(UsageError, match="unknown task 'Notes'"):  # no such task: usage (exit 2)
+        facts_of("Notes", str(junk), str(bins))
     empty = write_lines(tmp_path / "empty.txt", [])
     assert c4_spm.main([str(empty), "--out-dir", str(tmp_path / "spm"), "--vocab-size", "50"]) == 1  # no text
     assert "no non-empty lines" in capsys.readouterr().err
@@ -334,17 +337,19 @@ def test_a_damaged_or_foreign_torch_file_is_named(pretrained, tmp_path):
 
 
 @pytest.mark.parametrize("kind", ["missing", "folder", "empty", "text"])
-def test_glue_settings_name_a_wrong_checkpoint(kind, tmp_path, capsys):
+def test_glue_settings_name_a_wrong_checkpoint(kind, tmp_path):
     """What glue/finetune.sh runs with its CHECKPOINT, before fine-tuning starts."""
-    from glue import finetune_helper
+    from glue.finetune_helper import facts_of
+    from tupe_common.errors import UsageError
 
     bins = tmp_path / "glue-bin" / "RTE-bin"
     for sub, lines in (("input0", ["a 1"]), ("label", ["0 1", "1 1"])):
         (bins / sub).mkdir(parents=True)
         write_lines(bins / sub / "dict.txt", lines)
     path, message = wrong_file(kind, tmp_path, FAIRSEQ_FIX)
-    assert finetune_helper.main(["settings", "RTE", str(path), str(tmp_path / "glue-bin")]) == 1
-    assert capsys.readouterr().err == f"glue.finetune_helper settings: error: {message}\n"
+    with pytest.raises(ValueError) as e:  # one line naming it (finetune.sh: exit 1)
+        facts_of("RTE", str(path), str(tmp_path / "glue-bin"))
+    assert str(e.value) == message and not isinstance(e.value, UsageError)
 
 
 def test_a_study_part_on_a_wrong_checkpoint_fails_naming_it(tmp_path):

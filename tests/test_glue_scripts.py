@@ -19,7 +19,7 @@ import pytest
 
 from conftest import BIN, ROOT, run, train_losses
 from glue import collect
-from glue.finetune_helper import task_settings
+from glue.finetune_helper import TaskFacts, task_settings
 from glue.grid import PAPER_LRS, PAPER_SEEDS, PAPER_TASKS, jobs, main_sh
 from tupe_common.errors import UsageError
 from tupe_common.jobs import slurm_ranges
@@ -85,13 +85,12 @@ def test_help_texts(starts_process):
 
 def test_task_settings_follow_the_paper():
     mnli, cola, stsb, qqp = (task_settings(t) for t in ("MNLI", "CoLA", "STS-B", "QQP"))
-    assert (mnli["NUM_CLASSES"], mnli["VALID_SUBSETS"], mnli["TASK_EPOCHS"]) == ("3", "valid,valid1", "5")
-    assert (cola["METRIC"], cola["TASK_EPOCHS"]) == ("mcc", "10")
-    assert (stsb["METRIC"], stsb["REGRESSION"], stsb["NUM_CLASSES"]) == ("pearson", "1", "1")
-    assert (qqp["METRIC"], qqp["TASK_EPOCHS"]) == ("accuracy", "5")
+    assert (mnli.num_classes, mnli.valid_subsets, mnli.epochs) == (3, ("valid", "valid1"), 5)
+    assert (cola.metric, cola.epochs) == ("mcc", 10)
+    assert (stsb.metric, stsb.regression, stsb.num_classes) == ("pearson", True, 1)
+    assert (qqp.metric, qqp.epochs) == ("accuracy", 5)
     custom = task_settings("Reviews", num_classes=2, custom=True)  # a custom task: SST-2's settings
-    assert {k: custom[k] for k in ("NUM_CLASSES", "METRIC", "VALID_SUBSETS", "TASK_EPOCHS", "REGRESSION")} == {
-        "NUM_CLASSES": "2", "METRIC": "accuracy", "VALID_SUBSETS": "valid", "TASK_EPOCHS": "10", "REGRESSION": "0"}
+    assert custom == TaskFacts(num_classes=2, metric="accuracy", valid_subsets=("valid",), epochs=10, regression=False)
     with pytest.raises(ValueError, match="unknown task 'Reviews'"):
         task_settings("Reviews")
 
@@ -245,7 +244,7 @@ def test_one_run_per_folder_and_readers_beside_a_live_lock(rte_run, pretrained, 
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_") and k not in TINY and k != lock.ENV}
     env.update(PATH=f"{BIN}:{os.environ.get('PATH', '')}", PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1",
                **run_env(pretrained, glue_bin, tmp_path, EPOCHS="1", QUIET="1", EXTRA_ARGS="--max-update 2"))
-    path = Path(run_lock(str(tmp_path), "RTE", "1e-3", "1"))
+    path = Path(run_lock(str(tmp_path), "RTE", 1e-3, 1))
     first = subprocess.Popen([str(FINETUNE), "RTE", "1e-3", "1"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True)
     try:
@@ -266,7 +265,7 @@ def test_one_run_per_folder_and_readers_beside_a_live_lock(rte_run, pretrained, 
     assert (tmp_path / "RTE" / "lr1e-3_seed1" / "result.json").is_file() and not path.exists()
 
     live = {"pid": 1, "host": lock.host(), "started": "2026-01-01T00:00:00Z", "token": "t"}  # pid 1: a live holder
-    for planted in (runs / lock.LOCK_NAME, Path(run_lock(str(runs), "RTE", "1e-3", "1"))):
+    for planted in (runs / lock.LOCK_NAME, Path(run_lock(str(runs), "RTE", 1e-3, 1))):
         planted.parent.mkdir(parents=True, exist_ok=True)
         planted.write_text(json.dumps(live))
     try:
@@ -277,7 +276,7 @@ def test_one_run_per_folder_and_readers_beside_a_live_lock(rte_run, pretrained, 
             capsys.readouterr().err.strip().splitlines()[-1]
         assert not (runs / "RTE" / "lr2e-3_seed1").exists() and not (runs / ".grid_logs").exists()
     finally:
-        for planted in (runs / lock.LOCK_NAME, Path(run_lock(str(runs), "RTE", "1e-3", "1"))):
+        for planted in (runs / lock.LOCK_NAME, Path(run_lock(str(runs), "RTE", 1e-3, 1))):
             planted.unlink()
 
 

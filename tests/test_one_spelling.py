@@ -44,10 +44,12 @@ def test_a_folder_is_found_by_value_and_a_new_one_takes_the_short_spelling(tmp_p
 
 def test_finetune_names_the_run_by_value_and_compares_its_record_by_value(tmp_path):
     runs = str(tmp_path)
-    assert finetune.run_dirs(runs, "RTE", "0.001", "01") == (f"{runs}/RTE/lr1e-3_seed1", f"{runs}/.partial/RTE/lr1e-3_seed1")
-    assert finetune.run_lock(runs, "RTE", "1e-3", "1") == finetune.run_lock(runs, "RTE", "0.001", "1")  # one lock
+    values = finetune.run_values  # the command line's LR and SEED, as finetune.sh reads them
+    assert finetune.run_dirs(runs, "RTE", *values("0.001", "01")) == (f"{runs}/RTE/lr1e-3_seed1",
+                                                                      f"{runs}/.partial/RTE/lr1e-3_seed1")
+    assert finetune.run_lock(runs, "RTE", *values("1e-3", "1")) == finetune.run_lock(runs, "RTE", *values("0.001", "1"))  # one lock
     finished(tmp_path / "RTE" / "lr1e-3_seed1", lr="1e-3", seed="1", EPOCHS="2")
-    assert finetune.run_dirs(runs, "RTE", "0.001", "1")[0] == f"{runs}/RTE/lr1e-3_seed1"
+    assert finetune.run_dirs(runs, "RTE", *values("0.001", "1"))[0] == f"{runs}/RTE/lr1e-3_seed1"
     result = str(tmp_path / "RTE" / "lr1e-3_seed1" / "result.json")
     assert finetune.other_inputs(result, {"lr": "0.001", "seed": "1", "EPOCHS": "2"}, "/c.pt") is None
     assert finetune.other_inputs(result, {"lr": "2e-3", "seed": "1", "EPOCHS": "2"}, "/c.pt") == "lr 1e-3 -> 2e-3"

@@ -29,17 +29,29 @@ def test_every_variant_round_trips_and_has_all_sizes():
 
     from tupe_core.facts import SIZE_FIELDS, SIZES
 
-    assert list(SIZES) == ["base", "large", "tiny"] and all(set(s) <= set(SIZE_FIELDS) for s in SIZES.values())
+    assert list(SIZES) == ["base", "large", "tiny"] and all(set(s.args()) == set(SIZE_FIELDS) for s in SIZES.values())
     for name, v in VARIANTS.items():
         assert from_record(v.to_tensor()) == v and v.name == name
         for size in SIZES:
             assert ARCH_MODEL_REGISTRY[f"{name}_{size}"].__name__ == "TupeRobertaModel"
     tiny = build("bert_a_tiny").args
-    assert {f: getattr(tiny, f) for f in SIZE_FIELDS} == SIZES["tiny"] == dict(
+    assert {f: getattr(tiny, f) for f in SIZE_FIELDS} == SIZES["tiny"].args() == dict(
         encoder_layers=2, encoder_embed_dim=64, encoder_attention_heads=4, encoder_ffn_embed_dim=128)
     for arch in ["tupe_roberta_base", "tupe_roberta_large", "tupe_roberta_tiny", "bert_a_base", "gaussian_prior_tiny",
                  "learned_gaussian_base", "tupe_a_tie_cls_tiny", "bert_ad_base"]:
         assert arch in ARCH_MODEL_REGISTRY
+
+
+def test_a_model_size_gives_its_flags_and_takes_the_size_flags_of_a_command_line():
+    from tupe_core.facts import SIZES, ModelSize
+
+    small = ModelSize(layers=4, embed_dim=128, heads=4, ffn_dim=512)
+    assert small.fairseq_args() == ["--encoder-layers", "4", "--encoder-embed-dim", "128",
+                                    "--encoder-attention-heads", "4", "--encoder-ffn-embed-dim", "512"]
+    preset = "--encoder-layers 4 --encoder-embed-dim 128 --encoder-ffn-embed-dim 512 --encoder-attention-heads 4"
+    assert SIZES["base"].with_flags(f"{preset} --tupe-attention sdpa".split()) == (small, ["--tupe-attention", "sdpa"])
+    assert SIZES["base"].with_flags(["--encoder-layers", "4"]) == (ModelSize(4, 768, 12, 3072), [])
+    assert SIZES["tiny"].with_flags(small.fairseq_args())[0] == small and SIZES["tiny"].with_flags([]) == (SIZES["tiny"], [])
 
 
 @pytest.mark.parametrize("record,name", [

@@ -167,3 +167,19 @@ def test_a_record_without_the_variant_resumes_and_gets_it(tmp_path):
                          "--added-setting=VARIANT=tupe-r"]) == 2  # recorded now: compared
     assert check_resume([str(tmp_path), "--setting=ARCH=bert_a_tiny", "--setting=LR=2e-4",
                          "--added-setting=VARIANT=bert-a"]) == 2
+
+
+def test_the_request_keeps_its_autos_and_the_resolved_run_has_none():
+    request = settings(GPUS="0")
+    run = pretrain.plan(request, environ={})
+    assert run.request is request and (request.LR, request.TOTAL_UPDATES, request.UPDATE_FREQ, request.FP16) == (
+        None, None, None, None)
+    c = run.config
+    assert isinstance(c, pretrain.ResolvedPretrainConfig)
+    assert (c.text("LR"), c.TOTAL_UPDATES, c.UPDATE_FREQ, c.FP16, c.NPROC_PER_NODE, c.MAX_POSITIONS) == (
+        "1e-4", 1000000, 16, False, 1, 512)
+    assert (c.ARCH, c.DDP_BACKEND, c.MASTER_ADDR) == ("tupe_r_tiny", "legacy_ddp", "127.0.0.1")
+    with pytest.raises(UsageError, match="^GPUS must be a whole number, not 'auto'$"):
+        pretrain.ResolvedPretrainConfig.of(c, GPUS=None)  # a resolved run holds no auto
+    with pytest.raises(ValueError, match="with SAVE_DIR auto"):
+        pretrain.ResolvedPretrainConfig.of(c, SAVE_DIR="auto")

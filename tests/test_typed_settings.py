@@ -96,10 +96,17 @@ def test_a_settings_class_converts_and_checks_every_field_from_text_and_from_val
     assert (toy.N, toy.RATE, toy.FLAG, toy.LRS, toy.NAME) == (4, None, False, (1e-5, 2e-5), "x")
     assert Toy(N="7", RATE="0.5", FLAG="1").N == 7 and Toy(RATE="0.5").RATE == 0.5 and Toy(FLAG="1").FLAG is True
     assert dataclasses.replace(toy, N=9).N == 9  # a value of its kind passes as it is
+    typed = dataclasses.replace(toy, RATE=0.1, LRS=(1e-3, Num("2e-5")), FLAG=1)  # not through text: as given
+    assert type(typed.RATE) is float and typed.LRS == (1e-3, 2e-5) and str(typed.LRS[1]) == "2e-5"
+    assert typed.FLAG is True and typed.text("LRS") == "0.001 2e-5"
     for change, line in ((dict(N=0), "N must be a positive whole number, not '0'"),
                          (dict(N="many"), "N must be a positive whole number, not 'many'"),
                          (dict(RATE="-1"), "RATE must be auto or a number > 0, not '-1'"),
                          (dict(FLAG="yes"), "FLAG must be 0 or 1, not 'yes'"),
+                         (dict(RATE=-1.5), "RATE must be auto or a number > 0, not '-1.5'"),
+                         (dict(N=2.0), "N must be a positive whole number, not '2.0'"),
+                         (dict(LRS=(1e-3, -1)), "LRS must be a list (spaces or commas) of which each is a number > 0, "
+                                                "not '-1' (in '0.001 -1')"),
                          (dict(LRS="1e-3,abc"), "LRS must be a list (spaces or commas) of which each is a number > 0, "
                                                 "not 'abc' (in '1e-3,abc')")):
         with pytest.raises(UsageError) as refused:

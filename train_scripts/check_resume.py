@@ -20,6 +20,8 @@ resubmission then dies loading it. This check, run by ``pretrain.sh`` before eac
 
     python train_scripts/check_resume.py SAVE_DIR [--dry-run] [--setting NAME=VALUE ...] [--added-setting ...]
         [--dict DICT]
+
+``pretrain.py`` calls :func:`check` with its record (a :class:`RunRecord`), not through the command line.
 """
 from __future__ import annotations
 
@@ -27,7 +29,8 @@ import argparse
 import os
 import re
 import shutil
-from typing import List, Optional, Tuple
+from dataclasses import dataclass, field
+from typing import List, Mapping, Optional, Tuple
 
 from tupe_common.io import atomic_path, file_hash, need, read_json, write_json
 from tupe_common.log import setup_logging
@@ -62,6 +65,20 @@ def newest_intact(paths: List[str]) -> Optional[Tuple[int, str]]:
     return max(readable) if readable else None
 
 
+@dataclass(frozen=True)
+class RunRecord:
+    """What ``SAVE_DIR/settings.json`` keeps of a run: its settings as the environment writes them (``added``: those
+    recorded since a later version, which an older record is not compared on, and gets), and the training
+    dictionary, recorded by its SHA-256."""
+
+    settings: Mapping[str, str] = field(default_factory=dict)
+    added: Mapping[str, str] = field(default_factory=dict)
+    dictionary: Optional[str] = None  # the path of dict.txt
+
+    def __bool__(self) -> bool:
+        return bool(self.settings or self.added or self.dictionary)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("save_dir")
@@ -73,33 +90,41 @@ def main(argv=None) -> int:
     p.add_argument("--on-change", choices=("refuse", "continue"), default="refuse",
                    help="checkpoints of a run with other settings: refuse (exit 2) or continue with the new ones")
     args = p.parse_args(argv)
+    record = RunRecord(dict(s.split("=", 1) for s in args.setting), dict(s.split("=", 1) for s in args.added_setting),
+                       args.dict)
+    return check(args.save_dir, record, on_change=args.on_change, dry_run=args.dry_run)
+
+
+def check(save_dir: str, record: RunRecord = RunRecord(), on_change: str = "refuse", dry_run: bool = False) -> int:
+    """The check of the module docstring on ``save_dir``, its ``record`` kept in ``SAVE_DIR/settings.json`` (an
+    empty one: none kept); the exit status: 0 go on, 2 refused, 1 nothing intact to resume."""
     log = setup_logging("check_resume")
-    need(args.save_dir, "out")  # a file where SAVE_DIR should be: one line naming it, exit 1
-    last = os.path.join(args.save_dir, LAST)
-    others = candidates(args.save_dir) if os.path.isdir(args.save_dir) else []
-    if args.setting or args.added_setting or args.dict:
-        added = dict(s.split("=", 1) for s in args.added_setting)
-        settings = {**dict(s.split("=", 1) for s in args.setting), **added}
-        if args.dict:
-            settings["DICTIONARY_SHA256"] = file_hash(args.dict)
-        record = os.path.join(args.save_dir, SETTINGS)
-        old = read_json(record)
+    need(save_dir, "out")  # a file where SAVE_DIR should be: one line naming it, exit 1
+    last = os.path.join(save_dir, LAST)
+    others = candidates(save_dir) if os.path.isdir(save_dir) else []
+    if record:
+        added = dict(record.added)
+        settings = {**record.settings, **added}
+        if record.dictionary:
+            settings["DICTIONARY_SHA256"] = file_hash(record.dictionary)
+        path = os.path.join(save_dir, SETTINGS)
+        old = read_json(path)
         if old is not None and (os.path.exists(last) or others):
             diff = [f"{k}: {old.get(k)!r} in the run, {settings.get(k)!r} now"
                     for k in sorted(set(old) | set(settings)) if old.get(k) != settings.get(k)
                     and not (k in added and k not in old)]
-            if diff and args.on_change == "refuse":
-                log.error(f"{args.save_dir} holds a run with other settings ({'; '.join(diff)}). Start fresh "
+            if diff and on_change == "refuse":
+                log.error(f"{save_dir} holds a run with other settings ({'; '.join(diff)}). Start fresh "
                           "with another SAVE_DIR (or remove this one), or continue this run with the new "
                           "settings: ON_SETTINGS_CHANGE=continue")
                 return 2
             if diff:
-                log.warning(f"continuing {args.save_dir} with changed settings: {'; '.join(diff)}")
-        if not args.dry_run:
-            write_json(record, settings)
+                log.warning(f"continuing {save_dir} with changed settings: {'; '.join(diff)}")
+        if not dry_run:
+            write_json(path, settings)
     if not os.path.exists(last):
         if others:
-            log.error(f"{args.save_dir} holds {len(others)} checkpoint(s) but no {LAST}; refusing to start "
+            log.error(f"{save_dir} holds {len(others)} checkpoint(s) but no {LAST}; refusing to start "
                 f"from scratch over them. Copy the one to resume from to {LAST}, or use another SAVE_DIR.")
             return 2
         log.info(f"no {last}: starting from scratch")
@@ -113,7 +138,7 @@ def main(argv=None) -> int:
         log.error(f"{last} cannot be read (truncated?) and no intact checkpoint_*.pt to fall back on")
         return 1  # a damaged input, not a usage error
     n, path = best
-    if args.dry_run:
+    if dry_run:
         log.info(f"{last} cannot be read; would resume from {path} @ {n} updates")
         return 0
     os.replace(last, last + ".damaged")

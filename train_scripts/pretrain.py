@@ -3,8 +3,8 @@
 ``train_scripts/pretrain.sh`` is a thin entry point over :func:`main` (its environment names, defaults and
 ``--help`` are :class:`PretrainConfig` here); the study calls :func:`prepare` with a ``PretrainConfig`` of its own.
 
-    config = read(environ)                 # every setting typed and checked: a non-empty environment value, else its default
-    run = plan(config, environ)            # the automatic values resolved, their combinations checked (UsageError)
+    config = read(environ)                 # the request (PretrainConfig): every setting typed and checked, autos as None
+    run = plan(config, environ)            # run.config: a ResolvedPretrainConfig (no auto left), combinations checked
     cmd = command(run)                     # fairseq-train, or torchrun/srun around train_scripts/fairseq_rank.sh
     record(run)                            # SAVE_DIR/settings.json: a rerun with other settings is refused
 
@@ -19,7 +19,7 @@ import shlex
 import shutil
 import sys
 from dataclasses import dataclass, field
-from typing import ClassVar, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, ClassVar, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from tupe_common import tunables
 from tupe_common.errors import UsageError, exit_main
@@ -93,6 +93,44 @@ class PretrainConfig(Settings):
 
 
 
+def _resolved(name: str, kind: str) -> Any:
+    """PretrainConfig's setting ``name`` (its default, help and record) of ``kind``: the same without auto."""
+    f = PretrainConfig.__dataclass_fields__[name]
+    return field(default=f.default, metadata={**f.metadata, "kind": kind})
+
+
+@dataclass(frozen=True)
+class ResolvedPretrainConfig(PretrainConfig):
+    """A pre-training as it runs: the request (a :class:`PretrainConfig`) with every automatic value resolved by
+    :func:`plan`, its one maker. The settings that may be auto in a request are numbers and choices here (auto is
+    refused: the ``auto`` defaults below are never taken), and the text ones that may be auto (``CHOSEN``) hold
+    what plan chose. LAUNCHER stays optional (None: a run started by a launcher itself, each rank running
+    fairseq through ``fairseq_rank.sh``), and SIZE is auto for an arch of fairseq's own, of no size of ours."""
+
+    GPUS: int = _resolved("GPUS", "int0")
+    NPROC_PER_NODE: int = _resolved("NPROC_PER_NODE", "int1")
+    MASTER_PORT: int = _resolved("MASTER_PORT", "int1")
+    UPDATE_FREQ: int = _resolved("UPDATE_FREQ", "int1")
+    MAX_POSITIONS: int = _resolved("MAX_POSITIONS", "int1")
+    GENERATOR_SIZE_DIVISOR: int = _resolved("GENERATOR_SIZE_DIVISOR", "int0")
+    TOTAL_UPDATES: int = _resolved("TOTAL_UPDATES", "int1")
+    LR: float = _resolved("LR", "num+")
+    FP16: bool = _resolved("FP16", "0/1")
+
+    CHOSEN: ClassVar[Tuple[str, ...]] = ("VARIANT", "ARCH", "SAVE_DIR", "TENSORBOARD_DIR", "MASTER_ADDR", "DDP_BACKEND")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        left = [name for name in self.CHOSEN if getattr(self, name) == "auto"]
+        if left:
+            raise ValueError(f"a resolved pre-training with {', '.join(left)} auto: plan() resolves them")
+
+    @classmethod
+    def of(cls, request: PretrainConfig, **chosen: Any) -> "ResolvedPretrainConfig":
+        """``request`` with the values ``chosen`` for its autos (and DATA's shards: ``check_data``)."""
+        return cls(**{**{f.name: getattr(request, f.name) for f in dataclasses.fields(request)}, **chosen})
+
+
 def say_to_stderr(line: str) -> None:
     sys.stderr.write(f"{PROG}: {line}\n")
 
@@ -106,9 +144,9 @@ def read(environ: Mapping[str, str], say: Say = say_to_stderr) -> PretrainConfig
 @dataclass
 class Run:
     """One pre-training: its settings with every automatic value resolved (``config``), what follows from them,
-    and the arguments appended to fairseq-train's."""
+    the arguments appended to fairseq-train's, and the request it was planned from (``request``)."""
 
-    config: PretrainConfig
+    config: ResolvedPretrainConfig
     task: str  # masked_lm or electra
     device: str  # gpu or cpu
     world: int
@@ -117,6 +155,7 @@ class Run:
     extra: List[str]
     environ: Mapping[str, str] = field(default_factory=lambda: os.environ)  # where the command will run (its PATH)
     lock: Optional[RunLock] = None  # SAVE_DIR's (prepare takes it unless DRY_RUN=1; the caller releases it)
+    request: Optional[PretrainConfig] = None  # what was asked, autos and all (plan's argument)
 
     @property
     def criterion(self) -> str:
@@ -175,7 +214,7 @@ def plan(config: PretrainConfig, environ: Mapping[str, str] = os.environ, extra:
     save_dir = os.path.join("checkpoints", arch + ("_electra" if task == "electra" else "")) \
         if c.SAVE_DIR == "auto" else c.SAVE_DIR
     save_dir = os.path.realpath(save_dir)  # every rank and every resubmission writes the same place
-    resolved = dataclasses.replace(
+    resolved = ResolvedPretrainConfig.of(
         c, VARIANT=variant, ARCH=arch, SIZE=arch_size(arch) or c.SIZE, GPUS=n_gpus, NPROC_PER_NODE=nproc, UPDATE_FREQ=update_freq, MASTER_PORT=port,
         MASTER_ADDR=(first_slurm_node(environ) or "127.0.0.1") if c.MASTER_ADDR == "auto" else c.MASTER_ADDR,
         LR=defaults["LR"].value if c.LR is None else c.LR,
@@ -192,7 +231,8 @@ def plan(config: PretrainConfig, environ: Mapping[str, str] = os.environ, extra:
                          "decays linearly from LR after the warmup to END_LR at TOTAL_UPDATES, so it would climb; set "
                          "END_LR at most LR (default 0)")
     effective = world * c.MAX_SENTENCES * update_freq
-    return Run(resolved, task, device, world, effective, launcher, [*c.EXTRA_ARGS.split(), *extra], environ)
+    return Run(resolved, task, device, world, effective, launcher, [*c.EXTRA_ARGS.split(), *extra], environ,
+               request=c)
 
 
 FAIRSEQ_ARCH = "fairseq"  # the VARIANT recorded for an ARCH of fairseq's own (roberta_base)
@@ -366,14 +406,15 @@ def record(run: Run) -> int:
     """SAVE_DIR/settings.json: the settings that define the run (a rerun with others is refused unless
     ON_SETTINGS_CHANGE=continue), and a damaged checkpoint_last.pt replaced (train_scripts/check_resume.py).
     Returns its exit status (0 go on, 2 refused, 1 nothing intact to resume)."""
-    from train_scripts.check_resume import main as check_resume
+    from train_scripts.check_resume import RunRecord, check
 
     c, added = run.config, set(added_names())
-    args = [c.SAVE_DIR, *[f"--{'added-' if n in added else ''}setting={n}={c.text(n)}" for n in recorded_names(c)],
-            f"--setting=EFFECTIVE_BATCH_SIZE={run.effective}",
-            "--dict", os.path.join(c.DATA.split(":")[0], "dict.txt"), "--on-change", c.ON_SETTINGS_CHANGE]
+    names = recorded_names(c)
+    settings = {**{n: c.text(n) for n in names if n not in added}, "EFFECTIVE_BATCH_SIZE": str(run.effective)}
+    kept = RunRecord(settings, {n: c.text(n) for n in names if n in added},
+                     dictionary=os.path.join(c.DATA.split(":")[0], "dict.txt"))
     os.makedirs(c.SAVE_DIR, exist_ok=True)
-    return check_resume(args)
+    return check(c.SAVE_DIR, kept, on_change=c.ON_SETTINGS_CHANGE)
 
 
 def show(run: Run, say: Say) -> None:

@@ -13,8 +13,9 @@ its kind)::
 The kind says what a value may be (:data:`KINDS`: ``int1`` a whole number >= 1, ``auto/int1`` the word auto or
 one, ``mlm/electra`` one of the words, ``[num+]`` a list of numbers > 0, empty: any text) and what it becomes
 (:func:`parse`: an int, a :class:`Num`, a bool for ``0/1``, None for ``auto``, a tuple for a list, else the text).
-Every construction checks and converts every field, from text or from a value (so ``replace(config, GPUS=2)`` is
-checked too): a value of another kind is a UsageError naming the setting, before any work.
+Every construction checks every field: text (a default, the environment's value) is parsed, and a value
+(``replace(config, GPUS=2)``) is checked as it is, never through text (:func:`holds`): a value of another kind is a
+UsageError naming the setting, before any work.
 ``Config.read(environ)`` takes a setting's non-empty environment value, else its default (an old name still sets
 the new one, with a warning); ``--help`` lists :meth:`Settings.tunables`; a run prints :func:`shown`;
 :func:`check_names` refuses a misspelt setting (``VARIENT=bert-a``) before any work, with "did you mean", and
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Type, TypeVar
@@ -61,6 +63,26 @@ KINDS: Dict[str, Tuple[Callable[[str], bool], str]] = {
     "num0": (lambda v: _at_least(number(v), 0), "a number >= 0"),
     "num+": (lambda v: _at_least(number(v), 0) and number(v) != 0, "a number > 0"),
     "frac": (lambda v: _at_least(number(v), 0) and number(v) < 1, "a fraction in [0, 1)"),
+}
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_real(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+# kind word -> does a value (what parse makes of text: an int, a number) fit; KINDS says the same of text
+VALUE_KINDS: Dict[str, Callable[[Any], bool]] = {
+    "int": _is_int,
+    "int0": lambda v: _is_int(v) and v >= 0,
+    "int1": lambda v: _is_int(v) and v >= 1,
+    "num": _is_real,
+    "num0": lambda v: _is_real(v) and v >= 0,
+    "num+": lambda v: _is_real(v) and v > 0,
+    "frac": lambda v: _is_real(v) and 0 <= v < 1,
 }
 
 
@@ -129,6 +151,41 @@ def parse(kind: str, value: str) -> Any:
     return value
 
 
+def holds(kind: str, value: Any) -> bool:
+    """Whether ``value``, not text, is of ``kind`` as :func:`parse` would make it: None for ``auto``, a bool (or 0,
+    1) for a ``0/1`` choice, an int for the int kinds, a finite number for the number kinds, a tuple of such for a
+    list; a kind of words or any text holds text, so a value there is taken as its text. Text is :func:`fits`' to
+    check."""
+    element = _element(kind)
+    if element is not None:
+        return isinstance(value, tuple) and all(fits(element, x) if isinstance(x, str) else holds(element, x)
+                                                for x in value)
+    words = kind.split("/") if kind else []
+    if value is None:
+        return "auto" in words
+    if {w for w in words if w != "auto"} == {"0", "1"}:
+        return isinstance(value, bool) or _is_int(value) and value in (0, 1)
+    if not any(w in VALUE_KINDS for w in words):
+        return fits(kind, text(value))  # a word or free text: the value's text is the value
+    return any(VALUE_KINDS[w](value) for w in words if w in VALUE_KINDS)
+
+
+def value_of(kind: str, value: Any) -> Any:
+    """``value`` as the field holds it: text parsed (:func:`parse`), a value as it is (a ``0/1`` choice a bool, a
+    list's text elements parsed); ``value`` fits ``kind`` (:func:`fits`, :func:`holds`)."""
+    if isinstance(value, str):
+        return parse(kind, value)
+    element = _element(kind)
+    if element is not None:
+        return tuple(value_of(element, x) for x in value)
+    words = kind.split("/") if kind else []
+    if value is not None and {w for w in words if w != "auto"} == {"0", "1"}:
+        return bool(value)
+    if value is not None and not any(w in VALUE_KINDS for w in words):
+        return text(value)
+    return value
+
+
 def arg_type(kind: str) -> Callable[[str], Any]:
     """argparse's ``type=`` for an option of ``kind`` (``int1``, ``num+``, ...): the value :func:`parse` gives, or
     argparse's one usage line (exit 2): ``argument --steps: '0' is not a positive whole number``."""
@@ -175,15 +232,14 @@ class Settings:
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            raw = value if isinstance(value, str) else text(value)
-            kind = f.metadata["kind"]
-            if not fits(kind, raw):
+            value, kind = getattr(self, f.name), f.metadata["kind"]
+            if not (fits(kind, value) if isinstance(value, str) else holds(kind, value)):
+                raw = value if isinstance(value, str) else text(value)  # the refusal says it as the environment would
                 element = _element(kind)
                 bad = next((x for x in items(raw) if not fits(element, x)), raw) if element is not None else raw
                 raise UsageError(f"{f.name} must be {describe(kind)}, not '{bad}'"
                                  + (f" (in '{raw}')" if bad != raw else ""))
-            object.__setattr__(self, f.name, parse(f.metadata["kind"], raw))
+            object.__setattr__(self, f.name, value_of(kind, value))
 
     @classmethod
     def tunables(cls) -> Tuple[Tunable, ...]:

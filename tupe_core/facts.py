@@ -5,7 +5,8 @@ and by the export. Plain Python (no torch).
 """
 from __future__ import annotations
 
-from typing import Any, Dict
+from dataclasses import dataclass
+from typing import Any, Dict, List, Sequence, Tuple
 
 # The positional variant's checkpoint record (record.py: JSON as uint8; before 2026-12 an integer tensor) is a
 # buffer of the positions module. Its name "variant" is part of this state-dict key in every checkpoint written so far, so it stays;
@@ -20,14 +21,43 @@ ATTENTION_FALLBACK_KEY = "attention_fallback"
 SIZE_FIELDS = ("encoder_layers", "encoder_embed_dim", "encoder_attention_heads", "encoder_ffn_embed_dim")
 
 
-def _size(layers: int, width: int, heads: int, ffn: int) -> Dict[str, int]:
-    return dict(zip(SIZE_FIELDS, (layers, width, heads, ffn)))
+@dataclass(frozen=True)
+class ModelSize:
+    """An encoder's size: what an arch's size sets (``SIZES``) and what fairseq's ``--encoder-*`` flags override."""
+
+    layers: int
+    embed_dim: int
+    heads: int
+    ffn_dim: int
+
+    def args(self) -> Dict[str, int]:
+        """fairseq's argument names (``SIZE_FIELDS``) -> values."""
+        return dict(zip(SIZE_FIELDS, (self.layers, self.embed_dim, self.heads, self.ffn_dim)))
+
+    def fairseq_args(self) -> List[str]:
+        """fairseq's flags that set this size: ``--encoder-layers 12 --encoder-embed-dim 768 ...``."""
+        return [x for name, value in self.args().items() for x in (f"--{name.replace('_', '-')}", str(value))]
+
+    def with_flags(self, flags: Sequence[str]) -> Tuple["ModelSize", List[str]]:
+        """This size with the ``--encoder-*`` size flags of ``flags`` (a command line's words) over it, and the
+        other flags, in order: ``--encoder-layers 4 --tupe-attention sdpa`` over base -> (4 layers, the rest of
+        base), ``['--tupe-attention', 'sdpa']``."""
+        values, rest, i = self.args(), [], 0
+        while i < len(flags):
+            name = flags[i][2:].replace("-", "_") if flags[i].startswith("--") else ""
+            if name in values and i + 1 < len(flags) and flags[i + 1].isdigit():
+                values[name] = int(flags[i + 1])
+                i += 2
+            else:
+                rest.append(flags[i])
+                i += 1
+        return ModelSize(*(values[f] for f in SIZE_FIELDS)), rest
 
 
-SIZES: Dict[str, Dict[str, int]] = {
-    "base": _size(12, 768, 12, 3072),  # BERT-base (also fairseq's RoBERTa defaults)
-    "large": _size(24, 1024, 16, 4096),  # BERT-large
-    "tiny": _size(2, 64, 4, 128),  # tests and demos
+SIZES: Dict[str, ModelSize] = {
+    "base": ModelSize(layers=12, embed_dim=768, heads=12, ffn_dim=3072),  # BERT-base (also fairseq's RoBERTa defaults)
+    "large": ModelSize(layers=24, embed_dim=1024, heads=16, ffn_dim=4096),  # BERT-large
+    "tiny": ModelSize(layers=2, embed_dim=64, heads=4, ffn_dim=128),  # tests and demos
 }
 # ELECTRA (tupe_plugin/models/electra.py): the parts of its state a fine-tuned model drops, and its generator's
 # sizes.

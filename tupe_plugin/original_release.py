@@ -33,8 +33,7 @@ ORIGINAL_SIZES = {
     "bert_large": (24, 1024, 4096, 16),
 }
 # The plugin's sizes in the same order (tupe_core/facts.py: SIZES).
-PLUGIN_SIZES = {name: tuple(s[f] for f in ("encoder_layers", "encoder_embed_dim", "encoder_ffn_embed_dim",
-                                           "encoder_attention_heads")) for name, s in SIZES.items()}
+PLUGIN_SIZES = {name: (s.layers, s.embed_dim, s.ffn_dim, s.heads) for name, s in SIZES.items()}
 
 
 class ConversionError(ValueError):

@@ -59,7 +59,7 @@ def pretrain_command(s: Settings, arch: str, data: Path, save_dir: Path) -> Tupl
     if arch.startswith("roberta_") and s.throughput_size != "base":  # fairseq's roberta has no tiny arch
         from tupe_core.facts import SIZES
 
-        extra += [f"--{k.replace('_', '-')}={v}" for k, v in SIZES[s.throughput_size].items()]
+        extra += [f"--{k.replace('_', '-')}={v}" for k, v in SIZES[s.throughput_size].args().items()]
     return ["bash", str(ROOT / "train_scripts/pretrain.sh"), *extra], env
 
 

@@ -38,7 +38,7 @@ def tupe_roberta_base_architecture(args):
 def _architecture(variant: str, size: str) -> Callable:
     def architecture(args):
         _set_variant_defaults(args, VARIANTS[variant])
-        _set_defaults(args, SIZES[size])
+        _set_defaults(args, SIZES[size].args())
         tupe_roberta_base_architecture(args)
 
     architecture.__name__ = f"{variant}_{size}_architecture"
