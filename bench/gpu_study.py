@@ -41,412 +41,29 @@ Exit status: 0 done; 1 a part failed or was stopped at the budget; 2 a usage err
     python3 bench/gpu_study.py --out /back                                    # a later loan: 3 more seeds
     python bench/gpu_study.py --out /tmp/dry --data /tmp/data --dry-run --seeds 2 --after none  # the CPU rehearsal
 """
+# The schedule (which parts run in which order within the budget, the calls record, the copy sent back) is the
+# study's: study/gpu_schedule.py. This file is the command and what it measures: each pre-training's tokens, the
+# validation loss against GPU seconds, OUT/budget.md.
 from __future__ import annotations
 
-import time
+import os
+import sys
 
-START = time.monotonic()  # the budget's clock: from here (Python has started) to the report
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
+from study import gpu_schedule  # noqa: E402  # the first import: it starts the budget's clock (gpu_schedule.START)
 
 import argparse  # noqa: E402
 import csv  # noqa: E402
-import json  # noqa: E402
-import math  # noqa: E402
-import os  # noqa: E402
-import re  # noqa: E402
-import shutil  # noqa: E402
-import signal  # noqa: E402
 import statistics  # noqa: E402
-import subprocess  # noqa: E402
-import sys  # noqa: E402
-from dataclasses import dataclass, field  # noqa: E402
 from datetime import datetime, timezone  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Dict, List, Optional, Sequence, Tuple  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from study.settings import StudyConfig, UsageError, changed_settings, read, recorded_text, refusal  # noqa: E402
-from tupe_common.tunables import items  # noqa: E402
-from tupe_common.jobs import cores  # noqa: E402
-from tupe_common import fairseq_log, process  # noqa: E402
+from study.gpu_schedule import (AFTER_PRETRAINING, REPORT_RESERVE_S, ROOT, SEEDS_PER_CALL, Call,  # noqa: E402
+                                read_calls, train_log)
+from study.settings import UsageError  # noqa: E402
+from tupe_common import fairseq_log  # noqa: E402
 from tupe_common.errors import RESUME_RUNS, exit_main  # noqa: E402
-
-DEFAULTS = {"VARIANTS": "bert-a tupe-r", "OBJECTIVES": "mlm", "GENERATOR_SIZE_DIVISOR": "4", "TASKS": "none"}
-# TUPE's claim, declared for every study this command starts with both models: TUPE-R ends lower (final_loss) and
-# gets there sooner (loss_auc) than BERT-A; the margin is the 6-seed cpu-small run's (docs/results/2026-11-28_*)
-DECLARED = {"ENDPOINTS": "final_loss:tupe-r:bert-a loss_auc:tupe-r:bert-a", "EQUIVALENCE_BITS": "0.05"}
-SEEDS_PER_CALL = 3
-PREP_SETTINGS = ("VOCAB_SIZE", "TOKENS_PER_SAMPLE", "MAX_SHARDS", "MAX_DOCS")  # bench/gpu_study_data.py's
-AFTER_PRETRAINING = {"locality": "locality", "longer": "longer inputs",  # the study's stages after pre-training
-                     "finetune": "fine-tuning with the dev predictions", "order": "word-order sets"}
-DATA_PARTS = ("c4", "tasks-bin", "locality")  # the prep's outputs in the data folder, as in the study's OUT
-REPORT_RESERVE_S = 25  # kept at the end of the budget for the report when a part runs over (--reserve-s)
-POLL_S = 2.0
-CALLS = "gpu_calls.tsv"  # one line per call of this command on the study folder
-
-
-def say(msg: str) -> None:
-    print(f"gpu_study: [{time.monotonic() - START:4.0f} s] {msg}", flush=True)
-
-
-@dataclass
-class Part:
-    """One timed part of the command, for the budget table."""
-    name: str
-    seconds: float
-    what: str
-
-
-@dataclass
-class Budget:
-    budget_s: float
-    reserve_s: float = REPORT_RESERVE_S
-    parts: List[Part] = field(default_factory=list)
-    stopped: List[str] = field(default_factory=list)  # what the budget stopped
-    mark: float = START
-
-    def done(self, name: str, what: str) -> None:
-        now = time.monotonic()
-        self.parts.append(Part(name, now - self.mark, what))
-        self.mark = now
-
-    @property
-    def deadline(self) -> float:
-        return START + self.budget_s - self.reserve_s
-
-
-# ---- 1-3: the machine, the settings and seeds, the wheels, the data -------------------------------------------
-
-
-def card(dry_run: bool) -> Tuple[str, str]:
-    """(torch's version, the card's name); exits 1 in one line when there is no CUDA device and this is no dry run."""
-    import torch
-
-    if dry_run:
-        return torch.__version__, "CPU (dry run)"
-    if not torch.cuda.is_available():
-        print(f"gpu_study: no CUDA device here (torch {torch.__version__} sees none); run it on a GPU machine, or add "
-              "--dry-run for the CPU rehearsal", file=sys.stderr)
-        raise SystemExit(1)
-    return torch.__version__, torch.cuda.get_device_name(0)
-
-
-def install(args, out: Path) -> str:
-    """The carried wheels into ``--site`` (bench/gpu_wheels.py install, as make gpu-check); what it said."""
-    if args.no_install or args.wheels is None:
-        said = "nothing installed: this environment is used as it is (" + (
-            "--no-install)" if args.no_install else "a dry run without --wheels)")
-    else:
-        wheels = Path(args.wheels).resolve()  # the install runs in the repository; relative paths are the caller's
-        if not wheels.is_dir():
-            raise SystemExit(f"gpu_study: error: no wheel folder {wheels}: run `make gpu-wheels` where there is "
-                             "network, and carry it over")
-        p = subprocess.run([sys.executable, str(ROOT / "bench/gpu_wheels.py"), "install", "--dir", str(wheels),
-                            "--target", str(args.site.resolve())], capture_output=True, text=True, cwd=ROOT)
-        said = (p.stdout + p.stderr).strip()
-        if p.returncode:
-            (out / "install.log").write_text(said + "\n", encoding="utf-8")
-            raise SystemExit(f"gpu_study: error: installing the wheels of {wheels} failed (install.log):\n{said[-2000:]}")
-    (out / "install.log").write_text(said + "\n", encoding="utf-8")
-    return said.splitlines()[0] if said else ""
-
-
-def read_manifest(data: Path) -> dict:
-    path = data / "manifest.json"
-    if not path.is_file():
-        raise UsageError(f"no {path}: run `make gpu-study-data` where there is network (bench/gpu_study_data.py), "
-                         "and carry the folder over")
-    return json.loads(path.read_text(encoding="utf-8"))
-
-
-def model_labels(env: Dict[str, str]) -> List[str]:
-    """The study's models (study.plan.Entry.label: ``bert-a``, ``bert-a+electra``) from VARIANTS and OBJECTIVES. Read
-    before the carried wheels are installed, so without the registry (which imports torch and its company) unless
-    VARIANTS says ``all``; the names are checked by the study's plan after the install."""
-    from study.plan import Entry
-
-    if ":" in env["VARIANTS"]:
-        raise UsageError(f"VARIANTS={env['VARIANTS']}: this command chooses the pre-training seeds (--seeds); name "
-                         "the variants without seeds")
-    names = [n.replace("_", "-") for n in items(env["VARIANTS"])]
-    twice = [n for i, n in enumerate(names) if n in names[:i]]
-    if twice:  # refused before any work, as the study's plan would after the install
-        raise UsageError(f"VARIANTS={env['VARIANTS']}: {twice[0]} is named twice; name each variant once")
-    if "all" in names:
-        from study.plan import parse_variants, registry
-
-        names = [e.name for e in parse_variants(env["VARIANTS"], [1], registry())]
-    return [Entry(n, (1,), o).label for o in items(env["OBJECTIVES"]) for n in names]
-
-
-def finished_seeds(out: Path, labels: Sequence[str]) -> List[int]:
-    """The seeds whose pre-training has finished for every model of ``labels`` in ``out`` (study.stages:
-    ``pretrain/LABEL/seedS/pretrain.done``)."""
-    found = [{int(p.parent.name[len("seed"):]) for p in (out / "pretrain" / label).glob("seed*/pretrain.done")
-              if p.parent.name[len("seed"):].isdigit()} for label in labels]
-    return sorted(set.intersection(*found)) if found else []
-
-
-def call_seeds(finished: Sequence[int], n: int) -> List[int]:
-    """This call's seeds: the first ``n`` seed numbers from 1 up that are not finished (a seed an earlier call
-    started and the budget stopped is among them: it is redone, or resumed from its checkpoint where there is one)."""
-    seeds, s = [], 1
-    while len(seeds) < n:
-        if s not in finished:
-            seeds.append(s)
-        s += 1
-    return seeds
-
-
-SEQUENTIAL = ("# PRETRAIN_SEEDS: the seeds so far of a sequential design: each call of bench/gpu_study.py adds its "
-              "--seeds and rewrites the next line; every other line is declared once, and a call that changes one is "
-              "refused\n")
-
-
-def seeds_recorded(text: str, seeds: str) -> str:
-    """The settings.env ``text`` with its PRETRAIN_SEEDS line set to ``seeds`` (the seeds so far: the finished ones
-    and this call's), under the SEQUENTIAL comment; unchanged without such a line (a study recorded before
-    PRETRAIN_SEEDS was: it is not compared)."""
-    lines = text.splitlines(keepends=True)
-    at = next((i for i, line in enumerate(lines) if line.startswith("PRETRAIN_SEEDS=")), None)
-    if at is None:
-        return text
-    lines[at] = f"PRETRAIN_SEEDS={seeds}\n"
-    if at == 0 or lines[at - 1] != SEQUENTIAL:
-        lines.insert(at, SEQUENTIAL)
-    return "".join(lines)
-
-
-def record_seeds(path: Path, seeds: str) -> None:
-    """``path`` (OUT/settings.env), where it exists, with this call's seeds so far (:func:`seeds_recorded`)."""
-    from tupe_common.io import write_text
-
-    if path.is_file():
-        text = path.read_text(encoding="utf-8")
-        if seeds_recorded(text, seeds) != text:
-            write_text(path, seeds_recorded(text, seeds))
-
-
-def settings_env(manifest: dict, data: Path, out: Path, dry_run: bool, seeds_per_call: int
-                 ) -> Tuple[Dict[str, str], List[int], List[int]]:
-    """The study's settings (the environment's, the defaults above, the data's preset and tasks, the seeds so far and
-    this call's), checked against the prep settings the data was made with and against the settings the study
-    folder recorded (a changed ENDPOINTS is refused here, before anything is written). (settings, the seeds
-    finished before, this call's seeds)."""
-    env = {k: v for k, v in os.environ.items() if k not in ("OUT", "PRETRAIN_SEEDS")}
-    for name, value in DEFAULTS.items():
-        env[name] = env.get(name) or value
-    if env.get("PRESET") not in (None, "", manifest["preset"]):  # cpu-small's prep equals gpu-9min's: not refused
-        say(f"PRESET={env['PRESET']} of the environment is ignored: the data was prepared for {manifest['preset']}")
-    if os.environ.get("PRETRAIN_SEEDS"):
-        say(f"PRETRAIN_SEEDS={os.environ['PRETRAIN_SEEDS']} of the environment is ignored: this command chooses the "
-            "seeds (--seeds)")
-    env.update(PRESET=manifest["preset"], OUT=str(out), TASKS_DIR=str(data / "tasks"), C4_DIR="")
-    if env["TASKS"] == "auto":
-        env["TASKS"] = ",".join(manifest["tasks"])
-    labels = model_labels(env)
-    if not env.get("ENDPOINTS"):  # TUPE's claim when both of its models are in the study; else nothing declared
-        declared = {"bert-a", "tupe-r"} <= set(labels)
-        env["ENDPOINTS"] = DECLARED["ENDPOINTS"] if declared else "none"
-        env["EQUIVALENCE_BITS"] = env.get("EQUIVALENCE_BITS") or (DECLARED["EQUIVALENCE_BITS"] if declared else "none")
-    if dry_run:
-        env["GPUS"] = "0"
-    finished = finished_seeds(out, labels)
-    seeds = call_seeds(finished, seeds_per_call)
-    env["PRETRAIN_SEEDS"] = " ".join(map(str, sorted(set(finished) | set(seeds))))
-    config = read(env)
-    differ = [f"{k}={config.text(k)} (the data: {manifest['prep'][k]})" for k in PREP_SETTINGS
-              if config.text(k) != str(manifest["prep"][k])]
-    if differ:
-        raise UsageError(f"{data} was prepared with other settings than this run's: {', '.join(differ)}; run make "
-                         "gpu-study-data with these settings, or leave them to the data's preset")
-    recorded = out / "settings.env"
-    if recorded.is_file():
-        # the seeds so far are this call's to record (SEQUENTIAL); every other line is compared by its meaning
-        diff = changed_settings(seeds_recorded(recorded.read_text(encoding="utf-8"), env["PRETRAIN_SEEDS"]),
-                                recorded_text(config))
-        if diff:
-            raise refusal(str(recorded), diff, "this call's settings", "a call adds seeds to the study it was "
-                          "started as: use another --out, or set these back")
-    return env, finished, seeds
-
-
-def copy_data(data: Path, out: Path) -> int:
-    """The prep's outputs of ``data`` into ``out`` (a file already there with the same size is kept); bytes copied."""
-    copied = 0
-    for part in DATA_PARTS:
-        for src in sorted((data / part).rglob("*")):
-            dest = out / src.relative_to(data)
-            if src.is_file() and not (dest.is_file() and dest.stat().st_size == src.stat().st_size):
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(src, dest)
-                copied += src.stat().st_size
-    return copied
-
-
-# ---- 4-5: the study's processes --------------------------------------------------------------------------------
-
-
-def child_env(env: Dict[str, str], site: Optional[Path], **more: str) -> Dict[str, str]:
-    """The study's processes: the installed wheels and the repository first on PYTHONPATH, the wheels' commands
-    (fairseq-train) first on PATH, this Python for every script (train_scripts/lib.sh's PYTHON)."""
-    paths = [str(site)] if site else []
-    env = dict(env, PYTHONUNBUFFERED="1", PYTHON=sys.executable,
-               PYTHONPATH=os.pathsep.join(paths + [str(ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])),
-               PATH=os.pathsep.join(([str(site / "bin")] if site else []) + [env.get("PATH", "")]))
-    env.update(more)
-    return env
-
-
-def study(args: List[str], env: Dict[str, str], log: Path) -> subprocess.Popen:
-    """``python -m study ARGS`` in its own process group (stopped as a whole, also by a signal to this command:
-    ``tupe_common.process``), its output in ``log``."""
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with open(log, "a", encoding="utf-8") as f:
-        return process.start([sys.executable, "-m", "study", *args], cwd=ROOT, env=env, stdout=f,
-                             stderr=subprocess.STDOUT)
-
-
-def stop(p: subprocess.Popen) -> None:
-    """End ``p`` and everything it started (its process group): TERM, then KILL after 10 s."""
-    for sig, wait_s in ((signal.SIGTERM, 10), (signal.SIGKILL, 5)):
-        try:
-            os.killpg(p.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            p.wait(timeout=wait_s)
-            return
-        except subprocess.TimeoutExpired:
-            continue
-
-
-def plan_parts(env: Dict[str, str], after: Sequence[str]) -> Tuple[List[str], List[Tuple[int, str]], Dict[str, int]]:
-    """The study's plan from ``env``, in this process (what ``study.sh --list`` prints): every model's label and seed
-    ("bert-a 1"), the pre-trainings still to do (index, label) and the number of parts still to do of each stage of
-    ``after``. ``OUT/settings.env`` is written (or checked) here, as the study's first part would, its PRETRAIN_SEEDS
-    line this call's seeds so far (:func:`record_seeds`): the design is recorded before the first pre-training
-    starts, and the pre-trainings then start at once without two writers of it. A usage error exits 2."""
-    from study.__main__ import check_settings, part_label
-    from study.plan import Plan
-    from study.stages import BY_NAME
-
-    try:
-        plan = Plan.from_environ(env)
-        recorded = Path(plan.path("settings.env"))
-        record_seeds(recorded, env["PRETRAIN_SEEDS"])  # a later call: its seeds so far, before the check
-        check_settings(plan)
-        record_seeds(recorded, env["PRETRAIN_SEEDS"])  # the first call: the line just written, under its comment
-    except UsageError as e:
-        print(f"gpu_study: error: {e}", file=sys.stderr)
-        raise SystemExit(2) from None
-    stage = BY_NAME["pretrain"]
-    parts = stage.parts(plan)
-    todo = [(i, part_label(part)) for i, part in enumerate(parts) if not stage.done(plan, *part)]
-    rest = {name: sum(not BY_NAME[name].done(plan, *part) for part in BY_NAME[name].parts(plan)) for name in after}
-    return [part_label(part) for part in parts], todo, rest
-
-
-def updates_so_far(log: Path) -> int:
-    """The last update count a fairseq log's training lines have printed (0 before its first one)."""
-    if not log.is_file():
-        return 0
-    found = [s.update for s in fairseq_log.statistics(log) if not s.validation and s.update is not None]
-    return found[-1] if found else 0
-
-
-def train_log(out: Path, label: str) -> Path:
-    """The fairseq log of the pre-training ``label`` ("bert-a 4")."""
-    name, seed = label.rsplit(" ", 1)
-    return out / "pretrain" / name / f"seed{seed}" / "train.log"
-
-
-def pretrain(env: Dict[str, str], out: Path, todo: List[Tuple[int, str]], total_updates: int, budget: Budget) -> int:
-    """Every pre-training part at once; the progress every 15 s; the parts stopped at the deadline. Exit status:
-    0 all ended well, 1 otherwise."""
-    procs: Dict[str, subprocess.Popen] = {}
-    for index, label in todo:
-        log = out / "lanes" / f"pretrain-{label.replace(' ', '-seed')}.log"  # by model, not index: calls add parts
-        procs[label] = study(["--part", "pretrain", str(index)], env, log)
-        say(f"pre-training {label}: started (log {log})")
-    started, shown = time.monotonic(), time.monotonic()
-    logs = {label: train_log(out, label) for _, label in todo}
-    while any(p.poll() is None for p in procs.values()):
-        time.sleep(POLL_S)
-        if time.monotonic() > budget.deadline:
-            for label, p in procs.items():
-                if p.poll() is None:
-                    stop(p)
-                    budget.stopped.append(f"pre-training {label} (at update {updates_so_far(logs[label])})")
-            say("the budget is spent: pre-training stopped")
-            break
-        if time.monotonic() - shown >= 15:
-            shown = time.monotonic()
-            done = {label: updates_so_far(log) for label, log in logs.items()}
-            slowest = min(done.values())
-            pace = slowest / (shown - started)  # updates per second, start-up included
-            end = (f", at this pace they end at about {shown - START + (total_updates - slowest) / pace:.0f} s of "
-                   f"{budget.budget_s:.0f}") if pace > 0 else ""
-            say("pre-training: " + ", ".join(f"{k} {v}/{total_updates}" for k, v in done.items()) + end)
-    failed = [label for label, p in procs.items() if p.returncode]
-    for label in failed:
-        say(f"pre-training {label} ended with exit status {procs[label].returncode}")
-    return 1 if failed else 0
-
-
-def run_rest(env: Dict[str, str], out: Path, lanes: int, after: Sequence[str], budget: Budget) -> Tuple[int, float]:
-    """``python -m study --lanes N --stages AFTER`` (the chosen stages after pre-training, then the report; only the
-    report when ``after`` is empty), its notes echoed; stopped at the deadline, then the report alone. (exit status,
-    seconds of the report)."""
-    log = out / "study.log"
-    seen = log.stat().st_size if log.is_file() else 0
-    p = study(["--lanes", str(lanes), "--stages", ",".join(after)] if after else ["--report"], env, log)
-    stopped = False
-    while p.poll() is None:
-        time.sleep(POLL_S)
-        seen = echo(log, seen)
-        if time.monotonic() > budget.deadline:
-            stop(p)
-            stopped = True
-            budget.stopped.append("the stages after pre-training (the report names the parts that did not finish)")
-            say("the budget is spent: the study stopped; writing the report from what has finished")
-    seen = echo(log, seen)
-    if not stopped:
-        return p.returncode, report_seconds(log.read_text(encoding="utf-8", errors="replace"))
-    return 1, report_only(env, out, budget)
-
-
-def report_only(env: Dict[str, str], out: Path, budget: Budget) -> float:
-    """``python -m study --report`` in what is left of the budget (what finished; the rest named missing); its
-    seconds."""
-    log = out / "study.log"
-    seen = log.stat().st_size if log.is_file() else 0
-    start = time.monotonic()
-    q = study(["--report"], env, log)
-    try:
-        q.wait(timeout=max(5.0, START + budget.budget_s - time.monotonic() - 2))
-    except subprocess.TimeoutExpired:
-        stop(q)
-    echo(log, seen)
-    return time.monotonic() - start
-
-
-def echo(log: Path, seen: int) -> int:
-    """The study's notes written to ``log`` since byte ``seen``; the new position."""
-    with open(log, "rb") as f:
-        f.seek(seen)
-        text = f.read().decode("utf-8", errors="replace")
-    for line in text.splitlines():
-        if line.startswith("study.sh:") and not line.startswith("study.sh: settings"):
-            print(f"  {line}", flush=True)
-    return seen + len(text.encode("utf-8"))
-
-
-def report_seconds(log_text: str) -> float:
-    """The report stage's seconds, as the study's last "report all: finished in N s" note says."""
-    found = re.findall(r"report all: finished in (\d+) s", log_text)
-    return float(found[-1]) if found else 0.0
 
 
 # ---- 6: the time: loss against updates and GPU seconds ---------------------------------------------------------
@@ -598,24 +215,6 @@ def timings(out: Path) -> Dict[Tuple[str, str], float]:
     return {(t.stage, t.part): float(t.seconds) for t in part_times(str(out))}
 
 
-def read_calls(out: Path) -> List[Dict[str, str]]:
-    path = out / CALLS
-    if not path.is_file():
-        return []
-    with open(path, encoding="utf-8", newline="") as f:
-        return list(csv.DictReader(f, delimiter="\t"))
-
-
-def record_call(out: Path, row: Dict[str, str]) -> None:
-    """One line of ``OUT/gpu_calls.tsv`` for this call (the header first)."""
-    path, new = out / CALLS, not (out / CALLS).is_file()
-    with open(path, "a", encoding="utf-8", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(row), delimiter="\t")
-        if new:
-            w.writeheader()
-        w.writerow(row)
-
-
 def endpoints_text(out: Path) -> List[str]:
     """The declared comparisons over every seed so far, as the report tested them (``OUT/endpoints.csv``)."""
     path = out / "endpoints.csv"
@@ -648,8 +247,11 @@ def needed_text(mean: float, sd: float, family: int) -> str:
     return f"d = {abs(mean) / sd:.2f}: " + (f"{n} seeds for 80% power" if n else f"more than {MAX_SEEDS} seeds for 80% power")
 
 
-def budget_text(budget: Budget, out: Path, manifest: dict, config: StudyConfig, models: List[str], seeds: List[int],
-                command: str, machine: str, rows: Sequence[Dict[str, object]]) -> str:
+def budget_text(call: Call, command: str, rows: Sequence[Dict[str, object]]) -> str:
+    """``OUT/budget.md``: the declared comparisons so far, the call's time by part, every call on the study folder,
+    every pre-training's updates and tokens, and ``rows`` (:func:`loss_seconds`) as a table."""
+    budget, out, manifest, config, seeds, machine = (call.budget, call.out, call.manifest, call.config, call.seeds,
+                                                      call.device)
     used = sum(p.seconds for p in budget.parts)
     verdict = ("**parts stopped at the budget** (below)" if budget.stopped else "within the budget"
                if used <= budget.budget_s else "**over the budget**")
@@ -675,7 +277,7 @@ def budget_text(budget: Budget, out: Path, manifest: dict, config: StudyConfig, 
               "tokens/s over the part | fairseq's tokens/s (median) |", "|---|---:|---:|---:|---:|---:|---:|"]
     seconds = timings(out)
     corpus = manifest.get("corpus", {}).get("train_tokens") or 0
-    for label in models:
+    for label in call.models:
         name, seed = label.rsplit(" ", 1)
         f = pretrain_facts(train_log(out, label))
         s = seconds.get(("pretrain", label), 0.0)
@@ -689,24 +291,7 @@ def budget_text(budget: Budget, out: Path, manifest: dict, config: StudyConfig, 
     return "\n".join(lines) + "\n"
 
 
-def report_to(out: Path, dest: Path, data: Path) -> List[str]:
-    """The study folder into ``dest`` without what a later call does not need: the checkpoints, the files of the
-    carried data folder, the TensorBoard logs, and every pre-training the budget stopped (without its checkpoint it
-    cannot resume; the next call redoes it). ``dest`` is then a study folder a later call adds seeds to. The
-    pre-trainings left out."""
-    left_out = sorted(str(p.parent.relative_to(out)) for p in (out / "pretrain").glob("*/seed*/train.log")
-                      if not (p.parent / "pretrain.done").is_file())
-    for src in sorted(out.rglob("*")):
-        rel = src.relative_to(out)
-        if (not src.is_file() or src.suffix == ".pt" or "tensorboard" in rel.parts or (data / rel).is_file()
-                or any(str(rel).startswith(skip + os.sep) for skip in left_out)):
-            continue
-        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(src, dest / rel)
-    return left_out
-
-
-def main(argv: Optional[List[str]] = None) -> int:
+def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
                                  epilog=__doc__.split("\n\n", 1)[1])
     ap.add_argument("--out", type=Path, required=True, help="the study's folder (created; holds the checkpoints; a "
@@ -730,85 +315,38 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--report-to", type=Path, help="copy the study folder here without checkpoints and data (what "
                     "comes back from a borrowed machine, and what a later call continues)")
     ap.add_argument("--dry-run", action="store_true", help="the same on CPU, at the size of the data's preset")
-    args = ap.parse_args(argv)
-    if args.wheels is None and not args.dry_run:
-        args.wheels = str(ROOT / ".gpu-wheels")
-    after = [] if args.after == "none" else args.after.split(",")
+    return ap.parse_args(argv)
+
+
+def write_budget(call: Call, command: str) -> str:
+    """What the call measured: ``OUT/loss_seconds.csv`` and ``.png``, then ``OUT/budget.md``, also appended to
+    ``OUT/report.md``; its text."""
+    rows = loss_seconds(call.out, call.models)
+    write_loss_seconds(call.out, rows)
+    text = budget_text(call, command, rows)
+    (call.out / "budget.md").write_text(text, encoding="utf-8")
+    if (call.out / "report.md").is_file():
+        with open(call.out / "report.md", "a", encoding="utf-8") as f:
+            f.write("\n" + text)
+    return text
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = parse_args(argv)
     try:  # the settings first: a usage error changes nothing
-        if args.seeds < 1:
-            raise UsageError(f"--seeds {args.seeds}: a whole number of seeds, 1 or more")
-        bad = [s for s in after if s not in AFTER_PRETRAINING]
-        if bad:
-            raise UsageError(f"--after {args.after}: the stages after pre-training are {', '.join(AFTER_PRETRAINING)} "
-                             f"(or none), not {bad[0]}")
-        manifest = read_manifest(args.data)
-        out = args.out.resolve()
-        env, finished, seeds = settings_env(manifest, args.data.resolve(), out, args.dry_run, args.seeds)
+        call = gpu_schedule.settings(args)
     except UsageError as e:
         print(f"gpu_study: error: {e}", file=sys.stderr)
         return 2
-    torch_version, device = card(args.dry_run)
-    out.mkdir(parents=True, exist_ok=True)
-    budget = Budget(args.budget_s, args.reserve_s)
-    budget.done("start-up", f"Python {sys.version.split()[0]}, torch {torch_version}, {device}; the settings read")
-    said = install(args, out)
-    site = args.site.resolve() if args.wheels is not None and not args.no_install else None
-    budget.done("install", said or "the carried wheels")
-    copied = copy_data(args.data, out)
-    budget.done("data", f"{args.data.name} (PRESET={env['PRESET']}, {manifest['bytes'] / 2**20:.1f} MiB; "
-                        f"{copied / 2**20:.1f} MiB copied into OUT)")
-
-    env = child_env(env, site)
-    if site:
-        sys.path.insert(0, str(site))  # the plan imports the registry, hence fairseq: the carried one
-    models, todo, rest = plan_parts(env, after)
-    budget.done("study plan", "the settings checked and recorded (OUT/settings.env, ENDPOINTS with them), the parts "
-                              "listed")
-    n = max(1, len(todo))
-    # each pre-training: its main process (one core: it waits on the GPU) and its share of the cores left
-    workers = (args.pretrain_workers if args.pretrain_workers is not None
-               else min(4, max(1, math.ceil((cores() - n) / n))))
-    threads = str(max(1, min(4, cores() // n)))
-    config = read(env)
-    total_updates = config.TOTAL_UPDATES
-    say(f"seeds finished before: {', '.join(map(str, finished)) or 'none'}; this call: {', '.join(map(str, seeds))}; "
-        f"ENDPOINTS={config.ENDPOINTS}; {len(todo)} pre-training(s) to run at once (PRESET={config.PRESET}, "
-        f"{total_updates} updates of {config.SENTENCES_PER_UPDATE} sequences), {workers} data-loader worker(s) each")
-    rc = pretrain(child_env(env, None, NUM_WORKERS=str(workers), OMP_NUM_THREADS=threads, MKL_NUM_THREADS=threads),
-                  out, todo, total_updates, budget) if todo else 0
-    budget.done("pre-training", f"{len(todo)} model(s) at once on one {'CPU' if args.dry_run else 'GPU'}, "
-                                f"{workers} data-loader worker(s) each" if todo else "done before")
-    lanes = args.lanes or max(2, min(8, cores() // 2))
-    rest_env = child_env(env, None, NUM_WORKERS="0")
-    if time.monotonic() < budget.deadline:
-        rest_rc, report_s = run_rest(rest_env, out, lanes, after, budget)
-    else:  # the pre-training took the budget: the report of what there is
-        rest_rc, report_s = 1, report_only(rest_env, out, budget)
-    what = ", ".join(f"{AFTER_PRETRAINING[name]} {k}" for name, k in rest.items() if k)
-    budget.done("after pre-training", f"{sum(rest.values())} part(s) ({what or 'none to do'}), {lanes} at once")
-    budget.parts[-1].seconds -= report_s
-    budget.parts.append(Part("report", report_s, "report.md, the CSV tables, overview.png"))
-    rows = loss_seconds(out, models)
-    write_loss_seconds(out, rows)
-    exit_status = 1 if rc or rest_rc or budget.stopped else 0
-    record_call(out, {"utc": f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M}", "machine": device,
-                      "seeds": " ".join(map(str, seeds)), "at_once": str(len(todo)), "workers": str(workers),
-                      "seconds": f"{sum(p.seconds for p in budget.parts):.0f}", "exit": str(exit_status)})
+    gpu_schedule.prepare(call)
+    gpu_schedule.run(call)
     command = "python3 bench/gpu_study.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    text = budget_text(budget, out, manifest, config, models, seeds, command, device, rows)
-    (out / "budget.md").write_text(text, encoding="utf-8")
-    if (out / "report.md").is_file():
-        with open(out / "report.md", "a", encoding="utf-8") as f:
-            f.write("\n" + text)
-    if args.report_to and args.report_to.resolve() != out:
-        left_out = report_to(out, args.report_to.resolve(), args.data.resolve())
-        if left_out:
-            say(f"not copied into {args.report_to} (stopped at the budget; the next call redoes them): "
-                + ", ".join(left_out))
+    text = write_budget(call, command)
+    gpu_schedule.send_back(call)
     print("\n" + text, flush=True)
-    print(f"gpu_study: report {out / 'report.md'}" + (f", copied into {args.report_to}" if args.report_to else ""),
+    print(f"gpu_study: report {call.out / 'report.md'}" + (f", copied into {args.report_to}" if args.report_to else ""),
           flush=True)
-    return exit_status
+    return call.exit_status
 
 
 if __name__ == "__main__":

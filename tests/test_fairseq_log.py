@@ -44,6 +44,7 @@ def test_every_form_gives_its_kind_and_values_without_the_prefix(tmp_path):
 def test_the_readers_of_the_study_glue_and_the_gpu_study_read_it(tmp_path):
     sys.path.insert(0, str(ROOT / "bench"))
     import gpu_study
+    from study.gpu_schedule import updates_so_far
     from glue.collect import parse_validations
     from study.runs import is_validation_line, parse_valid_curves
     from study.timings import logged_seconds
@@ -57,7 +58,7 @@ def test_the_readers_of_the_study_glue_and_the_gpu_study_read_it(tmp_path):
     assert [(v.subset, v.step, v.value) for v in parse_validations(str(log), "accuracy")] == [
         ("valid", 20, 61.5), ("valid1", 20, 60.0), ("valid", 40, 70.5)]
     assert logged_seconds(str(log)) == 5 + 0  # 15:48:50-15:48:55, then a line without a time; one stamped line after
-    assert gpu_study.updates_so_far(log) == 20
+    assert updates_so_far(log) == 20
     assert gpu_study.pretrain_facts(log) == {"updates": 20, "tokens": 512 * 20, "wps": 1000.0}
     start, last, valid = gpu_study.log_times(log)
     assert start == datetime(2026, 12, 2, 15, 48, 50).timestamp() and last == datetime(2026, 12, 2, 15, 49).timestamp()

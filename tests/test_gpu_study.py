@@ -29,6 +29,7 @@ BIN = Path(sys.executable).parent
 
 import gpu_study  # noqa: E402
 import gpu_study_data  # noqa: E402
+from study import gpu_schedule  # noqa: E402
 from conftest import run  # noqa: E402
 from corpus import study_inputs  # noqa: E402
 
@@ -179,7 +180,7 @@ def test_the_first_call_declares_the_endpoints_and_tests_them_over_its_two_seeds
     assert "ENDPOINTS=final_loss:tupe-r:bert-a loss_auc:tupe-r:bert-a\n" in settings
     assert "EQUIVALENCE_BITS=0.05\n" in settings
     assert settings.startswith("# declared ") and "\nVARIANTS=bert-a tupe-r\n" in settings
-    assert f"{gpu_study.SEQUENTIAL}PRETRAIN_SEEDS=1 2\n" in settings  # the seeds so far, rewritten by each call
+    assert f"{gpu_schedule.SEQUENTIAL}PRETRAIN_SEEDS=1 2\n" in settings  # the seeds so far, rewritten by each call
     for model in ("bert-a", "tupe-r"):
         assert sorted(final_losses(d / "study", model)) == [1, 2]
     rows = {r["measure"]: r for r in csv.DictReader(open(d / "study" / "endpoints.csv"))}
@@ -288,9 +289,9 @@ def test_shared_seconds_divides_each_second_among_the_processes_running():
 
 
 def test_a_call_takes_the_first_seeds_not_finished():
-    assert gpu_study.call_seeds([], 3) == [1, 2, 3]
-    assert gpu_study.call_seeds([1, 2, 3], 3) == [4, 5, 6]
-    assert gpu_study.call_seeds([1, 3], 2) == [2, 4]  # seed 2, stopped at the budget before, is redone
+    assert gpu_schedule.call_seeds([], 3) == [1, 2, 3]
+    assert gpu_schedule.call_seeds([1, 2, 3], 3) == [4, 5, 6]
+    assert gpu_schedule.call_seeds([1, 3], 2) == [2, 4]  # seed 2, stopped at the budget before, is redone
 
 
 def test_a_part_past_the_budget_is_stopped_and_left_out_of_the_copy(data, tmp_path):
@@ -381,13 +382,13 @@ def test_the_declared_comparisons_are_tupes_claim_only_when_both_of_its_models_a
                 "prep": {"VOCAB_SIZE": "8000", "TOKENS_PER_SAMPLE": "128", "MAX_SHARDS": "0", "MAX_DOCS": "0"}}
     for name in ("ENDPOINTS", "EQUIVALENCE_BITS", "VARIANTS", "OBJECTIVES", "TASKS", "PRESET", "PRETRAIN_SEEDS"):
         monkeypatch.delenv(name, raising=False)
-    env, finished, seeds = gpu_study.settings_env(manifest, tmp_path / "data", tmp_path / "s", True, 3)
+    env, finished, seeds = gpu_schedule.settings_env(manifest, tmp_path / "data", tmp_path / "s", True, 3)
     assert env["ENDPOINTS"] == "final_loss:tupe-r:bert-a loss_auc:tupe-r:bert-a" and env["EQUIVALENCE_BITS"] == "0.05"
     assert (finished, seeds, env["PRETRAIN_SEEDS"], env["TASKS"]) == ([], [1, 2, 3], "1 2 3", "none")
     monkeypatch.setenv("VARIANTS", "bert-a")
     monkeypatch.setenv("OBJECTIVES", "mlm electra")
     monkeypatch.setenv("TASKS", "auto")
-    env, _, _ = gpu_study.settings_env(manifest, tmp_path / "data", tmp_path / "s", True, 3)
+    env, _, _ = gpu_schedule.settings_env(manifest, tmp_path / "data", tmp_path / "s", True, 3)
     assert env["ENDPOINTS"] == "none" and env["EQUIVALENCE_BITS"] == "none" and env["TASKS"] == "uci-sentiment"
 
 
@@ -396,7 +397,7 @@ def test_gpu_9min_takes_the_electra_setting_with_the_drivers_generator_divisor(t
     from study.settings import UsageError
 
     env = dict(PRESET="gpu-9min", OUT=str(tmp_path / "s"), TASKS="none", VARIANTS="bert-a", OBJECTIVES="mlm electra")
-    plan = Plan.from_environ(dict(env, GENERATOR_SIZE_DIVISOR=gpu_study.DEFAULTS["GENERATOR_SIZE_DIVISOR"]))
+    plan = Plan.from_environ(dict(env, GENERATOR_SIZE_DIVISOR=gpu_schedule.DEFAULTS["GENERATOR_SIZE_DIVISOR"]))
     assert plan.pretrain_parts() == [("bert-a", 1), ("bert-a+electra", 1)]
     with pytest.raises(UsageError, match="GENERATOR_SIZE_DIVISOR"):  # auto is 3 at SIZE=base: 512 is not divisible
         Plan.from_environ(dict(env, GENERATOR_SIZE_DIVISOR="auto"))

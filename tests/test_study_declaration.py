@@ -162,15 +162,14 @@ def test_a_study_recorded_before_the_design_was_resumes_without_it(env):
 
 
 def test_the_gpu_study_rewrites_its_seeds_line_and_compares_the_rest():
-    sys.path.insert(0, str(ROOT / "bench"))
-    import gpu_study
+    from study import gpu_schedule
 
     first = "# declared 2026-12-06T00:00:00Z at commit abc1234\nPRESET=gpu-9min\nVARIANTS=bert-a tupe-r\n" \
             "PRETRAIN_SEEDS=1 2 3\nTOTAL_UPDATES=1200\n"
-    second = gpu_study.seeds_recorded(first, "1 2 3 4 5 6")
-    assert second == first.replace("PRETRAIN_SEEDS=1 2 3\n", gpu_study.SEQUENTIAL + "PRETRAIN_SEEDS=1 2 3 4 5 6\n")
-    assert gpu_study.seeds_recorded(second, "1 2 3 4 5 6") == second  # the comment once
-    assert gpu_study.seeds_recorded("PRESET=gpu-9min\n", "1 2") == "PRESET=gpu-9min\n"  # an older study: no line
+    second = gpu_schedule.seeds_recorded(first, "1 2 3 4 5 6")
+    assert second == first.replace("PRETRAIN_SEEDS=1 2 3\n", gpu_schedule.SEQUENTIAL + "PRETRAIN_SEEDS=1 2 3 4 5 6\n")
+    assert gpu_schedule.seeds_recorded(second, "1 2 3 4 5 6") == second  # the comment once
+    assert gpu_schedule.seeds_recorded("PRESET=gpu-9min\n", "1 2") == "PRESET=gpu-9min\n"  # an older study: no line
 
 
 # ---- --plan needs the pilot and the endpoints only ----------------------------------------------------------
