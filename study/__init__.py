@@ -13,6 +13,8 @@ orchestrator behind ``train_scripts/study.sh``. Its modules, one job each:
 * :mod:`study.compare`    differences between variants: paired by seed, and the paired bootstrap;
 * :mod:`study.report`     ``OUT/report.md`` and the CSVs; :mod:`study.figure` the overview figure;
 * :mod:`study.stats`      plain statistics: correlations, ranks, entropy, the paired bootstrap.
+* :mod:`study.gpu_schedule`  the study on one GPU within a time budget (``make gpu-study``, whose command,
+  ``bench/gpu_study.py``, measures it): the call's seeds, its parts in order, what the budget stops.
 
 The GLUE selection it shares with ``glue.collect`` is ``tupe_common.glue_selection`` (installed).
 """

@@ -18,7 +18,7 @@
                                   stage order, whose model or run has ended (no lane waits for a stage)
     study.sh [--lanes N] --stages S1,S2
                                   as study.sh [--lanes N], but only the parts of these stages, then the report
-                                  (bench/gpu_study.py: the stages after pre-training it chose)
+                                  (study/gpu_schedule.py: the stages after pre-training it chose)
 
 Exit status: 0 done; 1 a part failed (the message names its log); 2 a usage error (nothing was changed).
 """
