@@ -84,7 +84,7 @@ class Budget:
         return START + self.budget_s - self.reserve_s
 
 
-# ---- 1-3: the machine, the settings and seeds, the wheels, the data -------------------------------------------
+# ---- 1-3 (the steps of bench/gpu_study.py's help): the machine, the settings and seeds, the wheels, the data -----
 
 
 def card(dry_run: bool) -> Tuple[str, str]:
