@@ -56,6 +56,39 @@ def test_a_stop_ends_every_job_and_its_children_with_one_line(tmp_path, sig):
     assert_gone(procs)
 
 
+# The kernel gives a signal sent to a process to any thread that does not block it: here a thread of the command's
+# own (as a lane's thread, or the run lock's heartbeat) takes it, while the main thread waits for a child or a job.
+OTHER_THREAD = """
+import signal, sys, threading, time
+from tupe_common import process
+from tupe_common.errors import exit_main, RESUME_RUNS
+from tupe_common.jobs import Job, run_jobs, stderr_say
+
+def deliver():
+    time.sleep(1.5)  # the child or the jobs run by then
+    signal.pthread_kill(threading.get_ident(), signal.SIGTERM)  # to this thread only
+
+def main():
+    threading.Thread(target=deliver, daemon=True).start()
+    if sys.argv[1] == "child":
+        return process.run(["sleep", "300"])
+    run_jobs([Job("one", ["sleep", "300"], None)], 1, {"PATH": "/usr/bin:/bin"}, stderr_say("runner"))
+    return 0
+
+exit_main(main, "runner", RESUME_RUNS)
+"""
+
+
+@pytest.mark.parametrize("waits_for", ["child", "jobs"])
+def test_a_signal_another_thread_received_stops_the_wait_at_once(waits_for):
+    """A wait with no timeout never runs Python code in the main thread, so a handler whose signal another thread
+    took would run only when the child ended (300 s here): the main thread waits in steps (process.WAKE_S)."""
+    p = start([sys.executable, "-c", OTHER_THREAD, waits_for], dict(os.environ, PYTHONPATH=str(ROOT)))
+    out, err = p.communicate(timeout=30)
+    assert p.returncode == 128 + signal.SIGTERM, err
+    assert err.splitlines()[-1].startswith("runner: error: stopped by SIGTERM; rerun the same command"), err
+
+
 # A process forked after the stop handlers were installed (a multiprocessing pool's worker) busy in C code that never
 # looks at Python's signal flags: here a sum over 10**12 ones, as a worker blocked in the task queue's sem_wait is
 # when the signal came just before the wait (the C4 binarizer's pool then hung in Pool.terminate()'s join).

@@ -179,7 +179,9 @@ def run_jobs(jobs: Sequence[Job], lanes: int, env: Mapping[str, str], say: Say, 
                             say(f"error: {jobs[i].label}: not started: a job it needs did not finish")
                         failed.update(pending)
                     break
-                ended, _ = wait(running, return_when=FIRST_COMPLETED)
+                ended = set()
+                while not ended:  # in steps: a stop signal that a lane's thread received runs its handler here
+                    ended, _ = wait(running, timeout=process.WAKE_S, return_when=FIRST_COMPLETED)
                 for future in ended:
                     i, lane = running.pop(future)
                     free.append(lane)

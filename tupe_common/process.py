@@ -237,11 +237,27 @@ def _forget(p: subprocess.Popen) -> None:
         _children.pop(p.pid, None)
 
 
+# How often the main thread looks up from a wait: a stop signal the kernel gave another thread (a lane's, a lock's
+# heartbeat) runs its Python handler only when the main thread runs Python code, which a wait with no timeout never does.
+WAKE_S = 0.5
+
+
+def _wait_status(p: subprocess.Popen) -> int:
+    """``p.wait()``; in the main thread in steps of ``WAKE_S``, so that a stop signal is acted on at once."""
+    if threading.current_thread() is not threading.main_thread():
+        return p.wait()
+    while True:
+        try:
+            return p.wait(WAKE_S)
+        except subprocess.TimeoutExpired:
+            continue
+
+
 def wait(p: subprocess.Popen) -> int:
     """``p``'s exit status as a shell reports it (128 + N when signal N ended it), once it ended and was forgotten; on
     a stop (:class:`Stopped` in this thread) the children are ended first (:func:`end_children`)."""
     try:
-        status = p.wait()
+        status = _wait_status(p)
     except BaseException:
         end_children()
         raise
