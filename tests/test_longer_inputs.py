@@ -184,3 +184,23 @@ def test_the_longer_stage_measures_a_rope_model_with_each_rope_scaling(rope_stud
     rows = [line for line in table.splitlines() if line.startswith("| rope")]
     assert [r.split(" | ")[0] for r in rows] == ["| rope", "| rope+linear", "| rope+yarn"]  # the registry's order
     assert rows[1].count("|") == rows[0].count("|") and rows[1].split(" | ")[1] == rows[0].split(" | ")[1]
+
+
+def test_a_bad_rope_scalings_is_refused_in_one_line_naming_its_choices(tmp_path, monkeypatch, capsys):
+    from study.__main__ import main
+
+    for name, value in dict(OUT=str(tmp_path / "s"), PRESET="tiny", TASKS="none", ROPE_SCALINGS="linear dynamic").items():
+        monkeypatch.setenv(name, value)
+    assert main(["--list"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "study.sh: error: ROPE_SCALINGS must be a list (spaces or commas) of which each is one of linear, ntk, yarn, "
+        "not 'dynamic' (in 'linear dynamic')"]
+    assert not (tmp_path / "s").exists()
+
+
+def test_rope_scaled_names_the_scalings_of_tupe_core_rope():
+    from study.longer_inputs import ROPE_SCALED
+    from study.settings import FIELDS
+    from tupe_core.rope import SCALINGS
+
+    assert ("none", *ROPE_SCALED) == SCALINGS and FIELDS["ROPE_SCALINGS"].metadata["kind"] == f"[{'/'.join(ROPE_SCALED)}]"
