@@ -25,7 +25,9 @@ is not measured at all (``NOT_FOR_ELECTRA`` says why).
 
 A RoPE model can be measured with a RoPE scaling (``rope_scaling``: linear, ntk or yarn; tupe_core/rope.py), set at
 evaluation only: at each length L beyond T the rotation is rescaled by ``s = L / T`` (YaRN's ramp reading T), at T it
-is the trained one. The record says which (``rope_scaling``); the model's parameters and record are untouched.
+is the trained one. The record says which (``rope_scaling``); the model's parameters and record are untouched. The
+study's longer stage measures every RoPE model so once per scaling of ``ROPE_SCALINGS`` (``scaled_json``: its record
+beside the plain one; the report's rows ``rope+linear``, ...).
 """
 from __future__ import annotations
 
@@ -41,6 +43,7 @@ from tupe_common.io import write_json
 
 NOT_FOR_ELECTRA = ("ELECTRA: the discriminator (the encoder that is fine-tuned) has no MLM head to score "
                    "masked tokens with; the generator has one, but it is another, 1/N-width network")
+ROPE_SCALED = ("linear", "ntk", "yarn")  # tupe_core.rope.SCALINGS less none (not imported here: torch)
 TASK_FIELDS = ("tokens_per_sample", "sample_break_mode", "mask_prob", "leave_unmasked_prob", "random_token_prob",
                "mask_whole_words", "mask_multiple_length", "seed")  # recorded in the JSON, read from cfg.task
 
@@ -51,6 +54,19 @@ def untrained_beyond(variant, trained: int) -> Optional[str]:
     from tupe_core.registry import untrained_beyond as declared
 
     return declared(variant, trained)
+
+
+def rescalable(variant) -> bool:
+    """Whether a ``PositionalVariant`` is RoPE as trained without a scaling: what the longer stage also measures with
+    each of ``ROPE_SCALED``."""
+    options = variant.options("rope")
+    return options is not None and options.rope_scaling == "none"
+
+
+def scaled_json(out: str, rope_scaling: str) -> str:
+    """The record of the model of ``out`` (a plain record, ``.../seedS.json``) measured with ``rope_scaling``:
+    ``.../seedS.rope-linear.json`` beside it."""
+    return (out[:-len(".json")] if out.endswith(".json") else out) + f".rope-{rope_scaling}.json"
 
 
 def rescale_rope(model, rope_scaling: str, length: int, trained: int) -> None:
@@ -208,7 +224,7 @@ def loss_of_blocks(model, blocks: List[Tuple[np.ndarray, np.ndarray]], length: i
 
 
 def measure(checkpoint: str, shard: str, lengths: Sequence[int], out: str, tokens_per_batch: int = 8192,
-            rope_scaling: Optional[str] = None) -> dict:
+            rope_scaling: Optional[str] = None, write_blocks: bool = True) -> dict:
     """Write (and return) the record of a pre-trained checkpoint (``lengths[0]``: its own T):
 
     ``lengths``: {L: bits, or None where not measured}; ``not_beyond``: why not, or None; ``variant``,
@@ -220,7 +236,8 @@ def measure(checkpoint: str, shard: str, lengths: Sequence[int], out: str, token
     block, ``block`` (index in the split), ``bits`` (summed loss in bits) and ``masked`` (targets), in block
     order, for the validation loss's own standard error (study.valid_se); ``per_block_total_bits`` in the record
     is their loss (the sum of ``bits`` over the sum of ``masked``), the loss at T up to float rounding.
-    ``rope_scaling`` (a RoPE model only): the scaling beyond T (``rescale_rope``), recorded as ``rope_scaling``."""
+    ``rope_scaling`` (a RoPE model only): the scaling beyond T (``rescale_rope``), recorded as ``rope_scaling``.
+    ``write_blocks`` False: no per-block record (a scaled measurement: at T its scoring is the plain record's)."""
     import torch
 
     from tupe_plugin.analysis.attention_maps import load_hub
@@ -273,8 +290,9 @@ def measure(checkpoint: str, shard: str, lengths: Sequence[int], out: str, token
     assert int(per_block.masked.sum()) == masked, "a target missing in the per-block sums"
     record["per_block_total_bits"] = float(bits_per_block.sum()) / max(masked, 1)
     os.makedirs(os.path.dirname(out), exist_ok=True)
-    write_json(blocks_path(out), {"block": per_block.block.tolist(), "bits": [round(float(x), 6) for x in bits_per_block],
-                                  "masked": per_block.masked.tolist()})
+    if write_blocks:
+        write_json(blocks_path(out), {"block": per_block.block.tolist(), "bits": [round(float(x), 6) for x in bits_per_block],
+                                      "masked": per_block.masked.tolist()})
     write_json(out, record)
     return record
 

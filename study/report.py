@@ -26,7 +26,7 @@ from study import flatness, sweep
 from study.endpoint_report import declared_tests, endpoint_lines, write_endpoints_csv
 from study.endpoints import EndpointResult, logged_resolution, parse_endpoints, parse_margin
 from study.markdown import fmt as _f, fmt_p as _p
-from study.longer_inputs import NOT_FOR_ELECTRA
+from study.longer_inputs import NOT_FOR_ELECTRA, ROPE_SCALED
 from study.noise import DRAWS, span_tests
 from study.plan import split_label
 from study.runs import (ELECTRA_KEYS, Variant, curve_holes, load_study, loss_at, parse_variants, run_section,
@@ -86,10 +86,13 @@ def rate_entropy_bits(percent: Optional[float]) -> Optional[float]:
     return entropy_bits([p, 1 - p]) if 0 < p < 1 else 0.0
 
 
-def longer_losses(v: Variant) -> Dict[str, Optional[float]]:
-    """{length: mean over seeds of the loss at that length} from the longer-inputs records."""
-    lengths = sorted({int(L) for s in v.seeds if s.longer for L in s.longer["lengths"]})
-    return {str(L): _mean([s.longer["lengths"].get(str(L)) for s in v.seeds if s.longer]) for L in lengths}
+def longer_losses(v: Variant, rope_scaling: Optional[str] = None) -> Dict[str, Optional[float]]:
+    """{length: mean over seeds of the loss at that length} from the longer-inputs records (with ``rope_scaling``:
+    those of the model measured with that RoPE scaling; empty without one)."""
+    records = [s.longer if rope_scaling is None else s.rope_scaled.get(rope_scaling) for s in v.seeds]
+    records = [r for r in records if r]
+    lengths = sorted({int(L) for r in records for L in r["lengths"]})
+    return {str(L): _mean([r["lengths"].get(str(L)) for r in records]) for L in lengths}
 
 
 def variant_row(v: Variant, columns: Sequence[str], total_updates: int, unigram: Optional[float],
@@ -117,6 +120,9 @@ def variant_row(v: Variant, columns: Sequence[str], total_updates: int, unigram:
         row[key] = _mean([s.locality.get(key) for s in v.seeds])
     for length, loss in longer_losses(v).items():
         row[f"loss_len{length}"] = loss
+    for scaling in ROPE_SCALED:  # a column only where there is a record: a study without any keeps its columns
+        for length, loss in longer_losses(v, scaling).items():
+            row[f"rope_{scaling}_loss_len{length}"] = loss
     reasons = {s.longer.get("not_beyond") for s in v.seeds if s.longer} - {None}
     row["longer_not_measured"] = NOT_FOR_ELECTRA if v.objective == "electra" else "; ".join(sorted(reasons)) or None
     if v.objective == "electra":  # its own quantities, in their own columns (ELECTRA_KEYS)
@@ -355,6 +361,17 @@ def _longer_lines(study: List[Variant], rows: List[Dict]) -> List[str]:
     for v, r in zip(study, rows):
         L.append(f"| {v.name} | " + " | ".join(_f(r.get(f"loss_len{L_}")) for L_ in lengths)
                  + f" | {_cell(r.get('longer_not_measured') or '')} |")
+        for scaling in ROPE_SCALED:
+            if any(scaling in s.rope_scaled for s in v.seeds):
+                L.append(f"| {v.name}+{scaling} | "
+                         + " | ".join(_f(r.get(f"rope_{scaling}_loss_len{L_}")) for L_ in lengths) + " |  |")
+    scaled = [f"`{v.name}+{scaling}`" for v in study for scaling in ROPE_SCALED
+              if any(scaling in s.rope_scaled for s in v.seeds)]
+    if scaled:
+        L[2:2] = [f"{', '.join(scaled)}: the checkpoint of the model named before the `+`, evaluated with that RoPE scaling "
+                  "(tupe_core/rope.py: linear is position interpolation, ntk the NTK-aware base, yarn YaRN's ramp "
+                  "and temperature) at each length L beyond T, by s = L/T; at T the rotation is the trained one, so "
+                  "that column is plain RoPE's. Nothing was trained with a scaling.", ""]
     return L + [""]
 
 

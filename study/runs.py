@@ -4,6 +4,7 @@
     OUT/finetune/V/seedS/TASK/lr{LR}_seed{K}/          result.json (glue/finetune.sh), predictions.json, order.json
     OUT/locality/V/seedS.csv                           tupe-locality --out-csv
     OUT/longer/V/seedS.json                            study.longer_inputs
+    OUT/longer/V/seedS.rope-{linear,ntk,yarn}.json     the same, a RoPE model with a RoPE scaling beyond T
     OUT/c4/data-bin/data_path.txt                      the training shards (for the unigram baseline)
 
 V is a model's label (``study.plan.Entry``): the variant for MLM, ``V+electra`` for ELECTRA, whose log is read
@@ -23,6 +24,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from study.longer_inputs import ROPE_SCALED, scaled_json
 from study.timings import part_times
 from tupe_common import fairseq_log
 from tupe_common.glue_selection import select_columns
@@ -203,6 +205,7 @@ class SeedRun:
     locality: Dict[str, float]
     longer: Optional[dict] = None  # study.longer_inputs' record
     electra: Dict[str, Dict[int, float]] = field(default_factory=dict)  # ELECTRA_KEYS -> validation curve
+    rope_scaled: Dict[str, dict] = field(default_factory=dict)  # RoPE scaling -> its longer-inputs record
 
     def electra_final(self, key: str) -> Optional[float]:
         curve = self.electra.get(key)
@@ -294,8 +297,10 @@ def load_study(out: str, variants: Sequence[Tuple[str, Sequence[int]]], problems
             loc = read_locality(loc_csv) if os.path.isfile(loc_csv) else {}
             if not loc:
                 problems.append(f"{loc_csv}: missing (locality/symmetry not measured)")
-            longer = read_json(os.path.join(out, "longer", name, f"seed{seed}.json"))
-            v.seeds.append(SeedRun(seed, curve, pick_columns(runs), loc, longer, electra))
+            longer_path = os.path.join(out, "longer", name, f"seed{seed}.json")
+            scaled = {s: read_json(scaled_json(longer_path, s)) for s in ROPE_SCALED}
+            v.seeds.append(SeedRun(seed, curve, pick_columns(runs), loc, read_json(longer_path), electra,
+                                   {s: record for s, record in scaled.items() if record is not None}))
         result.append(v)
     return result
 

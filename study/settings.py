@@ -103,6 +103,9 @@ class StudyConfig(Settings):
     LENGTH_FACTORS: Tuple[int, ...] = setting("1 2 4", "the longer-inputs stage: validation loss at these multiples "
                                               "of T (the models get positions for the largest; 1: the stage is off)",
                                               "[int1]", recorded=True)
+    ROPE_SCALINGS: Tuple[str, ...] = setting("linear ntk yarn", "the longer-inputs stage: every RoPE model is also "
+                                             "measured with these RoPE scalings beyond T, s = L/T (study.longer_inputs;"
+                                             " none: plain RoPE only)", "[linear/ntk/yarn]")
     LRS: Tuple[float, ...] = preset_setting("fine-tuning LRs (per task: median over seeds per LR, best LR; "
                                             "glue/grid.sh's; was FT_LRS)", "[num+]", recorded=True)
     EPOCHS: Optional[int] = preset_setting("fine-tuning epochs (auto: glue/finetune.sh's per task; was FT_EPOCHS)",

@@ -7,7 +7,8 @@ exists, so a rerun skips it) and how a part runs. Adding a stage is one function
     pretrain  every variant x objective x its seeds (train_scripts/pretrain.sh), at the sweep's declared LR when
               there is a sweep -> OUT/pretrain/V/seedS/
     locality  position-only and real attention maps (tupe-locality)     -> OUT/locality/V/seedS.csv
-    longer    validation MLM loss at T, 2T, 4T (study.longer_inputs; MLM models only) -> OUT/longer/V/seedS.json
+    longer    validation MLM loss at T, 2T, 4T (study.longer_inputs; MLM models only) -> OUT/longer/V/seedS.json;
+              a RoPE model also with each of ROPE_SCALINGS -> OUT/longer/V/seedS.rope-{SCALING}.json
     finetune  every model x task x LRS x SEEDS (glue/finetune.sh), with its dev predictions
               -> OUT/finetune/V/seedS/TASK/lr{LR}_seed{K}/{result,predictions}.json
     order     each fine-tuned model on its dev set with the word order perturbed (study.dev_eval) -> order.json
@@ -321,19 +322,45 @@ def longer_parts(plan: Plan) -> List[Tuple]:
     return [(label, s) for label, s in plan.pretrain_parts() if split_label(label)[1] == "mlm"]
 
 
+def rope_scalings(plan: Plan, label: str) -> List[str]:
+    """The RoPE scalings ``label`` is measured with beside its plain record: ROPE_SCALINGS (each once) for a RoPE
+    model trained without a scaling (study.longer_inputs.rescalable), none for any other."""
+    from study.longer_inputs import rescalable
+    from tupe_core.registry import VARIANTS
+
+    name, objective = split_label(label)
+    variant = VARIANTS.get(name.replace("-", "_"))
+    if objective != "mlm" or variant is None or not rescalable(variant):
+        return []
+    return list(dict.fromkeys(plan.config.ROPE_SCALINGS))
+
+
 def longer_done(plan: Plan, label: str, seed: int) -> bool:
-    return os.path.isfile(longer_json(plan, label, seed))
+    from study.longer_inputs import scaled_json
+
+    out = longer_json(plan, label, seed)
+    return os.path.isfile(out) and all(os.path.isfile(scaled_json(out, s)) for s in rope_scalings(plan, label))
 
 
 def run_longer(plan: Plan, label: str, seed: int) -> None:
-    from study.longer_inputs import measure
+    """The plain record, then one per RoPE scaling (``rope_scalings``); a record already written is kept, so a rerun
+    after a stop measures only what is missing."""
+    from study.longer_inputs import measure, scaled_json
 
     ckpt, out = checkpoint_of(plan, label, seed), longer_json(plan, label, seed)
     data = read_data_path(plan.path("c4", "data-bin"))[0]  # fairseq reads the valid split from the first shard
     T = plan.config.TOKENS_PER_SAMPLE
-    note(f"longer inputs of {label} seed {seed}: MLM loss at {', '.join(f'{f}T' for f in plan.length_factors)} "
-         f"-> {out}")
-    measure(ckpt, data, [T * f for f in plan.length_factors], out)
+    lengths = [T * f for f in plan.length_factors]
+    if not os.path.isfile(out):
+        note(f"longer inputs of {label} seed {seed}: MLM loss at {', '.join(f'{f}T' for f in plan.length_factors)} "
+             f"-> {out}")
+        measure(ckpt, data, lengths, out)
+    for scaling in rope_scalings(plan, label):
+        scaled = scaled_json(out, scaling)
+        if os.path.isfile(scaled):
+            continue
+        note(f"longer inputs of {label} seed {seed} with RoPE scaling {scaling} (s = L/T beyond T) -> {scaled}")
+        measure(ckpt, data, lengths, scaled, rope_scaling=scaling, write_blocks=False)
 
 
 # ---- finetune and order -------------------------------------------------------------------------------------

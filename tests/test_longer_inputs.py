@@ -115,3 +115,92 @@ def test_longer_blocks_are_whole_sentences_carrying_the_masks_of_t(alibi_run, lm
         assert sum(int((y != d.pad()).sum()) for _, y in blocks) == int(scored.sum())
         held = np.concatenate([np.arange(s, e) for s, e in slices if scored[s:e].any()])
         assert got[0].tolist() == val.inputs[held].tolist() and got[1].tolist() == val.targets[held].tolist()
+
+
+@pytest.fixture(scope="module")
+def rope_study(lm_bin, tmp_path_factory) -> Path:
+    """A study folder (OUT) whose one finished pre-training is a tiny RoPE model pre-trained with blocks of T = 32 and
+    positions for 4T (2 updates: the stage measures what it is given), its data the C4 step's layout."""
+    out = tmp_path_factory.mktemp("rope_study") / "study"
+    save = out / "pretrain" / "rope" / "seed1"
+    run(["fairseq-train", str(lm_bin), *PRETRAIN_ARGS, "--arch", "rope_tiny", "--tokens-per-sample", str(T),
+         "--max-positions", str(4 * T), "--max-update", "2", "--batch-size-valid", "4", "--max-valid-steps", "1",
+         "--save-dir", str(save)])
+    (save / "pretrain.done").write_text("2026-12-01T00:00:00Z\n")
+    (out / "c4" / "data-bin").mkdir(parents=True)
+    (out / "c4" / "data-bin" / "data_path.txt").write_text(f"{lm_bin}\n")
+    return out
+
+
+def rope_plan(out: Path, **env: str):
+    from study.plan import Plan
+
+    return Plan.from_environ({"OUT": str(out), "PRESET": "tiny", "TASKS": "none", "VARIANTS": "rope alibi",
+                              "TOKENS_PER_SAMPLE": str(T), "LOC_LENGTH": str(T), "LENGTH_FACTORS": "1 2 4", **env})
+
+
+def test_the_longer_stage_measures_a_rope_model_with_each_rope_scaling(rope_study, monkeypatch):
+    """ROPE_SCALINGS: a RoPE model's plain record, then one per scaling beside it, each the same checkpoint rescaled
+    beyond T only (at T the plain loss); a rerun skips what is written, a stop resumes with what is missing; a
+    model that is not RoPE gets none; the report's table has a row per scaling."""
+    from study import longer_inputs, stages
+    from study.report import _longer_lines, variant_row
+    from study.runs import load_study
+
+    plan = rope_plan(rope_study, ROPE_SCALINGS="yarn linear yarn")  # each once, in the order given
+    assert stages.rope_scalings(plan, "rope") == ["yarn", "linear"] and stages.rope_scalings(plan, "alibi") == []
+    assert stages.rope_scalings(rope_plan(rope_study, ROPE_SCALINGS="none"), "rope") == []
+    assert not stages.longer_done(plan, "rope", 1)
+    stages.run_longer(plan, "rope", 1)
+    d = rope_study / "longer" / "rope"
+    assert sorted(p.name for p in d.iterdir()) == ["seed1.blocks.json", "seed1.json", "seed1.rope-linear.json",
+                                                   "seed1.rope-yarn.json"]  # the scoring at T: the plain one's
+    plain = json.loads((d / "seed1.json").read_text())
+    for scaling in ("linear", "yarn"):
+        scaled = json.loads((d / f"seed1.rope-{scaling}.json").read_text())
+        assert scaled["rope_scaling"] == scaling and plain["rope_scaling"] is None
+        assert scaled["lengths"][str(T)] == pytest.approx(plain["lengths"][str(T)], abs=1e-6)  # within T: RoPE's
+        assert all(scaled["lengths"][str(L)] != plain["lengths"][str(L)] for L in (2 * T, 4 * T))
+        assert scaled["masked"] == plain["masked"] and scaled["blocks"] == plain["blocks"]
+    assert stages.longer_done(plan, "rope", 1)
+
+    calls = []
+    monkeypatch.setattr(longer_inputs, "measure", lambda *a, **k: calls.append(k.get("rope_scaling")))
+    stages.run_longer(plan, "rope", 1)
+    assert calls == []  # a rerun: every record written
+    (d / "seed1.rope-linear.json").rename(d / "kept")
+    assert not stages.longer_done(plan, "rope", 1)
+    stages.run_longer(plan, "rope", 1)
+    assert calls == ["linear"]  # after a stop: only what is missing
+    (d / "kept").rename(d / "seed1.rope-linear.json")
+    assert stages.longer_done(rope_plan(rope_study, ROPE_SCALINGS="none"), "rope", 1)
+
+    (variant,) = load_study(str(rope_study), [("rope", [1])], [])
+    row = variant_row(variant, [], 2, None, [])
+    assert row[f"rope_linear_loss_len{4 * T}"] == pytest.approx(
+        json.loads((d / "seed1.rope-linear.json").read_text())["lengths"][str(4 * T)])
+    table = "\n".join(_longer_lines([variant], [row]))
+    assert "`rope+yarn`, `rope+linear`" not in table and "`rope+linear`, `rope+yarn`: the checkpoint of the model" in table
+    rows = [line for line in table.splitlines() if line.startswith("| rope")]
+    assert [r.split(" | ")[0] for r in rows] == ["| rope", "| rope+linear", "| rope+yarn"]  # the registry's order
+    assert rows[1].count("|") == rows[0].count("|") and rows[1].split(" | ")[1] == rows[0].split(" | ")[1]
+
+
+def test_a_bad_rope_scalings_is_refused_in_one_line_naming_its_choices(tmp_path, monkeypatch, capsys):
+    from study.__main__ import main
+
+    for name, value in dict(OUT=str(tmp_path / "s"), PRESET="tiny", TASKS="none", ROPE_SCALINGS="linear dynamic").items():
+        monkeypatch.setenv(name, value)
+    assert main(["--list"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "study.sh: error: ROPE_SCALINGS must be a list (spaces or commas) of which each is one of linear, ntk, yarn, "
+        "not 'dynamic' (in 'linear dynamic')"]
+    assert not (tmp_path / "s").exists()
+
+
+def test_rope_scaled_names_the_scalings_of_tupe_core_rope():
+    from study.longer_inputs import ROPE_SCALED
+    from study.settings import FIELDS
+    from tupe_core.rope import SCALINGS
+
+    assert ("none", *ROPE_SCALED) == SCALINGS and FIELDS["ROPE_SCALINGS"].metadata["kind"] == f"[{'/'.join(ROPE_SCALED)}]"

@@ -494,6 +494,29 @@ def test_report_on_a_made_up_study(tmp_path, capsys):
     assert "did not end 1 bit(s) below" in capsys.readouterr().err
 
 
+def test_report_gives_a_row_per_rope_scaling_beside_its_model(tmp_path):
+    """The longer stage's scaled records of a model (seedS.rope-SCALING.json) are rows `A+SCALING` under A's, in the
+    order linear, ntk, yarn, with A's columns, and columns of study.csv; a model without any gets neither."""
+    out = tmp_path / "study"
+    make_study(out)
+    (out / "longer" / "A").mkdir(parents=True)
+    (out / "longer" / "B").mkdir(parents=True)
+    for name, lengths in (("A/seed1", [2.0, 3.5, 5.0]), ("A/seed1.rope-yarn", [2.0, 2.5, 3.0]),
+                          ("A/seed1.rope-linear", [2.0, 2.25, 2.75]), ("B/seed1", [2.5, 2.6, 2.7])):
+        (out / "longer" / f"{name}.json").write_text(json.dumps(
+            {"lengths": dict(zip(("64", "128", "256"), lengths)), "not_beyond": None}))
+    assert sr.main([str(out), "--variants", "A B C", "--total-updates", "100", "--resamples", "200"]) == 0
+    rows = {r["variant"]: r for r in csv.DictReader((out / "study.csv").open())}
+    assert float(rows["A"]["rope_yarn_loss_len256"]) == 3.0 and rows["B"]["rope_yarn_loss_len256"] == ""
+    assert "rope_ntk_loss_len256" not in rows["A"]
+    longer = (out / "report.md").read_text().split("## Longer inputs")[1].split("\n## ")[0]
+    assert "`A+linear`, `A+yarn`: the checkpoint of the model named before the `+`" in longer
+    assert "s = L/T; at T the rotation is the trained one" in longer
+    table = [line for line in longer.splitlines() if line.startswith("| ") and "variant" not in line]
+    assert table == ["| A | 2.000 | 3.500 | 5.000 |  |", "| A+linear | 2.000 | 2.250 | 2.750 |  |",
+                     "| A+yarn | 2.000 | 2.500 | 3.000 |  |", "| B | 2.500 | 2.600 | 2.700 |  |", "| C | — | — | — |  |"]
+
+
 def test_run_section_names_the_code_that_ran_each_part(tmp_path):
     """timings.tsv's sixth column, the commit that ran a part: counted per commit in the report's Run section, with a
     warning when the parts ran with more than one (a seed can draw another model); a line cut short is skipped."""
