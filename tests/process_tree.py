@@ -10,12 +10,17 @@ from typing import Callable, List, Optional
 import psutil
 
 
+def _as_from_a_terminal() -> None:
+    for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_DFL)
+
+
 def start(argv: List[str], env, **kwargs) -> subprocess.Popen:
-    """``argv`` in a session of its own, SIGINT at its default action (a caller in the background would pass it on
-    ignored), its stdout and stderr piped."""
+    """``argv`` in a session of its own, the stop signals at their default action as a terminal starts a command (a
+    test run in the background passes SIGINT on ignored, and under nohup SIGHUP too: a command keeps a signal it was
+    started with ignored), its stdout and stderr piped."""
     return subprocess.Popen([str(a) for a in argv], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL), **kwargs)
+                            text=True, start_new_session=True, preexec_fn=_as_from_a_terminal, **kwargs)
 
 
 def wait_for(condition: Callable[[], object], timeout: float, what: str) -> None:
