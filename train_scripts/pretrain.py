@@ -462,13 +462,19 @@ def save_dir_lock(save_dir: str) -> str:
     return folder_lock(save_dir)
 
 
-def finished_updates(run: Run) -> Optional[int]:
-    """The update count of SAVE_DIR/checkpoint_last.pt when it has reached TOTAL_UPDATES (a finished run, which a
-    rerun skips rather than train one update more and rewrite its checkpoints), else None."""
+def last_checkpoint(run: Run) -> Tuple[str, bool, Optional[int]]:
+    """SAVE_DIR/checkpoint_last.pt: its path, whether it exists, and its update count (None: absent or unreadable)."""
     from train_scripts.check_resume import LAST, num_updates
 
     path = os.path.join(run.config.SAVE_DIR, LAST)
-    done = num_updates(path) if os.path.isfile(path) else None
+    there = os.path.isfile(path)
+    return path, there, num_updates(path) if there else None
+
+
+def finished_updates(run: Run) -> Optional[int]:
+    """The update count of SAVE_DIR/checkpoint_last.pt when it has reached TOTAL_UPDATES (a finished run, which a
+    rerun skips rather than train one update more and rewrite its checkpoints), else None."""
+    done = last_checkpoint(run)[2]
     return done if done is not None and done >= run.config.TOTAL_UPDATES else None
 
 
@@ -538,12 +544,9 @@ def supervise(run: Run, cmd: List[str], environ: Dict[str, str]) -> int:
 
 def resume_from(run: Run) -> str:
     """How a rerun of a stopped run resumes: from checkpoint_last.pt at its update, when there is one."""
-    from train_scripts.check_resume import LAST, num_updates
-
-    path = os.path.join(run.config.SAVE_DIR, LAST)
-    if not os.path.isfile(path):
+    path, there, done = last_checkpoint(run)
+    if not there:
         return "no checkpoint was saved yet: rerun the same command to start the run again"
-    done = num_updates(path)
     if done is None:  # a save cut short: check_resume.py takes the newest intact checkpoint
         return f"rerun the same command to resume from the newest intact checkpoint in {run.config.SAVE_DIR}"
     return f"rerun the same command to resume from {path} at update {done}"
