@@ -2,7 +2,7 @@
 
 Standard route: sentencepiece pieces as text (the Python API, one thread, like the ``spm_encode
 --output_format=piece`` CLI), then the real ``fairseq-preprocess --only-source --srcdict dict.txt
---dataset-impl mmap --workers W`` subprocess. Ours: ``python -m preprocess.c4_binarize`` with 1 and
+--dataset-impl mmap --workers W`` subprocess. Ours: ``python -m tupe_preprocess.c4_binarize`` with 1 and
 ``W`` workers. Asserts byte-identical ``.bin``/``.idx``; prints MB/s (input text MB over wall time,
 process start included), the speed ratio and the 1 -> W worker scaling.
 
@@ -25,7 +25,7 @@ import sentencepiece as spm
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from preprocess import c4_extract, c4_spm  # noqa: E402
+from tupe_preprocess import c4_extract, c4_spm  # noqa: E402
 
 SAMPLE = os.path.join(ROOT, "preprocess", "samples", "c4")
 
@@ -78,7 +78,7 @@ def main() -> int:
     ours, ours_cpu = {}, {}
     for w in [args.workers] if args.ours_only else sorted({1, args.workers}):
         prefix = os.path.join(tmp, f"ours_w{w}")
-        cmd = [sys.executable, "-m", "preprocess.c4_binarize", inp, "--out", prefix, "--spm-model", model,
+        cmd = [sys.executable, "-m", "tupe_preprocess.c4_binarize", inp, "--out", prefix, "--spm-model", model,
                "--dict", dict_path, "--workers", str(w), "--progress-seconds", "0"]
         ours[w] = timed(cmd, env)
         ours_cpu[w] = CPU[tuple(cmd)]

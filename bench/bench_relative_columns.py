@@ -24,7 +24,7 @@ from typing import Callable, List
 import torch
 from bench_train_step import add_malloc_option, build, malloc_setting, sync
 from torch import Tensor
-from tupe_plugin_cli.commands import at_least
+from tupe_tools.commands import at_least
 
 
 def padded_columns(s: Tensor, lead: int) -> Tensor:

@@ -53,7 +53,7 @@ from typing import Dict, List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
-from tupe_plugin_cli.commands import at_least
+from tupe_tools.commands import at_least
 
 VOCAB = 32000  # the size of the project's sentencepiece vocabulary
 

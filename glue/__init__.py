@@ -1,1 +1,1 @@
-"""GLUE fine-tuning with the TUPE paper's protocol, and the results table (``python -m glue.collect``)."""
+"""Shims of the old module paths (`python -m glue...` from the repository root): the code is the installed package."""

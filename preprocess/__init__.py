@@ -1,1 +1,1 @@
-"""Data pipelines: C4 -> sentencepiece -> fairseq binaries, GLUE TSV -> binaries, probing sets."""
+"""Shims of the old module paths (`python -m preprocess...` from the repository root): the code is the installed package."""

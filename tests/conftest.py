@@ -30,10 +30,10 @@ from warm_python import WarmPython  # noqa: E402
 
 def setting_tables() -> Dict[str, list]:
     """Each script's settings tables (the classes of the variables it reads from the environment)."""
-    from glue import finetune, grid
-    from preprocess.c4 import pipeline
-    from study.settings import StudyConfig
-    from train_scripts import pretrain
+    from tupe_glue import finetune, grid
+    from tupe_preprocess.c4 import pipeline
+    from tupe_study.settings import StudyConfig
+    from tupe_pretrain import pretrain
 
     return {"pretrain.sh": [pretrain.PretrainConfig], "finetune.sh": [finetune.FinetuneConfig],
             "grid.sh": [grid.GridConfig, finetune.FinetuneConfig], "c4": [pipeline.config_class()],
@@ -124,7 +124,7 @@ def starts_process():
 def without_prefetch(argv: List[str], hydra: bool = False) -> List[str]:
     """fairseq-train's ``argv`` with no prefetch thread unless it sets one: the thread, left running by
     --max-update/--max-valid-steps mid-epoch, can abort the exit (status 134/-6) after a finished run; the
-    project's scripts pass 0 too (train_scripts/pretrain.py)."""
+    project's scripts pass 0 too (tupe_pretrain/pretrain.py)."""
     if any("data-buffer-size" in str(a) or "data_buffer_size" in str(a) for a in argv):
         return argv
     return [*argv, "dataset.data_buffer_size=0" if hydra else "--data-buffer-size=0"]
@@ -177,10 +177,10 @@ def call_in_process(call: Callable[[], int], argv: List[str], check: bool = True
 
 def command_in_process(argv: List[str], check: bool = True) -> subprocess.CompletedProcess:
     """``argv`` (a ``tupe-*`` console script, by path or name, and its arguments) through the function that script
-    calls (``tupe_plugin_cli.commands.dispatch``) in this process, which has torch and fairseq already: a process
+    calls (``tupe_tools.commands.dispatch``) in this process, which has torch and fairseq already: a process
     start (~7 s of CPU) fewer than ``run``. Its exit status and output as a finished process's; ``check`` as in
     ``run``. test_cli_errors runs every console script itself (``--help``)."""
-    from tupe_plugin_cli.commands import dispatch
+    from tupe_tools.commands import dispatch
 
     return call_in_process(lambda: dispatch(Path(argv[0]).name, [str(a) for a in argv[1:]]), argv, check)
 
@@ -210,7 +210,7 @@ def train_losses(log: str) -> List[float]:
 
 def best_per_subset(log_path: str, metric: str) -> Dict[str, float]:
     """The maximum of ``metric`` per valid subset of a fairseq log, each subset on its own."""
-    from glue.collect import parse_validations
+    from tupe_glue.collect import parse_validations
 
     best: Dict[str, float] = {}
     for v in parse_validations(log_path, metric):
@@ -247,7 +247,7 @@ def spm_dir(tmp_path_factory) -> Path:
     def build(d: Path) -> None:
         import sentencepiece as spm
 
-        from preprocess.spm_dict import load_spm, write_fairseq_dict
+        from tupe_preprocess.spm_dict import load_spm, write_fairseq_dict
 
         snli = [json.loads(line) for line in (ROOT / "tests/data/snli_sample.jsonl").open(encoding="utf-8")]
         snli_text = [r[k] for r in snli for k in ("sentence1", "sentence2")]
@@ -262,7 +262,7 @@ def spm_dir(tmp_path_factory) -> Path:
 
 
 def encode_pieces(spm_dir: Path, lines: List[str]) -> List[str]:
-    from preprocess.spm_dict import load_spm
+    from tupe_preprocess.spm_dict import load_spm
 
     sp = load_spm(str(spm_dir / "spm.model"))
     return [" ".join(sp.encode(line, out_type=str)) for line in lines]

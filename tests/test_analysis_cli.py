@@ -12,7 +12,7 @@ import torch
 
 from conftest import ROOT, command_in_process, encode_pieces, run, write_lines
 from references import layer0_reference_weights, reference
-from tupe_plugin.analysis import locality, softmax_rows, symmetry, symmetry_scaled
+from tupe_tools.analysis import locality, softmax_rows, symmetry, symmetry_scaled
 
 BIN = Path(sys.executable).parent
 
@@ -21,7 +21,7 @@ TUPE_R = reference("tupe_r")  # the session's `pretrained` model: tupe_roberta_t
 
 @pytest.fixture(scope="module")
 def hub(pretrained, lm_bin, spm_dir):
-    from tupe_plugin.analysis.attention_maps import load_hub
+    from tupe_tools.analysis.attention_maps import load_hub
 
     return load_hub(str(pretrained / "checkpoint_last.pt"), str(lm_bin), str(spm_dir / "spm.model"))
 
@@ -80,7 +80,7 @@ def test_bad_text_and_paths_get_one_line_naming_the_file(pretrained, lm_bin, spm
 
 
 def test_attention_probs_equal_the_formula(hub):
-    from tupe_plugin.analysis.attention_maps import attention_probs
+    from tupe_tools.analysis.attention_maps import attention_probs
 
     tokens = hub.encode("the cat happily saw the river .")
     probs = attention_probs(hub.model, tokens)
@@ -104,7 +104,7 @@ def test_locality_cli_tables(pretrained, lm_bin, spm_dir, hub, tmp_path, starts_
         assert float(r["symmetry"]) == pytest.approx(symmetry(probs[h]), abs=1e-6)
     att = [r for r in rows if r["source"].startswith("attention (2 sentences)")]
     assert len(att) == 2 * 4 + 1  # layers x heads + the mean; the blank line is skipped
-    from tupe_plugin.analysis.attention_maps import attention_probs
+    from tupe_tools.analysis.attention_maps import attention_probs
 
     maps = [attention_probs(hub.model, hub.encode(s)).numpy() for s in
             ["the cat happily saw the river .", "a dog found the bridge today ."]]
@@ -139,9 +139,9 @@ def nli_finetuned(pretrained, spm_dir, tmp_path_factory, starts_process):
 
 
 def test_probe_reports_accuracy_per_set_and_drop(nli_finetuned, spm_dir, tmp_path, starts_process):
-    from tupe_plugin.analysis.attention_maps import load_hub
+    from tupe_tools.analysis.attention_maps import load_hub
 
-    from tupe_plugin.analysis.probing_eval import pair_tokens
+    from tupe_tools.analysis.probing_eval import pair_tokens
 
     ckpt = nli_finetuned / "ckpt" / "checkpoint_last.pt"
     hub = load_hub(str(ckpt), str(nli_finetuned / "bin"), str(spm_dir / "spm.model"))
@@ -153,7 +153,7 @@ def test_probe_reports_accuracy_per_set_and_drop(nli_finetuned, spm_dir, tmp_pat
     assert len(fits) > 60
     snli = write_lines(tmp_path / "snli.jsonl", [line.rstrip("\n") for line in fits])
     sets = tmp_path / "sets"
-    run([sys.executable, "-m", "preprocess.probing_sets", "--input", str(snli), "--out-dir", str(sets), "--seed", "1"])
+    run([sys.executable, "-m", "tupe_preprocess.probing_sets", "--input", str(snli), "--out-dir", str(sets), "--seed", "1"])
     out = tmp_path / "probe.csv"
     command_in_process([str(BIN / "tupe-probe"), str(ckpt), "--sets-dir", str(sets), "--data",
                         str(nli_finetuned / "bin"), "--spm-model", str(spm_dir / "spm.model"), "--out-csv", str(out)])
@@ -199,7 +199,7 @@ def test_pos_maps_of_a_learned_per_layer_prior(lm_bin, tmp_path, starts_process)
 
 
 def test_pos_maps_figure_has_one_colour_scale_a_colorbar_and_axis_labels():
-    from tupe_plugin.analysis.pos_maps_cli import grid_figure
+    from tupe_tools.analysis.pos_maps_cli import grid_figure
 
     rng = np.random.default_rng(0)
     logits = np.stack([rng.normal(scale=s, size=(6, 6)) + s for s in (0.1, 1.0, 5.0)])  # very different ranges

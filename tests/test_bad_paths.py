@@ -39,7 +39,7 @@ class Entry:
 
 
 def m(module: str, *args: str, kind: str) -> Entry:
-    return Entry(f"python -m {module} {args[0] if module == 'preprocess.c4' else ''}".strip(),
+    return Entry(f"python -m {module} {args[0] if module == 'tupe_preprocess.c4' else ''}".strip(),
                  (sys.executable, "-m", module, *args), kind)
 
 
@@ -60,31 +60,31 @@ ENTRIES: List[Entry] = [
     console("tupe-checkpoint-info", "{P}", kind="file"),
     console("tupe-export-hf", "{P}", "{T}/hf", kind="file"),
     console("tupe-last-error", "{P}", kind="file"),
-    m("preprocess.c4", "extract", "{P}", "{T}/out.txt", kind="file"),
-    m("preprocess.c4", "spm", "--out-dir", "{T}/spm", "{P}", kind="text"),
-    m("preprocess.c4", "binarize", "--out", "{T}/bin/train", "--spm-model", "{P}", "--dict", "{D}", "{D}",
+    m("tupe_preprocess.c4", "extract", "{P}", "{T}/out.txt", kind="file"),
+    m("tupe_preprocess.c4", "spm", "--out-dir", "{T}/spm", "{P}", kind="text"),
+    m("tupe_preprocess.c4", "binarize", "--out", "{T}/bin/train", "--spm-model", "{P}", "--dict", "{D}", "{D}",
       kind="file"),
-    m("preprocess.c4", "layout", "--data-bin", "{T}/data-bin", "--dict", "{P}", "--valid", "{T}/valid",
+    m("tupe_preprocess.c4", "layout", "--data-bin", "{T}/data-bin", "--dict", "{P}", "--valid", "{T}/valid",
       "{T}/train", kind="file"),
-    m("preprocess.c4", "run", "{P}", kind="folder"),
-    Entry("python -m preprocess.c4 run OUT_DIR=", (sys.executable, "-m", "preprocess.c4", "run", "{C}"), "out",
+    m("tupe_preprocess.c4", "run", "{P}", kind="folder"),
+    Entry("python -m tupe_preprocess.c4 run OUT_DIR=", (sys.executable, "-m", "tupe_preprocess.c4", "run", "{C}"), "out",
           (("OUT_DIR", "{P}"), ("MAX_DOCS", "20"), ("VOCAB_SIZE", "100"), ("HARD_VOCAB_LIMIT", "0"))),
-    m("preprocess.c4_data", "{P}", kind="folder"),
-    m("preprocess.glue_binarize", "--glue-dir", "{P}", "--spm-model", "{D}", "--dict", "{D}", "--out-dir",
+    m("tupe_preprocess.c4_data", "{P}", kind="folder"),
+    m("tupe_preprocess.glue_binarize", "--glue-dir", "{P}", "--spm-model", "{D}", "--dict", "{D}", "--out-dir",
       "{T}/glue-bin", kind="folder"),
-    m("preprocess.text_to_c4", "--out-dir", "{T}/c4", "{P}", kind="file"),
-    m("preprocess.text_to_c4", "--out-dir", "{P}", "{D}", kind="out"),
-    m("preprocess.probing_sets", "--input", "{P}", "--out-dir", "{T}/sets", kind="text"),
-    m("preprocess.moses_bpe", "--bpe-codes", "{P}", kind="text"),
-    m("preprocess.labelled_to_tsv", "--out-dir", "{T}/task", "{P}", kind="file"),
-    m("preprocess.snli_download", "--from-dir", "{P}", "--out-dir", "{T}/snli", kind="folder"),
-    m("preprocess.glue_download", "--from-dir", "{P}", "--out-dir", "{T}/glue", kind="folder"),
-    m("preprocess.c4_download", "--from-dir", "{P}", "--out-dir", "{T}/c4", kind="folder"),
-    m("glue.collect", "{P}", kind="folder"),
-    m("glue.tasks", "list", "--tasks-dir", "{P}", kind="folder"),
-    m("study.report", "{P}", "--variants", "bert-a", "--total-updates", "10", kind="folder"),
-    m("study.archive", "{P}", kind="folder"),
-    m("train_scripts.check_resume", "{P}", kind="out"),
+    m("tupe_preprocess.text_to_c4", "--out-dir", "{T}/c4", "{P}", kind="file"),
+    m("tupe_preprocess.text_to_c4", "--out-dir", "{P}", "{D}", kind="out"),
+    m("tupe_preprocess.probing_sets", "--input", "{P}", "--out-dir", "{T}/sets", kind="text"),
+    m("tupe_preprocess.moses_bpe", "--bpe-codes", "{P}", kind="text"),
+    m("tupe_preprocess.labelled_to_tsv", "--out-dir", "{T}/task", "{P}", kind="file"),
+    m("tupe_preprocess.snli_download", "--from-dir", "{P}", "--out-dir", "{T}/snli", kind="folder"),
+    m("tupe_preprocess.glue_download", "--from-dir", "{P}", "--out-dir", "{T}/glue", kind="folder"),
+    m("tupe_preprocess.c4_download", "--from-dir", "{P}", "--out-dir", "{T}/c4", kind="folder"),
+    m("tupe_glue.collect", "{P}", kind="folder"),
+    m("tupe_glue.tasks", "list", "--tasks-dir", "{P}", kind="folder"),
+    m("tupe_study.report", "{P}", "--variants", "bert-a", "--total-updates", "10", kind="folder"),
+    m("tupe_study.archive", "{P}", kind="folder"),
+    m("tupe_pretrain.check_resume", "{P}", kind="out"),
     script("glue/finetune.sh", "file", "SST-2", "1e-5", "1", CHECKPOINT="{P}", GLUE_BIN="{T}", RUNS="{T}/runs"),
     script("glue/grid.sh", "file", CHECKPOINT="{P}", GLUE_BIN="{T}", RUNS="{T}/runs", TASKS="SST-2"),
     script("train_scripts/pretrain.sh", "folder", DATA="{P}", GPUS="0"),
@@ -170,7 +170,7 @@ def test_a_bad_path_ends_in_one_error_line_naming_it(outcomes, entry, case):
 
 
 def test_the_walk_covers_every_entry_point():
-    from tupe_plugin_cli.commands import CONSOLE_SCRIPTS
+    from tupe_tools.commands import CONSOLE_SCRIPTS
 
     walked = {e.argv[0].rsplit("/", 1)[-1] for e in ENTRIES} | {e.argv[2] for e in ENTRIES if e.argv[1:2] == ("-m",)}
     assert {s.partition("=")[0] for s in CONSOLE_SCRIPTS} <= walked
@@ -181,11 +181,11 @@ def test_the_walk_covers_every_entry_point():
             if 'if __name__ == "__main__"' in text and "samples" not in f.parts:
                 module = ".".join(f.relative_to(ROOT).with_suffix("").parts)
                 mains.add(module[:-len(".__main__")] if module.endswith(".__main__") else module)
-    through = {"preprocess.c4_extract", "preprocess.c4_spm", "preprocess.c4_binarize", "preprocess.c4_layout",
-               "preprocess.c4_download"}  # steps of python -m preprocess.c4
-    fronts = {"train_scripts.pretrain": "pretrain.sh", "glue.finetune": "finetune.sh", "glue.grid": "grid.sh",
-              "study": "study.sh", "train_scripts.fairseq_train": "", "glue.fairseq_train": "",
-              "train_scripts.torchrun": ""}  # "": a wrapper the front starts with the arguments it built
+    through = {"tupe_preprocess.c4_extract", "tupe_preprocess.c4_spm", "tupe_preprocess.c4_binarize", "tupe_preprocess.c4_layout",
+               "tupe_preprocess.c4_download"}  # steps of python -m tupe_preprocess.c4
+    fronts = {"tupe_pretrain.pretrain": "pretrain.sh", "tupe_glue.finetune": "finetune.sh", "tupe_glue.grid": "grid.sh",
+              "study": "study.sh", "tupe_pretrain.fairseq_train": "", "tupe_glue.fairseq_train": "",
+              "tupe_pretrain.torchrun": ""}  # "": a wrapper the front starts with the arguments it built
     assert len(mains) > 15, mains  # the scan finds the modules
     missing = sorted(mains - walked - through - {m for m, s in fronts.items() if s in walked or not s})
     assert not missing, f"entry points without a bad-path walk: {missing}"

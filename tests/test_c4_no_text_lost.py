@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import sentencepiece as spm
 
-from preprocess import c4_binarize, c4_data, c4_extract, c4_layout, c4_spm
+from tupe_preprocess import c4_binarize, c4_data, c4_extract, c4_layout, c4_spm
 from tupe_common.mmap_index import line_sizes
 
 WORDS = ("the river carried old boats past quiet towns where people sold bread fish and salt "

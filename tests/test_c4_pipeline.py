@@ -1,4 +1,4 @@
-"""C4 pipeline (python -m preprocess.c4, its shell entry points run_all.sh and slurm_array.sbatch, and the step
+"""C4 pipeline (python -m tupe_preprocess.c4, its shell entry points run_all.sh and slurm_array.sbatch, and the step
 modules preprocess/c4_*.py) on the bundled sample and the bad fixture.
 
 Every step runs through its real command in a subprocess; binaries are checked against
@@ -46,7 +46,7 @@ def env(**extra: str) -> Dict[str, str]:
     return e
 
 
-C4 = [sys.executable, "-m", "preprocess.c4"]
+C4 = [sys.executable, "-m", "tupe_preprocess.c4"]
 QUIET = ["--progress-seconds", "0"]
 
 
@@ -139,7 +139,7 @@ def test_help_everywhere(starts_process):
         assert "Usage:" in p.stdout and "Environment" in p.stdout, cmd
         assert re.search(r"^  VOCAB_SIZE +32768 ", p.stdout, re.M) and re.search(r"^  SPM_MAX_FILES +32 ", p.stdout, re.M)
     for step in ("download", "extract", "spm", "binarize", "layout"):
-        assert f"usage: python -m preprocess.c4 {step}" in run([*C4, step, "--help"]).stdout
+        assert f"usage: python -m tupe_preprocess.c4 {step}" in run([*C4, step, "--help"]).stdout
     assert "run [C4_DIR]" in run([*C4, "--help"]).stdout
     p = run([*C4, "nope"], check=False)
     assert p.returncode == 2 and "no subcommand 'nope'" in p.stderr
@@ -209,7 +209,7 @@ def test_extract_rerun_skips_and_corrupt_gzip_fails(tmp_path, texts, starts_proc
 
 
 def test_spm_model_and_dict(spm_dir, sp, texts, starts_process):
-    from preprocess.spm_dict import dict_pieces, id_offset
+    from tupe_preprocess.spm_dict import dict_pieces, id_offset
 
     assert sp.get_piece_size() == 500 and id_offset(sp) == 1
     assert (sp.unk_id(), sp.bos_id(), sp.eos_id(), sp.pad_id()) == (0, 1, 2, -1)
@@ -237,7 +237,7 @@ def test_spm_vocab_too_large_is_a_clear_error(tmp_path, texts, starts_process):
 
 
 def test_stride_and_reservoir_sampling(tmp_path):
-    from preprocess.c4_spm import reservoir_sample, stride_select
+    from tupe_preprocess.c4_spm import reservoir_sample, stride_select
 
     assert stride_select([f"f{i:02d}" for i in range(10)], 3) == ["f00", "f03", "f06"]
     paths = []
@@ -309,7 +309,7 @@ def test_binarize_identical_to_fairseq_preprocess(tmp_path, spm_dir, sp, texts, 
 
 
 def test_encode_fallback_without_numpy_return_type(spm_dir, texts):
-    from preprocess import c4_binarize as cb
+    from tupe_preprocess import c4_binarize as cb
 
     cb._init_worker(str(spm_dir / "spm.model"), "uint16")
     buf = texts["bad"].read_bytes() + texts["valid"].read_bytes()[:20000].rsplit(b"\n", 1)[0] + b"\n"
@@ -402,7 +402,7 @@ def test_a_stop_mid_run_ends_the_pool_with_one_line_and_the_rerun_gives_the_same
         time.sleep(0.05)
     workers = tree(proc.pid)
     assert len(workers) >= 2  # the pool
-    stop_cleanly(proc, sig, f"preprocess.c4: error: stopped by {signal.Signals(sig).name}; rerun the same command to "
+    stop_cleanly(proc, sig, f"tupe_preprocess.c4: error: stopped by {signal.Signals(sig).name}; rerun the same command to "
                  "resume (finished tasks are skipped)", timeout=30, procs=workers)
     assert not any(Path(f"{prefix}.{ext}").exists() for ext in ("bin", "idx", "done"))
     assert not looks_complete_to_fairseq(prefix)
@@ -411,11 +411,11 @@ def test_a_stop_mid_run_ends_the_pool_with_one_line_and_the_rerun_gives_the_same
     assert sorted(p.name for p in prefix.parent.iterdir()) == ["train0.bin", "train0.done", "train0.idx"]
 
 
-# The binarizer as `python -m preprocess.c4 ARGS`, its writes to a PREFIX.bin.partial failing once FULL_AFTER bytes
+# The binarizer as `python -m tupe_preprocess.c4 ARGS`, its writes to a PREFIX.bin.partial failing once FULL_AFTER bytes
 # were written, as the OS reports a write on a full disk (ENOSPC, no path in the error: tests/test_common.py's `full`)
 FULL_DISK = """
 import errno, os, runpy, sys
-import preprocess.c4_binarize as binarizer
+import tupe_preprocess.c4_binarize as binarizer
 
 class FullDisk:
     def __init__(self, f):
@@ -437,8 +437,8 @@ def full_open(path, mode="r", *args, **kwargs):
     return FullDisk(f) if str(path).endswith(".bin.partial") else f
 
 binarizer.open = full_open  # the module's `open`, before the builtin
-sys.argv[0] = "preprocess.c4"
-runpy.run_module("preprocess.c4", run_name="__main__", alter_sys=True)
+sys.argv[0] = "tupe_preprocess.c4"
+runpy.run_module("tupe_preprocess.c4", run_name="__main__", alter_sys=True)
 """
 
 
@@ -456,7 +456,7 @@ def test_a_full_disk_while_binarizing_is_one_line_and_the_rerun_gives_the_same_b
                        env=env(FULL_AFTER="100000"), timeout=120)
     assert p.returncode == 1, p.stderr[-3000:]
     assert p.stderr.rstrip().splitlines()[-1] == (
-        f"preprocess.c4: error: {prefix}.bin: no space left on its disk while writing it (the half-written file is "
+        f"tupe_preprocess.c4: error: {prefix}.bin: no space left on its disk while writing it (the half-written file is "
         "removed); free space there, or write to a folder on another disk")
     assert p.stderr.count("error:") == 1 and "Traceback" not in p.stderr
     assert {f.name: f.read_bytes() for f in out.iterdir()} == kept  # train0's partial files and lock gone, train1 kept
@@ -538,7 +538,7 @@ def test_driver_layout_and_fairseq_train(tmp_path, starts_process):
     p = run([SCRIPTS / "run_all.sh", SAMPLE], **{**kw, "VOCAB_SIZE": "400", "STEPS": "2", "FORCE": "1"})
     assert json.loads((out / "spm" / "settings.json").read_text())["settings"]["vocab_size"] == 400
 
-    check = run([sys.executable, "-m", "preprocess.c4_data", data_bin, "--tokens-per-sample", "64",
+    check = run([sys.executable, "-m", "tupe_preprocess.c4_data", data_bin, "--tokens-per-sample", "64",
                  "--max-skip-fraction", "1"])
     assert re.search(r"train: \d+ of \d+ lines \([\d.]+%\) are longer than a block", check.stderr)
     data_path = check.stdout

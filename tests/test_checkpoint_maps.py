@@ -1,9 +1,9 @@
-"""The position-position maps read from a checkpoint (tupe_plugin.analysis.checkpoint_maps), against a plain
+"""The position-position maps read from a checkpoint (tupe_tools.analysis.checkpoint_maps), against a plain
 per-head reference written here."""
 import torch
 
 from model_utils import build
-from tupe_plugin.analysis.checkpoint_maps import content_free_map
+from tupe_tools.analysis.checkpoint_maps import content_free_map
 
 
 def test_bert_ad_checkpoint_map_is_the_scaled_position_position_term():

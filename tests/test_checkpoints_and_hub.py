@@ -66,7 +66,7 @@ def hub(pretrained, lm_bin, spm_dir):
 
 
 def test_hub_encode_matches_sentencepiece_and_dict(hub, spm_dir):
-    from preprocess.spm_dict import load_spm
+    from tupe_preprocess.spm_dict import load_spm
 
     sp = load_spm(str(spm_dir / "spm.model"))
     text = "the cat happily saw the river ."

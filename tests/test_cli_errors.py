@@ -20,8 +20,8 @@ import torch
 from conftest import PRETRAIN_ARGS, command_in_process, run, write_lines
 from tupe_plugin.models.checkpoint_checks import DictionaryMismatchError, check_dictionary
 from tupe_core.facts import VARIANT_KEY
-from tupe_plugin_cli.commands import COMMANDS, CONSOLE_SCRIPTS, NEEDS
-from tupe_plugin_cli.errors import OPTIONAL, last_error, run_command
+from tupe_tools.commands import COMMANDS, CONSOLE_SCRIPTS, NEEDS
+from tupe_tools.errors import OPTIONAL, last_error, run_command
 
 pytestmark = pytest.mark.usefixtures("starts_process")  # its tests start processes (real CLIs, scripts)
 
@@ -60,7 +60,7 @@ def test_a_reader_that_leaves_early_ends_the_command_quietly(command):
 
 
 def test_parsing_imports_neither_torch_nor_fairseq():
-    code = ("import sys\nfrom tupe_plugin_cli.commands import COMMANDS\n"
+    code = ("import sys\nfrom tupe_tools.commands import COMMANDS\n"
             "for make in COMMANDS.values(): make[0]().format_help()\n"
             "print(sorted(m for m in ('torch', 'fairseq', 'tupe_plugin') if m in sys.modules))")
     p = run([sys.executable, "-c", code])
@@ -99,7 +99,7 @@ def test_the_error_is_the_last_line_and_the_traceback_needs_the_debug_switch(tmp
 
 
 def test_python_m_runs_the_same_command(tmp_path):
-    p = run([sys.executable, "-m", "tupe_plugin.convert_original", str(tmp_path / "none.pt"),
+    p = run([sys.executable, "-m", "tupe_tools.convert_original", str(tmp_path / "none.pt"),
              str(tmp_path / "out.pt")], check=False)
     assert p.returncode == 1 and last_line(p) == f"error: {tmp_path / 'none.pt'}: no such file; {ORIGINAL_FIX}"
 
@@ -120,10 +120,10 @@ def test_pos_maps_length_beyond_the_checkpoint_is_the_last_line(pretrained, tmp_
 
 def test_usage_errors_exit_2_and_bad_data_exits_1(tmp_path, capsys):
     """The convention of every command (README, "Exit codes"), where a command had it the other way round."""
-    from glue.finetune_helper import facts_of
-    from preprocess import c4_spm
+    from tupe_glue.finetune_helper import facts_of
+    from tupe_preprocess import c4_spm
     from tupe_common.errors import UsageError
-    from tupe_plugin_cli.commands import checkpoint_info
+    from tupe_tools.commands import checkpoint_info
 
     assert checkpoint_info([]) == 2 and last_line_of(capsys) == "error: give a CHECKPOINT (or --list-variants)"
     bins = tmp_path / "glue-bin"
@@ -204,7 +204,7 @@ def test_last_error_of_a_log():
 
 
 def test_last_error_of_a_missing_log_is_exit_1(tmp_path, capsys):
-    from tupe_plugin_cli.errors import main
+    from tupe_tools.errors import main
 
     assert main([str(tmp_path / "none.log")]) == 1
     out, err = capsys.readouterr()
@@ -244,7 +244,7 @@ def test_fairseq_train_with_another_dictionary_names_it(pretrained, cls_bin, spm
              "--reset-meters", "--cpu", "--num-workers", "0", "--save-dir", str(tmp_path / "ft")], check=False)
     assert p.returncode != 0
     log = write_lines(tmp_path / "train.log", (p.stdout + p.stderr).splitlines())
-    line = run([sys.executable, "-m", "tupe_plugin_cli.errors", str(log)]).stdout.strip()
+    line = run([sys.executable, "-m", "tupe_tools.errors", str(log)]).stdout.strip()
     vocab = len((spm_dir / "dict.txt").read_text().splitlines()) + 5  # 4 specials and <mask>
     assert line.startswith("error: the checkpoint ") and str(pretrained / "checkpoint_last.pt") in line, line
     assert f"vocabulary of {vocab} ids" in line and f"{data}/input0/dict.txt gives 105" in line, line
@@ -311,7 +311,8 @@ def test_a_wrong_file_is_one_line_naming_it_and_what_to_pass(command, kind, tmp_
 
 
 def test_a_damaged_or_foreign_torch_file_is_named(pretrained, tmp_path):
-    from tupe_plugin.checkpoint_info import checkpoint_info, load_checkpoint
+    from tupe_core.checkpoint_record import checkpoint_info
+    from tupe_core.checkpoint_file import load as load_checkpoint
 
     whole = (pretrained / "checkpoint_last.pt").read_bytes()
     cut = tmp_path / "checkpoint_last.pt"
@@ -339,7 +340,7 @@ def test_a_damaged_or_foreign_torch_file_is_named(pretrained, tmp_path):
 @pytest.mark.parametrize("kind", ["missing", "folder", "empty", "text"])
 def test_glue_settings_name_a_wrong_checkpoint(kind, tmp_path):
     """What glue/finetune.sh runs with its CHECKPOINT, before fine-tuning starts."""
-    from glue.finetune_helper import facts_of
+    from tupe_glue.finetune_helper import facts_of
     from tupe_common.errors import UsageError
 
     bins = tmp_path / "glue-bin" / "RTE-bin"
@@ -354,9 +355,9 @@ def test_glue_settings_name_a_wrong_checkpoint(kind, tmp_path):
 
 def test_a_study_part_on_a_wrong_checkpoint_fails_naming_it(tmp_path):
     """The study's parts read the checkpoints it made; one cut short (a killed copy) fails its part, not the study."""
-    from study.__main__ import run_part
-    from study.stages import PartFailed, Stage
-    from tupe_plugin.checkpoint_info import checkpoint_info
+    from tupe_study.__main__ import run_part
+    from tupe_study.stages import PartFailed, Stage
+    from tupe_core.checkpoint_record import checkpoint_info
 
     path, message = wrong_file("empty", tmp_path, FAIRSEQ_FIX)
     stage = Stage("longer", lambda plan: [()], lambda plan: False, lambda plan: checkpoint_info(str(path)))
@@ -376,7 +377,7 @@ def electra_checkpoint(lm_bin, tmp_path_factory) -> Path:
 
 
 def test_a_pre_trained_checkpoint_where_a_fine_tuned_one_is_needed(pretrained, electra_checkpoint, tmp_path):
-    from study.dev_eval import Predictor
+    from tupe_study.dev_eval import Predictor
 
     ck = pretrained / "checkpoint_last.pt"
     p = command_in_process(command_line("tupe-probe", ck, tmp_path), check=False)
@@ -398,7 +399,7 @@ def test_a_converted_checkpoint_given_to_the_converter_again(pretrained, tmp_pat
 
 def test_an_electra_checkpoint_where_an_mlm_one_is_needed(electra_checkpoint, lm_bin, tmp_path):
     """The study's longer-inputs part scores masked tokens with the MLM head, which an ELECTRA discriminator lacks."""
-    from study.longer_inputs import measure
+    from tupe_study.longer_inputs import measure
 
     given = {"checkpoint": str(electra_checkpoint), "shard": str(lm_bin), "lengths": [64, 128], "tokens": 256,
              "out": str(tmp_path / "longer.json")}  # by name: the arguments after ``lengths`` have changed before

@@ -1,4 +1,4 @@
-"""glue.collect on synthetic run folders, checked against a hand computation; glue.published."""
+"""tupe_glue.collect on synthetic run folders, checked against a hand computation; tupe_glue.published."""
 from __future__ import annotations
 
 import csv
@@ -16,13 +16,13 @@ import pytest
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 from conftest import best_per_subset  # noqa: E402
-from glue import collect  # noqa: E402
-from glue.published import COLUMNS, TABLE1  # noqa: E402
-from glue.tasks import PAPER_LRS, PAPER_SEEDS  # noqa: E402
+from tupe_glue import collect  # noqa: E402
+from tupe_glue.published import COLUMNS, TABLE1  # noqa: E402
+from tupe_glue.tasks import PAPER_LRS, PAPER_SEEDS  # noqa: E402
 
-LRS = list(PAPER_LRS)  # the runs are made at the paper's grid, which glue.collect expects by default
+LRS = list(PAPER_LRS)  # the runs are made at the paper's grid, which tupe_glue.collect expects by default
 SEEDS = [int(s) for s in PAPER_SEEDS]
-# paper column -> (task folder, subset, metric); written out here, independent of glue.collect
+# paper column -> (task folder, subset, metric); written out here, independent of tupe_glue.collect
 PAPER = {"MNLI-m": ("MNLI", "valid", "accuracy"), "MNLI-mm": ("MNLI", "valid1", "accuracy"),
          "QNLI": ("QNLI", "valid", "accuracy"), "QQP": ("QQP", "valid", "accuracy"),
          "SST": ("SST-2", "valid", "accuracy"), "CoLA": ("CoLA", "valid", "mcc"),
@@ -240,7 +240,7 @@ def test_png_is_a_png(tmp_path, capsys):
     assert width > 500 and height > 200
 
 
-# ---- glue/published.py ---------------------------------------------------------------------------
+# ---- tupe_glue/published.py ---------------------------------------------------------------------------
 
 
 def test_published_avg_is_mean_of_nine_columns():
@@ -251,7 +251,7 @@ def test_published_avg_is_mean_of_nine_columns():
 
 
 def test_published_rows_match_the_protocol_doc():
-    """glue/published.py and the table of docs/glue_protocol.md §7 (copied from the paper) agree."""
+    """tupe_glue/published.py and the table of docs/glue_protocol.md §7 (copied from the paper) agree."""
     text = open(os.path.join(REPO, "docs", "glue_protocol.md"), encoding="utf-8").read()
     table = text.split("## 7. Published results")[1].split("## 8.")[0]
     found = 0

@@ -19,10 +19,10 @@ from tupe_common.io import DiskFullError, atomic_dir, atomic_open, atomic_path, 
 from tupe_common.log import setup_logging
 
 # Modules that write files or print progress and have no reason to load torch or fairseq to do it.
-LIGHT = ("tupe_common.io", "tupe_common.log", "tupe_common.mmap_index", "preprocess.text_to_c4", "preprocess.c4_extract", "preprocess.c4_layout",
-         "preprocess.hub_files", "preprocess.glue_binarize", "preprocess.fairseq_dict",
-         "preprocess.glue_download", "preprocess.snli_download", "preprocess.probing_sets",
-         "glue.collect", "glue.grid", "glue.finetune_helper")
+LIGHT = ("tupe_common.io", "tupe_common.log", "tupe_common.mmap_index", "tupe_preprocess.text_to_c4", "tupe_preprocess.c4_extract", "tupe_preprocess.c4_layout",
+         "tupe_preprocess.hub_files", "tupe_preprocess.glue_binarize", "tupe_preprocess.fairseq_dict",
+         "tupe_preprocess.glue_download", "tupe_preprocess.snli_download", "tupe_preprocess.probing_sets",
+         "tupe_glue.collect", "tupe_glue.grid", "tupe_glue.finetune_helper")
 
 
 def test_light_modules_import_neither_torch_nor_fairseq(starts_process):
@@ -35,7 +35,7 @@ def test_light_modules_import_neither_torch_nor_fairseq(starts_process):
 
 
 def test_a_preprocess_help_prints_no_fairseq_log_line(starts_process):
-    p = run([sys.executable, "-m", "preprocess.text_to_c4", "--help"], fresh=True)  # what the start prints
+    p = run([sys.executable, "-m", "tupe_preprocess.text_to_c4", "--help"], fresh=True)  # what the start prints
     assert p.stdout.startswith("usage: ")
     assert "tensorboardX" not in p.stderr and "INFO" not in p.stderr and not p.stderr, p.stderr
 

@@ -270,7 +270,7 @@ def test_converted_outputs_equal_the_original_forward(converted, variant):
 
 
 def test_converted_checkpoint_records_variant_and_config(converted):
-    from tupe_plugin.checkpoint_info import checkpoint_info, fairseq_args
+    from tupe_core.checkpoint_record import checkpoint_info, fairseq_args
 
     dest, _, _, _ = converted["tupe_r"]
     info = checkpoint_info(str(dest))
@@ -289,7 +289,7 @@ def test_converted_checkpoint_records_variant_and_config(converted):
 
 
 def convert_in_process(tmp_path, sd, args, **kwargs):
-    from tupe_plugin.convert_original import convert
+    from tupe_tools.convert_original import convert
 
     src = save_original(tmp_path / "orig.pt", args, sd, **kwargs.pop("save", {}))
     dest = tmp_path / "out" / "model.pt"
@@ -311,7 +311,7 @@ def test_pos_proj_layout_fp16_weights_and_pre_ln(tmp_path):
 
 
 def test_refuses_unknown_and_missing_keys_with_a_list(tmp_path):
-    from tupe_plugin.convert_original import ConversionError
+    from tupe_tools.convert_original import ConversionError
 
     sd = original_model(True, seed=1)
     sd[P + "segment_embeddings.weight"] = torch.zeros(2, D)
@@ -326,7 +326,7 @@ def test_refuses_unknown_and_missing_keys_with_a_list(tmp_path):
 
 
 def test_refuses_wrong_shapes_and_a_foreign_dictionary(tmp_path):
-    from tupe_plugin.convert_original import ConversionError
+    from tupe_tools.convert_original import ConversionError
 
     sd = original_model(False, seed=1)
     sd[P + "layers.0.fc1.weight"] = torch.zeros(FFN + 1, D)
@@ -339,7 +339,7 @@ def test_refuses_wrong_shapes_and_a_foreign_dictionary(tmp_path):
 
 
 def test_refuses_to_overwrite_without_force(tmp_path):
-    from tupe_plugin.convert_original import ConversionError
+    from tupe_tools.convert_original import ConversionError
 
     dest = convert_in_process(tmp_path, original_model(False, seed=1), original_args(False))
     before = dest.stat().st_mtime_ns
@@ -351,7 +351,7 @@ def test_refuses_to_overwrite_without_force(tmp_path):
 
 
 def test_refuses_to_replace_another_dict_beside_the_output(tmp_path):
-    from tupe_plugin.convert_original import ConversionError
+    from tupe_tools.convert_original import ConversionError
 
     (tmp_path / "out").mkdir()
     write_lines(tmp_path / "out" / "dict.txt", ["something 1"])
@@ -394,7 +394,7 @@ def test_a_file_that_is_not_a_checkpoint_is_named_so(tmp_path, content):
 
 def test_torch_advice_is_cut_from_an_unreadable_checkpoint(tmp_path):
     """A torch file the weights-only unpickler refuses: its reason, not torch's weights_only=False advice."""
-    from tupe_plugin.original_release import ConversionError, load_original
+    from tupe_tools.original_release import ConversionError, load_original
 
     src = tmp_path / "truncated.pt"
     torch.save({"model": {"w": torch.zeros(3)}}, src)

@@ -17,13 +17,13 @@ from conftest import ROOT, run
 pa = pytest.importorskip("pyarrow")
 import pyarrow.parquet as pq  # noqa: E402
 
-from preprocess import glue_binarize  # noqa: E402
-from preprocess.hub_files import HubError, HubFile, LocalRepo, download  # noqa: E402
+from tupe_preprocess import glue_binarize  # noqa: E402
+from tupe_preprocess.hub_files import HubError, HubFile, LocalRepo, download  # noqa: E402
 
 GLUE = ROOT / "tests/data/glue"
 OFFLINE = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(ROOT))
 
-# nyu-mll/glue, written down independently of preprocess/glue_download.py: config, text columns, labels
+# nyu-mll/glue, written down independently of tupe_preprocess/glue_download.py: config, text columns, labels
 HUB_GLUE = {
     "CoLA": ("cola", ["sentence"], None), "SST-2": ("sst2", ["sentence"], None),
     "MRPC": ("mrpc", ["sentence1", "sentence2"], None), "STS-B": ("stsb", ["sentence1", "sentence2"], float),
@@ -69,7 +69,7 @@ def glue_mirror(tmp_path_factory) -> Path:
 
 def test_glue_parquet_becomes_the_raw_layout_glue_binarize_reads(glue_mirror, tmp_path, starts_process):
     out = tmp_path / "glue_data"
-    p = run([sys.executable, "-m", "preprocess.glue_download", "--out-dir", str(out), "--from-dir", str(glue_mirror)])
+    p = run([sys.executable, "-m", "tupe_preprocess.glue_download", "--out-dir", str(out), "--from-dir", str(glue_mirror)])
     assert "[QQP] train.tsv: 48 lines" in p.stderr  # progress: on stderr, as every command's
     for name in HUB_GLUE:
         fixture_files = sorted(f.name for f in (GLUE / name).iterdir())
@@ -91,14 +91,14 @@ def test_glue_parquet_becomes_the_raw_layout_glue_binarize_reads(glue_mirror, tm
     assert all((f[2] == "*") == (f[1] == "0") for f in cola)
     assert (out / "MRPC/train.tsv").read_bytes().startswith("\ufeffQuality".encode())
 
-    again = run([sys.executable, "-m", "preprocess.glue_download", "--out-dir", str(out), "--from-dir", str(glue_mirror),
+    again = run([sys.executable, "-m", "tupe_preprocess.glue_download", "--out-dir", str(out), "--from-dir", str(glue_mirror),
                  "--tasks", "RTE"])
     assert "exists, kept" in again.stderr
 
 
 def test_a_cached_parquet_that_fails_verification_is_fetched_again(glue_mirror, tmp_path, starts_process):
     out = tmp_path / "glue_data"
-    args = [sys.executable, "-m", "preprocess.glue_download", "--out-dir", str(out), "--from-dir", str(glue_mirror),
+    args = [sys.executable, "-m", "tupe_preprocess.glue_download", "--out-dir", str(out), "--from-dir", str(glue_mirror),
             "--tasks", "RTE"]
     run(args)
     cached = out / ".parquet/rte/train-00000-of-00001.parquet"
@@ -126,7 +126,7 @@ def test_download_refuses_a_file_whose_hash_differs_from_the_listing(tmp_path):
 
 
 def test_snli_parquet_becomes_the_jsonl_probing_sets_reads(tmp_path, starts_process):
-    from preprocess.probing_sets import ReadStats, read_snli
+    from tupe_preprocess.probing_sets import ReadStats, read_snli
 
     fixture = ROOT / "tests/data/snli_sample.jsonl"
     recs = [json.loads(line) for line in fixture.read_text(encoding="utf-8").splitlines() if line.strip()]
@@ -135,14 +135,14 @@ def test_snli_parquet_becomes_the_jsonl_probing_sets_reads(tmp_path, starts_proc
                    "label": [labels.index(r["gold_label"]) if r["gold_label"] != "-" else -1 for r in recs]},
                   tmp_path / "mirror/plain_text/test")
     out = tmp_path / "snli"
-    p = run([sys.executable, "-m", "preprocess.snli_download", "--out-dir", str(out), "--splits", "test",
+    p = run([sys.executable, "-m", "tupe_preprocess.snli_download", "--out-dir", str(out), "--splits", "test",
              "--from-dir", str(tmp_path / "mirror")])
     assert f"{len(recs)} lines (2 without gold label)" in p.stderr
     got_stats, want_stats = ReadStats(), ReadStats()
     got = [(r["sentence1"], r["sentence2"], r["gold_label"]) for _, r in read_snli(str(out / "snli_1.0_test.jsonl"), got_stats)]
     want = [(r["sentence1"], r["sentence2"], r["gold_label"]) for _, r in read_snli(str(fixture), want_stats)]
     assert got == want and got_stats.no_gold_label == want_stats.no_gold_label == 2
-    assert run([sys.executable, "-m", "preprocess.probing_sets", "--input", str(out / "snli_1.0_test.jsonl"),
+    assert run([sys.executable, "-m", "tupe_preprocess.probing_sets", "--input", str(out / "snli_1.0_test.jsonl"),
                 "--out-dir", str(tmp_path / "probing"), "--seed", "1"]).returncode == 0
 
 
@@ -156,8 +156,8 @@ def c4_mirror(tmp_path) -> Path:
 
 
 def c4_download(*args) -> subprocess.CompletedProcess:
-    """``python -m preprocess.c4 download ARGS`` (the C4 pipeline's first subcommand)."""
-    return subprocess.run([sys.executable, "-m", "preprocess.c4", "download", *map(str, args)], cwd=ROOT,
+    """``python -m tupe_preprocess.c4 download ARGS`` (the C4 pipeline's first subcommand)."""
+    return subprocess.run([sys.executable, "-m", "tupe_preprocess.c4", "download", *map(str, args)], cwd=ROOT,
                           capture_output=True, text=True, timeout=300)
 
 
@@ -182,7 +182,7 @@ def test_c4_shards_are_downloaded_verified_and_skipped_on_rerun(c4_mirror, tmp_p
 
 
 def test_shard_ranges():
-    from preprocess.c4_download import parse_ranges, wanted_paths
+    from tupe_preprocess.c4_download import parse_ranges, wanted_paths
 
     assert parse_ranges("0-3,8,2", 1024, "--shards") == [0, 1, 2, 3, 8]
     assert parse_ranges("", 8, "--valid-shards") == []
@@ -203,7 +203,7 @@ def test_shard_ranges():
 def test_a_usage_error_exits_2_and_writes_nothing(module, args, says, tmp_path, capsys):
     import importlib
 
-    main = importlib.import_module(f"preprocess.{module}").main
+    main = importlib.import_module(f"tupe_preprocess.{module}").main
     with pytest.raises(SystemExit) as stop:
         main([*args, "--out-dir", str(tmp_path / "out")])
     err = capsys.readouterr().err
@@ -212,9 +212,9 @@ def test_a_usage_error_exits_2_and_writes_nothing(module, args, says, tmp_path, 
 
 
 @pytest.mark.parametrize("cmd", [
-    [sys.executable, "-m", "preprocess.glue_download", "--tasks", "RTE"],
-    [sys.executable, "-m", "preprocess.snli_download", "--splits", "test"],
-    [sys.executable, "-m", "preprocess.c4", "download"],
+    [sys.executable, "-m", "tupe_preprocess.glue_download", "--tasks", "RTE"],
+    [sys.executable, "-m", "tupe_preprocess.snli_download", "--splits", "test"],
+    [sys.executable, "-m", "tupe_preprocess.c4", "download"],
 ])
 def test_without_network_one_clear_line(cmd, tmp_path, starts_process):
     env = dict(OFFLINE, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
@@ -232,7 +232,7 @@ def test_remote_repo_reads_the_hub_listing_and_downloads(tmp_path, monkeypatch):
     import huggingface_hub
     from huggingface_hub.hf_api import RepoFile, RepoFolder
 
-    from preprocess.hub_files import RemoteRepo
+    from tupe_preprocess.hub_files import RemoteRepo
 
     files = {"en/c4-train.00000-of-01024.json.gz": b"big file " * 50, "README.md": b"# card\n"}
 

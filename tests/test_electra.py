@@ -307,10 +307,10 @@ def test_fairseq_train_both_losses_fall_for_each_attention_block(arch, block_log
 
 
 def test_checkpoint_info_shows_objective_and_sizes(electra_run, starts_process):
-    from tupe_plugin.checkpoint_info import fairseq_args, info_from_state
+    from tupe_core.checkpoint_record import fairseq_args, info_from_state
 
     save, _ = electra_run
-    p = run(["python", "-m", "tupe_plugin.checkpoint_info", str(save / "checkpoint_last.pt")])
+    p = run(["python", "-m", "tupe_tools.checkpoint_info", str(save / "checkpoint_last.pt")])
     info = json.loads(p.stdout)
     assert info["objective"] == "electra" and info["variant"] == "tupe_r" and info["arch"] == "tupe_roberta_tiny"
     assert (info["generator_layers"], info["generator_embed_dim"], info["generator_ffn_embed_dim"],
@@ -321,7 +321,7 @@ def test_checkpoint_info_shows_objective_and_sizes(electra_run, starts_process):
 
 
 def test_analysis_loads_the_electra_checkpoint_as_its_discriminator(electra_run, lm_bin):
-    from tupe_plugin.analysis.attention_maps import attention_probs, load_hub
+    from tupe_tools.analysis.attention_maps import attention_probs, load_hub
 
     save, _ = electra_run
     hub = load_hub(str(save / "checkpoint_last.pt"), str(lm_bin))
@@ -338,7 +338,7 @@ def test_analysis_loads_the_electra_checkpoint_as_its_discriminator(electra_run,
 
 def test_finetune_script_takes_the_electra_checkpoint_unchanged(electra_run, spm_dir, tmp_path, starts_process):
     save, _ = electra_run
-    from preprocess import glue_binarize
+    from tupe_preprocess import glue_binarize
 
     env = dict(os.environ, PATH=f"{BIN}:{os.environ.get('PATH', '')}", OMP_NUM_THREADS="1")
     assert glue_binarize.main(["--glue-dir", str(ROOT / "tests/data/glue"), "--tasks", "RTE", "--spm-model",
@@ -396,7 +396,7 @@ def test_killed_electra_run_resumes_with_the_same_losses(lm_bin, tmp_path, start
     finally:
         os.killpg(job.pid, signal.SIGKILL)  # kill -9, wherever it is
         job.wait()
-    at = run(["python", "train_scripts/check_resume.py", str(tmp_path / "killed")]).stderr
+    at = run(["python", "tupe_pretrain/check_resume.py", str(tmp_path / "killed")]).stderr
     n = int(re.search(r"@ (\d+) updates", at).group(1))
     assert n in (4, 8), at
     again = subprocess.run([script], cwd=ROOT, capture_output=True, text=True, timeout=300,
@@ -422,7 +422,7 @@ def test_hf_export_of_the_discriminator_equals_fairseq(tmp_path, capsys):
     pytest.importorskip("transformers")
     from transformers import AutoModel, AutoModelForSequenceClassification
 
-    from tupe_plugin.hf import export as hf_export
+    from tupe_tools.hf import export as hf_export
 
     head = "sentence_classification_head"
     m = electra(seed=1)

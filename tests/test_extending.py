@@ -101,7 +101,7 @@ def test_fairseq_train_trains_the_toy_from_its_user_dir(lm_bin, tmp_path, starts
 
 def test_the_export_refuses_an_encoding_it_cannot_ship(tmp_path):
     pytest.importorskip("transformers")
-    from tupe_plugin.hf.export import ExportError, export
+    from tupe_tools.hf.export import ExportError, export
 
     model = build(f"{TOY}_tiny", max_positions=16)
     torch.save({"args": model.args, "model": model.state_dict()}, tmp_path / "toy.pt")

@@ -91,7 +91,7 @@ def test_finetune_with_other_max_positions_names_the_flag(runs):
 
 def test_hydra_train_with_shipped_config(lm_bin, tmp_path):
     save = tmp_path / "hydra"
-    p = run(["fairseq-hydra-train", "--config-dir", str(ROOT / "train_scripts/config/pretrain"),
+    p = run(["fairseq-hydra-train", "--config-dir", str(ROOT / "tupe_pretrain/config/pretrain"),
              "--config-name", "tupe_base", f"task.data={lm_bin}", f"common.user_dir={ROOT / 'tupe_plugin'}",
              "common.fp16=false", "common.cpu=true", "common.log_interval=5", "model._name=tupe_a_tiny",
              "model.max_positions=64", "task.tokens_per_sample=64", "optimization.max_update=20",
@@ -110,7 +110,7 @@ def test_hydra_train_with_shipped_config(lm_bin, tmp_path):
 def test_hydra_pretrain_config_refuses_a_batch_other_than_the_papers(lm_bin, tmp_path):
     """The shipped config asks for the paper's 256 sequences per update; on 1 process x 16 that needs
     update_freq [16], which the refusal names."""
-    p = run(["fairseq-hydra-train", "--config-dir", str(ROOT / "train_scripts/config/pretrain"),
+    p = run(["fairseq-hydra-train", "--config-dir", str(ROOT / "tupe_pretrain/config/pretrain"),
              "--config-name", "tupe_base", f"task.data={lm_bin}", f"common.user_dir={ROOT / 'tupe_plugin'}",
              "common.fp16=false", "common.cpu=true", "model._name=tupe_a_tiny", "model.max_positions=64",
              "task.tokens_per_sample=64", "dataset.num_workers=0", f"checkpoint.save_dir={tmp_path / 'ck'}",
@@ -122,7 +122,7 @@ def test_hydra_pretrain_config_refuses_a_batch_other_than_the_papers(lm_bin, tmp
 
 
 def test_hydra_finetune_config_counts_updates_from_the_epoch_budget(pretrained, cls_bin, tmp_path):
-    p = run(["fairseq-hydra-train", "--config-dir", str(ROOT / "train_scripts/config/finetune"),
+    p = run(["fairseq-hydra-train", "--config-dir", str(ROOT / "tupe_pretrain/config/finetune"),
              "--config-name", "glue", f"task.data={cls_bin}", f"common.user_dir={ROOT / 'tupe_plugin'}",
              f"checkpoint.restore_file={pretrained / 'checkpoint_last.pt'}", "model._name=tupe_roberta_tiny",
              "model.max_positions=64", "task.max_positions=64", "common.fp16=false", "common.cpu=true",

@@ -1,5 +1,5 @@
 """tupe_common.fairseq_log, the one reader of fairseq's logs, on lines in each of fairseq's forms (as fairseq 0.12
-writes them), and its readers: the study's curves, glue.collect's validations, the GPU study's facts."""
+writes them), and its readers: the study's curves, tupe_glue.collect's validations, the GPU study's facts."""
 from __future__ import annotations
 
 import sys
@@ -44,10 +44,10 @@ def test_every_form_gives_its_kind_and_values_without_the_prefix(tmp_path):
 def test_the_readers_of_the_study_glue_and_the_gpu_study_read_it(tmp_path):
     sys.path.insert(0, str(ROOT / "bench"))
     import gpu_study
-    from study.gpu_schedule import updates_so_far
-    from glue.collect import parse_validations
-    from study.runs import is_validation_line, parse_valid_curves
-    from study.timings import logged_seconds
+    from tupe_study.gpu_schedule import updates_so_far
+    from tupe_glue.collect import parse_validations
+    from tupe_study.runs import is_validation_line, parse_valid_curves
+    from tupe_study.timings import logged_seconds
 
     log = tmp_path / "train.log"
     log.write_text(LOG, encoding="utf-8")

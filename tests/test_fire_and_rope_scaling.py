@@ -151,7 +151,7 @@ def test_rope_scaling_options_are_recorded_and_checked():
 
 
 def test_the_longer_inputs_measure_rescales_rope_beyond_t_only():
-    from study.longer_inputs import rescale_rope
+    from tupe_study.longer_inputs import rescale_rope
 
     model = build("rope_tiny", max_positions=64)
     pos = model.encoder.sentence_encoder.positions

@@ -1,4 +1,4 @@
-"""The GLUE results chart of glue.collect (the one make demo draws): every bar label and "missing" mark lies inside
+"""The GLUE results chart of tupe_glue.collect (the one make demo draws): every bar label and "missing" mark lies inside
 the plot and clear of the legend, for scores up to 100, a negative MCC and a missing column."""
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
-from glue import collect  # noqa: E402
-from glue.collect import COMPARE, TABLE_COLUMNS, ColumnResult  # noqa: E402
+from tupe_glue import collect  # noqa: E402
+from tupe_glue.collect import COMPARE, TABLE_COLUMNS, ColumnResult  # noqa: E402
 
 
 def results(scores: dict) -> list:

@@ -23,7 +23,7 @@ from conftest import run  # noqa: E402
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": REPO}
 VENV_BIN = os.path.dirname(sys.executable)  # fairseq-train / fairseq-preprocess of this interpreter
 
-# Written out independently of preprocess.glue_binarize and glue.tasks, from docs/glue_protocol.md §1:
+# Written out independently of tupe_preprocess.glue_binarize and tupe_glue.tasks, from docs/glue_protocol.md §1:
 # task -> {raw file: (fairseq split, header?, input columns, label column or None)}; 1-based.
 
 
@@ -62,13 +62,13 @@ def raw_rows(task: str, fname: str):
 
 
 def cli(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    return run([sys.executable, "-m", "preprocess.glue_binarize", *args], cwd=REPO, env=ENV, check=check, timeout=300)
+    return run([sys.executable, "-m", "tupe_preprocess.glue_binarize", *args], cwd=REPO, env=ENV, check=check, timeout=300)
 
 
 @pytest.fixture(scope="session")
 def spm_files(tmp_path_factory):
     """A tiny sentencepiece model trained on the fixture text, and its dict.txt."""
-    from preprocess.spm_dict import write_fairseq_dict
+    from tupe_preprocess.spm_dict import write_fairseq_dict
 
     d = tmp_path_factory.mktemp("spm")
     texts = []
@@ -211,7 +211,7 @@ def test_label_binaries_equal_fairseq_preprocess(glue_out, tmp_path, starts_proc
 def test_label_count_is_the_distinct_training_labels(glue_out, tmp_path):
     """What fine-tuning sets --num-classes from: the distinct labels of train.tsv (a plain count here), None for
     STS-B; fairseq's madeupwordNNNN padding is not a label, a label that only starts so is."""
-    from glue.finetune_helper import label_count
+    from tupe_glue.finetune_helper import label_count
 
     out, _ = glue_out
     for task, files in RAW.items():
@@ -450,7 +450,7 @@ def test_tokenizer_hook_is_replaceable(tmp_path, spm_files, monkeypatch):
     """A registered ``text -> token strings`` function is all another tokenizer needs."""
     from fairseq.data import Dictionary
 
-    from preprocess import glue_binarize
+    from tupe_preprocess import glue_binarize
 
     _, dict_path = spm_files
     monkeypatch.setitem(glue_binarize.TOKENIZERS, "words", lambda opts: lambda text: ["▁" + w for w in text.split()])
@@ -476,12 +476,12 @@ def test_help(starts_process):
 
 
 def test_fairseq_dict_reads_orders_and_saves_as_fairseqs_dictionary(tmp_path):
-    """preprocess.fairseq_dict (what glue_binarize uses instead of importing fairseq) against fairseq's own
+    """tupe_preprocess.fairseq_dict (what glue_binarize uses instead of importing fairseq) against fairseq's own
     Dictionary: the same ids after loading (an overwrite flag included), the same label order and padding after
     finalize (counts with ties), the same saved file, and a malformed line refused by number."""
     from fairseq.data import Dictionary
 
-    from preprocess.fairseq_dict import FairseqDict
+    from tupe_preprocess.fairseq_dict import FairseqDict
 
     text = tmp_path / "dict.txt"
     text.write_text("▁the 50\nof 7\nzeta 7\nalpha 3\n<unk> 1 #fairseq:overwrite\nx y 2\n", encoding="utf-8")
@@ -507,10 +507,10 @@ def test_fairseq_dict_reads_orders_and_saves_as_fairseqs_dictionary(tmp_path):
 
 
 def test_a_dict_belongs_to_its_sentencepiece_model_line_by_line(spm_dir, tmp_path):
-    """preprocess.spm_dict.check_dict (C4 and GLUE binarizers alike): the model's pieces in order, then at most
+    """tupe_preprocess.spm_dict.check_dict (C4 and GLUE binarizers alike): the model's pieces in order, then at most
     fairseq's madeupword padding; the first line that differs is named."""
-    from preprocess.fairseq_dict import FairseqDict
-    from preprocess.spm_dict import check_dict, dict_pieces, load_spm
+    from tupe_preprocess.fairseq_dict import FairseqDict
+    from tupe_preprocess.spm_dict import check_dict, dict_pieces, load_spm
 
     sp = load_spm(str(spm_dir / "spm.model"))
     pieces = dict_pieces(sp)

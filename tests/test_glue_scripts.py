@@ -18,9 +18,9 @@ from typing import Dict, List
 import pytest
 
 from conftest import BIN, ROOT, run, train_losses
-from glue import collect
-from glue.finetune_helper import TaskFacts, task_settings
-from glue.grid import PAPER_LRS, PAPER_SEEDS, PAPER_TASKS, jobs, main_sh
+from tupe_glue import collect
+from tupe_glue.finetune_helper import TaskFacts, task_settings
+from tupe_glue.grid import PAPER_LRS, PAPER_SEEDS, PAPER_TASKS, jobs, main_sh
 from tupe_common.errors import UsageError
 from tupe_common.jobs import slurm_ranges
 
@@ -40,7 +40,7 @@ def sh(cmd: List, check: bool = True, **env: str) -> subprocess.CompletedProcess
 @pytest.fixture(scope="module")
 def glue_bin(spm_dir, tmp_path_factory, starts_process) -> Path:
     out = tmp_path_factory.mktemp("glue_bin")
-    sh(["python", "-m", "preprocess.glue_binarize", "--glue-dir", FIXTURES, "--tasks", "RTE,STS-B",
+    sh(["python", "-m", "tupe_preprocess.glue_binarize", "--glue-dir", FIXTURES, "--tasks", "RTE,STS-B",
         "--spm-model", spm_dir / "spm.model", "--dict", spm_dir / "dict.txt", "--out-dir", out])
     return out
 
@@ -100,13 +100,13 @@ def test_grid_indices_and_defaults(starts_process):
     assert len(grid) == 160 and grid[0][1:] == ("CoLA", "2e-5", "1") and grid[159][1:] == ("RTE", "5e-5", "5")
     assert grid[6][1:] == ("CoLA", "3e-5", "2")  # seeds fastest, then LRs, then tasks
     assert slurm_ranges([0, 1, 2, 5, 7, 8]) == "0-2,5,7-8"
-    help_text = sh([GRID, "--help"]).stdout  # grid.sh's defaults are the ones grid.sbatch gets from glue.grid
+    help_text = sh([GRID, "--help"]).stdout  # grid.sh's defaults are the ones grid.sbatch gets from tupe_glue.grid
     assert " ".join(PAPER_TASKS) in help_text and " ".join(PAPER_LRS) in help_text
     assert " ".join(PAPER_SEEDS) in help_text
 
 
 def test_grid_sh_lists_without_a_checkpoint_and_refuses_bad_settings(tmp_path, capsys):
-    """grid.sh's function (glue/grid.py main_sh) in this process: --list needs no CHECKPOINT; a bad JOBS, an
+    """grid.sh's function (tupe_glue/grid.py main_sh) in this process: --list needs no CHECKPOINT; a bad JOBS, an
     unknown task and two modes at once are usage errors (2) named on one line, before any run."""
     env = {"RUNS": str(tmp_path / "runs"), "TASKS": "RTE", "LRS": "1e-3", "SEEDS": "1,2", "GLUE_BIN": str(tmp_path)}
     assert main_sh(["--list"], env) == 0
@@ -233,11 +233,11 @@ def test_finished_run_is_skipped(rte_run, pretrained, glue_bin, runs, starts_pro
 def test_one_run_per_folder_and_readers_beside_a_live_lock(rte_run, pretrained, glue_bin, runs, tmp_path, capsys,
                                                            starts_process):
     """Two finetune.sh of one run at once: the second exits 2 at once, naming the first's pid and host, and the
-    first finishes alone, its lock gone (as rte_run's). glue.collect reads RUNS beside live locks (RUNS's: a grid's;
+    first finishes alone, its lock gone (as rte_run's). tupe_glue.collect reads RUNS beside live locks (RUNS's: a grid's;
     a run's), and grid.sh on a RUNS another grid holds is refused, exit 2, before any run (tupe_common/lock.py)."""
     import time
 
-    from glue.finetune import run_lock
+    from tupe_glue.finetune import run_lock
     from tupe_common import lock
 
     assert not list(runs.rglob("*.lock")) and rte_run[0].is_dir()  # the finished run left no lock
@@ -356,7 +356,7 @@ def test_sigterm_stops_the_grid_and_its_runs_and_the_rerun_matches_an_uninterrup
              "no update logged")
     assert p.poll() is None, p.communicate()
     procs = tree(p.pid)
-    assert any("glue.fairseq_train" in c for c in command_lines(procs)), command_lines(procs)
+    assert any("tupe_glue.fairseq_train" in c for c in command_lines(procs)), command_lines(procs)
     resume = "rerun the same command to resume (finished runs are skipped)"
     err = stop_cleanly(p, signal.SIGTERM, f"grid.sh: error: stopped by SIGTERM; {resume}", timeout=60, procs=procs)
     assert "failed" not in err
@@ -373,7 +373,7 @@ def test_sigterm_stops_the_grid_and_its_runs_and_the_rerun_matches_an_uninterrup
 def test_bad_lrs_seeds_and_batches_are_refused_before_any_run(tmp_path, capsys):
     """grid.sh checks every LR and seed and finetune.sh's numbers before the first run (LRS='1e-3,abc' trained the
     good LR first); finetune.sh refuses LR 0 and a batch of 0 (they fine-tuned and reported)."""
-    from glue import finetune
+    from tupe_glue import finetune
 
     env = {"RUNS": str(tmp_path / "runs"), "TASKS": "RTE", "LRS": "1e-3,abc", "SEEDS": "1", "GLUE_BIN": str(tmp_path)}
     assert main_sh(["--list"], env) == 2
@@ -397,7 +397,7 @@ def test_fp16_on_a_machine_without_cuda_is_one_line_before_any_run(pretrained, g
     """FP16=1 where torch sees no CUDA device ended in fairseq's CUDA traceback; now exit 2 and nothing written."""
     import torch
 
-    from glue import finetune
+    from tupe_glue import finetune
 
     if torch.cuda.is_available():
         pytest.skip("this machine has a CUDA device: FP16=1 is allowed here")
@@ -411,7 +411,7 @@ def test_fp16_on_a_machine_without_cuda_is_one_line_before_any_run(pretrained, g
 
 
 def test_gpu_ids_must_name_devices_this_machine_sees():
-    from glue.grid import check_gpu_ids
+    from tupe_glue.grid import check_gpu_ids
 
     check_gpu_ids("auto", ["0", "1"], lambda: 0)  # auto and none are never refused
     check_gpu_ids("none", [], lambda: 0)
@@ -504,15 +504,15 @@ def test_custom_single_sentence_task_is_binarized_finetuned_and_scored(pretraine
     for fname in ("train.tsv", "dev.tsv"):
         rows = [r.split("\t") for r in (FIXTURES / "SST-2" / fname).read_text().splitlines()[1:]]
         (tasks / fname).write_text("sentence\tlabel\n" + "".join(f"{t}\t{('neg', 'pos')[int(y)]}\n" for t, y in rows))
-    sh(["python", "-m", "preprocess.glue_binarize", "--glue-dir", tasks.parent, "--tasks", "ALL",
+    sh(["python", "-m", "tupe_preprocess.glue_binarize", "--glue-dir", tasks.parent, "--tasks", "ALL",
         "--spm-model", spm_dir / "spm.model", "--dict", spm_dir / "dict.txt", "--out-dir", glue_bin])
-    assert sh(["python", "-m", "glue.grid", "tasks", "--glue-bin", glue_bin]).stdout.split() == list(PAPER_TASKS) + [
+    assert sh(["python", "-m", "tupe_glue.grid", "tasks", "--glue-bin", glue_bin]).stdout.split() == list(PAPER_TASKS) + [
         "Reviews"]  # TASKS=auto: the paper's 8 and the custom task
     p = sh([FINETUNE, "Reviews", "1e-3", "1"], **run_env(pretrained, glue_bin, runs, EPOCHS="1"))
     assert "Reviews: 2 class(es), metric accuracy on valid, 1 epochs" in p.stderr
     result = json.loads((runs / "Reviews" / "lr1e-3_seed1" / "result.json").read_text())
     assert result["metric"] == "accuracy" and set(result["best_valid"]) == {"valid"}
-    q = sh(["python", "-m", "glue.collect", runs, "--expected-lrs", "1e-3", "--seeds", "1"])
+    q = sh(["python", "-m", "tupe_glue.collect", runs, "--expected-lrs", "1e-3", "--seeds", "1"])
     row = re.search(r"^\| Reviews \| accuracy \| (.*)$", q.stdout, re.M)
     assert row and f"| {result['best_valid']['valid']:.2f} (1) |" in row.group(0), q.stdout
 
@@ -521,7 +521,7 @@ def test_unreadable_result_is_moved_aside_and_the_run_redone(tmp_path, glue_bin,
     run = tmp_path / "RTE" / "lr2e-5_seed1"
     run.mkdir(parents=True)
     (run / "result.json").write_text("")  # e.g. a full disk
-    from glue.grid import Job
+    from tupe_glue.grid import Job
 
     assert not Job(0, "RTE", "2e-5", "1").done(str(tmp_path))
     p = sh([FINETUNE, "RTE", "2e-5", "1"], check=False, CHECKPOINT=str(tmp_path / "none.pt"), GLUE_BIN=str(glue_bin),
@@ -543,7 +543,7 @@ def test_two_processes_validate_twice_per_epoch(rte_run, tmp_path, starts_proces
     args = argv[argv.index("--validations-per-epoch") + 2:]
     args[args.index("--batch-size") + 1] = "8"
     train = tmp_path / "train.sh"  # fairseq_rank.sh runs FAIRSEQ_TRAIN with the rank flags appended
-    train.write_text(f'#!/bin/sh\nexec "{BIN}/python" -m glue.fairseq_train --validations-per-epoch 2 "$@"\n')
+    train.write_text(f'#!/bin/sh\nexec "{BIN}/python" -m tupe_glue.fairseq_train --validations-per-epoch 2 "$@"\n')
     train.chmod(0o755)
     p = sh([BIN / "torchrun", "--standalone", "--nproc-per-node", "2", "--no-python",
             ROOT / "train_scripts" / "fairseq_rank.sh", "2", "cpu", *args,

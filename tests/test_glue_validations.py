@@ -1,4 +1,4 @@
-"""Exactly N validations per epoch (glue.fairseq_train), whatever the parity, --update-freq or processes.
+"""Exactly N validations per epoch (tupe_glue.fairseq_train), whatever the parity, --update-freq or processes.
 
 The real fairseq-train runs that count validations are in test_glue_scripts.py (3 updates per epoch,
 with and without --update-freq 2); here the arithmetic, on fairseq's own epoch iterator sharded over
@@ -10,7 +10,7 @@ import pytest
 from fairseq.data import ListDataset, iterators
 from omegaconf import OmegaConf
 
-from glue.fairseq_train import epoch_position, mid_epoch_updates, split_option
+from tupe_glue.fairseq_train import epoch_position, mid_epoch_updates, split_option
 
 
 @pytest.mark.parametrize("updates,n,want", [(3, 2, [2]), (4, 2, [2]), (5, 2, [3]), (1, 2, []), (2, 2, [1]),
@@ -47,13 +47,13 @@ def test_option_parsing(capsys):
 
 
 def test_hydra_glue_config_validates_twice_per_epoch(pretrained, cls_bin, tmp_path, starts_process):
-    """fairseq-hydra-train's entry point through glue.fairseq_train --hydra, with the shipped glue.yaml."""
+    """fairseq-hydra-train's entry point through tupe_glue.fairseq_train --hydra, with the shipped glue.yaml."""
     import re
 
     from conftest import ROOT, run
 
-    p = run(["python", "-m", "glue.fairseq_train", "--validations-per-epoch", "2", "--hydra",
-             "--config-dir", str(ROOT / "train_scripts/config/finetune"), "--config-name", "glue",
+    p = run(["python", "-m", "tupe_glue.fairseq_train", "--validations-per-epoch", "2", "--hydra",
+             "--config-dir", str(ROOT / "tupe_pretrain/config/finetune"), "--config-name", "glue",
              f"task.data={cls_bin}", f"common.user_dir={ROOT / 'tupe_plugin'}",
              f"checkpoint.restore_file={pretrained / 'checkpoint_last.pt'}", "model._name=tupe_roberta_tiny",
              "model.max_positions=64", "task.max_positions=64", "common.fp16=false", "common.cpu=true",

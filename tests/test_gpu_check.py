@@ -448,8 +448,8 @@ def test_peak_rate_by_card_name():
 
 def test_throughput_runs_pretrain_sh_in_bf16_with_the_recipes_batch_on_one_gpu(tmp_path):
     """The GPU's throughput run: pretrain.sh's own command line (DRY_RUN=1 prints it), bf16 through BF16=1, which
-    runs train_scripts/fairseq_train.py: fairseq's parser, without the --tpu it sets for --bf16."""
-    from train_scripts.fairseq_train import config_keeping_bf16
+    runs tupe_pretrain/fairseq_train.py: fairseq's parser, without the --tpu it sets for --bf16."""
+    from tupe_pretrain.fairseq_train import config_keeping_bf16
 
     gpu = settings(dry_run=False)
     data = tmp_path / "data"
@@ -461,7 +461,7 @@ def test_throughput_runs_pretrain_sh_in_bf16_with_the_recipes_batch_on_one_gpu(t
     assert p.returncode == 0, p.stderr
     printed = p.stderr.split("command:\n", 1)[1].splitlines()[0]
     argv = shlex.split(printed)
-    assert argv[:3] == [sys.executable, "-m", "train_scripts.fairseq_train"]  # LAUNCHER none: one process
+    assert argv[:3] == [sys.executable, "-m", "tupe_pretrain.fairseq_train"]  # LAUNCHER none: one process
     cfg = config_keeping_bf16(argv[3:])
     assert cfg.common.bf16 and not cfg.common.tpu and not cfg.common.fp16 and not cfg.common.cpu
     assert (cfg.dataset.batch_size, cfg.optimization.update_freq, cfg.task.tokens_per_sample) == (16, [16], 512)

@@ -29,7 +29,7 @@ BIN = Path(sys.executable).parent
 
 import gpu_study  # noqa: E402
 import gpu_study_data  # noqa: E402
-from study import gpu_schedule  # noqa: E402
+from tupe_study import gpu_schedule  # noqa: E402
 from conftest import run  # noqa: E402
 from corpus import study_inputs  # noqa: E402
 
@@ -235,7 +235,7 @@ def test_the_second_call_adds_the_next_seed_and_keeps_the_earlier_ones(dry):
     assert budget in md and budget.strip() in p.stdout  # appended to the report and printed
     assert "call 2 on this study folder, pre-training seed(s) 3." in budget
     assert "- `final_loss: tupe-r - bert-a` over 3 seeds (1 2 3): mean " in budget
-    from study.power import seeds_needed
+    from tupe_study.power import seeds_needed
 
     for r in rows.values():  # the seeds the effect so far needs, at Holm's first step of the family of 2
         d = abs(float(r["mean"])) / float(r["sd"])
@@ -367,7 +367,7 @@ MEAN_BLOCK_NPM = 113.8  # tokens per block of the npm corpus at T=128 with its 8
 
 
 def test_gpu_9min_plans_35m_tokens_per_model_within_its_checks():
-    from study.settings import preset_path, read_preset
+    from tupe_study.settings import preset_path, read_preset
 
     p = read_preset(preset_path("gpu-9min"))
     updates, batch = int(p["TOTAL_UPDATES"]), int(p["SENTENCES_PER_UPDATE"])
@@ -393,8 +393,8 @@ def test_the_declared_comparisons_are_tupes_claim_only_when_both_of_its_models_a
 
 
 def test_gpu_9min_takes_the_electra_setting_with_the_drivers_generator_divisor(tmp_path):
-    from study.plan import Plan
-    from study.settings import UsageError
+    from tupe_study.plan import Plan
+    from tupe_study.settings import UsageError
 
     env = dict(PRESET="gpu-9min", OUT=str(tmp_path / "s"), TASKS="none", VARIANTS="bert-a", OBJECTIVES="mlm electra")
     plan = Plan.from_environ(dict(env, GENERATOR_SIZE_DIVISOR=gpu_schedule.DEFAULTS["GENERATOR_SIZE_DIVISOR"]))

@@ -23,8 +23,8 @@ from transformers import (  # noqa: E402
 )
 
 from model_utils import LEFT_PADDED, build, left_padded, tokens  # noqa: E402
-from tupe_plugin.hf import export as hf_export  # noqa: E402
-from tupe_plugin.hf.remote import SHIPPED, exported_source  # noqa: E402
+from tupe_tools.hf import export as hf_export  # noqa: E402
+from tupe_tools.hf.remote import SHIPPED, exported_source  # noqa: E402
 from tupe_core.registry import VARIANTS  # noqa: E402
 
 HEAD = "sentence_classification_head"
@@ -104,7 +104,7 @@ def assert_export_equals_fairseq(variant: str, tmp_path: Path, **args) -> dict:
 # import fail), as on a machine with transformers alone: argv = folder, inputs .pt, output .pt
 WITHOUT_PLUGIN = """
 import os, sys
-sys.modules.update(fairseq=None, tupe_core=None, tupe_plugin=None, tupe_plugin_cli=None, torchaudio=None)
+sys.modules.update(fairseq=None, tupe_core=None, tupe_plugin=None, tupe_tools=None, torchaudio=None)
 os.environ["HF_MODULES_CACHE"] = os.path.join(os.path.dirname(sys.argv[3]), "hf_modules")
 import torch
 from transformers import AutoModel
@@ -247,7 +247,7 @@ def test_finetuned_checkpoint_and_tokenizer_equal_fairseq_and_glue_binarize(fine
                             str(spm_dir / "spm.model")])
     assert "AutoModelForMaskedLM.from_pretrained" in p.stdout  # dict.txt found from the checkpoint's data
     tok = AutoTokenizer.from_pretrained(str(out), trust_remote_code=True)
-    from preprocess import glue_binarize
+    from tupe_preprocess import glue_binarize
 
     assert glue_binarize.main(["--glue-dir", str(ROOT / "tests/data/glue"), "--tasks", "RTE", "--spm-model",
                                str(spm_dir / "spm.model"), "--dict", str(spm_dir / "dict.txt"),
@@ -336,8 +336,8 @@ def test_transformers_trainer_finetunes_the_export(pretrained, lm_bin, spm_dir, 
 
 def test_a_head_the_checkpoint_lacks_or_an_ambiguous_head_is_a_usage_error():
     """--head is the user's choice: naming no head of the checkpoint, or none where it has two, exits 2."""
-    from tupe_plugin.hf.export import pick_head
-    from tupe_plugin_cli.errors import UsageError
+    from tupe_tools.hf.export import pick_head
+    from tupe_tools.errors import UsageError
 
     state = {f"classification_heads.{n}.out_proj.weight": torch.zeros(2, 4) for n in ("rte", "mrpc")}
     with pytest.raises(UsageError, match="no classification head 'sst'"):
@@ -358,7 +358,7 @@ def test_a_full_disk_is_one_line_naming_out_dir_and_keeps_the_earlier_export(tmp
 
     import safetensors.torch
 
-    from tupe_plugin_cli.errors import run_command
+    from tupe_tools.errors import run_command
 
     ckpt, _ = tiny_checkpoint(tmp_path, "tupe_r")
     out = tmp_path / "export"

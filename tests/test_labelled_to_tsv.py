@@ -1,4 +1,4 @@
-"""preprocess.labelled_to_tsv: labelled sentences -> a custom task in SST-2's layout."""
+"""tupe_preprocess.labelled_to_tsv: labelled sentences -> a custom task in SST-2's layout."""
 from __future__ import annotations
 
 import json
@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from preprocess import labelled_to_tsv as lt
+from tupe_preprocess import labelled_to_tsv as lt
 
 
 def rows(path):

@@ -1,6 +1,6 @@
 """The launchers (pretrain.sh, the study's plan, glue/finetune.sh before it starts fairseq-train,
 tupe-checkpoint-info) read the variant registry, a checkpoint's record and ELECTRA's generator sizes without
-importing fairseq (tupe_core's registry, tupe_plugin_cli.checkpoint_record), and read the same as the plugin does."""
+importing fairseq (tupe_core's registry, tupe_core.checkpoint_record), and read the same as the plugin does."""
 from __future__ import annotations
 
 import json
@@ -8,7 +8,7 @@ import sys
 
 from conftest import run
 from tupe_core import record, registry as real
-from tupe_plugin.checkpoint_info import checkpoint_info, fairseq_args
+from tupe_core.checkpoint_record import checkpoint_info, fairseq_args
 
 
 def test_a_fresh_process_reads_the_registry_without_fairseq(starts_process):
@@ -29,7 +29,7 @@ def test_the_launchers_and_the_plugin_read_one_registry():
     import sys
 
     from tupe_plugin.models import architectures, tupe_roberta
-    from tupe_plugin_cli import checkpoint_record
+    from tupe_tools import checkpoint_record
 
     assert architectures.VARIANTS is real.VARIANTS and checkpoint_record.names is real.names
     assert tupe_roberta.PositionalVariant is checkpoint_record.PositionalVariant is record.PositionalVariant
@@ -44,7 +44,7 @@ def test_the_launchers_and_the_plugin_read_one_registry():
 def test_a_fresh_process_reads_a_checkpoints_record_without_fairseq(pretrained, starts_process):
     path = str(pretrained / "checkpoint_last.pt")
     code = ("import json, sys\n"
-            "from tupe_plugin_cli.checkpoint_record import checkpoint_info, fairseq_args\n"
+            "from tupe_core.checkpoint_record import checkpoint_info, fairseq_args\n"
             f"info = checkpoint_info({path!r})\n"
             "loaded = sorted(m for m in ('fairseq', 'tupe_plugin', 'sklearn') if m in sys.modules)\n"
             "print(json.dumps([info, fairseq_args(info), loaded]))")
@@ -59,8 +59,8 @@ def test_an_electra_studys_plan_checks_its_generator_without_fairseq(tmp_path, s
     env = {"OUT": str(tmp_path / "s"), "PRESET": "cpu-small", "TASKS": "none", "VARIANTS": "bert-a",
            "OBJECTIVES": "mlm electra"}
     code = ("import json, sys\n"
-            "from study.plan import Plan\n"
-            "from study.settings import UsageError\n"
+            "from tupe_study.plan import Plan\n"
+            "from tupe_study.settings import UsageError\n"
             f"env = {env!r}\n"
             "labels = [e.label for e in Plan.from_environ(dict(env, GENERATOR_SIZE_DIVISOR='4')).variants]\n"
             "try:\n"

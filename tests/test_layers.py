@@ -1,12 +1,12 @@
 """The import structure of the project's packages: no cycle between their modules, and no import from a lower
 layer to a higher one. ``tupe_core`` (torch only) is the bottom: it imports nothing of the others, and fairseq
-and transformers never; the fairseq adapter ``tupe_plugin`` and the launchers' ``tupe_plugin_cli`` stand on it.
+and transformers never; the fairseq adapter ``tupe_plugin`` and the launchers' ``tupe_tools`` stand on it.
 
 Read from the source (ast): ``import`` and ``from ... import`` statements, and a module named by a string (a
-constant ``"tupe_plugin.hf.export"`` or ``"pkg.module:function"``, or an f-string that starts with one, e.g.
-``f"tupe_plugin.analysis.{name}"``: what ``importlib.import_module`` would load). Imports under
+constant ``"tupe_tools.hf.export"`` or ``"pkg.module:function"``, or an f-string that starts with one, e.g.
+``f"tupe_tools.analysis.{name}"``: what ``importlib.import_module`` would load). Imports under
 ``if TYPE_CHECKING:`` (they never run) and ``if __name__ == "__main__":`` (a module run as a program, e.g.
-``python -m tupe_plugin.hf.export``, dispatches to the commands' front door) are left out."""
+``python -m tupe_tools.hf.export``, dispatches to the commands' front door) are left out."""
 from __future__ import annotations
 
 import ast
@@ -18,22 +18,22 @@ from typing import Dict, List, Optional, Set
 
 from conftest import ROOT, run
 
-PACKAGES = ("tupe_core", "tupe_common", "tupe_plugin_cli", "tupe_plugin")
+PACKAGES = ("tupe_core", "tupe_common", "tupe_plugin", "tupe_tools", "tupe_preprocess", "tupe_pretrain", "tupe_glue",
+            "tupe_study")
 # Each part and its layer: a module may import its own part and lower layers only.
 LAYERS = {
     "tupe_core.kernels": 0,  # the Triton/Flex attention kernels: torch and triton only
     "tupe_common": 0,  # standard library only
-    "tupe_core": 1,  # every encoding, the attention core, the encoder's forward, the model's facts: torch only
-    "tupe_plugin_cli": 2,  # the checkpoint reader and the commands' errors: no fairseq
+    "tupe_core": 1,  # every encoding, the attention core, the encoder's forward, the model's facts, checkpoint files
     "tupe_plugin.checkpoint_safety": 2, "tupe_plugin.quiet_warnings": 2, "tupe_plugin.clean_exit": 2,
     "tupe_plugin.graceful_stop": 2, "tupe_plugin.run_lock": 2,  # a run's stop and its lock: no import of the model
     "tupe_plugin.build_task": 2,  # no import of the rest of tupe_plugin
     "tupe_plugin.modules": 3,  # fairseq's side of the encoder and heads
     "tupe_plugin.models": 4, "tupe_plugin.tasks": 4, "tupe_plugin.criterions": 4, "tupe_plugin.optim": 4,
-    "tupe_plugin.original_release": 5, "tupe_plugin.checkpoint_info": 5,  # reading checkpoints
-    "tupe_plugin.analysis": 6, "tupe_plugin.hf": 6, "tupe_plugin.convert_original": 6,  # the commands' code
-    "tupe_plugin": 7,  # importing the package registers everything with fairseq
-    "tupe_plugin_cli.commands": 8,  # the console scripts' front door: runs a command's code, named by a string
+    "tupe_plugin": 5,  # the fairseq adapter (the user dir): importing the package registers everything with fairseq
+    "tupe_tools": 6,  # the commands (analysis, HF export, converter, checkpoint info) and their front door
+    "tupe_preprocess": 7, "tupe_pretrain": 7, "tupe_glue": 7,  # the pipelines: data, pre-training, fine-tuning
+    "tupe_study": 8,  # the study runs every pipeline
 }
 # "pkg.module" or "pkg.module:function" (a bare package name is data: a logger's, the packages of a traceback)
 NAMED = re.compile(rf"^((?:{'|'.join(PACKAGES)})(?:\.\w+)+(?::\w+)?|(?:{'|'.join(PACKAGES)}):\w+)$")
@@ -138,13 +138,13 @@ def test_the_reader_finds_imports_strings_and_cycles():
     assert "tupe_core.registry" in g["tupe_plugin.modules.encoder"]
     assert "tupe_core.record" in g["tupe_core.registry"]
     assert "tupe_core.kernels" in g["tupe_core.attend"]  # `from . import kernels`, inside a function
-    assert "tupe_plugin.hf.export" in g["tupe_plugin_cli.commands"]  # "tupe_plugin.hf.export:run"
-    assert "tupe_plugin_cli.commands" not in g["tupe_plugin.hf.export"]  # under `if __name__ == "__main__":`
+    assert "tupe_tools.hf.export" in g["tupe_tools.commands"]  # "tupe_tools.hf.export:run"
+    assert "tupe_tools.commands" not in g["tupe_tools.hf.export"]  # under `if __name__ == "__main__":`
     # what attend.py did before tupe_core (an import by an f-string), a command table's entry, a logger's name
     source = ('import importlib\nimportlib.import_module(f"tupe_plugin.made_up.{name}")\n'
-              'X = "tupe_plugin.hf.export:run"\nlogging.getLogger("tupe_plugin")\n')
+              'X = "tupe_tools.hf.export:run"\nlogging.getLogger("tupe_plugin")\n')
     found = imports(ROOT / "tupe_core" / "made_up.py", set(g) | {"tupe_plugin.made_up"}, source)
-    assert found == {"tupe_plugin.made_up", "tupe_plugin.hf.export"}
+    assert found == {"tupe_plugin.made_up", "tupe_tools.hf.export"}
 
 
 def test_no_import_cycle():
@@ -161,7 +161,7 @@ def test_no_import_from_a_lower_layer_to_a_higher_one():
 
 def test_tupe_core_imports_nothing_of_the_other_packages():
     """Nor by a string; and its modules import one another package-relatively (single dot), so the export can
-    copy the ones its model code needs into a folder without tupe_core (tupe_plugin/hf/remote)."""
+    copy the ones its model code needs into a folder without tupe_core (tupe_tools/hf/remote)."""
     g = graph()
     outside = sorted(f"{a} -> {b}" for a, targets in g.items() if a.split(".")[0] == "tupe_core" for b in targets
                      if b.split(".")[0] != "tupe_core")
@@ -184,6 +184,6 @@ def test_tupe_core_imports_without_fairseq_in_a_fresh_process(starts_process):
     code = ("import importlib, json, sys\n"
             f"for name in {names!r}:\n"
             "    importlib.import_module(name)\n"
-            "print(json.dumps(sorted(m for m in ('fairseq', 'transformers', 'tupe_plugin', 'tupe_plugin_cli', "
+            "print(json.dumps(sorted(m for m in ('fairseq', 'transformers', 'tupe_plugin', 'tupe_tools', "
             "'tupe_common') if m in sys.modules)))")
     assert json.loads(run([sys.executable, "-c", code], cwd=ROOT).stdout.splitlines()[-1]) == []

@@ -9,7 +9,7 @@ import pytest
 import torch
 from sklearn.preprocessing import MinMaxScaler
 
-from tupe_plugin.analysis import locality, softmax_rows, symmetry, symmetry_scaled
+from tupe_tools.analysis import locality, softmax_rows, symmetry, symmetry_scaled
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SIZES = (16, 32, 64, 128)
@@ -212,8 +212,8 @@ def test_official_quirks_and_scaled_variant(n):
 def test_package_import_needs_only_numpy(starts_process):
     code = (
         "import importlib.util, sys\n"
-        "spec = importlib.util.spec_from_file_location('analysis_only', 'tupe_plugin/analysis/__init__.py',"
-        " submodule_search_locations=['tupe_plugin/analysis'])\n"
+        "spec = importlib.util.spec_from_file_location('analysis_only', 'tupe_tools/analysis/__init__.py',"
+        " submodule_search_locations=['tupe_tools/analysis'])\n"
         "mod = importlib.util.module_from_spec(spec); sys.modules['analysis_only'] = mod\n"
         "spec.loader.exec_module(mod)\n"
         "assert callable(mod.symmetry) and callable(mod.softmax_rows)\n"

@@ -1,4 +1,4 @@
-"""The longer-inputs stage (study.longer_inputs) on a tiny ALiBi model pre-trained by the real fairseq-train:
+"""The longer-inputs stage (tupe_study.longer_inputs) on a tiny ALiBi model pre-trained by the real fairseq-train:
 its loss at T is the validation loss fairseq logged for the checkpoint (the same blocks, batches and masks,
 here a subset of the split: --max-valid-steps), and its 2T / 4T blocks are fairseq's own blocks of whole
 sentences, as long as whole sentences allow, carrying the very tokens masked at T."""
@@ -37,7 +37,7 @@ def last_logged_valid_loss(log: str) -> float:
 
 @pytest.fixture(scope="module")
 def measured(alibi_run, lm_bin) -> dict:
-    from study.longer_inputs import measure
+    from tupe_study.longer_inputs import measure
 
     return measure(str(alibi_run / "checkpoint_last.pt"), str(lm_bin), [T, 2 * T, 4 * T],
                    str(alibi_run / "longer" / "seed1.json"))
@@ -58,7 +58,7 @@ def test_loss_at_t_is_the_logged_validation_loss(alibi_run, measured):
     assert all(abs(measured["lengths"][str(L)] - at_t) < 1.0 for L in (2 * T, 4 * T))
     assert 0 < measured["masked_bos"] < measured["masked"]
     assert json.loads((alibi_run / "longer" / "seed1.json").read_text()) == measured
-    # block by block (study.valid_se): the scored blocks in the split's order, summing back to the logged loss
+    # block by block (tupe_study.valid_se): the scored blocks in the split's order, summing back to the logged loss
     per = json.loads((alibi_run / "longer" / "seed1.blocks.json").read_text())
     assert per["block"] == sorted(per["block"]) and len(per["block"]) == 12 and sum(per["masked"]) == measured["masked"]
     assert sum(per["bits"]) / sum(per["masked"]) == pytest.approx(at_t, abs=1e-5)
@@ -69,9 +69,9 @@ def test_loss_at_t_is_the_logged_validation_loss(alibi_run, measured):
 def test_longer_blocks_are_whole_sentences_carrying_the_masks_of_t(alibi_run, lm_bin):
     from fairseq.data import data_utils
 
-    from study.longer_inputs import block_slices, longer_blocks, masked_lm_task, pretraining_validation
-    from study.valid_se import count_blocks
-    from tupe_plugin.analysis.attention_maps import load_hub
+    from tupe_study.longer_inputs import block_slices, longer_blocks, masked_lm_task, pretraining_validation
+    from tupe_study.valid_se import count_blocks
+    from tupe_tools.analysis.attention_maps import load_hub
 
     hub = load_hub(str(alibi_run / "checkpoint_last.pt"), str(lm_bin))
     cfg, d = hub.cfg, hub.task.source_dictionary
@@ -133,7 +133,7 @@ def rope_study(lm_bin, tmp_path_factory) -> Path:
 
 
 def rope_plan(out: Path, **env: str):
-    from study.plan import Plan
+    from tupe_study.plan import Plan
 
     return Plan.from_environ({"OUT": str(out), "PRESET": "tiny", "TASKS": "none", "VARIANTS": "rope alibi",
                               "TOKENS_PER_SAMPLE": str(T), "LOC_LENGTH": str(T), "LENGTH_FACTORS": "1 2 4", **env})
@@ -143,9 +143,9 @@ def test_the_longer_stage_measures_a_rope_model_with_each_rope_scaling(rope_stud
     """ROPE_SCALINGS: a RoPE model's plain record, then one per scaling beside it, each the same checkpoint rescaled
     beyond T only (at T the plain loss); a rerun skips what is written, a stop resumes with what is missing; a
     model that is not RoPE gets none; the report's table has a row per scaling."""
-    from study import longer_inputs, stages
-    from study.report import _longer_lines, variant_row
-    from study.runs import load_study
+    from tupe_study import longer_inputs, stages
+    from tupe_study.report import _longer_lines, variant_row
+    from tupe_study.runs import load_study
 
     plan = rope_plan(rope_study, ROPE_SCALINGS="yarn linear yarn")  # each once, in the order given
     assert stages.rope_scalings(plan, "rope") == ["yarn", "linear"] and stages.rope_scalings(plan, "alibi") == []
@@ -187,7 +187,7 @@ def test_the_longer_stage_measures_a_rope_model_with_each_rope_scaling(rope_stud
 
 
 def test_a_bad_rope_scalings_is_refused_in_one_line_naming_its_choices(tmp_path, monkeypatch, capsys):
-    from study.__main__ import main
+    from tupe_study.__main__ import main
 
     for name, value in dict(OUT=str(tmp_path / "s"), PRESET="tiny", TASKS="none", ROPE_SCALINGS="linear dynamic").items():
         monkeypatch.setenv(name, value)
@@ -199,8 +199,8 @@ def test_a_bad_rope_scalings_is_refused_in_one_line_naming_its_choices(tmp_path,
 
 
 def test_rope_scaled_names_the_scalings_of_tupe_core_rope():
-    from study.longer_inputs import ROPE_SCALED
-    from study.settings import FIELDS
+    from tupe_study.longer_inputs import ROPE_SCALED
+    from tupe_study.settings import FIELDS
     from tupe_core.rope import SCALINGS
 
     assert ("none", *ROPE_SCALED) == SCALINGS and FIELDS["ROPE_SCALINGS"].metadata["kind"] == f"[{'/'.join(ROPE_SCALED)}]"

@@ -42,7 +42,7 @@ def test_fairseq_reads_the_index_written_here(tmp_path):
 def test_refuses_what_is_not_a_version_1_index(tmp_path):
     legacy = tmp_path / "legacy.idx"
     legacy.write_bytes(b"TNTIDX\x00\x00" + bytes(20))  # fairseq's older "cached" format
-    with pytest.raises(NotAnIndex, match="legacy.idx: not a fairseq mmap index .*preprocess.c4 binarize"):
+    with pytest.raises(NotAnIndex, match="legacy.idx: not a fairseq mmap index .*tupe_preprocess.c4 binarize"):
         line_sizes(legacy)
     short = tmp_path / "short.idx"
     short.write_bytes(b"MMIDIDX")

@@ -1,4 +1,4 @@
-"""The original TUPE release's text -> units chain (preprocess.moses_bpe) and its GLUE binarization.
+"""The original TUPE release's text -> units chain (tupe_preprocess.moses_bpe) and its GLUE binarization.
 
 Expected outputs are worked out by hand from the rules (fastBPE applybpe: merges by line order,
 ``</w>`` on the last character, ``@@`` on non-final pieces; the original GLUE cleanup scripts)."""
@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from conftest import run
-from preprocess.moses_bpe import (FastBPE, MosesBPE, glue_cleanup, pre_cleanup, read_codes,
+from tupe_preprocess.moses_bpe import (FastBPE, MosesBPE, glue_cleanup, pre_cleanup, read_codes,
                                   remove_non_printing, replace_patterns)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -155,7 +155,7 @@ def test_glue_binarize_with_moses_bpe(tmp_path, starts_process):
     (tmp_path / "dict.txt").write_text("".join(f"{u} 1\n" for u in units), encoding="utf-8")
     out = tmp_path / "glue-bin"
     env = {**os.environ, "PYTHONPATH": REPO, "OMP_NUM_THREADS": "1"}
-    run([sys.executable, "-m", "preprocess.glue_binarize", "--glue-dir", FIXTURES, "--tasks", "RTE", "--tokenizer",
+    run([sys.executable, "-m", "tupe_preprocess.glue_binarize", "--glue-dir", FIXTURES, "--tasks", "RTE", "--tokenizer",
          "moses_bpe", "--bpe-codes", str(codes), "--dict", str(tmp_path / "dict.txt"), "--out-dir", str(out),
          "--workers", "2"], cwd=REPO, env=env, timeout=300)
 
@@ -185,7 +185,7 @@ def test_glue_binarize_with_moses_bpe(tmp_path, starts_process):
 
 
 def test_moses_bpe_needs_codes(tmp_path, starts_process):
-    proc = run([sys.executable, "-m", "preprocess.glue_binarize", "--glue-dir", FIXTURES, "--tasks", "RTE",
+    proc = run([sys.executable, "-m", "tupe_preprocess.glue_binarize", "--glue-dir", FIXTURES, "--tasks", "RTE",
                 "--tokenizer", "moses_bpe", "--dict", "dict.txt", "--out-dir", str(tmp_path)], cwd=REPO, check=False,
                timeout=120)
     assert proc.returncode == 2 and "--bpe-codes is required with --tokenizer moses_bpe" in proc.stderr

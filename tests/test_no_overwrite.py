@@ -30,21 +30,21 @@ def case_argv(name: str, out: Path, tmp: Path, checkpoint: Path, spm_dir: Path) 
                        str(spm_dir / "spm.model"), "--out-csv", str(out)],
         "tupe-export-hf": [str(BIN / "tupe-export-hf"), ckpt, str(out)],
         "tupe-convert-original": [str(BIN / "tupe-convert-original"), ckpt, str(out)],
-        "glue.collect": [sys.executable, "-m", "glue.collect", str(tmp), "--out-csv", str(out)],
-        "probing_sets": [sys.executable, "-m", "preprocess.probing_sets", "--input",
+        "tupe_glue.collect": [sys.executable, "-m", "tupe_glue.collect", str(tmp), "--out-csv", str(out)],
+        "probing_sets": [sys.executable, "-m", "tupe_preprocess.probing_sets", "--input",
                          str(ROOT / "tests/data/snli_sample.jsonl"), "--out-dir", str(out)],
-        "labelled_to_tsv": [sys.executable, "-m", "preprocess.labelled_to_tsv", str(tmp / "in.jsonl"), "--out-dir",
+        "labelled_to_tsv": [sys.executable, "-m", "tupe_preprocess.labelled_to_tsv", str(tmp / "in.jsonl"), "--out-dir",
                             str(out)],
-        "glue_binarize": [sys.executable, "-m", "preprocess.glue_binarize", "--glue-dir", str(ROOT / "tests/data/glue"),
+        "glue_binarize": [sys.executable, "-m", "tupe_preprocess.glue_binarize", "--glue-dir", str(ROOT / "tests/data/glue"),
                           "--tasks", "RTE", "--spm-model", str(spm_dir / "spm.model"), "--dict",
                           str(spm_dir / "dict.txt"), "--out-dir", str(out)],
-        "text_to_c4": [sys.executable, "-m", "preprocess.text_to_c4", "--out-dir", str(out), str(tmp / "text.txt")],
+        "text_to_c4": [sys.executable, "-m", "tupe_preprocess.text_to_c4", "--out-dir", str(out), str(tmp / "text.txt")],
     }[name]
 
 
 # case -> the user's file inside the output folder (None: the output is that file itself)
 INSIDE: dict = {"tupe-pos-maps": "pos_maps.png", "tupe-locality": None, "tupe-probe": None,
-                "tupe-export-hf": "config.json", "tupe-convert-original": None, "glue.collect": None,
+                "tupe-export-hf": "config.json", "tupe-convert-original": None, "tupe_glue.collect": None,
                 "probing_sets": "original.jsonl", "labelled_to_tsv": "train.tsv", "glue_binarize": "RTE-bin/x",
                 "text_to_c4": "c4-train.00000-of-00001.json.gz"}
 

@@ -1,7 +1,7 @@
 """One spelling per number (tupe_common.numbers): ``1e-3`` and ``0.001`` are one run wherever a number names
 something. A run folder is found by value (``lr0.001_seed1`` made before is the run of ``1e-3``; ``lr5e-4_seed1``
 keeps its name), a new one takes the short spelling, a list holding two spellings of one value is refused, and
-glue.collect counts no seed twice. In-process, on made-up run folders; the real ``finetune.sh`` skip is in
+tupe_glue.collect counts no seed twice. In-process, on made-up run folders; the real ``finetune.sh`` skip is in
 tests/test_glue_scripts.py."""
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ import json
 
 import pytest
 
-from glue import collect, finetune
-from glue.grid import main_sh
-from study.plan import Plan
-from study.runs import read_finetune_dir
-from study.sweep import sweep_dir
+from tupe_glue import collect, finetune
+from tupe_glue.grid import main_sh
+from tupe_study.plan import Plan
+from tupe_study.runs import read_finetune_dir
+from tupe_study.sweep import sweep_dir
 from tupe_common.errors import UsageError
 from tupe_common.numbers import check_once, named, values_of
 

@@ -14,9 +14,9 @@ import torch
 
 from conftest import BIN, PRETRAIN_ARGS, ROOT, command_in_process, run
 from model_utils import build, tokens
-from tupe_plugin.analysis.attention_maps import attention_probs
-from tupe_plugin.analysis.checkpoint_maps import content_free_map, load_checkpoint, positional_maps
-from tupe_plugin.analysis.locality_symmetry import locality
+from tupe_tools.analysis.attention_maps import attention_probs
+from tupe_tools.analysis.checkpoint_maps import content_free_map, load_checkpoint, positional_maps
+from tupe_tools.analysis.locality_symmetry import locality
 from tupe_core.registry import VARIANTS
 from tupe_plugin.models import VariantMismatchError
 from tupe_plugin.models.tupe_roberta import TupeRobertaModel
@@ -260,7 +260,7 @@ def test_pam_checkpoint_loads_maps_and_finetunes_through_the_clis(lm_bin, spm_di
     assert float(pos[("1", "2")]["locality"]) == pytest.approx(locality(values[H_TINY + 2]), abs=1e-6)
     assert len([r for r in rows if r["source"].startswith("attention (2 sentences)")]) == len(layers) * H_TINY + 1
     glue_bin, runs = tmp_path / "glue-bin", tmp_path / "runs"
-    run([sys.executable, "-m", "preprocess.glue_binarize", "--glue-dir", str(ROOT / "tests/data/glue"),
+    run([sys.executable, "-m", "tupe_preprocess.glue_binarize", "--glue-dir", str(ROOT / "tests/data/glue"),
          "--tasks", "RTE", "--spm-model", str(spm_dir / "spm.model"), "--dict", str(spm_dir / "dict.txt"),
          "--out-dir", str(glue_bin)])
     env = dict(os.environ, PATH=f"{BIN}:{os.environ.get('PATH', '')}", OMP_NUM_THREADS="1",

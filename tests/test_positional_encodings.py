@@ -13,8 +13,8 @@ import torch
 from model_utils import build, tokens
 from references import having, layer0_reference_weights, reference
 from references._shared import deberta_reference, paper_bucket
-from tupe_plugin.analysis.checkpoint_maps import ContentDependentPositions, content_free_map, load_checkpoint
-from tupe_plugin_cli.commands import checkpoint_info as checkpoint_info_main
+from tupe_tools.analysis.checkpoint_maps import ContentDependentPositions, content_free_map, load_checkpoint
+from tupe_tools.commands import checkpoint_info as checkpoint_info_main
 from tupe_core import legacy_record
 from tupe_core.registry import VARIANTS, flag_values, flags_of, from_flags, from_record
 from tupe_plugin.models import VariantMismatchError
@@ -346,7 +346,7 @@ def test_checkpoint_info_lists_the_registry(capsys):
 @pytest.mark.parametrize("variant", ["rope", "deberta_rel"])
 def test_real_attention_maps_of_content_dependent_variants(variant):
     """tupe-locality --text measures rope/deberta_rel on real maps: layer 0's equal the formula."""
-    from tupe_plugin.analysis.attention_maps import attention_probs
+    from tupe_tools.analysis.attention_maps import attention_probs
 
     model = build(f"{variant}_tiny", seed=6)
     x = tokens(1, 11, seed=6)

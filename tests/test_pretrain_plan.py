@@ -1,4 +1,4 @@
-"""train_scripts/pretrain.py in process: the precision settings (BF16, FP16) and the command they give; VARIANT and
+"""tupe_pretrain/pretrain.py in process: the precision settings (BF16, FP16) and the command they give; VARIANT and
 ARCH (agreeing, registered, recorded), END_LR at most LR."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from conftest import BIN
-from train_scripts import pretrain
+from tupe_pretrain import pretrain
 from tupe_common.errors import UsageError
 
 
@@ -27,7 +27,7 @@ def test_bf16_on_a_gpu_replaces_fp16_and_runs_the_parse_that_keeps_it_bf16():
     run = pretrain.plan(settings(BF16="1", GPUS="1"), environ={})
     args = pretrain.fairseq_args(run)
     assert "--bf16" in args and "--fp16" not in args and "--cpu" not in args
-    assert pretrain.command(run)[:3] == [sys.executable, "-m", "train_scripts.fairseq_train"]
+    assert pretrain.command(run)[:3] == [sys.executable, "-m", "tupe_pretrain.fairseq_train"]
     default = pretrain.plan(settings(GPUS="1"), environ={})  # the GPU default: fp16, fairseq-train itself
     assert "--fp16" in pretrain.fairseq_args(default) and "--bf16" not in pretrain.fairseq_args(default)
     assert pretrain.command(default)[0] == str(BIN / "fairseq-train")
@@ -49,7 +49,7 @@ def test_the_command_is_found_on_the_path_of_the_environment_it_will_run_in(tmp_
 def test_bf16_reaches_every_rank_through_the_launcher():
     run = pretrain.plan(settings(BF16="1", GPUS="2"), environ={})
     assert run.launcher == "torchrun" and "--bf16" in pretrain.command(run)
-    assert pretrain.launch_environment(run)["FAIRSEQ_TRAIN"] == f"{sys.executable} -m train_scripts.fairseq_train"
+    assert pretrain.launch_environment(run)["FAIRSEQ_TRAIN"] == f"{sys.executable} -m tupe_pretrain.fairseq_train"
     # fairseq logs to stdout: unbuffered, so a killed run keeps the lines of the checkpoints it saved
     assert pretrain.launch_environment(run)["PYTHONUNBUFFERED"] == "1"
 
@@ -155,7 +155,7 @@ def test_a_record_without_the_variant_resumes_and_gets_it(tmp_path):
 
     import torch
 
-    from train_scripts.check_resume import main as check_resume
+    from tupe_pretrain.check_resume import main as check_resume
 
     torch.save({"optimizer_history": [{"num_updates": 5}]}, tmp_path / "checkpoint_last.pt")
     (tmp_path / "settings.json").write_text(json.dumps({"ARCH": "bert_a_tiny", "LR": "1e-4"}))

@@ -8,7 +8,7 @@ from collections import Counter
 
 import pytest
 
-from preprocess.probing_sets import role_swap
+from tupe_preprocess.probing_sets import role_swap
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SAMPLE = os.path.join(REPO, "tests", "data", "snli_sample.jsonl")
@@ -19,7 +19,7 @@ SETS = ["original", *(f"shuffle_{n}" for n in WINDOWS), "random", "role_swap", "
 
 def run_cli(*args):
     return subprocess.run(
-        [sys.executable, "-m", "preprocess.probing_sets", *args], cwd=REPO, capture_output=True, text=True
+        [sys.executable, "-m", "tupe_preprocess.probing_sets", *args], cwd=REPO, capture_output=True, text=True
     )
 
 

@@ -2,7 +2,7 @@
 
 ``tupe_core/encoder_stack.py`` restates fairseq's layer forward, layer loop and activations for the fairseq
 model and the exported one alike, ``tupe_core/learned_absolute.py`` its learned positions, and the exported
-model (``tupe_plugin/hf/remote/modeling_tupe.py``, which cannot import fairseq) the embedding and the RoBERTa
+model (``tupe_tools/hf/remote/modeling_tupe.py``, which cannot import fairseq) the embedding and the RoBERTa
 heads. Two checks:
 the source of each fairseq original against the hash of the version restated (a new fairseq fails here,
 naming what to review), and the restated forwards against fairseq's own on the same weights and input.
@@ -30,17 +30,17 @@ RESTATED = {
         ("e2def0f25e8b4141", "tupe_core/encoder_stack.py layer_forward (the fairseq and the exported layer)"),
     "fairseq.models.transformer.transformer_encoder:TransformerEncoderBase.forward_scriptable":
         ("d14f4646ff38666d", "tupe_plugin/modules/encoder.py TupeTransformerEncoder.forward_scriptable, "
-                             "tupe_core/encoder_stack.py run_layers, tupe_plugin/hf/remote/modeling_tupe.py TupeModel"),
+                             "tupe_core/encoder_stack.py run_layers, tupe_tools/hf/remote/modeling_tupe.py TupeModel"),
     "fairseq.models.transformer.transformer_encoder:TransformerEncoderBase.forward_embedding":
         ("66206302027e840d", "tupe_plugin/modules/encoder.py TupeTransformerEncoder.forward_embedding, "
-                             "tupe_plugin/hf/remote/modeling_tupe.py TupeModel.forward"),
+                             "tupe_tools/hf/remote/modeling_tupe.py TupeModel.forward"),
     "fairseq.modules.learned_positional_embedding:LearnedPositionalEmbedding.forward":
         ("e592a2918e1059e7", "tupe_core/learned_absolute.py LearnedAbsolute.forward"),
     "fairseq.utils:make_positions": ("1a3a7031a7045ed2", "tupe_core/learned_absolute.py LearnedAbsolute.forward"),
     "fairseq.utils:get_activation_fn": ("1b69db73ed66ee80", "tupe_core/encoder_stack.py ACTIVATIONS"),
-    "fairseq.models.roberta.model:RobertaLMHead.forward": ("53ada5c83087a369", "tupe_plugin/hf/remote/modeling_tupe.py TupeLMHead"),
+    "fairseq.models.roberta.model:RobertaLMHead.forward": ("53ada5c83087a369", "tupe_tools/hf/remote/modeling_tupe.py TupeLMHead"),
     "fairseq.models.roberta.model:RobertaClassificationHead.forward":
-        ("e9438fc5db13822a", "tupe_plugin/hf/remote/modeling_tupe.py TupeClassificationHead"),
+        ("e9438fc5db13822a", "tupe_tools/hf/remote/modeling_tupe.py TupeClassificationHead"),
 }
 
 

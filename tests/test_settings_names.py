@@ -102,7 +102,7 @@ def test_other_trainers_names_are_none_of_the_scripts_own_and_none_an_everyday_v
 
 
 def test_another_trainers_name_is_refused_naming_ours_and_a_passed_on_or_own_name_is_not():
-    from train_scripts.pretrain import PretrainConfig
+    from tupe_pretrain.pretrain import PretrainConfig
 
     known, theirs = PretrainConfig.names(), PretrainConfig.others()
     assert {theirs["MAX_UPDATE"], theirs["LEARNING_RATE"], theirs["WARMUP_UPDATES"], theirs["MAX_TOKENS"]} == {
@@ -124,12 +124,12 @@ def test_a_child_gets_the_parents_environment_less_the_parents_settings_it_does_
 
 
 def test_every_study_setting_in_the_environment_reaches_no_child_as_a_misspelling(monkeypatch):
-    """SEEDS=1 study.sh failed at the C4 step: the study handed its environment to python -m preprocess.c4 task,
+    """SEEDS=1 study.sh failed at the C4 step: the study handed its environment to python -m tupe_preprocess.c4 task,
     whose name check took SEEDS for a misspelt SEED. Each child of the study now gets the study's settings it
     declares only (the C4 step: C4_DIR, VOCAB_SIZE, ...; fine-tuning's fairseq-train: none)."""
-    from preprocess.c4 import pipeline
-    from study import stages
-    from study.settings import StudyConfig
+    from tupe_preprocess.c4 import pipeline
+    from tupe_study import stages
+    from tupe_study.settings import StudyConfig
 
     for name in StudyConfig.names():
         monkeypatch.setenv(name, "1")
@@ -159,7 +159,7 @@ def last(p: subprocess.CompletedProcess) -> str:
     (["glue/finetune.sh", "RTE", "1e-5", "1"], {"EPOCH": "3", "CHECKPOINT": "x"}, "did you mean EPOCHS?"),
     (["glue/grid.sh"], {"SEED": "1", "CHECKPOINT": "x"}, "SEED is not a setting of grid.sh: did you mean SEEDS?"),
     (["glue/grid.sh"], {"DROPOUTS": "0.2", "CHECKPOINT": "x"}, "did you mean DROPOUT?"),  # finetune.sh's, passed on
-    (["python", "-m", "preprocess.c4", "run", "x"], {"VOCABSIZE": "100"}, "did you mean VOCAB_SIZE?"),
+    (["python", "-m", "tupe_preprocess.c4", "run", "x"], {"VOCABSIZE": "100"}, "did you mean VOCAB_SIZE?"),
     (["train_scripts/study.sh"], {"VARIANT": "bert-a", "OUT": "o"}, "did you mean VARIANTS?"),
     (["train_scripts/study.sh"], {"FT_SEED": "2", "OUT": "o"}, "FT_SEED is not a setting of study.sh: no setting"),
     (["train_scripts/pretrain.sh"], {"MAX_UPDATE": "10", "DATA": "x"},

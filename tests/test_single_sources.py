@@ -1,6 +1,6 @@
 """Facts with one source: the files that cannot import it (YAML, .env presets, shell, docs) agree with it.
 
-The sources: the paper's GLUE grid (``glue.tasks.PAPER_LRS``/``PAPER_SEEDS``), the pre-training recipe
+The sources: the paper's GLUE grid (``tupe_glue.tasks.PAPER_LRS``/``PAPER_SEEDS``), the pre-training recipe
 (``tupe_common.pretrain_recipe``), the usage error (``tupe_common.errors.UsageError``).
 """
 from __future__ import annotations
@@ -12,11 +12,11 @@ from typing import Dict
 import pytest
 
 from conftest import ROOT
-from glue.tasks import PAPER_LRS, PAPER_SEEDS, PAPER_TASKS
+from tupe_glue.tasks import PAPER_LRS, PAPER_SEEDS, PAPER_TASKS
 from tupe_common.pretrain_recipe import ELECTRA_CHANGES, MLM, recipe
 
-PRESETS = ROOT / "train_scripts" / "study_presets"
-PRETRAIN_YAML = ROOT / "train_scripts" / "config" / "pretrain"
+PRESETS = ROOT / "tupe_study" / "presets"
+PRETRAIN_YAML = ROOT / "tupe_pretrain" / "config" / "pretrain"
 
 
 def env_file(path: Path) -> Dict[str, str]:
@@ -46,7 +46,7 @@ def test_the_paper_grid_is_the_protocols_and_the_base_presets():
 
 
 def test_grid_sh_defaults_to_the_one_grid(starts_process):
-    """grid.sh's defaults come from glue.tasks (through glue.grid's table of its settings)."""
+    """grid.sh's defaults come from tupe_glue.tasks (through tupe_glue.grid's table of its settings)."""
     help_text = starts_process(["bash", str(ROOT / "glue" / "grid.sh"), "--help"]).stdout
     assert re.search(r"^  LRS\s+" + re.escape(" ".join(PAPER_LRS)) + r"\s", help_text, re.M)
     assert re.search(r"^  SEEDS\s+" + re.escape(" ".join(PAPER_SEEDS)) + r"\s", help_text, re.M)
@@ -73,7 +73,7 @@ def test_the_base_preset_is_the_recipe():
     assert {s.name for s in settings} == {"TOKENS_PER_SAMPLE", "SENTENCES_PER_UPDATE", "MAX_SENTENCES",
                                           "TOTAL_UPDATES", "WARMUP", "LR"}
     assert {s.name: base[s.name] for s in settings if not same(base[s.name], s.value)} == {}
-    from study.settings import FIELDS
+    from tupe_study.settings import FIELDS
 
     (disc,) = [s for s in ELECTRA_CHANGES if s.study]
     assert FIELDS[disc.name].default == disc.value  # the study's default DISC_WEIGHT, a setting of every preset
@@ -95,14 +95,14 @@ def test_pretrain_sh_takes_every_default_from_the_recipe(starts_process):
 
 
 def test_one_usage_error_class_everywhere():
-    from glue import tasks
-    from preprocess import download_command, glue_download
-    from study import plan, settings
+    from tupe_glue import tasks
+    from tupe_preprocess import download_command, glue_download
+    from tupe_study import plan, settings
     from tupe_common.errors import UsageError
-    from tupe_plugin_cli import errors
+    from tupe_tools import errors
 
     assert {id(m.UsageError) for m in (tasks, download_command, glue_download, plan, settings, errors)} == {id(UsageError)}
-    assert issubclass(UsageError, ValueError)  # what tupe_plugin_cli.errors treats as the user's to fix
+    assert issubclass(UsageError, ValueError)  # what tupe_tools.errors treats as the user's to fix
     with pytest.raises(UsageError, match="unknown task"):
         tasks.get_task("NoSuchTask")
     with pytest.raises(SystemExit) as usage:  # a download command's UsageError: argparse's exit 2
@@ -114,10 +114,10 @@ def test_one_usage_error_class_everywhere():
 
 
 def test_one_glue_registry_for_the_download_and_the_binarizer():
-    """preprocess.glue_download writes, and preprocess.glue_binarize reads, the layouts of glue.tasks (the
+    """tupe_preprocess.glue_download writes, and tupe_preprocess.glue_binarize reads, the layouts of tupe_glue.tasks (the
     round trip through both is tests/test_downloads.py); every column a split names is one of its fields."""
-    from glue import tasks
-    from preprocess import glue_binarize, glue_download
+    from tupe_glue import tasks
+    from tupe_preprocess import glue_binarize, glue_download
 
     assert glue_download.TASKS is tasks.TASKS and glue_binarize.TASKS is tasks.TASKS
     for task in tasks.TASKS.values():

@@ -119,8 +119,8 @@ def test_a_forked_child_ends_on_the_signal_even_inside_c_code():
 
 def test_the_torchrun_that_pretrain_waits_for_ends_when_pretrain_is_killed():
     """pretrain.sh holds SAVE_DIR's lock while its torchrun runs: a kill -9 of pretrain.sh must not leave torchrun
-    training on (train_scripts/torchrun.py asks Linux for SIGTERM at its parent's death)."""
-    child = ("from train_scripts.torchrun import end_with_parent; end_with_parent(); import sys, time; "
+    training on (tupe_pretrain/torchrun.py asks Linux for SIGTERM at its parent's death)."""
+    child = ("from tupe_pretrain.torchrun import end_with_parent; end_with_parent(); import sys, time; "
              "print('ready', flush=True); time.sleep(120)")
     parent = start(["bash", "-c", f'TUPE_TORCHRUN_PARENT=$$ {sys.executable} -c "{child}" & wait'],
                    dict(os.environ, PYTHONPATH=str(ROOT)))
@@ -258,7 +258,7 @@ def test_sigterm_with_several_processes_names_the_checkpoint_the_rerun_resumes_f
                                                        "".join(out)), 180, "no checkpoint saved")
     assert p.poll() is None, p.stderr.read()[-3000:]
     procs = tree(p.pid)
-    assert any("train_scripts.torchrun" in c for c in command_lines(procs))  # a child, not exec'd
+    assert any("tupe_pretrain.torchrun" in c for c in command_lines(procs))  # a child, not exec'd
     for pid in [p.pid] + [c.pid for c in procs]:  # scancel: every process of the job
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)

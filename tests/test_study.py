@@ -1,4 +1,4 @@
-"""The study (train_scripts/study.sh, the study/ package) and its report (study.report).
+"""The study (train_scripts/study.sh, the study/ package) and its report (tupe_study.report).
 
 The maths (Pearson, Spearman with ties, paired differences, medians, the unigram entropy) against values
 worked out by hand or by plain float64 loops; the loss curve from a hand-made fairseq log; the whole report
@@ -26,10 +26,10 @@ import pytest
 
 from conftest import BIN, ROOT
 from corpus import study_inputs
-from study import compare, figure, runs
-from study import report as sr
-from study import stats
-from study.noise import span_test
+from tupe_study import compare, figure, runs
+from tupe_study import report as sr
+from tupe_study import stats
+from tupe_study.noise import span_test
 
 STUDY = ROOT / "train_scripts" / "study.sh"
 
@@ -158,7 +158,7 @@ def test_overview_survives_grey_print_and_shades_each_column_by_its_own_values(m
                      "order_drop_random": 0.1 * i, "loc_pos": i / 17})
     assert len({figure.variant_style(i) for i in range(36)}) == 36  # 4 line styles x 9 markers, coprime
     plt = figure._pyplot()
-    # every column's ranks readable: which columns are (study.noise) is test_study_noise's and the figure test's
+    # every column's ranks readable: which columns are (tupe_study.noise) is test_study_noise's and the figure test's
     monkeypatch.setattr(figure, "noise_headers", lambda variants, keys, columns: [None] * len(keys))
     fig = figure.overview_figure(variants, rows, [], [], 9.9)
     curves = fig.axes[0]
@@ -324,14 +324,14 @@ def test_pick_columns_median_best_lr_and_mnli_mm_at_mnli_m_lr():
 
 
 def test_glue_selection_shared_with_collect():
-    from glue import collect
+    from tupe_glue import collect
     from tupe_common.glue_selection import column_lr, select_columns
 
     by_lr = {2e-5: [1.0, 5.0, 3.0], 3e-5: [2.0, 3.0, 9.0], 4e-5: [0.0, 3.0]}  # medians 3, 3, 1.5: tie -> 2e-5
     assert column_lr(by_lr) == 2e-5
     assert column_lr({1e-5: [9.0]}, leader=by_lr) is None  # no runs at the leader's LR: no result
     assert select_columns({"m": by_lr, "mm": {2e-5: [0.0], 3e-5: [99.0]}}, {"mm": "m"}) == {"m": 2e-5, "mm": 2e-5}
-    assert collect.column_lr is column_lr  # glue.collect's table uses this very function
+    assert collect.column_lr is column_lr  # tupe_glue.collect's table uses this very function
 
 
 def test_paired_bootstrap_against_exact_enumeration():
@@ -361,7 +361,7 @@ def test_paired_bootstrap_against_exact_enumeration():
 
 def test_longer_inputs_say_which_variants_cannot_go_beyond_t():
     from references import reference
-    from study.longer_inputs import untrained_beyond
+    from tupe_study.longer_inputs import untrained_beyond
     from tupe_core.registry import VARIANTS
 
     for name, variant in VARIANTS.items():  # as each variant's reference declares (tests/references/<name>.py)
@@ -520,7 +520,7 @@ def test_report_gives_a_row_per_rope_scaling_beside_its_model(tmp_path):
 def test_run_section_names_the_code_that_ran_each_part(tmp_path):
     """timings.tsv's sixth column, the commit that ran a part: counted per commit in the report's Run section, with a
     warning when the parts ran with more than one (a seed can draw another model); a line cut short is skipped."""
-    from study.timings import part_times
+    from tupe_study.timings import part_times
 
     stamp = "2026-01-01T00:10:00Z"
     (tmp_path / "timings.tsv").write_text(f"pretrain\tA 1\t600\t{stamp}\thost\tabc1234\n"
@@ -544,7 +544,7 @@ def test_logged_seconds_sum_each_sitting_and_leave_out_the_time_between_them(tmp
     """A pre-training's log over two sittings (a kill after 150 s, the restart 3 hours later, 200 s more), its
     launcher's untimed settings lines opening each and an untimed warning inside the second: the sittings' own
     seconds, as a plain sum of last - first over each run of timed lines computes them, not the hours between."""
-    from study.timings import logged_seconds
+    from tupe_study.timings import logged_seconds
 
     log = tmp_path / "train.log"
     assert logged_seconds(str(log)) == 0  # no log: a first sitting
@@ -562,7 +562,7 @@ def test_logged_seconds_sum_each_sitting_and_leave_out_the_time_between_them(tmp
 
 
 def test_code_version_is_the_checkouts_commit_and_says_dirty(tmp_path, starts_process):
-    from study.timings import code_version
+    from tupe_study.timings import code_version
 
     assert code_version(str(tmp_path)) == "unknown"  # not a checkout
     git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t"]
@@ -640,7 +640,7 @@ def test_without_several_seeds_the_seed_noise_is_said_to_be_unmeasured(tmp_path)
 
 
 def test_word_order_sets_keep_words_and_swap_roles():
-    from study.dev_eval import perturbed_sets
+    from tupe_study.dev_eval import perturbed_sets
 
     examples = [("Two old men sit on a long wooden bench near the sea .", "A man is petting a dog ."),
                 ("A girl runs .", "A child is sleeping .")]
@@ -677,7 +677,7 @@ def test_report_lists_what_is_missing(tmp_path):
 def test_report_names_a_curve_with_a_hole(tmp_path):
     """A validation missing from a log (a line lost at a kill) is named with its update; a complete curve, and an
     epoch's extra validation off the grid, are not; an unfinished curve is checked up to its last validation."""
-    from study.runs import curve_holes
+    from tupe_study.runs import curve_holes
 
     assert curve_holes({25: 3.0, 50: 2.0, 75: 1.2, 100: 0.9}, 25, 100) == []
     assert curve_holes({25: 3.0, 31: 2.9, 50: 2.0, 100: 0.9}, 25, 100) == [75]
@@ -728,14 +728,14 @@ def test_a_study_that_fine_tunes_nothing_misses_no_fine_tuning_run(tmp_path):
     assert sr.main(args + ["--finetune-grid", "none"]) == 0
     missing = (out / "report.md").read_text().split("## Missing parts and problems")[1]
     assert "fine-tuning" not in missing and "- none" in missing
-    from study.plan import Plan
-    from study.stages import run_report
+    from tupe_study.plan import Plan
+    from tupe_study.stages import run_report
 
     (out / "settings.env").write_text("PRESET=tiny\n")
     plan = Plan.from_environ({"OUT": str(out), "PRESET": "tiny", "VARIANTS": "bert-a", "TASKS": "none"},
                              known={"bert-a": "BERT-A"})
     called = []
-    import study.report as report_module
+    import tupe_study.report as report_module
 
     real = report_module.main
     report_module.main = lambda argv: called.append(argv) or 0
@@ -845,9 +845,10 @@ def test_report_variants_with_their_own_seeds(tmp_path):
 def test_objectives_are_entries_with_their_own_folders(tmp_path):
     """OBJECTIVES="mlm electra": every variant once per objective, MLM first; the MLM folders are where a
     study without objectives has them; the longer-inputs stage skips ELECTRA; bad values are usage errors."""
-    from study.plan import Plan, split_label
-    from study.settings import UsageError
-    from study.stages import longer_parts
+    from tupe_study.plan import Plan
+    from tupe_study.runs import split_label
+    from tupe_study.settings import UsageError
+    from tupe_study.stages import longer_parts
 
     env = {"OUT": str(tmp_path / "s"), "PRESET": "cpu-small", "TASKS": "none", "VARIANTS": "bert-a tupe-r:3",
            "PRETRAIN_SEEDS": "1 2", "OBJECTIVES": "mlm electra", "GENERATOR_SIZE_DIVISOR": "4"}
@@ -884,7 +885,7 @@ def test_electra_settings_are_recorded_once_the_study_has_electra_models():
     the ELECTRA settings are the study's like any other."""
     from dataclasses import replace
 
-    from study.settings import changed_settings, merged_text, read, recorded_text
+    from tupe_study.settings import changed_settings, merged_text, read, recorded_text
 
     mlm = read({"PRESET": "cpu-small", "OUT": "x"})
     both = replace(mlm, OBJECTIVES="mlm electra", GENERATOR_SIZE_DIVISOR="4")
@@ -903,7 +904,7 @@ def test_a_setting_no_longer_read_does_not_refuse_an_older_study():
     """A settings.env written when a setting existed that no stage reads any more (LONGER_TOKENS: the
     longer-inputs stage re-runs pre-training's own validation since 31948e2) resumes and reports: the setting
     is no longer recorded, and the older line is kept as it was written."""
-    from study.settings import changed_settings, merged_text, read, recorded_text
+    from tupe_study.settings import changed_settings, merged_text, read, recorded_text
 
     now = recorded_text(read({"PRESET": "cpu-small", "OUT": "x"}))
     assert "LONGER_TOKENS" not in now
@@ -917,7 +918,7 @@ def test_a_study_recorded_under_the_old_names_resumes_and_the_old_names_still_se
     SENTENCES_PER_BATCH, EXTRA_ARGS; they were BATCH_SIZE, PRETRAIN_LR, FT_*): a settings.env written under the old
     names reads as the new ones (the same values resume; another value is refused by its new name), a list written
     with commas is the same list, and an old name in the environment still sets the new one, with a warning."""
-    from study.settings import changed_settings, read, recorded_text
+    from tupe_study.settings import changed_settings, read, recorded_text
 
     now = recorded_text(read({"PRESET": "cpu-small", "OUT": "x"}))
     assert "\nSENTENCES_PER_UPDATE=32\n" in now and "\nLR=1e-3\n" in now and "\nLRS=5e-4\n" in now
@@ -937,8 +938,8 @@ def test_a_study_recorded_under_the_old_names_resumes_and_the_old_names_still_se
 
 
 def test_word_order_check_covers_nope_with_every_objective():
-    from study.compare import OrderDrop
-    from study.report import _order_lines
+    from tupe_study.compare import OrderDrop
+    from tupe_study.report import _order_lines
 
     still = [OrderDrop("nope", "SST", "random", [0.0], 10, 16), OrderDrop("nope+electra", "SST", "random", [0.0], 10, 16)]
     assert any(line.startswith("Check: nope (no position information) moves by at most 0.00") for line in _order_lines(still))
@@ -1087,8 +1088,8 @@ def every_setting(**given: str) -> Dict[str, str]:
     """Every setting that study.sh --help lists, at the tiny preset's or its own default (an empty one as --slurm
     exports it, none), then ``given``; less those that ``study`` sets. So each one is in the environment of the
     study and of what it starts: SEEDS=1 study.sh failed at the C4 step (the study handed SEEDS to python -m
-    preprocess.c4 task, which took it for a misspelt SEED)."""
-    from study.settings import defaults
+    tupe_preprocess.c4 task, which took it for a misspelt SEED)."""
+    from tupe_study.settings import defaults
 
     helper = ("OUT", "PRESET", "VARIANTS", "GPUS", "NUM_WORKERS", "VOCAB_SIZE")
     return {**{n: v or "none" for n, v in defaults({"PRESET": "tiny"}).items() if n not in helper}, **given}
@@ -1117,7 +1118,7 @@ def test_tiny_study_csv_holds_the_pretraining_curve(tiny_study):
     (row,) = tiny_study.rows
     curve = tiny_study.curve
     assert row["variant"] == "nope" and sorted(curve) == [2, 4]  # a validation every TOTAL_UPDATES / VALID_POINTS
-    # every validation of the log on that grid, once, and no end-of-epoch validation or save configured (study.stages
+    # every validation of the log on that grid, once, and no end-of-epoch validation or save configured (tupe_study.stages
     # run_pretrain; the tiny study's epoch is longer than its 4 updates, so the flags are checked in its config)
     log = (tiny_study.out / "pretrain" / "nope" / "seed1" / "train.log").read_text()
     updates = [int(u) for u in re.findall(r'"valid_num_updates": "(\d+)"', log)]
@@ -1128,7 +1129,7 @@ def test_tiny_study_csv_holds_the_pretraining_curve(tiny_study):
 
 
 def test_tiny_study_records_the_code_that_ran_each_part(tiny_study):
-    from study.timings import code_version
+    from tupe_study.timings import code_version
 
     code = code_version()
     assert tiny_study.codes == {code} and (code == "unknown" or re.fullmatch(r"\S*[0-9a-f]{7}(-dirty)?", code))
@@ -1200,7 +1201,7 @@ def test_tiny_study_longer_inputs_at_t_are_the_logged_validation(tiny_study):
     assert all(0 < x < 20 for x in longer["lengths"].values())
     assert longer["lengths"]["64"] == pytest.approx(curve[4], abs=0.002) and longer["logged_valid_loss"] == curve[4]
     assert float(tiny_study.rows[0]["loss_len256"]) == pytest.approx(longer["lengths"]["256"], rel=1e-5)
-    # block by block (study.valid_se): every block of the split, summing back to the logged loss
+    # block by block (tupe_study.valid_se): every block of the split, summing back to the logged loss
     per = json.loads((tiny_study.out / "longer" / "nope" / "seed1.blocks.json").read_text())
     counted = json.loads((tiny_study.out / "c4" / "valid_blocks.json").read_text())  # prep counted the same split
     # fairseq's batch_by_size with --required-batch-size-multiple 8 drops the last blocks short of a multiple of 8
@@ -1230,9 +1231,9 @@ def test_tiny_study_one_run_per_folder_and_readers_beside_a_live_lock(tiny_study
     --list reads beside them (the report, --archive and --plan take none either); a whole study.sh on OUT and
     --part pretrain 0 are refused at once, exit 2, naming the holder (tupe_common/lock.py). study.sh's function in
     this process (the shell file runs in the tests above)."""
-    from study.__main__ import main
+    from tupe_study.__main__ import main
     from tupe_common import lock
-    from train_scripts.pretrain import save_dir_lock
+    from tupe_pretrain.pretrain import save_dir_lock
 
     out = tiny_study.out
     assert not list(out.rglob("*.lock")) and not list(out.rglob(".run.lock*"))
@@ -1312,14 +1313,14 @@ def test_tiny_study_second_variant_adds_only_its_parts_on_slurm(tiny_study):
 
 def test_tiny_study_archive_renders_the_same_report_without_checkpoints_or_data(tiny_study, tmp_path):
     """--archive keeps what the report reads (the logs' validation lines, the runs' results, predictions and word-order
-    sets, locality, longer inputs, timings, settings) and no checkpoint or data; `python -m study.archive` renders the
+    sets, locality, longer inputs, timings, settings) and no checkpoint or data; `python -m tupe_study.archive` renders the
     same report, CSVs and all, from it alone. An existing DEST is refused, exit 2, untouched."""
     out, dest = tiny_study.out, tmp_path / "evidence"
     study(out, "--report", **tiny_study.env)  # the original's report as the archive will render it
     original = {n: (out / n).read_text() for n in ("report.md", "study.csv", "differences.csv", "endpoints.csv",
                                                    "order.csv", "correlation.csv")}
     p = study(out, "--archive", str(dest), **tiny_study.env)
-    assert f"render it again with: python -m study.archive {dest}" in p.stderr
+    assert f"render it again with: python -m tupe_study.archive {dest}" in p.stderr
     kept = sorted(str(f.relative_to(dest)) for f in dest.rglob("*") if f.is_file())
     run = "finetune/nope/seed1/SST-2/lr1e-3_seed1"
     assert kept == sorted(["c4/valid_blocks.json", "locality/nope/seed1.csv", "longer/nope/seed1.json",
@@ -1339,7 +1340,7 @@ def test_tiny_study_archive_renders_the_same_report_without_checkpoints_or_data(
     hidden = out.with_name("hidden")
     out.rename(hidden)
     try:
-        r = subprocess.run([sys.executable, "-m", "study.archive", str(dest)], cwd=ROOT, capture_output=True,
+        r = subprocess.run([sys.executable, "-m", "tupe_study.archive", str(dest)], cwd=ROOT, capture_output=True,
                            text=True, timeout=300)
     finally:
         hidden.rename(out)
@@ -1481,7 +1482,7 @@ def test_variants_in_the_registrys_spelling_are_read_with_dashes():
     """VARIANTS=tupe_r (the registry's, the arch's spelling) is tupe-r: the study's folders, parts and report
     name a variant as pretrain.sh's VARIANT does (so both spellings at once name it twice: refused); a name known
     in neither spelling is refused."""
-    from study.plan import UsageError, parse_variants, registry
+    from tupe_study.plan import UsageError, parse_variants, registry
 
     known = registry()
     assert "tupe-r" in known and "tupe_r" not in known
@@ -1495,7 +1496,7 @@ def test_variants_in_the_registrys_spelling_are_read_with_dashes():
 
 def test_fine_tuning_parts_come_seed_first(tmp_path, corpus):
     """Every model's first fine-tuning seed before any second: a report on an unfinished study compares them all."""
-    from study.plan import Plan
+    from tupe_study.plan import Plan
 
     plan = Plan.from_environ({"OUT": str(tmp_path / "s"), "PRESET": "tiny", "TASKS_DIR": corpus["TASKS_DIR"],
                               "TASKS": "SST-2", "VARIANTS": "nope bert-a:1,2", "SEEDS": "1 2"})
@@ -1507,7 +1508,7 @@ def test_unknown_variant_is_refused_before_any_work(tmp_path, starts_process):
     p = study(tmp_path / "study", check=False, VARIANTS="bert-a bert-x", TASKS="none", C4_DIR=str(tmp_path))
     assert p.returncode == 2 and "'bert-x' is not a registered variant" in p.stderr and "pam-window" in p.stderr
     assert not (tmp_path / "study").exists()  # nothing written, nothing prepared
-    from study.plan import Plan, registry
+    from tupe_study.plan import Plan, registry
     from tupe_core.registry import names as registered
 
     plan = Plan.from_environ({"OUT": str(tmp_path / "s2"), "PRESET": "tiny", "TASKS": "none",
@@ -1521,7 +1522,7 @@ def test_unknown_variant_is_refused_before_any_work(tmp_path, starts_process):
 # ------------------------------------------------------------------------------------- presets, --help
 
 
-PRESETS = ROOT / "train_scripts" / "study_presets"
+PRESETS = ROOT / "tupe_study" / "presets"
 
 
 def read_preset(path: Path) -> Dict[str, str]:
@@ -1536,7 +1537,7 @@ def read_preset(path: Path) -> Dict[str, str]:
 @pytest.mark.parametrize("name", ["tiny", "cpu-small", "gpu-small", "base"])
 def test_presets_are_complete_and_consistent(name):
     p = read_preset(PRESETS / f"{name}.env")
-    from study.settings import FIELDS, read_preset as checked
+    from tupe_study.settings import FIELDS, read_preset as checked
 
     assert set(p) == {n for n, f in FIELDS.items() if f.metadata.get("preset")} == set(checked(str(PRESETS / f"{name}.env")))
     assert int(p["SENTENCES_PER_UPDATE"]) % int(p["MAX_SENTENCES"]) == 0  # pretrain.sh's update-freq must divide
@@ -1559,7 +1560,7 @@ def test_published_evidence_renders_its_declared_comparisons(folder, tmp_path):
     """Every publication's evidence/ (study.sh --archive) agrees with its manifest, renders with today's report, and
     its declared comparisons come out as published, endpoints.csv byte for byte: a change of their math (or of the
     file's columns) fails here, and the publication is rendered again from it."""
-    from study.archive import render, verify
+    from tupe_study.archive import render, verify
 
     published = ROOT / "docs" / "results" / folder
     copy = tmp_path / "evidence"
@@ -1577,7 +1578,7 @@ def test_published_evidence_renders_its_declared_comparisons(folder, tmp_path):
         "same comparisons, another file: a column or its format changed since the publication"
 
 
-# An archive from the published evidence, in-process (study.archive.archive reads the evidence as it reads a study:
+# An archive from the published evidence, in-process (tupe_study.archive.archive reads the evidence as it reads a study:
 # the logs are validation lines already), with a declaration as a new study writes it.
 PUBLISHED = ROOT / "docs" / "results" / "2026-12-02_cpu-small_seeds10" / "evidence"
 DECLARED_LINE = "# declared 2026-12-01T09:00:00Z at commit abc1234\n"
@@ -1585,7 +1586,7 @@ SEEDS10 = ",".join(map(str, range(21, 31)))
 
 
 def _archive_of_published(tmp_path: Path, settings_extra: str = "") -> Path:
-    from study.archive import archive
+    from tupe_study.archive import archive
 
     study_dir, dest = tmp_path / "study", tmp_path / "evidence"
     shutil.copytree(PUBLISHED, study_dir)
@@ -1603,7 +1604,7 @@ def test_archive_writes_a_manifest_of_every_evidence_file_and_the_declaration(tm
     (settings.env's lines, its declared line among them, and the commit recorded there); it verifies."""
     import hashlib
 
-    from study.archive import verify
+    from tupe_study.archive import verify
 
     dest = _archive_of_published(tmp_path)
     manifest = json.loads((dest / "manifest.json").read_text())
@@ -1627,9 +1628,9 @@ def test_archive_writes_a_manifest_of_every_evidence_file_and_the_declaration(tm
     ("settings", "settings.env", "differs from manifest.json"),
 ])
 def test_archive_refuses_a_file_that_differs_is_missing_or_extra(tmp_path, capsys, change, named, what):
-    """One changed byte, a missing file or an extra one: `python -m study.archive` refuses before it renders, with
+    """One changed byte, a missing file or an extra one: `python -m tupe_study.archive` refuses before it renders, with
     one error line naming the file (exit 1), and writes no report."""
-    from study.archive import main
+    from tupe_study.archive import main
 
     dest = _archive_of_published(tmp_path)
     path = dest / named
@@ -1645,7 +1646,7 @@ def test_archive_refuses_a_file_that_differs_is_missing_or_extra(tmp_path, capsy
     capsys.readouterr()
     assert main([str(dest)]) == 1
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("study.archive: error: ") and f"{dest}/{named}: {what}" in err[0]
+    assert len(err) == 1 and err[0].startswith("tupe_study.archive: error: ") and f"{dest}/{named}: {what}" in err[0]
     assert not (dest / "report.md").exists()
 
 
@@ -1686,7 +1687,7 @@ def _with(argv, option, value):
 def test_report_arguments_contradicting_settings_env_are_named(option, value, setting_line, named):
     """Each setting the report's arguments state is compared by meaning with settings.env's: the contradiction is
     named, with both values."""
-    from study.archive import contradictions
+    from tupe_study.archive import contradictions
 
     argv = _with(ARGV10, option, value) if option else ARGV10
     settings = SETTINGS10 if setting_line is None else re.sub(
@@ -1700,7 +1701,7 @@ def test_report_arguments_contradicting_settings_env_are_named(option, value, se
 def test_report_arguments_agreeing_with_settings_env_in_another_spelling_are_accepted():
     """The same declaration written otherwise: endpoints in another order, with underscores, a margin as 5e-2,
     variants and seeds in another order, the seeds as PRETRAIN_SEEDS' rather than the variants' own."""
-    from study.archive import contradictions
+    from tupe_study.archive import contradictions
 
     assert contradictions(ARGV10, SETTINGS10) == []
     argv = _with(_with(_with(ARGV10, "--endpoints", "loss_auc:tupe_r:bert_a  final_loss:tupe-r:bert-a"),
@@ -1718,7 +1719,7 @@ def test_archive_refuses_a_report_json_that_contradicts_settings_env(tmp_path, c
     """The issue's case: report.json edited to declare one comparison where settings.env declares two (a Holm family
     of 1 instead of 2). Its manifest written again over the edit (as one who edits both would), the archive still
     refuses, in one error line naming the setting and both values; in another order the declaration renders."""
-    from study.archive import main, write_manifest
+    from tupe_study.archive import main, write_manifest
 
     dest = _archive_of_published(tmp_path)
     report_json = dest / "report.json"
@@ -1729,7 +1730,7 @@ def test_archive_refuses_a_report_json_that_contradicts_settings_env(tmp_path, c
     capsys.readouterr()
     assert main([str(dest)]) == 1
     (err,) = capsys.readouterr().err.strip().splitlines()
-    assert err.startswith("study.archive: error: ") and "contradicts" in err and "in ENDPOINTS" in err
+    assert err.startswith("tupe_study.archive: error: ") and "contradicts" in err and "in ENDPOINTS" in err
     assert "--endpoints final_loss:tupe-r:bert-a against ENDPOINTS=final_loss:tupe-r:bert-a loss_auc:tupe-r:bert-a" \
         in err
     assert not (dest / "report.md").exists()
@@ -1743,7 +1744,7 @@ def test_archive_refuses_a_report_json_that_contradicts_settings_env(tmp_path, c
 
 def test_archive_without_a_manifest_renders_with_a_warning(tmp_path, capsys):
     """An archive written before manifests renders as before, with one warning line that it cannot be verified."""
-    from study.archive import main
+    from tupe_study.archive import main
 
     copy = tmp_path / "evidence"
     shutil.copytree(PUBLISHED, copy)
@@ -1751,13 +1752,13 @@ def test_archive_without_a_manifest_renders_with_a_warning(tmp_path, capsys):
     capsys.readouterr()
     assert main([str(copy)]) == 0
     warnings = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
-    assert warnings == [f"study.archive: warning: {copy} has no manifest.json (archived before manifests, "
+    assert warnings == [f"tupe_study.archive: warning: {copy} has no manifest.json (archived before manifests, "
                         "2026-12-06): its files cannot be verified; rendering it as it is"]
     assert (copy / "endpoints.csv").read_bytes() == (PUBLISHED.parent / "endpoints.csv").read_bytes()
 
 
 def test_sigterm_stops_the_lanes_and_their_runs_and_the_rerun_matches_the_study(tiny_study, tmp_path):
-    """study.sh --lanes 2 (a lane: python -m study --part, whose fine-tuning runs fairseq-train) stopped by SIGTERM
+    """study.sh --lanes 2 (a lane: python -m tupe_study --part, whose fine-tuning runs fairseq-train) stopped by SIGTERM
     while its fine-tuning runs: exit 143, one line, no process of the tree left, no finished-looking run; the same
     command then fine-tunes the run as the uninterrupted study did (the same validations and result)."""
     import signal
@@ -1773,7 +1774,7 @@ def test_sigterm_stops_the_lanes_and_their_runs_and_the_rerun_matches_the_study(
                          OUT=str(out), PRESET="tiny", VARIANTS="nope", GPUS="0", NUM_WORKERS="0", PREP_JOBS="1",
                          HARD_VOCAB_LIMIT="0", VOCAB_SIZE="300"), **tiny_study.env))
     p = start([STUDY, "--lanes", "2", "--stages", "finetune"], env, cwd=ROOT)
-    training = lambda: any("glue.fairseq_train" in c for c in command_lines(tree(p.pid)))  # noqa: E731
+    training = lambda: any("tupe_glue.fairseq_train" in c for c in command_lines(tree(p.pid)))  # noqa: E731
     wait_for(lambda: p.poll() is not None or training(), 240, "fine-tuning did not start")  # a few updates: stop now
     assert p.poll() is None, p.communicate()
     stop_cleanly(p, signal.SIGTERM, "study.sh: error: stopped by SIGTERM; rerun the same command to resume (finished "

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-import study.__main__ as study_main
-from study.__main__ import check_settings, main
-from study.plan import Plan
-from study.settings import UsageError, changed_settings, merged_text, read, recorded_text
+import tupe_study.__main__ as study_main
+from tupe_study.__main__ import check_settings, main
+from tupe_study.plan import Plan
+from tupe_study.settings import UsageError, changed_settings, merged_text, read, recorded_text
 from study_logs import write_valid_log
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -107,7 +107,7 @@ def test_the_same_declaration_in_another_spelling_or_order_resumes(env, name, va
 
 
 def test_own_seeds_in_another_order_are_the_same_variant():
-    from study.settings import _same
+    from tupe_study.settings import _same
 
     assert _same("VARIANTS", "bert-a:2,1 tupe_r", "tupe-r bert-a:1,2")
     assert not _same("VARIANTS", "bert-a:1,2 tupe-r", "bert-a:1,2,3 tupe-r")
@@ -162,7 +162,7 @@ def test_a_study_recorded_before_the_design_was_resumes_without_it(env):
 
 
 def test_the_gpu_study_rewrites_its_seeds_line_and_compares_the_rest():
-    from study import gpu_schedule
+    from tupe_study import gpu_schedule
 
     first = "# declared 2026-12-06T00:00:00Z at commit abc1234\nPRESET=gpu-9min\nVARIANTS=bert-a tupe-r\n" \
             "PRETRAIN_SEEDS=1 2 3\nTOTAL_UPDATES=1200\n"
@@ -221,7 +221,7 @@ def test_the_command_refuses_another_design_with_one_error_line_last(tmp_path, s
                PRETRAIN_SEEDS="1 2", GPUS="0")
 
     def run(**changed):
-        return subprocess.run([sys.executable, "-m", "study", "--slurm"], cwd=ROOT, env=dict(env, **changed),
+        return subprocess.run([sys.executable, "-m", "tupe_study", "--slurm"], cwd=ROOT, env=dict(env, **changed),
                               capture_output=True, text=True, timeout=300)
 
     first = run()

@@ -1,4 +1,4 @@
-"""The study's declared comparisons (study/endpoints.py): the setting that declares them, its record in
+"""The study's declared comparisons (tupe_study/endpoints.py): the setting that declares them, its record in
 settings.env, and the report's one family. In-process, against closed forms: Student's t with 2 degrees of
 freedom has P(|T| >= t) = 1 - t / sqrt(2 + t^2)."""
 from __future__ import annotations
@@ -9,10 +9,10 @@ import re
 
 import pytest
 
-from study import report as sr
-from study.endpoints import (Endpoint, curve_auc, logged_resolution, parse_endpoints, parse_margin, family_tests,
+from tupe_study import report as sr
+from tupe_study.endpoints import (Endpoint, curve_auc, logged_resolution, parse_endpoints, parse_margin, family_tests,
                              tost_p)
-from study.settings import UsageError, changed_settings, read, recorded_text
+from tupe_study.settings import UsageError, changed_settings, read, recorded_text
 from study_logs import write_valid_log
 
 TUPE_QUESTION = "final_loss:tupe-r:bert-a loss_auc:tupe-r:bert-a"
@@ -45,11 +45,11 @@ def test_endpoints_are_recorded_and_a_changed_declaration_is_refused_on_resume(t
     """The declaration is part of settings.env: a study resumed with other endpoints (or another margin) is
     refused, as the comparison would no longer be the one declared before it ran; a study recorded before the
     setting existed resumes as long as it declares nothing."""
-    import study.__main__
-    from study.__main__ import check_settings
-    from study.plan import Plan
+    import tupe_study.__main__
+    from tupe_study.__main__ import check_settings
+    from tupe_study.plan import Plan
 
-    monkeypatch.setattr(study.__main__, "code_version", lambda: "abc1234")  # in-process: no git process
+    monkeypatch.setattr(tupe_study.__main__, "code_version", lambda: "abc1234")  # in-process: no git process
 
     env = {"PRESET": "cpu-small", "OUT": str(tmp_path / "study"), "TASKS": "none", "VARIANTS": "bert-a tupe-r",
            "PRETRAIN_SEEDS": "11 12 13", "ENDPOINTS": TUPE_QUESTION, "EQUIVALENCE_BITS": "0.05"}
@@ -173,7 +173,7 @@ def test_mlm_validation_loss_is_logged_with_4_decimals():
     from fairseq import metrics
     from fairseq.criterions.masked_lm import MaskedLmLoss
 
-    from train_scripts.pretrain import PretrainConfig, Run
+    from tupe_pretrain.pretrain import PretrainConfig, Run
     from tupe_plugin.criterions.masked_lm_4dp import MaskedLm4dpLoss
 
     logs = [{"loss": torch.tensor(6.1), "sample_size": 2}, {"loss": torch.tensor(4.0), "sample_size": 1}]
@@ -194,7 +194,7 @@ def test_overview_draws_the_declared_comparisons_and_the_seed_bands(tmp_path):
     """A study of two variants x 3 seeds that declared two comparisons and fine-tuned nothing: the figure's lower
     row is one panel per comparison, its points the per-seed differences, its title the Holm p and verdict of the
     report; the curves panel has a band per variant from its lowest to its highest seed; no scatter panels."""
-    from study import figure, runs
+    from tupe_study import figure, runs
 
     out = tmp_path / "study"
     curves = {"tupe-r": {1: (9.6, 8.4), 2: (9.7, 8.55), 3: (9.5, 8.5)}, "bert-a": {s: (9.9, 9.0) for s in (1, 2, 3)}}
@@ -227,10 +227,10 @@ def test_overview_draws_the_declared_comparisons_and_the_seed_bands(tmp_path):
 
 def test_figure_text_contrast_noise_columns_small_correlations_and_unfit_marks():
     """Issue 50's print rules: every table cell's text reads at 4.5:1 or more on its grey (WCAG's contrast, by its
-    formula here); a column whose span across variants is not beyond the seed noise (``study.noise``: within what
+    formula here); a column whose span across variants is not beyond the seed noise (``tupe_study.noise``: within what
     models with no difference reach in 5% of simulated studies, or the noise not measured) is not shaded by rank and
     says so; a correlation of fewer than 5 variants is not drawn; an unfit variant is marked."""
-    from study import figure
+    from tupe_study import figure
 
     def luminance(g):
         return g / 12.92 if g <= 0.04045 else ((g + 0.055) / 1.055) ** 2.4
@@ -242,7 +242,7 @@ def test_figure_text_contrast_noise_columns_small_correlations_and_unfit_marks()
         assert (hi + 0.05) / (lo + 0.05) >= 4.5, grey
     assert figure.text_grey(0.6) == 0.0  # white on 60% grey was 2.5:1; black is 6.6:1
 
-    from study.runs import SeedRun, Variant
+    from tupe_study.runs import SeedRun, Variant
 
     def study(finals):
         variants = [Variant(v, seeds=[SeedRun(k, {100: x}, {}, {}) for k, x in enumerate(xs, 1)])
@@ -295,7 +295,7 @@ def test_holm_family_is_the_declared_one_and_tost_is_adjusted_across_it():
     Holm-adjusted across the same family: against the plain Holm computation of test_study_stats."""
     import math
 
-    from study.endpoints import Endpoint, family_tests, tost_p
+    from tupe_study.endpoints import Endpoint, family_tests, tost_p
     from test_study_stats import plain_holm
 
     declared = [Endpoint("final_loss", "a", "b"), Endpoint("loss_auc", "a", "b"), Endpoint("final_loss", "a", "c")]
@@ -310,12 +310,12 @@ def test_holm_family_is_the_declared_one_and_tost_is_adjusted_across_it():
 
 
 def test_zero_spread_within_floating_point_residue_is_no_spread():
-    from study.stats import t_test
+    from tupe_study.stats import t_test
 
     residue = t_test([-0.2] * 3)  # numpy's sd is 3.4e-17 here: it was taken as spread, p 1e-32
     assert residue.sd == 0.0 and residue.low == residue.high == pytest.approx(-0.2)
     floored = t_test([-0.2] * 3, sd_floor=1e-4)  # the logged resolution: p from the floor alone
     t = 0.2 / (1e-4 / 3 ** 0.5)
-    from study.stats import t_two_sided_p
+    from tupe_study.stats import t_two_sided_p
 
     assert floored.p == pytest.approx(t_two_sided_p(t, 2), rel=1e-9)

@@ -1,4 +1,4 @@
-"""study.noise: "an order may be read" fires in at most 5% of studies where no model differs, where the rule it
+"""tupe_study.noise: "an order may be read" fires in at most 5% of studies where no model differs, where the rule it
 replaced (the models' span against the largest spread of one model over its own seeds) fired in most of them."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from study import noise, stats
+from tupe_study import noise, stats
 
 STUDIES = 4000  # simulated null studies per shape
 # 3 standard errors of the estimated rate over STUDIES, plus 3 of the null's own 5% point (DRAWS simulated studies)

@@ -1,4 +1,4 @@
-"""``study.sh --plan`` (study/power.py): the power of the paired t-test over pre-training seeds against the audit's
+"""``study.sh --plan`` (tupe_study/power.py): the power of the paired t-test over pre-training seeds against the audit's
 figures, a simulation and scipy's noncentral t; the plan read from a pilot folder and from a published study.csv."""
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from study import stats
-from study.power import paired_t_power, plan_text, pilot_values, pretrain_seconds, seeds_needed
+from tupe_study import stats
+from tupe_study.power import paired_t_power, plan_text, pilot_values, pretrain_seconds, seeds_needed
 from study_logs import write_valid_log
 
 TUPE_QUESTION = "final_loss:tupe-r:bert-a loss_auc:tupe-r:bert-a"
@@ -17,7 +17,7 @@ TUPE_QUESTION = "final_loss:tupe-r:bert-a loss_auc:tupe-r:bert-a"
 def test_power_of_the_paired_t_test_against_the_audits_figures_and_a_simulation():
     """The audit: at the cpu-small effect (paired d = 1.68) a paired t-test has power 0.37 with 3 seeds, 0.80 with
     5 (0.799: 80% needs 6), 0.90 with 6. A simulation of the test itself (40,000 studies of n normal differences, the t-test of
-    study.stats) agrees within its own error, also at 2 seeds (1 degree of freedom) and with no effect (the level)."""
+    tupe_study.stats) agrees within its own error, also at 2 seeds (1 degree of freedom) and with no effect (the level)."""
     assert [round(paired_t_power(1.68, n), 2) for n in (3, 5, 6)] == [0.37, 0.80, 0.90]
     rng = np.random.default_rng(50)
     for d, n, alpha in ((1.68, 2, 0.05), (1.68, 6, 0.025), (0.0, 4, 0.05), (0.8, 10, 0.05)):
@@ -48,7 +48,7 @@ def test_plan_from_a_pilot_folder_and_from_a_published_csv(tmp_path):
         write_valid_log(pilot, "bert-a", seed, b)
     (pilot / "timings.tsv").write_text("".join(f"pretrain\tx {s}\t{600 + 60 * s}\t2026-01-01T00:00:00Z\thost\n"
                                                for s in range(6)) + "prep\tall\t60\t2026-01-01T00:00:00Z\thost\n")
-    from study.endpoints import parse_endpoints
+    from tupe_study.endpoints import parse_endpoints
 
     endpoints = parse_endpoints(TUPE_QUESTION, {"tupe-r": [11, 12], "bert-a": [11, 12]})
     write_valid_log(pilot, "tupe-r", 4, (9.8,))  # still running: validated at update 50 of 100, no final loss
@@ -80,7 +80,7 @@ def test_plan_from_a_pilot_folder_and_from_a_published_csv(tmp_path):
 
 
 def test_plan_command_needs_declared_endpoints(tmp_path, monkeypatch, capsys):
-    from study.__main__ import main
+    from tupe_study.__main__ import main
 
     csv_file = tmp_path / "study.csv"
     csv_file.write_text("variant,objective,final_valid_loss_by_seed\nbert-a,mlm,1:8.8 2:8.7\ntupe-r,mlm,1:8.0 2:8.5\n")
@@ -107,7 +107,7 @@ def test_plan_command_needs_declared_endpoints(tmp_path, monkeypatch, capsys):
 def test_plan_names_what_a_csv_lacks(tmp_path, monkeypatch, capsys, header, row, said):
     """A CSV without the columns --plan reads (it planned from no pilot values, silently), or with a cell it cannot
     read (a ValueError's traceback): one line naming the column, exit 2."""
-    from study.__main__ import main
+    from tupe_study.__main__ import main
 
     csv_file = tmp_path / "study.csv"
     csv_file.write_text("\n".join([header, row.format(v="bert-a"), row.format(v="tupe-r")]) + "\n")

@@ -1,4 +1,4 @@
-"""The study's statistics (study.stats, study.compare, the report's intervals): Student's t against closed forms
+"""The study's statistics (tupe_study.stats, tupe_study.compare, the report's intervals): Student's t against closed forms
 and a plain integration, Holm against hand-adjusted p-values, the floor at the logging step, the dev set's
 standard error against a plain loop, the coverage of the seed-level interval at 6 seeds by simulation, and what
 the report says on made-up studies whose per-seed differences are known."""
@@ -14,8 +14,8 @@ from typing import Dict, List
 import numpy as np
 import pytest
 
-from study import compare, runs, stats
-from study import report as sr
+from tupe_study import compare, runs, stats
+from tupe_study import report as sr
 
 # ---------------------------------------------------------------------------------------------- Student's t
 
@@ -138,7 +138,7 @@ def _column(name, a, b, seeds, flat):
 
 
 def test_every_difference_gives_p_and_interval_from_one_method():
-    """For both methods of study.compare (the paired bootstrap with one shared pre-training seed, the seed-level t
+    """For both methods of tupe_study.compare (the paired bootstrap with one shared pre-training seed, the seed-level t
     with the dev set's variance with two or more) and the average over two columns: p <= 0.05 exactly when the
     95% interval excludes 0, on made-up data from clear differences to none, with 0 at the bootstrap interval's
     edge, and with seeds that agree exactly (no spread) or a dev set with no variance."""
@@ -445,7 +445,7 @@ def test_report_counts_its_comparisons_and_labels_them_exploratory(tmp_path):
 def test_correlations_are_unadjusted_and_given_without_the_weak_variants():
     """Spearman's permutation p as computed, unadjusted (``correlation_family`` adds Holm over them all: below);
     the old column ``spearman_p_holm`` (Holm over the four measures of an objective) stays gone."""
-    from study import report, stats
+    from tupe_study import report, stats
 
     values = {"a": (0.1, 0.9, 0.2, 0.5, 70.0), "b": (0.3, 0.7, 0.1, 0.6, 72.0), "c": (0.2, 0.8, 0.4, 0.1, 71.0),
               "d": (0.5, 0.4, 0.3, 0.3, 74.0), "e": (0.4, 0.6, 0.5, 0.2, 48.7)}  # e: at chance, the weak one
@@ -468,7 +468,7 @@ def test_every_correlation_is_in_one_holm_family():
     family: its adjusted p beside the unadjusted one, as a plain Holm over the 8 gives it; a correlation without a p
     (too few variants) is not in the family. The published run's two p's below 0.05 (0.034 and 0.046 of 8) are not
     below 0.05 after it."""
-    from study import report
+    from tupe_study import report
 
     rng = np.random.default_rng(2)
     rows = [{"variant": f"v{i}", "objective": "mlm", **{k: float(rng.random()) for k, _ in report.MEASURES},

@@ -1,4 +1,4 @@
-"""The LR sweep (study.sweep: the rule, its widening, the second declaration), the flatness check (study.flatness)
+"""The LR sweep (tupe_study.sweep: the rule, its widening, the second declaration), the flatness check (tupe_study.flatness)
 and the one spelling of a number (tupe_common.numbers), in-process; the sweep through study.sh is in
 tests/test_study.py (it reuses the tiny study's prepared data)."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT
-from study import flatness, runs, sweep
+from tupe_study import flatness, runs, sweep
 from tupe_common.numbers import same_number, short
 
 
@@ -74,7 +74,7 @@ def test_second_declaration_round_trips_and_is_compared_by_value():
     text = sweep.second_declaration({"bert-a": 1e-3, "tupe-r": 3e-3}, 9.12345, "abc1234",
                                     datetime(2026, 12, 6, 8, 0, tzinfo=timezone.utc))
     assert text.startswith("# second declaration, 2026-12-06T08:00:00Z, commit abc1234:")
-    from study.settings import _lines
+    from tupe_study.settings import _lines
 
     declared = sweep.read_declared(_lines("PRESET=cpu-small\n" + text))
     assert declared == {"CHOSEN_LRS": "bert-a:1e-3 tupe-r:3e-3", "UPDATES_TO_TARGET": "9.1235"}
@@ -137,7 +137,7 @@ def write_sweep_run(out: Path, label: str, lr: str, seed: int, loss: float, tota
 
 
 def test_report_section_reads_the_sweep_from_its_folders(tmp_path):
-    from study.sweep import report_section as sweep_section
+    from tupe_study.sweep import report_section as sweep_section
 
     out = tmp_path / "study"
     for lr, loss in (("1e-3", 9.0), ("3e-3", 8.0), ("9e-3", 8.5)):
@@ -159,9 +159,9 @@ def test_declaration_resolves_the_halfway_target_from_the_sweep(tmp_path, starts
     arguments carry the target, and a second call reads the declaration back."""
     import numpy as np
 
-    from study import stages
-    from study.plan import Plan
-    from study.stats import entropy_bits
+    from tupe_study import stages
+    from tupe_study.plan import Plan
+    from tupe_study.stats import entropy_bits
     from test_study import write_bin
 
     out = tmp_path / "study"

@@ -1,4 +1,4 @@
-"""The ``updates_to@TARGET`` endpoint (study/endpoints.py, study/stats.py): the update at which a curve first reaches
+"""The ``updates_to@TARGET`` endpoint (tupe_study/endpoints.py, tupe_study/stats.py): the update at which a curve first reaches
 the target, censoring at the budget, the exact sign test against a brute-force count of sign patterns, the
 order-statistic interval of the median against its binomial coverage, one Holm family with the t-tested
 measures, the grammar, and the report's table and CSV. In-process; scipy only as a second reference."""
@@ -13,11 +13,11 @@ from typing import Mapping
 
 import pytest
 
-from study import endpoint_report
-from study import report as sr
-from study.endpoints import (Endpoint, EndpointResult, family_tests, halfway_target, parse_endpoints, updates_to,
+from tupe_study import endpoint_report
+from tupe_study import report as sr
+from tupe_study.endpoints import (Endpoint, EndpointResult, family_tests, halfway_target, parse_endpoints, updates_to,
                              updates_to_values)
-from study.stats import SignTest, holm, median_interval, sign_test_p
+from tupe_study.stats import SignTest, holm, median_interval, sign_test_p
 from tupe_common.errors import UsageError
 
 CURVE = {60: 10.0, 120: 9.5, 180: 8.5, 240: 8.0}
@@ -292,7 +292,7 @@ def test_report_without_updates_to_keeps_the_published_columns(tmp_path):
 
 
 def test_figure_panel_draws_the_median_censored_seeds_and_no_interval_below_6_seeds():
-    from study import figure
+    from tupe_study import figure
 
     a = {s: (100.0, False) for s in (1, 2, 3)}
     b = {1: (150.0, False), 2: (240.0, True), 3: (130.0, False)}
@@ -310,7 +310,7 @@ def test_figure_panel_draws_the_median_censored_seeds_and_no_interval_below_6_se
 
 
 def test_plan_says_the_t_test_plan_does_not_apply_to_updates_to():
-    from study.power import plan_text
+    from tupe_study.power import plan_text
 
     fin = {"a": {1: 8.4, 2: 8.6, 3: 8.5}, "b": {1: 9.0, 2: 9.1, 3: 9.0}}
     text = plan_text([Endpoint("final_loss", "a", "b"), Endpoint("updates_to", "a", "b", "9.0")],

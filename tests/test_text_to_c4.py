@@ -1,4 +1,4 @@
-"""preprocess.text_to_c4: documents, counts, the held-out split, determinism, reruns; then step 1 reads it."""
+"""tupe_preprocess.text_to_c4: documents, counts, the held-out split, determinism, reruns; then step 1 reads it."""
 from __future__ import annotations
 
 import gzip
@@ -10,7 +10,7 @@ from typing import List
 
 import pytest
 
-from preprocess import c4_extract, text_to_c4
+from tupe_preprocess import c4_extract, text_to_c4
 
 
 def read_c4(path: Path) -> List[dict]:

@@ -49,11 +49,11 @@ def sh(cmd: List[str], check: bool = True, timeout: int = 300, **env: str) -> su
 
 
 def dry_run(check: bool = True, **env: str) -> subprocess.CompletedProcess:
-    """``DRY_RUN=1 pretrain.sh`` in this process: the function the shell file runs (train_scripts/pretrain.py
+    """``DRY_RUN=1 pretrain.sh`` in this process: the function the shell file runs (tupe_pretrain/pretrain.py
     ``main``, given the environment ``sh`` gives the script) with its output captured; the status and output of a
     finished process, without a process start (about 4 s of CPU). The shell file itself runs in
     test_help_lists_every_variable and in every test that trains."""
-    from train_scripts import pretrain
+    from tupe_pretrain import pretrain
 
     return call_in_process(lambda: pretrain.main([], environ=script_env(**env, DRY_RUN="1")),
                            ["DRY_RUN=1", "pretrain.sh", *(f"{k}={v}" for k, v in env.items())], check)
@@ -118,7 +118,7 @@ def test_dry_run_prints_settings_batch_and_the_paper_command(lm_bin, tmp_path):
         assert flag in gpu_cmd, flag
     assert "--cpu" not in gpu_cmd
 
-    # DATA may be a folder with data_path.txt (python -m preprocess.c4 layout writes one)
+    # DATA may be a folder with data_path.txt (python -m tupe_preprocess.c4 layout writes one)
     layout = tmp_path / "data-bin"
     layout.mkdir()
     (layout / "data_path.txt").write_text(f"{lm_bin}:{lm_bin}\n")

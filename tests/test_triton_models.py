@@ -14,7 +14,7 @@ import sys
 import pytest
 
 from conftest import PRETRAIN_ARGS, fairseq_train_in_one_process, run, train_losses
-from tupe_plugin_cli.errors import last_error
+from tupe_tools.errors import last_error
 from references import reference
 from tupe_core.base import BIAS, LAYER_BIAS
 from tupe_core.registry import VARIANTS

@@ -41,7 +41,7 @@ def test_a_number_is_what_a_command_line_and_a_run_folder_name_can_carry(written
     """Python's float takes these, so a check by float() alone let LR=1_0 through to run folder lr1_0 (the grid
     then checked once more with its own pattern); the number kinds refuse them, and finetune.sh's LR argument is
     checked by the same kind."""
-    from glue.finetune import check_run_settings
+    from tupe_glue.finetune import check_run_settings
     from tupe_common.tunables import fits
 
     assert not fits("num", written) and not fits("num+", written)
@@ -52,7 +52,7 @@ def test_a_number_is_what_a_command_line_and_a_run_folder_name_can_carry(written
 
 @pytest.mark.parametrize("written", ["2e-5", "0.5", ".5", "5.", "1E+3", "3"])
 def test_decimal_numbers_fit(written):
-    from glue.finetune import check_run_settings
+    from tupe_glue.finetune import check_run_settings
     from tupe_common.tunables import fits
 
     assert fits("num+", written) and fits("num", "-" + written)
@@ -72,7 +72,7 @@ def test_a_number_keeps_its_spelling_also_copied_and_pickled():
 def test_an_empty_list_is_written_as_none_so_that_a_child_reads_it_back_and_not_the_default():
     """The study exports its settings to SLURM jobs and the C4 pipeline to its tasks as text: ORDER_WINDOWS=none
     (the stage off) written as an empty value would read back as the default, 3 6."""
-    from study.settings import StudyConfig, read
+    from tupe_study.settings import StudyConfig, read
 
     off = read({"PRESET": "tiny", "OUT": "x", "ORDER_WINDOWS": "none"})
     assert off.ORDER_WINDOWS == () and off.text("ORDER_WINDOWS") == "none"
@@ -124,9 +124,9 @@ def test_reading_takes_a_non_empty_environment_value_else_the_default_and_old_na
 
 
 def classes():
-    from glue.finetune import FinetuneConfig
-    from glue.grid import GridConfig
-    from train_scripts.pretrain import PretrainConfig
+    from tupe_glue.finetune import FinetuneConfig
+    from tupe_glue.grid import GridConfig
+    from tupe_pretrain.pretrain import PretrainConfig
 
     return [PretrainConfig, FinetuneConfig, GridConfig]
 
@@ -148,7 +148,7 @@ def test_every_field_is_typed_as_its_kind_makes_it(cls):
 
 
 def test_pretraining_plans_from_typed_values_and_writes_them_as_given():
-    from train_scripts import pretrain
+    from tupe_pretrain import pretrain
 
     run = pretrain.plan(pretrain.PretrainConfig(DATA="/data", SIZE="tiny", GPUS="0", MAX_SENTENCES="8"), environ={})
     c = run.config
@@ -164,7 +164,7 @@ def test_a_pretraining_records_the_settings_that_define_it_and_mlm_runs_no_elect
     """SAVE_DIR/settings.json's names (a rerun with other values is refused): the recipe's, and ELECTRA's three only
     for ELECTRA runs, so an MLM run's record is as it was before ELECTRA existed; VARIANT, recorded since, is not
     compared with a record that lacks it (``added_names``: test_pretrain_plan)."""
-    from train_scripts.pretrain import PretrainConfig, added_names, recorded_names
+    from tupe_pretrain.pretrain import PretrainConfig, added_names, recorded_names
 
     assert added_names() == ["VARIANT"]
     mlm = ["VARIANT", "ARCH", "TOKENS_PER_SAMPLE", "MAX_POSITIONS", "SAMPLE_BREAK_MODE", "MASK_PROB", "TOTAL_UPDATES", "WARMUP",

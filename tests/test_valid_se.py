@@ -1,4 +1,4 @@
-"""study.valid_se: the validation loss's own standard error (delta method over blocks) against plain references,
+"""tupe_study.valid_se: the validation loss's own standard error (delta method over blocks) against plain references,
 the paired difference's, the small-split problem line and the report's section (none without block data)."""
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from study import valid_se
-from study.endpoints import Endpoint
+from tupe_study import valid_se
+from tupe_study.endpoints import Endpoint
 
 
 def blocks(seed: int, n: int = 400, shift: float = 0.0, noise: float = 1.0):

@@ -61,7 +61,7 @@ def test_an_old_hf_config_loads_as_its_variant(before):
     """An export written before (one config key per field of the old record) gives the same variant, and the config
     it writes now holds the record's entries."""
     pytest.importorskip("transformers")
-    from tupe_plugin.hf.remote.configuration_tupe import TupeConfig
+    from tupe_tools.hf.remote.configuration_tupe import TupeConfig
 
     for name, old in before["variants"].items():
         config = TupeConfig(tupe_variant=name, **old["hf_config"])

@@ -98,11 +98,12 @@ def test_finetuning_refuses_binaries_of_another_dictionary_of_the_same_size(pret
     """The checkpoint records its dictionary's identity, and fine-tuning compares the binaries' dict.txt with it,
     also where the pre-training data is not on this machine; a checkpoint from before identities is compared with
     its pre-training data's dict.txt (where the machine has it)."""
-    from glue import finetune
-    from preprocess import glue_binarize
-    from preprocess.spm_dict import load_spm, write_fairseq_dict
+    from tupe_glue import finetune
+    from tupe_preprocess import glue_binarize
+    from tupe_preprocess.spm_dict import load_spm, write_fairseq_dict
     from tupe_common.vocab import dict_identity
-    from tupe_plugin_cli.checkpoint_record import checkpoint_info, trained_dict
+    from tupe_core.checkpoint_record import checkpoint_info
+    from tupe_tools.checkpoint_info import trained_dict
 
     original = pretrained / "checkpoint_last.pt"
     recorded = checkpoint_info(str(original))["vocab_identity"]
@@ -138,7 +139,7 @@ def test_the_analysis_and_the_export_compare_the_dictionary_with_the_checkpoints
     another vocabulary."""
     import json
 
-    from preprocess.spm_dict import load_spm, write_fairseq_dict
+    from tupe_preprocess.spm_dict import load_spm, write_fairseq_dict
     from tupe_common.vocab import dict_identity
 
     other = tmp_path / "other-data"

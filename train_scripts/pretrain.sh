@@ -5,7 +5,7 @@
 #   DATA=c4_prep/data-bin train_scripts/pretrain.sh                       # every GPU of this node (torchrun)
 #   DRY_RUN=1 DATA=data-bin GPUS=8 train_scripts/pretrain.sh               # print the command only
 #   sbatch --nodes 2 train_scripts/pretrain.sbatch                         # SLURM, see that file
-# The logic is train_scripts/pretrain.py; this file only finds the repository and its Python.
+# The logic is tupe_pretrain/pretrain.py; this file only finds the repository and its Python.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
-exec "$PYTHON" -m train_scripts.pretrain "$@"
+exec "$PYTHON" -m tupe_pretrain.pretrain "$@"

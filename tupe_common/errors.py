@@ -2,7 +2,7 @@
 
 ``UsageError``: a wrong option value or setting, found before any work; the command says it in one line and
 exits 2, as argparse does for its own usage errors (docs/troubleshooting.md, "Exit codes"). A ``ValueError``,
-so the commands' ``except ValueError`` paths and ``tupe_plugin_cli.errors.USER_ERRORS`` keep treating it as
+so the commands' ``except ValueError`` paths and ``tupe_tools.errors.USER_ERRORS`` keep treating it as
 the user's to fix.
 
 ``stdout_reader_left()``: what a command does when the reader of its output leaves (``... | head``: a

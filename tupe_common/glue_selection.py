@@ -1,8 +1,8 @@
-"""The GLUE protocol's choice of a learning rate, one implementation for ``glue.collect`` and the study.
+"""The GLUE protocol's choice of a learning rate, one implementation for ``tupe_glue.collect`` and the study.
 
 Per column (a task's dev subset), the median of the seeds' scores is taken for each LR and the LR with the
 highest median is reported (ties: the smaller LR). A column that follows another (MNLI-mm follows MNLI-m,
-``glue.tasks.Column.lr_from``) is reported at the LR its leader chose, as the official fine-tuning code
+``tupe_glue.tasks.Column.lr_from``) is reported at the LR its leader chose, as the official fine-tuning code
 keeps one model per run (``docs/glue_protocol.md``); when it has no runs at that LR it has no result.
 """
 from __future__ import annotations

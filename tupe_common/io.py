@@ -251,7 +251,7 @@ def read_data_path(data: str) -> List[str]:
         with open(record, encoding="utf-8") as f:
             line = f.readline().strip()
         if not line:
-            raise ValueError(f"{record} is empty: rerun python -m preprocess.c4 layout (or run_all.sh STEPS=4)")
+            raise ValueError(f"{record} is empty: rerun python -m tupe_preprocess.c4 layout (or run_all.sh STEPS=4)")
         return [os.path.normpath(os.path.join(os.path.abspath(data), p)) for p in line.split(":")]
     return [os.path.abspath(p) for p in data.split(":") if p]
 
@@ -288,3 +288,14 @@ def utf8_lines(path: PathLike) -> Iterator[Tuple[int, str]]:
             except UnicodeDecodeError as e:
                 raise ValueError(f"{os.fspath(path)}: line {number} is not UTF-8 (byte {e.start + 1} of the line is "
                                  f"{raw[e.start:e.start + 1]!r}); save the file as UTF-8") from None
+
+
+def write_csv_atomic(path: str, rows: List[Dict], columns: Sequence[str] = ()) -> None:
+    """``columns`` (the header even of a table with no rows, which a CSV reader such as pandas refuses when the
+    file is empty), then any other key of the rows; floats to 6 significant digits, None as an empty cell."""
+    keys = list(dict.fromkeys([*columns, *(k for r in rows for k in r)]))
+    if columns and len(keys) > len(columns):
+        raise ValueError(f"{path}: columns {keys[len(columns):]} are not in the table's declared columns")
+    cells = [{k: ("" if r.get(k) is None else f"{r[k]:.6g}" if isinstance(r[k], float) else r[k]) for k in keys}
+             for r in rows]
+    write_csv(path, cells, fieldnames=keys)

@@ -1,4 +1,4 @@
-"""The project's one job runner: the C4 steps (``python -m preprocess.c4``), the GLUE grid (``glue.grid``) and
+"""The project's one job runner: the C4 steps (``python -m tupe_preprocess.c4``), the GLUE grid (``tupe_glue.grid``) and
 the study (``python -m study``) all hand it their commands.
 
 A :class:`Job` is a command with its log, its group (a stage: the progress line counts each group apart), when it
@@ -22,13 +22,12 @@ import time
 from collections import Counter, defaultdict
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Mapping, Optional, Sequence
+from typing import Callable, List, Mapping, Optional, Sequence
 
 from tupe_common import process
 
 Say = Callable[[str], None]
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @dataclass(frozen=True)
@@ -79,12 +78,6 @@ def visible_gpus(environ: Mapping[str, str]) -> List[str]:
     return [str(i) for i in range(count)]
 
 
-def with_repo_path(env: Mapping[str, str]) -> Dict[str, str]:
-    """``env`` with this repository first on PYTHONPATH: ``python -m study`` / ``glue.*`` / ``preprocess.*`` in a
-    child are this checkout's packages wherever the child runs (the caller's folder, so relative paths hold)."""
-    return dict(env, PYTHONPATH=os.pathsep.join(p for p in (REPO, env.get("PYTHONPATH", "")) if p))
-
-
 def progress(ended: int, total: int, took: Sequence[float], lanes: int) -> str:
     """'k of n ended, about m min left': the jobs left at the mean time of the ended ones, ``lanes`` at once."""
     left = total - ended
@@ -117,9 +110,9 @@ def stderr_say(prefix: str) -> Say:
 
 def run_jobs(jobs: Sequence[Job], lanes: int, env: Mapping[str, str], say: Say, gpus: Sequence[str] = (),
              stop_on_usage_error: bool = False) -> Ran:
-    """Run ``jobs``, at most ``lanes`` at once, in the caller's folder with this repository on PYTHONPATH."""
+    """Run ``jobs``, at most ``lanes`` at once, in the caller's folder (the installed packages: no PYTHONPATH)."""
     threads = str(max(1, cores() // lanes))
-    base = with_repo_path(env)
+    base = dict(env)
     base.setdefault("OMP_NUM_THREADS", threads)
     base.setdefault("MKL_NUM_THREADS", base["OMP_NUM_THREADS"])
     lock, took = threading.Lock(), defaultdict(list)  # seconds of each ended job per group, for the progress line

@@ -35,7 +35,7 @@ the plugin (``tupe_plugin/run_lock.py``, imported by every fairseq-train of ``--
 keeps the heartbeat going and removes the lock when the run ends. With torchrun, ``pretrain.sh`` stays the holder:
 it starts torchrun as a child (:func:`handed_to_children`: the token, no ``exec`` mark), waits for it and releases
 the lock at its end, a stop's included. Readers (``study.sh --report``, ``--archive``,
-``--list``, ``--plan``, ``glue.collect``) take no lock and work beside one. Standard library only.
+``--list``, ``--plan``, ``tupe_glue.collect``) take no lock and work beside one. Standard library only.
 """
 from __future__ import annotations
 

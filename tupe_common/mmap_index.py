@@ -39,7 +39,7 @@ def read_header(idx_path: PathLike) -> Tuple[type, int]:
     """(token dtype, line count) of the index ``idx_path``; :class:`NotAnIndex` if it is not one."""
     with open(idx_path, "rb") as f:
         head = f.read(_HEADER.size)
-    fix = "binarize it with python -m preprocess.c4 binarize or fairseq-preprocess --dataset-impl mmap"
+    fix = "binarize it with python -m tupe_preprocess.c4 binarize or fairseq-preprocess --dataset-impl mmap"
     if len(head) < _HEADER.size:
         raise NotAnIndex(f"{idx_path}: not a fairseq mmap index (only {len(head)} bytes); {fix}")
     magic, version, code, count = _HEADER.unpack(head)

@@ -7,9 +7,9 @@ Table 6): LR 2e-4 for 766k updates, discriminator loss weight 50, the rest as ab
 
 Who reads it:
 
-* ``train_scripts/pretrain.py`` (behind ``pretrain.sh``) takes every default below from here;
-* the hydra configs ``train_scripts/config/pretrain/{tupe_base,electra_base}.yaml`` and the study's ``base``
-  preset (``train_scripts/study_presets/base.env``, "the paper's setting") cannot import it: each value they
+* ``tupe_pretrain/pretrain.py`` (behind ``pretrain.sh``) takes every default below from here;
+* the hydra configs ``tupe_pretrain/config/pretrain/{tupe_base,electra_base}.yaml`` and the study's ``base``
+  preset (``tupe_study/presets/base.env``, "the paper's setting") cannot import it: each value they
   write is checked against it by ``tests/test_single_sources.py`` through the keys named here.
 """
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A command run with its output in a log file: ``run_logged`` (a process: the study's parts, ``glue/finetune.py``'s
+"""A command run with its output in a log file: ``run_logged`` (a process: the study's parts, ``tupe_glue/finetune.py``'s
 runs) or ``call_logged`` (a command's function in this process: the study's locality part, one process start
 of torch and fairseq, ~7 s of CPU, fewer); and the one clean stop of every command that runs processes.
 

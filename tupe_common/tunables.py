@@ -1,6 +1,6 @@
 """The settings of a script read from the environment, once, into a typed settings class (``PretrainConfig`` of
-``train_scripts/pretrain.py``, ``FinetuneConfig`` and ``GridConfig`` of ``glue/``, ``C4Config`` of
-``preprocess/c4/pipeline.py``, ``StudyConfig`` of ``study/settings.py``): one mechanism for every entry point.
+``tupe_pretrain/pretrain.py``, ``FinetuneConfig`` and ``GridConfig`` of ``glue/``, ``C4Config`` of
+``tupe_preprocess/c4/pipeline.py``, ``StudyConfig`` of ``tupe_study/settings.py``): one mechanism for every entry point.
 
 A settings class is a frozen dataclass of :class:`Settings` whose fields are named as the environment variables
 (``TOTAL_UPDATES``), each declared with :func:`setting` (its default as the environment would write it, its help,

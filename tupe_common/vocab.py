@@ -1,7 +1,7 @@
 """Which sentencepiece model a fairseq ``dict.txt`` belongs to: the check every command that combines the two runs.
 
 ``dict.txt`` lists the model's pieces in sentencepiece id order, control and unknown pieces left out (fairseq's
-four specials stand in for them), then at most fairseq's ``madeupwordNNNN`` padding (``preprocess.spm_dict`` writes
+four specials stand in for them), then at most fairseq's ``madeupwordNNNN`` padding (``tupe_preprocess.spm_dict`` writes
 it so). A model and a dictionary of the same size but from another training give the same shapes and wrong ids,
 so the check compares the pieces themselves. sentencepiece is imported only when a model is read.
 """
@@ -65,7 +65,7 @@ def check_dict(sp: Any, symbols: Sequence[str], dict_path: str, model_path: str)
     else:
         what = f"line {len(expected) + tail.index(extra[0]) + 1} is {extra[0]!r}, after the model's {len(expected)} pieces"
     raise ValueError(f"{dict_path} does not belong to the sentencepiece model {model_path} ({what}): use the "
-                     "dict.txt written for this model (preprocess step 2, preprocess.spm_dict.write_fairseq_dict)")
+                     "dict.txt written for this model (preprocess step 2, tupe_preprocess.spm_dict.write_fairseq_dict)")
 
 
 def check_same_dict(trained: str, given: str, what: str) -> None:

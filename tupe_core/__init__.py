@@ -17,8 +17,8 @@ model's facts, in plain torch (no fairseq, no transformers, nothing of ``tupe_pl
   ELECTRA's generator sizes and keys), read by the fairseq adapter and by the launchers.
 
 Three users import it as it is: the fairseq adapter (``tupe_plugin``, ``--user-dir``), the launchers
-(``tupe_plugin_cli``, ``pretrain.sh``, the study's plan: no fairseq import), and the ``transformers`` export,
-which copies the modules its model code imports next to it (``tupe_plugin/hf/export.py``). So the modules here
+(``tupe_tools``, ``pretrain.sh``, the study's plan: no fairseq import), and the ``transformers`` export,
+which copies the modules its model code imports next to it (``tupe_tools/hf/export.py``). So the modules here
 import torch and each other only, with single-dot relative imports (``from .base import ...``), and reach the
 kernels by ``from . import kernels`` (an exported folder has no ``kernels`` package: the paths that need it
 refuse there, the others run). ``tests/test_layers.py`` checks it.

@@ -1,6 +1,6 @@
 """The model's facts, named once: the sizes of the archs, the state-dict key of the positional variant's record,
 ELECTRA's generator sizes and the keys of its state. Read by the fairseq adapter (``tupe_plugin/models``), by
-the checkpoint reader and the launchers (``tupe_plugin_cli``, ``pretrain.sh``, the study's plan) without fairseq,
+the checkpoint reader and the launchers (``tupe_tools``, ``pretrain.sh``, the study's plan) without fairseq,
 and by the export. Plain Python (no torch).
 """
 from __future__ import annotations

@@ -17,7 +17,7 @@ Its options stretch the rotation to inputs ``s`` times longer than the trained l
   The ramp needs T itself: ``--rope-scaling-length`` (the trained length). The paper's formula is continuous in
   ``r``; its code (and transformers') rounds the ramp's ends to whole pairs, which moves a pair or two.
 
-The study's longer inputs set these at evaluation (``study/longer_inputs.py``: ``s`` = the length / T); a model
+The study's longer inputs set these at evaluation (``tupe_study/longer_inputs.py``: ``s`` = the length / T); a model
 trained with them records them.
 """
 from __future__ import annotations
@@ -138,7 +138,7 @@ class Rope(PositionalEncoding):
 
     def rescale(self, options: RopeOptions) -> None:
         """Take ``options`` (another scaling) and recompute the tables: a trained model evaluated on longer inputs
-        (study/longer_inputs.py). Its parameters do not change; its record keeps the options it was trained with."""
+        (tupe_study/longer_inputs.py). Its parameters do not change; its record keeps the options it was trained with."""
         self.validate(options)
         self.options = options
         for name, table in self.fixed_tables().items():

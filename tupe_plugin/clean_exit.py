@@ -30,7 +30,7 @@ import multiprocessing
 import os
 import sys
 
-DONE_FILE_ENV = "TUPE_DONE_FILE"
+from tupe_common.fairseq_exit import DONE_FILE_ENV
 
 
 def ended_normally() -> bool:

@@ -38,7 +38,9 @@ from typing import Dict, Optional, Tuple
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
 PROG = "fairseq-train"
-TRAINING_ENTRIES = ("train_scripts.fairseq_train", "glue.fairseq_train", "fairseq_cli.train", "fairseq_cli.hydra_train")
+TRAINING_ENTRIES = ("fairseq_cli.train", "fairseq_cli.hydra_train")  # python -m of fairseq's own
+# set to True by a module run as __main__ that trains with fairseq (tupe_pretrain.fairseq_train, tupe_glue.fairseq_train)
+TRAINS_FLAG = "TRAINS_WITH_FAIRSEQ"
 logger = logging.getLogger("tupe_plugin.graceful_stop")
 
 stopped_by: Optional[int] = None  # the signal that stops this run, once one came
@@ -155,7 +157,7 @@ def _training_entry() -> bool:
     main = sys.modules.get("__main__")
     name = getattr(getattr(main, "__spec__", None), "name", "") or ""
     return (os.path.basename(sys.argv[0] if sys.argv else "") in ("fairseq-train", "fairseq-hydra-train")
-            or name in TRAINING_ENTRIES)
+            or name in TRAINING_ENTRIES or getattr(main, TRAINS_FLAG, False) is True)
 
 
 def stop_line(signum: int, updates: int, saved: Optional[str]) -> str:

@@ -2,7 +2,7 @@
 batch of 16 x 512 tokens and update-freq 16) for fairseq's ``roberta_base``, ``bert_a_base`` and ``tupe_r_base``, a
 few updates in bf16 on generated data: fairseq's own ``wps`` from its log, and MFU = matrix FLOPs per token x wps /
 peak. bf16: pretrain.sh's ``BF16=1``, fairseq-train's own parser without the ``--tpu`` that fairseq 0.12 adds for
-``--bf16`` (``train_scripts/fairseq_train.py``)."""
+``--bf16`` (``tupe_pretrain/fairseq_train.py``)."""
 from __future__ import annotations
 
 import os
@@ -97,7 +97,7 @@ def run(r: Result, s: Settings, args) -> None:
               f"{s.throughput_log_interval}. wps: fairseq's own words (tokens) per second of its train_inner lines; "
               "the first interval (start-up, kernel compilation) is left out, the median of the others is the "
               "row's. bf16: pretrain.sh's BF16=1 (fairseq-train's own parser, without the `--tpu` fairseq 0.12 "
-              "sets for `--bf16`: train_scripts/fairseq_train.py). MFU = matrix "
+              "sets for `--bf16`: tupe_pretrain/fairseq_train.py). MFU = matrix "
               "FLOPs per token (one step of "
               f"{s.throughput_batch} x {s.throughput_length} tokens counted as in the timing section) x wps / peak"
               + (f" {peak:g} TFLOP/s." if peak else ": no peak rate known (give --peak-tflops).") + "\n")

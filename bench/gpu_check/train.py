@@ -55,7 +55,7 @@ def train_command(s: Settings, precision: str, launcher: str, data: Path, run_di
                 "--log-format", "simple", "--log-interval", "5", "--seed", "1", "--num-workers", "0", "--no-save",
                 "--disable-validation", "--no-progress-bar", *(["--cpu"] if cpu else []),
                 *([f"--{precision}"] if precision != "fp32" else [])]
-    return [sys.executable, "-m", "fairseq_cli.hydra_train", "--config-dir", str(ROOT / "train_scripts/config/pretrain"),
+    return [sys.executable, "-m", "fairseq_cli.hydra_train", "--config-dir", str(ROOT / "tupe_pretrain/config/pretrain"),
             "--config-name", "tupe_base", f"task.data={data}", f"common.user_dir={plugin}",
             f"model._name={s.train_arch}", f"common.fp16={str(precision == 'fp16').lower()}",
             f"common.bf16={str(precision == 'bf16').lower()}", f"common.cpu={str(cpu).lower()}",
@@ -81,7 +81,7 @@ def run(r: Result, s: Settings, args) -> None:
               f"tokens, on generated text (500 words with Zipf frequencies), Adam, lr "
               f"{s.train_lr}, {s.train_warmup} warm-up updates; losses as fairseq logs them (base 2), every 5 updates. fp16 through "
               "`fairseq-train --user-dir tupe_plugin --fp16`; bf16 through `fairseq-hydra-train` with "
-              "train_scripts/config/pretrain/tupe_base.yaml and `common.bf16=true` (fairseq 0.12's command line "
+              "tupe_pretrain/config/pretrain/tupe_base.yaml and `common.bf16=true` (fairseq 0.12's command line "
               "turns `--bf16` into `--tpu`).\n")
         r.say("Loss falls, overflow skips counted: the loss of the first and the last logged interval, and the "
               "updates fairseq skipped on a gradient overflow (fp16's loss scaling; bf16 has none).\n")

@@ -1,2 +1,1 @@
-"""The C4 pipeline as one command, ``python -m preprocess.c4 SUBCOMMAND`` (see ``__main__``); its steps and tasks
-are declared in :mod:`preprocess.c4.pipeline`."""
+"""Shims of the old module paths (`python -m preprocess.c4...` from the repository root): the code is the installed package."""

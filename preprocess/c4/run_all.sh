@@ -4,8 +4,8 @@
 # environment variables: `run_all.sh --help` lists them with their defaults; docs/data_pipeline.md.
 #   OUT_DIR=/scratch/c4_prep JOBS=8 preprocess/c4/run_all.sh /data/c4/en
 #   OUT_DIR=/tmp/c4 VOCAB_SIZE=1000 preprocess/c4/run_all.sh preprocess/samples/c4
-# The logic is preprocess/c4/pipeline.py (python -m preprocess.c4 run); this file only finds the repository
+# The logic is tupe_preprocess/c4/pipeline.py (python -m tupe_preprocess.c4 run); this file only finds the repository
 # and its Python.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../../train_scripts/lib.sh"
-exec "$PYTHON" -m preprocess.c4 run "$@"
+exec "$PYTHON" -m tupe_preprocess.c4 run "$@"

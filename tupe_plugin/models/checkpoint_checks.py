@@ -53,5 +53,5 @@ def check_dictionary(state_dict: Dict[str, Any], name: str, dictionary_size: int
         f"{ckpt_text} has a vocabulary of {embed.size(0)} ids but {dict_text} gives {dictionary_size} "
         "(both counting the 4 specials and <mask>): the data was binarized with another dict.txt. "
         "Binarize it with the checkpoint's dictionary (fairseq-preprocess --srcdict CHECKPOINT_DIR/dict.txt, "
-        "or preprocess.glue_binarize --dict ...)"
+        "or tupe_preprocess.glue_binarize --dict ...)"
     )

@@ -1,0 +1,150 @@
+"""Step 4: arrange binarized shards as ``DATA_BIN/shardK/{train,valid}.{bin,idx}`` + ``dict.txt``.
+
+``fairseq-train DATA_BIN/shard0:DATA_BIN/shard1:...`` then reads shard ``(epoch - 1) % N`` in epoch
+``epoch`` (fairseq's sharded-epoch convention), for every split, so each shard gets the *same*
+validation set (one binarized C4 validation prefix, linked into every shard): validation losses stay
+comparable across epochs. ``dict.txt`` is copied (fairseq reads it from the first shard).
+
+Files are hard-linked (no extra space; falls back to symlinks across file systems), or symlinked /
+copied with ``--link``. Each file is placed under a temporary name and renamed, ``.idx`` after
+``.bin``. Only shards with a ``.done`` marker from step 3 (and matching sizes) are accepted.
+Also writes ``DATA_BIN/shards.tsv`` (shard -> source prefix), ``DATA_BIN/data_path.txt`` (the shard
+folders colon-joined, *relative to DATA_BIN*, so a moved or copied DATA_BIN reads its own files) and
+``DATA_BIN/layout.json`` (the dictionary's entries, size and SHA-256, the shard names). Train with
+``DATA=DATA_BIN train_scripts/pretrain.sh``, which checks both at start (``python -m tupe_preprocess.c4_data``,
+which also prints the absolute path for ``fairseq-train``).
+"""
+from __future__ import annotations
+
+import argparse
+import errno
+import json
+import os
+import shutil
+from typing import List, Optional, Sequence
+
+from tupe_common.io import atomic_open, atomic_path, file_hash, need, remove_if_exists, write_data_path, write_json
+from tupe_common.log import get_logger
+from tupe_common.errors import exit_main, message
+
+LINK_MODES = ("hardlink", "symlink", "copy")  # how the shards' files reach DATA_BIN
+
+PROG = "c4_layout"
+log = get_logger(PROG)
+
+
+def check_done(prefix: str) -> None:
+    try:
+        with open(prefix + ".done") as f:
+            done = json.load(f)
+    except (FileNotFoundError, ValueError):
+        raise ValueError(f"{prefix}: not finished by step 3 (no valid {prefix}.done)") from None
+    for ext in ("bin", "idx"):
+        p = f"{prefix}.{ext}"
+        if not os.path.isfile(p) or os.path.getsize(p) != done.get(f"{ext}_bytes"):
+            raise ValueError(f"{prefix}: {p} missing or not the size recorded in {prefix}.done")
+
+
+class Placer:
+    def __init__(self, mode: str) -> None:
+        self.mode = mode
+        self.warned = False
+
+    def same(self, src: str, dst: str) -> bool:
+        if not os.path.exists(dst):
+            return False
+        if self.mode == "copy":
+            return os.path.getsize(src) == os.path.getsize(dst) and not os.path.islink(dst)
+        return os.path.samefile(src, dst)
+
+    def place(self, src: str, dst: str) -> None:
+        with atomic_path(dst, fsync=False) as tmp:  # a link has no data to flush
+            mode = self.mode
+            if mode == "hardlink":
+                try:
+                    os.link(src, tmp)
+                except OSError as e:
+                    if e.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP):
+                        raise
+                    if not self.warned:
+                        log.warning(f"cannot hard-link ({e.strerror}); using symlinks")
+                        self.warned = True
+                    mode = self.mode = "symlink"
+            if mode == "symlink":
+                os.symlink(os.path.relpath(os.path.abspath(src), os.path.dirname(os.path.abspath(dst))), tmp)
+            elif mode == "copy":
+                shutil.copyfile(src, tmp)
+
+    def place_dataset(self, src_prefix: str, dst_prefix: str) -> bool:
+        """Place ``.bin`` then ``.idx``; returns False if both were already in place."""
+        pairs = [(f"{src_prefix}.{e}", f"{dst_prefix}.{e}") for e in ("bin", "idx")]
+        if all(self.same(s, d) for s, d in pairs):
+            return False
+        remove_if_exists(dst_prefix + ".idx")  # never an old .idx beside a new .bin
+        for s, d in pairs:
+            self.place(s, d)
+        return True
+
+
+def layout(data_bin: str, dict_path: str, valid: str, train: Sequence[str], link: str = "hardlink") -> List[str]:
+    need(dict_path)
+    need(data_bin, "out")
+    for p in [*train, valid]:
+        check_done(p)
+    os.makedirs(data_bin, exist_ok=True)
+    placer = Placer(link)
+    shards, changed = [], 0
+    for k, prefix in enumerate(train):
+        d = os.path.join(data_bin, f"shard{k}")
+        os.makedirs(d, exist_ok=True)
+        with atomic_path(os.path.join(d, "dict.txt")) as tmp:
+            shutil.copyfile(dict_path, tmp)
+        changed += placer.place_dataset(prefix, os.path.join(d, "train"))
+        changed += placer.place_dataset(valid, os.path.join(d, "valid"))
+        shards.append(d)
+    extra = sorted(n for n in os.listdir(data_bin) if n.startswith("shard") and n[5:].isdigit()
+                   and int(n[5:]) >= len(train))
+    if extra:
+        log.warning(f"{data_bin} has shard folders beyond shard{len(train) - 1} from an earlier "
+                  f"run ({', '.join(extra[:3])}...); they are not in data_path.txt")
+    with atomic_open(os.path.join(data_bin, "shards.tsv")) as f:
+        f.write("shard\ttrain\tvalid\n")
+        for k, prefix in enumerate(train):
+            f.write(f"shard{k}\t{os.path.abspath(prefix)}\t{os.path.abspath(valid)}\n")
+    write_data_path(data_bin, shards)
+    with open(dict_path, encoding="utf-8") as f:
+        entries = sum(1 for line in f if line.strip())
+    write_json(os.path.join(data_bin, "layout.json"), {
+        "shards": [os.path.basename(s) for s in shards],
+        "dictionary": {"entries": entries, "bytes": os.path.getsize(dict_path), "sha256": file_hash(dict_path)},
+    })
+    log.info(f"summary: {len(shards)} shards in {data_bin} ({changed} datasets placed, "
+              f"{2 * len(shards) - changed} already in place; link={placer.mode})")
+    return shards
+
+
+def parser() -> argparse.ArgumentParser:
+    """The options of ``python -m tupe_preprocess.c4 layout``; ``tupe_preprocess.c4.pipeline`` reads its defaults."""
+    ap = argparse.ArgumentParser(prog="python -m tupe_preprocess.c4 layout", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("train", nargs="+", help="step-3 prefixes of the train shards, in shard order")
+    ap.add_argument("--data-bin", required=True)
+    ap.add_argument("--dict", required=True, help="dict.txt of step 2")
+    ap.add_argument("--valid", required=True, help="step-3 prefix of the validation set")
+    ap.add_argument("--link", choices=LINK_MODES, default="hardlink")
+    return ap
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        shards = layout(args.data_bin, args.dict, args.valid, args.train, args.link)
+    except (ValueError, OSError) as e:
+        log.error(message(e))
+        return 1
+    print(":".join(os.path.abspath(s) for s in shards))
+    return 0
+
+
+if __name__ == "__main__":
+    exit_main(main, "c4_layout")

@@ -1,0 +1,153 @@
+"""Labelled sentences (JSON, JSON lines or CSV) -> a single-sentence task in SST-2's layout.
+
+Writes ``OUT_DIR/train.tsv`` and ``OUT_DIR/dev.tsv`` with the header ``sentence<TAB>label``, which
+``tupe_preprocess.glue_binarize``, ``glue/finetune.sh`` and ``train_scripts/study.sh`` treat as a custom task
+scored like SST-2 (accuracy). Inputs (any number):
+
+* ``*.json``: a JSON array of objects, or one object per line (JSON lines); ``*.jsonl`` likewise;
+* ``*.csv``: a header row naming the columns.
+
+Each example takes its text from ``--text-field`` and its label from ``--label-field`` (``--label-map
+0=negative,1=positive`` renames labels). Tabs and line breaks inside a text become spaces. Examples with
+an empty text or a missing label are skipped and counted (``file:line`` of the first few is printed);
+malformed JSON stops with an error naming the file. The examples are shuffled with ``--seed``, cut to
+``--max-examples`` (0: all), and the first ``--dev-fraction`` go to ``dev.tsv``. The same inputs and
+options give the same bytes; ``labelled_to_tsv.json`` records them, a rerun with the same settings skips
+and one with others refuses (exit 2) unless ``--force``. Files are written under a temporary name.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import random
+from collections import Counter
+from typing import Dict, Iterator, List, Optional, Tuple
+
+from tupe_preprocess.c4_common import SettingsMismatch, outputs_done, read_text
+from tupe_common.io import atomic_open, write_json
+from tupe_common.log import get_logger
+from tupe_common.errors import exit_main, message
+from tupe_common.io import need
+
+PROG = "labelled_to_tsv"
+log = get_logger(PROG)
+RECORD = "labelled_to_tsv.json"
+Example = Tuple[str, str]  # (sentence, label)
+
+
+def records(path: str, fallback: Optional[str]) -> Iterator[Tuple[int, Dict[str, object]]]:
+    """(line number, record) of one input file."""
+    text = read_text(path, fallback, log)
+    if path.endswith(".csv"):
+        for row in csv.DictReader(text.splitlines()):
+            yield 0, row
+        return
+    stripped = text.lstrip()
+    if stripped.startswith("["):
+        try:
+            items = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}:{e.lineno}: malformed JSON ({e.msg}); fix the file or drop it") from None
+        for item in items:
+            yield 0, item if isinstance(item, dict) else {}
+        return
+    for n, line in enumerate(text.splitlines(), 1):
+        if line.strip():
+            try:
+                item = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path}:{n}: malformed JSON line ({e.msg}); fix or remove the line") from None
+            yield n, item if isinstance(item, dict) else {}
+
+
+def read_examples(args: argparse.Namespace) -> Tuple[List[Example], Counter]:
+    label_map = dict(kv.split("=", 1) for kv in args.label_map.split(",")) if args.label_map else {}
+    examples: List[Example] = []
+    skipped: Counter = Counter()
+    for path in args.inputs:
+        for i, (line, rec) in enumerate(records(path, args.fallback_encoding), 1):
+            text, label = rec.get(args.text_field), rec.get(args.label_field)
+            text = " ".join(str(text).split()) if text is not None else ""
+            label = "" if label is None else str(label).strip()
+            if not text or not label:
+                skipped["empty text or no label"] += 1
+                if sum(skipped.values()) <= 5:
+                    log.warning("%s:%s: skipped (empty %s or no %s)", path, line or f"record {i}",
+                                args.text_field, args.label_field)
+                continue
+            examples.append((text, label_map.get(label, label)))
+    return examples, skipped
+
+
+def write_tsv(path: str, examples: List[Example]) -> None:
+    with atomic_open(path) as f:
+        f.write("sentence\tlabel\n")
+        for text, label in examples:
+            f.write(f"{text}\t{label}\n")
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    p = argparse.ArgumentParser(prog=f"python -m preprocess.{PROG}", description=__doc__.split("\n\n")[0])
+    p.add_argument("inputs", nargs="+", help="JSON / JSON-lines / CSV files of labelled texts")
+    p.add_argument("--out-dir", required=True, help="the task's folder (TASKS_DIR/NAME)")
+    p.add_argument("--text-field", default="text")
+    p.add_argument("--label-field", default="label")
+    p.add_argument("--label-map", default="", help="renames, e.g. 0=negative,1=positive")
+    p.add_argument("--dev-fraction", type=float, default=0.2)
+    p.add_argument("--max-examples", type=int, default=0, help="keep this many after shuffling (0: all)")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--fallback-encoding", default=None, help="decode non-UTF-8 files with this (e.g. latin-1)")
+    p.add_argument("--force", action="store_true", help="rewrite a task made with other settings")
+    args = p.parse_args(argv)
+    if not 0 < args.dev_fraction < 1:
+        p.error(f"--dev-fraction must be between 0 and 1, not {args.dev_fraction}")
+    try:  # a missing input: 1, as every data step (2 is a wrong option)
+        for path in args.inputs:
+            need(path)
+        need(args.out_dir, "out")
+    except OSError as e:
+        log.error(message(e))
+        return 1
+    settings = {k: v for k, v in vars(args).items() if k not in ("force", "out_dir", "inputs")}
+    settings["inputs"] = [{"name": os.path.basename(x), "bytes": os.path.getsize(x)} for x in args.inputs]
+    record = os.path.join(args.out_dir, RECORD)
+    try:
+        if outputs_done(record, settings, [os.path.join(args.out_dir, n) for n in ("train.tsv", "dev.tsv")],
+                        f"{args.out_dir} ({PROG} outputs)", args.force):
+            log.info("skip: %s is complete for these settings (%s); --force rewrites it", args.out_dir, record)
+            return 0
+    except SettingsMismatch as e:
+        log.error("%s", e)
+        return 2
+    try:
+        examples, skipped = read_examples(args)
+    except (ValueError, OSError) as e:
+        log.error("%s", e)
+        return 1
+    random.Random(args.seed).shuffle(examples)
+    if args.max_examples:
+        examples = examples[: args.max_examples]
+    n_dev = max(1, round(len(examples) * args.dev_fraction))
+    if len(examples) - n_dev < 1:
+        log.error("only %d usable example(s) in %s: need at least 2", len(examples), " ".join(args.inputs))
+        return 1
+    os.makedirs(args.out_dir, exist_ok=True)
+    write_tsv(os.path.join(args.out_dir, "dev.tsv"), examples[:n_dev])
+    write_tsv(os.path.join(args.out_dir, "train.tsv"), examples[n_dev:])
+    counts = {"train": len(examples) - n_dev, "dev": n_dev, "skipped": dict(skipped),
+              "labels": dict(sorted(Counter(label for _, label in examples).items()))}
+    write_json(record, {"settings": settings, "counts": counts})
+    log.info("%s: %d train, %d dev, labels %s, skipped %d", args.out_dir, counts["train"], n_dev,
+             counts["labels"], sum(skipped.values()))
+    return 0
+
+
+def cli() -> None:
+    """The console script ``tupe-labelled-to-tsv``."""
+    exit_main(main, "tupe-labelled-to-tsv")
+
+
+if __name__ == "__main__":
+    exit_main(main, "labelled_to_tsv")

@@ -1,0 +1,20 @@
+"""The study: positional encodings pre-trained side by side and compared (``train_scripts/study.sh``).
+
+Runs from the repository (like ``glue/`` and ``preprocess/``, never installed): ``python -m study`` is the
+orchestrator behind ``train_scripts/study.sh``. Its modules, one job each:
+
+* :mod:`tupe_study.settings`   the table of settings (presets, environment, checks, what a study records);
+* :mod:`tupe_study.stages`     the table of stages (prep, pretrain, locality, longer, finetune, order, report):
+  for each, its parts, when a part is done and how it runs;
+* :mod:`tupe_study.__main__`   the command: ``--list``, ``--part``, ``--slurm``, ``--report``, or everything;
+* :mod:`tupe_study.dev_eval`   a fine-tuned model's dev predictions, as written and with the word order perturbed;
+* :mod:`tupe_study.longer_inputs`  validation MLM loss at T, 2T, 4T;
+* :mod:`tupe_study.runs`       reading a study folder (logs, fine-tuning runs, locality, the two stages above);
+* :mod:`tupe_study.compare`    differences between variants: paired by seed, and the paired bootstrap;
+* :mod:`tupe_study.report`     ``OUT/report.md`` and the CSVs; :mod:`tupe_study.figure` the overview figure;
+* :mod:`tupe_study.stats`      plain statistics: correlations, ranks, entropy, the paired bootstrap.
+* :mod:`tupe_study.gpu_schedule`  the study on one GPU within a time budget (``make gpu-study``, whose command,
+  ``bench/gpu_study.py``, measures it): the call's seeds, its parts in order, what the budget stops.
+
+The GLUE selection it shares with ``tupe_glue.collect`` is ``tupe_common.glue_selection`` (installed).
+"""

@@ -1,0 +1,118 @@
+"""``tupe-probe CKPT --sets-dir DIR``: accuracy of a fine-tuned NLI model on word-order probing sets.
+
+The sets come from ``python -m tupe_preprocess.probing_sets`` (SNLI jsonl: ``sentence1``, ``sentence2``,
+``gold_label``). The checkpoint is a ``sentence_prediction`` fine-tune whose label dictionary holds
+``entailment``/``neutral``/``contradiction``; ``--data`` is its binarized data dir (``input0/dict.txt``,
+``label/dict.txt``). Pairs are encoded as in training: ``<s> A </s> </s> B </s>``, the premise cut
+from the right when the pair is longer than the model's positions (counted). For the
+``non-entailment`` label of ``role_swap``, a prediction other than ``entailment`` is correct.
+Reports accuracy per set and the change against ``original`` (``role_swap`` against
+``role_swap_original``, the same items unswapped), like the L&S paper's probing table.
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import sys
+from typing import Dict, List, Tuple
+
+import torch
+from fairseq.data.data_utils import collate_tokens
+
+from tupe_common.errors import UsageError
+from tupe_common.io import write_csv
+from tupe_common.log import get_logger
+
+from .attention_maps import load_hub
+
+BASELINE = {"role_swap": "role_swap_original"}
+log = get_logger("tupe-probe")
+
+
+def read_set(path: str) -> List[Tuple[str, str, str]]:
+    items = []
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            try:
+                r = json.loads(line)
+                items.append((r["sentence1"], r["sentence2"], r["gold_label"]))
+            except (json.JSONDecodeError, KeyError) as e:
+                raise ValueError(f"{path}:{lineno}: not a probing-set record ({e})") from e
+    return items
+
+
+def pair_tokens(hub, premise: str, hypothesis: str) -> Tuple[torch.Tensor, bool]:
+    """``<s> A </s> </s> B </s>`` ids; A is cut from the right to fit. Returns (ids, truncated)."""
+    d = hub.task.source_dictionary
+
+    def ids(text: str) -> List[int]:
+        pieces = hub.bpe.encode(text)
+        return d.encode_line(pieces, append_eos=False, add_if_not_exist=False).long().tolist()
+
+    a, b = ids(premise), ids(hypothesis)
+    room = hub.model.max_positions() - len(b) - 4
+    if room < 1:
+        raise ValueError(f"hypothesis of {len(b)} tokens does not fit in {hub.model.max_positions()} positions")
+    truncated = len(a) > room
+    return torch.tensor([d.bos(), *a[:room], d.eos(), d.eos(), *b, d.eos()]), truncated
+
+
+@torch.no_grad()
+def predict_labels(hub, pairs: List[Tuple[str, str]], batch_size: int = 64) -> List[str]:
+    labels = hub.task.label_dictionary
+    out, truncated = [], 0
+    for start in range(0, len(pairs), batch_size):
+        encoded = [pair_tokens(hub, a, b) for a, b in pairs[start : start + batch_size]]
+        truncated += sum(t for _, t in encoded)
+        batch = [ids for ids, _ in encoded]
+        tokens = collate_tokens(batch, pad_idx=hub.task.source_dictionary.pad())  # right padding
+        pred = hub.predict("sentence_classification_head", tokens).argmax(dim=-1)
+        out += [labels[int(p) + labels.nspecial] for p in pred]
+    if truncated:
+        log.warning(f"{truncated} of {len(pairs)} premises were cut to fit the model")
+    return out
+
+
+def accuracy(gold: List[str], pred: List[str]) -> float:
+    hits = [(p != "entailment") if g == "non-entailment" else (p == g) for g, p in zip(gold, pred)]
+    return 100.0 * sum(hits) / len(hits)
+
+
+def evaluate(hub, sets_dir: str, batch_size: int = 64) -> Dict[str, Tuple[int, float]]:
+    results = {}
+    for path in sorted(glob.glob(os.path.join(sets_dir, "*.jsonl"))):
+        items = read_set(path)
+        if items:
+            pred = predict_labels(hub, [(a, b) for a, b, _ in items], batch_size)
+            results[os.path.basename(path)[: -len(".jsonl")]] = (len(items), accuracy([g for *_, g in items], pred))
+    if "original" not in results:
+        raise ValueError(f"{sets_dir}: no original.jsonl (make the sets with python -m tupe_preprocess.probing_sets)")
+    return results
+
+
+def run(args: argparse.Namespace) -> int:
+    """The command, on arguments parsed by ``tupe_tools.commands.probe_parser``."""
+    if args.out_csv and os.path.exists(args.out_csv) and not args.force:  # before the model loads
+        raise UsageError(f"--out-csv {args.out_csv} exists; pass --force to overwrite it, or choose another file")
+    results = evaluate(load_hub(args.checkpoint, args.data, args.spm_model, head=True), args.sets_dir, args.batch_size)
+    rows = []
+    for name, (n, acc) in results.items():
+        base = BASELINE.get(name, "original")
+        delta = acc - results[base][1] if base in results and name != base else None
+        rows.append({"set": name, "items": n, "accuracy": round(acc, 2),
+                     "delta": "" if delta is None else round(delta, 2), "baseline": base if delta is not None else ""})
+    print("| set | items | accuracy | Δ | vs |\n|---|---|---|---|---|")
+    for r in rows:
+        delta = "" if r["delta"] == "" else f"{r['delta']:+.2f}"
+        print(f"| {r['set']} | {r['items']} | {r['accuracy']:.2f} | {delta} | {r['baseline']} |")
+    if args.out_csv:
+        write_csv(args.out_csv, rows)
+    return 0
+
+
+if __name__ == "__main__":  # python -m tupe_tools.analysis.probing_eval: the console script tupe-probe
+    from tupe_tools.commands import dispatch
+
+    sys.exit(dispatch("tupe-probe"))
