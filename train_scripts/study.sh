@@ -2,8 +2,8 @@
 # The study: positional encodings pre-trained side by side (same data order, masks, seed and budget),
 # fine-tuned on every task with several seeds, measured for locality/symmetry, word-order sensitivity and
 # longer inputs, and written up with intervals that say which differences are settled (docs/study.md).
-# The stages and the settings are declared once, in the study/ package (python -m tupe_study): this script only
-# puts the repository on PYTHONPATH and runs it. A preset (tupe_study/presets/NAME.env: tiny,
+# The stages and the settings are declared once, in the installed tupe_study package: this script is the shim of
+# `tupe-study` (python -m tupe_study), kept for the commands published with earlier results. A preset (tupe_study/presets/NAME.env: tiny,
 # cpu-small, gpu-9min, gpu-small, base) gives the defaults; every value is overridable by the environment.
 # Rerunning skips finished parts (a pre-training resumes from its checkpoint_last.pt); OUT/settings.env
 # refuses a rerun with other settings.

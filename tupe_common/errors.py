@@ -1,4 +1,4 @@
-"""The project's one usage error, for every command (``tupe-*``, ``python -m preprocess...``, ``glue``, the study).
+"""The project's one usage error, for every command (the ``tupe-*`` console scripts and their shims).
 
 ``UsageError``: a wrong option value or setting, found before any work; the command says it in one line and
 exits 2, as argparse does for its own usage errors (docs/troubleshooting.md, "Exit codes"). A ``ValueError``,

@@ -1,5 +1,5 @@
 """The project's one job runner: the C4 steps (``python -m tupe_preprocess.c4``), the GLUE grid (``tupe_glue.grid``) and
-the study (``python -m study``) all hand it their commands.
+the study (``tupe-study``) all hand it their commands.
 
 A :class:`Job` is a command with its log, its group (a stage: the progress line counts each group apart), when it
 may start (``ready``: what it needs has ended) and when it has nothing left to do (``done``: dropped, not run).

@@ -4,7 +4,7 @@
 
 Fetches ``en/c4-train.NNNNN-of-01024.json.gz`` for each train shard and
 ``en/c4-validation.NNNNN-of-00008.json.gz`` for each validation shard into OUT_DIR (the folder
-``preprocess/c4/run_all.sh`` reads). Every file is verified against the hub's size and SHA-256; files
+``tupe-c4 run`` reads). Every file is verified against the hub's size and SHA-256; files
 already present and verified are skipped, an interrupted download resumes (huggingface_hub keeps the
 partial data under ``OUT_DIR/.hub_cache``), and a file is renamed to its final name only once verified.
 """
@@ -62,7 +62,7 @@ def fetch(args: argparse.Namespace, repo: HubRepo, paths: Sequence[str]) -> None
     if missing:
         raise HubError(f"{repo.repo_id} does not list {missing[:3]}{' ...' if len(missing) > 3 else ''}")
     download(repo, [listed[x] for x in paths], Path(args.out_dir), log=log)
-    log.info(f"{len(paths)} C4 files verified in {args.out_dir}; next: preprocess/c4/run_all.sh {args.out_dir}")
+    log.info(f"{len(paths)} C4 files verified in {args.out_dir}; next: tupe-c4 run {args.out_dir}")
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -89,7 +89,7 @@ def write_tsv(path: str, examples: List[Example]) -> None:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    p = argparse.ArgumentParser(prog=f"python -m preprocess.{PROG}", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog=f"python -m tupe_preprocess.{PROG}", description=__doc__.split("\n\n")[0])
     p.add_argument("inputs", nargs="+", help="JSON / JSON-lines / CSV files of labelled texts")
     p.add_argument("--out-dir", required=True, help="the task's folder (TASKS_DIR/NAME)")
     p.add_argument("--text-field", default="text")

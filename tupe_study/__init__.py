@@ -1,7 +1,5 @@
-"""The study: positional encodings pre-trained side by side and compared (``train_scripts/study.sh``).
-
-Runs from the repository (like ``glue/`` and ``preprocess/``, never installed): ``python -m study`` is the
-orchestrator behind ``train_scripts/study.sh``. Its modules, one job each:
+"""The study: positional encodings pre-trained side by side and compared (``tupe-study``; from a checkout also
+``train_scripts/study.sh``, its shim). Its modules, one job each:
 
 * :mod:`tupe_study.settings`   the table of settings (presets, environment, checks, what a study records);
 * :mod:`tupe_study.stages`     the table of stages (prep, pretrain, locality, longer, finetune, order, report):

@@ -1,4 +1,4 @@
-"""``python -m study`` (what ``train_scripts/study.sh`` runs): the study, or one part of it.
+"""``tupe-study`` (``python -m tupe_study``; ``train_scripts/study.sh`` from a checkout): the study, or one part of it.
 
     study.sh                      every part not yet done, in stage order (a failed part is counted, the
                                   others go on; rerun to retry it), then the report
@@ -52,7 +52,7 @@ USAGE = ("Usage: [NAME=value ...] study.sh [--lanes N] [--stages S1,S2] | --list
 
 
 def help_text(environ) -> str:
-    lines = [__doc__.split("\n\n")[0].replace("``python -m study`` (what ``train_scripts/study.sh`` runs)", "study.sh"),
+    lines = [__doc__.split("\n\n")[0].replace("``tupe-study`` (``python -m tupe_study``; ``train_scripts/study.sh`` from a checkout)", "study.sh"),
              "", USAGE, f"STAGE: {', '.join(s.name for s in STAGES)} (INDEX as in --list)", "",
              f"Environment (default from PRESET={environ.get('PRESET') or 'cpu-small'}, meaning):"]
     for name, default in defaults(environ).items():

@@ -6,7 +6,7 @@ A call on a study folder (:class:`Call`): :func:`settings` reads its settings an
 and a design other than the one the folder recorded; :func:`prepare` checks the device, installs the carried wheels,
 copies the carried data into OUT (the study's prep is then done) and lists the study's parts, recording the design
 in ``OUT/settings.env`` before the first pre-training starts; :func:`run` starts every pre-training of the call at
-once, then the stages after pre-training in lanes and the report (``python -m study``), stops what still runs when
+once, then the stages after pre-training in lanes and the report (``python -m tupe_study``), stops what still runs when
 the budget less its reserve is spent, and records the call in ``OUT/gpu_calls.tsv``; :func:`send_back` copies the
 study folder without what a later call does not need. Every step is a :class:`Part` of the :class:`Budget`.
 

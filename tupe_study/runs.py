@@ -1,4 +1,4 @@
-"""Reading a study folder (layout written by ``python -m study``, see ``tupe_study.stages``)::
+"""Reading a study folder (layout written by ``tupe-study``, see ``tupe_study.stages``)::
 
     OUT/pretrain/V/seedS/train.log                     fairseq log (json or simple) with the validations
     OUT/finetune/V/seedS/TASK/lr{LR}_seed{K}/          result.json (glue/finetune.sh), predictions.json, order.json

@@ -1,4 +1,4 @@
-"""``OUT/timings.tsv``: one line per finished part of a study, written by ``python -m study`` when the part ends.
+"""``OUT/timings.tsv``: one line per finished part of a study, written by ``tupe-study`` when the part ends.
 
 Columns, tab-separated: stage, part (its arguments), seconds, UTC end (``STAMP``), machine, code. Code is the
 commit of the checkout that ran the part (``git describe --always --dirty``), so that a report says which code

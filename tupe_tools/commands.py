@@ -1,5 +1,5 @@
 """The ``tupe-*`` console commands: their arguments (checked here, before torch is imported) and where
-each one runs. ``python -m tupe_plugin.<module>`` runs the same parser and code."""
+each one runs (the module imported when the command runs: torch and fairseq are loaded only then)."""
 from __future__ import annotations
 
 import argparse

@@ -23,7 +23,7 @@ from tupe_common.errors import UsageError, exit_main
 
 RESUME_TASKS = "rerun the same command to resume (finished tasks are skipped)"
 
-USAGE = {"run": "[NAME=value ...] python -m tupe_preprocess.c4 run [C4_DIR]   (or: preprocess/c4/run_all.sh [C4_DIR])",
+USAGE = {"run": "[NAME=value ...] python -m tupe_preprocess.c4 run [C4_DIR]   (tupe-c4 run; from a checkout also preprocess/c4/run_all.sh)",
          "task": "[NAME=value ...] python -m tupe_preprocess.c4 task STEP INDEX   (STEP: " + " ".join(pipeline.STEPS) + ")",
          "slurm": "[NAME=value ...] python -m tupe_preprocess.c4 slurm [C4_DIR]"}
 
