@@ -36,7 +36,9 @@ from typing import Callable, Dict, List, Optional, Sequence
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tupe_plugin from this checkout
+# the GPU kit: on the lent GPU machine the checkout is not installed (gpu_check runs this with GPU_SITE and the
+# checkout on its path), so the checkout is put first here too
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tupe_core.attend import PATHS as ATTENTION_PATHS  # noqa: E402
 

@@ -22,10 +22,9 @@ import time
 
 import sentencepiece as spm
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
+from tupe_preprocess import c4_extract, c4_spm
 
-from tupe_preprocess import c4_extract, c4_spm  # noqa: E402
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 SAMPLE = os.path.join(ROOT, "preprocess", "samples", "c4")
 
@@ -74,7 +73,7 @@ def main() -> int:
     print(f"input: {size_mb:.1f} MB, {n_lines} lines, vocab {args.vocab_size}, "
           f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f} at start; folder {tmp}")
 
-    env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    env = dict(os.environ)
     ours, ours_cpu = {}, {}
     for w in [args.workers] if args.ours_only else sorted({1, args.workers}):
         prefix = os.path.join(tmp, f"ours_w{w}")

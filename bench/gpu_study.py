@@ -49,7 +49,7 @@ from __future__ import annotations
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.realpath(__file__))))  # the GPU kit: the checkout is not installed there
 from tupe_study import gpu_schedule  # noqa: E402  # the first import: it starts the budget's clock (gpu_schedule.START)
 
 import argparse  # noqa: E402

@@ -38,10 +38,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Dict, List, Optional
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from tupe_study.settings import StudyConfig, UsageError, read
 
-from tupe_study.settings import StudyConfig, UsageError, read  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 PRESET = "gpu-9min"
 LIMIT_MIB = 35.0
@@ -125,7 +124,7 @@ def make_tasks(src: Path, out: Path, env: Dict[str, str]) -> None:
 
 
 def study_env(base: Dict[str, str], **values: str) -> Dict[str, str]:
-    env = dict(base, PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), base.get("PYTHONPATH", "")) if p))
+    env = dict(base)
     env.update(values)
     return env
 

@@ -58,10 +58,9 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # tupe_plugin from this checkout
+from tupe_core.kernels import triton_attention
 
-from tupe_core.kernels import triton_attention  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 from tupe_common.tunables import arg_type  # noqa: E402
 
 

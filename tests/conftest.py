@@ -317,3 +317,12 @@ def pretrained(lm_bin, tmp_path_factory, starts_process) -> Path:
              "--max-update", "30", "--save-dir", str(save)])
 
     return once_per_run(tmp_path_factory, "pretrain", build)
+
+
+def console_scripts() -> List[str]:
+    """setup.py's console scripts, ``name=module:function``, read from its source (the list is a literal there)."""
+    import ast
+
+    tree = ast.parse((ROOT / "setup.py").read_text(encoding="utf-8"))
+    return next(ast.literal_eval(node.value) for node in tree.body if isinstance(node, ast.Assign)
+                and getattr(node.targets[0], "id", "") == "CONSOLE_SCRIPTS")

@@ -170,12 +170,11 @@ def test_a_bad_path_ends_in_one_error_line_naming_it(outcomes, entry, case):
 
 
 def test_the_walk_covers_every_entry_point():
-    from tupe_tools.commands import CONSOLE_SCRIPTS
+    from conftest import console_scripts
 
     walked = {e.argv[0].rsplit("/", 1)[-1] for e in ENTRIES} | {e.argv[2] for e in ENTRIES if e.argv[1:2] == ("-m",)}
-    assert {s.partition("=")[0] for s in CONSOLE_SCRIPTS} <= walked
     mains = set()
-    for package in ("preprocess", "glue", "study", "train_scripts"):
+    for package in ("tupe_preprocess", "tupe_glue", "tupe_study", "tupe_pretrain"):
         for f in sorted((ROOT / package).rglob("*.py")):
             text = f.read_text(encoding="utf-8")
             if 'if __name__ == "__main__"' in text and "samples" not in f.parts:
@@ -184,8 +183,13 @@ def test_the_walk_covers_every_entry_point():
     through = {"tupe_preprocess.c4_extract", "tupe_preprocess.c4_spm", "tupe_preprocess.c4_binarize", "tupe_preprocess.c4_layout",
                "tupe_preprocess.c4_download"}  # steps of python -m tupe_preprocess.c4
     fronts = {"tupe_pretrain.pretrain": "pretrain.sh", "tupe_glue.finetune": "finetune.sh", "tupe_glue.grid": "grid.sh",
-              "study": "study.sh", "tupe_pretrain.fairseq_train": "", "tupe_glue.fairseq_train": "",
-              "tupe_pretrain.torchrun": ""}  # "": a wrapper the front starts with the arguments it built
+              "tupe_study": "study.sh", "tupe_pretrain.fairseq_train": "", "tupe_glue.fairseq_train": "",
+              "tupe_pretrain.torchrun": "", "tupe_pretrain.rank": ""}  # "": a wrapper the front starts with the arguments it built
     assert len(mains) > 15, mains  # the scan finds the modules
+    for entry in console_scripts():  # each console script walked by its name, or by its module run as python -m
+        name, _, target = entry.partition("=")
+        module = target.partition(":")[0].removesuffix(".__main__")
+        assert (name in walked or module in walked or module in through or fronts.get(module, "-") in walked
+                or name == "tupe-where"), entry  # tupe-where takes no path
     missing = sorted(mains - walked - through - {m for m, s in fronts.items() if s in walked or not s})
     assert not missing, f"entry points without a bad-path walk: {missing}"

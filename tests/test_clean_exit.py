@@ -1,4 +1,4 @@
-"""Clean ends of multi-process runs (tupe_plugin/clean_exit.py, finished_status in train_scripts/lib.sh).
+"""Clean ends of multi-process runs (tupe_plugin/clean_exit.py, finished_status in tupe_common/fairseq_exit.py).
 
 The abort being guarded against: fairseq never destroys its gloo process groups, so at interpreter exit a
 gloo worker thread can still be releasing the last collective's work (the final barrier holds the
@@ -44,25 +44,20 @@ def free_port() -> str:
         return str(s.getsockname()[1])
 
 
-def finished_status(status: int, done_file: Path) -> subprocess.CompletedProcess:
-    """lib.sh's finished_status, as the scripts call it."""
-    script = f'source "{ROOT}/train_scripts/lib.sh"; finished_status "$1" "$2"'
-    return subprocess.run(["bash", "-c", script, "test", str(status), str(done_file)], capture_output=True,
-                          text=True, check=True)
-
-
 def test_an_abort_counts_as_done_only_after_the_run_recorded_its_end(tmp_path):
-    done = tmp_path / "done.txt"
-    p = finished_status(134, done)  # no record: aborted during the run
-    assert p.stdout.strip() == "134" and p.stderr == ""
+    """tupe_common.fairseq_exit.finished_status, the one rule of the rank wrapper and of fine-tuning."""
+    from tupe_common.fairseq_exit import finished_status
+
+    done, said = tmp_path / "done.txt", []
+    assert finished_status(134, str(done), said.append) == 134 and said == []  # no record: aborted during the run
     done.write_text("")
-    assert finished_status(134, done).stdout.strip() == "134"  # an empty record is no record
+    assert finished_status(134, str(done), said.append) == 134 and said == []  # an empty record is no record
     done.write_text("finished: pid 42, fairseq-train\n")
-    p = finished_status(134, done)
-    assert p.stdout.strip() == "0"
-    assert "warning: fairseq-train aborted at exit (status 134) after the run finished (finished: pid 42" in p.stderr
+    assert finished_status(134, str(done), said.append) == 0
+    assert said == ["warning: fairseq-train aborted at exit (status 134) after the run finished (finished: pid 42, "
+                    "fairseq-train): counted as done"]
     for status in (0, 1, 2, 137, 143):  # anything else is reported as it is, record or not
-        assert finished_status(status, done).stdout.strip() == str(status)
+        assert finished_status(status, str(done), said.append) == status
 
 
 ABORTING_TRAIN = """#!{python}
@@ -87,7 +82,7 @@ def aborting_train(tmp_path) -> Path:
 @pytest.mark.parametrize("abort_at, status", [("exit", 0), ("start", 134)])
 def test_the_rank_wrapper_reports_an_abort_after_a_finished_run_as_success(lm_bin, aborting_train, tmp_path,
                                                                            abort_at, status):
-    """fairseq_rank.sh (world size 1) around a real fairseq-train that aborts at the end of the interpreter
+    """The rank wrapper (train_scripts/fairseq_rank.sh, the shim of tupe_pretrain.rank; world size 1) around a real fairseq-train that aborts at the end of the interpreter
     (after the run wrote its record: reported 0, with a warning) or before training (reported 134)."""
     save = tmp_path / "ckpt"
     p = subprocess.run(
@@ -98,7 +93,7 @@ def test_the_rank_wrapper_reports_an_abort_after_a_finished_run_as_success(lm_bi
                 LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=free_port()))
     log = p.stdout + p.stderr
     assert p.returncode == status, log[-3000:]
-    warned = "fairseq_rank.sh: warning: fairseq-train aborted at exit (status 134) after the run finished" in log
+    warned = "fairseq_rank: warning: fairseq-train aborted at exit (status 134) after the run finished" in log
     assert warned == (abort_at == "exit"), log[-3000:]
     assert ("done training" in log) == (abort_at == "exit")
     assert (save / "checkpoint_last.pt").exists() == (abort_at == "exit")

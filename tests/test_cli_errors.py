@@ -17,17 +17,17 @@ from typing import Dict, List, Tuple
 import pytest
 import torch
 
-from conftest import PRETRAIN_ARGS, command_in_process, run, write_lines
+from conftest import PRETRAIN_ARGS, command_in_process, console_scripts, run, write_lines
 from tupe_plugin.models.checkpoint_checks import DictionaryMismatchError, check_dictionary
 from tupe_core.facts import VARIANT_KEY
-from tupe_tools.commands import COMMANDS, CONSOLE_SCRIPTS, NEEDS
+from tupe_tools.commands import COMMANDS, NEEDS
 from tupe_tools.errors import OPTIONAL, last_error, run_command
 
 pytestmark = pytest.mark.usefixtures("starts_process")  # its tests start processes (real CLIs, scripts)
 
 BIN = Path(sys.executable).parent
 ROOT = Path(__file__).resolve().parents[1]
-CONSOLE = [script.partition("=")[0] for script in CONSOLE_SCRIPTS]
+CONSOLE = [*COMMANDS, "tupe-last-error"]  # the tupe_tools commands: their --help imports no torch
 
 
 def last_line(p: subprocess.CompletedProcess) -> str:
@@ -311,8 +311,8 @@ def test_a_wrong_file_is_one_line_naming_it_and_what_to_pass(command, kind, tmp_
 
 
 def test_a_damaged_or_foreign_torch_file_is_named(pretrained, tmp_path):
-    from tupe_core.checkpoint_record import checkpoint_info
-    from tupe_core.checkpoint_file import load as load_checkpoint
+    from tupe_tools.checkpoint_record import checkpoint_info
+    from tupe_common.checkpoint_file import load as load_checkpoint
 
     whole = (pretrained / "checkpoint_last.pt").read_bytes()
     cut = tmp_path / "checkpoint_last.pt"
@@ -357,7 +357,7 @@ def test_a_study_part_on_a_wrong_checkpoint_fails_naming_it(tmp_path):
     """The study's parts read the checkpoints it made; one cut short (a killed copy) fails its part, not the study."""
     from tupe_study.__main__ import run_part
     from tupe_study.stages import PartFailed, Stage
-    from tupe_core.checkpoint_record import checkpoint_info
+    from tupe_tools.checkpoint_record import checkpoint_info
 
     path, message = wrong_file("empty", tmp_path, FAIRSEQ_FIX)
     stage = Stage("longer", lambda plan: [()], lambda plan: False, lambda plan: checkpoint_info(str(path)))
@@ -444,7 +444,8 @@ def test_export_hf_without_the_hf_extra_names_the_install(package, pretrained, t
 
 
 def test_the_other_commands_need_no_extra(tmp_path):
-    modules = [target.partition(":")[0] for command, (_, target) in COMMANDS.items() if command not in NEEDS]
+    scripts = dict(s.split("=") for s in console_scripts())
+    modules = [scripts[command].partition(":")[0] for command in COMMANDS if command not in NEEDS]
     code = ("import importlib, sys\nfor m in sys.argv[1:]: importlib.import_module(m)\n"
             "try:\n    import safetensors\nexcept ModuleNotFoundError as e:\n    print('hidden:', e.name)")
     p = subprocess.run([sys.executable, "-c", code, *modules], capture_output=True, text=True,

@@ -270,7 +270,7 @@ def test_converted_outputs_equal_the_original_forward(converted, variant):
 
 
 def test_converted_checkpoint_records_variant_and_config(converted):
-    from tupe_core.checkpoint_record import checkpoint_info, fairseq_args
+    from tupe_tools.checkpoint_record import checkpoint_info, fairseq_args
 
     dest, _, _, _ = converted["tupe_r"]
     info = checkpoint_info(str(dest))

@@ -207,7 +207,7 @@ def test_a_usage_error_exits_2_and_writes_nothing(module, args, says, tmp_path, 
     with pytest.raises(SystemExit) as stop:
         main([*args, "--out-dir", str(tmp_path / "out")])
     err = capsys.readouterr().err
-    assert stop.value.code == 2 and says in err and err.startswith("usage: python -m preprocess."), err
+    assert stop.value.code == 2 and says in err and err.startswith("usage: python -m tupe_preprocess."), err
     assert not (tmp_path / "out").exists()
 
 

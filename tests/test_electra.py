@@ -307,10 +307,10 @@ def test_fairseq_train_both_losses_fall_for_each_attention_block(arch, block_log
 
 
 def test_checkpoint_info_shows_objective_and_sizes(electra_run, starts_process):
-    from tupe_core.checkpoint_record import fairseq_args, info_from_state
+    from tupe_tools.checkpoint_record import fairseq_args, info_from_state
 
     save, _ = electra_run
-    p = run(["python", "-m", "tupe_tools.checkpoint_info", str(save / "checkpoint_last.pt")])
+    p = run(["tupe-checkpoint-info", str(save / "checkpoint_last.pt")])
     info = json.loads(p.stdout)
     assert info["objective"] == "electra" and info["variant"] == "tupe_r" and info["arch"] == "tupe_roberta_tiny"
     assert (info["generator_layers"], info["generator_embed_dim"], info["generator_ffn_embed_dim"],

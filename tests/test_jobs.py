@@ -88,9 +88,9 @@ def test_lanes_run_in_the_callers_folder(tmp_path, monkeypatch, starts_process):
     (tmp_path / "study").mkdir()
     monkeypatch.chdir(tmp_path)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    cmd = [sys.executable, "-c", "import os, study; print(os.getcwd()); print(study.__file__)"]
+    cmd = [sys.executable, "-c", "import os, tupe_study; print(os.getcwd()); print(tupe_study.__file__)"]
     assert run_in_lanes([Job("a", cmd, str(tmp_path / "a.log"))], 2, env) == []
-    assert (tmp_path / "a.log").read_text().splitlines() == [str(tmp_path), str(ROOT / "study" / "__init__.py")]
+    assert (tmp_path / "a.log").read_text().splitlines() == [str(tmp_path), str(ROOT / "tupe_study" / "__init__.py")]
 
 
 def test_lanes_are_bound_to_gpus_and_a_usage_error_stops_the_rest(tmp_path, capsys, starts_process):

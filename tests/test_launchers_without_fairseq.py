@@ -1,6 +1,6 @@
 """The launchers (pretrain.sh, the study's plan, glue/finetune.sh before it starts fairseq-train,
 tupe-checkpoint-info) read the variant registry, a checkpoint's record and ELECTRA's generator sizes without
-importing fairseq (tupe_core's registry, tupe_core.checkpoint_record), and read the same as the plugin does."""
+importing fairseq (tupe_core's registry, tupe_tools.checkpoint_record), and read the same as the plugin does."""
 from __future__ import annotations
 
 import json
@@ -8,7 +8,7 @@ import sys
 
 from conftest import run
 from tupe_core import record, registry as real
-from tupe_core.checkpoint_record import checkpoint_info, fairseq_args
+from tupe_tools.checkpoint_record import checkpoint_info, fairseq_args
 
 
 def test_a_fresh_process_reads_the_registry_without_fairseq(starts_process):
@@ -31,7 +31,7 @@ def test_the_launchers_and_the_plugin_read_one_registry():
     from tupe_plugin.models import architectures, tupe_roberta
     from tupe_tools import checkpoint_record
 
-    assert architectures.VARIANTS is real.VARIANTS and checkpoint_record.names is real.names
+    assert architectures.VARIANTS is real.VARIANTS and checkpoint_record.from_record is real.from_record
     assert tupe_roberta.PositionalVariant is checkpoint_record.PositionalVariant is record.PositionalVariant
     copies = [name for name, module in list(sys.modules.items())  # a second copy of tupe_core's record module
               if isinstance(getattr(module, "__dict__", {}).get("PositionalVariant"), type)  # not every entry has one
@@ -44,7 +44,7 @@ def test_the_launchers_and_the_plugin_read_one_registry():
 def test_a_fresh_process_reads_a_checkpoints_record_without_fairseq(pretrained, starts_process):
     path = str(pretrained / "checkpoint_last.pt")
     code = ("import json, sys\n"
-            "from tupe_core.checkpoint_record import checkpoint_info, fairseq_args\n"
+            "from tupe_tools.checkpoint_record import checkpoint_info, fairseq_args\n"
             f"info = checkpoint_info({path!r})\n"
             "loaded = sorted(m for m in ('fairseq', 'tupe_plugin', 'sklearn') if m in sys.modules)\n"
             "print(json.dumps([info, fairseq_args(info), loaded]))")

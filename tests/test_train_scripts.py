@@ -1,6 +1,6 @@
 """train_scripts/: the real pretrain.sh and pretrain.sbatch on tiny data, on CPU (gloo).
 
-Multi-process runs go through the same path as on GPUs (torchrun or srun -> fairseq_rank.sh ->
+Multi-process runs go through the same path as on GPUs (torchrun or srun -> python -m tupe_pretrain.rank ->
 fairseq-train with explicit rank and env:// rendezvous); srun and scontrol are small stand-ins written
 below, so the SLURM script runs without SLURM.
 """
@@ -14,6 +14,7 @@ import socket
 import subprocess
 import threading
 import time
+import sys
 from typing import Dict, List
 
 import pytest
@@ -98,7 +99,7 @@ def test_dry_run_prints_settings_batch_and_the_paper_command(lm_bin, tmp_path):
     assert "effective batch size: 256 = 2 process(es) x MAX_SENTENCES 16 x UPDATE_FREQ 8" in err
     cmd = err.split("pretrain.sh: command:\n")[1].splitlines()[0]
     assert cmd.startswith(f"{BIN}/torchrun --standalone --nproc-per-node 2 --no-python ")
-    assert f"{SCRIPTS}/fairseq_rank.sh 2 cpu {lm_bin} " in cmd
+    assert f"--no-python {sys.executable} -m tupe_pretrain.rank 2 cpu {lm_bin} " in cmd
     for flag in ("--arch tupe_r_base", "--tokens-per-sample 512", "--max-positions 512", "--mask-prob 0.15",
                  "--batch-size 16 --update-freq 8", "--lr 1e-4", "--warmup-updates 10000",
                  "--total-num-update 1000000 --max-update 1000000", "--lr-scheduler polynomial_decay --power 1",
@@ -113,7 +114,7 @@ def test_dry_run_prints_settings_batch_and_the_paper_command(lm_bin, tmp_path):
     gpu = dry_run(DATA=str(lm_bin), GPUS="8", VARIANT="bert-a").stderr
     assert "effective batch size: 256 = 8 process(es) x MAX_SENTENCES 16 x UPDATE_FREQ 2" in gpu
     gpu_cmd = gpu.split("pretrain.sh: command:\n")[1]
-    for flag in ("fairseq_rank.sh 8 gpu", "--arch bert_a_base", "--fp16", "--distributed-backend nccl",
+    for flag in ("-m tupe_pretrain.rank 8 gpu", "--arch bert_a_base", "--fp16", "--distributed-backend nccl",
                  "--ddp-backend pytorch_ddp", f"--save-dir {ROOT}/checkpoints/bert_a_base"):
         assert flag in gpu_cmd, flag
     assert "--cpu" not in gpu_cmd

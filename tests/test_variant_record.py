@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from model_utils import build
-from tupe_core.checkpoint_record import info_from_state
+from tupe_tools.checkpoint_record import info_from_state
 from tupe_core import legacy_record
 from tupe_core.registry import VARIANTS, from_flags, from_record
 from tupe_core.facts import VARIANT_KEY

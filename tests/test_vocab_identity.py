@@ -102,7 +102,7 @@ def test_finetuning_refuses_binaries_of_another_dictionary_of_the_same_size(pret
     from tupe_preprocess import glue_binarize
     from tupe_preprocess.spm_dict import load_spm, write_fairseq_dict
     from tupe_common.vocab import dict_identity
-    from tupe_core.checkpoint_record import checkpoint_info
+    from tupe_tools.checkpoint_record import checkpoint_info
     from tupe_tools.checkpoint_info import trained_dict
 
     original = pretrained / "checkpoint_last.pt"

@@ -251,7 +251,7 @@ def finetune_locked(settings: FinetuneConfig, task: str, lr: float, seed: int, s
         say(tunables.shown(c))
     if not c.CHECKPOINT:
         raise UsageError("CHECKPOINT is required: the pre-trained checkpoint to fine-tune")
-    from tupe_core.checkpoint_file import CheckpointError, check_file
+    from tupe_common.checkpoint_file import CheckpointError, check_file
 
     try:  # missing, a folder, not a checkpoint: one line naming it (exit 1)
         check_file(c.CHECKPOINT)

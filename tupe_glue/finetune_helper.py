@@ -68,7 +68,7 @@ def facts_of(task: str, checkpoint: str, glue_bin: str) -> FinetuneFacts:
     dictionary is not the one the checkpoint was trained with (by the identity the checkpoint recorded, else by
     the pre-training data's dict.txt where this machine has it); an unknown task is a UsageError (a ValueError)."""
     from tupe_common.vocab import check_identity, check_same_dict
-    from tupe_core.checkpoint_record import checkpoint_info, fairseq_args
+    from tupe_tools.checkpoint_record import checkpoint_info, fairseq_args
     from tupe_tools.checkpoint_info import trained_dict
 
     bin_dir = os.path.join(glue_bin, f"{task}-bin")

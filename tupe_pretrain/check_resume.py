@@ -45,7 +45,7 @@ def num_updates(path: str) -> Optional[int]:
     """Update count stored in a fairseq checkpoint, or None if the file cannot be read."""
     import torch
 
-    from tupe_core.checkpoint_file import allow_fairseq_objects
+    from tupe_common.checkpoint_file import allow_fairseq_objects
 
     allow_fairseq_objects()
 

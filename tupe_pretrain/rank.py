@@ -22,7 +22,7 @@ from typing import Dict, List, Mapping, Optional, Tuple
 from tupe_common.fairseq_exit import DONE_FILE_ENV, finished_status
 
 PROG = "fairseq_rank"
-USAGE = f"usage: {PROG} EXPECTED_WORLD_SIZE gpu|cpu FAIRSEQ_TRAIN_ARGS..."
+USAGE = f"Usage: {PROG} EXPECTED_WORLD_SIZE gpu|cpu FAIRSEQ_TRAIN_ARGS..."
 
 
 class RankError(ValueError):

@@ -42,7 +42,7 @@ from tupe_study.timings import code_version, timing_line
 from tupe_common.errors import exit_main
 from tupe_common.jobs import Job, run_jobs, slurm_ranges, visible_gpus
 from tupe_common.lock import LockHeld
-from tupe_core.checkpoint_file import CheckpointError
+from tupe_common.checkpoint_file import CheckpointError
 
 RESUME_PARTS = ("rerun the same command to resume (finished parts are skipped; a pre-training resumes from its "
                 "checkpoint_last.pt)")

@@ -3,7 +3,7 @@ or with ``--fairseq-args`` the model flags that rebuild the same model (``--arch
 sizes ``--encoder-layers ...`` and the variant flags), so fine-tuning scripts take the variant from the checkpoint
 instead of from a flag the user must remember. ``--list-variants`` prints the registry's variant names with dashes
 (``tupe-r``, ``rope``, ...), one per line: the values of ``tupe-pretrain``'s ``VARIANT``. The record is read by
-``tupe_core/checkpoint_record.py``, without fairseq (the command imports only torch).
+``tupe_tools/checkpoint_record.py``, without fairseq (the command imports only torch).
 """
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from typing import Any, Dict, Optional
 
 from tupe_common.errors import UsageError
 from tupe_common.vocab import dict_in
-from tupe_core.checkpoint_file import load
-from tupe_core.checkpoint_record import checkpoint_info, data_dirs, fairseq_args
+from tupe_common.checkpoint_file import load
+from tupe_tools.checkpoint_record import checkpoint_info, data_dirs, fairseq_args
 from tupe_core.registry import names
 
 

@@ -7,7 +7,7 @@ import logging
 import os
 from typing import Callable, Dict, List, Optional, Tuple
 
-from tupe_core.checkpoint_file import FIX, ORIGINAL_FIX, check_file
+from tupe_common.checkpoint_file import FIX, ORIGINAL_FIX, check_file
 from .errors import require, run_command
 
 

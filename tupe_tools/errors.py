@@ -24,7 +24,7 @@ from typing import Callable, List, Optional, Tuple
 DEBUG_ENV = "TUPE_DEBUG"
 
 
-from tupe_core.checkpoint_file import without_torch_advice  # noqa: E402
+from tupe_common.checkpoint_file import without_torch_advice  # noqa: E402
 from tupe_common.errors import UsageError, stdout_reader_left  # noqa: E402  (the project's one usage error: exit 2)
 from tupe_common.errors import message as os_message  # noqa: E402
 # Errors a user can fix (bad file, bad setting); their message is the whole story. Our own error

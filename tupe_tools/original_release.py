@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from tupe_core.facts import SIZES, VARIANT_KEY
-from tupe_core.checkpoint_file import ORIGINAL_FIX, CheckpointError, load
+from tupe_common.checkpoint_file import ORIGINAL_FIX, CheckpointError, load
 
 ORIG = "decoder.sentence_encoder."
 NEW = "encoder.sentence_encoder."
@@ -115,7 +115,7 @@ def _unsupported_globals(path: str, error: Exception, allowed: list) -> List[str
 
 
 def load_original(path: str, inert: Sequence[str] = ()) -> dict:
-    """The checkpoint at ``path``, read by the plugin's one reader (``tupe_core.checkpoint_file.load``: weights
+    """The checkpoint at ``path``, read by the plugin's one reader (``tupe_common.checkpoint_file.load``: weights
     only) with the converter's allowlist added for this call; a global it refuses is named."""
     allowed = allowed_globals(inert)
     try:

@@ -6,7 +6,7 @@ from typing import List, Optional
 
 import torch
 
-from tupe_core.checkpoint_record import checkpoint_info
+from tupe_tools.checkpoint_record import checkpoint_info
 from tupe_plugin.models.tupe_roberta import TupeRobertaModel
 
 

@@ -32,8 +32,8 @@ from tupe_core.registry import build, from_record
 from tupe_tools.errors import UsageError
 
 from tupe_plugin import checkpoint_safety  # noqa: F401
-from tupe_core.checkpoint_file import load as read_checkpoint
-from tupe_core.checkpoint_record import info_from_state
+from tupe_common.checkpoint_file import load as read_checkpoint
+from tupe_tools.checkpoint_record import info_from_state
 from .locality_symmetry import softmax_rows
 
 PREFIX = "encoder.sentence_encoder."

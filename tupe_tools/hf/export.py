@@ -25,12 +25,12 @@ from tupe_common.io import atomic_dir, need
 from tupe_core.encoder_stack import ACTIVATIONS
 from tupe_core.facts import ATTENTION_FALLBACK_KEY, RECORD_BUFFER, VARIANT_KEY
 from tupe_core.registry import encodings, from_record
-from tupe_core.checkpoint_record import data_dirs
+from tupe_tools.checkpoint_record import data_dirs
 from tupe_tools.checkpoint_info import find_dict
 from tupe_tools.errors import UsageError
 
-from tupe_core.checkpoint_file import load as load_checkpoint
-from tupe_core.checkpoint_record import info_from_state, model_config, model_setting
+from tupe_common.checkpoint_file import load as load_checkpoint
+from tupe_tools.checkpoint_record import info_from_state, model_config, model_setting
 from tupe_plugin.models.electra_checkpoint import discriminator_for_export
 from .remote import CORE, MODEL_FILES, REMOTE, SHIPPED, exported_source
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 import os
 from typing import Any, Callable, Dict, List, Optional
 
-from .facts import GENERATOR_SIZE_ARGS, SIZE_FIELDS, VARIANT_KEY, is_electra_state
-from .record import PositionalVariant  # noqa: F401  (the one record class: tests compare)
-from .registry import flags_of, from_record
+from tupe_core.facts import GENERATOR_SIZE_ARGS, SIZE_FIELDS, VARIANT_KEY, is_electra_state
+from tupe_core.record import PositionalVariant  # noqa: F401  (the one record class: tests compare)
+from tupe_core.registry import flags_of, from_record
 
-from .checkpoint_file import CheckpointError, load
+from tupe_common.checkpoint_file import CheckpointError, load
 
 
 def objective_info(model_state: Dict[str, Any], get) -> Dict[str, Any]:
@@ -44,7 +44,7 @@ def data_dirs(state: Dict[str, Any]) -> List[str]:
 
 
 def checkpoint_info(path: str, objective: Optional[str] = None, head: bool = False) -> Dict[str, Any]:
-    """What the checkpoint ``path`` is, after the checks of :func:`tupe_core.checkpoint_file.load`; refused,
+    """What the checkpoint ``path`` is, after the checks of :func:`tupe_common.checkpoint_file.load`; refused,
     naming the file, when it is not a tupe_roberta checkpoint, not of ``objective`` ("mlm", "electra"), or
     (``head``) has no classification head, i.e. it is not fine-tuned. Tensors are not read (mmap)."""
     state = load(path, mmap=True)
