@@ -113,9 +113,14 @@ def test_a_wheel_install_runs_the_pipeline_from_another_folder(fresh_install, tm
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["PATH"] = f"{bin_dir}{os.pathsep}{env['PATH']}"
 
-    def tool(*args, **more):
-        return run([str(bin_dir / args[0]), *args[1:]], cwd=tmp_path, env={**env, **more})
+    def tool(*args, check=True, **more):  # not conftest.run: it puts this environment's bin/ first on PATH
+        p = subprocess.run([str(bin_dir / args[0]), *args[1:]], cwd=tmp_path, env={**env, **more}, capture_output=True,
+                           text=True, timeout=600)
+        assert p.returncode == 0 or not check, f"{args} failed ({p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-6000:]}"
+        return p
 
+    refused = tool("tupe-pretrain", check=False)  # a console script's messages start with its name
+    assert refused.returncode == 2 and refused.stderr.startswith("tupe-pretrain: error: DATA is required"), refused
     site = tool("tupe-where").stdout.strip()
     assert site.startswith(str(env_dir)) and site.endswith("tupe_plugin")
     assert (Path(tool("tupe-where", "config-dir").stdout.strip()) / "pretrain" / "tupe_base.yaml").is_file()

@@ -21,6 +21,13 @@ import signal
 import sys
 from typing import Callable, NoReturn
 
+def command_name(default: str) -> str:
+    """The name a command's messages start with: its console script's (``tupe-pretrain``) when it was started as one,
+    else ``default``, the shim's (``pretrain.sh``: what ``python -m`` and the shell entry points print, as before)."""
+    name = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    return name if name.startswith("tupe-") else default
+
+
 class UsageError(ValueError):
     """A wrong option value or setting (a --length beyond the checkpoint, an OUTPUT that exists without
     --force, an unknown --tasks name, a VARIANTS entry that is not registered): exit 2, nothing changed."""

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, ClassVar, Dict, List, Mapping, Optional, Seque
 from tupe_common import tunables
 from tupe_common.installed import user_dir
 from tupe_common.fairseq_exit import DONE_FILE_ENV, finished_status
-from tupe_common.errors import RESUME_RUNS, UsageError, exit_main, message
+from tupe_common.errors import command_name, RESUME_RUNS, UsageError, exit_main, message
 from tupe_common.numbers import named, same_number, spelling
 from tupe_glue.collect import RUN_FOLDER
 from tupe_common.process import run_logged
@@ -37,7 +37,7 @@ from tupe_common.tunables import Say, Settings, setting
 if TYPE_CHECKING:
     from tupe_glue.finetune_helper import FinetuneFacts
 
-PROG = "finetune.sh"
+PROG = command_name("finetune.sh")
 
 
 @dataclass(frozen=True)

@@ -37,14 +37,14 @@ from tupe_glue.finetune import run_name
 from tupe_glue.tasks import PAPER_LRS, PAPER_SEEDS, PAPER_TASKS, TASKS, custom_bin_names, get_task
 from tupe_common import jobs as runner
 from tupe_common import tunables
-from tupe_common.errors import RESUME_RUNS, UsageError, exit_main, stdout_reader_left
+from tupe_common.errors import command_name, RESUME_RUNS, UsageError, exit_main, stdout_reader_left
 from tupe_common.log import get_logger
 from tupe_common.numbers import check_once
 from tupe_common.tunables import Num, Settings, setting
 
 FINETUNE = (sys.executable, "-m", "tupe_glue.finetune")  # each run: what glue/finetune.sh and tupe-finetune run
 log = get_logger("grid")
-PROG = "grid.sh"
+PROG = command_name("grid.sh")
 
 @dataclass(frozen=True)
 class GridConfig(Settings):

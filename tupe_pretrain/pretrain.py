@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from tupe_common import tunables
-from tupe_common.errors import UsageError, exit_main
+from tupe_common.errors import command_name, UsageError, exit_main
 from tupe_common.installed import user_dir
 from tupe_common.jobs import cuda_device_count
 from tupe_common.lock import RunLock, folder_lock, handed_to_children, handed_to_exec, hold
@@ -30,7 +30,7 @@ from tupe_common.pretrain_recipe import recipe
 from tupe_common.tunables import Say, Settings, setting
 from tupe_pretrain.torchrun import PARENT
 
-PROG = "pretrain.sh"
+PROG = command_name("pretrain.sh")
 MLM, ELECTRA = recipe("mlm"), recipe("electra")
 
 

@@ -34,7 +34,7 @@ from datetime import datetime, timezone
 from typing import List, Optional, Sequence, Tuple
 
 from tupe_study.plan import Plan
-from tupe_study.settings import (FIELDS, StudyConfig, UsageError, changed_settings, declared_comment, defaults, merged_text,
+from tupe_study.settings import (FIELDS, PROG, StudyConfig, UsageError, changed_settings, declared_comment, defaults, merged_text,
                             recorded_text, refusal)
 from tupe_study.locks import hold_part, hold_study
 from tupe_study.stages import BY_NAME, STAGES, PartFailed, Stage, declare_choice, needs_done, note
@@ -105,7 +105,7 @@ def check_names(environ) -> None:
 
         return pipeline.config_class().names()
 
-    check(StudyConfig.names(), environ, "study.sh", prefixes=("FT_",), passed_on=c4_settings,
+    check(StudyConfig.names(), environ, PROG, prefixes=("FT_",), passed_on=c4_settings,
           others=StudyConfig.others())
 
 
@@ -361,7 +361,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             return 0
         if mode != "part":
             shown = "\n".join(f"  {name}={value}" for name, value in plan.config.texts().items())
-            print(f"study.sh: settings (NAME=value)\n{shown}", file=sys.stderr)
+            print(f"{PROG}: settings (NAME=value)\n{shown}", file=sys.stderr)
         if mode == "all" or mode == "part" and stage.name == "pretrain":
             check_gpus(plan.config.GPUS)
         if mode == "part":  # a wrong index or an empty study changes nothing: checked before settings.env is written
@@ -390,10 +390,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 return 0
             return run_all(plan, lanes, only)
     except UsageError as e:
-        print(f"study.sh: error: {e}", file=sys.stderr)
+        print(f"{PROG}: error: {e}", file=sys.stderr)
         return 2
     except PartFailed as e:
-        print(f"study.sh: error: {e}", file=sys.stderr)
+        print(f"{PROG}: error: {e}", file=sys.stderr)
         return 1
 
 

@@ -15,6 +15,7 @@ import os
 from typing import Optional, Tuple
 
 from tupe_study.plan import Plan
+from tupe_study.settings import PROG
 from tupe_common.lock import RunLock, folder_lock, hold
 
 
@@ -49,9 +50,9 @@ def part_lock(plan: Plan, stage: str, part: Tuple) -> Optional[str]:
 
 def hold_part(plan: Plan, stage: str, part: Tuple) -> Optional[RunLock]:
     path = part_lock(plan, stage, part)
-    return None if path is None else hold(path, "study.sh", "OUT")
+    return None if path is None else hold(path, PROG, "OUT")
 
 
 def hold_study(plan: Plan) -> RunLock:
     os.makedirs(plan.out, exist_ok=True)
-    return hold(folder_lock(plan.out), "study.sh", "OUT")
+    return hold(folder_lock(plan.out), PROG, "OUT")

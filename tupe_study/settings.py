@@ -18,10 +18,11 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Callable, ClassVar, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from tupe_common.errors import UsageError  # the project's one (tupe_study.plan, tupe_study.__main__ import it from here)
+from tupe_common.errors import UsageError, command_name  # UsageError: the project's one (tupe_study.plan, tupe_study.__main__ import it from here)
 from tupe_common.numbers import check_once
 from tupe_common.tunables import Say, Settings, fits, parse, setting
 
+PROG = command_name("study.sh")  # the study's messages: tupe-study, or study.sh (its shim, python -m tupe_study)
 PRESETS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "presets")  # package data
 
 

@@ -24,7 +24,7 @@ from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
 from tupe_study.plan import Plan
 from tupe_study.runs import split_label
-from tupe_study.settings import StudyConfig
+from tupe_study.settings import PROG, StudyConfig
 from tupe_study.timings import logged_seconds
 from tupe_common.errors import UsageError
 from tupe_common.io import read_data_path
@@ -39,7 +39,7 @@ class PartFailed(Exception):
     """A part that ran and failed (bad data, a failing tool): exit 1; the message names the log."""
 
 
-note = stderr_say("study.sh")  # one write per line: lines of parallel lanes do not interleave
+note = stderr_say(PROG)  # one write per line: lines of parallel lanes do not interleave
 
 
 def tail(path: str, n: int = 20) -> str:
