@@ -375,9 +375,9 @@ def main(argv: Optional[Sequence[str]] = None, environ: Mapping[str, str] = os.e
 
 
 def cli() -> None:
-    """The console script ``tupe-finetune``."""
-    exit_main(main, "tupe-finetune", RESUME_RUNS)
+    """The console script ``tupe-finetune``, and ``python -m`` (``finetune.sh``): :data:`PROG` names which."""
+    exit_main(main, PROG, RESUME_RUNS)
 
 
 if __name__ == "__main__":
-    exit_main(main, "finetune.sh", RESUME_RUNS)
+    cli()

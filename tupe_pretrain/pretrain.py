@@ -1,6 +1,6 @@
 """Pre-training's logic: settings, checks, the fairseq command and its launcher, the settings record.
 
-``train_scripts/pretrain.sh`` is a thin entry point over :func:`main` (its environment names, defaults and
+``tupe-pretrain`` (and its shim ``train_scripts/pretrain.sh``) runs :func:`main` (its environment names, defaults and
 ``--help`` are :class:`PretrainConfig` here); the study calls :func:`prepare` with a ``PretrainConfig`` of its own.
 
     config = read(environ)                 # the request (PretrainConfig): every setting typed and checked, autos as None
@@ -595,9 +595,9 @@ def main(argv: Optional[Sequence[str]] = None, environ: Mapping[str, str] = os.e
 
 
 def cli() -> None:
-    """The console script ``tupe-pretrain``."""
-    exit_main(main, "tupe-pretrain")
+    """The console script ``tupe-pretrain``, and ``python -m`` (``pretrain.sh``): :data:`PROG` names which."""
+    exit_main(main, PROG)
 
 
 if __name__ == "__main__":
-    exit_main(main, "pretrain.sh")
+    cli()

@@ -398,9 +398,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 def cli() -> None:
-    """The console script ``tupe-study``."""
-    exit_main(main, "tupe-study", RESUME_PARTS)
+    """The console script ``tupe-study``, and ``python -m`` (``study.sh``): PROG names which. A path of the wrong
+    kind: one line, exit 1; ``--list | head``: quiet, 141; Ctrl-C: 130."""
+    exit_main(main, PROG, RESUME_PARTS)
 
 
-if __name__ == "__main__":  # a path of the wrong kind: one line, exit 1; `--list | head`: quiet, 141; Ctrl-C: 130
-    exit_main(main, "study.sh", RESUME_PARTS)
+if __name__ == "__main__":
+    cli()
