@@ -327,13 +327,13 @@ USAGE = """Fine-tune a pre-trained TUPE/BERT checkpoint on one GLUE task with on
 0.06 then linear decay, Adam eps 1e-6 betas (0.9,0.999), clip 1.0, dropout 0.1, weight decay 0.01, --max-tokens 4400,
 validation twice per epoch, fp16 on GPU. The model flags (arch, positions, variant) come from the checkpoint.
 
-Examples (from the repository root):
-  CHECKPOINT=checkpoints/tupe_r_base/checkpoint_last.pt GLUE_BIN=glue-bin glue/finetune.sh RTE 2e-5 1
-  CHECKPOINT=... RUNS=runs/bert_a KEEP_CHECKPOINTS=1 glue/finetune.sh MNLI 3e-5 2
-  CHECKPOINT=... EPOCHS=1 EXTRA_ARGS="--max-update 50" glue/finetune.sh CoLA 2e-5 1   # quick check
+Examples (glue/finetune.sh, from a checkout, is the same command):
+  CHECKPOINT=checkpoints/tupe_r_base/checkpoint_last.pt GLUE_BIN=glue-bin tupe-finetune RTE 2e-5 1
+  CHECKPOINT=... RUNS=runs/bert_a KEEP_CHECKPOINTS=1 tupe-finetune MNLI 3e-5 2
+  CHECKPOINT=... EPOCHS=1 EXTRA_ARGS="--max-update 50" tupe-finetune CoLA 2e-5 1   # quick check
 
 Output: RUNS/TASK/lr{LR}_seed{SEED}/ with train.log (the fairseq log), command.txt and result.json (unrounded
-scores at the best validation, the format python -m tupe_glue.collect reads; docs/glue_protocol.md §8). The run is made
+scores at the best validation, the format tupe-collect reads; docs/glue_protocol.md §8). The run is made
 in RUNS/.partial/TASK/lr{LR}_seed{SEED}/ and renamed when complete. LR and SEED name it by value: a new folder
 takes their short spelling (lr1e-3_seed1 for 0.001), and a finished one spelt otherwise with the same values
 (lr0.001_seed1) is the same run. result.json records the run's inputs (the

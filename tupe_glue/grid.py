@@ -64,11 +64,11 @@ class GridConfig(Settings):
 USAGE = """The paper's GLUE grid: every task x LR x seed (by default the paper's {n_tasks} tasks, {n_lrs} LRs and {n_seeds}
 seeds: {n_runs} runs), one glue/finetune.sh run each, then the results table (python -m tupe_glue.collect RUNS).
 
-Examples (from the repository root; every variable of glue/finetune.sh passes through):
-  CHECKPOINT=checkpoints/tupe_r_base/checkpoint_last.pt RUNS=runs/tupe_r glue/grid.sh     # all GPUs
-  CHECKPOINT=... TASKS="RTE MRPC" SEEDS="1 2 3" JOBS=2 GPU_IDS="0 1" glue/grid.sh
-  CHECKPOINT=... RUNS=runs/tupe_r glue/grid.sh --slurm     # print the sbatch command (glue/grid.sbatch)
-  RUNS=runs/tupe_r glue/grid.sh --list                     # index, task, LR, seed, done/todo
+Examples (every variable of tupe-finetune passes through; glue/grid.sh, from a checkout, is the same command):
+  CHECKPOINT=checkpoints/tupe_r_base/checkpoint_last.pt RUNS=runs/tupe_r tupe-grid        # all GPUs
+  CHECKPOINT=... TASKS="RTE MRPC" SEEDS="1 2 3" JOBS=2 GPU_IDS="0 1" tupe-grid
+  CHECKPOINT=... RUNS=runs/tupe_r tupe-grid --slurm     # print the sbatch command (glue/grid.sbatch)
+  RUNS=runs/tupe_r tupe-grid --list                     # index, task, LR, seed, done/todo
 
 Finished runs (a readable result.json) are skipped, so rerunning or resubmitting only does what is
 missing; a run whose result.json is empty or corrupt is redone (glue/finetune.sh moves it aside).

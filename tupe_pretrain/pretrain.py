@@ -1,15 +1,14 @@
 """Pre-training's logic: settings, checks, the fairseq command and its launcher, the settings record.
 
-``tupe-pretrain`` (and its shim ``train_scripts/pretrain.sh``) runs :func:`main` (its environment names, defaults and
-``--help`` are :class:`PretrainConfig` here); the study calls :func:`prepare` with a ``PretrainConfig`` of its own.
+``tupe-pretrain`` (shim: ``train_scripts/pretrain.sh``) runs :func:`main` (settings: :class:`PretrainConfig`); the
+study calls :func:`prepare` with a ``PretrainConfig`` of its own.
 
     config = read(environ)                 # the request (PretrainConfig): every setting typed and checked, autos as None
     run = plan(config, environ)            # run.config: a ResolvedPretrainConfig (no auto left), combinations checked
     cmd = command(run)                     # fairseq-train, or torchrun/srun around python -m tupe_pretrain.rank
     record(run)                            # SAVE_DIR/settings.json: a rerun with other settings is refused
 
-Defaults come from the recipe (:mod:`tupe_common.pretrain_recipe`); exit codes as every script's
-(docs/troubleshooting.md): 2 wrong usage or settings, 1 bad data, 0 done.
+Defaults: the recipe (:mod:`tupe_common.pretrain_recipe`); exit 2 wrong usage or settings, 1 bad data, 0 done.
 """
 from __future__ import annotations
 
@@ -24,7 +23,7 @@ from typing import Any, ClassVar, Dict, List, Mapping, Optional, Sequence, Tuple
 from tupe_common import tunables
 from tupe_common.errors import command_name, UsageError, exit_main
 from tupe_common.installed import user_dir
-from tupe_common.jobs import cuda_device_count
+from tupe_common.jobs import cuda_device_count, stderr_say
 from tupe_common.lock import RunLock, folder_lock, handed_to_children, handed_to_exec, hold
 from tupe_common.pretrain_recipe import recipe
 from tupe_common.tunables import Say, Settings, setting
@@ -130,8 +129,7 @@ class ResolvedPretrainConfig(PretrainConfig):
         return cls(**{**{f.name: getattr(request, f.name) for f in dataclasses.fields(request)}, **chosen})
 
 
-def say_to_stderr(line: str) -> None:
-    sys.stderr.write(f"{PROG}: {line}\n")
+say_to_stderr = stderr_say(PROG)  # "PROG: line" on stderr
 
 
 def read(environ: Mapping[str, str], say: Say = say_to_stderr) -> PretrainConfig:
@@ -504,17 +502,16 @@ fp16 on GPU (BF16=1: bf16). OBJECTIVE=electra: replaced-token detection with ELE
 al., ICLR 2020, Table 6): LR 2e-4 for 766k updates, generator 1/3 of the width, discriminator loss weight 50.
 The recipe's one copy is tupe_common/pretrain_recipe.py: every default below comes from it.
 
-Examples (from the repository root; DATA is a fairseq data dir, shard0:shard1:..., or a folder with
-data_path.txt as written by python -m tupe_preprocess.c4 layout):
-  DATA=c4_prep/data-bin train_scripts/pretrain.sh                       # every GPU of this node (torchrun)
-  DATA=data-bin VARIANT=bert-a GPUS=1 train_scripts/pretrain.sh          # one GPU: update-freq 16
-  DATA=data-bin VARIANT=tupe-a SIZE=large SENTENCES_PER_UPDATE=512 train_scripts/pretrain.sh
-  DATA=data-bin BF16=1 train_scripts/pretrain.sh                         # bf16 (A100, H100)
-  DRY_RUN=1 DATA=data-bin GPUS=8 train_scripts/pretrain.sh               # print the command only
-  DATA=data-bin OBJECTIVE=electra VARIANT=tupe-r train_scripts/pretrain.sh   # ELECTRA (docs/electra.md)
-  sbatch --nodes 2 train_scripts/pretrain.sbatch                         # SLURM, see that file
-Re-running the same command resumes from SAVE_DIR/checkpoint_last.pt (fairseq's default).
-The logic is tupe_pretrain/pretrain.py (the study calls it as a function)."""
+Examples (DATA is a fairseq data dir, shard0:shard1:..., or a folder with data_path.txt as written by tupe-c4 layout;
+train_scripts/pretrain.sh, from a checkout, is the same command):
+  DATA=c4_prep/data-bin tupe-pretrain                                   # every GPU of this node (torchrun)
+  DATA=data-bin VARIANT=bert-a GPUS=1 tupe-pretrain                      # one GPU: update-freq 16
+  DATA=data-bin VARIANT=tupe-a SIZE=large SENTENCES_PER_UPDATE=512 tupe-pretrain
+  DATA=data-bin BF16=1 tupe-pretrain                                     # bf16 (A100, H100)
+  DRY_RUN=1 DATA=data-bin GPUS=8 tupe-pretrain                           # print the command only
+  DATA=data-bin OBJECTIVE=electra VARIANT=tupe-r tupe-pretrain           # ELECTRA (docs/electra.md)
+  sbatch --nodes 2 train_scripts/pretrain.sbatch                         # SLURM, from a checkout: see that file
+Re-running the same command resumes from SAVE_DIR/checkpoint_last.pt (fairseq's default)."""
 
 
 def usage() -> str:
