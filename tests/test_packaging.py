@@ -102,6 +102,7 @@ def test_a_wheel_install_runs_the_pipeline_from_another_folder(fresh_install, tm
     """From a folder outside the repository, with no PYTHONPATH: tupe-where finds the installed plugin and the
     packaged configs and presets; tupe-c4 makes the shards from the C4 sample, tupe-pretrain trains 2 updates,
     tupe-glue-binarize, tupe-grid (one run) and tupe-collect give the table."""
+    import importlib.util
     import zipfile
 
     env_dir, wheel = fresh_install
@@ -137,6 +138,13 @@ def test_a_wheel_install_runs_the_pipeline_from_another_folder(fresh_install, tm
          "--spm-model", "c4/spm/spm.model", "--dict", "c4/spm/dict.txt", "--out-dir", "glue-bin")
     tool("tupe-grid", CHECKPOINT="pt/checkpoint_last.pt", GLUE_BIN="glue-bin", RUNS="runs", TASKS="RTE", LRS="1e-3",
          SEEDS="1", EPOCHS="1", SENTENCES_PER_BATCH="8", NUM_WORKERS="0", VALID_PER_EPOCH="1")
+    assert "cpu-small" in tool("tupe-study", "--help").stdout  # the presets, read from the installed package
+    if importlib.util.find_spec("transformers") is not None:  # the 'hf' extra: the remote code, from the package
+        tool("tupe-export-hf", "pt/checkpoint_last.pt", "hf", "--spm-model", "c4/spm/spm.model")
+        from tupe_tools.hf.remote import CORE_IMPORT  # the one rewrite of the copy: tupe_core imports made relative
+
+        shipped = zipfile.ZipFile(wheel).read("tupe_tools/hf/remote/modeling_tupe.py").decode()
+        assert (tmp_path / "hf" / "modeling_tupe.py").read_text() == CORE_IMPORT.sub(r"from .\1 import ", shipped)
     table = (tmp_path / "runs" / "glue_results.csv").read_text()
     assert "RTE" in table
     command = (tmp_path / "runs" / "RTE" / "lr1e-3_seed1" / "command.txt").read_text()
