@@ -148,6 +148,23 @@ def check(save_dir: str, record: RunRecord = RunRecord(), on_change: str = "refu
     return 0
 
 
+def last_checkpoint(save_dir: str) -> Tuple[str, bool, Optional[int]]:
+    """SAVE_DIR/checkpoint_last.pt: its path, whether it exists, and its update count (None: absent or unreadable)."""
+    path = os.path.join(save_dir, LAST)
+    there = os.path.isfile(path)
+    return path, there, num_updates(path) if there else None
+
+
+def resume_from(save_dir: str) -> str:
+    """How a rerun of a stopped pre-training resumes: from checkpoint_last.pt at its update, when there is one."""
+    path, there, done = last_checkpoint(save_dir)
+    if not there:
+        return "no checkpoint was saved yet: rerun the same command to start the run again"
+    if done is None:  # a save cut short: the rerun's check (resume_checkpoint) takes the newest intact checkpoint
+        return f"rerun the same command to resume from the newest intact checkpoint in {save_dir}"
+    return f"rerun the same command to resume from {path} at update {done}"
+
+
 def cli() -> None:
     """The console script ``tupe-check-resume``."""
     exit_main(main, "tupe-check-resume")

@@ -27,6 +27,7 @@ from tupe_common.jobs import cuda_device_count, stderr_say
 from tupe_common.lock import RunLock, folder_lock, handed_to_children, handed_to_exec, hold
 from tupe_common.pretrain_recipe import recipe
 from tupe_common.tunables import Say, Settings, setting
+from tupe_pretrain.check_resume import last_checkpoint, resume_from
 from tupe_pretrain.torchrun import PARENT
 
 PROG = command_name("pretrain.sh")
@@ -458,19 +459,11 @@ def save_dir_lock(save_dir: str) -> str:
     return folder_lock(save_dir)
 
 
-def last_checkpoint(run: Run) -> Tuple[str, bool, Optional[int]]:
-    """SAVE_DIR/checkpoint_last.pt: its path, whether it exists, and its update count (None: absent or unreadable)."""
-    from tupe_pretrain.check_resume import LAST, num_updates
-
-    path = os.path.join(run.config.SAVE_DIR, LAST)
-    there = os.path.isfile(path)
-    return path, there, num_updates(path) if there else None
-
 
 def finished_updates(run: Run) -> Optional[int]:
     """The update count of SAVE_DIR/checkpoint_last.pt when it has reached TOTAL_UPDATES (a finished run, which a
     rerun skips rather than train one update more and rewrite its checkpoints), else None."""
-    done = last_checkpoint(run)[2]
+    done = last_checkpoint(run.config.SAVE_DIR)[2]
     return done if done is not None and done >= run.config.TOTAL_UPDATES else None
 
 
@@ -530,21 +523,16 @@ def supervise(run: Run, cmd: List[str], environ: Dict[str, str]) -> int:
 
     argv = [sys.executable, "-m", "tupe_pretrain.torchrun", *cmd[1:]]
     try:
-        return process.run(argv, env={**environ, PARENT: str(os.getpid())})
+        status = process.run(argv, env={**environ, PARENT: str(os.getpid())})
     except process.Stopped as stop:  # the ranks and torchrun ended (or were killed after the grace)
+        status, name = stop.status, stop.name
+    else:  # torchrun alone was signalled (kill of its pid): it ended the ranks and exited 128 + N
+        name = {128 + s: f"{s.name} (sent to torchrun)" for s in process.STOP_SIGNALS}.get(status)
+    if name:
         sys.stdout.flush()
-        say_to_stderr(f"error: stopped by {stop.name}; {resume_from(run)}")
-        return stop.status
+        say_to_stderr(f"error: stopped by {name}; {resume_from(run.config.SAVE_DIR)}")
+    return status
 
-
-def resume_from(run: Run) -> str:
-    """How a rerun of a stopped run resumes: from checkpoint_last.pt at its update, when there is one."""
-    path, there, done = last_checkpoint(run)
-    if not there:
-        return "no checkpoint was saved yet: rerun the same command to start the run again"
-    if done is None:  # a save cut short: check_resume.py takes the newest intact checkpoint
-        return f"rerun the same command to resume from the newest intact checkpoint in {run.config.SAVE_DIR}"
-    return f"rerun the same command to resume from {path} at update {done}"
 
 
 def main(argv: Optional[Sequence[str]] = None, environ: Mapping[str, str] = os.environ) -> int:
