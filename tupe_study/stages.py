@@ -325,10 +325,12 @@ def longer_parts(plan: Plan) -> List[Tuple]:
 def rope_scalings(plan: Plan, label: str) -> List[str]:
     """The RoPE scalings ``label`` is measured with beside its plain record: ROPE_SCALINGS (each once) for a RoPE
     model trained without a scaling (tupe_study.longer_inputs.rescalable), none for any other."""
+    name, objective = split_label(label)
+    if not plan.config.ROPE_SCALINGS or objective != "mlm":  # no registry (torch, 2 s) for a --list without them
+        return []
     from tupe_study.longer_inputs import rescalable
     from tupe_core.registry import VARIANTS
 
-    name, objective = split_label(label)
     variant = VARIANTS.get(name.replace("-", "_"))
     if objective != "mlm" or variant is None or not rescalable(variant):
         return []
