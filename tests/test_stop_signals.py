@@ -59,13 +59,24 @@ def test_a_stop_ends_every_job_and_its_children_with_one_line(tmp_path, sig):
 # The kernel gives a signal sent to a process to any thread that does not block it: here a thread of the command's
 # own (as a lane's thread, or the run lock's heartbeat) takes it, while the main thread waits for a child or a job.
 OTHER_THREAD = """
-import signal, sys, threading, time
+import os, signal, sys, threading, time
 from tupe_common import process
 from tupe_common.errors import exit_main, RESUME_RUNS
 from tupe_common.jobs import Job, run_jobs, stderr_say
 
+def children():
+    found = []
+    for task in os.listdir("/proc/self/task"):  # the main thread's child, or a job's (started by a lane's thread)
+        try:
+            found += open(f"/proc/self/task/{task}/children").read().split()
+        except OSError:  # a thread that ended meanwhile
+            pass
+    return found
+
 def deliver():
-    time.sleep(1.5)  # the child or the jobs run by then
+    while not children():  # the child or the job started (it was a fixed 1.5 s from here)
+        time.sleep(0.02)
+    time.sleep(0.5)  # and the main thread waits for it by then (it waits right after the start)
     signal.pthread_kill(threading.get_ident(), signal.SIGTERM)  # to this thread only
 
 def main():
