@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, run
 from process_tree import assert_gone, command_lines, start, tree, wait_for
 
 pytestmark = pytest.mark.usefixtures("starts_process")  # every test here starts a process
@@ -246,9 +246,11 @@ def test_sigterm_saves_the_update_it_finished_and_the_rerun_resumes_from_it(lm_b
     assert not path.exists() and not list(save.glob(".run.lock*"))  # removed by its stopped holder
     state = torch.load(save / "checkpoint_last.pt", map_location="cpu", weights_only=False)
     assert state["optimizer_history"][-1]["num_updates"] == n
-    # the rerun (the same command, told to stop 2 updates later) resumes from it
-    again = subprocess.run([str(ROOT / "train_scripts" / "pretrain.sh")], cwd=ROOT, capture_output=True, text=True,
-                           env=dict(env, EXTRA_ARGS=f"--max-update {n + 2}"), timeout=180)
+    # the rerun (the same command, told to stop 2 updates later) resumes from it: what pretrain.sh execs (python -m
+    # train_scripts.pretrain) forked from the tests' warm interpreter (conftest.run), which has torch imported (the
+    # fresh one imported it, through tupe_core, before exec'ing fairseq-train: ~4 s); fairseq-train is exec'd afresh
+    again = run([sys.executable, "-m", "train_scripts.pretrain"], cwd=ROOT, check=False, timeout=180,
+                env=dict(env, EXTRA_ARGS=f"--max-update {n + 2}"))
     log = again.stdout + again.stderr
     assert again.returncode == 0, log[-3000:]
     assert re.search(rf"Loaded checkpoint \S+checkpoint_last.pt \(epoch \d+ @ {n} updates\)", log), log[-3000:]
