@@ -12,6 +12,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 from pathlib import Path
 from typing import Dict, List
 
@@ -337,9 +338,11 @@ def test_sigterm_stops_the_grid_and_its_runs_and_the_rerun_matches_an_uninterrup
     assert p.poll() is None, p.communicate()
     holder = (lock.read_record(str(path)) or {}).get("pid")
     assert "glue.finetune" in " ".join(command_lines([c for c in tree(p.pid) if c.pid == holder])), holder  # grid's run
-    alone = {k: v for k, v in env.items() if k not in ("TASKS", "LRS", "SEEDS", "JOBS")}  # finetune.sh's settings
-    second = subprocess.run([str(FINETUNE), "RTE", "1e-3", "1"], cwd=ROOT, env=alone, capture_output=True, text=True,
-                            timeout=120)
+    # the second: what finetune.sh execs (python -m glue.finetune), forked from the tests' warm interpreter
+    # (conftest.run; a fresh one spent seconds importing torch before the lock); finetune.sh's settings alone
+    alone = {k: v for k, v in env.items() if k not in ("TASKS", "LRS", "SEEDS", "JOBS")}
+    second = run([sys.executable, "-m", "glue.finetune", "RTE", "1e-3", "1"], cwd=ROOT, env=alone, check=False,
+                 timeout=120)
     last = second.stderr.strip().splitlines()[-1]
     assert second.returncode == 2 and last.startswith(
         f"finetune.sh: error: {runs}/.partial/RTE is in use by another run (pid {holder} on {lock.host()}, "), last

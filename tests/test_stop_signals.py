@@ -205,25 +205,24 @@ def test_sigterm_saves_the_update_it_finished_and_the_rerun_resumes_from_it(lm_b
     out = []
     reader = threading.Thread(target=lambda: out.extend(p.stdout), daemon=True)  # fairseq logs on stdout
     reader.start()
-    # the second pretrain.sh starts once the first has handed its lock to the exec: its ~5 s of imports before the
-    # lock (torch, through tupe_core) then overlap the first's start instead of following its first updates
+    # the second starts once the first has handed its lock to the exec (while the first starts fairseq-train, not
+    # after its first updates), as what pretrain.sh execs (python -m train_scripts.pretrain) forked from the tests'
+    # warm interpreter (conftest.run): the fresh one imported torch, through tupe_core, before the lock (~4 s of CPU)
     wait_for(lambda: (lock.read_record(str(path)) or {}).get("exec") or p.poll() is not None, 120, "no exec mark")
     assert p.poll() is None, p.stderr.read()[-3000:]
     record = lock.read_record(str(path)) or {}
     assert record.get("pid") == p.pid and record.get("host") == lock.host() and record.get("exec"), record
     started = time.monotonic()
-    second = subprocess.Popen([str(ROOT / "train_scripts" / "pretrain.sh")], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True)
-    wait_for(lambda: len(logged_updates("".join(out))) >= 2 or p.poll() is not None, 120, "no update logged")
-    assert p.poll() is None, p.stderr.read()[-3000:]
-    _, second_err = second.communicate(timeout=120)
+    second = run([sys.executable, "-m", "train_scripts.pretrain"], cwd=ROOT, check=False, timeout=120, env=env)
     took = time.monotonic() - started
     assert (lock.read_record(str(path)) or {}).get("pid") == p.pid  # still the first's, after the refusal
-    refused = second_err.strip().splitlines()[-1]
-    assert second.returncode == 2, second_err[-2000:]
+    refused = second.stderr.strip().splitlines()[-1]
+    assert second.returncode == 2, second.stderr[-2000:]
     assert refused.startswith(f"pretrain.sh: error: {save} is in use by another run (pid {p.pid} on {lock.host()}, "
                               "started ") and f"lock {path}" in refused and "SAVE_DIR" in refused, refused
     assert took < 30, took  # before any data check or training
+    wait_for(lambda: len(logged_updates("".join(out))) >= 2 or p.poll() is not None, 120, "no update logged")
+    assert p.poll() is None, p.stderr.read()[-3000:]
     beat = path.stat().st_mtime
     wait_for(lambda: path.stat().st_mtime > beat, 10, "the exec'd fairseq-train keeps no heartbeat (every 0.2 s here)")
     assert p.poll() is None, p.stderr.read()[-3000:]
