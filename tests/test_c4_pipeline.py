@@ -384,12 +384,17 @@ def test_sigkill_mid_run_then_rerun(tmp_path, spm_dir, texts, reference_bin, sta
     assert sorted(p.name for p in prefix.parent.iterdir()) == ["train0.bin", "train0.done", "train0.idx"]
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+# SIGTERM only: SIGINT took the same path here (~3 s a case). The binarizer's handler is tupe_common.process's one
+# _handle for every stop signal (install_stop_handlers: STOP_SIGNALS, each to _handle unless started ignored, which
+# process_tree.start rules out), the pool's workers get every stop signal's default back at fork
+# (_default_in_fork) and are ended by Pool.terminate()'s SIGTERM whichever signal the parent had; the signal's name
+# and 128 + N in the last line, for SIGTERM, SIGINT and SIGHUP through the same exit_main, are
+# tests/test_stop_signals.py's test_a_stop_ends_every_job_and_its_children_with_one_line.
+@pytest.mark.parametrize("sig", [signal.SIGTERM])
 def test_a_stop_mid_run_ends_the_pool_with_one_line_and_the_rerun_gives_the_same_bytes(
         tmp_path, spm_dir, texts, reference_bin, starts_process, sig):
-    """SIGTERM (scancel, kill) or SIGINT (Ctrl-C) to the binarizer alone: its pool ends with it, exit 128 + N, one
-    line saying what stopped it and how it resumes, nothing that looks finished; the rerun gives the bytes of an
-    uninterrupted run."""
+    """SIGTERM (scancel, kill) to the binarizer alone: its pool ends with it, exit 128 + N, one line saying what
+    stopped it and how it resumes, nothing that looks finished; the rerun gives the bytes of an uninterrupted run."""
     from process_tree import start, stop_cleanly, tree
 
     prefix = tmp_path / "bin" / "train0"

@@ -12,6 +12,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 from pathlib import Path
 from typing import Dict, List
 
@@ -230,40 +231,15 @@ def test_finished_run_is_skipped(rte_run, pretrained, glue_bin, runs, starts_pro
     assert "RTE lr1e-3_seed1: already done" in q.stderr and not (runs / "RTE" / "lr0.001_seed1").exists()
 
 
-def test_one_run_per_folder_and_readers_beside_a_live_lock(rte_run, pretrained, glue_bin, runs, tmp_path, capsys,
-                                                           starts_process):
-    """Two finetune.sh of one run at once: the second exits 2 at once, naming the first's pid and host, and the
-    first finishes alone, its lock gone (as rte_run's). tupe_glue.collect reads RUNS beside live locks (RUNS's: a grid's;
-    a run's), and grid.sh on a RUNS another grid holds is refused, exit 2, before any run (tupe_common/lock.py)."""
-    import time
-
+def test_readers_beside_a_live_lock_and_a_grid_on_a_held_runs_refused(rte_run, pretrained, glue_bin, runs, capsys):
+    """tupe_glue.collect reads RUNS beside live locks (RUNS's: a grid's; a run's), and grid.sh on a RUNS another grid
+    holds is refused, exit 2, before any run (tupe_common/lock.py); the finished rte_run left no lock. Two
+    finetune.sh of one run at once (the second refused): test_sigterm_stops_the_grid_..., on the run it stops (its
+    own fine-tuning here cost ~9 s of issue 62's test time)."""
     from tupe_glue.finetune import run_lock
     from tupe_common import lock
 
     assert not list(runs.rglob("*.lock")) and rte_run[0].is_dir()  # the finished run left no lock
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_") and k not in TINY and k != lock.ENV}
-    env.update(PATH=f"{BIN}:{os.environ.get('PATH', '')}", PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1",
-               **run_env(pretrained, glue_bin, tmp_path, EPOCHS="1", QUIET="1", EXTRA_ARGS="--max-update 2"))
-    path = Path(run_lock(str(tmp_path), "RTE", 1e-3, 1))
-    first = subprocess.Popen([str(FINETUNE), "RTE", "1e-3", "1"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.time() + 120
-        while not path.exists() and time.time() < deadline:
-            assert first.poll() is None, first.communicate()
-            time.sleep(0.05)
-        second = subprocess.run([str(FINETUNE), "RTE", "1e-3", "1"], cwd=ROOT, env=env, capture_output=True,
-                                text=True, timeout=120)
-        out, err = first.communicate(timeout=300)
-    finally:
-        if first.poll() is None:
-            first.kill()
-    last = second.stderr.strip().splitlines()[-1]
-    assert second.returncode == 2 and last.startswith(
-        f"finetune.sh: error: {tmp_path}/.partial/RTE is in use by another run (pid {first.pid} on {lock.host()}, "), last
-    assert first.returncode == 0, err[-3000:]
-    assert (tmp_path / "RTE" / "lr1e-3_seed1" / "result.json").is_file() and not path.exists()
-
     live = {"pid": 1, "host": lock.host(), "started": "2026-01-01T00:00:00Z", "token": "t"}  # pid 1: a live holder
     for planted in (runs / lock.LOCK_NAME, Path(run_lock(str(runs), "RTE", 1e-3, 1))):
         planted.parent.mkdir(parents=True, exist_ok=True)
@@ -343,14 +319,33 @@ def test_sigterm_stops_the_grid_and_its_runs_and_the_rerun_matches_an_uninterrup
                                                                                         tmp_path, starts_process):
     """SIGTERM to grid.sh alone (kill PID) while its run trains: grid.sh -> finetune.sh -> fairseq-train all end,
     each saying so, exit 143, no finished-looking run; the same command then trains the run as an uninterrupted one
-    (rte_run: the same settings), loss for loss."""
+    (rte_run: the same settings), loss for loss.
+
+    One run per folder, on that run (it had a fine-tuning of its own): while the grid's finetune.sh holds the run's
+    lock, a second finetune.sh of the same run exits 2 at once naming the holder's pid and host; the lock is gone
+    after the stop and after the rerun's normal end (tupe_common/lock.py)."""
+    from tupe_glue.finetune import run_lock
     from process_tree import command_lines, start, stop_cleanly, tree, wait_for
+    from tupe_common import lock
 
     runs = tmp_path / "runs"
     settings = run_env(pretrained, glue_bin, runs, TASKS="RTE", LRS="1e-3", SEEDS="1", JOBS="1")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_") and k not in TINY}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_") and k not in TINY and k != lock.ENV}
     env.update(PATH=f"{BIN}:{os.environ.get('PATH', '')}", PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", **settings)
     p = start([GRID], env, cwd=ROOT)
+    path = Path(run_lock(str(runs), "RTE", 1e-3, 1))
+    wait_for(lambda: p.poll() is not None or path.exists(), 120, "the run took no lock")
+    assert p.poll() is None, p.communicate()
+    holder = (lock.read_record(str(path)) or {}).get("pid")
+    assert "tupe_glue.finetune" in " ".join(command_lines([c for c in tree(p.pid) if c.pid == holder])), holder  # grid's run
+    # the second: what finetune.sh execs (python -m tupe_glue.finetune), forked from the tests' warm interpreter
+    # (conftest.run; a fresh one spent seconds importing torch before the lock); finetune.sh's settings alone
+    alone = {k: v for k, v in env.items() if k not in ("TASKS", "LRS", "SEEDS", "JOBS")}
+    second = run([sys.executable, "-m", "tupe_glue.finetune", "RTE", "1e-3", "1"], cwd=ROOT, env=alone, check=False,
+                 timeout=120)
+    last = second.stderr.strip().splitlines()[-1]
+    assert second.returncode == 2 and last.startswith(
+        f"finetune.sh: error: {runs}/.partial/RTE is in use by another run (pid {holder} on {lock.host()}, "), last
     log = runs / ".partial" / "RTE" / "lr1e-3_seed1" / "train.log"
     wait_for(lambda: p.poll() is not None or len(train_losses(log.read_text() if log.exists() else "")) >= 2, 240,
              "no update logged")
@@ -360,6 +355,7 @@ def test_sigterm_stops_the_grid_and_its_runs_and_the_rerun_matches_an_uninterrup
     resume = "rerun the same command to resume (finished runs are skipped)"
     err = stop_cleanly(p, signal.SIGTERM, f"grid.sh: error: stopped by SIGTERM; {resume}", timeout=60, procs=procs)
     assert "failed" not in err
+    assert not path.exists()  # released by its stopped holder
     assert not (runs / "RTE" / "lr1e-3_seed1").exists() and sh([GRID, "--list"], **settings).stdout == "0\tRTE\t1e-3\t1\ttodo\n"
     run_out = (runs / ".grid_logs" / "RTE" / "lr1e-3_seed1.out").read_text()
     assert run_out.rstrip().splitlines()[-1] == f"finetune.sh: error: stopped by SIGTERM; {resume}"
@@ -368,6 +364,7 @@ def test_sigterm_stops_the_grid_and_its_runs_and_the_rerun_matches_an_uninterrup
     assert "RTE lr1e-3_seed1: finished" in q.stderr
     done = (runs / "RTE" / "lr1e-3_seed1" / "train.log").read_text()
     assert train_losses(done) == train_losses((rte_run[0] / "train.log").read_text()) != []
+    assert not list(runs.rglob("*.lock"))  # the rerun's locks (RUNS's, the run's) released at its end
 
 
 def test_bad_lrs_seeds_and_batches_are_refused_before_any_run(tmp_path, capsys):

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, run
 from process_tree import assert_gone, command_lines, start, tree, wait_for
 
 pytestmark = pytest.mark.usefixtures("starts_process")  # every test here starts a process
@@ -59,13 +59,24 @@ def test_a_stop_ends_every_job_and_its_children_with_one_line(tmp_path, sig):
 # The kernel gives a signal sent to a process to any thread that does not block it: here a thread of the command's
 # own (as a lane's thread, or the run lock's heartbeat) takes it, while the main thread waits for a child or a job.
 OTHER_THREAD = """
-import signal, sys, threading, time
+import os, signal, sys, threading, time
 from tupe_common import process
 from tupe_common.errors import exit_main, RESUME_RUNS
 from tupe_common.jobs import Job, run_jobs, stderr_say
 
+def children():
+    found = []
+    for task in os.listdir("/proc/self/task"):  # the main thread's child, or a job's (started by a lane's thread)
+        try:
+            found += open(f"/proc/self/task/{task}/children").read().split()
+        except OSError:  # a thread that ended meanwhile
+            pass
+    return found
+
 def deliver():
-    time.sleep(1.5)  # the child or the jobs run by then
+    while not children():  # the child or the job started (it was a fixed 1.5 s from here)
+        time.sleep(0.02)
+    time.sleep(0.5)  # and the main thread waits for it by then (it waits right after the start)
     signal.pthread_kill(threading.get_ident(), signal.SIGTERM)  # to this thread only
 
 def main():
@@ -198,10 +209,12 @@ def test_sigterm_saves_the_update_it_finished_and_the_rerun_resumes_from_it(lm_b
     assert p.poll() is None, p.stderr.read()[-3000:]
     record = lock.read_record(str(path)) or {}
     assert record.get("pid") == p.pid and record.get("host") == lock.host() and record.get("exec"), record
+    # the second: what pretrain.sh execs (python -m tupe_pretrain.pretrain) forked from the tests' warm interpreter
+    # (conftest.run): a fresh one imported torch, through tupe_core, before reaching the lock (~4 s of CPU)
     started = time.monotonic()
-    second = subprocess.run([str(ROOT / "train_scripts" / "pretrain.sh")], cwd=ROOT, env=env, capture_output=True,
-                            text=True, timeout=120)
+    second = run([sys.executable, "-m", "tupe_pretrain.pretrain"], cwd=ROOT, check=False, timeout=120, env=env)
     took = time.monotonic() - started
+    assert (lock.read_record(str(path)) or {}).get("pid") == p.pid  # still the first's, after the refusal
     refused = second.stderr.strip().splitlines()[-1]
     assert second.returncode == 2, second.stderr[-2000:]
     assert refused.startswith(f"pretrain.sh: error: {save} is in use by another run (pid {p.pid} on {lock.host()}, "
@@ -229,9 +242,11 @@ def test_sigterm_saves_the_update_it_finished_and_the_rerun_resumes_from_it(lm_b
     assert not path.exists() and not list(save.glob(".run.lock*"))  # removed by its stopped holder
     state = torch.load(save / "checkpoint_last.pt", map_location="cpu", weights_only=False)
     assert state["optimizer_history"][-1]["num_updates"] == n
-    # the rerun (the same command, told to stop 2 updates later) resumes from it
-    again = subprocess.run([str(ROOT / "train_scripts" / "pretrain.sh")], cwd=ROOT, capture_output=True, text=True,
-                           env=dict(env, EXTRA_ARGS=f"--max-update {n + 2}"), timeout=180)
+    # the rerun (the same command, told to stop 2 updates later) resumes from it: what pretrain.sh execs (python -m
+    # tupe_pretrain.pretrain) forked from the tests' warm interpreter (conftest.run), which has torch imported (the
+    # fresh one imported it, through tupe_core, before exec'ing fairseq-train: ~4 s); fairseq-train is exec'd afresh
+    again = run([sys.executable, "-m", "tupe_pretrain.pretrain"], cwd=ROOT, check=False, timeout=180,
+                env=dict(env, EXTRA_ARGS=f"--max-update {n + 2}"))
     log = again.stdout + again.stderr
     assert again.returncode == 0, log[-3000:]
     assert re.search(rf"Loaded checkpoint \S+checkpoint_last.pt \(epoch \d+ @ {n} updates\)", log), log[-3000:]

@@ -140,9 +140,17 @@ def test_an_arch_alone_sets_the_variant_said_and_recorded(lm_bin):
 
 
 def test_an_arch_typo_is_one_line_before_anything_is_written(lm_bin, tmp_path):
-    """It failed inside fairseq 40 s in, after SAVE_DIR/settings.json was written."""
+    """It failed inside fairseq 40 s in, after SAVE_DIR/settings.json was written. The function pretrain.sh runs
+    (``python -m tupe_pretrain.pretrain``, what its last line execs) in a process forked from the tests' warm
+    interpreter (conftest.run): the fresh one spent ~5 s importing torch and fairseq for this one line; the shell
+    file itself runs in every test that trains."""
+    import sys
+
+    from conftest import run
+
     save = tmp_path / "ckpt"
-    p = sh([PRETRAIN], check=False, DATA=str(lm_bin), GPUS="0", ARCH="tupe_r_tyni", SAVE_DIR=str(save))
+    p = run([sys.executable, "-m", "tupe_pretrain.pretrain"], cwd=ROOT, check=False, timeout=300,
+            env=script_env(DATA=str(lm_bin), GPUS="0", ARCH="tupe_r_tyni", SAVE_DIR=str(save)))
     assert p.returncode == 2 and p.stderr.strip().splitlines()[-1].startswith(
         "pretrain.sh: error: ARCH=tupe_r_tyni is not a registered architecture (the closest: tupe_r_tiny"), p.stderr
     assert "Traceback" not in p.stderr and not save.exists()
