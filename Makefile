@@ -41,9 +41,9 @@ bench: $(STAMP)
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) bench/bench_train_step.py --variants tupe_r --sizes base --lengths 128 256 512 1024 --tokens 1024 --warmup 1
 
 # The study on data you already have (it downloads nothing): make study OUT=runs/study C4_DIR=... TASKS_DIR=...
-# [PRESET=cpu-small VARIANTS="bert-a bert-r tupe-a tupe-r"]; see train_scripts/study.sh --help.
+# [PRESET=cpu-small VARIANTS="bert-a bert-r tupe-a tupe-r"]; see tupe-study --help.
 study: $(STAMP)
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" train_scripts/study.sh
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" tupe-study
 
 # The second Triton toolchain (docs/gpu.md, "The kernels' compiled code"): the Triton a GPU machine's torch brings,
 # its version in bench/triton_toolchain.txt (its one place), installed without dependencies into its own ignored
