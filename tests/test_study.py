@@ -28,6 +28,7 @@ from conftest import BIN, ROOT
 from corpus import study_inputs
 from tupe_study import compare, figure, runs
 from tupe_study import report as sr
+from tupe_study import report_markdown
 from tupe_study import stats
 from tupe_study.noise import span_test
 
@@ -795,12 +796,12 @@ def test_loss_pairs_of_a_large_study_list_only_those_with_two_seeds():
     values = {n: {1: 0.1 * i} for i, n in enumerate(names)}
     values["A"], values["B"] = {1: 1.5, 2: 1.6, 3: 1.7}, {1: 1.0, 2: 1.0, 3: 1.0}
     pairs = compare.paired_differences(values)
-    md = "\n".join(sr._paired_lines(pairs, 3, "loss", 0.001))
+    md = "\n".join(report_markdown._paired_lines(pairs, 3, "loss", 0.001))
     assert "35 of the 36 pairs share one pre-training seed: not listed" in md
     assert [line for line in md.splitlines() if line.startswith("| ") and " - " in line][1:] == [
         "| A - B | 0.5000 | 0.6000 | 0.7000 | 0.6000 | 0.1000 | [+0.3516, +0.8484] | 0.009 |"]
     few = [p for p in pairs if "I" not in (p.a, p.b)]
-    assert sum(line.startswith("| ") and " - " in line for line in sr._paired_lines(few, 3, "loss", 0.001)) == 1 + 28
+    assert sum(line.startswith("| ") and " - " in line for line in report_markdown._paired_lines(few, 3, "loss", 0.001)) == 1 + 28
 
 
 def test_parse_variants_own_seeds():
@@ -939,7 +940,7 @@ def test_a_study_recorded_under_the_old_names_resumes_and_the_old_names_still_se
 
 def test_word_order_check_covers_nope_with_every_objective():
     from tupe_study.compare import OrderDrop
-    from tupe_study.report import _order_lines
+    from tupe_study.report_markdown import _order_lines
 
     still = [OrderDrop("nope", "SST", "random", [0.0], 10, 16), OrderDrop("nope+electra", "SST", "random", [0.0], 10, 16)]
     assert any(line.startswith("Check: nope (no position information) moves by at most 0.00") for line in _order_lines(still))
