@@ -739,12 +739,13 @@ def test_a_study_that_fine_tunes_nothing_misses_no_fine_tuning_run(tmp_path):
     import tupe_study.report as report_module
 
     real = report_module.main
-    report_module.main = lambda argv: called.append(argv) or 0
+    report_module.main = lambda argv, spec=None: called.append(argv) or called.append(spec) or 0
     try:
         run_report(plan)
     finally:
         report_module.main = real
     assert called and called[0][called[0].index("--finetune-grid") + 1] == "none"
+    assert called[1] == plan.report_spec  # the declaration, as an object: nothing declared here
 
 
 def test_report_names_model_seeds_with_only_some_fine_tuning_runs(tmp_path):
@@ -1327,7 +1328,8 @@ def test_tiny_study_archive_renders_the_same_report_without_checkpoints_or_data(
     assert kept == sorted(["c4/valid_blocks.json", "locality/nope/seed1.csv", "longer/nope/seed1.json",
                     "longer/nope/seed1.blocks.json", f"{run}/order.json",
                     f"{run}/predictions.json", f"{run}/result.json", "pretrain/nope/seed1/pretrain.done",
-                    "pretrain/nope/seed1/train.log", "report.json", "settings.env", "timings.tsv", "manifest.json"])
+                    "pretrain/nope/seed1/train.log", "report.json", "report_spec.json", "settings.env", "timings.tsv",
+                    "manifest.json"])  # report_spec.json: the declaration the report states (tupe_study.report_spec)
     manifest = json.loads((dest / "manifest.json").read_text())  # every other file, and the declaration with its commit
     assert sorted(manifest["sha256"]) == [f for f in kept if f != "manifest.json"]
     settings_lines = (dest / "settings.env").read_text().splitlines()

@@ -26,8 +26,9 @@ from typing import List, Optional, Sequence
 from tupe_study import flatness, sweep
 from tupe_study.compare import bootstrap_pairs, order_drops, paired_differences
 from tupe_study.endpoint_report import declared_tests
-from tupe_study.endpoints import logged_resolution, parse_endpoints, parse_margin
+from tupe_study.endpoints import logged_resolution
 from tupe_study.report_markdown import report_markdown
+from tupe_study.report_spec import ReportSpec
 from tupe_study.report_tables import (CORRELATION_COLUMNS, ELECTRA_MIN_GAIN, MEASURES, correlation_family,  # noqa: F401
                                       correlations, rate_entropy_bits, seed_noise, untrained_discriminators,
                                       variant_row, weak_variants, write_tables)
@@ -104,7 +105,9 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Optional[Sequence[str]] = None, spec: Optional[ReportSpec] = None) -> int:
+    """The report of the study ``argv[0]``. ``spec``: the declaration to state and test (the plan's, or an archive's
+    report_spec.json); without one, that of --endpoints, --equivalence-bits and --updates-to-target."""
     p = parser()
     args = p.parse_args(argv)
     from tupe_common.io import need
@@ -152,11 +155,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                                     for v in study if v.objective == "electra"}, resolution)
     intervals = bootstrap_pairs(study, columns, problems, args.resamples)  # every model, whatever its objective
     try:
-        declared = parse_endpoints(args.endpoints, {v.name: [s.seed for s in v.seeds] for v in mlm})
-        margin = parse_margin(args.equivalence_bits)
+        if spec is None:  # the declaration of the command line (an archive written before report_spec.json)
+            spec = ReportSpec.declare(args.endpoints, args.equivalence_bits, args.updates_to_target)
+        spec.check({v.name: [s.seed for s in v.seeds] for v in mlm})
     except UsageError as e:
         p.error(str(e))
-    halfway = args.updates_to_target
+    declared, margin, halfway = list(spec.endpoints), spec.margin, spec.updates_to_target
     if halfway is not None and not (halfway > 0 and math.isfinite(halfway)):
         p.error(f"--updates-to-target {halfway:g}: give the resolved target, a positive number of bits")
     finished = {v.name: [s for s in v.seeds if s.curve and max(s.curve) >= args.total_updates] for v in mlm}
@@ -168,7 +172,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                                                     args.total_updates)}
     md = report_markdown(rows, columns, study, args.total_updates, unigram, args.min_gap_bits, corr, loss_pairs,
                          intervals, drops, problems, args.title, run_section(args.out), gen_pairs, endpoints,
-                         args.endpoints, resolution, sections)
+                         spec.text, resolution, sections)
     write_tables(args.out, rows, corr, study, columns, intervals, endpoints, declared, drops)
     write_text(os.path.join(args.out, "report.md"), md)
     from tupe_study.figure import overview
