@@ -144,7 +144,8 @@ def test_the_longer_stage_measures_a_rope_model_with_each_rope_scaling(rope_stud
     beyond T only (at T the plain loss); a rerun skips what is written, a stop resumes with what is missing; a
     model that is not RoPE gets none; the report's table has a row per scaling."""
     from tupe_study import longer_inputs, stages
-    from tupe_study.report import _longer_lines, variant_row
+    from tupe_study.report_markdown import _longer_lines
+    from tupe_study.report_tables import variant_row
     from tupe_study.runs import load_study
 
     plan = rope_plan(rope_study, ROPE_SCALINGS="yarn linear yarn")  # each once, in the order given

@@ -28,6 +28,7 @@ from conftest import BIN, ROOT
 from corpus import study_inputs
 from tupe_study import compare, figure, runs
 from tupe_study import report as sr
+from tupe_study import report_markdown
 from tupe_study import stats
 from tupe_study.noise import span_test
 
@@ -738,12 +739,13 @@ def test_a_study_that_fine_tunes_nothing_misses_no_fine_tuning_run(tmp_path):
     import tupe_study.report as report_module
 
     real = report_module.main
-    report_module.main = lambda argv: called.append(argv) or 0
+    report_module.main = lambda argv, spec=None: called.append(argv) or called.append(spec) or 0
     try:
         run_report(plan)
     finally:
         report_module.main = real
     assert called and called[0][called[0].index("--finetune-grid") + 1] == "none"
+    assert called[1] == plan.report_spec  # the declaration, as an object: nothing declared here
 
 
 def test_report_names_model_seeds_with_only_some_fine_tuning_runs(tmp_path):
@@ -795,12 +797,12 @@ def test_loss_pairs_of_a_large_study_list_only_those_with_two_seeds():
     values = {n: {1: 0.1 * i} for i, n in enumerate(names)}
     values["A"], values["B"] = {1: 1.5, 2: 1.6, 3: 1.7}, {1: 1.0, 2: 1.0, 3: 1.0}
     pairs = compare.paired_differences(values)
-    md = "\n".join(sr._paired_lines(pairs, 3, "loss", 0.001))
+    md = "\n".join(report_markdown._paired_lines(pairs, 3, "loss", 0.001))
     assert "35 of the 36 pairs share one pre-training seed: not listed" in md
     assert [line for line in md.splitlines() if line.startswith("| ") and " - " in line][1:] == [
         "| A - B | 0.5000 | 0.6000 | 0.7000 | 0.6000 | 0.1000 | [+0.3516, +0.8484] | 0.009 |"]
     few = [p for p in pairs if "I" not in (p.a, p.b)]
-    assert sum(line.startswith("| ") and " - " in line for line in sr._paired_lines(few, 3, "loss", 0.001)) == 1 + 28
+    assert sum(line.startswith("| ") and " - " in line for line in report_markdown._paired_lines(few, 3, "loss", 0.001)) == 1 + 28
 
 
 def test_parse_variants_own_seeds():
@@ -939,7 +941,7 @@ def test_a_study_recorded_under_the_old_names_resumes_and_the_old_names_still_se
 
 def test_word_order_check_covers_nope_with_every_objective():
     from tupe_study.compare import OrderDrop
-    from tupe_study.report import _order_lines
+    from tupe_study.report_markdown import _order_lines
 
     still = [OrderDrop("nope", "SST", "random", [0.0], 10, 16), OrderDrop("nope+electra", "SST", "random", [0.0], 10, 16)]
     assert any(line.startswith("Check: nope (no position information) moves by at most 0.00") for line in _order_lines(still))
@@ -1326,7 +1328,8 @@ def test_tiny_study_archive_renders_the_same_report_without_checkpoints_or_data(
     assert kept == sorted(["c4/valid_blocks.json", "locality/nope/seed1.csv", "longer/nope/seed1.json",
                     "longer/nope/seed1.blocks.json", f"{run}/order.json",
                     f"{run}/predictions.json", f"{run}/result.json", "pretrain/nope/seed1/pretrain.done",
-                    "pretrain/nope/seed1/train.log", "report.json", "settings.env", "timings.tsv", "manifest.json"])
+                    "pretrain/nope/seed1/train.log", "report.json", "report_spec.json", "settings.env", "timings.tsv",
+                    "manifest.json"])  # report_spec.json: the declaration the report states (tupe_study.report_spec)
     manifest = json.loads((dest / "manifest.json").read_text())  # every other file, and the declaration with its commit
     assert sorted(manifest["sha256"]) == [f for f in kept if f != "manifest.json"]
     settings_lines = (dest / "settings.env").read_text().splitlines()

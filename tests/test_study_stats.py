@@ -468,7 +468,7 @@ def test_every_correlation_is_in_one_holm_family():
     family: its adjusted p beside the unadjusted one, as a plain Holm over the 8 gives it; a correlation without a p
     (too few variants) is not in the family. The published run's two p's below 0.05 (0.034 and 0.046 of 8) are not
     below 0.05 after it."""
-    from tupe_study import report
+    from tupe_study import report, report_markdown
 
     rng = np.random.default_rng(2)
     rows = [{"variant": f"v{i}", "objective": "mlm", **{k: float(rng.random()) for k, _ in report.MEASURES},
@@ -483,8 +483,8 @@ def test_every_correlation_is_in_one_holm_family():
     adjusted = [c["p_holm"] for c in report.correlation_family(fake)]
     assert adjusted == pytest.approx(plain_holm(published)) and min(adjusted) > 0.05
     assert min(adjusted) == pytest.approx(8 * 0.0341983)
-    assert report._correlation_family_lines(report.correlation_family(fake))[0].endswith("below 0.05 after it: none.")
-    assert report._correlation_family_lines(report.correlation_family(fake[:1] + [{"measure": "x", "spearman_p": 0.001}])
+    assert report_markdown._correlation_family_lines(report.correlation_family(fake))[0].endswith("below 0.05 after it: none.")
+    assert report_markdown._correlation_family_lines(report.correlation_family(fake[:1] + [{"measure": "x", "spearman_p": 0.001}])
                                             )[0].endswith("below 0.05 after it: x.")
     few = report.correlation_family([{"measure": "x", "spearman_p": math.nan}, {"measure": "y", "spearman_p": 0.01}])
     assert math.isnan(few[0]["p_holm"]) and few[1]["p_holm"] == pytest.approx(0.01) and few[1]["family_size"] == 1

@@ -258,7 +258,7 @@ def plan_power(pilot: str) -> int:
     It needs ENDPOINTS alone: the models are the endpoints' (VARIANTS' when it is set), and the power with the
     study's seeds is given only when they are declared (PRETRAIN_SEEDS or VARIANTS set), else per seed count.
     Writes nothing (OUT, TASKS are not needed)."""
-    from tupe_study.endpoints import parse_endpoints
+    from tupe_study.declaration import check_models, parse_declaration
     from tupe_study.plan import parse_variants, registry
     from tupe_study.power import pilot_values, plan_text, pretrain_seconds
     from tupe_study.settings import read
@@ -267,7 +267,8 @@ def plan_power(pilot: str) -> int:
     if not os.path.exists(pilot):
         raise UsageError(f"--plan {pilot}: no such study folder or study.csv")
     c = read(os.environ)
-    if c.ENDPOINTS.strip() in ("", "none"):
+    endpoints = parse_declaration(c.ENDPOINTS)
+    if not endpoints:
         raise UsageError("--plan needs ENDPOINTS: the comparisons to plan for (e.g. "
                          "ENDPOINTS=\"final_loss:tupe-r:bert-a loss_auc:tupe-r:bert-a\")")
     known = registry()
@@ -279,10 +280,10 @@ def plan_power(pilot: str) -> int:
         seeds = {e.name: e.seeds for e in variants}
         models = len(variants) * len(c.OBJECTIVES)
     else:  # the endpoints' models, each with PRETRAIN_SEEDS, or (not declared) with any 2 seeds for the checks
-        names = dict.fromkeys(n.replace("_", "-") for entry in c.ENDPOINTS.split() for n in entry.split(":")[1:3])
+        names = dict.fromkeys(m for e in endpoints for m in (e.a, e.b))
         seeds = {n: tuple(c.PRETRAIN_SEEDS) if seeds_set else (1, 2) for n in names}
         models = 0
-    endpoints = parse_endpoints(c.ENDPOINTS, seeds)
+    check_models(endpoints, seeds, c.ENDPOINTS.split())
     unknown = [n for n in dict.fromkeys(m for e in endpoints for m in (e.a, e.b)) if n not in known]
     if unknown:
         raise UsageError(f"ENDPOINTS: '{unknown[0]}' is not a registered variant; the registered ones, in registry "
@@ -298,14 +299,14 @@ def write_archive(plan: Plan, dest: str) -> int:
     """``--archive DEST``: the study's evidence into DEST (tupe_study.archive)."""
     from tupe_study.archive import archive
     from tupe_study.report import unigram_baseline
-    from tupe_study.stages import report_argv
+    from tupe_study.stages import report_argv, report_spec
 
     try:
         unigram: Optional[float] = unigram_baseline(plan.out)
     except (OSError, ValueError) as e:
         unigram = None
         note(f"archive: the unigram baseline is not recorded ({e}); its report will say so")
-    kept = archive(plan.out, dest, report_argv(plan), unigram)
+    kept = archive(plan.out, dest, report_argv(plan), unigram, report_spec(plan))
     note(f"archive: wrote {dest} ({', '.join(kept)}); render it again with: python -m tupe_study.archive {dest}")
     return 0
 

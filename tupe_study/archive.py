@@ -14,6 +14,8 @@ What DEST holds (the layout of a study folder, ``tupe_study.runs``)::
     locality/V/seedS.csv, longer/V/seedS.json      as in the study (and longer/V/seedS.blocks.json)
     report.json                                    the report's arguments, the unigram baseline among them (the
                                                    training data, which gives it, is not kept)
+    report_spec.json                               the declaration the report states and tests, parsed
+                                                   (tupe_study.report_spec); an older archive has none
     manifest.json                                  the SHA-256 of every file above (relative paths, sorted), and
                                                    the declaration: settings.env's lines and the commit of its
                                                    "# declared ... at commit" line (:func:`write_manifest`)
@@ -22,7 +24,8 @@ DEST must not exist: an archive is written whole (to DEST.partial, renamed at th
 
 Before it renders, ``python -m tupe_study.archive DEST`` checks the evidence: every file against the manifest (a file
 that differs, is missing or is not listed is refused, naming the first: :func:`verify`), then the report's
-arguments against the declaration in settings.env (:func:`contradictions`). An archive written before manifests
+arguments and its report_spec.json against the declaration in settings.env (:func:`contradictions`,
+:func:`archived_spec`); it renders from report_spec.json, or, in an archive without one, from its arguments. An archive written before manifests
 (2026-12-06) renders with a warning that it cannot be verified. What a render writes at DEST's top (report.md,
 the CSVs, overview.png) is not evidence: it is rewritten by each render, and not in the manifest.
 """
@@ -38,7 +41,8 @@ from datetime import datetime, timezone
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from tupe_study.runs import is_validation_line
-from tupe_common.errors import exit_main
+from tupe_study.report_spec import SPEC_FILE, ReportSpec
+from tupe_common.errors import UsageError, exit_main
 from tupe_common.io import atomic_dir, need, write_json
 
 FINETUNE_FILES = ("result.json", "predictions.json", "order.json")
@@ -61,9 +65,11 @@ def _copy(src: str, dst: str) -> None:
     shutil.copyfile(src, dst)
 
 
-def archive(out: str, dest: str, report_argv: Sequence[str], unigram_bits: Optional[float]) -> List[str]:
+def archive(out: str, dest: str, report_argv: Sequence[str], unigram_bits: Optional[float],
+            spec: Optional[ReportSpec] = None) -> List[str]:
     """Write the evidence of the study ``out`` into ``dest`` (which must not exist), with ``report_argv`` (the
-    report's arguments after the folder, ``tupe_study.stages.report_argv``) and the unigram baseline in report.json.
+    report's arguments after the folder, ``tupe_study.stages.report_argv``) and the unigram baseline in report.json,
+    and ``spec`` (the report's specification, ``tupe_study.stages.report_spec``) in report_spec.json.
     Returns one line per kind of file kept, for the caller to print."""
     need(out, "folder")
     if os.path.lexists(dest):
@@ -97,6 +103,8 @@ def archive(out: str, dest: str, report_argv: Sequence[str], unigram_bits: Optio
                         counts["locality and longer-input files"] += 1
         argv = list(report_argv) + ([] if unigram_bits is None else ["--unigram-bits", repr(unigram_bits)])
         write_json(os.path.join(tmp, "report.json"), {"argv": argv})
+        if spec is not None:
+            write_json(os.path.join(tmp, SPEC_FILE), spec.to_json())
         listed = write_manifest(tmp, f"{datetime.now(timezone.utc):%Y-%m-%dT%H:%M:%SZ}, with the archive "
                                      "(study.sh --archive)")
     return [f"{n} {what}" for what, n in counts.items()] + [f"a manifest of {listed} files"]
@@ -309,7 +317,31 @@ def render(dest: str) -> int:
             more = f" (and {len(wrong) - 1} more)" if len(wrong) > 1 else ""
             raise ValueError(f"{dest}/report.json contradicts {dest}/settings.env in {setting}: {mine} against "
                              f"{theirs}{more}; the report would render a declaration the study did not make")
-    return report([dest] + argv)
+    return report([dest] + argv, archived_spec(dest))
+
+
+def archived_spec(dest: str) -> Optional[ReportSpec]:
+    """The report specification of the archive ``dest`` (its report_spec.json), once it agrees with the declaration
+    in its settings.env (a ValueError naming both files otherwise); None for an archive written before that file
+    (its report arguments declare, checked by :func:`contradictions`)."""
+    path = os.path.join(dest, SPEC_FILE)
+    if not os.path.isfile(path):
+        return None
+    spec = ReportSpec.load(path)
+    settings = os.path.join(dest, "settings.env")
+    if os.path.isfile(settings):
+        from tupe_study.settings import _lines
+
+        with open(settings, encoding="utf-8") as f:
+            try:
+                declared = ReportSpec.from_settings(_lines(f.read()))
+            except UsageError as e:
+                raise ValueError(f"{settings}: {e}") from None
+        wrong = spec.disagreement(declared)
+        if wrong:
+            raise ValueError(f"{path} disagrees with {settings} in {wrong}: the report would state a declaration "
+                             "the study did not make")
+    return spec
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

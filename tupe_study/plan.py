@@ -11,6 +11,7 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from tupe_study.report_spec import ReportSpec
 from tupe_study.settings import StudyConfig, read, variant_entries
 from tupe_common.errors import UsageError
 from tupe_common.numbers import check_once
@@ -138,6 +139,7 @@ class Plan:
     variants: List[Entry]
     tasks: List[str]
     about: Dict[str, str] = field(default_factory=dict)  # variant -> one-line description
+    report_spec: ReportSpec = field(default_factory=ReportSpec)  # the declaration the report states and tests
 
     @property
     def lrs(self) -> List[str]:
@@ -193,15 +195,13 @@ class Plan:
             check_generator(c, variants[0].name)
         # objective-major: the MLM entries in VARIANTS order, then the same variants with ELECTRA
         entries = [Entry(e.name, e.seeds, o) for o in c.OBJECTIVES for e in variants]
-        from tupe_study.endpoints import parse_endpoints, parse_margin
-
-        declared = parse_endpoints(c.ENDPOINTS, {e.label: e.seeds for e in entries if e.objective == "mlm"})
-        if any(e.target == "halfway" for e in declared) and not c.LR_GRID:
+        spec = ReportSpec.declare(c.ENDPOINTS, c.text("EQUIVALENCE_BITS"))  # the one parse of the declaration
+        spec.check({e.label: e.seeds for e in entries if e.objective == "mlm"})
+        if any(e.target == "halfway" for e in spec.endpoints) and not c.LR_GRID:
             raise UsageError("ENDPOINTS: updates_to@halfway takes its target from the LR sweep (B's mean final loss "
                              "at its chosen LR): set LR_GRID and SWEEP_SEEDS, or give the target in bits "
                              "(updates_to@9.0:A:B)")
-        parse_margin(c.text("EQUIVALENCE_BITS"))
-        return cls(c, entries, task_names(c.TASKS, c.TASKS_DIR), {e.name: known[e.name] for e in variants})
+        return cls(c, entries, task_names(c.TASKS, c.TASKS_DIR), {e.name: known[e.name] for e in variants}, spec)
 
     # ---- folders ------------------------------------------------------------------------------------------
     @property

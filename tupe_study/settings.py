@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Callable, ClassVar, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from tupe_study.declaration import parse_declaration
 from tupe_common.errors import UsageError, command_name  # UsageError: the project's one (tupe_study.plan, tupe_study.__main__ import it from here)
 from tupe_common.numbers import check_once
 from tupe_common.tunables import Say, Settings, fits, parse, setting
@@ -238,19 +239,11 @@ def _variants_meaning(text: str) -> Any:
 
 
 def _endpoints_meaning(text: str) -> Any:
-    """ENDPOINTS: the set of (measure, A, B), model names with dashes (``tupe_r`` is ``tupe-r``), in any order
-    (one Holm family; the order is the report's display only). A:B and B:A stay apart: one question (refused as a
-    repeat within one declaration, tupe_study.endpoints), but the report's signs and intervals follow its direction."""
-    if text.strip() in ("", "none"):
-        return frozenset()
-    entries = [entry.split(":") for entry in text.split()]
-    if any(len(parts) != 3 for parts in entries):
-        raise ValueError(text)
-    def measure(m: str) -> str:  # a target in bits by value: updates_to@9 is updates_to@9.0
-        name, at, target = m.partition("@")
-        return f"{name}@{float(target)!r}" if at and fits("num", target) else m
-
-    return frozenset((measure(m), a.replace("_", "-"), b.replace("_", "-")) for m, a, b in entries)
+    """ENDPOINTS: the set of (measure, target in bits, A, B) as ``parse_declaration`` reads them (model names with
+    dashes: ``tupe_r`` is ``tupe-r``; a target by value: updates_to@9 is updates_to@9.0), in any order (one Holm
+    family; the order is the report's display only). A:B and B:A stay apart: one question (refused as a repeat
+    within one declaration), but the report's signs and intervals follow its direction."""
+    return frozenset((e.measure, e.target_bits(-1.0), e.a, e.b) for e in parse_declaration(text))
 
 
 # setting -> its canonical value, where more than its kind's parse (below): the settings whose written order or

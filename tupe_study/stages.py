@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
 from tupe_study.plan import Plan
+from tupe_study.report_spec import ReportSpec
 from tupe_study.runs import split_label
 from tupe_study.settings import PROG, StudyConfig
 from tupe_study.timings import logged_seconds
@@ -218,11 +219,7 @@ def run_sweep(plan: Plan, label: str, lr: str, seed: int) -> int:
 def updates_to_target(plan: Plan, chosen: Dict[str, float], sweep: List) -> Optional[float]:
     """The resolved target of an ``updates_to@halfway:A:B`` endpoint: halfway from the unigram baseline to B's mean
     final loss over the sweep seeds at B's chosen LR (tupe_study.endpoints.halfway_target); None without such an endpoint."""
-    from tupe_study.endpoints import parse_endpoints
-
-    endpoints = parse_endpoints(plan.config.ENDPOINTS, {e.label: e.seeds for e in plan.variants
-                                                        if e.objective == "mlm"})
-    rules = [e for e in endpoints if getattr(e, "target", "") == "halfway"]
+    rules = [e for e in plan.report_spec.endpoints if e.target == "halfway"]
     if not rules:
         return None
     from tupe_study.endpoints import halfway_target
@@ -466,10 +463,17 @@ def report_argv(plan: Plan) -> List[str]:
     return argv
 
 
+def report_spec(plan: Plan) -> ReportSpec:
+    """The plan's report specification with the target the sweep resolved for updates_to@halfway (settings.env's
+    UPDATES_TO_TARGET, the second declaration; none before the sweep wrote it)."""
+    target = read_second_declaration(plan).get("UPDATES_TO_TARGET")
+    return plan.report_spec.resolved(float(target) if target else None)
+
+
 def run_report(plan: Plan) -> None:
     from tupe_study.report import main as report
 
-    if report([plan.out] + report_argv(plan)):
+    if report([plan.out] + report_argv(plan), report_spec(plan)):
         raise PartFailed("the report failed")
 
 
