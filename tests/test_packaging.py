@@ -122,6 +122,8 @@ def test_a_wheel_install_runs_the_pipeline_from_another_folder(fresh_install, tm
 
     refused = tool("tupe-pretrain", check=False)  # a console script's messages start with its name
     assert refused.returncode == 2 and refused.stderr.startswith("tupe-pretrain: error: DATA is required"), refused
+    usage = tool("tupe-glue-binarize", "--bogus", check=False)  # argparse's usage names the console script too
+    assert usage.returncode == 2 and usage.stderr.strip().splitlines()[-1].startswith("tupe-glue-binarize: error:")
     site = tool("tupe-where").stdout.strip()
     assert site.startswith(str(env_dir)) and site.endswith("tupe_plugin")
     assert (Path(tool("tupe-where", "config-dir").stdout.strip()) / "pretrain" / "tupe_base.yaml").is_file()

@@ -41,7 +41,7 @@ from tupe_glue.published import COLUMNS, COMPARE, SOURCE, TABLE1
 from tupe_glue.tasks import (METRIC, PAPER_LRS, PAPER_SEEDS, TASKS, GlueTask, custom_task, get_task,  # noqa: F401 (METRIC)
                         table_columns)
 from tupe_common import fairseq_log
-from tupe_common.errors import UsageError, exit_main
+from tupe_common.errors import command_name, UsageError, exit_main
 from tupe_common.glue_selection import column_lr
 from tupe_common.io import atomic_open, atomic_path, need
 from tupe_common.log import get_logger
@@ -513,7 +513,7 @@ def _floats(text: str) -> List[float]:
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m tupe_glue.collect", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog=command_name("python -m tupe_glue.collect"), description=__doc__.split("\n")[0])
     p.add_argument("runs_dir", help="RUNS_DIR/TASK/lr{LR}_seed{SEED}/ (result.json or train.log)")
     p.add_argument("--out-csv", help="summary CSV (default RUNS_DIR/glue_results.csv, rewritten on every collect; "
                    "+ *_per_lr.csv); a file named here is a new file unless --force")

@@ -21,7 +21,7 @@ import os
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from tupe_common.errors import UsageError, exit_main
+from tupe_common.errors import command_name, UsageError, exit_main
 
 
 
@@ -246,7 +246,7 @@ def custom_bin_names(glue_bin: str) -> List[str]:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m tupe_glue.tasks", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog=command_name("python -m tupe_glue.tasks"), description=__doc__.split("\n\n")[0])
     p.add_argument("command", choices=["list"], help="list: task names, one a line")
     p.add_argument("--tasks-dir", help="also list the custom tasks (SST-2's layout) of this folder; with "
                    "binaries (GLUE_BIN), the TASK-bin folders marked custom")

@@ -41,7 +41,7 @@ import numpy as np
 import sentencepiece as spm
 
 from tupe_preprocess.c4_common import Progress, SettingsMismatch, check_settings, open_binary
-from tupe_common.errors import exit_main
+from tupe_common.errors import command_name, exit_main
 from tupe_common.io import atomic_open, file_hash, read_json, fsync_dir, fsync_file, raise_if_full, remove_if_exists
 from tupe_common.jobs import cores
 from tupe_common.log import get_logger
@@ -317,7 +317,7 @@ def _run(inputs: Sequence[str], prefix: str, model: str, dict_path: str, workers
 
 def parser() -> argparse.ArgumentParser:
     """The options of ``python -m tupe_preprocess.c4 binarize``; ``tupe_preprocess.c4.pipeline`` reads its defaults."""
-    ap = argparse.ArgumentParser(prog="python -m tupe_preprocess.c4 binarize", description=__doc__,
+    ap = argparse.ArgumentParser(prog=command_name("python -m tupe_preprocess.c4") + " binarize", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("inputs", nargs="+", help="extracted text file(s) (.txt/.txt.gz), concatenated in order")
     ap.add_argument("--out", required=True, help="output prefix, e.g. bin/c4-train.00000 -> .bin/.idx/.done")

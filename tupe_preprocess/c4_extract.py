@@ -32,7 +32,7 @@ from collections import Counter
 from typing import Dict, List, Optional
 
 from tupe_preprocess.c4_common import Progress, SettingsMismatch, check_settings, mb, open_binary, open_output
-from tupe_common.errors import exit_main
+from tupe_common.errors import command_name, exit_main
 from tupe_common.io import atomic_path, read_json, remove_if_exists, write_json
 from tupe_common.log import get_logger
 from tupe_common.io import need
@@ -155,7 +155,7 @@ def extract(inp: str, out: str, max_docs: int = 0, progress_seconds: float = 30.
 
 def parser() -> argparse.ArgumentParser:
     """The options of ``python -m tupe_preprocess.c4 extract``; ``tupe_preprocess.c4.pipeline`` reads its defaults."""
-    ap = argparse.ArgumentParser(prog="python -m tupe_preprocess.c4 extract", description=__doc__,
+    ap = argparse.ArgumentParser(prog=command_name("python -m tupe_preprocess.c4") + " extract", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("input", help="C4 shard, e.g. c4-train.00000-of-01024.json.gz")
     ap.add_argument("output", help="text output (.txt, or .txt.gz for gzip)")

@@ -25,7 +25,7 @@ from typing import List, Optional, Sequence
 
 from tupe_common.io import atomic_open, atomic_path, file_hash, need, remove_if_exists, write_data_path, write_json
 from tupe_common.log import get_logger
-from tupe_common.errors import exit_main, message
+from tupe_common.errors import command_name, exit_main, message
 
 LINK_MODES = ("hardlink", "symlink", "copy")  # how the shards' files reach DATA_BIN
 
@@ -125,7 +125,7 @@ def layout(data_bin: str, dict_path: str, valid: str, train: Sequence[str], link
 
 def parser() -> argparse.ArgumentParser:
     """The options of ``python -m tupe_preprocess.c4 layout``; ``tupe_preprocess.c4.pipeline`` reads its defaults."""
-    ap = argparse.ArgumentParser(prog="python -m tupe_preprocess.c4 layout", description=__doc__,
+    ap = argparse.ArgumentParser(prog=command_name("python -m tupe_preprocess.c4") + " layout", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("train", nargs="+", help="step-3 prefixes of the train shards, in shard order")
     ap.add_argument("--data-bin", required=True)

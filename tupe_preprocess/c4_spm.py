@@ -27,7 +27,7 @@ import sentencepiece as spm
 from tupe_preprocess.c4_common import Progress, SettingsMismatch, check_settings, mb, open_binary
 from tupe_common.io import read_json, remove_if_exists, write_json
 from tupe_common.log import get_logger
-from tupe_common.errors import UsageError, exit_main
+from tupe_common.errors import command_name, UsageError, exit_main
 from tupe_preprocess.spm_dict import id_offset, write_fairseq_dict
 from tupe_common.io import need
 
@@ -129,7 +129,7 @@ def train(inputs: Sequence[str], out_dir: str, vocab_size: int = 32768, model_ty
 
 def parser() -> argparse.ArgumentParser:
     """The options of ``python -m tupe_preprocess.c4 spm``; ``tupe_preprocess.c4.pipeline`` reads its defaults."""
-    ap = argparse.ArgumentParser(prog="python -m tupe_preprocess.c4 spm", description=__doc__,
+    ap = argparse.ArgumentParser(prog=command_name("python -m tupe_preprocess.c4") + " spm", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("inputs", nargs="+", help="extracted text files (.txt or .txt.gz)")
     ap.add_argument("--out-dir", required=True)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from tupe_preprocess.hub_files import HubError, HubFile, HubRepo, download, open_repo
-from tupe_common.errors import UsageError
+from tupe_common.errors import command_name, UsageError
 from tupe_common.io import need
 
 Plan = Callable[[argparse.Namespace], Sequence[Any]]
@@ -31,7 +31,7 @@ def download_parser(module: str, doc: str, repo_id: str, out_dir: str, out_help:
     what to fetch ((flag, default, help), string values), ``--repo``, ``--revision``, ``--from-dir``, and
     ``--force`` when ``force_help`` says what it redoes."""
     parts = doc.split("\n\n", 2)
-    p = argparse.ArgumentParser(prog=f"python -m {module}", description=parts[0], epilog=parts[-1],
+    p = argparse.ArgumentParser(prog=command_name(f"python -m {module}"), description=parts[0], epilog=parts[-1],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out-dir", default=out_dir, help=f"{out_help} (default {out_dir})")
     for flag, default, help_text in options:

@@ -37,7 +37,7 @@ from tupe_glue.tasks import CUSTOM_MARK, TASKS, GlueTask, Split, custom_task_nam
 from tupe_preprocess.fairseq_dict import FairseqDict, write_binaries
 from tupe_preprocess.moses_bpe import moses_bpe_tokenizer
 from tupe_preprocess.spm_dict import check_dict, load_spm
-from tupe_common.errors import exit_main
+from tupe_common.errors import command_name, exit_main
 from tupe_common.io import PARTIAL, atomic_dir, file_hash, need
 from tupe_common.log import get_logger
 
@@ -362,7 +362,7 @@ def _existing_status(final: str, dict_sha: str) -> str:
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
-        prog="python -m tupe_preprocess.glue_binarize",
+        prog=command_name("python -m tupe_preprocess.glue_binarize"),
         description="Binarize raw GLUE TSVs for fairseq's sentence_prediction task "
         "(layout of fairseq's preprocess_GLUE_tasks.sh).",
     )

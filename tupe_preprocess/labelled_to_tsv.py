@@ -28,7 +28,7 @@ from typing import Dict, Iterator, List, Optional, Tuple
 from tupe_preprocess.c4_common import SettingsMismatch, outputs_done, read_text
 from tupe_common.io import atomic_open, write_json
 from tupe_common.log import get_logger
-from tupe_common.errors import exit_main, message
+from tupe_common.errors import command_name, exit_main, message
 from tupe_common.io import need
 
 PROG = "labelled_to_tsv"
@@ -89,7 +89,7 @@ def write_tsv(path: str, examples: List[Example]) -> None:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    p = argparse.ArgumentParser(prog=f"python -m tupe_preprocess.{PROG}", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog=command_name(f"python -m tupe_preprocess.{PROG}"), description=__doc__.split("\n\n")[0])
     p.add_argument("inputs", nargs="+", help="JSON / JSON-lines / CSV files of labelled texts")
     p.add_argument("--out-dir", required=True, help="the task's folder (TASKS_DIR/NAME)")
     p.add_argument("--text-field", default="text")

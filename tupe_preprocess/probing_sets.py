@@ -51,7 +51,7 @@ from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 from tupe_common.io import atomic_open
 from tupe_common.log import get_logger
-from tupe_common.errors import exit_main
+from tupe_common.errors import command_name, exit_main
 from tupe_common.io import need
 
 LABELS = ("entailment", "neutral", "contradiction")
@@ -278,7 +278,7 @@ def build(input_path: str, out_dir: str, seed: int, windows: Sequence[int], forc
 def main(argv: Optional[Sequence[str]] = None) -> int:
     doc = __doc__ or ""
     p = argparse.ArgumentParser(
-        prog="python -m tupe_preprocess.probing_sets",
+        prog=command_name("python -m tupe_preprocess.probing_sets"),
         description=doc.split("\n\n", 1)[0],
         epilog=doc.split("\n\n", 1)[1] if "\n\n" in doc else None,
         formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -36,7 +36,7 @@ from collections import Counter
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 from tupe_preprocess.c4_common import SettingsMismatch, open_binary, outputs_done, read_text
-from tupe_common.errors import exit_main
+from tupe_common.errors import command_name, exit_main
 from tupe_common.io import atomic_path, write_json
 from tupe_common.log import get_logger
 from tupe_common.io import need
@@ -153,7 +153,7 @@ def split_docs(docs: List[Doc], valid_fraction: float, shards: int, seed: int,
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m tupe_preprocess.text_to_c4", description=__doc__,
+    ap = argparse.ArgumentParser(prog=command_name("python -m tupe_preprocess.text_to_c4"), description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("inputs", nargs="+", help="plain-text or JSON-lines files (.gz allowed)")
     ap.add_argument("--out-dir", required=True)

@@ -33,7 +33,7 @@ from tupe_study.report_tables import (CORRELATION_COLUMNS, ELECTRA_MIN_GAIN, MEA
                                       correlations, rate_entropy_bits, seed_noise, untrained_discriminators,
                                       variant_row, weak_variants, write_tables)
 from tupe_study.runs import ELECTRA_KEYS, Variant, curve_holes, load_study, parse_variants, run_section, token_counts
-from tupe_common.errors import UsageError, exit_main
+from tupe_common.errors import command_name, UsageError, exit_main
 from tupe_common.io import read_data_path, write_text
 from tupe_study.stats import entropy_bits
 from tupe_study.valid_se import small_split_problem
@@ -73,7 +73,7 @@ def leave_out_unfit_curves(study: Sequence[Variant], total_updates: int, valid_i
 
 def parser() -> argparse.ArgumentParser:
     """The command's arguments (tupe_study.stages.report_argv writes them; an archive's report.json keeps them)."""
-    p = argparse.ArgumentParser(prog="python -m tupe_study.report", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog=command_name("python -m tupe_study.report"), description=__doc__.split("\n\n")[0])
     p.add_argument("out", help="the study folder (OUT of train_scripts/study.sh)")
     p.add_argument("--variants", required=True, help="model labels in report order, space-separated (a variant, "
                    "or V+electra for its ELECTRA model); NAME:S1,S2 gives a model its own pre-training seeds")
