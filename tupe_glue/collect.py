@@ -182,7 +182,7 @@ def read_run(task: str, run_dir: str, metric: str) -> Dict[str, float]:
         try:
             return read_result_json(result, task, metric)
         except (OSError, ValueError) as e:
-            raise ValueError(f"{result}: unreadable run ({e}); glue/grid.sh redoes it") from None
+            raise ValueError(f"{result}: unreadable run ({e}); tupe-grid redoes it") from None
     subsets = get_task(task, custom=True).valid_subsets
     for name in LOG_NAMES:
         log = os.path.join(run_dir, name)

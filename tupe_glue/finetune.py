@@ -67,7 +67,7 @@ class FinetuneConfig(Settings):
     NUM_WORKERS: int = setting('1', 'data loader workers', 'int0')
     METRIC_AVERAGING: str = setting('dev_set', "dev_set: metrics over the whole dev set (GLUE's definition); per_batch: the official code's mean of per-batch metrics", 'dev_set/per_batch')
     TRUNCATE: bool = setting('0', "1: cut inputs longer than the model's positions (--shorten-method truncate); 0: an over-long input is an error", '0/1')
-    QUIET: bool = setting('0', "1: fairseq's output only to train.log (glue/grid.sh sets it)", '0/1')
+    QUIET: bool = setting('0', "1: fairseq's output only to train.log (tupe-grid sets it)", '0/1')
     EXTRA_ARGS: str = setting('', 'more fairseq-train arguments (split on spaces)')
 
 

@@ -58,11 +58,11 @@ class GridConfig(Settings):
     GLUE_BIN: str = setting("glue-bin", "binaries of python -m tupe_preprocess.glue_binarize (TASK-bin/)")
     JOBS: Optional[int] = setting("auto", "runs at a time, locally (auto: one per GPU, 1 on CPU)", "auto/int1")
     GPU_IDS: str = setting("auto", "GPUs for the local runs (auto: all visible; none on CPU)")
-    CHECKPOINT: str = setting("", "pre-trained checkpoint (required; see glue/finetune.sh --help for the rest)")
+    CHECKPOINT: str = setting("", "pre-trained checkpoint (required; see tupe-finetune --help for the rest)")
 
 
 USAGE = """The paper's GLUE grid: every task x LR x seed (by default the paper's {n_tasks} tasks, {n_lrs} LRs and {n_seeds}
-seeds: {n_runs} runs), one glue/finetune.sh run each, then the results table (python -m tupe_glue.collect RUNS).
+seeds: {n_runs} runs), one tupe-finetune run each, then the results table (tupe-collect RUNS).
 
 Examples (every variable of tupe-finetune passes through; glue/grid.sh, from a checkout, is the same command):
   CHECKPOINT=checkpoints/tupe_r_base/checkpoint_last.pt RUNS=runs/tupe_r tupe-grid        # all GPUs
@@ -71,7 +71,7 @@ Examples (every variable of tupe-finetune passes through; glue/grid.sh, from a c
   RUNS=runs/tupe_r tupe-grid --list                     # index, task, LR, seed, done/todo
 
 Finished runs (a readable result.json) are skipped, so rerunning or resubmitting only does what is
-missing; a run whose result.json is empty or corrupt is redone (glue/finetune.sh moves it aside).
+missing; a run whose result.json is empty or corrupt is redone (tupe-finetune moves it aside).
 Tasks and their facts: tupe_glue/tasks.py; the protocol: docs/glue_protocol.md.
 Locally, JOBS runs go at a time, run k on GPU GPU_IDS[k % n]; their output is in RUNS/.grid_logs/.
 CHECKPOINT and the binaries of the tasks to run are checked before the first run, and a run that fails
@@ -209,8 +209,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if argv[:1] == ["sh"]:
         return main_sh(argv[1:], os.environ)
     p = argparse.ArgumentParser(prog="python -m tupe_glue.grid", description=__doc__.split("\n\n")[0],
-                                epilog="python -m tupe_glue.grid sh [--slurm | --list] is glue/grid.sh: its settings come "
-                                       "from the environment (glue/grid.sh --help), and it takes no option above")
+                                epilog="python -m tupe_glue.grid sh [--slurm | --list] is tupe-grid: its settings come "
+                                       "from the environment (tupe-grid --help), and it takes no option above")
     p.add_argument("command", choices=["list", "job", "array", "run", "tasks", "check"])
     p.add_argument("index", nargs="?", type=int, help="job index (command job)")
     p.add_argument("--tasks", default="auto",
@@ -220,7 +220,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                    help="binaries of tupe_preprocess.glue_binarize (custom tasks are found there; default $GLUE_BIN or glue-bin)")
     p.add_argument("--lrs", default=" ".join(PAPER_LRS), help=f"default: the paper's {' '.join(PAPER_LRS)}")
     p.add_argument("--seeds", default=" ".join(PAPER_SEEDS), help=f"default: {' '.join(PAPER_SEEDS)}")
-    p.add_argument("--runs", default="runs", help="output root of glue/finetune.sh (default runs)")
+    p.add_argument("--runs", default="runs", help="output root of tupe-finetune (default runs)")
     p.add_argument("--jobs", type=int, default=1, help="runs at a time (command run)")
     p.add_argument("--gpus", default="", help="GPU ids for the slots, e.g. 0,1,2,3 (command run; default: none)")
     p.add_argument("--script", help="a program to run for each job as SCRIPT TASK LR SEED (default: tupe-finetune's code)")

@@ -74,7 +74,7 @@ def leave_out_unfit_curves(study: Sequence[Variant], total_updates: int, valid_i
 def parser() -> argparse.ArgumentParser:
     """The command's arguments (tupe_study.stages.report_argv writes them; an archive's report.json keeps them)."""
     p = argparse.ArgumentParser(prog=command_name("python -m tupe_study.report"), description=__doc__.split("\n\n")[0])
-    p.add_argument("out", help="the study folder (OUT of train_scripts/study.sh)")
+    p.add_argument("out", help="the study folder (OUT of tupe-study)")
     p.add_argument("--variants", required=True, help="model labels in report order, space-separated (a variant, "
                    "or V+electra for its ELECTRA model); NAME:S1,S2 gives a model its own pre-training seeds")
     p.add_argument("--pretrain-seeds", default="1", help="pre-training seeds of the variants without their own (default 1)")

@@ -109,13 +109,13 @@ class StudyConfig(Settings):
                                              "measured with these RoPE scalings beyond T, s = L/T (tupe_study.longer_inputs;"
                                              " none: plain RoPE only)", "[linear/ntk/yarn]")
     LRS: Tuple[float, ...] = preset_setting("fine-tuning LRs (per task: median over seeds per LR, best LR; "
-                                            "glue/grid.sh's; was FT_LRS)", "[num+]", recorded=True)
-    EPOCHS: Optional[int] = preset_setting("fine-tuning epochs (auto: glue/finetune.sh's per task; was FT_EPOCHS)",
+                                            "tupe-grid's; was FT_LRS)", "[num+]", recorded=True)
+    EPOCHS: Optional[int] = preset_setting("fine-tuning epochs (auto: tupe-finetune's per task; was FT_EPOCHS)",
                                            "auto/int1", recorded=True)
-    SENTENCES_PER_BATCH: int = preset_setting("fine-tuning batch size (glue/finetune.sh's; was FT_BATCH)", "int1",
+    SENTENCES_PER_BATCH: int = preset_setting("fine-tuning batch size (tupe-finetune's; was FT_BATCH)", "int1",
                                               recorded=True)
     EXTRA_ARGS: str = setting("--shorten-method truncate", "more fairseq-train arguments for fine-tuning "
-                              "(glue/finetune.sh's; pre-training takes MODEL_ARGS; was FT_EXTRA_ARGS)", recorded=True)
+                              "(tupe-finetune's; pre-training takes MODEL_ARGS; was FT_EXTRA_ARGS)", recorded=True)
     SEEDS: Tuple[int, ...] = preset_setting("fine-tuning seeds", "[int]")
     ORDER_WINDOWS: Tuple[int, ...] = setting("3 6", "the word-order stage: local shuffles in windows of these many "
                                              "words (and a fully random one; none: the stage is off)", "[int1]",

@@ -257,7 +257,7 @@ def run_steps(c: Settings, env: Mapping[str, str], say: Say, prog: str) -> int:
                 "finished tasks are skipped")
             return 1
     if "4" in c.STEPS:
-        say(f"done. Train with: DATA={c.DATA_BIN} train_scripts/pretrain.sh, or fairseq-train "
+        say(f"done. Train with: DATA={c.DATA_BIN} tupe-pretrain, or fairseq-train "
             f"$(python -m tupe_preprocess.c4_data {c.DATA_BIN}) ...")
     return 0
 
