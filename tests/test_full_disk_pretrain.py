@@ -1,0 +1,75 @@
+"""A full disk while pre-training saves a checkpoint (tupe_plugin/full_disk.py), with the disk's error injected where
+the OS would raise it (ENOSPC, after part of the file was written): one line naming the file being written, exit 1,
+no partial file left, the earlier checkpoints and checkpoint_last.pt as they were; the rerun resumes from them."""
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT
+
+# torch.save into a file whose name ends with FULL_SAVE, or shutil.copyfile to a name holding FULL_COPY (the file
+# itself or a temporary name of it) from a source ending with FULL_FROM, writes a little and fails as a full disk does
+SITECUSTOMIZE = """
+import errno, os, shutil
+import torch
+
+def full(f):
+    f.write(b"x" * 1000)
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+_save, _copyfile = torch.save, shutil.copyfile
+
+def save(obj, f, *args, **kwargs):
+    if os.environ.get("FULL_SAVE") and str(getattr(f, "name", f)).endswith(os.environ["FULL_SAVE"]):
+        full(f)
+    return _save(obj, f, *args, **kwargs)
+
+def copyfile(src, dst, *args, **kwargs):
+    if os.environ.get("FULL_COPY") and os.environ["FULL_COPY"] in str(dst) and str(src).endswith(os.environ["FULL_FROM"]):
+        with open(dst, "wb") as f:
+            full(f)
+    return _copyfile(src, dst, *args, **kwargs)
+
+torch.save, shutil.copyfile = save, copyfile
+"""
+
+TRAIN = ["fairseq-train", "--user-dir", str(ROOT / "tupe_plugin"), "--task", "masked_lm", "--criterion", "masked_lm",
+         "--arch", "tupe_roberta_tiny", "--tokens-per-sample", "64", "--sample-break-mode", "complete",
+         "--batch-size", "8", "--optimizer", "adam", "--lr", "1e-3", "--cpu", "--log-format", "simple",
+         "--log-interval", "1", "--num-workers", "0", "--data-buffer-size", "0", "--no-progress-bar", "--seed", "1",
+         "--save-interval-updates", "2", "--no-epoch-checkpoints", "--max-update", "6"]
+
+
+def updates(path: Path) -> int:
+    from tupe_pretrain.check_resume import num_updates
+
+    return num_updates(str(path))
+
+
+@pytest.mark.parametrize("where", ["save", "copy"])
+def test_a_full_disk_while_saving_is_one_line_and_keeps_the_last_checkpoint(lm_bin, tmp_path, starts_process, where):
+    hooks = tmp_path / "hooks"
+    hooks.mkdir()
+    (hooks / "sitecustomize.py").write_text(SITECUSTOMIZE)
+    save = tmp_path / "ckpt"
+    full = {"FULL_SAVE": "_4.pt.tmp"} if where == "save" else {"FULL_COPY": "checkpoint_last.pt", "FULL_FROM": "_4.pt"}
+    env = {**os.environ, "PYTHONPATH": str(hooks), **full}
+    cmd = [*TRAIN, str(lm_bin), "--save-dir", str(save)]
+    p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    written = save / ("checkpoint_1_4.pt" if where == "save" else "checkpoint_last.pt")
+    assert p.returncode == 1, p.stderr[-3000:]
+    assert p.stderr.strip().splitlines()[-1] == (
+        f"fairseq-train: error: {written}: no space left on its disk while writing it (the half-written file is "
+        "removed); free space there, or write to a folder on another disk; rerun the same command to resume from the "
+        "last checkpoint saved whole"), p.stderr[-3000:]
+    assert not list(save.glob("*.tmp"))  # the partial file removed
+    assert updates(save / "checkpoint_last.pt") == 2 and updates(save / "checkpoint_1_2.pt") == 2  # kept whole
+    if where == "copy":
+        assert updates(save / "checkpoint_1_4.pt") == 4  # saved whole before its copy failed
+    again = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)  # the disk has room again
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert updates(save / "checkpoint_last.pt") == 6

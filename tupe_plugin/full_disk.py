@@ -1,0 +1,74 @@
+"""A full disk (or quota) while fairseq saves a checkpoint: one line naming the file, never an earlier checkpoint lost.
+
+fairseq writes a checkpoint as ``checkpoint_E_U.pt.tmp``, renamed when whole, then copies it over
+``checkpoint_last.pt`` (and ``checkpoint_best.pt``) in place: a full disk left the ``.tmp`` filling the disk,
+could leave ``checkpoint_last.pt`` cut short (the previous one overwritten), and ended in fairseq's traceback. Here
+the save's partial file is removed, the copy is written under a temporary name and renamed when whole (so the
+previous ``checkpoint_last.pt`` stays), and the training process ends with ``fairseq-train: error: PATH: no space
+left on its disk while writing it ...`` and exit 1; the rerun resumes from the last checkpoint that was saved whole.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+from fairseq import checkpoint_utils
+from fairseq.file_io import PathManager
+
+from tupe_common.io import DiskFullError, full_disk, raise_if_full, remove_if_exists
+
+_save = checkpoint_utils.torch_persistent_save
+_copy = PathManager.copy
+
+
+def torch_persistent_save(obj: Any, filename: str, async_write: bool = False) -> None:
+    try:
+        return _save(obj, filename, async_write)
+    except Exception as e:  # noqa: BLE001  torch's zip writer reports a full disk in its own error type
+        if full_disk(e) is None:
+            raise
+        remove_if_exists(filename + ".tmp")  # the atomic save's partial file
+        if async_write or not PathManager.supports_rename(filename):
+            remove_if_exists(filename)  # written in place: what there is of it is partial
+        raise_if_full(e, filename)
+
+
+def copy(src_path: str, dst_path: str, overwrite: bool = False) -> bool:
+    """fairseq's copy of a saved checkpoint to checkpoint_last.pt (a local path): into ``dst.tmp``, renamed when
+    whole, so a full disk leaves the previous ``dst`` as it was."""
+    if not os.path.isdir(os.path.dirname(os.path.abspath(dst_path))) or (os.path.exists(dst_path) and not overwrite):
+        return _copy(src_path, dst_path, overwrite)
+    tmp = dst_path + ".tmp"
+    try:
+        _copy(src_path, tmp, True)
+    except Exception as e:  # noqa: BLE001
+        remove_if_exists(tmp)
+        raise_if_full(e, dst_path)
+        raise
+    os.replace(tmp, dst_path)
+    return True
+
+
+def _excepthook(kind, error, tb) -> None:
+    if isinstance(error, DiskFullError):
+        sys.stdout.flush()
+        sys.stderr.write(f"fairseq-train: error: {error}; rerun the same command to resume from the last checkpoint "
+                         "saved whole\n")
+        sys.stderr.flush()
+        return
+    _previous_hook(kind, error, tb)
+
+
+_previous_hook = sys.excepthook
+
+
+def install() -> None:
+    """Put the two writers and the error line in place (once per process)."""
+    global _previous_hook
+    if checkpoint_utils.torch_persistent_save is torch_persistent_save:
+        return
+    checkpoint_utils.torch_persistent_save = torch_persistent_save
+    PathManager.copy = staticmethod(copy)
+    _previous_hook = sys.excepthook
+    sys.excepthook = _excepthook
