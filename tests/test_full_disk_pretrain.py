@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from conftest import PRETRAIN_ARGS, ROOT
 
 # torch.save into a file whose name ends with FULL_SAVE, or shutil.copyfile to a name holding FULL_COPY (the file
 # itself or a temporary name of it) from a source ending with FULL_FROM, writes a little and fails as a full disk does
@@ -37,11 +37,8 @@ def copyfile(src, dst, *args, **kwargs):
 torch.save, shutil.copyfile = save, copyfile
 """
 
-TRAIN = ["fairseq-train", "--user-dir", str(ROOT / "tupe_plugin"), "--task", "masked_lm", "--criterion", "masked_lm",
-         "--arch", "tupe_roberta_tiny", "--tokens-per-sample", "64", "--sample-break-mode", "complete",
-         "--batch-size", "8", "--optimizer", "adam", "--lr", "1e-3", "--cpu", "--log-format", "simple",
-         "--log-interval", "1", "--num-workers", "0", "--data-buffer-size", "0", "--no-progress-bar", "--seed", "1",
-         "--save-interval-updates", "2", "--no-epoch-checkpoints", "--max-update", "6"]
+TRAIN = ["fairseq-train", *PRETRAIN_ARGS, "--arch", "tupe_roberta_tiny", "--data-buffer-size", "0", "--no-progress-bar",
+         "--save-interval-updates", "2", "--max-update", "6"]
 
 
 def updates(path: Path) -> int:

@@ -20,8 +20,10 @@ import tempfile
 from typing import Dict, List, Mapping, Optional, Tuple
 
 from tupe_common.fairseq_exit import DONE_FILE_ENV, finished_status
+from tupe_common.jobs import stderr_say
 
 PROG = "fairseq_rank"
+say = stderr_say(PROG)  # "fairseq_rank: message" on stderr
 USAGE = f"Usage: {PROG} EXPECTED_WORLD_SIZE gpu|cpu FAIRSEQ_TRAIN_ARGS..."
 
 
@@ -57,11 +59,6 @@ def rank_of(expected: str, device: str, env: Mapping[str, str]) -> Tuple[Dict[st
     exported = {"RANK": rank, "WORLD_SIZE": world, "LOCAL_RANK": local}
     return exported, ["--distributed-rank", rank, "--device-id", device_id, "--distributed-init-method", "env://",
                       "--distributed-no-spawn"]
-
-
-def say(message: str) -> None:
-    sys.stderr.write(f"{PROG}: {message}\n")
-    sys.stderr.flush()
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -3,6 +3,7 @@ each one runs (the module imported when the command runs: torch and fairseq are 
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import os
 from typing import Callable, Dict, List, Optional, Tuple
@@ -197,25 +198,9 @@ def dispatch(command: str, argv: Optional[List[str]] = None) -> int:
 
 
 # The console scripts (setup.py): f(argv=None) runs the command of that name.
-def pos_maps(argv: Optional[List[str]] = None) -> int:
-    return dispatch("tupe-pos-maps", argv)
-
-
-def locality(argv: Optional[List[str]] = None) -> int:
-    return dispatch("tupe-locality", argv)
-
-
-def probe(argv: Optional[List[str]] = None) -> int:
-    return dispatch("tupe-probe", argv)
-
-
-def convert_original(argv: Optional[List[str]] = None) -> int:
-    return dispatch("tupe-convert-original", argv)
-
-
-def checkpoint_info(argv: Optional[List[str]] = None) -> int:
-    return dispatch("tupe-checkpoint-info", argv)
-
-
-def export_hf(argv: Optional[List[str]] = None) -> int:
-    return dispatch("tupe-export-hf", argv)
+pos_maps = functools.partial(dispatch, "tupe-pos-maps")
+locality = functools.partial(dispatch, "tupe-locality")
+probe = functools.partial(dispatch, "tupe-probe")
+convert_original = functools.partial(dispatch, "tupe-convert-original")
+checkpoint_info = functools.partial(dispatch, "tupe-checkpoint-info")
+export_hf = functools.partial(dispatch, "tupe-export-hf")

@@ -35,10 +35,8 @@ from tupe_common.io import need
 from tupe_common.tunables import Say, Settings
 
 STEPS = ("extract", "spm", "binarize", "layout")
+STEP_COMMANDS = ("download", *STEPS)  # subcommands that run one step's module
 SAY = stderr_say("tupe_preprocess.c4")
-
-
-STEP_COMMANDS = ("download", "extract", "spm", "binarize", "layout")  # subcommands that run one step's module
 
 
 def step_module(step: str) -> ModuleType:
@@ -63,7 +61,7 @@ def step_parser(step: str) -> argparse.ArgumentParser:
 def config_class() -> Type[Settings]:
     """``C4Config``: the settings of ``run`` and ``task`` (environment names, as run_all.sh always read them); made
     on first use, since the steps' defaults come from their parsers (which import sentencepiece)."""
-    d = {step: step_parser(step) for step in ("extract", "spm", "binarize", "layout")}
+    d = {step: step_parser(step) for step in STEPS}
     from tupe_preprocess.c4_layout import LINK_MODES  # the steps' own choices
     from tupe_preprocess.c4_spm import MODEL_TYPES
 
