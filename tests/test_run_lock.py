@@ -64,6 +64,28 @@ def test_a_live_holder_refuses_and_a_gone_one_is_taken_over_with_a_line(tmp_path
     assert not path.exists()
 
 
+def test_the_early_check_refuses_a_live_holder_only_and_takes_nothing(tmp_path, monkeypatch):
+    """refuse_if_held (what pre-training asks before its slow start): LockHeld for a live holder, with hold's
+    line; nothing for no lock, a gone holder or this process's run; never a lock made or taken over."""
+    path = tmp_path / "save" / lock.LOCK_NAME
+    lock.refuse_if_held(str(path), "SAVE_DIR")
+    assert not path.parent.exists()  # no lock, no folder made
+    path.parent.mkdir()
+    plant(path, pid=1, host=lock.host())
+    with pytest.raises(lock.LockHeld) as early:
+        lock.refuse_if_held(str(path), "SAVE_DIR")
+    with pytest.raises(lock.LockHeld) as late:
+        lock.hold(str(path), "test", "SAVE_DIR")
+    assert str(early.value) == str(late.value) and "or use another SAVE_DIR" in str(early.value)
+    monkeypatch.setenv(lock.ENV, json.dumps({"planted": str(path)}))  # a child of the holder
+    lock.refuse_if_held(str(path), "SAVE_DIR")
+    monkeypatch.delenv(lock.ENV)
+    plant(path, pid=dead_pid(), host=lock.host())
+    before = path.read_text()
+    lock.refuse_if_held(str(path), "SAVE_DIR")
+    assert path.read_text() == before  # a gone holder's lock is left for hold to take over, with its line
+
+
 def test_another_hosts_lock_is_judged_by_its_heartbeat(tmp_path):
     """A pid of another host cannot be checked: its lock holds while its heartbeat is fresh, and is taken over
     once it is older than STALE_S (10 minutes)."""

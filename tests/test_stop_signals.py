@@ -209,17 +209,19 @@ def test_sigterm_saves_the_update_it_finished_and_the_rerun_resumes_from_it(lm_b
     assert p.poll() is None, p.stderr.read()[-3000:]
     record = lock.read_record(str(path)) or {}
     assert record.get("pid") == p.pid and record.get("host") == lock.host() and record.get("exec"), record
-    # the second: what pretrain.sh execs (python -m tupe_pretrain.pretrain) forked from the tests' warm interpreter
-    # (conftest.run): a fresh one imported torch, through tupe_core, before reaching the lock (~4 s of CPU)
+    # the second: what pretrain.sh execs (python -m tupe_pretrain.pretrain), a fresh interpreter that logs its
+    # imports: refused before it imports torch (it imported torch, through tupe_core, before the lock: ~4 s of CPU)
     started = time.monotonic()
-    second = run([sys.executable, "-m", "tupe_pretrain.pretrain"], cwd=ROOT, check=False, timeout=120, env=env)
+    second = subprocess.run([sys.executable, "-m", "tupe_pretrain.pretrain"], cwd=ROOT, timeout=120, text=True,
+                            capture_output=True, env=dict(env, PYTHONPROFILEIMPORTTIME="1"))
     took = time.monotonic() - started
+    assert not [line for line in second.stderr.splitlines() if line.endswith("| torch")], "imported torch first"
     assert (lock.read_record(str(path)) or {}).get("pid") == p.pid  # still the first's, after the refusal
     refused = second.stderr.strip().splitlines()[-1]
     assert second.returncode == 2, second.stderr[-2000:]
     assert refused.startswith(f"pretrain.sh: error: {save} is in use by another run (pid {p.pid} on {lock.host()}, "
                               "started ") and f"lock {path}" in refused and "SAVE_DIR" in refused, refused
-    assert took < 30, took  # before any data check or training
+    assert took < 10, took  # before any data check or training
     beat = path.stat().st_mtime
     wait_for(lambda: path.stat().st_mtime > beat, 10, "the exec'd fairseq-train keeps no heartbeat (every 0.2 s here)")
     assert p.poll() is None, p.stderr.read()[-3000:]

@@ -289,10 +289,14 @@ def describe(record: dict, path: str) -> str:
             f"{beat}")
 
 
+def _canonical(path: str) -> str:
+    return os.path.join(os.path.realpath(os.path.dirname(os.path.abspath(path))), os.path.basename(path))
+
+
 def hold(path: str, prog: str, setting: str = "", say: Optional[Say] = None) -> RunLock:
     """Take the lock ``path`` for this process's run (``prog``: the command, for the lines; ``setting``: the
     setting that names the folder, for the advice), or raise :class:`LockHeld`. Re-entrant; see the module."""
-    path = os.path.join(os.path.realpath(os.path.dirname(os.path.abspath(path))), os.path.basename(path))
+    path = _canonical(path)
     if say is None:
         def say(line: str) -> None:
             sys.stderr.write(f"{prog}: {line}\n")
@@ -323,6 +327,37 @@ def _remove_empty(folders) -> None:
             return
 
 
+def _is_ours(found: dict) -> bool:
+    """The lock ``found`` is this process's run's (its own, or its parent's handed down)."""
+    return found.get("token") in _inherited() or (found.get("host") == host() and found.get("pid") == os.getpid())
+
+
+def _why_gone(found: dict, path: str, setting: str) -> str:
+    """Why the holder of the lock ``found`` at ``path`` is gone, or :class:`LockHeld` while it runs."""
+    if not found:  # unreadable: a gone holder's after its heartbeat's period, else refused
+        age = heartbeat_age(path)
+        if age is not None and age <= STALE_S:
+            raise LockHeld(f"{os.path.dirname(path)} is in use: its lock {path} is unreadable and "
+                           f"{age:.0f} s old; if no run writes there, remove {path} and rerun")
+        return "its lock is unreadable and old"
+    why = gone(found, path)
+    if why is None:
+        other = f", or use another {setting}" if setting else ""
+        raise LockHeld(f"{os.path.dirname(path)} is in use by another run ({describe(found, path)}; lock "
+                       f"{path}): wait for it to end or stop it{other}; if that run is gone (a lost node), "
+                       f"remove {path} and rerun")
+    return why
+
+
+def refuse_if_held(path: str, setting: str = "") -> None:
+    """:class:`LockHeld` at once if a live run other than this one's holds the lock ``path``; writes nothing (a
+    command checks this before its slow start, then takes the lock with :func:`hold`)."""
+    path = _canonical(path)
+    found = read_record(path)
+    if found is not None and not _is_ours(found):
+        _why_gone(found, path, setting)
+
+
 def _hold(path: str, prog: str, setting: str, say: Say, made) -> RunLock:
     for _ in range(5):
         token = uuid.uuid4().hex
@@ -342,21 +377,9 @@ def _hold(path: str, prog: str, setting: str, say: Say, made) -> RunLock:
         found = read_record(path)
         if found is None:
             continue  # released meanwhile: try again
-        if found.get("token") in _inherited() or (found.get("host") == host() and found.get("pid") == os.getpid()):
+        if _is_ours(found):
             return RunLock(path, str(found.get("token")), owned=False)  # this process's run: never refused
-        if not found:  # unreadable: a gone holder's after its heartbeat's period, else refused
-            age = heartbeat_age(path)
-            if age is not None and age <= STALE_S:
-                raise LockHeld(f"{os.path.dirname(path)} is in use: its lock {path} is unreadable and "
-                               f"{age:.0f} s old; if no run writes there, remove {path} and rerun")
-            why = "its lock is unreadable and old"
-        else:
-            why = gone(found, path)
-        if why is None:
-            other = f", or use another {setting}" if setting else ""
-            raise LockHeld(f"{os.path.dirname(path)} is in use by another run ({describe(found, path)}; lock "
-                           f"{path}): wait for it to end or stop it{other}; if that run is gone (a lost node), "
-                           f"remove {path} and rerun")
+        why = _why_gone(found, path, setting)
         say(f"taking over {path}: the run that held it ({describe(found, path)}) is gone: {why}")
         _take_away(path, found.get("token"))
     raise LockHeld(f"{path}: could not take the lock (other runs are taking it at the same moment): rerun")

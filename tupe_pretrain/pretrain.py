@@ -24,7 +24,7 @@ from tupe_common import tunables
 from tupe_common.errors import command_name, UsageError, exit_main
 from tupe_common.installed import user_dir
 from tupe_common.jobs import cuda_device_count, stderr_say
-from tupe_common.lock import RunLock, folder_lock, handed_to_children, handed_to_exec, hold
+from tupe_common.lock import RunLock, folder_lock, handed_to_children, handed_to_exec, hold, refuse_if_held
 from tupe_common.pretrain_recipe import recipe
 from tupe_common.tunables import Say, Settings, setting
 from tupe_pretrain.check_resume import last_checkpoint, resume_from
@@ -434,6 +434,8 @@ def prepare(config: PretrainConfig, environ: Mapping[str, str] = os.environ, ext
     unless DRY_RUN=1, SAVE_DIR's record written. Returns the run and its command. Raises UsageError (exit 2; a
     SAVE_DIR another run holds: tupe_common.lock.LockHeld), DataError (1) or RecordRefused (its status), with the
     lock released."""
+    if not config.DRY_RUN and config.SAVE_DIR != "auto":  # a held SAVE_DIR refused at once, before plan's imports
+        refuse_if_held(save_dir_lock(config.SAVE_DIR), "SAVE_DIR")
     run = plan(config, environ, extra)
     if not config.DRY_RUN:
         check_devices(run, cuda_device_count())
