@@ -6,18 +6,12 @@ The loop version mirrors the official calculate.py (Python loops + sklearn MinMa
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import os
 import time
 from typing import Callable
 
 import numpy as np
 
-_PATH = os.path.join(os.path.dirname(__file__), "..", "tupe_plugin", "analysis", "locality_symmetry.py")
-# loaded by path: works without installing the package and skips tupe_plugin/__init__'s fairseq import
-_spec = importlib.util.spec_from_file_location("locality_symmetry", _PATH)
-ls = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(ls)
+from tupe_tools.analysis import locality_symmetry as ls  # numpy only: no torch, no fairseq
 
 
 def loop_locality(m: np.ndarray) -> float:
