@@ -10,7 +10,7 @@ import pytest
 from conftest import ROOT
 from references import reference
 
-from tupe_plugin.models.variant_table import REGENERATE, TABLES, flag_difference, marked, regenerate
+from tupe_tools.variant_table import REGENERATE, TABLES, flag_difference, marked, regenerate
 from tupe_core import VARIANTS
 from tupe_core.registry import flag_values, from_flags
 

@@ -47,6 +47,7 @@ ENCODINGS: Dict[str, Type[PositionalEncoding]] = {cls.name: cls for cls in (
 )}
 VARIANTS: Dict[str, PositionalVariant] = {}  # name -> variant, in registration order
 ABOUT: Dict[str, str] = {}  # name -> what it is and its source (docs/positional_encodings.md has the math)
+DEFAULT_VARIANT = "tupe_r"  # what tupe_roberta_SIZE is without flags (registered below)
 _ON_REGISTER: List[Callable[[str], None]] = []  # e.g. models/architectures.py: the archs of a new variant
 
 

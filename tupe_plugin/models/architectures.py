@@ -14,7 +14,7 @@ from fairseq.utils import safe_getattr
 
 from tupe_core.facts import SIZES
 from tupe_core.record import PositionalVariant
-from tupe_core.registry import VARIANTS, flag_values, on_register
+from tupe_core.registry import DEFAULT_VARIANT, VARIANTS, flag_values, on_register
 
 
 def _set_defaults(args, values: Dict) -> None:
@@ -29,7 +29,7 @@ def _set_variant_defaults(args, variant: PositionalVariant) -> None:
 @register_model_architecture("tupe_roberta", "tupe_roberta_base")
 def tupe_roberta_base_architecture(args):
     """TUPE-R at BERT-base size: Post-LN, LayerNorm on token embeddings, no segment embeddings."""
-    _set_variant_defaults(args, VARIANTS["tupe_r"])
+    _set_variant_defaults(args, VARIANTS[DEFAULT_VARIANT])
     args.tupe_attention = safe_getattr(args, "tupe_attention", "auto")  # checkpoints without it: auto
     args.compile_layers = safe_getattr(args, "compile_layers", False)
     roberta_base_architecture(args)
@@ -48,7 +48,7 @@ def _architecture(variant: str, size: str) -> Callable:
 
 for _size in SIZES:
     if _size != "base":
-        register_model_architecture("tupe_roberta", f"tupe_roberta_{_size}")(_architecture("tupe_r", _size))
+        register_model_architecture("tupe_roberta", f"tupe_roberta_{_size}")(_architecture(DEFAULT_VARIANT, _size))
 
 
 def register_archs(variant: str) -> None:

@@ -2,8 +2,8 @@
 registry (``tupe_core/registry.py``) so that no hand-written list of variants can drift from it.
 
 A table sits between two marker lines, ``<!-- variants:NAME -->`` and ``<!-- /variants:NAME -->``.
-``python -m tupe_plugin.models.variant_table FILE...`` rewrites the marked tables of the files in place
-(run from the repository root: ``python -m tupe_plugin.models.variant_table README.md
+``python -m tupe_tools.variant_table FILE...`` rewrites the marked tables of the files in place
+(run from the repository root: ``python -m tupe_tools.variant_table README.md
 docs/positional_encodings.md``); without files it prints every table. ``tests/test_docs.py`` fails when a
 file's table differs from what this module makes.
 """
@@ -16,10 +16,9 @@ from typing import Callable, Dict, List
 from tupe_common.io import write_text
 
 from tupe_core.record import PositionalVariant
-from tupe_core.registry import ABOUT, VARIANTS, arch_only, flags_of
+from tupe_core.registry import ABOUT, DEFAULT_VARIANT, VARIANTS, arch_only, flags_of
 
-REGENERATE = "python -m tupe_plugin.models.variant_table README.md docs/positional_encodings.md"
-DEFAULT_VARIANT = "tupe_r"  # what tupe_roberta_base is without flags (architectures.py)
+REGENERATE = "python -m tupe_tools.variant_table README.md docs/positional_encodings.md"
 
 
 def escape(cell: str) -> str:
