@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import PRETRAIN_ARGS, ROOT
+from conftest import PRETRAIN_ARGS, ROOT, run
 
 # torch.save into a file whose name ends with FULL_SAVE, or shutil.copyfile to a name holding FULL_COPY (the file
 # itself or a temporary name of it) from a source ending with FULL_FROM, writes a little and fails as a full disk does
@@ -70,3 +71,15 @@ def test_a_full_disk_while_saving_is_one_line_and_keeps_the_last_checkpoint(lm_b
     again = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)  # the disk has room again
     assert again.returncode == 0, again.stderr[-3000:]
     assert updates(save / "checkpoint_last.pt") == 6
+
+
+def test_a_process_that_does_not_train_keeps_fairseqs_own_writers(tmp_path, starts_process):
+    """Importing the plugin outside training (an HF export, an analysis) changes none of fairseq's writers nor the
+    interpreter's excepthook; fairseq-train's, above, has them replaced."""
+    script = tmp_path / "imports_the_plugin.py"
+    script.write_text("import sys\nfrom fairseq import checkpoint_utils\nfrom fairseq.file_io import PathManager\n"
+                      "import tupe_plugin\nfrom tupe_plugin import full_disk\n"
+                      "print(checkpoint_utils.torch_persistent_save is full_disk.torch_persistent_save,\n"
+                      "      PathManager.copy is full_disk.copy, sys.excepthook is sys.__excepthook__)\n")
+    p = run([sys.executable, str(script)], cwd=ROOT)
+    assert p.stdout.split()[-3:] == ["False", "False", "True"], p.stdout + p.stderr[-2000:]

@@ -9,5 +9,6 @@ from . import tasks  # noqa: F401  (electra)
 from . import optim  # noqa: F401
 from .models import TupeRobertaModel, VariantMismatchError  # noqa: F401
 
-full_disk.install()  # a full disk while saving: one line, the partial removed, checkpoint_last.pt kept
+if graceful_stop.train_module() is not None:  # a training process only: an export or an analysis keeps fairseq's own
+    full_disk.install()  # a full disk while saving: one line, the partial removed, checkpoint_last.pt kept
 graceful_stop.install_if_training()  # SIGTERM / Ctrl-C: finish the update, save checkpoint_last.pt, exit 143 / 130

@@ -243,11 +243,18 @@ def _mtime(path: Optional[str]) -> Optional[int]:
         return None
 
 
+def train_module():
+    """``fairseq_cli.train`` when this process has loaded it (fairseq-train, fairseq-hydra-train: a process that
+    trains), else None (an export, an analysis, a test importing the plugin)."""
+    train_cli = sys.modules.get("fairseq_cli.train")
+    return train_cli if hasattr(train_cli, "validate_and_save") else None
+
+
 def install_if_training() -> None:
     """At import (``--user-dir``): hook ``fairseq_cli.train`` when it is loaded, and install the handlers at once
     when this process is a training entry point (a Ctrl-C while it loads data is one line too)."""
-    train_cli = sys.modules.get("fairseq_cli.train")
-    if train_cli is None or not hasattr(train_cli, "validate_and_save"):
+    train_cli = train_module()
+    if train_cli is None:
         return
     hook(train_cli)
     if _training_entry():
