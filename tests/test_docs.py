@@ -11,7 +11,7 @@ from conftest import ROOT
 from references import reference
 
 from tupe_tools.variant_table import REGENERATE, TABLES, flag_difference, marked, regenerate
-from tupe_core import VARIANTS
+from tupe_core.registry import VARIANTS
 from tupe_core.registry import flag_values, from_flags
 
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]

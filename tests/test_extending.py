@@ -13,7 +13,7 @@ from model_utils import build, tokens
 
 from tupe_plugin.models import VariantMismatchError
 from tupe_core.facts import VARIANT_KEY
-from tupe_core import VARIANTS
+from tupe_core.registry import VARIANTS
 from tupe_core import legacy_record, registry
 from tupe_core.registry import encodings, from_record
 

@@ -197,11 +197,3 @@ def test_a_bad_rope_scalings_is_refused_in_one_line_naming_its_choices(tmp_path,
         "study.sh: error: ROPE_SCALINGS must be a list (spaces or commas) of which each is one of linear, ntk, yarn, "
         "not 'dynamic' (in 'linear dynamic')"]
     assert not (tmp_path / "s").exists()
-
-
-def test_rope_scaled_names_the_scalings_of_tupe_core_rope():
-    from tupe_study.longer_inputs import ROPE_SCALED
-    from tupe_study.settings import FIELDS
-    from tupe_core.rope import SCALINGS
-
-    assert ("none", *ROPE_SCALED) == SCALINGS and FIELDS["ROPE_SCALINGS"].metadata["kind"] == f"[{'/'.join(ROPE_SCALED)}]"

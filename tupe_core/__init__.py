@@ -22,7 +22,7 @@ which copies the modules its model code imports next to it (``tupe_tools/hf/expo
 import torch and each other only, with single-dot relative imports (``from .base import ...``), and reach the
 kernels by ``from . import kernels`` (an exported folder has no ``kernels`` package: the paths that need it
 refuse there, the others run). ``tests/test_layers.py`` checks it.
+
+This file imports nothing, so the torch-free modules (``facts.py``, ``options.py``) import without torch (the
+launchers' settings read them); import names from their modules (``from tupe_core.registry import VARIANTS``).
 """
-from .base import PositionalEncoding, PositionalTerm  # noqa: F401
-from .record import PositionalVariant  # noqa: F401
-from .registry import ABOUT, VARIANTS, build, encodings, register  # noqa: F401

@@ -11,6 +11,7 @@ from typing import Any, Dict, List, Sequence, Tuple
 # The positional variant's checkpoint record (record.py: JSON as uint8; before 2026-12 an integer tensor) is a
 # buffer of the positions module. Its name "variant" is part of this state-dict key in every checkpoint written so far, so it stays;
 # in Python the record is ``model.variant_record`` and the decoded dataclass ``model.positional_variant``.
+ROPE_SCALINGS = ("none", "linear", "ntk", "yarn")  # RoPE's --rope-scaling choices (rope.py), torch-free for the study
 RECORD_BUFFER = "variant"
 VARIANT_KEY = f"encoder.sentence_encoder.positions.{RECORD_BUFFER}"
 # A model's state dict holds this key (JSON as uint8) only where --tupe-attention auto switched a configuration of

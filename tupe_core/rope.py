@@ -31,6 +31,7 @@ from torch import Tensor
 
 from .attend import fused_kernels
 from .attention import SelfAttention
+from .facts import ROPE_SCALINGS
 from .options import option
 from .base import AS_IS, ATTENTION_BLOCK, ROTATION, ContentDependentPositions, PositionalEncoding, PositionalTerm, PositionMap, check_length
 
@@ -69,7 +70,7 @@ class RotarySelfAttention(SelfAttention):
 
 
 BASE = 10000.0
-SCALINGS = ("none", "linear", "ntk", "yarn")
+SCALINGS = ROPE_SCALINGS
 YARN_ALPHA, YARN_BETA = 1.0, 32.0  # YaRN's ramp ends, in turns per trained length (its values for LLaMA)
 
 

@@ -40,10 +40,11 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from tupe_common.io import write_json
+from tupe_core.facts import ROPE_SCALINGS
 
 NOT_FOR_ELECTRA = ("ELECTRA: the discriminator (the encoder that is fine-tuned) has no MLM head to score "
                    "masked tokens with; the generator has one, but it is another, 1/N-width network")
-ROPE_SCALED = ("linear", "ntk", "yarn")  # tupe_core.rope.SCALINGS less none (not imported here: torch)
+ROPE_SCALED = tuple(s for s in ROPE_SCALINGS if s != "none")  # what the longer stage measures beside plain RoPE
 TASK_FIELDS = ("tokens_per_sample", "sample_break_mode", "mask_prob", "leave_unmasked_prob", "random_token_prob",
                "mask_whole_words", "mask_multiple_length", "seed")  # recorded in the JSON, read from cfg.task
 

@@ -19,6 +19,7 @@ from datetime import datetime, timezone
 from typing import Any, Callable, ClassVar, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from tupe_study.declaration import parse_declaration
+from tupe_study.longer_inputs import ROPE_SCALED
 from tupe_common.errors import UsageError, command_name  # UsageError: the project's one (tupe_study.plan, tupe_study.__main__ import it from here)
 from tupe_common.numbers import check_once
 from tupe_common.tunables import Say, Settings, fits, parse, setting
@@ -107,7 +108,7 @@ class StudyConfig(Settings):
                                               "[int1]", recorded=True)
     ROPE_SCALINGS: Tuple[str, ...] = setting("linear ntk yarn", "the longer-inputs stage: every RoPE model is also "
                                              "measured with these RoPE scalings beyond T, s = L/T (tupe_study.longer_inputs;"
-                                             " none: plain RoPE only)", "[linear/ntk/yarn]")
+                                             " none: plain RoPE only)", f"[{'/'.join(ROPE_SCALED)}]")
     LRS: Tuple[float, ...] = preset_setting("fine-tuning LRs (per task: median over seeds per LR, best LR; "
                                             "tupe-grid's; was FT_LRS)", "[num+]", recorded=True)
     EPOCHS: Optional[int] = preset_setting("fine-tuning epochs (auto: tupe-finetune's per task; was FT_EPOCHS)",
