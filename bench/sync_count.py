@@ -7,14 +7,12 @@
 On CUDA, ``torch.cuda.set_sync_debug_mode("warn")`` makes every synchronising CUDA call warn ("called a
 synchronizing CUDA operation"; warnings of the backward pass are replayed when it returns); each warning is
 one sync, its site the Python line that made it (for the backward: the ``backward()`` call). Without CUDA,
-the ops that would sync on a GPU, as tests/sync_ops.py records them (copies to the host excepted).
+the ops that would sync on a GPU, as bench/sync_ops.py records them (copies to the host excepted).
 Run the call once before counting: the first call of some kernels syncs while it sets up (cuBLAS, autotuning).
 """
 from __future__ import annotations
 
-import sys
 import warnings
-from pathlib import Path
 from typing import Callable, List, NamedTuple, Optional
 
 import torch
@@ -30,7 +28,7 @@ class SyncCount(NamedTuple):
 
 def sync_count(step_fn: Callable[[], object], cuda: Optional[bool] = None) -> SyncCount:
     """The syncs of one ``step_fn()``: counted by CUDA when ``cuda`` (default: when CUDA is available),
-    else the sync-forcing ops it runs, recorded by tests/sync_ops.py."""
+    else the sync-forcing ops it runs, recorded by bench/sync_ops.py."""
     if cuda if cuda is not None else torch.cuda.is_available():
         return _cuda_syncs(step_fn)
     return _recorded_syncs(step_fn)
@@ -51,10 +49,7 @@ def _cuda_syncs(step_fn) -> SyncCount:
 
 
 def _recorded_syncs(step_fn) -> SyncCount:
-    tests = str(Path(__file__).resolve().parents[1] / "tests")
-    if tests not in sys.path:
-        sys.path.insert(0, tests)
-    from sync_ops import SyncOps
+    from sync_ops import SyncOps  # bench/sync_ops.py: this folder is on the path (python bench/X.py, or the tests')
 
     with SyncOps() as syncs:
         step_fn()

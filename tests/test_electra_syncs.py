@@ -1,5 +1,5 @@
 """ELECTRA's training step makes the host wait for the device no more than fairseq's MLM step: the ops that
-force a device-to-host sync on a GPU (tests/sync_ops.py), recorded on CPU in one real ``task.train_step``;
+force a device-to-host sync on a GPU (bench/sync_ops.py), recorded on CPU in one real ``task.train_step``;
 the recorder itself; ``bench/sync_count.py``."""
 from __future__ import annotations
 
@@ -19,10 +19,12 @@ from fairseq.optim.adam import FairseqAdam, FairseqAdamConfig
 from fairseq.tasks.masked_lm import MaskedLMConfig, MaskedLMTask
 
 from conftest import ROOT
-from sync_ops import SyncOps, record
-from tupe_plugin.build_task import numbered_dictionary
-from tupe_plugin.criterions.electra import ElectraCriterion
-from tupe_plugin.tasks.electra import ElectraConfig, ElectraTask
+
+sys.path.insert(0, str(ROOT / "bench"))  # bench/sync_ops.py, which bench/sync_count.py uses on a GPU
+from sync_ops import SyncOps, record  # noqa: E402
+from tupe_plugin.build_task import numbered_dictionary  # noqa: E402
+from tupe_plugin.criterions.electra import ElectraCriterion  # noqa: E402
+from tupe_plugin.tasks.electra import ElectraConfig, ElectraTask  # noqa: E402
 
 ELECTRA_FILES = ("tupe_plugin/models/electra.py", "tupe_plugin/models/electra_checkpoint.py",
                  "tupe_plugin/tasks/electra.py", "tupe_plugin/criterions/electra.py")
