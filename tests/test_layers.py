@@ -23,7 +23,7 @@ PACKAGES = ("tupe_core", "tupe_common", "tupe_plugin", "tupe_tools", "tupe_prepr
 # Each part and its layer: a module may import its own part and lower layers only.
 LAYERS = {
     "tupe_core.kernels": 0,  # the Triton/Flex attention kernels: torch and triton only
-    "tupe_common": 0,  # standard library only
+    "tupe_common": 0,  # the standard library and numpy (psutil, torch, omegaconf inside functions)
     "tupe_core": 1,  # every encoding, the attention core, the encoder's forward, the model's facts, checkpoint files
     "tupe_plugin.checkpoint_safety": 2, "tupe_plugin.quiet_warnings": 2, "tupe_plugin.clean_exit": 2,
     "tupe_plugin.graceful_stop": 2, "tupe_plugin.run_lock": 2,  # a run's stop and its lock: no import of the model

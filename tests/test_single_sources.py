@@ -1,7 +1,7 @@
 """Facts with one source: the files that cannot import it (YAML, .env presets, shell, docs) agree with it.
 
 The sources: the paper's GLUE grid (``tupe_glue.tasks.PAPER_LRS``/``PAPER_SEEDS``), the pre-training recipe
-(``tupe_common.pretrain_recipe``), the usage error (``tupe_common.errors.UsageError``).
+(``tupe_pretrain.recipe``), the usage error (``tupe_common.errors.UsageError``).
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 
 from conftest import ROOT
 from tupe_glue.tasks import PAPER_LRS, PAPER_SEEDS, PAPER_TASKS
-from tupe_common.pretrain_recipe import ELECTRA_CHANGES, MLM, recipe
+from tupe_pretrain.recipe import ELECTRA_CHANGES, MLM, recipe
 
 PRESETS = ROOT / "tupe_study" / "presets"
 PRETRAIN_YAML = ROOT / "tupe_pretrain" / "config" / "pretrain"
@@ -64,7 +64,7 @@ def test_the_hydra_configs_write_the_recipe(config, objective):
     settings = [s for s in recipe(objective).values() if s.yaml]
     wrong = {s.yaml: (OmegaConf.select(cfg, s.yaml), s.value) for s in settings
              if not same(OmegaConf.select(cfg, s.yaml), s.value)}
-    assert not wrong, f"{config} differs from tupe_common/pretrain_recipe.py (key: (yaml, recipe)): {wrong}"
+    assert not wrong, f"{config} differs from tupe_pretrain/recipe.py (key: (yaml, recipe)): {wrong}"
 
 
 def test_the_base_preset_is_the_recipe():

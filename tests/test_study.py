@@ -326,7 +326,7 @@ def test_pick_columns_median_best_lr_and_mnli_mm_at_mnli_m_lr():
 
 def test_glue_selection_shared_with_collect():
     from tupe_glue import collect
-    from tupe_common.glue_selection import column_lr, select_columns
+    from tupe_glue.selection import column_lr, select_columns
 
     by_lr = {2e-5: [1.0, 5.0, 3.0], 3e-5: [2.0, 3.0, 9.0], 4e-5: [0.0, 3.0]}  # medians 3, 3, 1.5: tie -> 2e-5
     assert column_lr(by_lr) == 2e-5

@@ -40,8 +40,9 @@ from .tupe import Tupe
 from .variant_flags import ARCH_ONLY, chosen, declared, full, validate as validate_flags, words
 from .variant_flags import flag_values as variant_flag_values
 
-# every encoding a variant can have, by its record name, in the order the flags and refusals list them;
-# register(..., encoding=Cls) adds one
+# every encoding a variant can have, by its record name, in the order the flags and refusals list them: the eleven
+# of the first releases here; an encoding added since comes with its first variant, register(..., encoding=Cls),
+# which appends it (so the help and the messages of the eleven keep their order)
 ENCODINGS: Dict[str, Type[PositionalEncoding]] = {cls.name: cls for cls in (
     LearnedAbsolute, Tupe, BertAd, T5Relative, GaussianPrior, LearnedGaussian, Sinusoidal, Alibi, Rope, Deberta, Pam,
 )}
@@ -321,7 +322,7 @@ register("pam_sequential", "PAM sequential: learned |j-i| weights, then self-att
          attention_block="pam_sequential")
 register("pam_window", "PAM window: fixed 1/3 on i-1,i,i+1 || self-attention (L&S bert.py PAMBlock)",
          attention_block="pam_window")
-# Learned relative biases without flags of their own (their archs select them).
+# Encodings added with their variant (encoding=): KERPLE, selected by its arch alone; FIRE, by its flag --fire too.
 register("kerple", "KERPLE log kernel -r1_h log(1 + r2_h |j-i|), r1, r2 learned (Chi et al. 2022)", encoding=Kerple)
 register("fire", "FIRE f(psi(|i-j|) / psi(max(L, i))), a learned MLP, two-sided (Li et al. 2024)", encoding=Fire,
          fire=True)

@@ -42,7 +42,7 @@ from tupe_glue.tasks import (METRIC, PAPER_LRS, PAPER_SEEDS, TASKS, GlueTask, cu
                         table_columns)
 from tupe_common import fairseq_log
 from tupe_common.errors import command_name, UsageError, exit_main
-from tupe_common.glue_selection import column_lr
+from tupe_glue.selection import column_lr
 from tupe_common.io import atomic_open, atomic_path, need
 from tupe_common.log import get_logger
 from tupe_common.numbers import by_value, check_once, short, spelling
@@ -297,7 +297,7 @@ class ColumnResult:
 
     @property
     def best_lr(self) -> Optional[float]:
-        """The protocol's LR (tupe_common.glue_selection, shared with the study)."""
+        """The protocol's LR (tupe_glue.selection, shared with the study)."""
         leader = None if self.lr_chosen_by is None else self.lr_chosen_by.scores_by_lr()
         return column_lr(self.scores_by_lr(), leader)
 

@@ -8,7 +8,7 @@ study calls :func:`prepare` with a ``PretrainConfig`` of its own.
     cmd = command(run)                     # fairseq-train, or torchrun/srun around python -m tupe_pretrain.rank
     record(run)                            # SAVE_DIR/settings.json: a rerun with other settings is refused
 
-Defaults: the recipe (:mod:`tupe_common.pretrain_recipe`); exit 2 wrong usage or settings, 1 bad data, 0 done.
+Defaults: the recipe (:mod:`tupe_pretrain.recipe`); exit 2 wrong usage or settings, 1 bad data, 0 done.
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from tupe_common.errors import command_name, UsageError, exit_main
 from tupe_common.installed import user_dir
 from tupe_common.jobs import cuda_device_count, stderr_say
 from tupe_common.lock import RunLock, folder_lock, handed_to_children, handed_to_exec, hold, refuse_if_held
-from tupe_common.pretrain_recipe import recipe
+from tupe_pretrain.recipe import recipe
 from tupe_common.tunables import Say, Settings, setting
 from tupe_pretrain.check_resume import last_checkpoint, resume_from
 from tupe_pretrain.torchrun import PARENT
@@ -36,7 +36,7 @@ MLM, ELECTRA = recipe("mlm"), recipe("electra")
 
 @dataclass(frozen=True)
 class PretrainConfig(Settings):
-    """pretrain.sh's settings: every default from the recipe where it has one (:mod:`tupe_common.pretrain_recipe`).
+    """pretrain.sh's settings: every default from the recipe where it has one (:mod:`tupe_pretrain.recipe`).
     ``recorded``: it defines the run (SAVE_DIR/settings.json: a rerun into SAVE_DIR with another value is refused);
     ``objective``: recorded for that objective's runs only (MLM runs keep their record as before)."""
 
@@ -495,7 +495,7 @@ HEADER = """Pre-train a TUPE / BERT row of the paper with masked LM, the paper's
 BERT-base TUPE-R, 512 tokens, batch 256, 1M updates, Adam, LR 1e-4 with 10k warmup then linear decay to 0,
 fp16 on GPU (BF16=1: bf16). OBJECTIVE=electra: replaced-token detection with ELECTRA-Base's recipe (Clark et
 al., ICLR 2020, Table 6): LR 2e-4 for 766k updates, generator 1/3 of the width, discriminator loss weight 50.
-The recipe's one copy is tupe_common/pretrain_recipe.py: every default below comes from it.
+The recipe's one copy is tupe_pretrain/recipe.py: every default below comes from it.
 
 Examples (DATA is a fairseq data dir, shard0:shard1:..., or a folder with data_path.txt as written by tupe-c4 layout;
 train_scripts/pretrain.sh, from a checkout, is the same command):

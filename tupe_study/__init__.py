@@ -19,5 +19,5 @@
 * :mod:`tupe_study.gpu_schedule`  the study on one GPU within a time budget (``make gpu-study``, whose command,
   ``bench/gpu_study.py``, measures it): the call's seeds, its parts in order, what the budget stops.
 
-The GLUE selection it shares with ``tupe_glue.collect`` is ``tupe_common.glue_selection`` (installed).
+The GLUE selection it shares with ``tupe_glue.collect`` is ``tupe_glue.selection`` (installed).
 """

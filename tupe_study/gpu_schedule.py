@@ -516,7 +516,7 @@ def prepare(call: Call) -> None:
 
     call.env = child_env(call.env, site)
     if site:
-        sys.path.insert(0, str(site))  # the plan imports the registry, hence fairseq: the carried one
+        sys.path.insert(0, str(site))  # the plan imports the registry (torch): the carried wheels first
     call.models, call.todo, call.rest = plan_parts(call.env, call.after)
     budget.done("study plan", "the settings checked and recorded (OUT/settings.env, ENDPOINTS with them), the parts "
                               "listed")

@@ -11,7 +11,6 @@ from its report arguments, which are checked against its settings.env, as before
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, replace
 from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
@@ -116,7 +115,3 @@ def _number(value: Any) -> Optional[float]:
 
 def _text(value: Optional[float]) -> str:
     return "none" if value is None else f"{value:g}"
-
-
-def spec_path(folder: str) -> str:
-    return os.path.join(folder, SPEC_FILE)

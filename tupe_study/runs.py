@@ -27,7 +27,7 @@ import numpy as np
 from tupe_study.longer_inputs import ROPE_SCALED, scaled_json
 from tupe_study.timings import part_times
 from tupe_common import fairseq_log
-from tupe_common.glue_selection import select_columns
+from tupe_glue.selection import select_columns
 from tupe_common.mmap_index import token_dtype
 
 # --------------------------------------------------------------------------------------------
@@ -98,7 +98,7 @@ def token_counts(data_path: str) -> np.ndarray:
 
 
 # --------------------------------------------------------------------------------------------
-# Fine-tuning: per column, the protocol's LR (tupe_common.glue_selection) and its runs
+# Fine-tuning: per column, the protocol's LR (tupe_glue.selection) and its runs
 # --------------------------------------------------------------------------------------------
 
 
