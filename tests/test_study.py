@@ -805,11 +805,11 @@ def test_loss_pairs_of_a_large_study_list_only_those_with_two_seeds():
     assert sum(line.startswith("| ") and " - " in line for line in report_markdown._paired_lines(few, 3, "loss", 0.001)) == 1 + 28
 
 
-def test_parse_variants_own_seeds():
-    assert runs.parse_variants("bert-a:1,2 tupe-r:1,3 bert-r", [1]) == [("bert-a", [1, 2]), ("tupe-r", [1, 3]), ("bert-r", [1])]
-    assert runs.parse_variants("A,B C", [1, 2]) == [("A", [1, 2]), ("B", [1, 2]), ("C", [1, 2])]
+def test_variant_seeds_own_seeds():
+    assert runs.variant_seeds("bert-a:1,2 tupe-r:1,3 bert-r", [1]) == [("bert-a", [1, 2]), ("tupe-r", [1, 3]), ("bert-r", [1])]
+    assert runs.variant_seeds("A,B C", [1, 2]) == [("A", [1, 2]), ("B", [1, 2]), ("C", [1, 2])]
     with pytest.raises(ValueError, match="NAME:SEED"):
-        runs.parse_variants(":1", [1])
+        runs.variant_seeds(":1", [1])
 
 
 def test_report_variants_with_their_own_seeds(tmp_path):

@@ -284,7 +284,7 @@ def make_seeded_study(out: Path, right: Dict[str, Dict[int, List[int]]], tasks=(
 
 def intervals_of(out: Path, variants: str, resamples: int = 300) -> Dict:
     problems: List[str] = []
-    study = runs.load_study(str(out), runs.parse_variants(variants, [1]), problems)
+    study = runs.load_study(str(out), runs.variant_seeds(variants, [1]), problems)
     columns = sorted({c for v in study for s in v.seeds for c in s.tasks})
     return {(iv.a, iv.b, iv.column): iv for iv in compare.bootstrap_pairs(study, columns, problems, resamples)}
 

@@ -42,6 +42,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from tupe_study.runs import is_validation_line
 from tupe_study.report_spec import SPEC_FILE, ReportSpec
+from tupe_study.settings import split_variants
 from tupe_common.errors import UsageError, exit_main
 from tupe_common.io import atomic_dir, need, write_json
 
@@ -218,13 +219,8 @@ def _options(argv: Sequence[str]) -> Dict[str, str]:
 def _models(text: str, default: Optional[Tuple[int, ...]]) -> Dict[str, Optional[Tuple[int, ...]]]:
     """Variants as written (VARIANTS, or the report's --variants with V+electra labels) -> each variant's seeds,
     sorted (None: ``default``, itself None when not known)."""
-    out: Dict[str, Optional[Tuple[int, ...]]] = {}
-    entries = [e for token in text.split() for e in ([token] if ":" in token else token.split(","))]
-    for entry in entries:
-        label, _, own = entry.partition(":")
-        seeds = tuple(sorted(int(s) for s in own.split(",") if s)) if own else default
-        out[label.partition("+")[0].replace("_", "-")] = seeds
-    return out
+    return {label.partition("+")[0].replace("_", "-"): tuple(sorted(own)) if own else default
+            for label, own in split_variants(text)}
 
 
 def contradictions(argv: Sequence[str], settings_text: str) -> List[Tuple[str, str, str]]:

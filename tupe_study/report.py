@@ -32,7 +32,7 @@ from tupe_study.report_spec import ReportSpec
 from tupe_study.report_tables import (CORRELATION_COLUMNS, ELECTRA_MIN_GAIN, MEASURES, correlation_family,  # noqa: F401
                                       correlations, rate_entropy_bits, seed_noise, untrained_discriminators,
                                       variant_row, weak_variants, write_tables)
-from tupe_study.runs import ELECTRA_KEYS, Variant, curve_holes, load_study, parse_variants, run_section, token_counts
+from tupe_study.runs import ELECTRA_KEYS, Variant, curve_holes, load_study, run_section, token_counts, variant_seeds
 from tupe_common.errors import command_name, UsageError, exit_main
 from tupe_common.io import read_data_path, write_text
 from tupe_study.stats import entropy_bits
@@ -115,7 +115,7 @@ def main(argv: Optional[Sequence[str]] = None, spec: Optional[ReportSpec] = None
     need(args.out, "folder")  # a study folder that is not there, or a file: one line naming it, exit 1
     seeds = [int(s) for s in args.pretrain_seeds.replace(",", " ").split()]
     try:
-        variants = parse_variants(args.variants, seeds)
+        variants = variant_seeds(args.variants, seeds)
     except ValueError as e:
         p.error(str(e))
     grid = None

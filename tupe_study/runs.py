@@ -25,6 +25,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from tupe_study.longer_inputs import ROPE_SCALED, scaled_json
+from tupe_study.settings import split_variants
 from tupe_study.timings import part_times
 from tupe_common import fairseq_log
 from tupe_glue.selection import select_columns
@@ -233,18 +234,10 @@ class Variant:
     objective: str = "mlm"
 
 
-def parse_variants(text: str, default_seeds: Sequence[int]) -> List[Tuple[str, List[int]]]:
-    """``"bert-a:1,2 tupe-r:1,2 bert-r"`` -> [(name, pre-training seeds)]: a variant's own seeds after a
-    colon, else ``default_seeds``. Names without seeds may also be separated by commas."""
-    out = []
-    entries = [e for token in text.split() for e in ([token] if ":" in token else token.split(","))]
-    for entry in entries:
-        name, _, own = entry.partition(":")
-        seeds = [int(s) for s in own.split(",") if s] if own else list(default_seeds)
-        if not name or not seeds:
-            raise ValueError(f"variant entry {entry!r}: write NAME or NAME:SEED,SEED,...")
-        out.append((name, seeds))
-    return out
+def variant_seeds(text: str, default_seeds: Sequence[int]) -> List[Tuple[str, List[int]]]:
+    """The report's ``--variants`` (``"bert-a:1,2 tupe-r:1,2 bert-r"``) -> [(label, pre-training seeds)]: a
+    variant's own seeds after a colon, else ``default_seeds`` (:func:`tupe_study.settings.split_variants`)."""
+    return [(label, list(own or default_seeds)) for label, own in split_variants(text)]
 
 
 def about_variants() -> Dict[str, str]:

@@ -327,7 +327,7 @@ def variant_entries(text: str) -> List[Tuple[str, Optional[Tuple[int, ...]]]]:
     A name is not checked against the registry here (:func:`parse_variants`)."""
     out: List[Tuple[str, Optional[Tuple[int, ...]]]] = []
     given: Dict[str, str] = {}  # name -> the entry that gave it
-    for entry in text.replace(",", " ").split() if ":" not in text else _entries(text):
+    for entry in _entries(text):
         m = re.fullmatch(r"([a-z0-9_-]+)(?::([0-9]+(?:,[0-9]+)*))?", entry)
         if not m and "+" in entry:
             raise UsageError(f"VARIANTS entry '{entry}': the objectives are chosen for every variant with OBJECTIVES "
@@ -348,4 +348,17 @@ def variant_entries(text: str) -> List[Tuple[str, Optional[Tuple[int, ...]]]]:
 
 def _entries(text: str) -> List[str]:
     """Space-separated entries; names without seeds may also be separated by commas."""
-    return [e for token in text.split() for e in ([token] if ":" in token else token.split(","))]
+    return [e for token in text.split() for e in ([token] if ":" in token else token.split(",")) if e]
+
+
+def split_variants(text: str) -> List[Tuple[str, Optional[Tuple[int, ...]]]]:
+    """VARIANTS' grammar, for what was checked when it was read (the report's --variants, whose labels may be
+    V+electra; an archive's settings.env): each entry LABEL or LABEL:SEED,SEED -> (LABEL, its seeds or None), in
+    order; a ValueError names an entry that is neither. :func:`variant_entries` reads the setting itself."""
+    out: List[Tuple[str, Optional[Tuple[int, ...]]]] = []
+    for entry in _entries(text):
+        label, colon, own = entry.partition(":")
+        if not label or (colon and not re.fullmatch(r"[0-9]+(?:,[0-9]+)*", own)):
+            raise ValueError(f"variant entry {entry!r}: write NAME or NAME:SEED,SEED,...")
+        out.append((label, tuple(int(s) for s in own.split(",")) if colon else None))
+    return out
