@@ -2,6 +2,7 @@
 would (its own session, SIGINT at its default), wait for what it writes, and check that nothing of its tree is left."""
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import time
@@ -63,12 +64,16 @@ def assert_gone(procs: List[psutil.Process]) -> None:
 
 
 def stop_cleanly(p: subprocess.Popen, sig: int, last_line: str, timeout: float,
-                 procs: Optional[List[psutil.Process]] = None) -> str:
-    """Send ``sig`` to ``p`` alone (kill PID) and check the clean stop: exit 128 + the signal's number, ``last_line``
+                 procs: Optional[List[psutil.Process]] = None, group: bool = False) -> str:
+    """Send ``sig`` to ``p`` alone (kill PID), or with ``group`` to its whole process group (Ctrl-C; ``scancel``
+    signals every process of a job step), and check the clean stop: exit 128 + the signal's number, ``last_line``
     last on stderr, no traceback, and no process of ``procs`` (default: ``p``'s tree before the signal) left.
     Returns stderr."""
     procs = tree(p.pid) if procs is None else procs
-    p.send_signal(sig)
+    if group:
+        os.killpg(p.pid, sig)  # start() made p the leader of its own session and group
+    else:
+        p.send_signal(sig)
     _, err = p.communicate(timeout=timeout)
     assert p.returncode == 128 + sig, err[-3000:]
     assert err.rstrip().splitlines()[-1] == last_line

@@ -617,6 +617,26 @@ def test_run_one_job_at_a_time_and_usage_errors(tmp_path, starts_process):
     assert "nothing to do for layout task 1" in p.stderr
 
 
+def test_a_second_run_into_a_held_out_dir_is_refused_at_once(tmp_path, starts_process):
+    """While a run holds OUT_DIR's lock (this process, through tupe_common.lock as the pipeline takes it), a second
+    `run` into that OUT_DIR exits 2 at once with one line naming the holder's pid and host, and writes nothing."""
+    from tupe_common import lock
+
+    out = tmp_path / "out"
+    path = out / lock.LOCK_NAME
+    with lock.hold(str(path), "tupe_preprocess.c4 run", "OUT_DIR"):
+        record = path.read_bytes()
+        second = env(OUT_DIR=str(out), STEPS="1", MAX_DOCS="5", VALID_MAX_DOCS="5")
+        second.pop(lock.ENV)  # the holder's token: its children are part of its run, a second run is not
+        p = subprocess.run([*map(str, C4), "run", str(SAMPLE)], capture_output=True, text=True, env=second, cwd=REPO,
+                           timeout=60)
+        assert p.returncode == 2, p.stderr[-3000:]
+        last = p.stderr.strip().splitlines()[-1]
+        assert last.startswith(f"tupe_preprocess.c4 run: error: {out} is in use by another run (pid {os.getpid()} on "
+                               f"{lock.host()}, started ") and f"lock {path}): " in last and "OUT_DIR" in last, last
+        assert os.listdir(out) == [lock.LOCK_NAME] and path.read_bytes() == record
+
+
 def test_slurm_prints_one_array_per_step_sized_to_its_tasks(tmp_path, starts_process):
     p = run([*C4, "slurm", SAMPLE], OUT_DIR=str(tmp_path / "out"), VOCAB_SIZE="500", STEPS="1234")
     lines = p.stdout.splitlines()

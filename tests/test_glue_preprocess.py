@@ -8,6 +8,7 @@ import math
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 
@@ -444,6 +445,111 @@ def test_rerun_skips_force_rebuilds_and_foreign_folders_are_kept(glue_out, spm_f
     proc = cli(*args, "--tasks", "WNLI", "--force", check=False)
     assert proc.returncode == 2 and "was not written by this tool" in proc.stderr
     assert (out / "WNLI-bin" / "mine.txt").read_text() == "user data"
+
+
+# ---- a cluster's stop, a second run, a full disk (issue 62) ---------------------------------------------------
+# RTE then WNLI, the two smallest tasks: RTE finished, WNLI under way when the run is stopped or its disk is full.
+
+
+def pair_args(spm_files, out) -> list:
+    model, dict_path = spm_files
+    return ["--glue-dir", FIXTURES, "--tasks", "RTE,WNLI", "--spm-model", model, "--dict", dict_path,
+            "--out-dir", str(out)]
+
+
+def assert_as_uninterrupted(out, reference: str) -> None:
+    """``out`` holds RTE-bin and WNLI-bin alone (no .partial, no lock), each file byte for byte an uninterrupted
+    run's (``glue_out``); the manifest's creation time aside."""
+    assert sorted(os.listdir(out)) == ["RTE-bin", "WNLI-bin"]
+    for task in ("RTE-bin", "WNLI-bin"):
+        ours, theirs = os.path.join(out, task), os.path.join(reference, task)
+        files = sorted(os.path.relpath(os.path.join(d, f), ours) for d, _, fs in os.walk(ours) for f in fs)
+        assert files == sorted(os.path.relpath(os.path.join(d, f), theirs) for d, _, fs in os.walk(theirs) for f in fs)
+        for name in files:
+            a, b = os.path.join(ours, name), os.path.join(theirs, name)
+            if name == "glue_binarize.json":
+                created = lambda path: {**json.load(open(path, encoding="utf-8")), "created": None}  # noqa: E731
+                assert created(a) == created(b), task
+            else:
+                assert filecmp.cmp(a, b, shallow=False), f"{task}/{name}"
+
+
+@pytest.mark.parametrize("group", [False, True], ids=["kill-PID", "scancel-every-process"])
+def test_a_stop_mid_task_ends_the_pool_with_one_line_and_the_rerun_gives_an_uninterrupted_runs_files(
+        glue_out, spm_files, tmp_path, starts_process, group):
+    """SIGTERM while WNLI is encoded by two tokenizer processes (each sleeping 60 s a chunk: the hook), to the command
+    alone or to every process of it: exit 143 at once, the stop line last, no process left, WNLI's .partial and the
+    lock removed, RTE (finished before) kept; the same command then writes what an uninterrupted run wrote. While it
+    runs, a second run into the same --out-dir is refused at once, exit 2, naming the first's pid and host."""
+    import socket
+
+    from process_tree import command_lines, start, stop_cleanly, tree, wait_for
+
+    out = tmp_path / "out"
+    out.mkdir()
+    shutil.copytree(os.path.join(glue_out[0], "RTE-bin"), out / "RTE-bin")  # finished by an earlier run
+    cmd = [sys.executable, "-m", "tupe_preprocess.glue_binarize", *pair_args(spm_files, out), "--workers", "2"]
+    p = start(cmd, {**ENV, "GLUE_BINARIZE_TEST_SLEEP": "60"}, cwd=REPO)
+    wait_for(lambda: p.poll() is not None or (out / "WNLI-bin.partial" / "input0" / "dict.txt").exists(), 60,
+             "WNLI was not started")
+    procs = tree(p.pid)
+    assert sum("spawn_main" in c for c in command_lines(procs)) == 2, command_lines(procs)  # the pool
+    second = cli(*cmd[3:], check=False)
+    assert second.returncode == 2, second.stderr
+    assert second.stderr.strip().splitlines()[-1].startswith(
+        f"glue_binarize: error: {os.path.realpath(out)} is in use by another run (pid {p.pid} on {socket.gethostname()}, ")
+    stop_cleanly(p, signal.SIGTERM, "glue_binarize: error: stopped by SIGTERM; rerun the same command to resume "
+                 "(finished outputs are kept)", timeout=20, procs=procs, group=group)
+    assert sorted(os.listdir(out)) == ["RTE-bin"]
+    cli(*cmd[3:])
+    assert_as_uninterrupted(out, glue_out[0])
+
+
+# python -m tupe_preprocess.glue_binarize ARGS whose writes of a .bin under FULL_IN fail after FULL_AFTER bytes, as
+# the OS reports a write on a full disk (ENOSPC, no path in the error: tests/test_common.py's `full`)
+FULL_DISK = """
+import errno, os, runpy
+import tupe_preprocess.fairseq_dict as writer
+
+class FullDisk:
+    def __init__(self, f):
+        self.f, self.written = f, 0
+    def write(self, data):
+        self.written += len(data)
+        if self.written > int(os.environ["FULL_AFTER"]):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return self.f.write(data)
+    def __enter__(self):
+        return self
+    def __exit__(self, *exc):
+        self.f.close()
+
+def full_open(path, mode="r", *args, **kwargs):
+    f = open(path, mode, *args, **kwargs)
+    return FullDisk(f) if os.environ["FULL_IN"] in str(path) and str(path).endswith(".bin") else f
+
+writer.open = full_open  # the module's `open`, before the builtin
+runpy.run_module("tupe_preprocess.glue_binarize", run_name="__main__", alter_sys=True)
+"""
+
+
+def test_a_full_disk_mid_task_is_one_line_keeps_the_finished_task_and_the_rerun_completes(glue_out, spm_files,
+                                                                                         tmp_path, starts_process):
+    """ENOSPC while WNLI's first binary is written (RTE finished in the same run): one error line naming the task's
+    folder and what to do, exit 1, WNLI's .partial removed and RTE kept; the rerun, space back, writes what an
+    uninterrupted run wrote."""
+    out = tmp_path / "out"
+    args = pair_args(spm_files, out)
+    p = subprocess.run([sys.executable, "-c", FULL_DISK, *args], capture_output=True, text=True, cwd=REPO,
+                       env={**ENV, "FULL_IN": "WNLI-bin.partial", "FULL_AFTER": "100"}, timeout=120)
+    assert p.returncode == 1, p.stderr[-3000:]
+    assert p.stderr.rstrip().splitlines()[-1] == (
+        f"glue_binarize: error: {out / 'WNLI-bin'}: no space left on its disk while writing it (the half-written "
+        "file is removed); free space there, or write to a folder on another disk")
+    assert p.stderr.count("error:") == 1 and "Traceback" not in p.stderr
+    assert "[RTE] done" in p.stderr and sorted(os.listdir(out)) == ["RTE-bin"]
+    cli(*args)
+    assert_as_uninterrupted(out, glue_out[0])
 
 
 def test_tokenizer_hook_is_replaceable(tmp_path, spm_files, monkeypatch):

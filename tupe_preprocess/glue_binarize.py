@@ -14,7 +14,14 @@ ended with ``</s>``, exactly what ``fairseq-preprocess --srcdict`` writes. The l
 from the train labels as ``fairseq-preprocess`` builds one (count order, padded to a multiple of 8).
 
 Every file of a task is read and checked before anything is written; a task is built under
-``TASK-bin.partial`` and renamed when complete, so a finished-looking folder is a finished one.
+``TASK-bin.partial`` and renamed when complete, so a finished-looking folder is a finished one. One run per
+``--out-dir``: the run holds its lock (``OUT/.run.lock``, tupe_common.lock) and a second run into it is refused at
+once (exit 2). A stop (SIGTERM, Ctrl-C, SIGHUP) or an error (a full disk: one line naming ``OUT/TASK-bin``) ends the
+tokenizer processes at once, removes the ``.partial`` of the task under way and keeps the finished tasks; a rerun of
+the same command builds the rest.
+
+Test hook (environment): ``GLUE_BINARIZE_TEST_SLEEP`` seconds a tokenizer process (``--workers`` 2 or more)
+sleeps before each chunk of lines.
 
     python -m tupe_preprocess.glue_binarize --glue-dir glue_data --tasks RTE,CoLA \\
         --spm-model spm.model --dict dict.txt --out-dir glue-bin [--workers 8] [--force]
@@ -26,6 +33,7 @@ import json
 import math
 import multiprocessing as mp
 import os
+import signal
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -39,7 +47,9 @@ from tupe_preprocess.moses_bpe import moses_bpe_tokenizer
 from tupe_preprocess.spm_dict import check_dict, load_spm
 from tupe_common.errors import command_name, exit_main
 from tupe_common.io import PARTIAL, atomic_dir, file_hash, need
+from tupe_common.lock import LockHeld, folder_lock, hold
 from tupe_common.log import get_logger
+from tupe_common.process import STOP_SIGNALS
 
 # Task facts (files, columns, header, labels) come from the registry ``tupe_glue.tasks``; see
 # docs/glue_protocol.md §1 for the raw formats and §9 for custom single-sentence tasks.
@@ -219,12 +229,24 @@ class TextEncoder:
 _worker_encoder: Optional[TextEncoder] = None
 
 
+def _end_worker(signum: int, frame) -> None:
+    """A stop signal in a tokenizer process (a whole process group's: Ctrl-C, ``scancel``; the pool's own terminate):
+    unwind and end quietly. Dying at the signal's default action would leave the pool's task queue lock held when it
+    came while the process waited for work, and ``Pool.terminate`` in the main process then waits for it for ever."""
+    raise SystemExit(128 + signum)
+
+
 def _init_worker(tokenizer: str, opts: Dict[str, str], indices: Dict[str, int], unk: int, eos: int):
     global _worker_encoder
+    if mp.parent_process() is not None:  # a pool's process, not the main one (--workers 1)
+        for sig in STOP_SIGNALS:
+            if signal.getsignal(sig) != signal.SIG_IGN:  # one started ignored (nohup) stays so
+                signal.signal(sig, _end_worker)
     _worker_encoder = TextEncoder(TOKENIZERS[tokenizer](opts), indices, unk, eos)
 
 
 def _encode_chunk(texts: List[str]) -> List[np.ndarray]:
+    time.sleep(float(os.environ.get("GLUE_BINARIZE_TEST_SLEEP") or 0))  # test hook: a run long enough to stop
     return [_worker_encoder(t) for t in texts]
 
 
@@ -392,7 +414,6 @@ def run(args: argparse.Namespace) -> None:
         if not os.path.isfile(path):
             raise GlueInputError(f"file not found: {path}")
     dict_sha = file_hash(args.dict)
-    os.makedirs(args.out_dir, exist_ok=True)
 
     todo = []
     for task in tasks:
@@ -444,6 +465,10 @@ def run(args: argparse.Namespace) -> None:
                     json.dump(_manifest(task, splits, args, dict_sha), f, indent=1)
             log_summary(task, splits)
             log.info(f"[{task.name}] done: {final}")
+    except BaseException:  # a stop or an error: the chunks still queued are not worth waiting for
+        if pool is not None:
+            pool.terminate()
+        raise
     finally:
         if pool is not None:
             pool.close()
@@ -454,11 +479,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
     need(args.glue_dir, "folder")  # missing, or a file: one line naming it, exit 1 (tupe_common.errors.exit_main)
     need(args.out_dir, "out")
+    os.makedirs(args.out_dir, exist_ok=True)  # before its lock: a run that wrote nothing leaves the folder, as before
     try:
-        run(args)
-    except GlueInputError as e:
+        with hold(folder_lock(args.out_dir), command_name("glue_binarize"), "--out-dir", log.info):
+            run(args)
+    except (GlueInputError, LockHeld) as e:
         log.error(str(e))
-        return 2 if isinstance(e, GlueUsageError) else 1
+        return 2 if isinstance(e, (GlueUsageError, LockHeld)) else 1
     return 0
 
 
