@@ -356,7 +356,9 @@ def attention_backward_dkdv_kernel(
             # with dropout, dS = P (keep dP / (1 - p) - Delta) = (P / (1 - p)) (keep dP - (1 - p) Delta), and dV sums
             # keep P / (1 - p) dO: the per-query factors take 1 / (1 - p) (inv_keep; 1 without dropout)
             inv_sum = inv_keep / tl.load(RowSum + bh * T + rows, mask=in_m, other=1.0)
-            delta = tl.load(Delta + bh * T + rows, mask=in_m, other=0.0) * keep_fraction
+            delta = tl.load(Delta + bh * T + rows, mask=in_m, other=0.0)
+            if DROPOUT:  # without dropout the factor is 1: no multiply, and no register holds it across the loops
+                delta *= keep_fraction  # (with them, triton 3.6.0 spilled 8 bytes: shared bias, no padding)
             # the transposed tile, keys x queries (FA-2's backward): every product below has its computed operand
             # on the left, so no computed tile is transposed
             s_t = _logits(k, tl.trans(q), rows[None, :], cols[:, None], T, scale_log2, bias_base, stride_bias_i,
