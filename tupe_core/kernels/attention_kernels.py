@@ -209,6 +209,12 @@ def attention_forward_kernel(
     row_max = tl.full([BLOCK_M], float("-inf"), tl.float32)  # m_i: the largest logit so far
     row_sum = tl.zeros([BLOCK_M], tl.float32)  # l_i: sum of 2^(logit - m_i), dropped entries included
     acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)  # sum of 2^(logit - m_i) * keep * v
+    # A dropped weight's value, 0, as a product the compiler may not fold (inv_keep * 0.0 would be NaN for an
+    # infinite inv_keep), so the select below stays in fp32, one FSEL a weight. With the literal 0.0, LLVM moves
+    # the select past the rounding to bf16 for the product (fptrunc(select(c, x, 0)) -> select(c, fptrunc(x), 0))
+    # and selects the 16-bit halves of packed pairs, each pair unpacked and repacked with byte permutes: 740
+    # instructions a step against 698 (bf16, shared bias, no padding; bench/kernel_sass.py, docs/gpu.md).
+    dropped = inv_keep * 0.0
     for start_n in range(0, T, BLOCK_N):
         cols = start_n + offs_n
         kv_mask = (cols < T)[:, None] & in_d[None, :]
@@ -224,7 +230,7 @@ def attention_forward_kernel(
             groups = _draw_keep(seed, bh, start_m, start_n, T, threshold, p, DROP_MAJORITY, BLOCK_M, BLOCK_N)
             offsets, inside = _keep_offsets(start_m, start_n, T, BLOCK_M, BLOCK_N)
             tl.store(keep_base + offsets, groups.to(tl.uint16), mask=inside)
-            p = tl.where(_keep_tile(groups, BLOCK_M, BLOCK_N, False), p, 0.0)
+            p = tl.where(_keep_tile(groups, BLOCK_M, BLOCK_N, False), p, dropped)
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
         row_max = new_max
     # the kept entries scaled by 1 / (1 - p), as F.dropout (inv_keep is 1 without dropout)
@@ -350,7 +356,9 @@ def attention_backward_dkdv_kernel(
             # with dropout, dS = P (keep dP / (1 - p) - Delta) = (P / (1 - p)) (keep dP - (1 - p) Delta), and dV sums
             # keep P / (1 - p) dO: the per-query factors take 1 / (1 - p) (inv_keep; 1 without dropout)
             inv_sum = inv_keep / tl.load(RowSum + bh * T + rows, mask=in_m, other=1.0)
-            delta = tl.load(Delta + bh * T + rows, mask=in_m, other=0.0) * keep_fraction
+            delta = tl.load(Delta + bh * T + rows, mask=in_m, other=0.0)
+            if DROPOUT:  # without dropout the factor is 1: no multiply, and no register holds it across the loops
+                delta *= keep_fraction  # (with them, triton 3.6.0 spilled 8 bytes: shared bias, no padding)
             # the transposed tile, keys x queries (FA-2's backward): every product below has its computed operand
             # on the left, so no computed tile is transposed
             s_t = _logits(k, tl.trans(q), rows[None, :], cols[:, None], T, scale_log2, bias_base, stride_bias_i,

@@ -96,11 +96,14 @@ class Blocks:
 
 # CUDA, head dim <= 64 (BERT/RoBERTa base and large), half precision: the default tiles, and each kernel's
 # autotune list for Hopper (``tuned_blocks``): (query rows, keys, warps[, dK/dV programs per SM]). Every member
-# compiles for sm_90 without spilling (bench/kernel_sass.py, bf16, shared learned bias, padding, dropout 0.1);
-# 3 pipeline stages were larger and spilled in dK/dV, so 2 (1 in dK/dV with dropout: ``Blocks.dkdv_dropout_stages``).
+# compiles for sm_90 without spilling and leaves 8 of the 255 registers (bench/kernel_sass.py, bf16, shared
+# learned bias, padding, dropout 0.1); 3 pipeline stages were larger and spilled in dK/dV, so 2 (1 in dK/dV with
+# dropout: ``Blocks.dkdv_dropout_stages``). Not a forward candidate: 128 x 128, which holds a 128 x 128 fp32 tile
+# of logits (64 registers a thread at 8 warps) beside the dropout draws: 255 registers and 16 bytes spilled at 8
+# warps, 168-240 bytes spilled at 16 (whose limit is 128 registers a thread); docs/gpu.md.
 HALF_BLOCKS = Blocks(forward_m=128, forward_n=64, forward_warps=8, dq_m=128, dq_n=64, dq_warps=8,
                      dkdv_m=32, dkdv_n=64, dkdv_warps=4)
-FORWARD_TILES = ((128, 64, 8), (64, 64, 4), (128, 128, 8))
+FORWARD_TILES = ((128, 64, 8), (64, 64, 4))
 DQ_TILES = ((128, 64, 8), (64, 64, 4))
 DKDV_TILES = ((32, 64, 4, 2), (16, 64, 4, 2))
 # fp32 inputs: fp32 tiles take twice the registers and shared memory (and without TF32 the products run on
