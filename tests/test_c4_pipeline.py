@@ -390,11 +390,14 @@ def test_sigkill_mid_run_then_rerun(tmp_path, spm_dir, texts, reference_bin, sta
 # (_default_in_fork) and are ended by Pool.terminate()'s SIGTERM whichever signal the parent had; the signal's name
 # and 128 + N in the last line, for SIGTERM, SIGINT and SIGHUP through the same exit_main, are
 # tests/test_stop_signals.py's test_a_stop_ends_every_job_and_its_children_with_one_line.
-@pytest.mark.parametrize("sig", [signal.SIGTERM])
+@pytest.mark.parametrize("group", [False, True], ids=["kill-PID", "scancel-every-process"])
 def test_a_stop_mid_run_ends_the_pool_with_one_line_and_the_rerun_gives_the_same_bytes(
-        tmp_path, spm_dir, texts, reference_bin, starts_process, sig):
-    """SIGTERM (scancel, kill) to the binarizer alone: its pool ends with it, exit 128 + N, one line saying what
-    stopped it and how it resumes, nothing that looks finished; the rerun gives the bytes of an uninterrupted run."""
+        tmp_path, spm_dir, texts, reference_bin, starts_process, group):
+    """SIGTERM to the binarizer alone (kill PID) or to every process of it (scancel: the pool's too, which left the
+    pool's queue lock held when a worker died waiting for work, and the stop hung): its pool ends with it, exit 143,
+    one line saying what stopped it and how it resumes, nothing that looks finished; the rerun gives the bytes of an
+    uninterrupted run."""
+    sig = signal.SIGTERM
     from process_tree import start, stop_cleanly, tree
 
     prefix = tmp_path / "bin" / "train0"
@@ -408,7 +411,7 @@ def test_a_stop_mid_run_ends_the_pool_with_one_line_and_the_rerun_gives_the_same
     workers = tree(proc.pid)
     assert len(workers) >= 2  # the pool
     stop_cleanly(proc, sig, f"tupe_preprocess.c4: error: stopped by {signal.Signals(sig).name}; rerun the same command to "
-                 "resume (finished tasks are skipped)", timeout=30, procs=workers)
+                 "resume (finished tasks are skipped)", timeout=30, procs=workers, group=group)
     assert not any(Path(f"{prefix}.{ext}").exists() for ext in ("bin", "idx", "done"))
     assert not looks_complete_to_fairseq(prefix)
     run(cmd)

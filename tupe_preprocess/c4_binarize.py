@@ -31,7 +31,6 @@ import collections
 import fcntl
 import itertools
 import json
-import multiprocessing as mp
 import os
 import signal
 import time
@@ -46,6 +45,7 @@ from tupe_common.io import atomic_open, file_hash, read_json, fsync_dir, fsync_f
 from tupe_common.jobs import cores
 from tupe_common.log import get_logger
 from tupe_common.mmap_index import token_dtype_for, write_index
+from tupe_common.ordered_pool import OrderedPool
 from tupe_preprocess.fairseq_dict import FairseqDict
 from tupe_preprocess.spm_dict import check_dict, id_offset, spm_to_fairseq_ids
 from tupe_common.io import need
@@ -65,8 +65,8 @@ _WORD_START = np.zeros(0, dtype=bool)  # per spm id: the piece starts a word ("â
 
 
 def _init_worker(model: str, dtype_name: str, max_line: int = 0) -> None:
-    # Pool workers need no parent-death watchdog: they hold no write end of the task pipe, so a
-    # SIGKILLed parent makes their next read hit EOF and they exit (tested).
+    # Pool workers need no parent-death watchdog: a SIGKILLed parent makes their next read hit the end of their
+    # pipe and they exit (tupe_common.ordered_pool; tested).
     global _SP, _OFFSET, _UNK, _DTYPE, _MAX_LINE, _WORD_START
     _SP = spm.SentencePieceProcessor(model_file=model)
     _OFFSET, _UNK, _DTYPE = id_offset(_SP), _SP.unk_id(), np.dtype(dtype_name).type
@@ -268,19 +268,17 @@ def _run(inputs: Sequence[str], prefix: str, model: str, dict_path: str, workers
                 for buf in read_chunks(inputs, chunk_bytes):
                     write(out, encode_chunk(buf), len(buf))
             else:
-                ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
-                pool = ctx.Pool(workers, initializer=_init_worker, initargs=init_args)
-                pending: collections.deque = collections.deque()
-                for buf in read_chunks(inputs, chunk_bytes):
-                    pending.append((pool.apply_async(encode_chunk, (buf,)), len(buf)))
-                    while len(pending) >= max_in_flight:
-                        res, n = pending.popleft()
-                        write(out, res.get(), n)
-                while pending:
-                    res, n = pending.popleft()
-                    write(out, res.get(), n)
+                pool = OrderedPool(workers, encode_chunk, _init_worker, init_args)
+                sizes_in: collections.deque = collections.deque()  # the bytes of each chunk sent, in order
+
+                def chunks() -> Iterator[bytes]:
+                    for buf in read_chunks(inputs, chunk_bytes):
+                        sizes_in.append(len(buf))
+                        yield buf
+
+                for result in pool.imap(chunks(), max_in_flight):
+                    write(out, result, sizes_in.popleft())
                 pool.close()
-                pool.join()
                 pool = None
             out.flush()
             os.fsync(out.fileno())

@@ -31,9 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import multiprocessing as mp
 import os
-import signal
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -49,7 +47,7 @@ from tupe_common.errors import command_name, exit_main
 from tupe_common.io import PARTIAL, atomic_dir, file_hash, need
 from tupe_common.lock import LockHeld, folder_lock, hold
 from tupe_common.log import get_logger
-from tupe_common.process import STOP_SIGNALS
+from tupe_common.ordered_pool import OrderedPool
 
 # Task facts (files, columns, header, labels) come from the registry ``tupe_glue.tasks``; see
 # docs/glue_protocol.md §1 for the raw formats and §9 for custom single-sentence tasks.
@@ -229,19 +227,8 @@ class TextEncoder:
 _worker_encoder: Optional[TextEncoder] = None
 
 
-def _end_worker(signum: int, frame) -> None:
-    """A stop signal in a tokenizer process (a whole process group's: Ctrl-C, ``scancel``; the pool's own terminate):
-    unwind and end quietly. Dying at the signal's default action would leave the pool's task queue lock held when it
-    came while the process waited for work, and ``Pool.terminate`` in the main process then waits for it for ever."""
-    raise SystemExit(128 + signum)
-
-
 def _init_worker(tokenizer: str, opts: Dict[str, str], indices: Dict[str, int], unk: int, eos: int):
     global _worker_encoder
-    if mp.parent_process() is not None:  # a pool's process, not the main one (--workers 1)
-        for sig in STOP_SIGNALS:
-            if signal.getsignal(sig) != signal.SIG_IGN:  # one started ignored (nohup) stays so
-                signal.signal(sig, _end_worker)
     _worker_encoder = TextEncoder(TOKENIZERS[tokenizer](opts), indices, unk, eos)
 
 
@@ -442,14 +429,15 @@ def run(args: argparse.Namespace) -> None:
     opts = {k: v for k, v in (("spm_model", args.spm_model), ("bpe_codes", args.bpe_codes)) if v}
     enc_args = (args.tokenizer, opts, dict(dictionary.indices), dictionary.unk(), dictionary.eos())
 
-    pool = mp.get_context("spawn").Pool(args.workers, _init_worker, enc_args) if args.workers > 1 else None
+    # its own pipe per worker (tupe_common.ordered_pool): a stop to every process (Ctrl-C, scancel) ends it at once
+    pool = OrderedPool(args.workers, _encode_chunk, _init_worker, enc_args) if args.workers > 1 else None
     if pool is None:
         _init_worker(*enc_args)
 
     def encode_many(texts: List[str]):
         if pool is None:
             return (_worker_encoder(t) for t in texts)
-        return (arr for chunk in pool.imap(_encode_chunk, _chunks(texts, CHUNK)) for arr in chunk)
+        return (arr for chunk in pool.imap(_chunks(texts, CHUNK)) for arr in chunk)
 
     try:
         for task in todo:
@@ -469,10 +457,9 @@ def run(args: argparse.Namespace) -> None:
         if pool is not None:
             pool.terminate()
         raise
-    finally:
+    else:
         if pool is not None:
             pool.close()
-            pool.join()
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
