@@ -78,7 +78,8 @@ def main() -> int:
     for w in [args.workers] if args.ours_only else sorted({1, args.workers}):
         prefix = os.path.join(tmp, f"ours_w{w}")
         cmd = [sys.executable, "-m", "tupe_preprocess.c4_binarize", inp, "--out", prefix, "--spm-model", model,
-               "--dict", dict_path, "--workers", str(w), "--progress-seconds", "0"]
+               "--dict", dict_path, "--workers", str(w), "--progress-seconds", "0",
+               "--tokens-per-sample", "0"]  # no line split: fairseq-preprocess splits none
         ours[w] = timed(cmd, env)
         ours_cpu[w] = CPU[tuple(cmd)]
     rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024  # ours only, so far
