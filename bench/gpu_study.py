@@ -64,6 +64,7 @@ from tupe_study.gpu_schedule import (AFTER_PRETRAINING, REPORT_RESERVE_S, ROOT, 
 from tupe_study.settings import UsageError  # noqa: E402
 from tupe_common import fairseq_log  # noqa: E402
 from tupe_common.errors import RESUME_RUNS, exit_main  # noqa: E402
+from tupe_common.lock import folder_lock, hold  # noqa: E402
 
 
 # ---- 6: the time: loss against updates and GPU seconds ---------------------------------------------------------
@@ -333,11 +334,17 @@ def write_budget(call: Call, command: str) -> str:
 
 def main(argv: Optional[List[str]] = None) -> int:
     args = parse_args(argv)
-    try:  # the settings first: a usage error changes nothing
-        call = gpu_schedule.settings(args)
-    except UsageError as e:
+    try:  # one call per OUT (its study and pre-trainings, children of it, are let through); the settings next: a usage
+        with hold(folder_lock(str(args.out)), "gpu_study", "--out"):  # error changes nothing (the lock goes with it)
+            return called(args, argv)
+    except UsageError as e:  # LockHeld among them: a live call holds OUT
         print(f"gpu_study: error: {e}", file=sys.stderr)
         return 2
+
+
+def called(args: argparse.Namespace, argv: Optional[List[str]]) -> int:
+    """The call of ``args``, holding OUT's lock."""
+    call = gpu_schedule.settings(args)
     gpu_schedule.prepare(call)
     gpu_schedule.run(call)
     command = "python3 bench/gpu_study.py " + " ".join(argv if argv is not None else sys.argv[1:])

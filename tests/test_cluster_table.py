@@ -60,7 +60,7 @@ TABLE: Dict[Cell, Optional[Tuple[str, ...]]] = {
         f"{GLUE_PREPROCESS}::test_a_full_disk_mid_task_is_one_line_keeps_the_finished_task_and_the_rerun_completes",),
     ("gpu-study", "sigterm+rerun"): (
         "tests/test_gpu_study.py::test_sigterm_stops_every_pre_training_and_says_so_in_one_line",),
-    ("gpu-study", "second run"): None,
+    ("gpu-study", "second run"): ("tests/test_gpu_study.py::test_a_second_call_into_a_held_out_is_refused_at_once",),
     ("gpu-study", "full disk"): None,
 }
 
@@ -72,8 +72,6 @@ GAPS: Dict[Cell, str] = {
     ("finetune", "full disk"): FULL_DISK_TRAINING,
     ("grid", "full disk"): FULL_DISK_TRAINING,
     ("study", "full disk"): FULL_DISK_TRAINING.replace("a real fine-tuning", "a real study part"),
-    ("gpu-study", "second run"): ("bench/gpu_study.py takes no lock on --out of its own (its study parts take theirs), "
-                                  "so a second call is not refused at once; nothing to test yet"),
     ("gpu-study", "full disk"): FULL_DISK_TRAINING.replace("a real fine-tuning", "a real study call"),
 }
 

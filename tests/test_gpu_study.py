@@ -197,7 +197,9 @@ def test_the_first_call_declares_the_endpoints_and_tests_them_over_its_two_seeds
 
 
 def test_report_to_is_the_study_without_checkpoints_or_data(dry):
+    assert not list(dry["d"].glob("study/.run.lock*")) and not list(dry["back"].glob(".run.lock*"))  # released
     d, files = dry["d"], dry["copied"]
+    assert not [f for f in files if ".run.lock" in f], files  # the lock the call held while it copied stays behind
     assert {"report.md", "budget.md", "endpoints.csv", "settings.env", "overview.png", "loss_seconds.csv",
             "loss_seconds.png", "gpu_calls.tsv", "timings.tsv"} <= files
     assert not [f for f in files if f.endswith(".pt") or f.startswith(("c4/", "tasks-bin/")) or "tensorboard" in f]
@@ -401,3 +403,22 @@ def test_gpu_9min_takes_the_electra_setting_with_the_drivers_generator_divisor(t
     assert plan.pretrain_parts() == [("bert-a", 1), ("bert-a+electra", 1)]
     with pytest.raises(UsageError, match="GENERATOR_SIZE_DIVISOR"):  # auto is 3 at SIZE=base: 512 is not divisible
         Plan.from_environ(dict(env, GENERATOR_SIZE_DIVISOR="auto"))
+
+
+def test_a_second_call_into_a_held_out_is_refused_at_once(data, tmp_path):
+    """One call per OUT: a live holder's lock (pid 1 runs) refuses the call before any work, exit 2, one line naming
+    the holder's pid and host; the study and pre-trainings a call starts (its children) are let through (the dry
+    runs above hold OUT while their study runs in it)."""
+    from test_run_lock import plant
+    from tupe_common import lock
+
+    carry, _ = data
+    study = tmp_path / "study"
+    study.mkdir()
+    plant(study / lock.LOCK_NAME, pid=1, host=lock.host())
+    p = subprocess.run([sys.executable, "bench/gpu_study.py", "--out", str(study), "--data", str(carry), *DRY],
+                       cwd=ROOT, env=environment(**TINY), capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2, p.stderr[-2000:]
+    assert p.stderr.strip().splitlines()[-1].startswith(
+        f"gpu_study: error: {study} is in use by another run (pid 1 on {lock.host()}, "), p.stderr[-2000:]
+    assert sorted(x.name for x in study.iterdir()) == [lock.LOCK_NAME]  # nothing written

@@ -36,6 +36,7 @@ from typing import Dict, List, Optional, Sequence, Tuple  # noqa: E402
 
 from tupe_study.settings import StudyConfig, UsageError, changed_settings, read, recorded_text, refusal  # noqa: E402
 from tupe_common import fairseq_log, process  # noqa: E402
+from tupe_common.lock import LOCK_NAME  # noqa: E402
 from tupe_common.jobs import cores  # noqa: E402
 from tupe_common.tunables import items  # noqa: E402
 
@@ -441,14 +442,16 @@ def record_call(out: Path, row: Dict[str, str]) -> None:
 
 def report_to(out: Path, dest: Path, data: Path) -> List[str]:
     """The study folder into ``dest`` without what a later call does not need: the checkpoints, the files of the
-    carried data folder, the TensorBoard logs, and every pre-training the budget stopped (without its checkpoint it
-    cannot resume; the next call redoes it). ``dest`` is then a study folder a later call adds seeds to. The
+    carried data folder, the TensorBoard logs, the run locks (this call's, held while it copies: a copy would refuse
+    the next call on ``dest`` for the lock's stale period), and every pre-training the budget stopped (without its
+    checkpoint it cannot resume; the next call redoes it). ``dest`` is then a study folder a later call adds seeds to. The
     pre-trainings left out."""
     left_out = sorted(str(p.parent.relative_to(out)) for p in (out / "pretrain").glob("*/seed*/train.log")
                       if not (p.parent / "pretrain.done").is_file())
     for src in sorted(out.rglob("*")):
         rel = src.relative_to(out)
         if (not src.is_file() or src.suffix == ".pt" or "tensorboard" in rel.parts or (data / rel).is_file()
+                or src.name.startswith(LOCK_NAME)
                 or any(str(rel).startswith(skip + os.sep) for skip in left_out)):
             continue
         (dest / rel).parent.mkdir(parents=True, exist_ok=True)
