@@ -106,3 +106,20 @@ def test_a_variant_is_checked_by_its_encodings_whatever_made_it():
         registry.check(PositionalVariant((VARIANTS["bert_a"].encodings[0], alibi)))
     with pytest.raises(ValueError, match="at most one encoding at the input, then one at the attention"):
         registry.check(PositionalVariant((rope, alibi)))
+
+
+@pytest.mark.parametrize("name", list(VARIANTS))
+def test_a_checkpoint_of_other_max_positions_is_refused_by_name_or_loads(name):
+    """A checkpoint trained with --max-positions 64 into a model with 128: a variant with parameters per position or
+    distance (each encoding says: PositionalEncoding.trained_positions) is refused before loading, naming the fix;
+    every other variant loads it whole (no size mismatch left for load_state_dict to find)."""
+    state = build(f"{name}_tiny", max_positions=64).state_dict()
+    model = build(f"{name}_tiny", max_positions=128)
+    sized = sorted(k for k, v in model.state_dict().items() if k in state and v.shape != state[k].shape)
+    if sized:
+        with pytest.raises(ValueError, match="trained with 64 positions but this model has 128; pass "
+                                             "--max-positions 64"):
+            model.upgrade_state_dict_named(state, "")
+    else:
+        model.upgrade_state_dict_named(state, "")
+        model.load_state_dict(state)

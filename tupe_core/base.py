@@ -188,6 +188,13 @@ class PositionalEncoding(nn.Module):
         when they do (fixed functions of position or distance, buckets that saturate, or no positions at all)."""
         return None
 
+    def trained_positions(self, encoder_state: Mapping[str, Tensor]) -> Optional[int]:
+        """The ``--max-positions`` a checkpoint was trained with, read from this encoding's parameters that have a
+        row (or column) per position or distance (a model with another number cannot load them), else None.
+        ``encoder_state``: the checkpoint's encoder state (keys relative to the encoder, as :meth:`content_free_map`
+        reads it). Default: None (no such parameter)."""
+        return None
+
     def content_free_map(self, seq_len: int, encoder_state: Dict[str, Tensor]) -> Optional[PositionMap]:
         """The position-only map of a model whose ``positions`` this is (its state loaded), or None when it adds
         nothing at the attention. ``encoder_state``: the encoder's state dict (keys relative to the encoder),

@@ -44,6 +44,10 @@ class LearnedAbsolute(InputEncoding):
         positions = (torch.cumsum(real, dim=1).type_as(real) * real).long() + self.padding_idx  # make_positions
         return F.embedding(positions, self.weight, self.padding_idx)
 
+    def trained_positions(self, encoder_state) -> Optional[int]:
+        table = encoder_state.get("embed_positions.weight")  # max_positions + padding_idx + 1 rows
+        return None if table is None else table.size(0) - self.padding_idx - 1
+
     @classmethod
     def untrained_beyond(cls, options, trained: int) -> Optional[str]:
         return "learned absolute position embeddings: the rows past T were never trained"

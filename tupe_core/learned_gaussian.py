@@ -43,6 +43,10 @@ class LearnedGaussian(PositionalEncoding):
         start = gaussian_by_distance(self.max_positions).repeat(self.num_layers, self.num_heads, 1)  # (L, H, P)
         return {**self.fixed_tables(), "distance_bias": start}
 
+    def trained_positions(self, encoder_state) -> Optional[int]:
+        table = encoder_state.get("positions.distance_bias")  # (L, H, max_positions): one column per distance
+        return None if table is None else table.size(-1)
+
     def forward(self, seq_len: int) -> PositionalTerm:
         check_length(seq_len, self.max_positions)
         return PositionalTerm(self.distance_bias[:, :, self.distance[:seq_len, :seq_len]])  # (L, H, T, T)

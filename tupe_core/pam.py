@@ -195,6 +195,10 @@ class Pam(PositionalEncoding):
             return None
         return "learned position-only weights per distance |j-i|: the distances of T and more were never trained"
 
+    def trained_positions(self, encoder_state) -> Optional[int]:
+        table = encoder_state.get("layers.0.self_attn.pos_weight")  # (H, max_positions) per layer; none: the window
+        return None if table is None else table.size(-1)
+
     def content_free_map(self, seq_len: int, encoder_state: Dict[str, Tensor]) -> Optional[PositionMap]:
         """The exact weights the layers apply to their values (no softmax): (L, H, T, T) learned, one table per
         layer, or (1, T, T) for the window (rows are not normalised)."""

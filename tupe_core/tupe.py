@@ -95,6 +95,10 @@ class Tupe(PositionalEncoding):
             bias = reset_cls(bias, cls_row, cls_col)
         return PositionalTerm(bias if position_ids is None else at_positions(bias, position_ids))
 
+    def trained_positions(self, encoder_state) -> Optional[int]:
+        table = encoder_state.get("positions.pos.weight")  # max_positions + 1 rows: row 0 is [CLS]'s
+        return None if table is None else table.size(0) - 1
+
     @classmethod
     def untrained_beyond(cls, options, trained: int) -> Optional[str]:
         return "learned absolute positions (the untied positional term): the rows past T were never trained"

@@ -192,12 +192,14 @@ class TupeRobertaModel(RobertaModel):
         keep_discriminator(state_dict, name, self.encoder.lm_head)
 
     def _check_max_positions(self, state_dict, name):
+        """The positions the checkpoint's encodings were trained for (each encoding says, where it has a row per
+        position: ``PositionalEncoding.trained_positions``) against this model's ``--max-positions``."""
         prefix = (name + "." if name else "") + "encoder.sentence_encoder."
-        table = state_dict.get(prefix + "positions.pos.weight")
-        saved = None if table is None else table.size(0) - 1
-        pe = state_dict.get(prefix + "embed_positions.weight")
-        if saved is None and pe is not None:
-            saved = pe.size(0) - self.encoder.sentence_encoder.padding_idx - 1
+        encoder = self.encoder.sentence_encoder
+        state = {key[len(prefix):]: value for key, value in state_dict.items() if key.startswith(prefix)}
+        found = [module.trained_positions(state) for module in (encoder.positions, encoder.embed_positions)
+                 if module is not None]
+        saved = next((n for n in found if n is not None), None)
         if saved is not None and saved != self.args.max_positions:
             raise ValueError(
                 f"the checkpoint was trained with {saved} positions but this model has "
