@@ -49,17 +49,21 @@ from __future__ import annotations
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.realpath(__file__))))  # the GPU kit: the checkout is not installed there
+# the GPU kit: the checkout is not installed there; on the path of this process and of the study's it starts
+ROOT = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
+sys.path.insert(0, ROOT)
+os.environ["PYTHONPATH"] = os.pathsep.join([ROOT] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))
 from tupe_study import gpu_schedule  # noqa: E402  # the first import: it starts the budget's clock (gpu_schedule.START)
 
 import argparse  # noqa: E402
 import csv  # noqa: E402
 import statistics  # noqa: E402
+import subprocess  # noqa: E402
 from datetime import datetime, timezone  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Dict, List, Optional, Sequence, Tuple  # noqa: E402
 
-from tupe_study.gpu_schedule import (AFTER_PRETRAINING, REPORT_RESERVE_S, ROOT, SEEDS_PER_CALL, Call,  # noqa: E402
+from tupe_study.gpu_schedule import (AFTER_PRETRAINING, REPORT_RESERVE_S, SEEDS_PER_CALL, Call,  # noqa: E402
                                 read_calls, train_log)
 from tupe_study.settings import UsageError  # noqa: E402
 from tupe_common import fairseq_log  # noqa: E402
@@ -297,7 +301,7 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
                                  epilog=__doc__.split("\n\n", 1)[1])
     ap.add_argument("--out", type=Path, required=True, help="the study's folder (created; holds the checkpoints; a "
                     "folder of an earlier call, or its --report-to copy, gets --seeds more seeds)")
-    ap.add_argument("--data", type=Path, default=ROOT / ".gpu-study-data", help="the folder of make gpu-study-data")
+    ap.add_argument("--data", type=Path, default=Path(ROOT) / ".gpu-study-data", help="the folder of make gpu-study-data")
     ap.add_argument("--seeds", type=int, default=SEEDS_PER_CALL, help="pre-training seeds this call adds, each for "
                     f"every model (default {SEEDS_PER_CALL}; the first call needs 2 or more for the declared tests)")
     ap.add_argument("--after", default=",".join(AFTER_PRETRAINING), help="the study's stages run after pre-training, "
@@ -305,7 +309,7 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
                     "when TASKS names tasks)")
     ap.add_argument("--wheels", help="the wheel folder of make gpu-wheels (default .gpu-wheels; a dry run uses this "
                     "environment unless given)")
-    ap.add_argument("--site", type=Path, default=ROOT / ".gpu-site", help="where its wheels are installed")
+    ap.add_argument("--site", type=Path, default=Path(ROOT) / ".gpu-site", help="where its wheels are installed")
     ap.add_argument("--no-install", action="store_true", help="use this environment as it is (the project installed)")
     ap.add_argument("--budget-s", type=float, default=540, help="the whole command's seconds (default 540)")
     ap.add_argument("--reserve-s", type=float, default=REPORT_RESERVE_S, help="seconds kept at the end for the "
@@ -332,6 +336,26 @@ def write_budget(call: Call, command: str) -> str:
     return text
 
 
+def install(args, out: Path) -> str:
+    """The carried wheels into ``--site`` (bench/gpu_wheels.py install, as make gpu-check); what it said."""
+    if args.no_install or args.wheels is None:
+        said = "nothing installed: this environment is used as it is (" + (
+            "--no-install)" if args.no_install else "a dry run without --wheels)")
+    else:
+        wheels = Path(args.wheels).resolve()  # the install runs in the repository; relative paths are the caller's
+        if not wheels.is_dir():
+            raise SystemExit(f"gpu_study: error: no wheel folder {wheels}: run `make gpu-wheels` where there is "
+                             "network, and carry it over")
+        p = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "gpu_wheels.py"), "install", "--dir", str(wheels),
+                            "--target", str(args.site.resolve())], capture_output=True, text=True, cwd=ROOT)
+        said = (p.stdout + p.stderr).strip()
+        if p.returncode:
+            (out / "install.log").write_text(said + "\n", encoding="utf-8")
+            raise SystemExit(f"gpu_study: error: installing the wheels of {wheels} failed (install.log):\n{said[-2000:]}")
+    (out / "install.log").write_text(said + "\n", encoding="utf-8")
+    return said.splitlines()[0] if said else ""
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     args = parse_args(argv)
     try:  # one call per OUT (its study and pre-trainings, children of it, are let through); the settings next: a usage
@@ -344,8 +368,10 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 def called(args: argparse.Namespace, argv: Optional[List[str]]) -> int:
     """The call of ``args``, holding OUT's lock."""
+    if args.wheels is None and not args.dry_run:
+        args.wheels = os.path.join(ROOT, ".gpu-wheels")
     call = gpu_schedule.settings(args)
-    gpu_schedule.prepare(call)
+    gpu_schedule.prepare(call, install)
     gpu_schedule.run(call)
     command = "python3 bench/gpu_study.py " + " ".join(argv if argv is not None else sys.argv[1:])
     text = write_budget(call, command)

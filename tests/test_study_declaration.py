@@ -15,7 +15,9 @@ from pathlib import Path
 import pytest
 
 import tupe_study.__main__ as study_main
-from tupe_study.__main__ import check_settings, main
+from tupe_study.__main__ import main
+import tupe_study.plan as study_plan
+from tupe_study.plan import check_settings
 from tupe_study.plan import Plan
 from tupe_study.settings import UsageError, changed_settings, merged_text, read, recorded_text
 from study_logs import write_valid_log
@@ -30,6 +32,7 @@ DECLARED = re.compile(r"# declared \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ at commit abc
 def env(tmp_path, monkeypatch):
     """A study's settings (the declaration) and a fixed commit: in-process, check_settings starts no git process."""
     monkeypatch.setattr(study_main, "code_version", lambda: "abc1234")
+    monkeypatch.setattr(study_plan, "code_version", lambda: "abc1234")  # check_settings's
     return {"PRESET": "cpu-small", "OUT": str(tmp_path / "study"), "TASKS": "none", "VARIANTS": "bert-a tupe-r",
             "PRETRAIN_SEEDS": "11 12 13", "LR_GRID": "1e-3 3e-4", "SWEEP_SEEDS": "1 2", "ENDPOINTS": TUPE_QUESTION,
             "EQUIVALENCE_BITS": "0.05"}

@@ -45,11 +45,11 @@ def test_endpoints_are_recorded_and_a_changed_declaration_is_refused_on_resume(t
     """The declaration is part of settings.env: a study resumed with other endpoints (or another margin) is
     refused, as the comparison would no longer be the one declared before it ran; a study recorded before the
     setting existed resumes as long as it declares nothing."""
-    import tupe_study.__main__
-    from tupe_study.__main__ import check_settings
+    import tupe_study.plan
+    from tupe_study.plan import check_settings
     from tupe_study.plan import Plan
 
-    monkeypatch.setattr(tupe_study.__main__, "code_version", lambda: "abc1234")  # in-process: no git process
+    monkeypatch.setattr(tupe_study.plan, "code_version", lambda: "abc1234")  # in-process: no git process
 
     env = {"PRESET": "cpu-small", "OUT": str(tmp_path / "study"), "TASKS": "none", "VARIANTS": "bert-a tupe-r",
            "PRETRAIN_SEEDS": "11 12 13", "ENDPOINTS": TUPE_QUESTION, "EQUIVALENCE_BITS": "0.05"}

@@ -33,11 +33,10 @@ import time
 from datetime import datetime, timezone
 from typing import List, Optional, Sequence, Tuple
 
-from tupe_study.plan import Plan
-from tupe_study.settings import (FIELDS, PROG, StudyConfig, UsageError, changed_settings, declared_comment, defaults, merged_text,
-                            recorded_text, refusal)
+from tupe_study.plan import Plan, check_settings
+from tupe_study.settings import (FIELDS, PROG, StudyConfig, UsageError, defaults)
 from tupe_study.locks import hold_part, hold_study
-from tupe_study.stages import BY_NAME, STAGES, PartFailed, Stage, declare_choice, needs_done, note
+from tupe_study.stages import BY_NAME, STAGES, PartFailed, Stage, declare_choice, needs_done, note, part_label
 from tupe_study.timings import code_version, timing_line
 from tupe_common.errors import exit_main
 from tupe_common.jobs import Job, run_jobs, slurm_ranges, visible_gpus
@@ -72,27 +71,6 @@ def machine() -> str:
     if "torch" in sys.modules and sys.modules["torch"].cuda.is_available():
         text += f", GPU {sys.modules['torch'].cuda.get_device_name(0)}"
     return text
-
-
-def check_settings(plan: Plan) -> None:
-    """The recorded settings of OUT, the study's declaration: written by the first run, before any part, under a
-    first line saying when and at which commit (``# declared ...``); a run whose settings mean otherwise is
-    refused (tupe_study.settings.changed_settings)."""
-    now, path = recorded_text(plan.config), plan.path("settings.env")
-    os.makedirs(plan.out, exist_ok=True)
-    from tupe_common.io import write_text
-
-    if os.path.isfile(path):
-        with open(path, encoding="utf-8") as f:
-            recorded = f.read()
-        diff = changed_settings(recorded, now)
-        if diff:
-            raise refusal(path, diff, "this run's settings", "a study compares its variants under the one design it "
-                          "declared: use another OUT, or set these back")
-        if merged_text(recorded, now) != recorded:  # e.g. the first run with ELECTRA records its settings
-            write_text(path, merged_text(recorded, now))
-    else:
-        write_text(path, declared_comment(datetime.now(timezone.utc), code_version()) + now)
 
 
 def check_names(environ) -> None:
@@ -136,10 +114,6 @@ def check_reportable(plan: Plan) -> None:
     if not any(pretrain_done(plan, label, seed) for label, seed in runs):
         raise PartFailed(f"nothing to report: none of the {len(runs)} pre-training run(s) in {plan.out} has "
                          "finished (study.sh --list shows each part)")
-
-
-def part_label(part: Tuple) -> str:
-    return " ".join(map(str, part)) or "all"
 
 
 def run_part(plan: Plan, stage: Stage, part: Tuple, skip_done: bool = True) -> None:

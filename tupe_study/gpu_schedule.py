@@ -32,7 +32,7 @@ import sys  # noqa: E402
 from dataclasses import dataclass, field  # noqa: E402
 from datetime import datetime, timezone  # noqa: E402
 from pathlib import Path  # noqa: E402
-from typing import Dict, List, Optional, Sequence, Tuple  # noqa: E402
+from typing import Callable, Dict, List, Optional, Sequence, Tuple  # noqa: E402
 
 from tupe_study.settings import StudyConfig, UsageError, changed_settings, read, recorded_text, refusal  # noqa: E402
 from tupe_common import fairseq_log, process  # noqa: E402
@@ -40,7 +40,6 @@ from tupe_common.lock import LOCK_NAME  # noqa: E402
 from tupe_common.jobs import cores  # noqa: E402
 from tupe_common.tunables import items  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
 DEFAULTS = {"VARIANTS": "bert-a tupe-r", "OBJECTIVES": "mlm", "GENERATOR_SIZE_DIVISOR": "4", "TASKS": "none"}
 # TUPE's claim, declared for every study this command starts with both models: TUPE-R ends lower (final_loss) and
 # gets there sooner (loss_auc) than BERT-A; the margin is the 6-seed cpu-small run's (docs/results/2026-11-28_*)
@@ -99,26 +98,6 @@ def card(dry_run: bool) -> Tuple[str, str]:
               "--dry-run for the CPU rehearsal", file=sys.stderr)
         raise SystemExit(1)
     return torch.__version__, torch.cuda.get_device_name(0)
-
-
-def install(args, out: Path) -> str:
-    """The carried wheels into ``--site`` (bench/gpu_wheels.py install, as make gpu-check); what it said."""
-    if args.no_install or args.wheels is None:
-        said = "nothing installed: this environment is used as it is (" + (
-            "--no-install)" if args.no_install else "a dry run without --wheels)")
-    else:
-        wheels = Path(args.wheels).resolve()  # the install runs in the repository; relative paths are the caller's
-        if not wheels.is_dir():
-            raise SystemExit(f"gpu_study: error: no wheel folder {wheels}: run `make gpu-wheels` where there is "
-                             "network, and carry it over")
-        p = subprocess.run([sys.executable, str(ROOT / "bench/gpu_wheels.py"), "install", "--dir", str(wheels),
-                            "--target", str(args.site.resolve())], capture_output=True, text=True, cwd=ROOT)
-        said = (p.stdout + p.stderr).strip()
-        if p.returncode:
-            (out / "install.log").write_text(said + "\n", encoding="utf-8")
-            raise SystemExit(f"gpu_study: error: installing the wheels of {wheels} failed (install.log):\n{said[-2000:]}")
-    (out / "install.log").write_text(said + "\n", encoding="utf-8")
-    return said.splitlines()[0] if said else ""
 
 
 def read_manifest(data: Path) -> dict:
@@ -258,11 +237,11 @@ def copy_data(data: Path, out: Path) -> int:
 
 
 def child_env(env: Dict[str, str], site: Optional[Path], **more: str) -> Dict[str, str]:
-    """The study's processes: the installed wheels and the repository first on PYTHONPATH, the wheels' commands
-    (fairseq-train) first on PATH, this Python for every script (train_scripts/lib.sh's PYTHON)."""
+    """The study's processes: the installed wheels first on PYTHONPATH (the caller's PYTHONPATH after them: the GPU
+    kit's checkout), the wheels' commands (fairseq-train) first on PATH, this Python for every script."""
     paths = [str(site)] if site else []
     env = dict(env, PYTHONUNBUFFERED="1", PYTHON=sys.executable,
-               PYTHONPATH=os.pathsep.join(paths + [str(ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])),
+               PYTHONPATH=os.pathsep.join(paths + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])),
                PATH=os.pathsep.join(([str(site / "bin")] if site else []) + [env.get("PATH", "")]))
     env.update(more)
     return env
@@ -273,7 +252,7 @@ def study(args: List[str], env: Dict[str, str], log: Path) -> subprocess.Popen:
     ``tupe_common.process``), its output in ``log``."""
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "a", encoding="utf-8") as f:
-        return process.start([sys.executable, "-m", "tupe_study", *args], cwd=ROOT, env=env, stdout=f,
+        return process.start([sys.executable, "-m", "tupe_study", *args], env=env, stdout=f,
                              stderr=subprocess.STDOUT)
 
 
@@ -297,9 +276,8 @@ def plan_parts(env: Dict[str, str], after: Sequence[str]) -> Tuple[List[str], Li
     ``after``. ``OUT/settings.env`` is written (or checked) here, as the study's first part would, its PRETRAIN_SEEDS
     line this call's seeds so far (:func:`record_seeds`): the design is recorded before the first pre-training
     starts, and the pre-trainings then start at once without two writers of it. A usage error exits 2."""
-    from tupe_study.__main__ import check_settings, part_label
-    from tupe_study.plan import Plan
-    from tupe_study.stages import BY_NAME
+    from tupe_study.plan import Plan, check_settings
+    from tupe_study.stages import BY_NAME, part_label
 
     try:
         plan = Plan.from_environ(env)
@@ -488,8 +466,6 @@ class Call:
 def settings(args: argparse.Namespace) -> Call:
     """This call's settings and seeds from the options, the environment, the data's manifest and the study folder;
     a :class:`UsageError` before anything is written."""
-    if args.wheels is None and not args.dry_run:
-        args.wheels = str(ROOT / ".gpu-wheels")
     after = [] if args.after == "none" else args.after.split(",")
     if args.seeds < 1:
         raise UsageError(f"--seeds {args.seeds}: a whole number of seeds, 1 or more")
@@ -503,9 +479,10 @@ def settings(args: argparse.Namespace) -> Call:
     return Call(args, out, manifest, env, finished, seeds, after, Budget(args.budget_s, args.reserve_s))
 
 
-def prepare(call: Call) -> None:
-    """1-3 and the study's plan, each a part of the budget: the device, the carried wheels, the carried data, the
-    settings recorded and the parts listed; the data-loader workers and threads of each pre-training."""
+def prepare(call: Call, install: Callable[[argparse.Namespace, Path], str]) -> None:
+    """1-3 and the study's plan, each a part of the budget: the device, the carried wheels (``install(args, OUT)``,
+    the GPU kit's: what it said), the carried data, the settings recorded and the parts listed; the data-loader
+    workers and threads of each pre-training."""
     args, budget = call.args, call.budget
     torch_version, call.device = card(args.dry_run)
     call.out.mkdir(parents=True, exist_ok=True)

@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from datetime import datetime, timezone
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from tupe_study.report_spec import ReportSpec
-from tupe_study.settings import StudyConfig, read, variant_entries
+from tupe_study.settings import (StudyConfig, changed_settings, declared_comment, merged_text, read, recorded_text,
+                                 refusal, variant_entries)
+from tupe_study.timings import code_version
 from tupe_common.errors import UsageError
+from tupe_common.io import write_text
 from tupe_common.numbers import check_once
 
 if TYPE_CHECKING:
@@ -273,3 +277,23 @@ class Plan:
     def variants_text(self) -> str:
         """VARIANTS as the report reads it: every entry with its seeds."""
         return " ".join(f"{e.label}:{','.join(map(str, e.seeds))}" for e in self.variants)
+
+
+def check_settings(plan: Plan) -> None:
+    """The recorded settings of OUT, the study's declaration: written by the first run, before any part, under a
+    first line saying when and at which commit (``# declared ...``); a run whose settings mean otherwise is
+    refused (tupe_study.settings.changed_settings)."""
+    now, path = recorded_text(plan.config), plan.path("settings.env")
+    os.makedirs(plan.out, exist_ok=True)
+
+    if os.path.isfile(path):
+        with open(path, encoding="utf-8") as f:
+            recorded = f.read()
+        diff = changed_settings(recorded, now)
+        if diff:
+            raise refusal(path, diff, "this run's settings", "a study compares its variants under the one design it "
+                          "declared: use another OUT, or set these back")
+        if merged_text(recorded, now) != recorded:  # e.g. the first run with ELECTRA records its settings
+            write_text(path, merged_text(recorded, now))
+    else:
+        write_text(path, declared_comment(datetime.now(timezone.utc), code_version()) + now)

@@ -480,6 +480,11 @@ def run_report(plan: Plan) -> None:
 # ---- the table ----------------------------------------------------------------------------------------------
 
 
+
+def part_label(part: Tuple) -> str:
+    return " ".join(map(str, part)) or "all"
+
+
 @dataclass(frozen=True)
 class Stage:
     name: str
