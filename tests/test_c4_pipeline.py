@@ -24,6 +24,8 @@ import numpy as np
 import pytest
 import sentencepiece as spm
 
+from full_disk import full_disk_script
+
 REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = REPO / "preprocess" / "c4"
 SAMPLE = REPO / "preprocess" / "samples" / "c4"
@@ -420,34 +422,8 @@ def test_a_stop_mid_run_ends_the_pool_with_one_line_and_the_rerun_gives_the_same
 
 
 # The binarizer as `python -m tupe_preprocess.c4 ARGS`, its writes to a PREFIX.bin.partial failing once FULL_AFTER bytes
-# were written, as the OS reports a write on a full disk (ENOSPC, no path in the error: tests/test_common.py's `full`)
-FULL_DISK = """
-import errno, os, runpy, sys
-import tupe_preprocess.c4_binarize as binarizer
-
-class FullDisk:
-    def __init__(self, f):
-        self.f, self.written = f, 0
-    def write(self, data):
-        self.written += len(data)
-        if self.written > int(os.environ["FULL_AFTER"]):
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        return self.f.write(data)
-    def __getattr__(self, name):
-        return getattr(self.f, name)
-    def __enter__(self):
-        return self
-    def __exit__(self, *exc):
-        self.f.close()
-
-def full_open(path, mode="r", *args, **kwargs):
-    f = open(path, mode, *args, **kwargs)
-    return FullDisk(f) if str(path).endswith(".bin.partial") else f
-
-binarizer.open = full_open  # the module's `open`, before the builtin
-sys.argv[0] = "tupe_preprocess.c4"
-runpy.run_module("tupe_preprocess.c4", run_name="__main__", alter_sys=True)
-"""
+# were written
+FULL_DISK = full_disk_script("tupe_preprocess.c4_binarize", "tupe_preprocess.c4", 'path.endswith(".bin.partial")')
 
 
 def test_a_full_disk_while_binarizing_is_one_line_and_the_rerun_gives_the_same_bytes(tmp_path, spm_dir, texts,

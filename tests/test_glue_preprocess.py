@@ -20,6 +20,7 @@ FIXTURES = os.path.join(REPO, "tests", "data", "glue")
 sys.path[:0] = [REPO, os.path.join(REPO, "tests")]
 import make_glue_fixtures  # noqa: E402
 from conftest import run  # noqa: E402
+from full_disk import full_disk_script  # noqa: E402
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": REPO}
 VENV_BIN = os.path.dirname(sys.executable)  # fairseq-train / fairseq-preprocess of this interpreter
@@ -505,32 +506,9 @@ def test_a_stop_mid_task_ends_the_pool_with_one_line_and_the_rerun_gives_an_unin
     assert_as_uninterrupted(out, glue_out[0])
 
 
-# python -m tupe_preprocess.glue_binarize ARGS whose writes of a .bin under FULL_IN fail after FULL_AFTER bytes, as
-# the OS reports a write on a full disk (ENOSPC, no path in the error: tests/test_common.py's `full`)
-FULL_DISK = """
-import errno, os, runpy
-import tupe_preprocess.fairseq_dict as writer
-
-class FullDisk:
-    def __init__(self, f):
-        self.f, self.written = f, 0
-    def write(self, data):
-        self.written += len(data)
-        if self.written > int(os.environ["FULL_AFTER"]):
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        return self.f.write(data)
-    def __enter__(self):
-        return self
-    def __exit__(self, *exc):
-        self.f.close()
-
-def full_open(path, mode="r", *args, **kwargs):
-    f = open(path, mode, *args, **kwargs)
-    return FullDisk(f) if os.environ["FULL_IN"] in str(path) and str(path).endswith(".bin") else f
-
-writer.open = full_open  # the module's `open`, before the builtin
-runpy.run_module("tupe_preprocess.glue_binarize", run_name="__main__", alter_sys=True)
-"""
+# python -m tupe_preprocess.glue_binarize ARGS whose writes of a .bin under FULL_IN fail after FULL_AFTER bytes
+FULL_DISK = full_disk_script("tupe_preprocess.fairseq_dict", "tupe_preprocess.glue_binarize",
+                             'os.environ["FULL_IN"] in path and path.endswith(".bin")')
 
 
 def test_a_full_disk_mid_task_is_one_line_keeps_the_finished_task_and_the_rerun_completes(glue_out, spm_files,
