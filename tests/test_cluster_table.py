@@ -24,6 +24,8 @@ GLUE_PREPROCESS = "tests/test_glue_preprocess.py"
 C4 = "tests/test_c4_pipeline.py"
 PRETRAIN_STOP = f"{STOP_SIGNALS}::test_sigterm_saves_the_update_it_finished_and_the_rerun_resumes_from_it"
 GRID_STOP = f"{GLUE_SCRIPTS}::test_sigterm_stops_the_grid_and_its_runs_and_the_rerun_matches_an_uninterrupted_run"
+FINETUNE_FULL_SAVE = (f"{GLUE_SCRIPTS}::"
+                      "test_a_full_disk_while_a_run_saves_its_checkpoint_fails_it_alone_and_the_rerun_matches")
 GLUE_STOP = (f"{GLUE_PREPROCESS}::"
              "test_a_stop_mid_task_ends_the_pool_with_one_line_and_the_rerun_gives_an_uninterrupted_runs_files")
 
@@ -39,11 +41,13 @@ TABLE: Dict[Cell, Optional[Tuple[str, ...]]] = {
     ("finetune", "sigterm+rerun"): (
         GRID_STOP, f"{GLUE_SCRIPTS}::test_ctrl_c_ends_a_run_with_one_line_exit_130_and_nothing_a_rerun_trusts"),
     ("finetune", "second run"): (GRID_STOP,),
-    ("finetune", "full disk"): None,
+    ("finetune", "full disk"): (FINETUNE_FULL_SAVE,
+                                f"{GLUE_SCRIPTS}::test_a_full_disk_while_a_run_writes_its_result_is_one_line_and_the_rerun_"
+                                "writes_it_whole"),
     ("grid", "sigterm+rerun"): (GRID_STOP,),
     ("grid", "second run"): (
         f"{GLUE_SCRIPTS}::test_readers_beside_a_live_lock_and_a_grid_on_a_held_runs_refused",),
-    ("grid", "full disk"): None,
+    ("grid", "full disk"): (FINETUNE_FULL_SAVE,),
     ("study", "sigterm+rerun"): (
         "tests/test_study.py::test_sigterm_stops_the_lanes_and_their_runs_and_the_rerun_matches_the_study",),
     ("study", "second run"): (
@@ -65,14 +69,12 @@ TABLE: Dict[Cell, Optional[Tuple[str, ...]]] = {
 }
 
 # Why a cell has no test (one line each).
-FULL_DISK_TRAINING = ("no test fills the disk under this entry point (a real fine-tuning, tens of seconds); its "
+FULL_DISK_TRAINING = ("no test fills the disk under this entry point (a real study part, tens of seconds); its "
                       "fairseq-train's checkpoint path is tupe_plugin/full_disk.py (tested on pre-training) and its own "
                       "files go through tupe_common.io (tests/test_common.py)")
 GAPS: Dict[Cell, str] = {
-    ("finetune", "full disk"): FULL_DISK_TRAINING,
-    ("grid", "full disk"): FULL_DISK_TRAINING,
-    ("study", "full disk"): FULL_DISK_TRAINING.replace("a real fine-tuning", "a real study part"),
-    ("gpu-study", "full disk"): FULL_DISK_TRAINING.replace("a real fine-tuning", "a real study call"),
+    ("study", "full disk"): FULL_DISK_TRAINING,
+    ("gpu-study", "full disk"): FULL_DISK_TRAINING.replace("a real study part", "a real study call"),
 }
 
 # What a filled cell's tests leave out of the case.
@@ -81,6 +83,12 @@ NOT_ASSERTED: Dict[Cell, str] = {
                                     "not compared with an uninterrupted run's"),
     ("finetune", "sigterm+rerun"): ("finetune.sh alone is stopped by Ctrl-C (SIGINT) without a rerun; SIGTERM and the "
                                     "rerun reach it as the grid's run"),
+    ("finetune", "full disk"): ("the result's full disk replays fairseq-train's log in the test's process; a full disk "
+                                "while train.log is written (the only file a run with KEEP_CHECKPOINTS=0 writes while "
+                                "it trains) is not tested"),
+    ("grid", "full disk"): ("the grid's own lines name the failed run and its output (whose last line names the file), "
+                            "not the file; the table of the finished runs is still written after them, and the rerun "
+                            "is finetune.sh's (the grid's rerun: its SIGTERM test)"),
     ("gpu-study", "sigterm+rerun"): "no rerun after the stop (a call resumed on its carried data takes minutes)",
 }
 

@@ -552,3 +552,92 @@ def test_two_processes_validate_twice_per_epoch(rte_run, tmp_path, starts_proces
     assert steps == [2, 3, 5, 6], log[-3000:]  # logged once (rank 0) per validation
     accuracies = [float(a) for a in re.findall(r"valid on 'valid' subset .*? accuracy ([0-9.]+)", log)]
     assert len(accuracies) == 4 and all(abs(a * 16 / 100 - round(a * 16 / 100)) < 1e-3 for a in accuracies)
+
+
+def test_a_full_disk_while_a_run_saves_its_checkpoint_fails_it_alone_and_the_rerun_matches(rte_run, pretrained,
+                                                                                          glue_bin, tmp_path,
+                                                                                          starts_process):
+    """The disk fills while fairseq-train saves a fine-tuning run's checkpoint (KEEP_CHECKPOINTS=1; ENOSPC injected
+    where the OS raises it, as in tests/test_full_disk_pretrain.py): the run (the grid's finetune.sh) ends with one
+    line naming the file, exit 1, the half-written file removed and nothing finished-looking; the grid says which
+    run failed, exit 1, and a finished run of the grid is kept. The same command with room again trains the run as
+    an uninterrupted one (rte_run), loss for loss. (fairseq retries a failed save twice, 2.5 s apart: 5 s of this test.)"""
+    import shutil
+
+    from test_full_disk_pretrain import SITECUSTOMIZE
+
+    hooks = tmp_path / "hooks"
+    hooks.mkdir()
+    (hooks / "sitecustomize.py").write_text(SITECUSTOMIZE)
+    runs = tmp_path / "runs"
+    kept = runs / "RTE" / "lr5e-4_seed1"  # a finished run of the grid: rte_run's, as if its LR were 5e-4
+    shutil.copytree(rte_run[0], kept)
+    result = json.loads((kept / "result.json").read_text())
+    result["lr"], result["inputs"]["lr"] = 5e-4, "5e-4"
+    (kept / "result.json").write_text(json.dumps(result))
+    before = {f.name: f.read_bytes() for f in kept.iterdir()}
+    settings = run_env(pretrained, glue_bin, runs, TASKS="RTE", LRS="1e-3 5e-4", SEEDS="1", JOBS="1",
+                       KEEP_CHECKPOINTS="1")
+    full = sh([GRID], check=False, FULL_SAVE="checkpoint_best.pt.tmp",
+              PYTHONPATH=os.pathsep.join([str(hooks), os.environ.get("PYTHONPATH", "")]), **settings)
+    partial = runs / ".partial" / "RTE" / "lr1e-3_seed1"
+    written = partial / "checkpoints" / "checkpoint_best.pt"
+    run_out = (runs / ".grid_logs" / "RTE" / "lr1e-3_seed1.out").read_text()
+    assert run_out.rstrip().splitlines()[-1] == (  # the run's line names the file, not only "fairseq-train failed"
+        f"finetune.sh: error: RTE lr1e-3_seed1: fairseq-train failed (exit 1): {written}: no space left on its disk "
+        "while writing it (the half-written file is removed); free space there, or write to a folder on another "
+        f"disk; log {partial / 'train.log'}"), run_out[-3000:]
+    assert full.returncode == 1 and "Traceback" not in full.stderr, full.stderr[-3000:]
+    assert "grid: error: RTE lr1e-3_seed1 failed (exit 1): see " in full.stderr
+    assert "grid: error: 1 of 1 run(s) failed: RTE lr1e-3_seed1" in full.stderr  # then the table of what is done
+    assert not list(runs.rglob("*.tmp")) and not list(runs.rglob("*.lock"))  # the half-written file; no lock left
+    assert (partial / "checkpoints" / "checkpoint_1_2.pt").is_file()  # the checkpoint saved before: kept
+    assert not (runs / "RTE" / "lr1e-3_seed1").exists()  # nothing finished-looking
+    assert {f.name: f.read_bytes() for f in kept.iterdir()} == before  # the grid's finished run: kept
+    sh([FINETUNE, "RTE", "1e-3", "1"], **settings)  # room again: the run redone (the grid's rerun: its SIGTERM test)
+    done = (runs / "RTE" / "lr1e-3_seed1" / "train.log").read_text()
+    assert train_losses(done) == train_losses((rte_run[0] / "train.log").read_text()) != []
+    assert json.loads((runs / "RTE" / "lr1e-3_seed1" / "result.json").read_text())["best_valid"] == \
+        json.loads((rte_run[0] / "result.json").read_text())["best_valid"]
+
+
+def test_a_full_disk_while_a_run_writes_its_result_is_one_line_and_the_rerun_writes_it_whole(
+        rte_run, pretrained, glue_bin, tmp_path, monkeypatch, capsys, starts_process):
+    """The disk fills while finetune.sh writes result.json, after its training: one line naming the file, exit 1,
+    the half-written file removed, no finished-looking run and no lock left; the rerun writes the uninterrupted
+    run's result (rte_run's). fairseq-train is replayed from rte_run's log: this test is about the run's own files,
+    in this process (the training's full disk: the test above)."""
+    import errno
+    import shutil
+
+    from tupe_glue import finetune
+
+    def replay(cmd, log, env, echo=True):
+        shutil.copyfile(rte_run[0] / "train.log", log)
+        return 0
+
+    dump = json.dump
+
+    def full(obj, f, *args, **kwargs):  # ENOSPC after part of the file was written, as the OS raises it
+        if str(getattr(f, "name", "")).endswith("result.json.partial"):
+            f.write('{"task": ')
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return dump(obj, f, *args, **kwargs)
+
+    monkeypatch.setattr(finetune, "run_logged", replay)
+    monkeypatch.setattr(json, "dump", full)
+    monkeypatch.setenv("PATH", f"{BIN}:{os.environ.get('PATH', '')}")
+    env = dict(run_env(pretrained, glue_bin, tmp_path), PATH=os.environ["PATH"])
+    partial = tmp_path / ".partial" / "RTE" / "lr1e-3_seed1"
+    assert finetune.main(["RTE", "1e-3", "1"], environ=env) == 1
+    err = capsys.readouterr().err
+    assert err.rstrip().splitlines()[-1] == (
+        f"finetune.sh: error: {partial / 'result.json'}: no space left on its disk while writing it (the half-written "
+        "file is removed); free space there, or write to a folder on another disk"), err[-2000:]
+    assert "Traceback" not in err
+    assert sorted(os.listdir(partial)) == ["command.txt", "train.log"]  # result.json.partial removed
+    assert not (tmp_path / "RTE" / "lr1e-3_seed1").exists() and not list(tmp_path.rglob("*.lock"))
+    monkeypatch.setattr(json, "dump", dump)  # room again
+    assert finetune.main(["RTE", "1e-3", "1"], environ=env) == 0
+    assert json.loads((tmp_path / "RTE" / "lr1e-3_seed1" / "result.json").read_text()) == \
+        json.loads((rte_run[0] / "result.json").read_text())

@@ -207,6 +207,22 @@ def fairseq_args(c: FinetuneConfig, task: str, lr: float, seed: int, facts: "Fin
     return args
 
 
+TRAIN_ERROR = "fairseq-train: error: "  # the plugin's one line (tupe_plugin/full_disk.py: a full disk while saving)
+RESUME_TAIL = "; rerun the same command to resume"  # its advice for a pre-training: a fine-tuning is redone instead
+
+
+def fairseq_error(log_text: str) -> str:
+    """Why fairseq-train failed, for finetune.sh's line: the plugin's own ``fairseq-train: error:`` line when the log
+    ends with one (a full disk names the file being written), without its advice to resume; else the log's last
+    exception (``tupe_tools.errors.last_error``: our plugin's error, a wrong variant, ...); '' when neither."""
+    lines = [line for line in log_text.splitlines() if line.strip()]
+    if lines and lines[-1].startswith(TRAIN_ERROR):
+        return lines[-1][len(TRAIN_ERROR):].split(RESUME_TAIL)[0]
+    from tupe_tools.errors import last_error
+
+    return (last_error(log_text) or "").removeprefix("error: ")
+
+
 def check_run_settings(lrs: Sequence[str], seeds: Sequence[str]) -> None:
     """Refuse (UsageError, naming the setting) an LR that is not a positive number and a seed that is not a whole
     number, as the settings' kinds do (``num+``, ``int``): for the arguments of finetune.sh and of callers, which
@@ -242,6 +258,7 @@ def finetune(settings: FinetuneConfig, task: str, lr: float, seed: int, say: Say
 
 def finetune_locked(settings: FinetuneConfig, task: str, lr: float, seed: int, say: Say,
                     environ: Mapping[str, str]) -> str:
+    from tupe_common.io import write_text
     from tupe_glue.finetune_helper import facts_of, write_result
 
     c = settings
@@ -284,8 +301,7 @@ def finetune_locked(settings: FinetuneConfig, task: str, lr: float, seed: int, s
     os.makedirs(partial)
     cmd = [sys.executable, "-m", "tupe_glue.fairseq_train", "--validations-per-epoch", c.text("VALID_PER_EPOCH"),
            *fairseq_args(c, task, lr, seed, facts, os.path.join(partial, "checkpoints"))]
-    with open(os.path.join(partial, "command.txt"), "w", encoding="utf-8") as f:
-        f.write(shlex.join(cmd) + "\n")
+    write_text(os.path.join(partial, "command.txt"), shlex.join(cmd) + "\n")  # a full disk: one line naming it
     say("command:\n" + shlex.join(cmd))
     log, done_file = os.path.join(partial, "train.log"), os.path.join(partial, "done.txt")
     env = {**tunables.child_environ(environ, FinetuneConfig.names()), DONE_FILE_ENV: done_file}
@@ -297,17 +313,14 @@ def finetune_locked(settings: FinetuneConfig, task: str, lr: float, seed: int, s
         with open(log, encoding="utf-8", errors="replace") as f:
             text = f.read()
         sys.stderr.write("".join(text.splitlines(keepends=True)[-30:]))
-        from tupe_tools.errors import last_error
-
-        reason = (last_error(text) or "").removeprefix("error: ")  # our plugin's error (wrong variant, ...) last
+        reason = fairseq_error(text)
         raise RunFailed(f"{task} {os.path.basename(final)}: fairseq-train failed (exit {status})"
                         f"{': ' + reason if reason else ''}; log {log}", status)
 
     best = write_result(task=task, lr=lr, seed=seed, metric=t.metric, subsets=t.valid_subsets, log=log,
                         variant=facts.checkpoint_variant, checkpoint=c.CHECKPOINT,
                         out=os.path.join(partial, "result.json"), inputs=inputs)
-    with open(os.path.join(partial, "best.txt"), "w", encoding="utf-8") as f:
-        f.write(best + "\n")
+    write_text(os.path.join(partial, "best.txt"), best + "\n")
     checkpoints = os.path.join(partial, "checkpoints")
     if c.KEEP_CHECKPOINTS and os.path.isdir(checkpoints):
         for name in os.listdir(checkpoints):
