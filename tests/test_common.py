@@ -206,3 +206,33 @@ def test_os_errors_read_as_the_path_and_what_is_wrong(tmp_path):
         assert message(caught.value) == expected
     assert message(ValueError("plain")) == "plain"
     assert message(OSError("no path here")) == "no path here"
+
+
+def test_a_log_that_cannot_be_written_stops_the_run_and_says_so(tmp_path, monkeypatch, starts_process):
+    """run_logged on a full disk: the child (20,000 lines, more than a pipe holds) is stopped, not left blocked on its
+    output for ever; one error names the log and the fix; the log keeps what was written before the disk filled."""
+    from tupe_common import process
+
+    class FillsUp(io.StringIO):
+        def __init__(self, path):
+            super().__init__()
+            self.path = path
+
+        def write(self, text):
+            if self.tell() > 2000:
+                full()
+            return super().write(text)
+
+        def close(self):
+            with open(self.path, "w", encoding="utf-8") as f:
+                f.write(self.getvalue())
+
+    monkeypatch.setattr(process, "open", lambda path, *a, **k: FillsUp(path), raising=False)
+    log = tmp_path / "train.log"
+    child = [sys.executable, "-c", "import time\nfor i in range(20000): print('line', i)\ntime.sleep(60)"]
+    with pytest.raises(process.LogUnwritable) as stopped:
+        process.run_logged(child, str(log), dict(os.environ), echo=False)
+    assert str(stopped.value) == (f"{log}: no space left on its disk while writing the run's log; the run was stopped "
+                                  "and the log keeps what was written; free space there and rerun the same command to "
+                                  "resume")
+    assert log.read_text().startswith("line 0\nline 1\n") and 2000 < len(log.read_text()) < 2100

@@ -272,6 +272,16 @@ def run(cmd: Sequence[str], **popen_args) -> int:
     return wait(start(cmd, **popen_args))
 
 
+class LogUnwritable(OSError):
+    """A run's log could not be written (a full disk or quota): the run was stopped, its log kept as far as written."""
+
+    def __str__(self) -> str:
+        from tupe_common.io import FULL
+
+        return (f"{self.filename}: {FULL[self.errno]} while writing the run's log; the run was stopped and the log "
+                "keeps what was written; free space there and rerun the same command to resume")
+
+
 def run_logged(cmd: Sequence[str], log: str, env: Mapping[str, str], echo: bool = True, append: bool = False) -> int:
     """Run ``cmd`` with its stdout and stderr in ``log`` (and on stderr when ``echo``); returns its exit status as
     the shell reports it (128 + N when signal N ended it: an abort at exit is 134). Each line is in the log as soon
@@ -279,24 +289,43 @@ def run_logged(cmd: Sequence[str], log: str, env: Mapping[str, str], echo: bool 
     (a session's or a job's end) keeps every line written before, such as the validations of the checkpoints a
     resume starts from, which block buffers lost (up to 4 of a study's pre-training validations). A stop of this
     process (:class:`Stopped`) reaches the child, whose last lines (a pre-training's saved checkpoint) still go to
-    the log while it ends."""
+    the log while it ends. A log that cannot be written (a full disk) stops the child (SIGTERM to its group: a run
+    whose output is lost is not worth going on with, and its output is read on to its end, so that it never blocks
+    on a full pipe) and raises :class:`LogUnwritable` (a full disk's) or the write's error, once the child ended."""
+    from tupe_common.io import full_disk
+
     os.makedirs(os.path.dirname(log) or ".", exist_ok=True)
-    with open(log, "a" if append else "w", encoding="utf-8", buffering=1) as f:
-        p = start(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=dict(env, PYTHONUNBUFFERED="1"),
-                  text=True, errors="replace")
+    f = open(log, "a" if append else "w", encoding="utf-8", buffering=1)
+    failed: List[OSError] = []
+    p = start(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=dict(env, PYTHONUNBUFFERED="1"),
+              text=True, errors="replace")
 
-        def copy() -> None:
-            for line in p.stdout:
+    def copy() -> None:
+        for line in p.stdout:
+            if failed:
+                continue  # read on, unwritten: the child ends on the signal, not blocked on its output
+            try:
                 f.write(line)
-                if echo:
-                    sys.stderr.write(line)
+            except OSError as e:
+                failed.append(e)
+                _send(p.pid, signal.SIGTERM)
+                continue
+            if echo:
+                sys.stderr.write(line)
 
-        pump = threading.Thread(target=copy, daemon=True)  # the main thread waits: a signal's handler runs there
-        pump.start()
-        try:
-            status = wait(p)
-        finally:
-            pump.join(grace_s() + 10)  # the pipe's end, once every holder of it (the child's tree) ended
+    pump = threading.Thread(target=copy, daemon=True)  # the main thread waits: a signal's handler runs there
+    pump.start()
+    try:
+        status = wait(p)
+    finally:
+        pump.join(grace_s() + 10)  # the pipe's end, once every holder of it (the child's tree) ended
+        with contextlib.suppress(OSError) if failed else contextlib.nullcontext():
+            f.close()
+    if failed:
+        code = full_disk(failed[0])
+        if code is not None:
+            raise LogUnwritable(code, os.strerror(code), log) from failed[0]
+        raise failed[0]
     return status
 
 
