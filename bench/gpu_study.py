@@ -49,10 +49,10 @@ from __future__ import annotations
 import os
 import sys
 
-# the GPU kit: the checkout is not installed there; on the path of this process and of the study's it starts
+# the GPU kit: the checkout is not installed there; on the path of this process (here) and of the study's processes
+# (main(), not at import: a test that imports this module must not hand it on to its own children)
 ROOT = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
 sys.path.insert(0, ROOT)
-os.environ["PYTHONPATH"] = os.pathsep.join([ROOT] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))
 from tupe_study import gpu_schedule  # noqa: E402  # the first import: it starts the budget's clock (gpu_schedule.START)
 
 import argparse  # noqa: E402
@@ -358,6 +358,8 @@ def install(args, out: Path) -> str:
 
 def main(argv: Optional[List[str]] = None) -> int:
     args = parse_args(argv)
+    os.environ["PYTHONPATH"] = os.pathsep.join([ROOT] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH")
+                                                        else []))  # the study's processes import the checkout too
     try:  # one call per OUT (its study and pre-trainings, children of it, are let through); the settings next: a usage
         with hold(folder_lock(str(args.out)), "gpu_study", "--out"):  # error changes nothing (the lock goes with it)
             return called(args, argv)
