@@ -12,7 +12,8 @@ its kind)::
 
 The kind says what a value may be (:data:`KINDS`: ``int1`` a whole number >= 1, ``auto/int1`` the word auto or
 one, ``mlm/electra`` one of the words, ``[num+]`` a list of numbers > 0, empty: any text) and what it becomes
-(:func:`parse`: an int, a :class:`Num`, a bool for ``0/1``, None for ``auto``, a tuple for a list, else the text).
+(:func:`parse`: an int, a :class:`Num`, a bool for ``0/1``, None for ``auto``, a tuple for a list, else the text);
+a setting declared ``parsed_as=`` a class is that class's ``parse`` of its text instead (the study's ``MODEL_ARGS``).
 Every construction checks every field: text (a default, the environment's value) is parsed, and a value
 (``replace(config, GPUS=2)``) is checked as it is, never through text (:func:`holds`): a value of another kind is a
 UsageError naming the setting, before any work.
@@ -214,7 +215,8 @@ def setting(default: str, help: str, kind: str = "", others: Sequence[str] = (),
     """A field of a :class:`Settings` class: ``default`` as the environment would write it (``{NAME}`` in the help
     is written as is), ``kind`` what a value may be (:data:`KINDS`), ``others`` other trainers' names of it as
     environment variables (fairseq's ``MAX_UPDATE`` for ``--max-update``, Hugging Face's ``MAX_STEPS``), which
-    :func:`check_names` refuses naming this one, ``extra`` what a script adds to the row."""
+    :func:`check_names` refuses naming this one, ``extra`` what a script adds to the row (``parsed_as``: a class
+    whose ``parse(text)`` makes the value, which ``str()`` writes back as the text: ``tupe_core.facts.ModelArgs``)."""
     for word in (_element(kind) or kind).split("/") if kind else ():
         if not re.fullmatch(r"[a-z_0-9+.\-]+", word):
             raise ValueError(f"kind word {word!r} (of {kind!r})")
@@ -222,6 +224,20 @@ def setting(default: str, help: str, kind: str = "", others: Sequence[str] = (),
 
 
 S = TypeVar("S", bound="Settings")
+
+
+def _parsed(name: str, cls: type, value: Any) -> Any:
+    """The value of a setting of a type of its own (``setting(..., parsed_as=ModelArgs)``, its kind empty): text
+    parsed by ``cls.parse`` (its ValueError a UsageError naming the setting), a value of ``cls`` as it is; the
+    value's ``str()`` is its text (:func:`text`)."""
+    if isinstance(value, cls):
+        return value
+    if not isinstance(value, str):
+        raise UsageError(f"{name} must be {cls.__name__} or its text, not {value!r}")
+    try:
+        return cls.parse(value)
+    except ValueError as e:
+        raise UsageError(f"{name}='{value}': {e}") from None
 
 
 @dataclass(frozen=True)
@@ -233,6 +249,9 @@ class Settings:
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
             value, kind = getattr(self, f.name), f.metadata["kind"]
+            if f.metadata.get("parsed_as"):
+                object.__setattr__(self, f.name, _parsed(f.name, f.metadata["parsed_as"], value))
+                continue
             if not (fits(kind, value) if isinstance(value, str) else holds(kind, value)):
                 raw = value if isinstance(value, str) else text(value)  # the refusal says it as the environment would
                 element = _element(kind)

@@ -5,7 +5,8 @@ and by the export. Plain Python (no torch).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import difflib
+from dataclasses import dataclass, field
 from typing import Any, Dict, List, Sequence, Tuple
 
 # The positional variant's checkpoint record (record.py: JSON as uint8; before 2026-12 an integer tensor) is a
@@ -20,6 +21,11 @@ ATTENTION_FALLBACK_KEY = "attention_fallback"
 # The encoder fields a size sets, in the order the model flags print them, and the sizes of the archs
 # ``<variant>_<size>`` (tupe_plugin/models/architectures.py registers them).
 SIZE_FIELDS = ("encoder_layers", "encoder_embed_dim", "encoder_attention_heads", "encoder_ffn_embed_dim")
+
+
+def size_flag(field: str) -> str:
+    """fairseq's flag of a size field (``SIZE_FIELDS``): ``encoder_layers`` -> ``--encoder-layers``."""
+    return f"--{field.replace('_', '-')}"
 
 
 @dataclass(frozen=True)
@@ -37,22 +43,77 @@ class ModelSize:
 
     def fairseq_args(self) -> List[str]:
         """fairseq's flags that set this size: ``--encoder-layers 12 --encoder-embed-dim 768 ...``."""
-        return [x for name, value in self.args().items() for x in (f"--{name.replace('_', '-')}", str(value))]
+        return [x for name, value in self.args().items() for x in (size_flag(name), str(value))]
 
     def with_flags(self, flags: Sequence[str]) -> Tuple["ModelSize", List[str]]:
         """This size with the ``--encoder-*`` size flags of ``flags`` (a command line's words) over it, and the
         other flags, in order: ``--encoder-layers 4 --tupe-attention sdpa`` over base -> (4 layers, the rest of
-        base), ``['--tupe-attention', 'sdpa']``."""
-        values, rest, i = self.args(), [], 0
-        while i < len(flags):
-            name = flags[i][2:].replace("-", "_") if flags[i].startswith("--") else ""
-            if name in values and i + 1 < len(flags) and flags[i + 1].isdigit():
-                values[name] = int(flags[i + 1])
-                i += 2
+        base), ``['--tupe-attention', 'sdpa']``. Read by :meth:`ModelArgs.parse` (a ValueError if malformed)."""
+        model_args = ModelArgs.parse(" ".join(flags))
+        return model_args.over(self), list(model_args.rest)
+
+
+@dataclass(frozen=True)
+class ModelArgs:
+    """The study's ``MODEL_ARGS`` (fairseq flags over the arch's size), parsed once, where the settings are read:
+    the size flags of ``SIZE_FIELDS`` with their values, in the order written, and every other flag with its words
+    as written (``--tupe-attention sdpa``), passed on to fairseq. ``str()`` is the text as written (what
+    ``settings.env`` records; ``none`` is no flags, recorded as the empty text, as before), and the command line is
+    :meth:`fairseq_args`. Two are equal when they say the same flags (the text aside)."""
+
+    sizes: Tuple[Tuple[str, int], ...] = ()  # (a name of SIZE_FIELDS, its value), in the order written
+    rest: Tuple[str, ...] = ()  # the other flags and their words, in the order written
+    text: str = field(default="", compare=False)
+
+    @classmethod
+    def parse(cls, text: str) -> "ModelArgs":
+        """``text`` read: a ValueError, saying what is wrong, for a size flag without a whole number >= 1 (or given
+        twice), a flag that misses a size flag's name (``--encoder-layer``, ``--encoder_layers``: fairseq-train
+        refuses it, after the data is prepared, and the study's sizes would miss it), or a word before any flag or
+        after a size flag's value."""
+        if text == "none":
+            return cls()
+        words, names = text.split(), {size_flag(f): f for f in SIZE_FIELDS}
+        sizes: Dict[str, int] = {}
+        rest: List[str] = []
+        i, owner = 0, ""  # owner: the flag (not a size flag) that a word after it belongs to
+        while i < len(words):
+            flag, eq, value = words[i].partition("=")
+            if flag in names:
+                if not eq and i + 1 < len(words) and not words[i + 1].startswith("--"):
+                    i += 1
+                    value = words[i]
+                if not (value.isascii() and value.isdigit() and int(value) >= 1):
+                    raise ValueError(f"{flag} takes a positive whole number, not '{value}'" if value
+                                     else f"{flag} has no value (a positive whole number)")
+                if names[flag] in sizes:
+                    raise ValueError(f"{flag} is given twice")
+                sizes[names[flag]], owner = int(value), ""
+            elif flag.startswith("--"):
+                spelt = flag.replace("_", "-")
+                near = [n for n in names if n.startswith(spelt)] or difflib.get_close_matches(spelt, names, 1, 0.9)
+                if near:
+                    raise ValueError(f"{flag} is not fairseq's name of a size: did you mean {near[0]}? (the size "
+                                     f"flags: {' '.join(names)})")
+                rest.append(words[i])
+                owner = flag
+            elif not owner:
+                raise ValueError(f"'{words[i]}' is not a flag" + (" (a size flag takes one value)" if sizes else ""))
             else:
-                rest.append(flags[i])
-                i += 1
-        return ModelSize(*(values[f] for f in SIZE_FIELDS)), rest
+                rest.append(words[i])
+            i += 1
+        return cls(tuple(sizes.items()), tuple(rest), text)
+
+    def __str__(self) -> str:
+        return self.text
+
+    def over(self, size: ModelSize) -> ModelSize:
+        """``size`` (the arch's: ``SIZES[SIZE]``) with these size flags over it."""
+        return ModelSize(*{**size.args(), **dict(self.sizes)}.values())  # SIZE_FIELDS' order: args()'s
+
+    def fairseq_args(self) -> List[str]:
+        """fairseq's words: the size flags (in the order written), then the other flags as written."""
+        return [*(x for name, value in self.sizes for x in (size_flag(name), str(value))), *self.rest]
 
 
 SIZES: Dict[str, ModelSize] = {

@@ -6,7 +6,6 @@ before the data is prepared, not part by part afterwards.
 """
 from __future__ import annotations
 
-import dataclasses
 import os
 from datetime import datetime, timezone
 from dataclasses import dataclass, field
@@ -105,7 +104,7 @@ def check_generator(config: StudyConfig, variant: str) -> None:
 
     if config.SIZE not in SIZES:
         return  # pretrain.sh names the unknown size
-    size, _ = SIZES[config.SIZE].with_flags(config.MODEL_ARGS.split())  # the sizes MODEL_ARGS sets replace the arch's
+    size = config.MODEL_ARGS.over(SIZES[config.SIZE])  # the sizes MODEL_ARGS sets replace the arch's
     args = argparse.Namespace(arch=f"{variant}_{config.SIZE}".replace("-", "_"), **size.args())
     try:
         generator_sizes(args, generator_divisor(args, config.GENERATOR_SIZE_DIVISOR or 0))
@@ -168,8 +167,6 @@ class Plan:
         if not c.OUT:
             raise UsageError("OUT is required: the study's folder")
         check_out(c.OUT)
-        if c.MODEL_ARGS == "none":
-            c = dataclasses.replace(c, MODEL_ARGS="")
         if c.WARMUP >= c.TOTAL_UPDATES:
             raise UsageError(f"WARMUP={c.WARMUP} must be a whole number below TOTAL_UPDATES={c.TOTAL_UPDATES}")
         if c.VALID_POINTS > c.TOTAL_UPDATES:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Callable, ClassVar, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from tupe_core.facts import ModelArgs
 from tupe_study.declaration import parse_declaration
 from tupe_study.longer_inputs import ROPE_SCALED
 from tupe_common.errors import UsageError, command_name  # UsageError: the project's one (tupe_study.plan, tupe_study.__main__ import it from here)
@@ -80,8 +81,9 @@ class StudyConfig(Settings):
                                     "called equivalent (TOST at 5%); none: never (a difference not shown is 'not "
                                     "resolved')", "none/num+", recorded=True)
     SIZE: str = preset_setting("pretrain.sh SIZE (the arch is VARIANT_SIZE)", recorded=True)
-    MODEL_ARGS: str = preset_setting("fairseq size flags over the arch (--encoder-layers ...; none: the arch's)",
-                                     recorded=True)
+    MODEL_ARGS: ModelArgs = preset_setting("fairseq size flags over the arch (--encoder-layers ...; none: the "
+                                           "arch's), then other fairseq flags for the model (--tupe-attention sdpa)",
+                                           recorded=True, parsed_as=ModelArgs)
     VOCAB_SIZE: int = preset_setting("sentencepiece vocabulary", "int1", recorded=True)
     MAX_SHARDS: int = preset_setting("train files of C4_DIR to use (0: all)", "int0", recorded=True)
     MAX_DOCS: int = preset_setting("documents per train file (0: all)", "int0", recorded=True)

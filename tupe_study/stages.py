@@ -175,7 +175,7 @@ def pretrain_into(plan: Plan, label: str, seed: int, out: str, lr: float) -> int
                                              "TOTAL_UPDATES", "WARMUP", "NUM_WORKERS")},
         LR=lr, DATA=data, VARIANT=name, OBJECTIVE=objective, SAVE_DIR=out, TENSORBOARD_DIR=os.path.join(out, "tensorboard"),
         MAX_POSITIONS=plan.max_positions, SEED=seed, SAVE_INTERVAL_UPDATES=interval, KEEP_INTERVAL_UPDATES=1,
-        KEEP_PATTERN=-1, LOG_INTERVAL=max(interval // 2, 1), EXTRA_ARGS=f"{c.MODEL_ARGS} {valid_args}")
+        KEEP_PATTERN=-1, LOG_INTERVAL=max(interval // 2, 1), EXTRA_ARGS=" ".join([*c.MODEL_ARGS.fairseq_args(), valid_args]))
     log = os.path.join(out, "train.log")
     earlier = logged_seconds(log)  # before this sitting's lines
     os.makedirs(out, exist_ok=True)
@@ -394,7 +394,7 @@ def run_finetune(plan: Plan, label: str, seed: int, task: str, lr: str, k: int) 
 
     settings = dict(  # the study's settings of the same name are finetune.sh's
         CHECKPOINT=ckpt, GLUE_BIN=tasks_bin(plan), RUNS=runs, EPOCHS=c.EPOCHS, SENTENCES_PER_BATCH=c.SENTENCES_PER_BATCH,
-        QUIET=True, NUM_WORKERS=c.NUM_WORKERS, KEEP_CHECKPOINTS=True, EXTRA_ARGS=f"{c.MODEL_ARGS} {c.EXTRA_ARGS}")
+        QUIET=True, NUM_WORKERS=c.NUM_WORKERS, KEEP_CHECKPOINTS=True, EXTRA_ARGS=" ".join([*c.MODEL_ARGS.fairseq_args(), c.EXTRA_ARGS]))
     os.makedirs(os.path.dirname(log), exist_ok=True)
     with open(log, "a", encoding="utf-8") as f:  # what finetune.sh says: this run's notes (fairseq's: train.log)
         def say(line: str) -> None:
