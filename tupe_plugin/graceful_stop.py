@@ -94,21 +94,29 @@ def _say_several(signum: int) -> None:
     agree on an update to finish)."""
     global stopped_by
     with _said_lock:  # the handler and the watching thread may both come
-        if stopped_by is not None:
-            return
-        stopped_by = signum
-    if not _rank0_of_several():
+        first = stopped_by is None
+        if first:
+            stopped_by = signum
+    if not first:  # the other one says it: the handler, which ends the process next, waits for the line
+        _said.wait(2)
         return
-    name = signal.Signals(signum).name
-    if _saved is None:
-        _say(f"error: stopped by {name} at update {_updates} (several processes end as they are); no checkpoint was "
-             "saved by this run yet: rerun the same command to start it (or resume from an earlier checkpoint_last.pt)")
-    else:
-        _say(f"error: stopped by {name} at update {_updates} (several processes end as they are): rerun the same "
-             f"command to resume from {_saved[0]} at update {_saved[1]}")
+    try:
+        if not _rank0_of_several():
+            return
+        name = signal.Signals(signum).name
+        if _saved is None:
+            _say(f"error: stopped by {name} at update {_updates} (several processes end as they are); no checkpoint "
+                 "was saved by this run yet: rerun the same command to start it (or resume from an earlier "
+                 "checkpoint_last.pt)")
+        else:
+            _say(f"error: stopped by {name} at update {_updates} (several processes end as they are): rerun the same "
+                 f"command to resume from {_saved[0]} at update {_saved[1]}")
+    finally:
+        _said.set()
 
 
 _said_lock = threading.Lock()
+_said = threading.Event()  # the line of several processes written (or none to write): the process may end
 _wakeup: Optional[Tuple[socket.socket, socket.socket]] = None
 
 
