@@ -338,6 +338,7 @@ def write_budget(call: Call, command: str) -> str:
 
 def install(args, out: Path) -> str:
     """The carried wheels into ``--site`` (bench/gpu_wheels.py install, as make gpu-check); what it said."""
+    failed = 0
     if args.no_install or args.wheels is None:
         said = "nothing installed: this environment is used as it is (" + (
             "--no-install)" if args.no_install else "a dry run without --wheels)")
@@ -348,11 +349,11 @@ def install(args, out: Path) -> str:
                              "network, and carry it over")
         p = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "gpu_wheels.py"), "install", "--dir", str(wheels),
                             "--target", str(args.site.resolve())], capture_output=True, text=True, cwd=ROOT)
-        said = (p.stdout + p.stderr).strip()
-        if p.returncode:
-            (out / "install.log").write_text(said + "\n", encoding="utf-8")
-            raise SystemExit(f"gpu_study: error: installing the wheels of {wheels} failed (install.log):\n{said[-2000:]}")
+        said, failed = (p.stdout + p.stderr).strip(), p.returncode
     (out / "install.log").write_text(said + "\n", encoding="utf-8")
+    if failed:
+        raise SystemExit(f"gpu_study: error: installing the wheels of {Path(args.wheels).resolve()} failed "
+                         f"(install.log):\n{said[-2000:]}")
     return said.splitlines()[0] if said else ""
 
 

@@ -10,6 +10,11 @@ import os
 from typing import Callable
 
 DONE_FILE_ENV = "TUPE_DONE_FILE"
+# The plugin's one error line of a fairseq-train child (tupe_plugin/full_disk.py writes it, the fine-tuning runner
+# reads it back): TRAIN_ERROR, the reason, then advice starting with RESUME_TAIL (a pre-training's: a fine-tuning
+# starts over instead, so its runner leaves the advice out).
+TRAIN_ERROR = "fairseq-train: error: "
+RESUME_TAIL = "; rerun the same command to resume"
 
 
 def finished_status(status: int, done_file: str, say: Callable[[str], None]) -> int:

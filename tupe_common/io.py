@@ -40,12 +40,13 @@ def full_disk(error: BaseException) -> Optional[int]:
     return next((code for code in FULL if os.strerror(code) in str(error)), None)
 
 
-def raise_if_full(error: BaseException, path: PathLike) -> None:
-    """Raise :class:`DiskFullError` naming ``path`` (the file or folder being written) when ``error`` is a full
-    disk's (:func:`full_disk`); else nothing, and the caller re-raises ``error``."""
+def raise_if_full(error: BaseException, path: PathLike, kind: type = DiskFullError) -> None:
+    """Raise ``kind`` (:class:`DiskFullError`, or an OSError class whose line says what else happened) naming
+    ``path`` (the file or folder being written) when ``error`` is a full disk's (:func:`full_disk`); else nothing,
+    and the caller re-raises ``error``."""
     code = full_disk(error)
     if code is not None:
-        raise DiskFullError(code, os.strerror(code), os.fspath(path)) from error
+        raise kind(code, os.strerror(code), os.fspath(path)) from error
 
 
 def remove_if_exists(path: PathLike) -> None:

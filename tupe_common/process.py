@@ -292,39 +292,39 @@ def run_logged(cmd: Sequence[str], log: str, env: Mapping[str, str], echo: bool 
     the log while it ends. A log that cannot be written (a full disk) stops the child (SIGTERM to its group: a run
     whose output is lost is not worth going on with, and its output is read on to its end, so that it never blocks
     on a full pipe) and raises :class:`LogUnwritable` (a full disk's) or the write's error, once the child ended."""
-    from tupe_common.io import full_disk
+    from tupe_common.io import raise_if_full
 
     os.makedirs(os.path.dirname(log) or ".", exist_ok=True)
     f = open(log, "a" if append else "w", encoding="utf-8", buffering=1)
     failed: List[OSError] = []
-    p = start(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=dict(env, PYTHONUNBUFFERED="1"),
-              text=True, errors="replace")
-
-    def copy() -> None:
-        for line in p.stdout:
-            if failed:
-                continue  # read on, unwritten: the child ends on the signal, not blocked on its output
-            try:
-                f.write(line)
-            except OSError as e:
-                failed.append(e)
-                _send(p.pid, signal.SIGTERM)
-                continue
-            if echo:
-                sys.stderr.write(line)
-
-    pump = threading.Thread(target=copy, daemon=True)  # the main thread waits: a signal's handler runs there
-    pump.start()
     try:
-        status = wait(p)
+        p = start(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=dict(env, PYTHONUNBUFFERED="1"),
+                  text=True, errors="replace")
+
+        def copy() -> None:
+            for line in p.stdout:
+                if failed:
+                    continue  # read on, unwritten: the child ends on the signal, not blocked on its output
+                try:
+                    f.write(line)
+                except OSError as e:
+                    failed.append(e)
+                    _send(p.pid, signal.SIGTERM)
+                    continue
+                if echo:
+                    sys.stderr.write(line)
+
+        pump = threading.Thread(target=copy, daemon=True)  # the main thread waits: a signal's handler runs there
+        pump.start()
+        try:
+            status = wait(p)
+        finally:
+            pump.join(grace_s() + 10)  # the pipe's end, once every holder of it (the child's tree) ended
     finally:
-        pump.join(grace_s() + 10)  # the pipe's end, once every holder of it (the child's tree) ended
-        with contextlib.suppress(OSError) if failed else contextlib.nullcontext():
+        with contextlib.suppress(OSError) if failed else contextlib.nullcontext():  # its write's error is the one said
             f.close()
     if failed:
-        code = full_disk(failed[0])
-        if code is not None:
-            raise LogUnwritable(code, os.strerror(code), log) from failed[0]
+        raise_if_full(failed[0], log, LogUnwritable)
         raise failed[0]
     return status
 

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, ClassVar, Dict, List, Mapping, Optional, Seque
 
 from tupe_common import tunables
 from tupe_common.installed import user_dir
-from tupe_common.fairseq_exit import DONE_FILE_ENV, finished_status
+from tupe_common.fairseq_exit import DONE_FILE_ENV, RESUME_TAIL, TRAIN_ERROR, finished_status
 from tupe_common.errors import command_name, RESUME_RUNS, UsageError, exit_main, message
 from tupe_common.numbers import named, same_number, spelling
 from tupe_glue.collect import RUN_FOLDER
@@ -205,10 +205,6 @@ def fairseq_args(c: FinetuneConfig, task: str, lr: float, seed: int, facts: "Fin
     # tupe_glue.fairseq_train validates exactly VALID_PER_EPOCH times per epoch (docs/glue_protocol.md §4)
     args += ["--keep-interval-updates", "1"] if c.KEEP_CHECKPOINTS else ["--no-save"]
     return args
-
-
-TRAIN_ERROR = "fairseq-train: error: "  # the plugin's one line (tupe_plugin/full_disk.py: a full disk while saving)
-RESUME_TAIL = "; rerun the same command to resume"  # its advice for a pre-training: a fine-tuning is redone instead
 
 
 def fairseq_error(log_text: str) -> str:

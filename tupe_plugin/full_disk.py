@@ -16,6 +16,7 @@ from typing import Any
 from fairseq import checkpoint_utils
 from fairseq.file_io import PathManager
 
+from tupe_common.fairseq_exit import RESUME_TAIL, TRAIN_ERROR
 from tupe_common.io import DiskFullError, full_disk, raise_if_full, remove_if_exists
 
 _save = checkpoint_utils.torch_persistent_save
@@ -53,8 +54,7 @@ def copy(src_path: str, dst_path: str, overwrite: bool = False) -> bool:
 def _excepthook(kind, error, tb) -> None:
     if isinstance(error, DiskFullError):
         sys.stdout.flush()
-        sys.stderr.write(f"fairseq-train: error: {error}; rerun the same command to resume from the last checkpoint "
-                         "saved whole\n")
+        sys.stderr.write(f"{TRAIN_ERROR}{error}{RESUME_TAIL} from the last checkpoint saved whole\n")
         sys.stderr.flush()
         return
     _previous_hook(kind, error, tb)

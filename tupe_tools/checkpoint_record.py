@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from typing import Any, Callable, Dict, List, Optional
 
-from tupe_core.facts import GENERATOR_SIZE_ARGS, SIZE_FIELDS, VARIANT_KEY, is_electra_state
+from tupe_core.facts import GENERATOR_SIZE_ARGS, SIZE_FIELDS, VARIANT_KEY, is_electra_state, size_flag
 from tupe_core.record import PositionalVariant  # noqa: F401  (the one record class: tests compare)
 from tupe_core.registry import flags_of, from_record
 
@@ -103,6 +103,6 @@ def info_from_state(state: Dict[str, Any], path: str) -> Dict[str, Any]:
 
 def fairseq_args(info: Dict[str, Any]) -> str:
     """The flags that rebuild the model: arch, positions, sizes (a run may have resized its arch) and variant."""
-    sizes = " ".join(f"--{k.replace('_', '-')} {info[k]}" for k in SIZE_FIELDS if info.get(k) is not None)
+    sizes = " ".join(f"{size_flag(k)} {info[k]}" for k in SIZE_FIELDS if info.get(k) is not None)
     return f"--arch {info['arch']} --max-positions {info['max_positions']} {sizes} {info['variant_flags']}"
 

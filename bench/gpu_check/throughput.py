@@ -57,9 +57,9 @@ def pretrain_command(s: Settings, arch: str, data: Path, save_dir: Path) -> Tupl
            "LOG_INTERVAL": str(s.throughput_log_interval), "SAVE_DIR": str(save_dir), "TENSORBOARD_DIR": "none"}
     extra = ["--no-save", "--disable-validation"]
     if arch.startswith("roberta_") and s.throughput_size != "base":  # fairseq's roberta has no tiny arch
-        from tupe_core.facts import SIZES
+        from tupe_core.facts import SIZES, size_flag
 
-        extra += [f"--{k.replace('_', '-')}={v}" for k, v in SIZES[s.throughput_size].args().items()]
+        extra += [f"{size_flag(k)}={v}" for k, v in SIZES[s.throughput_size].args().items()]
     return ["bash", str(ROOT / "train_scripts/pretrain.sh"), *extra], env
 
 
