@@ -260,7 +260,6 @@ def _run(inputs: Sequence[str], prefix: str, model: str, dict_path: str, workers
         if test_sleep:
             time.sleep(test_sleep)
 
-    pool = None
     try:
         with open(bin_tmp, "wb") as out:
             if workers <= 1:
@@ -268,7 +267,6 @@ def _run(inputs: Sequence[str], prefix: str, model: str, dict_path: str, workers
                 for buf in read_chunks(inputs, chunk_bytes):
                     write(out, encode_chunk(buf), len(buf))
             else:
-                pool = OrderedPool(workers, encode_chunk, _init_worker, init_args)
                 sizes_in: collections.deque = collections.deque()  # the bytes of each chunk sent, in order
 
                 def chunks() -> Iterator[bytes]:
@@ -276,10 +274,9 @@ def _run(inputs: Sequence[str], prefix: str, model: str, dict_path: str, workers
                         sizes_in.append(len(buf))
                         yield buf
 
-                for result in pool.imap(chunks(), max_in_flight):
-                    write(out, result, sizes_in.popleft())
-                pool.close()
-                pool = None
+                with OrderedPool(workers, encode_chunk, _init_worker, init_args) as pool:  # a stop or error kills it
+                    for result in pool.imap(chunks(), max_in_flight):
+                        write(out, result, sizes_in.popleft())
             out.flush()
             os.fsync(out.fileno())
         write_index(idx_tmp, dtype, sizes)
@@ -289,9 +286,6 @@ def _run(inputs: Sequence[str], prefix: str, model: str, dict_path: str, workers
             remove_if_exists(p)
         raise_if_full(e, prefix + ".bin")
         raise
-    finally:
-        if pool is not None:
-            pool.terminate()
     if stats["sequences"] == stats["blank"]:
         for p in (bin_tmp, idx_tmp):
             remove_if_exists(p)

@@ -29,6 +29,7 @@ sleeps before each chunk of lines.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -439,7 +440,7 @@ def run(args: argparse.Namespace) -> None:
             return (_worker_encoder(t) for t in texts)
         return (arr for chunk in pool.imap(_chunks(texts, CHUNK)) for arr in chunk)
 
-    try:
+    with pool if pool is not None else contextlib.nullcontext():  # a stop or an error kills the workers at once
         for task in todo:
             splits = data[task.name]
             final = os.path.join(args.out_dir, f"{task.name}-bin")
@@ -453,13 +454,6 @@ def run(args: argparse.Namespace) -> None:
                     json.dump(_manifest(task, splits, args, dict_sha), f, indent=1)
             log_summary(task, splits)
             log.info(f"[{task.name}] done: {final}")
-    except BaseException:  # a stop or an error: the chunks still queued are not worth waiting for
-        if pool is not None:
-            pool.terminate()
-        raise
-    else:
-        if pool is not None:
-            pool.close()
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
