@@ -382,6 +382,9 @@ def called(args: argparse.Namespace, argv: Optional[List[str]]) -> int:
     print("\n" + text, flush=True)
     print(f"gpu_study: report {call.out / 'report.md'}" + (f", copied into {args.report_to}" if args.report_to else ""),
           flush=True)
+    if call.exit_status:
+        why = [f"{part} failed" for part in call.failed] + [f"{part} stopped at the budget" for part in call.budget.stopped]
+        print(f"gpu_study: error: {'; '.join(why)}; {RESUME_RUNS}", file=sys.stderr, flush=True)
     return call.exit_status
 
 

@@ -422,3 +422,47 @@ def test_a_second_call_into_a_held_out_is_refused_at_once(data, tmp_path):
     assert p.stderr.strip().splitlines()[-1].startswith(
         f"gpu_study: error: {study} is in use by another run (pid 1 on {lock.host()}, "), p.stderr[-2000:]
     assert sorted(x.name for x in study.iterdir()) == [lock.LOCK_NAME]  # nothing written
+
+
+def test_a_full_disk_while_pre_training_names_the_file_and_the_rerun_finishes_the_call(data, tmp_path):
+    """The disk fills while TUPE-R's pre-training saves its checkpoint at update 4 (ENOSPC injected where the OS
+    raises it, as in tests/test_full_disk_pretrain.py): the call ends with exit 1, its lines name the failed
+    pre-training and the file being written, the half-written file is removed and the checkpoint of update 2 kept;
+    the other three pre-trainings are finished and kept, and the report does not read the failed one's losses as
+    final. The same command with room again (for seed 1 alone) resumes TUPE-R from update 2 and leaves the others as
+    they were."""
+    from test_full_disk_pretrain import SITECUSTOMIZE
+    from tupe_pretrain.check_resume import num_updates
+
+    carry, _ = data
+    hooks = tmp_path / "hooks"
+    hooks.mkdir()
+    (hooks / "sitecustomize.py").write_text(SITECUSTOMIZE)
+    out = tmp_path / "study"
+    cmd = [sys.executable, "bench/gpu_study.py", "--out", str(out), "--data", str(carry), "--seeds", "2", *DRY]
+    seed = out / "pretrain" / "tupe-r" / "seed1"
+    p = subprocess.run(cmd, cwd=ROOT, env=environment(**TINY, FULL_SAVE="tupe-r/seed1/checkpoint_1_4.pt.tmp",
+                                                      PYTHONPATH=str(hooks)),
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 1, p.stderr[-3000:]
+    written = seed / "checkpoint_1_4.pt"
+    assert re.search(rf"gpu_study: \[ *\d+ s\] pre-training tupe-r 1 ended with exit status 1: pre-training tupe-r "
+                     rf"seed 1 failed: {re.escape(str(written))}: no space left on its disk while writing it", p.stdout)
+    assert p.stderr.strip().splitlines()[-1] == ("gpu_study: error: pre-training tupe-r 1 failed; rerun the same "
+                                                 "command to resume (finished runs are skipped)")
+    report = (out / "report.md").read_text()  # the failed seed's losses, logged before its last save, are no final
+    assert "tupe-r seed 1: pre-training not finished (no pretrain.done beside" in report
+    assert re.search(r"^\| final_loss: tupe-r - bert-a \| [-+.0-9]+ \|.* not tested \(fewer than 2 seeds\) \|$", report,
+                     re.M), report
+    assert not list(seed.glob("*.tmp")) and not written.exists() and not (seed / "pretrain.done").exists()
+    assert num_updates(str(seed / "checkpoint_last.pt")) == 2
+    others = [out / "pretrain" / m / f"seed{k}" / "checkpoint_last.pt" for m, k in (("bert-a", 1), ("bert-a", 2),
+                                                                                     ("tupe-r", 2))]
+    kept = [path.read_bytes() for path in others]
+    cmd[cmd.index("--seeds") + 1] = "1"  # the first seed not finished (the same command would add seed 3 too)
+    again = subprocess.run(cmd, cwd=ROOT, env=environment(**TINY), capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "seeds finished before: 2; this call: 1;" in again.stdout
+    assert num_updates(str(seed / "checkpoint_last.pt")) == 4 and (seed / "pretrain.done").is_file()
+    assert [path.read_bytes() for path in others] == kept
+    assert "over 2 seeds (1 2)" in again.stdout  # the declared comparisons now read both seeds

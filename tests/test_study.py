@@ -26,6 +26,7 @@ import pytest
 
 from conftest import BIN, ROOT
 from corpus import study_inputs
+from study_logs import finished_log
 from tupe_study import compare, figure, runs
 from tupe_study import report as sr
 from tupe_study import report_markdown
@@ -431,7 +432,7 @@ def make_study(out: Path) -> None:
         d.mkdir(parents=True)
         lines = [f'x | INFO | valid | {{"valid_loss": "{loss}", "valid_num_updates": "{u}"}}'
                  for u, loss in ((25, 3.0), (50, 2.0), (75, 1.2), (100, finals[v]))]
-        (d / "train.log").write_text("\n".join(lines) + "\n")
+        finished_log(d, "\n".join(lines) + "\n")
         for seed, score in enumerate(sst[v], 1):
             run = out / "finetune" / v / "seed1" / "SST-2" / f"lr1e-4_seed{seed}"
             write_sst_run(run, seed, score)
@@ -608,7 +609,7 @@ def test_seed_noise_stands_beside_every_downstream_difference(tmp_path):
     make_study(out)
     d = out / "pretrain" / "A" / "seed2"
     d.mkdir(parents=True)
-    (d / "train.log").write_text('x | INFO | valid | {"valid_loss": "1.0", "valid_num_updates": "100"}\n')
+    finished_log(d, 'x | INFO | valid | {"valid_loss": "1.0", "valid_num_updates": "100"}\n')
     for scores, noise, beyond in (([60, 62, 64], 20.0, "False"), ([80, 81, 83], 1.0, "True")):
         shutil.rmtree(out / "finetune" / "A" / "seed2", ignore_errors=True)
         for seed, score in enumerate(scores, 1):
@@ -774,7 +775,7 @@ def test_report_paired_by_two_pretraining_seeds(tmp_path):
     for v, loss in (("A", 1.0), ("B", 1.45), ("C", 0.6)):  # seed 2: A-B = -0.45 (seed 1: -0.6)
         d = out / "pretrain" / v / "seed2"
         d.mkdir(parents=True)
-        (d / "train.log").write_text(f'x | INFO | valid | {{"valid_loss": "{loss}", "valid_num_updates": "100"}}\n')
+        finished_log(d, f'x | INFO | valid | {{"valid_loss": "{loss}", "valid_num_updates": "100"}}\n')
     assert sr.main([str(out), "--variants", "A B C", "--total-updates", "100", "--pretrain-seeds", "1 2"]) == 0
     md = (out / "report.md").read_text()
     # A - B: -0.6 and -0.45: mean -0.525, s = 0.075 sqrt 2 = 0.1061 (above the logs' 1-decimal step, 0.1), se 0.075,
@@ -820,7 +821,7 @@ def test_report_variants_with_their_own_seeds(tmp_path):
     for v, loss in (("A", 1.0), ("B", 1.45)):
         d = out / "pretrain" / v / "seed2"
         d.mkdir(parents=True)
-        (d / "train.log").write_text(f'x | INFO | valid | {{"valid_loss": "{loss}", "valid_num_updates": "100"}}\n')
+        finished_log(d, f'x | INFO | valid | {{"valid_loss": "{loss}", "valid_num_updates": "100"}}\n')
         if v == "A":
             shutil.copytree(out / "finetune" / v / "seed1", out / "finetune" / v / "seed2")
         for k, score in enumerate([60, 65, 70] if v == "B" else [], 1):  # seed 1: 70, 75, 71 (median 71)
@@ -985,8 +986,8 @@ def add_electra(out: Path, name: str, seed: int, gen: float, disc: float, sst: L
     """An ELECTRA model of make_study's layout: its log (with a large weighted `loss`), SST-2 runs, locality."""
     d = out / "pretrain" / name / f"seed{seed}"
     d.mkdir(parents=True)
-    (d / "train.log").write_text(electra_log({50: (60.0, gen + 1, 10.0, disc + 0.1, 85.0, 13.0),
-                                              100: (gen + 50 * disc, gen, 20.0, disc, 90.0, 11.0)}))
+    finished_log(d, electra_log({50: (60.0, gen + 1, 10.0, disc + 0.1, 85.0, 13.0),
+                                100: (gen + 50 * disc, gen, 20.0, disc, 90.0, 11.0)}))
     for k, score in enumerate(sst, 1):
         run = out / "finetune" / name / f"seed{seed}" / "SST-2" / f"lr1e-4_seed{k}"
         write_sst_run(run, k, score)
@@ -1006,7 +1007,7 @@ def test_report_keeps_electra_losses_apart_and_compares_downstream(tmp_path):
     for v, loss in (("A", 1.0), ("B", 1.45), ("C", 0.6)):
         d = out / "pretrain" / v / "seed2"
         d.mkdir(parents=True)
-        (d / "train.log").write_text(f'x | INFO | valid | {{"valid_loss": "{loss}", "valid_num_updates": "100"}}\n')
+        finished_log(d, f'x | INFO | valid | {{"valid_loss": "{loss}", "valid_num_updates": "100"}}\n')
     add_electra(out, "A+electra", 1, gen=4.0, disc=0.30, sst=[90, 95, 92])
     add_electra(out, "A+electra", 2, gen=4.2, disc=0.32, sst=[91, 95, 92])
     add_electra(out, "C+electra", 1, gen=3.5, disc=0.35, sst=[70, 75, 80])
@@ -1793,3 +1794,39 @@ def test_sigterm_stops_the_lanes_and_their_runs_and_the_rerun_matches_the_study(
     valid = lambda d: [re.sub(r" \| (wps|wpb|bsz) [0-9.]+", "", line)  # noqa: E731  (the speed is no result)
                        for line in re.findall(r"valid on .*", (d / "train.log").read_text())]
     assert valid(run_dir) == valid(tiny_study.run_dir) != []
+
+
+def test_a_full_disk_while_a_study_pre_trains_is_named_and_the_rerun_matches_the_study(tiny_study, tmp_path):
+    """The disk fills while the study's pre-training saves its checkpoint at update 4 (ENOSPC injected where the OS
+    raises it, as in tests/test_full_disk_pretrain.py): the part fails with fairseq-train's one line naming the file,
+    the study names the failed part and its log, exit 1, no half-written file and no finished-looking pre-training;
+    the checkpoint of update 2 is kept. The same command with room again resumes from it and logs the uninterrupted
+    study's validations, loss for loss."""
+    from test_full_disk_pretrain import SITECUSTOMIZE
+
+    hooks = tmp_path / "hooks"
+    hooks.mkdir()
+    (hooks / "sitecustomize.py").write_text(SITECUSTOMIZE)
+    out = tmp_path / "study"
+    shutil.copytree(tiny_study.out, out)
+    seed = out / "pretrain" / "nope" / "seed1"
+    shutil.rmtree(seed)  # the pre-training is to do again
+    first = study(out, "--stages", "pretrain", check=False, FULL_SAVE="seed1/checkpoint_1_4.pt.tmp",
+                  PYTHONPATH=f"{hooks}{os.pathsep}{os.environ.get('PYTHONPATH', '')}", **tiny_study.env)
+    assert first.returncode == 1, first.stderr[-3000:]
+    written = seed / "checkpoint_1_4.pt"
+    train_log = (seed / "train.log").read_text()
+    assert train_log.rstrip().splitlines()[-1].startswith(
+        f"fairseq-train: error: {written}: no space left on its disk while writing it"), train_log[-2000:]
+    assert (f"study.sh: error: pre-training nope seed 1 failed: {written}: no space left on its disk while writing it "
+            f"(the half-written file is removed); free space there, or write to a folder on another disk; log "
+            f"{seed / 'train.log'}\n") in first.stderr, first.stderr[-3000:]
+    assert first.stderr.rstrip().splitlines()[-1] == "study.sh: 1 part(s) failed (rerun to retry them): pretrain nope 1"
+    assert not list(seed.glob("*.tmp")) and not written.exists() and not (seed / "pretrain.done").exists()
+    from tupe_pretrain.check_resume import num_updates
+
+    assert num_updates(str(seed / "checkpoint_last.pt")) == 2
+    again = study(out, "--stages", "pretrain", **tiny_study.env)
+    assert "pretrain nope 1: finished" in again.stderr
+    assert num_updates(str(seed / "checkpoint_last.pt")) == 4
+    assert runs.parse_valid_curve(str(seed / "train.log")) == tiny_study.curve  # every validation's loss, as logged

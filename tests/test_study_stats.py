@@ -14,6 +14,7 @@ from typing import Dict, List
 import numpy as np
 import pytest
 
+from study_logs import finished_log
 from tupe_study import compare, runs, stats
 from tupe_study import report as sr
 
@@ -273,9 +274,8 @@ def make_seeded_study(out: Path, right: Dict[str, Dict[int, List[int]]], tasks=(
     returns the --variants argument."""
     for v, by_seed in right.items():
         for ps, counts in by_seed.items():
-            d = out / "pretrain" / v / f"seed{ps}"
-            d.mkdir(parents=True)
-            (d / "train.log").write_text(f'x | INFO | valid | {{"valid_loss": "{2.0 + ps / 10}", "valid_num_updates": "100"}}\n')
+            finished_log(out / "pretrain" / v / f"seed{ps}",
+                         f'x | INFO | valid | {{"valid_loss": "{2.0 + ps / 10}", "valid_num_updates": "100"}}\n')
             for task in tasks:
                 for k, r in enumerate(counts, 1):
                     write_run(out / "finetune" / v / f"seed{ps}" / task / f"lr1e-4_seed{k}", task, k, r)

@@ -13,6 +13,7 @@ from typing import Mapping
 
 import pytest
 
+from study_logs import finished_log
 from tupe_study import endpoint_report
 from tupe_study import report as sr
 from tupe_study.endpoints import (Endpoint, EndpointResult, family_tests, halfway_target, parse_endpoints, updates_to,
@@ -226,10 +227,9 @@ def test_endpoint_result_defaults_keep_the_t_test_path():
 
 def write_curve(out: Path, model: str, seed: int, curve: Mapping[int, float]) -> None:
     """OUT/pretrain/MODEL/seedSEED/train.log with one validation line per point of ``curve``."""
-    d = out / "pretrain" / model / f"seed{seed}"
-    d.mkdir(parents=True)
-    (d / "train.log").write_text("".join(f'x | INFO | valid | {{"valid_loss": "{loss}", "valid_num_updates": "{u}"}}\n'
-                                         for u, loss in curve.items()))
+    finished_log(out / "pretrain" / model / f"seed{seed}",
+                 "".join(f'x | INFO | valid | {{"valid_loss": "{loss}", "valid_num_updates": "{u}"}}\n'
+                         for u, loss in curve.items()))
 
 
 def test_report_tables_csv_and_halfway_target(tmp_path):

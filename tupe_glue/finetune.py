@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, ClassVar, Dict, List, Mapping, Optional, Seque
 
 from tupe_common import tunables
 from tupe_common.installed import user_dir
-from tupe_common.fairseq_exit import DONE_FILE_ENV, RESUME_TAIL, TRAIN_ERROR, finished_status
+from tupe_common.fairseq_exit import DONE_FILE_ENV, finished_status
 from tupe_common.errors import command_name, RESUME_RUNS, UsageError, exit_main, message
 from tupe_common.numbers import named, same_number, spelling
 from tupe_glue.collect import RUN_FOLDER
@@ -207,18 +207,6 @@ def fairseq_args(c: FinetuneConfig, task: str, lr: float, seed: int, facts: "Fin
     return args
 
 
-def fairseq_error(log_text: str) -> str:
-    """Why fairseq-train failed, for finetune.sh's line: the plugin's own ``fairseq-train: error:`` line when the log
-    ends with one (a full disk names the file being written), without its advice to resume; else the log's last
-    exception (``tupe_tools.errors.last_error``: our plugin's error, a wrong variant, ...); '' when neither."""
-    lines = [line for line in log_text.splitlines() if line.strip()]
-    if lines and lines[-1].startswith(TRAIN_ERROR):
-        return lines[-1][len(TRAIN_ERROR):].split(RESUME_TAIL)[0]
-    from tupe_tools.errors import last_error
-
-    return (last_error(log_text) or "").removeprefix("error: ")
-
-
 def check_run_settings(lrs: Sequence[str], seeds: Sequence[str]) -> None:
     """Refuse (UsageError, naming the setting) an LR that is not a positive number and a seed that is not a whole
     number, as the settings' kinds do (``num+``, ``int``): for the arguments of finetune.sh and of callers, which
@@ -309,6 +297,8 @@ def finetune_locked(settings: FinetuneConfig, task: str, lr: float, seed: int, s
         with open(log, encoding="utf-8", errors="replace") as f:
             text = f.read()
         sys.stderr.write("".join(text.splitlines(keepends=True)[-30:]))
+        from tupe_tools.errors import fairseq_error
+
         reason = fairseq_error(text)
         raise RunFailed(f"{task} {os.path.basename(final)}: fairseq-train failed (exit {status})"
                         f"{': ' + reason if reason else ''}; log {log}", status)

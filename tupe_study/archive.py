@@ -40,7 +40,7 @@ import sys
 from datetime import datetime, timezone
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from tupe_study.runs import is_validation_line
+from tupe_study.runs import PRETRAIN_DONE, is_validation_line
 from tupe_study.report_spec import SPEC_FILE, ReportSpec
 from tupe_study.settings import split_variants
 from tupe_common.errors import UsageError, exit_main
@@ -90,8 +90,8 @@ def archive(out: str, dest: str, report_argv: Sequence[str], unigram_bits: Optio
                 counts["validation lines"] += _valid_lines(os.path.join(root, "train.log"),
                                                            os.path.join(tmp, rel, "train.log"))
                 counts["pre-training logs"] += 1
-                if "pretrain.done" in files:
-                    _copy(os.path.join(root, "pretrain.done"), os.path.join(tmp, rel, "pretrain.done"))
+                if PRETRAIN_DONE in files:
+                    _copy(os.path.join(root, PRETRAIN_DONE), os.path.join(tmp, rel, PRETRAIN_DONE))
             elif top == "finetune":
                 for name in FINETUNE_FILES:
                     if name in files:

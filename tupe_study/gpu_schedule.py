@@ -34,6 +34,7 @@ from datetime import datetime, timezone  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Callable, Dict, List, Optional, Sequence, Tuple  # noqa: E402
 
+from tupe_study.runs import PRETRAIN_DONE  # noqa: E402
 from tupe_study.settings import StudyConfig, UsageError, changed_settings, read, recorded_text, refusal  # noqa: E402
 from tupe_common import fairseq_log, process  # noqa: E402
 from tupe_common.lock import LOCK_NAME  # noqa: E402
@@ -52,6 +53,7 @@ DATA_PARTS = ("c4", "tasks-bin", "locality")  # the prep's outputs in the data f
 REPORT_RESERVE_S = 25  # kept at the end of the budget for the report when a part runs over (--reserve-s)
 POLL_S = 2.0
 CALLS = "gpu_calls.tsv"  # one line per call of this command on the study folder
+PART_ERROR = "study.sh: error: "  # how a part's error line starts: python -m tupe_study names itself so (PROG)
 
 
 def say(msg: str) -> None:
@@ -309,13 +311,15 @@ def train_log(out: Path, label: str) -> Path:
     return out / "pretrain" / name / f"seed{seed}" / "train.log"
 
 
-def pretrain(env: Dict[str, str], out: Path, todo: List[Tuple[int, str]], total_updates: int, budget: Budget) -> int:
-    """Every pre-training part at once; the progress every 15 s; the parts stopped at the deadline. Exit status:
-    0 all ended well, 1 otherwise."""
+def pretrain(env: Dict[str, str], out: Path, todo: List[Tuple[int, str]], total_updates: int,
+             budget: Budget) -> List[str]:
+    """Every pre-training part at once; the progress every 15 s; the parts stopped at the deadline (in
+    ``budget.stopped``). Returns the parts that failed ("pre-training bert-a 1")."""
     procs: Dict[str, subprocess.Popen] = {}
+    part_logs: Dict[str, Path] = {}
     for index, label in todo:
         log = out / "lanes" / f"pretrain-{label.replace(' ', '-seed')}.log"  # by model, not index: calls add parts
-        procs[label] = study(["--part", "pretrain", str(index)], env, log)
+        procs[label], part_logs[label] = study(["--part", "pretrain", str(index)], env, log), log
         say(f"pre-training {label}: started (log {log})")
     started, shown = time.monotonic(), time.monotonic()
     logs = {label: train_log(out, label) for _, label in todo}
@@ -338,8 +342,11 @@ def pretrain(env: Dict[str, str], out: Path, todo: List[Tuple[int, str]], total_
             say("pre-training: " + ", ".join(f"{k} {v}/{total_updates}" for k, v in done.items()) + end)
     failed = [label for label, p in procs.items() if p.returncode]
     for label in failed:
-        say(f"pre-training {label} ended with exit status {procs[label].returncode}")
-    return 1 if failed else 0
+        said = [line for line in part_logs[label].read_text(encoding="utf-8", errors="replace").splitlines()
+                if line.startswith(PART_ERROR)]  # the study part's own line: why (a full disk names the file)
+        say(f"pre-training {label} ended with exit status {procs[label].returncode}"
+            + (f": {said[-1][len(PART_ERROR):]}" if said else ""))
+    return [f"pre-training {label}" for label in failed]
 
 
 def run_rest(env: Dict[str, str], out: Path, lanes: int, after: Sequence[str], budget: Budget) -> Tuple[int, float]:
@@ -425,7 +432,7 @@ def report_to(out: Path, dest: Path, data: Path) -> List[str]:
     checkpoint it cannot resume; the next call redoes it). ``dest`` is then a study folder a later call adds seeds to. The
     pre-trainings left out."""
     left_out = sorted(str(p.parent.relative_to(out)) for p in (out / "pretrain").glob("*/seed*/train.log")
-                      if not (p.parent / "pretrain.done").is_file())
+                      if not (p.parent / PRETRAIN_DONE).is_file())
     for src in sorted(out.rglob("*")):
         rel = src.relative_to(out)
         if (not src.is_file() or src.suffix == ".pt" or "tensorboard" in rel.parts or (data / rel).is_file()
@@ -461,6 +468,7 @@ class Call:
     workers: int = 0  # data-loader workers of each pre-training
     threads: str = "1"  # OMP and MKL threads of each pre-training
     exit_status: int = 0
+    failed: List[str] = field(default_factory=list)  # the parts of this call that failed ("pre-training bert-a 1")
 
 
 def settings(args: argparse.Namespace) -> Call:
@@ -517,21 +525,25 @@ def run(call: Call) -> int:
     report when the pre-training took the budget), each a part of the budget; the call recorded in
     ``OUT/gpu_calls.tsv``. The exit status: 1 when a part failed or the budget stopped one."""
     args, budget, out, todo, env = call.args, call.budget, call.out, call.todo, call.env
-    rc = pretrain(child_env(env, None, NUM_WORKERS=str(call.workers), OMP_NUM_THREADS=call.threads,
-                            MKL_NUM_THREADS=call.threads), out, todo, call.config.TOTAL_UPDATES, budget) if todo else 0
+    call.failed = pretrain(child_env(env, None, NUM_WORKERS=str(call.workers), OMP_NUM_THREADS=call.threads,
+                                     MKL_NUM_THREADS=call.threads), out, todo, call.config.TOTAL_UPDATES,
+                           budget) if todo else []
     budget.done("pre-training", f"{len(todo)} model(s) at once on one {'CPU' if args.dry_run else 'GPU'}, "
                                 f"{call.workers} data-loader worker(s) each" if todo else "done before")
     lanes = args.lanes or max(2, min(8, cores() // 2))
     rest_env = child_env(env, None, NUM_WORKERS="0")
     if time.monotonic() < budget.deadline:
+        stopped = len(budget.stopped)
         rest_rc, report_s = run_rest(rest_env, out, lanes, call.after, budget)
+        if rest_rc and len(budget.stopped) == stopped:  # failed on its own (the study's lines above name the part)
+            call.failed.append("the stages after pre-training" if call.after else "the report")
     else:  # the pre-training took the budget: the report of what there is
-        rest_rc, report_s = 1, report_only(rest_env, out, budget)
+        report_s = report_only(rest_env, out, budget)
     what = ", ".join(f"{AFTER_PRETRAINING[name]} {k}" for name, k in call.rest.items() if k)
     budget.done("after pre-training", f"{sum(call.rest.values())} part(s) ({what or 'none to do'}), {lanes} at once")
     budget.parts[-1].seconds -= report_s
     budget.parts.append(Part("report", report_s, "report.md, the CSV tables, overview.png"))
-    call.exit_status = 1 if rc or rest_rc or budget.stopped else 0
+    call.exit_status = 1 if call.failed or budget.stopped else 0
     record_call(out, {"utc": f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M}", "machine": call.device,
                       "seeds": " ".join(map(str, call.seeds)), "at_once": str(len(todo)), "workers": str(call.workers),
                       "seconds": f"{sum(p.seconds for p in budget.parts):.0f}", "exit": str(call.exit_status)})

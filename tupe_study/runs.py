@@ -35,6 +35,7 @@ from tupe_common.mmap_index import token_dtype
 # Pre-training: validation curve and unigram baseline
 # --------------------------------------------------------------------------------------------
 
+PRETRAIN_DONE = "pretrain.done"  # written in a pre-training's folder when it finished (tupe_study.stages)
 ELECTRA_KEYS = ("gen_loss", "disc_loss", "gen_acc", "disc_acc", "disc_recall", "replace_rate")  # tupe_plugin/criterions/electra.py
 
 
@@ -274,9 +275,13 @@ def load_study(out: str, variants: Sequence[Tuple[str, Sequence[int]]], problems
         for seed in seeds:
             log = os.path.join(out, "pretrain", name, f"seed{seed}", "train.log")
             curves = parse_valid_curves(log, keys) if os.path.isfile(log) else {}
-            curve, electra = (curves.get("loss", {}), {}) if objective == "mlm" else ({}, curves)
             if not curves.get(keys[0]):
                 problems.append(f"{log}: no validation {keys[0]} (pre-training missing or unfinished)")
+            elif not os.path.isfile(os.path.join(os.path.dirname(log), PRETRAIN_DONE)):
+                problems.append(f"{name} seed {seed}: pre-training not finished (no {PRETRAIN_DONE} beside {log}: it "
+                                "is running, was stopped or failed): its losses are left out until it finishes")
+                curves = {}
+            curve, electra = (curves.get("loss", {}), {}) if objective == "mlm" else ({}, curves)
             runs = read_finetune_dir(os.path.join(out, "finetune", name, f"seed{seed}"), problems)
             lacking = missing_runs(runs, grid) if grid and runs else []
             if not runs and not (grid is not None and not grid[0]):

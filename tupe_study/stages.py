@@ -24,7 +24,7 @@ from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
 from tupe_study.plan import Plan
 from tupe_study.report_spec import ReportSpec
-from tupe_study.runs import split_label
+from tupe_study.runs import PRETRAIN_DONE, split_label
 from tupe_study.settings import PROG, StudyConfig
 from tupe_study.timings import logged_seconds
 from tupe_common.errors import UsageError
@@ -138,7 +138,7 @@ NEVER_EPOCHS = 1_000_000  # an epoch interval no pre-training reaches
 
 
 def pretrain_done(plan: Plan, label: str, seed: int) -> bool:
-    return os.path.isfile(os.path.join(plan.pretrain_dir(label, seed), "pretrain.done"))
+    return os.path.isfile(os.path.join(plan.pretrain_dir(label, seed), PRETRAIN_DONE))
 
 
 def run_pretrain(plan: Plan, label: str, seed: int) -> int:
@@ -193,10 +193,13 @@ def pretrain_into(plan: Plan, label: str, seed: int, out: str, lr: float) -> int
             raise PartFailed(f"pre-training {label} seed {seed}: {out} cannot be resumed (the reason above)") from None
     with run.lock:  # SAVE_DIR's, as pretrain.sh's (pretrain.save_dir_lock): held by this process until the end
         if run_logged(cmd, log, child_env(**pretrain.launch_environment(run)), append=True):
-            raise PartFailed(f"pre-training {label} seed {seed} failed; log {log}")
+            from tupe_tools.errors import fairseq_error
+
+            reason = fairseq_error(tail(log, 200))
+            raise PartFailed(f"pre-training {label} seed {seed} failed{': ' + reason if reason else ''}; log {log}")
         from datetime import datetime, timezone
 
-        with open(os.path.join(out, "pretrain.done"), "w", encoding="utf-8") as f:
+        with open(os.path.join(out, PRETRAIN_DONE), "w", encoding="utf-8") as f:
             f.write(datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ") + "\n")
     return earlier
 
@@ -207,7 +210,7 @@ def pretrain_into(plan: Plan, label: str, seed: int, out: str, lr: float) -> int
 def sweep_done(plan: Plan, label: str, lr: str, seed: int) -> bool:
     from tupe_study.sweep import sweep_dir
 
-    return os.path.isfile(os.path.join(sweep_dir(plan.out, label, float(lr), seed), "pretrain.done"))
+    return os.path.isfile(os.path.join(sweep_dir(plan.out, label, float(lr), seed), PRETRAIN_DONE))
 
 
 def run_sweep(plan: Plan, label: str, lr: str, seed: int) -> int:

@@ -27,6 +27,7 @@ DEBUG_ENV = "TUPE_DEBUG"
 from tupe_common.checkpoint_file import without_torch_advice  # noqa: E402
 from tupe_common.errors import UsageError, stdout_reader_left  # noqa: E402  (the project's one usage error: exit 2)
 from tupe_common.errors import message as os_message  # noqa: E402
+from tupe_common.fairseq_exit import RESUME_TAIL, TRAIN_ERROR  # noqa: E402
 # Errors a user can fix (bad file, bad setting); their message is the whole story. Our own error
 # classes (ConversionError, VariantMismatchError, DictionaryMismatchError, ...) derive from ValueError.
 USER_ERRORS = (OSError, ValueError)
@@ -143,6 +144,17 @@ def last_error(log_text: str) -> Optional[str]:
     if ours or name in USER_ERROR_NAMES:
         return f"error: {message or name}"
     return f"error: {name}: {message}" if message else f"error: {name}"
+
+
+def fairseq_error(log_text: str) -> str:
+    """Why fairseq-train failed, for the line of the runner that started it (finetune.sh, a study's pre-training):
+    the plugin's own ``fairseq-train: error:`` line when the log ends with one (a full disk names the file being
+    written), without its advice to resume (the runner gives its own); else the log's last exception
+    (:func:`last_error`: our plugin's error, a wrong variant, ...); '' when neither."""
+    lines = [line for line in log_text.splitlines() if line.strip()]
+    if lines and lines[-1].startswith(TRAIN_ERROR):
+        return lines[-1][len(TRAIN_ERROR):].split(RESUME_TAIL)[0]
+    return (last_error(log_text) or "").removeprefix("error: ")
 
 
 def main(argv: Optional[List[str]] = None) -> int:
