@@ -66,6 +66,7 @@ from typing import Dict, List, Optional, Sequence, Tuple  # noqa: E402
 from tupe_study.gpu_schedule import (AFTER_PRETRAINING, REPORT_RESERVE_S, SEEDS_PER_CALL, Call,  # noqa: E402
                                 read_calls, train_log)
 from tupe_study.settings import UsageError  # noqa: E402
+from tupe_study.endpoint_report import endpoints_so_far  # noqa: E402
 from tupe_common import fairseq_log  # noqa: E402
 from tupe_common.errors import RESUME_RUNS, exit_main  # noqa: E402
 from tupe_common.lock import folder_lock, hold  # noqa: E402
@@ -220,38 +221,6 @@ def timings(out: Path) -> Dict[Tuple[str, str], float]:
     return {(t.stage, t.part): float(t.seconds) for t in part_times(str(out))}
 
 
-def endpoints_text(out: Path) -> List[str]:
-    """The declared comparisons over every seed so far, as the report tested them (``OUT/endpoints.csv``)."""
-    path = out / "endpoints.csv"
-    rows = list(csv.DictReader(open(path, encoding="utf-8"))) if path.is_file() else []
-    if not rows:
-        return ["No comparison declared (ENDPOINTS=none), or no report yet.", ""]
-    L = [f"One Holm family of {rows[0]['family_size']}, over every seed whose pre-training finished so far (the "
-         "report's \"Declared comparisons\"):", ""]
-    for r in rows:
-        if not r["mean"]:
-            L.append(f"- `{r['measure']}: {r['a']} - {r['b']}`: {r['seeds']} seed(s), {r['verdict']}")
-            continue
-        seeds = " ".join(s.split(":")[0] for s in r["by_pretrain_seed"].split())
-        L.append(f"- `{r['measure']}: {r['a']} - {r['b']}` over {r['seeds']} seeds ({seeds}): mean "
-                 f"{float(r['mean']):+.4f} bits, 95% t-interval [{float(r['low']):+.4f}, {float(r['high']):+.4f}], "
-                 f"p {float(r['p']):.3g}, Holm p {float(r['p_holm']):.3g}: **{r['verdict']}**; "
-                 + needed_text(float(r["mean"]), float(r["sd"]), int(r["family_size"])))
-    return L + ["", "Seeds for 80% power: of the two-sided paired t-test at Holm's first step (0.05 / the family's "
-                "size), at the effect measured so far (`tupe_study/power.py`, as `study.sh --plan`); an effect measured on "
-                "few seeds is itself uncertain, so this guides the next loan, it does not promise an answer.", ""]
-
-
-def needed_text(mean: float, sd: float, family: int) -> str:
-    """How many seeds the effect measured so far (d = |mean| / SD) needs for 80% power in the declared family."""
-    from tupe_study.power import MAX_SEEDS, seeds_needed
-
-    if sd <= 0:
-        return "no spread measured"
-    n = seeds_needed(abs(mean) / sd, 0.8, 0.05 / family)
-    return f"d = {abs(mean) / sd:.2f}: " + (f"{n} seeds for 80% power" if n else f"more than {MAX_SEEDS} seeds for 80% power")
-
-
 def budget_text(call: Call, command: str, rows: Sequence[Dict[str, object]]) -> str:
     """``OUT/budget.md``: the declared comparisons so far, the call's time by part, every call on the study folder,
     every pre-training's updates and tokens, and ``rows`` (:func:`loss_seconds`) as a table."""
@@ -266,7 +235,7 @@ def budget_text(call: Call, command: str, rows: Sequence[Dict[str, object]]) -> 
              f"study folder, pre-training seed(s) {', '.join(map(str, seeds))}. **{used:.0f} s** of the "
              f"{budget.budget_s:.0f} s budget, {verdict}. Measured by the command's own clock, from Python's start; "
              "a machine's start and the copy of the files before it are not in it.", "",
-             "### Declared comparisons so far", ""] + endpoints_text(out)
+             "### Declared comparisons so far", ""] + endpoints_so_far(str(out / "endpoints.csv"))
     lines += ["### This call's time", "", "| part | seconds | what |", "|---|---:|---|"]
     lines += [f"| {p.name} | {p.seconds:.0f} | {p.what} |" for p in budget.parts]
     lines += [f"| **total** | **{used:.0f}** | of {budget.budget_s:.0f} |", ""]

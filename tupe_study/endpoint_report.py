@@ -2,12 +2,15 @@
 ``updates_to`` in its own), their tests over the finished seeds (``declared_tests``) and ``endpoints.csv``."""
 from __future__ import annotations
 
+import csv
 import math
+import os
 from typing import Dict, List, Mapping, Optional, Sequence
 
 from tupe_study.endpoints import (LEVEL as FAMILY_LEVEL, MEASURES as ENDPOINT_MEASURES, UPDATES_TO, Endpoint, EndpointResult,
                              curve_auc, family_tests, updates_to_values)
 from tupe_study.markdown import fmt_p
+from tupe_study.power import needed_text
 
 ENDPOINT_COLUMNS = ("measure", "a", "b", "seeds", "mean", "sd", "low", "high", "p", "p_holm", "family_size",
                     "resolution", "margin", "p_tost", "verdict", "by_pretrain_seed")
@@ -149,3 +152,29 @@ def write_endpoints_csv(path: str, results: Sequence[EndpointResult], declared: 
     counting = any(e.measure == UPDATES_TO for e in declared)
     write_csv_atomic(path, [endpoint_row(r, len(results), counting) for r in results],
                      ENDPOINT_COLUMNS + (UPDATES_TO_COLUMNS if counting else ()))
+
+
+def endpoints_so_far(path: str) -> List[str]:
+    """The declared comparisons over every seed so far, as the report tested them (its ``endpoints.csv`` at
+    ``path``), each with the seeds its effect so far needs for 80% power: for a study run in several calls
+    (tupe_study.gpu_schedule's)."""
+    rows = []
+    if os.path.isfile(path):
+        with open(path, encoding="utf-8", newline="") as f:
+            rows = list(csv.DictReader(f))
+    if not rows:
+        return ["No comparison declared (ENDPOINTS=none), or no report yet.", ""]
+    L = [f"One Holm family of {rows[0]['family_size']}, over every seed whose pre-training finished so far (the "
+         "report's \"Declared comparisons\"):", ""]
+    for r in rows:
+        if not r["mean"]:
+            L.append(f"- `{r['measure']}: {r['a']} - {r['b']}`: {r['seeds']} seed(s), {r['verdict']}")
+            continue
+        seeds = " ".join(s.split(":")[0] for s in r["by_pretrain_seed"].split())
+        L.append(f"- `{r['measure']}: {r['a']} - {r['b']}` over {r['seeds']} seeds ({seeds}): mean "
+                 f"{float(r['mean']):+.4f} bits, 95% t-interval [{float(r['low']):+.4f}, {float(r['high']):+.4f}], "
+                 f"p {float(r['p']):.3g}, Holm p {float(r['p_holm']):.3g}: **{r['verdict']}**; "
+                 + needed_text(float(r["mean"]), float(r["sd"]), int(r["family_size"])))
+    return L + ["", "Seeds for 80% power: of the two-sided paired t-test at Holm's first step (0.05 / the family's "
+                "size), at the effect measured so far (`tupe_study/power.py`, as `study.sh --plan`); an effect measured on "
+                "few seeds is itself uncertain, so this guides the next loan, it does not promise an answer.", ""]

@@ -69,6 +69,14 @@ LOSSES = "final_valid_loss_by_seed"  # a study.csv's per-seed final losses: "1:8
 CSV_COLUMNS = ("variant", LOSSES)  # what --plan reads of a study.csv
 
 
+def needed_text(mean: float, sd: float, family: int) -> str:
+    """How many seeds the effect measured so far (d = |mean| / SD) needs for 80% power in the declared family."""
+    if sd <= 0:
+        return "no spread measured"
+    n = seeds_needed(abs(mean) / sd, 0.8, 0.05 / family)
+    return f"d = {abs(mean) / sd:.2f}: " + (f"{n} seeds for 80% power" if n else f"more than {MAX_SEEDS} seeds for 80% power")
+
+
 def seed_losses(cell: str, where: str) -> Dict[int, float]:
     """{seed: loss} of a ``final_valid_loss_by_seed`` cell; anything else a UsageError naming ``where``."""
     try:
