@@ -83,8 +83,7 @@ NOT_ASSERTED: Dict[Cell, str] = {
                                 "while train.log is written (the only file a run with KEEP_CHECKPOINTS=0 writes while "
                                 "it trains) is not tested"),
     ("grid", "full disk"): ("the grid's own lines name the failed run and its output (whose last line names the file), "
-                            "not the file; the table of the finished runs is still written after them, and the rerun "
-                            "is finetune.sh's (the grid's rerun: its SIGTERM test)"),
+                            "not the file; the rerun is finetune.sh's (the grid's rerun: its SIGTERM test)"),
     ("gpu-study", "sigterm+rerun"): "no rerun after the stop (a call resumed on its carried data takes minutes)",
     ("gpu-study", "full disk"): ("the rerun resumes the failed pre-training and finishes the call, but its losses are "
                                  "not compared with an uninterrupted call's (the study's full-disk test compares them)"),

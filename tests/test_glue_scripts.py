@@ -168,7 +168,7 @@ def test_grid_stops_at_a_usage_error_instead_of_repeating_it(pretrained, tmp_pat
     p = sh([GRID], check=False, CHECKPOINT=str(pretrained / "checkpoint_last.pt"), GLUE_BIN=str(glue_bin),
            RUNS=str(runs), TASKS="RTE", LRS="1e-3 2e-3", SEEDS="1 2", JOBS="1", EXTRA_ARGS="--no-such-flag")
     assert p.returncode == 2
-    assert "grid: error: RTE lr1e-3_seed1 failed (exit 2): see " in p.stderr
+    assert "grid.sh: error: RTE lr1e-3_seed1 failed (exit 2): see " in p.stderr
     assert "RTE lr1e-3_seed1 failed with a usage error (exit 2): the other jobs would fail the same way, so 3 " \
            "job(s) are not started" in p.stderr
     assert [f.name for f in (runs / ".grid_logs" / "RTE").iterdir()] == ["lr1e-3_seed1.out"]
@@ -476,8 +476,8 @@ def test_grid_runs_what_is_missing_and_prints_the_table(rte_run, pretrained, glu
     """2 LRs x 1 seed on RTE; lr 1e-3 is the run above (skipped), lr 5e-4 is new."""
     env = run_env(pretrained, glue_bin, runs, TASKS="RTE", LRS="1e-3 5e-4", SEEDS="1", JOBS="1")
     p = sh([GRID], **env)
-    assert "grid: 2 runs (1 task(s) x 2 LR(s) x 1 seed(s)), 1 done, 1 to run, 1 at a time" in p.stderr  # progress
-    assert re.search(r"grid: RTE lr5e-4_seed1: finished in \d+ s; 1 of 1 ended", p.stderr)
+    assert "grid.sh: 2 runs (1 task(s) x 2 LR(s) x 1 seed(s)), 1 done, 1 to run, 1 at a time" in p.stderr  # progress
+    assert re.search(r"grid.sh: RTE lr5e-4_seed1: finished in \d+ s; 1 of 1 ended", p.stderr)
     scores = {lr: json.loads((runs / "RTE" / f"lr{lr}_seed1" / "result.json").read_text())["best_valid"]["valid"]
               for lr in ("1e-3", "5e-4")}
     row = re.search(r"^\| RTE \| accuracy \| (.*)$", p.stdout, re.M)
@@ -588,8 +588,10 @@ def test_a_full_disk_while_a_run_saves_its_checkpoint_fails_it_alone_and_the_rer
         "while writing it (the half-written file is removed); free space there, or write to a folder on another "
         f"disk; log {partial / 'train.log'}"), run_out[-3000:]
     assert full.returncode == 1 and "Traceback" not in full.stderr, full.stderr[-3000:]
-    assert "grid: error: RTE lr1e-3_seed1 failed (exit 1): see " in full.stderr
-    assert "grid: error: 1 of 1 run(s) failed: RTE lr1e-3_seed1" in full.stderr  # then the table of what is done
+    assert "grid.sh: error: RTE lr1e-3_seed1 failed (exit 1): see " in full.stderr
+    assert "| RTE |" in full.stdout + full.stderr  # the table of the finished runs, then the last line:
+    assert full.stderr.rstrip().splitlines()[-1] == ("grid.sh: error: 1 of 1 run(s) failed: RTE lr1e-3_seed1; rerun "
+                                                     "the same command to resume (finished runs are skipped)")
     assert not list(runs.rglob("*.tmp")) and not list(runs.rglob("*.lock"))  # the half-written file; no lock left
     assert (partial / "checkpoints" / "checkpoint_1_2.pt").is_file()  # the checkpoint saved before: kept
     assert not (runs / "RTE" / "lr1e-3_seed1").exists()  # nothing finished-looking

@@ -43,8 +43,8 @@ from tupe_common.numbers import check_once
 from tupe_common.tunables import Num, Settings, setting
 
 FINETUNE = (sys.executable, "-m", "tupe_glue.finetune")  # each run: what glue/finetune.sh and tupe-finetune run
-log = get_logger("grid")
 PROG = command_name("grid.sh")
+log = get_logger(PROG)  # its lines start as its own: grid.sh: or tupe-grid:
 
 @dataclass(frozen=True)
 class GridConfig(Settings):
@@ -126,12 +126,12 @@ def missing_binaries(todo: Sequence[Job], glue_bin: str, named: str) -> Optional
 
 
 def run_local(todo: List[Job], runs: str, n_slots: int, gpus: List[str], script: Sequence[str],
-              environ: Mapping[str, str] = os.environ) -> int:
+              environ: Mapping[str, str] = os.environ) -> Tuple[int, List[str]]:
     """Run the command ``script`` with ``TASK LR SEED`` for each job with tupe_common.jobs' runner, ``n_slots`` at a time, slot k on GPU
     gpus[k % len], each run's output in RUNS/.grid_logs/TASK/NAME.out, in ``environ`` (finetune.sh's settings;
     grid.sh's own left out: tupe_common.tunables.child_environ). A
     run that exits 2 (a usage error: the same for every run) stops the grid: no new run starts, the running ones
-    finish, and the grid exits 2."""
+    finish, and the grid exits 2. Returns the exit status and the runs that failed."""
     from tupe_glue import finetune
 
     env = dict(tunables.child_environ(environ, GridConfig.names(), finetune.FinetuneConfig.names()), QUIET="1",
@@ -141,11 +141,13 @@ def run_local(todo: List[Job], runs: str, n_slots: int, gpus: List[str], script:
                             os.path.join(runs, ".grid_logs", j.task, f"{name}.out")) for j, name in zip(todo, names)]
     ran = runner.run_jobs(todo_jobs, n_slots, env, say=log.info, gpus=gpus, stop_on_usage_error=True)
     if ran.usage_error:
-        return 2
-    if ran.failed:
-        log.error(f"{len(ran.failed)} of {len(todo)} run(s) failed: " + ", ".join(ran.failed))
-        return 1
-    return 0
+        return 2, ran.failed
+    return (1 if ran.failed else 0), ran.failed
+
+
+def failed_line(failed: Sequence[str], n_runs: int) -> str:
+    """The grid's last line when runs failed (each run's own line above names why)."""
+    return f"{len(failed)} of {n_runs} run(s) failed: {', '.join(failed)}; {RESUME_RUNS}"
 
 
 def runs_with_other_inputs(done: Sequence[Job], runs: str, environ: Mapping[str, str],
@@ -254,7 +256,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.jobs < 1:
         p.error("--jobs must be >= 1")
     announce(grid, todo, tasks, lrs, seeds, args.jobs)
-    return run_local(todo, args.runs, args.jobs, split_list(args.gpus), [args.script] if args.script else FINETUNE)
+    status, failed = run_local(todo, args.runs, args.jobs, split_list(args.gpus),
+                               [args.script] if args.script else FINETUNE)
+    if failed and status == 1:
+        log.error(failed_line(failed, len(todo)))
+    return status
 
 
 def say(line: str) -> None:
@@ -350,12 +356,14 @@ def main_sh(argv: Sequence[str], environ: Mapping[str, str]) -> int:
         say(f"local runs: JOBS={n_jobs} GPU_IDS='{gpus}'")
         announce(grid, todo, tasks, lrs, seeds, n_jobs)
         env = {**environ, "CHECKPOINT": c.CHECKPOINT, "GLUE_BIN": c.GLUE_BIN}
-        status = run_local(todo, c.RUNS, n_jobs, split_list(gpus), FINETUNE, env)
+        status, failed = run_local(todo, c.RUNS, n_jobs, split_list(gpus), FINETUNE, env)
         if status == 2:  # refused, or stopped at a usage error: no table
             return 2
         from tupe_glue import collect
 
         collected = collect.main([c.RUNS, "--expected-lrs", ",".join(lrs), "--expected-seeds", ",".join(seeds)])
+    if failed:  # the last line, after the table of the finished runs
+        say(f"error: {failed_line(failed, len(todo))}")
     return status or collected
 
 
