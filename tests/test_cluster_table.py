@@ -36,7 +36,9 @@ TABLE: Dict[Cell, Optional[Tuple[str, ...]]] = {
         "tests/test_torchrun_stop.py::test_a_stop_of_torchrun_alone_ends_with_the_line_and_128_plus_n"),
     ("pretrain", "second run"): (PRETRAIN_STOP,),
     ("pretrain", "full disk"): (
-        "tests/test_full_disk_pretrain.py::test_a_full_disk_while_saving_is_one_line_and_keeps_the_last_checkpoint",),
+        "tests/test_full_disk_pretrain.py::test_a_full_disk_while_saving_is_one_line_and_keeps_the_last_checkpoint",
+        "tests/test_full_disk_pretrain.py::test_a_full_disk_with_several_processes_ends_with_the_ranks_line_and_the_"
+        "rerun_resumes"),
     # finetune.sh as the grid's run: the SIGTERM passed on to it, its own last line, the rerun loss for loss
     ("finetune", "sigterm+rerun"): (
         GRID_STOP, f"{GLUE_SCRIPTS}::test_ctrl_c_ends_a_run_with_one_line_exit_130_and_nothing_a_rerun_trusts"),

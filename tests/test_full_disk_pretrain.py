@@ -83,3 +83,50 @@ def test_a_process_that_does_not_train_keeps_fairseqs_own_writers(tmp_path, star
                       "      PathManager.copy is full_disk.copy, sys.excepthook is sys.__excepthook__)\n")
     p = run([sys.executable, str(script)], cwd=ROOT)
     assert p.stdout.split()[-3:] == ["False", "False", "True"], p.stdout + p.stderr[-2000:]
+
+
+def test_a_full_disk_with_several_processes_ends_with_the_ranks_line_and_the_rerun_resumes(lm_bin, tmp_path,
+                                                                                          starts_process):
+    """pretrain.sh with 2 processes (torchrun): rank 0, which saves, meets a full disk at update 6; torchrun ends the
+    other rank and says which rank failed in one line (no ChildFailedError traceback), pretrain.sh's last line repeats
+    the rank's reason (the file being written) and where the rerun resumes, exit 1; no process is left, SAVE_DIR's
+    lock is released, the checkpoint of update 3 kept whole. The same command with room again resumes from it."""
+    import re
+    import threading
+    import time
+
+    from process_tree import assert_gone, start, tree
+    from test_stop_signals import TINY, free_port, script_env
+
+    hooks = tmp_path / "hooks"
+    hooks.mkdir()
+    (hooks / "sitecustomize.py").write_text(SITECUSTOMIZE)
+    save = tmp_path / "ckpt"
+    env = script_env(**dict(TINY, SAVE_INTERVAL_UPDATES="3", MAX_SENTENCES="4", TOTAL_UPDATES="9"), DATA=str(lm_bin),
+                     SAVE_DIR=str(save), NPROC_PER_NODE="2", MASTER_PORT=str(free_port()))
+    p = start([ROOT / "train_scripts" / "pretrain.sh"], {**env, "FULL_SAVE": "_6.pt.tmp", "PYTHONPATH": os.pathsep.join(
+        [str(hooks), os.environ.get("PYTHONPATH", "")])}, cwd=ROOT)
+    procs: list = []
+
+    def watch() -> None:  # every process of its tree while it runs (they are gone once it ended)
+        while p.poll() is None:
+            procs.extend(c for c in tree(p.pid) if c.pid not in {q.pid for q in procs})
+            time.sleep(0.2)
+    threading.Thread(target=watch, daemon=True).start()
+    out, err = p.communicate(timeout=300)
+    lines = err.rstrip().splitlines()
+    assert p.returncode == 1, err[-3000:]
+    assert lines[-1] == (f"pretrain.sh: error: {save}/checkpoint_1_6.pt: no space left on its disk while writing it (the "
+                         "half-written file is removed); free space there, or write to a folder on another disk; rerun "
+                         f"the same command to resume from {save}/checkpoint_last.pt at update 3"), err[-3000:]
+    assert re.fullmatch(r"torchrun: error: rank 0 failed \(exit 1, pid \d+ on \S+\); torchrun ended the others "
+                        r"\(rank 1 exit -?\d+\)", lines[-2]), lines[-2]
+    assert "ChildFailedError" not in err
+    assert len(procs) >= 4  # torchrun and the ranks' wrappers and trainers were seen, and none is left:
+    assert_gone(procs)
+    assert not list(save.glob("*.tmp")) and not (save / ".run.lock").exists()
+    assert updates(save / "checkpoint_last.pt") == 3 and updates(save / "checkpoint_1_3.pt") == 3
+    again = subprocess.run([str(ROOT / "train_scripts" / "pretrain.sh")], cwd=ROOT, env=env, capture_output=True,
+                           text=True, timeout=300)  # the disk has room again
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "Loaded checkpoint" in again.stdout + again.stderr and updates(save / "checkpoint_last.pt") == 9

@@ -16,7 +16,7 @@ from typing import Any
 from fairseq import checkpoint_utils
 from fairseq.file_io import PathManager
 
-from tupe_common.fairseq_exit import RESUME_TAIL, TRAIN_ERROR
+from tupe_common.fairseq_exit import ERROR_FILE_ENV, RESUME_TAIL, TRAIN_ERROR
 from tupe_common.io import DiskFullError, full_disk, raise_if_full, remove_if_exists
 
 _save = checkpoint_utils.torch_persistent_save
@@ -53,9 +53,16 @@ def copy(src_path: str, dst_path: str, overwrite: bool = False) -> bool:
 
 def _excepthook(kind, error, tb) -> None:
     if isinstance(error, DiskFullError):
+        line = f"{TRAIN_ERROR}{error}{RESUME_TAIL} from the last checkpoint saved whole\n"
         sys.stdout.flush()
-        sys.stderr.write(f"{TRAIN_ERROR}{error}{RESUME_TAIL} from the last checkpoint saved whole\n")
+        sys.stderr.write(line)
         sys.stderr.flush()
+        if os.environ.get(ERROR_FILE_ENV):
+            try:
+                with open(os.environ[ERROR_FILE_ENV], "a", encoding="utf-8") as f:
+                    f.write(line)
+            except OSError:  # that disk full too: the line above is all there is
+                pass
         return
     _previous_hook(kind, error, tb)
 

@@ -28,6 +28,7 @@ from tupe_common.lock import RunLock, folder_lock, handed_to_children, handed_to
 from tupe_pretrain.recipe import recipe
 from tupe_common.tunables import Say, Settings, setting
 from tupe_pretrain.check_resume import last_checkpoint, resume_from
+from tupe_common.fairseq_exit import ERROR_FILE_ENV
 from tupe_pretrain.torchrun import PARENT
 
 PROG = command_name("pretrain.sh")
@@ -521,18 +522,31 @@ def supervise(run: Run, cmd: List[str], environ: Dict[str, str]) -> int:
     once they ended, the last line says what stopped the run and the checkpoint the rerun resumes from, and the
     exit status is 128 + the signal's number (``tupe_common.process``). This process stays the holder of SAVE_DIR's
     lock (its heartbeat thread lives on) and releases it at the end, a stop's included."""
+    import tempfile
+
     from tupe_common import process
+    from tupe_tools.errors import fairseq_error
 
     argv = [sys.executable, "-m", "tupe_pretrain.torchrun", *cmd[1:]]
+    fd, error_file = tempfile.mkstemp(prefix="tupe-rank-error-", suffix=".txt")  # not in SAVE_DIR: its disk may be full
+    os.close(fd)
     try:
-        status = process.run(argv, env={**environ, PARENT: str(os.getpid())})
-    except process.Stopped as stop:  # the ranks and torchrun ended (or were killed after the grace)
-        status, name = stop.status, stop.name
-    else:  # torchrun alone was signalled (kill of its pid): it ended the ranks and exited 128 + N
-        name = {128 + s: f"{s.name} (sent to torchrun)" for s in process.STOP_SIGNALS}.get(status)
+        try:
+            status = process.run(argv, env={**environ, PARENT: str(os.getpid()), ERROR_FILE_ENV: error_file})
+        except process.Stopped as stop:  # the ranks and torchrun ended (or were killed after the grace)
+            status, name = stop.status, stop.name
+        else:  # torchrun alone was signalled (kill of its pid): it ended the ranks and exited 128 + N
+            name = {128 + s: f"{s.name} (sent to torchrun)" for s in process.STOP_SIGNALS}.get(status)
+        with open(error_file, encoding="utf-8", errors="replace") as f:
+            reason = fairseq_error(f.read())  # a rank's own line (a full disk names the file), else ''
+    finally:
+        os.remove(error_file)
+    sys.stdout.flush()
     if name:
-        sys.stdout.flush()
         say_to_stderr(f"error: stopped by {name}; {resume_from(run.config.SAVE_DIR)}")
+    elif status:  # a rank failed: torchrun's summary above says which; the last line says why and how to go on
+        say_to_stderr(f"error: {reason or f'a rank failed (exit {status}): its error is above'}; "
+                      f"{resume_from(run.config.SAVE_DIR)}")
     return status
 
 
