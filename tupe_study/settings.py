@@ -330,18 +330,20 @@ def variant_entries(text: str) -> List[Tuple[str, Optional[Tuple[int, ...]]]]:
     out: List[Tuple[str, Optional[Tuple[int, ...]]]] = []
     given: Dict[str, str] = {}  # name -> the entry that gave it
     for entry in _entries(text):
-        m = re.fullmatch(r"([a-z0-9_-]+)(?::([0-9]+(?:,[0-9]+)*))?", entry)
-        if not m and "+" in entry:
+        if "+" in entry:
             raise UsageError(f"VARIANTS entry '{entry}': the objectives are chosen for every variant with OBJECTIVES "
                              "(e.g. OBJECTIVES=\"mlm electra\"), not in VARIANTS")
-        if not m:
+        try:
+            ((label, seeds),) = split_variants(entry)  # the one grammar of an entry
+        except ValueError:
+            label = ""
+        if not re.fullmatch(r"[a-z0-9_-]+", label):
             raise UsageError(f"VARIANTS entry '{entry}': write NAME or NAME:SEED,SEED (e.g. bert-a:1,2), or all")
-        name = m.group(1).replace("_", "-")
+        name = label.replace("_", "-")
         if name in given:
             raise UsageError(f"VARIANTS entries '{given[name]}' and '{entry}' name {name} twice: name each variant "
                              "once (with its own seeds, NAME:1,2, if it has them)")
         given[name] = entry
-        seeds = tuple(int(s) for s in m.group(2).split(",")) if m.group(2) else None
         if seeds is not None:
             check_once(f"VARIANTS entry '{entry}'", seeds, "seed")
         out.append((name, seeds))
