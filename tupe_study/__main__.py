@@ -257,7 +257,7 @@ def plan_power(pilot: str) -> int:
         names = dict.fromkeys(m for e in endpoints for m in (e.a, e.b))
         seeds = {n: tuple(c.PRETRAIN_SEEDS) if seeds_set else (1, 2) for n in names}
         models = 0
-    check_models(endpoints, seeds, c.ENDPOINTS.split())
+    check_models(endpoints, seeds)
     unknown = [n for n in dict.fromkeys(m for e in endpoints for m in (e.a, e.b)) if n not in known]
     if unknown:
         raise UsageError(f"ENDPOINTS: '{unknown[0]}' is not a registered variant; the registered ones, in registry "

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional, Sequence
 
 from tupe_common.errors import UsageError
@@ -28,6 +28,12 @@ class Endpoint:
     a: str
     b: str
     target: str = ""  # updates_to's: bits as written, or "halfway"; "" for the other measures
+    written: str = field(default="", compare=False)  # the entry as the user wrote it (messages); "" when read back
+
+    @property
+    def entry(self) -> str:
+        """The entry for messages: as written when it was parsed from ENDPOINTS, else as ``text`` gives it."""
+        return self.written or self.text
 
     @property
     def key(self) -> str:
@@ -83,20 +89,19 @@ def parse_declaration(text: str) -> List[Endpoint]:
         problem = _target_error(measure, target)
         if problem:
             raise UsageError(f"ENDPOINTS entry '{entry}': {problem}")
-        e = Endpoint(measure, a, b, target or "")
+        e = Endpoint(measure, a, b, target or "", written=entry)
         if any(_same(e, f) for f in out):
             raise UsageError(f"ENDPOINTS entry '{entry}' is given twice")
         out.append(e)
-    refuse_repeated_questions(text.split(), out)
+    refuse_repeated_questions(out)
     return out
 
 
-def check_models(endpoints: Sequence[Endpoint], seeds: Mapping[str, Sequence[int]],
-                 entries: Optional[Sequence[str]] = None) -> None:
+def check_models(endpoints: Sequence[Endpoint], seeds: Mapping[str, Sequence[int]]) -> None:
     """A UsageError unless A and B of every endpoint are two of the study's MLM models (``seeds``: each with its
-    pre-training seeds) that share at least 2 seeds (a t-test needs 2). ``entries``: the endpoints as written, for
-    the message (default: as parsed)."""
-    for entry, e in zip(entries or [e.text for e in endpoints], endpoints):
+    pre-training seeds) that share at least 2 seeds (a t-test needs 2)."""
+    for e in endpoints:
+        entry = e.entry
         for name in (e.a, e.b):
             if name not in seeds:
                 raise UsageError(f"ENDPOINTS entry '{entry}': '{name}' is not an MLM model of this study "
@@ -111,7 +116,7 @@ def parse_endpoints(text: str, seeds: Mapping[str, Sequence[int]]) -> List[Endpo
     """ENDPOINTS -> its endpoints (``parse_declaration``), checked against the study's MLM models and their
     pre-training seeds ``seeds`` (``check_models``)."""
     endpoints = parse_declaration(text)
-    check_models(endpoints, seeds, text.split())
+    check_models(endpoints, seeds)
     return endpoints
 
 
@@ -120,13 +125,13 @@ def _same(e: Endpoint, f: Endpoint) -> bool:
     return (e.measure, e.a, e.b, e.target_bits(-1.0)) == (f.measure, f.a, f.b, f.target_bits(-1.0))
 
 
-def refuse_repeated_questions(entries: Sequence[str], endpoints: Sequence[Endpoint]) -> None:
+def refuse_repeated_questions(endpoints: Sequence[Endpoint]) -> None:
     """One question asked twice in one declaration is a UsageError naming both entries: ``final_loss:tupe-r:bert-a``
     and ``final_loss:bert-a:tupe-r`` are one two-sided test of the same pair on the same measure (its p-value is the
-    same), so the family would count it twice and Holm's correction would be wrong. ``entries``: the written
-    entries, one per endpoint."""
+    same), so the family would count it twice and Holm's correction would be wrong."""
     asked: Dict[tuple, str] = {}  # (measure, target, {A, B}) -> the entry that asked it
-    for entry, e in zip(entries, endpoints):
+    for e in endpoints:
+        entry = e.entry
         question = (e.measure, e.target_bits(-1.0), frozenset((e.a, e.b)))
         if question in asked:
             raise UsageError(f"ENDPOINTS entries '{asked[question]}' and '{entry}' ask one question ({e.measure} of "

@@ -54,7 +54,7 @@ class ReportSpec:
 
     def check(self, seeds: Mapping[str, Sequence[int]]) -> None:
         """A UsageError unless every comparison is of two MLM models of the study sharing 2 or more seeds."""
-        check_models(self.endpoints, seeds, self.text.split() if self.endpoints else None)
+        check_models(self.endpoints, seeds)
 
     def to_json(self) -> Dict[str, Any]:
         return {"version": VERSION, "endpoints_text": self.text,
