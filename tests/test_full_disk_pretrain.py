@@ -130,3 +130,37 @@ def test_a_full_disk_with_several_processes_ends_with_the_ranks_line_and_the_rer
                            text=True, timeout=300)  # the disk has room again
     assert again.returncode == 0, again.stderr[-3000:]
     assert "Loaded checkpoint" in again.stdout + again.stderr and updates(save / "checkpoint_last.pt") == 9
+
+
+def test_a_save_retried_after_a_failed_write_is_a_checkpoint_that_loads(tmp_path, monkeypatch):
+    """fairseq tries a failed save again (3 attempts, 2.5 s apart) into the same open file, after the bytes the failed
+    attempt wrote: a retry that succeeds gives a file torch cannot load, renamed as whole. The plugin's save writes
+    each attempt afresh (the file loads); a full disk is not tried again (one attempt, no wait)."""
+    import errno
+
+    import torch
+
+    from tupe_common.io import DiskFullError
+    from tupe_plugin import full_disk
+
+    calls = []
+    real_save = torch.save
+
+    def flaky(obj, f, *args, **kwargs):  # the first attempt writes part of the file, then fails as a network FS may
+        calls.append(1)
+        if len(calls) == 1 or kind == errno.ENOSPC:
+            f.write(b"x" * 1000)
+            raise OSError(kind, os.strerror(kind))
+        return real_save(obj, f, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "save", flaky)
+    monkeypatch.setattr(full_disk, "RETRY_S", 0.01)
+    kind, target = errno.EIO, tmp_path / "checkpoint_1_2.pt"
+    full_disk.torch_persistent_save({"w": torch.arange(5)}, str(target))
+    assert len(calls) == 2 and not (tmp_path / "checkpoint_1_2.pt.tmp").exists()
+    assert torch.equal(torch.load(target, weights_only=False)["w"], torch.arange(5))  # fairseq's own: UnpicklingError
+    calls.clear()
+    kind = errno.ENOSPC
+    with pytest.raises(DiskFullError):
+        full_disk.torch_persistent_save({"w": torch.arange(5)}, str(tmp_path / "checkpoint_1_4.pt"))
+    assert len(calls) == 1 and not list(tmp_path.glob("checkpoint_1_4.pt*"))

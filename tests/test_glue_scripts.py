@@ -561,7 +561,7 @@ def test_a_full_disk_while_a_run_saves_its_checkpoint_fails_it_alone_and_the_rer
     where the OS raises it, as in tests/test_full_disk_pretrain.py): the run (the grid's finetune.sh) ends with one
     line naming the file, exit 1, the half-written file removed and nothing finished-looking; the grid says which
     run failed, exit 1, and a finished run of the grid is kept. The same command with room again trains the run as
-    an uninterrupted one (rte_run), loss for loss. (fairseq retries a failed save twice, 2.5 s apart: 5 s of this test.)"""
+    an uninterrupted one (rte_run), loss for loss."""
     import shutil
 
     from test_full_disk_pretrain import SITECUSTOMIZE

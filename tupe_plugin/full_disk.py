@@ -6,13 +6,18 @@ could leave ``checkpoint_last.pt`` cut short (the previous one overwritten), and
 the save's partial file is removed, the copy is written under a temporary name and renamed when whole (so the
 previous ``checkpoint_last.pt`` stays), and the training process ends with ``fairseq-train: error: PATH: no space
 left on its disk while writing it ...`` and exit 1; the rerun resumes from the last checkpoint that was saved whole.
+fairseq's retries of a failed save (3 attempts, 2.5 s apart) wrote into the same open file after the failed
+attempt's bytes; here each attempt writes a fresh file, and a full disk is not retried.
 """
 from __future__ import annotations
 
+import logging
 import os
 import sys
+import time
 from typing import Any
 
+import torch
 from fairseq import checkpoint_utils
 from fairseq.file_io import PathManager
 
@@ -21,18 +26,36 @@ from tupe_common.io import DiskFullError, full_disk, raise_if_full, remove_if_ex
 
 _save = checkpoint_utils.torch_persistent_save
 _copy = PathManager.copy
+ATTEMPTS, RETRY_S = 3, 2.5  # fairseq's: a save that fails for another reason (a network file system) is tried again
+logger = logging.getLogger(__name__)
 
 
 def torch_persistent_save(obj: Any, filename: str, async_write: bool = False) -> None:
-    try:
-        return _save(obj, filename, async_write)
-    except Exception as e:  # noqa: BLE001  torch's zip writer reports a full disk in its own error type
-        if full_disk(e) is None:
-            raise
-        remove_if_exists(filename + ".tmp")  # the atomic save's partial file
-        if async_write or not PathManager.supports_rename(filename):
-            remove_if_exists(filename)  # written in place: what there is of it is partial
-        raise_if_full(e, filename)
+    """fairseq's save, with a fresh ``filename.tmp`` for each of its 3 attempts (fairseq retried into the same open
+    file after a failed write, so a retry that succeeded left the first attempt's bytes before the checkpoint: a file
+    torch cannot load, renamed as whole) and none after a full disk (it stays full: one line, at once)."""
+    if async_write or not PathManager.supports_rename(filename):  # written in place: fairseq's own path
+        try:
+            return _save(obj, filename, async_write)
+        except Exception as e:  # noqa: BLE001  torch's zip writer reports a full disk in its own error type
+            if full_disk(e) is None:
+                raise
+            remove_if_exists(filename)  # what there is of it is partial
+            raise_if_full(e, filename)
+    tmp = filename + ".tmp"
+    for attempt in range(ATTEMPTS):
+        try:
+            with PathManager.open(tmp, "wb") as f:
+                torch.save(obj, f)
+            break
+        except Exception as e:  # noqa: BLE001
+            remove_if_exists(tmp)
+            raise_if_full(e, filename)
+            if attempt == ATTEMPTS - 1:
+                raise
+            logger.warning(f"saving {filename} failed ({e}); trying again in {RETRY_S} s")
+            time.sleep(RETRY_S)
+    PathManager.rename(tmp, filename)
 
 
 def copy(src_path: str, dst_path: str, overwrite: bool = False) -> bool:
