@@ -11,11 +11,11 @@ import psutil
 import pytest
 
 CODE = """
-import sys, types
-from tupe_pretrain.pretrain import supervise
-run = types.SimpleNamespace(config=types.SimpleNamespace(SAVE_DIR=sys.argv[1]))
+import sys
+from tupe_pretrain.pretrain import say_to_stderr
+from tupe_pretrain.torchrun import supervise
 cmd = ["torchrun", "--standalone", "--nproc-per-node", "1", "--no-python", "sleep", "120"]
-sys.exit(supervise(run, cmd, dict(__import__("os").environ)))
+sys.exit(supervise(sys.argv[1], cmd, dict(__import__("os").environ), say_to_stderr))
 """
 
 

@@ -27,9 +27,8 @@ from tupe_common.jobs import cuda_device_count, stderr_say
 from tupe_common.lock import RunLock, folder_lock, handed_to_children, handed_to_exec, hold, refuse_if_held
 from tupe_pretrain.recipe import recipe
 from tupe_common.tunables import Say, Settings, setting
-from tupe_pretrain.check_resume import last_checkpoint, resume_from
-from tupe_common.fairseq_exit import ERROR_FILE_ENV
-from tupe_pretrain.torchrun import PARENT
+from tupe_pretrain.check_resume import last_checkpoint
+from tupe_pretrain.torchrun import supervise
 
 PROG = command_name("pretrain.sh")
 MLM, ELECTRA = recipe("mlm"), recipe("electra")
@@ -515,46 +514,10 @@ def usage() -> str:
             f"Environment (default, meaning):\n{tunables.usage_rows(PretrainConfig.tunables())}")
 
 
-def supervise(run: Run, cmd: List[str], environ: Dict[str, str]) -> int:
-    """Run torchrun's command as a child (``tupe_pretrain/torchrun.py``: torch's torchrun, whose stop is its exit
-    status, not a traceback) and wait for it: its exit status. A stop (SIGTERM from scancel or kill, Ctrl-C's SIGINT)
-    is passed on to torchrun, which ends the ranks (rank 0 says at which update, tupe_plugin/graceful_stop.py);
-    once they ended, the last line says what stopped the run and the checkpoint the rerun resumes from, and the
-    exit status is 128 + the signal's number (``tupe_common.process``). This process stays the holder of SAVE_DIR's
-    lock (its heartbeat thread lives on) and releases it at the end, a stop's included."""
-    import tempfile
-
-    from tupe_common import process
-    from tupe_tools.errors import fairseq_error
-
-    argv = [sys.executable, "-m", "tupe_pretrain.torchrun", *cmd[1:]]
-    fd, error_file = tempfile.mkstemp(prefix="tupe-rank-error-", suffix=".txt")  # not in SAVE_DIR: its disk may be full
-    os.close(fd)
-    try:
-        try:
-            status = process.run(argv, env={**environ, PARENT: str(os.getpid()), ERROR_FILE_ENV: error_file})
-        except process.Stopped as stop:  # the ranks and torchrun ended (or were killed after the grace)
-            status, name = stop.status, stop.name
-        else:  # torchrun alone was signalled (kill of its pid): it ended the ranks and exited 128 + N
-            name = {128 + s: f"{s.name} (sent to torchrun)" for s in process.STOP_SIGNALS}.get(status)
-        with open(error_file, encoding="utf-8", errors="replace") as f:
-            reason = fairseq_error(f.read())  # a rank's own line (a full disk names the file), else ''
-    finally:
-        os.remove(error_file)
-    sys.stdout.flush()
-    if name:
-        say_to_stderr(f"error: stopped by {name}; {resume_from(run.config.SAVE_DIR)}")
-    elif status:  # a rank failed: torchrun's summary above says which; the last line says why and how to go on
-        say_to_stderr(f"error: {reason or f'a rank failed (exit {status}): its error is above'}; "
-                      f"{resume_from(run.config.SAVE_DIR)}")
-    return status
-
-
-
 def main(argv: Optional[Sequence[str]] = None, environ: Mapping[str, str] = os.environ) -> int:
     """pretrain.sh: settings from the environment, arguments appended to fairseq-train's; replaces this process
     with the command (fairseq-train, srun: so the launcher's signals reach it), or, for torchrun, runs it as a child
-    and waits (:func:`supervise`)."""
+    and waits (:func:`tupe_pretrain.torchrun.supervise`)."""
     from tupe_preprocess.c4_data import DataError
     from tupe_preprocess.c4_data import log as data_log
 
@@ -588,7 +551,7 @@ def main(argv: Optional[Sequence[str]] = None, environ: Mapping[str, str] = os.e
         child = {**tunables.child_environ(environ, PretrainConfig.names()),  # fairseq reads none of pretrain.sh's
                  **launch_environment(run)}
         if run.launcher == "torchrun":
-            return supervise(run, cmd, handed_to_children(run.lock, child))
+            return supervise(run.config.SAVE_DIR, cmd, handed_to_children(run.lock, child), say_to_stderr)
         # the pid, and so SAVE_DIR's lock, stays; fairseq-train's plugin keeps it (tupe_plugin/run_lock.py)
         os.execvpe(cmd[0], cmd, handed_to_exec(run.lock, child))
     finally:

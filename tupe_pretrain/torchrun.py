@@ -17,6 +17,9 @@ from __future__ import annotations
 import os
 import signal
 import sys
+from typing import Callable, Dict, List
+
+from tupe_common.fairseq_exit import ERROR_FILE_ENV
 
 PARENT = "TUPE_TORCHRUN_PARENT"  # the pid of the pretrain.py that waits for this process
 
@@ -34,6 +37,45 @@ def end_with_parent() -> None:
         return
     if os.getppid() != int(parent):  # it died before the call
         os.kill(os.getpid(), signal.SIGTERM)
+
+
+def supervise(save_dir: str, cmd: List[str], environ: Dict[str, str], say: Callable[[str], None]) -> int:
+    """pretrain.py's torchrun: run torchrun's command ``cmd`` as a child (this module's :func:`main`) and wait for
+    it: its exit status. A stop (SIGTERM from scancel or kill, Ctrl-C's SIGINT)
+    is passed on to torchrun, which ends the ranks (rank 0 says at which update, tupe_plugin/graceful_stop.py);
+    once they ended, the last line says what stopped the run and the checkpoint the rerun resumes from, and the
+    exit status is 128 + the signal's number (``tupe_common.process``). This process stays the holder of SAVE_DIR's
+    lock (its heartbeat thread lives on) and releases it at the end, a stop's included. A rank that failed: the last
+    line repeats its reason (``ERROR_FILE_ENV``) and the checkpoint the rerun resumes from. ``say``: a line on
+    stderr with the caller's name."""
+    import tempfile
+
+    from tupe_common import process
+    from tupe_pretrain.check_resume import resume_from
+    from tupe_tools.errors import fairseq_error
+
+    argv = [sys.executable, "-m", "tupe_pretrain.torchrun", *cmd[1:]]
+    fd, error_file = tempfile.mkstemp(prefix="tupe-rank-error-", suffix=".txt")  # not in SAVE_DIR: its disk may be full
+    os.close(fd)
+    try:
+        try:
+            status = process.run(argv, env={**environ, PARENT: str(os.getpid()), ERROR_FILE_ENV: error_file})
+        except process.Stopped as stop:  # the ranks and torchrun ended (or were killed after the grace)
+            status, name = stop.status, stop.name
+        else:  # torchrun alone was signalled (kill of its pid): it ended the ranks and exited 128 + N
+            name = {128 + s: f"{s.name} (sent to torchrun)" for s in process.STOP_SIGNALS}.get(status)
+        with open(error_file, encoding="utf-8", errors="replace") as f:
+            reason = fairseq_error(f.read())  # a rank's own line (a full disk names the file), else ''
+    finally:
+        os.remove(error_file)
+    sys.stdout.flush()
+    if name:
+        say(f"error: stopped by {name}; {resume_from(save_dir)}")
+    elif status:  # a rank failed: torchrun's summary above says which; the last line says why and how to go on
+        say(f"error: {reason or f'a rank failed (exit {status}): its error is above'}; "
+                      f"{resume_from(save_dir)}")
+    return status
+
 
 
 def main() -> int:
