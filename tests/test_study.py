@@ -718,6 +718,21 @@ def test_an_unfinished_pre_training_is_named_and_left_out_and_a_missing_one_is_n
     assert "** B did not end at least 1 bit(s) below" in warning  # B alone: not C, not D
 
 
+def test_a_pre_training_without_its_done_marker_is_not_read_as_finished(tmp_path):
+    """A pre-training that validated at its last update and then failed to save (a full disk) has every validation
+    line of a finished one but no pretrain.done: its losses are left out and it is named, not read as a final loss
+    (the GPU study counted such a seed in its declared comparisons)."""
+    out = tmp_path / "study"
+    make_study(out)
+    (out / "pretrain" / "B" / "seed1" / "pretrain.done").unlink()
+    assert sr.main([str(out), "--variants", "A B C", "--total-updates", "100", "--resamples", "200"]) == 0
+    problems = (out / "report.md").read_text().split("## Missing parts and problems")[1]
+    assert (f"B seed 1: pre-training not finished (no pretrain.done beside {out}/pretrain/B/seed1/train.log: it is "
+            "running, was stopped or failed): its losses are left out until it finishes") in problems
+    rows = {r["variant"]: r for r in csv.DictReader((out / "study.csv").open())}
+    assert rows["B"]["final_valid_loss"] == "" and float(rows["A"]["final_valid_loss"]) == pytest.approx(0.9)
+
+
 def test_a_study_that_fine_tunes_nothing_misses_no_fine_tuning_run(tmp_path):
     """TASKS=none (the GPU study's default): the report stage passes --finetune-grid none, and no model seed is named
     for lacking a fine-tuning run; without it, every one is."""
