@@ -167,6 +167,8 @@ def test_a_record_without_the_variant_resumes_and_gets_it(tmp_path):
                          "--added-setting=VARIANT=tupe-r"]) == 2  # recorded now: compared
     assert check_resume([str(tmp_path), "--setting=ARCH=bert_a_tiny", "--setting=LR=2e-4",
                          "--added-setting=VARIANT=bert-a"]) == 2
+    assert check_resume([str(tmp_path), "--setting=ARCH=bert_a_tiny", "--setting=LR=0.0001",
+                         "--added-setting=VARIANT=bert-a"]) == 0  # one value, however spelt (it was refused)
 
 
 def test_the_request_keeps_its_autos_and_the_resolved_run_has_none():

@@ -35,6 +35,7 @@ from typing import List, Mapping, Optional, Tuple
 from tupe_common.io import atomic_path, file_hash, need, read_json, write_json
 from tupe_common.log import setup_logging
 from tupe_common.errors import exit_main
+from tupe_common.numbers import same_number
 
 LAST = "checkpoint_last.pt"
 SETTINGS = "settings.json"
@@ -95,6 +96,11 @@ def main(argv=None) -> int:
     return check(args.save_dir, record, on_change=args.on_change, dry_run=args.dry_run)
 
 
+def same_setting(recorded: object, now: object) -> bool:
+    """One value, however spelt: ``LR=1e-3`` in the record and ``0.001`` now (``tupe_common.numbers.same_number``)."""
+    return recorded == now or (isinstance(recorded, str) and isinstance(now, str) and same_number(recorded, now))
+
+
 def check(save_dir: str, record: RunRecord = RunRecord(), on_change: str = "refuse", dry_run: bool = False) -> int:
     """The check of the module docstring on ``save_dir``, its ``record`` kept in ``SAVE_DIR/settings.json`` (an
     empty one: none kept); the exit status: 0 go on, 2 refused, 1 nothing intact to resume."""
@@ -111,7 +117,7 @@ def check(save_dir: str, record: RunRecord = RunRecord(), on_change: str = "refu
         old = read_json(path)
         if old is not None and (os.path.exists(last) or others):
             diff = [f"{k}: {old.get(k)!r} in the run, {settings.get(k)!r} now"
-                    for k in sorted(set(old) | set(settings)) if old.get(k) != settings.get(k)
+                    for k in sorted(set(old) | set(settings)) if not same_setting(old.get(k), settings.get(k))
                     and not (k in added and k not in old)]
             if diff and on_change == "refuse":
                 log.error(f"{save_dir} holds a run with other settings ({'; '.join(diff)}). Start fresh "
