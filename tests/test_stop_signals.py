@@ -304,3 +304,30 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def test_a_closed_terminals_sighup_saves_the_update_it_finished(lm_bin, tmp_path):
+    """SIGHUP to pretrain.sh's whole process group (a terminal or ssh session that closes): fairseq-train finishes its
+    update, saves checkpoint_last.pt at it and exits 129 with the line; SAVE_DIR's lock is released. (It was the
+    signal's default: the run died without a save and left its lock.)"""
+    import torch
+
+    save = tmp_path / "ckpt"
+    p = start([str(ROOT / "train_scripts" / "pretrain.sh")], script_env(**TINY, DATA=str(lm_bin), SAVE_DIR=str(save)),
+              cwd=ROOT)
+    out = []
+    reader = threading.Thread(target=lambda: out.extend(p.stdout), daemon=True)
+    reader.start()
+    wait_for(lambda: len(logged_updates("".join(out))) >= 2 or p.poll() is not None, 120, "no update logged")
+    assert p.poll() is None, p.stderr.read()[-3000:]
+    os.killpg(p.pid, signal.SIGHUP)  # start() made it the leader of its own session, as a terminal's shell does
+    err = p.stderr.read()
+    p.wait(30)
+    reader.join(10)
+    assert p.returncode == 129, (p.returncode, err[-3000:])
+    m = re.fullmatch(rf"fairseq-train: error: stopped by SIGHUP after update (\d+): saved {save}/checkpoint_last.pt "
+                     r"at update \1; rerun the same command to resume from it", err.rstrip().splitlines()[-1])
+    assert m, err[-3000:]
+    state = torch.load(save / "checkpoint_last.pt", map_location="cpu", weights_only=False)
+    assert state["optimizer_history"][-1]["num_updates"] == int(m.group(1))
+    assert not list(save.glob(".run.lock*"))

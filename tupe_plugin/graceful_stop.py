@@ -1,6 +1,7 @@
 """A clean stop of a one-process ``fairseq-train`` (``pretrain.sh`` execs it; so do the study's pre-trainings):
-SIGTERM (``scancel``, a time limit, a pre-emption, ``kill``) or SIGINT (Ctrl-C) lets the update under way finish,
-saves ``checkpoint_last.pt`` at it, and exits 143 / 130 with one line naming the update and how to resume::
+SIGTERM (``scancel``, a time limit, a pre-emption, ``kill``), SIGINT (Ctrl-C) or SIGHUP (the terminal or ssh
+session closed) lets the update under way finish, saves ``checkpoint_last.pt`` at it, and exits 143 / 130 / 129 with
+one line naming the update and how to resume::
 
     fairseq-train: error: stopped by SIGTERM after update 7: saved ckpt/checkpoint_last.pt at update 7; rerun the
     same command to resume from it
@@ -36,7 +37,7 @@ import sys
 import threading
 from typing import Dict, Optional, Tuple
 
-SIGNALS = (signal.SIGTERM, signal.SIGINT)
+SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 PROG = "fairseq-train"
 TRAINING_ENTRIES = ("fairseq_cli.train", "fairseq_cli.hydra_train")  # python -m of fairseq's own
 # set to True by a module run as __main__ that trains with fairseq (tupe_pretrain.fairseq_train, tupe_glue.fairseq_train)
@@ -148,14 +149,14 @@ def _watch_signals() -> None:
 
 
 def install() -> None:
-    """The handlers of SIGTERM and SIGINT in this (main) process; once."""
+    """The handlers of the stop signals (SIGNALS) in this (main) process; once."""
     global _owner
     if _owner == os.getpid() or threading.current_thread() is not threading.main_thread():
         return
     _owner = os.getpid()
     for sig in SIGNALS:
         previous = signal.getsignal(sig)
-        if previous == signal.SIG_IGN:  # nohup, a background job's SIGINT: stays ignored
+        if previous == signal.SIG_IGN:  # nohup's SIGHUP, a background job's SIGINT: stays ignored
             continue
         _previous[sig] = previous
         signal.signal(sig, _handle)

@@ -7,7 +7,7 @@ Why: fairseq's own inference from the launcher's environment breaks on CPU (rank
 zero; with the default --distributed-world-size 1 every process silently trains alone into the same save dir).
 This wrapper passes rank, device and init method explicitly, the same way for torchrun and srun, CPU (gloo) and
 GPU (nccl), and refuses to start when the launcher's world size is not the one the command was built for.
-fairseq-train runs as a child: the launcher's SIGTERM or SIGINT is passed on to it as SIGTERM (it saves and
+fairseq-train runs as a child: the launcher's SIGTERM, SIGINT or SIGHUP is passed on to it as SIGTERM (it saves and
 stops), and its status counts as tupe_common.fairseq_exit says (an abort at exit after a finished run is 0)."""
 from __future__ import annotations
 
@@ -85,8 +85,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         def pass_on(signum: int, frame: object) -> None:
             child.send_signal(signal.SIGTERM)  # fairseq-train (tupe_plugin.graceful_stop) saves and stops
 
-        signal.signal(signal.SIGTERM, pass_on)
-        signal.signal(signal.SIGINT, pass_on)
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            if signal.getsignal(sig) != signal.SIG_IGN:  # nohup's SIGHUP stays ignored
+                signal.signal(sig, pass_on)
         status = child.wait()  # a handled signal interrupts the wait, which goes on (PEP 475) for the child's status
         return finished_status(128 - status if status < 0 else status, done_file, say)
     finally:
