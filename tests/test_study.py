@@ -1243,10 +1243,10 @@ def test_tiny_study_list_says_every_part_is_done(tiny_study):
     assert all(line.endswith("\tdone") for line in listing), listing
 
 
-def test_tiny_study_one_run_per_folder_and_readers_beside_a_live_lock(tiny_study, monkeypatch, capsys):
+def test_tiny_study_one_run_per_folder_and_readers_beside_a_live_lock(tiny_study, monkeypatch, capsys, tmp_path):
     """The study left no lock (OUT's, its parts', the C4 OUT_DIR's). With live locks planted (pid 1 on this host) on
     OUT and on the pre-training's folder (pretrain.sh's SAVE_DIR lock: the study's route takes the same file),
-    --list reads beside them (the report, --archive and --plan take none either); a whole study.sh on OUT and
+    --list, --report, --archive and --plan read beside them and write no settings.env; a whole study.sh on OUT and
     --part pretrain 0 are refused at once, exit 2, naming the holder (tupe_common/lock.py). study.sh's function in
     this process (the shell file runs in the tests above)."""
     from tupe_study.__main__ import main
@@ -1262,9 +1262,15 @@ def test_tiny_study_one_run_per_folder_and_readers_beside_a_live_lock(tiny_study
     planted = [out / lock.LOCK_NAME, Path(save_dir_lock(str(out / "pretrain" / "nope" / "seed1")))]
     for path in planted:
         path.write_text(live)
+    declared = (out / "settings.env").read_bytes()
     try:
         assert main(["--list"]) == 0
         assert all(line.endswith("\tdone") for line in capsys.readouterr().out.splitlines())
+        assert main(["--report"]) == 0 and main(["--archive", str(tmp_path / "evidence")]) == 0  # readers
+        assert (tmp_path / "evidence" / "manifest.json").is_file()
+        assert main(["--plan", str(out)]) == 2  # a reader too: here refused for the study's own reason
+        assert "--plan needs ENDPOINTS" in capsys.readouterr().err
+        assert (out / "settings.env").read_bytes() == declared  # no reader writes the declaration
         for args, folder in (([], out), (["--part", "pretrain", "0"], out / "pretrain" / "nope" / "seed1")):
             assert main(args) == 2, args
             last = capsys.readouterr().err.strip().splitlines()[-1]
@@ -1836,7 +1842,9 @@ def test_a_full_disk_while_a_study_pre_trains_is_named_and_the_rerun_matches_the
     assert (f"study.sh: error: pre-training nope seed 1 failed: {written}: no space left on its disk while writing it "
             f"(the half-written file is removed); free space there, or write to a folder on another disk; log "
             f"{seed / 'train.log'}\n") in first.stderr, first.stderr[-3000:]
-    assert first.stderr.rstrip().splitlines()[-1] == "study.sh: 1 part(s) failed (rerun to retry them): pretrain nope 1"
+    assert first.stderr.rstrip().splitlines()[-1] == (
+        "study.sh: error: 1 part(s) failed: pretrain nope 1; rerun the same command to resume (finished parts are "
+        "skipped; a pre-training resumes from its checkpoint_last.pt)")
     assert not list(seed.glob("*.tmp")) and not written.exists() and not (seed / "pretrain.done").exists()
     from tupe_pretrain.check_resume import num_updates
 

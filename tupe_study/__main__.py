@@ -221,7 +221,7 @@ def run_all(plan: Plan, lanes: int = 1, only: Optional[Sequence[str]] = None) ->
         failed += run_stages_in_lanes(plan, in_lanes, lanes)
     run_part(plan, BY_NAME["report"], ())
     if failed:
-        note(f"{len(failed)} part(s) failed (rerun to retry them): {'; '.join(failed)}")
+        note(f"error: {len(failed)} part(s) failed: {'; '.join(failed)}; {RESUME_PARTS}")
         return 1
     note(f"done: {plan.path('report.md')}")
     return 0
@@ -347,11 +347,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 check_reportable(plan)
         if mode == "archive":
             check_reportable(plan)
-            check_settings(plan)
+            check_settings(plan, write=False)
             return write_archive(plan, dest)
         # one whole study per OUT (tupe_study.locks), taken before settings.env is written; its parts hold their own
         with hold_study(plan) if mode == "all" else contextlib.nullcontext():
-            check_settings(plan)
+            check_settings(plan, write=not (mode == "part" and stage.name == "report"))  # the report: a reader
             n_ft = len(plan.finetune_parts())
             note(f"{plan.models_text()}, {len(plan.pretrain_parts())} pre-training run(s) of "
                  f"{plan.config.TOTAL_UPDATES} updates (validation every {plan.valid_interval}); {n_ft} fine-tuning "

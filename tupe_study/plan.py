@@ -276,13 +276,12 @@ class Plan:
         return " ".join(f"{e.label}:{','.join(map(str, e.seeds))}" for e in self.variants)
 
 
-def check_settings(plan: Plan) -> None:
+def check_settings(plan: Plan, write: bool = True) -> None:
     """The recorded settings of OUT, the study's declaration: written by the first run, before any part, under a
     first line saying when and at which commit (``# declared ...``); a run whose settings mean otherwise is
-    refused (tupe_study.settings.changed_settings)."""
+    refused (tupe_study.settings.changed_settings). A reader (the report, the archive: ``write`` False) checks and
+    writes nothing, so it may run beside a study that holds OUT."""
     now, path = recorded_text(plan.config), plan.path("settings.env")
-    os.makedirs(plan.out, exist_ok=True)
-
     if os.path.isfile(path):
         with open(path, encoding="utf-8") as f:
             recorded = f.read()
@@ -290,7 +289,8 @@ def check_settings(plan: Plan) -> None:
         if diff:
             raise refusal(path, diff, "this run's settings", "a study compares its variants under the one design it "
                           "declared: use another OUT, or set these back")
-        if merged_text(recorded, now) != recorded:  # e.g. the first run with ELECTRA records its settings
+        if write and merged_text(recorded, now) != recorded:  # e.g. the first run with ELECTRA records its settings
             write_text(path, merged_text(recorded, now))
-    else:
+    elif write:
+        os.makedirs(plan.out, exist_ok=True)
         write_text(path, declared_comment(datetime.now(timezone.utc), code_version()) + now)
