@@ -284,7 +284,12 @@ def killed_run(lm_bin, tmp_path_factory):
             assert job.poll() is None, first.read_text()[-4000:]
             assert time.time() < deadline, first.read_text()[-4000:]
             time.sleep(0.2)
-        job.send_signal(signal.SIGUSR1)  # what SLURM sends 300 s before the time limit (--signal=B:USR1@300)
+        # what SLURM sends before the time limit: the signal the script asks for (#SBATCH --signal=B:NAME@SECONDS;
+        # B: to the batch shell, whose trap this is)
+        asked = re.search(r"^#SBATCH --signal=B:([A-Z0-9]+)@\d+$", (ROOT / "train_scripts" / "pretrain.sbatch").read_text(),
+                          re.M)
+        assert asked, "pretrain.sbatch asks SLURM for no signal to its batch shell"
+        job.send_signal(getattr(signal, "SIG" + asked.group(1)))
         assert job.wait(timeout=60) == 0, first.read_text()[-4000:]
     finally:
         if job.poll() is None:
