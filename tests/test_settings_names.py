@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -194,8 +195,13 @@ def c4_folder(tmp_path_factory) -> Path:
 
 
 def study(tmp: Path, c4: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
-    return run([ROOT / "train_scripts" / "study.sh", *args], tmp,
-               **{"PRESET": "tiny", "VARIANTS": "nope", "GPUS": "0", "C4_DIR": str(c4), "TASKS": "none", **env})
+    """What study.sh runs (python -m tupe_study), forked from the tests' warm interpreter (conftest.run)."""
+    from conftest import run as run_cli
+
+    full = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "TUPE_"))}
+    full.update({"OMP_NUM_THREADS": "1", "PRESET": "tiny", "VARIANTS": "nope", "GPUS": "0", "C4_DIR": str(c4),
+                 "TASKS": "none", **env})
+    return run_cli([sys.executable, "-m", "tupe_study", *args], tmp, check=False, timeout=300, env=full)
 
 
 @pytest.mark.usefixtures("starts_process")

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 
@@ -219,13 +218,15 @@ def test_plan_needs_only_the_endpoints(pilot, monkeypatch, capsys):
 def test_the_command_refuses_another_design_with_one_error_line_last(tmp_path, starts_process):
     """python -m study: the first run (--slurm: records, trains nothing) declares, at this checkout's commit; a rerun
     with other seeds exits 2, the differing lines first and the error line last."""
+    from conftest import run as run_cli
+
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
     env.update(PRESET="tiny", OUT=str(tmp_path / "study"), TASKS="none", VARIANTS="nope bert-a", C4_DIR=str(tmp_path),
                PRETRAIN_SEEDS="1 2", GPUS="0")
 
-    def run(**changed):
-        return subprocess.run([sys.executable, "-m", "tupe_study", "--slurm"], cwd=ROOT, env=dict(env, **changed),
-                              capture_output=True, text=True, timeout=300)
+    def run(**changed):  # forked from the tests' warm interpreter (conftest.run)
+        return run_cli([sys.executable, "-m", "tupe_study", "--slurm"], ROOT, check=False, timeout=300,
+                       env=dict(env, **changed))
 
     first = run()
     assert first.returncode == 0, first.stderr[-2000:]
