@@ -345,7 +345,8 @@ def test_sigterm_stops_the_grid_and_its_runs_and_the_rerun_matches_an_uninterrup
                  timeout=120)
     last = second.stderr.strip().splitlines()[-1]
     assert second.returncode == 2 and last.startswith(
-        f"finetune.sh: error: {runs}/.partial/RTE is in use by another run (pid {holder} on {lock.host()}, "), last
+        f"finetune.sh: error: {runs}/.partial/RTE/lr1e-3_seed1 is in use by another run (pid {holder} on "
+        f"{lock.host()}, "), last
     log = runs / ".partial" / "RTE" / "lr1e-3_seed1" / "train.log"
     wait_for(lambda: p.poll() is not None or len(train_losses(log.read_text() if log.exists() else "")) >= 2, 240,
              "no update logged")

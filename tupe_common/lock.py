@@ -68,6 +68,14 @@ def folder_lock(folder: str) -> str:
     return os.path.join(folder, LOCK_NAME)
 
 
+def locked(path: str) -> str:
+    """The folder the lock ``path`` keeps to one run, for messages: the one it is in (:func:`folder_lock`), or the
+    one it stands beside (``FOLDER.lock``: a fine-tuning run's, whose folder is made afresh)."""
+    if os.path.basename(path) != LOCK_NAME and path.endswith(".lock"):
+        return path[:-len(".lock")]
+    return os.path.dirname(path)
+
+
 def host() -> str:
     return socket.gethostname()
 
@@ -337,13 +345,13 @@ def _why_gone(found: dict, path: str, setting: str) -> str:
     if not found:  # unreadable: a gone holder's after its heartbeat's period, else refused
         age = heartbeat_age(path)
         if age is not None and age <= STALE_S:
-            raise LockHeld(f"{os.path.dirname(path)} is in use: its lock {path} is unreadable and "
+            raise LockHeld(f"{locked(path)} is in use: its lock {path} is unreadable and "
                            f"{age:.0f} s old; if no run writes there, remove {path} and rerun")
         return "its lock is unreadable and old"
     why = gone(found, path)
     if why is None:
         other = f", or use another {setting}" if setting else ""
-        raise LockHeld(f"{os.path.dirname(path)} is in use by another run ({describe(found, path)}; lock "
+        raise LockHeld(f"{locked(path)} is in use by another run ({describe(found, path)}; lock "
                        f"{path}): wait for it to end or stop it{other}; if that run is gone (a lost node), "
                        f"remove {path} and rerun")
     return why
