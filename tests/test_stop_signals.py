@@ -306,10 +306,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_a_closed_terminals_sighup_saves_the_update_it_finished(lm_bin, tmp_path):
-    """SIGHUP to pretrain.sh's whole process group (a terminal or ssh session that closes): fairseq-train finishes its
-    update, saves checkpoint_last.pt at it and exits 129 with the line; SAVE_DIR's lock is released. (It was the
-    signal's default: the run died without a save and left its lock.)"""
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGHUP])
+def test_ctrl_c_and_a_closed_terminals_sighup_save_the_update_they_finished(lm_bin, tmp_path, sig):
+    """SIGINT (Ctrl-C) or SIGHUP (a terminal or ssh session that closes) to pretrain.sh's whole process group, as the
+    terminal sends it: fairseq-train finishes its update, saves checkpoint_last.pt at it and exits 130 / 129 with the
+    line; SAVE_DIR's lock is released. (SIGHUP was the signal's default: the run died without a save and left its
+    lock.)"""
     import torch
 
     save = tmp_path / "ckpt"
@@ -320,12 +322,12 @@ def test_a_closed_terminals_sighup_saves_the_update_it_finished(lm_bin, tmp_path
     reader.start()
     wait_for(lambda: len(logged_updates("".join(out))) >= 2 or p.poll() is not None, 120, "no update logged")
     assert p.poll() is None, p.stderr.read()[-3000:]
-    os.killpg(p.pid, signal.SIGHUP)  # start() made it the leader of its own session, as a terminal's shell does
+    os.killpg(p.pid, sig)  # start() made it the leader of its own session, as a terminal's shell does
     err = p.stderr.read()
     p.wait(30)
     reader.join(10)
-    assert p.returncode == 129, (p.returncode, err[-3000:])
-    m = re.fullmatch(rf"fairseq-train: error: stopped by SIGHUP after update (\d+): saved {save}/checkpoint_last.pt "
+    assert p.returncode == 128 + sig, (p.returncode, err[-3000:])
+    m = re.fullmatch(rf"fairseq-train: error: stopped by {sig.name} after update (\d+): saved {save}/checkpoint_last.pt "
                      r"at update \1; rerun the same command to resume from it", err.rstrip().splitlines()[-1])
     assert m, err[-3000:]
     state = torch.load(save / "checkpoint_last.pt", map_location="cpu", weights_only=False)
