@@ -115,3 +115,52 @@ def test_the_heartbeat_thread_touches_the_lock(tmp_path):
 # fairseq-train, its heartbeat, a dead pid's lock taken over, the lock removed at the end): with the one-process stop
 # in tests/test_stop_signals.py, test_sigterm_saves_the_update_it_finished_and_the_rerun_resumes_from_it (one
 # pre-training for both).
+
+
+def test_a_reused_pid_is_a_gone_holder(tmp_path):
+    """The holder's pid runs again, but as another process (started at another time than the record's): the lock
+    is taken over with a line; the same pid with its own start time holds."""
+    path, said = tmp_path / lock.LOCK_NAME, []
+    other = os.getppid()  # a live process that is not the holder whose start the record keeps
+    started = lock.start_ticks(other)
+    assert started is not None
+    plant(path, pid=other, host=lock.host(), pid_start=started)
+    with pytest.raises(lock.LockHeld):
+        lock.hold(str(path), "test", say=said.append)
+    plant(path, pid=other, host=lock.host(), pid_start=started + 1)  # the pid was reused since
+    lock.hold(str(path), "test", say=said.append).release()
+    assert said and said[0].endswith(f"is gone: pid {other} is not running on this host"), said
+
+
+def _take(path: str, start, results, refused) -> None:
+    start.wait()
+    try:
+        held = lock.hold(path, "test", say=lambda line: None)
+        results.put("held")
+        deadline = time.monotonic() + 20
+        while refused.value < 3 and time.monotonic() < deadline:  # hold it until the others have tried
+            time.sleep(0.05)
+        held.release()
+    except lock.LockHeld:
+        results.put("refused")
+        with refused.get_lock():
+            refused.value += 1
+
+
+def test_runs_taking_one_lock_at_the_same_moment_get_it_once(tmp_path, starts_process):
+    """Four processes take one folder's lock at the same moment (a barrier): exactly one holds it, the others are
+    refused (none takes over a live holder's lock), and nothing is left after the holder's release."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    start, results, refused = ctx.Event(), ctx.Queue(), ctx.Value("i", 0)
+    path = str(tmp_path / lock.LOCK_NAME)
+    procs = [ctx.Process(target=_take, args=(path, start, results, refused)) for _ in range(4)]
+    for p in procs:
+        p.start()
+    start.set()
+    for p in procs:
+        p.join(30)
+    said = sorted(results.get(timeout=5) for _ in procs)
+    assert said == ["held", "refused", "refused", "refused"], said
+    assert not os.path.exists(path)
