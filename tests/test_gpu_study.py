@@ -306,6 +306,9 @@ def test_a_part_past_the_budget_is_stopped_and_left_out_of_the_copy(data, tmp_pa
                         *DRY, "--budget-s", "45", "--reserve-s", "25", "--report-to", str(tmp_path / "back")], cwd=ROOT,
                        env=environment(**dict(TINY, TOTAL_UPDATES="100000")), capture_output=True, text=True, timeout=300)
     assert p.returncode == 1, p.stdout[-3000:] + p.stderr[-3000:]
+    last = p.stderr.strip().splitlines()[-1]  # each stopped part once, as stopped (not also as failed)
+    assert re.fullmatch(r"gpu_study: error: (pre-training (bert-a|tupe-r) [12] \(at update \d+\) stopped at the budget; ){4}"
+                        r"rerun the same command to resume \(finished runs are skipped\)", last), last
     budget = (out / "budget.md").read_text()
     assert "**parts stopped at the budget**" in budget
     for model in ("bert-a", "tupe-r"):

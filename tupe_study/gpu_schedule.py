@@ -316,11 +316,13 @@ def pretrain(env: Dict[str, str], out: Path, todo: List[Tuple[int, str]], total_
     """Every pre-training part at once; the progress every 15 s; the parts stopped at the deadline (in
     ``budget.stopped``). Returns the parts that failed ("pre-training bert-a 1")."""
     procs: Dict[str, subprocess.Popen] = {}
-    part_logs: Dict[str, Path] = {}
+    part_logs: Dict[str, Tuple[Path, int]] = {}  # label -> its log, and where this call's lines in it begin
     for index, label in todo:
         log = out / "lanes" / f"pretrain-{label.replace(' ', '-seed')}.log"  # by model, not index: calls add parts
-        procs[label], part_logs[label] = study(["--part", "pretrain", str(index)], env, log), log
+        part_logs[label] = log, log.stat().st_size if log.is_file() else 0
+        procs[label] = study(["--part", "pretrain", str(index)], env, log)
         say(f"pre-training {label}: started (log {log})")
+    stopped: List[str] = []
     started, shown = time.monotonic(), time.monotonic()
     logs = {label: train_log(out, label) for _, label in todo}
     while any(p.poll() is None for p in procs.values()):
@@ -329,6 +331,7 @@ def pretrain(env: Dict[str, str], out: Path, todo: List[Tuple[int, str]], total_
             for label, p in procs.items():
                 if p.poll() is None:
                     stop(p)
+                    stopped.append(label)
                     budget.stopped.append(f"pre-training {label} (at update {updates_so_far(logs[label])})")
             say("the budget is spent: pre-training stopped")
             break
@@ -340,10 +343,13 @@ def pretrain(env: Dict[str, str], out: Path, todo: List[Tuple[int, str]], total_
             end = (f", at this pace they end at about {shown - START + (total_updates - slowest) / pace:.0f} s of "
                    f"{budget.budget_s:.0f}") if pace > 0 else ""
             say("pre-training: " + ", ".join(f"{k} {v}/{total_updates}" for k, v in done.items()) + end)
-    failed = [label for label, p in procs.items() if p.returncode]
+    failed = [label for label, p in procs.items() if p.returncode and label not in stopped]
     for label in failed:
-        said = [line for line in part_logs[label].read_text(encoding="utf-8", errors="replace").splitlines()
-                if line.startswith(PART_ERROR)]  # the study part's own line: why (a full disk names the file)
+        log, begin = part_logs[label]
+        with open(log, "rb") as f:
+            f.seek(begin)
+            said = [line for line in f.read().decode("utf-8", errors="replace").splitlines()
+                    if line.startswith(PART_ERROR)]  # the part's own line in this call: why (a full disk: the file)
         say(f"pre-training {label} ended with exit status {procs[label].returncode}"
             + (f": {said[-1][len(PART_ERROR):]}" if said else ""))
     return [f"pre-training {label}" for label in failed]
