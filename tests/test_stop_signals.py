@@ -333,3 +333,32 @@ def test_ctrl_c_and_a_closed_terminals_sighup_save_the_update_they_finished(lm_b
     state = torch.load(save / "checkpoint_last.pt", map_location="cpu", weights_only=False)
     assert state["optimizer_history"][-1]["num_updates"] == int(m.group(1))
     assert not list(save.glob(".run.lock*"))
+
+
+def test_sighup_after_the_terminal_closed_still_saves(lm_bin, tmp_path):
+    """pretrain.sh writing to a terminal (a pty) that then closes, and the SIGHUP that follows: writing the stop line
+    fails (EIO), and the run saves checkpoint_last.pt and exits 129 all the same (the line failing inside the signal
+    handler would have been raised into fairseq's loop: no save, exit 1)."""
+    import pty
+
+    import torch
+
+    save = tmp_path / "ckpt"
+    master, slave = pty.openpty()
+    p = subprocess.Popen([str(ROOT / "train_scripts" / "pretrain.sh")], cwd=ROOT, stdin=subprocess.DEVNULL,
+                         stdout=slave, stderr=slave, start_new_session=True,
+                         env=script_env(**TINY, DATA=str(lm_bin), SAVE_DIR=str(save)))
+    os.close(slave)
+    seen, deadline = b"", time.time() + 120
+    while len(logged_updates(seen.decode(errors="replace"))) < 2:
+        assert time.time() < deadline and p.poll() is None, seen[-3000:]
+        try:
+            seen += os.read(master, 65536)
+        except OSError:
+            break
+    os.close(master)  # the terminal is gone: its writes now fail
+    os.killpg(p.pid, signal.SIGHUP)
+    assert p.wait(60) == 129
+    state = torch.load(save / "checkpoint_last.pt", map_location="cpu", weights_only=False)
+    assert state["optimizer_history"][-1]["num_updates"] >= 2
+    assert not list(save.glob(".run.lock*"))

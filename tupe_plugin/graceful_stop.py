@@ -62,9 +62,21 @@ def _rank0_of_several() -> bool:
 
 
 def _say(line: str) -> None:
-    sys.stdout.flush()
-    sys.stderr.write(f"{PROG}: {line}\n")
-    sys.stderr.flush()
+    try:
+        sys.stdout.flush()
+        sys.stderr.write(f"{PROG}: {line}\n")
+        sys.stderr.flush()
+    except OSError:  # the terminal is gone (SIGHUP after it closed: EIO): the run saves and stops all the same
+        _to_devnull()
+
+
+def _to_devnull() -> None:
+    """stdout and stderr to /dev/null, so that what the run still writes (fairseq's lines, the flush at exit) cannot
+    fail it once its terminal closed."""
+    null = os.open(os.devnull, os.O_WRONLY)
+    for fd in (1, 2):
+        os.dup2(null, fd)
+    os.close(null)
 
 
 def _handle(signum: int, frame) -> None:
