@@ -191,6 +191,21 @@ Exception: Cannot load model parameters from checkpoint ck.pt; please ensure tha
 """
 
 
+def test_fairseq_error_is_the_plugins_last_line_or_the_last_exception():
+    """Why fairseq-train failed, as its runner's line says it: the plugin's own line (also a rank's under torchrun,
+    with torchrun's prefix and its lines after it), without the advice to resume; else the last exception."""
+    from tupe_tools.errors import fairseq_error
+
+    full = ("fairseq-train: error: /c/checkpoint_1_4.pt: no space left on its disk while writing it; rerun the same "
+            "command to resume from the last checkpoint saved whole\n")
+    assert fairseq_error("x | INFO | training\n" + full) == "/c/checkpoint_1_4.pt: no space left on its disk while writing it"
+    assert fairseq_error(f"[rank0]: {full}torchrun: error: rank 0 failed (exit 1)\n") == (
+        "/c/checkpoint_1_4.pt: no space left on its disk while writing it")
+    assert fairseq_error("Traceback (most recent call last):\n  File \"a\", line 1\nRuntimeError: CUDA out of memory\n") \
+        == "RuntimeError: CUDA out of memory"
+    assert fairseq_error("x | INFO | done\n") == ""
+
+
 def test_last_error_of_a_log():
     assert last_error(LOG) == ("error: the checkpoint was trained as 'tupe_r' but this model is 'tupe_a'. "
                                "Use --rel-pos")

@@ -17,9 +17,12 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from typing import Callable, Dict, List
+from typing import TYPE_CHECKING, Callable, Dict, List, Mapping, Tuple
 
 from tupe_common.fairseq_exit import ERROR_FILE_ENV
+
+if TYPE_CHECKING:
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
 PARENT = "TUPE_TORCHRUN_PARENT"  # the pid of the pretrain.py that waits for this process
 
@@ -39,9 +42,15 @@ def end_with_parent() -> None:
         os.kill(os.getpid(), signal.SIGTERM)
 
 
+def wrapped(cmd: List[str], environ: Mapping[str, str]) -> Tuple[List[str], Dict[str, str]]:
+    """torchrun's command ``cmd`` as this module runs it (a stop: its exit status; a failed rank: one line), and its
+    environment, ended with this process (:data:`PARENT`): for :func:`supervise` and the study's pre-trainings."""
+    return [sys.executable, "-m", "tupe_pretrain.torchrun", *cmd[1:]], {**environ, PARENT: str(os.getpid())}
+
+
 def supervise(save_dir: str, cmd: List[str], environ: Dict[str, str], say: Callable[[str], None]) -> int:
-    """pretrain.py's torchrun: run torchrun's command ``cmd`` as a child (this module's :func:`main`) and wait for
-    it: its exit status. A stop (SIGTERM from scancel or kill, Ctrl-C's SIGINT)
+    """pretrain.py's torchrun: run torchrun's command ``cmd`` as a child (:func:`wrapped`) and wait for it: its exit
+    status. A stop (SIGTERM from scancel or kill, Ctrl-C's SIGINT, SIGHUP)
     is passed on to torchrun, which ends the ranks (rank 0 says at which update, tupe_plugin/graceful_stop.py);
     once they ended, the last line says what stopped the run and the checkpoint the rerun resumes from, and the
     exit status is 128 + the signal's number (``tupe_common.process``). This process stays the holder of SAVE_DIR's
@@ -54,12 +63,12 @@ def supervise(save_dir: str, cmd: List[str], environ: Dict[str, str], say: Calla
     from tupe_pretrain.check_resume import resume_from
     from tupe_tools.errors import fairseq_error
 
-    argv = [sys.executable, "-m", "tupe_pretrain.torchrun", *cmd[1:]]
+    argv, env = wrapped(cmd, environ)
     fd, error_file = tempfile.mkstemp(prefix="tupe-rank-error-", suffix=".txt")  # not in SAVE_DIR: its disk may be full
     os.close(fd)
     try:
         try:
-            status = process.run(argv, env={**environ, PARENT: str(os.getpid()), ERROR_FILE_ENV: error_file})
+            status = process.run(argv, env={**env, ERROR_FILE_ENV: error_file})
         except process.Stopped as stop:  # the ranks and torchrun ended (or were killed after the grace)
             status, name = stop.status, stop.name
         else:  # torchrun alone was signalled (kill of its pid): it ended the ranks and exited 128 + N
@@ -71,11 +80,9 @@ def supervise(save_dir: str, cmd: List[str], environ: Dict[str, str], say: Calla
     sys.stdout.flush()
     if name:
         say(f"error: stopped by {name}; {resume_from(save_dir)}")
-    elif status:  # a rank failed: torchrun's summary above says which; the last line says why and how to go on
-        say(f"error: {reason or f'a rank failed (exit {status}): its error is above'}; "
-                      f"{resume_from(save_dir)}")
+    elif status:  # torchrun failed (a rank: its line above names it); the last line says why and how to go on
+        say(f"error: {reason or f'torchrun ended with exit {status}: the error is above'}; {resume_from(save_dir)}")
     return status
-
 
 
 def main() -> int:
@@ -97,7 +104,7 @@ def main() -> int:
     return 0
 
 
-def failed_ranks(error) -> str:
+def failed_ranks(error: "ChildFailedError") -> str:
     """torchrun's report of failed ranks (a ``ChildFailedError``) in one line, the first failure first: which rank,
     with which exit status (each node's torchrun reports its own ranks: this host's)."""
     import socket

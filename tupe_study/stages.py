@@ -48,6 +48,13 @@ def tail(path: str, n: int = 20) -> str:
         return "".join(f.readlines()[-n:])
 
 
+def text_from(path: str, begin: int, most: int = 1 << 18) -> str:
+    """The text of ``path`` from byte ``begin`` (at most its last ``most`` bytes)."""
+    with open(path, "rb") as f:
+        f.seek(max(begin, os.path.getsize(path) - most))
+        return f.read().decode("utf-8", errors="replace")
+
+
 def child_env(child: Iterable[str] = (), **more: object) -> dict:
     """The environment of a command the study starts: this one without the study's settings that the command does
     not declare (``child``: its settings' names; tupe_common.tunables.child_environ), and ``more``."""
@@ -191,11 +198,17 @@ def pretrain_into(plan: Plan, label: str, seed: int, out: str, lr: float) -> int
             raise PartFailed(f"pre-training {label} seed {seed}: {e}") from None
         except pretrain.RecordRefused:
             raise PartFailed(f"pre-training {label} seed {seed}: {out} cannot be resumed (the reason above)") from None
+    env = child_env(**pretrain.launch_environment(run))
+    if run.launcher == "torchrun":  # as pretrain.sh runs it: a stop an exit status, a failed rank one line
+        from tupe_pretrain.torchrun import wrapped
+
+        cmd, env = wrapped(cmd, env)
     with run.lock:  # SAVE_DIR's, as pretrain.sh's (pretrain.save_dir_lock): held by this process until the end
-        if run_logged(cmd, log, child_env(**pretrain.launch_environment(run)), append=True):
+        begin = os.path.getsize(log)  # this sitting's lines start here (the log keeps every sitting's)
+        if run_logged(cmd, log, env, append=True):
             from tupe_tools.errors import fairseq_error
 
-            reason = fairseq_error(tail(log, 200))
+            reason = fairseq_error(text_from(log, begin))
             raise PartFailed(f"pre-training {label} seed {seed} failed{': ' + reason if reason else ''}; log {log}")
         from datetime import datetime, timezone
 

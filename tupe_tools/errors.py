@@ -148,12 +148,12 @@ def last_error(log_text: str) -> Optional[str]:
 
 def fairseq_error(log_text: str) -> str:
     """Why fairseq-train failed, for the line of the runner that started it (finetune.sh, a study's pre-training):
-    the plugin's own ``fairseq-train: error:`` line when the log ends with one (a full disk names the file being
-    written), without its advice to resume (the runner gives its own); else the log's last exception
+    the plugin's own ``fairseq-train: error:`` line, the last in the log (a full disk names the file being written;
+    a rank's, under torchrun), without its advice to resume (the runner gives its own); else the log's last exception
     (:func:`last_error`: our plugin's error, a wrong variant, ...); '' when neither."""
-    lines = [line for line in log_text.splitlines() if line.strip()]
-    if lines and lines[-1].startswith(TRAIN_ERROR):
-        return lines[-1][len(TRAIN_ERROR):].split(RESUME_TAIL)[0]
+    ours = re.findall(rf"^(?:\[rank\d+\]: )?{re.escape(TRAIN_ERROR)}(.*)$", log_text, re.M)  # torchrun: [rankN]:
+    if ours:
+        return ours[-1].split(RESUME_TAIL)[0]
     return (last_error(log_text) or "").removeprefix("error: ")
 
 
