@@ -129,7 +129,8 @@ def test_a_reused_pid_is_a_gone_holder(tmp_path):
         lock.hold(str(path), "test", say=said.append)
     plant(path, pid=other, host=lock.host(), pid_start=started + 1)  # the pid was reused since
     lock.hold(str(path), "test", say=said.append).release()
-    assert said and said[0].endswith(f"is gone: pid {other} is not running on this host"), said
+    assert said and said[0].endswith(f"is gone: pid {other} is now another process on this host (started after the "
+                                     "lock was taken)"), said
 
 
 def _take(path: str, start, results, refused) -> None:

@@ -15,8 +15,8 @@ DONE_FILE_ENV = "TUPE_DONE_FILE"
 # starts over instead, so its runner leaves the advice out).
 TRAIN_ERROR = "fairseq-train: error: "
 RESUME_TAIL = "; rerun the same command to resume"
-# The file that line is also written to (appended, when the variable names one): a supervisor that does not read the
-# rank's output (pretrain.py under torchrun) repeats it as its own last line.
+# The file the full-disk line is also written to (appended, when the variable names one): a supervisor that does not
+# read the rank's output (pretrain.py under torchrun) repeats it as its own last line.
 ERROR_FILE_ENV = "TUPE_ERROR_FILE"
 
 

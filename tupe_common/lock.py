@@ -145,6 +145,8 @@ def gone(record: dict, path: str) -> Optional[str]:
     if record.get("host") == host() and isinstance(record.get("pid"), int):
         if pid_alive(record["pid"], record.get("pid_start")):
             return None
+        if pid_alive(record["pid"], None):
+            return f"pid {record['pid']} is now another process on this host (started after the lock was taken)"
         return f"pid {record['pid']} is not running on this host"
     if age is not None and age > STALE_S:
         return f"its heartbeat is {age / 60:.0f} minutes old, over the {STALE_S / 60:.0f} minutes of a live run"

@@ -11,6 +11,7 @@ attempt's bytes; here each attempt writes a fresh file, and a full disk is not r
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
@@ -49,7 +50,8 @@ def torch_persistent_save(obj: Any, filename: str, async_write: bool = False) ->
                 torch.save(obj, f)
             break
         except Exception as e:  # noqa: BLE001
-            remove_if_exists(tmp)
+            with contextlib.suppress(OSError):  # the save's error is the one to say
+                remove_if_exists(tmp)
             raise_if_full(e, filename)
             if attempt == ATTEMPTS - 1:
                 raise

@@ -86,7 +86,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             child.send_signal(signal.SIGTERM)  # fairseq-train (tupe_plugin.graceful_stop) saves and stops
 
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-            if signal.getsignal(sig) != signal.SIG_IGN:  # nohup's SIGHUP stays ignored
+            if signal.getsignal(sig) != signal.SIG_IGN:  # an ignored one stays so (nohup's SIGHUP, a background SIGINT)
                 signal.signal(sig, pass_on)
         status = child.wait()  # a handled signal interrupts the wait, which goes on (PEP 475) for the child's status
         return finished_status(128 - status if status < 0 else status, done_file, say)

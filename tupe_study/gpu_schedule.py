@@ -544,6 +544,8 @@ def run(call: Call) -> int:
         if rest_rc and len(budget.stopped) == stopped:  # failed on its own (the study's lines above name the part)
             call.failed.append("the stages after pre-training" if call.after else "the report")
     else:  # the pre-training took the budget: the report of what there is
+        if any(call.rest.values()):  # no part after pre-training ran: said, and the call is not done (exit 1)
+            budget.stopped.append("the stages after pre-training (no time left for them)")
         report_s = report_only(rest_env, out, budget)
     what = ", ".join(f"{AFTER_PRETRAINING[name]} {k}" for name, k in call.rest.items() if k)
     budget.done("after pre-training", f"{sum(call.rest.values())} part(s) ({what or 'none to do'}), {lanes} at once")

@@ -69,8 +69,10 @@ class ReportSpec:
         try:
             if data["version"] != VERSION:
                 raise ValueError(f"version {data['version']!r}, not {VERSION}")
-            endpoints = tuple(Endpoint(str(e["measure"]), str(e["a"]), str(e["b"]), str(e["target"]))
-                              for e in data["endpoints"])
+            written = str(data["endpoints_text"]).split()  # the entries as the user wrote them, for messages
+            written = written if len(written) == len(data["endpoints"]) else [""] * len(data["endpoints"])
+            endpoints = tuple(Endpoint(str(e["measure"]), str(e["a"]), str(e["b"]), str(e["target"]), written=w)
+                              for e, w in zip(data["endpoints"], written))
             spec = cls(str(data["endpoints_text"]), endpoints, _number(data["equivalence_bits"]),
                        _number(data["updates_to_target"]))
             if data["family_size"] != spec.family_size:
