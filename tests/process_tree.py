@@ -11,7 +11,7 @@ from typing import Callable, List, Optional
 import psutil
 
 
-def _as_from_a_terminal() -> None:
+def as_from_a_terminal() -> None:
     for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
         signal.signal(sig, signal.SIG_DFL)
 
@@ -21,7 +21,7 @@ def start(argv: List[str], env, **kwargs) -> subprocess.Popen:
     test run in the background passes SIGINT on ignored, and under nohup SIGHUP too: a command keeps a signal it was
     started with ignored), its stdout and stderr piped."""
     return subprocess.Popen([str(a) for a in argv], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True, preexec_fn=_as_from_a_terminal, **kwargs)
+                            text=True, start_new_session=True, preexec_fn=as_from_a_terminal, **kwargs)
 
 
 def wait_for(condition: Callable[[], object], timeout: float, what: str) -> None:

@@ -34,7 +34,8 @@ TABLE: Dict[Cell, Optional[Tuple[str, ...]]] = {
         PRETRAIN_STOP,
         f"{STOP_SIGNALS}::test_sigterm_with_several_processes_names_the_checkpoint_the_rerun_resumes_from",
         "tests/test_torchrun_stop.py::test_a_stop_of_torchrun_alone_ends_with_the_line_and_128_plus_n",
-        f"{STOP_SIGNALS}::test_ctrl_c_and_a_closed_terminals_sighup_save_the_update_they_finished"),
+        f"{STOP_SIGNALS}::test_ctrl_c_saves_the_update_it_finished",
+        f"{STOP_SIGNALS}::test_sighup_after_the_terminal_closed_still_saves"),
     ("pretrain", "second run"): (PRETRAIN_STOP,),
     ("pretrain", "full disk"): (
         "tests/test_full_disk_pretrain.py::test_a_full_disk_while_saving_is_one_line_and_keeps_the_last_checkpoint",

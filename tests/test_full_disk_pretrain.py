@@ -68,9 +68,10 @@ def test_a_full_disk_while_saving_is_one_line_and_keeps_the_last_checkpoint(lm_b
     assert updates(save / "checkpoint_last.pt") == 2 and updates(save / "checkpoint_1_2.pt") == 2  # kept whole
     if where == "copy":
         assert updates(save / "checkpoint_1_4.pt") == 4  # saved whole before its copy failed
-    again = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)  # the disk has room again
-    assert again.returncode == 0, again.stderr[-3000:]
-    assert updates(save / "checkpoint_last.pt") == 6
+    if where == "save":  # the rerun (the copy's resumes from the same checkpoint the same way)
+        again = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)  # the disk has room again
+        assert again.returncode == 0, again.stderr[-3000:]
+        assert updates(save / "checkpoint_last.pt") == 6
 
 
 def test_a_process_that_does_not_train_keeps_fairseqs_own_writers(tmp_path, starts_process):
