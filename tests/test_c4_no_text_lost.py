@@ -37,8 +37,9 @@ def paragraph(rng: random.Random, n: int) -> str:
 
 
 @pytest.fixture(scope="module")
-def prepared(tmp_path_factory) -> Dict[str, Path]:
-    """C4 files -> text -> spm (vocab 200) -> binaries (--tokens-per-sample 512) -> data-bin."""
+def prepared(tmp_path_factory, starts_process) -> Dict[str, Path]:
+    """C4 files -> text -> spm (vocab 200, trained in a forked child: starts_process) -> binaries (--tokens-per-sample
+    512) -> data-bin."""
     d = tmp_path_factory.mktemp("c4long")
     rng = random.Random(0)
     long_doc = "\n".join([paragraph(rng, 30), paragraph(rng, 2000), paragraph(rng, 20)])

@@ -30,6 +30,7 @@ from tupe_common.log import get_logger
 from tupe_common.errors import command_name, UsageError, exit_main
 from tupe_preprocess.spm_dict import id_offset, write_fairseq_dict
 from tupe_common.io import need
+from tupe_common.process import call_in_fork
 
 MODEL_TYPES = ("bpe", "unigram")  # sentencepiece's model types this step trains
 
@@ -81,6 +82,12 @@ def reservoir_sample(paths: Sequence[str], k: int, seed: int, max_bytes: int,
     return sample, {"lines_seen": seen, "too_long": too_long, "files": len(paths)}
 
 
+def _train_spm(seed: int, options: dict) -> None:
+    """sentencepiece's trainer with ``options``, seeded (in the child process of :func:`train`)."""
+    spm.set_random_generator_seed(seed)
+    spm.SentencePieceTrainer.train(**options)
+
+
 def train(inputs: Sequence[str], out_dir: str, vocab_size: int = 32768, model_type: str = "bpe",
           sample_sentences: int = 1_000_000, character_coverage: float = 0.9999, seed: int = 0,
           max_files: int = 0, threads: int = 0, max_sentence_length: int = 4192,
@@ -99,16 +106,14 @@ def train(inputs: Sequence[str], out_dir: str, vocab_size: int = 32768, model_ty
             for line in sample:
                 f.write(line + b"\n")
         del sample
-        spm.set_random_generator_seed(seed)
         prefix = os.path.join(tmp, "spm")
-        try:
-            spm.SentencePieceTrainer.train(
-                input=sample_path, model_prefix=prefix, vocab_size=vocab_size, model_type=model_type,
-                character_coverage=character_coverage, input_sentence_size=0,
-                shuffle_input_sentence=False, num_threads=threads or os.cpu_count() or 1,
-                max_sentence_length=max_sentence_length, hard_vocab_limit=hard_vocab_limit,
-                unk_id=0, bos_id=1, eos_id=2, pad_id=-1, minloglevel=0 if verbose else 1,
-            )
+        options = dict(input=sample_path, model_prefix=prefix, vocab_size=vocab_size, model_type=model_type,
+                       character_coverage=character_coverage, input_sentence_size=0, shuffle_input_sentence=False,
+                       num_threads=threads or os.cpu_count() or 1, max_sentence_length=max_sentence_length,
+                       hard_vocab_limit=hard_vocab_limit, unk_id=0, bos_id=1, eos_id=2, pad_id=-1,
+                       minloglevel=0 if verbose else 1)
+        try:  # in a child process: a stop signal is not held up until the C++ trainer returns
+            call_in_fork(_train_spm, seed, options)
         except RuntimeError as e:
             if "Vocabulary size" in str(e):
                 raise UsageError(
