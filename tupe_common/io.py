@@ -230,6 +230,14 @@ def read_json(path: PathLike) -> Optional[Any]:
         return None
 
 
+def text_from(path: PathLike, begin: int, most: Optional[int] = None) -> str:
+    """The text of ``path`` from byte ``begin`` (a log's lines since then), undecodable bytes replaced; with ``most``,
+    at most its last ``most`` bytes."""
+    with open(path, "rb") as f:
+        f.seek(begin if most is None else max(begin, os.path.getsize(path) - most))
+        return f.read().decode("utf-8", errors="replace")
+
+
 DATA_PATH_FILE = "data_path.txt"
 
 

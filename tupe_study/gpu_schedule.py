@@ -34,9 +34,10 @@ from datetime import datetime, timezone  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Callable, Dict, List, Optional, Sequence, Tuple  # noqa: E402
 
-from tupe_study.runs import PRETRAIN_DONE  # noqa: E402
+from tupe_study.runs import pretrain_finished  # noqa: E402
 from tupe_study.settings import StudyConfig, UsageError, changed_settings, read, recorded_text, refusal  # noqa: E402
 from tupe_common import fairseq_log, process  # noqa: E402
+from tupe_common.io import text_from  # noqa: E402
 from tupe_common.lock import LOCK_NAME  # noqa: E402
 from tupe_common.jobs import cores  # noqa: E402
 from tupe_common.tunables import items  # noqa: E402
@@ -345,11 +346,8 @@ def pretrain(env: Dict[str, str], out: Path, todo: List[Tuple[int, str]], total_
             say("pre-training: " + ", ".join(f"{k} {v}/{total_updates}" for k, v in done.items()) + end)
     failed = [label for label, p in procs.items() if p.returncode and label not in stopped]
     for label in failed:
-        log, begin = part_logs[label]
-        with open(log, "rb") as f:
-            f.seek(begin)
-            said = [line for line in f.read().decode("utf-8", errors="replace").splitlines()
-                    if line.startswith(PART_ERROR)]  # the part's own line in this call: why (a full disk: the file)
+        said = [line for line in text_from(*part_logs[label]).splitlines()
+                if line.startswith(PART_ERROR)]  # the part's own line in this call: why (a full disk: the file)
         say(f"pre-training {label} ended with exit status {procs[label].returncode}"
             + (f": {said[-1][len(PART_ERROR):]}" if said else ""))
     return [f"pre-training {label}" for label in failed]
@@ -394,9 +392,7 @@ def report_only(env: Dict[str, str], out: Path, budget: Budget) -> float:
 
 def echo(log: Path, seen: int) -> int:
     """The study's notes written to ``log`` since byte ``seen``; the new position."""
-    with open(log, "rb") as f:
-        f.seek(seen)
-        text = f.read().decode("utf-8", errors="replace")
+    text = text_from(log, seen)
     for line in text.splitlines():
         if line.startswith("study.sh:") and not line.startswith("study.sh: settings"):
             print(f"  {line}", flush=True)
@@ -438,7 +434,7 @@ def report_to(out: Path, dest: Path, data: Path) -> List[str]:
     checkpoint it cannot resume; the next call redoes it). ``dest`` is then a study folder a later call adds seeds to. The
     pre-trainings left out."""
     left_out = sorted(str(p.parent.relative_to(out)) for p in (out / "pretrain").glob("*/seed*/train.log")
-                      if not (p.parent / PRETRAIN_DONE).is_file())
+                      if not pretrain_finished(str(p.parent)))
     for src in sorted(out.rglob("*")):
         rel = src.relative_to(out)
         if (not src.is_file() or src.suffix == ".pt" or "tensorboard" in rel.parts or (data / rel).is_file()

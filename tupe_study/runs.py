@@ -39,6 +39,11 @@ PRETRAIN_DONE = "pretrain.done"  # written in a pre-training's folder when it fi
 ELECTRA_KEYS = ("gen_loss", "disc_loss", "gen_acc", "disc_acc", "disc_recall", "replace_rate")  # tupe_plugin/criterions/electra.py
 
 
+def pretrain_finished(folder: str) -> bool:
+    """Whether the pre-training (or sweep run) in ``folder`` ended well: its :data:`PRETRAIN_DONE` is there."""
+    return os.path.isfile(os.path.join(folder, PRETRAIN_DONE))
+
+
 def is_validation_line(line: str) -> bool:
     """Whether a line of a fairseq log (json or simple format) is a validation of subset ``valid``."""
     return fairseq_log.kind_of(line) == "valid"
@@ -277,7 +282,7 @@ def load_study(out: str, variants: Sequence[Tuple[str, Sequence[int]]], problems
             curves = parse_valid_curves(log, keys) if os.path.isfile(log) else {}
             if not curves.get(keys[0]):
                 problems.append(f"{log}: no validation {keys[0]} (pre-training missing or unfinished)")
-            elif not os.path.isfile(os.path.join(os.path.dirname(log), PRETRAIN_DONE)):
+            elif not pretrain_finished(os.path.dirname(log)):
                 problems.append(f"{name} seed {seed}: pre-training not finished (no {PRETRAIN_DONE} beside {log}: it "
                                 "is running, was stopped or failed): its losses are left out until it finishes")
                 curves = {}

@@ -24,11 +24,11 @@ from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
 from tupe_study.plan import Plan
 from tupe_study.report_spec import ReportSpec
-from tupe_study.runs import PRETRAIN_DONE, split_label
+from tupe_study.runs import PRETRAIN_DONE, pretrain_finished, split_label
 from tupe_study.settings import PROG, StudyConfig
 from tupe_study.timings import logged_seconds
 from tupe_common.errors import UsageError
-from tupe_common.io import read_data_path
+from tupe_common.io import read_data_path, text_from
 from tupe_common.jobs import stderr_say
 from tupe_common.lock import LockHeld
 from tupe_common.process import call_logged, run_logged
@@ -46,13 +46,6 @@ note = stderr_say(PROG)  # one write per line: lines of parallel lanes do not in
 def tail(path: str, n: int = 20) -> str:
     with open(path, encoding="utf-8", errors="replace") as f:
         return "".join(f.readlines()[-n:])
-
-
-def text_from(path: str, begin: int, most: int = 1 << 18) -> str:
-    """The text of ``path`` from byte ``begin`` (at most its last ``most`` bytes)."""
-    with open(path, "rb") as f:
-        f.seek(max(begin, os.path.getsize(path) - most))
-        return f.read().decode("utf-8", errors="replace")
 
 
 def child_env(child: Iterable[str] = (), **more: object) -> dict:
@@ -145,7 +138,7 @@ NEVER_EPOCHS = 1_000_000  # an epoch interval no pre-training reaches
 
 
 def pretrain_done(plan: Plan, label: str, seed: int) -> bool:
-    return os.path.isfile(os.path.join(plan.pretrain_dir(label, seed), PRETRAIN_DONE))
+    return pretrain_finished(plan.pretrain_dir(label, seed))
 
 
 def run_pretrain(plan: Plan, label: str, seed: int) -> int:
@@ -208,7 +201,7 @@ def pretrain_into(plan: Plan, label: str, seed: int, out: str, lr: float) -> int
         if run_logged(cmd, log, env, append=True):
             from tupe_tools.errors import fairseq_error
 
-            reason = fairseq_error(text_from(log, begin))
+            reason = fairseq_error(text_from(log, begin, most=1 << 18))
             raise PartFailed(f"pre-training {label} seed {seed} failed{': ' + reason if reason else ''}; log {log}")
         from datetime import datetime, timezone
 
@@ -223,7 +216,7 @@ def pretrain_into(plan: Plan, label: str, seed: int, out: str, lr: float) -> int
 def sweep_done(plan: Plan, label: str, lr: str, seed: int) -> bool:
     from tupe_study.sweep import sweep_dir
 
-    return os.path.isfile(os.path.join(sweep_dir(plan.out, label, float(lr), seed), PRETRAIN_DONE))
+    return pretrain_finished(sweep_dir(plan.out, label, float(lr), seed))
 
 
 def run_sweep(plan: Plan, label: str, lr: str, seed: int) -> int:

@@ -28,7 +28,7 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from tupe_common.errors import UsageError
 from tupe_common.numbers import named, short
-from tupe_study.runs import PRETRAIN_DONE
+from tupe_study.runs import pretrain_finished
 
 SECOND_DECLARATION = ("CHOSEN_LRS", "UPDATES_TO_TARGET")  # the settings.env lines the sweep writes, not settings
 
@@ -120,7 +120,7 @@ def logged_final(out: str, label: str, lr: float, seed: int, total_updates: int)
     from tupe_study.runs import parse_valid_curve
 
     folder = sweep_dir(out, label, lr, seed)
-    if not os.path.isfile(os.path.join(folder, PRETRAIN_DONE)):
+    if not pretrain_finished(folder):
         return False, None
     log = os.path.join(folder, "train.log")
     curve = parse_valid_curve(log) if os.path.isfile(log) else {}
