@@ -13,7 +13,8 @@ DONE_FILE_ENV = "TUPE_DONE_FILE"
 # The plugin's one error line of a fairseq-train child (tupe_plugin/full_disk.py writes it, the fine-tuning runner
 # reads it back): TRAIN_ERROR, the reason, then advice starting with RESUME_TAIL (a pre-training's: a fine-tuning
 # starts over instead, so its runner leaves the advice out).
-TRAIN_ERROR = "fairseq-train: error: "
+TRAIN_PROG = "fairseq-train"  # the name a training process's own lines start with (also its stop line)
+TRAIN_ERROR = f"{TRAIN_PROG}: error: "
 RESUME_TAIL = "; rerun the same command to resume"
 # The file the full-disk line is also written to (appended, when the variable names one): a supervisor that does not
 # read the rank's output (pretrain.py under torchrun) repeats it as its own last line.

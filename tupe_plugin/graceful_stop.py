@@ -37,8 +37,9 @@ import sys
 import threading
 from typing import Dict, Optional, Tuple
 
+from tupe_common.fairseq_exit import TRAIN_PROG
+
 SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
-PROG = "fairseq-train"
 TRAINING_ENTRIES = ("fairseq_cli.train", "fairseq_cli.hydra_train")  # python -m of fairseq's own
 # set to True by a module run as __main__ that trains with fairseq (tupe_pretrain.fairseq_train, tupe_glue.fairseq_train)
 TRAINS_FLAG = "TRAINS_WITH_FAIRSEQ"
@@ -64,7 +65,7 @@ def _rank0_of_several() -> bool:
 def _say(line: str) -> None:
     try:
         sys.stdout.flush()
-        sys.stderr.write(f"{PROG}: {line}\n")
+        sys.stderr.write(f"{TRAIN_PROG}: {line}\n")
         sys.stderr.flush()
     except OSError:  # the terminal is gone (SIGHUP after it closed: EIO): the run saves and stops all the same
         _to_devnull()
