@@ -80,3 +80,26 @@ def stop_cleanly(p: subprocess.Popen, sig: int, last_line: str, timeout: float,
     assert "Traceback" not in err
     assert_gone(procs)
     return err
+
+
+MARK = "TEST_TREE_MARK"  # not a project setting: every child inherits it (a setting not its own is dropped)
+
+
+def marked(env) -> dict:
+    """``env`` with a mark of its own (``MARK``) that every process the command starts inherits, so that
+    ``assert_none_left`` finds them after the command ended, a re-parented orphan included."""
+    return dict(env, **{MARK: f"{os.getpid()}-{time.monotonic_ns()}"})
+
+
+def assert_none_left(env) -> None:
+    """No process started with ``env``'s mark (``marked``) is running: the command that ended took its whole tree."""
+    needle = f"{MARK}={env[MARK]}".encode()
+    left = []
+    for p in psutil.process_iter():
+        try:
+            with open(f"/proc/{p.pid}/environ", "rb") as f:
+                if needle in f.read().split(b"\0") and p.status() != psutil.STATUS_ZOMBIE:
+                    left.append(f"{p.pid} {p.cmdline()}")
+        except (OSError, psutil.NoSuchProcess):  # ended meanwhile, or another user's
+            continue
+    assert not left, left

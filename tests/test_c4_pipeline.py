@@ -207,6 +207,34 @@ def test_extract_rerun_skips_and_corrupt_gzip_fails(tmp_path, texts, starts_proc
     assert not (tmp_path / "t.txt").exists() and not (tmp_path / "t.txt.partial").exists()
 
 
+def test_a_stop_while_extracting_is_one_line_and_the_rerun_gives_the_same_text(tmp_path, texts, starts_process):
+    """SIGTERM while step 1 reads its C4 file (a FIFO, fed half the sample's lines and then held open: the stop
+    comes mid-file, whatever the machine's speed): exit 143, one line saying what stopped it and how it resumes, no
+    output, no half-written OUT.partial, no record, no process left; the rerun on the whole file writes the text of
+    an uninterrupted run (the module fixture's), byte for byte."""
+    from process_tree import start, stop_cleanly, wait_for
+
+    with gzip.open(TRAIN0, "rb") as f:
+        lines = f.read().splitlines(keepends=True)
+    src, out = tmp_path / "c4-train.00000-of-01024.json", tmp_path / "text" / "train0.txt"
+    os.mkfifo(src)
+    proc = start([str(c) for c in extract(src, out)], env(), cwd=REPO)
+    with open(src, "wb") as feed:  # opens once the step has opened its end
+        feed.write(b"".join(lines[: len(lines) // 2]))
+        feed.flush()
+        wait_for(lambda: Path(f"{out}.partial").exists() or proc.poll() is not None, 30, "no OUT.partial")
+        time.sleep(0.3)  # the half read; the step waits for more
+        assert proc.poll() is None, proc.communicate()
+        stop_cleanly(proc, signal.SIGTERM, "tupe_preprocess.c4: error: stopped by SIGTERM; rerun the same command to "
+                     "resume (finished tasks are skipped)", timeout=30, procs=[])
+    assert sorted(p.name for p in tmp_path.rglob("*")) == [src.name, "text"]  # nothing written is left
+    src.unlink()
+    src.write_bytes(b"".join(lines))
+    p = run(extract(src, out))
+    assert "(interrupted run); redoing" not in p.stderr  # there was no output to redo: the stop removed it
+    assert out.read_bytes() == texts["train0"].read_bytes()
+
+
 # ---------------------------------------------------------------- step 2
 
 
@@ -436,9 +464,13 @@ def test_a_full_disk_while_binarizing_is_one_line_and_the_rerun_gives_the_same_b
     kept = {f.name: f.read_bytes() for f in out.iterdir()}
     prefix = out / "train0"
     cmd = [str(c) for c in binarize(spm_dir, prefix, texts["train0"], workers=2, chunk=20000)]
-    p = subprocess.run([sys.executable, "-c", FULL_DISK, *cmd[3:]], capture_output=True, text=True, cwd=REPO,
-                       env=env(FULL_AFTER="100000"), timeout=120)
+    from process_tree import assert_none_left, marked
+
+    full = marked(env(FULL_AFTER="100000"))
+    p = subprocess.run([sys.executable, "-c", FULL_DISK, *cmd[3:]], capture_output=True, text=True, cwd=REPO, env=full,
+                       timeout=120)
     assert p.returncode == 1, p.stderr[-3000:]
+    assert_none_left(full)  # the pool's 2 workers too
     assert p.stderr.rstrip().splitlines()[-1] == (
         f"tupe_preprocess.c4: error: {prefix}.bin: no space left on its disk while writing it (the half-written file is "
         "removed); free space there, or write to a folder on another disk")

@@ -59,7 +59,8 @@ TABLE: Dict[Cell, Optional[Tuple[str, ...]]] = {
     ("study", "full disk"): (
         "tests/test_study.py::test_a_full_disk_while_a_study_pre_trains_is_named_and_the_rerun_matches_the_study",),
     ("c4", "sigterm+rerun"): (
-        f"{C4}::test_a_stop_mid_run_ends_the_pool_with_one_line_and_the_rerun_gives_the_same_bytes",),
+        f"{C4}::test_a_stop_mid_run_ends_the_pool_with_one_line_and_the_rerun_gives_the_same_bytes",
+        f"{C4}::test_a_stop_while_extracting_is_one_line_and_the_rerun_gives_the_same_text"),
     ("c4", "second run"): (f"{C4}::test_a_second_run_into_a_held_out_dir_is_refused_at_once",),
     ("c4", "full disk"): (
         f"{C4}::test_a_full_disk_while_binarizing_is_one_line_and_the_rerun_gives_the_same_bytes",),
@@ -83,17 +84,15 @@ NOT_ASSERTED: Dict[Cell, str] = {
                                     "not compared with an uninterrupted run's"),
     ("pretrain", "second run"): "the second pretrain.sh is real; the dead holder taken over is a planted lock",
     ("pretrain", "full disk"): ("one process: fairseq-train itself (the plugin), not pretrain.sh; the reruns are "
-                                "checked by the update they reach, not by their losses; no process left is checked "
-                                "with several processes only"),
+                                "checked by the update they reach, not by their losses"),
     ("grid", "second run"): "the holder is a planted lock (pid 1), not a second real grid",
     ("study", "second run"): "the holder is a planted lock (pid 1), not a second real study",
     ("gpu-study", "second run"): "the holder is a planted lock (pid 1), not a second real call",
-    ("c4", "sigterm+rerun"): ("the stop comes while the binarize task runs; during sentencepiece's training the way it "
-                              "ends at once (tupe_common.process.call_in_fork) is tested alone, in tests/"
-                              "test_stop_signals.py, not through the c4 command; during extract, not at all"),
-    ("c4", "full disk"): "the binarize task's output only; no process left is not checked (the command ends itself)",
-    ("glue-binarize", "full disk"): ("the line names the task's output folder, not the file inside it; no process "
-                                     "left is not checked"),
+    ("c4", "sigterm+rerun"): ("the stop comes while the extract or the binarize task runs; during sentencepiece's "
+                              "training the way it ends at once (tupe_common.process.call_in_fork) is tested alone, in "
+                              "tests/test_stop_signals.py, not through the c4 command"),
+    ("c4", "full disk"): "the binarize task's output only",
+    ("glue-binarize", "full disk"): "the line names the task's output folder, not the file inside it",
     ("finetune", "sigterm+rerun"): ("finetune.sh alone is stopped by Ctrl-C (SIGINT) without a rerun; SIGTERM and the "
                                     "rerun reach it as the grid's run"),
     ("finetune", "full disk"): ("the result's full disk replays fairseq-train's log in the test's process; a full disk "
@@ -104,7 +103,6 @@ NOT_ASSERTED: Dict[Cell, str] = {
     ("gpu-study", "sigterm+rerun"): "no rerun after the stop (a call resumed on its carried data takes minutes)",
     ("gpu-study", "full disk"): ("no rerun: a call's pre-training is a study part, whose resume after a full disk "
                                  "the study's full-disk test checks loss for loss"),
-    ("study", "full disk"): "no process left is not checked (the part ends itself)",
 }
 
 

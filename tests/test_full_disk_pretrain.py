@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import PRETRAIN_ARGS, ROOT, run
+from process_tree import assert_none_left, marked
 
 # torch.save into a file whose name ends with FULL_SAVE, or shutil.copyfile to a name holding FULL_COPY (the file
 # itself or a temporary name of it) from a source ending with FULL_FROM, writes a little and fails as a full disk does
@@ -55,9 +56,10 @@ def test_a_full_disk_while_saving_is_one_line_and_keeps_the_last_checkpoint(lm_b
     (hooks / "sitecustomize.py").write_text(SITECUSTOMIZE)
     save = tmp_path / "ckpt"
     full = {"FULL_SAVE": "_4.pt.tmp"} if where == "save" else {"FULL_COPY": "checkpoint_last.pt", "FULL_FROM": "_4.pt"}
-    env = {**os.environ, "PYTHONPATH": str(hooks), **full}
+    env = marked({**os.environ, "PYTHONPATH": str(hooks), **full})
     cmd = [*TRAIN, str(lm_bin), "--save-dir", str(save)]
     p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert_none_left(env)
     written = save / ("checkpoint_1_4.pt" if where == "save" else "checkpoint_last.pt")
     assert p.returncode == 1, p.stderr[-3000:]
     assert p.stderr.strip().splitlines()[-1] == (

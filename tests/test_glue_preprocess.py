@@ -513,14 +513,18 @@ FULL_DISK = full_disk_script("tupe_preprocess.fairseq_dict", "tupe_preprocess.gl
 
 def test_a_full_disk_mid_task_is_one_line_keeps_the_finished_task_and_the_rerun_completes(glue_out, spm_files,
                                                                                          tmp_path, starts_process):
-    """ENOSPC while WNLI's first binary is written (RTE finished in the same run): one error line naming the task's
-    folder and what to do, exit 1, WNLI's .partial removed and RTE kept; the rerun, space back, writes what an
-    uninterrupted run wrote."""
+    """ENOSPC while WNLI's first binary is written (RTE finished in the same run, 2 tokenizer processes): one error
+    line naming the task's folder and what to do, exit 1, WNLI's .partial removed and RTE kept, no process left; the
+    rerun, space back (1 process), writes what an uninterrupted run wrote."""
     out = tmp_path / "out"
     args = pair_args(spm_files, out)
-    p = subprocess.run([sys.executable, "-c", FULL_DISK, *args], capture_output=True, text=True, cwd=REPO,
-                       env={**ENV, "FULL_IN": "WNLI-bin.partial", "FULL_AFTER": "100"}, timeout=120)
+    from process_tree import assert_none_left, marked
+
+    full = marked({**ENV, "FULL_IN": "WNLI-bin.partial", "FULL_AFTER": "100"})
+    p = subprocess.run([sys.executable, "-c", FULL_DISK, *args, "--workers", "2"], capture_output=True, text=True,
+                       cwd=REPO, env=full, timeout=120)
     assert p.returncode == 1, p.stderr[-3000:]
+    assert_none_left(full)  # the tokenizer processes too
     assert p.stderr.rstrip().splitlines()[-1] == (
         f"glue_binarize: error: {out / 'WNLI-bin'}: no space left on its disk while writing it (the half-written "
         "file is removed); free space there, or write to a folder on another disk")

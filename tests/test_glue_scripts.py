@@ -565,6 +565,7 @@ def test_a_full_disk_while_a_run_saves_its_checkpoint_fails_it_alone_and_the_rer
     an uninterrupted one (rte_run), loss for loss."""
     import shutil
 
+    from process_tree import assert_none_left, marked
     from test_full_disk_pretrain import SITECUSTOMIZE
 
     hooks = tmp_path / "hooks"
@@ -579,8 +580,10 @@ def test_a_full_disk_while_a_run_saves_its_checkpoint_fails_it_alone_and_the_rer
     before = {f.name: f.read_bytes() for f in kept.iterdir()}
     settings = run_env(pretrained, glue_bin, runs, TASKS="RTE", LRS="1e-3 5e-4", SEEDS="1", JOBS="1",
                        KEEP_CHECKPOINTS="1")
+    mark = marked({})
     full = sh([GRID], check=False, FULL_SAVE="checkpoint_best.pt.tmp",
-              PYTHONPATH=os.pathsep.join([str(hooks), os.environ.get("PYTHONPATH", "")]), **settings)
+              PYTHONPATH=os.pathsep.join([str(hooks), os.environ.get("PYTHONPATH", "")]), **settings, **mark)
+    assert_none_left(mark)  # grid.sh's finetune.sh and its fairseq-train ended with it
     partial = runs / ".partial" / "RTE" / "lr1e-3_seed1"
     written = partial / "checkpoints" / "checkpoint_best.pt"
     run_out = (runs / ".grid_logs" / "RTE" / "lr1e-3_seed1.out").read_text()

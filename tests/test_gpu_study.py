@@ -434,6 +434,7 @@ def test_a_full_disk_while_pre_training_names_the_file_and_keeps_what_finished(d
     BERT-A's pre-training is finished, and the report does not read the failed one's losses as final (one seed,
     nothing declared: the report's rule is tested in tests/test_study.py). The rerun is the study part's, whose
     resume after a full disk tests/test_study.py checks loss for loss."""
+    from process_tree import assert_none_left, marked
     from test_full_disk_pretrain import SITECUSTOMIZE
     from tupe_pretrain.check_resume import num_updates
 
@@ -444,10 +445,11 @@ def test_a_full_disk_while_pre_training_names_the_file_and_keeps_what_finished(d
     out = tmp_path / "study"
     cmd = [sys.executable, "bench/gpu_study.py", "--out", str(out), "--data", str(carry), "--seeds", "1", *DRY]
     seed = out / "pretrain" / "tupe-r" / "seed1"
-    p = subprocess.run(cmd, cwd=ROOT, env=environment(**TINY, ENDPOINTS="none", PYTHONPATH=str(hooks),
-                                                      FULL_SAVE="tupe-r/seed1/checkpoint_1_4.pt.tmp"),
-                       capture_output=True, text=True, timeout=600)
+    env = marked(environment(**TINY, ENDPOINTS="none", PYTHONPATH=str(hooks),
+                             FULL_SAVE="tupe-r/seed1/checkpoint_1_4.pt.tmp"))
+    p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert p.returncode == 1, p.stderr[-3000:]
+    assert_none_left(env)  # every part and its fairseq-train
     written = seed / "checkpoint_1_4.pt"
     assert re.search(rf"gpu_study: \[ *\d+ s\] pre-training tupe-r 1 ended with exit status 1: pre-training tupe-r "
                      rf"seed 1 failed: {re.escape(str(written))}: no space left on its disk while writing it", p.stdout)

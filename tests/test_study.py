@@ -1823,6 +1823,7 @@ def test_a_full_disk_while_a_study_pre_trains_is_named_and_the_rerun_matches_the
     the study names the failed part and its log, exit 1, no half-written file and no finished-looking pre-training;
     the checkpoint of update 2 is kept. The same command with room again resumes from it and logs the uninterrupted
     study's validations, loss for loss."""
+    from process_tree import assert_none_left, marked
     from test_full_disk_pretrain import SITECUSTOMIZE
 
     hooks = tmp_path / "hooks"
@@ -1832,9 +1833,11 @@ def test_a_full_disk_while_a_study_pre_trains_is_named_and_the_rerun_matches_the
     shutil.copytree(tiny_study.out, out)
     seed = out / "pretrain" / "nope" / "seed1"
     shutil.rmtree(seed)  # the pre-training is to do again
+    mark = marked({})
     first = study(out, "--stages", "pretrain", check=False, FULL_SAVE="seed1/checkpoint_1_4.pt.tmp",
-                  PYTHONPATH=f"{hooks}{os.pathsep}{os.environ.get('PYTHONPATH', '')}", **tiny_study.env)
+                  PYTHONPATH=f"{hooks}{os.pathsep}{os.environ.get('PYTHONPATH', '')}", **tiny_study.env, **mark)
     assert first.returncode == 1, first.stderr[-3000:]
+    assert_none_left(mark)  # the part's fairseq-train ended with it
     written = seed / "checkpoint_1_4.pt"
     train_log = (seed / "train.log").read_text()
     assert train_log.rstrip().splitlines()[-1].startswith(
