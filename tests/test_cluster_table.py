@@ -50,12 +50,13 @@ TABLE: Dict[Cell, Optional[Tuple[str, ...]]] = {
                                 "writes_it_whole"),
     ("grid", "sigterm+rerun"): (GRID_STOP,),
     ("grid", "second run"): (
-        f"{GLUE_SCRIPTS}::test_readers_beside_a_live_lock_and_a_grid_on_a_held_runs_refused",),
+        GRID_STOP, f"{GLUE_SCRIPTS}::test_readers_beside_a_live_lock_and_a_grid_on_a_held_runs_refused"),
     ("grid", "full disk"): (FINETUNE_FULL_SAVE,),
     ("study", "sigterm+rerun"): (
         "tests/test_study.py::test_sigterm_stops_the_lanes_and_their_runs_and_the_rerun_matches_the_study",),
     ("study", "second run"): (
-        "tests/test_study.py::test_tiny_study_one_run_per_folder_and_readers_beside_a_live_lock",),
+        "tests/test_study.py::test_sigterm_stops_the_lanes_and_their_runs_and_the_rerun_matches_the_study",
+        "tests/test_study.py::test_tiny_study_one_run_per_folder_and_readers_beside_a_live_lock"),
     ("study", "full disk"): (
         "tests/test_study.py::test_a_full_disk_while_a_study_pre_trains_is_named_and_the_rerun_matches_the_study",),
     ("c4", "sigterm+rerun"): (
@@ -70,7 +71,9 @@ TABLE: Dict[Cell, Optional[Tuple[str, ...]]] = {
         f"{GLUE_PREPROCESS}::test_a_full_disk_mid_task_is_one_line_keeps_the_finished_task_and_the_rerun_completes",),
     ("gpu-study", "sigterm+rerun"): (
         "tests/test_gpu_study.py::test_sigterm_stops_every_pre_training_and_says_so_in_one_line",),
-    ("gpu-study", "second run"): ("tests/test_gpu_study.py::test_a_second_call_into_a_held_out_is_refused_at_once",),
+    ("gpu-study", "second run"): (
+        "tests/test_gpu_study.py::test_sigterm_stops_every_pre_training_and_says_so_in_one_line",
+        "tests/test_gpu_study.py::test_a_second_call_into_a_held_out_is_refused_at_once"),
     ("gpu-study", "full disk"): (
         "tests/test_gpu_study.py::test_a_full_disk_while_pre_training_names_the_file_and_keeps_what_finished",),
 }
@@ -85,9 +88,6 @@ NOT_ASSERTED: Dict[Cell, str] = {
     ("pretrain", "second run"): "the second pretrain.sh is real; the dead holder taken over is a planted lock",
     ("pretrain", "full disk"): ("one process: fairseq-train itself (the plugin), not pretrain.sh; the reruns are "
                                 "checked by the update they reach, not by their losses"),
-    ("grid", "second run"): "the holder is a planted lock (pid 1), not a second real grid",
-    ("study", "second run"): "the holder is a planted lock (pid 1), not a second real study",
-    ("gpu-study", "second run"): "the holder is a planted lock (pid 1), not a second real call",
     ("c4", "sigterm+rerun"): ("the stop comes while the extract or the binarize task runs; during sentencepiece's "
                               "training the way it ends at once (tupe_common.process.call_in_fork) is tested alone, in "
                               "tests/test_stop_signals.py, not through the c4 command"),

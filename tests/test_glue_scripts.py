@@ -322,8 +322,9 @@ def test_sigterm_stops_the_grid_and_its_runs_and_the_rerun_matches_an_uninterrup
     (rte_run: the same settings), loss for loss.
 
     One run per folder, on that run (it had a fine-tuning of its own): while the grid's finetune.sh holds the run's
-    lock, a second finetune.sh of the same run exits 2 at once naming the holder's pid and host; the lock is gone
-    after the stop and after the rerun's normal end (tupe_common/lock.py)."""
+    lock, a second finetune.sh of the same run exits 2 at once naming the holder's pid and host, and so does a second
+    grid.sh on the same RUNS; the lock is gone after the stop and after the rerun's normal end
+    (tupe_common/lock.py)."""
     from tupe_glue.finetune import run_lock
     from process_tree import command_lines, start, stop_cleanly, tree, wait_for
     from tupe_common import lock
@@ -347,6 +348,13 @@ def test_sigterm_stops_the_grid_and_its_runs_and_the_rerun_matches_an_uninterrup
     assert second.returncode == 2 and last.startswith(
         f"finetune.sh: error: {runs}/.partial/RTE/lr1e-3_seed1 is in use by another run (pid {holder} on "
         f"{lock.host()}, "), last
+    # a second grid.sh on the same RUNS (another LR: work the first does not do) is refused at once, naming the first
+    grid_holder = (lock.read_record(str(runs / lock.LOCK_NAME)) or {}).get("pid")
+    assert grid_holder in [p.pid] + [c.pid for c in tree(p.pid)], grid_holder
+    other = sh([GRID], check=False, **dict(settings, LRS="2e-3"))
+    assert other.returncode == 2 and other.stderr.strip().splitlines()[-1].startswith(
+        f"grid.sh: error: {runs} is in use by another run (pid {grid_holder} on {lock.host()}, "), other.stderr[-2000:]
+    assert not (runs / ".partial" / "RTE" / "lr2e-3_seed1").exists()
     log = runs / ".partial" / "RTE" / "lr1e-3_seed1" / "train.log"
     wait_for(lambda: p.poll() is not None or len(train_losses(log.read_text() if log.exists() else "")) >= 2, 240,
              "no update logged")

@@ -328,8 +328,10 @@ def test_a_part_past_the_budget_is_stopped_and_left_out_of_the_copy(data, tmp_pa
 def test_sigterm_stops_every_pre_training_and_says_so_in_one_line(data, tmp_path):
     """SIGTERM to the command behind make gpu-study alone (kill PID) while its pre-trainings run: every process of
     its tree ends (the study parts and their fairseq-train, each in a process group of its own), exit 143, and the
-    last line says what stopped it and how it resumes."""
+    last line says what stopped it and how it resumes. While it runs, a second call into the same OUT is refused at
+    once (exit 2, naming the first's pid and host)."""
     from process_tree import command_lines, start, stop_cleanly, tree, wait_for
+    from tupe_common import lock
 
     carry, _ = data
     out = tmp_path / "study"
@@ -338,6 +340,13 @@ def test_sigterm_stops_every_pre_training_and_says_so_in_one_line(data, tmp_path
     wait_for(lambda: p.poll() is not None or sum("fairseq-train" in c for c in command_lines(tree(p.pid))) >= 2,
              240, "the pre-trainings did not start")
     assert p.poll() is None, p.communicate()
+    # a second call into the same OUT while the first runs: refused at once, naming the first (one call per OUT)
+    holder = (lock.read_record(str(out / lock.LOCK_NAME)) or {}).get("pid")
+    assert holder == p.pid, holder
+    second = subprocess.run([sys.executable, "bench/gpu_study.py", "--out", str(out), "--data", str(carry), *DRY],
+                            cwd=ROOT, env=environment(**TINY), capture_output=True, text=True, timeout=120)
+    assert second.returncode == 2 and second.stderr.strip().splitlines()[-1].startswith(
+        f"gpu_study: error: {out} is in use by another run (pid {p.pid} on {lock.host()}, "), second.stderr[-2000:]
     stop_cleanly(p, signal.SIGTERM, "gpu_study: error: stopped by SIGTERM; rerun the same command to resume (finished "
                  "runs are skipped)", timeout=90)
 

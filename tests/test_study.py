@@ -1785,10 +1785,12 @@ def test_archive_without_a_manifest_renders_with_a_warning(tmp_path, capsys):
 def test_sigterm_stops_the_lanes_and_their_runs_and_the_rerun_matches_the_study(tiny_study, tmp_path):
     """study.sh --lanes 2 (a lane: python -m tupe_study --part, whose fine-tuning runs fairseq-train) stopped by SIGTERM
     while its fine-tuning runs: exit 143, one line, no process of the tree left, no finished-looking run; the same
-    command then fine-tunes the run as the uninterrupted study did (the same validations and result)."""
+    command then fine-tunes the run as the uninterrupted study did (the same validations and result). Before the
+    stop, a second study.sh on the same OUT is refused at once (exit 2, naming the first's pid and host)."""
     import signal
 
     from process_tree import command_lines, start, stop_cleanly, tree, wait_for
+    from tupe_common import lock
 
     out = tmp_path / "study"
     shutil.copytree(tiny_study.out, out)
@@ -1799,6 +1801,15 @@ def test_sigterm_stops_the_lanes_and_their_runs_and_the_rerun_matches_the_study(
                          OUT=str(out), PRESET="tiny", VARIANTS="nope", GPUS="0", NUM_WORKERS="0", PREP_JOBS="1",
                          HARD_VOCAB_LIMIT="0", VOCAB_SIZE="300"), **tiny_study.env))
     p = start([STUDY, "--lanes", "2", "--stages", "finetune"], env, cwd=ROOT)
+    # a second study.sh on the same OUT, while the first holds it: refused at once, naming the first
+    wait_for(lambda: p.poll() is not None or (lock.read_record(str(out / lock.LOCK_NAME)) or {}).get("pid"), 60,
+             "the study took no lock")
+    holder = (lock.read_record(str(out / lock.LOCK_NAME)) or {}).get("pid")
+    assert holder in [p.pid] + [c.pid for c in tree(p.pid)], holder
+    second = subprocess.run([str(STUDY), "--lanes", "2", "--stages", "finetune"], cwd=ROOT, env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert second.returncode == 2 and second.stderr.strip().splitlines()[-1].startswith(
+        f"study.sh: error: {out} is in use by another run (pid {holder} on {lock.host()}, "), second.stderr[-2000:]
     training = lambda: any("tupe_glue.fairseq_train" in c for c in command_lines(tree(p.pid)))  # noqa: E731
     wait_for(lambda: p.poll() is not None or training(), 240, "fine-tuning did not start")  # a few updates: stop now
     assert p.poll() is None, p.communicate()
