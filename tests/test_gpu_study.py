@@ -325,6 +325,36 @@ def test_a_part_past_the_budget_is_stopped_and_left_out_of_the_copy(data, tmp_pa
     assert "1 2\t4\t" in (tmp_path / "back" / "gpu_calls.tsv").read_text()  # the call is recorded, exit 1
 
 
+def test_parts_past_the_budget_are_stopped_together_each_with_its_group():
+    """gpu_schedule.stop: TERM to every part's process group at once, then KILL to what is left after the grace
+    period (10 s; 0.5 s here). Three parts that take 1 s to stop cleanly (a pre-training finishing its update and
+    saving) end in about 1 s, not 3 (one after another, the reserve paid for each); a child that ignores TERM is
+    killed with its group."""
+    import psutil
+
+    parts = [subprocess.Popen(["bash", "-c", "trap 'sleep 1; exit 0' TERM; sleep 100 & wait"], start_new_session=True)
+             for _ in range(3)]
+    stubborn = subprocess.Popen(["bash", "-c", "trap '' TERM; sleep 100 & sleep 100"], start_new_session=True)
+    time.sleep(0.5)  # the traps are set
+    from process_tree import assert_gone
+
+    started = time.monotonic()
+    gpu_schedule.stop(*parts)
+    took = time.monotonic() - started
+    assert [p.returncode for p in parts] == [0, 0, 0] and 1 <= took < 2.5, took
+    started = time.monotonic()
+    gpu_schedule.stop(stubborn, grace_s=0.5)
+    assert stubborn.returncode == -signal.SIGKILL and 0.5 <= time.monotonic() - started < 2
+    group = []
+    for c in psutil.process_iter():
+        try:
+            if os.getpgid(c.pid) == stubborn.pid:
+                group.append(c)
+        except ProcessLookupError:
+            continue
+    assert_gone(group)  # its two sleeps too (a zombie not yet reaped counts as gone)
+
+
 def test_sigterm_stops_every_pre_training_and_says_so_in_one_line(data, tmp_path):
     """SIGTERM to the command behind make gpu-study alone (kill PID) while its pre-trainings run: every process of
     its tree ends (the study parts and their fairseq-train, each in a process group of its own), exit 143, and the

@@ -259,18 +259,22 @@ def study(args: List[str], env: Dict[str, str], log: Path) -> subprocess.Popen:
                              stderr=subprocess.STDOUT)
 
 
-def stop(p: subprocess.Popen) -> None:
-    """End ``p`` and everything it started (its process group): TERM, then KILL after 10 s."""
-    for sig, wait_s in ((signal.SIGTERM, 10), (signal.SIGKILL, 5)):
-        try:
-            os.killpg(p.pid, sig)
-        except ProcessLookupError:
+def stop(*procs: subprocess.Popen, grace_s: float = 10.0) -> None:
+    """End each of ``procs`` and everything it started (its process group): TERM to all, then KILL to those left
+    after ``grace_s``. All at once: a part's clean stop (its update finished, checkpoint_last.pt saved) takes
+    seconds, which one after another the reserve paid for each part."""
+    left = list(procs)
+    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+        for p in left:
+            try:
+                os.killpg(p.pid, sig)
+            except ProcessLookupError:  # ended (and its group with it)
+                pass
+        deadline = time.monotonic() + wait_s
+        while (left := [p for p in left if p.poll() is None]) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if not left:
             return
-        try:
-            p.wait(timeout=wait_s)
-            return
-        except subprocess.TimeoutExpired:
-            continue
 
 
 def plan_parts(env: Dict[str, str], after: Sequence[str]) -> Tuple[List[str], List[Tuple[int, str]], Dict[str, int]]:
@@ -329,11 +333,9 @@ def pretrain(env: Dict[str, str], out: Path, todo: List[Tuple[int, str]], total_
     while any(p.poll() is None for p in procs.values()):
         time.sleep(POLL_S)
         if time.monotonic() > budget.deadline:
-            for label, p in procs.items():
-                if p.poll() is None:
-                    stop(p)
-                    stopped.append(label)
-                    budget.stopped.append(f"pre-training {label} (at update {updates_so_far(logs[label])})")
+            stopped = [label for label, p in procs.items() if p.poll() is None]
+            budget.stopped += [f"pre-training {label} (at update {updates_so_far(logs[label])})" for label in stopped]
+            stop(*(procs[label] for label in stopped))
             say("the budget is spent: pre-training stopped")
             break
         if time.monotonic() - shown >= 15:
