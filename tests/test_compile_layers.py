@@ -57,3 +57,33 @@ def test_evaluation_never_compiles_and_the_option_defaults_off():
     TupeRobertaModel.add_args(parser)
     assert parser.parse_args([]).compile_layers is False and parser.parse_args(["--compile-layers"]).compile_layers
     assert build("tupe_r_tiny").args.compile_layers is False
+
+
+def test_eager_checks_run_eagerly_under_compile_and_importing_the_plugin_loads_no_dynamo(starts_process):
+    """tupe_core.attend.run_eagerly (the Triton path's first-use check and its fallback): outside a compiled graph
+    the function runs as it is; called from a torch.compile'd function it runs eagerly (not traced: its Python side
+    effect happens at every call, it sees no compilation), as torch.compiler.disable did. And what that decorator
+    cost every process: importing the plugin (as fairseq-train --user-dir does) loads no torch._dynamo (~1 s)."""
+    import subprocess
+    import sys
+
+    from tupe_core.attend import run_eagerly
+
+    seen = []
+
+    @run_eagerly
+    def check(x: torch.Tensor) -> bool:
+        seen.append(torch.compiler.is_compiling())
+        return float(x.sum().item()) > 0  # a data-dependent Python branch: not traceable without a break
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        y = x * 2
+        return y + 1 if check(y) else y - 1
+
+    compiled = torch.compile(f, backend="eager")
+    x = torch.ones(3)
+    assert torch.equal(compiled(x), x * 3) and torch.equal(compiled(-x), -x * 3)
+    assert seen == [False, False] and check(x) and seen == [False, False, False]
+    p = subprocess.run([sys.executable, "-c", "import sys, tupe_plugin; print('torch._dynamo' in sys.modules)"],
+                       capture_output=True, text=True, timeout=120)
+    assert p.stdout.strip() == "False", p.stderr[-2000:]

@@ -9,15 +9,18 @@ The fairseq layer swaps fairseq's ``FairseqDropout`` in for ``Dropout`` (``modul
 """
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Set, Tuple
+from typing import Callable, Dict, List, Optional, Set, Tuple, TypeVar
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .masks import AttentionMask, sdpa_layout
+
+T = TypeVar("T")
 
 
 class Dropout(nn.Module):
@@ -91,7 +94,21 @@ def triton_runs(device: torch.device, head_dim: int = 0) -> bool:
     return kernels is not None and kernels.triton_available(device) and head_dim <= kernels.MAX_HEAD_DIM
 
 
-@torch.compiler.disable  # the check runs eagerly, once, also inside a compiled layer's first forward
+def run_eagerly(fn: Callable[..., T]) -> Callable[..., T]:
+    """``torch.compiler.disable(fn)`` without importing ``torch._dynamo`` at import time (about 1 s, which every
+    process that imports tupe_core paid, fairseq-train with the plugin included, though few compile): outside a
+    compiled graph ``fn`` runs as it is; traced by torch.compile, its call is a graph break and ``fn`` runs
+    eagerly, as the disabled function did."""
+    @functools.wraps(fn)
+    def call(*args, **kwargs) -> T:
+        if not torch.compiler.is_compiling():
+            return fn(*args, **kwargs)
+        return torch.compiler.disable(fn)(*args, **kwargs)
+
+    return call
+
+
+@run_eagerly  # the check runs eagerly, once, also inside a compiled layer's first forward
 def triton_failure(device: torch.device, dtype: torch.dtype, per_sequence: bool = False, dropout: bool = False,
                    like: Optional[Tuple[Tensor, Tensor]] = None) -> Optional[str]:
     """Why our Triton kernel does not run for this configuration (``TritonConfig``): its first-use check failed
@@ -231,7 +248,7 @@ def _triton(q: Tensor, k: Tensor, v: Tensor, mask: Optional[AttentionMask], scal
     return kernels.biased_attention(q, k, v, bias, pad, scaling, p), None
 
 
-@torch.compiler.disable  # eager: a failure is caught here, not inside a compiled graph
+@run_eagerly  # eager: a failure is caught here, not inside a compiled graph
 def triton_or_sdpa(q: Tensor, k: Tensor, v: Tensor, mask: Optional[AttentionMask], scaling: float, p: float,
                    dropout: nn.Module) -> Tuple[Tensor, Optional[Tensor]]:
     """``auto``'s triton path: our kernel, unless it raises (compile, tune, launch) or, the first time a
