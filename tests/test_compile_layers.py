@@ -63,7 +63,8 @@ def test_eager_checks_run_eagerly_under_compile_and_importing_the_plugin_loads_n
     """tupe_core.attend.run_eagerly (the Triton path's first-use check and its fallback): outside a compiled graph
     the function runs as it is; called from a torch.compile'd function it runs eagerly (not traced: its Python side
     effect happens at every call, it sees no compilation), as torch.compiler.disable did. And what that decorator
-    cost every process: importing the plugin (as fairseq-train --user-dir does) loads no torch._dynamo (~1 s)."""
+    cost every process that reads the registry without training (pretrain.sh's launcher, the exports): importing
+    the plugin loads no torch._dynamo (~1 s; a training's torch.optim loads it when it builds the optimizer)."""
     import subprocess
     import sys
 
