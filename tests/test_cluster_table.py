@@ -83,8 +83,6 @@ GAPS: Dict[Cell, str] = {}
 
 # What a filled cell's tests leave out of the case.
 NOT_ASSERTED: Dict[Cell, str] = {
-    ("pretrain", "sigterm+rerun"): ("the rerun resumes at the saved update and logs the next ones, but its losses are "
-                                    "not compared with an uninterrupted run's"),
     ("pretrain", "second run"): "the second pretrain.sh is real; the dead holder taken over is a planted lock",
     ("pretrain", "full disk"): ("one process: fairseq-train itself (the plugin), not pretrain.sh; the reruns are "
                                 "checked by the update they reach, not by their losses"),

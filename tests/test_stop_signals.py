@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, run
+from conftest import ROOT, run, train_losses
 from process_tree import assert_gone, command_lines, start, tree, wait_for
 
 pytestmark = pytest.mark.usefixtures("starts_process")  # every test here starts a process
@@ -211,7 +211,8 @@ def logged_updates(text: str) -> list:
 
 def test_sigterm_saves_the_update_it_finished_and_the_rerun_resumes_from_it(lm_bin, tmp_path):
     """pretrain.sh (fairseq-train in one process) stopped by SIGTERM after its first updates: exit 143 within 20 s,
-    checkpoint_last.pt at the update its last line names, and the same command resumes from it.
+    checkpoint_last.pt at the update its last line names, and the same command resumes from it, logging the losses
+    of an uninterrupted run.
 
     While it trains, SAVE_DIR's lock (one pre-training for both checks; it was test_run_lock's own run): the lock a
     killed run left (a dead pid) is taken over with a line; the lock is the first's pid across its exec into
@@ -282,6 +283,13 @@ def test_sigterm_saves_the_update_it_finished_and_the_rerun_resumes_from_it(lm_b
     assert re.search(rf"Loaded checkpoint \S+checkpoint_last.pt \(epoch \d+ @ {n} updates\)", log), log[-3000:]
     assert logged_updates(log) == [n + 1, n + 2]
     assert not path.exists() and not list(save.glob(".run.lock*"))  # released at the normal end
+    # an uninterrupted run of the same command to update n + 2 logs the same losses at n + 1 and n + 2
+    whole = run([sys.executable, "-m", "tupe_pretrain.pretrain"], cwd=ROOT, check=False, timeout=180,
+                env=dict(env, SAVE_DIR=str(tmp_path / "whole"), TENSORBOARD_DIR="none", EXTRA_ARGS=f"--max-update {n + 2}"))
+    assert whole.returncode == 0, (whole.stdout + whole.stderr)[-3000:]
+    uninterrupted = whole.stdout + whole.stderr
+    assert logged_updates(uninterrupted)[-2:] == [n + 1, n + 2]
+    assert train_losses(log) == train_losses(uninterrupted)[-2:], (train_losses(log), train_losses(uninterrupted))
 
 
 def test_sigterm_with_several_processes_names_the_checkpoint_the_rerun_resumes_from(lm_bin, tmp_path):
