@@ -84,13 +84,13 @@ GAPS: Dict[Cell, str] = {}
 # What a filled cell's tests leave out of the case.
 NOT_ASSERTED: Dict[Cell, str] = {
     ("pretrain", "second run"): "the second pretrain.sh is real; the dead holder taken over is a planted lock",
+    ("c4", "full disk"): "the binarize task's output only",
+    ("glue-binarize", "full disk"): "the line names the task's output folder, not the file inside it",
     ("pretrain", "full disk"): ("one process: fairseq-train itself (the plugin), not pretrain.sh; the reruns are "
                                 "checked by the update they reach, not by their losses"),
     ("c4", "sigterm+rerun"): ("the stop comes while the extract or the binarize task runs; during sentencepiece's "
                               "training the way it ends at once (tupe_common.process.call_in_fork) is tested alone, in "
                               "tests/test_stop_signals.py, not through the c4 command"),
-    ("c4", "full disk"): "the binarize task's output only",
-    ("glue-binarize", "full disk"): "the line names the task's output folder, not the file inside it",
     ("finetune", "sigterm+rerun"): ("finetune.sh alone is stopped by Ctrl-C (SIGINT) without a rerun; SIGTERM and the "
                                     "rerun reach it as the grid's run"),
     ("finetune", "full disk"): ("the result's full disk replays fairseq-train's log in the test's process; a full disk "
