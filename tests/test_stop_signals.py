@@ -215,21 +215,26 @@ def test_sigterm_saves_the_update_it_finished_and_the_rerun_resumes_from_it(lm_b
     of an uninterrupted run.
 
     While it trains, SAVE_DIR's lock (one pre-training for both checks; it was test_run_lock's own run): the lock a
-    killed run left (a dead pid) is taken over with a line; the lock is the first's pid across its exec into
+    run killed with SIGKILL left (a dead pid) is taken over with a line; the lock is the first's pid across its exec into
     fairseq-train, whose plugin keeps its heartbeat; a second pretrain.sh into the same SAVE_DIR exits 2 at once
     naming the first's pid and host, and writes nothing (one event file per TensorBoard folder); the lock is
     removed at the stopped run's end and at the rerun's normal end."""
     import torch
 
-    from test_run_lock import dead_pid, plant
     from tupe_common import lock
 
     save = tmp_path / "ckpt"
     path = save / lock.LOCK_NAME
-    plant(path, pid=dead_pid(), host=lock.host())  # a run killed with SIGKILL left it
     env = script_env(**dict(TINY, TENSORBOARD_DIR="auto"), DATA=str(lm_bin), SAVE_DIR=str(save),
                      TUPE_RUN_LOCK_HEARTBEAT_S="0.2")  # TensorBoard on: the refused run must write no event file
     env.pop(lock.ENV, None)
+    # a run killed with SIGKILL (no handler runs) as soon as it holds the lock, before it trains: its lock stays
+    killed = start([str(ROOT / "train_scripts" / "pretrain.sh")], env, cwd=ROOT)
+    wait_for(lambda: killed.poll() is not None or (lock.read_record(str(path)) or {}).get("pid") == killed.pid, 60,
+             "the first run took no lock")
+    os.killpg(killed.pid, signal.SIGKILL)
+    killed.communicate(timeout=30)
+    assert (lock.read_record(str(path)) or {}).get("pid") == killed.pid
     p = start([str(ROOT / "train_scripts" / "pretrain.sh")], env, cwd=ROOT)
     out = []
     reader = threading.Thread(target=lambda: out.extend(p.stdout), daemon=True)  # fairseq logs on stdout
@@ -267,7 +272,7 @@ def test_sigterm_saves_the_update_it_finished_and_the_rerun_resumes_from_it(lm_b
     assert m, last
     n = int(m.group(1))
     assert "Traceback" not in err and "done training" not in "".join(out)
-    assert f"taking over {path}: the run that held it (pid {dead_pid()} on {lock.host()}" in err
+    assert f"taking over {path}: the run that held it (pid {killed.pid} on {lock.host()}" in err
     folders = list((save / "tensorboard").iterdir())  # train_inner, valid: one event file each, none of the second's
     assert folders and all(len(list(d.glob("events.out.tfevents.*"))) == 1 for d in folders), folders
     assert not path.exists() and not list(save.glob(".run.lock*"))  # removed by its stopped holder
