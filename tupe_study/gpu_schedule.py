@@ -54,7 +54,8 @@ DATA_PARTS = ("c4", "tasks-bin", "locality")  # the prep's outputs in the data f
 REPORT_RESERVE_S = 25  # kept at the end of the budget for the report when a part runs over (--reserve-s)
 POLL_S = 2.0
 CALLS = "gpu_calls.tsv"  # one line per call of this command on the study folder
-PART_ERROR = "study.sh: error: "  # how a part's error line starts: python -m tupe_study names itself so (PROG)
+PART_PROG = "study.sh:"  # how the lines of a part start: python -m tupe_study names itself so (settings.PROG)
+PART_ERROR = f"{PART_PROG} error: "
 
 
 def say(msg: str) -> None:
@@ -396,7 +397,7 @@ def echo(log: Path, seen: int) -> int:
     """The study's notes written to ``log`` since byte ``seen``; the new position."""
     text = text_from(log, seen)
     for line in text.splitlines():
-        if line.startswith("study.sh:") and not line.startswith("study.sh: settings"):
+        if line.startswith(PART_PROG) and not line.startswith(f"{PART_PROG} settings"):
             print(f"  {line}", flush=True)
     return seen + len(text.encode("utf-8"))
 
