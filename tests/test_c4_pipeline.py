@@ -212,14 +212,28 @@ def test_a_stop_while_extracting_is_one_line_and_the_rerun_gives_the_same_text(t
     comes mid-file, whatever the machine's speed): exit 143, one line saying what stopped it and how it resumes, no
     output, no half-written OUT.partial, no record, no process left; the rerun on the whole file writes the text of
     an uninterrupted run (the module fixture's), byte for byte."""
-    from process_tree import start, stop_cleanly, wait_for
+    import errno
+
+    from process_tree import assert_none_left, marked, start, stop_cleanly, wait_for
 
     with gzip.open(TRAIN0, "rb") as f:
         lines = f.read().splitlines(keepends=True)
     src, out = tmp_path / "c4-train.00000-of-01024.json", tmp_path / "text" / "train0.txt"
     os.mkfifo(src)
-    proc = start([str(c) for c in extract(src, out)], env(), cwd=REPO)
-    with open(src, "wb") as feed:  # opens once the step has opened its end
+    mark = marked(env())
+    proc = start([str(c) for c in extract(src, out)], mark, cwd=REPO)
+    fd = []
+
+    def opened() -> bool:  # the write end opens once the step has opened its end (ENXIO before): never blocks
+        try:
+            fd.append(os.open(src, os.O_WRONLY | os.O_NONBLOCK))
+        except OSError as e:
+            assert e.errno == errno.ENXIO and proc.poll() is None, proc.communicate()
+        return bool(fd)
+
+    wait_for(opened, 60, "the step did not open its input")
+    os.set_blocking(fd[0], True)
+    with os.fdopen(fd[0], "wb") as feed:
         feed.write(b"".join(lines[: len(lines) // 2]))
         feed.flush()
         wait_for(lambda: Path(f"{out}.partial").exists() or proc.poll() is not None, 30, "no OUT.partial")
@@ -227,6 +241,7 @@ def test_a_stop_while_extracting_is_one_line_and_the_rerun_gives_the_same_text(t
         assert proc.poll() is None, proc.communicate()
         stop_cleanly(proc, signal.SIGTERM, "tupe_preprocess.c4: error: stopped by SIGTERM; rerun the same command to "
                      "resume (finished tasks are skipped)", timeout=30, procs=[])
+    assert_none_left(mark)
     assert sorted(p.name for p in tmp_path.rglob("*")) == [src.name, "text"]  # nothing written is left
     src.unlink()
     src.write_bytes(b"".join(lines))

@@ -325,34 +325,37 @@ def test_a_part_past_the_budget_is_stopped_and_left_out_of_the_copy(data, tmp_pa
     assert "1 2\t4\t" in (tmp_path / "back" / "gpu_calls.tsv").read_text()  # the call is recorded, exit 1
 
 
-def test_parts_past_the_budget_are_stopped_together_each_with_its_group():
-    """gpu_schedule.stop: TERM to every part's process group at once, then KILL to what is left after the grace
-    period (10 s; 0.5 s here). Three parts that take 1 s to stop cleanly (a pre-training finishing its update and
-    saving) end in about 1 s, not 3 (one after another, the reserve paid for each); a child that ignores TERM is
-    killed with its group."""
-    import psutil
+def test_parts_past_the_budget_are_stopped_together_with_their_trees():
+    """gpu_schedule.stop: TERM to every part's process group at once, then KILL to what is left of each part's tree
+    after the grace period (10 s; 0.5 s here). Three parts that take 1 s to stop cleanly (a pre-training finishing
+    its update and saving) end in about 1 s, not 3 (one after another, the reserve paid for each). A part whose
+    child runs in a session of its own and ignores TERM (as a part's fairseq-train runs in a group of its own): the
+    part ends at the TERM, and what it left, the child and its own child, is killed then."""
+    from process_tree import assert_gone, tree, wait_for
 
     parts = [subprocess.Popen(["bash", "-c", "trap 'sleep 1; exit 0' TERM; sleep 100 & wait"], start_new_session=True)
              for _ in range(3)]
-    stubborn = subprocess.Popen(["bash", "-c", "trap '' TERM; sleep 100 & sleep 100"], start_new_session=True)
-    time.sleep(0.5)  # the traps are set
-    from process_tree import assert_gone
-
+    stubborn = subprocess.Popen(["bash", "-c", "setsid bash -c \"trap '' TERM; sleep 100 & wait\" & wait"],
+                                start_new_session=True)
+    # the traps are set once each bash has started its sleep
+    wait_for(lambda: all(any(c.name() == "sleep" for c in tree(p.pid)) for p in [*parts, stubborn]), 30,
+             "the parts did not start")
     started = time.monotonic()
     gpu_schedule.stop(*parts)
     took = time.monotonic() - started
     assert [p.returncode for p in parts] == [0, 0, 0] and 1 <= took < 2.5, took
+    left = tree(stubborn.pid)
+    assert len({os.getpgid(c.pid) for c in left}) == 1 and os.getpgid(left[0].pid) != stubborn.pid  # its own group
     started = time.monotonic()
     gpu_schedule.stop(stubborn, grace_s=0.5)
-    assert stubborn.returncode == -signal.SIGKILL and 0.5 <= time.monotonic() - started < 2
-    group = []
-    for c in psutil.process_iter():
-        try:
-            if os.getpgid(c.pid) == stubborn.pid:
-                group.append(c)
-        except ProcessLookupError:
-            continue
-    assert_gone(group)  # its two sleeps too (a zombie not yet reaped counts as gone)
+    assert stubborn.returncode == -signal.SIGTERM and time.monotonic() - started < 2
+    assert_gone(left)  # the child that ignored TERM in its own session, and its sleep: killed once the part ended
+    ignoring = subprocess.Popen(["bash", "-c", "trap '' TERM; sleep 100 & sleep 100"], start_new_session=True)
+    wait_for(lambda: len(tree(ignoring.pid)) == 2, 30, "the part did not start")
+    left, started = tree(ignoring.pid), time.monotonic()
+    gpu_schedule.stop(ignoring, grace_s=0.5)  # a part that ignores TERM itself: killed with its tree after the grace
+    assert ignoring.returncode == -signal.SIGKILL and 0.5 <= time.monotonic() - started < 2
+    assert_gone(left)
 
 
 def test_sigterm_stops_every_pre_training_and_says_so_in_one_line(data, tmp_path):

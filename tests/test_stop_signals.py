@@ -228,10 +228,11 @@ def test_sigterm_saves_the_update_it_finished_and_the_rerun_resumes_from_it(lm_b
     env = script_env(**dict(TINY, TENSORBOARD_DIR="auto"), DATA=str(lm_bin), SAVE_DIR=str(save),
                      TUPE_RUN_LOCK_HEARTBEAT_S="0.2")  # TensorBoard on: the refused run must write no event file
     env.pop(lock.ENV, None)
-    # a run killed with SIGKILL (no handler runs) as soon as it holds the lock, before it trains: its lock stays
+    # a run killed with SIGKILL (no handler runs) once its lock is handed to fairseq-train's exec, before it trains
+    # (the lock's own files written by then: no temporary one left): its lock stays
     killed = start([str(ROOT / "train_scripts" / "pretrain.sh")], env, cwd=ROOT)
-    wait_for(lambda: killed.poll() is not None or (lock.read_record(str(path)) or {}).get("pid") == killed.pid, 60,
-             "the first run took no lock")
+    wait_for(lambda: killed.poll() is not None or (lock.read_record(str(path)) or {}).get("exec"), 60,
+             "the first run handed no lock to fairseq-train")
     os.killpg(killed.pid, signal.SIGKILL)
     killed.communicate(timeout=30)
     assert (lock.read_record(str(path)) or {}).get("pid") == killed.pid

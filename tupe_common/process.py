@@ -160,20 +160,22 @@ def _live() -> List[subprocess.Popen]:
         return list(_children.values())
 
 
-def signal_children(signum: int) -> None:
-    """Send ``signum`` to the process group of every child started here (its tree noted first)."""
-    for p in _live():
+def signal_children(signum: int, children: Optional[Sequence[subprocess.Popen]] = None) -> None:
+    """Send ``signum`` to the process group of every child started here, or of ``children`` (some of them), each
+    child's tree noted first."""
+    for p in _live() if children is None else children:
         _note(p)
         _send(p.pid, signum)
 
 
-def end_children(grace: Optional[float] = None) -> None:
-    """After :func:`signal_children`: wait up to ``grace`` seconds (:func:`grace_s`) for every child started here to
-    end, then SIGKILL what is left of each child's tree: the processes noted in it (also those in groups of their
-    own, orphaned or not, and those of a child that ended and was reaped meanwhile: a background job that ignores
-    SIGINT outlives its shell), and its process group while the group is provably still the child's (its leader
-    not yet reaped, or a noted member still in it), so a freed pid is never signalled."""
-    children = _live()
+def end_children(grace: Optional[float] = None, children: Optional[Sequence[subprocess.Popen]] = None) -> None:
+    """After :func:`signal_children`: wait up to ``grace`` seconds (:func:`grace_s`) for every child started here
+    (or ``children``) to end, then SIGKILL what is left of each child's tree: the processes noted in it (also those
+    in groups of their own, orphaned or not, and those of a child that ended and was reaped meanwhile: a background
+    job that ignores SIGINT outlives its shell), and its process group while the group is provably still the
+    child's (its leader not yet reaped, or a noted member still in it), so a freed pid is never signalled."""
+    chosen = None if children is None else {p.pid for p in children}
+    children = _live() if children is None else list(children)
     for p in children:
         _note(p)
     deadline = time.monotonic() + (grace_s() if grace is None else grace)
@@ -186,6 +188,8 @@ def end_children(grace: Optional[float] = None) -> None:
             unreaped.add(p.pid)
     killed = []
     for pgid, noted in list(_trees.items()):
+        if chosen is not None and pgid not in chosen:
+            continue
         if pgid in unreaped or any(_in_group(proc, pgid) for proc in noted.values()):
             _send(pgid, signal.SIGKILL)
         for proc in noted.values():

@@ -94,16 +94,22 @@ def triton_runs(device: torch.device, head_dim: int = 0) -> bool:
     return kernels is not None and kernels.triton_available(device) and head_dim <= kernels.MAX_HEAD_DIM
 
 
+_DISABLED: Dict[Callable, Callable] = {}  # run_eagerly's functions, each disabled (torch.compiler.disable) once
+
+
 def run_eagerly(fn: Callable[..., T]) -> Callable[..., T]:
-    """``torch.compiler.disable(fn)`` without importing ``torch._dynamo`` at import time (about 1 s, which every
-    process that imports tupe_core paid, fairseq-train with the plugin included, though few compile): outside a
-    compiled graph ``fn`` runs as it is; traced by torch.compile, its call is a graph break and ``fn`` runs
-    eagerly, as the disabled function did."""
+    """``torch.compiler.disable(fn)`` without importing ``torch._dynamo`` when tupe_core is imported (about 1 s,
+    which every process that read the registry paid: pretrain.sh's launcher, the exports; a training's torch.optim
+    imports it anyway): outside a compiled graph ``fn`` runs as it is; traced by torch.compile, its call is a graph
+    break and ``fn`` runs eagerly, as the disabled function did."""
     @functools.wraps(fn)
     def call(*args, **kwargs) -> T:
         if not torch.compiler.is_compiling():
             return fn(*args, **kwargs)
-        return torch.compiler.disable(fn)(*args, **kwargs)
+        disabled = _DISABLED.get(fn)
+        if disabled is None:
+            disabled = _DISABLED[fn] = torch.compiler.disable(fn)
+        return disabled(*args, **kwargs)
 
     return call
 

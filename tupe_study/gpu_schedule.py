@@ -261,21 +261,12 @@ def study(args: List[str], env: Dict[str, str], log: Path) -> subprocess.Popen:
 
 
 def stop(*procs: subprocess.Popen, grace_s: float = 10.0) -> None:
-    """End each of ``procs`` and everything it started (its process group): TERM to all, then KILL to those left
-    after ``grace_s``. All at once: a part's clean stop (its update finished, checkpoint_last.pt saved) takes
-    seconds, which one after another the reserve paid for each part."""
-    left = list(procs)
-    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
-        for p in left:
-            try:
-                os.killpg(p.pid, sig)
-            except ProcessLookupError:  # ended (and its group with it)
-                pass
-        deadline = time.monotonic() + wait_s
-        while (left := [p for p in left if p.poll() is None]) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        if not left:
-            return
+    """End each of ``procs`` (parts started by :func:`study`) and every process it started: SIGTERM to each part's
+    process group at once, then, after ``grace_s``, SIGKILL to what is left of each part's tree, a fairseq-train in a
+    group of its own included (``tupe_common.process``). All at once: a part's clean stop (its update finished,
+    checkpoint_last.pt saved) takes seconds, which one after another the reserve paid for each part."""
+    process.signal_children(signal.SIGTERM, procs)
+    process.end_children(grace_s, procs)
 
 
 def plan_parts(env: Dict[str, str], after: Sequence[str]) -> Tuple[List[str], List[Tuple[int, str]], Dict[str, int]]:
@@ -335,8 +326,8 @@ def pretrain(env: Dict[str, str], out: Path, todo: List[Tuple[int, str]], total_
         time.sleep(POLL_S)
         if time.monotonic() > budget.deadline:
             stopped = [label for label, p in procs.items() if p.poll() is None]
+            stop(*(procs[label] for label in stopped))  # then the update each one finished and saved
             budget.stopped += [f"pre-training {label} (at update {updates_so_far(logs[label])})" for label in stopped]
-            stop(*(procs[label] for label in stopped))
             say("the budget is spent: pre-training stopped")
             break
         if time.monotonic() - shown >= 15:
