@@ -85,8 +85,8 @@ GAPS: Dict[Cell, str] = {}
 NOT_ASSERTED: Dict[Cell, str] = {
     ("c4", "full disk"): "the binarize task's output only",
     ("glue-binarize", "full disk"): "the line names the task's output folder, not the file inside it",
-    ("pretrain", "full disk"): ("one process: fairseq-train itself (the plugin), not pretrain.sh; the reruns are "
-                                "checked by the update they reach, not by their losses"),
+    ("pretrain", "full disk"): ("one process: fairseq-train itself (the plugin), not pretrain.sh; the rerun with "
+                                "several processes is checked by the update it reaches, not by its parameters"),
     ("c4", "sigterm+rerun"): ("the stop comes while the extract or the binarize task runs; during sentencepiece's "
                               "training the way it ends at once (tupe_common.process.call_in_fork) is tested alone, in "
                               "tests/test_stop_signals.py, not through the c4 command"),

@@ -1,6 +1,7 @@
 """A full disk while pre-training saves a checkpoint (tupe_plugin/full_disk.py), with the disk's error injected where
 the OS would raise it (ENOSPC, after part of the file was written): one line naming the file being written, exit 1,
-no partial file left, the earlier checkpoints and checkpoint_last.pt as they were; the rerun resumes from them."""
+no partial file left, the earlier checkpoints and checkpoint_last.pt as they were; the rerun resumes from them (in
+one process to the parameters of an uninterrupted run, bit for bit)."""
 from __future__ import annotations
 
 import os
@@ -74,6 +75,15 @@ def test_a_full_disk_while_saving_is_one_line_and_keeps_the_last_checkpoint(lm_b
         again = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)  # the disk has room again
         assert again.returncode == 0, again.stderr[-3000:]
         assert updates(save / "checkpoint_last.pt") == 6
+        # as an uninterrupted run: the same parameters at update 6, bit for bit
+        whole = run([*TRAIN, str(lm_bin), "--save-dir", str(tmp_path / "whole")], cwd=ROOT)
+        assert whole.returncode == 0
+        import torch
+
+        resumed, uninterrupted = (torch.load(d / "checkpoint_last.pt", map_location="cpu", weights_only=False)["model"]
+                                  for d in (save, tmp_path / "whole"))
+        assert resumed.keys() == uninterrupted.keys()
+        assert all(torch.equal(resumed[k], uninterrupted[k]) for k in resumed)
 
 
 def test_a_process_that_does_not_train_keeps_fairseqs_own_writers(tmp_path, starts_process):
