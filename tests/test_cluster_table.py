@@ -92,9 +92,7 @@ NOT_ASSERTED: Dict[Cell, str] = {
                               "tests/test_stop_signals.py, not through the c4 command"),
     ("finetune", "sigterm+rerun"): ("finetune.sh alone is stopped by Ctrl-C (SIGINT) without a rerun; SIGTERM and the "
                                     "rerun reach it as the grid's run"),
-    ("finetune", "full disk"): ("the result's full disk replays fairseq-train's log in the test's process; a full disk "
-                                "while train.log is written (the only file a run with KEEP_CHECKPOINTS=0 writes while "
-                                "it trains) is not tested"),
+    ("finetune", "full disk"): "the result's full disk replays fairseq-train's log in the test's process",
     ("grid", "full disk"): ("the grid's own lines name the failed run and its output (whose last line names the file), "
                             "not the file; the rerun is finetune.sh's (the grid's rerun: its SIGTERM test)"),
     ("gpu-study", "sigterm+rerun"): "no rerun after the stop (a call resumed on its carried data takes minutes)",

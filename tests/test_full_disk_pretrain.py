@@ -15,9 +15,10 @@ from conftest import PRETRAIN_ARGS, ROOT, run
 from process_tree import assert_none_left, marked
 
 # torch.save into a file whose name ends with FULL_SAVE, or shutil.copyfile to a name holding FULL_COPY (the file
-# itself or a temporary name of it) from a source ending with FULL_FROM, writes a little and fails as a full disk does
+# itself or a temporary name of it) from a source ending with FULL_FROM, writes a little and fails as a full disk does;
+# a text file opened for writing whose name ends with FULL_LOG fails at the first write holding FULL_LOG_AT
 SITECUSTOMIZE = """
-import errno, os, shutil
+import builtins, errno, os, shutil
 import torch
 
 def full(f):
@@ -38,6 +39,29 @@ def copyfile(src, dst, *args, **kwargs):
     return _copyfile(src, dst, *args, **kwargs)
 
 torch.save, shutil.copyfile = save, copyfile
+
+class Filling:
+    def __init__(self, f):
+        self._f, self._full = f, False
+
+    def write(self, text):
+        self._full = self._full or os.environ["FULL_LOG_AT"] in text
+        if self._full:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return self._f.write(text)
+
+    def __getattr__(self, name):
+        return getattr(self._f, name)
+
+_open = builtins.open
+
+def open_(file, mode="r", *args, **kwargs):
+    f = _open(file, mode, *args, **kwargs)
+    if os.environ.get("FULL_LOG") and str(file).endswith(os.environ["FULL_LOG"]) and mode[:1] in "wa" and "b" not in mode:
+        return Filling(f)
+    return f
+
+builtins.open = open_
 """
 
 TRAIN = ["fairseq-train", *PRETRAIN_ARGS, "--arch", "tupe_roberta_tiny", "--data-buffer-size", "0", "--no-progress-bar",

@@ -569,8 +569,9 @@ def test_a_full_disk_while_a_run_saves_its_checkpoint_fails_it_alone_and_the_rer
     """The disk fills while fairseq-train saves a fine-tuning run's checkpoint (KEEP_CHECKPOINTS=1; ENOSPC injected
     where the OS raises it, as in tests/test_full_disk_pretrain.py): the run (the grid's finetune.sh) ends with one
     line naming the file, exit 1, the half-written file removed and nothing finished-looking; the grid says which
-    run failed, exit 1, and a finished run of the grid is kept. The same command with room again trains the run as
-    an uninterrupted one (rte_run), loss for loss."""
+    run failed, exit 1, and a finished run of the grid is kept. Then the disk fills while finetune.sh writes the
+    run's log: stopped, one line naming the log, exit 1. The same command with room again trains the run as an
+    uninterrupted one (rte_run), loss for loss."""
     import shutil
 
     from process_tree import assert_none_left, marked
@@ -608,6 +609,20 @@ def test_a_full_disk_while_a_run_saves_its_checkpoint_fails_it_alone_and_the_rer
     assert (partial / "checkpoints" / "checkpoint_1_2.pt").is_file()  # the checkpoint saved before: kept
     assert not (runs / "RTE" / "lr1e-3_seed1").exists()  # nothing finished-looking
     assert {f.name: f.read_bytes() for f in kept.iterdir()} == before  # the grid's finished run: kept
+    # then the disk fills while finetune.sh writes the run's log (all a run with KEEP_CHECKPOINTS=0 writes while it
+    # trains), at its first update's line: the run is stopped, one line, exit 1, no process left, nothing
+    # finished-looking
+    mark = marked({})
+    full = sh([FINETUNE, "RTE", "1e-3", "1"], check=False, FULL_LOG="lr1e-3_seed1/train.log", FULL_LOG_AT="train_inner",
+              PYTHONPATH=os.pathsep.join([str(hooks), os.environ.get("PYTHONPATH", "")]), **settings, **mark)
+    assert_none_left(mark)
+    assert full.returncode == 1 and "Traceback" not in full.stderr, full.stderr[-3000:]
+    assert full.stderr.rstrip().splitlines()[-1] == (
+        f"finetune.sh: error: {partial / 'train.log'}: no space left on its disk while writing the run's log; the run "
+        "was stopped and the log keeps what was written; free space there and rerun the same command to resume")
+    unwritten = (partial / "train.log").read_text()
+    assert "begin training epoch 1" in unwritten and "train_inner" not in unwritten  # stopped while it trained
+    assert not (runs / "RTE" / "lr1e-3_seed1").exists() and not list(runs.rglob("*.lock"))
     sh([FINETUNE, "RTE", "1e-3", "1"], **settings)  # room again: the run redone (the grid's rerun: its SIGTERM test)
     done = (runs / "RTE" / "lr1e-3_seed1" / "train.log").read_text()
     assert train_losses(done) == train_losses((rte_run[0] / "train.log").read_text()) != []
