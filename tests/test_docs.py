@@ -100,3 +100,14 @@ def test_links_inside_the_repository_lead_somewhere(path):
 def test_readme_is_short():
     lines = (ROOT / "README.md").read_text(encoding="utf-8").count("\n")
     assert lines < 250, f"README.md has {lines} lines: move details into docs/ and link them"
+
+
+def test_every_command_the_manual_names_is_installed():
+    """Each ``tupe-*`` word of the manual is a console script of setup.py (or a variant's name): a renamed or
+    misspelt command in a doc fails here, not in a user's shell."""
+    setup = (ROOT / "setup.py").read_text(encoding="utf-8")
+    scripts = set(re.findall(r'"(tupe-[a-z0-9-]+)=', setup))
+    named = {(m, f"{p.relative_to(ROOT)}") for p in DOCS if "results" not in p.parts
+             for m in re.findall(r"(?:^|[\s`(])(tupe-[a-z](?:[a-z0-9-]*[a-z0-9])?)", p.read_text(encoding="utf-8"), re.MULTILINE)}
+    unknown = sorted(f"{doc}: {name}" for name, doc in named if name not in scripts and name.replace("-", "_") not in VARIANTS)
+    assert len(scripts) >= 25 and not unknown, unknown
