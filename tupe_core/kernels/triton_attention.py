@@ -261,13 +261,18 @@ def backward_launches(q, k, v, bias, pad, out, dout, row_max, row_sum, keep, sca
         per_program = group_size or sequences_per_program(B, key_blocks * H, sms, blocks.dkdv_per_sm)
     groups = triton.cdiv(B, per_program)
     dbias = None
-    if bias_grad:  # fp32 group sums, or the per-sequence gradient in the bias's dtype; every entry is written
-        dbias = torch.empty(groups, H, T, T, device=q.device, dtype=torch.float32 if shared else bias.dtype)
+    if bias_grad:  # fp32 group sums, or the per-sequence gradient in the bias's dtype; every entry is written.
+        # Keys-major, queries padded to a multiple of 16: the kernel holds (keys x queries) tiles and stores them
+        # along their contiguous axis in whole vectors (TUPE-R's dK/dV loop: 716 -> 665 instructions a step,
+        # docs/gpu.md); the gradient is the transposed view.
+        padded = -(-T // BIAS_ROW_MULTIPLE) * BIAS_ROW_MULTIPLE
+        dbias_t = torch.empty(groups, H, T, padded, device=q.device, dtype=torch.float32 if shared else bias.dtype)
+        dbias = dbias_t[..., :T].transpose(2, 3)
     dkdv_launch = Launch(
         kernels.attention_backward_dkdv_kernel, (key_blocks, H, groups),
         (q, k, v, bias_arg, pad_arg, dout, row_max, row_sum, keep_arg, delta, dk, dv, _or(dbias, q),
          *q.stride(), *k.stride(), *v.stride(), *dout.stride(), *dk.stride(), *dv.stride(),
-         *bias_strides, *pad_strides, *((0, 0, 0) if dbias is None else dbias.stride()[:3]),
+         *bias_strides, *pad_strides, *((0, 0, 0) if dbias is None else dbias_t.stride()[:3]),
          B, H, T, D, scale * LOG2E, inv_keep, per_program),
         dict(flags, BIAS_GRAD=bias_grad, BLOCK_M=blocks.dkdv_m, BLOCK_N=blocks.dkdv_n),
         blocks.dkdv_warps, blocks.dkdv_dropout_stages if threshold else blocks.num_stages)
