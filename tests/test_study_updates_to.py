@@ -136,6 +136,16 @@ def test_ties_and_double_censoring_are_dropped_and_one_sided_censoring_keeps_its
     assert (r.test.negative, r.test.positive, r.ties) == (4, 2, 2)
 
 
+def test_no_measured_pair_has_no_median_in_the_table():
+    """Both models censored on every seed: no pair is measured, so the table's median cell is a dash, not nan."""
+    a = {s: (240.0, True) for s in (1, 2)}
+    [r] = family_tests([Endpoint("updates_to", "a", "b", "9.0")], values_of(a, dict(a)), resolution=0.001)
+    assert math.isnan(r.test.center) and r.ties == 2
+    [row] = [line for line in endpoint_report.updates_to_lines([r], 240) if line.startswith("| updates_to")]
+    cells = [c.strip() for c in row.split("|")]
+    assert "nan" not in row.lower() and cells[5] == "—", row
+
+
 def test_verdicts_sooner_later_and_the_censoring_warning():
     """Six seeds, a first on all of them: p = 2 / 64 = 0.031, alone in its family: shown. Swapped: later."""
     a = {s: (100.0 + s, False) for s in range(1, 7)}

@@ -63,7 +63,10 @@ def endpoint_lines(results: Sequence[EndpointResult], declared: str, total_updat
 
 
 def updates_text(x: float) -> str:
-    """A number of updates (or a difference of them) for a table; an open interval end as ±∞."""
+    """A number of updates (or a difference of them) for a table; an open interval end as ±∞; none (the median of
+    no measured pair: every pair tied or censored on both sides) as —."""
+    if math.isnan(x):
+        return "—"
     return ("+∞" if x > 0 else "−∞") if math.isinf(x) else f"{x:+.1f}"
 
 
