@@ -3,7 +3,12 @@
 refactor that gives each encoding its own options. Exact: the refactor changes no number. The record itself changed
 (JSON of (encoding, options) where an integer tensor of flags was, and the HF config's ``positional_encodings``
 where one key per flag was): the old record and the old config decode to the same variant, and an old state loads
-strictly with its old record."""
+strictly with its old record.
+
+Exact up to the CPU's float32 round-off: the fixture was written on an Intel Xeon; on an AMD EPYC the same code gives
+parameters, features and losses that differ by at most 7e-7 (other vector kernels, another order of the sums), so
+floats are compared within ``ROUND_OFF`` (a change of the math moves them by orders of magnitude more) and everything
+else exactly."""
 from __future__ import annotations
 
 import pytest
@@ -16,6 +21,14 @@ from tupe_core.facts import VARIANT_KEY
 from tupe_core.registry import VARIANTS, from_config, from_record
 
 FIXTURE = ROOT / "tests" / "data" / "variants_before_options.pt"
+ROUND_OFF = dict(rtol=1e-5, atol=2e-6)  # float32 round-off of another CPU's kernels (docstring)
+
+
+def same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Equal, floats up to ``ROUND_OFF``."""
+    if not a.is_floating_point():
+        return torch.equal(a, b)
+    return a.shape == b.shape and a.dtype == b.dtype and torch.allclose(a, b, **ROUND_OFF)
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +58,7 @@ def test_a_variant_builds_the_same_parameters_runs_and_trains_the_same(name, bef
     assert list(state) == list(old["state"])  # the same names, in the same order
     for key, value in old["state"].items():
         if key != VARIANT_KEY:  # the record: compared by what it decodes to, below
-            assert torch.equal(state[key], value), key
+            assert same(state[key], value), key
     variant = model.positional_variant
     assert variant == VARIANTS[name] and variant.name == name
     assert from_record(state[VARIANT_KEY]) == from_record(old["record"]) == variant  # the old record: the same variant
@@ -53,8 +66,8 @@ def test_a_variant_builds_the_same_parameters_runs_and_trains_the_same(name, bef
     assert torch.equal(before["tokens"], padded_batch())
     with torch.no_grad():
         features, _ = model(before["tokens"], features_only=True)
-    assert torch.equal(features, old["features"])
-    assert training_losses(model) == old["losses"]
+    assert same(features, old["features"])
+    assert training_losses(model) == pytest.approx(old["losses"], rel=ROUND_OFF["rtol"], abs=ROUND_OFF["atol"])
 
 
 def test_an_old_hf_config_loads_as_its_variant(before):
@@ -80,4 +93,4 @@ def test_a_checkpoint_written_before_loads_strictly_with_the_same_features(name,
     assert model.positional_variant.name == name
     with torch.no_grad():
         features, _ = model(before["tokens"], features_only=True)
-    assert torch.equal(features, old["features"])
+    assert same(features, old["features"])
