@@ -225,6 +225,12 @@ def _nbytes(*tensors) -> int:
     return sum(x.numel() * x.element_size() for x in tensors if x is not None)
 
 
+def _group_bytes(dbias: torch.Tensor) -> int:
+    """Bytes the dK/dV kernel writes for one group of the bias gradient, its padding included (a shared bias's
+    keys-major group sums fill each key's queries up to a multiple of 16)."""
+    return dbias.stride(0) * dbias.element_size()
+
+
 @dataclass(frozen=True)
 class Traffic:
     """Bytes a kernel must move: each tensor read or written once (repeated reads of a tile, e.g. a shared bias by
@@ -276,11 +282,12 @@ def layer(dropout: float, bias_kind: str, padding: bool, B: int, H: int, T: int,
     sequences = cdiv(B, dkdv.grid[2])
     inputs = _nbytes(bias, pad, keep)  # what every kernel reads besides its (B, H, T, D) tensors and statistics
     x, stats = _nbytes(qkv), _nbytes(row_max)  # one (B, H, T, D) tensor, one (B * H, T) fp32 statistic
-    rmw = 0 if dbias is None else (B - dbias.shape[0]) * 2 * _nbytes(dbias[0])  # later sequences into group sums
+    written = 0 if dbias is None else dbias.shape[0] * _group_bytes(dbias)
+    rmw = 0 if dbias is None else (B - dbias.shape[0]) * 2 * _group_bytes(dbias)  # later sequences into group sums
     kernels = [Kernel("forward", forward, cdiv(T, blocks.forward_n), 1, Traffic(inputs + 4 * x + 2 * stats)),
                Kernel("dq", dq, cdiv(T, blocks.dq_n), 1, Traffic(inputs + 6 * x + 3 * stats)),
                Kernel("dkdv", dkdv, sequences * cdiv(T, blocks.dkdv_m), sequences,
-                      Traffic(inputs + 6 * x + 3 * stats + _nbytes(dbias), rmw))]
+                      Traffic(inputs + 6 * x + 3 * stats + written, rmw))]
     group_sum = 0
     if dbias is not None and dbias.shape[0] > 1 and bias.dim() == 3:  # _sum_groups: G sums into one, fp32
         group_sum += _nbytes(dbias) + _nbytes(dbias[0])

@@ -312,16 +312,15 @@ def attention_backward_dkdv_kernel(
     stride_dvb, stride_dvh, stride_dvt, stride_dvd,
     stride_bias_b, stride_bias_h, stride_bias_i,
     stride_pad_b, stride_pad_t,
-    stride_dbias_g, stride_dbias_h, stride_dbias_key,
+    stride_dbias_g, stride_dbias_h, stride_dbias_query, stride_dbias_key, dbias_queries,
     B, H, T, D, scale_log2, inv_keep, sequences_per_program,
     HAS_BIAS: tl.constexpr, HAS_PAD: tl.constexpr, DROPOUT: tl.constexpr, BIAS_GRAD: tl.constexpr,
     PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
     # One program instance owns one (block of BLOCK_N keys, head h, group g of sequences_per_program sequences):
     # for each sequence b of the group in turn, the dK and dV rows of its keys, summed over every query block
-    # (FA-2 Alg. 2); and, with BIAS_GRAD, the bias gradient's column block d(bias)[g, h, :, keys], stored
-    # keys-major as DBias[g, h, keys, :] (G, H, T, padded T), summed over the group's sequences in fp32 (a group
-    # of one, a per-sequence bias's, is written in its dtype). No other program writes these tiles: the batch sum needs no
+    # (FA-2 Alg. 2); and, with BIAS_GRAD, the bias gradient's column block DBias[g, h, :, keys] (G, H, T, T), summed
+    # over the group's sequences in fp32 (a group of one, a per-sequence bias's, is written in its dtype). No other program writes these tiles: the batch sum needs no
     # atomics and adds in the same order on every run (deterministic). The caller adds the G group sums; a
     # per-sequence bias has groups of one sequence (g = b).
     n_block, h, g = tl.program_id(0), tl.program_id(1), tl.program_id(2)
@@ -377,11 +376,13 @@ def attention_backward_dkdv_kernel(
             dk += tl.dot(ds_t.to(q.dtype), q, input_precision=PRECISION)
             if BIAS_GRAD:
                 # d(bias) = d(logits) summed over the batch: the group's first sequence writes the tile, the next
-                # ones add to it, in fp32 (a read-modify-write of a tile that only this program touches). DBias is
-                # keys-major, each key's queries padded to stride_dbias_key (a multiple of 16): the tile is stored
-                # along its contiguous axis in whole vectors; queries past T fill the padding, which nobody reads.
-                dbias_ptrs = dbias_base + cols[:, None] * stride_dbias_key + rows[None, :]
-                dbias_mask = in_n[:, None] & (rows[None, :] < stride_dbias_key)
+                # ones add to it, in fp32 (a read-modify-write of a tile that only this program touches). A shared
+                # bias's group sums are keys-major (stride_dbias_query 1, a constant), each key's queries padded to
+                # dbias_queries (a multiple of 16): the tile is stored along its own contiguous axis in whole
+                # vectors, and queries past T fill the padding, which nobody reads. A per-sequence gradient is the
+                # bias's own layout (dbias_queries = T).
+                dbias_ptrs = dbias_base + cols[:, None] * stride_dbias_key + rows[None, :] * stride_dbias_query
+                dbias_mask = in_n[:, None] & (rows[None, :] < dbias_queries)
                 if b > first:
                     ds_t += tl.load(dbias_ptrs, mask=dbias_mask, other=0.0).to(tl.float32)
                 tl.store(dbias_ptrs, ds_t.to(DBias.dtype.element_ty), mask=dbias_mask)

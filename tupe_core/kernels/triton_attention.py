@@ -261,18 +261,22 @@ def backward_launches(q, k, v, bias, pad, out, dout, row_max, row_sum, keep, sca
         per_program = group_size or sequences_per_program(B, key_blocks * H, sms, blocks.dkdv_per_sm)
     groups = triton.cdiv(B, per_program)
     dbias = None
-    if bias_grad:  # fp32 group sums, or the per-sequence gradient in the bias's dtype; every entry is written.
-        # Keys-major, queries padded to a multiple of 16: the kernel holds (keys x queries) tiles and stores them
-        # along their contiguous axis in whole vectors (TUPE-R's dK/dV loop: 716 -> 665 instructions a step,
-        # docs/gpu.md); the gradient is the transposed view.
+    dbias_args = (0, 0, 0, 0, 0)
+    if shared:  # fp32 group sums, keys-major, queries padded to a multiple of 16: the kernel holds (keys x queries)
+        # tiles and adds them in along their contiguous axis, in whole vectors (TUPE-R's dK/dV loop: 716 -> 659
+        # instructions a step, docs/gpu.md); the sums are the transposed view. Every entry is written.
         padded = -(-T // BIAS_ROW_MULTIPLE) * BIAS_ROW_MULTIPLE
-        dbias_t = torch.empty(groups, H, T, padded, device=q.device, dtype=torch.float32 if shared else bias.dtype)
-        dbias = dbias_t[..., :T].transpose(2, 3)
+        keys_major = torch.empty(groups, H, T, padded, device=q.device, dtype=torch.float32)
+        dbias = keys_major[..., :T].transpose(2, 3)
+        dbias_args = (*keys_major.stride()[:2], 1, padded, padded)
+    elif bias_grad:  # the per-sequence gradient in the bias's dtype and layout (written once, no read-back)
+        dbias = torch.empty(groups, H, T, T, device=q.device, dtype=bias.dtype)
+        dbias_args = (*dbias.stride()[:3], 1, T)
     dkdv_launch = Launch(
         kernels.attention_backward_dkdv_kernel, (key_blocks, H, groups),
         (q, k, v, bias_arg, pad_arg, dout, row_max, row_sum, keep_arg, delta, dk, dv, _or(dbias, q),
          *q.stride(), *k.stride(), *v.stride(), *dout.stride(), *dk.stride(), *dv.stride(),
-         *bias_strides, *pad_strides, *((0, 0, 0) if dbias is None else dbias_t.stride()[:3]),
+         *bias_strides, *pad_strides, *dbias_args,
          B, H, T, D, scale * LOG2E, inv_keep, per_program),
         dict(flags, BIAS_GRAD=bias_grad, BLOCK_M=blocks.dkdv_m, BLOCK_N=blocks.dkdv_n),
         blocks.dkdv_warps, blocks.dkdv_dropout_stages if threshold else blocks.num_stages)
@@ -372,7 +376,8 @@ def _sum_groups(dbias: Optional[Tensor], bias: Optional[Tensor]) -> Optional[Ten
     """The shared bias's gradient from the kernel's group sums (a per-sequence bias's is already whole)."""
     if dbias is None or bias.dim() != 3:
         return dbias
-    return dbias[0] if dbias.shape[0] == 1 else dbias.sum(0)  # (H, T, T)
+    keys_major = dbias.transpose(-1, -2)  # the kernel's layout: the sum reads it along its contiguous axis
+    return (keys_major[0] if keys_major.shape[0] == 1 else keys_major.sum(0)).transpose(-1, -2)  # (H, T, T)
 
 
 class BiasedAttention(torch.autograd.Function):
