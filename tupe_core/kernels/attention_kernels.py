@@ -184,7 +184,7 @@ def attention_forward_kernel(
     stride_vb, stride_vh, stride_vt, stride_vd,
     stride_ob, stride_oh, stride_ot, stride_od,
     stride_bias_b, stride_bias_h, stride_bias_i,
-    stride_pad_b, stride_pad_t,
+    stride_pad_b, stride_pad_t, stride_stats,
     H, T, D, scale_log2, threshold, inv_keep, seed,
     HAS_BIAS: tl.constexpr, HAS_PAD: tl.constexpr, DROPOUT: tl.constexpr, DROP_MAJORITY: tl.constexpr,
     PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
@@ -192,7 +192,9 @@ def attention_forward_kernel(
     # One program instance owns one (sequence b, head h, block of BLOCK_M query rows): it streams every key
     # block of (b, h) through an online softmax (FA-2 Alg. 1) and writes its rows of Out (B, H, T, D), of the
     # softmax statistics RowMax, RowSum (B * H, T) fp32 (base 2), from which the backward recomputes P, and with
-    # DROPOUT of the keep mask Keep (``_keep_offsets``).
+    # DROPOUT of the keep mask Keep (``_keep_offsets``). The statistics' rows are padded to stride_stats (a multiple
+    # of 16) and the padding holds the statistics of empty query rows (finite): their loads need no T mask, so they
+    # stay whole vectors at any T.
     m_block, bh = tl.program_id(0), tl.program_id(1)
     b, h = (bh // H).to(tl.int64), (bh % H).to(tl.int64)  # int64 offsets: a (B, H, T, T) bias can pass 2**31
     rows = m_block * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -237,8 +239,9 @@ def attention_forward_kernel(
     out = acc * (inv_keep / row_sum)[:, None]
     tl.store(Out + b * stride_ob + h * stride_oh + rows[:, None] * stride_ot + offs_d[None, :] * stride_od,
              out.to(Out.dtype.element_ty), mask=in_m[:, None] & in_d[None, :])
-    tl.store(RowMax + bh * T + rows, row_max, mask=in_m)
-    tl.store(RowSum + bh * T + rows, row_sum, mask=in_m)
+    in_stats = rows < stride_stats
+    tl.store(RowMax + bh * stride_stats + rows, row_max, mask=in_stats)
+    tl.store(RowSum + bh * stride_stats + rows, row_sum, mask=in_stats)
 
 
 @triton.jit
@@ -251,7 +254,7 @@ def attention_backward_dq_kernel(
     stride_dob, stride_doh, stride_dot, stride_dod,
     stride_dqb, stride_dqh, stride_dqt, stride_dqd,
     stride_bias_b, stride_bias_h, stride_bias_i,
-    stride_pad_b, stride_pad_t,
+    stride_pad_b, stride_pad_t, stride_stats,
     H, T, D, scale_log2, inv_keep,
     HAS_BIAS: tl.constexpr, HAS_PAD: tl.constexpr, DROPOUT: tl.constexpr, PRECISION: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
@@ -273,11 +276,12 @@ def attention_backward_dq_kernel(
                 mask=md_mask, other=0.0)
     # Delta_i = sum_j P_ij dP_ij = dO_i . O_i, with dropout too (O = dropout(P) V, dP = dropout(dO V^T))
     delta = tl.sum(do.to(tl.float32) * o.to(tl.float32), 1)
-    tl.store(Delta + bh * T + rows, delta, mask=in_m)
-    row_max = tl.load(RowMax + bh * T + rows, mask=in_m, other=0.0)
+    in_stats = rows < stride_stats  # the statistics' padded rows (the forward's comment)
+    tl.store(Delta + bh * stride_stats + rows, delta, mask=in_stats)
+    row_max = tl.load(RowMax + bh * stride_stats + rows, mask=in_stats, other=0.0)
     # 1 / l_i kept apart from m_i: a row whose keys are all padding has m_i = PADDING_LOGIT, where m_i + log(l_i)
     # (FA-2's single statistic) would round to m_i
-    inv_sum = 1.0 / tl.load(RowSum + bh * T + rows, mask=in_m, other=1.0)
+    inv_sum = 1.0 / tl.load(RowSum + bh * stride_stats + rows, mask=in_stats, other=1.0)
     k_base, v_base = K + b * stride_kb + h * stride_kh, V + b * stride_vb + h * stride_vh
     bias_base, pad_base = Bias + b * stride_bias_b + h * stride_bias_h, Pad + b * stride_pad_b
     keep_base = Keep + bh.to(tl.int64) * (tl.cdiv(T, 16) * 8) * (tl.cdiv(T, 64) * 8)
@@ -312,7 +316,7 @@ def attention_backward_dkdv_kernel(
     stride_dvb, stride_dvh, stride_dvt, stride_dvd,
     stride_bias_b, stride_bias_h, stride_bias_i,
     stride_pad_b, stride_pad_t,
-    stride_dbias_g, stride_dbias_h, stride_dbias_query, stride_dbias_key, dbias_queries,
+    stride_dbias_g, stride_dbias_h, stride_dbias_query, stride_dbias_key, dbias_queries, stride_stats,
     B, H, T, D, scale_log2, inv_keep, sequences_per_program,
     HAS_BIAS: tl.constexpr, HAS_PAD: tl.constexpr, DROPOUT: tl.constexpr, BIAS_GRAD: tl.constexpr,
     PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
@@ -352,11 +356,12 @@ def attention_backward_dkdv_kernel(
             md_mask = in_m[:, None] & in_d[None, :]
             q = tl.load(q_base + rows[:, None] * stride_qt + offs_d[None, :] * stride_qd, mask=md_mask, other=0.0)
             do = tl.load(do_base + rows[:, None] * stride_dot + offs_d[None, :] * stride_dod, mask=md_mask, other=0.0)
-            row_max = tl.load(RowMax + bh * T + rows, mask=in_m, other=0.0)
+            in_stats = rows < stride_stats  # the statistics' padded rows (the forward's comment)
+            row_max = tl.load(RowMax + bh * stride_stats + rows, mask=in_stats, other=0.0)
             # with dropout, dS = P (keep dP / (1 - p) - Delta) = (P / (1 - p)) (keep dP - (1 - p) Delta), and dV sums
             # keep P / (1 - p) dO: the per-query factors take 1 / (1 - p) (inv_keep; 1 without dropout)
-            inv_sum = inv_keep / tl.load(RowSum + bh * T + rows, mask=in_m, other=1.0)
-            delta = tl.load(Delta + bh * T + rows, mask=in_m, other=0.0)
+            inv_sum = inv_keep / tl.load(RowSum + bh * stride_stats + rows, mask=in_stats, other=1.0)
+            delta = tl.load(Delta + bh * stride_stats + rows, mask=in_stats, other=0.0)
             if DROPOUT:  # without dropout the factor is 1: no multiply, and no register holds it across the loops
                 delta *= keep_fraction  # (with them, triton 3.6.0 spilled 8 bytes: shared bias, no padding)
             # the transposed tile, keys x queries (FA-2's backward): every product below has its computed operand

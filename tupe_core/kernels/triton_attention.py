@@ -115,6 +115,12 @@ INTERPRETER_BLOCKS = Blocks(forward_m=16, forward_n=64, forward_warps=1, dq_m=16
                             dkdv_m=16, dkdv_n=64, dkdv_warps=1, num_stages=1)
 MAX_HEAD_DIM = 64  # the tiles above are sized for it (BERT/RoBERTa base and large)
 BIAS_ROW_MULTIPLE = 16  # the bias's row stride, in elements (Triton's alignment hint is "divisible by 16")
+
+
+def padded(T: int) -> int:
+    """T rounded up to ``BIAS_ROW_MULTIPLE``: the row length of the bias, the softmax statistics and a shared bias's
+    keys-major gradient, whose rows then load and store as whole vectors for any T."""
+    return -(-T // BIAS_ROW_MULTIPLE) * BIAS_ROW_MULTIPLE
 LOG2E = 1.4426950408889634  # the kernels' logits are in base 2: the scale and the bias are multiplied by it
 # The gradient of a batch-shared bias is summed over the batch inside the dK/dV kernel: its programs split the
 # batch into G groups of sequences, each program summing its group's sequences into the group's own fp32 (H, T, T)
@@ -172,7 +178,7 @@ def kernel_layout(bias: Optional[Tensor]) -> Optional[Tensor]:
     if bias is None or (bias.stride(-1) == 1 and all(s % BIAS_ROW_MULTIPLE == 0 for s in bias.stride()[:-1])):
         return bias
     T = bias.size(-1)
-    rows = bias.new_zeros(*bias.shape[:-1], -(-T // BIAS_ROW_MULTIPLE) * BIAS_ROW_MULTIPLE)[..., :T]
+    rows = bias.new_zeros(*bias.shape[:-1], padded(T))[..., :T]
     return rows.copy_(bias)  # row-major whatever the input's layout; the copy passes the gradient back
 
 
@@ -194,10 +200,10 @@ class Launch:
 
 def forward_launch(q, k, v, bias, pad, scale: float, dropout_p: float, seed: int, blocks: Blocks):
     """The forward's launch and its outputs: out (B, H, T, D) in q's dtype and layout, row_max, row_sum (B * H,
-    T) fp32, and with dropout the keep mask (``keep_mask_buffer``; else None)."""
+    T padded to 16: ``padded``) fp32, and with dropout the keep mask (``keep_mask_buffer``; else None)."""
     B, H, T, D = q.shape
     out = torch.empty_like(q)  # q's strides (the (T, B, H, D) layout the model permutes back without a copy)
-    row_max = torch.empty(B * H, T, device=q.device, dtype=torch.float32)
+    row_max = torch.empty(B * H, padded(T), device=q.device, dtype=torch.float32)  # whole-vector rows at any T
     row_sum = torch.empty_like(row_max)
     threshold = dropout_threshold(dropout_p)
     keep = keep_mask_buffer(B * H, T, q.device) if threshold else None
@@ -205,7 +211,7 @@ def forward_launch(q, k, v, bias, pad, scale: float, dropout_p: float, seed: int
         _kernels().attention_forward_kernel, (triton.cdiv(T, blocks.forward_m), B * H),
         (q, k, v, _or(bias, q), _or(pad, q), out, row_max, row_sum, _or(keep, q),
          *q.stride(), *k.stride(), *v.stride(), *out.stride(), *_bias_strides(bias),
-         *((0, 0) if pad is None else pad.stride()),
+         *((0, 0) if pad is None else pad.stride()), row_max.stride(0),
          H, T, D, scale * LOG2E, threshold, 1 / (1 - effective_dropout(dropout_p)), seed),
         dict(HAS_BIAS=bias is not None, HAS_PAD=pad is not None, DROPOUT=threshold > 0, DROP_MAJORITY=threshold >= 128,
              PRECISION=_precision(q.dtype), BLOCK_M=blocks.forward_m, BLOCK_N=blocks.forward_n, BLOCK_D=_block_d(D)),
@@ -236,7 +242,7 @@ def backward_launches(q, k, v, bias, pad, out, dout, row_max, row_sum, keep, sca
     program sums, instead of ``sequences_per_program``'s (the first-use check groups its small batch so)."""
     B, H, T, D = q.shape
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-    delta = torch.empty_like(row_max)  # (B * H, T) fp32, written by the dQ kernel
+    delta = torch.empty_like(row_max)  # (B * H, padded T) fp32, written by the dQ kernel
     threshold = dropout_threshold(dropout_p)
     flags = dict(HAS_BIAS=bias is not None, HAS_PAD=pad is not None, DROPOUT=threshold > 0,
                  PRECISION=_precision(q.dtype), BLOCK_D=_block_d(D))
@@ -248,7 +254,7 @@ def backward_launches(q, k, v, bias, pad, out, dout, row_max, row_sum, keep, sca
         kernels.attention_backward_dq_kernel, (triton.cdiv(T, blocks.dq_m), B * H),
         (q, k, v, bias_arg, pad_arg, out, dout, row_max, row_sum, keep_arg, delta, dq,
          *q.stride(), *k.stride(), *v.stride(), *out.stride(), *dout.stride(), *dq.stride(),
-         *bias_strides, *pad_strides, H, T, D, scale * LOG2E, inv_keep),
+         *bias_strides, *pad_strides, row_max.stride(0), H, T, D, scale * LOG2E, inv_keep),
         dict(flags, BLOCK_M=blocks.dq_m, BLOCK_N=blocks.dq_n), blocks.dq_warps, blocks.num_stages)
 
     # dK/dV programs: one per (key block, head, group of sequences); a group is one sequence unless a
@@ -265,10 +271,9 @@ def backward_launches(q, k, v, bias, pad, out, dout, row_max, row_sum, keep, sca
     if shared:  # fp32 group sums, keys-major, queries padded to a multiple of 16: the kernel holds (keys x queries)
         # tiles and adds them in along their contiguous axis, in whole vectors (TUPE-R's dK/dV loop: 716 -> 659
         # instructions a step, docs/gpu.md); the sums are the transposed view. Every entry is written.
-        padded = -(-T // BIAS_ROW_MULTIPLE) * BIAS_ROW_MULTIPLE
-        keys_major = torch.empty(groups, H, T, padded, device=q.device, dtype=torch.float32)
+        keys_major = torch.empty(groups, H, T, padded(T), device=q.device, dtype=torch.float32)
         dbias = keys_major[..., :T].transpose(2, 3)
-        dbias_args = (*keys_major.stride()[:2], 1, padded, padded)
+        dbias_args = (*keys_major.stride()[:2], 1, padded(T), padded(T))
     elif bias_grad:  # the per-sequence gradient in the bias's dtype and layout (written once, no read-back)
         dbias = torch.empty(groups, H, T, T, device=q.device, dtype=bias.dtype)
         dbias_args = (*dbias.stride()[:3], 1, T)
@@ -276,7 +281,7 @@ def backward_launches(q, k, v, bias, pad, out, dout, row_max, row_sum, keep, sca
         kernels.attention_backward_dkdv_kernel, (key_blocks, H, groups),
         (q, k, v, bias_arg, pad_arg, dout, row_max, row_sum, keep_arg, delta, dk, dv, _or(dbias, q),
          *q.stride(), *k.stride(), *v.stride(), *dout.stride(), *dk.stride(), *dv.stride(),
-         *bias_strides, *pad_strides, *dbias_args,
+         *bias_strides, *pad_strides, *dbias_args, row_max.stride(0),
          B, H, T, D, scale * LOG2E, inv_keep, per_program),
         dict(flags, BIAS_GRAD=bias_grad, BLOCK_M=blocks.dkdv_m, BLOCK_N=blocks.dkdv_n),
         blocks.dkdv_warps, blocks.dkdv_dropout_stages if threshold else blocks.num_stages)
