@@ -282,8 +282,8 @@ def layer(dropout: float, bias_kind: str, padding: bool, B: int, H: int, T: int,
     sequences = cdiv(B, dkdv.grid[2])
     inputs = _nbytes(bias, pad, keep)  # what every kernel reads besides its (B, H, T, D) tensors and statistics
     x, stats = _nbytes(qkv), _nbytes(row_max)  # one (B, H, T, D) tensor, one (B * H, T) fp32 statistic
-    written = 0 if dbias is None else dbias.shape[0] * _group_bytes(dbias)
-    rmw = 0 if dbias is None else (B - dbias.shape[0]) * 2 * _group_bytes(dbias)  # later sequences into group sums
+    groups, group = (0, 0) if dbias is None else (dbias.shape[0], _group_bytes(dbias))
+    written, rmw = groups * group, (B - groups) * 2 * group  # rmw: later sequences into group sums
     kernels = [Kernel("forward", forward, cdiv(T, blocks.forward_n), 1, Traffic(inputs + 4 * x + 2 * stats)),
                Kernel("dq", dq, cdiv(T, blocks.dq_n), 1, Traffic(inputs + 6 * x + 3 * stats)),
                Kernel("dkdv", dkdv, sequences * cdiv(T, blocks.dkdv_m), sequences,

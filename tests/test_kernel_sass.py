@@ -120,13 +120,13 @@ def test_the_dkdv_loop_moves_whole_vectors_at_any_length(starts_process):
     no load is a single fp32 word either (24 a step before); only the keep mask's bytes load narrower
     (docs/gpu.md, "stored keys-major")."""
     code = f"""
-import re, sys
+import sys
 sys.path.insert(0, {str(REPO / "bench")!r})
 import kernel_sass as ks
 kernels, _ = ks.layer(0.1, "shared", True, 32, 12, 500, 64)
 dkdv = next(k for k in kernels if k.name == "dkdv")
 loop = ks.read_kernel(ks.compile_sm90(dkdv.launch), 1)["code"].loop
-print(" ".join(re.sub(r"^@!?U?P\\w+\\s+", "", t).split()[0] for t in loop if "STG" in t or "LDG" in t))
+print(" ".join(ks.PREDICATE.sub("", t).split()[0] for t in loop if "STG" in t or "LDG" in t))
 """
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)

@@ -115,12 +115,6 @@ INTERPRETER_BLOCKS = Blocks(forward_m=16, forward_n=64, forward_warps=1, dq_m=16
                             dkdv_m=16, dkdv_n=64, dkdv_warps=1, num_stages=1)
 MAX_HEAD_DIM = 64  # the tiles above are sized for it (BERT/RoBERTa base and large)
 BIAS_ROW_MULTIPLE = 16  # the bias's row stride, in elements (Triton's alignment hint is "divisible by 16")
-
-
-def padded(T: int) -> int:
-    """T rounded up to ``BIAS_ROW_MULTIPLE``: the row length of the bias, the softmax statistics and a shared bias's
-    keys-major gradient, whose rows then load and store as whole vectors for any T."""
-    return -(-T // BIAS_ROW_MULTIPLE) * BIAS_ROW_MULTIPLE
 LOG2E = 1.4426950408889634  # the kernels' logits are in base 2: the scale and the bias are multiplied by it
 # The gradient of a batch-shared bias is summed over the batch inside the dK/dV kernel: its programs split the
 # batch into G groups of sequences, each program summing its group's sequences into the group's own fp32 (H, T, T)
@@ -168,6 +162,12 @@ def _bias_strides(bias: Optional[Tensor]):
     if bias is None:
         return 0, 0, 0
     return (0, *bias.stride()[:2]) if bias.dim() == 3 else tuple(bias.stride()[:3])
+
+
+def padded(T: int) -> int:
+    """T rounded up to ``BIAS_ROW_MULTIPLE``: the row length of the bias, the softmax statistics and a shared bias's
+    keys-major gradient, whose rows then load and store as whole vectors for any T."""
+    return -(-T // BIAS_ROW_MULTIPLE) * BIAS_ROW_MULTIPLE
 
 
 def kernel_layout(bias: Optional[Tensor]) -> Optional[Tensor]:
@@ -269,7 +269,7 @@ def backward_launches(q, k, v, bias, pad, out, dout, row_max, row_sum, keep, sca
     dbias = None
     dbias_args = (0, 0, 0, 0, 0)
     if shared:  # fp32 group sums, keys-major, queries padded to a multiple of 16: the kernel holds (keys x queries)
-        # tiles and adds them in along their contiguous axis, in whole vectors (TUPE-R's dK/dV loop: 716 -> 659
+        # tiles and adds them in along their contiguous axis, in whole vectors (TUPE-R's dK/dV loop: 716 -> 655
         # instructions a step, docs/gpu.md); the sums are the transposed view. Every entry is written.
         keys_major = torch.empty(groups, H, T, padded(T), device=q.device, dtype=torch.float32)
         dbias = keys_major[..., :T].transpose(2, 3)
