@@ -52,7 +52,7 @@ import re
 import subprocess
 import sys
 import tempfile
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -94,9 +94,6 @@ ALU_OPS = frozenset("LOP3 PRMT SEL FSEL FMNMX IMNMX SHF ISETP FSETP LEA IADD3 VI
 MUFU_OPS = frozenset({"MUFU"})
 BASE = dict(B=32, H=12, T=512, D=64)
 BIAS_KINDS = ("none", "shared", "per_sequence", "t5", "tupe_a")
-COLUMNS = ("kernel", "dropout", "bias", "padding", "registers", "spill_bytes", "shared_bytes", "blocks_per_sm",
-           "instr_per_step", "philox_per_weight", "issue_ms", "outside_ms", "memory_ms", "memory_hbm_ms", "floor_ms",
-           "realistic_ms", "triton")
 TOOLCHAIN_FILE = ROOT / "bench" / "triton_toolchain.txt"  # the second toolchain's version, its one place
 TOOLCHAINS = ROOT / ".toolchains"  # make triton-toolchain installs into .toolchains/triton-<version> (ignored by git)
 
@@ -113,6 +110,10 @@ class Row:
     blocks_per_sm: Optional[int]
     instr_per_step: Optional[int]
     philox_per_weight: Optional[float]
+    # wgmma instructions in one step, and the waits for them: ptxas serializes the loop's wgmma (a wait after
+    # each, warning C7515) where a non-wgmma instruction defines an accumulator inside a pipeline stage
+    mmas: Optional[int]
+    mma_waits: Optional[int]
     issue_ms: float
     outside_ms: float
     memory_ms: float
@@ -126,7 +127,8 @@ def _from_csv(line: Dict[str, str]) -> Row:
     """A row of ``--csv``'s output (another process's) back as a Row."""
     types = {"kernel": str, "bias": str, "triton": str, "padding": lambda v: v == "True", "dropout": float,
              "philox_per_weight": float}
-    return Row(**{k: None if v == "" else types.get(k, float if k.endswith("_ms") else int)(v) for k, v in line.items()})
+    return Row(**{k: None if v == "" else types.get(k, float if k.endswith("_ms") else int)(v)
+                  for k, v in line.items()})
 
 
 def compile_sm90(launch: "triton_attention.Launch"):
@@ -207,13 +209,16 @@ def read_kernel(compiled, weights_per_thread: int) -> Dict[str, object]:
     code = read_code(sass)
     multiplies = sum(1 for text in code.loop if re.match(r"(@!?U?P\w+\s+)?IMAD\.(HI|WIDE)\.U32", text)
                      and any(m in text.lower() for m in PHILOX_MULTIPLIERS))  # the high halves: one per product
+    ops = [PREDICATE.sub("", text).split()[0] for text in code.loop]
     warps = compiled.metadata.num_warps
     shared = compiled.metadata.shared
     per_warp = -(-registers * 32 // 256) * 256  # registers are allocated per warp in units of 256
     blocks = min(REGISTERS_PER_SM // (per_warp * warps), SHARED_PER_SM // max(shared + 1024, 1), WARPS_PER_SM // warps)
     return dict(registers=registers, spill_bytes=stack, shared_bytes=shared, blocks_per_sm=blocks,
                 instr_per_step=len(code.loop),
-                philox_per_weight=round(multiplies / (2 * PHILOX_ROUNDS) / weights_per_thread, 4), code=code)
+                philox_per_weight=round(multiplies / (2 * PHILOX_ROUNDS) / weights_per_thread, 4),
+                mmas=sum(op.startswith("HGMMA") for op in ops),
+                mma_waits=sum(op.startswith("WARPGROUP.DEPBAR") for op in ops), code=code)
 
 
 def _meta(*shape, dtype=torch.bfloat16):
@@ -334,9 +339,8 @@ def layer_rows(dropout: float, bias: str, padding: bool, shape: Dict[str, int] =
     found = [kernel_row(kernel, dropout, bias, padding, card) for kernel in kernels]
     total = lambda name: sum(getattr(r, name) for r in found)  # noqa: E731
     extra = group_sum.ms(card)
-    return found + [Row("layer", dropout, bias, padding, None, None, None, None, None, None, total("issue_ms"),
-                        total("outside_ms") + extra, total("memory_ms") + extra, total("memory_hbm_ms") + extra,
-                        total("floor_ms") + extra)]
+    return found + [Row("layer", dropout, bias, padding, *[None] * 8, total("issue_ms"), total("outside_ms") + extra,
+                        total("memory_ms") + extra, total("memory_hbm_ms") + extra, total("floor_ms") + extra)]
 
 
 def realistic_factor(card: Card = H100) -> float:
@@ -430,7 +434,7 @@ def print_table(table: List[Row], shape: Dict[str, int], where: str) -> None:
           f"T{shape['T']} D{shape['D']}; realistic = floor x {factor:.2f} (SDPA's measured {SDPA_LAYER_MS} ms / our "
           "no-bias floor, base shape)")
     header = ("kernel", "drop", "bias", "pad", "regs", "spill", "smem", "blk/SM", "instr/step", "philox/w",
-              "issue ms", "outside ms", "memory ms", "mem HBM ms", "floor ms", "realistic")
+              "mma", "mma waits", "issue ms", "outside ms", "memory ms", "mem HBM ms", "floor ms", "realistic")
     print("  ".join(f"{h:>10}" for h in header))
     for r in table:
         print("  ".join(f"{'' if c is None else c!s:>10}" for c in list(asdict(r).values())[:len(header)]))
@@ -516,7 +520,7 @@ def main(argv=None) -> int:
         except RuntimeError as e:
             broken = f"the second Triton toolchain (triton {version}) did not compile the kernels: {e}"
     if args.csv:
-        print(",".join(COLUMNS))
+        print(",".join(f.name for f in fields(Row)))
         for row in (r for table in tables for r in table):
             print(",".join("" if v is None else str(v) for v in asdict(row).values()))
     else:

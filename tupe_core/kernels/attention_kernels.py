@@ -195,6 +195,9 @@ def attention_forward_kernel(
     # DROPOUT of the keep mask Keep (``_keep_offsets``). The statistics' rows are padded to stride_stats (a multiple
     # of 16) and the padding holds the statistics of empty query rows (finite): their loads need no T mask, so they
     # stay whole vectors at any T.
+    # No zero-trip key loop: where it may run zero times, LLVM zeroes the PV accumulator on that path, between the
+    # last wgmma and its wait, and ptxas then runs every wgmma alone (docs/gpu.md, "wgmma, serialized").
+    tl.assume(T > 0)
     m_block, bh = tl.program_id(0), tl.program_id(1)
     b, h = (bh // H).to(tl.int64), (bh % H).to(tl.int64)  # int64 offsets: a (B, H, T, T) bias can pass 2**31
     rows = m_block * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -327,6 +330,7 @@ def attention_backward_dkdv_kernel(
     # over the group's sequences in fp32 (a group of one, a per-sequence bias's, is written in its dtype). No other program writes these tiles: the batch sum needs no
     # atomics and adds in the same order on every run (deterministic). The caller adds the G group sums; a
     # per-sequence bias has groups of one sequence (g = b).
+    tl.assume(T > 0)  # as in the forward: no zero-trip loop (16-17 fewer instructions a step without dropout)
     n_block, h, g = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     h64 = h.to(tl.int64)
     cols = n_block * BLOCK_N + tl.arange(0, BLOCK_N)
