@@ -229,6 +229,82 @@ def test_runs_of_two_checkpoints_make_no_row(tmp_path, capsys):
     assert "2 different checkpoints (aaaa: 2 run(s)" in err and "bbbb: 1 run(s)" in err and "error:" in err
     assert not (tmp_path / "runs" / "glue_results.csv").exists()
 
+    # a run from before runs recorded their inputs: the same checkpoint as a newer run of its path
+    for seed in (1, 2, 3):
+        (tmp_path / "runs" / "RTE" / f"lr2e-5_seed{seed}" / "result.json").unlink()
+        (tmp_path / "runs" / "RTE" / f"lr2e-5_seed{seed}").rmdir()
+    run("2e-5", 1, {"checkpoint": "aaaa"})
+    run("2e-5", 2)
+    assert collect.main([str(tmp_path / "runs")]) == 0
+    run("2e-5", 3, checkpoint="/ckpt/b.pt")
+    assert collect.main([str(tmp_path / "runs"), "--force"]) == 1
+    err = capsys.readouterr().err
+    assert "2 different checkpoints (aaaa: 1 run(s)" in err and "/ckpt/b.pt: 1 run(s)" in err
+
+
+def test_runs_outside_the_expected_grid_are_listed_not_counted(tmp_path, capsys):
+    """An earlier grid's runs left in RUNS (seeds 6 and 7, an LR of another grid) change no cell: the protocol's
+    cell is the median of the expected seeds at the expected LRs; each stray run is listed. Without
+    --expected-seeds, more seeds than --seeds at one LR leave the column incomplete."""
+    runs = tmp_path / "runs"
+    best = hand_table(make_runs(runs))
+
+    def stray(name, score):
+        d = runs / "RTE" / name
+        d.mkdir()
+        (d / "result.json").write_text(json.dumps({"task": "RTE", "metric": "accuracy", "best_valid": {"valid": score}}))
+
+    for name in ("lr5e-5_seed6", "lr5e-5_seed7", "lr1e-4_seed1", "lr1e-4_seed2", "lr1e-4_seed3"):
+        stray(name, 99.0)
+    rc = collect.main([str(runs), "--row-name", "mine", "--expected-seeds", "1,2,3,4,5,", "--strict",
+                       "--out-csv", str(tmp_path / "a.csv"), "--out-png", str(tmp_path / "a.png")])
+    stdout = capsys.readouterr().out
+    row = our_row(stdout, "mine")
+    assert row[COLUMNS.index("RTE")] == f"{best['RTE']:.2f}" and row[-1] == f"{sum(best.values()) / 9:.2f}"
+    assert "seed 6 is not an expected seed (--expected-seeds 1,2,3,4,5): not counted" in stdout
+    assert stdout.count("LR 1e-4 is not in the expected grid (--expected-lrs 2e-5,3e-5,4e-5,5e-5): not counted") == 3
+    assert rc == 1  # --strict: a stray run is a problem
+
+    rc = collect.main([str(runs), "--row-name", "mine", "--force",
+                       "--out-csv", str(tmp_path / "a.csv"), "--out-png", str(tmp_path / "a.png")])
+    stdout = capsys.readouterr().out
+    row = our_row(stdout, "mine")
+    assert row[COLUMNS.index("RTE")].endswith("*") and row[-1] == "incomplete"
+    assert "RTE lr 5e-5: 7 seeds, more than the 5 expected (--seeds)" in stdout
+
+
+def test_one_tasks_runs_of_other_settings_make_no_table(tmp_path, capsys):
+    """One column is one protocol: RTE's runs made with two METRIC_AVERAGING values are refused (exit 1),
+    naming the setting and a run of each; a number spelt two ways (EPOCHS 10 and 1e1) is one setting."""
+    def run(seed, averaging, epochs="10"):
+        d = tmp_path / "runs" / "RTE" / f"lr2e-5_seed{seed}"
+        d.mkdir(parents=True)
+        inputs = {"task": "RTE", "lr": "2e-5", "seed": str(seed), "checkpoint": "aaaa", "data": "dddd",
+                  "METRIC_AVERAGING": averaging, "EPOCHS": epochs}
+        (d / "result.json").write_text(json.dumps({"task": "RTE", "metric": "accuracy", "checkpoint": "/ck/a.pt",
+                                                   "best_valid": {"valid": 60.0 + seed}, "inputs": inputs}))
+
+    run(1, "dev_set")
+    run(2, "dev_set", epochs="1e1")
+    assert collect.main([str(tmp_path / "runs")]) == 0
+    capsys.readouterr()
+    run(3, "per_batch")
+    assert collect.main([str(tmp_path / "runs"), "--force"]) == 1
+    err = capsys.readouterr().err
+    assert "RTE: its runs were made with 2 different settings (METRIC_AVERAGING dev_set vs per_batch; e.g." in err
+    assert "lr2e-5_seed3" in err and "EPOCHS" not in err
+
+
+@pytest.mark.parametrize("option, value, says", [
+    ("--expected-seeds", "1,x", "--expected-seeds 1,x: not a comma-separated list of integers"),
+    ("--expected-lrs", "2e-5,abc", "--expected-lrs 2e-5,abc: not a comma-separated list of numbers"),
+    ("--expected-lrs", ",", "--expected-lrs: no LR given")])
+def test_a_malformed_grid_is_a_usage_line(tmp_path, capsys, option, value, says):
+    (tmp_path / "runs").mkdir()
+    with pytest.raises(SystemExit) as exited:
+        collect.main([str(tmp_path / "runs"), option, value])
+    assert exited.value.code == 2 and says in capsys.readouterr().err
+
 
 def test_png_is_a_png(tmp_path, capsys):
     make_runs(tmp_path / "runs")

@@ -14,14 +14,17 @@ any float spelling (``2e-5``, ``2e-05``, ``0.00002``), read by value: two folder
 
 ``best_valid`` maps a fairseq valid subset to the best score of the run on the 0-100 scale fairseq logs
 (a value may also be ``{"accuracy": 84.9}``); add ``"scale": "fraction"`` if values are in [0, 1].
-From a fairseq log, the score is the maximum of the metric over all validations of that subset.
+From a fairseq log, the score is read as result.json's is made: the best validation of the first subset.
 
 Protocol (``docs/glue_protocol.md`` §3 and §5; the task facts come from ``tupe_glue.tasks``): metric MCC
 for CoLA, Pearson for STS-B, accuracy otherwise (custom single-sentence tasks too); MNLI-m is subset
 ``valid`` and MNLI-mm ``valid1``. A seed's score is its best dev score during training; for MNLI the best
 validation is chosen on MNLI-m and MNLI-mm is read at that same validation (as the official code keeps
 one best checkpoint). Per column, the median over seeds is taken for each LR and the best LR's median
-reported (each column picks its own LR, except MNLI-mm, reported at MNLI-m's best LR). Avg is the plain
+reported (each column picks its own LR, except MNLI-mm, reported at MNLI-m's best LR). Only the expected grid
+counts (``--expected-lrs``, ``--expected-seeds``): a run at another LR or seed is listed, never counted, and more
+seeds than ``--seeds`` at an LR leave the column incomplete. One table is one checkpoint, and one task's runs share
+every recorded setting (result.json's ``inputs``): runs of another checkpoint or settings are refused. Avg is the plain
 mean of the 9 columns, printed only when every column has its full grid of runs; anything missing,
 and every run that cannot be read, is listed, never averaged over. Scores are kept unrounded; the table
 prints 2 decimals, as the paper.
@@ -35,7 +38,7 @@ import math
 import os
 import statistics
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from tupe_glue.published import COLUMNS, COMPARE, SOURCE, TABLE1
 from tupe_glue.tasks import (METRIC, PAPER_LRS, PAPER_SEEDS, TASKS, GlueTask, custom_task, get_task,  # noqa: F401 (METRIC)
@@ -45,7 +48,7 @@ from tupe_common.errors import command_name, UsageError, exit_main
 from tupe_glue.selection import column_lr
 from tupe_common.io import atomic_open, atomic_path, need
 from tupe_common.log import get_logger
-from tupe_common.numbers import by_value, check_once, short, spelling
+from tupe_common.numbers import by_value, check_once, same_number, short, spelling
 
 log = get_logger("collect")
 
@@ -209,34 +212,63 @@ def custom_task_dirs(runs_dir: str) -> List[str]:
     return names
 
 
-def checkpoint_of(run_dir: str) -> Optional[str]:
-    """The checkpoint a run was fine-tuned from, as its result.json records it (the fingerprint where it recorded
-    its inputs, else the path), or None (a log-only run, an unreadable file)."""
+PER_RUN = frozenset({"task", "lr", "seed", "checkpoint"})  # inputs that differ between the runs of one table
+
+
+def recorded(run_dir: str) -> Dict[str, object]:
+    """The run's result.json as a dict, or {} (a log-only run, an unreadable file)."""
     from tupe_common.io import read_json
 
     try:
         data = read_json(os.path.join(run_dir, "result.json"))
     except (OSError, ValueError):
-        return None
-    if not isinstance(data, dict):
-        return None
-    inputs = data.get("inputs") if isinstance(data.get("inputs"), dict) else {}
-    found = inputs.get("checkpoint") or data.get("checkpoint")
-    return None if found is None else str(found)
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
-def mixed_checkpoints(runs: Sequence["Run"]) -> Optional[str]:
-    """The error line when ``runs`` (one row of the table) were fine-tuned from more than one checkpoint."""
-    by_checkpoint: Dict[str, List[str]] = {}
+def mixed_runs(runs: Sequence["Run"]) -> List[str]:
+    """Why ``runs`` cannot make one table, one line each: more than one checkpoint (by fingerprint where runs
+    recorded their inputs; a run from before has only its path, the same checkpoint as a newer run's of that path),
+    or one task's runs made with other settings (result.json's ``inputs`` but ``PER_RUN``, numbers by value)."""
+    checkpoints: Dict[str, List[str]] = {}  # fingerprint, or an older run's path -> its runs
+    new_paths, old_paths = set(), {}
+    settings: Dict[str, List[Tuple[Dict[str, str], List[str]]]] = {}
     for run in runs:
-        found = checkpoint_of(run.path)
-        if found is not None:
-            by_checkpoint.setdefault(found, []).append(run.path)
-    if len(by_checkpoint) < 2:
-        return None
-    examples = "; ".join(f"{ckpt}: {len(paths)} run(s), e.g. {paths[0]}" for ckpt, paths in by_checkpoint.items())
-    return (f"the runs come from {len(by_checkpoint)} different checkpoints ({examples}): one row of the table is "
-            "one model; collect each checkpoint's runs from their own RUNS folder")
+        data = recorded(run.path)
+        inputs = data.get("inputs") if isinstance(data.get("inputs"), dict) else {}
+        path = data.get("checkpoint")
+        if inputs.get("checkpoint") is not None:
+            checkpoints.setdefault(str(inputs["checkpoint"]), []).append(run.path)
+            new_paths.add(path)
+        elif path is not None:
+            old_paths.setdefault(str(path), []).append(run.path)
+        if inputs:
+            mine = {k: str(v) for k, v in inputs.items() if k not in PER_RUN}
+            groups = settings.setdefault(run.task, [])
+            same = next((found for values, found in groups if _same_settings(values, mine)), None)
+            if same is None:
+                groups.append((mine, [run.path]))
+            else:
+                same.append(run.path)
+    checkpoints.update({path: group for path, group in old_paths.items() if path not in new_paths})
+    found = []
+    if len(checkpoints) > 1:
+        examples = "; ".join(f"{ckpt}: {len(group)} run(s), e.g. {group[0]}" for ckpt, group in checkpoints.items())
+        found.append(f"the runs come from {len(checkpoints)} different checkpoints ({examples}): one row of the "
+                     "table is one model; collect each checkpoint's runs from their own RUNS folder")
+    for task, groups in settings.items():
+        if len(groups) > 1:
+            (a, first), (b, second) = groups[:2]
+            differ = "; ".join(f"{k} {a.get(k, 'unrecorded')} vs {b.get(k, 'unrecorded')}"
+                               for k in sorted(set(a) | set(b))
+                               if not same_number(a.get(k, "unrecorded"), b.get(k, "unrecorded")))
+            found.append(f"{task}: its runs were made with {len(groups)} different settings ({differ}; e.g. "
+                         f"{first[0]} and {second[0]}): one column is one protocol; move the others away")
+    return found
+
+
+def _same_settings(a: Mapping[str, str], b: Mapping[str, str]) -> bool:
+    return set(a) == set(b) and all(same_number(a[k], b[k]) for k in a)
 
 
 def run_folders(task_dir: str, problems: List[str]) -> List[Tuple[float, int, str]]:
@@ -312,6 +344,7 @@ class ColumnResult:
 
 def summarize(runs: Sequence[Run], columns: Sequence[Column], expected_lrs: Sequence[float],
               expected_seeds: Sequence[int], n_seeds: int, problems: List[str]) -> List[ColumnResult]:
+    """Each column's runs of the expected grid by LR; a run at another LR or seed is a problem, not counted."""
     results = []
     for col in columns:
         res = ColumnResult(col)
@@ -320,14 +353,18 @@ def summarize(runs: Sequence[Run], columns: Sequence[Column], expected_lrs: Sequ
                 continue
             if col.subset not in run.scores:
                 problems.append(f"{run.path}: no score for subset {col.subset!r} ({col.name})")
-                continue
-            res.by_lr.setdefault(run.lr, []).append((run.seed, run.scores[col.subset]))
+            elif run.lr not in expected_lrs:
+                problems.append(f"{col.name}: {run.path}: LR {spelling(run.lr)} is not in the expected grid "
+                                f"(--expected-lrs {','.join(map(spelling, expected_lrs))}): not counted")
+            elif expected_seeds and run.seed not in expected_seeds:
+                problems.append(f"{col.name}: {run.path}: seed {run.seed} is not an expected seed (--expected-seeds "
+                                f"{','.join(map(str, expected_seeds))}): not counted")
+            else:
+                res.by_lr.setdefault(run.lr, []).append((run.seed, run.scores[col.subset]))
         for lr in res.by_lr:
             res.by_lr[lr].sort()
         if not res.by_lr:
             res.missing.append(f"{col.name}: no runs")
-        for lr in sorted(set(res.by_lr) - set(expected_lrs)):
-            problems.append(f"{col.name} lr {spelling(lr)}: not in the expected LR grid (included in the table)")
         for lr in expected_lrs:
             have = sorted(seed for seed, _ in res.by_lr.get(lr, []))
             if res.by_lr and not have:
@@ -337,6 +374,9 @@ def summarize(runs: Sequence[Run], columns: Sequence[Column], expected_lrs: Sequ
                 res.missing.append(f"{col.name} lr {spelling(lr)}: {len(have)} seeds, missing seed(s) {lack}")
             elif have and len(have) < n_seeds:
                 res.missing.append(f"{col.name} lr {spelling(lr)}: {len(have)}/{n_seeds} seeds")
+            elif len(have) > n_seeds:
+                res.missing.append(f"{col.name} lr {spelling(lr)}: {len(have)} seeds, more than the {n_seeds} "
+                                   "expected (--seeds): pass --expected-seeds to say which count")
         results.append(res)
     by_name = {r.column.name: r for r in results}
     for res in results:
@@ -508,10 +548,6 @@ def plot_png(path: str, name: str, results: Sequence[ColumnResult], compare: Seq
 # --------------------------------------------------------------------------------------------
 
 
-def _floats(text: str) -> List[float]:
-    return [float(x) for x in text.split(",") if x.strip()]
-
-
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog=command_name("python -m tupe_glue.collect"), description=__doc__.split("\n")[0])
     p.add_argument("runs_dir", help="RUNS_DIR/TASK/lr{LR}_seed{SEED}/ (result.json or train.log)")
@@ -539,6 +575,16 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
             check_once(f"{option} {listed}", [x.strip() for x in listed.split(",") if x.strip()], noun)
         except UsageError as e:
             p.error(str(e))
+    for option, listed, kind in (("--expected-lrs", args.expected_lrs, float),
+                                 ("--expected-seeds", args.expected_seeds or "", int)):
+        try:
+            values = [kind(x) for x in listed.split(",") if x.strip()]
+        except ValueError:
+            p.error(f"{option} {listed}: not a comma-separated list of {'numbers' if kind is float else 'integers'}"
+                    f", e.g. {'2e-5,3e-5' if kind is float else '1,2,3'}")
+        setattr(args, option[2:].replace("-", "_"), values)
+    if not args.expected_lrs:
+        p.error("--expected-lrs: no LR given")
     for model in filter(None, args.compare.split(",")):
         if model not in TABLE1:
             p.error(f"--compare: unknown row {model!r}; choose from {', '.join(TABLE1)}")
@@ -548,17 +594,18 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
     name = args.row_name or os.path.basename(os.path.normpath(args.runs_dir))
-    expected_seeds = [int(s) for s in args.expected_seeds.split(",")] if args.expected_seeds else []
+    expected_seeds = args.expected_seeds
     n_seeds = len(expected_seeds) or args.seeds
     compare = [m for m in args.compare.split(",") if m]
     custom = [c for name in custom_task_dirs(args.runs_dir) for c in task_columns(custom_task(name))]
     tasks = sorted({c.task for c in TABLE_COLUMNS + EXTRA_COLUMNS}) + [c.task for c in custom]
     runs, problems = collect_runs(args.runs_dir, tasks)
-    mixed = mixed_checkpoints(runs)
+    mixed = mixed_runs(runs)
+    for line in mixed:
+        log.error(f"{args.runs_dir}: {line}")
     if mixed:
-        log.error(f"{args.runs_dir}: {mixed}")
         return 1
-    lrs = _floats(args.expected_lrs)
+    lrs = args.expected_lrs
     results = summarize(runs, TABLE_COLUMNS, lrs, expected_seeds, n_seeds, problems)
     extra = summarize(runs, EXTRA_COLUMNS + tuple(custom), lrs, expected_seeds, n_seeds, problems)
     print(markdown(name, results, extra, compare, problems), end="")
