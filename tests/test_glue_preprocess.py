@@ -614,3 +614,13 @@ def test_a_dict_belongs_to_its_sentencepiece_model_line_by_line(spm_dir, tmp_pat
         with pytest.raises(ValueError, match="^dict.txt does not belong to the sentencepiece model spm.model "
                                              f"\\({re.escape(what)}"):
             check_dict(sp, symbols, "dict.txt", "spm.model")
+
+
+def test_a_downloads_unfinished_folder_is_not_a_custom_task(tmp_path):
+    """tupe-glue-download writes OUT/TASK.partial and renames it when complete: a download stopped after
+    SST-2's train and dev files leaves a folder of SST-2's layout, which is not a task of its own."""
+    from tupe_glue.tasks import custom_task_names
+
+    write_custom_task(tmp_path / "Reviews")
+    write_custom_task(tmp_path / "SST-2.partial")
+    assert custom_task_names(str(tmp_path)) == ["Reviews"]

@@ -670,3 +670,37 @@ def test_a_full_disk_while_a_run_writes_its_result_is_one_line_and_the_rerun_wri
     assert finetune.main(["RTE", "1e-3", "1"], environ=env) == 0
     assert json.loads((tmp_path / "RTE" / "lr1e-3_seed1" / "result.json").read_text()) == \
         json.loads((rte_run[0] / "result.json").read_text())
+
+
+def test_the_slurm_line_carries_every_setting_an_array_job_needs(tmp_path, capsys):
+    """An array job reads the environment of its submission, so the printed sbatch line sets every fine-tuning
+    setting that is not its default (given to grid.sh alone it would be lost, and the runs made with the
+    defaults), each quoted for the shell; the collect line names the grid."""
+    import shlex
+
+    checkpoint = tmp_path / "my ckpt" / "model.pt"
+    checkpoint.parent.mkdir()
+    checkpoint.write_bytes(b"x")
+    (tmp_path / "bin" / "RTE-bin").mkdir(parents=True)
+    env = dict(CHECKPOINT=str(checkpoint), GLUE_BIN=str(tmp_path / "bin"), RUNS=str(tmp_path / "runs"), TASKS="RTE",
+               LRS="1e-3 5e-4", SEEDS="1 2", EPOCHS="3", METRIC_AVERAGING="per_batch", EXTRA_ARGS="--max-update 50")
+    assert main_sh(["--slurm"], env) == 0
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if " sbatch " in x)
+    words = shlex.split(line)
+    prefix = dict(w.split("=", 1) for w in words[:words.index("sbatch")])
+    assert prefix == {"CHECKPOINT": str(checkpoint), "GLUE_BIN": str(tmp_path / "bin"), "RUNS": str(tmp_path / "runs"),
+                      "TASKS": "RTE", "LRS": "1e-3 5e-4", "SEEDS": "1 2", "EPOCHS": "3",
+                      "METRIC_AVERAGING": "per_batch", "EXTRA_ARGS": "--max-update 50"}  # no default repeated
+    assert words[words.index("sbatch") + 1:] == ["--array=0-3", "glue/grid.sbatch"]
+    assert f"-m tupe_glue.collect {tmp_path / 'runs'} --expected-lrs 1e-3,5e-4 --expected-seeds 1,2" in out
+
+
+def test_an_array_task_the_grid_refuses_runs_nothing(tmp_path, starts_process):
+    """grid.sbatch stops at the grid's refusal of its index (an index past the grid): no fine-tuning run starts
+    with empty arguments after it."""
+    (tmp_path / "bin" / "RTE-bin").mkdir(parents=True)
+    p = sh(["bash", GRID_SBATCH], check=False, SLURM_ARRAY_TASK_ID="7", TASKS="RTE", LRS="1e-3", SEEDS="1",
+           GLUE_BIN=str(tmp_path / "bin"))
+    assert p.returncode == 2 and "job needs an index in 0..0" in p.stderr
+    assert "array task" not in p.stderr and "finetune" not in p.stderr.split("job needs")[1]

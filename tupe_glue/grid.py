@@ -28,6 +28,7 @@ import argparse
 import dataclasses
 import itertools
 import os
+import shlex
 import sys
 from dataclasses import dataclass
 from typing import List, Mapping, NamedTuple, Optional, Sequence, Tuple
@@ -222,7 +223,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                    help="binaries of tupe_preprocess.glue_binarize (custom tasks are found there; default $GLUE_BIN or glue-bin)")
     p.add_argument("--lrs", default=" ".join(PAPER_LRS), help=f"default: the paper's {' '.join(PAPER_LRS)}")
     p.add_argument("--seeds", default=" ".join(PAPER_SEEDS), help=f"default: {' '.join(PAPER_SEEDS)}")
-    p.add_argument("--runs", default="runs", help="output root of tupe-finetune (default runs)")
+    p.add_argument("--runs", default=os.environ.get("RUNS", "runs"),
+                   help="output root of tupe-finetune (default $RUNS or runs)")
     p.add_argument("--jobs", type=int, default=1, help="runs at a time (command run)")
     p.add_argument("--gpus", default="", help="GPU ids for the slots, e.g. 0,1,2,3 (command run; default: none)")
     p.add_argument("--script", help="a program to run for each job as SCRIPT TASK LR SEED (default: tupe-finetune's code)")
@@ -279,6 +281,20 @@ def check_gpu_ids(setting: str, ids: Sequence[str], count) -> None:
                          f"{f' (0..{visible - 1})' if visible else ''}: set GPU_IDS=auto, or none to run on the CPU")
 
 
+def slurm_settings(grid_settings: GridConfig, tuned, tasks: Sequence[str], lrs: Sequence[str],
+                   seeds: Sequence[str]) -> str:
+    """The environment an array job needs, as a shell prefix (values quoted): where its inputs and runs are, the
+    grid, and every fine-tuning setting that is not its default (an array job reads the environment of its
+    submission: a setting given to grid.sh alone would be lost, and the grid's runs made with the defaults)."""
+    from tupe_glue import finetune
+
+    values = {"CHECKPOINT": grid_settings.CHECKPOINT, "GLUE_BIN": grid_settings.GLUE_BIN, "RUNS": grid_settings.RUNS,
+              "TASKS": " ".join(tasks), "LRS": " ".join(lrs), "SEEDS": " ".join(seeds)}
+    values.update({t.name: tuned.text(t.name) for t in finetune.FinetuneConfig.tunables()
+                   if t.name not in values and tuned.text(t.name) != t.default})
+    return " ".join(f"{name}={shlex.quote(str(value))}" for name, value in values.items())
+
+
 def main_sh(argv: Sequence[str], environ: Mapping[str, str]) -> int:
     """``glue/grid.sh [--slurm | --list]``: the settings from ``environ``; exit 2 on a usage error, 1 when the
     checkpoint, a task's binaries or a run fail."""
@@ -298,7 +314,7 @@ def main_sh(argv: Sequence[str], environ: Mapping[str, str]) -> int:
         say(tunables.shown(c))
         tasks, lrs, seeds, grid = grid_of(c.TASKS, c.text("LRS"), c.text("SEEDS"), c.GLUE_BIN)
         say(f"tasks: {' '.join(tasks)}")
-        finetune.read(environ, say=lambda line: None)
+        tuned = finetune.read(environ, say=lambda line: None)
         todo = [j for j in grid if not j.done(c.RUNS)]  # a run in two folders (lr1e-3_seed1, lr0.001_seed1) refused
     except UsageError as e:
         say(f"error: {e}")
@@ -330,12 +346,12 @@ def main_sh(argv: Sequence[str], environ: Mapping[str, str]) -> int:
         say(f"error: {made_otherwise}")
         return 2
     if mode == "slurm":
-        settings = " ".join(f'{k}="{c.text(k)}"' for k in ("CHECKPOINT", "GLUE_BIN", "RUNS"))
         print(f"# {len(todo)} of {len(grid)} runs to do; submit from the repository root (add %N to the array to run N "
               "at a time):")
-        print(f'{settings} TASKS="{" ".join(tasks)}" LRS="{" ".join(lrs)}" SEEDS="{" ".join(seeds)}" sbatch '
+        print(f"{slurm_settings(c, tuned, tasks, lrs, seeds)} sbatch "
               f"--array={runner.slurm_ranges([j.index for j in todo])} glue/grid.sbatch")
-        print(f"# then: {python} -m tupe_glue.collect {c.RUNS}")
+        print(f"# then: {python} -m tupe_glue.collect {shlex.quote(c.RUNS)} --expected-lrs {','.join(lrs)} "
+              f"--expected-seeds {','.join(seeds)}")
         return 0
     gpus = (" ".join(map(str, range(runner.cuda_device_count()))) if c.GPU_IDS == "auto"
             else "" if c.GPU_IDS == "none" else c.GPU_IDS)

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from tupe_common.errors import command_name, UsageError, exit_main
+from tupe_common.io import PARTIAL
 
 
 
@@ -196,11 +197,12 @@ def is_custom_task_dir(path: str) -> bool:
 
 
 def custom_task_names(tasks_dir: str) -> List[str]:
-    """Folders under ``tasks_dir`` that are not GLUE tasks and have SST-2's layout, sorted."""
+    """Folders under ``tasks_dir`` that are not GLUE tasks and have SST-2's layout, sorted; a download's unfinished
+    ``TASK.partial`` (tupe_common.io.PARTIAL) is not a task."""
     if not os.path.isdir(tasks_dir):
         return []
     return sorted(name for name in os.listdir(tasks_dir)
-                  if name not in TASKS and not name.startswith(".")
+                  if name not in TASKS and not name.startswith(".") and not name.endswith(PARTIAL)
                   and is_custom_task_dir(os.path.join(tasks_dir, name)))
 
 
