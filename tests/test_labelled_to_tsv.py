@@ -77,3 +77,31 @@ def test_bad_options_are_usage_errors(tmp_path):
     assert e.value.code == 2
     assert lt.main([str(src), "--out-dir", str(tmp_path / "t")]) == 1  # one example cannot make train + dev
     assert lt.main([str(tmp_path / "none.jsonl"), "--out-dir", str(tmp_path / "t")]) == 1  # a missing input
+
+
+def test_a_line_break_that_is_not_a_line_feed_stays_inside_its_text(tmp_path):
+    """csv and JSON write U+2028, U+0085 (cp1252's ellipsis read as latin-1) and a form feed as they are: they are
+    inside a text, not between records (str.splitlines broke there: half an example was kept with the label and
+    the other half skipped, and a valid JSON line was refused). A CSV's byte-order mark is no text (its header's
+    first name was '\ufefftext', and every row was skipped as having no text)."""
+    utf8 = tmp_path / "a.csv"
+    utf8.write_bytes(b"\xef\xbb\xbf" + "text,label\ngood movie\u2028really great,1\nfine\x0cok,0\n".encode("utf-8"))
+    latin = tmp_path / "b.csv"
+    latin.write_bytes(b"text,label\nwell\x85 that was great,1\n")
+    jl = tmp_path / "c.jsonl"
+    jl.write_text(json.dumps({"text": "one\u2028two", "label": "2"}, ensure_ascii=False) + "\r\n", encoding="utf-8")
+    out = tmp_path / "task"
+    assert lt.main([str(utf8), str(latin), str(jl), "--out-dir", str(out), "--fallback-encoding", "latin-1",
+                    "--dev-fraction", "0.25"]) == 0
+    got = sorted(rows(out / "train.tsv") + rows(out / "dev.tsv"))
+    # whole, each break inside a text a space (as tabs and line feeds)
+    assert got == sorted([("good movie really great", "1"), ("fine ok", "0"), ("well that was great", "1"),
+                          ("one two", "2")])
+
+
+def test_a_csv_header_without_the_fields_is_an_error_naming_the_file(tmp_path, capsys):
+    csv_path = tmp_path / "c.csv"
+    csv_path.write_text("sentence,class\na,1\nb,0\n", encoding="utf-8")
+    assert lt.main([str(csv_path), "--out-dir", str(tmp_path / "task")]) == 1
+    err = capsys.readouterr().err
+    assert f"{csv_path}:1: the header has no column 'text', 'label' (it has sentence, class)" in err

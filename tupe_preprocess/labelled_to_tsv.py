@@ -10,7 +10,7 @@ scored like SST-2 (accuracy). Inputs (any number):
 Each example takes its text from ``--text-field`` and its label from ``--label-field`` (``--label-map
 0=negative,1=positive`` renames labels). Tabs and line breaks inside a text become spaces. Examples with
 an empty text or a missing label are skipped and counted (``file:line`` of the first few is printed);
-malformed JSON stops with an error naming the file. The examples are shuffled with ``--seed``, cut to
+malformed JSON, or a CSV header without the two fields, stops with an error naming the file. The examples are shuffled with ``--seed``, cut to
 ``--max-examples`` (0: all), and the first ``--dev-fraction`` go to ``dev.tsv``. The same inputs and
 options give the same bytes; ``labelled_to_tsv.json`` records them, a rerun with the same settings skips
 and one with others refuses (exit 2) unless ``--force``. Files are written under a temporary name.
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import io
 import json
 import os
 import random
@@ -37,12 +38,22 @@ RECORD = "labelled_to_tsv.json"
 Example = Tuple[str, str]  # (sentence, label)
 
 
-def records(path: str, fallback: Optional[str]) -> Iterator[Tuple[int, Dict[str, object]]]:
-    """(line number, record) of one input file."""
+def records(path: str, fallback: Optional[str], fields: Tuple[str, str] = ("text", "label")
+            ) -> Iterator[Tuple[int, Dict[str, object]]]:
+    """(line number, record) of one input file; a CSV's header must name ``fields``. Records break at line feeds
+    only (and a CSV's quoted ones stay in the field): str.splitlines would also break at U+2028, U+0085 (a latin-1
+    text's cp1252 ellipsis) or a form feed inside a text, which JSON and csv write as they are."""
     text = read_text(path, fallback, log)
+    text = text[1:] if text.startswith("\ufeff") else text  # a byte-order mark (a spreadsheet's CSV) is no text
     if path.endswith(".csv"):
-        for row in csv.DictReader(text.splitlines()):
-            yield 0, row
+        reader = csv.DictReader(io.StringIO(text, newline=""))
+        lacking = [f for f in fields if f not in (reader.fieldnames or [])]
+        if lacking:
+            raise ValueError(f"{path}:1: the header has no column {', '.join(map(repr, lacking))} (it has "
+                             f"{', '.join(reader.fieldnames or []) or 'none'}); name them with --text-field and "
+                             "--label-field")
+        for row in reader:
+            yield reader.line_num, row
         return
     stripped = text.lstrip()
     if stripped.startswith("["):
@@ -53,7 +64,7 @@ def records(path: str, fallback: Optional[str]) -> Iterator[Tuple[int, Dict[str,
         for item in items:
             yield 0, item if isinstance(item, dict) else {}
         return
-    for n, line in enumerate(text.splitlines(), 1):
+    for n, line in enumerate(text.split("\n"), 1):
         if line.strip():
             try:
                 item = json.loads(line)
@@ -67,7 +78,7 @@ def read_examples(args: argparse.Namespace) -> Tuple[List[Example], Counter]:
     examples: List[Example] = []
     skipped: Counter = Counter()
     for path in args.inputs:
-        for i, (line, rec) in enumerate(records(path, args.fallback_encoding), 1):
+        for i, (line, rec) in enumerate(records(path, args.fallback_encoding, (args.text_field, args.label_field)), 1):
             text, label = rec.get(args.text_field), rec.get(args.label_field)
             text = " ".join(str(text).split()) if text is not None else ""
             label = "" if label is None else str(label).strip()
