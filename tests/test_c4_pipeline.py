@@ -272,6 +272,23 @@ def test_spm_model_and_dict(spm_dir, sp, texts, starts_process):
     assert (spm_dir / "spm.model").stat().st_mtime_ns == mtime
 
 
+def test_spm_is_made_again_when_its_text_is(tmp_path, texts, starts_process):
+    """A text made again with other contents under the same name (step 1 re-run with another MAX_DOCS) is not the
+    text the model was trained on: reuse is refused, naming the sizes. A record from before the sizes compares
+    the names alone, as it did."""
+    text = tmp_path / "train0.txt"
+    text.write_bytes(texts["train0"].read_bytes())
+    run(train_spm(tmp_path / "spm", text))
+    text.write_bytes(texts["train0"].read_bytes()[: text.stat().st_size // 2])
+    p = run(train_spm(tmp_path / "spm", text), check=False)
+    assert p.returncode == 2 and "input_bytes: recorded" in p.stderr and "FORCE=1 for tupe-c4 run" in p.stderr
+    record = tmp_path / "spm" / "settings.json"
+    older = json.loads(record.read_text())
+    del older["settings"]["input_bytes"]
+    record.write_text(json.dumps(older))
+    assert "skip:" in run(train_spm(tmp_path / "spm", text)).stderr
+
+
 def test_spm_vocab_too_large_is_a_clear_error(tmp_path, texts, starts_process):
     p = run(train_spm(tmp_path / "a", texts["bad"], vocab=5000), check=False)
     assert p.returncode == 2 and "--vocab-size" in p.stderr and "--no-hard-vocab-limit" in p.stderr

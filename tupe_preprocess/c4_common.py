@@ -87,7 +87,7 @@ def check_settings(what: str, recorded: Optional[Dict[str, Any]], current: Dict[
     if diff:
         raise SettingsMismatch(
             f"{what} was made with other settings ({'; '.join(diff)}). Rerun with --force (FORCE=1 for "
-            "preprocess/c4/*.sh) to redo it with the new settings, or write to a new OUT_DIR to keep both")
+            "tupe-c4 run) to redo it with the new settings, or write to a new OUT_DIR to keep both")
 
 
 def outputs_done(record: str, settings: Dict[str, Any], outputs: List[str], what: str, force: bool) -> bool:

@@ -161,12 +161,19 @@ def main(argv: Optional[List[str]] = None) -> int:
     settings = {k: getattr(args, k) for k in ("vocab_size", "model_type", "sample_sentences", "max_files",
                                               "character_coverage", "seed", "max_sentence_length",
                                               "hard_vocab_limit")}
-    settings["inputs"] = [os.path.basename(p) for p in stride_select(args.inputs, args.max_files)]
+    sampled = stride_select(args.inputs, args.max_files)
+    for p in args.inputs:
+        need(p)  # missing, or a folder: one line naming it, exit 1 (tupe_common.errors.exit_main)
+    settings["inputs"] = [os.path.basename(p) for p in sampled]
+    settings["input_bytes"] = [os.path.getsize(p) for p in sampled]  # a text made again (another MAX_DOCS) differs
     record = os.path.join(args.out_dir, "settings.json")
     done = read_json(record)
     if not args.force and done is not None and all(os.path.exists(os.path.join(args.out_dir, o)) for o in OUTPUTS):
+        recorded = done.get("settings") or {}
+        if "input_bytes" not in recorded:  # a record from before the sizes: its names are all it can compare
+            settings.pop("input_bytes")
         try:
-            check_settings(f"{args.out_dir}/{{spm.model,dict.txt}}", done.get("settings"), settings)
+            check_settings(f"{args.out_dir}/{{spm.model,dict.txt}}", recorded, settings)
         except SettingsMismatch as e:
             log.error(f"{e}")
             return 2
@@ -174,8 +181,6 @@ def main(argv: Optional[List[str]] = None) -> int:
                  "--force retrains")
         return 0
     remove_if_exists(record)
-    for p in args.inputs:
-        need(p)  # missing, or a folder: one line naming it, exit 1 (tupe_common.errors.exit_main)
     try:
         s = train(args.inputs, args.out_dir, args.vocab_size, args.model_type, args.sample_sentences,
                   args.character_coverage, args.seed, args.max_files, args.threads,
