@@ -8,6 +8,7 @@ The steps are called through their ``main()`` (the same code the shell steps exe
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 import random
 import shutil
@@ -206,3 +207,56 @@ def test_data_bin_can_be_moved_and_is_checked(prepared, tmp_path, capsys):
     shutil.rmtree(moved / "shard0")
     assert c4_data.main([str(moved)]) == 1
     assert f"data folder {moved / 'shard0'} does not exist" in capsys.readouterr().err
+
+
+def test_layout_refuses_binaries_of_another_dictionary(prepared, tmp_path, capsys):
+    """A retrained dictionary (another vocabulary) with the old binaries: layout stops before writing anything, naming
+    the prefix, both SHA-1s (as step 3 records them) and the fix; a .done without the dictionary's hash is refused."""
+    d = prepared["dir"]
+    train, valid = d / "bin" / "train", d / "bin" / "valid"
+    other = tmp_path / "dict.txt"
+    other.write_text((d / "spm" / "dict.txt").read_text() + "extra 1\n")
+    made_with = hashlib.sha1((d / "spm" / "dict.txt").read_bytes()).hexdigest()
+    given = hashlib.sha1(other.read_bytes()).hexdigest()
+    data_bin = tmp_path / "data-bin"
+    argv = [str(train), "--data-bin", str(data_bin), "--dict", str(other), "--valid", str(valid)]
+    assert c4_layout.main(argv) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0] == (
+        f"c4_layout: error: {train}: binarized with another dictionary ({train}.done records dict_sha1 {made_with}, "
+        f"{other} has {given}); re-run the binarize step with --dict {other} (it redoes such a prefix; tupe-c4 run: "
+        "STEPS=34)")
+    assert not data_bin.exists()
+    # a .done that records no dictionary hash
+    old = tmp_path / "old" / "train"
+    old.parent.mkdir()
+    for ext in ("bin", "idx"):
+        shutil.copyfile(f"{train}.{ext}", f"{old}.{ext}")
+    done = json.loads((d / "bin" / "train.done").read_text())
+    del done["identity"]
+    Path(f"{old}.done").write_text(json.dumps(done))
+    assert c4_layout.main([str(old), "--data-bin", str(data_bin), "--dict", str(d / "spm" / "dict.txt"),
+                           "--valid", str(valid)]) == 1
+    assert capsys.readouterr().err.strip() == (
+        f"c4_layout: error: {old}: {old}.done records no dictionary hash (identity.dict_sha1); re-run the binarize "
+        f"step with --dict {d / 'spm' / 'dict.txt'} (it redoes such a prefix; tupe-c4 run: STEPS=34)")
+    assert not data_bin.exists()
+
+
+@pytest.mark.parametrize("case", ["valid_is_train", "train_twice"])
+def test_layout_refuses_a_prefix_given_twice(prepared, tmp_path, capsys, case):
+    """The validation prefix among the train ones (validation documents trained on), or a train prefix twice (its
+    documents trained twice as often), by any spelling of its path: a usage error (exit 2), one line, nothing
+    written."""
+    d = prepared["dir"]
+    train, valid = d / "bin" / "train", d / "bin" / "valid"
+    alias = d / "bin" / ".." / "bin" / "train"  # the same prefix, spelled otherwise
+    trains, valid_arg = ([train], alias) if case == "valid_is_train" else ([train, alias], valid)
+    data_bin = tmp_path / "data-bin"
+    assert c4_layout.main([*map(str, trains), "--data-bin", str(data_bin), "--dict", str(d / "spm" / "dict.txt"),
+                           "--valid", str(valid_arg)]) == 2
+    expected = {"valid_is_train": f"--valid {alias} is also a train prefix ({train}); binarize the validation "
+                                  "texts to a prefix of their own",
+                "train_twice": f"train prefix {alias} is given twice (also as {train}); give each shard once"}[case]
+    assert capsys.readouterr().err.strip() == f"c4_layout: error: {expected}"
+    assert not data_bin.exists()

@@ -7,7 +7,8 @@ comparable across epochs. ``dict.txt`` is copied (fairseq reads it from the firs
 
 Files are hard-linked (no extra space; falls back to symlinks across file systems), or symlinked /
 copied with ``--link``. Each file is placed under a temporary name and renamed, ``.idx`` after
-``.bin``. Only shards with a ``.done`` marker from step 3 (and matching sizes) are accepted.
+``.bin``. Only prefixes with a ``.done`` marker from step 3 that matches their sizes and ``--dict`` (the
+dictionary's SHA-1 it records) are accepted, each once: the ``--valid`` prefix is none of the train ones.
 Also writes ``DATA_BIN/shards.tsv`` (shard -> source prefix), ``DATA_BIN/data_path.txt`` (the shard
 folders colon-joined, *relative to DATA_BIN*, so a moved or copied DATA_BIN reads its own files) and
 ``DATA_BIN/layout.json`` (the dictionary's entries, size and SHA-256, the shard names). Train with
@@ -21,19 +22,22 @@ import errno
 import json
 import os
 import shutil
-from typing import List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
 from tupe_common.io import atomic_open, atomic_path, file_hash, need, remove_if_exists, write_data_path, write_json
 from tupe_common.log import get_logger
-from tupe_common.errors import command_name, exit_main, message
+from tupe_common.errors import UsageError, command_name, exit_main, message
 
 LINK_MODES = ("hardlink", "symlink", "copy")  # how the shards' files reach DATA_BIN
+DICT_HASH = "sha1"  # as step 3 records the dictionary in PREFIX.done (c4_binarize.identity: identity.dict_sha1)
 
 PROG = "c4_layout"
 log = get_logger(PROG)
 
 
-def check_done(prefix: str) -> None:
+def check_done(prefix: str, dict_path: str, dict_sha1: str) -> None:
+    """Refuse ``prefix`` unless step 3 finished it (``PREFIX.done``, the sizes of ``.bin``/``.idx``) with the
+    dictionary ``dict_path`` (SHA-1 ``dict_sha1``): binaries of another dictionary hold other token ids."""
     try:
         with open(prefix + ".done") as f:
             done = json.load(f)
@@ -43,6 +47,29 @@ def check_done(prefix: str) -> None:
         p = f"{prefix}.{ext}"
         if not os.path.isfile(p) or os.path.getsize(p) != done.get(f"{ext}_bytes"):
             raise ValueError(f"{prefix}: {p} missing or not the size recorded in {prefix}.done")
+    # step 3 redoes a prefix whose recorded identity differs from its inputs', so re-running it is the fix
+    fix = f"re-run the binarize step with --dict {dict_path} (it redoes such a prefix; tupe-c4 run: STEPS=34)"
+    recorded = (done.get("identity") or {}).get("dict_sha1")
+    if recorded is None:
+        raise ValueError(f"{prefix}: {prefix}.done records no dictionary hash (identity.dict_sha1); {fix}")
+    if recorded != dict_sha1:
+        raise ValueError(f"{prefix}: binarized with another dictionary ({prefix}.done records dict_sha1 {recorded}, "
+                         f"{dict_path} has {dict_sha1}); {fix}")
+
+
+def check_distinct(valid: str, train: Sequence[str]) -> None:
+    """Refuse the validation prefix among the train ones (validation documents trained on) and a train prefix given
+    twice (trained twice as often), however their paths are spelled: a UsageError (exit 2)."""
+    seen: Dict[str, str] = {}  # real path -> the prefix as given
+    for prefix in train:
+        real = os.path.realpath(prefix)
+        if real in seen:
+            raise UsageError(f"train prefix {prefix} is given twice (also as {seen[real]}); give each shard once")
+        seen[real] = prefix
+    real = os.path.realpath(valid)
+    if real in seen:
+        raise UsageError(f"--valid {valid} is also a train prefix ({seen[real]}); binarize the validation texts to "
+                         "a prefix of their own")
 
 
 class Placer:
@@ -89,8 +116,10 @@ class Placer:
 def layout(data_bin: str, dict_path: str, valid: str, train: Sequence[str], link: str = "hardlink") -> List[str]:
     need(dict_path)
     need(data_bin, "out")
+    check_distinct(valid, train)
+    dict_sha1 = file_hash(dict_path, DICT_HASH)
     for p in [*train, valid]:
-        check_done(p)
+        check_done(p, dict_path, dict_sha1)
     os.makedirs(data_bin, exist_ok=True)
     placer = Placer(link)
     shards, changed = [], 0
@@ -139,6 +168,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = parser().parse_args(argv)
     try:
         shards = layout(args.data_bin, args.dict, args.valid, args.train, args.link)
+    except UsageError as e:
+        log.error(message(e))
+        return 2
     except (ValueError, OSError) as e:
         log.error(message(e))
         return 1

@@ -16,17 +16,22 @@ C4 separates paragraphs with ``\\n``, which is what step 1 reads. Empty document
 Outputs in ``--out-dir``: ``c4-train.NNNNN-of-NNNNN.json.gz`` (``--shards`` files) and
 ``c4-validation.00000-of-00001.json.gz``, records ``{"text", "timestamp", "url"}`` as C4's (``url`` is
 ``FILE#N``, the N-th document of that input). The documents are shuffled with ``--seed``; the first
-``--valid-fraction`` of them (at least one when there are two or more) are held out for validation,
+``--valid-fraction`` (> 0) of them (at least one; the C4 steps need validation documents) are held out,
 the rest are dealt into the train shards in contiguous runs. ``--valid-seed`` draws the held-out documents
 with a seed of their own (the first of another shuffle; the train documents keep ``--seed``'s order without
-them); by default it is ``--seed``, which is the draw above, so corpora made before it existed are made again
-byte for byte. The same inputs, options and seeds give byte-identical files. ``text_to_c4.json`` records the settings and counts: a rerun with the same
-settings skips, with other settings refuses (exit 2) unless ``--force``. Files are written under a
-temporary name and renamed. All documents are held in memory (fine for corpora of a few GB).
+them); by default it is ``--seed``, which is the draw above, so the shard files of corpora made before it existed
+are made again byte for byte. The same inputs, options and seeds give byte-identical files. ``text_to_c4.json``
+records the settings, counts and files written: a rerun with the same settings skips, with other settings refuses
+(exit 2) unless ``--force``, which first removes the earlier run's files that this one does not write (those its
+record lists; every ``c4-train.*``/``c4-validation.*`` file of the folder for a record from before the list), since
+the C4 steps read every such file; C4 files that no record vouches for are never removed (exit 2, naming them). Files are written under a temporary name and renamed. All documents are held in memory (fine
+for corpora of a few GB).
 """
 from __future__ import annotations
 
 import argparse
+import fnmatch
+import glob
 import gzip
 import json
 import os
@@ -36,14 +41,16 @@ from collections import Counter
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 from tupe_preprocess.c4_common import SettingsMismatch, open_binary, outputs_done, read_text
-from tupe_common.errors import command_name, exit_main
-from tupe_common.io import atomic_path, write_json
+from tupe_common.errors import UsageError, command_name, exit_main
+from tupe_common.io import atomic_path, read_json, remove_if_exists, write_json
 from tupe_common.log import get_logger
 from tupe_common.io import need
 
 PROG = "text_to_c4"
 log = get_logger(PROG)
 RECORD = "text_to_c4.json"
+# the files of C4's format (the C4 steps read those that match TRAIN_GLOB/VALID_GLOB, tupe_preprocess/c4/pipeline.py)
+SHARD_GLOBS = ("c4-train.*-of-*.json.gz", "c4-validation.*-of-*.json.gz")
 Doc = Tuple[str, str]  # (url, text)
 
 
@@ -152,6 +159,31 @@ def split_docs(docs: List[Doc], valid_fraction: float, shards: int, seed: int,
     return valid, [train[bounds[k]:bounds[k + 1]] for k in range(shards)]
 
 
+def remove_earlier_output(out_dir: str, names: Sequence[str]) -> None:
+    """``--force``, before writing ``names`` into ``out_dir``: remove its record and the shard files of the earlier run
+    that this run does not write (the record's ``files``; every ``SHARD_GLOBS`` file where a record from before the
+    file list has none): the C4 steps read every file of the folder that matches their globs, so another
+    ``--shards`` would add its files beside. Files of C4's names that no record vouches for (a download?) are never
+    removed: a UsageError names them."""
+    record = os.path.join(out_dir, RECORD)
+    found = {os.path.basename(p) for g in SHARD_GLOBS for p in glob.glob(os.path.join(glob.escape(out_dir), g))}
+    data = read_json(record) if os.path.isfile(record) else None
+    listed = data.get("files") if isinstance(data, dict) else None
+    earlier = set(found) if isinstance(data, dict) and listed is None else set(listed or [])
+    unknown = sorted(found - earlier - set(names))
+    if unknown:
+        raise UsageError(f"{out_dir} holds C4 files that no run of {PROG} recorded ({', '.join(unknown[:4])}"
+                         f"{' ...' if len(unknown) > 4 else ''}): the C4 steps would read them too; move them away "
+                         "or choose another --out-dir")
+    stale = sorted(n for n in earlier - set(names) if any(fnmatch.fnmatchcase(n, g) for g in SHARD_GLOBS))
+    remove_if_exists(record)  # first: a run cut short after this leaves no record that vouches for the files
+    for name in stale:
+        remove_if_exists(os.path.join(out_dir, name))
+    if stale:
+        log.warning(f"--force: removed {len(stale)} shard file(s) of the earlier run in {out_dir}: "
+                    f"{', '.join(stale[:4])}{' ...' if len(stale) > 4 else ''}")
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(prog=command_name("python -m tupe_preprocess.text_to_c4"), description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -171,12 +203,16 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--valid-seed", type=int, help="draw the held-out documents with this seed (default: --seed, "
                     "the draw of corpora made before this option)")
     ap.add_argument("--max-warnings", type=int, default=5, help="file:line warnings per skip reason")
-    ap.add_argument("--force", action="store_true", help="rewrite outputs made with other settings")
+    ap.add_argument("--force", action="store_true", help="rewrite outputs made with other settings (the earlier "
+                    "run's c4-train/c4-validation files in --out-dir are removed)")
     args = ap.parse_args(argv)
     if args.doc_split == "regex" and not args.doc_regex:
         ap.error("--doc-split regex needs --doc-regex PATTERN")
-    if args.shards < 1 or not 0 <= args.valid_fraction < 1:
-        ap.error("--shards must be >= 1 and --valid-fraction in [0, 1)")
+    if args.shards < 1:
+        ap.error("--shards must be >= 1")
+    if not 0 < args.valid_fraction < 1:  # the C4 steps need a validation file with documents in it
+        ap.error(f"--valid-fraction must be in (0, 1), not {args.valid_fraction}: the pipeline needs validation "
+                 "documents")
     for p in args.inputs:
         need(p)  # missing, or a folder: one line naming it, exit 1 (tupe_common.errors.exit_main)
     need(args.out_dir, "out")
@@ -206,14 +242,24 @@ def main(argv: Optional[List[str]] = None) -> int:
         log.error(f"no usable document in {', '.join(args.inputs)} (skipped: {stats['skipped']})")
         return 1
     valid, shards = split_docs(docs, args.valid_fraction, args.shards, args.seed, args.valid_seed)
+    if not valid:
+        log.error(f"{len(docs)} document(s) leave no validation document at --valid-fraction {args.valid_fraction} "
+                  "(the pipeline needs one): give more documents or a larger --valid-fraction")
+        return 2
     if any(not s for s in shards):
         log.error(f"{len(docs) - len(valid)} train documents cannot fill --shards {args.shards}: use fewer shards")
         return 2
     os.makedirs(args.out_dir, exist_ok=True)
+    if args.force:  # without it, a record here has these settings, so these names
+        try:
+            remove_earlier_output(args.out_dir, names)
+        except UsageError as e:
+            log.error(str(e))
+            return 2
     for name, part in zip(names, [*shards, valid]):
         write_shard(os.path.join(args.out_dir, name), part)
     counts = {"documents": len(docs), "train": [len(s) for s in shards], "valid": len(valid), **stats}
-    write_json(record, {"settings": settings, "counts": counts})
+    write_json(record, {"settings": settings, "counts": counts, "files": names})
     log.info(f"summary: {len(docs)} documents from {len(args.inputs)} file(s) -> {args.out_dir}: "
              f"train {counts['train']}, valid {len(valid)}, skipped {stats['skipped'] or 0}")
     return 0
