@@ -72,6 +72,23 @@ def test_atomic_dir_replaces_a_folder_whole_and_leaves_it_on_error(tmp_path):
     assert os.listdir(out) == ["n.json"] and sorted(os.listdir(tmp_path)) == ["task-bin"]
 
 
+def test_atomic_dir_keeps_a_users_folder_named_like_its_old_one(tmp_path):
+    """The replaced folder is put aside under a fresh name: a ``PATH.old`` the user made is not deleted."""
+    out = tmp_path / "hf"
+    out.mkdir()
+    (out / "export.txt").write_text("old export")
+    (tmp_path / "hf.old").mkdir()
+    (tmp_path / "hf.old" / "notes.txt").write_text("user data")
+    with atomic_dir(out) as tmp:
+        write_json(os.path.join(tmp, "config.json"), {"v": 1})
+    assert sorted(os.listdir(tmp_path)) == ["hf", "hf.old"] and os.listdir(out) == ["config.json"]
+    assert (tmp_path / "hf.old" / "notes.txt").read_text() == "user data"
+    with atomic_dir(str(out) + os.sep) as tmp:  # a trailing slash names the same folder
+        write_json(os.path.join(tmp, "model.json"), {"v": 2})
+    assert sorted(os.listdir(tmp_path)) == ["hf", "hf.old"] and os.listdir(out) == ["model.json"]
+    assert os.listdir(tmp_path / "hf.old") == ["notes.txt"]
+
+
 def full(code: int = errno.ENOSPC) -> None:
     """A write on a full disk (or quota), as the OS reports it: no path in the error."""
     raise OSError(code, os.strerror(code))

@@ -380,6 +380,38 @@ def test_refuses_a_pickle_with_a_disallowed_global(tmp_path, legacy):
     assert not marker.exists() and not (tmp_path / "out.pt").exists()
 
 
+def convert_first(path: Path) -> str:
+    """The end of the refusal of an original-release file by any command but the converter."""
+    return (f"; it looks like a checkpoint of the original TUPE release (or of a 2019 fairseq): convert it first "
+            f"with tupe-convert-original {path} OUT.pt (docs/original_release.md), then pass OUT.pt")
+
+
+@pytest.mark.parametrize("legacy", [True, False], ids=["legacy_format", "zip_format"])
+def test_other_commands_on_an_original_checkpoint_say_to_convert_it(tmp_path, legacy, monkeypatch):
+    """The globals only a 2019 fairseq pickled (a numpy scalar, ``fairseq.meters``) name the converter, not
+    fairseq-train; the converter itself reads them."""
+    from tupe_common.checkpoint_file import CheckpointError, load
+
+    scalar = tmp_path / "scalar.pt"
+    torch.save({"model": {}, "best": np.float64(1.0)}, scalar, _use_new_zipfile_serialization=not legacy)
+    meter = type("AverageMeter", (_Meter,), {"__module__": "fairseq.meters"})
+    monkeypatch.setitem(sys.modules, "fairseq.meters", types.SimpleNamespace(AverageMeter=meter))
+    meters = tmp_path / "meters.pt"
+    torch.save({"model": {}, "extra_state": {"train_meters": {"loss": meter()}}}, meters,
+               _use_new_zipfile_serialization=not legacy)
+    for path, refused in ((scalar, r"numpy\._?core\.multiarray\.scalar"), (meters, r"fairseq\.meters\.AverageMeter")):
+        with pytest.raises(CheckpointError) as e:
+            load(str(path))
+        assert re.fullmatch(rf"{re.escape(str(path))}: not a readable checkpoint \(UnpicklingError: Unsupported "
+                            rf"global: GLOBAL {refused} .*\){re.escape(convert_first(path))}", str(e.value)), e.value
+    src = save_original(tmp_path / "checkpoint.pt", original_args(True), original_model(True, seed=1), legacy=legacy)
+    p = command_in_process(["tupe-checkpoint-info", str(src)], check=False)
+    last = p.stderr.strip().splitlines()[-1]
+    assert p.returncode == 1 and last.startswith(f"error: {src}: not a readable checkpoint"), p.stderr
+    assert last.endswith(convert_first(src)) and "fairseq-train wrote" not in last, last
+    assert command_in_process(["tupe-convert-original", str(src), str(tmp_path / "out.pt")]).returncode == 0
+
+
 @pytest.mark.parametrize("content", [b"hello world\n", bytes(range(256)) * 8], ids=["text", "binary"])
 def test_a_file_that_is_not_a_checkpoint_is_named_so(tmp_path, content):
     src = tmp_path / "notes.pt"

@@ -218,6 +218,32 @@ def test_cli_refuses_a_non_empty_out_dir_in_one_line(tmp_path, starts_process):
     assert "trust_remote_code" in command_in_process([str(BIN / "tupe-export-hf"), "--help"]).stdout
 
 
+def test_cli_refuses_an_out_dir_that_holds_an_input_even_with_force(tmp_path):
+    """--force replaces OUT_DIR whole: a checkpoint (or --spm-model, --dict) inside it would be deleted."""
+    run_dir = tmp_path / "runx"
+    run_dir.mkdir()
+    ckpt, _ = tiny_checkpoint(run_dir, "tupe_r")
+    (run_dir / "train.log").write_text("user data")
+    before = {p.name: p.read_bytes() for p in run_dir.iterdir()}
+    p = command_in_process([str(BIN / "tupe-export-hf"), str(ckpt), str(run_dir), "--force"], check=False)
+    errors = [line for line in p.stderr.splitlines() if "error" in line]
+    assert (p.returncode, len(errors)) == (2, 1) and "Traceback" not in p.stderr, p.stderr
+    assert errors[0] == (f"error: {ckpt}: the checkpoint is inside OUT_DIR {run_dir}, which the export replaces "
+                         f"whole; choose an OUT_DIR outside the checkpoint's folder, e.g. {run_dir.resolve()}-hf")
+    assert {p.name: p.read_bytes() for p in run_dir.iterdir()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["runx"]
+    out = tmp_path / "hf"
+    out.mkdir()
+    (out / "spm.model").write_text("user data")
+    (tmp_path / "alias").symlink_to(out)  # the same folder by another name: compared by real paths
+    spm = tmp_path / "alias" / "spm.model"
+    p = command_in_process([str(BIN / "tupe-export-hf"), str(ckpt), str(out), "--force", "--spm-model", str(spm)],
+                           check=False)
+    assert p.returncode == 2 and p.stderr.splitlines()[-1].startswith(
+        f"error: {spm}: the --spm-model file is inside OUT_DIR {out}"), p.stderr
+    assert [p.name for p in out.iterdir()] == ["spm.model"] and (out / "spm.model").read_text() == "user data"
+
+
 @pytest.fixture(scope="module")
 def finetuned(pretrained, cls_bin, tmp_path_factory, starts_process) -> Path:
     """The session's tiny TUPE-R fine-tuned a few updates by fairseq-train sentence_prediction."""

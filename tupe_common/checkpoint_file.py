@@ -19,6 +19,11 @@ ZIP = b"PK\x03\x04"  # torch.save's format since torch 1.6
 PICKLE = b"\x80"  # the legacy torch.save format (a pickle protocol opcode): fairseq 2019, the original TUPE release
 FIX = "pass a checkpoint that fairseq-train wrote (SAVE_DIR/checkpoint_last.pt or checkpoint_best.pt)"
 ORIGINAL_FIX = "pass the checkpoint.pt from the original release's tupe_ckp.tar.gz"  # tupe-convert-original's input
+# Globals that 2019 fairseq pickled into a checkpoint (extra_state's numpy best/val_loss, train_meters) and today's
+# fairseq-train does not: torch refusing one of these means the original TUPE release's file (docs/original_release.md)
+ORIGINAL_GLOBALS = re.compile(r"GLOBAL (numpy\.(_core|core)\.multiarray\.scalar|fairseq\.meters\.[\w.]+)")
+CONVERT_FIX = ("it looks like a checkpoint of the original TUPE release (or of a 2019 fairseq): convert it first with "
+               "tupe-convert-original {path} OUT.pt (docs/original_release.md), then pass OUT.pt")
 
 
 class CheckpointError(ValueError):
@@ -97,7 +102,8 @@ def allow_fairseq_objects() -> None:
 
 def load(path: str, mmap: bool = False, fix: str = FIX) -> Dict[str, Any]:
     """A fairseq checkpoint's dict, read on CPU (``mmap``: tensors read only when used; torch.save's zip format);
-    refusals say what is wrong and ``fix``. torch's own error is the refusal's ``__cause__``."""
+    refusals say what is wrong and ``fix`` (a global only 2019 fairseq pickled: run tupe-convert-original first,
+    unless that is the caller, ``ORIGINAL_FIX``). torch's own error is the refusal's ``__cause__``."""
     head = check_file(path, fix)
     import torch
 
@@ -108,6 +114,8 @@ def load(path: str, mmap: bool = False, fix: str = FIX) -> Dict[str, Any]:
     except MemoryError:
         raise
     except Exception as e:  # noqa: BLE001  what torch.load raises for a foreign file varies: KeyError, IndexError, ...
+        if fix != ORIGINAL_FIX and ORIGINAL_GLOBALS.search(str(e)):  # not when tupe-convert-original reads it
+            fix = CONVERT_FIX.format(path=path)
         raise CheckpointError(f"{path}: not a readable checkpoint ({_reason(e)}); {fix}") from e
     if not isinstance(state, dict) or "model" not in state:
         what = f"a {type(state).__name__}" + (f" with keys {list(state)[:3]}" if isinstance(state, dict) else "")

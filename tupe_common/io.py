@@ -16,6 +16,7 @@ import hashlib
 import json
 import os
 import shutil
+import tempfile
 from typing import IO, Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 PARTIAL = ".partial"
@@ -131,14 +132,15 @@ def atomic_open(path: PathLike, mode: str = "w", encoding: Optional[str] = "utf-
 def atomic_dir(path: PathLike) -> Iterator[str]:
     """Yield an empty folder ``path.partial`` to fill; when the block ends it replaces ``path``.
 
-    A ``path.partial`` left by a killed run is removed first. An existing ``path`` is renamed to
-    ``path.old``, the new folder renamed onto ``path``, then the old one deleted (a folder cannot be
-    renamed onto a non-empty one), so ``path`` is never half written: it is the old folder, absent for
-    an instant, or the complete new one. On an exception ``path.partial`` is deleted and ``path`` is
-    untouched (a full disk: a :class:`DiskFullError` naming ``path``).
+    A ``path.partial`` left by a killed run is removed first. An existing ``path`` is moved into a fresh
+    folder ``path.old-XXXXXX`` (``tempfile.mkdtemp``: never a folder the user has, such as ``path.old``), the
+    new folder renamed onto ``path``, then that fresh folder deleted (a folder cannot be renamed onto a
+    non-empty one), so ``path`` is never half written: it is the old folder, absent for an instant, or the
+    complete new one. On an exception ``path.partial`` is deleted and ``path`` is untouched (a full disk: a
+    :class:`DiskFullError` naming ``path``).
     """
-    path = os.fspath(path)
-    tmp, old = path + PARTIAL, path + ".old"
+    path = os.fspath(path).rstrip(os.sep) or os.sep  # "hf/" is "hf": its siblings are named from it
+    tmp = path + PARTIAL
     remove_tree(tmp)
     os.makedirs(tmp)
     try:
@@ -147,14 +149,21 @@ def atomic_dir(path: PathLike) -> Iterator[str]:
         remove_tree(tmp)
         raise_if_full(e, path)
         raise
+    parent = os.path.dirname(os.path.abspath(path))
     if os.path.lexists(path):
-        remove_tree(old)
+        aside = tempfile.mkdtemp(dir=parent, prefix=os.path.basename(path) + ".old-")  # only this call's
+        old = os.path.join(aside, os.path.basename(path))
         os.rename(path, old)
-        os.rename(tmp, path)
-        remove_tree(old)
+        try:
+            os.rename(tmp, path)
+        except BaseException:
+            os.rename(old, path)  # put the old folder back where it was
+            os.rmdir(aside)
+            raise
+        remove_tree(aside)
     else:
         os.rename(tmp, path)
-    fsync_dir(os.path.dirname(os.path.abspath(path)))
+    fsync_dir(parent)
 
 
 def write_text(path: PathLike, text: str) -> None:

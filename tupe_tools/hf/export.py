@@ -49,8 +49,22 @@ class OutDirNotEmptyError(ExportError, UsageError):
     """OUT_DIR holds files and --force was not given: nothing is written (exit 2)."""
 
 
+class InputInOutDirError(ExportError, UsageError):
+    """CKPT, --dict or --spm-model lies inside OUT_DIR, which the export replaces: nothing is written (exit 2)."""
+
+
 class HeadChoiceError(ExportError, UsageError):
     """--head names no head of the checkpoint, or is missing where it has several (exit 2)."""
+
+
+def refuse_inputs_inside(out: Path, inputs: Dict[str, Optional[str]]) -> None:
+    """Refuse an input (``inputs``: what it is -> its path) that lies inside ``out`` (by real paths), before
+    anything is written: replacing OUT_DIR (--force) would delete it."""
+    folder = os.path.realpath(out)
+    for what, path in inputs.items():
+        if path and os.path.commonpath([folder, os.path.realpath(path)]) == folder:
+            raise InputInOutDirError(f"{path}: the {what} is inside OUT_DIR {out}, which the export replaces whole; "
+                                     f"choose an OUT_DIR outside the {what}'s folder, e.g. {folder}-hf")
 
 
 def _label_names(state: Dict[str, Any], n: int) -> Optional[List[str]]:
@@ -198,6 +212,7 @@ def export(checkpoint: str, out_dir: str, spm_model: Optional[str] = None, dict_
     from tupe_plugin import checkpoint_safety  # noqa: F401  (fairseq checkpoint classes for weights_only loading)
 
     out = Path(out_dir)
+    refuse_inputs_inside(out, {"checkpoint": checkpoint, "--dict file": dict_path, "--spm-model file": spm_model})
     if out.exists() and any(out.iterdir()) and not force:
         raise OutDirNotEmptyError(f"{out} exists and is not empty; choose another OUT_DIR or pass --force to replace it")
     if spm_model:
@@ -213,6 +228,7 @@ def export(checkpoint: str, out_dir: str, spm_model: Optional[str] = None, dict_
         dict_path = dict_path or find_dict(state)
         if dict_path is None:
             raise ExportError(f"{checkpoint}: cannot find the data's dict.txt; pass --dict DATA/dict.txt")
+        refuse_inputs_inside(out, {"data dictionary": dict_path})  # found from the checkpoint
         from tupe_common.vocab import check_identity, check_pair, dict_identity
 
         try:  # a tokenizer of another model would give wrong ids: refused before anything is written
