@@ -75,7 +75,7 @@ def original_model(rel_pos: bool, seed: int, pos_proj: bool = False, normalize_b
         sd[P + "relative_attention_bias.weight"] = rnd(33, H)
         bucket = torch.tensor([[paper_bucket(j - i) for j in range(MAXPOS)] for i in range(MAXPOS)])
         bucket[:, 0], bucket[0, :] = 32, 16
-        sd[P + "rp_bucket"] = bucket  # a frozen nn.Parameter in the original, so it is in the state
+        sd[P + "rp_bucket"] = bucket  # in the state where a later change of the fork made it an nn.Parameter
     for i in range(L):
         o = f"{P}layers.{i}."
         sd[o + "self_attn.in_proj_weight"], sd[o + "self_attn.in_proj_bias"] = lin(3 * D, D)
@@ -272,8 +272,9 @@ def test_converted_outputs_equal_the_original_forward(converted, variant):
 def test_converted_checkpoint_records_variant_and_config(converted):
     from tupe_tools.checkpoint_record import checkpoint_info, fairseq_args
 
-    dest, _, _, _ = converted["tupe_r"]
+    dest, _, _, log = converted["tupe_r"]
     info = checkpoint_info(str(dest))
+    assert f"fine-tune with: {fairseq_args(info)} --restore-file {dest} " in log  # every flag that rebuilds it
     assert info["arch"] == "tupe_r_base" and info["variant"] == "tupe_r" and info["max_positions"] == MAXPOS
     assert (info["encoder_layers"], info["encoder_embed_dim"], info["encoder_attention_heads"]) == (L, D, H)
     assert fairseq_args(info).startswith(
@@ -494,3 +495,34 @@ def test_fairseq_validate_runs_masked_lm_on_the_converted_checkpoint(converted, 
     loss = re.findall(r"valid on 'valid' subset.*?\| loss ([0-9.]+)", log)
     assert loss and math.isfinite(float(loss[-1])), log[-3000:]
     print(f"fairseq-validate masked_lm loss on the converted tiny checkpoint: {loss[-1]}")
+
+
+def test_the_flags_of_a_converted_checkpoint_rebuild_its_layers(tmp_path):
+    """tupe-finetune rebuilds a model from checkpoint_info's flags (fairseq_args) and restores the weights into it:
+    a converted original with ReLU, Pre-LN and no layernorm on the embeddings rebuilds as converted. The flags
+    carried none of the three: the activation silently became gelu, and the layer norms' keys were missing or
+    unexpected."""
+    from fairseq import options
+    from fairseq.data import Dictionary
+
+    from tupe_tools.checkpoint_record import checkpoint_info, fairseq_args
+    from tupe_tools.convert_original import build_plugin_model
+
+    args = original_args(rel_pos=True, normalize_before=True)
+    args.activation_fn, args.embedding_normalize = "relu", False
+    sd = original_model(True, seed=6, normalize_before=True)
+    del sd[P + "emb_layer_norm.weight"], sd[P + "emb_layer_norm.bias"]
+    dest = convert_in_process(tmp_path, sd, args, dict_path=str(write_dict(tmp_path / "dict.txt")))
+    flags = fairseq_args(checkpoint_info(str(dest)))
+    assert flags.endswith(" --activation-fn relu --encoder-normalize-before --no-layernorm-embedding")
+    parsed = options.parse_args_and_arch(options.get_training_parser(), [
+        str(dest.parent), "--task", "masked_lm", "--criterion", "masked_lm", *flags.split()])
+    dictionary = Dictionary.load(str(dest.parent / "dict.txt"))
+    dictionary.add_symbol("<mask>")  # as masked_lm adds it
+    rebuilt = build_plugin_model(parsed, dictionary, {})
+    rebuilt.load_state_dict(torch.load(dest, map_location="cpu")["model"], strict=True)
+    rebuilt.eval()
+    converted = load_converted(dest)
+    for tokens in batches().values():
+        with torch.no_grad():
+            assert torch.equal(rebuilt(tokens)[0], converted(tokens)[0])

@@ -98,11 +98,21 @@ def info_from_state(state: Dict[str, Any], path: str) -> Dict[str, Any]:
         **{field: get(field) for field in SIZE_FIELDS},
         **objective_info(model_state, get),  # mlm, or electra and its generator's sizes
         "vocab_identity": get("vocab_identity"),  # its dictionary's (tupe_common.vocab.identity); None before 2026-12
+        # the layer settings the archs leave to their defaults (gelu, Post-LN, a layernorm on the embeddings)
+        "activation_fn": get("activation_fn", "gelu"),
+        "encoder_normalize_before": bool(get("encoder_normalize_before", False)),
+        "layernorm_embedding": bool(get("layernorm_embedding", True)),
     }
 
 
 def fairseq_args(info: Dict[str, Any]) -> str:
-    """The flags that rebuild the model: arch, positions, sizes (a run may have resized its arch) and variant."""
+    """The flags that rebuild the model: arch, positions, sizes (a run may have resized its arch), variant, and the
+    layer settings where they are not the archs' defaults (an activation other than gelu, Pre-LN, no layernorm
+    on the embeddings: a converted original may have any of them)."""
     sizes = " ".join(f"{size_flag(k)} {info[k]}" for k in SIZE_FIELDS if info.get(k) is not None)
-    return f"--arch {info['arch']} --max-positions {info['max_positions']} {sizes} {info['variant_flags']}"
+    layers = [f"--activation-fn {info['activation_fn']}" if info.get("activation_fn", "gelu") != "gelu" else "",
+              "--encoder-normalize-before" if info.get("encoder_normalize_before") else "",
+              "" if info.get("layernorm_embedding", True) else "--no-layernorm-embedding"]
+    return " ".join([f"--arch {info['arch']} --max-positions {info['max_positions']} {sizes} {info['variant_flags']}",
+                     *filter(None, layers)])
 

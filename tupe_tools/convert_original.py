@@ -40,6 +40,7 @@ from .original_release import (  # noqa: F401  (ConversionError and convert's pa
     original_config,
 )
 from tupe_tools.errors import UsageError
+from tupe_tools.checkpoint_record import checkpoint_info, fairseq_args
 
 # Recorded in the converted checkpoint's model args: the release's classification head style.
 CLASSIFICATION_HEAD_STYLE = "release"
@@ -213,10 +214,9 @@ def run(args: argparse.Namespace) -> int:
     if info["dict"]:
         print(f"dictionary: {info['dict']}")
     if info["size"] is None:
-        print("note: not a base/large size: pass --encoder-layers/--encoder-embed-dim/--encoder-ffn-embed-dim/"
-              "--encoder-attention-heads to fairseq-train along with --arch")
-    print(f"fine-tune with: --arch {info['arch']} --max-positions {info['max_positions']} "
-          f"--restore-file {info['out']} --reset-optimizer --reset-dataloader --reset-meters")
+        print("note: not a base/large size: the flags below carry its sizes")
+    flags = fairseq_args(checkpoint_info(info["out"]))  # sizes, variant and layer settings (Pre-LN, ...): as trained
+    print(f"fine-tune with: {flags} --restore-file {info['out']} --reset-optimizer --reset-dataloader --reset-meters")
     return 0
 
 

@@ -161,7 +161,7 @@ class OriginalConfig:
     attention_dropout: float
     activation_dropout: float
     pooler_dropout: float
-    pos_proj: bool  # q/k projections stacked in one ``pos_proj`` (an earlier commit of the fork)
+    pos_proj: bool  # q/k projections stacked in one ``pos_proj`` (a later, unmerged change of the fork)
 
     @property
     def variant(self) -> str:

@@ -100,6 +100,9 @@ class TupeRobertaModel(RobertaModel):
     @staticmethod
     def add_args(parser):
         RobertaModel.add_args(parser)
+        parser.add_argument(  # RoBERTa's --layernorm-embedding only sets it, and its archs default to it
+            "--no-layernorm-embedding", dest="layernorm_embedding", action="store_false",
+            help="no layernorm on the embeddings (a converted original trained without --embedding-normalize)")
         for flag in flags().values():  # the flags the encodings declare (tupe_core/registry.py)
             if flag.choices:
                 parser.add_argument(flag.option, choices=list(flag.choices), help=flag.help)
