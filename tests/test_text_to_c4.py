@@ -161,6 +161,20 @@ def test_no_usable_document_is_an_error(tmp_path, capsys):
     assert not (tmp_path / "o").exists()
 
 
+def test_a_lone_surrogate_is_a_counted_skip(tmp_path, capsys):
+    """'\\ud800' is valid JSON but no UTF-8 text: the document is skipped and counted with its file and line (it
+    stopped the run with a traceback after some shards were written, and the rerun refused the folder)."""
+    src = tmp_path / "s.jsonl"
+    src.write_text('{"text": "fine one"}\n{"text": "bad \\ud800 x"}\n{"text": "fine two"}\n{"text": "fine three"}\n')
+    out = tmp_path / "o"
+    assert text_to_c4.main([str(src), "--out-dir", str(out), "--valid-fraction", "0.3"]) == 0
+    assert f"{src}:2: skipped (not_utf8)" in capsys.readouterr().err
+    record = json.loads((out / "text_to_c4.json").read_text())
+    assert record["counts"]["skipped"] == {"not_utf8": 1} and record["counts"]["documents"] == 3
+    kept = sorted(d["text"] for n in shard_files(out) for d in read_c4(out / n))
+    assert kept == ["fine one", "fine three", "fine two"]
+
+
 def shard_files(folder: Path) -> List[str]:
     """The files the C4 pipeline reads from ``folder`` (its TRAIN_GLOB and the validation files)."""
     return sorted(p.name for pattern in ("c4-train.*-of-*.json.gz", "c4-validation.*-of-*.json.gz")

@@ -52,6 +52,7 @@ RECORD = "text_to_c4.json"
 # the files of C4's format (the C4 steps read those that match TRAIN_GLOB/VALID_GLOB, tupe_preprocess/c4/pipeline.py)
 SHARD_GLOBS = ("c4-train.*-of-*.json.gz", "c4-validation.*-of-*.json.gz")
 Doc = Tuple[str, str]  # (url, text)
+SURROGATE = re.compile("[\ud800-\udfff]")  # half of a UTF-16 pair: a str may hold one, UTF-8 text cannot
 
 
 def paragraphs(text: str, keep_lines: bool) -> str:
@@ -81,11 +82,13 @@ def jsonl_docs(path: str, field: str, skipped: Counter, max_warnings: int) -> It
                 reason, detail = "malformed_json", str(e)
             else:
                 text = obj.get(field) if isinstance(obj, dict) else None
-                if isinstance(text, str) and text.strip():
+                if not (isinstance(text, str) and text.strip()):
+                    reason, detail = "no_text_field", f"no non-empty string field {field!r}"
+                elif SURROGATE.search(text):  # valid JSON ("\\ud800"), but no UTF-8 can encode it
+                    reason, detail = "not_utf8", "a lone surrogate (an escape \\ud800-\\udfff without its pair)"
+                else:
                     yield lineno, text
                     continue
-                reason = "no_text_field"
-                detail = f"no non-empty string field {field!r}"
             skipped[reason] += 1
             if skipped[reason] <= max_warnings:
                 log.warning(f"{path}:{lineno}: skipped ({reason}): {detail}")
