@@ -195,6 +195,12 @@ def test_refuses_to_overwrite_without_force(tmp_path, starts_process):
     build(out, 3, SAMPLE, "--force")
     assert (out / "random.jsonl").read_text(encoding="utf-8") != "user data\n"
     assert not [p for p in os.listdir(out) if p.endswith(".partial")]
+    # --force with fewer windows: the earlier shuffle_4/shuffle_5 sets go, tupe-probe reads every set of the
+    # folder (they stayed beside the new ones, of another seed); another file stays
+    (out / "notes.txt").write_text("mine\n", encoding="utf-8")
+    build(out, 9, SAMPLE, "--windows", "3", "--force")
+    assert sorted(os.listdir(out)) == ["notes.txt", "original.jsonl", "random.jsonl", "role_swap.jsonl",
+                                       "role_swap_original.jsonl", "shuffle_3.jsonl"]
 
 
 def test_help_and_bad_windows(tmp_path, starts_process):

@@ -213,6 +213,7 @@ def set_names(windows: Sequence[int]) -> List[str]:
 
 
 SHUFFLE_SIDES = ("both", "premise", "hypothesis")
+SET_FILE = re.compile(r"(original|shuffle_\d+|random|role_swap|role_swap_original)\.jsonl")  # set_names' files
 
 
 def perturb(line_no: int, rec: dict, windows: Sequence[int], seed: int, shuffle: str = "both") -> Dict[str, dict]:
@@ -266,6 +267,12 @@ def build(input_path: str, out_dir: str, seed: int, windows: Sequence[int], forc
         if not kept["original"]:  # every set empty: an error, and nothing written (the partial files removed)
             raise ValueError(f"{input_path}: no usable SNLI item ({stats.read} lines read, {stats.malformed} "
                              f"malformed, {stats.no_gold_label} without gold label); is it SNLI jsonl in UTF-8?")
+    stale = sorted(name for name in os.listdir(out_dir) if force and SET_FILE.fullmatch(name)
+                   and os.path.join(out_dir, name) not in finals.values())
+    for name in stale:  # --force with other windows: tupe-probe reads every set of the folder
+        os.remove(os.path.join(out_dir, name))
+    if stale:
+        log.warning(f"--force: removed the earlier sets {', '.join(stale)} (not made with these --windows)")
     if len(stats.warnings) > MAX_WARNINGS:
         log.warning(f"{len(stats.warnings) - MAX_WARNINGS} more malformed lines not shown")
     log.info(f"{input_path}: {stats.read} items read, skipped {stats.no_gold_label} without gold label ('-'), "
