@@ -582,7 +582,7 @@ def test_driver_layout_and_fairseq_train(tmp_path, starts_process):
     p = run([SCRIPTS / "run_all.sh", SAMPLE], check=False, **{**kw, "VOCAB_SIZE": "400", "STEPS": "12"})
     assert p.returncode == 2 and "vocab_size: recorded 500, now 400" in p.stderr.splitlines()[-1]
     p = run([SCRIPTS / "run_all.sh", SAMPLE], check=False, **{**kw, "MAX_DOCS": "30", "STEPS": "1"})
-    assert p.returncode == 1 and "max_docs: recorded 40, now 30" in p.stderr
+    assert p.returncode == 2 and "max_docs: recorded 40, now 30" in p.stderr  # a usage error, as one task's
     p = run([SCRIPTS / "run_all.sh", SAMPLE], **{**kw, "VOCAB_SIZE": "400", "STEPS": "2", "FORCE": "1"})
     assert json.loads((out / "spm" / "settings.json").read_text())["settings"]["vocab_size"] == 400
 
@@ -643,6 +643,11 @@ def test_run_one_job_at_a_time_and_usage_errors(tmp_path, starts_process):
         "c4-train.00000-of-01024.txt", "c4-train.00001-of-01024.txt", "c4-validation.00000-of-00008.txt"]
     assert "started" not in p.stderr  # no task process
     assert [summary_numbers(ln)["documents"] for ln in p.stderr.splitlines() if "summary" in ln] == [5, 5, 5]
+    for jobs in ("1", "2"):  # outputs made with other settings: a usage error (exit 2), in one process or many
+        p = run([*C4, "run", SAMPLE], check=False, OUT_DIR=str(out), JOBS=jobs, STEPS="1", MAX_DOCS="6",
+                VALID_MAX_DOCS="5")
+        assert p.returncode == 2 and "max_docs: recorded 5, now 6" in p.stderr, (jobs, p.stderr)
+        assert p.stderr.rstrip().endswith("or FORCE=1 to redo outputs made with other settings"), p.stderr
     for cmd, kw, says in (
             ([*C4, "run", SAMPLE], {"STEPS": "15"}, "STEPS: the step numbers to run"),
             ([*C4, "run", SAMPLE], {"JOBS": "two"}, "JOBS must be auto or a positive whole number, not 'two'"),

@@ -244,12 +244,23 @@ def run_steps(c: Settings, env: Mapping[str, str], say: Say, prog: str) -> int:
             if rc:
                 return rc  # its own error line, naming the cause, stays the last
             continue
+        failed, usage = [], False  # usage: a task refused its settings (outputs made with others): all would
         if jobs == 1:
-            failed = [i for i in range(count) if run_task(inputs, step, i, say)]
+            for i in range(count):
+                rc = run_task(inputs, step, i, say)
+                failed += [i] if rc else []
+                if rc == 2:
+                    usage = True
+                    break
         else:
             tasks = [Job(f"{step} task {i}", [sys.executable, "-m", "tupe_preprocess.c4", "task", step, str(i)], group=step)
                      for i in range(count)]
-            failed = run_jobs(tasks, jobs, child, say=say).failed
+            ran = run_jobs(tasks, jobs, child, say=say, stop_on_usage_error=True)
+            failed, usage = ran.failed, ran.usage_error is not None
+        if usage:
+            say(f"error: step {step} stopped at a task's usage error (the message above): the same for every task; "
+                "fix the setting, or FORCE=1 to redo outputs made with other settings")
+            return 2
         if failed:
             say(f"error: step {step} failed for {len(failed)} of {count} task(s) (messages above); fix them and rerun: "
                 "finished tasks are skipped")
