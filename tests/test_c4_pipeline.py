@@ -529,6 +529,18 @@ def test_sigkill_between_renames_then_rerun(tmp_path, spm_dir, texts, reference_
     assert same_bytes(str(prefix), reference_bin) and Path(f"{prefix}.done").exists()
 
 
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_line_that_is_not_utf8_is_named_by_file_and_line(tmp_path, spm_dir, workers, starts_process):
+    """The decoder of a worker knows only its chunk's byte: the error names the file, the line and the byte in it."""
+    text = tmp_path / "t.txt"
+    lines = [f"line {i} of plain text".encode() for i in range(1, 40)]
+    lines[27] = b"caf\xe9 is latin-1"  # line 28
+    text.write_bytes(b"\n".join(lines) + b"\n")
+    p = run(binarize(spm_dir, tmp_path / "bin" / "t", text, workers=workers, chunk=64), check=False)
+    assert p.returncode == 1 and f"{text}:28: not UTF-8 (invalid continuation byte at byte 4 of the line)" in p.stderr
+    assert not list((tmp_path / "bin").glob("t.*"))
+
+
 def test_rerun_skips_finished_and_redoes_stale(tmp_path, spm_dir, texts, reference_bin, starts_process):
     text = tmp_path / "t.txt"
     shutil.copy(texts["bad"], text)

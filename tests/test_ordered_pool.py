@@ -42,6 +42,23 @@ def test_an_error_in_the_function_is_raised_in_the_caller_and_the_workers_end():
     assert all(p.exitcode is not None for p in pool._procs)
 
 
+def slow_first(x: int) -> int:
+    time.sleep(0.3 if x == 1 else 0)
+    if x < 0:
+        raise ValueError(f"item {x}")
+    return x
+
+
+def test_an_error_is_raised_in_its_items_turn():
+    """Item 1 (0.3 s) is given before item -1's error (at once, in the other worker), so the caller knows which item
+    failed (the binarizer names its file and line)."""
+    given = []
+    with pytest.raises(ValueError, match="item -1"), OrderedPool(2, slow_first) as pool:
+        for result in pool.imap([1, -1, 2]):
+            given.append(result)
+    assert given == [1]
+
+
 def test_a_worker_that_died_is_named_and_a_stop_kills_the_rest_at_once():
     pool = OrderedPool(2, slow_square)
     with pytest.raises(WorkerDied, match=r"a worker process \(pid \d+\) ended with exit code -9 while it worked "

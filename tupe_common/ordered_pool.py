@@ -75,7 +75,8 @@ class OrderedPool:
 
     def imap(self, items: Iterable[Any], window: int = 0) -> Iterator[Any]:
         """``func(item)`` for each item, in order; at most ``window`` items (default: twice the workers) sent and not
-        yet given back, one per worker at a time."""
+        yet given back, one per worker at a time. An item's error is raised in its turn, after the results of every
+        item before it."""
         window = max(window or 2 * len(self._conns), len(self._conns))
         source, sent, given = iter(items), 0, 0
         idle = collections.deque(range(len(self._conns)))
@@ -93,7 +94,10 @@ class OrderedPool:
                 self._conns[worker].send(item)
                 busy[worker], sent = sent, sent + 1
             if given in ready:
-                yield ready.pop(given)
+                ok, value = ready.pop(given)
+                if not ok:  # in its turn: every result before it was given, so the caller knows which item failed
+                    raise value
+                yield value
                 given += 1
                 continue
             if not busy:
@@ -108,9 +112,7 @@ class OrderedPool:
                     raise WorkerDied(f"a worker process (pid {proc.pid}) ended with exit code {proc.exitcode} while "
                                      "it worked (-9: killed, often by the out-of-memory killer); rerun the same "
                                      "command to resume, with fewer workers if memory ran out") from None
-                if not ok:
-                    raise value
-                ready[busy.pop(worker)] = value
+                ready[busy.pop(worker)] = ok, value
                 idle.append(worker)
 
     def close(self) -> None:

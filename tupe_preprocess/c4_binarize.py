@@ -150,9 +150,13 @@ def encode_chunk(buf: bytes) -> Tuple[bytes, np.ndarray, int, int]:
 # ---------------------------------------------------------------- reading / writing
 
 
-def read_chunks(paths: Sequence[str], chunk_bytes: int) -> Iterator[bytes]:
+Chunk = Tuple[str, int, bytes]  # (its file, the line number it starts at, the bytes)
+
+
+def read_chunks(paths: Sequence[str], chunk_bytes: int) -> Iterator[Chunk]:
     """Chunks of about ``chunk_bytes`` that end at a line end (each file chunked separately)."""
     for path in paths:
+        line = 1
         with open_binary(path) as f:
             while True:
                 buf = f.read(chunk_bytes)
@@ -160,7 +164,16 @@ def read_chunks(paths: Sequence[str], chunk_bytes: int) -> Iterator[bytes]:
                     break
                 if not buf.endswith(b"\n"):
                     buf += f.readline()
-                yield buf
+                yield path, line, buf
+                line += buf.count(b"\n")
+
+
+def not_utf8(e: UnicodeDecodeError, chunk: Chunk) -> ValueError:
+    """The error of a chunk that is not UTF-8, naming its file and line (the decoder knows only the chunk's byte)."""
+    path, line, buf = chunk
+    at, start = line + buf.count(b"\n", 0, e.start), buf.rfind(b"\n", 0, e.start) + 1
+    return ValueError(f"{path}:{at}: not UTF-8 ({e.reason} at byte {e.start - start + 1} of the line); step 1 "
+                      "writes UTF-8: re-extract the shard, or fix the line")
 
 
 def identity(inputs: Sequence[str], model: str, dict_path: str) -> dict:
@@ -262,21 +275,24 @@ def _run(inputs: Sequence[str], prefix: str, model: str, dict_path: str, workers
 
     try:
         with open(bin_tmp, "wb") as out:
-            if workers <= 1:
-                _init_worker(*init_args)
-                for buf in read_chunks(inputs, chunk_bytes):
-                    write(out, encode_chunk(buf), len(buf))
-            else:
-                sizes_in: collections.deque = collections.deque()  # the bytes of each chunk sent, in order
+            sent: collections.deque = collections.deque()  # the chunks sent and not yet written, in order
+            try:
+                if workers <= 1:
+                    _init_worker(*init_args)
+                    for chunk in read_chunks(inputs, chunk_bytes):
+                        sent.append(chunk)
+                        write(out, encode_chunk(chunk[2]), len(sent.popleft()[2]))
+                else:
+                    def chunks() -> Iterator[bytes]:
+                        for chunk in read_chunks(inputs, chunk_bytes):
+                            sent.append(chunk)
+                            yield chunk[2]
 
-                def chunks() -> Iterator[bytes]:
-                    for buf in read_chunks(inputs, chunk_bytes):
-                        sizes_in.append(len(buf))
-                        yield buf
-
-                with OrderedPool(workers, encode_chunk, _init_worker, init_args) as pool:  # a stop or error kills it
-                    for result in pool.imap(chunks(), max_in_flight):
-                        write(out, result, sizes_in.popleft())
+                    with OrderedPool(workers, encode_chunk, _init_worker, init_args) as pool:  # a stop or error ends it
+                        for result in pool.imap(chunks(), max_in_flight):
+                            write(out, result, len(sent.popleft()[2]))
+            except UnicodeDecodeError as e:  # the oldest chunk not written is the one that failed
+                raise not_utf8(e, sent[0]) from None
             out.flush()
             os.fsync(out.fileno())
         write_index(idx_tmp, dtype, sizes)
