@@ -261,6 +261,8 @@ def test_spm_model_and_dict(spm_dir, sp, texts, starts_process):
     lines = (spm_dir / "dict.txt").read_text(encoding="utf-8").splitlines()
     assert [ln.rsplit(" ", 1)[0] for ln in lines] == dict_pieces(sp) and len(lines) == 497
     assert (spm_dir / "spm.vocab").is_file()
+    summary = json.loads((spm_dir / "settings.json").read_text())["summary"]
+    assert summary["threads"] == (os.cpu_count() or 1)  # --threads 0: all cores; a unigram model depends on them
     p = run(train_spm(spm_dir, texts["train0"], texts["train1"]))
     assert "skip:" in p.stderr
     # other inputs (a trial subset) or another vocabulary: refused, naming the setting, nothing changed

@@ -129,6 +129,7 @@ def train(inputs: Sequence[str], out_dir: str, vocab_size: int = 32768, model_ty
             os.replace(f"{prefix}.{ext}", os.path.join(out_dir, f"spm.{ext}"))
     n = write_fairseq_dict(sp, os.path.join(out_dir, "dict.txt"))
     return {**stats, "pieces": sp.get_piece_size(), "dict_lines": n, "id_offset": offset,
+            "threads": options["num_threads"],  # a unigram model depends on them (BPE's does not)
             "seconds": round(time.monotonic() - t0, 1)}
 
 
