@@ -543,6 +543,22 @@ def test_a_line_that_is_not_utf8_is_named_by_file_and_line(tmp_path, spm_dir, wo
     assert not list((tmp_path / "bin").glob("t.*"))
 
 
+def test_binaries_this_command_did_not_write_are_kept(tmp_path, spm_dir, texts, starts_process):
+    """A prefix's .bin/.idx without its .done or .writing (say fairseq-preprocess's, or a copy) are no run of this
+    command cut short: refused (exit 2), kept byte for byte; --force rewrites them. A run's own files carry
+    PREFIX.writing until PREFIX.done is written, so a run cut short is still redone (test_sigkill_* below)."""
+    prefix = tmp_path / "bin" / "train"
+    prefix.parent.mkdir()
+    for ext in ("bin", "idx"):
+        Path(f"{prefix}.{ext}").write_bytes(b"theirs")
+    p = run(binarize(spm_dir, prefix, texts["train0"]), check=False)
+    assert p.returncode == 2 and f"{prefix}.bin exists without {prefix}.done or {prefix}.writing" in p.stderr
+    assert Path(f"{prefix}.bin").read_bytes() == b"theirs" == Path(f"{prefix}.idx").read_bytes()
+    run([*binarize(spm_dir, prefix, texts["train0"]), "--force"])
+    assert Path(f"{prefix}.bin").read_bytes() != b"theirs" and Path(f"{prefix}.done").is_file()
+    assert not Path(f"{prefix}.writing").exists()
+
+
 def test_rerun_skips_finished_and_redoes_stale(tmp_path, spm_dir, texts, reference_bin, starts_process):
     text = tmp_path / "t.txt"
     shutil.copy(texts["bad"], text)

@@ -41,7 +41,8 @@ import sentencepiece as spm
 
 from tupe_preprocess.c4_common import Progress, SettingsMismatch, check_settings, open_binary
 from tupe_common.errors import command_name, exit_main
-from tupe_common.io import atomic_open, file_hash, read_json, fsync_dir, fsync_file, raise_if_full, remove_if_exists
+from tupe_common.io import (atomic_open, file_hash, read_json, fsync_dir, fsync_file, raise_if_full, remove_if_exists,
+                            write_text)
 from tupe_common.jobs import cores
 from tupe_common.log import get_logger
 from tupe_common.mmap_index import token_dtype_for, write_index
@@ -184,6 +185,9 @@ def identity(inputs: Sequence[str], model: str, dict_path: str) -> dict:
     }
 
 
+WRITING = ".writing"  # PREFIX.writing: this command is writing PREFIX's files; removed once PREFIX.done is written
+
+
 def finished(prefix: str, ident: dict) -> Tuple[bool, str]:
     """(True, '') if PREFIX is complete for these inputs, else (False, why)."""
     try:
@@ -227,6 +231,11 @@ def binarize(inputs: Sequence[str], prefix: str, model: str, dict_path: str, wor
     try:
         ident = identity(inputs, model, dict_path)
         settings = {"tokens_per_sample": tokens_per_sample}
+        theirs = [f"{prefix}.{ext}" for ext in ("bin", "idx") if os.path.exists(f"{prefix}.{ext}")]
+        if theirs and not force and not os.path.exists(prefix + ".done") and not os.path.exists(prefix + WRITING):
+            raise SettingsMismatch(f"{theirs[0]} exists without {prefix}.done or {prefix}{WRITING} (a file this "
+                                   "command did not write, or a run of a version before 2026-12-07 cut short): pass "
+                                   "--force to rewrite it, or move it away")
         ok, why = finished(prefix, ident)
         if ok and not force:
             check_settings(f"{prefix}.bin/.idx", (read_json(prefix + ".done") or {}).get("settings"), settings)
@@ -234,13 +243,20 @@ def binarize(inputs: Sequence[str], prefix: str, model: str, dict_path: str, wor
             return None
         if why:
             log.info(f"{prefix}: {why}; redoing")
+        write_text(prefix + WRITING, f"{PROG}\n")  # before any file of PREFIX changes: a rerun knows them as ours
         for ext in ("done", "idx", "bin", "bin.partial", "idx.partial", "done.partial"):
             remove_if_exists(f"{prefix}.{ext}")
-        summary = _run(inputs, prefix, model, dict_path, workers, chunk_bytes, max_in_flight, progress_seconds,
-                       tokens_per_sample)
+        try:
+            summary = _run(inputs, prefix, model, dict_path, workers, chunk_bytes, max_in_flight, progress_seconds,
+                           tokens_per_sample)
+        except BaseException:
+            if not any(os.path.exists(f"{prefix}.{ext}") for ext in ("bin", "idx")):
+                remove_if_exists(prefix + WRITING)  # nothing of PREFIX left to vouch for
+            raise
         summary["identity"], summary["settings"] = ident, settings
         with atomic_open(prefix + ".done") as f:
             json.dump(summary, f, indent=1)
+        remove_if_exists(prefix + WRITING)
         return summary
     finally:
         remove_if_exists(prefix + ".lock")  # still held: a concurrent run fails its flock, not waits
