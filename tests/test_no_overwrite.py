@@ -21,7 +21,7 @@ def case_argv(name: str, out: Path, tmp: Path, checkpoint: Path, spm_dir: Path) 
     ckpt = str(checkpoint)
     if name == "labelled_to_tsv":
         write_lines(tmp / "in.jsonl", [f'{{"text": "a b c {i}", "label": {i % 2}}}' for i in range(40)])
-    if name == "text_to_c4":
+    if name in ("text_to_c4", "c4 spm", "c4 binarize"):
         write_lines(tmp / "text.txt", ["one document", "", "another one"])
     return {
         "tupe-pos-maps": [str(BIN / "tupe-pos-maps"), ckpt, "--out-dir", str(out)],
@@ -39,6 +39,11 @@ def case_argv(name: str, out: Path, tmp: Path, checkpoint: Path, spm_dir: Path) 
                           "--tasks", "RTE", "--spm-model", str(spm_dir / "spm.model"), "--dict",
                           str(spm_dir / "dict.txt"), "--out-dir", str(out)],
         "text_to_c4": [sys.executable, "-m", "tupe_preprocess.text_to_c4", "--out-dir", str(out), str(tmp / "text.txt")],
+        "c4 extract": [sys.executable, "-m", "tupe_preprocess.c4", "extract",
+                       str(ROOT / "preprocess/samples/c4/c4-train.00000-of-01024.json.gz"), str(out)],
+        "c4 spm": [sys.executable, "-m", "tupe_preprocess.c4", "spm", str(tmp / "text.txt"), "--out-dir", str(out)],
+        "c4 binarize": [sys.executable, "-m", "tupe_preprocess.c4", "binarize", str(tmp / "text.txt"), "--out",
+                        str(out / "train"), "--spm-model", str(spm_dir / "spm.model"), "--dict", str(spm_dir / "dict.txt")],
     }[name]
 
 
@@ -46,7 +51,8 @@ def case_argv(name: str, out: Path, tmp: Path, checkpoint: Path, spm_dir: Path) 
 INSIDE: dict = {"tupe-pos-maps": "pos_maps.png", "tupe-locality": None, "tupe-probe": None,
                 "tupe-export-hf": "config.json", "tupe-convert-original": None, "tupe_glue.collect": None,
                 "probing_sets": "original.jsonl", "labelled_to_tsv": "train.tsv", "glue_binarize": "RTE-bin/x",
-                "text_to_c4": "c4-train.00000-of-00001.json.gz"}
+                "text_to_c4": "c4-train.00000-of-00001.json.gz", "c4 extract": None, "c4 spm": "dict.txt",
+                "c4 binarize": "train.bin"}
 
 
 @pytest.mark.parametrize("name", list(INSIDE))

@@ -4,13 +4,14 @@ Atomic files and hashes come from :mod:`tupe_common.io`, log lines from :mod:`tu
 """
 from __future__ import annotations
 
+import contextlib
 import gzip
 import logging
 import os
 import time
-from typing import Any, BinaryIO, Callable, Dict, List, Optional
+from typing import Any, BinaryIO, Callable, Dict, Iterator, List, Optional, Sequence
 
-from tupe_common.io import read_json
+from tupe_common.io import read_json, remove_if_exists, write_json
 from tupe_common.log import get_logger
 
 
@@ -88,6 +89,25 @@ def check_settings(what: str, recorded: Optional[Dict[str, Any]], current: Dict[
         raise SettingsMismatch(
             f"{what} was made with other settings ({'; '.join(diff)}). Rerun with --force (FORCE=1 for "
             "tupe-c4 run) to redo it with the new settings, or write to a new OUT_DIR to keep both")
+
+
+@contextlib.contextmanager
+def claim(record: str, settings: Dict[str, Any], outputs: Sequence[str]) -> Iterator[None]:
+    """Write ``record`` with ``settings`` and no summary before any of ``outputs`` changes, so that a rerun knows
+    outputs under a record without a summary as a run of this command cut short (redone), and outputs without a
+    record as files this command did not write (refused). A run that fails before any output exists takes the
+    record back (and the folder it was made in, when that is new and left empty)."""
+    folder = os.path.dirname(os.path.abspath(record))
+    made = not os.path.isdir(folder)
+    write_json(record, {"settings": settings})
+    try:
+        yield
+    except BaseException:
+        if not any(os.path.exists(p) for p in outputs):
+            remove_if_exists(record)
+            if made and not os.listdir(folder):
+                os.rmdir(folder)
+        raise
 
 
 def outputs_done(record: str, settings: Dict[str, Any], outputs: List[str], what: str, force: bool) -> bool:

@@ -31,9 +31,10 @@ import zlib
 from collections import Counter
 from typing import Dict, List, Optional
 
-from tupe_preprocess.c4_common import Progress, SettingsMismatch, check_settings, mb, open_binary, open_output
+from tupe_preprocess.c4_common import (Progress, SettingsMismatch, check_settings, claim, mb, open_binary,
+                                        open_output)
 from tupe_common.errors import command_name, exit_main
-from tupe_common.io import atomic_path, read_json, remove_if_exists, write_json
+from tupe_common.io import atomic_path, read_json, write_json
 from tupe_common.log import get_logger
 from tupe_common.io import need
 
@@ -176,7 +177,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     record = args.output + ".settings.json"
     if os.path.exists(args.output) and not args.force:
         done = read_json(record)
-        if done is not None:
+        if done is None:  # a run writes its record first, so this is no run of this command cut short
+            log.error(f"{args.output} exists without its record {record} (a file this command did not write, or a "
+                      "run before 2026-12-07 cut short): pass --force to rewrite it, or move it away")
+            return 2
+        if "summary" not in done:
+            log.info(f"{args.output}: a run cut short ({record} has no summary); redoing")
+        else:
             try:
                 check_settings(args.output, done.get("settings"), settings)
             except SettingsMismatch as e:
@@ -184,10 +191,9 @@ def main(argv: Optional[List[str]] = None) -> int:
                 return 2
             log.info(f"skip: {args.output} is complete for these settings ({record}); --force redoes it")
             return 0
-        log.info(f"{args.output}: no {record} (interrupted run); redoing")
-    remove_if_exists(record)
     try:
-        s = extract(args.input, args.output, args.max_docs, args.progress_seconds, args.max_warnings)
+        with claim(record, settings, [args.output]):
+            s = extract(args.input, args.output, args.max_docs, args.progress_seconds, args.max_warnings)
     except (RuntimeError, OSError) as e:
         log.error(f"{e}")
         return 1

@@ -24,7 +24,7 @@ from typing import List, Optional, Sequence
 
 import sentencepiece as spm
 
-from tupe_preprocess.c4_common import Progress, SettingsMismatch, check_settings, mb, open_binary
+from tupe_preprocess.c4_common import Progress, SettingsMismatch, check_settings, claim, mb, open_binary
 from tupe_common.io import read_json, remove_if_exists, write_json
 from tupe_common.log import get_logger
 from tupe_common.errors import command_name, UsageError, exit_main
@@ -169,7 +169,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     settings["input_bytes"] = [os.path.getsize(p) for p in sampled]  # a text made again (another MAX_DOCS) differs
     record = os.path.join(args.out_dir, "settings.json")
     done = read_json(record)
-    if not args.force and done is not None and all(os.path.exists(os.path.join(args.out_dir, o)) for o in OUTPUTS):
+    there = [os.path.join(args.out_dir, o) for o in OUTPUTS if os.path.exists(os.path.join(args.out_dir, o))]
+    if there and done is None and not args.force:  # a run writes its record first: these are no run of ours
+        log.error(f"{there[0]} exists without its record {record} (a file this command did not write, or a run "
+                  "before 2026-12-07 cut short): pass --force to rewrite it, or move it away")
+        return 2
+    if not args.force and done is not None and "summary" in done and len(there) == len(OUTPUTS):
         recorded = done.get("settings") or {}
         if "input_bytes" not in recorded:  # a record from before the sizes: its names are all it can compare
             settings.pop("input_bytes")
@@ -181,11 +186,11 @@ def main(argv: Optional[List[str]] = None) -> int:
         log.info(f"skip: {args.out_dir}/{{spm.model,spm.vocab,dict.txt}} are complete for these settings; "
                  "--force retrains")
         return 0
-    remove_if_exists(record)
     try:
-        s = train(args.inputs, args.out_dir, args.vocab_size, args.model_type, args.sample_sentences,
-                  args.character_coverage, args.seed, args.max_files, args.threads,
-                  args.max_sentence_length, args.hard_vocab_limit, args.progress_seconds, args.verbose)
+        with claim(record, settings, [os.path.join(args.out_dir, o) for o in OUTPUTS]):
+            s = train(args.inputs, args.out_dir, args.vocab_size, args.model_type, args.sample_sentences,
+                      args.character_coverage, args.seed, args.max_files, args.threads,
+                      args.max_sentence_length, args.hard_vocab_limit, args.progress_seconds, args.verbose)
     except ValueError as e:  # a --vocab-size the sample cannot give: 2 (usage); input without text: 1
         log.error(f"{e}")
         return 2 if isinstance(e, UsageError) else 1
