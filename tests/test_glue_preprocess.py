@@ -441,6 +441,14 @@ def test_rerun_skips_force_rebuilds_and_foreign_folders_are_kept(glue_out, spm_f
     assert json.loads((out / "RTE-bin" / "glue_binarize.json").read_text())["splits"] == json.loads(manifest)["splits"]
     assert filecmp.cmp(train_bin, os.path.join(src, "RTE-bin", "input0", "train.bin"), shallow=False)
 
+    (out / "RTE-bin" / "glue_binarize.json").write_text('{"splits": ')  # a damaged copy: a line, not a traceback
+    proc = cli(*args, "--tasks", "RTE", check=False)
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines()[-1].endswith(
+        "glue_binarize.json cannot be read (a damaged copy?); pass --force to rebuild the task or choose another "
+        "--out-dir.") and "Traceback" not in proc.stderr
+    cli(*args, "--tasks", "RTE", "--force")
+    assert json.loads((out / "RTE-bin" / "glue_binarize.json").read_text())["splits"] == json.loads(manifest)["splits"]
+
     (out / "WNLI-bin").mkdir()
     (out / "WNLI-bin" / "mine.txt").write_text("user data")
     proc = cli(*args, "--tasks", "WNLI", "--force", check=False)

@@ -356,7 +356,8 @@ def resolve_tasks(names: str, glue_dir: str) -> List[GlueTask]:
 
 
 def _existing_status(final: str, dict_sha: str) -> str:
-    """'absent', 'done' (same dict) or raise when the folder must not be skipped or replaced."""
+    """'absent', 'done' (same dict), 'stale' (another dict), 'unreadable' (its manifest), or raise when the folder
+    was not written by this tool."""
     if not os.path.exists(final):
         return "absent"
     manifest = os.path.join(final, MANIFEST)
@@ -364,9 +365,13 @@ def _existing_status(final: str, dict_sha: str) -> str:
         raise GlueUsageError(
             f"{final} exists but was not written by this tool (no {MANIFEST}); move it away first."
         )
-    with open(manifest, encoding="utf-8") as f:
-        if json.load(f).get("dict_sha256") != dict_sha:
-            return "stale"
+    try:
+        with open(manifest, encoding="utf-8") as f:
+            recorded = json.load(f)
+    except (OSError, ValueError):
+        return "unreadable"
+    if not isinstance(recorded, dict) or recorded.get("dict_sha256") != dict_sha:
+        return "stale"
     return "done"
 
 
@@ -413,6 +418,9 @@ def run(args: argparse.Namespace) -> None:
                     f"{final} was built with a different dict.txt than {args.dict}; "
                     "pass --force to rebuild it or choose another --out-dir."
                 )
+            if status == "unreadable":
+                raise GlueUsageError(f"{os.path.join(final, MANIFEST)} cannot be read (a damaged copy?); pass --force "
+                                     "to rebuild the task or choose another --out-dir.")
             log.info(f"[{task.name}] {final} already complete, skipped (--force rebuilds it)")
             continue
         todo.append(task)
