@@ -260,3 +260,23 @@ def test_layout_refuses_a_prefix_given_twice(prepared, tmp_path, capsys, case):
                 "train_twice": f"train prefix {alias} is given twice (also as {train}); give each shard once"}[case]
     assert capsys.readouterr().err.strip() == f"c4_layout: error: {expected}"
     assert not data_bin.exists()
+
+
+def test_a_gzip_output_closes_its_file_and_its_bytes_do_not_name_it(tmp_path):
+    """Step 1's .gz output closes the file it writes (GzipFile leaves a file it was given open, for the garbage
+    collector, which would lose an error such as a full disk: a ResourceWarning says so), and its header names
+    neither the file (a .partial name) nor a time, so the same text gives the same bytes."""
+    import gc
+    import warnings
+
+    from tupe_preprocess.c4_common import open_output
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResourceWarning)
+        for name in ("a.txt.gz.partial", "b.txt.gz"):
+            with open_output(str(tmp_path / name), str(tmp_path / name.replace(".partial", ""))) as w:
+                w.write(b"one line\n")
+        gc.collect()
+    assert not [w for w in caught if issubclass(w.category, ResourceWarning)]
+    assert (tmp_path / "a.txt.gz.partial").read_bytes() == (tmp_path / "b.txt.gz").read_bytes()
+    assert gzip.decompress((tmp_path / "b.txt.gz").read_bytes()) == b"one line\n"

@@ -196,6 +196,14 @@ def test_extract_sample_documents(texts):
         assert g.split("\n") == [" ".join(p.split()) for p in d.split("\n") if p.strip()]
 
 
+def test_extract_to_a_gz_name_writes_gzip(tmp_path, texts, starts_process):
+    """TEXT_EXT=.txt.gz: step 1 writes gzip (its temporary OUT.txt.gz.partial was written as plain text, which
+    steps 2 and 3 then failed to decompress), the same text as the .txt output."""
+    out = tmp_path / "train0.txt.gz"
+    run(extract(TRAIN0, out))
+    assert gzip.decompress(out.read_bytes()) == texts["train0"].read_bytes()
+
+
 def test_extract_rerun_skips_and_corrupt_gzip_fails(tmp_path, texts, starts_process):
     mtime = texts["train0"].stat().st_mtime_ns
     p = run(extract(TRAIN0, texts["train0"]))

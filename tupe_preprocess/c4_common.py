@@ -37,10 +37,27 @@ def read_text(path: str, fallback: Optional[str], log: logging.Logger) -> str:
         return data.decode(fallback)
 
 
-def open_output(path: str) -> BinaryIO:
-    """Open ``path`` for writing bytes; gzip (level 1, fast) if the name ends with ``.gz``."""
-    if path.endswith(".gz"):
-        return gzip.GzipFile(filename="", mode="wb", fileobj=open(path, "wb"), compresslevel=1, mtime=0)  # type: ignore[return-value]
+class GzipOutput(gzip.GzipFile):
+    """A gzip file written to ``path`` without its name or a time in the header (the same bytes for the same text,
+    whatever the temporary name), which closes the file it writes: GzipFile leaves a file it was given open, for the
+    garbage collector to close, and an error there (a full disk) would be lost."""
+
+    def __init__(self, path: str) -> None:
+        self._raw = open(path, "wb")
+        super().__init__(filename="", mode="wb", fileobj=self._raw, compresslevel=1, mtime=0)
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            self._raw.close()
+
+
+def open_output(path: str, final: Optional[str] = None) -> BinaryIO:
+    """Open ``path`` for writing bytes; gzip (level 1, fast) if the name it gets, ``final`` (default ``path``: a
+    temporary ``OUT.txt.gz.partial`` is gzip for OUT.txt.gz), ends with ``.gz``."""
+    if (final or path).endswith(".gz"):
+        return GzipOutput(path)  # type: ignore[return-value]
     return open(path, "wb", buffering=1 << 20)
 
 

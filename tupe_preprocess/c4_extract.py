@@ -135,7 +135,7 @@ def extract(inp: str, out: str, max_docs: int = 0, progress_seconds: float = 30.
     prog = Progress(PROG, progress_seconds)
     with atomic_path(out) as tmp:  # OUT.partial, renamed when complete, removed on any error
         try:
-            with open_binary(inp) as f, open_output(tmp) as w:
+            with open_binary(inp) as f, open_output(tmp, out) as w:
                 for lineno, raw in enumerate(f, 1):
                     ex.input_lines = lineno
                     doc = ex.document(lineno, raw.rstrip(b"\r\n"))
