@@ -117,10 +117,11 @@ def _kept_nibble(word, t, shift: tl.constexpr, DROP_MAJORITY: tl.constexpr):
 
 @triton.jit
 def _keep_tile(groups, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, TRANSPOSED: tl.constexpr):
-    """Bool tile from a tile's dropout groups (``_draw_keep``'s bits): (BLOCK_M, BLOCK_N) queries x keys from
-    groups with axes (row slab, r % 8, key slab, c % 8), or with TRANSPOSED (BLOCK_N, BLOCK_M) keys x queries
-    from groups with axes (key slab, c % 8, row slab, r % 8). The bits become new trailing axes (registers of
-    the thread that holds the group): (..., c // 8 % 2, c // 16 % 2, c // 32 % 2, r // 8 % 2)."""
+    """0/1 tile (uint32, 1 where dropout keeps the weight) from a tile's dropout groups (``_draw_keep``'s bits):
+    (BLOCK_M, BLOCK_N) queries x keys from groups with axes (row slab, r % 8, key slab, c % 8), or with TRANSPOSED
+    (BLOCK_N, BLOCK_M) keys x queries from groups with axes (key slab, c % 8, row slab, r % 8). The bits become new
+    trailing axes (registers of the thread that holds the group): (..., c // 8 % 2, c // 16 % 2, c // 32 % 2,
+    r // 8 % 2)."""
     keep = tl.join(tl.join(_bit_pairs(groups, 0), _bit_pairs(groups, 4)),
                    tl.join(_bit_pairs(groups, 8), _bit_pairs(groups, 12)))
     if TRANSPOSED:  # to (key slab, c // 32 % 2, c // 16 % 2, c // 8 % 2, c % 8, row slab, r // 8 % 2, r % 8)
@@ -132,9 +133,9 @@ def _keep_tile(groups, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, TRANSPOSED:
 
 @triton.jit
 def _bit_pairs(groups, n: tl.constexpr):
-    """(..., 2, 2) bool: bit n + i + 2 j of ``groups`` at [..., i, j]."""
-    return tl.join(tl.join((groups >> n) & 1 != 0, (groups >> (n + 1)) & 1 != 0),
-                   tl.join((groups >> (n + 2)) & 1 != 0, (groups >> (n + 3)) & 1 != 0))
+    """(..., 2, 2) 0/1: bit n + i + 2 j of ``groups`` at [..., i, j]."""
+    return tl.join(tl.join((groups >> n) & 1, (groups >> (n + 1)) & 1),
+                   tl.join((groups >> (n + 2)) & 1, (groups >> (n + 3)) & 1))
 
 
 @triton.jit
@@ -153,7 +154,7 @@ def _keep_offsets(start_m, start_n, T, BLOCK_M: tl.constexpr, BLOCK_N: tl.conste
 @triton.jit
 def _load_keep(keep_base, start_m, start_n, T, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                TRANSPOSED: tl.constexpr):
-    """The stored keep mask's bool tile (``_keep_tile``'s orientation). Queries x keys (the dQ kernel's tile,
+    """The stored keep mask's 0/1 tile (``_keep_tile``'s orientation). Queries x keys (the dQ kernel's tile,
     laid out as the forward's): read as 32-bit words of two groups (keys c % 8 = 2 i and 2 i + 1, side by side:
     the array's rows have an even length), split in registers, where uint16 loads were widened with byte
     permutes (766 instructions a step against 718, bench/kernel_sass.py). Keys x queries (the dK/dV kernel's): one
@@ -235,7 +236,7 @@ def attention_forward_kernel(
             groups = _draw_keep(seed, bh, start_m, start_n, T, threshold, p, DROP_MAJORITY, BLOCK_M, BLOCK_N)
             offsets, inside = _keep_offsets(start_m, start_n, T, BLOCK_M, BLOCK_N)
             tl.store(keep_base + offsets, groups.to(tl.uint16), mask=inside)
-            p = tl.where(_keep_tile(groups, BLOCK_M, BLOCK_N, False), p, dropped)
+            p = tl.where(_keep_tile(groups, BLOCK_M, BLOCK_N, False) != 0, p, dropped)
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
         row_max = new_max
     # the kept entries scaled by 1 / (1 - p), as F.dropout (inv_keep is 1 without dropout)
@@ -264,6 +265,7 @@ def attention_backward_dq_kernel(
 ):
     # One program instance owns one (sequence b, head h, block of BLOCK_M query rows): their rows of dQ and of
     # Delta (B * H, T) fp32. It runs before the dK/dV kernel, which reads Delta.
+    tl.assume(T > 0)  # as in the forward: no zero-trip loop, whose dQ zeroing serialized the wgmma
     m_block, bh = tl.program_id(0), tl.program_id(1)
     b, h = (bh // H).to(tl.int64), (bh % H).to(tl.int64)
     rows = m_block * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -300,8 +302,11 @@ def attention_backward_dq_kernel(
         p = tl.exp2(s - row_max[:, None]) * inv_sum[:, None]  # P recomputed: nothing (T, T) was stored
         dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
         if DROPOUT:  # dP of the kept weights, / (1 - p); inv_keep = 1 / (1 - p)
-            keep = _load_keep(keep_base, m_block * BLOCK_M, start_n, T, BLOCK_M, BLOCK_N, False)
-            dp = tl.where(keep, dp * inv_keep, 0.0)
+            keep = _load_keep(keep_base, m_block * BLOCK_M, start_n, T, BLOCK_M, BLOCK_N, False)  # 0 or 1
+            if HAS_BIAS:  # as a factor, 1.0 or 0.0 from the bit (docs/gpu.md, "wgmma, serialized")
+                dp = dp * ((keep * 0x3F800000).to(tl.float32, bitcast=True) * inv_keep)
+            else:
+                dp = tl.where(keep != 0, dp * inv_keep, 0.0)
         ds = p * (dp - delta[:, None])  # dS = d(logits), the softmax backward
         dq += tl.dot(ds.to(k.dtype), k, input_precision=PRECISION)
     tl.store(DQ + b * stride_dqb + h * stride_dqh + rows[:, None] * stride_dqt + offs_d[None, :] * stride_dqd,
@@ -375,7 +380,7 @@ def attention_backward_dkdv_kernel(
             p_t = tl.exp2(s_t - row_max[None, :]) * inv_sum[None, :]  # P^T / (1 - p); queries past T have dO = 0
             dp_t = tl.dot(v, tl.trans(do), input_precision=PRECISION)
             if DROPOUT:
-                keep = _load_keep(keep_base, start_m, n_block * BLOCK_N, T, BLOCK_M, BLOCK_N, True)
+                keep = _load_keep(keep_base, start_m, n_block * BLOCK_N, T, BLOCK_M, BLOCK_N, True) != 0
                 kept_p_t = tl.where(keep, p_t, 0.0)
                 dp_t = tl.where(keep, dp_t, 0.0)
             else:
