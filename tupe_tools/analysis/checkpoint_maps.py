@@ -69,20 +69,26 @@ def content_free_map(sd: Dict[str, torch.Tensor], info: Dict[str, Any], seq_len:
     if at_input is not None:
         at_input.load_state_dict({k[len("embed_positions."):]: v for k, v in encoder.items()
                                   if k.startswith("embed_positions.")})
-        with torch.no_grad():
-            logits = logits + _input_pe_term(sd, at_input.rows(seq_len), H)
+        with torch.no_grad():  # at the layers' own scale (a TUPE-style encoding beside it: 1/sqrt(2 d_h))
+            logits = logits + _input_pe_term(sd, at_input.rows(seq_len), H, positions.scale_for(positions.options),
+                                             bool(info.get("encoder_normalize_before")))
     return PositionMap(logits, per_layer=found is not None and found.per_layer)
 
 
-def _input_pe_term(sd: Dict[str, torch.Tensor], p: torch.Tensor, H: int) -> torch.Tensor:
-    """Layer 1's (H, T, T) position-position logits of the input PE rows ``p`` (T, d)."""
+def _input_pe_term(sd: Dict[str, torch.Tensor], p: torch.Tensor, H: int, scale_factor: float = 1.0,
+                   pre_ln: bool = False) -> torch.Tensor:
+    """Layer 1's (H, T, T) position-position logits of the input PE rows ``p`` (T, d), as its attention scales
+    them (1 / sqrt(d_h * ``scale_factor``)); with ``pre_ln`` (Pre-LN) after the layer's own LayerNorm."""
     T, d = p.shape
     if PREFIX + "layernorm_embedding.weight" in sd:
         p = F.layer_norm(p, (d,), sd[PREFIX + "layernorm_embedding.weight"], sd[PREFIX + "layernorm_embedding.bias"])
     attn = PREFIX + "layers.0.self_attn."
+    if pre_ln:
+        norm = PREFIX + "layers.0.self_attn_layer_norm."
+        p = F.layer_norm(p, (d,), sd[norm + "weight"], sd[norm + "bias"])
     q = F.linear(p, sd[attn + "q_proj.weight"], sd[attn + "q_proj.bias"]).view(T, H, d // H).transpose(0, 1)
     k = F.linear(p, sd[attn + "k_proj.weight"], sd[attn + "k_proj.bias"]).view(T, H, d // H).transpose(0, 1)
-    return q @ k.transpose(1, 2) * (d // H) ** -0.5
+    return q @ k.transpose(1, 2) * (d // H * scale_factor) ** -0.5
 
 
 class PositionMaps(NamedTuple):
