@@ -91,7 +91,11 @@ def test_attention_probs_equal_the_formula(hub):
 
 
 def test_locality_cli_tables(pretrained, lm_bin, spm_dir, hub, tmp_path, starts_process):
-    text = write_lines(tmp_path / "text.txt", ["the cat happily saw the river .", "", "a dog found the bridge today ."])
+    """A line of no pieces (a zero-width space: <s> </s>, where the metrics are NaN) is left out, not averaged in
+    (every mean was NaN)."""
+    assert len(hub.encode("\u200b")) == 2
+    text = write_lines(tmp_path / "text.txt", ["the cat happily saw the river .", "", "\u200b",
+                                               "a dog found the bridge today ."])
     out = tmp_path / "ls.csv"
     command_in_process([str(BIN / "tupe-locality"), str(pretrained / "checkpoint_last.pt"), "--length", "16", "--text",
                         str(text), "--spm-model", str(spm_dir / "spm.model"), "--data", str(lm_bin), "--out-csv", str(out)])
@@ -111,6 +115,12 @@ def test_locality_cli_tables(pretrained, lm_bin, spm_dir, hub, tmp_path, starts_
     want = np.mean([symmetry_scaled(m) for m in maps], axis=0)  # (L, H)
     got = {(int(r["layer"]), int(r["head"])): float(r["symmetry_scaled"]) for r in att if r["head"] != "mean"}
     assert got[(1, 2)] == pytest.approx(want[1, 2], abs=1e-6)
+    assert all(np.isfinite(float(r[k])) for r in rows for k in ("locality", "symmetry", "symmetry_scaled"))
+    p = command_in_process([str(BIN / "tupe-locality"), str(pretrained / "checkpoint_last.pt"), "--length", "16",
+                            "--text", str(text), "--data", str(lm_bin)], check=False)
+    assert p.returncode == 2 and p.stderr.strip().splitlines()[-1].endswith("--text needs --spm-model, the "
+                                                                            "sentencepiece model of the checkpoint's "
+                                                                            "data, to encode its lines")
 
 
 @pytest.fixture(scope="module")

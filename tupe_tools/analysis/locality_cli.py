@@ -41,6 +41,9 @@ def position_rows(checkpoint: str, length: int) -> List[Dict]:
     return rows
 
 
+MIN_TOKENS = 3  # locality and symmetry skip a map's first and last rows: a shorter sentence has none left
+
+
 def read_sentences(path: str, limit: int) -> List[str]:
     """The first ``limit`` non-empty lines of the UTF-8 text file ``path``, stripped; a ValueError names the file
     and the line that is not UTF-8."""
@@ -60,15 +63,21 @@ def attention_rows(checkpoint: str, text: str, data_dir: str, spm_model: str, ma
 
     sentences = read_sentences(text, max_sentences)  # before the model loads: a bad file fails at once
     hub = load_hub(checkpoint, data_dir, spm_model)
-    sums, n = None, 0
+    sums, n, short = None, 0, 0
     for sentence in sentences:
         tokens = hub.encode(sentence)[: hub.model.max_positions()]
+        if len(tokens) < MIN_TOKENS:  # a line of no pieces (only U+200B, say) is <s> </s>: no metric is defined
+            short += 1
+            continue
         probs = attention_probs(hub.model, tokens).numpy()  # (L, H, T, T)
         values = np.stack([fn(probs) for fn in METRICS.values()])  # (3, L, H)
         sums = values if sums is None else sums + values
         n += 1
+    if short:
+        log.warning(f"{text}: {short} line(s) of fewer than {MIN_TOKENS} tokens with <s> and </s> left out (the "
+                    "metrics need 3 rows)")
     if n == 0:
-        raise ValueError(f"{text}: no non-empty lines")
+        raise ValueError(f"{text}: no line of at least {MIN_TOKENS} tokens")
     mean = sums / n
     rows = []
     L, H = mean.shape[1:]
@@ -85,6 +94,9 @@ def run(args: argparse.Namespace) -> int:
     """The command, on arguments parsed by ``tupe_tools.commands.locality_parser``."""
     if args.out_csv and os.path.exists(args.out_csv) and not args.force:
         raise UsageError(f"--out-csv {args.out_csv} exists; pass --force to overwrite it, or choose another file")
+    if args.text and not args.spm_model:
+        raise UsageError("--text needs --spm-model, the sentencepiece model of the checkpoint's data, to encode its "
+                         "lines")
     try:
         rows = position_rows(args.checkpoint, args.length)
     except ContentDependentPositions as e:
