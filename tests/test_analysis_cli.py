@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import csv
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -192,6 +193,15 @@ def test_probe_reports_accuracy_per_set_and_drop(nli_finetuned, spm_dir, tmp_pat
     want = float(rows["role_swap"]["accuracy"]) - float(rows["role_swap_original"]["accuracy"])
     assert float(rows["role_swap"]["delta"]) == pytest.approx(want, abs=0.011) and rows["role_swap"]["baseline"] == "role_swap_original"
     assert rows["shuffle_3"]["baseline"] == "original"
+    # another task's fine-tune (3 classes, other names): refused before any set is scored
+    other = tmp_path / "other_bin"
+    shutil.copytree(nli_finetuned / "bin", other)
+    (other / "label" / "dict.txt").write_text("positive 5\nnegative 4\nmixed 3\n")
+    p = command_in_process([str(BIN / "tupe-probe"), str(ckpt), "--sets-dir", str(sets), "--data", str(other),
+                            "--spm-model", str(spm_dir / "spm.model")], check=False)
+    last = p.stderr.strip().splitlines()[-1]
+    assert p.returncode == 2 and ("its label dictionary holds positive, negative, mixed, not the NLI labels "
+                                  "entailment, neutral, contradiction") in last, last
 
 
 def test_pos_maps_of_a_learned_per_layer_prior(lm_bin, tmp_path, starts_process):

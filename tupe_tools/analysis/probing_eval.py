@@ -75,6 +75,9 @@ def predict_labels(hub, pairs: List[Tuple[str, str]], batch_size: int = 64) -> L
     return out
 
 
+NLI_LABELS = ("entailment", "neutral", "contradiction")  # SNLI's gold labels, and MNLI's
+
+
 def accuracy(gold: List[str], pred: List[str]) -> float:
     hits = [(p != "entailment") if g == "non-entailment" else (p == g) for g, p in zip(gold, pred)]
     return 100.0 * sum(hits) / len(hits)
@@ -96,7 +99,14 @@ def run(args: argparse.Namespace) -> int:
     """The command, on arguments parsed by ``tupe_tools.commands.probe_parser``."""
     if args.out_csv and os.path.exists(args.out_csv) and not args.force:  # before the model loads
         raise UsageError(f"--out-csv {args.out_csv} exists; pass --force to overwrite it, or choose another file")
-    results = evaluate(load_hub(args.checkpoint, args.data, args.spm_model, head=True), args.sets_dir, args.batch_size)
+    hub = load_hub(args.checkpoint, args.data, args.spm_model, head=True)
+    labels = hub.task.label_dictionary
+    have = [w for w in labels.symbols[labels.nspecial:] if w != "<mask>"]  # the task adds <mask> to every dict
+    if not set(NLI_LABELS) <= set(have):  # another task's classes: every accuracy would be meaningless
+        raise UsageError(f"{args.data}: its label dictionary holds {', '.join(have)}, not the NLI labels "
+                         f"{', '.join(NLI_LABELS)}: pass an NLI fine-tune and its data (an MNLI run of tupe-finetune "
+                         "with KEEP_CHECKPOINTS=1, --data GLUE_BIN/MNLI-bin)")
+    results = evaluate(hub, args.sets_dir, args.batch_size)
     rows = []
     for name, (n, acc) in results.items():
         base = BASELINE.get(name, "original")
