@@ -73,7 +73,9 @@ class GeneratorTransformerEncoder(TupeTransformerEncoder):
 
     def __init__(self, args, dictionary, shared: TupeTransformerEncoder, variant: PositionalVariant):
         super().__init__(args, dictionary, shared.embed_tokens, variant)
-        self.apply(init_bert_params)  # before sharing: the shared modules keep their values
+        # before sharing the positions and LayerNorm, which keep their values; the token embeddings, passed to the
+        # encoder above, are drawn again from the same distribution (init_bert_params), as a new model's would be
+        self.apply(init_bert_params)
         width, embed_width = args.encoder_embed_dim, shared.embed_tokens.embedding_dim
         # one module each, owned by both networks (ELECTRA's shared embedding scope)
         self.embed_tokens = shared.embed_tokens

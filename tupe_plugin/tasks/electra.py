@@ -76,7 +76,7 @@ class ElectraTask(MaskedLMTask):
 
     def valid_step(self, sample, model, criterion):
         """Validation samples from the generator with a seed of its own (the run's seed and the batch's
-        first sample id): the same numbers whatever training did before, e.g. after a resume."""
+        smallest sample id): the same numbers whatever training did before, e.g. after a resume."""
         devices = [torch.cuda.current_device()] if sample["net_input"]["src_tokens"].is_cuda else []
         with torch.random.fork_rng(devices=devices):
             torch.manual_seed(self.cfg.seed + int(sample["id"].min()))
