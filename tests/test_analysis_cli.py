@@ -36,7 +36,7 @@ def test_pos_maps_writes_the_models_positional_term(pretrained, hub, tmp_path, s
     assert np.all(logits[:, 0, :] == logits[:, 0, :1])  # [CLS] row is theta1
     np.testing.assert_allclose(np.load(tmp_path / "pos_probs.npy").sum(-1), 1.0, atol=1e-9)
     assert (tmp_path / "pos_maps.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert "| 3 |" in p.stdout  # one table row per head
+    assert "| head 3 |" in p.stdout  # one table row per head
     assert "DEBUG" not in p.stderr  # the libraries log at INFO, as under fairseq-train (matplotlib: DEBUG lines)
 
 
@@ -210,7 +210,9 @@ def test_pos_maps_of_a_learned_per_layer_prior(lm_bin, tmp_path, starts_process)
     run(["fairseq-train", str(lm_bin), *PRETRAIN_ARGS, "--arch", "learned_gaussian_tiny", "--max-update", "2",
          "--save-dir", str(tmp_path / "ckpt")])
     ckpt = tmp_path / "ckpt" / "checkpoint_last.pt"
-    command_in_process([str(BIN / "tupe-pos-maps"), str(ckpt), "--out-dir", str(tmp_path / "maps"), "--length", "10"])
+    p = command_in_process([str(BIN / "tupe-pos-maps"), str(ckpt), "--out-dir", str(tmp_path / "maps"), "--length",
+                            "10"])
+    assert "| layer 1 head 3 |" in p.stdout and "| head 7 |" not in p.stdout  # named by layer, not head 0..7
     logits = np.load(tmp_path / "maps" / "pos_logits.npy")
     table = torch.load(ckpt)["model"]["encoder.sentence_encoder.positions.distance_bias"].double().numpy()
     assert logits.shape == (2 * 4, 10, 10)  # layers x heads, layer-major

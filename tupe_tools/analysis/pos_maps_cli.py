@@ -10,6 +10,7 @@ import argparse
 import math
 import os
 import sys
+from typing import List, Optional
 
 import numpy as np
 from tupe_common.io import atomic_open, atomic_path
@@ -21,9 +22,17 @@ from .locality_symmetry import locality, symmetry, symmetry_scaled
 
 log = get_logger("tupe-pos-maps")
 
-def grid_figure(logits: np.ndarray, title: str):
-    """One heatmap per head (row = query position, column = key position, [CLS] at the top/left), all on
-    one colour scale (the min and max over every head) with one colorbar, so heads compare by colour."""
+def map_names(count: int, heads_per_layer: int = 0) -> List[str]:
+    """The name of each of ``count`` maps: ``head h``, or ``layer l head h`` for maps per layer (layer-major)."""
+    if not heads_per_layer:
+        return [f"head {h}" for h in range(count)]
+    return [f"layer {i // heads_per_layer} head {i % heads_per_layer}" for i in range(count)]
+
+
+def grid_figure(logits: np.ndarray, title: str, names: Optional[List[str]] = None):
+    """One heatmap per map (row = query position, column = key position, [CLS] at the top/left), titled by
+    ``names`` (default ``head h``), all on one colour scale (the min and max over every map) with one colorbar,
+    so heads compare by colour."""
     import logging
 
     logging.getLogger("matplotlib").setLevel(logging.WARNING)  # fairseq leaves the root logger verbose
@@ -43,7 +52,7 @@ def grid_figure(logits: np.ndarray, title: str):
             ax.axis("off")
             continue
         image = ax.imshow(logits[h], cmap="viridis", interpolation="nearest", vmin=vmin, vmax=vmax)
-        ax.set_title(f"head {h}", fontsize=9)
+        ax.set_title((names or map_names(H))[h], fontsize=9)
         ax.set_xlabel("key position", fontsize=8)
         ax.set_ylabel("query position", fontsize=8)
         ax.tick_params(labelsize=7)
@@ -52,10 +61,10 @@ def grid_figure(logits: np.ndarray, title: str):
     return fig
 
 
-def save_grid(logits: np.ndarray, path: str, title: str) -> None:
+def save_grid(logits: np.ndarray, path: str, title: str, names: Optional[List[str]] = None) -> None:
     import matplotlib.pyplot as plt
 
-    fig = grid_figure(logits, title)
+    fig = grid_figure(logits, title, names)
     with atomic_path(path) as tmp:
         fig.savefig(tmp, dpi=100, format="png")
     plt.close(fig)
@@ -79,15 +88,16 @@ def run(args: argparse.Namespace) -> int:
                          "them, or choose another folder")
     logits, probs, per_layer = positional_maps(args.checkpoint, args.length)  # PAM: the weights, no softmax
     os.makedirs(args.out_dir, exist_ok=True)
+    names = map_names(int(np.prod(logits.shape[:-2])), logits.shape[1] if per_layer and logits.ndim == 4 else 0)
     if per_layer:  # one map per layer (learned prior, PAM; the encoding declares it): plot layer-major, head-minor
         logits, probs = (a.reshape(-1, *a.shape[-2:]) for a in (logits, probs))
     save_npy(os.path.join(args.out_dir, "pos_logits.npy"), logits)
     save_npy(os.path.join(args.out_dir, "pos_probs.npy"), probs)
-    save_grid(logits, os.path.join(args.out_dir, "pos_maps.png"), os.path.basename(args.checkpoint))
+    save_grid(logits, os.path.join(args.out_dir, "pos_maps.png"), os.path.basename(args.checkpoint), names)
     loc, sym, sym_s = locality(probs), symmetry(probs), symmetry_scaled(probs)
-    print("| head | locality | symmetry | symmetry_scaled |\n|---|---|---|---|")
-    for h in range(logits.shape[0]):
-        print(f"| {h} | {loc[h]:.4f} | {sym[h]:.4f} | {sym_s[h]:.4f} |")
+    print("| map | locality | symmetry | symmetry_scaled |\n|---|---|---|---|")
+    for h, name in enumerate(names):
+        print(f"| {name} | {loc[h]:.4f} | {sym[h]:.4f} | {sym_s[h]:.4f} |")
     log.info(f"wrote {args.out_dir}/pos_maps.png, pos_logits.npy, pos_probs.npy ({logits.shape})")
     return 0
 
