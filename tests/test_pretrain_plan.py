@@ -185,3 +185,45 @@ def test_the_request_keeps_its_autos_and_the_resolved_run_has_none():
         pretrain.ResolvedPretrainConfig.of(c, GPUS=None)  # a resolved run holds no auto
     with pytest.raises(ValueError, match="with SAVE_DIR auto"):
         pretrain.ResolvedPretrainConfig.of(c, SAVE_DIR="auto")
+
+
+def test_the_batch_is_the_one_asked_for_not_rounded_down_to_a_multiple_of_8():
+    """fairseq rounds a batch down to --required-batch-size-multiple (8 by default): MAX_SENTENCES=12 trained
+    batches of 8 while the run said and recorded 12 x 16 = 192."""
+    run = pretrain.plan(settings(GPUS="1", MAX_SENTENCES="12", SENTENCES_PER_UPDATE="192"), environ={})
+    args = pretrain.fairseq_args(run)
+    assert args[args.index("--required-batch-size-multiple") + 1] == "1" and run.effective == 192
+
+
+@pytest.mark.parametrize("extra, env_extra, flags", [
+    ([], "--update-freq 4", "--update-freq"),
+    (["--lr", "5e-4", "--max-update", "500"], "", "--lr"),
+    (["--seed=3"], "--total-num-update 9 --warmup-updates 2", "--seed, --total-num-update, --warmup-updates")])
+def test_extra_arguments_that_repeat_a_recipe_flag_are_refused(extra, env_extra, flags):
+    """fairseq takes the last of a repeated flag: EXTRA_ARGS='--update-freq 4' trained a batch of 512 while the run
+    printed and recorded 256. Only --log-format (the study's json) and --max-update (stop early on the schedule of
+    TOTAL_UPDATES) may be given again."""
+    with pytest.raises(UsageError, match=rf"^EXTRA_ARGS or the arguments repeat {re.escape(flags)}, which the recipe"):
+        pretrain.plan(settings(GPUS="0", EXTRA_ARGS=env_extra), environ={}, extra=extra)
+    run = pretrain.plan(settings(GPUS="0", EXTRA_ARGS="--log-format json --max-update 12"), environ={})
+    assert pretrain.fairseq_args(run)[-4:] == ["--log-format", "json", "--max-update", "12"]
+
+
+def test_torchrun_over_several_nodes_needs_node_zeros_address_and_only_node_zero_holds_save_dir():
+    """Without SLURM, MASTER_ADDR=auto was 127.0.0.1 on every node (node 1 waited for itself); and every node
+    took SAVE_DIR's lock, so nodes 1.. were refused by node 0's."""
+    several = dict(GPUS="1", NNODES="2", MAX_SENTENCES="8")
+    with pytest.raises(UsageError, match=r"^NNODES=2 without SLURM: set MASTER_ADDR to node 0's hostname"):
+        pretrain.plan(settings(NODE_RANK="1", **several), environ={})
+    node1 = pretrain.plan(settings(NODE_RANK="1", MASTER_ADDR="10.0.0.1", **several), environ={})
+    node0 = pretrain.plan(settings(NODE_RANK="0", MASTER_ADDR="10.0.0.1", **several), environ={})
+    assert not node1.leads and node0.leads and pretrain.plan(settings(GPUS="1"), environ={}).leads
+    assert "--master-addr 10.0.0.1" in " ".join(pretrain.command(node1))
+
+
+def test_a_warmup_as_long_as_the_run_is_said():
+    lines = []
+    run = pretrain.plan(settings(GPUS="0", TOTAL_UPDATES="100"), environ={})  # WARMUP 10000, the recipe's
+    pretrain.show(run, lines.append)
+    assert any(line.startswith("warning: WARMUP=10000 is not below TOTAL_UPDATES=100: the learning rate climbs for "
+                               "the whole run, to LR x 100/10000 at most") for line in lines)

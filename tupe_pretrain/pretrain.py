@@ -156,6 +156,12 @@ class Run:
     request: Optional[PretrainConfig] = None  # what was asked, autos and all (plan's argument)
 
     @property
+    def leads(self) -> bool:
+        """Whether this process takes SAVE_DIR's lock and writes its record: all but nodes 1.. of a torchrun over
+        several nodes, each of which runs tupe-pretrain itself into the one shared SAVE_DIR (node 0 holds it)."""
+        return not (self.launcher == "torchrun" and self.config.NNODES > 1 and self.config.NODE_RANK > 0)
+
+    @property
     def criterion(self) -> str:
         """The task's criterion: MLM's is fairseq's masked_lm with its loss logged to 4 decimals (the study
         compares losses whose differences can be a few thousandths of a bit)."""
@@ -224,16 +230,31 @@ def plan(config: PretrainConfig, environ: Mapping[str, str] = os.environ, extra:
         SAVE_DIR=save_dir,
         TENSORBOARD_DIR=os.path.join(save_dir, "tensorboard") if c.TENSORBOARD_DIR == "auto" else c.TENSORBOARD_DIR,
         LAUNCHER=None if launcher == "rank" else launcher)
+    if launcher == "torchrun" and c.NNODES > 1 and c.MASTER_ADDR == "auto" and resolved.MASTER_ADDR == "127.0.0.1":
+        raise UsageError(f"NNODES={c.NNODES} without SLURM: set MASTER_ADDR to node 0's hostname or address, the same "
+                         "on every node (auto is 127.0.0.1, where the other nodes would wait for themselves)")
     if resolved.END_LR > resolved.LR:
         raise UsageError(f"END_LR={resolved.text('END_LR')} is above LR={resolved.text('LR')}: the learning rate "
                          "decays linearly from LR after the warmup to END_LR at TOTAL_UPDATES, so it would climb; set "
                          "END_LR at most LR (default 0)")
     effective = world * c.MAX_SENTENCES * update_freq
-    return Run(resolved, task, device, world, effective, launcher, [*c.EXTRA_ARGS.split(), *extra], environ,
-               request=c)
+    run = Run(resolved, task, device, world, effective, launcher, [], environ, request=c)
+    extra_args = [*c.EXTRA_ARGS.split(), *extra]
+    recipe_flags = {a for a in fairseq_args(run) if a.startswith("--")} - OVERRIDABLE
+    repeated = sorted({a.split("=")[0] for a in extra_args if a.split("=")[0] in recipe_flags})
+    if repeated:  # fairseq takes the last value: the printed and recorded settings would not be the run's
+        raise UsageError(f"EXTRA_ARGS or the arguments repeat {', '.join(repeated)}, which the recipe sets from its "
+                         "settings (tupe-pretrain --help: LR, TOTAL_UPDATES, WARMUP, MAX_SENTENCES, UPDATE_FREQ, SEED, "
+                         "...): set those instead, so that what is printed and recorded is what runs")
+    run.extra = extra_args
+    return run
 
 
 FAIRSEQ_ARCH = "fairseq"  # the VARIANT recorded for an ARCH of fairseq's own (roberta_base)
+# Recipe flags that extra arguments may set again (fairseq takes the last value): how the log looks (the study logs
+# json), and --max-update, which stops a run early on the schedule of TOTAL_UPDATES (a checkpoint of the long run's
+# schedule, as the paper's ^mid rows).
+OVERRIDABLE = frozenset({"--log-format", "--max-update"})
 
 
 def variant_and_arch(c: PretrainConfig) -> Tuple[str, str]:
@@ -326,7 +347,8 @@ def fairseq_args(run: Run) -> List[str]:
         "--lr-scheduler", "polynomial_decay", "--power", "1", "--end-learning-rate", t("END_LR"),
         "--warmup-updates", t("WARMUP"), "--total-num-update", t("TOTAL_UPDATES"), "--max-update", t("TOTAL_UPDATES"),
         "--dropout", t("DROPOUT"), "--attention-dropout", t("ATTENTION_DROPOUT"),
-        "--batch-size", t("MAX_SENTENCES"), "--update-freq", t("UPDATE_FREQ"), "--seed", t("SEED"),
+        "--batch-size", t("MAX_SENTENCES"), "--required-batch-size-multiple", "1",  # fairseq rounds down to 8s
+        "--update-freq", t("UPDATE_FREQ"), "--seed", t("SEED"),
         "--save-dir", c.SAVE_DIR, "--no-epoch-checkpoints", "--save-interval-updates", t("SAVE_INTERVAL_UPDATES"),
         "--keep-interval-updates", t("KEEP_INTERVAL_UPDATES"), "--keep-interval-updates-pattern", t("KEEP_PATTERN"),
         "--skip-invalid-size-inputs-valid-test",
@@ -425,6 +447,10 @@ def show(run: Run, say: Say) -> None:
     if run.effective != c.SENTENCES_PER_UPDATE:
         say(f"warning: effective batch size {run.effective} differs from SENTENCES_PER_UPDATE="
             f"{c.SENTENCES_PER_UPDATE}")
+    if c.WARMUP >= c.TOTAL_UPDATES:  # a smoke run may mean it; a real one rarely does
+        say(f"warning: WARMUP={c.WARMUP} is not below TOTAL_UPDATES={c.TOTAL_UPDATES}: the learning rate climbs for "
+            f"the whole run, to LR x {c.TOTAL_UPDATES}/{c.WARMUP} at most, and never decays; WARMUP is usually about 1% "
+            "of TOTAL_UPDATES")
 
 
 def prepare(config: PretrainConfig, environ: Mapping[str, str] = os.environ, extra: Sequence[str] = (),
@@ -434,18 +460,22 @@ def prepare(config: PretrainConfig, environ: Mapping[str, str] = os.environ, ext
     unless DRY_RUN=1, SAVE_DIR's record written. Returns the run and its command. Raises UsageError (exit 2; a
     SAVE_DIR another run holds: tupe_common.lock.LockHeld), DataError (1) or RecordRefused (its status), with the
     lock released."""
-    if not config.DRY_RUN and config.SAVE_DIR != "auto":  # a held SAVE_DIR refused at once, before plan's imports
+    follower = config.NNODES > 1 and config.NODE_RANK > 0  # node 0 holds SAVE_DIR (Run.leads)
+    if not config.DRY_RUN and config.SAVE_DIR != "auto" and not follower:  # a held SAVE_DIR refused at once
         refuse_if_held(save_dir_lock(config.SAVE_DIR), "SAVE_DIR")
     run = plan(config, environ, extra)
     if not config.DRY_RUN:
         check_devices(run, cuda_device_count())
-        run.lock = hold(save_dir_lock(run.config.SAVE_DIR), PROG, "SAVE_DIR", say)
+        if run.leads:
+            run.lock = hold(save_dir_lock(run.config.SAVE_DIR), PROG, "SAVE_DIR", say)
+        else:
+            say(f"node {config.NODE_RANK} of {config.NNODES}: SAVE_DIR's lock and record are node 0's")
     try:
         check_data(run)
         show(run, say)
         cmd = command(run)
         say("command:\n" + shlex.join(cmd))
-        if not config.DRY_RUN:
+        if not config.DRY_RUN and run.leads:
             status = record(run)
             if status:
                 raise RecordRefused(status)
@@ -551,11 +581,13 @@ def main(argv: Optional[Sequence[str]] = None, environ: Mapping[str, str] = os.e
         child = {**tunables.child_environ(environ, PretrainConfig.names()),  # fairseq reads none of pretrain.sh's
                  **launch_environment(run)}
         if run.launcher == "torchrun":
-            return supervise(run.config.SAVE_DIR, cmd, handed_to_children(run.lock, child), say_to_stderr)
+            return supervise(run.config.SAVE_DIR, cmd, handed_to_children(run.lock, child) if run.lock else child,
+                             say_to_stderr)
         # the pid, and so SAVE_DIR's lock, stays; fairseq-train's plugin keeps it (tupe_plugin/run_lock.py)
         os.execvpe(cmd[0], cmd, handed_to_exec(run.lock, child))
     finally:
-        run.lock.release()  # reached when no exec happened: torchrun's run ended, or nothing to do
+        if run.lock:  # none on nodes 1.. of a torchrun over several nodes (Run.leads)
+            run.lock.release()  # reached when no exec happened: torchrun's run ended, or nothing to do
 
 
 def cli() -> None:
