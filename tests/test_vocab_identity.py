@@ -134,8 +134,8 @@ def test_finetuning_refuses_binaries_of_another_dictionary_of_the_same_size(pret
 @pytest.mark.usefixtures("starts_process")
 def test_the_analysis_and_the_export_compare_the_dictionary_with_the_checkpoints(pretrained, lm_bin, spm_dir,
                                                                                 other_spm, tmp_path):
-    """tupe-locality with a data folder of another dictionary (no sentencepiece model given: only the identity can
-    tell) is refused before it writes; the export records the identity in config.json, and refuses a --dict of
+    """tupe-locality with a data folder of another dictionary and that dictionary's sentencepiece model (the two
+    agree: only the checkpoint's recorded identity can tell) is refused before it writes; the export records the identity in config.json, and refuses a --dict of
     another vocabulary."""
     import json
 
@@ -149,7 +149,7 @@ def test_the_analysis_and_the_export_compare_the_dictionary_with_the_checkpoints
     csv = tmp_path / "loc.csv"
     ckpt = pretrained / "checkpoint_last.pt"
     p = command_in_process([BIN / "tupe-locality", ckpt, "--length", "8", "--text", text, "--data", other,
-                            "--out-csv", csv], check=False)
+                            "--spm-model", other_spm, "--out-csv", csv], check=False)
     assert p.returncode == 1 and "is not the dictionary" in p.stderr.strip().splitlines()[-1], p.stderr[-2000:]
     assert not csv.exists()
     spm_model = spm_dir / "spm.model"  # lm_bin's dict.txt is this model's
