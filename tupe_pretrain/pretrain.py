@@ -347,8 +347,8 @@ def fairseq_args(run: Run) -> List[str]:
         "--lr-scheduler", "polynomial_decay", "--power", "1", "--end-learning-rate", t("END_LR"),
         "--warmup-updates", t("WARMUP"), "--total-num-update", t("TOTAL_UPDATES"), "--max-update", t("TOTAL_UPDATES"),
         "--dropout", t("DROPOUT"), "--attention-dropout", t("ATTENTION_DROPOUT"),
-        "--batch-size", t("MAX_SENTENCES"), "--required-batch-size-multiple", "1",  # fairseq rounds down to 8s
-        "--update-freq", t("UPDATE_FREQ"), "--seed", t("SEED"),
+        "--batch-size", t("MAX_SENTENCES"), "--update-freq", t("UPDATE_FREQ"), "--seed", t("SEED"),
+        "--required-batch-size-multiple", "1",  # fairseq's 8 rounds batches down to 8s (12 -> 8), valid's too
         "--save-dir", c.SAVE_DIR, "--no-epoch-checkpoints", "--save-interval-updates", t("SAVE_INTERVAL_UPDATES"),
         "--keep-interval-updates", t("KEEP_INTERVAL_UPDATES"), "--keep-interval-updates-pattern", t("KEEP_PATTERN"),
         "--skip-invalid-size-inputs-valid-test",
