@@ -275,7 +275,8 @@ def test_runs_outside_the_expected_grid_are_listed_not_counted(tmp_path, capsys)
 
 def test_one_tasks_runs_of_other_settings_make_no_table(tmp_path, capsys):
     """One column is one protocol: RTE's runs made with two METRIC_AVERAGING values are refused (exit 1),
-    naming the setting and a run of each; a number spelt two ways (EPOCHS 10 and 1e1) is one setting."""
+    naming the setting and a run of each; a number spelt two ways (EPOCHS 10 and 1e1) is one setting, auto matches
+    a value, and binaries made again (another fingerprint of the same task) are the same task."""
     def run(seed, averaging, epochs="10"):
         d = tmp_path / "runs" / "RTE" / f"lr2e-5_seed{seed}"
         d.mkdir(parents=True)
@@ -286,6 +287,9 @@ def test_one_tasks_runs_of_other_settings_make_no_table(tmp_path, capsys):
 
     run(1, "dev_set")
     run(2, "dev_set", epochs="1e1")
+    run(4, "dev_set", epochs="auto")  # auto may be 10 for RTE
+    data = tmp_path / "runs" / "RTE" / "lr2e-5_seed4" / "result.json"  # binaries made again: another fingerprint
+    data.write_text(data.read_text().replace('"dddd"', '"eeee"'))
     assert collect.main([str(tmp_path / "runs")]) == 0
     capsys.readouterr()
     run(3, "per_batch")

@@ -495,7 +495,9 @@ def test_grid_runs_what_is_missing_and_prints_the_table(rte_run, pretrained, glu
     assert re.search(rf"^\| tupe_r_tiny \|.* {max(scores.values()):.2f} \|", p.stdout, re.M)  # best LR
     assert (runs / "glue_results.csv").exists()
     # SLURM: nothing left for this grid; with a second seed, the indices of the new runs
-    assert "all 2 runs are done" in sh([GRID, "--slurm"], **env).stdout
+    done = sh([GRID, "--slurm"], **env).stdout
+    assert "all 2 runs are done" in done and f"-m tupe_glue.collect {runs} --expected-lrs 1e-3,5e-4 --expected-seeds 1" \
+        in done  # the grid's LRs: collect's defaults are the paper's, which would count none of these runs
     out = sh([GRID, "--slurm"], **dict(env, SEEDS="1 2")).stdout
     assert "2 of 4 runs to do" in out and "sbatch --array=1,3 glue/grid.sbatch" in out
     # an array task of a finished run: maps its index to (task, lr, seed) and skips

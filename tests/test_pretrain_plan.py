@@ -187,26 +187,33 @@ def test_the_request_keeps_its_autos_and_the_resolved_run_has_none():
         pretrain.ResolvedPretrainConfig.of(c, SAVE_DIR="auto")
 
 
-def test_the_batch_is_the_one_asked_for_not_rounded_down_to_a_multiple_of_8():
+def test_a_batch_fairseq_would_round_down_is_refused():
     """fairseq rounds a batch down to --required-batch-size-multiple (8 by default): MAX_SENTENCES=12 trained
-    batches of 8 while the run said and recorded 12 x 16 = 192."""
-    run = pretrain.plan(settings(GPUS="1", MAX_SENTENCES="12", SENTENCES_PER_UPDATE="192"), environ={})
-    args = pretrain.fairseq_args(run)
-    assert args[args.index("--required-batch-size-multiple") + 1] == "1" and run.effective == 192
+    batches of 8 while the run said and recorded 12 x 16 = 192. At most 8, or a multiple of 8, is what it says."""
+    with pytest.raises(UsageError, match=r"^MAX_SENTENCES=12 is not a multiple of 8: fairseq rounds each batch down"):
+        pretrain.plan(settings(GPUS="1", MAX_SENTENCES="12", SENTENCES_PER_UPDATE="192"), environ={})
+    for size in ("4", "8", "24"):
+        run = pretrain.plan(settings(GPUS="1", MAX_SENTENCES=size, SENTENCES_PER_UPDATE="96"), environ={})
+        assert "--required-batch-size-multiple" not in pretrain.fairseq_args(run) and run.effective == 96
 
 
-@pytest.mark.parametrize("extra, env_extra, flags", [
-    ([], "--update-freq 4", "--update-freq"),
-    (["--lr", "5e-4", "--max-update", "500"], "", "--lr"),
-    (["--seed=3"], "--total-num-update 9 --warmup-updates 2", "--seed, --total-num-update, --warmup-updates")])
-def test_extra_arguments_that_repeat_a_recipe_flag_are_refused(extra, env_extra, flags):
+@pytest.mark.parametrize("extra, env_extra, says", [
+    ([], "--update-freq 4", "--update-freq, which the recipe sets from UPDATE_FREQ"),
+    (["--lr", "5e-4", "--max-update", "500"], "", "--lr, which the recipe sets from LR"),
+    (["--seed=3"], "--total-num-update 9 --warmup-updates 2",
+     "--seed, --total-num-update, --warmup-updates, which the recipe sets from SEED, TOTAL_UPDATES, WARMUP")])
+def test_extra_arguments_that_repeat_a_recipe_setting_are_refused(extra, env_extra, says):
     """fairseq takes the last of a repeated flag: EXTRA_ARGS='--update-freq 4' trained a batch of 512 while the run
-    printed and recorded 256. Only --log-format (the study's json) and --max-update (stop early on the schedule of
-    TOTAL_UPDATES) may be given again."""
-    with pytest.raises(UsageError, match=rf"^EXTRA_ARGS or the arguments repeat {re.escape(flags)}, which the recipe"):
+    printed and recorded 256. A flag without a setting (--distributed-backend), --log-format (the study's json) and
+    --max-update (stop early on the schedule of TOTAL_UPDATES) may be given again."""
+    with pytest.raises(UsageError, match=rf"^EXTRA_ARGS or the arguments repeat {re.escape(says)}: set those instead"):
         pretrain.plan(settings(GPUS="0", EXTRA_ARGS=env_extra), environ={}, extra=extra)
-    run = pretrain.plan(settings(GPUS="0", EXTRA_ARGS="--log-format json --max-update 12"), environ={})
-    assert pretrain.fairseq_args(run)[-4:] == ["--log-format", "json", "--max-update", "12"]
+    run = pretrain.plan(settings(GPUS="0", EXTRA_ARGS="--log-format json --max-update 12"), environ={},
+                        extra=["--distributed-backend", "gloo"])
+    assert pretrain.fairseq_args(run)[-6:] == ["--log-format", "json", "--max-update", "12", "--distributed-backend",
+                                               "gloo"]
+    assert set(pretrain.SETTING_OF_FLAG) <= set(pretrain.fairseq_args(pretrain.plan(settings(
+        GPUS="1", NPROC_PER_NODE="1", NNODES="2", MASTER_ADDR="h", OBJECTIVE="electra"), environ={})))
 
 
 def test_torchrun_over_several_nodes_needs_node_zeros_address_and_only_node_zero_holds_save_dir():

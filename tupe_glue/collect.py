@@ -212,7 +212,9 @@ def custom_task_dirs(runs_dir: str) -> List[str]:
     return names
 
 
-PER_RUN = frozenset({"task", "lr", "seed", "checkpoint"})  # inputs that differ between the runs of one table
+# inputs that may differ between the runs of one table: the run's own, and the task's binaries, whose fingerprint
+# changes when they are made again the same (their manifest's time)
+PER_RUN = frozenset({"task", "lr", "seed", "checkpoint", "data"})
 
 
 def recorded(run_dir: str) -> Dict[str, object]:
@@ -268,7 +270,8 @@ def mixed_runs(runs: Sequence["Run"]) -> List[str]:
 
 
 def _same_settings(a: Mapping[str, str], b: Mapping[str, str]) -> bool:
-    return set(a) == set(b) and all(same_number(a[k], b[k]) for k in a)
+    """The same values (numbers by value); ``auto`` matches any value, which it may have resolved to."""
+    return set(a) == set(b) and all(same_number(a[k], b[k]) or "auto" in (a[k], b[k]) for k in a)
 
 
 def run_folders(task_dir: str, problems: List[str]) -> List[Tuple[float, int, str]]:

@@ -324,7 +324,8 @@ def main_sh(argv: Sequence[str], environ: Mapping[str, str]) -> int:
         print_list(grid, todo)
         return 0
     if mode == "slurm" and not todo:
-        print(f"all {len(grid)} runs are done; the table: {python} -m tupe_glue.collect {c.RUNS}")
+        print(f"all {len(grid)} runs are done; the table: {python} -m tupe_glue.collect {shlex.quote(c.RUNS)} "
+              f"--expected-lrs {','.join(lrs)} --expected-seeds {','.join(seeds)}")
         return 0
     if not c.CHECKPOINT:
         say("error: CHECKPOINT is required: the pre-trained checkpoint to fine-tune")

@@ -179,9 +179,9 @@ def remove_earlier_output(out_dir: str, names: Sequence[str]) -> None:
                          f"{' ...' if len(unknown) > 4 else ''}): the C4 steps would read them too; move them away "
                          "or choose another --out-dir")
     stale = sorted(n for n in earlier - set(names) if any(fnmatch.fnmatchcase(n, g) for g in SHARD_GLOBS))
-    remove_if_exists(record)  # first: a run cut short after this leaves no record that vouches for the files
-    for name in stale:
+    for name in stale:  # before the record: a run cut short here leaves files its record still vouches for
         remove_if_exists(os.path.join(out_dir, name))
+    remove_if_exists(record)  # then: the files written next are vouched for by the record written after them
     if stale:
         log.warning(f"--force: removed {len(stale)} shard file(s) of the earlier run in {out_dir}: "
                     f"{', '.join(stale[:4])}{' ...' if len(stale) > 4 else ''}")

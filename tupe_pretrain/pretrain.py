@@ -199,6 +199,11 @@ def plan(config: PretrainConfig, environ: Mapping[str, str] = os.environ, extra:
     job = environ.get("SLURM_JOB_ID", "")
     port = (20000 + int(job) % 20000 if job.isdigit() else 29500) if c.MASTER_PORT is None else c.MASTER_PORT
 
+    if c.MAX_SENTENCES > BATCH_MULTIPLE and c.MAX_SENTENCES % BATCH_MULTIPLE:
+        raise UsageError(f"MAX_SENTENCES={c.MAX_SENTENCES} is not a multiple of {BATCH_MULTIPLE}: fairseq rounds each "
+                         f"batch down to one (--required-batch-size-multiple), so it would train {c.MAX_SENTENCES} - "
+                         f"{c.MAX_SENTENCES % BATCH_MULTIPLE} sentences a batch while the run says {c.MAX_SENTENCES}; "
+                         f"use a multiple of {BATCH_MULTIPLE} (or at most {BATCH_MULTIPLE})")
     update_freq = c.UPDATE_FREQ
     if update_freq is None:
         per_update = world * c.MAX_SENTENCES
@@ -238,23 +243,35 @@ def plan(config: PretrainConfig, environ: Mapping[str, str] = os.environ, extra:
                          "decays linearly from LR after the warmup to END_LR at TOTAL_UPDATES, so it would climb; set "
                          "END_LR at most LR (default 0)")
     effective = world * c.MAX_SENTENCES * update_freq
-    run = Run(resolved, task, device, world, effective, launcher, [], environ, request=c)
     extra_args = [*c.EXTRA_ARGS.split(), *extra]
-    recipe_flags = {a for a in fairseq_args(run) if a.startswith("--")} - OVERRIDABLE
-    repeated = sorted({a.split("=")[0] for a in extra_args if a.split("=")[0] in recipe_flags})
+    repeated = sorted({a.split("=")[0] for a in extra_args if a.split("=")[0] in SETTING_OF_FLAG})
     if repeated:  # fairseq takes the last value: the printed and recorded settings would not be the run's
-        raise UsageError(f"EXTRA_ARGS or the arguments repeat {', '.join(repeated)}, which the recipe sets from its "
-                         "settings (tupe-pretrain --help: LR, TOTAL_UPDATES, WARMUP, MAX_SENTENCES, UPDATE_FREQ, SEED, "
-                         "...): set those instead, so that what is printed and recorded is what runs")
-    run.extra = extra_args
-    return run
+        raise UsageError(f"EXTRA_ARGS or the arguments repeat {', '.join(repeated)}, which the recipe sets from "
+                         f"{', '.join(SETTING_OF_FLAG[f] for f in repeated)}: set those instead, so that what is "
+                         "printed and recorded is what runs")
+    return Run(resolved, task, device, world, effective, launcher, extra_args, environ, request=c)
 
 
 FAIRSEQ_ARCH = "fairseq"  # the VARIANT recorded for an ARCH of fairseq's own (roberta_base)
-# Recipe flags that extra arguments may set again (fairseq takes the last value): how the log looks (the study logs
-# json), and --max-update, which stops a run early on the schedule of TOTAL_UPDATES (a checkpoint of the long run's
-# schedule, as the paper's ^mid rows).
-OVERRIDABLE = frozenset({"--log-format", "--max-update"})
+# fairseq's --required-batch-size-multiple, which the command leaves at its default: a batch above it is rounded down
+# to a multiple of it (train and valid); kept, so that runs made before and after repeat bit for bit.
+BATCH_MULTIPLE = 8
+# The recipe's flags that a setting gives (fairseq_args): extra arguments may not repeat them, as fairseq takes the
+# last value. Free: the others, --log-format (the study logs json) and --max-update, which stops a run early on the
+# schedule of TOTAL_UPDATES (a checkpoint of the long run's schedule, as the paper's ^mid rows).
+SETTING_OF_FLAG = {
+    "--arch": "ARCH", "--max-positions": "MAX_POSITIONS", "--sample-break-mode": "SAMPLE_BREAK_MODE",
+    "--tokens-per-sample": "TOKENS_PER_SAMPLE", "--mask-prob": "MASK_PROB", "--adam-betas": "ADAM_BETAS",
+    "--adam-eps": "ADAM_EPS", "--weight-decay": "WEIGHT_DECAY", "--clip-norm": "CLIP_NORM", "--lr": "LR",
+    "--end-learning-rate": "END_LR", "--warmup-updates": "WARMUP", "--total-num-update": "TOTAL_UPDATES",
+    "--dropout": "DROPOUT", "--attention-dropout": "ATTENTION_DROPOUT", "--batch-size": "MAX_SENTENCES",
+    "--update-freq": "UPDATE_FREQ", "--seed": "SEED", "--save-dir": "SAVE_DIR",
+    "--save-interval-updates": "SAVE_INTERVAL_UPDATES", "--keep-interval-updates": "KEEP_INTERVAL_UPDATES",
+    "--keep-interval-updates-pattern": "KEEP_PATTERN", "--log-interval": "LOG_INTERVAL",
+    "--num-workers": "NUM_WORKERS", "--data-buffer-size": "DATA_BUFFER_SIZE",
+    "--generator-size-divisor": "GENERATOR_SIZE_DIVISOR", "--disc-weight": "DISC_WEIGHT",
+    "--tensorboard-logdir": "TENSORBOARD_DIR", "--distributed-world-size": "NNODES x NPROC_PER_NODE",
+    "--ddp-backend": "DDP_BACKEND"}
 
 
 def variant_and_arch(c: PretrainConfig) -> Tuple[str, str]:
@@ -348,7 +365,6 @@ def fairseq_args(run: Run) -> List[str]:
         "--warmup-updates", t("WARMUP"), "--total-num-update", t("TOTAL_UPDATES"), "--max-update", t("TOTAL_UPDATES"),
         "--dropout", t("DROPOUT"), "--attention-dropout", t("ATTENTION_DROPOUT"),
         "--batch-size", t("MAX_SENTENCES"), "--update-freq", t("UPDATE_FREQ"), "--seed", t("SEED"),
-        "--required-batch-size-multiple", "1",  # fairseq's 8 rounds batches down to 8s (12 -> 8), valid's too
         "--save-dir", c.SAVE_DIR, "--no-epoch-checkpoints", "--save-interval-updates", t("SAVE_INTERVAL_UPDATES"),
         "--keep-interval-updates", t("KEEP_INTERVAL_UPDATES"), "--keep-interval-updates-pattern", t("KEEP_PATTERN"),
         "--skip-invalid-size-inputs-valid-test",

@@ -258,8 +258,8 @@ def run_steps(c: Settings, env: Mapping[str, str], say: Say, prog: str) -> int:
             ran = run_jobs(tasks, jobs, child, say=say, stop_on_usage_error=True)
             failed, usage = ran.failed, ran.usage_error is not None
         if usage:
-            say(f"error: step {step} stopped at a task's usage error (the message above): the same for every task; "
-                "fix the setting, or FORCE=1 to redo outputs made with other settings")
+            say(f"error: step {step} stopped at a task's usage error (the message above): fix what it names, or "
+                "FORCE=1 to redo outputs made with other settings")
             return 2
         if failed:
             say(f"error: step {step} failed for {len(failed)} of {count} task(s) (messages above); fix them and rerun: "

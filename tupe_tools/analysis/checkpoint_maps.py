@@ -7,7 +7,8 @@ position-position term of its rows.
 * BERT-Ad: ``(p_i U^Q)(p_j U^K)^T / sqrt(4 d_head)``, the position-position term of every layer.
 * distance priors (L&S paper): the prior itself, per layer for ``learned_gaussian``.
 * BERT-A/R: layer 1's position-position term ``(LN(p_i) W^Q)(LN(p_j) W^K)^T / sqrt(d_head)`` from the
-  learned input PE alone (an approximation: in BERT the PE is mixed with the word before the LN),
+  learned input PE alone (an approximation: in BERT the PE is mixed with the word before the LN; with Pre-LN after
+  layer 1's own LayerNorm too, and at the layers' own scale: 1/sqrt(2 d_head) beside an untied TUPE term),
   plus the relative bias for BERT-R.
 * sinusoidal: the same layer-1 position-position term from the fixed sin/cos table.
 * t5_rel, alibi: the bias itself, exactly (shared by all layers); nope: zeros (no positional preference).
