@@ -263,15 +263,19 @@ def mixed_runs(runs: Sequence["Run"]) -> List[str]:
             (a, first), (b, second) = groups[:2]
             differ = "; ".join(f"{k} {a.get(k, 'unrecorded')} vs {b.get(k, 'unrecorded')}"
                                for k in sorted(set(a) | set(b))
-                               if not same_number(a.get(k, "unrecorded"), b.get(k, "unrecorded")))
+                               if not _same_value(a.get(k, "unrecorded"), b.get(k, "unrecorded")))
             found.append(f"{task}: its runs were made with {len(groups)} different settings ({differ}; e.g. "
                          f"{first[0]} and {second[0]}): one column is one protocol; move the others away")
     return found
 
 
+def _same_value(a: str, b: str) -> bool:
+    """One setting's value: numbers by value; ``auto`` matches any value, which it may have resolved to."""
+    return same_number(a, b) or "auto" in (a, b)
+
+
 def _same_settings(a: Mapping[str, str], b: Mapping[str, str]) -> bool:
-    """The same values (numbers by value); ``auto`` matches any value, which it may have resolved to."""
-    return set(a) == set(b) and all(same_number(a[k], b[k]) or "auto" in (a[k], b[k]) for k in a)
+    return set(a) == set(b) and all(_same_value(a[k], b[k]) for k in a)
 
 
 def run_folders(task_dir: str, problems: List[str]) -> List[Tuple[float, int, str]]:
@@ -572,16 +576,15 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     for option, path in (("--out-csv", args.out_csv), ("--out-png", args.out_png)):
         if path and os.path.exists(path) and not args.force:  # a file the user named: never replaced silently
             p.error(f"{option} {path} exists; pass --force to overwrite it, or choose another file")
-    for option, listed, noun in (("--expected-lrs", args.expected_lrs, "LR"),
-                                 ("--expected-seeds", args.expected_seeds or "", "seed")):
+    for option, listed, noun, kind in (("--expected-lrs", args.expected_lrs, "LR", float),
+                                       ("--expected-seeds", args.expected_seeds or "", "seed", int)):
+        items = [x.strip() for x in listed.split(",") if x.strip()]
         try:  # by value: 1e-3 and 0.001 are one LR
-            check_once(f"{option} {listed}", [x.strip() for x in listed.split(",") if x.strip()], noun)
+            check_once(f"{option} {listed}", items, noun)
         except UsageError as e:
             p.error(str(e))
-    for option, listed, kind in (("--expected-lrs", args.expected_lrs, float),
-                                 ("--expected-seeds", args.expected_seeds or "", int)):
         try:
-            values = [kind(x) for x in listed.split(",") if x.strip()]
+            values = [kind(x) for x in items]
         except ValueError:
             p.error(f"{option} {listed}: not a comma-separated list of {'numbers' if kind is float else 'integers'}"
                     f", e.g. {'2e-5,3e-5' if kind is float else '1,2,3'}")

@@ -281,6 +281,12 @@ def check_gpu_ids(setting: str, ids: Sequence[str], count) -> None:
                          f"{f' (0..{visible - 1})' if visible else ''}: set GPU_IDS=auto, or none to run on the CPU")
 
 
+def collect_args(runs: str, lrs: Sequence[str], seeds: Sequence[str]) -> List[str]:
+    """tupe-collect's arguments for the grid's runs: its defaults are the paper's grid, which would count no run of
+    another one."""
+    return [runs, "--expected-lrs", ",".join(lrs), "--expected-seeds", ",".join(seeds)]
+
+
 def slurm_settings(grid_settings: GridConfig, tuned, tasks: Sequence[str], lrs: Sequence[str],
                    seeds: Sequence[str]) -> str:
     """The environment an array job needs, as a shell prefix (values quoted): where its inputs and runs are, the
@@ -324,8 +330,8 @@ def main_sh(argv: Sequence[str], environ: Mapping[str, str]) -> int:
         print_list(grid, todo)
         return 0
     if mode == "slurm" and not todo:
-        print(f"all {len(grid)} runs are done; the table: {python} -m tupe_glue.collect {shlex.quote(c.RUNS)} "
-              f"--expected-lrs {','.join(lrs)} --expected-seeds {','.join(seeds)}")
+        print(f"all {len(grid)} runs are done; the table: {python} -m tupe_glue.collect "
+              f"{shlex.join(collect_args(c.RUNS, lrs, seeds))}")
         return 0
     if not c.CHECKPOINT:
         say("error: CHECKPOINT is required: the pre-trained checkpoint to fine-tune")
@@ -351,8 +357,7 @@ def main_sh(argv: Sequence[str], environ: Mapping[str, str]) -> int:
               "at a time):")
         print(f"{slurm_settings(c, tuned, tasks, lrs, seeds)} sbatch "
               f"--array={runner.slurm_ranges([j.index for j in todo])} glue/grid.sbatch")
-        print(f"# then: {python} -m tupe_glue.collect {shlex.quote(c.RUNS)} --expected-lrs {','.join(lrs)} "
-              f"--expected-seeds {','.join(seeds)}")
+        print(f"# then: {python} -m tupe_glue.collect {shlex.join(collect_args(c.RUNS, lrs, seeds))}")
         return 0
     gpus = (" ".join(map(str, range(runner.cuda_device_count()))) if c.GPU_IDS == "auto"
             else "" if c.GPU_IDS == "none" else c.GPU_IDS)
@@ -378,7 +383,7 @@ def main_sh(argv: Sequence[str], environ: Mapping[str, str]) -> int:
             return 2
         from tupe_glue import collect
 
-        collected = collect.main([c.RUNS, "--expected-lrs", ",".join(lrs), "--expected-seeds", ",".join(seeds)])
+        collected = collect.main(collect_args(c.RUNS, lrs, seeds))
     if failed:  # the last line, after the table of the finished runs
         say(f"error: {failed_line(failed, len(todo))}")
     return status or collected
