@@ -39,10 +39,9 @@ from typing import BinaryIO, Iterator, List, Optional, Sequence, Tuple
 import numpy as np
 import sentencepiece as spm
 
-from tupe_preprocess.c4_common import Progress, SettingsMismatch, check_settings, open_binary
+from tupe_preprocess.c4_common import Progress, SettingsMismatch, check_settings, claim, open_binary
 from tupe_common.errors import command_name, exit_main
-from tupe_common.io import (atomic_open, file_hash, read_json, fsync_dir, fsync_file, raise_if_full, remove_if_exists,
-                            write_text)
+from tupe_common.io import atomic_open, file_hash, read_json, fsync_dir, fsync_file, raise_if_full, remove_if_exists
 from tupe_common.jobs import cores
 from tupe_common.log import get_logger
 from tupe_common.mmap_index import token_dtype_for, write_index
@@ -243,16 +242,13 @@ def binarize(inputs: Sequence[str], prefix: str, model: str, dict_path: str, wor
             return None
         if why:
             log.info(f"{prefix}: {why}; redoing")
-        write_text(prefix + WRITING, f"{PROG}\n")  # before any file of PREFIX changes: a rerun knows them as ours
-        for ext in ("done", "idx", "bin", "bin.partial", "idx.partial", "done.partial"):
-            remove_if_exists(f"{prefix}.{ext}")
-        try:
+        # marked before any file of PREFIX changes, so that a rerun knows them as ours (taken back on a failure
+        # that leaves no .bin/.idx)
+        with claim(prefix + WRITING, settings, [f"{prefix}.{ext}" for ext in ("bin", "idx")]):
+            for ext in ("done", "idx", "bin", "bin.partial", "idx.partial", "done.partial"):
+                remove_if_exists(f"{prefix}.{ext}")
             summary = _run(inputs, prefix, model, dict_path, workers, chunk_bytes, max_in_flight, progress_seconds,
                            tokens_per_sample)
-        except BaseException:
-            if not any(os.path.exists(f"{prefix}.{ext}") for ext in ("bin", "idx")):
-                remove_if_exists(prefix + WRITING)  # nothing of PREFIX left to vouch for
-            raise
         summary["identity"], summary["settings"] = ident, settings
         with atomic_open(prefix + ".done") as f:
             json.dump(summary, f, indent=1)

@@ -113,7 +113,9 @@ def claim(record: str, settings: Dict[str, Any], outputs: Sequence[str]) -> Iter
     """Write ``record`` with ``settings`` and no summary before any of ``outputs`` changes, so that a rerun knows
     outputs under a record without a summary as a run of this command cut short (redone), and outputs without a
     record as files this command did not write (refused). A run that fails before any output exists takes the
-    record back (and the folder it was made in, when that is new and left empty)."""
+    record back (and the folder it was made in, when that is new and left empty). Extract and spm write their
+    summary into the record after; binarize's record is a mark (PREFIX.writing) it removes once PREFIX.done is
+    written."""
     folder = os.path.dirname(os.path.abspath(record))
     made = not os.path.isdir(folder)
     write_json(record, {"settings": settings})
