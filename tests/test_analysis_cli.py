@@ -124,6 +124,26 @@ def test_locality_cli_tables(pretrained, lm_bin, spm_dir, hub, tmp_path, starts_
                                                                             "data, to encode its lines")
 
 
+def test_locality_text_cuts_a_long_line_before_its_eos(pretrained, lm_bin, spm_dir, hub, tmp_path, monkeypatch,
+                                                       capsys):
+    """A line longer than the model's positions is measured as pre-training saw its blocks: <s> pieces </s>, the
+    pieces cut from the right; the old cut of the whole encoding dropped the </s> that every block ends with."""
+    from tupe_tools.analysis import attention_maps
+    from tupe_tools.analysis.locality_cli import attention_rows
+
+    fed, real = [], attention_maps.attention_probs
+    monkeypatch.setattr(attention_maps, "attention_probs", lambda model, tokens: fed.append(tokens) or real(model, tokens))
+    long_line, short_line = "the cat happily saw the river . " * 20, "a dog found the bridge today ."
+    text = write_lines(tmp_path / "text.txt", [long_line, short_line])
+    attention_rows(str(pretrained / "checkpoint_last.pt"), str(text), str(lm_bin), str(spm_dir / "spm.model"), 10)
+    limit, whole = hub.model.max_positions(), hub.encode(long_line)
+    assert len(whole) > limit
+    d = hub.task.source_dictionary
+    assert fed[0].tolist() == [*whole[: limit - 1].tolist(), d.eos()]  # <s>, the first limit-2 pieces, </s>
+    assert fed[1].tolist() == hub.encode(short_line).tolist()  # a line that fits is untouched
+    assert f"{text}: 1 line(s) longer than the model's {limit} positions cut" in capsys.readouterr().err
+
+
 @pytest.fixture(scope="module")
 def nli_finetuned(pretrained, spm_dir, tmp_path_factory, starts_process):
     """A tiny NLI fine-tune on the SNLI fixture (quality irrelevant: the test checks the bookkeeping)."""

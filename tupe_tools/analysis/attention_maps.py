@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import os
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 import torch
 
@@ -28,6 +28,17 @@ def load_hub(checkpoint: str, data_dir: str = "", spm_model: str = "", objective
     return TupeRobertaModel.from_pretrained(
         ckpt_dir, checkpoint_file=ckpt_file, data_name_or_path=os.path.abspath(data_dir or ckpt_dir), **kwargs
     ).eval()
+
+
+def encode_sentence(hub, sentence: str) -> Tuple[torch.Tensor, bool]:
+    """``<s> pieces </s>`` of ``sentence`` and whether it was cut. A sentence longer than the model's positions loses
+    pieces from the right, never its ``</s>``: every pre-training block ends with one (``complete`` blocks are whole
+    lines, each binarized with its ``</s>``), and the L&S code (pytorchic-bert) also cuts the text, not [SEP]."""
+    tokens = hub.encode(sentence)  # (T,): <s> pieces </s>
+    limit = hub.model.max_positions()
+    if len(tokens) <= limit:
+        return tokens, False
+    return torch.cat([tokens[: limit - 1], tokens[-1:]]), True
 
 
 @torch.no_grad()

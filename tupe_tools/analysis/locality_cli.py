@@ -6,7 +6,8 @@
    attention maps of ``--text`` are reported (without ``--text`` the command says so and stops).
 2. With ``--text FILE`` (one sentence per line, raw text; ``--spm-model`` and ``--data`` with
    ``dict.txt``): the model's real attention maps per layer and head, each metric averaged over the
-   sentences (maps include <s> and </s>, as the official metric applies no mask).
+   sentences (maps include <s> and </s>, as the official metric applies no mask). A line longer than the
+   model's positions keeps its first pieces and its </s> (``attention_maps.encode_sentence``), counted.
 Prints Markdown tables and writes them as CSV (``--out-csv``).
 """
 from __future__ import annotations
@@ -59,13 +60,14 @@ def read_sentences(path: str, limit: int) -> List[str]:
 
 
 def attention_rows(checkpoint: str, text: str, data_dir: str, spm_model: str, max_sentences: int) -> List[Dict]:
-    from .attention_maps import attention_probs, load_hub
+    from .attention_maps import attention_probs, encode_sentence, load_hub
 
     sentences = read_sentences(text, max_sentences)  # before the model loads: a bad file fails at once
     hub = load_hub(checkpoint, data_dir, spm_model)
-    sums, n, short = None, 0, 0
+    sums, n, short, cut = None, 0, 0, 0
     for sentence in sentences:
-        tokens = hub.encode(sentence)[: hub.model.max_positions()]
+        tokens, was_cut = encode_sentence(hub, sentence)  # a long line keeps its </s>
+        cut += was_cut
         if len(tokens) < MIN_TOKENS:  # a line of no pieces (only U+200B, say) is <s> </s>: no metric is defined
             short += 1
             continue
@@ -76,6 +78,9 @@ def attention_rows(checkpoint: str, text: str, data_dir: str, spm_model: str, ma
     if short:
         log.warning(f"{text}: {short} line(s) of fewer than {MIN_TOKENS} tokens with <s> and </s> left out (the "
                     "metrics need 3 rows)")
+    if cut:
+        log.warning(f"{text}: {cut} line(s) longer than the model's {hub.model.max_positions()} positions cut to "
+                    "their first pieces, followed by </s>")
     if n == 0:
         raise ValueError(f"{text}: no line of at least {MIN_TOKENS} tokens")
     mean = sums / n
