@@ -632,3 +632,77 @@ def test_a_downloads_unfinished_folder_is_not_a_custom_task(tmp_path):
     write_custom_task(tmp_path / "Reviews")
     write_custom_task(tmp_path / "SST-2.partial")
     assert custom_task_names(str(tmp_path)) == ["Reviews"]
+
+
+# ---- unlabelled examples (Hugging Face's label -1) ---------------------------------------------------------------
+
+
+def test_a_label_minus_one_in_train_or_dev_is_refused_naming_file_and_line(tmp_path):
+    """-1 is how Hugging Face datasets label an unlabelled example (every row of a GLUE test split). A custom task took
+    it as a class of its own: its label dictionary gained '-1' (the head one output more), unlabelled rows were
+    trained on and counted in dev accuracy. Test files have no label column, so their reading is unchanged."""
+    from tupe_glue.tasks import TASKS, custom_task
+    from tupe_preprocess.glue_binarize import GlueInputError, read_task
+
+    def append(path, line):
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(line + "\n")
+        return sum(1 for _ in open(path, encoding="utf-8"))
+
+    glue = tmp_path / "glue"
+    write_custom_task(glue / "Reviews", labels=("0", "1"))
+    lineno = append(glue / "Reviews" / "train.tsv", "a review nobody labelled .\t-1")
+    with pytest.raises(GlueInputError) as e:
+        read_task(custom_task("Reviews"), str(glue / "Reviews"))
+    assert str(e.value).startswith(f"{glue / 'Reviews' / 'train.tsv'}, line {lineno}: label '-1' marks an unlabelled "
+                                   "example")
+    assert "--label-map=-1=NAME" in str(e.value)  # the way out where -1 is a class of the data
+
+    for task, fname, line in [("SST-2", "dev.tsv", "a film nobody labelled .\t-1"),
+                              ("STS-B", "train.tsv", "\t".join(["9", "", "", "", "", "", "", "A man.", "A dog.", "-1.0"]))]:
+        shutil.copytree(os.path.join(FIXTURES, task), glue / task)
+        lineno = append(glue / task / fname, line)
+        with pytest.raises(GlueInputError, match=re.escape(f"{glue / task / fname}, line {lineno}: label ") +
+                           ".* marks an unlabelled example"):
+            read_task(TASKS[task], str(glue / task))
+
+    splits = read_task(TASKS["SST-2"], os.path.join(FIXTURES, "SST-2"))
+    assert [s.spec.out for s in splits] == ["train", "valid", "test"] and splits[2].labels == []
+
+
+def test_glue_download_refuses_an_unlabelled_row_of_a_labelled_split(tmp_path, capsys):
+    """The hub's -1 in a train or dev split was an index into the classes: quietly the last class (RTE's
+    not_entailment, MNLI's contradiction). It stops the task naming the split and row; a test split, all -1, is
+    written without labels as before."""
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    from tupe_glue.tasks import TASKS
+    from tupe_preprocess import glue_download
+
+    for task, label in [("MNLI", -1), ("RTE", -1), ("STS-B", -1.0), ("RTE", 2), ("SST-2", None)]:
+        with pytest.raises(ValueError):
+            glue_download.label_text(TASKS[task], label)
+
+    def mirror(name, train_labels):
+        folder = tmp_path / name / "rte"
+        folder.mkdir(parents=True)
+        for split, labels in [("train", train_labels), ("validation", [1, 0]), ("test", [-1, -1])]:
+            n = len(labels)
+            pq.write_table(pa.table({"sentence1": [f"premise {i}" for i in range(n)],
+                                     "sentence2": [f"hypothesis {i}" for i in range(n)],
+                                     "label": labels, "idx": list(range(n))}),
+                           folder / f"{split}-00000-of-00001.parquet")
+        return str(tmp_path / name)
+
+    out = tmp_path / "glue_data"
+    args = ["--out-dir", str(out), "--tasks", "RTE", "--from-dir"]
+    assert glue_download.main(args + [mirror("bad", [0, -1, 1])]) == 1
+    assert "rte/train, row 2 (idx 1): label -1: the hub's mark of an unlabelled example" in capsys.readouterr().err
+    assert sorted(os.listdir(out)) == [".parquet"]  # no RTE, no RTE.partial
+    assert glue_download.main(args + [mirror("good", [0, 1, 1])]) == 0
+    train = [line.split("\t") for line in (out / "RTE" / "train.tsv").read_text().splitlines()]
+    assert [f[3] for f in train[1:]] == ["entailment", "not_entailment", "not_entailment"]
+    test = [line.split("\t") for line in (out / "RTE" / "test.tsv").read_text().splitlines()]
+    assert test == [["index", "sentence1", "sentence2"], ["0", "premise 0", "hypothesis 0"],
+                    ["1", "premise 1", "hypothesis 1"]]

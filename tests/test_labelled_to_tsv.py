@@ -105,3 +105,33 @@ def test_a_csv_header_without_the_fields_is_an_error_naming_the_file(tmp_path, c
     assert lt.main([str(csv_path), "--out-dir", str(tmp_path / "task")]) == 1
     err = capsys.readouterr().err
     assert f"{csv_path}:1: the header has no column 'text', 'label' (it has sentence, class)" in err
+
+
+def test_a_label_minus_one_is_refused_unless_skipped_or_named(tmp_path, capsys):
+    """Hugging Face datasets label an unlabelled example -1 (every example of a test split): taken as it is, it was a
+    class of its own (a classifier with one class more, unlabelled rows trained on and counted in dev accuracy)."""
+    src = tmp_path / "hf.jsonl"
+    labels = [1, 0, -1, 1, 0, -1, 1, 0, float("nan")]  # JSON's NaN is no label: skipped as a missing one
+    src.write_text("\n".join(json.dumps({"text": f"s{i}", "label": v}) for i, v in enumerate(labels)) + "\n")
+    out = tmp_path / "task"
+    assert lt.main([str(src), "--out-dir", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert f"{src}:3: label -1 marks an unlabelled example" in err and "2 of the 8 examples" in err
+    assert "--skip-label=-1" in err and "--label-map=-1=NAME" in err
+    assert not (out / "train.tsv").exists() and not (out / lt.RECORD).exists()
+
+    assert lt.main([str(src), "--out-dir", str(out), "--skip-label=-1"]) == 0
+    got = rows(out / "train.tsv") + rows(out / "dev.tsv")
+    assert sorted(label for _, label in got) == ["0", "0", "0", "1", "1", "1"]
+    counts = json.loads((out / lt.RECORD).read_text())["counts"]
+    assert counts["skipped"] == {"label -1 (--skip-label)": 2, "empty text or no label": 1}
+
+    named = tmp_path / "named"  # where -1 is a class of the data (negative, neutral, positive)
+    assert lt.main([str(src), "--out-dir", str(named), "--label-map=-1=negative"]) == 0
+    assert json.loads((named / lt.RECORD).read_text())["counts"]["labels"] == {"0": 3, "1": 3, "negative": 2}
+
+    csv_path = tmp_path / "float.csv"  # a CSV written from a float column spells it -1.0
+    csv_path.write_text("text,label\na,1.0\nb,-1.0\nc,0.0\n", encoding="utf-8")
+    assert lt.main([str(csv_path), "--out-dir", str(tmp_path / "c")]) == 1
+    assert f"{csv_path}:3: label -1.0 marks" in capsys.readouterr().err
+    assert lt.main([str(csv_path), "--out-dir", str(tmp_path / "c"), "--skip-label", "-1"]) == 0

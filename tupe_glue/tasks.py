@@ -95,6 +95,20 @@ class GlueTask:
         return tuple(c.subset for c in self.columns)
 
 
+# The hub's (Hugging Face datasets') label of an example that has none: every row of a GLUE test split, SNLI's
+# pairs without a gold label. In a train or dev file it is never a class: a classifier would get one class more
+# and the dev score would count the unlabelled rows (docs/glue_protocol.md §1).
+UNLABELLED = -1
+
+
+def is_unlabelled_mark(label: object) -> bool:
+    """True for the hub's -1 as a file may spell it: ``-1``, ``"-1"``, ``" -1.0 "``."""
+    try:
+        return float(str(label).strip()) == UNLABELLED
+    except ValueError:
+        return False
+
+
 def _splits(columns: Tuple[str, ...], inputs: Tuple[int, ...], label: int, test_columns: Tuple[str, ...],
             test_inputs: Tuple[int, ...]) -> Tuple[Split, ...]:
     """train.tsv/dev.tsv with labels and test.tsv without (the layout of every task but CoLA and MNLI)."""

@@ -40,7 +40,7 @@ from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence,
 
 import numpy as np
 
-from tupe_glue.tasks import CUSTOM_MARK, TASKS, GlueTask, Split, custom_task_names, get_task
+from tupe_glue.tasks import CUSTOM_MARK, TASKS, GlueTask, Split, custom_task_names, get_task, is_unlabelled_mark
 from tupe_preprocess.fairseq_dict import FairseqDict, write_binaries
 from tupe_preprocess.moses_bpe import moses_bpe_tokenizer
 from tupe_preprocess.spm_dict import check_dict, load_spm
@@ -105,6 +105,15 @@ def iter_tsv(path: str) -> Iterator[Tuple[int, List[str]]]:
 
 
 def _check_label(task: GlueTask, path: str, lineno: int, value: str) -> str:
+    if is_unlabelled_mark(value):  # never a class: a custom task would get a class of unlabelled rows
+        rename = (" If -1 is a class of your data, give it another name in the files (tupe-labelled-to-tsv: "
+                  "--label-map=-1=NAME)."
+                  if task.custom else "")
+        raise GlueInputError(
+            f"{path}, line {lineno}: label {value!r} marks an unlabelled example (Hugging Face datasets write -1 "
+            f"for every example of a test split), which a {task.name} train or dev file cannot hold. Remove the "
+            f"unlabelled lines (or use the labelled file).{rename}"
+        )
     if not task.regression and task.classes is None:  # custom task: any label, but not an empty one
         if not value:
             raise GlueInputError(f"{path}, line {lineno}: empty label. Fix or remove the line.")

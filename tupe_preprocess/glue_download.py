@@ -9,7 +9,9 @@ reads them unchanged: both read them from the task registry ``tupe_glue.tasks``.
 (CoLA's source code, MRPC's string ids, STS-B's genre/file/year, QQP's question ids, MNLI's parses,
 genre and annotator labels 2-5) are written empty; CoLA's annotation column is ``*`` for unacceptable
 sentences, MNLI dev's ``label1`` repeats the gold label. Tabs and line breaks inside a text (they would
-break the TSV) become spaces and are counted.
+break the TSV) become spaces and are counted. A label of a train or dev split that is none of the task's (the hub's
+-1, its mark of an unlabelled example, above all: test rows have it) stops with one line naming the split and row,
+exit 1; test files are written without labels.
 
 Each task is written to ``TASK.partial`` and renamed when complete; an existing ``OUT/TASK`` is kept
 (``--force`` rebuilds it). Parquet files are kept, verified against the hub's size and SHA-256, in
@@ -24,9 +26,9 @@ import re
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-from tupe_glue.tasks import TASKS, GlueTask, Split
+from tupe_glue.tasks import TASKS, GlueTask, Split, is_unlabelled_mark
 from tupe_preprocess.download_command import download_parser, run_download, split_rows
-from tupe_preprocess.hub_files import HubFile, HubRepo
+from tupe_preprocess.hub_files import HubError, HubFile, HubRepo
 from tupe_common.errors import UsageError, exit_main
 from tupe_common.io import atomic_dir
 from tupe_common.log import get_logger
@@ -38,8 +40,20 @@ Row = Dict[str, object]
 
 def label_text(task: GlueTask, value: object) -> str:
     """A hub label as the raw files write it: the registry's spelling of the class id, STS-B's score with
-    three decimals (0.000 .. 5.000)."""
-    return f"{float(value):.3f}" if task.regression else task.classes[int(value)]
+    three decimals (0.000 .. 5.000). ValueError for anything else, first the hub's -1 (an unlabelled example):
+    as an index into the classes it would quietly be the last class."""
+    if value is None or is_unlabelled_mark(value):
+        raise ValueError(f"label {value!r}: the hub's mark of an unlabelled example (as every test row has), "
+                         "which a labelled file cannot hold")
+    if task.regression:
+        score = float(value)
+        if not 0.0 <= score <= 5.0:  # also false for NaN
+            raise ValueError(f"STS-B score {value!r} is not in [0, 5]")
+        return f"{score:.3f}"
+    class_id = int(value)
+    if not 0 <= class_id < len(task.classes):
+        raise ValueError(f"label {value!r} is no class id of {task.name} (0..{len(task.classes) - 1})")
+    return task.classes[class_id]
 
 
 def raw_fields(task: GlueTask, split: Split, row: Row) -> List[object]:
@@ -81,8 +95,14 @@ def write_task(task: GlueTask, repo: HubRepo, listing: List[HubFile], out: Path)
             with open(os.path.join(tmp, split.file), "w", encoding="utf-8", newline="\n") as f:
                 if split.header:
                     f.write("\t".join(split.columns) + "\n")
-                for r in rows:
-                    f.write("\t".join(clean(v, broken) for v in raw_fields(task, split, r)) + "\n")
+                for n, r in enumerate(rows, 1):
+                    try:
+                        fields = raw_fields(task, split, r)
+                    except ValueError as e:  # a label that is none of the task's, e.g. -1 in a labelled split
+                        raise HubError(f"{task.hub_config}/{split.hub_split}, row {n} (idx {r.get('idx')}): {e}; "
+                                       f"nothing of {task.name} written. Is this nyu-mll/glue (--repo, --from-dir)?"
+                                       ) from None
+                    f.write("\t".join(clean(v, broken) for v in fields) + "\n")
             note = f", {broken[0]} fields with tabs/line breaks replaced by spaces" if broken[0] else ""
             log.info(f"[{task.name}] {split.file}: {len(rows)} lines{note}")
 

@@ -9,9 +9,13 @@ scored like SST-2 (accuracy). Inputs (any number):
 
 Each example takes its text from ``--text-field`` and its label from ``--label-field`` (``--label-map
 0=negative,1=positive`` renames labels). Tabs and line breaks inside a text become spaces. Examples with
-an empty text or a missing label are skipped and counted (``file:line`` of the first few is printed);
-malformed JSON, or a CSV header without the two fields, stops with an error naming the file. The examples are shuffled with ``--seed``, cut to
-``--max-examples`` (0: all), and the first ``--dev-fraction`` go to ``dev.tsv``. The same inputs and
+an empty text or a missing label (absent, null, NaN, empty) are skipped and counted (``file:line`` of the first few is
+printed), and so are those whose label is a ``--skip-label``; malformed JSON, or a CSV header without the two fields,
+stops with an error naming the file. A label -1, Hugging Face datasets' mark of an unlabelled example (a test split
+has only these), stops with an error naming the first and counting them unless ``--skip-label=-1`` skips them or
+``--label-map=-1=NAME`` makes it a class: taken as it is, -1 would be a class of unlabelled examples. The examples
+are shuffled with ``--seed``, cut to ``--max-examples`` (0: all), and the first ``--dev-fraction`` go to
+``dev.tsv``. The same inputs and
 options give the same bytes; ``labelled_to_tsv.json`` records them, a rerun with the same settings skips
 and one with others refuses (exit 2) unless ``--force``. Files are written under a temporary name.
 """
@@ -21,11 +25,13 @@ import argparse
 import csv
 import io
 import json
+import math
 import os
 import random
 from collections import Counter
 from typing import Dict, Iterator, List, Optional, Tuple
 
+from tupe_glue.tasks import is_unlabelled_mark
 from tupe_preprocess.c4_common import SettingsMismatch, outputs_done, read_text
 from tupe_common.io import atomic_open, write_json
 from tupe_common.log import get_logger
@@ -73,22 +79,48 @@ def records(path: str, fallback: Optional[str], fields: Tuple[str, str] = ("text
             yield n, item if isinstance(item, dict) else {}
 
 
+def same_label(a: str, b: str) -> bool:
+    """``-1`` is ``-1.0`` (a CSV written from a float column), ``x`` only ``x``."""
+    if a == b:
+        return True
+    try:
+        return float(a) == float(b)
+    except ValueError:
+        return False
+
+
 def read_examples(args: argparse.Namespace) -> Tuple[List[Example], Counter]:
     label_map = dict(kv.split("=", 1) for kv in args.label_map.split(",")) if args.label_map else {}
     examples: List[Example] = []
     skipped: Counter = Counter()
+    unlabelled: List[Tuple[str, str]] = []  # (file:line, label) of each -1 that no option names
     for path in args.inputs:
         for i, (line, rec) in enumerate(records(path, args.fallback_encoding, (args.text_field, args.label_field)), 1):
             text, label = rec.get(args.text_field), rec.get(args.label_field)
             text = " ".join(str(text).split()) if text is not None else ""
-            label = "" if label is None else str(label).strip()
+            missing = label is None or (isinstance(label, float) and math.isnan(label))  # JSON's NaN is no label
+            label = "" if missing else str(label).strip()
+            where = f"{path}:{line or f'record {i}'}"
             if not text or not label:
                 skipped["empty text or no label"] += 1
                 if sum(skipped.values()) <= 5:
-                    log.warning("%s:%s: skipped (empty %s or no %s)", path, line or f"record {i}",
-                                args.text_field, args.label_field)
+                    log.warning("%s: skipped (empty %s or no %s)", where, args.text_field, args.label_field)
+                continue
+            skip = next((s for s in args.skip_label if same_label(label, s)), None)
+            if skip is not None:
+                skipped[f"label {skip} (--skip-label)"] += 1
+                continue
+            if label not in label_map and is_unlabelled_mark(label):
+                unlabelled.append((where, label))
                 continue
             examples.append((text, label_map.get(label, label)))
+    if unlabelled:
+        (where, label), n = unlabelled[0], len(unlabelled)
+        raise ValueError(
+            f"{where}: label {label} marks an unlabelled example in Hugging Face datasets (a test split has only "
+            f"these); {n} of the {n + len(examples)} examples with a text and a label have it. As a class it would be "
+            f"trained on and counted in dev accuracy: pass --skip-label={label} to skip and count them, or "
+            f"--label-map={label}=NAME if it is a class of your data")
     return examples, skipped
 
 
@@ -105,7 +137,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--out-dir", required=True, help="the task's folder (TASKS_DIR/NAME)")
     p.add_argument("--text-field", default="text")
     p.add_argument("--label-field", default="label")
-    p.add_argument("--label-map", default="", help="renames, e.g. 0=negative,1=positive")
+    p.add_argument("--label-map", default="", help="renames, e.g. 0=negative,1=positive (--label-map=-1=... for -1)")
+    p.add_argument("--skip-label", action="append", default=[], metavar="LABEL",
+                   help="skip and count the examples with this label as the input spells it (repeatable), e.g. "
+                   "--skip-label=-1: Hugging Face's unlabelled examples")
     p.add_argument("--dev-fraction", type=float, default=0.2)
     p.add_argument("--max-examples", type=int, default=0, help="keep this many after shuffling (0: all)")
     p.add_argument("--seed", type=int, default=1)
@@ -122,6 +157,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         log.error(message(e))
         return 1
     settings = {k: v for k, v in vars(args).items() if k not in ("force", "out_dir", "inputs")}
+    if not args.skip_label:  # a task made before the option matches its record (the same examples)
+        del settings["skip_label"]
     settings["inputs"] = [{"name": os.path.basename(x), "bytes": os.path.getsize(x)} for x in args.inputs]
     record = os.path.join(args.out_dir, RECORD)
     try:
@@ -150,8 +187,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     counts = {"train": len(examples) - n_dev, "dev": n_dev, "skipped": dict(skipped),
               "labels": dict(sorted(Counter(label for _, label in examples).items()))}
     write_json(record, {"settings": settings, "counts": counts})
-    log.info("%s: %d train, %d dev, labels %s, skipped %d", args.out_dir, counts["train"], n_dev,
-             counts["labels"], sum(skipped.values()))
+    log.info("%s: %d train, %d dev, labels %s, skipped %d%s", args.out_dir, counts["train"], n_dev,
+             counts["labels"], sum(skipped.values()), f" {dict(skipped)}" if skipped else "")
     return 0
 
 
