@@ -63,3 +63,34 @@ def test_hydra_glue_config_validates_twice_per_epoch(pretrained, cls_bin, tmp_pa
     # 320 sentences / batch 32 = 10 updates per epoch: after update 5 of each epoch and at its end
     assert [int(u) for u in re.findall(r"valid on 'valid' subset .*num_updates (\d+)", log)] == [5, 10, 15, 20]
     assert re.search(r"valid on 'valid' subset \| .*accuracy [0-9.]+", log)
+
+
+def test_an_over_long_training_example_stops_the_run_unless_skipped(cls_bin, tmp_path, starts_process):
+    """fairseq's trainer dropped training examples longer than the model's positions with a warning only (validation
+    refuses them): the fine-tuning silently saw fewer examples. Training now follows validation's rule."""
+    import numpy as np
+    from fairseq.data import data_utils
+
+    from conftest import ROOT, run
+
+    def sizes(split):  # the examples' lengths with the <s> that fine-tuning prepends
+        dataset = data_utils.load_indexed_dataset(str(cls_bin / "input0" / split), None)  # held: sizes map its file
+        return np.array(dataset.sizes) + 1
+
+    train, limit = sizes("train"), int(sizes("valid").max())  # validation fits: only training has over-long ones
+    over = int((train > limit).sum())
+    assert 0 < over < len(train)
+    cmd = ["python", "-m", "tupe_glue.fairseq_train", "--validations-per-epoch", "2", str(cls_bin),
+           "--user-dir", str(ROOT / "tupe_plugin"), "--task", "sentence_prediction", "--num-classes", "2",
+           "--init-token", "0", "--separator-token", "2", "--arch", "tupe_roberta_tiny", "--max-positions", str(limit),
+           "--criterion", "sentence_prediction", "--batch-size", "32", "--max-epoch", "1", "--optimizer", "adam",
+           "--lr", "1e-4", "--cpu", "--no-save", "--num-workers", "0", "--log-format", "simple",
+           "--save-dir", str(tmp_path / "ft")]
+    p = run(cmd, check=False)
+    assert p.returncode != 0
+    assert (f"OverLongInputs: {over} of the {len(train)} examples of train are longer than the model's positions "
+            f"(max_positions={limit}") in p.stderr and "TRUNCATE=1" in p.stderr
+    assert "num_updates" not in p.stdout + p.stderr  # refused before any update
+    p = run(cmd + ["--skip-invalid-size-inputs-valid-test"])
+    assert f"{over:,} samples have invalid sizes and will be skipped" in p.stdout + p.stderr
+    assert "num_updates" in p.stdout + p.stderr

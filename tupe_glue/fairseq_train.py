@@ -17,6 +17,11 @@ This wraps fairseq's training loop without copying it: ``fairseq_cli.train.valid
 called as it is, with ``save_interval_updates`` set to the current update for the mid-epoch calls. The
 wrapper is installed by the training entry point itself (:func:`main_with_validations`, N in the
 environment), so it also holds in the processes fairseq spawns for several GPUs of one node.
+
+Over-long examples: fairseq's trainer drops training examples longer than the model's positions with a warning
+only, while validation refuses them unless ``--skip-invalid-size-inputs-valid-test``. Here training follows
+validation's rule (:func:`install_size_rule`): an over-long example stops the run, naming how many there are and the
+fixes, unless that option is given (then both drop them, as in fairseq).
 """
 import math
 import os
@@ -72,11 +77,42 @@ def install(validations: int) -> None:
     train_cli.validate_and_save = validate_and_save
 
 
+class OverLongInputs(Exception):
+    """Examples longer than the model's positions, where no option says to drop them."""
+
+
+def install_size_rule(skip: bool) -> None:
+    """Make every split's size filter (fairseq's ``FairseqTask.filter_indices_by_size``) refuse over-long examples
+    unless ``skip`` (``--skip-invalid-size-inputs-valid-test``): fairseq's trainer asks it to drop them from the
+    training split with only a warning, examples the fine-tuning then never sees."""
+    from fairseq.tasks import FairseqTask
+
+    original = getattr(FairseqTask.filter_indices_by_size, "original", FairseqTask.filter_indices_by_size)
+
+    def filter_indices_by_size(self, indices, dataset, max_positions=None, ignore_invalid_inputs=False):
+        if skip or max_positions is None:
+            return original(self, indices, dataset, max_positions, ignore_invalid_inputs or skip)
+        kept, ignored = dataset.filter_indices_by_size(indices, max_positions)
+        if len(ignored):
+            split = next((k for k, d in getattr(self, "datasets", {}).items() if d is dataset), "a split")
+            raise OverLongInputs(
+                f"{len(ignored)} of the {len(indices)} examples of {split} are longer than the model's positions "
+                f"(max_positions={max_positions}; the first, #{ignored[0]}, has {dataset.size(ignored[0])} tokens): "
+                "TRUNCATE=1 cuts them as the TUPE release does (--shorten-method truncate), or "
+                "--skip-invalid-size-inputs-valid-test drops them from training and validation")
+        return kept
+
+    filter_indices_by_size.original = original
+    FairseqTask.filter_indices_by_size = filter_indices_by_size
+
+
 def main_with_validations(cfg, **kwargs):
-    """fairseq's ``train.main`` with the validation points of ``$TUPE_VALIDATIONS_PER_EPOCH`` installed."""
+    """fairseq's ``train.main`` with the validation points of ``$TUPE_VALIDATIONS_PER_EPOCH`` installed, and
+    over-long training examples refused as validation's are (:func:`install_size_rule`)."""
     from fairseq_cli import train as train_cli
 
     install(int(os.environ.get(ENV, "1")))
+    install_size_rule(bool(cfg.dataset.skip_invalid_size_inputs_valid_test))
     return getattr(train_cli, "original_main", train_cli.main)(cfg, **kwargs)
 
 
