@@ -258,6 +258,48 @@ def test_a_stop_while_extracting_is_one_line_and_the_rerun_gives_the_same_text(t
     assert out.read_bytes() == texts["train0"].read_bytes()
 
 
+def test_a_second_extract_into_an_output_being_written_is_refused(tmp_path, texts, starts_process):
+    """An array task resubmitted while its first run still writes (the first reads a FIFO held open): the second run
+    on the same OUTPUT exits 2 at once, one line naming OUTPUT's lock and the way out, and changes nothing; the first
+    then finishes as if alone and removes its lock. (Without the lock the second took OUT.partial over, and the first
+    renamed the second's half-written file onto OUT under a record of its own summary: a rerun skipped it.)"""
+    import errno
+
+    from process_tree import assert_none_left, marked, start, wait_for
+
+    src, out = tmp_path / "c4-train.00000-of-01024.json", tmp_path / "text" / "train0.txt"
+    os.mkfifo(src)
+    mark = marked(env())
+    first = start([str(c) for c in extract(src, out)], mark, cwd=REPO)
+    fd = []
+
+    def opened() -> bool:  # the write end opens once the step has opened its end (ENXIO before): never blocks
+        try:
+            fd.append(os.open(src, os.O_WRONLY | os.O_NONBLOCK))
+        except OSError as e:
+            assert e.errno == errno.ENXIO and first.poll() is None, first.communicate()
+        return bool(fd)
+
+    wait_for(opened, 60, "the step did not open its input")
+    os.set_blocking(fd[0], True)
+    lock = Path(os.path.realpath(out.parent)) / f"{out.name}.lock"
+    with os.fdopen(fd[0], "wb") as feed:
+        wait_for(lambda: Path(f"{out}.partial").exists() or first.poll() is not None, 30, "no OUT.partial")
+        before = {f.name: f.read_bytes() for f in out.parent.iterdir() if f.is_file()}
+        second = run(extract(TRAIN0, out), check=False)
+        assert second.returncode == 2, second.stderr
+        last = second.stderr.strip().splitlines()[-1]
+        assert last.startswith(f"c4_extract: error: {lock.with_suffix('')} is in use by another run (pid {first.pid} "
+                               f"on ") and f"lock {lock}): " in last and last.endswith(f"remove {lock} and rerun"), last
+        assert {f.name: f.read_bytes() for f in out.parent.iterdir() if f.is_file()} == before
+        assert first.poll() is None
+        feed.write(gzip.decompress(TRAIN0.read_bytes()))
+    assert first.wait(timeout=120) == 0, first.communicate()
+    assert_none_left(mark)
+    assert out.read_bytes() == texts["train0"].read_bytes()
+    assert sorted(f.name for f in out.parent.iterdir()) == ["train0.txt", "train0.txt.settings.json"]
+
+
 # ---------------------------------------------------------------- step 2
 
 
@@ -655,21 +697,84 @@ def test_driver_stops_on_a_corrupt_shard(tmp_path, starts_process):
     assert not (tmp_path / "out" / "spm").exists() and not (tmp_path / "out" / "data-bin").exists()
 
 
+SBATCH_LINE = re.compile(r"(?P<job>\w+)=\$\((?:TASK_OFFSET=(?P<offset>\d+) )?sbatch --parsable "
+                         r"--array=0(?:-(?P<last>\d+))?(?:%\d+)?(?: --dependency=afterok:(?P<after>\S+))? "
+                         r"preprocess/c4/slurm_array\.sbatch (?P<step>\w+)\)")
+
+
+def arrays(text: str) -> List[dict]:
+    """The sbatch lines of ``text`` (``slurm``'s, the script header's, the manual's): each line's job, step,
+    TASK_OFFSET, largest array index, the tasks it runs (TASK_OFFSET + each index) and the jobs it waits for."""
+    found = []
+    for m in SBATCH_LINE.finditer(text):
+        offset, last = int(m["offset"] or 0), int(m["last"] or 0)
+        found.append(dict(job=m["job"], step=m["step"], offset=m["offset"], last=last,
+                          tasks=[offset + i for i in range(last + 1)],
+                          after=m["after"].replace("$", "").split(":") if m["after"] else []))
+    return found
+
+
 def test_slurm_array_script_as_plain_tasks(tmp_path, starts_process):
+    """The lines `slurm` prints with ARRAY_CHUNK=2, run as SLURM runs them (the script with SLURM_ARRAY_TASK_ID per
+    index and the line's TASK_OFFSET): each C4 file extracted once, then the steps after; an index past the last task
+    does nothing. A TASK_OFFSET that is no whole number, or one left set for a one-task step (every task of the
+    array would do nothing), is a usage error (exit 2) writing nothing."""
     kw = dict(C4_DIR=str(SAMPLE), OUT_DIR=str(tmp_path / "out"), VOCAB_SIZE="500", MAX_DOCS="30",
               VALID_MAX_DOCS="10")
     sbatch = SCRIPTS / "slurm_array.sbatch"
-    assert "#SBATCH --array=" in sbatch.read_text()
-    for task in range(4):  # 2 train + 1 validation file, one task too many
-        p = run(["bash", sbatch, "extract"], SLURM_ARRAY_TASK_ID=str(task), **kw)
+    for step, offset, says in (("extract", "1k", "TASK_OFFSET must be a whole number, not '1k'"),
+                               ("spm", "1", "TASK_OFFSET=1 is past the 1 task(s) of spm: ")):
+        p = run(["bash", sbatch, step], check=False, SLURM_ARRAY_TASK_ID="0", TASK_OFFSET=offset, **kw)
+        assert p.returncode == 2 and says in p.stderr.strip().splitlines()[-1], p.stderr
+    assert not (tmp_path / "out").exists()
+    lines = arrays(run([*C4, "slurm"], ARRAY_CHUNK="2", **kw).stdout)
+    assert [(a["step"], a["offset"], a["last"]) for a in lines] == [  # 3 extract tasks, 3 binarize tasks
+        ("extract", "0", 1), ("extract", "2", 0), ("spm", None, 0), ("binarize", "0", 1), ("binarize", "2", 0),
+        ("layout", None, 0)]
+    extracted = []
+    for a in lines:
+        shift = {"TASK_OFFSET": a["offset"]} if a["offset"] else {}
+        cpus = {"SLURM_CPUS_PER_TASK": "2"} if a["step"] == "binarize" else {}
+        for index in range(a["last"] + 1):
+            p = run(["bash", sbatch, a["step"]], SLURM_ARRAY_TASK_ID=str(index), **shift, **cpus, **kw)
+            extracted += re.findall(r"summary: (\S+\.json\.gz): documents=", p.stderr)
+    assert sorted(extracted) == sorted(map(str, (TRAIN0, TRAIN1, VALID)))  # each file once
+    p = run(["bash", sbatch, "extract"], SLURM_ARRAY_TASK_ID="1", TASK_OFFSET="2", **kw)  # one task too many
     assert "nothing to do for extract task 3" in p.stderr
-    run(["bash", sbatch, "spm"], SLURM_ARRAY_TASK_ID="0", **kw)
-    for task in range(3):
-        run(["bash", sbatch, "binarize"], SLURM_ARRAY_TASK_ID=str(task), SLURM_CPUS_PER_TASK="2", **kw)
-    run(["bash", sbatch, "layout"], SLURM_ARRAY_TASK_ID="0", **kw)
     check_layout(tmp_path / "out" / "data-bin", 2)
     done = json.loads((tmp_path / "out" / "bin" / "valid.done").read_text())
     assert done["workers"] == 2 and done["blank_lines"] == 10
+
+
+def test_slurm_cuts_arrays_past_max_array_size_and_runs_every_task_once(tmp_path, starts_process):
+    """SLURM refuses an array index past MaxArraySize - 1 (1000 by default), so all of C4 (1024 train files and one
+    validation file: 1025 extract and 1025 binarize tasks) could not be submitted as --array=0-1024. `slurm` cuts such
+    a step into arrays of at most ARRAY_CHUNK=1000 tasks, whose TASK_OFFSETs run each task once, and the next step
+    waits for all of them; the script's header and the manual show these lines (with %64), and the script's own
+    --array stays within 0-1000."""
+    c4 = tmp_path / "c4"
+    c4.mkdir()
+    for k in range(1024):
+        (c4 / f"c4-train.{k:05d}-of-01024.json.gz").touch()
+    (c4 / "c4-validation.00000-of-00008.json.gz").touch()
+    p = run([*C4, "slurm", c4], OUT_DIR=str(tmp_path / "out"), TASK_OFFSET="7")  # TASK_OFFSET: never passed on
+    printed = [ln for ln in p.stdout.splitlines() if "sbatch --parsable" in ln]
+    lines = arrays(p.stdout)
+    assert len(lines) == len(printed) == 6 and not any("TASK_OFFSET" in ln for ln in p.stdout.splitlines()
+                                                       if ln.startswith("export"))
+    tasks = {"extract": 1025, "spm": 1, "binarize": 1025, "layout": 1}
+    for step, n in tasks.items():
+        mine = [a for a in lines if a["step"] == step]
+        assert sorted(t for a in mine for t in a["tasks"]) == list(range(n)), step
+        assert max(a["last"] for a in mine) <= 999, step
+    assert [a["after"] for a in lines] == [[], [], ["extract0", "extract1"], ["spm"], ["spm"],
+                                           ["binarize0", "binarize1"]]
+    header = (SCRIPTS / "slurm_array.sbatch").read_text()
+    assert int(re.search(r"^#SBATCH --array=0-(\d+)", header, re.MULTILINE)[1]) <= 1000
+    manual = (REPO / "docs" / "data_pipeline.md").read_text()
+    for text in (header, manual):
+        shown = [ln.strip(" #").replace("%64", "") for ln in text.splitlines() if "sbatch --parsable" in ln]
+        assert shown == printed
 
 
 def test_run_one_job_at_a_time_and_usage_errors(tmp_path, starts_process):

@@ -19,7 +19,10 @@ the file (exit 1, no output): it would otherwise pass every step and fail pre-tr
 The output is written to ``OUT.partial`` and renamed when complete, then ``OUT.settings.json`` (the
 input's name and size, ``--max-docs``, and the summary) marks it finished. A rerun skips a finished
 OUT made with the same settings, refuses one made with other settings (exit 2, naming them; ``--force``
-redoes it) and redoes an OUT without its record (interrupted).
+redoes it) and redoes an OUT without its record (interrupted). A run holds ``OUT.lock`` (:mod:`tupe_common.lock`)
+while it looks at and writes OUT: a second run on the same OUT (an array task resubmitted while the first still runs)
+is refused (exit 2, naming the lock), since both would write ``OUT.partial`` and one could rename the other's
+half-written file onto OUT.
 """
 from __future__ import annotations
 
@@ -34,9 +37,9 @@ from typing import Dict, List, Optional
 from tupe_preprocess.c4_common import (Progress, SettingsMismatch, check_settings, claim, mb, open_binary,
                                         open_output)
 from tupe_common.errors import command_name, exit_main
-from tupe_common.io import atomic_path, read_json, write_json
+from tupe_common.io import atomic_path, need, read_json, write_json
+from tupe_common.lock import LockHeld, hold
 from tupe_common.log import get_logger
-from tupe_common.io import need
 
 PROG = "c4_extract"
 log = get_logger(PROG)
@@ -174,6 +177,16 @@ def main(argv: Optional[List[str]] = None) -> int:
     need(args.input)  # missing, or a folder: one line naming it, exit 1 (tupe_common.errors.exit_main)
     settings = {"input": os.path.basename(args.input), "input_bytes": os.path.getsize(args.input),
                 "max_docs": args.max_docs}
+    try:
+        with hold(args.output + ".lock", PROG, say=log.info):  # one run per OUTPUT, from its first look at OUTPUT
+            return write_output(args, settings)
+    except LockHeld as e:
+        log.error(f"{e}")
+        return 2
+
+
+def write_output(args: argparse.Namespace, settings: Dict[str, object]) -> int:
+    """``main``'s work, with OUTPUT's lock held: skip, refuse or (re)write OUTPUT and its record."""
     record = args.output + ".settings.json"
     if os.path.exists(args.output) and not args.force:
         done = read_json(record)

@@ -1,7 +1,7 @@
 """The C4 pipeline's steps and tasks, declared once, for ``python -m tupe_preprocess.c4 run`` (a folder of C4 files on
-this machine, JOBS tasks of a step at a time), ``python -m tupe_preprocess.c4 task STEP INDEX`` (one task: a SLURM array
-task of ``preprocess/c4/slurm_array.sbatch``), ``python -m tupe_preprocess.c4 slurm`` (the sbatch commands, an array per
-step sized to its tasks) and the study's ``prep`` stage (:func:`run` as a function).
+this machine, JOBS tasks of a step at a time), ``python -m tupe_preprocess.c4 task STEP INDEX`` (task INDEX +
+TASK_OFFSET: a SLURM array task of ``preprocess/c4/slurm_array.sbatch``), ``python -m tupe_preprocess.c4 slurm`` (the
+sbatch commands, arrays per step sized to its tasks) and the study's ``prep`` stage (:func:`run` as a function).
 
     1 extract   each C4 file -> TEXT_DIR/NAME.txt          tasks 0..T-1 the train files, T..T+V-1 the validation files
     2 spm       sentencepiece + dict.txt -> SPM_DIR        one task (a sample across the train texts)
@@ -36,6 +36,9 @@ from tupe_common.tunables import Say, Settings
 
 STEPS = ("extract", "spm", "binarize", "layout")
 STEP_COMMANDS = ("download", *STEPS)  # subcommands that run one step's module
+# SLURM refuses an array index past MaxArraySize - 1 (default MaxArraySize 1001: 0..1000, job_array.html), so `slurm`
+# cuts a step of more tasks into arrays of at most this many, each with its TASK_OFFSET: C4's 1025 -> 1000 + 25.
+ARRAY_CHUNK = 1000
 SAY = stderr_say("tupe_preprocess.c4")
 
 
@@ -95,13 +98,15 @@ def config_class() -> Type[Settings]:
         FORCE | 0/1 | 0 | 1: redo finished outputs (needed after changing a setting; otherwise refused)
         JOBS | auto/int1 | auto | run: tasks of a step at a time (auto: all usable cores)
         STEPS |  | 1234 | run: which steps
+        TASK_OFFSET | int0 | 0 | task: runs task INDEX + TASK_OFFSET (an array past SLURM's MaxArraySize, in chunks)
+        ARRAY_CHUNK | int1 | {array_chunk} | slurm: tasks per sbatch array at most (SLURM's default MaxArraySize 1001)
         """, max_docs=d["extract"].get_default("max_docs"), max_warnings=d["extract"].get_default("max_warnings"),
         vocab_size=d["spm"].get_default("vocab_size"), model_type=d["spm"].get_default("model_type"),
         sample_sentences=d["spm"].get_default("sample_sentences"), max_files=d["spm"].get_default("max_files"),
         character_coverage=d["spm"].get_default("character_coverage"), seed=d["spm"].get_default("seed"),
         tokens_per_sample=d["binarize"].get_default("tokens_per_sample"),
         chunk_bytes=d["binarize"].get_default("chunk_bytes"), link=d["layout"].get_default("link"),
-        model_types="/".join(MODEL_TYPES), link_modes="/".join(LINK_MODES))
+        model_types="/".join(MODEL_TYPES), link_modes="/".join(LINK_MODES), array_chunk=ARRAY_CHUNK)
     return tunables.settings_class("C4Config", rows, config_class.__doc__)
 
 
@@ -273,31 +278,48 @@ def run_steps(c: Settings, env: Mapping[str, str], say: Say, prog: str) -> int:
 
 def slurm(environ: Mapping[str, str], c4_dir: Optional[str] = None, say: Say = SAY) -> str:
     """The sbatch commands of ``preprocess/c4/slurm_array.sbatch`` for the steps STEPS, one array per step sized to
-    its tasks, each step after the one before, with the settings that differ from their defaults exported."""
+    its tasks (arrays of ARRAY_CHUNK tasks, each with its TASK_OFFSET, where a step has more), each step after all
+    arrays of the one before, with the settings that differ from their defaults exported."""
     env = dict(environ, **({"C4_DIR": c4_dir} if c4_dir else {}))
     c = read(env, say, "task")
     inputs = Inputs.of(c)
     lines = ["# Submit from the repository root, in one shell: sbatch passes these settings on to every task",
              f"export C4_DIR={shlex.quote(os.path.abspath(c.C4_DIR))}"]
     lines += [f"export {t.name}={shlex.quote(env[t.name])}" for t in c.tunables()
-              if t.name not in ("C4_DIR", "JOBS", "STEPS") and env.get(t.name) and env[t.name] != t.default]
+              if t.name not in ("C4_DIR", "JOBS", "STEPS", "TASK_OFFSET", "ARRAY_CHUNK") and env.get(t.name)
+              and env[t.name] != t.default]
     lines.append("export VENV=${VENV:-$PWD/.venv}")
-    previous = ""
+    previous: List[str] = []  # the jobs of the step before: this step's arrays start after all of them
     for n, step in enumerate(STEPS, 1):
         if str(n) not in c.STEPS:
             continue
         count = inputs.count(step)
-        array = f"--array=0-{count - 1}" if count > 1 else "--array=0"
-        after = f" --dependency=afterok:${previous}" if previous else ""
-        lines.append(f"{step}=$(sbatch --parsable {array}{after} preprocess/c4/slurm_array.sbatch {step})")
-        previous = step
+        after = " --dependency=afterok:" + ":".join(f"${job}" for job in previous) if previous else ""
+        chunks = range(0, count, c.ARRAY_CHUNK)
+        jobs = [step] if len(chunks) == 1 else [f"{step}{k}" for k in range(len(chunks))]
+        for job, offset in zip(jobs, chunks):
+            size = min(c.ARRAY_CHUNK, count - offset)
+            array = f"--array=0-{size - 1}" if size > 1 else "--array=0"
+            shift = f"TASK_OFFSET={offset} " if len(chunks) > 1 else ""
+            lines.append(f"{job}=$({shift}sbatch --parsable {array}{after} preprocess/c4/slurm_array.sbatch {step})")
+        previous = jobs
     return "\n".join(lines)
 
 
 def task(environ: Mapping[str, str], step: str, index: str, say: Say = SAY) -> int:
-    """One task with run's settings (a SLURM array task: slurm_array.sbatch)."""
+    """Task INDEX + TASK_OFFSET of ``step`` with run's settings (a SLURM array task: slurm_array.sbatch, INDEX its
+    SLURM_ARRAY_TASK_ID; TASK_OFFSET the first task of its array when a step's tasks are cut into arrays)."""
     if not index.isdigit():
         raise UsageError(f"INDEX must be a task number 0, 1, ... (not '{index}')")
     if step not in STEPS:
         raise UsageError(f"STEP must be one of: {' '.join(STEPS)} (not '{step}')")
-    return run_task(Inputs.of(read(environ, say, "task")), step, int(index), say)
+    c = read(environ, say, "task")
+    inputs, i = Inputs.of(c), int(index) + c.TASK_OFFSET
+    if c.TASK_OFFSET:
+        count = inputs.count(step)
+        if c.TASK_OFFSET >= count:  # every task of the array would do nothing: a TASK_OFFSET left set
+            raise UsageError(f"TASK_OFFSET={c.TASK_OFFSET} is past the {count} task(s) of {step}: it is the first "
+                             "task of an array when a step's tasks are cut into arrays (python -m tupe_preprocess.c4 "
+                             f"slurm prints them); unset it for {step}")
+        say(f"{step} task {i} (INDEX {index} + TASK_OFFSET {c.TASK_OFFSET})")
+    return run_task(inputs, step, i, say)
