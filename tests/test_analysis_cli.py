@@ -224,6 +224,53 @@ def test_probe_reports_accuracy_per_set_and_drop(nli_finetuned, spm_dir, tmp_pat
                                   "entailment, neutral, contradiction") in last, last
 
 
+LONG_TEXT, SHORT_TEXT = "a man walks his dog in the park " * 12, "a dog sleeps ."  # > the 64 positions; fits
+
+
+def probe_command(nli_finetuned, spm_dir, sets: Path, sets_of_pairs: dict, out: Path) -> list:
+    """``tupe-probe`` on the tiny NLI fine-tune, over ``{set: [(premise, hypothesis)]}`` written to ``sets``."""
+    sets.mkdir(exist_ok=True)
+    for name, pairs in sets_of_pairs.items():
+        write_lines(sets / f"{name}.jsonl", [json.dumps({"sentence1": a, "sentence2": b, "gold_label": "neutral"})
+                                             for a, b in pairs])
+    return [str(BIN / "tupe-probe"), str(nli_finetuned / "ckpt" / "checkpoint_last.pt"), "--sets-dir", str(sets),
+            "--data", str(nli_finetuned / "bin"), "--spm-model", str(spm_dir / "spm.model"), "--out-csv", str(out)]
+
+
+def test_probe_counts_the_cut_premises_of_each_set(nli_finetuned, spm_dir, tmp_path, starts_process):
+    """Each set's cut premises: a warning naming its file, and a `cut` column in the table and the CSV."""
+    sets, out = tmp_path / "sets", tmp_path / "probe.csv"
+    p = command_in_process(probe_command(nli_finetuned, spm_dir, sets, {
+        "original": [(SHORT_TEXT, SHORT_TEXT), (LONG_TEXT, SHORT_TEXT), (SHORT_TEXT, SHORT_TEXT)],
+        "shuffle_3": [(LONG_TEXT, SHORT_TEXT), (LONG_TEXT, SHORT_TEXT)]}, out))
+    assert f"{sets / 'original.jsonl'}: 1 of 3 premises cut from the right to fit the model's 64 positions" in p.stderr
+    assert f"{sets / 'shuffle_3.jsonl'}: 2 of 2 premises cut from the right" in p.stderr
+    rows = {r["set"]: r for r in csv.DictReader(out.open())}
+    assert (rows["original"]["cut"], rows["shuffle_3"]["cut"]) == ("1", "2")
+    table = p.stdout.splitlines()
+    assert table[0] == "| set | items | accuracy | Δ | vs | cut |"
+    assert any(line.startswith("| shuffle_3 | 2 |") and line.endswith("| original | 2 |") for line in table), table
+
+
+def test_probe_names_the_file_and_line_of_a_hypothesis_too_long(nli_finetuned, spm_dir, tmp_path, monkeypatch,
+                                                                starts_process):
+    """A hypothesis too long for the model even with one premise piece: one line naming its file and line and the
+    fix, exit 1 (an input error), before any set is scored and without an --out-csv."""
+    from tupe_tools.analysis import probing_eval
+
+    scored, real = [], probing_eval.predict_labels
+    monkeypatch.setattr(probing_eval, "predict_labels", lambda *a, **k: scored.append(a) or real(*a, **k))
+    sets, out = tmp_path / "sets", tmp_path / "probe.csv"
+    p = command_in_process(probe_command(nli_finetuned, spm_dir, sets, {
+        "original": [(SHORT_TEXT, SHORT_TEXT)], "random": [(SHORT_TEXT, SHORT_TEXT), (SHORT_TEXT, LONG_TEXT)]},
+        out), check=False)
+    last = p.stderr.strip().splitlines()[-1]
+    assert p.returncode == 1 and "Traceback" not in p.stderr and not out.exists() and not scored, p.stderr
+    assert last.startswith(f"error: {sets / 'random.jsonl'}:2: the hypothesis is ") and last.endswith(
+        "too long for the model's 64 positions even with its premise cut to one piece (at most 59); use a model "
+        "with more positions, or shorten or remove that pair"), last
+
+
 def test_pos_maps_of_a_learned_per_layer_prior(lm_bin, tmp_path, starts_process):
     from conftest import PRETRAIN_ARGS
 

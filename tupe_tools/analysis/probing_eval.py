@@ -4,7 +4,9 @@ The sets come from ``python -m tupe_preprocess.probing_sets`` (SNLI jsonl: ``sen
 ``gold_label``). The checkpoint is a ``sentence_prediction`` fine-tune whose label dictionary holds
 ``entailment``/``neutral``/``contradiction``; ``--data`` is its binarized data dir (``input0/dict.txt``,
 ``label/dict.txt``). Pairs are encoded as in training: ``<s> A </s> </s> B </s>``, the premise cut
-from the right when the pair is longer than the model's positions (counted). For the
+from the right when the pair is longer than the model's positions (a warning per set names its file, and the
+table's ``cut`` column counts them); a hypothesis that leaves no room for one premise piece stops the run,
+naming its file and line. For the
 ``non-entailment`` label of ``role_swap``, a prediction other than ``entailment`` is correct.
 Reports accuracy per set and the change against ``original`` (``role_swap`` against
 ``role_swap_original``, the same items unswapped), like the L&S paper's probing table.
@@ -16,7 +18,7 @@ import glob
 import json
 import os
 import sys
-from typing import Dict, List, Tuple
+from typing import Dict, List, NamedTuple, Tuple
 
 import torch
 from fairseq.data.data_utils import collate_tokens
@@ -43,6 +45,10 @@ def read_set(path: str) -> List[Tuple[str, str, str]]:
     return items
 
 
+class HypothesisTooLong(ValueError):
+    """A pair whose hypothesis, with <s>, the separators and one premise piece, is longer than the model's positions."""
+
+
 def pair_tokens(hub, premise: str, hypothesis: str) -> Tuple[torch.Tensor, bool]:
     """``<s> A </s> </s> B </s>`` ids; A is cut from the right to fit. Returns (ids, truncated)."""
     d = hub.task.source_dictionary
@@ -52,26 +58,37 @@ def pair_tokens(hub, premise: str, hypothesis: str) -> Tuple[torch.Tensor, bool]
         return d.encode_line(pieces, append_eos=False, add_if_not_exist=False).long().tolist()
 
     a, b = ids(premise), ids(hypothesis)
-    room = hub.model.max_positions() - len(b) - 4
+    limit = hub.model.max_positions()
+    room = limit - len(b) - 4  # <s>, </s> </s> between the two, </s>
     if room < 1:
-        raise ValueError(f"hypothesis of {len(b)} tokens does not fit in {hub.model.max_positions()} positions")
+        raise HypothesisTooLong(f"the hypothesis is {len(b)} pieces, too long for the model's {limit} positions even "
+                                f"with its premise cut to one piece (at most {limit - 5})")
     truncated = len(a) > room
     return torch.tensor([d.bos(), *a[:room], d.eos(), d.eos(), *b, d.eos()]), truncated
 
 
+def encode_set(hub, path: str, items: List[Tuple[str, str, str]]) -> Tuple[List[torch.Tensor], int]:
+    """The ids of each pair of the set at ``path`` (``read_set``'s items: item i is line i + 1), and how many
+    premises were cut; a pair that cannot fit stops here, naming its line, before the model scores any set."""
+    encoded = []
+    for lineno, (premise, hypothesis, _) in enumerate(items, 1):
+        try:
+            encoded.append(pair_tokens(hub, premise, hypothesis))
+        except HypothesisTooLong as e:
+            raise HypothesisTooLong(f"{path}:{lineno}: {e}; use a model with more positions, or shorten or remove "
+                                    "that pair") from None
+    return [ids for ids, _ in encoded], sum(cut for _, cut in encoded)
+
+
 @torch.no_grad()
-def predict_labels(hub, pairs: List[Tuple[str, str]], batch_size: int = 64) -> List[str]:
+def predict_labels(hub, encoded: List[torch.Tensor], batch_size: int = 64) -> List[str]:
     labels = hub.task.label_dictionary
-    out, truncated = [], 0
-    for start in range(0, len(pairs), batch_size):
-        encoded = [pair_tokens(hub, a, b) for a, b in pairs[start : start + batch_size]]
-        truncated += sum(t for _, t in encoded)
-        batch = [ids for ids, _ in encoded]
-        tokens = collate_tokens(batch, pad_idx=hub.task.source_dictionary.pad())  # right padding
+    out = []
+    pad = hub.task.source_dictionary.pad()
+    for start in range(0, len(encoded), batch_size):
+        tokens = collate_tokens(encoded[start : start + batch_size], pad_idx=pad)  # right padding
         pred = hub.predict("sentence_classification_head", tokens).argmax(dim=-1)
         out += [labels[int(p) + labels.nspecial] for p in pred]
-    if truncated:
-        log.warning(f"{truncated} of {len(pairs)} premises were cut to fit the model")
     return out
 
 
@@ -83,16 +100,26 @@ def accuracy(gold: List[str], pred: List[str]) -> float:
     return 100.0 * sum(hits) / len(hits)
 
 
-def evaluate(hub, sets_dir: str, batch_size: int = 64) -> Dict[str, Tuple[int, float]]:
-    results = {}
+class SetResult(NamedTuple):
+    items: int
+    accuracy: float
+    cut: int  # pairs whose premise was cut to fit the model
+
+
+def evaluate(hub, sets_dir: str, batch_size: int = 64) -> Dict[str, SetResult]:
+    sets = {}  # every set encoded first: a pair that cannot fit, or no original, fails before any scoring
     for path in sorted(glob.glob(os.path.join(sets_dir, "*.jsonl"))):
         items = read_set(path)
         if items:
-            pred = predict_labels(hub, [(a, b) for a, b, _ in items], batch_size)
-            results[os.path.basename(path)[: -len(".jsonl")]] = (len(items), accuracy([g for *_, g in items], pred))
-    if "original" not in results:
+            encoded, cut = encode_set(hub, path, items)
+            if cut:
+                log.warning(f"{path}: {cut} of {len(items)} premises cut from the right to fit the model's "
+                            f"{hub.model.max_positions()} positions (the table's 'cut' column)")
+            sets[os.path.basename(path)[: -len(".jsonl")]] = (items, encoded, cut)
+    if "original" not in sets:
         raise ValueError(f"{sets_dir}: no original.jsonl (make the sets with python -m tupe_preprocess.probing_sets)")
-    return results
+    return {name: SetResult(len(items), accuracy([g for *_, g in items], predict_labels(hub, encoded, batch_size)), cut)
+            for name, (items, encoded, cut) in sets.items()}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -108,15 +135,16 @@ def run(args: argparse.Namespace) -> int:
                          "with KEEP_CHECKPOINTS=1, --data GLUE_BIN/MNLI-bin)")
     results = evaluate(hub, args.sets_dir, args.batch_size)
     rows = []
-    for name, (n, acc) in results.items():
+    for name, r in results.items():
         base = BASELINE.get(name, "original")
-        delta = acc - results[base][1] if base in results and name != base else None
-        rows.append({"set": name, "items": n, "accuracy": round(acc, 2),
-                     "delta": "" if delta is None else round(delta, 2), "baseline": base if delta is not None else ""})
-    print("| set | items | accuracy | Δ | vs |\n|---|---|---|---|---|")
+        delta = r.accuracy - results[base].accuracy if base in results and name != base else None
+        rows.append({"set": name, "items": r.items, "accuracy": round(r.accuracy, 2),
+                     "delta": "" if delta is None else round(delta, 2), "baseline": base if delta is not None else "",
+                     "cut": r.cut})
+    print("| set | items | accuracy | Δ | vs | cut |\n|---|---|---|---|---|---|")
     for r in rows:
         delta = "" if r["delta"] == "" else f"{r['delta']:+.2f}"
-        print(f"| {r['set']} | {r['items']} | {r['accuracy']:.2f} | {delta} | {r['baseline']} |")
+        print(f"| {r['set']} | {r['items']} | {r['accuracy']:.2f} | {delta} | {r['baseline']} | {r['cut']} |")
     if args.out_csv:
         write_csv(args.out_csv, rows)
     return 0
