@@ -350,6 +350,49 @@ def test_spm_vocab_too_large_is_a_clear_error(tmp_path, texts, starts_process):
     assert 3 < small.get_piece_size() < 5000
 
 
+def test_a_second_spm_into_a_folder_being_written_is_refused(tmp_path, texts, starts_process):
+    """The spm task resubmitted while its first run still trains (the first reads a FIFO held open), here with another
+    --vocab-size: the second exits 2 at once, one line naming OUT_DIR's lock and the way out, and changes nothing; the
+    first then finishes as if alone. (Without the lock the second took the first's record, which has no summary yet,
+    for an interrupted run's, trained and wrote its own model, dict.txt and record (exit 0), and the first then wrote
+    its own over them.)"""
+    import errno
+
+    from process_tree import assert_none_left, marked, start, wait_for
+
+    src, out = tmp_path / "train0.txt", tmp_path / "spm"
+    os.mkfifo(src)
+    mark = marked(env())
+    first = start([str(c) for c in train_spm(out, src)], mark, cwd=REPO)
+    fd = []
+
+    def opened() -> bool:  # the write end opens once the step has opened its end (ENXIO before): never blocks
+        try:
+            fd.append(os.open(src, os.O_WRONLY | os.O_NONBLOCK))
+        except OSError as e:
+            assert e.errno == errno.ENXIO and first.poll() is None, first.communicate()
+        return bool(fd)
+
+    wait_for(opened, 60, "the step did not open its input")  # after its record: it samples the input
+    os.set_blocking(fd[0], True)
+    lock = Path(os.path.realpath(out)) / ".run.lock"
+    with os.fdopen(fd[0], "wb") as feed:
+        before = {f.name: f.read_bytes() for f in out.iterdir()}
+        second = run(train_spm(out, texts["train0"], vocab=400), check=False)
+        assert second.returncode == 2, second.stderr
+        assert sorted(before) == [".run.lock", "settings.json"]  # the first's record (no summary yet) and lock
+        last = second.stderr.strip().splitlines()[-1]
+        assert last.startswith(f"c4_spm: error: {lock.parent} is in use by another run (pid {first.pid} on ") and (
+            f"lock {lock}): " in last and last.endswith(f"remove {lock} and rerun")), last
+        assert {f.name: f.read_bytes() for f in out.iterdir()} == before
+        assert first.poll() is None
+        feed.write(texts["train0"].read_bytes())
+    assert first.wait(timeout=120) == 0, first.communicate()
+    assert_none_left(mark)
+    assert sorted(f.name for f in out.iterdir()) == ["dict.txt", "settings.json", "spm.model", "spm.vocab"]
+    assert json.loads((out / "settings.json").read_text())["settings"]["vocab_size"] == 500
+
+
 def test_stride_and_reservoir_sampling(tmp_path):
     from tupe_preprocess.c4_spm import reservoir_sample, stride_select
 
@@ -467,6 +510,9 @@ def looks_complete_to_fairseq(prefix: Path) -> bool:
 
 
 def test_sigkill_mid_run_then_rerun(tmp_path, spm_dir, texts, reference_bin, starts_process):
+    """A second run on a prefix being written is refused (exit 2, one line naming PREFIX.lock and the way out) and
+    changes nothing; SIGKILL leaves no loadable output and the lock, which the rerun (a resubmitted task on the same
+    host) takes over at once: it redoes the shard byte for byte."""
     prefix = tmp_path / "bin" / "train0"
     cmd = [str(c) for c in binarize(spm_dir, prefix, texts["train0"], workers=2, chunk=20000)]
     # 1 s per chunk: the run is still going when the second one (which imports torch first) starts
@@ -480,10 +526,17 @@ def test_sigkill_mid_run_then_rerun(tmp_path, spm_dir, texts, reference_bin, sta
         time.sleep(0.05)
     workers = children_of(proc.pid)
     assert len(workers) == 2  # the pool
+    lock = Path(os.path.realpath(prefix.parent)) / "train0.lock"
+    held = lock.read_bytes()
     second = run(cmd, check=False)  # a second run on the same shard refuses to start
-    assert second.returncode == 1 and "another process is binarizing" in second.stderr
+    last = second.stderr.strip().splitlines()[-1]
+    assert second.returncode == 2 and last.startswith(
+        f"c4_binarize: error: {lock.with_suffix('')} is in use by another run (pid {proc.pid} on ") and (
+        f"lock {lock}): " in last and last.endswith(f"remove {lock} and rerun")), second.stderr
+    assert lock.read_bytes() == held and not Path(f"{prefix}.bin").exists()
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
+    assert lock.read_bytes() == held  # a killed run leaves its lock
     for ext in ("bin", "idx", "done"):
         assert not Path(f"{prefix}.{ext}").exists(), ext
     assert not looks_complete_to_fairseq(prefix)
@@ -492,6 +545,8 @@ def test_sigkill_mid_run_then_rerun(tmp_path, spm_dir, texts, reference_bin, sta
         assert time.time() < deadline, "pool workers outlived the killed parent"
         time.sleep(0.1)
     p = run(cmd)
+    assert f"taking over {lock}: the run that held it (pid {proc.pid} " in p.stderr
+    assert f"is gone: pid {proc.pid} is not running on this host" in p.stderr
     assert "incomplete (partial output of an interrupted run); redoing" in p.stderr
     assert same_bytes(str(prefix), reference_bin)
     assert not partial.exists() and not Path(f"{prefix}.idx.partial").exists()
@@ -790,7 +845,8 @@ def test_run_one_job_at_a_time_and_usage_errors(tmp_path, starts_process):
         p = run([*C4, "run", SAMPLE], check=False, OUT_DIR=str(out), JOBS=jobs, STEPS="1", MAX_DOCS="6",
                 VALID_MAX_DOCS="5")
         assert p.returncode == 2 and "max_docs: recorded 5, now 6" in p.stderr, (jobs, p.stderr)
-        assert p.stderr.rstrip().endswith("or FORCE=1 to redo outputs made with other settings"), p.stderr
+        assert p.stderr.rstrip().endswith("or FORCE=1 to redo outputs made with other settings (an output in use: "
+                                       "wait for the run that holds its lock)"), p.stderr
     for cmd, kw, says in (
             ([*C4, "run", SAMPLE], {"STEPS": "15"}, "STEPS: the step numbers to run"),
             ([*C4, "run", SAMPLE], {"JOBS": "two"}, "JOBS must be auto or a positive whole number, not 'two'"),

@@ -19,7 +19,9 @@ renames leaves no loadable dataset), then ``PREFIX.done`` (JSON: input names/siz
 hashes, output sizes) is written. A shard counts as finished only with a ``.done`` that matches the
 inputs and the outputs; otherwise a rerun deletes ``.done``, ``.idx``, ``.bin`` (in that order) and
 redoes it. An error (a full disk among them: one line naming ``PREFIX.bin``) removes both partial
-files. A ``PREFIX.lock`` (flock) stops two runs on the same prefix.
+files. A run holds ``PREFIX.lock`` (:mod:`tupe_common.lock`) while it looks at and writes PREFIX's files: a second
+run on the same prefix (an array task resubmitted while the first still runs) is refused (exit 2, naming the lock); a
+killed run's lock is taken over by the next run (at once on the same host, after 10 minutes on another).
 
 Test hooks (environment): ``C4_BINARIZE_TEST_SLEEP`` seconds to sleep after each chunk;
 ``C4_BINARIZE_TEST_KILL=after_bin_rename`` SIGKILLs the process between the two renames.
@@ -28,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import fcntl
 import itertools
 import json
 import os
@@ -43,6 +44,7 @@ from tupe_preprocess.c4_common import Progress, SettingsMismatch, check_settings
 from tupe_common.errors import command_name, exit_main
 from tupe_common.io import atomic_open, file_hash, read_json, fsync_dir, fsync_file, raise_if_full, remove_if_exists
 from tupe_common.jobs import cores
+from tupe_common.lock import LockHeld, hold
 from tupe_common.log import get_logger
 from tupe_common.mmap_index import token_dtype_for, write_index
 from tupe_common.ordered_pool import OrderedPool
@@ -216,18 +218,13 @@ def binarize(inputs: Sequence[str], prefix: str, model: str, dict_path: str, wor
 
     Lines longer than a ``masked_lm`` block of ``tokens_per_sample`` are split (0: never split).
     Raises :class:`SettingsMismatch` if ``prefix`` is complete but was made with another
-    ``tokens_per_sample`` (unless ``force``).
+    ``tokens_per_sample`` (unless ``force``), :class:`LockHeld` if another live run holds ``PREFIX.lock``.
     """
     workers = workers or cores()  # respects SLURM/cgroup CPU binding
     max_in_flight = max_in_flight or 2 * workers
-    os.makedirs(os.path.dirname(os.path.abspath(prefix)), exist_ok=True)
-    lock = open(prefix + ".lock", "w")
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        lock.close()
-        raise RuntimeError(f"another process is binarizing {prefix} ({prefix}.lock is held)") from None
-    try:
+    # one run per PREFIX, from its first look at PREFIX's files: a second run (an array task resubmitted while the
+    # first still writes) would write the same .partial files; LockHeld (exit 2) names the lock and the way out
+    with hold(prefix + ".lock", PROG, say=log.info):
         ident = identity(inputs, model, dict_path)
         settings = {"tokens_per_sample": tokens_per_sample}
         theirs = [f"{prefix}.{ext}" for ext in ("bin", "idx") if os.path.exists(f"{prefix}.{ext}")]
@@ -254,9 +251,6 @@ def binarize(inputs: Sequence[str], prefix: str, model: str, dict_path: str, wor
             json.dump(summary, f, indent=1)
         remove_if_exists(prefix + WRITING)
         return summary
-    finally:
-        remove_if_exists(prefix + ".lock")  # still held: a concurrent run fails its flock, not waits
-        lock.close()
 
 
 def _run(inputs: Sequence[str], prefix: str, model: str, dict_path: str, workers: int,
@@ -362,7 +356,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     try:
         s = binarize(args.inputs, args.out, args.spm_model, args.dict, args.workers, args.chunk_bytes,
                      args.max_in_flight, args.progress_seconds, args.force, args.tokens_per_sample)
-    except SettingsMismatch as e:
+    except (SettingsMismatch, LockHeld) as e:
         log.error(f"{e}")
         return 2
     except (ValueError, RuntimeError, UnicodeDecodeError) as e:

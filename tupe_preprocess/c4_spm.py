@@ -11,7 +11,10 @@ Training uses sentencepiece's default special ids (``<unk>=0 <s>=1 </s>=2``, no 
 :func:`tupe_preprocess.spm_dict.write_fairseq_dict`), then ``settings.json`` (the training settings and
 input file names; it marks the step finished). A rerun with the same settings skips; with other
 settings (e.g. a trial vocabulary, then the full one) it refuses, naming them (exit 2), unless
-``--force``; outputs without ``settings.json`` (an interrupted run) are redone.
+``--force``; outputs without ``settings.json`` (an interrupted run) are redone. A run holds ``OUT_DIR/.run.lock``
+(:mod:`tupe_common.lock`) while it looks at and writes the folder: a second run on it (the spm task resubmitted while
+the first still trains) is refused (exit 2, naming the lock), since it would take the first's unfinished record for
+an interrupted run's and write its own model, dict.txt and record over the first's, whatever its settings.
 """
 from __future__ import annotations
 
@@ -26,6 +29,7 @@ import sentencepiece as spm
 
 from tupe_preprocess.c4_common import Progress, SettingsMismatch, check_settings, claim, mb, open_binary
 from tupe_common.io import read_json, remove_if_exists, write_json
+from tupe_common.lock import LockHeld, folder_lock, hold
 from tupe_common.log import get_logger
 from tupe_common.errors import command_name, UsageError, exit_main
 from tupe_preprocess.spm_dict import id_offset, write_fairseq_dict
@@ -167,6 +171,16 @@ def main(argv: Optional[List[str]] = None) -> int:
         need(p)  # missing, or a folder: one line naming it, exit 1 (tupe_common.errors.exit_main)
     settings["inputs"] = [os.path.basename(p) for p in sampled]
     settings["input_bytes"] = [os.path.getsize(p) for p in sampled]  # a text made again (another MAX_DOCS) differs
+    try:
+        with hold(folder_lock(args.out_dir), PROG, say=log.info):  # one run per OUT_DIR, from its first look at it
+            return write_outputs(args, settings)
+    except LockHeld as e:
+        log.error(f"{e}")
+        return 2
+
+
+def write_outputs(args: argparse.Namespace, settings: dict) -> int:
+    """``main``'s work, with OUT_DIR's lock held: skip, refuse or (re)train the outputs and write their record."""
     record = os.path.join(args.out_dir, "settings.json")
     done = read_json(record)
     there = [os.path.join(args.out_dir, o) for o in OUTPUTS if os.path.exists(os.path.join(args.out_dir, o))]

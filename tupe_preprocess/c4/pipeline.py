@@ -264,7 +264,7 @@ def run_steps(c: Settings, env: Mapping[str, str], say: Say, prog: str) -> int:
             failed, usage = ran.failed, ran.usage_error is not None
         if usage:
             say(f"error: step {step} stopped at a task's usage error (the message above): fix what it names, or "
-                "FORCE=1 to redo outputs made with other settings")
+                "FORCE=1 to redo outputs made with other settings (an output in use: wait for the run that holds its lock)")
             return 2
         if failed:
             say(f"error: step {step} failed for {len(failed)} of {count} task(s) (messages above); fix them and rerun: "
