@@ -204,6 +204,11 @@ def test_fairseq_error_is_the_plugins_last_line_or_the_last_exception():
     assert fairseq_error("Traceback (most recent call last):\n  File \"a\", line 1\nRuntimeError: CUDA out of memory\n") \
         == "RuntimeError: CUDA out of memory"
     assert fairseq_error("x | INFO | done\n") == ""
+    # a divergence, then fairseq's NaN detector's re-run failing on its own: the divergence is the reason
+    nan = ("Traceback (most recent call last):\n  File \"t\", line 1\nFloatingPointError: gradients are Nan/Inf\n"
+           "x | WARNING | fairseq.nan_detector | NaN detected\nTraceback (most recent call last):\n  File \"n\", "
+           "line 2\nTypeError: 'NoneType' object is not subscriptable\n")
+    assert fairseq_error(nan) == "diverged (FloatingPointError: gradients are Nan/Inf)"
 
 
 def test_last_error_of_a_log():

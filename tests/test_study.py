@@ -1410,6 +1410,26 @@ def test_lr_sweep_chooses_declares_and_refuses_another_choice(tiny_study, tmp_pa
     assert again.returncode == 2 and f"< CHOSEN_LRS=nope:{other}\n> CHOSEN_LRS=nope:{chosen}" in again.stderr
 
 
+def test_a_sweep_run_that_diverges_is_the_worst_at_its_lr_and_the_study_goes_on(tiny_study, tmp_path):
+    """A sweep run that fairseq stops on a non-finite gradient (LR 1e30: FloatingPointError) has ended as diverged,
+    the worst at its LR by the declared rule, so the sweep finishes and the confirmation runs; it failed the part
+    before 2026-12-07, and the confirmation then refused to start (the sweep never finished)."""
+    out = tmp_path / "study"
+    (out / "locality").mkdir(parents=True)
+    shutil.copytree(tiny_study.out / "c4", out / "c4")
+    shutil.copy(tiny_study.out / "locality" / "heldout.txt", out / "locality" / "heldout.txt")
+    env = dict(tiny_study.env, TASKS="none", LR_GRID="1e-3 1e30", SWEEP_SEEDS="7", PRETRAIN_SEEDS="1",
+               TOTAL_UPDATES="3", WARMUP="1", VALID_POINTS="1", LENGTH_FACTORS="1")
+    p = study(out, "--stages", "sweep,pretrain", **env)
+    assert "pre-training nope seed 7 at LR 1e+30 diverged (FloatingPointError: gradients are Nan/Inf)" in p.stderr
+    done = (out / "sweep" / "nope" / "lr1e30" / "seed7" / "pretrain.done").read_text().splitlines()
+    assert done[1:] == ["diverged: gradients are Nan/Inf"]
+    assert "CHOSEN_LRS=nope:1e30" not in (out / "settings.env").read_text()
+    assert (out / "pretrain" / "nope" / "seed1" / "pretrain.done").is_file()  # the confirmation ran
+    table = (out / "report.md").read_text().split("## Learning-rate sweep")[1]
+    assert next(line for line in table.splitlines() if line.startswith("| 1e30")) == "| 1e30 | diverged | diverged |"
+
+
 @pytest.fixture(scope="module")
 def with_electra(tiny_study) -> SimpleNamespace:
     """ELECTRA beside it (OBJECTIVES is not a recorded setting: adding an objective adds models, as a variant

@@ -37,6 +37,9 @@ def test_lowest_mean_ties_to_the_smaller_lr_and_a_diverged_run_is_the_worst():
     # one diverged seed makes its LR the worst, however good the other seed
     assert sweep.lowest_mean({1e-3: {1: 9.0, 2: 9.0}, 3e-3: {1: 6.0, 2: math.nan}}) == 1e-3
     assert sweep.lowest_mean({1e-3: {1: 9.0}, 3e-3: {1: None}}) == 1e-3
+    # equal in the logged decimals (6.0002 both), unequal as float means (6.0001999999999995 and 6.0002): a tie
+    assert sweep.lowest_mean({3e-3: {1: 6.0, 2: 6.0004}, 1e-3: {1: 6.0002, 2: 6.0002}}) == 1e-3
+    assert sweep.lowest_mean({3e-3: {1: 6.0, 2: 6.0003}, 1e-3: {1: 6.0002, 2: 6.0002}}) == 3e-3  # 6.00015 is lower
 
 
 def fake_runs(losses):
@@ -108,6 +111,13 @@ def test_flatness_tells_still_falling_decay_and_levelled_apart():
     assert got["d"].rate_ratio == pytest.approx((0.06 / 0.04) / (0.3 / 0.12), rel=0.02)
     assert got["d"].verdict == "flattened by the LR decay" and got["l"].verdict == "levelled off"
     assert flatness.flatness({"x": [{600: 9.0, 800: 8.0}]}, {}, 0, total) == []  # no final validation
+    # falling in the last window only (the window before rose or stayed): learning faster, not levelled off
+    late = flatness.flatness({"r": [{600: 5.0, 800: 5.01, 1000: 4.95}], "s": [{600: 5.0, 800: 5.0, 1000: 4.95}],
+                              "u": [{600: 5.0, 800: 5.01, 1000: 5.02}]}, {"r": 1.0, "s": 1.0, "u": 1.0}, 0, total)
+    got = {r.model: r for r in late}
+    assert got["r"].rate_ratio == got["s"].rate_ratio == math.inf
+    assert got["r"].verdict == got["s"].verdict == "flattened by the LR decay"
+    assert got["u"].rate_ratio is None and got["u"].verdict == "levelled off"  # rising at the end: not falling
 
 
 def test_flatness_gaps_are_the_declared_pairs_or_the_span():

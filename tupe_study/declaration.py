@@ -94,6 +94,7 @@ def parse_declaration(text: str) -> List[Endpoint]:
             raise UsageError(f"ENDPOINTS entry '{entry}' is given twice")
         out.append(e)
     refuse_repeated_questions(out)
+    refuse_two_halfway_targets(out)
     return out
 
 
@@ -137,6 +138,17 @@ def refuse_repeated_questions(endpoints: Sequence[Endpoint]) -> None:
             raise UsageError(f"ENDPOINTS entries '{asked[question]}' and '{entry}' ask one question ({e.measure} of "
                              f"{e.a} against {e.b}, a two-sided test either way round): declare it once")
         asked[question] = entry
+
+
+def refuse_two_halfway_targets(endpoints: Sequence[Endpoint]) -> None:
+    """``halfway`` is resolved once (``UPDATES_TO_TARGET``, from B's sweep): ``updates_to@halfway`` entries with
+    different B would each need their own target, so they are a UsageError naming both (give one a number of bits)."""
+    halfway = [e for e in endpoints if e.measure == UPDATES_TO and e.target == HALFWAY]
+    other = next((e for e in halfway if e.b != halfway[0].b), None)
+    if other is not None:
+        raise UsageError(f"ENDPOINTS entries '{halfway[0].entry}' and '{other.entry}': halfway is one target, "
+                         f"resolved from one B's sweep ({halfway[0].b}, not also {other.b}): give the other a target "
+                         "in bits (updates_to@BITS:A:B)")
 
 
 def parse_margin(text: str) -> Optional[float]:

@@ -90,9 +90,11 @@ def updates_to_lines(results: Sequence[EndpointResult], total_updates: int) -> L
          "both models are censored are ties, dropped and counted; a seed with one side censored counts with its "
          "known sign (the censored model is later). Its interval is the sign test's own, the distribution-free "
          "**order-statistic interval** of the median difference: the order statistics (k, n + 1 - k) of the n "
-         "measured differences (every seed but the both-censored ones) for the largest k with 2 P(X < k) <= 0.05, "
-         "at its exact coverage (at least 95%; below 6 seeds none exists: (−∞, +∞)); an end that is a censored "
-         "difference is a bound too. No TOST: the declared margin is in bits. Its Holm p is that of the whole "
+         "seeds' differences for the largest k with 2 P(X < k) <= 0.05, at its exact coverage (at least 95%; below 6 "
+         "seeds none exists: (−∞, +∞)), censored pairs ranked last: a censored difference is only a bound, so for "
+         "the upper end a seed censored on a's side (or both) counts as +∞ and for the lower end one censored on "
+         "b's side (or both) as −∞, and the interval holds whatever the censored updates are; the median ranks them "
+         "so too (—: undetermined). No TOST: the declared margin is in bits. Its Holm p is that of the whole "
          "family above; a difference is shown when it is at most "
          f"{FAMILY_LEVEL:g}.", "",
          "| declared comparison | target (bits) | " + "".join(f"seed {s} | " for s in seeds)

@@ -149,14 +149,19 @@ def _sign(diff: float, censored: str) -> int:
 
 def sign_test(diffs: Mapping[int, float], censored: Mapping[int, str], level: float = 0.95) -> SignTest:
     """The exact sign test of the per-seed differences (0 and both-censored pairs are ties, dropped; a one-sided
-    censored pair enters with its known sign), and the median with its order-statistic interval over the measured
-    differences (every pair but the both-censored ones, which have none)."""
+    censored pair enters with its known sign), and the median with its order-statistic interval over every pair,
+    censored ones ranked last: a censored difference is only a bound (A censored: the true one is larger), so for the
+    upper end a pair censored on A's side (or both) is +inf, for the lower end one censored on B's side (or both)
+    -inf, and the interval covers the median at its stated coverage whatever the censored updates are. The median
+    ranks them so too (+inf / -inf; both-censored pairs left out; NaN when the middle is undetermined)."""
     signs = [_sign(d, censored.get(s, "")) for s, d in diffs.items()]
-    measured = [d for s, d in diffs.items() if censored.get(s) != "ab"]
-    low, high, coverage = median_interval(measured, level)
-    center = statistics.median(measured) if measured else math.nan
+    side = {s: censored.get(s, "") for s in diffs}
+    low, _, coverage = median_interval([-math.inf if "b" in side[s] else d for s, d in diffs.items()], level)
+    _, high, _ = median_interval([math.inf if "a" in side[s] else d for s, d in diffs.items()], level)
+    ranked = [{"a": math.inf, "b": -math.inf}.get(side[s], d) for s, d in diffs.items() if side[s] != "ab"]
+    center = statistics.median(ranked) if ranked else math.nan
     positive, negative = signs.count(1), signs.count(-1)
-    return SignTest(len(measured), center, low, high, coverage, sign_test_p(positive, negative), positive, negative)
+    return SignTest(len(diffs), center, low, high, coverage, sign_test_p(positive, negative), positive, negative)
 
 
 def tost_p(values: Sequence[float], margin: float, sd_floor: float = 0.0) -> float:

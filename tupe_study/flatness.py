@@ -9,6 +9,7 @@ shrank ("flattened by the LR decay": more budget could still lower it); below ha
 """
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
@@ -35,7 +36,8 @@ class Flatness:
     seeds: int
     last: float  # mean over seeds of loss(0.8 N) - loss(N): > 0 while falling
     before: float  # the same over 0.6 N .. 0.8 N
-    rate_ratio: Optional[float]  # (last / its LR area) / (before / its LR area); None when before <= 0
+    rate_ratio: Optional[float]  # (last / its LR area) / (before / its LR area); +inf when only the last fell; None
+    # when the last window did not fall
     gap: Optional[float]  # the gap it is read against (bits)
 
     @property
@@ -56,6 +58,14 @@ def window_changes(curve: Mapping[int, float], total: int) -> Optional[Tuple[flo
     return at[0] - at[1], at[1] - curve[total]
 
 
+def rate_ratio(last: float, before: float, a_last: float, a_before: float) -> Optional[float]:
+    """The last window's loss change per unit of LR area over the window before's; +inf when the loss falls in the
+    last window only (it learns faster than before, not slower); None when it does not fall in the last window."""
+    if last <= 0 or a_last <= 0:
+        return None
+    return (last / a_last) / (before / a_before) if before > 0 else float("inf")
+
+
 def flatness(curves: Mapping[str, Sequence[Mapping[int, float]]], gaps: Mapping[str, float], warmup: int,
              total: int) -> List[Flatness]:
     """Per model (its finished seeds' curves), the change over the last window and the window before, and the
@@ -69,7 +79,7 @@ def flatness(curves: Mapping[str, Sequence[Mapping[int, float]]], gaps: Mapping[
             continue
         before = statistics.fmean(c[0] for c in changes)
         last = statistics.fmean(c[1] for c in changes)
-        ratio = (last / a_last) / (before / a_before) if before > 0 and a_last > 0 else None
+        ratio = rate_ratio(last, before, a_last, a_before)
         out.append(Flatness(model, len(changes), last, before, ratio, gaps.get(model)))
     return out
 
@@ -110,7 +120,7 @@ def flatness_lines(rows: Sequence[Flatness], warmup: int, total: int) -> List[st
          "| model | seeds | change, last 20% | change, 20% before | per-LR-area ratio | gap | reading |",
          "|---|---|---|---|---|---|---|"]
     for r in rows:
-        ratio = "—" if r.rate_ratio is None else f"{r.rate_ratio:.2f}"
+        ratio = "—" if r.rate_ratio is None else "+∞" if math.isinf(r.rate_ratio) else f"{r.rate_ratio:.2f}"
         gap = "—" if r.gap is None else f"{r.gap:.4f}"
         L.append(f"| {r.model} | {r.seeds} | {r.last:+.4f} | {r.before:+.4f} | {ratio} | {gap} | **{r.verdict}** |")
     falling = [r.model for r in rows if r.verdict == "still falling"]

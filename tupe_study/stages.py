@@ -149,8 +149,10 @@ def run_pretrain(plan: Plan, label: str, seed: int) -> int:
     return pretrain_into(plan, label, seed, plan.pretrain_dir(label, seed), lr)
 
 
-def pretrain_into(plan: Plan, label: str, seed: int, out: str, lr: float) -> int:
-    """Pre-trains ``label`` with ``seed`` at peak LR ``lr`` into ``out`` (a confirmation or a sweep run)."""
+def pretrain_into(plan: Plan, label: str, seed: int, out: str, lr: float, divergence_ends: bool = False) -> int:
+    """Pre-trains ``label`` with ``seed`` at peak LR ``lr`` into ``out`` (a confirmation or a sweep run).
+    ``divergence_ends`` (the sweep): a run that fairseq stops on a loss or gradient that is not finite has ended, as
+    a diverged run (``pretrain.done`` says so; its final loss is missing, the worst at its LR by the declared rule)."""
     c = plan.config
     name, objective = split_label(label)
     if not prep_done(plan):
@@ -198,15 +200,22 @@ def pretrain_into(plan: Plan, label: str, seed: int, out: str, lr: float) -> int
         cmd, env = wrapped(cmd, env)
     with run.lock:  # SAVE_DIR's, as pretrain.sh's (pretrain.save_dir_lock): held by this process until the end
         begin = os.path.getsize(log)  # this sitting's lines start here (the log keeps every sitting's)
+        ended = ""
         if run_logged(cmd, log, env, append=True):
-            from tupe_tools.errors import fairseq_error
+            from tupe_tools.errors import diverged, fairseq_error
 
-            reason = fairseq_error(text_from(log, begin, most=1 << 18))
-            raise PartFailed(f"pre-training {label} seed {seed} failed{': ' + reason if reason else ''}; log {log}")
+            text = text_from(log, begin, most=1 << 18)
+            ended = diverged(text) if divergence_ends else ""
+            if not ended:
+                reason = fairseq_error(text)
+                raise PartFailed(f"pre-training {label} seed {seed} failed{': ' + reason if reason else ''}; log {log}")
+            note(f"pre-training {label} seed {seed} at LR {lr} diverged (FloatingPointError: {ended}): it counts as "
+                 "the worst run at its LR")
         from datetime import datetime, timezone
 
         with open(os.path.join(out, PRETRAIN_DONE), "w", encoding="utf-8") as f:
             f.write(datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ") + "\n")
+            f.write(f"diverged: {ended}\n" if ended else "")
     return earlier
 
 
@@ -222,7 +231,7 @@ def sweep_done(plan: Plan, label: str, lr: str, seed: int) -> bool:
 def run_sweep(plan: Plan, label: str, lr: str, seed: int) -> int:
     from tupe_study.sweep import sweep_dir
 
-    return pretrain_into(plan, label, seed, sweep_dir(plan.out, label, float(lr), seed), float(lr))
+    return pretrain_into(plan, label, seed, sweep_dir(plan.out, label, float(lr), seed), float(lr), divergence_ends=True)
 
 
 def updates_to_target(plan: Plan, chosen: Dict[str, float], sweep: List) -> Optional[float]:

@@ -351,7 +351,7 @@ def median_interval(values: Sequence[float], level: float = 0.95) -> Tuple[float
 class SignTest:
     """An exact two-sided sign test over ``positive`` + ``negative`` differences (ties dropped), with the median
     ``center`` of the differences and its order-statistic interval [low, high] of exact ``coverage``."""
-    n: int  # the differences the median and its interval are taken over (ties included)
+    n: int  # the pairs the interval is taken over (every seed: ties and censored pairs, ranked last, included)
     center: float
     low: float
     high: float

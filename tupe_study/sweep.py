@@ -4,8 +4,9 @@
 stage: every MLM model pre-trained at every LR of the grid on every sweep seed, at the confirmation's preset and
 budget, into ``OUT/sweep/V/lr{LR}/seedS/``. The rule (``LR_RULE=lowest-mean-final``, the only one):
 
-- a model's LR is the one with the lowest mean final validation loss over the sweep seeds; ties go to the smaller
-  LR; a run that diverged (a NaN or infinite loss, or no final validation although it finished) counts as the
+- a model's LR is the one with the lowest mean final validation loss over the sweep seeds (exact over the logged
+  losses); ties go to the smaller LR; a run that diverged (a NaN or infinite loss, or no final validation although
+  it finished: fairseq's FloatingPointError ends a sweep run, ``tupe_study.stages.pretrain_into``) counts as the
   worst loss at its LR;
 - a best LR at the edge of the grid is not a tuned LR: the model's grid widens once, by one step beyond that edge
   at the grid's own ratio there (``3e-3`` after ``1e-3 3e-3`` gives ``9e-3``), and the rule is applied again; a
@@ -20,11 +21,12 @@ from __future__ import annotations
 
 import math
 import os
+from fractions import Fraction
 import re
 import statistics
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from tupe_common.errors import UsageError
 from tupe_common.numbers import named, short
@@ -48,10 +50,20 @@ def worst_if_diverged(loss: Optional[float]) -> float:
     return math.inf if loss is None or math.isnan(loss) or math.isinf(loss) else loss
 
 
+def exact_mean(losses: Sequence[Optional[float]]) -> Union[Fraction, float]:
+    """The mean of logged losses, exact (each as the decimal it was logged as), so that means equal in the logged
+    decimals are equal and a tie is a tie (a float mean of 6.0 and 6.0004 differs from that of 6.0002 and 6.0002);
+    +inf when a run diverged."""
+    values = [worst_if_diverged(x) for x in losses]
+    if any(math.isinf(v) for v in values):
+        return math.inf
+    return sum(Fraction(repr(v)) for v in values) / len(values)
+
+
 def lowest_mean(finals: Mapping[float, Mapping[int, Optional[float]]]) -> float:
     """The LR with the lowest mean final loss over its seeds (diverged runs +inf), ties to the smaller LR."""
-    def mean(lr: float) -> float:
-        return statistics.fmean(worst_if_diverged(x) for x in finals[lr].values())
+    def mean(lr: float) -> Union[Fraction, float]:
+        return exact_mean(list(finals[lr].values()))
 
     return min(sorted(finals), key=mean)
 
@@ -213,7 +225,8 @@ def sweep_lines(study_choices: Sequence[Choice], declared: Mapping[str, str], se
             mean = c.mean(lr)
             name = f"**{short(lr)}**" if lr == c.chosen else short(lr)
             widen = " (widened)" if lr == c.extra else ""
-            L.append(f"| {name}{widen} | {cells} | {'…' if mean is None else f'{mean:.4f}'} |")
+            mean_text = "…" if mean is None else "diverged" if math.isinf(mean) else f"{mean:.4f}"  # the worst
+            L.append(f"| {name}{widen} | {cells} | {mean_text} |")
         if c.chosen is None:
             L += ["", f"Not finished (`…`: a run still to do): no LR chosen for {c.label} yet."]
         elif c.at_edge:

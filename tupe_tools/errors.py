@@ -146,14 +146,25 @@ def last_error(log_text: str) -> Optional[str]:
     return f"error: {name}: {message}" if message else f"error: {name}"
 
 
+def diverged(log_text: str) -> str:
+    """fairseq's stop on a loss or gradient that is not finite, as its log says it (``FloatingPointError: gradients
+    are Nan/Inf``; under fp16 ``Minimum loss scale reached ...``): the last such message, '' when none. Its NaN
+    detector's re-run can end the log with another traceback, which hides it from :func:`last_error`."""
+    found = re.findall(r"^FloatingPointError: (.*)$", log_text, re.M)
+    return found[-1].strip() if found else ""
+
+
 def fairseq_error(log_text: str) -> str:
     """Why fairseq-train failed, for the line of the runner that started it (finetune.sh, a study's pre-training):
     the plugin's own ``fairseq-train: error:`` line, the last in the log (a full disk names the file being written;
-    a rank's, under torchrun), without its advice to resume (the runner gives its own); else the log's last exception
+    a rank's, under torchrun), without its advice to resume (the runner gives its own); else a divergence
+    (:func:`diverged`); else the log's last exception
     (:func:`last_error`: our plugin's error, a wrong variant, ...); '' when neither."""
     ours = re.findall(rf"^(?:\[rank\d+\]: )?{re.escape(TRAIN_ERROR)}(.*)$", log_text, re.M)  # torchrun: [rankN]:
     if ours:
         return ours[-1].split(RESUME_TAIL)[0]
+    if diverged(log_text):
+        return f"diverged (FloatingPointError: {diverged(log_text)})"
     return (last_error(log_text) or "").removeprefix("error: ")
 
 
