@@ -215,21 +215,16 @@ def test_extract_rerun_skips_and_corrupt_gzip_fails(tmp_path, texts, starts_proc
     assert not (tmp_path / "t.txt").exists() and not (tmp_path / "t.txt.partial").exists()
 
 
-def test_a_stop_while_extracting_is_one_line_and_the_rerun_gives_the_same_text(tmp_path, texts, starts_process):
-    """SIGTERM while step 1 reads its C4 file (a FIFO, fed half the sample's lines and then held open: the stop
-    comes mid-file, whatever the machine's speed): exit 143, one line saying what stopped it and how it resumes, no
-    output, no half-written OUT.partial, no record, no process left; the rerun on the whole file writes the text of
-    an uninterrupted run (the module fixture's), byte for byte."""
+def step_reading_a_fifo(src: Path, cmd: list):
+    """A C4 step ``cmd`` (a process of its own) whose input ``src`` is a FIFO made here, with the FIFO's write end open
+    (blocking) once the step has opened its end: (the process's mark, the process, the write end's fd)."""
     import errno
 
-    from process_tree import assert_none_left, marked, start, stop_cleanly, wait_for
+    from process_tree import marked, start, wait_for
 
-    with gzip.open(TRAIN0, "rb") as f:
-        lines = f.read().splitlines(keepends=True)
-    src, out = tmp_path / "c4-train.00000-of-01024.json", tmp_path / "text" / "train0.txt"
     os.mkfifo(src)
     mark = marked(env())
-    proc = start([str(c) for c in extract(src, out)], mark, cwd=REPO)
+    proc = start([str(c) for c in cmd], mark, cwd=REPO)
     fd = []
 
     def opened() -> bool:  # the write end opens once the step has opened its end (ENXIO before): never blocks
@@ -241,7 +236,21 @@ def test_a_stop_while_extracting_is_one_line_and_the_rerun_gives_the_same_text(t
 
     wait_for(opened, 60, "the step did not open its input")
     os.set_blocking(fd[0], True)
-    with os.fdopen(fd[0], "wb") as feed:
+    return mark, proc, fd[0]
+
+
+def test_a_stop_while_extracting_is_one_line_and_the_rerun_gives_the_same_text(tmp_path, texts, starts_process):
+    """SIGTERM while step 1 reads its C4 file (a FIFO, fed half the sample's lines and then held open: the stop
+    comes mid-file, whatever the machine's speed): exit 143, one line saying what stopped it and how it resumes, no
+    output, no half-written OUT.partial, no record, no process left; the rerun on the whole file writes the text of
+    an uninterrupted run (the module fixture's), byte for byte."""
+    from process_tree import assert_none_left, stop_cleanly, wait_for
+
+    with gzip.open(TRAIN0, "rb") as f:
+        lines = f.read().splitlines(keepends=True)
+    src, out = tmp_path / "c4-train.00000-of-01024.json", tmp_path / "text" / "train0.txt"
+    mark, proc, fd = step_reading_a_fifo(src, extract(src, out))
+    with os.fdopen(fd, "wb") as feed:
         feed.write(b"".join(lines[: len(lines) // 2]))
         feed.flush()
         wait_for(lambda: Path(f"{out}.partial").exists() or proc.poll() is not None, 30, "no OUT.partial")
@@ -263,27 +272,12 @@ def test_a_second_extract_into_an_output_being_written_is_refused(tmp_path, text
     on the same OUTPUT exits 2 at once, one line naming OUTPUT's lock and the way out, and changes nothing; the first
     then finishes as if alone and removes its lock. (Without the lock the second took OUT.partial over, and the first
     renamed the second's half-written file onto OUT under a record of its own summary: a rerun skipped it.)"""
-    import errno
-
-    from process_tree import assert_none_left, marked, start, wait_for
+    from process_tree import assert_none_left, wait_for
 
     src, out = tmp_path / "c4-train.00000-of-01024.json", tmp_path / "text" / "train0.txt"
-    os.mkfifo(src)
-    mark = marked(env())
-    first = start([str(c) for c in extract(src, out)], mark, cwd=REPO)
-    fd = []
-
-    def opened() -> bool:  # the write end opens once the step has opened its end (ENXIO before): never blocks
-        try:
-            fd.append(os.open(src, os.O_WRONLY | os.O_NONBLOCK))
-        except OSError as e:
-            assert e.errno == errno.ENXIO and first.poll() is None, first.communicate()
-        return bool(fd)
-
-    wait_for(opened, 60, "the step did not open its input")
-    os.set_blocking(fd[0], True)
+    mark, first, fd = step_reading_a_fifo(src, extract(src, out))
     lock = Path(os.path.realpath(out.parent)) / f"{out.name}.lock"
-    with os.fdopen(fd[0], "wb") as feed:
+    with os.fdopen(fd, "wb") as feed:
         wait_for(lambda: Path(f"{out}.partial").exists() or first.poll() is not None, 30, "no OUT.partial")
         before = {f.name: f.read_bytes() for f in out.parent.iterdir() if f.is_file()}
         second = run(extract(TRAIN0, out), check=False)
@@ -356,27 +350,12 @@ def test_a_second_spm_into_a_folder_being_written_is_refused(tmp_path, texts, st
     first then finishes as if alone. (Without the lock the second took the first's record, which has no summary yet,
     for an interrupted run's, trained and wrote its own model, dict.txt and record (exit 0), and the first then wrote
     its own over them.)"""
-    import errno
-
-    from process_tree import assert_none_left, marked, start, wait_for
+    from process_tree import assert_none_left
 
     src, out = tmp_path / "train0.txt", tmp_path / "spm"
-    os.mkfifo(src)
-    mark = marked(env())
-    first = start([str(c) for c in train_spm(out, src)], mark, cwd=REPO)
-    fd = []
-
-    def opened() -> bool:  # the write end opens once the step has opened its end (ENXIO before): never blocks
-        try:
-            fd.append(os.open(src, os.O_WRONLY | os.O_NONBLOCK))
-        except OSError as e:
-            assert e.errno == errno.ENXIO and first.poll() is None, first.communicate()
-        return bool(fd)
-
-    wait_for(opened, 60, "the step did not open its input")  # after its record: it samples the input
-    os.set_blocking(fd[0], True)
+    mark, first, fd = step_reading_a_fifo(src, train_spm(out, src))  # opened after its record: it samples the input
     lock = Path(os.path.realpath(out)) / ".run.lock"
-    with os.fdopen(fd[0], "wb") as feed:
+    with os.fdopen(fd, "wb") as feed:
         before = {f.name: f.read_bytes() for f in out.iterdir()}
         second = run(train_spm(out, texts["train0"], vocab=400), check=False)
         assert second.returncode == 2, second.stderr
