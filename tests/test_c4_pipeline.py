@@ -784,8 +784,8 @@ def test_slurm_cuts_arrays_past_max_array_size_and_runs_every_task_once(tmp_path
     """SLURM refuses an array index past MaxArraySize - 1 (1000 by default), so all of C4 (1024 train files and one
     validation file: 1025 extract and 1025 binarize tasks) could not be submitted as --array=0-1024. `slurm` cuts such
     a step into arrays of at most ARRAY_CHUNK=1000 tasks, whose TASK_OFFSETs run each task once, and the next step
-    waits for all of them; the script's header and the manual show these lines (with %64), and the script's own
-    --array stays within 0-1000."""
+    waits for all of them, each array with the script's own limit of tasks at once (%64, which a line's --array
+    would otherwise drop); the script's header and the manual show these lines, and its own --array stays within 0-1000."""
     c4 = tmp_path / "c4"
     c4.mkdir()
     for k in range(1024):
@@ -804,10 +804,11 @@ def test_slurm_cuts_arrays_past_max_array_size_and_runs_every_task_once(tmp_path
     assert [a["after"] for a in lines] == [[], [], ["extract0", "extract1"], ["spm"], ["spm"],
                                            ["binarize0", "binarize1"]]
     header = (SCRIPTS / "slurm_array.sbatch").read_text()
-    assert int(re.search(r"^#SBATCH --array=0-(\d+)", header, re.MULTILINE)[1]) <= 1000
+    own = re.search(r"^#SBATCH --array=0-(\d+)%(\d+)", header, re.MULTILINE)
+    assert int(own[1]) <= 1000 and all(f"%{own[2]} " in ln for ln in printed if "--array=0-" in ln)  # its limit too
     manual = (REPO / "docs" / "data_pipeline.md").read_text()
     for text in (header, manual):
-        shown = [ln.strip(" #").replace("%64", "") for ln in text.splitlines() if "sbatch --parsable" in ln]
+        shown = [ln.strip(" #") for ln in text.splitlines() if "sbatch --parsable" in ln]
         assert shown == printed
 
 
@@ -870,8 +871,8 @@ def test_slurm_prints_one_array_per_step_sized_to_its_tasks(tmp_path, starts_pro
     assert "export VOCAB_SIZE=500" in lines and not any("STEPS" in ln or "SPM_MAX_FILES" in ln for ln in lines)
     sbatch = [ln for ln in lines if "sbatch" in ln and not ln.startswith("#")]
     assert sbatch == [  # 2 train files + 1 validation file: 3 extract tasks; 2 train shards + the validation set
-        "extract=$(sbatch --parsable --array=0-2 preprocess/c4/slurm_array.sbatch extract)",
+        "extract=$(sbatch --parsable --array=0-2%64 preprocess/c4/slurm_array.sbatch extract)",
         "spm=$(sbatch --parsable --array=0 --dependency=afterok:$extract preprocess/c4/slurm_array.sbatch spm)",
-        "binarize=$(sbatch --parsable --array=0-2 --dependency=afterok:$spm preprocess/c4/slurm_array.sbatch binarize)",
+        "binarize=$(sbatch --parsable --array=0-2%64 --dependency=afterok:$spm preprocess/c4/slurm_array.sbatch binarize)",
         "layout=$(sbatch --parsable --array=0 --dependency=afterok:$binarize preprocess/c4/slurm_array.sbatch layout)"]
     assert not (tmp_path / "out").exists()  # printing writes nothing

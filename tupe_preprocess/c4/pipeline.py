@@ -39,6 +39,8 @@ STEP_COMMANDS = ("download", *STEPS)  # subcommands that run one step's module
 # SLURM refuses an array index past MaxArraySize - 1 (default MaxArraySize 1001: 0..1000, job_array.html), so `slurm`
 # cuts a step of more tasks into arrays of at most this many, each with its TASK_OFFSET: C4's 1025 -> 1000 + 25.
 ARRAY_CHUNK = 1000
+ARRAY_AT_ONCE = 64  # tasks of one array running at once (%64), as slurm_array.sbatch's own --array: a line's --array
+# replaces the header's, its limit included
 SAY = stderr_say("tupe_preprocess.c4")
 
 
@@ -299,7 +301,7 @@ def slurm(environ: Mapping[str, str], c4_dir: Optional[str] = None, say: Say = S
         jobs = [step] if len(chunks) == 1 else [f"{step}{k}" for k in range(len(chunks))]
         for job, offset in zip(jobs, chunks):
             size = min(c.ARRAY_CHUNK, count - offset)
-            array = f"--array=0-{size - 1}" if size > 1 else "--array=0"
+            array = f"--array=0-{size - 1}%{ARRAY_AT_ONCE}" if size > 1 else "--array=0"
             shift = f"TASK_OFFSET={offset} " if len(chunks) > 1 else ""
             lines.append(f"{job}=$({shift}sbatch --parsable {array}{after} preprocess/c4/slurm_array.sbatch {step})")
         previous = jobs
