@@ -11,6 +11,7 @@ import pytest
 from conftest import BIN
 from tupe_pretrain import pretrain
 from tupe_common.errors import UsageError
+from tupe_preprocess.c4_data import DataError
 
 
 def settings(**values: str) -> pretrain.PretrainConfig:
@@ -226,6 +227,13 @@ def test_torchrun_over_several_nodes_needs_node_zeros_address_and_only_node_zero
     node0 = pretrain.plan(settings(NODE_RANK="0", MASTER_ADDR="10.0.0.1", **several), environ={})
     assert not node1.leads and node0.leads and pretrain.plan(settings(GPUS="1"), environ={}).leads
     assert "--master-addr 10.0.0.1" in " ".join(pretrain.command(node1))
+    said = []  # node 1 says where it waits, and for how long, before it waits (node 0 may have refused to start)
+    with pytest.raises(DataError):  # no /data here: the say comes first
+        pretrain.prepare(settings(NODE_RANK="1", MASTER_ADDR="10.0.0.1", **dict(several, GPUS="0")), environ={},
+                         say=said.append)
+    assert said == ["node 1 of 2: SAVE_DIR's lock and record are node 0's; this node waits for node 0 at "
+                    "10.0.0.1:29500 (torchrun's rendezvous, up to its 600 s): if node 0 refused to start, its log "
+                    "says why, and this node then fails"]
 
 
 def test_a_warmup_as_long_as_the_run_is_said():

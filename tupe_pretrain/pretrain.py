@@ -485,7 +485,9 @@ def prepare(config: PretrainConfig, environ: Mapping[str, str] = os.environ, ext
         if run.leads:
             run.lock = hold(save_dir_lock(run.config.SAVE_DIR), PROG, "SAVE_DIR", say)
         else:
-            say(f"node {config.NODE_RANK} of {config.NNODES}: SAVE_DIR's lock and record are node 0's")
+            say(f"node {config.NODE_RANK} of {config.NNODES}: SAVE_DIR's lock and record are node 0's; this node waits "
+                f"for node 0 at {run.config.MASTER_ADDR}:{run.config.MASTER_PORT} (torchrun's rendezvous, up to its "
+                "600 s): if node 0 refused to start, its log says why, and this node then fails")
     try:
         check_data(run)
         show(run, say)
