@@ -371,3 +371,16 @@ def test_a_diverged_run_is_named_and_the_report_goes_on(tmp_path):
     assert "- bert-a seed 2: validation loss nan at update 120 (diverged): its losses are left out" in md
     (row,) = list(csv.DictReader((out / "endpoints.csv").open()))
     assert row["seeds"] == "2" and row["by_pretrain_seed"].split() == ["1:-0.550000", "3:-0.450000"]
+
+
+def test_a_loss_auc_of_one_validation_per_curve_is_not_tested_instead_of_a_type_error():
+    """VALID_POINTS=1: each curve has its final validation only, so no area; the declared loss_auc is 'not tested'
+    and the family's other comparison is still tested (the report raised a TypeError on the missing areas)."""
+    from types import SimpleNamespace
+
+    runs_of = {m: [SimpleNamespace(seed=s, final=f + 0.1 * s, curve={240: f + 0.1 * s}) for s in (1, 2, 3)]
+               for m, f in (("a", 8.0), ("b", 9.0))}
+    declared = [Endpoint("final_loss", "a", "b"), Endpoint("loss_auc", "a", "b")]
+    final, auc = endpoint_report.declared_tests(declared, runs_of, 240, 0.001, None, None)
+    assert final.test is not None and final.verdict == "a lower than b"
+    assert auc.test is None and auc.verdict == "not tested (fewer than 2 seeds)"

@@ -142,9 +142,11 @@ def endpoint_row(r: EndpointResult, family_size: int, counting: bool) -> Dict:
 def declared_tests(declared: Sequence[Endpoint], finished: Mapping[str, Sequence], total_updates: int,
                    resolution: float, margin: Optional[float], halfway: Optional[float]) -> List[EndpointResult]:
     """The declared family tested over each model's finished seeds (``finished[model]``: runs with ``seed``,
-    ``final`` and ``curve``): final_loss, loss_auc and updates_to measured, then ``family_tests``."""
+    ``final`` and ``curve``): final_loss, loss_auc and updates_to measured, then ``family_tests``. A curve of one
+    validation has no area: that seed has no loss_auc (with fewer than 2 such seeds it is not tested)."""
+    areas = {n: {s.seed: curve_auc(s.curve) for s in ss} for n, ss in finished.items()}
     measured = {"final_loss": {n: {s.seed: s.final for s in ss} for n, ss in finished.items()},
-                "loss_auc": {n: {s.seed: curve_auc(s.curve) for s in ss} for n, ss in finished.items()},
+                "loss_auc": {n: {seed: a for seed, a in by_seed.items() if a is not None} for n, by_seed in areas.items()},
                 **updates_to_values(declared, {n: {s.seed: s.curve for s in ss} for n, ss in finished.items()},
                                     total_updates, halfway)}
     return family_tests(declared, measured, resolution, margin, halfway)
