@@ -56,6 +56,15 @@ def test_spec_parses_the_declaration_once_and_refuses_what_is_wrong(tmp_path):
     bad.write_text(json.dumps({**ReportSpec.declare("final_loss:a:b").to_json(), "family_size": 3}))
     with pytest.raises(ValueError, match=f"{bad}: not a report specification"):
         ReportSpec.load(str(bad))
+    # the text the report quotes must declare the endpoints it tests (an edited quote passed: the endpoints alone
+    # were compared with settings.env); the same question in other spelling is the same
+    spec = ReportSpec.declare("final_loss:tupe-r:bert-a updates_to@halfway:tupe-r:bert-a").to_json()
+    for text in ("loss_auc:bert-a:tupe-r updates_to@4.0:tupe-r:bert-a", "final_loss:tupe-r:bert-a", "final_loss:a"):
+        bad.write_text(json.dumps({**spec, "endpoints_text": text}))
+        with pytest.raises(ValueError, match=f"{bad}: not a report specification \\(endpoints_text"):
+            ReportSpec.load(str(bad))
+    bad.write_text(json.dumps({**spec, "endpoints_text": "final_loss:tupe_r:bert_a updates_to@halfway:tupe-r:bert-a"}))
+    assert ReportSpec.load(str(bad)).endpoints == ReportSpec.from_json(spec).endpoints
 
 
 def test_archive_with_report_spec_json_renders_from_it_as_an_old_one_renders(tmp_path, monkeypatch):

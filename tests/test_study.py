@@ -710,7 +710,8 @@ def test_an_unfinished_pre_training_is_named_and_left_out_and_a_missing_one_is_n
     md = (out / "report.md").read_text()
     problems = md.split("## Missing parts and problems")[1]
     assert "C seed 1: pre-training unfinished (last validation at update 50 of 100): its losses are left out" in problems
-    assert "pretrain/D/seed1/train.log: no validation loss (pre-training missing or unfinished)" in problems
+    assert "\n- pretrain/D/seed1/train.log: no validation loss (pre-training missing or unfinished)" in problems
+    assert str(out) not in problems  # paths inside the study are its own: an archive's render reads the same
     rows = {r["variant"]: r for r in csv.DictReader((out / "study.csv").open())}
     assert rows["C"]["final_valid_loss"] == "" and rows["D"]["final_valid_loss"] == ""
     assert float(rows["A"]["final_valid_loss"]) == pytest.approx(0.9)
@@ -727,7 +728,7 @@ def test_a_pre_training_without_its_done_marker_is_not_read_as_finished(tmp_path
     (out / "pretrain" / "B" / "seed1" / "pretrain.done").unlink()
     assert sr.main([str(out), "--variants", "A B C", "--total-updates", "100", "--resamples", "200"]) == 0
     problems = (out / "report.md").read_text().split("## Missing parts and problems")[1]
-    assert (f"B seed 1: pre-training not finished (no pretrain.done beside {out}/pretrain/B/seed1/train.log: it is "
+    assert ("B seed 1: pre-training not finished (no pretrain.done beside pretrain/B/seed1/train.log: it is "
             "running, was stopped or failed): its losses are left out until it finishes") in problems
     rows = {r["variant"]: r for r in csv.DictReader((out / "study.csv").open())}
     assert rows["B"]["final_valid_loss"] == "" and float(rows["A"]["final_valid_loss"]) == pytest.approx(0.9)
@@ -1374,6 +1375,40 @@ def test_tiny_study_archive_renders_the_same_report_without_checkpoints_or_data(
     again = study(out, "--archive", str(dest), check=False, **tiny_study.env)
     assert again.returncode == 2 and "exists; an archive is never overwritten" in again.stderr
     assert (dest / "report.md").read_text() == original["report.md"]
+
+
+def test_an_archive_without_its_unigram_baseline_is_refused(tiny_study, tmp_path):
+    """The archive holds no training data, so the unigram baseline is recorded when it is written: a study whose
+    c4/data-bin cannot give it is refused (exit 1, one line, no DEST). It was written with a note, and its render then
+    differed from the study's report (no baseline, a problem line)."""
+    out, dest = tmp_path / "study", tmp_path / "evidence"
+    shutil.copytree(tiny_study.out, out, ignore=shutil.ignore_patterns("*.pt", "data-bin"))
+    p = study(out, "--archive", str(dest), check=False, **tiny_study.env)
+    assert p.returncode == 1 and not dest.exists(), p.stderr
+    assert p.stderr.strip().splitlines()[-1].startswith("study.sh: error: archive: the unigram baseline cannot be "
+                                                          "computed (")
+
+
+def test_an_archive_asked_with_the_declaration_spelt_otherwise_is_refused(tiny_study, tmp_path):
+    """The same declaration in another order is the same study, but the report quotes ENDPOINTS and orders models and
+    seeds as the environment gives them: an archive so asked rendered a report that misquoted settings.env. It is
+    refused (UsageError: exit 2, one line naming the setting and the recorded text) before anything is written."""
+    from tupe_study.__main__ import write_archive
+    from tupe_study.plan import Plan
+    from tupe_study.settings import UsageError as StudyUsageError
+
+    out, dest = tmp_path / "study", tmp_path / "evidence"
+    out.mkdir()
+    recorded = (tiny_study.out / "settings.env").read_text()
+    assert "\nPRETRAIN_SEEDS=1\n" in recorded
+    (out / "settings.env").write_text(recorded.replace("\nPRETRAIN_SEEDS=1\n", "\nPRETRAIN_SEEDS=1 2\n"))
+    env = {**os.environ, **tiny_study.env, "OUT": str(out), "PRESET": "tiny", "VARIANTS": "nope",
+           "PRETRAIN_SEEDS": "2 1"}
+    with pytest.raises(StudyUsageError) as e:
+        write_archive(Plan.from_environ(env), str(dest))
+    assert str(e.value) == ("--archive: PRETRAIN_SEEDS='2 1' means what settings.env records, but the report quotes "
+                            "and orders by it as given: set PRETRAIN_SEEDS='1 2', as recorded")
+    assert not dest.exists()
 
 
 def test_lr_sweep_chooses_declares_and_refuses_another_choice(tiny_study, tmp_path):

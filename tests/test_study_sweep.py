@@ -198,3 +198,15 @@ def test_declaration_resolves_the_halfway_target_from_the_sweep(tmp_path, starts
     assert stages.declare_choice(plan) == {"bert-a": 3e-3, "tupe-r": 1e-3} and (out / "settings.env").read_text() == text
     with pytest.raises(Exception, match="updates_to@halfway takes its target from the LR sweep"):
         Plan.from_environ(dict(env, LR_GRID="none", SWEEP_SEEDS="none"))
+
+
+def test_power_check_of_equal_logged_differences_has_no_spread():
+    """Two sweep seeds whose differences are equal in the logged decimals (6.0004 - 5.0002 and 6.0002 - 5.0) have no
+    spread: d is infinite and no power is given. Float differences left a residue (d = 1e14, power 1.00)."""
+    a = sweep.Choice("tupe-r", [1e-3], {1e-3: {1: 6.0004, 2: 6.0002}}, chosen=1e-3)
+    b = sweep.Choice("bert-a", [1e-3], {1e-3: {1: 5.0002, 2: 5.0}}, chosen=1e-3)
+    [line, _] = sweep.power_lines([a, b], [("tupe-r", "bert-a")], 10, 2)
+    assert "per sweep seed +1.0002, +1.0002, d = inf, power — with the 10 confirmation seeds" in line
+    b.finals[1e-3][2] = 5.0001  # a spread: 1.0002 and 1.0001
+    [line, _] = sweep.power_lines([a, b], [("tupe-r", "bert-a")], 10, 2)
+    assert f"d = {1.00015 / (0.0001 / math.sqrt(2)):.2f}, power 1.00" in line  # mean / sample SD of the two

@@ -269,17 +269,26 @@ def plan_power(pilot: str) -> int:
     return 0
 
 
+QUOTED = ("ENDPOINTS", "VARIANTS", "PRETRAIN_SEEDS", "EQUIVALENCE_BITS")  # --archive: spelt as settings.env records
+
+
 def write_archive(plan: Plan, dest: str) -> int:
     """``--archive DEST``: the study's evidence into DEST (tupe_study.archive)."""
     from tupe_study.archive import archive
     from tupe_study.report import unigram_baseline
+    from tupe_study.settings import read_recorded
     from tupe_study.stages import report_argv, report_spec
 
+    recorded, given = read_recorded(plan.out), plan.config.texts()
+    for name in QUOTED:  # the report quotes and orders by these as given: as recorded, or it would misquote
+        if name in recorded and given.get(name, "") != recorded[name]:
+            raise UsageError(f"--archive: {name}={given.get(name, '')!r} means what settings.env records, but the report "
+                             f"quotes and orders by it as given: set {name}={recorded[name]!r}, as recorded")
     try:
         unigram: Optional[float] = unigram_baseline(plan.out)
-    except (OSError, ValueError) as e:
-        unigram = None
-        note(f"archive: the unigram baseline is not recorded ({e}); its report will say so")
+    except (OSError, ValueError) as e:  # DEST has no data-bin: its render could not compute it, and would differ
+        raise PartFailed(f"archive: the unigram baseline cannot be computed ({e}), and the archive holds no training "
+                        "data to compute it from: fix the study's c4/data-bin (data_path.txt), then --archive again") from None
     kept = archive(plan.out, dest, report_argv(plan), unigram, report_spec(plan))
     note(f"archive: wrote {dest} ({', '.join(kept)}); render it again with: python -m tupe_study.archive {dest}")
     return 0

@@ -105,6 +105,15 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def study_relative(line: str, out: str) -> str:
+    """A problem line with the study folder's own path left out (``pretrain/B/seed1/train.log`` for
+    ``OUT/pretrain/B/seed1/train.log``): the report of a study and that of its archive, another folder, read the same,
+    and a published report does not carry the machine's paths."""
+    for prefix in dict.fromkeys((os.path.join(out, ""), os.path.join(os.path.abspath(out), ""))):
+        line = line.replace(prefix, "")
+    return line
+
+
 def main(argv: Optional[Sequence[str]] = None, spec: Optional[ReportSpec] = None) -> int:
     """The report of the study ``argv[0]``. ``spec``: the declaration to state and test (the plan's, or an archive's
     report_spec.json); without one, that of --endpoints, --equivalence-bits and --updates-to-target."""
@@ -170,6 +179,7 @@ def main(argv: Optional[Sequence[str]] = None, spec: Optional[ReportSpec] = None
                 "sweep": sweep.report_section(args.out, [v.name for v in mlm], args.total_updates, declared, finished),
                 "flatness": flatness.report_section(finished, declared, flatness.recorded_warmup(args.out, args.warmup),
                                                     args.total_updates)}
+    problems = [study_relative(line, args.out) for line in problems]
     md = report_markdown(rows, columns, study, args.total_updates, unigram, args.min_gap_bits, corr, loss_pairs,
                          intervals, drops, problems, args.title, run_section(args.out), gen_pairs, endpoints,
                          spec.text, resolution, sections)

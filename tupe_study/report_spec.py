@@ -77,6 +77,12 @@ class ReportSpec:
                        _number(data["updates_to_target"]))
             if data["family_size"] != spec.family_size:
                 raise ValueError(f"family_size {data['family_size']!r} for {spec.family_size} endpoints")
+            try:  # the text the report quotes declares the endpoints it tests, or the quote would misstate them
+                quoted = parse_declaration(spec.text)
+            except UsageError as e:
+                raise ValueError(f"endpoints_text {spec.text!r}: {e}") from None
+            if [_meaning(e) for e in quoted] != [_meaning(e) for e in endpoints]:
+                raise ValueError(f"endpoints_text {spec.text!r} does not declare the endpoints stored beside it")
         except (KeyError, TypeError) as e:
             raise ValueError(f"missing or malformed {e}") from None
         return spec
@@ -95,7 +101,7 @@ class ReportSpec:
         (the endpoints by meaning, in any order, as settings.env compares them; the margin; the target to
         settings.env's 4 decimals)."""
         def meaning(spec: "ReportSpec") -> frozenset:  # in any order (one family); updates_to@9 is updates_to@9.0
-            return frozenset((e.measure, e.a, e.b, e.target_bits(-1.0)) for e in spec.endpoints)
+            return frozenset(_meaning(e) for e in spec.endpoints)
 
         if meaning(self) != meaning(other):
             return f"ENDPOINTS: {self.text!r} against {other.text!r}"
@@ -105,6 +111,11 @@ class ReportSpec:
         if (a is None) != (b is None) or (a is not None and b is not None and abs(a - b) > 5e-5):
             return f"UPDATES_TO_TARGET: {_text(a)} against {_text(b)}"
         return None
+
+
+def _meaning(e: Endpoint) -> tuple:
+    """An endpoint as compared: measure, A, B and target (``updates_to@9`` is ``updates_to@9.0``)."""
+    return e.measure, e.a, e.b, e.target_bits(-1.0)
 
 
 def _number(value: Any) -> Optional[float]:

@@ -266,7 +266,8 @@ def power_lines(study_choices: Sequence[Choice], pairs: Sequence[Tuple[str, str]
         if not ca or not cb or ca.chosen is None or cb.chosen is None:
             continue
         fa, fb = ca.finals[ca.chosen], cb.finals[cb.chosen]
-        diffs = [fa[s] - fb[s] for s in sorted(set(fa) & set(fb)) if not (math.isnan(fa[s]) or math.isnan(fb[s]))]
+        diffs = [Fraction(repr(fa[s])) - Fraction(repr(fb[s])) for s in sorted(set(fa) & set(fb))
+                 if not (math.isnan(fa[s]) or math.isnan(fb[s]))]  # exact, as logged: equal ones have no spread
         if len(diffs) < 2:
             continue
         mean, sd = statistics.mean(diffs), statistics.stdev(diffs)
@@ -274,7 +275,7 @@ def power_lines(study_choices: Sequence[Choice], pairs: Sequence[Tuple[str, str]
         power = "—" if math.isinf(d) or n_confirm < 2 else f"{paired_t_power(d, n_confirm, 0.05 / family):.2f}"
         L.append(f"Power check (as `--plan` on the sweep seeds; the confirmation's seeds were fixed before the sweep and "
                  f"are not changed by it): final loss {a} - {b} at the chosen LRs, per sweep seed "
-                 f"{', '.join(f'{x:+.4f}' for x in diffs)}, d = {d:.2f}, power {power} with the {n_confirm} "
+                 f"{', '.join(f'{float(x):+.4f}' for x in diffs)}, d = {d:.2f}, power {power} with the {n_confirm} "
                  f"confirmation seeds at alpha = 0.05 / {family}. From {len(diffs)} seeds, d is a rough guide.")
     return L + ([""] if L else [])
 
