@@ -121,9 +121,14 @@ def parse_endpoints(text: str, seeds: Mapping[str, Sequence[int]]) -> List[Endpo
     return endpoints
 
 
+def meaning(e: Endpoint) -> tuple:
+    """An endpoint as compared: measure, A, B and target, whatever the spelling of its target (``@9`` is ``@9.0``)."""
+    return e.measure, e.a, e.b, e.target_bits(-1.0)
+
+
 def _same(e: Endpoint, f: Endpoint) -> bool:
     """The same comparison, whatever the spelling of its target (``@9`` and ``@9.0``)."""
-    return (e.measure, e.a, e.b, e.target_bits(-1.0)) == (f.measure, f.a, f.b, f.target_bits(-1.0))
+    return meaning(e) == meaning(f)
 
 
 def refuse_repeated_questions(endpoints: Sequence[Endpoint]) -> None:

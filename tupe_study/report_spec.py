@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass, replace
 from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
-from tupe_study.declaration import Endpoint, check_models, parse_declaration, parse_margin, positive_bits
+from tupe_study.declaration import Endpoint, check_models, meaning, parse_declaration, parse_margin, positive_bits
 from tupe_common.errors import UsageError
 
 SPEC_FILE = "report_spec.json"
@@ -81,7 +81,7 @@ class ReportSpec:
                 quoted = parse_declaration(spec.text)
             except UsageError as e:
                 raise ValueError(f"endpoints_text {spec.text!r}: {e}") from None
-            if [_meaning(e) for e in quoted] != [_meaning(e) for e in endpoints]:
+            if [meaning(e) for e in quoted] != [meaning(e) for e in endpoints]:
                 raise ValueError(f"endpoints_text {spec.text!r} does not declare the endpoints stored beside it")
         except (KeyError, TypeError) as e:
             raise ValueError(f"missing or malformed {e}") from None
@@ -100,10 +100,10 @@ class ReportSpec:
         """The first thing ``other`` declares otherwise, as 'SETTING: mine against theirs'; None when they agree
         (the endpoints by meaning, in any order, as settings.env compares them; the margin; the target to
         settings.env's 4 decimals)."""
-        def meaning(spec: "ReportSpec") -> frozenset:  # in any order (one family); updates_to@9 is updates_to@9.0
-            return frozenset(_meaning(e) for e in spec.endpoints)
+        def family(spec: "ReportSpec") -> frozenset:  # in any order (one family); updates_to@9 is updates_to@9.0
+            return frozenset(meaning(e) for e in spec.endpoints)
 
-        if meaning(self) != meaning(other):
+        if family(self) != family(other):
             return f"ENDPOINTS: {self.text!r} against {other.text!r}"
         if self.margin != other.margin:
             return f"EQUIVALENCE_BITS: {_text(self.margin)} against {_text(other.margin)}"
@@ -111,11 +111,6 @@ class ReportSpec:
         if (a is None) != (b is None) or (a is not None and b is not None and abs(a - b) > 5e-5):
             return f"UPDATES_TO_TARGET: {_text(a)} against {_text(b)}"
         return None
-
-
-def _meaning(e: Endpoint) -> tuple:
-    """An endpoint as compared: measure, A, B and target (``updates_to@9`` is ``updates_to@9.0``)."""
-    return e.measure, e.a, e.b, e.target_bits(-1.0)
 
 
 def _number(value: Any) -> Optional[float]:

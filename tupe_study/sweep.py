@@ -89,7 +89,7 @@ class Choice:
         values = list(self.finals.get(lr, {}).values())
         if not values or any(v is None for v in values):
             return None
-        return statistics.fmean(worst_if_diverged(v) for v in values)
+        return float(exact_mean(values))  # the rule's mean, shown
 
 
 def choose(label: str, grid: Sequence[float], seeds: Sequence[int],
