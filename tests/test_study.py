@@ -1351,7 +1351,7 @@ def test_tiny_study_archive_renders_the_same_report_without_checkpoints_or_data(
     assert kept == sorted(["c4/valid_blocks.json", "locality/nope/seed1.csv", "longer/nope/seed1.json",
                     "longer/nope/seed1.blocks.json", f"{run}/order.json",
                     f"{run}/predictions.json", f"{run}/result.json", "pretrain/nope/seed1/pretrain.done",
-                    "pretrain/nope/seed1/train.log", "report.json", "report_spec.json", "settings.env", "timings.tsv",
+                    "pretrain/nope/seed1/settings.json", "pretrain/nope/seed1/train.log", "report.json", "report_spec.json", "settings.env", "timings.tsv",
                     "manifest.json"])  # report_spec.json: the declaration the report states (tupe_study.report_spec)
     manifest = json.loads((dest / "manifest.json").read_text())  # every other file, and the declaration with its commit
     assert sorted(manifest["sha256"]) == [f for f in kept if f != "manifest.json"]
@@ -1439,6 +1439,10 @@ def test_lr_sweep_chooses_declares_and_refuses_another_choice(tiny_study, tmp_pa
     dest = tmp_path / "evidence"
     study(out, "--archive", str(dest), **env)
     assert (dest / "sweep" / "nope" / widened / "seed7" / "train.log").is_file()
+    # each run's recorded settings: the evidence shows the LR every sweep and confirmation run used
+    recorded = {run: float(json.loads((dest / run / "settings.json").read_text())["LR"])
+                for run in (f"sweep/nope/{widened}/seed7", "pretrain/nope/seed1")}
+    assert recorded == {f"sweep/nope/{widened}/seed7": float(widened[2:]), "pretrain/nope/seed1": float(chosen)}
     other = next(lr for lr in swept if lr[2:] != chosen)[2:]  # a declaration the sweep's runs do not give
     (out / "settings.env").write_text(settings.replace(f"CHOSEN_LRS=nope:{chosen}", f"CHOSEN_LRS=nope:{other}"))
     again = study(out, "--stages", "sweep,pretrain", check=False, **env)

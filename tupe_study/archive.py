@@ -8,7 +8,8 @@ What DEST holds (the layout of a study folder, ``tupe_study.runs``)::
 
     settings.env, timings.tsv                      as in the study
     c4/valid_blocks.json                           the held-out split's size (tupe_study.valid_se)
-    pretrain/V/seedS/train.log, pretrain.done      the log's validation lines only (the curves the report reads)
+    pretrain/V/seedS/train.log, pretrain.done      the log's validation lines only (the curves the report reads);
+      settings.json                                the run's recorded settings (its LR among them; not read by the report)
     sweep/V/lr{LR}/seedS/train.log, pretrain.done  likewise, for the LR sweep (tupe_study.sweep)
     finetune/V/seedS/TASK/lr{LR}_seed{K}/          result.json, predictions.json, order.json
     locality/V/seedS.csv, longer/V/seedS.json      as in the study (and longer/V/seedS.blocks.json)
@@ -48,6 +49,7 @@ from tupe_common.io import atomic_dir, need, write_json
 
 FINETUNE_FILES = ("result.json", "predictions.json", "order.json")
 MANIFEST = "manifest.json"
+RUN_SETTINGS = "settings.json"  # a pre-training's recorded settings (tupe_pretrain.pretrain.record)
 RENDERED = (".md", ".csv", ".png")  # a render's outputs at DEST's top (report.md, study.csv, ..., overview.png)
 DECLARED = re.compile(r"^# declared (\S+) at commit (\S+)\s*$")
 
@@ -90,8 +92,9 @@ def archive(out: str, dest: str, report_argv: Sequence[str], unigram_bits: Optio
                 counts["validation lines"] += _valid_lines(os.path.join(root, "train.log"),
                                                            os.path.join(tmp, rel, "train.log"))
                 counts["pre-training logs"] += 1
-                if PRETRAIN_DONE in files:
-                    _copy(os.path.join(root, PRETRAIN_DONE), os.path.join(tmp, rel, PRETRAIN_DONE))
+                for name in (PRETRAIN_DONE, RUN_SETTINGS):
+                    if name in files:
+                        _copy(os.path.join(root, name), os.path.join(tmp, rel, name))
             elif top == "finetune":
                 for name in FINETUNE_FILES:
                     if name in files:

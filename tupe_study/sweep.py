@@ -50,6 +50,11 @@ def worst_if_diverged(loss: Optional[float]) -> float:
     return math.inf if loss is None or math.isnan(loss) or math.isinf(loss) else loss
 
 
+def as_logged(loss: float) -> Fraction:
+    """A logged loss exactly as the decimal it was logged as (its shortest repr), so that equal logs are equal."""
+    return Fraction(repr(loss))
+
+
 def exact_mean(losses: Sequence[Optional[float]]) -> Union[Fraction, float]:
     """The mean of logged losses, exact (each as the decimal it was logged as), so that means equal in the logged
     decimals are equal and a tie is a tie (a float mean of 6.0 and 6.0004 differs from that of 6.0002 and 6.0002);
@@ -57,7 +62,7 @@ def exact_mean(losses: Sequence[Optional[float]]) -> Union[Fraction, float]:
     values = [worst_if_diverged(x) for x in losses]
     if any(math.isinf(v) for v in values):
         return math.inf
-    return sum(Fraction(repr(v)) for v in values) / len(values)
+    return sum(as_logged(v) for v in values) / len(values)
 
 
 def lowest_mean(finals: Mapping[float, Mapping[int, Optional[float]]]) -> float:
@@ -266,7 +271,7 @@ def power_lines(study_choices: Sequence[Choice], pairs: Sequence[Tuple[str, str]
         if not ca or not cb or ca.chosen is None or cb.chosen is None:
             continue
         fa, fb = ca.finals[ca.chosen], cb.finals[cb.chosen]
-        diffs = [Fraction(repr(fa[s])) - Fraction(repr(fb[s])) for s in sorted(set(fa) & set(fb))
+        diffs = [as_logged(fa[s]) - as_logged(fb[s]) for s in sorted(set(fa) & set(fb))
                  if not (math.isnan(fa[s]) or math.isnan(fb[s]))]  # exact, as logged: equal ones have no spread
         if len(diffs) < 2:
             continue
