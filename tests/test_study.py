@@ -1639,6 +1639,17 @@ def test_help_lists_the_preset_values_and_a_bad_preset_is_named(starts_process):
     assert bad.returncode == 2 and "PRESET=huge" in bad.stderr and "cpu-small" in bad.stderr
 
 
+def test_publications_are_checked_out_without_line_ending_conversion(starts_process):
+    """.gitattributes: git converts no line endings under docs/results/ (core.autocrlf, a CRLF platform), whose evidence
+    is verified by SHA-256 and whose report and CSVs are compared byte for byte with a render of it."""
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    files = [str(p.relative_to(ROOT)) for p in sorted((ROOT / "docs" / "results").glob("*/evidence/manifest.json"))]
+    files += [str(p.relative_to(ROOT)) for p in sorted((ROOT / "docs" / "results").glob("*/endpoints.csv"))]
+    r = subprocess.run(["git", "check-attr", "text", "--", *files], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert len(files) >= 4 and r.stdout.splitlines() == [f"{f}: text: unset" for f in files]
+
+
 @pytest.mark.parametrize("folder", sorted(p.parent.parent.name for p in (ROOT / "docs" / "results").glob("*/evidence/report.json")))
 def test_published_evidence_renders_its_declared_comparisons(folder, tmp_path):
     """Every publication's evidence/ (study.sh --archive) agrees with its manifest, renders with today's report, and
@@ -1703,6 +1714,8 @@ def test_archive_writes_a_manifest_of_every_evidence_file_and_the_declaration(tm
     assert "with the archive" in manifest["written"]
     assert verify(str(dest)) is None
     (dest / "report.md").write_text("a render's output\n")  # rewritten by each render: not evidence, not extra
+    assert verify(str(dest)) is None
+    (dest / "endpoints.csv.partial").write_text("measure,a\n")  # what a killed render leaves: the next one replaces it
     assert verify(str(dest)) is None
 
 

@@ -45,7 +45,7 @@ from tupe_study.runs import PRETRAIN_DONE, is_validation_line
 from tupe_study.report_spec import SPEC_FILE, ReportSpec
 from tupe_study.settings import split_variants
 from tupe_common.errors import UsageError, exit_main
-from tupe_common.io import atomic_dir, need, write_json
+from tupe_common.io import PARTIAL, atomic_dir, need, write_json
 
 FINETUNE_FILES = ("result.json", "predictions.json", "order.json")
 MANIFEST = "manifest.json"
@@ -126,8 +126,10 @@ def _sha256(path: str) -> str:
 
 
 def _is_rendered(rel: str) -> bool:
-    """A render's output (report.md, the CSVs, overview.png at the archive's top): not evidence."""
-    return "/" not in rel and rel.endswith(RENDERED)
+    """A render's output (report.md, the CSVs, overview.png at the archive's top), or what a killed render left of
+    one (``report.md.partial``, which the next render replaces): not evidence."""
+    name = rel[:-len(PARTIAL)] if rel.endswith(PARTIAL) else rel
+    return "/" not in name and name.endswith(RENDERED)
 
 
 def evidence_files(dest: str) -> List[str]:
