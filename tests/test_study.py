@@ -1719,6 +1719,23 @@ def test_archive_writes_a_manifest_of_every_evidence_file_and_the_declaration(tm
     assert verify(str(dest)) is None
 
 
+def test_archive_keeps_a_run_whose_folder_is_a_symlink(tmp_path):
+    """A seed folder linked in from another disk is archived like any other (os.walk skipped it, so the archive's
+    render silently lacked a run the study's report had read)."""
+    from tupe_study.archive import archive
+
+    study_dir, dest = tmp_path / "study", tmp_path / "evidence"
+    shutil.copytree(PUBLISHED, study_dir)
+    (study_dir / "manifest.json").unlink()
+    elsewhere = tmp_path / "other_disk" / "seed23"
+    shutil.move(str(study_dir / "pretrain" / "tupe-r" / "seed23"), str(elsewhere))
+    (study_dir / "pretrain" / "tupe-r" / "seed23").symlink_to(elsewhere, target_is_directory=True)
+    archive(str(study_dir), str(dest), json.loads((PUBLISHED / "report.json").read_text())["argv"], None)
+    kept = dest / "pretrain" / "tupe-r" / "seed23"
+    assert not kept.is_symlink() and (kept / "train.log").read_bytes() == (elsewhere / "train.log").read_bytes()
+    assert "pretrain/tupe-r/seed23/train.log" in json.loads((dest / "manifest.json").read_text())["sha256"]
+
+
 @pytest.mark.parametrize("change, named, what", [
     ("byte", "pretrain/tupe-r/seed23/train.log", "differs from manifest.json"),
     ("missing", "locality/bert-a/seed25.csv", "missing (listed in manifest.json)"),

@@ -84,7 +84,7 @@ def archive(out: str, dest: str, report_argv: Sequence[str], unigram_bits: Optio
         for name in ("settings.env", "timings.tsv", os.path.join("c4", "valid_blocks.json")):
             if os.path.isfile(os.path.join(out, name)):
                 _copy(os.path.join(out, name), os.path.join(tmp, name))
-        for root, _dirs, files in sorted(os.walk(out)):
+        for root, _dirs, files in sorted(os.walk(out, followlinks=True)):
             rel = os.path.relpath(root, out)
             top = rel.split(os.sep)[0]
             if top in ("pretrain", "sweep") and "train.log" in files:
@@ -135,7 +135,7 @@ def _is_rendered(rel: str) -> bool:
 def evidence_files(dest: str) -> List[str]:
     """The archive's evidence files, relative with '/', sorted: every file but the manifest and a render's outputs."""
     out = []
-    for root, _dirs, files in os.walk(dest):
+    for root, _dirs, files in os.walk(dest, followlinks=True):
         for name in files:
             rel = os.path.relpath(os.path.join(root, name), dest).replace(os.sep, "/")
             if rel != MANIFEST and not _is_rendered(rel):
