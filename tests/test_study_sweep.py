@@ -89,10 +89,15 @@ def test_second_declaration_round_trips_and_is_compared_by_value():
 
 
 def test_lr_area_against_a_plain_sum():
+    """fairseq sets the LR after each update (trainer.set_num_updates -> polynomial_decay.step_update), so update u
+    takes the LR set after update u - 1; the first takes 1 / warmup (set at the start), or the peak without warmup."""
     def lr(u, w, n):
         return u / w if u <= w else (n - u) / (n - w)
 
-    assert flatness.lr_area(960, 1200, 100, 1200) == pytest.approx(sum(lr(u, 100, 1200) for u in range(961, 1201)))
+    taken = [None, 1 / 100] + [lr(u - 1, 100, 1200) for u in range(2, 1201)]  # taken[u]: the LR of update u
+    assert flatness.lr_area(960, 1200, 100, 1200) == pytest.approx(sum(taken[961:1201]))
+    assert flatness.lr_area(0, 100, 100, 1200) == pytest.approx(sum(taken[1:101]))  # the warmup: 1/100 twice
+    assert flatness.lr_area(0, 2, 0, 1200) == pytest.approx(1 + 1199 / 1200)  # without warmup: the peak, then decay
     whole = flatness.lr_area(0, 1200, 0, 1200)
     assert flatness.lr_area(960, 1200, 0, 1200) / whole == pytest.approx(0.04, abs=0.001)  # 0.2^2 of the triangle
     assert flatness.lr_area(720, 960, 0, 1200) / whole == pytest.approx(0.12, abs=0.001)  # 0.4^2 - 0.2^2

@@ -22,12 +22,13 @@ LAST = 0.2  # the window: the last 20% of the budget, and the 20% before it
 
 
 def lr_area(start: int, end: int, warmup: int, total: int) -> float:
-    """The sum of the LR (peak 1) over updates start+1..end of fairseq's polynomial decay at power 1 to 0: a linear
-    warmup over ``warmup`` updates, then a linear decay reaching 0 at ``total``."""
+    """The sum of the LR (peak 1) that updates start+1..end take under fairseq's polynomial decay at power 1 to 0: a
+    linear warmup over ``warmup`` updates, then a linear decay reaching 0 at ``total``. fairseq sets the LR after
+    each update, so update u takes the LR of u - 1 (the first update: 1 / warmup, or the peak without warmup)."""
     def lr(u: int) -> float:
         return u / warmup if u <= warmup and warmup > 0 else max(0.0, (total - u) / (total - warmup))
 
-    return sum(lr(u) for u in range(start + 1, end + 1))
+    return sum(lr(max(u - 1, 1 if warmup > 0 else 0)) for u in range(start + 1, end + 1))
 
 
 @dataclass
