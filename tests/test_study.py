@@ -1351,8 +1351,8 @@ def test_tiny_study_archive_renders_the_same_report_without_checkpoints_or_data(
     assert kept == sorted(["c4/valid_blocks.json", "locality/nope/seed1.csv", "longer/nope/seed1.json",
                     "longer/nope/seed1.blocks.json", f"{run}/order.json",
                     f"{run}/predictions.json", f"{run}/result.json", "pretrain/nope/seed1/pretrain.done",
-                    "pretrain/nope/seed1/settings.json", "pretrain/nope/seed1/train.log", "report.json", "report_spec.json", "settings.env", "timings.tsv",
-                    "manifest.json"])  # report_spec.json: the declaration the report states (tupe_study.report_spec)
+                    "pretrain/nope/seed1/settings.json", "pretrain/nope/seed1/train.log", "report.json",
+                    "report_spec.json", "settings.env", "timings.tsv", "manifest.json"])  # report_spec.json: the declaration the report states (tupe_study.report_spec)
     manifest = json.loads((dest / "manifest.json").read_text())  # every other file, and the declaration with its commit
     assert sorted(manifest["sha256"]) == [f for f in kept if f != "manifest.json"]
     settings_lines = (dest / "settings.env").read_text().splitlines()
