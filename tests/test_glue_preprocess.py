@@ -342,6 +342,26 @@ def test_bad_input_names_file_and_line(tmp_path, spm_files, task, fname, lineno,
     assert os.listdir(out) == []  # nothing written
 
 
+def test_a_qqp_file_whose_every_line_is_skipped_is_an_error(tmp_path):
+    """QQP's rule drops and counts lines with the wrong number of fields (a few broken records); a file where that
+    drops every line (a right header over rows with an extra column) is refused, not written empty."""
+    from tupe_glue.tasks import TASKS
+    from tupe_preprocess.glue_binarize import GlueInputError, read_split
+
+    task = TASKS["QQP"]
+    spec = next(s for s in task.splits if s.file == "dev.tsv")
+    path = tmp_path / "dev.tsv"
+    rows = ["\t".join(["1", "2", "3", "How old is it?", "How old?", "1", "extra"])] * 3
+    path.write_text("\t".join(["id", "qid1", "qid2", "question1", "question2", "is_duplicate"]) + "\n"
+                    + "\n".join(rows) + "\n", encoding="utf-8")
+    with pytest.raises(GlueInputError, match=re.escape(f"{path}: none of its 3 data lines has the 6 tab-separated "
+                                                       "fields of QQP dev.tsv")):
+        read_split(task, spec, str(path))
+    path.write_text(path.read_text().replace("\textra", "", 1), encoding="utf-8")  # one good line: kept, 2 skipped
+    data = read_split(task, spec, str(path))
+    assert (len(data.texts[0]), sum(data.skipped.values())) == (1, 2)
+
+
 def test_dev_label_missing_from_train_is_an_error(tmp_path, spm_files, starts_process):
     model, dict_path = spm_files
     glue = tmp_path / "glue"

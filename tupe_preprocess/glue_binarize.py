@@ -167,6 +167,10 @@ def read_split(task: GlueTask, spec: Split, path: str) -> SplitData:
     if data.read == 0:
         raise GlueInputError(f"{path}: empty {task.name} split (no data lines"
                              f"{' after the header' if spec.header else ''}). Is the file complete?")
+    if not data.texts[0]:  # every line skipped for its field count: a file of another layout, not a few bad records
+        raise GlueInputError(f"{path}: none of its {data.read} data lines has the {spec.n_fields} tab-separated "
+                             f"fields of {task.name} {spec.file}, so nothing would be left of it. Is this the right "
+                             "file (GLUE as distributed by the GLUE download script)?")
     return data
 
 
