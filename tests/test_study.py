@@ -1674,6 +1674,26 @@ def test_published_evidence_renders_its_declared_comparisons(folder, tmp_path):
         "same comparisons, another file: a column or its format changed since the publication"
 
 
+def test_loss_columns_name_the_validation_they_read(tmp_path):
+    """The pre-training table's @25% and @75% read each curve's nearest validation; where there is none at that
+    update (2,400 updates validated every 240: 600 and 1,800), the column names the one it reads (480 and 1,680,
+    ties to the earlier), whose mean over seeds it shows."""
+    from tupe_study.archive import render
+
+    published = ROOT / "docs" / "results" / "2026-12-06_cpu-small-long_tuned" / "evidence"
+    copy = tmp_path / "evidence"
+    shutil.copytree(published, copy)
+    assert render(str(copy)) == 0
+    lines = (copy / "report.md").read_text().splitlines()
+    head = next(line for line in lines if line.startswith("| variant | final | best | below unigram"))
+    assert "| @25% (read at 480) | @50% | @75% (read at 1680) | @100% |" in head
+    bert = next(line for line in lines[lines.index(head):] if line.startswith("| bert-a |")).split(" | ")
+    for cell, update in ((4, 480), (6, 1680)):
+        curves = [runs.parse_valid_curve(str(published / "pretrain" / "bert-a" / f"seed{s}" / "train.log"))
+                  for s in range(51, 61)]
+        assert float(bert[cell]) == pytest.approx(sum(c[update] for c in curves) / 10, abs=5e-5)
+
+
 # An archive from the published evidence, in-process (tupe_study.archive.archive reads the evidence as it reads a study:
 # the logs are validation lines already), with a declaration as a new study writes it.
 PUBLISHED = ROOT / "docs" / "results" / "2026-12-02_cpu-small_seeds10" / "evidence"

@@ -4,8 +4,8 @@ study compares, so that a difference is read "by N updates" when a model is stil
 A linear decay of the LR to 0 flattens every curve's end by itself: the last 20% of the budget holds about 4% of
 the schedule's LR area (the sum of its step sizes), the 20% before it about 12%. So the check also divides each
 window's loss change by the window's LR area: a model whose change per unit of LR area in the last window is at
-least half that of the window before still learns per step as it did, and its curve is flat because the steps
-shrank ("flattened by the LR decay": more budget could still lower it); below half it has levelled off.
+least half that of the window before still learns per unit of LR as it did, and its curve is flat because the
+steps shrank ("flattened by the LR decay": more budget could still lower it); below half it has levelled off.
 """
 from __future__ import annotations
 
@@ -116,7 +116,7 @@ def flatness_lines(rows: Sequence[Flatness], warmup: int, total: int) -> List[st
          f"linear decay to 0 flattens every curve's end: the last 20% holds {a_last / whole:.1%} of the schedule's LR "
          f"area, the 20% before it {a_before / whole:.1%}; so each window's change is divided by its LR area, and a "
          f"model whose last-window change per unit of LR area is at least {SLOWED:g} of the window before's is "
-         "**flattened by the LR decay** (it learns per step as before: more budget could lower it), below that "
+         "**flattened by the LR decay** (it learns per unit of LR as before: more budget could lower it), below that "
          "**levelled off**.", "",
          "| model | seeds | change, last 20% | change, 20% before | per-LR-area ratio | gap | reading |",
          "|---|---|---|---|---|---|---|"]

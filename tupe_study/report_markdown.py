@@ -13,10 +13,19 @@ from tupe_study.longer_inputs import ROPE_SCALED
 from tupe_study.noise import DRAWS, span_tests
 from tupe_study.report_tables import (ELECTRA_MIN_GAIN, FRACTIONS, beyond_noise, seed_noise, untrained_discriminators,
                                       weak_variants)
-from tupe_study.runs import Variant, split_label
+from tupe_study.runs import Variant, loss_at, split_label
 
 NOPE_TOLERANCE = 1.0  # points: nope's drop on a shuffle must be within this of 0 (it cannot see word order)
 SHOW_ALL_PAIRS = 28  # the report lists every pair up to this many (8 variants); beyond, differences.csv does
+
+
+def _fraction_header(variants: Sequence[Variant], frac: float, total_updates: int) -> str:
+    """The column of the loss at ``frac`` of the budget, naming the validation it reads where there is none at that
+    update (each curve's nearest, ties the earlier: ``tupe_study.runs.loss_at``)."""
+    wanted = round(frac * total_updates)
+    read = sorted({loss_at(s.curve, wanted)[1] for v in variants if v.objective == "mlm" for s in v.seeds if s.curve})
+    head = f"@{int(frac * 100)}%"
+    return head if read in ([], [wanted]) else f"{head} (read at {', '.join(map(str, read))})"
 
 
 def _correlation_table(corr: Sequence[Dict]) -> List[str]:
@@ -336,7 +345,8 @@ def report_markdown(rows: List[Dict], columns: List[str], variants: List[Variant
           f"Unigram baseline (entropy of the training tokens, what a model ignoring context scores): "
           f"**{_f(unigram)} bits**. Budget: {total_updates} updates; the same data order, masks and seed for "
           "every variant.", "",
-          "| variant | final | best | below unigram | " + " | ".join(f"@{int(f * 100)}%" for f in FRACTIONS)
+          "| variant | final | best | below unigram | "
+          + " | ".join(_fraction_header(variants, f, total_updates) for f in FRACTIONS)
           + " | spread over seeds |", "|" + "---|" * (5 + len(FRACTIONS))]
     for r in mlm:
         L.append(f"| {r['variant']} | {_f(r['final_valid_loss'], 4)} | {_f(r['best_valid_loss'], 4)} | "
