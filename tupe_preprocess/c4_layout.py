@@ -13,7 +13,9 @@ Also writes ``DATA_BIN/shards.tsv`` (shard -> source prefix), ``DATA_BIN/data_pa
 folders colon-joined, *relative to DATA_BIN*, so a moved or copied DATA_BIN reads its own files) and
 ``DATA_BIN/layout.json`` (the dictionary's entries, size and SHA-256, the shard names). Train with
 ``DATA=DATA_BIN train_scripts/pretrain.sh``, which checks both at start (``python -m tupe_preprocess.c4_data``,
-which also prints the absolute path for ``fairseq-train``).
+which also prints the absolute path for ``fairseq-train``). A run holds ``DATA_BIN/.run.lock``
+(:mod:`tupe_common.lock`) while it writes: a second run on the same DATA_BIN (a resubmitted task with other shards)
+exits 2, naming the lock, instead of mixing the two runs' shards.
 """
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ from typing import Dict, List, Optional, Sequence
 from tupe_common.io import atomic_open, atomic_path, file_hash, need, remove_if_exists, write_data_path, write_json
 from tupe_common.log import get_logger
 from tupe_common.errors import UsageError, command_name, exit_main, message
+from tupe_common.lock import folder_lock, hold
 
 LINK_MODES = ("hardlink", "symlink", "copy")  # how the shards' files reach DATA_BIN
 DICT_HASH = "sha1"  # as step 3 records the dictionary in PREFIX.done (c4_binarize.identity: identity.dict_sha1)
@@ -120,6 +123,12 @@ def layout(data_bin: str, dict_path: str, valid: str, train: Sequence[str], link
     dict_sha1 = file_hash(dict_path, DICT_HASH)
     for p in [*train, valid]:
         check_done(p, dict_path, dict_sha1)
+    with hold(folder_lock(data_bin), PROG, say=log.info):  # one run per DATA_BIN: two would mix their shard lists
+        return _arrange(data_bin, dict_path, valid, train, link)
+
+
+def _arrange(data_bin: str, dict_path: str, valid: str, train: Sequence[str], link: str) -> List[str]:
+    """``layout``'s work, with DATA_BIN's lock held."""
     os.makedirs(data_bin, exist_ok=True)
     placer = Placer(link)
     shards, changed = [], 0
