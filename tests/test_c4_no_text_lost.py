@@ -13,8 +13,6 @@ import json
 import os
 import random
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import Dict, List
 
@@ -24,8 +22,6 @@ import sentencepiece as spm
 
 from tupe_preprocess import c4_binarize, c4_data, c4_extract, c4_layout, c4_spm
 from tupe_common.mmap_index import line_sizes
-
-ROOT = Path(__file__).resolve().parent.parent
 
 WORDS = ("the river carried old boats past quiet towns where people sold bread fish and salt "
          "while children watched the water turn from green to grey under a slow northern sky").split()
@@ -248,30 +244,24 @@ def test_layout_refuses_binaries_of_another_dictionary(prepared, tmp_path, capsy
     assert not data_bin.exists()
 
 
-def test_a_second_layout_into_a_data_bin_being_written_is_refused(prepared, tmp_path, capsys, starts_process):
-    """While another live run holds DATA_BIN's lock (a resubmitted layout task with other shards), layout exits 2 with
-    one line naming the lock and changes nothing (two runs mixed their shard lists); once that run is gone (killed:
-    its lock left behind), layout takes the lock over and arranges the shards."""
+def test_a_second_layout_into_a_data_bin_being_written_is_refused(prepared, tmp_path, capsys):
+    """While another live run holds DATA_BIN's lock (a resubmitted layout task with other shards; planted: pid 1 on
+    this host), layout exits 2 with one line naming the lock and changes nothing (two runs mixed their shard lists);
+    once that run is gone (a killed run's lock left behind), layout takes the lock over and arranges the shards."""
+    from test_run_lock import dead_pid, plant
+    from tupe_common import lock as run_lock
+
     d = prepared["dir"]
     data_bin = tmp_path / "data-bin"
-    data_bin.mkdir()
-    lock = Path(os.path.realpath(data_bin)) / ".run.lock"
-    holder = subprocess.Popen([sys.executable, "-c", (
-        "import sys, time; from tupe_common.lock import hold, folder_lock\n"
-        f"with hold(folder_lock({str(data_bin)!r}), 'other'):\n"
-        "    print('held', flush=True); time.sleep(120)")], cwd=ROOT, stdout=subprocess.PIPE, text=True)
-    try:
-        assert holder.stdout.readline().strip() == "held"
-        argv = [str(d / "bin" / "train"), "--data-bin", str(data_bin), "--dict", str(d / "spm" / "dict.txt"),
-                "--valid", str(d / "bin" / "valid")]
-        assert c4_layout.main(argv) == 2
-        last = capsys.readouterr().err.strip().splitlines()[-1]
-        assert last.startswith(f"c4_layout: error: {lock.parent} is in use by another run (pid {holder.pid} ") and (
-            f"lock {lock}" in last), last
-        assert sorted(f.name for f in data_bin.iterdir()) == [".run.lock"]
-    finally:
-        holder.kill()
-        holder.wait()
+    held = Path(os.path.realpath(data_bin)) / run_lock.LOCK_NAME
+    plant(held, pid=1, host=run_lock.host())
+    argv = [str(d / "bin" / "train"), "--data-bin", str(data_bin), "--dict", str(d / "spm" / "dict.txt"),
+            "--valid", str(d / "bin" / "valid")]
+    assert c4_layout.main(argv) == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith(f"c4_layout: error: {data_bin} is in use by another run (pid 1 ") and f"lock {held}" in last
+    assert sorted(f.name for f in data_bin.iterdir()) == [run_lock.LOCK_NAME]
+    plant(held, pid=dead_pid(), host=run_lock.host())
     assert c4_layout.main(argv) == 0
     assert sorted(f.name for f in data_bin.iterdir()) == ["data_path.txt", "layout.json", "shard0", "shards.tsv"]
 
